@@ -1,0 +1,212 @@
+"""torch → ONNX, verified: the exported model must reproduce torch on several inputs or the export fails.
+
+The dynamo exporter (torch.export) goes first; if it cannot trace the model, the TorchScript
+exporter is tried and the reason for the fallback is reported, never hidden.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import inspect
+import io
+import logging
+import time
+import warnings
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+
+from tapeout.errors import BadInput, ExportMismatch
+from tapeout.exporters.sources import LoadedModel
+from tapeout.feeds import Feeds, random_feeds
+from tapeout.parity import OutputParity, compare, worst
+from tapeout.types import InputSpec
+
+_PROTOBUF_LIMIT = 1_800_000_000  # bytes; past ~2 GB a ModelProto must keep its weights outside
+
+
+@dataclass
+class ExportResult:
+    path: Path
+    exporter: str
+    opset: int
+    ir_version: int
+    input_names: list[str]
+    output_names: list[str]
+    parity: list[OutputParity]
+    seconds: float
+    fallback_reason: str = ""
+    dynamic_dims: list[str] = field(default_factory=list)
+
+
+def torch_outputs(module, feeds: Feeds, input_names: list[str], output_names: list[str] | None = None) -> dict[str, np.ndarray]:
+    """Run the torch model once; outputs named by `output_names`, dict keys, or output_<i>."""
+    import torch
+
+    args = [torch.from_numpy(np.ascontiguousarray(feeds[name])) for name in input_names]
+    with torch.inference_mode():
+        result = module(*args)
+    if isinstance(result, dict):
+        values, names = list(result.values()), list(result.keys())
+    elif isinstance(result, tuple | list):
+        values, names = list(result), [f"output_{i}" for i in range(len(result))]
+    else:
+        values, names = [result], ["output"]
+    if output_names is not None:
+        if len(output_names) != len(values):
+            raise BadInput(f"[model] outputs names {len(output_names)} outputs but the model returns {len(values)}",
+                           fix=f"give exactly {len(values)} names, or leave 'outputs' out")
+        names = output_names
+    return {n: v.detach().cpu().numpy() for n, v in zip(names, values, strict=True) if v is not None}
+
+
+def _trace_dims(dims: dict[str, int]) -> dict[str, int]:
+    # torch.export specializes any dimension that is 1 in the example, so trace dynamic dims at >= 2.
+    return {name: max(value, 2) for name, value in dims.items()}
+
+
+def _dynamic_shapes(module, inputs: list[InputSpec]):
+    per_input = tuple({axis: dim for axis, dim in enumerate(spec.shape) if isinstance(dim, str)} or None for spec in inputs)
+    params = [p for p in inspect.signature(module.forward).parameters.values()]
+    if len(params) == 1 and params[0].kind is inspect.Parameter.VAR_POSITIONAL:
+        return (per_input,)
+    return per_input
+
+
+@contextlib.contextmanager
+def _quiet() -> io.StringIO:
+    """The exporters print progress and warnings; keep them for error messages, off the user's terminal."""
+    buffer = io.StringIO()
+    loggers = [logging.getLogger(n) for n in ("torch.onnx", "torch.export", "torch._dynamo", "onnxscript")]
+    levels = [lg.level for lg in loggers]
+    for lg in loggers:
+        lg.setLevel(logging.ERROR)
+    try:
+        with warnings.catch_warnings(), contextlib.redirect_stdout(buffer), contextlib.redirect_stderr(buffer):
+            warnings.simplefilter("ignore")
+            yield buffer
+    finally:
+        for lg, level in zip(loggers, levels, strict=True):
+            lg.setLevel(level)
+
+
+def _export_dynamo(module, args, inputs, output_names, opset, dynamic):
+    import torch
+
+    program = torch.onnx.export(
+        module, tuple(args), dynamo=True, opset_version=opset, verbose=False,
+        input_names=[s.name for s in inputs], output_names=output_names,
+        dynamic_shapes=_dynamic_shapes(module, inputs) if dynamic else None,
+    )
+    return program.model_proto
+
+
+def _export_torchscript(module, args, inputs, output_names, opset, dynamic):
+    import onnx
+    import torch
+
+    axes = {s.name: {a: d for a, d in enumerate(s.shape) if isinstance(d, str)} for s in inputs} if dynamic else None
+    buffer = io.BytesIO()
+    torch.onnx.export(module, tuple(args), buffer, dynamo=False, opset_version=min(opset, 20),
+                      input_names=[s.name for s in inputs], output_names=output_names,
+                      dynamic_axes={k: v for k, v in (axes or {}).items() if v} or None)
+    return onnx.load_from_string(buffer.getvalue())
+
+
+def export(
+    loaded: LoadedModel,
+    inputs: list[InputSpec],
+    dims: dict[str, int],
+    out_path: Path,
+    *,
+    opset: int,
+    max_ir_version: int,
+    dynamic: bool = True,
+    atol: float = 1e-4,
+    rtol: float = 1e-3,
+    samples: int = 3,
+    seed: int = 0,
+    log: Callable[[str], None] = lambda _msg: None,
+) -> ExportResult:
+    import onnx
+    import torch
+
+    started = time.perf_counter()
+    module = loaded.module
+    input_names = [s.name for s in inputs]
+    rng = np.random.default_rng(seed)
+    trace_feeds = random_feeds(inputs, _trace_dims(dims) if dynamic else dims, rng)
+    output_names = list(torch_outputs(module, trace_feeds, input_names, loaded.output_names))
+    args = [torch.from_numpy(trace_feeds[n]) for n in input_names]
+
+    exporter, fallback_reason = "dynamo", ""
+    with _quiet() as noise:
+        try:
+            proto = _export_dynamo(module, args, inputs, output_names, opset, dynamic)
+        except Exception as exc:
+            fallback_reason = _first_line(exc)
+            exporter = "torchscript"
+            log(f"dynamo exporter failed ({fallback_reason}); falling back to the TorchScript exporter")
+            try:
+                proto = _export_torchscript(module, args, inputs, output_names, opset, dynamic)
+            except Exception as exc2:
+                raise BadInput(
+                    f"export failed with both exporters: dynamo: {fallback_reason}; torchscript: {_first_line(exc2)}",
+                    fix="make the model traceable by torch.export (see the exportdb docs), or export it to ONNX yourself "
+                        f"and point [model] source at the .onnx file{_tail(noise)}",
+                ) from None
+
+    # The runtime decides what is loadable: stamp the newest IR version it accepts, never a newer one.
+    proto.ir_version = min(proto.ir_version, max_ir_version)
+    out_path.parent.mkdir(parents=True, exist_ok=True)
+    large = proto.ByteSize() > _PROTOBUF_LIMIT
+    onnx.save_model(proto, str(out_path), save_as_external_data=large,
+                    location=f"{out_path.name}.data" if large else None)
+
+    parity = verify(module, out_path, inputs, dims, input_names, output_names, atol, rtol, samples, rng)
+    bad = [p for p in parity if not p.within_tolerance]
+    if bad:
+        w = worst(bad)
+        raise ExportMismatch(
+            f"exported ONNX output '{w.output}' differs from torch beyond tolerance: max-abs {w.max_abs:.3g}, "
+            f"max-rel {w.max_rel:.3g}, cosine {w.cosine:.6f} (atol {atol:g}, rtol {rtol:g}; "
+            f"{len(bad)} of {len(parity)} outputs off)",
+            fix="look for code that behaves differently under tracing (data-dependent branches, "
+                "torch.compiler.is_exporting), or loosen [export] atol/rtol if the difference is expected",
+        )
+    opset_used = next((i.version for i in proto.opset_import if i.domain in ("", "ai.onnx")), opset)
+    dynamic_dims = sorted({d for s in inputs for d in s.shape if isinstance(d, str)}) if dynamic else []
+    return ExportResult(out_path, exporter, opset_used, proto.ir_version, input_names, output_names, parity,
+                        time.perf_counter() - started, fallback_reason, dynamic_dims)
+
+
+def verify(module, onnx_path: Path, inputs, dims, input_names, output_names, atol, rtol, samples, rng) -> list[OutputParity]:
+    """Torch vs ONNX Runtime (basic optimizations only, CPU) on `samples` fresh random inputs."""
+    import onnxruntime as ort
+
+    so = ort.SessionOptions()
+    so.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_BASIC
+    so.log_severity_level = 3
+    try:
+        sess = ort.InferenceSession(str(onnx_path), so, providers=["CPUExecutionProvider"])
+    except Exception as exc:
+        raise BadInput(f"the exported model does not load in onnxruntime: {_first_line(exc)}",
+                       fix="pin [export] opset to one the installed onnxruntime supports") from None
+    reference, actual = [], []
+    for _ in range(samples):
+        feeds = random_feeds(inputs, dims, rng)
+        reference.append(torch_outputs(module, feeds, input_names, output_names))
+        actual.append(dict(zip(output_names, sess.run(output_names, feeds), strict=True)))
+    return compare(reference, actual, atol, rtol)
+
+
+def _first_line(exc: BaseException) -> str:
+    text = str(exc).strip()
+    return (text.splitlines()[0] if text else type(exc).__name__)[:300]
+
+
+def _tail(noise: io.StringIO) -> str:
+    lines = [ln for ln in noise.getvalue().splitlines() if ln.strip()]
+    return f" (exporter said: {lines[-1][:200]})" if lines else ""

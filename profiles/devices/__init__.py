@@ -1,0 +1,1 @@
+"""Device specs (*.toml) with a source URL per number; shipped as package data."""

@@ -1,0 +1,52 @@
+"""Backends, one module each, found by name. The table below is data: listing targets imports no runtime."""
+
+from __future__ import annotations
+
+import importlib
+from dataclasses import dataclass
+from types import ModuleType
+
+from pydantic import BaseModel
+
+from tapeout.errors import BadInput
+
+
+@dataclass(frozen=True)
+class TargetInfo:
+    name: str
+    module: str
+    summary: str
+    device_classes: tuple[str, ...]
+    precisions: tuple[str, ...]
+    compiles_on_host: bool
+    runs_on_host: bool
+    install_hint: str
+
+
+TARGETS: dict[str, TargetInfo] = {
+    "onnxruntime": TargetInfo(
+        name="onnxruntime",
+        module="tapeout.targets.ort_cpu",
+        summary="ONNX Runtime, CPU execution provider; the optimized model is the artifact",
+        device_classes=("cpu",),
+        precisions=("fp32",),
+        compiles_on_host=True,
+        runs_on_host=True,
+        install_hint="pip install onnxruntime",
+    ),
+}
+
+
+def info(name: str) -> TargetInfo:
+    try:
+        return TARGETS[name]
+    except KeyError:
+        raise BadInput(f"unknown target '{name}'", fix=f"use one of: {', '.join(TARGETS)}") from None
+
+
+def load(name: str) -> ModuleType:
+    return importlib.import_module(info(name).module)
+
+
+def options_model(name: str) -> type[BaseModel]:
+    return load(name).Options

@@ -1,0 +1,3 @@
+from tapeout.cli import main
+
+main()

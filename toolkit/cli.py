@@ -1,0 +1,236 @@
+"""The `tapeout` command. Each command resolves its inputs and calls one library function.
+
+Exit codes (DESIGN.md §4): 0 all budgets pass · 1 a budget fails · 2 bad input or usage ·
+3 inconclusive · 4 target or toolchain not available here.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+import tempfile
+from pathlib import Path
+
+import click
+import typer
+
+from tapeout import __version__
+from tapeout.errors import EXIT_BAD_INPUT, TapeoutError
+
+app = typer.Typer(add_completion=False, no_args_is_help=True, rich_markup_mode=None,
+                  help="Take a trained model to a deployable artifact for a named device, under budgets, with evidence.")
+profiles_app = typer.Typer(no_args_is_help=True, help="List build profiles, or show one as resolved.")
+app.add_typer(profiles_app, name="profiles")
+
+JSON = typer.Option(False, "--json", help="Print machine-readable JSON on stdout; progress stays on stderr.")
+STRICT = typer.Option(False, "--strict", help="Count unmeasured and estimated verdicts as failures (exit 1).")
+
+
+def _version(value: bool) -> None:
+    if value:
+        typer.echo(f"tapeout {__version__}")
+        raise typer.Exit()
+
+
+@app.callback()
+def _root(
+    debug: bool = typer.Option(False, "--debug", help="Show tracebacks for errors."),
+    version: bool = typer.Option(False, "--version", callback=_version, is_eager=True, help="Print the version."),
+) -> None:
+    """tapeout: export → build --profile → check, with budgets and verdicts."""
+
+
+def _finish(report: dict, code: int, as_json: bool, title: str) -> None:
+    from tapeout.console import UI, verdict_table
+
+    if as_json:
+        typer.echo(json.dumps(report, indent=2, default=str))
+    else:
+        ui = UI()
+        ui.out.print(verdict_table(title, report["budgets"]))
+        lat = (report.get("measurement") or {}).get("latency_ms")
+        if lat:
+            q = lat["quantiles"]
+            ui.out.print(
+                f"latency p50 {q['p50']['point']:.3f} ms [{q['p50']['lower']:.3f}, {q['p50']['upper']:.3f}] · "
+                f"p90 {q['p90']['point']:.3f} ms [{q['p90']['lower']:.3f}, {q['p90']['upper'] or float('inf'):.3f}] · "
+                f"{lat['count']} runs / {lat['repeats']} processes"
+            )
+        ui.out.print(f"{report['kind']} dir: {report['build_dir']} · exit {code}")
+    raise typer.Exit(code)
+
+
+@app.command()
+def build(
+    project: Path = typer.Argument(..., help="Project directory (holding tapeout.toml) or the project file."),
+    profile: str = typer.Option(..., "--profile", "-p", help="Shipped profile name or path to a profile .toml."),
+    out: Path | None = typer.Option(None, "--out", "-o", help="Build dir. Default: PROJECT/build/PROFILE."),
+    as_json: bool = JSON,
+    strict: bool = STRICT,
+) -> None:
+    """Export, lint, compile, measure and judge: write a complete build dir, print the budget table."""
+    from tapeout.console import UI
+    from tapeout.pipeline import build as run_build
+
+    report, code = run_build(project, profile, out, UI(quiet=as_json), strict=strict)
+    _finish(report, code, as_json, f"{report['project']['name']} → {report['profile']['name']}")
+
+
+@app.command()
+def check(
+    build_dir: Path = typer.Argument(..., help="A build dir written by `tapeout build`."),
+    junit: Path | None = typer.Option(None, "--junit", help="Also write a JUnit XML file for CI systems."),
+    iterations: int | None = typer.Option(None, min=10, help="Timed runs per process (default: the profile's)."),
+    repeats: int | None = typer.Option(None, min=1, help="Fresh processes (default: the profile's)."),
+    as_json: bool = JSON,
+    strict: bool = STRICT,
+) -> None:
+    """On the device: verify the artifact, re-measure, judge the budgets; writes check.json."""
+    from tapeout.check import check as run_check
+    from tapeout.check import junit_xml
+    from tapeout.console import UI
+
+    report, code = run_check(build_dir, UI(quiet=as_json), strict=strict, iterations=iterations, repeats=repeats)
+    if junit is not None:
+        junit.write_text(junit_xml(report))
+    _finish(report, code, as_json, f"check {report['project']['name']} → {report['profile']['name']}")
+
+
+@app.command()
+def export(
+    project: Path = typer.Argument(..., help="Project directory (holding tapeout.toml) or the project file."),
+    out: Path | None = typer.Option(None, "--out", "-o", help="ONNX file to write. Default: PROJECT/build/model.onnx."),
+    profile: str = typer.Option("cpu-fp32", "--profile", "-p", help="Whose runtime limits (IR version, opset) apply."),
+    as_json: bool = JSON,
+) -> None:
+    """Export the project's model to ONNX and verify it against torch; nothing is written if it fails."""
+    import shutil
+
+    from tapeout.console import UI
+    from tapeout.pipeline import export_model, resolve
+
+    proj, _prof, backend = resolve(project, profile)
+    target = Path(out) if out else proj.root / "build" / "model.onnx"
+    ui = UI(quiet=as_json)
+    with tempfile.TemporaryDirectory(prefix="tapeout-export-") as tmp:
+        exported = export_model(proj, Path(tmp) / target.name, backend, ui)
+        target.parent.mkdir(parents=True, exist_ok=True)
+        for file in Path(tmp).iterdir():
+            shutil.move(str(file), target.parent / file.name)
+    info = {**exported.info, "path": str(target)}
+    if as_json:
+        typer.echo(json.dumps(info, indent=2))
+        return
+    for p in info.get("parity", []):
+        ui.out.print(f"  {p['output']}: max-abs {p['max_abs']:.3g} · max-rel {p['max_rel']:.3g} · cosine {p['cosine']:.6f}")
+    ui.out.print(f"wrote {target} ({info['exporter']}, opset {info.get('opset', '?')})")
+
+
+@app.command()
+def lint(
+    project: Path = typer.Argument(..., help="Project directory (holding tapeout.toml) or the project file."),
+    profile: str = typer.Option("cpu-fp32", "--profile", "-p", help="The profile whose target is checked."),
+) -> None:
+    """List every problem the profile's target would hit with this model, before compiling."""
+    from tapeout.console import UI
+    from tapeout.pipeline import export_model, resolve
+
+    proj, prof, backend = resolve(project, profile)
+    ui = UI()
+    with tempfile.TemporaryDirectory(prefix="tapeout-lint-") as tmp:
+        exported = export_model(proj, Path(tmp) / "model.onnx", backend, ui)
+        issues = backend.lint(exported.path, proj.inputs, proj.dims)
+    for issue in issues:
+        ui.out.print(issue.line())
+    errors = sum(i.severity == "error" for i in issues)
+    ui.out.print(f"{prof.target}: {errors} error(s), {len(issues) - errors} warning(s)")
+    raise typer.Exit(EXIT_BAD_INPUT if errors else 0)
+
+
+@app.command()
+def report(
+    build_dir: Path = typer.Argument(..., help="A build dir."),
+    of_check: bool = typer.Option(False, "--check", help="Re-render check.md from check.json instead."),
+) -> None:
+    """Re-render report.md (or check.md) from its JSON and print it."""
+    from tapeout import builddir
+    from tapeout.errors import BadInput
+    from tapeout.report import render_markdown
+
+    source = build_dir / ("check.json" if of_check else "report.json")
+    if not source.is_file():
+        raise BadInput(f"{source} not found", fix="run `tapeout build` (or `tapeout check`) first")
+    try:
+        data = json.loads(source.read_text())
+    except json.JSONDecodeError as exc:
+        raise BadInput(f"{source} is not valid JSON ({exc})", fix="rebuild") from None
+    text = render_markdown(data)
+    builddir.write_text(source.with_suffix(".md"), text)
+    typer.echo(text)
+
+
+@app.command()
+def targets(as_json: bool = JSON) -> None:
+    """Which backends work on this host, and why not."""
+    from rich.console import Console
+    from rich.table import Table
+
+    from tapeout import targets as registry
+
+    rows = []
+    for name, info in registry.TARGETS.items():
+        probe = registry.load(name).probe()
+        rows.append({"target": name, "available": probe.available, "version": probe.version,
+                     "reason": probe.reason, "install": probe.install_hint, "summary": info.summary,
+                     "compiles_here": info.compiles_on_host, "runs_here": info.runs_on_host})
+    if as_json:
+        typer.echo(json.dumps(rows, indent=2))
+        return
+    table = Table("target", "available", "version", "what", "why not / install")
+    for r in rows:
+        table.add_row(r["target"], "yes" if r["available"] else "[red]no[/]", r["version"] or "—", r["summary"],
+                      f"{r['reason']} {r['install']}".strip() or "—")
+    Console().print(table)
+
+
+@profiles_app.command("list")
+def profiles_list(as_json: bool = JSON) -> None:
+    """Shipped build profiles and device specs."""
+    from tapeout.config import list_devices, list_profiles, load_profile
+
+    names = list_profiles()
+    if as_json:
+        typer.echo(json.dumps({"profiles": names, "devices": list_devices()}, indent=2))
+        return
+    for name in names:
+        p = load_profile(name)
+        typer.echo(f"{name:<20} {p.target:<12} {p.description}")
+    typer.echo(f"device specs: {', '.join(list_devices())}")
+
+
+@profiles_app.command("show")
+def profiles_show(name: str = typer.Argument(..., help="Profile name or path to a .toml file.")) -> None:
+    """The profile as resolved (extends merged, defaults filled), as JSON."""
+    from tapeout.config import load_profile
+
+    typer.echo(json.dumps(load_profile(name).model_dump(mode="json"), indent=2))
+
+
+def main() -> None:
+    debug = "--debug" in sys.argv
+    try:
+        code = app(standalone_mode=False)
+    except TapeoutError as exc:
+        if debug:
+            raise
+        typer.echo(f"tapeout: error: {exc}", err=True)
+        sys.exit(exc.exit_code)
+    except click.exceptions.Exit as exc:  # typer.Exit
+        sys.exit(exc.exit_code)
+    except click.ClickException as exc:
+        exc.show()
+        sys.exit(EXIT_BAD_INPUT)
+    except click.exceptions.Abort:
+        typer.echo("tapeout: aborted", err=True)
+        sys.exit(130)
+    sys.exit(code if isinstance(code, int) else 0)

@@ -1,0 +1,185 @@
+"""Loading the files a user writes: the project file, build profiles (with `extends`), device specs.
+
+Every failure becomes one BadInput line naming the file, the field, what was found and what is allowed.
+"""
+
+from __future__ import annotations
+
+import importlib.resources
+import sys
+from pathlib import Path
+from typing import Any
+
+from pydantic import BaseModel, ValidationError
+
+from tapeout.errors import BadInput
+from tapeout.types import DeviceSpec, Profile, Project
+
+if sys.version_info >= (3, 11):
+    import tomllib
+else:  # pragma: no cover
+    import tomli as tomllib
+
+PROJECT_FILE = "tapeout.toml"
+
+
+def read_toml(path: Path, what: str) -> dict[str, Any]:
+    if not path.is_file():
+        raise BadInput(f"{what} {path} not found", fix="check the path, or run from the directory that holds it")
+    try:
+        return tomllib.loads(path.read_text(encoding="utf-8"))
+    except (tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:
+        raise BadInput(f"{path}: not valid TOML ({exc})", fix="fix the syntax at the position given") from None
+
+
+def describe_validation_error(path: Path, model: type[BaseModel], exc: ValidationError, prefix: str = "") -> str:
+    """The first error as one line: file, dotted field, the problem, the allowed values where known."""
+    err = exc.errors()[0]
+    loc = prefix + ".".join(str(part) for part in err["loc"]) or "(top level)"
+    if err["type"] == "extra_forbidden":
+        allowed = _fields_at(model, err["loc"][:-1])
+        hint = f"; allowed here: {', '.join(allowed)}" if allowed else ""
+        return f"{path}: unknown field '{loc}'{hint}"
+    if err["type"] == "missing":
+        return f"{path}: missing required field '{loc}'"
+    found = err.get("input")
+    found_text = "" if isinstance(found, dict | list) or found is None else f" (found {found!r})"
+    return f"{path}: field '{loc}': {err['msg']}{found_text}"
+
+
+def _fields_at(model: type[BaseModel], loc: tuple) -> list[str]:
+    current: Any = model
+    for part in loc:
+        if isinstance(part, int):
+            continue
+        field = getattr(current, "model_fields", {}).get(part)
+        if field is None:
+            return []
+        current = _model_in(field.annotation)
+        if current is None:
+            return []
+    return sorted(getattr(current, "model_fields", {}))
+
+
+def _model_in(annotation: Any) -> type[BaseModel] | None:
+    if isinstance(annotation, type) and issubclass(annotation, BaseModel):
+        return annotation
+    for arg in getattr(annotation, "__args__", ()):
+        found = _model_in(arg)
+        if found is not None:
+            return found
+    return None
+
+
+def validate(model: type[BaseModel], data: dict[str, Any], path: Path, prefix: str = ""):
+    try:
+        return model.model_validate(data)
+    except ValidationError as exc:
+        raise BadInput(describe_validation_error(path, model, exc, prefix)) from None
+
+
+# ---------------------------------------------------------------- project
+
+
+def load_project(path: Path | str) -> Project:
+    """Load `tapeout.toml` from a project directory, or a project file given directly."""
+    path = Path(path)
+    file = path / PROJECT_FILE if path.is_dir() else path
+    if not file.exists():
+        raise BadInput(f"no project file at {file}", fix=f"give a directory that holds {PROJECT_FILE}, or the file itself")
+    project = validate(Project, read_toml(file, "project file"), file)
+    project._root = file.parent.resolve()
+    project._file = file.resolve()
+    return project
+
+
+# ---------------------------------------------------------------- profiles
+
+
+def shipped_profiles_dir():
+    return importlib.resources.files("tapeout.profiles")
+
+
+def list_profiles() -> list[str]:
+    return sorted(p.name[:-5] for p in shipped_profiles_dir().iterdir() if p.name.endswith(".toml"))
+
+
+def find_profile(name: str, relative_to: Path | None = None) -> Path:
+    """A profile is a path to a .toml file, or the name of a shipped profile."""
+    if name.endswith(".toml") or "/" in name:
+        candidate = Path(name)
+        if relative_to is not None and not candidate.is_absolute():
+            candidate = relative_to / candidate
+        if candidate.is_file():
+            return candidate
+        raise BadInput(f"profile file {candidate} not found", fix="check the path, or name a shipped profile (`tapeout profiles list`)")
+    shipped = shipped_profiles_dir() / f"{name}.toml"
+    if shipped.is_file():
+        return Path(str(shipped))
+    if relative_to is not None and (relative_to / f"{name}.toml").is_file():
+        return relative_to / f"{name}.toml"
+    raise BadInput(f"unknown profile '{name}'", fix=f"use one of: {', '.join(list_profiles())}, or a path to a .toml file")
+
+
+def _merge(base: dict[str, Any], override: dict[str, Any]) -> dict[str, Any]:
+    merged = dict(base)
+    for key, value in override.items():
+        if isinstance(value, dict) and isinstance(merged.get(key), dict):
+            merged[key] = _merge(merged[key], value)
+        else:
+            merged[key] = value
+    return merged
+
+
+def _resolve_extends(path: Path, seen: tuple[Path, ...] = ()) -> dict[str, Any]:
+    path = path.resolve()
+    if path in seen:
+        chain = " → ".join(p.name for p in (*seen, path))
+        raise BadInput(f"profile {path}: 'extends' forms a cycle ({chain})", fix="remove one of the 'extends' lines")
+    data = read_toml(path, "profile")
+    parent_name = data.pop("extends", None)
+    if parent_name is None:
+        return data
+    if not isinstance(parent_name, str):
+        raise BadInput(f"{path}: field 'extends' must be a profile name or path, found {parent_name!r}")
+    parent = _resolve_extends(find_profile(parent_name, relative_to=path.parent), (*seen, path))
+    parent.pop("name", None)
+    parent.pop("description", None)
+    return _merge(parent, data)
+
+
+def load_profile(name: str) -> Profile:
+    """Find, merge (`extends`) and validate a profile; the target's own options are validated too."""
+    from tapeout import targets  # the registry is data only; no backend is imported here
+
+    path = find_profile(name)
+    data = _resolve_extends(path)
+    data.setdefault("name", path.name[:-5] if path.name.endswith(".toml") else path.name)
+    if "target" in data and data["target"] not in targets.TARGETS:
+        raise BadInput(
+            f"{path}: field 'target': unknown target {data['target']!r}",
+            fix=f"use one of: {', '.join(targets.TARGETS)}",
+        )
+    profile = validate(Profile, data, path)
+    options_model = targets.options_model(profile.target)
+    validate(options_model, profile.options, path, prefix="options.")
+    if profile.device is not None:
+        load_device(profile.device, origin=path)
+    return profile
+
+
+# ---------------------------------------------------------------- device specs
+
+
+def list_devices() -> list[str]:
+    folder = importlib.resources.files("tapeout.profiles.devices")
+    return sorted(p.name[:-5] for p in folder.iterdir() if p.name.endswith(".toml"))
+
+
+def load_device(name: str, origin: Path | None = None) -> DeviceSpec:
+    file = importlib.resources.files("tapeout.profiles.devices") / f"{name}.toml"
+    if not file.is_file():
+        where = f"{origin}: field 'device': " if origin else ""
+        raise BadInput(f"{where}unknown device spec '{name}'", fix=f"use one of: {', '.join(list_devices())}")
+    path = Path(str(file))
+    return validate(DeviceSpec, read_toml(path, "device spec"), path)

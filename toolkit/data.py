@@ -1,0 +1,73 @@
+"""The project's data: sample inputs (calibration data, else random), golden I/O files, the metric."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from pathlib import Path
+
+import numpy as np
+
+from tapeout.errors import BadInput
+from tapeout.feeds import Feeds, check_feeds, npz_feeds, random_feeds, stack, unstack
+from tapeout.types import Project
+
+Predict = Callable[[Feeds], dict[str, np.ndarray]]
+
+
+def sample_inputs(project: Project, count: int) -> tuple[list[Feeds], str]:
+    """Up to `count` real inputs from [calibration] data, or seeded random ones; and where they came from."""
+    if project.calibration is None:
+        rng = np.random.default_rng(project.seed)
+        return [random_feeds(project.inputs, project.dims, rng) for _ in range(count)], "random (seeded)"
+    ref = project.calibration.data
+    if ref.endswith(".npz"):
+        samples = npz_feeds(project.root / ref, project.inputs, project.dims)
+    else:
+        from tapeout.exporters.sources import resolve_callable
+
+        produced = resolve_callable(ref, project.root, "[calibration] data")()
+        samples = []
+        for i, feeds in enumerate(produced):
+            if i >= count:
+                break
+            if not isinstance(feeds, dict):
+                raise BadInput(f"[calibration] data {ref} yielded {type(feeds).__name__}, not a dict of arrays",
+                               fix="yield {input_name: numpy array} per sample")
+            samples.append(check_feeds(dict(feeds), project.inputs, project.dims, f"[calibration] data {ref}"))
+    if not samples:
+        raise BadInput(f"[calibration] data {ref} gave no samples", fix="provide at least one sample")
+    return samples[:count], f"calibration data {ref}"
+
+
+def save_golden(path: Path, inputs: list[Feeds], outputs: list[dict[str, np.ndarray]]) -> None:
+    arrays = {f"input.{k}": v for k, v in stack(inputs).items()}
+    arrays.update({f"output.{k}": v for k, v in stack(outputs).items()})
+    with open(path, "wb") as fh:
+        np.savez(fh, **arrays)
+
+
+def load_golden(path: Path) -> tuple[list[Feeds], list[dict[str, np.ndarray]]]:
+    if not path.is_file():
+        raise BadInput(f"{path} not found: the build dir is incomplete", fix="rebuild with `tapeout build`")
+    with np.load(path, allow_pickle=False) as data:
+        inputs = {k[len("input."):]: data[k] for k in data.files if k.startswith("input.")}
+        outputs = {k[len("output."):]: data[k] for k in data.files if k.startswith("output.")}
+    return unstack(inputs), unstack(outputs)
+
+
+def evaluate(project: Project, predict: Predict) -> float:
+    """The project's metric for one model: its callable receives `predict(feeds) -> outputs`."""
+    assert project.evaluation is not None
+    ref = project.evaluation.metric
+    from tapeout.exporters.sources import resolve_callable
+
+    value = resolve_callable(ref, project.root, "[evaluation] metric")(predict)
+    try:
+        value = float(value)
+    except (TypeError, ValueError):
+        raise BadInput(f"[evaluation] metric {ref} returned {type(value).__name__}, not a number",
+                       fix="return one float") from None
+    if not math.isfinite(value):
+        raise BadInput(f"[evaluation] metric {ref} returned {value}", fix="return a finite float")
+    return value

@@ -1,0 +1,77 @@
+"""Model inputs as numpy feed dicts: random ones from the input specs, real ones from .npz files."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+
+from tapeout.errors import BadInput
+from tapeout.types import InputSpec
+
+Feeds = dict[str, np.ndarray]
+
+
+def random_feeds(inputs: list[InputSpec], dims: dict[str, int], rng: np.random.Generator) -> Feeds:
+    """One feed dict drawn inside each input's declared value range."""
+    feeds: Feeds = {}
+    for spec in inputs:
+        shape = spec.concrete_shape(dims)
+        if spec.dtype == "bool":
+            feeds[spec.name] = rng.integers(0, 2, size=shape).astype(bool)
+        elif spec.dtype.startswith(("int", "uint")):
+            low, high = spec.range or (0, 10)
+            feeds[spec.name] = rng.integers(int(low), int(high) + 1, size=shape).astype(spec.dtype)
+        else:
+            if spec.range:
+                values = rng.uniform(spec.range[0], spec.range[1], size=shape)
+            else:
+                values = rng.standard_normal(size=shape)
+            feeds[spec.name] = values.astype(spec.dtype)
+    return feeds
+
+
+def check_feeds(feeds: Feeds, inputs: list[InputSpec], dims: dict[str, int], origin: str) -> Feeds:
+    """Names, shapes and dtypes of a feed dict against the project's input specs."""
+    for spec in inputs:
+        if spec.name not in feeds:
+            raise BadInput(f"{origin}: no array for input '{spec.name}' (has {', '.join(feeds) or 'nothing'})",
+                           fix=f"provide '{spec.name}' with shape {list(spec.shape)}")
+        array = np.asarray(feeds[spec.name])
+        want = spec.concrete_shape(dims)
+        if array.shape != want:
+            raise BadInput(f"{origin}: input '{spec.name}' has shape {list(array.shape)}, the project declares "
+                           f"{list(spec.shape)} = {list(want)}", fix="fix the data or the [[inputs]] shape")
+        if array.dtype != np.dtype(spec.dtype):
+            if not np.can_cast(array.dtype, spec.dtype, casting="same_kind"):
+                raise BadInput(f"{origin}: input '{spec.name}' is {array.dtype}, the project declares {spec.dtype}",
+                               fix="convert the data or fix the [[inputs]] dtype")
+            array = array.astype(spec.dtype)
+        feeds[spec.name] = array
+    return {spec.name: feeds[spec.name] for spec in inputs}
+
+
+def npz_feeds(path: Path, inputs: list[InputSpec], dims: dict[str, int]) -> list[Feeds]:
+    """An .npz holds one array per input name, stacked on a leading sample axis."""
+    if not path.is_file():
+        raise BadInput(f"data file {path} not found", fix="check [calibration] data in the project file")
+    try:
+        with np.load(path, allow_pickle=False) as data:
+            arrays = {k: data[k] for k in data.files}
+    except Exception as exc:
+        raise BadInput(f"{path} is not a readable .npz file ({exc})", fix="write it with numpy.savez") from None
+    counts = {len(a) for a in arrays.values()}
+    if len(counts) != 1:
+        raise BadInput(f"{path}: arrays have different sample counts {sorted(counts)}",
+                       fix="stack every input along axis 0 with the same number of samples")
+    count = counts.pop()
+    return [check_feeds({k: v[i] for k, v in arrays.items()}, inputs, dims, str(path)) for i in range(count)]
+
+
+def stack(samples: list[Feeds]) -> Feeds:
+    return {name: np.stack([s[name] for s in samples]) for name in samples[0]}
+
+
+def unstack(stacked: dict[str, np.ndarray]) -> list[Feeds]:
+    count = len(next(iter(stacked.values())))
+    return [{k: v[i] for k, v in stacked.items()} for i in range(count)]

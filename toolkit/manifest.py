@@ -1,0 +1,76 @@
+"""The build's lockfile: what went in (hashes, versions, profile, seeds) and where it was built."""
+
+from __future__ import annotations
+
+import datetime as dt
+import hashlib
+import importlib.metadata
+import os
+import platform
+from pathlib import Path
+from typing import Any
+
+import psutil
+
+from tapeout import __version__
+
+SCHEMA = "tapeout.manifest/1"
+_PACKAGES = ("numpy", "onnx", "onnxruntime", "onnxscript", "torch", "transformers", "psutil", "pydantic")
+_CPU_FLAGS = ("sse4_2", "avx", "avx2", "fma", "avx512f", "avx512_vnni", "avx_vnni", "avx512_bf16", "amx_int8", "amx_bf16")
+
+
+def sha256_file(path: Path) -> str:
+    digest = hashlib.sha256()
+    with open(path, "rb") as fh:
+        for block in iter(lambda: fh.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+def tree_hashes(directory: Path) -> dict[str, str]:
+    return {
+        str(p.relative_to(directory)): sha256_file(p)
+        for p in sorted(Path(directory).rglob("*")) if p.is_file()
+    }
+
+
+def tree_size(directory: Path) -> int:
+    return sum(p.stat().st_size for p in Path(directory).rglob("*") if p.is_file())
+
+
+def package_versions() -> dict[str, str | None]:
+    """Installed versions from package metadata: asking never imports torch."""
+    found: dict[str, str | None] = {"tapeout": __version__, "python": platform.python_version()}
+    for name in _PACKAGES:
+        try:
+            found[name] = importlib.metadata.version(name)
+        except importlib.metadata.PackageNotFoundError:
+            found[name] = None
+    return found
+
+
+def host_fingerprint() -> dict[str, Any]:
+    cpu_model, flags = platform.processor() or "", set()
+    cpuinfo = Path("/proc/cpuinfo")
+    if cpuinfo.is_file():
+        for line in cpuinfo.read_text(errors="replace").splitlines():
+            key, _, value = line.partition(":")
+            if key.strip() == "model name" and not cpu_model:
+                cpu_model = value.strip()
+            elif key.strip() == "flags" and not flags:
+                flags = set(value.split())
+    return {
+        "hostname": platform.node(),
+        "os": f"{platform.system()} {platform.release()}",
+        "machine": platform.machine(),
+        "cpu": cpu_model or platform.machine(),
+        "cpu_flags": [f for f in _CPU_FLAGS if f in flags],
+        "physical_cores": psutil.cpu_count(logical=False),
+        "logical_cores": psutil.cpu_count(logical=True),
+        "memory_gb": round(psutil.virtual_memory().total / 2**30, 1),
+        "cpu_affinity": len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else None,
+    }
+
+
+def now() -> str:
+    return dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds")

@@ -1,0 +1,196 @@
+"""`tapeout export` and `tapeout build`: source → verified ONNX → lint → compile → golden → measure → verdicts.
+
+Everything a build writes goes into a staging directory that becomes the build dir only when
+complete (builddir.StagedBuild); `manifest.json` is written last.
+"""
+
+from __future__ import annotations
+
+import shutil
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from tapeout import builddir, manifest, targets, verdicts
+from tapeout import measure as measuring
+from tapeout.config import load_profile, load_project
+from tapeout.console import UI
+from tapeout.data import Predict, evaluate, sample_inputs, save_golden
+from tapeout.errors import BadInput
+from tapeout.parity import compare
+from tapeout.report import SCHEMA, render_markdown
+from tapeout.types import Profile, Project
+
+DEFAULT_OPSET = 20  # new enough for every exporter feature we use, old enough for TensorRT/QNN parsers
+
+
+@dataclass
+class Exported:
+    path: Path
+    info: dict[str, Any]
+    reference: Predict
+    loaded: Any
+
+
+def export_model(project: Project, out_path: Path, backend, ui: UI) -> Exported:
+    """Load the source and produce the FP32 ONNX model the target will compile, verified against torch."""
+    from tapeout.exporters import sources
+
+    input_names = [s.name for s in project.inputs]
+    with ui.step(f"load model ({project.model.source})"):
+        loaded = sources.load(project.model.source, project.root, input_names, project.model.outputs)
+    limits = backend.limits()
+    if loaded.kind == "onnx":
+        out_path.parent.mkdir(parents=True, exist_ok=True)
+        shutil.copyfile(loaded.onnx_path, out_path)
+        data_file = loaded.onnx_path.with_name(loaded.onnx_path.name + ".data")
+        if data_file.is_file():
+            shutil.copyfile(data_file, out_path.with_name(data_file.name))
+        reference = backend.reference_session(out_path) if hasattr(backend, "reference_session") else None
+        info = {"exporter": "none (ONNX source)", "source_sha256": loaded.weights_sha256}
+        return Exported(out_path, info, reference.run if reference else None, loaded)
+
+    from tapeout.exporters import torch_onnx
+
+    opset = project.export.opset or min(DEFAULT_OPSET, limits.max_opset)
+    if opset > limits.max_opset:
+        raise BadInput(f"[export] opset = {opset} is newer than the target runtime supports ({limits.max_opset})",
+                       fix=f"set [export] opset <= {limits.max_opset}")
+    with ui.step("export to ONNX and verify against torch"):
+        result = torch_onnx.export(
+            loaded, project.inputs, project.dims, out_path, opset=opset, max_ir_version=limits.max_ir_version,
+            dynamic=project.export.dynamic, atol=project.export.atol, rtol=project.export.rtol,
+            samples=project.export.samples, seed=project.seed, log=ui.note,
+        )
+    info = {
+        "exporter": result.exporter, "fallback_reason": result.fallback_reason, "opset": result.opset,
+        "ir_version": result.ir_version, "seconds": result.seconds, "dynamic_dims": result.dynamic_dims,
+        "output_names": result.output_names, "parity": [p.to_json() for p in result.parity],
+    }
+
+    def reference(feeds):
+        return torch_onnx.torch_outputs(loaded.module, feeds, input_names, result.output_names)
+
+    return Exported(out_path, info, reference, loaded)
+
+
+def resolve(project_dir: Path | str, profile_name: str):
+    project = load_project(project_dir)
+    profile = load_profile(profile_name)
+    backend = targets.load(profile.target)
+    backend.probe().require(profile.target)
+    return project, profile, backend
+
+
+def build(project_dir: Path | str, profile_name: str, out: Path | None, ui: UI, strict: bool = False) -> tuple[dict, int]:
+    project, profile, backend = resolve(project_dir, profile_name)
+    options = backend.Options(**profile.options)
+    out = Path(out) if out else project.root / "build" / profile.name
+    with builddir.StagedBuild(out) as stage:
+        report = _build_into(stage, project, profile, backend, options, ui)
+        code = verdicts.exit_code([_result(b) for b in report["budgets"]], strict)
+        report["exit_code"] = code
+        report["build_dir"] = str(out)
+        builddir.write_json(stage / "report.json", report)
+        builddir.write_text(stage / "report.md", render_markdown(report))
+        builddir.write_json(stage / builddir.MANIFEST, _manifest(stage, project, profile, options, report))
+    return report, code
+
+
+def _build_into(stage: Path, project: Project, profile: Profile, backend, options, ui: UI) -> dict:
+    exported = export_model(project, stage / "export" / "model.onnx", backend, ui)
+    with ui.step(f"lint for {profile.target}"):
+        issues = backend.lint(exported.path, project.inputs, project.dims)
+    errors = [i for i in issues if i.severity == "error"]
+    if errors:
+        more = f" (and {len(errors) - 1} more: run `tapeout lint`)" if len(errors) > 1 else ""
+        raise BadInput(f"lint: {errors[0].problem}{more}", fix=errors[0].fix)
+
+    with ui.step(f"compile for {profile.target}"):
+        artifact = backend.compile(exported.path, options, stage / "artifact")
+
+    with ui.step("golden inputs and reference outputs"):
+        golden_inputs, golden_source = sample_inputs(project, project.golden_samples)
+        reference_outputs = [exported.reference(feeds) for feeds in golden_inputs]
+        save_golden(stage / "golden.npz", golden_inputs, reference_outputs)
+
+    with ui.step("measure in fresh inference processes"):
+        m = measuring.measure(artifact, options.model_dump(), stage / "golden.npz", profile.check, progress=ui.detail)
+        results = verdicts.judge_latency(profile.budgets, m, profile.check)
+        if verdicts.any_inconclusive_latency(results):
+            m = measuring.extend(m, artifact, options.model_dump(), stage / "golden.npz", profile.check, ui.detail)
+    parity = compare(reference_outputs, m.outputs, profile.check.parity.atol, profile.check.parity.rtol)
+
+    accuracy = None
+    if project.evaluation is not None:
+        with ui.step(f"evaluate {project.evaluation.name} (reference and artifact)"):
+            ref_metric = evaluate(project, exported.reference)
+            art_metric = evaluate(project, backend.session(artifact, options).run)
+        accuracy = {"metric": project.evaluation.name, "direction": project.evaluation.direction,
+                    "reference": ref_metric, "artifact": art_metric, "where": "at build, on this host"}
+
+    artifact_bytes = manifest.tree_size(artifact.directory)
+    budgets = [
+        *verdicts.judge_latency(profile.budgets, m, profile.check),
+        *verdicts.judge_memory(profile.budgets, m),
+        *verdicts.judge_artifact(profile.budgets, artifact_bytes),
+        *verdicts.judge_power(profile.budgets, m),
+        verdicts.judge_parity(parity, profile.check.parity),
+        *verdicts.judge_accuracy(profile.budgets, accuracy and accuracy["reference"], accuracy and accuracy["artifact"],
+                                 accuracy and accuracy["direction"], accuracy["metric"] if accuracy else "metric"),
+    ]
+    probe = backend.probe()
+    return {
+        "schema": SCHEMA,
+        "kind": "build",
+        "created": manifest.now(),
+        "project": {"name": project.display_name, "source": project.model.source, "file": str(project.file)},
+        "profile": {"name": profile.name, "target": profile.target, "device": profile.device,
+                    "precision": profile.precision},
+        "target": {"name": profile.target, "version": probe.version},
+        "model": {"kind": exported.loaded.kind, "description": exported.loaded.description,
+                  "weights_sha256": exported.loaded.weights_sha256,
+                  "files": {str(f.name): manifest.sha256_file(f) for f in exported.loaded.files}},
+        "export": exported.info,
+        "artifact": {"main_file": artifact.main_file, "bytes": artifact_bytes,
+                     "sha256": manifest.sha256_file(artifact.path)},
+        "golden": {"samples": len(golden_inputs), "source": golden_source,
+                   "reference": "torch (FP32)" if exported.loaded.kind == "torch" else "the source ONNX model (FP32, ORT CPU)"},
+        "parity": [p.to_json() for p in parity],
+        "accuracy": accuracy,
+        "measurement": m.to_json(),
+        "budgets": [b.to_json() for b in budgets],
+        "lint": [i.line() for i in issues],
+        "host": manifest.host_fingerprint(),
+    }
+
+
+def _result(data: dict):
+    from tapeout.types import BudgetResult
+
+    return BudgetResult.from_json(data)
+
+
+def _manifest(stage: Path, project: Project, profile: Profile, options, report: dict) -> dict:
+    golden = stage / "golden.npz"
+    return {
+        "schema": manifest.SCHEMA,
+        "created": report["created"],
+        "project": {"name": project.display_name, "file": str(project.file),
+                    "file_sha256": manifest.sha256_file(project.file), "source": project.model.source,
+                    "inputs": [s.model_dump() for s in project.inputs], "dims": project.dims},
+        "model": {**report["model"], "export": report["export"],
+                  "export_sha256": manifest.tree_hashes(stage / "export")},
+        "calibration": {"source": report["golden"]["source"],
+                        "sha256": manifest.sha256_file(project.root / project.calibration.data)
+                        if project.calibration and project.calibration.data.endswith(".npz") else None},
+        "artifact": {"target": profile.target, "main_file": report["artifact"]["main_file"],
+                     "files": manifest.tree_hashes(stage / "artifact"), "bytes": report["artifact"]["bytes"]},
+        "golden": {"file": "golden.npz", "sha256": manifest.sha256_file(golden), "samples": report["golden"]["samples"]},
+        "profile": profile.model_dump(mode="json"),
+        "options_resolved": options.model_dump(mode="json"),
+        "budgets": profile.budgets.model_dump(mode="json", exclude_none=True),
+        "versions": manifest.package_versions(),
+        "host": report["host"],
+        "seeds": {"project": project.seed},
+    }

@@ -1,0 +1,281 @@
+"""Shared types: the project file, build profiles, device specs, artifacts, measurements, verdicts.
+
+Imports nothing heavy (pydantic and the standard library only): every other module, the
+device-side `check` included, depends on this one.
+"""
+
+from __future__ import annotations
+
+import enum
+import math
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, field_validator, model_validator
+
+DType = Literal["float32", "float16", "float64", "int64", "int32", "int8", "uint8", "bool"]
+Direction = Literal["higher", "lower"]
+
+
+class _Strict(BaseModel):
+    # Unknown fields are errors: a typo in a budget name must not silently drop the budget.
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+# ---------------------------------------------------------------- project file (tapeout.toml)
+
+
+class InputSpec(_Strict):
+    """One model input: symbolic dims (strings) become dynamic axes, ints are pinned."""
+
+    name: str = Field(min_length=1)
+    shape: list[int | str]
+    dtype: DType = "float32"
+    range: tuple[float, float] | None = None
+
+    @field_validator("shape")
+    @classmethod
+    def _dims_valid(cls, shape: list[int | str]) -> list[int | str]:
+        for dim in shape:
+            if isinstance(dim, int) and dim <= 0:
+                raise ValueError(f"dimension {dim} must be a positive integer or a symbolic name")
+            if isinstance(dim, str) and not dim.isidentifier():
+                raise ValueError(f"symbolic dimension {dim!r} must be an identifier such as 'batch'")
+        return shape
+
+    @field_validator("range")
+    @classmethod
+    def _range_ordered(cls, value: tuple[float, float] | None) -> tuple[float, float] | None:
+        if value is not None and not value[0] < value[1]:
+            raise ValueError(f"range [{value[0]}, {value[1]}] must be [low, high] with low < high")
+        return value
+
+    def concrete_shape(self, dims: dict[str, int]) -> tuple[int, ...]:
+        return tuple(d if isinstance(d, int) else dims[d] for d in self.shape)
+
+
+class ModelSection(_Strict):
+    source: str = Field(min_length=1, description="path.py:callable, module:callable, HF dir, .pt2 or .onnx")
+    name: str | None = None
+    outputs: list[str] | None = Field(None, min_length=1, description="names for the model's outputs, in order")
+
+
+class ExportSection(_Strict):
+    opset: int | None = Field(None, ge=13, description="default: the newest the installed runtime accepts")
+    dynamic: bool = True
+    atol: float = Field(1e-4, ge=0)
+    rtol: float = Field(1e-3, ge=0)
+    samples: int = Field(3, ge=1, le=64, description="random inputs the export is verified on")
+
+
+class DataSection(_Strict):
+    data: str = Field(min_length=1, description=".npz file or module:callable yielding feed dicts")
+
+
+class EvaluationSection(_Strict):
+    metric: str = Field(min_length=1, description="module:callable or path.py:callable taking predict")
+    direction: Direction
+    name: str = "metric"
+
+
+class Project(_Strict):
+    model: ModelSection
+    inputs: list[InputSpec] = Field(min_length=1)
+    dims: dict[str, int] = Field(default_factory=dict)
+    calibration: DataSection | None = None
+    evaluation: EvaluationSection | None = None
+    export: ExportSection = ExportSection()
+    golden_samples: int = Field(4, ge=1, le=256)
+    seed: int = 0
+
+    _root: Path = PrivateAttr(default=Path("."))
+    _file: Path = PrivateAttr(default=Path("tapeout.toml"))
+
+    @model_validator(mode="after")
+    def _dims_resolve(self) -> Project:
+        names = [spec.name for spec in self.inputs]
+        if len(set(names)) != len(names):
+            raise ValueError(f"input names must be unique, got {names}")
+        for spec in self.inputs:
+            for dim in spec.shape:
+                if isinstance(dim, str) and dim not in self.dims:
+                    raise ValueError(
+                        f"input {spec.name!r} uses symbolic dim {dim!r}: give its build value in [dims], e.g. {dim} = 1"
+                    )
+        return self
+
+    @property
+    def root(self) -> Path:
+        return self._root
+
+    @property
+    def file(self) -> Path:
+        return self._file
+
+    @property
+    def display_name(self) -> str:
+        return self.model.name or self._root.resolve().name
+
+
+# ---------------------------------------------------------------- build profiles
+
+
+class Budgets(_Strict):
+    """Every budget is optional; one left out is simply not judged."""
+
+    latency_p50_ms: float | None = Field(None, gt=0)
+    latency_p90_ms: float | None = Field(None, gt=0)
+    latency_p99_ms: float | None = Field(None, gt=0)
+    cold_start_ms: float | None = Field(None, gt=0)
+    peak_memory_mb: float | None = Field(None, gt=0)
+    artifact_mb: float | None = Field(None, gt=0)
+    power_avg_w: float | None = Field(None, gt=0)
+    energy_mj: float | None = Field(None, gt=0)
+    accuracy_max_drop: float | None = Field(None, ge=0, description="in the project's metric units")
+
+    def latency_quantiles(self) -> dict[float, float]:
+        pairs = {0.5: self.latency_p50_ms, 0.9: self.latency_p90_ms, 0.99: self.latency_p99_ms}
+        return {q: limit for q, limit in pairs.items() if limit is not None}
+
+
+class ParitySettings(_Strict):
+    atol: float = Field(1e-4, ge=0)
+    rtol: float = Field(1e-3, ge=0)
+    min_cosine: float = Field(0.9999, ge=-1, le=1)
+
+
+class CheckSettings(_Strict):
+    iterations: int = Field(300, ge=10, description="timed runs per repeat")
+    repeats: int = Field(3, ge=1, le=20, description="fresh inference processes")
+    warmup_min_iters: int = Field(10, ge=1)
+    warmup_min_s: float = Field(0.5, ge=0)
+    warmup_max_s: float = Field(10.0, gt=0)
+    confidence: float = Field(0.95, gt=0.5, lt=1)
+    guard_band: float = Field(0.05, ge=0, lt=1, description="a pass needs the upper bound this far under the limit")
+    op_profile: bool = True
+    op_profile_iterations: int = Field(20, ge=1)
+    parity: ParitySettings = ParitySettings()
+
+
+class Profile(_Strict):
+    name: str
+    description: str = ""
+    target: str
+    device: str | None = Field(None, description="device spec name; none means the machine that runs check")
+    precision: Literal["fp32"] = "fp32"
+    options: dict[str, Any] = Field(default_factory=dict)
+    budgets: Budgets = Budgets()
+    check: CheckSettings = CheckSettings()
+
+    @model_validator(mode="after")
+    def _enough_iterations(self) -> Profile:
+        total = self.check.iterations * self.check.repeats
+        for q in self.budgets.latency_quantiles():
+            need = min_samples_for_bound(q, self.check.confidence)
+            if total < need:
+                raise ValueError(
+                    f"check.iterations × check.repeats = {total} cannot bound p{q * 100:g} at confidence "
+                    f"{self.check.confidence}: needs at least {need} samples in all"
+                )
+        return self
+
+
+def min_samples_for_bound(quantile: float, confidence: float) -> int:
+    """Smallest n for which the largest of n samples is a one-sided upper bound on the quantile."""
+    return math.ceil(math.log(1 - confidence) / math.log(quantile))
+
+
+# ---------------------------------------------------------------- device specs
+
+
+class Sourced(_Strict):
+    """A datasheet number with the page it came from."""
+
+    value: float = Field(gt=0)
+    source: str
+    note: str = ""
+
+    @field_validator("source")
+    @classmethod
+    def _is_url(cls, value: str) -> str:
+        if not value.startswith(("https://", "http://")):
+            raise ValueError(f"source must be a URL, got {value!r}")
+        return value
+
+
+class DeviceSpec(_Strict):
+    name: str
+    vendor: str
+    kind: Literal["gpu", "soc", "cpu"]
+    compute_units: list[Literal["cpu", "gpu", "npu", "dla"]] = Field(min_length=1)
+    peak_dense_tops: dict[Literal["fp32", "tf32", "fp16", "bf16", "fp8", "int8", "int4"], Sourced] = Field(
+        min_length=1, description="dense peak, TFLOP/s or TOP/s, per precision"
+    )
+    memory_gb: Sourced
+    memory_bandwidth_gbs: Sourced
+    power_max_w: Sourced | None = None
+    power_modes_w: list[float] = Field(default_factory=list)
+
+
+# ---------------------------------------------------------------- build outputs and measurements
+
+
+@dataclass(frozen=True)
+class Artifact:
+    """What runs on the device: a directory under the build dir, with its main file."""
+
+    target: str
+    directory: Path
+    main_file: str
+    meta: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def path(self) -> Path:
+        return self.directory / self.main_file
+
+
+class Verdict(str, enum.Enum):
+    PASS = "pass"
+    FAIL = "fail"
+    INCONCLUSIVE = "inconclusive"
+    ESTIMATED_PASS = "estimated-pass"
+    ESTIMATED_FAIL = "estimated-fail"
+    UNMEASURED = "unmeasured"
+
+
+@dataclass(frozen=True)
+class BudgetResult:
+    """One budget judged: the measured point value, the bound used to decide, and why."""
+
+    budget: str
+    limit: float
+    unit: str
+    verdict: Verdict
+    measured: float | None = None
+    bound: tuple[float, float] | None = None
+    reason: str = ""
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "budget": self.budget,
+            "limit": self.limit,
+            "unit": self.unit,
+            "verdict": self.verdict.value,
+            "measured": self.measured,
+            "bound": list(self.bound) if self.bound else None,
+            "reason": self.reason,
+        }
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> BudgetResult:
+        bound = data.get("bound")
+        return cls(
+            budget=data["budget"],
+            limit=data["limit"],
+            unit=data["unit"],
+            verdict=Verdict(data["verdict"]),
+            measured=data.get("measured"),
+            bound=tuple(bound) if bound else None,
+            reason=data.get("reason", ""),
+        )

@@ -1,0 +1,115 @@
+"""Budgets judged against measurements: pass, fail, inconclusive, unmeasured (with the reason).
+
+Latency is judged on confidence bounds of the percentile, not its point value: pass when the upper
+bound is under the limit by the guard band, fail when the lower bound is over the limit, else
+inconclusive. Exit codes follow DESIGN.md §4.
+"""
+
+from __future__ import annotations
+
+from tapeout.errors import EXIT_BUDGET_FAILED, EXIT_INCONCLUSIVE, EXIT_OK
+from tapeout.measure import Measurement
+from tapeout.parity import OutputParity
+from tapeout.types import Budgets, BudgetResult, CheckSettings, ParitySettings, Verdict
+
+
+def judge_bounded(budget: str, limit: float, unit: str, point: float, lower: float, upper: float,
+                  guard: float, what: str) -> BudgetResult:
+    if upper <= limit * (1 - guard):
+        verdict, reason = Verdict.PASS, f"upper bound {upper:.4g} {unit} ≤ limit less {guard:.0%} guard"
+    elif lower > limit:
+        verdict, reason = Verdict.FAIL, f"lower bound {lower:.4g} {unit} > limit"
+    else:
+        verdict = Verdict.INCONCLUSIVE
+        reason = f"{what} interval [{lower:.4g}, {upper:.4g}] {unit} straddles the limit (or its guard band)"
+    return BudgetResult(budget, limit, unit, verdict, point, (lower, upper), reason)
+
+
+def judge_latency(budgets: Budgets, m: Measurement, settings: CheckSettings) -> list[BudgetResult]:
+    results = []
+    for q, limit in budgets.latency_quantiles().items():
+        est = m.latency.quantiles[f"p{q * 100:g}"]
+        results.append(judge_bounded(f"latency_p{q * 100:g}_ms", limit, "ms", est.point, est.lower, est.upper,
+                                     settings.guard_band, f"{settings.confidence:.0%} order-statistic"))
+    if budgets.cold_start_ms is not None:
+        cold = m.cold_start_ms
+        results.append(judge_bounded("cold_start_ms", budgets.cold_start_ms, "ms", sorted(cold)[len(cold) // 2],
+                                     min(cold), max(cold), settings.guard_band,
+                                     f"range over {len(cold)} fresh processes"))
+    return results
+
+
+def judge_memory(budgets: Budgets, m: Measurement) -> list[BudgetResult]:
+    if budgets.peak_memory_mb is None:
+        return []
+    peak = max(m.peak_rss_mb)
+    verdict = Verdict.PASS if peak <= budgets.peak_memory_mb else Verdict.FAIL
+    return [BudgetResult("peak_memory_mb", budgets.peak_memory_mb, "MB", verdict, peak, None,
+                         f"worst peak RSS of {len(m.peak_rss_mb)} inference processes")]
+
+
+def judge_artifact(budgets: Budgets, artifact_bytes: int) -> list[BudgetResult]:
+    if budgets.artifact_mb is None:
+        return []
+    size = artifact_bytes / 2**20
+    verdict = Verdict.PASS if size <= budgets.artifact_mb else Verdict.FAIL
+    return [BudgetResult("artifact_mb", budgets.artifact_mb, "MB", verdict, size, None, "size of artifact/")]
+
+
+def judge_power(budgets: Budgets, m: Measurement | None) -> list[BudgetResult]:
+    results = []
+    energy = m.energy_j_per_inference if m else None
+    if budgets.energy_mj is not None:
+        if energy is None:
+            results.append(BudgetResult("energy_mj", budgets.energy_mj, "mJ", Verdict.UNMEASURED,
+                                        reason="no readable energy counter on this machine (RAPL energy_uj, NVML)"))
+        else:
+            mj = energy * 1e3
+            verdict = Verdict.PASS if mj <= budgets.energy_mj else Verdict.FAIL
+            results.append(BudgetResult("energy_mj", budgets.energy_mj, "mJ", verdict, mj, None,
+                                        "RAPL package energy per inference (whole package)"))
+    if budgets.power_avg_w is not None:
+        results.append(BudgetResult("power_avg_w", budgets.power_avg_w, "W", Verdict.UNMEASURED,
+                                    reason="average power needs a board or GPU sensor; none is read on this target"))
+    return results
+
+
+def judge_parity(parity: list[OutputParity], settings: ParitySettings) -> BudgetResult:
+    worst_cos = min(p.cosine for p in parity)
+    bad = [p.output for p in parity if not p.within_tolerance or p.cosine < settings.min_cosine]
+    max_abs = max(p.max_abs for p in parity)
+    if bad:
+        return BudgetResult("parity_min_cosine", settings.min_cosine, "cosine", Verdict.FAIL, worst_cos, None,
+                            f"outputs off the golden reference: {', '.join(bad)} (max-abs {max_abs:.3g}, "
+                            f"atol {settings.atol:g}, rtol {settings.rtol:g})")
+    return BudgetResult("parity_min_cosine", settings.min_cosine, "cosine", Verdict.PASS, worst_cos, None,
+                        f"all outputs within atol {settings.atol:g} / rtol {settings.rtol:g}; max-abs {max_abs:.3g}")
+
+
+def judge_accuracy(budgets: Budgets, reference: float | None, candidate: float | None, direction: str | None,
+                   metric: str) -> list[BudgetResult]:
+    if budgets.accuracy_max_drop is None:
+        return []
+    if reference is None or candidate is None:
+        return [BudgetResult("accuracy_max_drop", budgets.accuracy_max_drop, metric, Verdict.UNMEASURED,
+                             reason="the project has no [evaluation] metric")]
+    drop = reference - candidate if direction == "higher" else candidate - reference
+    verdict = Verdict.PASS if drop <= budgets.accuracy_max_drop else Verdict.FAIL
+    return [BudgetResult("accuracy_max_drop", budgets.accuracy_max_drop, metric, verdict, drop, None,
+                         f"{metric}: reference {reference:.6g}, artifact {candidate:.6g} ({direction} is better)")]
+
+
+def exit_code(results: list[BudgetResult], strict: bool = False) -> int:
+    verdicts = {r.verdict for r in results}
+    if Verdict.FAIL in verdicts:
+        return EXIT_BUDGET_FAILED
+    if Verdict.INCONCLUSIVE in verdicts:
+        return EXIT_INCONCLUSIVE
+    # DESIGN §4: unmeasured and estimated verdicts are printed, and only --strict makes them count.
+    if strict and verdicts & {Verdict.UNMEASURED, Verdict.ESTIMATED_PASS, Verdict.ESTIMATED_FAIL}:
+        return EXIT_BUDGET_FAILED
+    return EXIT_OK
+
+
+def any_inconclusive_latency(results: list[BudgetResult]) -> bool:
+    return any(r.verdict is Verdict.INCONCLUSIVE and r.budget.startswith("latency") for r in results)
