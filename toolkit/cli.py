@@ -15,9 +15,9 @@ import click
 import typer
 
 from tapeout import __version__
-from tapeout.errors import EXIT_BAD_INPUT, TapeoutError
+from tapeout.errors import EXIT_BAD_INPUT, EXIT_INTERNAL, TapeoutError
 
-app = typer.Typer(add_completion=False, no_args_is_help=True, rich_markup_mode=None,
+app = typer.Typer(add_completion=False, no_args_is_help=True, rich_markup_mode=None, pretty_exceptions_enable=False,
                   help="Take a trained model to a deployable artifact for a named device, under budgets, with evidence.")
 profiles_app = typer.Typer(no_args_is_help=True, help="List build profiles, or show one as resolved.")
 app.add_typer(profiles_app, name="profiles")
@@ -233,4 +233,13 @@ def main() -> None:
     except click.exceptions.Abort:
         typer.echo("tapeout: aborted", err=True)
         sys.exit(130)
+    except Exception:
+        # Anything that is not a TapeoutError is our bug: keep the traceback, and an exit code that
+        # no CI system will read as "budget failed".
+        import traceback
+
+        traceback.print_exc()
+        typer.echo("tapeout: internal error (a bug in tapeout, not in your model); please report it with the "
+                   "traceback above", err=True)
+        sys.exit(EXIT_INTERNAL)
     sys.exit(code if isinstance(code, int) else 0)

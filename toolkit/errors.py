@@ -11,6 +11,7 @@ EXIT_BUDGET_FAILED = 1
 EXIT_BAD_INPUT = 2
 EXIT_INCONCLUSIVE = 3
 EXIT_UNAVAILABLE = 4
+EXIT_INTERNAL = 70  # a tapeout bug (BSD EX_SOFTWARE): never confused with a budget verdict
 
 
 class TapeoutError(Exception):

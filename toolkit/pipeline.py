@@ -41,14 +41,22 @@ def export_model(project: Project, out_path: Path, backend, ui: UI) -> Exported:
         loaded = sources.load(project.model.source, project.root, input_names, project.model.outputs)
     limits = backend.limits()
     if loaded.kind == "onnx":
+        import onnx
+
+        # Lint the user's file first: a malformed model or wrong inputs fail with a message naming it.
+        lint_or_raise(backend, loaded.onnx_path, project)
         out_path.parent.mkdir(parents=True, exist_ok=True)
         shutil.copyfile(loaded.onnx_path, out_path)
         data_file = loaded.onnx_path.with_name(loaded.onnx_path.name + ".data")
         if data_file.is_file():
             shutil.copyfile(data_file, out_path.with_name(data_file.name))
-        reference = backend.reference_session(out_path) if hasattr(backend, "reference_session") else None
-        info = {"exporter": "none (ONNX source)", "source_sha256": loaded.weights_sha256}
-        return Exported(out_path, info, reference.run if reference else None, loaded)
+        header = onnx.load(str(out_path), load_external_data=False)
+        info = {"exporter": "none (ONNX source)", "source_sha256": loaded.weights_sha256,
+                "opset": next((i.version for i in header.opset_import if i.domain in ("", "ai.onnx")), None),
+                "ir_version": header.ir_version, "seconds": 0.0,
+                "dynamic_dims": sorted({d.dim_param for i in header.graph.input
+                                        for d in i.type.tensor_type.shape.dim if d.dim_param})}
+        return Exported(out_path, info, backend.reference_session(out_path).run, loaded)
 
     from tapeout.exporters import torch_onnx
 
@@ -72,6 +80,15 @@ def export_model(project: Project, out_path: Path, backend, ui: UI) -> Exported:
         return torch_onnx.torch_outputs(loaded.module, feeds, input_names, result.output_names)
 
     return Exported(out_path, info, reference, loaded)
+
+
+def lint_or_raise(backend, model_path: Path, project: Project) -> list:
+    issues = backend.lint(model_path, project.inputs, project.dims)
+    errors = [i for i in issues if i.severity == "error"]
+    if errors:
+        more = f" (and {len(errors) - 1} more: run `tapeout lint`)" if len(errors) > 1 else ""
+        raise BadInput(f"lint: {errors[0].problem}{more}", fix=errors[0].fix)
+    return issues
 
 
 def resolve(project_dir: Path | str, profile_name: str):
@@ -100,11 +117,7 @@ def build(project_dir: Path | str, profile_name: str, out: Path | None, ui: UI, 
 def _build_into(stage: Path, project: Project, profile: Profile, backend, options, ui: UI) -> dict:
     exported = export_model(project, stage / "export" / "model.onnx", backend, ui)
     with ui.step(f"lint for {profile.target}"):
-        issues = backend.lint(exported.path, project.inputs, project.dims)
-    errors = [i for i in issues if i.severity == "error"]
-    if errors:
-        more = f" (and {len(errors) - 1} more: run `tapeout lint`)" if len(errors) > 1 else ""
-        raise BadInput(f"lint: {errors[0].problem}{more}", fix=errors[0].fix)
+        issues = lint_or_raise(backend, exported.path, project)
 
     with ui.step(f"compile for {profile.target}"):
         artifact = backend.compile(exported.path, options, stage / "artifact")

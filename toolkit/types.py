@@ -47,8 +47,8 @@ class InputSpec(_Strict):
     @field_validator("range")
     @classmethod
     def _range_ordered(cls, value: tuple[float, float] | None) -> tuple[float, float] | None:
-        if value is not None and not value[0] < value[1]:
-            raise ValueError(f"range [{value[0]}, {value[1]}] must be [low, high] with low < high")
+        if value is not None and not value[0] <= value[1]:
+            raise ValueError(f"range [{value[0]}, {value[1]}] must be [low, high] with low <= high (inclusive for integers)")
         return value
 
     def concrete_shape(self, dims: dict[str, int]) -> tuple[int, ...]:

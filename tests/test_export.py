@@ -1,0 +1,152 @@
+"""Export from every source kind, verified against torch with real ONNX Runtime sessions."""
+
+import textwrap
+
+import onnx
+
+from conftest import SAMPLES, one_line_error, run_cli
+
+MISMATCH_MODEL = '''
+import torch
+
+class TwoHeads(torch.nn.Module):
+    """Behaves differently under tracing: the exported graph scales one output by 1.01."""
+
+    def __init__(self):
+        super().__init__()
+        torch.manual_seed(0)
+        self.body = torch.nn.Linear(6, 8)
+
+    def forward(self, x):
+        h = self.body(x)
+        scores = h * 1.01 if torch.compiler.is_exporting() else h
+        return {"embedding": torch.tanh(h), "scores": scores}
+
+def build():
+    return TwoHeads().eval()
+'''
+
+PROJECT = """
+[model]
+source = "{source}"
+{extra}
+[[inputs]]
+name = "x"
+shape = ["batch", 6]
+range = [-1.0, 1.0]
+
+[dims]
+batch = 1
+"""
+
+
+def make_project(tmp_path, source, extra="", files=None):
+    for name, text in (files or {}).items():
+        (tmp_path / name).write_text(textwrap.dedent(text))
+    (tmp_path / "tapeout.toml").write_text(PROJECT.format(source=source, extra=extra))
+    return tmp_path
+
+
+def test_mismatch_fails_and_names_the_output(tmp_path):
+    project = make_project(tmp_path, "model.py:build", files={"model.py": MISMATCH_MODEL})
+    result = run_cli("export", project, "--out", tmp_path / "out.onnx")
+    assert result.code == 2
+    line = one_line_error(result)
+    assert "'scores'" in line and "'embedding'" not in line and "1 of 2 outputs" in line
+    assert not (tmp_path / "out.onnx").exists()  # nothing half-written
+
+
+def test_digits_export_pins_ir_version_and_verifies(tmp_path):
+    out = tmp_path / "digits.onnx"
+    result = run_cli("export", SAMPLES / "digits-cnn", "--out", out, "--json")
+    assert result.code == 0, result.err
+    info = result.json()
+    assert info["exporter"] == "dynamo" and info["dynamic_dims"] == ["batch"]
+    assert info["parity"][0]["output"] == "logits" and info["parity"][0]["within_tolerance"]
+    model = onnx.load(str(out))
+    assert model.ir_version <= 13  # what onnxruntime 1.31 accepts
+    assert [i.name for i in model.graph.input] == ["image"]
+    assert model.graph.input[0].type.tensor_type.shape.dim[0].dim_param == "batch"
+
+
+def test_hugging_face_directory_source(tmp_path):
+    from transformers import BertConfig, BertModel
+
+    import torch
+
+    torch.manual_seed(0)
+    config = BertConfig(vocab_size=120, hidden_size=32, num_hidden_layers=2, num_attention_heads=2,
+                        intermediate_size=64, max_position_embeddings=64)
+    BertModel(config).eval().save_pretrained(tmp_path / "tiny-bert")
+    (tmp_path / "tapeout.toml").write_text(textwrap.dedent("""
+        [model]
+        source = "tiny-bert"
+        [[inputs]]
+        name = "input_ids"
+        shape = ["batch", "sequence"]
+        dtype = "int64"
+        range = [0, 119]
+        [[inputs]]
+        name = "attention_mask"
+        shape = ["batch", "sequence"]
+        dtype = "int64"
+        range = [1, 1]
+        [dims]
+        batch = 1
+        sequence = 16
+    """))
+    result = run_cli("export", tmp_path, "--out", tmp_path / "bert.onnx", "--json")
+    assert result.code == 0, result.err
+    info = result.json()
+    assert info["output_names"] == ["output"] and info["parity"][0]["cosine"] > 0.99999
+    dims = [d.dim_param for d in onnx.load(str(tmp_path / "bert.onnx")).graph.input[0].type.tensor_type.shape.dim]
+    assert dims == ["batch", "sequence"]
+
+
+def test_pt2_source(tmp_path):
+    import torch
+
+    module = torch.nn.Sequential(torch.nn.Linear(6, 4), torch.nn.ReLU()).eval()
+    program = torch.export.export(module, (torch.randn(2, 6),))
+    torch.export.save(program, str(tmp_path / "model.pt2"))
+    (tmp_path / "tapeout.toml").write_text('[model]\nsource = "model.pt2"\n[[inputs]]\nname = "x"\nshape = [2, 6]\n')
+    result = run_cli("export", tmp_path, "--out", tmp_path / "pt2.onnx", "--json")
+    assert result.code == 0, result.err
+    assert result.json()["parity"][0]["within_tolerance"]
+
+
+def test_onnx_source_builds_and_shape_mismatch_is_named(tmp_path, fast_profile, digits_build):
+    onnx_file = digits_build / "export" / "model.onnx"
+    (tmp_path / "m.onnx").write_bytes(onnx_file.read_bytes())
+    (tmp_path / "tapeout.toml").write_text(textwrap.dedent("""
+        [model]
+        source = "m.onnx"
+        [[inputs]]
+        name = "image"
+        shape = [1, 1, 8, 8]
+    """))
+    result = run_cli("build", tmp_path, "--profile", fast_profile, "--out", tmp_path / "b", "--json")
+    assert result.code == 0, result.err
+    assert result.json()["golden"]["reference"].startswith("the source ONNX model")
+
+    (tmp_path / "tapeout.toml").write_text(textwrap.dedent("""
+        [model]
+        source = "m.onnx"
+        [[inputs]]
+        name = "image"
+        shape = [1, 1, 8, 9]
+    """))
+    result = run_cli("build", tmp_path, "--profile", fast_profile, "--out", tmp_path / "c")
+    assert result.code == 2
+    line = one_line_error(result)
+    assert "'image' axis 3 is fixed to 8" in line and "set axis 3" in line
+    assert not (tmp_path / "c").exists()
+
+
+def test_malformed_onnx_is_one_line(tmp_path, fast_profile):
+    (tmp_path / "m.onnx").write_bytes(b"this is not a protobuf")
+    (tmp_path / "tapeout.toml").write_text('[model]\nsource = "m.onnx"\n[[inputs]]\nname = "x"\nshape = [1]\n')
+    result = run_cli("build", tmp_path, "--profile", fast_profile, "--out", tmp_path / "b")
+    assert result.code == 2
+    assert "m.onnx" in one_line_error(result)
+    assert not (tmp_path / "b").exists()
