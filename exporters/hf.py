@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 from pathlib import Path
 
 from tapeout.errors import BadInput, TargetUnavailable
@@ -15,6 +16,7 @@ def load(directory: Path, input_names: list[str], output_names: list[str] | None
     except ImportError as exc:
         raise TargetUnavailable(f"a Hugging Face directory needs torch and transformers ({exc})",
                                 fix='pip install "tapeout[hf]"') from None
+    transformers.utils.logging.disable_progress_bar()  # tapeout's own progress line covers this step
     try:
         model = transformers.AutoModel.from_pretrained(str(directory), local_files_only=True)
     except Exception as exc:
@@ -24,10 +26,8 @@ def load(directory: Path, input_names: list[str], output_names: list[str] | None
     model.eval()
     # The attention implementation decides the exported graph; eager attention exports on every opset.
     if hasattr(model, "set_attn_implementation"):
-        try:
+        with contextlib.suppress(Exception):  # models without the switch keep their default
             model.set_attn_implementation("eager")
-        except Exception:  # older models without the switch keep their default
-            pass
 
     class HuggingFaceOutputs(torch.nn.Module):
         """Positional tensors in, the model's main output tensor out (logits, else last_hidden_state)."""

@@ -70,9 +70,8 @@ def test_digits_export_pins_ir_version_and_verifies(tmp_path):
 
 
 def test_hugging_face_directory_source(tmp_path):
-    from transformers import BertConfig, BertModel
-
     import torch
+    from transformers import BertConfig, BertModel
 
     torch.manual_seed(0)
     config = BertConfig(vocab_size=120, hidden_size=32, num_hidden_layers=2, num_attention_heads=2,

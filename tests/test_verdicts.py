@@ -3,7 +3,7 @@ import numpy as np
 from tapeout import verdicts
 from tapeout.errors import EXIT_BUDGET_FAILED, EXIT_INCONCLUSIVE, EXIT_OK
 from tapeout.parity import compare
-from tapeout.types import Budgets, BudgetResult, ParitySettings, Verdict
+from tapeout.types import BudgetResult, Budgets, ParitySettings, Verdict
 
 
 def test_latency_verdict_uses_bounds_and_guard_band():

@@ -21,6 +21,10 @@ def fmt(value: Any, digits: int = 4) -> str:
     return str(value)
 
 
+def us(value: float) -> str:
+    return f"{value:,.0f}" if value >= 100 else f"{value:.3g}"
+
+
 def budget_rows(budgets: list[dict]) -> list[list[str]]:
     rows = []
     for b in budgets:
@@ -105,9 +109,9 @@ def render_markdown(report: dict) -> str:
         out += ["", "## Where the time goes (profiler on, separate pass)", ""]
         out += _table(["op type", "provider", "calls/run", "µs/run", "share"],
                       [[t["op_type"], t["provider"], fmt(t["calls"] / prof["runs"], 3),
-                        fmt(t["total_us"] / prof["runs"], 3), f"{t['share']:.1%}"] for t in prof["op_types"][:15]])
+                        us(t["total_us"] / prof["runs"]), f"{t['share']:.1%}"] for t in prof["op_types"][:15]])
         if prof.get("overhead_share") is not None:
-            out.append(f"\nKernels take {fmt(prof['mean_kernel_us'], 4)} µs of a {fmt(prof['mean_run_us'], 4)} µs "
+            out.append(f"\nKernels take {us(prof['mean_kernel_us'])} µs of a {us(prof['mean_run_us'])} µs "
                        f"profiled run; the rest ({prof['overhead_share']:.0%}) is framework overhead. Profiled runs are "
                        "slower than the timed ones; read shares, not absolute times.")
 

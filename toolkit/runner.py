@@ -89,7 +89,7 @@ def measure(request: dict) -> dict:
     sess = backend.session(artifact, options)
     create_ms = (time.perf_counter() - t0) * 1e3
     t0 = time.perf_counter()
-    sess.run_raw(feeds)
+    sess.run(feeds)  # the checked call: wrong shapes or dtypes become one clear error here, not a crash later
     first_ms = (time.perf_counter() - t0) * 1e3
     rss_session = rss_mb()
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 from tapeout.errors import EXIT_BUDGET_FAILED, EXIT_INCONCLUSIVE, EXIT_OK
 from tapeout.measure import Measurement
 from tapeout.parity import OutputParity
-from tapeout.types import Budgets, BudgetResult, CheckSettings, ParitySettings, Verdict
+from tapeout.types import BudgetResult, Budgets, CheckSettings, ParitySettings, Verdict
 
 
 def judge_bounded(budget: str, limit: float, unit: str, point: float, lower: float, upper: float,

@@ -7,11 +7,10 @@ from pathlib import Path
 
 import numpy as np
 import torch
+from model import WEIGHTS, DigitsCNN
 from sklearn.datasets import load_digits
 from sklearn.model_selection import train_test_split
 from torch import nn
-
-from model import WEIGHTS, DigitsCNN
 
 HERE = Path(__file__).parent
 

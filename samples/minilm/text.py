@@ -1,0 +1,43 @@
+"""The sample's text set and tokenization: batch 1, padded/truncated to 128 tokens, as the build measures."""
+
+from pathlib import Path
+
+import numpy as np
+from model import model_dir
+
+SENTENCES = Path(__file__).with_name("data") / "sentences.txt"
+SEQUENCE = 128
+
+
+def sentences() -> list[str]:
+    return [line for line in SENTENCES.read_text(encoding="utf-8").splitlines() if line.strip()]
+
+
+def tokenizer():
+    from tokenizers import Tokenizer
+
+    tok = Tokenizer.from_file(str(model_dir() / "tokenizer.json"))
+    tok.enable_truncation(SEQUENCE)
+    tok.enable_padding(length=SEQUENCE)
+    return tok
+
+
+def encode(texts: list[str]) -> list[dict[str, np.ndarray]]:
+    feeds = []
+    for enc in tokenizer().encode_batch(texts):
+        feeds.append({
+            "input_ids": np.asarray([enc.ids], dtype=np.int64),
+            "attention_mask": np.asarray([enc.attention_mask], dtype=np.int64),
+            "token_type_ids": np.asarray([enc.type_ids], dtype=np.int64),
+        })
+    return feeds
+
+
+def calibration():
+    """Real tokenized sentences for golden inputs (and, later, calibration)."""
+    yield from encode(sentences()[:64])
+
+
+def mean_pool(hidden: np.ndarray, mask: np.ndarray) -> np.ndarray:
+    weights = mask[..., None].astype(np.float64)
+    return (hidden.astype(np.float64) * weights).sum(axis=1) / np.clip(weights.sum(axis=1), 1e-9, None)

@@ -1,0 +1,175 @@
+"""End to end through the real CLI: build and check digits-cnn, budgets that fail and pass, exit codes."""
+
+import json
+import shutil
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+from conftest import SAMPLES, one_line_error, run_cli
+from tapeout import builddir, manifest
+
+
+def test_build_dir_is_complete(digits_build):
+    for rel in ("artifact/model.onnx", "export/model.onnx", "golden.npz", "manifest.json", "report.json", "report.md"):
+        assert (digits_build / rel).is_file(), rel
+    assert not list(digits_build.parent.glob(".*partial*"))
+    man = json.loads((digits_build / "manifest.json").read_text())
+    assert man["schema"] == "tapeout.manifest/1"
+    for rel, digest in man["artifact"]["files"].items():
+        assert manifest.sha256_file(digits_build / "artifact" / rel) == digest
+    assert man["versions"]["onnxruntime"] and man["versions"]["torch"]
+    assert man["seeds"] == {"project": 0}
+    assert man["profile"]["target"] == "onnxruntime" and man["options_resolved"]["graph_optimization"] == "all"
+    assert man["model"]["weights_sha256"] and "model.py" in man["model"]["files"]
+
+    report = json.loads((digits_build / "report.json").read_text())
+    assert report["schema"] == "tapeout.report/1" and report["exit_code"] == 0
+    lat = report["measurement"]["latency_ms"]
+    assert lat["count"] == 120 and lat["repeats"] == 2
+    p90 = lat["quantiles"]["p90"]
+    assert p90["lower"] <= p90["point"] <= p90["upper"]
+    mem = report["measurement"]["memory_mb"]
+    assert 20 < mem["peak_rss"] < 2000 and mem["rss_after_session"] >= mem["rss_before_session"]
+    assert all(c > 0 for c in report["measurement"]["cold_start_ms"]["per_repeat"])
+    assert report["accuracy"]["reference"] > 0.95 and report["accuracy"]["artifact"] == report["accuracy"]["reference"]
+    op_types = {t["op_type"] for t in report["measurement"]["op_profile"]["op_types"]}
+    assert "Conv" in op_types
+    assert "## Budgets" in (digits_build / "report.md").read_text()
+
+
+def test_check_passes_and_writes_check_json_and_junit(digits_build, tmp_path):
+    junit = tmp_path / "check.xml"
+    result = run_cli("check", digits_build, "--junit", junit)
+    assert result.code == 0, result.err + result.out
+    assert "parity_min_cosine" in result.out and "PASS" in result.out
+    check = json.loads((digits_build / "check.json").read_text())
+    assert check["kind"] == "check" and check["parity"][0]["within_tolerance"]
+    assert 'failures="0"' in junit.read_text()
+
+
+def _profile_with_p90(tmp_path, fast_profile, limit_ms: float, name: str):
+    path = tmp_path / f"{name}.toml"
+    path.write_text(f'extends = "{fast_profile}"\n[budgets]\nlatency_p90_ms = {limit_ms}\n')
+    return path
+
+
+def test_latency_budget_half_the_measured_p90_fails_build_and_check(digits_build, tmp_path, fast_profile):
+    p90 = json.loads((digits_build / "report.json").read_text())["measurement"]["latency_ms"]["quantiles"]["p90"]["point"]
+    tight = _profile_with_p90(tmp_path, fast_profile, p90 / 2, "tight")
+    build = run_cli("build", SAMPLES / "digits-cnn", "--profile", tight, "--out", tmp_path / "tight", "--json")
+    assert build.code == 1, build.err
+    verdict = {b["budget"]: b["verdict"] for b in build.json()["budgets"]}
+    assert verdict["latency_p90_ms"] == "fail"
+    assert builddir.is_build_dir(tmp_path / "tight")  # a failed budget still leaves the complete evidence
+    check = run_cli("check", tmp_path / "tight", "--json")
+    assert check.code == 1
+    assert {b["budget"]: b["verdict"] for b in check.json()["budgets"]}["latency_p90_ms"] == "fail"
+
+
+def test_generous_latency_budget_passes_build_and_check(digits_build, tmp_path, fast_profile):
+    p90 = json.loads((digits_build / "report.json").read_text())["measurement"]["latency_ms"]["quantiles"]["p90"]["point"]
+    generous = _profile_with_p90(tmp_path, fast_profile, max(p90 * 50, 5.0), "generous")
+    build = run_cli("build", SAMPLES / "digits-cnn", "--profile", generous, "--out", tmp_path / "gen", "--json")
+    assert build.code == 0, build.err
+    assert run_cli("check", tmp_path / "gen").code == 0
+
+
+@pytest.mark.parametrize(
+    ("args", "needle"),
+    [
+        (["build", "nowhere", "--profile", "cpu-fp32"], "no project file"),
+        (["build", SAMPLES / "digits-cnn", "--profile", "no-such"], "unknown profile 'no-such'"),
+        (["check", SAMPLES / "digits-cnn"], "not a tapeout build dir"),
+        (["check", "nowhere"], "not found"),
+        (["report", "nowhere"], "not found"),
+    ],
+)
+def test_bad_input_exits_2_with_one_line(args, needle, tmp_path):
+    result = run_cli(*args, cwd=tmp_path)
+    assert result.code == 2
+    assert needle in one_line_error(result)
+
+
+def test_bad_field_and_unknown_target_exit_2(tmp_path):
+    bad = tmp_path / "bad.toml"
+    bad.write_text('extends = "cpu-fp32"\n[check]\nrepeats = 0\n')
+    line = one_line_error(result := run_cli("build", SAMPLES / "digits-cnn", "--profile", bad))
+    assert result.code == 2 and "check.repeats" in line and "greater than or equal to 1" in line
+    bad.write_text('target = "tensorrt-llm"\n')
+    line = one_line_error(result := run_cli("build", SAMPLES / "digits-cnn", "--profile", bad))
+    assert result.code == 2 and "unknown target 'tensorrt-llm'" in line and "onnxruntime" in line
+
+
+def test_check_refuses_a_tampered_artifact_and_an_unknown_backend(digits_build, tmp_path):
+    copy = tmp_path / "copy"
+    shutil.copytree(digits_build, copy)
+    (copy / "artifact" / "model.onnx").write_bytes(b"tampered")
+    result = run_cli("check", copy)
+    assert result.code == 2 and "differs from the one the build recorded" in one_line_error(result)
+
+    shutil.rmtree(copy)
+    shutil.copytree(digits_build, copy)
+    man = json.loads((copy / "manifest.json").read_text())
+    man["artifact"]["target"] = "qnn-htp"
+    (copy / "manifest.json").write_text(json.dumps(man))
+    result = run_cli("check", copy)
+    assert result.code == 2 and "built for target 'qnn-htp'" in one_line_error(result)
+
+
+def test_check_on_wrong_input_shapes_in_golden(digits_build, tmp_path):
+    """Golden inputs that do not fit the artifact (e.g. a build dir assembled by hand) fail with one line."""
+    copy = tmp_path / "copy"
+    shutil.copytree(digits_build, copy)
+    with np.load(copy / "golden.npz") as data:
+        arrays = {k: data[k] for k in data.files}
+    arrays["input.image"] = np.zeros((4, 1, 1, 8, 9), np.float32)
+    np.savez(copy / "golden.npz", **arrays)
+    man = json.loads((copy / "manifest.json").read_text())
+    man["golden"]["sha256"] = manifest.sha256_file(copy / "golden.npz")
+    (copy / "manifest.json").write_text(json.dumps(man))
+    result = run_cli("check", copy)
+    assert result.code == 2 and "rejected its inputs" in one_line_error(result)
+
+
+def test_unavailable_target_exits_4(monkeypatch, capsys):
+    """Our side of the contract: a backend whose probe fails makes build exit 4 with the install hint."""
+    from tapeout import cli
+    from tapeout.targets import ort_cpu
+    from tapeout.targets.base import Probe
+
+    monkeypatch.setattr(ort_cpu, "probe", lambda: Probe(False, reason="runtime missing", install_hint="pip install onnxruntime"))
+    monkeypatch.setattr(sys, "argv", ["tapeout", "build", str(SAMPLES / "digits-cnn"), "--profile", "cpu-fp32"])
+    with pytest.raises(SystemExit) as exit_info:
+        cli.main()
+    assert exit_info.value.code == 4
+    assert "not available here: runtime missing — pip install onnxruntime" in capsys.readouterr().err
+
+
+def test_help_and_check_import_nothing_heavy():
+    code = (
+        "import sys, time; t = time.perf_counter()\n"
+        "from tapeout import cli, check, pipeline\n"
+        "sys.argv = ['tapeout', '--help']\n"
+        "try:\n    cli.main()\nexcept SystemExit:\n    pass\n"
+        "heavy = [m for m in ('torch', 'transformers', 'onnxruntime', 'onnxscript', 'sklearn') if m in sys.modules]\n"
+        "print('HEAVY', heavy, round(time.perf_counter() - t, 2))\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    line = next(ln for ln in out.splitlines() if ln.startswith("HEAVY"))
+    assert line.startswith("HEAVY []"), line
+    assert float(line.split()[-1]) < 2.0  # generous for a loaded 2-core CI machine; ~0.4 s here
+
+
+def test_targets_profiles_and_report_commands(digits_build):
+    targets = run_cli("targets", "--json").json()
+    assert targets[0]["target"] == "onnxruntime" and targets[0]["available"]
+    listed = run_cli("profiles", "list", "--json").json()
+    assert "cpu-fp32" in listed["profiles"] and "h100-sxm" in listed["devices"]
+    shown = json.loads(run_cli("profiles", "show", "cpu-fp32").out)
+    assert shown["check"]["iterations"] == 300 and shown["options"]["threads"] == 0
+    (digits_build / "report.md").unlink()
+    rendered = run_cli("report", digits_build)
+    assert rendered.code == 0 and (digits_build / "report.md").is_file() and "## Latency" in rendered.out

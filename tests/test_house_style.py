@@ -1,0 +1,29 @@
+"""House rules that are cheap to check on every run: ruff (incl. no heavy imports at module level), module size."""
+
+import shutil
+import subprocess
+
+import pytest
+
+from conftest import REPO
+
+
+@pytest.mark.skipif(shutil.which("ruff") is None, reason="ruff is in the [test] extra")
+def test_ruff_clean():
+    result = subprocess.run(["ruff", "check", "."], cwd=REPO, capture_output=True, text=True)
+    assert result.returncode == 0, result.stdout + result.stderr
+
+
+def test_modules_stay_small():
+    sizes = {p.relative_to(REPO): len(p.read_text().splitlines())
+             for folder in ("toolkit", "exporters", "targets") for p in (REPO / folder).glob("*.py")}
+    assert sizes and all(lines <= 600 for lines in sizes.values()), {str(k): v for k, v in sizes.items() if v > 400}
+
+
+def test_every_target_in_the_registry_loads_and_declares_the_interface():
+    from tapeout import targets
+
+    for name, info in targets.TARGETS.items():
+        module = targets.load(name)
+        for attr in ("Options", "probe", "limits", "lint", "compile", "session"):
+            assert hasattr(module, attr), f"{info.module} lacks {attr}"
