@@ -40,6 +40,17 @@ def test_build_dir_is_complete(digits_build):
     assert "## Budgets" in (digits_build / "report.md").read_text()
 
 
+def test_artifact_is_portable_across_cpus(digits_build):
+    """No NCHWc layout ops in the saved artifact: their weight blocking is tied to the build CPU's vector
+    width, and such a model computed garbage on an AVX-512 Xeon after a build on an AVX2 EPYC."""
+    import onnx
+
+    model = onnx.load(str(digits_build / "artifact" / "model.onnx"))
+    assert not [n.op_type for n in model.graph.node if n.domain == "com.microsoft.nchwc"]
+    meta = json.loads((digits_build / "manifest.json").read_text())["artifact"]["meta"]
+    assert meta == {"saved_optimization": "extended", "load_optimization": "all"}
+
+
 def test_check_passes_and_writes_check_json_and_junit(digits_build, tmp_path):
     junit = tmp_path / "check.xml"
     result = run_cli("check", digits_build, "--junit", junit)

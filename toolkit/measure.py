@@ -66,7 +66,9 @@ def _run_child(request: dict, timeout_s: float) -> dict:
         if request.get("want_outputs"):
             request = {**request, "outputs_path": str(Path(tmp) / "outputs.npz")}
         req.write_text(json.dumps(request))
-        proc = subprocess.run([sys.executable, "-m", "tapeout.runner", str(req), str(res)],
+        # The inference process runs under the same interpreter and site isolation (-S) as this one.
+        flags = ["-S"] if sys.flags.no_site else []
+        proc = subprocess.run([sys.executable, *flags, "-m", "tapeout.runner", str(req), str(res)],
                               capture_output=True, text=True, timeout=timeout_s)
         if proc.returncode != 0 or not res.is_file():
             tail = (proc.stderr or proc.stdout).strip().splitlines()[-1:] or ["no output"]

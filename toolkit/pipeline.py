@@ -166,7 +166,7 @@ def _build_into(stage: Path, project: Project, profile: Profile, backend, option
                   "files": {str(f.name): manifest.sha256_file(f) for f in exported.loaded.files}},
         "export": exported.info,
         "artifact": {"main_file": artifact.main_file, "bytes": artifact_bytes,
-                     "sha256": manifest.sha256_file(artifact.path)},
+                     "sha256": manifest.sha256_file(artifact.path), "meta": artifact.meta},
         "golden": {"samples": len(golden_inputs), "source": golden_source,
                    "reference": "torch (FP32)" if exported.loaded.kind == "torch" else "the source ONNX model (FP32, ORT CPU)"},
         "parity": [p.to_json() for p in parity],
@@ -198,6 +198,7 @@ def _manifest(stage: Path, project: Project, profile: Profile, options, report: 
                         "sha256": manifest.sha256_file(project.root / project.calibration.data)
                         if project.calibration and project.calibration.data.endswith(".npz") else None},
         "artifact": {"target": profile.target, "main_file": report["artifact"]["main_file"],
+                     "meta": report["artifact"]["meta"],
                      "files": manifest.tree_hashes(stage / "artifact"), "bytes": report["artifact"]["bytes"]},
         "golden": {"file": "golden.npz", "sha256": manifest.sha256_file(golden), "samples": report["golden"]["samples"]},
         "profile": profile.model_dump(mode="json"),
