@@ -10,6 +10,7 @@ import contextlib
 import inspect
 import io
 import logging
+import re
 import time
 import warnings
 from collections.abc import Callable
@@ -79,7 +80,9 @@ def _dynamic_shapes(module, inputs: list[InputSpec]):
 def _quiet() -> io.StringIO:
     """The exporters print progress and warnings; keep them for error messages, off the user's terminal."""
     buffer = io.StringIO()
-    loggers = [logging.getLogger(n) for n in ("torch.onnx", "torch.export", "torch._dynamo", "onnxscript")]
+    names = ("torch", "torch.onnx", "torch.export", "torch._dynamo", "torch.fx", "torch.fx.experimental.symbolic_shapes",
+             "onnxscript")
+    loggers = [logging.getLogger(n) for n in names]
     levels = [lg.level for lg in loggers]
     for lg in loggers:
         lg.setLevel(logging.ERROR)
@@ -146,9 +149,8 @@ def export(
         try:
             proto = _export_dynamo(module, args, inputs, output_names, opset, dynamic)
         except Exception as exc:
-            fallback_reason = _first_line(exc)
+            fallback_reason = _root_cause(exc)
             exporter = "torchscript"
-            log(f"dynamo exporter failed ({fallback_reason}); falling back to the TorchScript exporter")
             try:
                 proto = _export_torchscript(module, args, inputs, output_names, opset, dynamic)
             except Exception as exc2:
@@ -157,6 +159,8 @@ def export(
                     fix="make the model traceable by torch.export (see the exportdb docs), or export it to ONNX yourself "
                         f"and point [model] source at the .onnx file{_tail(noise)}",
                 ) from None
+    if fallback_reason:  # said outside the quiet block, so the user sees it
+        log(f"dynamo exporter failed ({fallback_reason}); used the TorchScript exporter instead")
 
     # The runtime decides what is loadable: stamp the newest IR version it accepts, never a newer one.
     proto.ir_version = min(proto.ir_version, max_ir_version)
@@ -203,8 +207,16 @@ def verify(module, onnx_path: Path, inputs, dims, input_names, output_names, ato
 
 
 def _first_line(exc: BaseException) -> str:
-    text = str(exc).strip()
+    text = re.sub(r"\x1b\[[0-9;]*m", "", str(exc)).strip()  # the exporters colour their messages
     return (text.splitlines()[0] if text else type(exc).__name__)[:300]
+
+
+def _root_cause(exc: BaseException) -> str:
+    """The exporters wrap the real reason in 'step 1/3 failed'; report the innermost one."""
+    inner = exc
+    while (inner.__cause__ or inner.__context__) is not None and inner is not (inner.__cause__ or inner.__context__):
+        inner = inner.__cause__ or inner.__context__
+    return f"{type(inner).__name__}: {_first_line(inner)}" if inner is not exc else _first_line(exc)
 
 
 def _tail(noise: io.StringIO) -> str:

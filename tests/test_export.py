@@ -149,3 +149,52 @@ def test_malformed_onnx_is_one_line(tmp_path, fast_profile):
     assert result.code == 2
     assert "m.onnx" in one_line_error(result)
     assert not (tmp_path / "b").exists()
+
+
+BRANCHY_MODEL = '''
+import torch
+
+class Branchy(torch.nn.Module):
+    """A data-dependent Python branch: torch.export refuses it; TorchScript tracing records the path taken."""
+
+    def __init__(self, threshold):
+        super().__init__()
+        torch.manual_seed(0)
+        self.threshold = threshold
+        self.body = torch.nn.Linear(6, 4)
+
+    def forward(self, x):
+        if x.max() > self.threshold:
+            return self.body(x)
+        return -self.body(x)
+
+def always_first():
+    return Branchy(-10.0).eval()   # inputs lie in [-1, 1]: the first branch, always
+
+def input_dependent():
+    return Branchy(0.9).eval()     # which branch depends on the input
+'''
+
+
+def test_dynamo_failure_falls_back_to_torchscript_and_says_why(tmp_path):
+    project = make_project(tmp_path, "branchy.py:always_first", files={"branchy.py": BRANCHY_MODEL})
+    result = run_cli("export", project, "--out", tmp_path / "o.onnx")
+    assert result.code == 0, result.err
+    assert "dynamo exporter failed (GuardOnDataDependentSymNode" in " ".join(result.err.split())
+    assert "(torchscript" in result.out
+
+
+def test_fallback_that_froze_the_wrong_branch_is_caught(tmp_path):
+    project = make_project(tmp_path, "branchy.py:input_dependent", extra="[export]\nsamples = 16",
+                           files={"branchy.py": BRANCHY_MODEL})
+    result = run_cli("export", project, "--out", tmp_path / "o.onnx")
+    assert result.code == 2
+    assert "'output' differs from torch beyond tolerance" in one_line_error(result)
+
+
+def test_module_callable_source(tmp_path):
+    # `package.module:callable`, importable from the project directory
+    project = make_project(tmp_path, "branchy:always_first", files={"branchy.py": BRANCHY_MODEL})
+    result = run_cli("export", project, "--out", tmp_path / "o.onnx", "--json")
+    assert result.code == 0, result.err
+    assert result.json()["exporter"] == "torchscript"
