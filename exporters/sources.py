@@ -96,7 +96,8 @@ def load_path(path: Path, input_names: list[str], output_names: list[str] | None
             return hf.load(path, input_names, output_names)
         raise BadInput(f"model directory {path} has no config.json", fix="point [model] source at a Hugging Face model directory")
     if path.suffix == ".onnx":
-        return LoadedModel("onnx", f"ONNX file {path.name}", onnx_path=path, weights_sha256=sha256_file(path), files=[path])
+        # Its weights' identity is the file's hash, which the manifest records with the other files.
+        return LoadedModel("onnx", f"ONNX file {path.name}", onnx_path=path, files=[path])
     if path.suffix == ".pt2":
         return _load_pt2(path, output_names)
     raise BadInput(f"model source {path} has an unknown kind ('{path.suffix}')",
@@ -139,12 +140,4 @@ def state_dict_sha256(module: Any) -> str:
         digest.update(str(tuple(tensor.shape)).encode())
         digest.update(str(tensor.dtype).encode())
         digest.update(tensor.detach().cpu().contiguous().view(-1).view(dtype=torch.uint8).numpy().tobytes())
-    return digest.hexdigest()
-
-
-def sha256_file(path: Path) -> str:
-    digest = hashlib.sha256()
-    with open(path, "rb") as fh:
-        for block in iter(lambda: fh.read(1 << 20), b""):
-            digest.update(block)
     return digest.hexdigest()

@@ -51,7 +51,7 @@ def export_model(project: Project, out_path: Path, backend, ui: UI) -> Exported:
         if data_file.is_file():
             shutil.copyfile(data_file, out_path.with_name(data_file.name))
         header = onnx.load(str(out_path), load_external_data=False)
-        info = {"exporter": "none (ONNX source)", "source_sha256": loaded.weights_sha256,
+        info = {"exporter": "none (ONNX source)",
                 "opset": next((i.version for i in header.opset_import if i.domain in ("", "ai.onnx")), None),
                 "ir_version": header.ir_version, "seconds": 0.0,
                 "dynamic_dims": sorted({d.dim_param for i in header.graph.input
@@ -162,7 +162,7 @@ def _build_into(stage: Path, project: Project, profile: Profile, backend, option
                     "precision": profile.precision},
         "target": {"name": profile.target, "version": probe.version},
         "model": {"kind": exported.loaded.kind, "description": exported.loaded.description,
-                  "weights_sha256": exported.loaded.weights_sha256,
+                  "weights_sha256": exported.loaded.weights_sha256 or manifest.sha256_file(exported.loaded.onnx_path),
                   "files": {str(f.name): manifest.sha256_file(f) for f in exported.loaded.files}},
         "export": exported.info,
         "artifact": {"main_file": artifact.main_file, "bytes": artifact_bytes,
