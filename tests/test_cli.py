@@ -184,3 +184,17 @@ def test_targets_profiles_and_report_commands(digits_build):
     (digits_build / "report.md").unlink()
     rendered = run_cli("report", digits_build)
     assert rendered.code == 0 and (digits_build / "report.md").is_file() and "## Latency" in rendered.out
+
+
+def test_undecidable_latency_budget_doubles_sampling_then_exits_3(digits_build, tmp_path, fast_profile):
+    """A pass would need the upper bound under 10% of the limit and a fail the lower bound over it
+    (1.5× the measured p90): neither can happen, so the verdict is inconclusive, after one doubling."""
+    p90 = json.loads((digits_build / "report.json").read_text())["measurement"]["latency_ms"]["quantiles"]["p90"]["point"]
+    profile = tmp_path / "undecidable.toml"
+    profile.write_text(f'extends = "{fast_profile}"\n[budgets]\nlatency_p90_ms = {p90 * 1.5}\n[check]\nguard_band = 0.9\n')
+    result = run_cli("build", SAMPLES / "digits-cnn", "--profile", profile, "--out", tmp_path / "b", "--json")
+    assert result.code == 3, result.err
+    report = result.json()
+    assert {b["budget"]: b["verdict"] for b in report["budgets"]}["latency_p90_ms"] == "inconclusive"
+    assert report["measurement"]["latency_ms"]["count"] == 2 * 120
+    assert "sampling was doubled once" in " ".join(report["measurement"]["notes"])

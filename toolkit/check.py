@@ -103,6 +103,10 @@ def check(build_dir: Path | str, ui: UI, strict: bool = False, iterations: int |
         if verdicts.any_inconclusive_latency(latency):
             m = measuring.extend(m, artifact, options.model_dump(), golden_path, settings, ui.detail)
     parity = compare(golden_outputs, m.outputs, settings.parity.atol, settings.parity.rtol)
+    host, built_on = manifest.host_fingerprint(), man.get("host", {})
+    if (host["cpu"], host["cpu_flags"]) != (built_on.get("cpu"), built_on.get("cpu_flags")):
+        m.notes.append(f"checked on {host['cpu']} ({' '.join(host['cpu_flags'])}); built on {built_on.get('cpu')} "
+                       f"({' '.join(built_on.get('cpu_flags', []))}): parity above is this CPU's")
     artifact_bytes = manifest.tree_size(artifact.directory)
     budgets = [
         *verdicts.judge_latency(profile.budgets, m, settings),
@@ -128,7 +132,7 @@ def check(build_dir: Path | str, ui: UI, strict: bool = False, iterations: int |
         "measurement": m.to_json(),
         "budgets": [b.to_json() for b in budgets],
         "lint": [],
-        "host": manifest.host_fingerprint(),
+        "host": host,
         "exit_code": code,
         "build_dir": str(build_dir),
     }

@@ -28,6 +28,7 @@ class Measurement:
     latency: stats.LatencySummary
     samples: list[np.ndarray]
     cold_start_ms: list[float]
+    runtime_import_ms: list[float]
     create_ms: list[float]
     first_inference_ms: list[float]
     warmup_iters: list[int]
@@ -44,6 +45,7 @@ class Measurement:
             "latency_ms": self.latency.to_json(),
             "cold_start_ms": {"per_repeat": self.cold_start_ms, "max": max(self.cold_start_ms),
                               "median": float(np.median(self.cold_start_ms))},
+            "runtime_import_ms": self.runtime_import_ms,
             "session_create_ms": self.create_ms,
             "first_inference_ms": self.first_inference_ms,
             "warmup_iters": self.warmup_iters,
@@ -121,6 +123,7 @@ def _combine(results, settings, artifact, options, golden_path, progress, op_pro
         latency=stats.summarize(samples, settings.confidence),
         samples=samples,
         cold_start_ms=[r["create_ms"] + r["first_ms"] for r in results],
+        runtime_import_ms=[r["import_ms"] for r in results],
         create_ms=[r["create_ms"] for r in results],
         first_inference_ms=[r["first_ms"] for r in results],
         warmup_iters=[r["warmup_iters"] for r in results],
@@ -154,6 +157,7 @@ def extend(previous: Measurement, artifact: Artifact, options: dict, golden_path
         latency=stats.summarize(samples, settings.confidence),
         samples=samples,
         cold_start_ms=previous.cold_start_ms + more.cold_start_ms,
+        runtime_import_ms=previous.runtime_import_ms + more.runtime_import_ms,
         create_ms=previous.create_ms + more.create_ms,
         first_inference_ms=previous.first_inference_ms + more.first_inference_ms,
         warmup_iters=previous.warmup_iters + more.warmup_iters,

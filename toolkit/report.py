@@ -66,8 +66,10 @@ def render_markdown(report: dict) -> str:
                 f"{fmt(lat['stdev'])} · min {fmt(lat['min'])} · max {fmt(lat['max'])} · CV {lat['cv']:.1%} · "
                 f"CV between processes {lat['cv_between_repeats']:.1%} · warm-up runs {m['warmup_iters']}"]
         cold = m["cold_start_ms"]
+        imports = m.get("runtime_import_ms") or []
         out += ["", f"Cold start (session creation + first inference): median {fmt(cold['median'])} ms, "
-                f"worst {fmt(cold['max'])} ms over {len(cold['per_repeat'])} processes."]
+                f"worst {fmt(cold['max'])} ms over {len(cold['per_repeat'])} processes"
+                + (f"; loading the runtime library before that: {fmt(max(imports))} ms at worst." if imports else ".")]
         mem = m["memory_mb"]
         out += ["", "## Memory", "", f"Peak RSS of the inference process: **{fmt(mem['peak_rss'])} MB** "
                 f"(before the session {fmt(mem['rss_before_session'])} MB, after creating it "
