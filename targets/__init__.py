@@ -34,6 +34,16 @@ TARGETS: dict[str, TargetInfo] = {
         runs_on_host=True,
         install_hint="pip install onnxruntime",
     ),
+    "openvino": TargetInfo(
+        name="openvino",
+        module="tapeout.targets.ov",
+        summary="OpenVINO (Intel CPU, GPU, NPU); OpenVINO IR is the artifact, the compiled blob a cache",
+        device_classes=("cpu", "gpu", "npu"),
+        precisions=("fp32",),
+        compiles_on_host=True,
+        runs_on_host=True,
+        install_hint='pip install "tapeout[openvino]"',
+    ),
 }
 
 

@@ -4,10 +4,11 @@ A backend is one module under `targets/` exposing:
     Options                          pydantic model of the profile's [options] for this backend
     probe() -> Probe                 available here, or the reason and the install hint
     limits() -> RuntimeLimits        newest IR version and opset the runtime accepts
-    lint(model_path, inputs, dims) -> list[LintIssue]
-    compile(model_path, options, out_dir) -> Artifact
+    lint(model_path, inputs, dims, options) -> list[LintIssue]
+    compile(model_path, options, out_dir, inputs, dims) -> Artifact
     session(artifact, options) -> Session
     op_profile(artifact, options, feeds, iterations) -> OpProfile   (optional)
+    preflight(options) -> None       (optional) raise TargetUnavailable before any work is done
 Heavy runtimes are imported inside those functions, never at module import.
 """
 

@@ -122,7 +122,7 @@ def _create(model: Path | bytes, so, what: str):
                        fix="check the model with `tapeout lint`, or export it again") from None
 
 
-def lint(model_path: Path, inputs: list[InputSpec], dims: dict[str, int]) -> list[LintIssue]:
+def lint(model_path: Path, inputs: list[InputSpec], dims: dict[str, int], options: Options | None = None) -> list[LintIssue]:
     """Problems ORT CPU would hit: IR version or opset too new, inputs that do not match the project."""
     import onnx
 
@@ -177,7 +177,8 @@ def _check_input(graph_input, spec: InputSpec, dims: dict[str, int]) -> list[Lin
     return issues
 
 
-def compile(model_path: Path, options: Options, out_dir: Path) -> Artifact:
+def compile(model_path: Path, options: Options, out_dir: Path, inputs: list[InputSpec] | None = None,
+            dims: dict[str, int] | None = None) -> Artifact:
     """Apply the portable optimizations once and save the result; that model is the artifact."""
     out_dir.mkdir(parents=True, exist_ok=True)
     saved = _saved_level(options)

@@ -91,6 +91,8 @@ def check(build_dir: Path | str, ui: UI, strict: bool = False, iterations: int |
     if iterations or repeats:
         settings = settings.model_copy(update={k: v for k, v in {"iterations": iterations, "repeats": repeats}.items() if v})
     options = backend.Options(**profile.options)
+    if hasattr(backend, "preflight"):
+        backend.preflight(options)
     artifact = Artifact(target, build_dir / "artifact", man["artifact"]["main_file"])
     golden_path = build_dir / man["golden"]["file"]
     if manifest.sha256_file(golden_path) != man["golden"]["sha256"]:

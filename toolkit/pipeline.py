@@ -32,7 +32,7 @@ class Exported:
     loaded: Any
 
 
-def export_model(project: Project, out_path: Path, backend, ui: UI) -> Exported:
+def export_model(project: Project, out_path: Path, backend, options, ui: UI) -> Exported:
     """Load the source and produce the FP32 ONNX model the target will compile, verified against torch."""
     from tapeout.exporters import sources
 
@@ -44,7 +44,7 @@ def export_model(project: Project, out_path: Path, backend, ui: UI) -> Exported:
         import onnx
 
         # Lint the user's file first: a malformed model or wrong inputs fail with a message naming it.
-        lint_or_raise(backend, loaded.onnx_path, project)
+        lint_or_raise(backend, loaded.onnx_path, project, options)
         out_path.parent.mkdir(parents=True, exist_ok=True)
         shutil.copyfile(loaded.onnx_path, out_path)
         data_file = loaded.onnx_path.with_name(loaded.onnx_path.name + ".data")
@@ -56,7 +56,9 @@ def export_model(project: Project, out_path: Path, backend, ui: UI) -> Exported:
                 "ir_version": header.ir_version, "seconds": 0.0,
                 "dynamic_dims": sorted({d.dim_param for i in header.graph.input
                                         for d in i.type.tensor_type.shape.dim if d.dim_param})}
-        return Exported(out_path, info, backend.reference_session(out_path).run, loaded)
+        # The reference is always the FP32 model on ORT CPU, whatever the target.
+        reference = targets.load("onnxruntime").reference_session(out_path)
+        return Exported(out_path, info, reference.run, loaded)
 
     from tapeout.exporters import torch_onnx
 
@@ -82,8 +84,8 @@ def export_model(project: Project, out_path: Path, backend, ui: UI) -> Exported:
     return Exported(out_path, info, reference, loaded)
 
 
-def lint_or_raise(backend, model_path: Path, project: Project) -> list:
-    issues = backend.lint(model_path, project.inputs, project.dims)
+def lint_or_raise(backend, model_path: Path, project: Project, options) -> list:
+    issues = backend.lint(model_path, project.inputs, project.dims, options)
     errors = [i for i in issues if i.severity == "error"]
     if errors:
         more = f" (and {len(errors) - 1} more: run `tapeout lint`)" if len(errors) > 1 else ""
@@ -96,6 +98,8 @@ def resolve(project_dir: Path | str, profile_name: str):
     profile = load_profile(profile_name)
     backend = targets.load(profile.target)
     backend.probe().require(profile.target)
+    if hasattr(backend, "preflight"):
+        backend.preflight(backend.Options(**profile.options))
     return project, profile, backend
 
 
@@ -115,12 +119,12 @@ def build(project_dir: Path | str, profile_name: str, out: Path | None, ui: UI, 
 
 
 def _build_into(stage: Path, project: Project, profile: Profile, backend, options, ui: UI) -> dict:
-    exported = export_model(project, stage / "export" / "model.onnx", backend, ui)
+    exported = export_model(project, stage / "export" / "model.onnx", backend, options, ui)
     with ui.step(f"lint for {profile.target}"):
-        issues = lint_or_raise(backend, exported.path, project)
+        issues = lint_or_raise(backend, exported.path, project, options)
 
     with ui.step(f"compile for {profile.target}"):
-        artifact = backend.compile(exported.path, options, stage / "artifact")
+        artifact = backend.compile(exported.path, options, stage / "artifact", project.inputs, project.dims)
 
     with ui.step("golden inputs and reference outputs"):
         golden_inputs, golden_source = sample_inputs(project, project.golden_samples)
