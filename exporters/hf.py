@@ -5,7 +5,7 @@ from __future__ import annotations
 import contextlib
 from pathlib import Path
 
-from tapeout.errors import BadInput, TargetUnavailable
+from tapeout.errors import BadInput, TargetUnavailable, first_line
 from tapeout.exporters.sources import LoadedModel, state_dict_sha256
 
 
@@ -20,8 +20,7 @@ def load(directory: Path, input_names: list[str], output_names: list[str] | None
     try:
         model = transformers.AutoModel.from_pretrained(str(directory), local_files_only=True)
     except Exception as exc:
-        first = str(exc).strip().splitlines()[0]
-        raise BadInput(f"transformers could not load {directory}: {first}",
+        raise BadInput(f"transformers could not load {directory}: {first_line(exc)}",
                        fix="check that the directory holds config.json and the weights (model.safetensors)") from None
     model.eval()
     # The attention implementation decides the exported graph; eager attention exports on every opset.

@@ -10,7 +10,6 @@ import contextlib
 import inspect
 import io
 import logging
-import re
 import time
 import warnings
 from collections.abc import Callable
@@ -19,7 +18,7 @@ from pathlib import Path
 
 import numpy as np
 
-from tapeout.errors import BadInput, ExportMismatch
+from tapeout.errors import BadInput, ExportMismatch, first_line
 from tapeout.exporters.sources import LoadedModel
 from tapeout.feeds import Feeds, random_feeds
 from tapeout.parity import OutputParity, compare, worst
@@ -155,7 +154,7 @@ def export(
                 proto = _export_torchscript(module, args, inputs, output_names, opset, dynamic)
             except Exception as exc2:
                 raise BadInput(
-                    f"export failed with both exporters: dynamo: {fallback_reason}; torchscript: {_first_line(exc2)}",
+                    f"export failed with both exporters: dynamo: {fallback_reason}; torchscript: {first_line(exc2)}",
                     fix="make the model traceable by torch.export (see the exportdb docs), or export it to ONNX yourself "
                         f"and point [model] source at the .onnx file{_tail(noise)}",
                 ) from None
@@ -196,7 +195,7 @@ def verify(module, onnx_path: Path, inputs, dims, input_names, output_names, ato
     try:
         sess = ort.InferenceSession(str(onnx_path), so, providers=["CPUExecutionProvider"])
     except Exception as exc:
-        raise BadInput(f"the exported model does not load in onnxruntime: {_first_line(exc)}",
+        raise BadInput(f"the exported model does not load in onnxruntime: {first_line(exc)}",
                        fix="pin [export] opset to one the installed onnxruntime supports") from None
     reference, actual = [], []
     for _ in range(samples):
@@ -206,17 +205,12 @@ def verify(module, onnx_path: Path, inputs, dims, input_names, output_names, ato
     return compare(reference, actual, atol, rtol)
 
 
-def _first_line(exc: BaseException) -> str:
-    text = re.sub(r"\x1b\[[0-9;]*m", "", str(exc)).strip()  # the exporters colour their messages
-    return (text.splitlines()[0] if text else type(exc).__name__)[:300]
-
-
 def _root_cause(exc: BaseException) -> str:
     """The exporters wrap the real reason in 'step 1/3 failed'; report the innermost one."""
     inner = exc
     while (inner.__cause__ or inner.__context__) is not None and inner is not (inner.__cause__ or inner.__context__):
         inner = inner.__cause__ or inner.__context__
-    return f"{type(inner).__name__}: {_first_line(inner)}" if inner is not exc else _first_line(exc)
+    return f"{type(inner).__name__}: {first_line(inner)}" if inner is not exc else first_line(exc)
 
 
 def _tail(noise: io.StringIO) -> str:

@@ -17,7 +17,7 @@ from typing import Literal
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field
 
-from tapeout.errors import BadInput
+from tapeout.errors import BadInput, first_line
 from tapeout.targets.base import LintIssue, OpProfile, Probe, RuntimeLimits
 from tapeout.types import Artifact, InputSpec
 
@@ -117,8 +117,7 @@ def _create(model: Path | bytes, so, what: str):
         return ort.InferenceSession(model if isinstance(model, bytes) else str(model), so,
                                     providers=["CPUExecutionProvider"])
     except Exception as exc:  # ORT raises its own pybind types (Fail, InvalidGraph, NoSuchFile, ...)
-        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-        raise BadInput(f"onnxruntime could not load {what}: {first}",
+        raise BadInput(f"onnxruntime could not load {what}: {first_line(exc)}",
                        fix="check the model with `tapeout lint`, or export it again") from None
 
 
@@ -200,8 +199,7 @@ class OrtSession:
         try:
             outputs = self._sess.run(self.output_names, feeds)
         except Exception as exc:
-            first = str(exc).strip().splitlines()[0]
-            raise BadInput(f"the model rejected its inputs: {first}",
+            raise BadInput(f"the model rejected its inputs: {first_line(exc)}",
                            fix="make the project's [[inputs]] shapes and dtypes match the model (`tapeout lint`)") from None
         return dict(zip(self.output_names, outputs, strict=True))
 

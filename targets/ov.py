@@ -16,7 +16,7 @@ from typing import Literal
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field
 
-from tapeout.errors import BadInput, TargetUnavailable
+from tapeout.errors import BadInput, TargetUnavailable, first_line
 from tapeout.targets.base import LintIssue, OpProfile, OpTime, Probe, RuntimeLimits
 from tapeout.types import Artifact, InputSpec
 
@@ -78,8 +78,7 @@ def _read(core, model_path: Path):
     try:
         return core.read_model(str(model_path))
     except Exception as exc:
-        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-        raise BadInput(f"OpenVINO could not read {model_path}: {first}",
+        raise BadInput(f"OpenVINO could not read {model_path}: {first_line(exc)}",
                        fix="check the model with `tapeout lint`, or export it again") from None
 
 
@@ -154,8 +153,7 @@ class OvSession:
         try:
             results = self._request.infer(feeds)
         except Exception as exc:
-            first = str(exc).strip().splitlines()[0]
-            raise BadInput(f"the model rejected its inputs: {first}",
+            raise BadInput(f"the model rejected its inputs: {first_line(exc)}",
                            fix="make the project's [[inputs]] shapes and dtypes match the model (`tapeout lint`)") from None
         return {name: np.array(results[port]) for name, port in zip(self.output_names, self._compiled.outputs, strict=True)}
 
@@ -171,8 +169,7 @@ def session(artifact: Artifact, options: Options, *, profile: bool = False) -> O
     try:
         compiled = core.compile_model(str(artifact.path), options.device, config)
     except Exception as exc:
-        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-        raise BadInput(f"OpenVINO could not compile {artifact.path} for {options.device}: {first}",
+        raise BadInput(f"OpenVINO could not compile {artifact.path} for {options.device}: {first_line(exc)}",
                        fix="rebuild the artifact with this OpenVINO version") from None
     return OvSession(compiled)
 

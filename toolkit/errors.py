@@ -6,6 +6,8 @@ Anything else that escapes is a tapeout bug and keeps its traceback.
 
 from __future__ import annotations
 
+import re
+
 EXIT_OK = 0
 EXIT_BUDGET_FAILED = 1
 EXIT_BAD_INPUT = 2
@@ -39,3 +41,9 @@ class TargetUnavailable(TapeoutError):
     """The backend or its toolchain is not installed or not usable on this host: exit 4."""
 
     exit_code = EXIT_UNAVAILABLE
+
+
+def first_line(exc: BaseException) -> str:
+    """The first line of a runtime's error, without its colour codes: what a one-line message quotes."""
+    text = re.sub(r"\x1b\[[0-9;]*m", "", str(exc)).strip()
+    return (text.splitlines()[0] if text else type(exc).__name__)[:300]
