@@ -100,10 +100,8 @@ def check(build_dir: Path | str, ui: UI, strict: bool = False, iterations: int |
     _, golden_outputs = load_golden(golden_path)
 
     with ui.step(f"measure {target} in fresh inference processes"):
-        m = measuring.measure(artifact, options.model_dump(), golden_path, settings, progress=ui.detail)
-        latency = verdicts.judge_latency(profile.budgets, m, settings)
-        if verdicts.any_inconclusive_latency(latency):
-            m = measuring.extend(m, artifact, options.model_dump(), golden_path, settings, ui.detail)
+        m = measuring.measure(artifact, options.model_dump(), golden_path, settings, progress=ui.detail,
+                              undecided=verdicts.latency_undecided(profile.budgets, settings))
     parity = compare(golden_outputs, m.outputs, settings.parity.atol, settings.parity.rtol)
     host, built_on = manifest.host_fingerprint(), man.get("host", {})
     if (host["cpu"], host["cpu_flags"]) != (built_on.get("cpu"), built_on.get("cpu_flags")):

@@ -39,6 +39,7 @@ class Measurement:
     energy_j_per_inference: float | None = None
     op_profile: dict | None = None
     notes: list[str] = field(default_factory=list)
+    processes: list[dict] = field(default_factory=list, repr=False)  # raw per-process results
 
     def to_json(self) -> dict:
         return {
@@ -92,32 +93,17 @@ def _unflatten(flat: dict[str, np.ndarray]) -> list[dict[str, np.ndarray]]:
     return [samples[i] for i in sorted(samples)]
 
 
-def measure(
-    artifact: Artifact,
-    options: dict,
-    golden_path: Path,
-    settings: CheckSettings,
-    *,
-    repeats: int | None = None,
-    progress: Callable[[str], None] = lambda _msg: None,
-    op_profile: bool | None = None,
-    timeout_s: float = 900,
-) -> Measurement:
-    base = {
-        "target": artifact.target, "artifact_dir": str(artifact.directory), "main_file": artifact.main_file,
-        "options": options, "golden": str(golden_path), "iterations": settings.iterations,
-        "warmup_min_iters": settings.warmup_min_iters, "warmup_min_s": settings.warmup_min_s,
-        "warmup_max_s": settings.warmup_max_s,
-    }
+def _run_processes(base: dict, count: int, progress: Callable[[str], None], timeout_s: float,
+                   want_outputs: bool) -> list[dict]:
     results = []
-    count = repeats or settings.repeats
     for r in range(count):
-        progress(f"timing: process {r + 1}/{count}, {settings.iterations} runs")
-        results.append(_run_child({**base, "want_outputs": r == 0}, timeout_s))
-    return _combine(results, settings, artifact, options, golden_path, progress, op_profile, timeout_s)
+        progress(f"timing: process {r + 1}/{count}, {base['iterations']} runs")
+        results.append(_run_child({**base, "want_outputs": want_outputs and r == 0}, timeout_s))
+    return results
 
 
-def _combine(results, settings, artifact, options, golden_path, progress, op_profile, timeout_s) -> Measurement:
+def _summarize(results: list[dict], settings: CheckSettings) -> Measurement:
+    """Per-process results → one Measurement (pure: merging runs is summarizing their union)."""
     samples = [np.asarray(r["samples_ms"]) for r in results]
     m = Measurement(
         latency=stats.summarize(samples, settings.confidence),
@@ -131,6 +117,7 @@ def _combine(results, settings, artifact, options, golden_path, progress, op_pro
         rss_start_mb=[r["rss_start_mb"] for r in results],
         rss_after_session_mb=[r["rss_after_session_mb"] for r in results],
         outputs=next((r["outputs"] for r in results if "outputs" in r), []),
+        processes=results,
     )
     energies = [r["energy_j"] / len(r["samples_ms"]) for r in results if "energy_j" in r]
     if energies:
@@ -139,34 +126,35 @@ def _combine(results, settings, artifact, options, golden_path, progress, op_pro
     if m.latency.cv_between_repeats > 0.05:
         m.notes.append(f"run-to-run spread is high (CV of per-process medians {m.latency.cv_between_repeats:.1%}): "
                        "the machine is noisy; bounds are widened to cover it")
-    if op_profile if op_profile is not None else settings.op_profile:
-        progress("per-op profile (separate pass, profiler on)")
-        prof = _run_child({"target": artifact.target, "artifact_dir": str(artifact.directory),
-                           "main_file": artifact.main_file, "options": options, "golden": str(golden_path),
-                           "mode": "op_profile", "iterations": settings.op_profile_iterations}, timeout_s)
-        m.op_profile = prof["op_profile"]
     return m
 
 
-def extend(previous: Measurement, artifact: Artifact, options: dict, golden_path: Path, settings: CheckSettings,
-           progress: Callable[[str], None] = lambda _msg: None, timeout_s: float = 900) -> Measurement:
-    """Double the sample count once (DESIGN: an inconclusive latency is re-measured before it is reported)."""
-    more = measure(artifact, options, golden_path, settings, progress=progress, op_profile=False, timeout_s=timeout_s)
-    samples = previous.samples + more.samples
-    merged = Measurement(
-        latency=stats.summarize(samples, settings.confidence),
-        samples=samples,
-        cold_start_ms=previous.cold_start_ms + more.cold_start_ms,
-        runtime_import_ms=previous.runtime_import_ms + more.runtime_import_ms,
-        create_ms=previous.create_ms + more.create_ms,
-        first_inference_ms=previous.first_inference_ms + more.first_inference_ms,
-        warmup_iters=previous.warmup_iters + more.warmup_iters,
-        peak_rss_mb=previous.peak_rss_mb + more.peak_rss_mb,
-        rss_start_mb=previous.rss_start_mb + more.rss_start_mb,
-        rss_after_session_mb=previous.rss_after_session_mb + more.rss_after_session_mb,
-        outputs=previous.outputs,
-        energy_j_per_inference=previous.energy_j_per_inference,
-        op_profile=previous.op_profile,
-        notes=[*previous.notes, "latency was inconclusive; sampling was doubled once"],
-    )
-    return merged
+def measure(
+    artifact: Artifact,
+    options: dict,
+    golden_path: Path,
+    settings: CheckSettings,
+    *,
+    undecided: Callable[[Measurement], bool] = lambda _m: False,
+    progress: Callable[[str], None] = lambda _msg: None,
+    timeout_s: float = 900,
+) -> Measurement:
+    """Time `settings.repeats` fresh processes; if `undecided(m)`, double the samples once
+    (DESIGN §4: an inconclusive latency is re-measured before it is reported); then the op profile."""
+    base = {
+        "target": artifact.target, "artifact_dir": str(artifact.directory), "main_file": artifact.main_file,
+        "options": options, "golden": str(golden_path), "iterations": settings.iterations,
+        "warmup_min_iters": settings.warmup_min_iters, "warmup_min_s": settings.warmup_min_s,
+        "warmup_max_s": settings.warmup_max_s,
+    }
+    results = _run_processes(base, settings.repeats, progress, timeout_s, want_outputs=True)
+    m = _summarize(results, settings)
+    if undecided(m):
+        more = _run_processes(base, settings.repeats, progress, timeout_s, want_outputs=False)
+        m = _summarize(results + more, settings)
+        m.notes.append("latency was inconclusive; sampling was doubled once")
+    if settings.op_profile:
+        progress("per-op profile (separate pass, profiler on)")
+        prof = _run_child({**base, "mode": "op_profile", "iterations": settings.op_profile_iterations}, timeout_s)
+        m.op_profile = prof["op_profile"]
+    return m

@@ -132,10 +132,8 @@ def _build_into(stage: Path, project: Project, profile: Profile, backend, option
         save_golden(stage / "golden.npz", golden_inputs, reference_outputs)
 
     with ui.step("measure in fresh inference processes"):
-        m = measuring.measure(artifact, options.model_dump(), stage / "golden.npz", profile.check, progress=ui.detail)
-        results = verdicts.judge_latency(profile.budgets, m, profile.check)
-        if verdicts.any_inconclusive_latency(results):
-            m = measuring.extend(m, artifact, options.model_dump(), stage / "golden.npz", profile.check, ui.detail)
+        m = measuring.measure(artifact, options.model_dump(), stage / "golden.npz", profile.check, progress=ui.detail,
+                              undecided=verdicts.latency_undecided(profile.budgets, profile.check))
     parity = compare(reference_outputs, m.outputs, profile.check.parity.atol, profile.check.parity.rtol)
 
     accuracy = None

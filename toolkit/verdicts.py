@@ -111,5 +111,11 @@ def exit_code(results: list[BudgetResult], strict: bool = False) -> int:
     return EXIT_OK
 
 
-def any_inconclusive_latency(results: list[BudgetResult]) -> bool:
-    return any(r.verdict is Verdict.INCONCLUSIVE and r.budget.startswith("latency") for r in results)
+def latency_undecided(budgets: Budgets, settings: CheckSettings):
+    """For measure(): does a measurement leave a latency budget inconclusive?"""
+
+    def undecided(m: Measurement) -> bool:
+        return any(r.verdict is Verdict.INCONCLUSIVE and r.budget.startswith("latency")
+                   for r in judge_latency(budgets, m, settings))
+
+    return undecided
