@@ -198,3 +198,20 @@ def test_module_callable_source(tmp_path):
     result = run_cli("export", project, "--out", tmp_path / "o.onnx", "--json")
     assert result.code == 0, result.err
     assert result.json()["exporter"] == "torchscript"
+
+
+def test_lint_lists_every_problem_of_an_onnx_source(tmp_path, digits_build):
+    (tmp_path / "m.onnx").write_bytes((digits_build / "export" / "model.onnx").read_bytes())
+    (tmp_path / "tapeout.toml").write_text(textwrap.dedent("""
+        [model]
+        source = "m.onnx"
+        [[inputs]]
+        name = "image"
+        shape = [1, 1, 8, 9]
+        dtype = "int64"
+    """))
+    result = run_cli("lint", tmp_path)
+    assert result.code == 2
+    assert "'image' is float32 in the model but int64" in result.out
+    assert "axis 3 is fixed to 8" in result.out
+    assert "2 error(s)" in result.out

@@ -109,11 +109,11 @@ def export(
     from tapeout.console import UI
     from tapeout.pipeline import export_model, resolve
 
-    proj, prof, backend = resolve(project, profile)
+    proj, _prof, backend, options = resolve(project, profile)
     target = Path(out) if out else proj.root / "build" / "model.onnx"
     ui = UI(quiet=as_json)
     with tempfile.TemporaryDirectory(prefix="tapeout-export-") as tmp:
-        exported = export_model(proj, Path(tmp) / target.name, backend, backend.Options(**prof.options), ui)
+        exported = export_model(proj, Path(tmp) / target.name, backend, options, ui)
         target.parent.mkdir(parents=True, exist_ok=True)
         for file in Path(tmp).iterdir():
             shutil.move(str(file), target.parent / file.name)
@@ -135,12 +135,11 @@ def lint(
     from tapeout.console import UI
     from tapeout.pipeline import export_model, resolve
 
-    proj, prof, backend = resolve(project, profile)
+    proj, prof, backend, options = resolve(project, profile)
     ui = UI()
-    options = backend.Options(**prof.options)
     with tempfile.TemporaryDirectory(prefix="tapeout-lint-") as tmp:
-        exported = export_model(proj, Path(tmp) / "model.onnx", backend, options, ui)
-        issues = backend.lint(exported.path, proj.inputs, proj.dims, options)
+        exported = export_model(proj, Path(tmp) / "model.onnx", backend, options, ui, raise_on_lint=False)
+        issues = exported.lint if exported.lint is not None else backend.lint(exported.path, proj.inputs, proj.dims, options)
     for issue in issues:
         ui.out.print(issue.line())
     errors = sum(i.severity == "error" for i in issues)

@@ -19,7 +19,7 @@ from tapeout.data import Predict, evaluate, sample_inputs, save_golden
 from tapeout.errors import BadInput
 from tapeout.parity import compare
 from tapeout.report import SCHEMA, render_markdown
-from tapeout.types import Profile, Project
+from tapeout.types import BudgetResult, Profile, Project
 
 DEFAULT_OPSET = 20  # new enough for every exporter feature we use, old enough for TensorRT/QNN parsers
 
@@ -30,21 +30,27 @@ class Exported:
     info: dict[str, Any]
     reference: Predict
     loaded: Any
+    lint: list | None = None  # already linted (ONNX sources are linted before they are copied)
 
 
-def export_model(project: Project, out_path: Path, backend, options, ui: UI) -> Exported:
-    """Load the source and produce the FP32 ONNX model the target will compile, verified against torch."""
+def export_model(project: Project, out_path: Path, backend, options, ui: UI, *, raise_on_lint: bool = True) -> Exported:
+    """Load the source and produce the FP32 ONNX model the target will compile, verified against torch.
+
+    An ONNX source is linted before anything else; `raise_on_lint=False` returns its findings instead
+    of stopping at the first error (what `tapeout lint` wants)."""
     from tapeout.exporters import sources
 
     input_names = [s.name for s in project.inputs]
     with ui.step(f"load model ({project.model.source})"):
         loaded = sources.load(project.model.source, project.root, input_names, project.model.outputs)
-    limits = backend.limits()
     if loaded.kind == "onnx":
         import onnx
 
         # Lint the user's file first: a malformed model or wrong inputs fail with a message naming it.
-        lint_or_raise(backend, loaded.onnx_path, project, options)
+        issues = (lint_or_raise(backend, loaded.onnx_path, project, options) if raise_on_lint
+                  else backend.lint(loaded.onnx_path, project.inputs, project.dims, options))
+        if any(i.severity == "error" for i in issues):  # only reachable with raise_on_lint=False
+            return Exported(loaded.onnx_path, {"exporter": "none (ONNX source)"}, None, loaded, lint=issues)
         out_path.parent.mkdir(parents=True, exist_ok=True)
         shutil.copyfile(loaded.onnx_path, out_path)
         data_file = loaded.onnx_path.with_name(loaded.onnx_path.name + ".data")
@@ -58,10 +64,11 @@ def export_model(project: Project, out_path: Path, backend, options, ui: UI) -> 
                                         for d in i.type.tensor_type.shape.dim if d.dim_param})}
         # The reference is always the FP32 model on ORT CPU, whatever the target.
         reference = targets.load("onnxruntime").reference_session(out_path)
-        return Exported(out_path, info, reference.run, loaded)
+        return Exported(out_path, info, reference.run, loaded, lint=issues)
 
     from tapeout.exporters import torch_onnx
 
+    limits = backend.limits()
     opset = project.export.opset or min(DEFAULT_OPSET, limits.max_opset)
     if opset > limits.max_opset:
         raise BadInput(f"[export] opset = {opset} is newer than the target runtime supports ({limits.max_opset})",
@@ -98,18 +105,18 @@ def resolve(project_dir: Path | str, profile_name: str):
     profile = load_profile(profile_name)
     backend = targets.load(profile.target)
     backend.probe().require(profile.target)
+    options = backend.Options(**profile.options)
     if hasattr(backend, "preflight"):
-        backend.preflight(backend.Options(**profile.options))
-    return project, profile, backend
+        backend.preflight(options)
+    return project, profile, backend, options
 
 
 def build(project_dir: Path | str, profile_name: str, out: Path | None, ui: UI, strict: bool = False) -> tuple[dict, int]:
-    project, profile, backend = resolve(project_dir, profile_name)
-    options = backend.Options(**profile.options)
+    project, profile, backend, options = resolve(project_dir, profile_name)
     out = Path(out) if out else project.root / "build" / profile.name
     with builddir.StagedBuild(out) as stage:
         report = _build_into(stage, project, profile, backend, options, ui)
-        code = verdicts.exit_code([_result(b) for b in report["budgets"]], strict)
+        code = verdicts.exit_code([BudgetResult.from_json(b) for b in report["budgets"]], strict)
         report["exit_code"] = code
         report["build_dir"] = str(out)
         builddir.write_json(stage / "report.json", report)
@@ -121,7 +128,7 @@ def build(project_dir: Path | str, profile_name: str, out: Path | None, ui: UI, 
 def _build_into(stage: Path, project: Project, profile: Profile, backend, options, ui: UI) -> dict:
     exported = export_model(project, stage / "export" / "model.onnx", backend, options, ui)
     with ui.step(f"lint for {profile.target}"):
-        issues = lint_or_raise(backend, exported.path, project, options)
+        issues = exported.lint if exported.lint is not None else lint_or_raise(backend, exported.path, project, options)
 
     with ui.step(f"compile for {profile.target}"):
         artifact = backend.compile(exported.path, options, stage / "artifact", project.inputs, project.dims)
@@ -145,6 +152,7 @@ def _build_into(stage: Path, project: Project, profile: Profile, backend, option
                     "reference": ref_metric, "artifact": art_metric, "where": "at build, on this host"}
 
     artifact_bytes = manifest.tree_size(artifact.directory)
+    artifact_files = manifest.tree_hashes(artifact.directory)  # hashed once: report and manifest share it
     budgets = [
         *verdicts.judge_latency(profile.budgets, m, profile.check),
         *verdicts.judge_memory(profile.budgets, m),
@@ -168,7 +176,7 @@ def _build_into(stage: Path, project: Project, profile: Profile, backend, option
                   "files": {str(f.name): manifest.sha256_file(f) for f in exported.loaded.files}},
         "export": exported.info,
         "artifact": {"main_file": artifact.main_file, "bytes": artifact_bytes,
-                     "sha256": manifest.sha256_file(artifact.path), "meta": artifact.meta},
+                     "sha256": artifact_files[artifact.main_file], "files": artifact_files, "meta": artifact.meta},
         "golden": {"samples": len(golden_inputs), "source": golden_source,
                    "reference": "torch (FP32)" if exported.loaded.kind == "torch" else "the source ONNX model (FP32, ORT CPU)"},
         "parity": [p.to_json() for p in parity],
@@ -178,12 +186,6 @@ def _build_into(stage: Path, project: Project, profile: Profile, backend, option
         "lint": [i.line() for i in issues],
         "host": manifest.host_fingerprint(),
     }
-
-
-def _result(data: dict):
-    from tapeout.types import BudgetResult
-
-    return BudgetResult.from_json(data)
 
 
 def _manifest(stage: Path, project: Project, profile: Profile, options, report: dict) -> dict:
@@ -201,7 +203,7 @@ def _manifest(stage: Path, project: Project, profile: Profile, options, report: 
                         if project.calibration and project.calibration.data.endswith(".npz") else None},
         "artifact": {"target": profile.target, "main_file": report["artifact"]["main_file"],
                      "meta": report["artifact"]["meta"],
-                     "files": manifest.tree_hashes(stage / "artifact"), "bytes": report["artifact"]["bytes"]},
+                     "files": report["artifact"]["files"], "bytes": report["artifact"]["bytes"]},
         "golden": {"file": "golden.npz", "sha256": manifest.sha256_file(golden), "samples": report["golden"]["samples"]},
         "profile": profile.model_dump(mode="json"),
         "options_resolved": options.model_dump(mode="json"),
