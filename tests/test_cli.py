@@ -1,6 +1,7 @@
 """End to end through the real CLI: build and check digits-cnn, budgets that fail and pass, exit codes."""
 
 import json
+import os
 import shutil
 import subprocess
 import sys
@@ -201,3 +202,16 @@ def test_undecidable_latency_budget_doubles_sampling_then_exits_3(digits_build, 
     assert {b["budget"]: b["verdict"] for b in report["budgets"]}["latency_p90_ms"] == "inconclusive"
     assert report["measurement"]["latency_ms"]["count"] == 2 * 120
     assert "sampling was doubled once" in " ".join(report["measurement"]["notes"])
+
+
+def test_check_runs_with_torch_unimportable(digits_build, tmp_path):
+    """The device side needs the runtime and numpy only: shadow the host-side packages with ones that
+    refuse to import (the inference processes inherit the path) and run a whole check."""
+    blocked = tmp_path / "blocked"
+    for name in ("torch", "transformers", "onnxscript", "sklearn"):
+        (blocked / name).mkdir(parents=True)
+        (blocked / name / "__init__.py").write_text(f"raise ImportError('{name} is host-side only')\n")
+    path = os.pathsep.join([str(blocked), os.environ.get("PYTHONPATH", "")]).rstrip(os.pathsep)
+    result = run_cli("check", digits_build, "--iterations", "30", "--repeats", "1", env={"PYTHONPATH": path})
+    assert result.code == 0, result.err + result.out
+    assert "PASS" in result.out
