@@ -59,7 +59,9 @@ def test_check_passes_and_writes_check_json_and_junit(digits_build, tmp_path):
     assert "parity_min_cosine" in result.out and "PASS" in result.out
     check = json.loads((digits_build / "check.json").read_text())
     assert check["kind"] == "check" and check["parity"][0]["within_tolerance"]
-    assert 'failures="0"' in junit.read_text()
+    xml = junit.read_text()
+    assert 'tests="2" failures="0"' in xml  # one testcase per judged budget, none failing
+    assert 'name="parity_min_cosine"' in xml and 'name="accuracy_max_drop"' in xml
 
 
 def _profile_with_p90(tmp_path, fast_profile, limit_ms: float, name: str):
@@ -78,8 +80,10 @@ def test_latency_budget_far_below_the_measured_p90_fails_build_and_check(digits_
     verdict = {b["budget"]: b["verdict"] for b in build.json()["budgets"]}
     assert verdict["latency_p90_ms"] == "fail"
     assert builddir.is_build_dir(tmp_path / "tight")  # a failed budget still leaves the complete evidence
-    check = run_cli("check", tmp_path / "tight", "--json")
+    junit = tmp_path / "tight.xml"
+    check = run_cli("check", tmp_path / "tight", "--json", "--junit", junit)
     assert check.code == 1
+    assert 'failures="1"' in junit.read_text() and '<failure message="fail: lower bound' in junit.read_text()
     assert {b["budget"]: b["verdict"] for b in check.json()["budgets"]}["latency_p90_ms"] == "fail"
 
 
