@@ -161,6 +161,10 @@ def load_profile(name: str) -> Profile:
             fix=f"use one of: {', '.join(targets.TARGETS)}",
         )
     profile = validate(Profile, data, path)
+    precisions = targets.TARGETS[profile.target].precisions
+    if profile.precision not in precisions:
+        raise BadInput(f"{path}: field 'precision': target '{profile.target}' does not take {profile.precision!r}",
+                       fix=f"use one of: {', '.join(precisions)}")
     options_model = targets.options_model(profile.target)
     validate(options_model, profile.options, path, prefix="options.")
     if profile.device is not None:

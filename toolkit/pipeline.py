@@ -11,8 +11,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from tapeout import builddir, manifest, targets, verdicts
+from tapeout import builddir, manifest, precision, targets, verdicts
 from tapeout import measure as measuring
+from tapeout.analysis import analyze
 from tapeout.config import load_profile, load_project
 from tapeout.console import UI
 from tapeout.data import Predict, evaluate, sample_inputs, save_golden
@@ -130,8 +131,19 @@ def _build_into(stage: Path, project: Project, profile: Profile, backend, option
     with ui.step(f"lint for {profile.target}"):
         issues = exported.lint if exported.lint is not None else lint_or_raise(backend, exported.path, project, options)
 
+    with ui.step("analyze the model (architecture, costs, activation memory)"):
+        analysis = analyze(exported.path, project.inputs, project.dims, hints=_hints(exported.loaded))
+    ref_metric = None
+    if project.evaluation is not None:
+        with ui.step(f"evaluate {project.evaluation.name} on the FP32 reference"):
+            ref_metric = evaluate(project, exported.reference)
+    model_path, quantization = exported.path, None
+    if profile.precision != "fp32":
+        model_path, quantization = precision.quantize(stage, project, profile, backend, options, exported.path,
+                                                      analysis, ref_metric, ui)
+
     with ui.step(f"compile for {profile.target}"):
-        artifact = backend.compile(exported.path, options, stage / "artifact", project.inputs, project.dims)
+        artifact = backend.compile(model_path, options, stage / "artifact", project.inputs, project.dims)
 
     with ui.step("golden inputs and reference outputs"):
         golden_inputs, golden_source = sample_inputs(project, project.golden_samples)
@@ -145,8 +157,7 @@ def _build_into(stage: Path, project: Project, profile: Profile, backend, option
 
     accuracy = None
     if project.evaluation is not None:
-        with ui.step(f"evaluate {project.evaluation.name} (reference and artifact)"):
-            ref_metric = evaluate(project, exported.reference)
+        with ui.step(f"evaluate {project.evaluation.name} on the artifact"):
             art_metric = evaluate(project, backend.session(artifact, options).run)
         accuracy = {"metric": project.evaluation.name, "direction": project.evaluation.direction,
                     "reference": ref_metric, "artifact": art_metric, "where": "at build, on this host"}
@@ -181,11 +192,21 @@ def _build_into(stage: Path, project: Project, profile: Profile, backend, option
                    "reference": "torch (FP32)" if exported.loaded.kind == "torch" else "the source ONNX model (FP32, ORT CPU)"},
         "parity": [p.to_json() for p in parity],
         "accuracy": accuracy,
+        "analysis": analysis.to_json(),
+        "quantization": quantization,
         "measurement": m.to_json(),
         "budgets": [b.to_json() for b in budgets],
         "lint": [i.line() for i in issues],
         "host": manifest.host_fingerprint(),
     }
+
+
+def _hints(loaded) -> dict:
+    """What the torch side says about the architecture (a Hugging Face config), to back the graph's evidence."""
+    config = getattr(getattr(loaded, "module", None), "config", None)
+    if config is None:
+        return {}
+    return {"model_type": getattr(config, "model_type", None), "architectures": getattr(config, "architectures", None)}
 
 
 def _manifest(stage: Path, project: Project, profile: Profile, options, report: dict) -> dict:
@@ -206,6 +227,8 @@ def _manifest(stage: Path, project: Project, profile: Profile, options, report: 
                      "files": report["artifact"]["files"], "bytes": report["artifact"]["bytes"]},
         "golden": {"file": "golden.npz", "sha256": manifest.sha256_file(golden), "samples": report["golden"]["samples"]},
         "profile": profile.model_dump(mode="json"),
+        "quantization": None if report.get("quantization") is None else {
+            "model_sha256": report["quantization"]["model_sha256"], "plan": report["quantization"]["plan"]},
         "options_resolved": options.model_dump(mode="json"),
         "budgets": profile.budgets.model_dump(mode="json", exclude_none=True),
         "versions": manifest.package_versions(),

@@ -133,6 +133,7 @@ class Budgets(_Strict):
     power_avg_w: float | None = Field(None, gt=0)
     energy_mj: float | None = Field(None, gt=0)
     accuracy_max_drop: float | None = Field(None, ge=0, description="in the project's metric units")
+    accuracy_max_rel_drop: float | None = Field(None, ge=0, lt=1, description="as a share of the reference metric")
 
     def latency_quantiles(self) -> dict[float, float]:
         pairs = {0.5: self.latency_p50_ms, 0.9: self.latency_p90_ms, 0.99: self.latency_p99_ms}
@@ -158,12 +159,38 @@ class CheckSettings(_Strict):
     parity: ParitySettings = ParitySettings()
 
 
+Precision = Literal["fp32", "int8", "int4"]
+
+
+class QuantizationSettings(_Strict):
+    """How a non-FP32 precision is reached; the rule table fills in what is left at "auto"."""
+
+    method: Literal["auto", "dynamic", "static", "weight-only"] = "auto"
+    calibration_method: Literal["minmax", "percentile", "entropy"] = "minmax"
+    calibration_samples: int = Field(64, ge=1, le=4096, description="bounds calibration memory and time")
+    per_channel: bool | None = Field(None, description="None: the rule decides")
+    keep_float: list[str] = Field(default_factory=list, description="fusion-group or node names kept in float")
+    block_size: int = Field(32, ge=16, le=256, description="INT4 weight-only block size (a power of two)")
+    int4_algorithm: Literal["rtn", "gptq"] = "rtn"
+    sensitivity: bool = Field(True, description="run the sensitivity loop when the accuracy budget is missed")
+    max_evaluations: int = Field(12, ge=1, le=200, description="full metric evaluations the loop may spend")
+    rank_samples: int = Field(8, ge=1, le=256, description="calibration samples used to rank fusion groups")
+
+    @field_validator("block_size")
+    @classmethod
+    def _power_of_two(cls, value: int) -> int:
+        if value & (value - 1):
+            raise ValueError(f"block_size {value} must be a power of two (16, 32, 64, 128, 256)")
+        return value
+
+
 class Profile(_Strict):
     name: str
     description: str = ""
     target: str
     device: str | None = Field(None, description="device spec name; none means the machine that runs check")
-    precision: Literal["fp32"] = "fp32"
+    precision: Precision = "fp32"
+    quantization: QuantizationSettings = QuantizationSettings()
     options: dict[str, Any] = Field(default_factory=dict)
     budgets: Budgets = Budgets()
     check: CheckSettings = CheckSettings()

@@ -88,15 +88,27 @@ def judge_parity(parity: list[OutputParity], settings: ParitySettings) -> Budget
 
 def judge_accuracy(budgets: Budgets, reference: float | None, candidate: float | None, direction: str | None,
                    metric: str) -> list[BudgetResult]:
-    if budgets.accuracy_max_drop is None:
-        return []
-    if reference is None or candidate is None:
-        return [BudgetResult("accuracy_max_drop", budgets.accuracy_max_drop, metric, Verdict.UNMEASURED,
-                             reason="the project has no [evaluation] metric")]
+    results = []
+    for budget, limit, relative in (("accuracy_max_drop", budgets.accuracy_max_drop, False),
+                                    ("accuracy_max_rel_drop", budgets.accuracy_max_rel_drop, True)):
+        if limit is None:
+            continue
+        unit = f"share of {metric}" if relative else metric
+        if reference is None or candidate is None:
+            results.append(BudgetResult(budget, limit, unit, Verdict.UNMEASURED,
+                                        reason="the project has no [evaluation] metric"))
+            continue
+        drop = accuracy_drop(reference, candidate, direction, relative)
+        verdict = Verdict.PASS if drop <= limit else Verdict.FAIL
+        results.append(BudgetResult(budget, limit, unit, verdict, drop, None,
+                                    f"{metric}: reference {reference:.6g}, artifact {candidate:.6g} ({direction} is better)"))
+    return results
+
+
+def accuracy_drop(reference: float, candidate: float, direction: str | None, relative: bool = False) -> float:
+    """How much worse the candidate is, in metric units or as a share of the reference (negative: better)."""
     drop = reference - candidate if direction == "higher" else candidate - reference
-    verdict = Verdict.PASS if drop <= budgets.accuracy_max_drop else Verdict.FAIL
-    return [BudgetResult("accuracy_max_drop", budgets.accuracy_max_drop, metric, verdict, drop, None,
-                         f"{metric}: reference {reference:.6g}, artifact {candidate:.6g} ({direction} is better)")]
+    return drop / abs(reference) if relative and reference else drop
 
 
 def exit_code(results: list[BudgetResult], strict: bool = False) -> int:

@@ -1,0 +1,150 @@
+"""Turn a Plan into an ONNX model with onnxruntime's quantization tools, driven by explicit node lists.
+
+Never "quantize everything": every call names the nodes (research quant-prune §1.5: ORT's defaults
+quantize Softmax, LayerNorm and residual Adds, which wrecks transformers).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import shutil
+from pathlib import Path
+
+from tapeout.errors import BadInput, first_line
+from tapeout.quantize.plan import Plan
+
+_CALIBRATION = {"minmax": "MinMax", "percentile": "Percentile", "entropy": "Entropy"}
+_QTYPE = {"uint8": "QUInt8", "int8": "QInt8", "uint16": "QUInt16", "int16": "QInt16"}
+
+
+@contextlib.contextmanager
+def _quiet():
+    """ORT's quantizer logs advice ("consider pre-processing") through the root logger; keep stderr clean."""
+    root = logging.getLogger()
+    level = root.level
+    root.setLevel(logging.ERROR)
+    try:
+        yield
+    finally:
+        root.setLevel(level)
+
+
+def calibration_reader(samples: list[dict]):
+    from onnxruntime.quantization import CalibrationDataReader
+
+    class _Reader(CalibrationDataReader):
+        def __init__(self) -> None:
+            self._it = iter(samples)
+
+        def get_next(self):
+            return next(self._it, None)
+
+        def __len__(self) -> int:
+            return len(samples)
+
+        def rewind(self) -> None:
+            self._it = iter(samples)
+
+    return _Reader()
+
+
+def apply(plan: Plan, model_in: Path, model_out: Path, calibration: list[dict] | None = None,
+          max_ir_version: int | None = None) -> dict:
+    """Write the quantized model for `plan`; returns what was done (for the report)."""
+    import onnx
+
+    model_out.parent.mkdir(parents=True, exist_ok=True)
+    try:
+        with _quiet():
+            if plan.method == "dynamic":
+                info = _dynamic(plan, model_in, model_out)
+            elif plan.method == "static":
+                info = _static(plan, model_in, model_out, calibration)
+            else:
+                info = _weight_only(plan, model_in, model_out, calibration)
+    except BadInput:
+        raise
+    except Exception as exc:  # the quantizer's own failure, named with the plan that caused it
+        raise BadInput(f"onnxruntime could not quantize the model ({plan.method}, {len(plan.quantized())} groups): "
+                       f"{first_line(exc)}",
+                       fix="keep the failing nodes float with [quantization] keep_float, or use precision = \"fp32\"") from None
+    if max_ir_version is not None:
+        model = onnx.load(str(model_out), load_external_data=False)
+        if model.ir_version > max_ir_version:
+            model.ir_version = max_ir_version  # the quantizers write the newest IR; the runtime may accept less
+            onnx.save(model, str(model_out))
+    return info
+
+
+def _op_types(model_in: Path, nodes: list[str]) -> list[str]:
+    import onnx
+
+    wanted = set(nodes)
+    return sorted({n.op_type for n in onnx.load(str(model_in), load_external_data=False).graph.node if n.name in wanted})
+
+
+def _dynamic(plan: Plan, model_in: Path, model_out: Path) -> dict:
+    from onnxruntime.quantization import QuantType, quantize_dynamic
+
+    nodes = plan.nodes_at("int8")
+    if not nodes:
+        shutil.copyfile(model_in, model_out)
+        return {"method": "dynamic", "nodes": 0}
+    quantize_dynamic(model_in, model_out, op_types_to_quantize=_op_types(model_in, nodes), nodes_to_quantize=nodes,
+                     per_channel=plan.per_channel, reduce_range=plan.reduce_range,
+                     weight_type=getattr(QuantType, _QTYPE[plan.weight_type]),
+                     extra_options={"MatMulConstBOnly": True})
+    return {"method": "dynamic", "nodes": len(nodes), "per_channel": plan.per_channel, "reduce_range": plan.reduce_range}
+
+
+def _static(plan: Plan, model_in: Path, model_out: Path, calibration: list[dict] | None) -> dict:
+    from onnxruntime.quantization import CalibrationMethod, QuantFormat, QuantType, quantize_static
+
+    nodes = plan.nodes_at("int8")
+    if not nodes:
+        shutil.copyfile(model_in, model_out)
+        return {"method": "static", "nodes": 0}
+    if not calibration:
+        raise BadInput("static INT8 needs calibration data, and the project has none",
+                       fix="add [calibration] data = \"….npz\" (or module:callable) with real inputs to the project")
+    quantize_static(
+        model_in, model_out, calibration_reader(calibration), quant_format=QuantFormat.QDQ,
+        op_types_to_quantize=_op_types(model_in, nodes), nodes_to_quantize=nodes, per_channel=plan.per_channel,
+        reduce_range=plan.reduce_range, activation_type=getattr(QuantType, _QTYPE[plan.activation_type]),
+        weight_type=getattr(QuantType, _QTYPE[plan.weight_type]),
+        calibrate_method=getattr(CalibrationMethod, _CALIBRATION[plan.calibration_method]),
+        extra_options={"ActivationSymmetric": plan.activation_symmetric, "WeightSymmetric": True,
+                       "CalibTensorRangeSymmetric": plan.activation_symmetric},
+        calibration_providers=["CPUExecutionProvider"], use_external_data_format=False,
+    )
+    return {"method": "static", "nodes": len(nodes), "samples": len(calibration), "calibration": plan.calibration_method,
+            "activation_type": plan.activation_type, "reduce_range": plan.reduce_range, "per_channel": plan.per_channel}
+
+
+def _weight_only(plan: Plan, model_in: Path, model_out: Path, calibration: list[dict] | None) -> dict:
+    import onnx
+    from onnxruntime.quantization import matmul_nbits_quantizer as nbits
+
+    model = onnx.load(str(model_in))
+    done = {}
+    for precision, bits in (("int4", 4), ("int8-weight", 8)):
+        nodes = plan.nodes_at(precision)
+        if not nodes:
+            continue
+        if plan.int4_algorithm == "gptq" and bits == 4:
+            if not calibration:
+                raise BadInput("int4_algorithm = \"gptq\" needs calibration data, and the project has none",
+                               fix="add [calibration] data to the project, or use int4_algorithm = \"rtn\"")
+            algo = nbits.GPTQWeightOnlyQuantConfig(calibration_data_reader=calibration_reader(calibration),
+                                                   block_size=plan.block_size, percdamp=0.01, actorder=False)
+        else:
+            algo = nbits.DefaultWeightOnlyQuantConfig(block_size=plan.block_size, is_symmetric=True,
+                                                      accuracy_level=None, bits=bits)
+        quantizer = nbits.MatMulNBitsQuantizer(model, bits=bits, block_size=plan.block_size, is_symmetric=True,
+                                               nodes_to_include=nodes, algo_config=algo)
+        quantizer.process()
+        model = quantizer.model.model
+        done[precision] = len(nodes)
+    onnx.save(model, str(model_out))
+    return {"method": "weight-only", "nodes": done, "block_size": plan.block_size, "algorithm": plan.int4_algorithm}

@@ -1,0 +1,65 @@
+"""A precision plan: what each fusion group runs in, and how the quantized model is produced.
+
+Plans are data. `rules.first_plan` writes the first one from the analysis; the sensitivity loop
+moves groups up the target's precision ladder; `apply.apply` turns a plan into an ONNX model.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field, replace
+from typing import Literal
+
+Method = Literal["dynamic", "static", "weight-only"]
+FLOAT = "fp32"
+
+
+@dataclass(frozen=True)
+class GroupPlan:
+    group: str
+    role: str
+    nodes: tuple[str, ...]      # the weighted nodes a quantizer touches
+    precision: str              # a rung of the target's ladder: "int8", "int4", "fp32", ...
+    reason: str                 # the rule (or loop step) that put it there
+
+
+@dataclass(frozen=True)
+class Plan:
+    method: Method
+    family: str
+    target: str
+    ladder: tuple[str, ...]     # lowest precision first; the last rung is float
+    groups: tuple[GroupPlan, ...]
+    per_channel: bool = True
+    reduce_range: bool = False
+    activation_type: Literal["uint8", "int8", "uint16", "int16"] = "uint8"
+    weight_type: Literal["uint8", "int8"] = "int8"
+    activation_symmetric: bool = False
+    calibration_method: str = "minmax"
+    block_size: int = 32
+    int4_algorithm: str = "rtn"
+    notes: tuple[str, ...] = field(default_factory=tuple)
+
+    def quantized(self) -> list[GroupPlan]:
+        return [g for g in self.groups if g.precision != FLOAT]
+
+    def nodes_at(self, precision: str) -> list[str]:
+        return [n for g in self.groups if g.precision == precision for n in g.nodes]
+
+    def with_group(self, name: str, precision: str, reason: str) -> Plan:
+        return replace(self, groups=tuple(replace(g, precision=precision, reason=reason) if g.group == name else g
+                                          for g in self.groups))
+
+    def only(self, name: str) -> Plan:
+        """This plan with every other group in float: what isolates one group's error."""
+        return replace(self, groups=tuple(g if g.group == name else replace(g, precision=FLOAT) for g in self.groups))
+
+    def next_rung(self, name: str) -> str | None:
+        current = next(g.precision for g in self.groups if g.group == name)
+        i = self.ladder.index(current) if current in self.ladder else len(self.ladder) - 1
+        return self.ladder[i + 1] if i + 1 < len(self.ladder) else None
+
+    def to_json(self) -> dict:
+        data = asdict(self)
+        data["quantized_groups"] = len(self.quantized())
+        data["float_groups"] = len(self.groups) - len(self.quantized())
+        return data

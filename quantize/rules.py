@@ -1,0 +1,133 @@
+"""The rule table: (family × target × precision) → the first plan. Documented in docs/quantization-rules.md.
+
+A rule says which roles are quantized, which stay float and why, which method and number formats
+the target wants, and the target's precision ladder for the sensitivity loop. Roles come from the
+analysis (`tapeout.arch`), so a rule never keys on op types alone (research: quant-prune §2, §6.2).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+from tapeout.archinfo import Analysis
+from tapeout.errors import BadInput
+from tapeout.quantize.plan import FLOAT, GroupPlan, Plan
+from tapeout.types import QuantizationSettings
+
+LINEARS = frozenset({"attn_q", "attn_k", "attn_v", "attn_qkv", "attn_out", "ffn_in", "ffn_gate", "ffn_up", "ffn_out"})
+
+
+@dataclass(frozen=True)
+class Rule:
+    method: str
+    quantize: frozenset[str]
+    keep: dict[str, str]            # role -> why it stays float
+    per_channel: bool = True
+    why: str = ""
+
+
+_KEEP_TRANSFORMER = {
+    "embedding": "embeddings: a table lookup, no matmul to speed up; quantizing it costs accuracy for no time",
+    "lm_head": "LM head: logits are the most sensitive output (research §2.4); kept float",
+    "head": "task head: small and sensitive; kept float",
+    "norm": "LayerNorm/RMSNorm stay float (not quantized by the plan at all)",
+}
+_KEEP_CNN = {
+    "first_conv": "first conv: few input channels, tiny compute, high sensitivity (research §2.2)",
+    "head": "classifier / detection head: kept float (research §2.2)",
+}
+
+# (family, precision) for the CPU target. INT8 on transformers is dynamic (ORT's recommendation and
+# measured best here: activations quantized per inference avoid calibrating outlier ranges); CNNs
+# are static QDQ with calibrated activations (dynamic ConvInteger is slower than FP32 on convnets).
+CPU_RULES: dict[tuple[str, str], Rule] = {
+    ("transformer-encoder", "int8"): Rule("dynamic", LINEARS, _KEEP_TRANSFORMER,
+                                          why="the six Linear layers per block, per-channel weights, activations per inference"),
+    ("decoder-llm", "int8"): Rule("dynamic", LINEARS, _KEEP_TRANSFORMER, why="Linear layers dynamic INT8; lm_head, embeddings float"),
+    ("decoder-llm", "int4"): Rule("weight-only", LINEARS, _KEEP_TRANSFORMER,
+                                  why="INT4 block-wise weight-only (MatMulNBits): decode is memory-bound (research §2.4)"),
+    ("transformer-encoder", "int4"): Rule("weight-only", LINEARS, _KEEP_TRANSFORMER, why="INT4 block-wise weight-only on the Linear layers"),
+    ("cnn", "int8"): Rule("static", frozenset({"conv", "depthwise_conv", "linear"}), _KEEP_CNN,
+                          why="static QDQ, per-channel weights, calibrated per-tensor activations"),
+    ("diffusion", "int8"): Rule("static", LINEARS | {"conv", "linear"},
+                                {**_KEEP_CNN, "timestep_embedding": "timestep embedding stays float (research §6.2)",
+                                 "embedding": _KEEP_TRANSFORMER["embedding"]},
+                                why="attention/FFN Linears and resnet convs static INT8"),
+    ("speech-recurrent", "int8"): Rule("dynamic", LINEARS | {"linear"},
+                                       {"recurrent_cell": "recurrent state and gates stay float (research §6.2)",
+                                        "head": _KEEP_TRANSFORMER["head"]},
+                                       why="projections dynamic INT8, recurrence float"),
+    ("mlp", "int8"): Rule("dynamic", frozenset({"linear"}), {"head": _KEEP_TRANSFORMER["head"]},
+                          why="Linear layers dynamic INT8"),
+}
+
+# Each target's ladder, lowest rung first. On the ORT CPU EP there is no faster rung between INT8
+# and FP32: FP16 and 16-bit QDQ run as emulation on the CPU EP (slower than FP32), so a sensitive
+# group goes straight to FP32. NPU targets (QNN) add A16W8 and FP16 rungs.
+LADDERS = {
+    ("onnxruntime", "int8"): ("int8", FLOAT),
+    ("onnxruntime", "int4"): ("int4", "int8-weight", FLOAT),
+}
+
+
+def host_has_vnni() -> bool:
+    """x86 VNNI (AVX512-VNNI or AVX-VNNI): ORT's u8s8 kernels no longer saturate, S8S8 QDQ is fastest."""
+    try:
+        flags = Path("/proc/cpuinfo").read_text(encoding="ascii", errors="replace")
+    except OSError:
+        return False
+    return "avx512_vnni" in flags or "avx_vnni" in flags
+
+
+def rule_for(family: str, target: str, precision: str) -> Rule:
+    if target != "onnxruntime":
+        raise BadInput(f"target '{target}' has no {precision} quantization rules yet",
+                       fix="use precision = \"fp32\" with this target, or target = \"onnxruntime\"")
+    rule = CPU_RULES.get((family, precision))
+    if rule is None:
+        known = sorted({f for f, p in CPU_RULES if p == precision})
+        raise BadInput(f"no {precision} rule for a {family} model on {target}",
+                       fix=f"{precision} is defined for: {', '.join(known)}; use precision = \"int8\" or \"fp32\"")
+    return rule
+
+
+def first_plan(analysis: Analysis, target: str, precision: str, settings: QuantizationSettings) -> Plan:
+    """The rule table's plan for this model on this target; settings override what the user set."""
+    family = analysis.family
+    rule = rule_for(family, target, precision)
+    method = rule.method if settings.method == "auto" else settings.method
+    if precision == "int4":
+        method = "weight-only"
+    elif method == "weight-only":
+        raise BadInput(f"[quantization] method = \"weight-only\" needs precision = \"int4\" (the profile says {precision})",
+                       fix="set precision = \"int4\", or method = \"auto\"")
+    rung = precision
+    keep = set(settings.keep_float)
+    groups = []
+    for g in analysis.groups:
+        if g.name in keep or keep & set(g.nodes):
+            groups.append(GroupPlan(g.name, g.role, g.weighted, FLOAT, "kept float by [quantization] keep_float"))
+        elif g.role in rule.quantize:
+            groups.append(GroupPlan(g.name, g.role, g.weighted, rung, f"rule {family}/{target}/{precision}: {rule.why}"))
+        else:
+            why = rule.keep.get(g.role, f"role '{g.role}' is not quantized by the {family} rule")
+            groups.append(GroupPlan(g.name, g.role, g.weighted, FLOAT, why))
+    vnni = host_has_vnni()
+    notes = []
+    if method == "static":
+        # ORT CPU: S8S8 QDQ on VNNI; on AVX2 without VNNI, U8S8 with 7-bit weights (reduce_range) so
+        # the u8×s8 pair sums cannot saturate int16 (research quant-prune §1.4).
+        act, reduce_range = ("int8", False) if vnni else ("uint8", True)
+        notes.append(f"host CPU {'has' if vnni else 'lacks'} VNNI: {act} activations, reduce_range={reduce_range}")
+    else:
+        act, reduce_range = "uint8", False  # dynamic: activations are uint8 in ORT; reduce_range measured no better here
+    if not any(g.precision != FLOAT for g in groups):
+        raise BadInput(f"the {family} rule found nothing to quantize in this model (roles: "
+                       f"{', '.join(sorted({g.role for g in analysis.groups})) or 'none'})",
+                       fix="use precision = \"fp32\", or check `tapeout analyze` for the roles found")
+    return Plan(method=method, family=family, target=target, ladder=LADDERS[(target, precision)],
+                groups=tuple(groups), per_channel=rule.per_channel if settings.per_channel is None else settings.per_channel,
+                reduce_range=reduce_range, activation_type=act, weight_type="int8",
+                calibration_method=settings.calibration_method, block_size=settings.block_size,
+                int4_algorithm=settings.int4_algorithm, notes=tuple(notes))

@@ -1,0 +1,167 @@
+"""The sensitivity loop: evaluate the plan; while the accuracy budget is missed, move the fusion group
+that introduces the most error one rung up the target's ladder, re-evaluate, repeat.
+
+Ranking (research quant-prune §6.3, isolation variant): each quantized group is quantized *alone*
+and the model's outputs on a few calibration samples are compared with FP32; the relative error
+(‖y − y_fp32‖² / ‖y_fp32‖²) is the error that group introduces. One quantization and a few runs per
+group; the full metric is spent only on the plans the loop actually tries.
+"""
+
+from __future__ import annotations
+
+import statistics
+import time
+from collections.abc import Callable
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+import numpy as np
+
+from tapeout.quantize.apply import apply
+from tapeout.quantize.plan import Plan
+
+Predict = Callable[[dict], dict]
+
+
+@dataclass(frozen=True)
+class Step:
+    index: int
+    action: str                  # "initial plan", or "<group>: int8 → fp32"
+    group: str | None
+    precision: str | None
+    metric: float
+    drop: float                  # in the budget's units (absolute, or a share of the reference)
+    latency_ms: float            # quick in-process median: for comparing steps, never judged
+    meets_accuracy: bool
+
+
+@dataclass
+class Search:
+    plan: Plan
+    steps: list[Step] = field(default_factory=list)
+    ranking: list[dict] = field(default_factory=list)
+    stopped: str = ""
+    evaluations: int = 0
+
+    def to_json(self) -> dict:
+        return {"steps": [asdict(s) for s in self.steps], "ranking": self.ranking, "stopped": self.stopped,
+                "evaluations": self.evaluations}
+
+
+@dataclass(frozen=True)
+class Budget:
+    """What the loop must meet: the accuracy drop (absolute or relative) and, optionally, latency."""
+
+    reference: float
+    direction: str
+    max_drop: float | None
+    max_rel_drop: float | None
+    latency_limit_ms: float | None = None
+
+    def drop(self, metric: float) -> float:
+        raw = self.reference - metric if self.direction == "higher" else metric - self.reference
+        return raw / abs(self.reference) if self.max_drop is None and self.reference else raw
+
+    def met(self, metric: float) -> bool:
+        raw = self.reference - metric if self.direction == "higher" else metric - self.reference
+        ok = self.max_drop is None or raw <= self.max_drop
+        rel = raw / abs(self.reference) if self.reference else raw
+        return ok and (self.max_rel_drop is None or rel <= self.max_rel_drop)
+
+
+def quick_latency_ms(predict: Predict, feeds: dict, runs: int = 15) -> float:
+    for _ in range(3):
+        predict(feeds)
+    times = []
+    for _ in range(runs):
+        start = time.perf_counter()
+        predict(feeds)
+        times.append((time.perf_counter() - start) * 1e3)
+    return statistics.median(times)
+
+
+def rank_groups(plan: Plan, fp32_path: Path, work: Path, session: Callable[[Path], Predict], samples: list[dict],
+                calibration: list[dict] | None, max_ir_version: int | None, log=print) -> list[dict]:
+    """Quantized groups, worst first, by the output error each introduces when quantized alone."""
+    reference = session(fp32_path)
+    expected = [reference(f) for f in samples]
+    ranking = []
+    candidates = plan.quantized()
+    for i, group in enumerate(candidates):
+        log(f"ranking {i + 1}/{len(candidates)}: {group.group}")
+        path = work / f"rank-{i}.onnx"
+        apply(plan.only(group.group), fp32_path, path, calibration, max_ir_version)
+        predict = session(path)
+        num = den = 0.0
+        for feeds, ref in zip(samples, expected, strict=True):
+            out = predict(feeds)
+            for name, value in ref.items():
+                diff = out[name].astype(np.float64) - value.astype(np.float64)
+                num += float((diff ** 2).sum())
+                den += float((value.astype(np.float64) ** 2).sum())
+        path.unlink(missing_ok=True)
+        ranking.append({"group": group.group, "role": group.role, "precision": group.precision,
+                        "relative_error": num / den if den else num})
+    return sorted(ranking, key=lambda r: -r["relative_error"])
+
+
+def search(plan: Plan, fp32_path: Path, out_path: Path, *, session: Callable[[Path], Predict],
+           evaluate: Callable[[Predict], float], budget: Budget, latency_feeds: dict, calibration: list[dict] | None,
+           rank_samples: list[dict], max_evaluations: int, enabled: bool = True, max_ir_version: int | None = None,
+           log=print) -> Search:
+    """Apply `plan`, then move groups up the ladder until the budget holds; `out_path` ends as the chosen model."""
+    result = Search(plan)
+
+    def try_plan(candidate: Plan, path: Path) -> tuple[float, float]:
+        apply(candidate, fp32_path, path, calibration, max_ir_version)
+        predict = session(path)
+        result.evaluations += 1
+        return evaluate(predict), quick_latency_ms(predict, latency_feeds)
+
+    metric, latency = try_plan(plan, out_path)
+    result.steps.append(Step(0, "initial plan", None, None, metric, budget.drop(metric), latency, budget.met(metric)))
+    if budget.met(metric):
+        result.stopped = "accuracy budget met by the rule table's plan"
+        return result
+    if not enabled:
+        result.stopped = "accuracy budget missed; the sensitivity loop is off ([quantization] sensitivity = false)"
+        return result
+    work = out_path.parent / ".sensitivity"
+    work.mkdir(exist_ok=True)
+    try:
+        result.ranking = rank_groups(plan, fp32_path, work, session, rank_samples, calibration, max_ir_version, log)
+        order = [r["group"] for r in result.ranking]
+        while True:
+            if result.evaluations >= max_evaluations:
+                result.stopped = f"evaluation cap reached ({max_evaluations}) with the accuracy budget still missed"
+                break
+            movable = [g for g in order if result.plan.next_rung(g) is not None]
+            if not movable:
+                result.stopped = "every group is at the top of the ladder and the accuracy budget is still missed"
+                break
+            group = movable[0]
+            before = next(g.precision for g in result.plan.groups if g.group == group)
+            rung = result.plan.next_rung(group)
+            candidate = result.plan.with_group(group, rung, f"sensitivity loop step {len(result.steps)}: "
+                                               f"ranked worst ({before} → {rung})")
+            trial = work / "candidate.onnx"
+            metric, latency = try_plan(candidate, trial)
+            step = Step(len(result.steps), f"{group}: {before} → {rung}", group, rung, metric, budget.drop(metric),
+                        latency, budget.met(metric))
+            log(f"step {step.index}: {step.action}: metric {metric:.6g}, quick latency {latency:.3f} ms")
+            if budget.latency_limit_ms is not None and latency > budget.latency_limit_ms:
+                result.steps.append(step)
+                result.stopped = (f"moving {group} to {rung} breaks the latency budget "
+                                  f"({latency:.3f} ms > {budget.latency_limit_ms:g} ms, quick estimate); kept the previous plan")
+                break
+            result.steps.append(step)
+            result.plan = candidate
+            trial.replace(out_path)
+            if step.meets_accuracy:
+                result.stopped = f"accuracy budget met after {len(result.steps) - 1} step(s)"
+                break
+    finally:
+        for leftover in work.glob("*"):
+            leftover.unlink()
+        work.rmdir()
+    return result

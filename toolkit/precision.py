@@ -1,0 +1,66 @@
+"""The build's precision step: rule table → first plan → quantize → sensitivity loop, on the host.
+
+Candidates are evaluated with the project's metric on the target's own runtime (ORT CPU for the
+CPU target), so the accuracy the loop sees is the accuracy the artifact has.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from tapeout.archinfo import Analysis
+from tapeout.console import UI
+from tapeout.data import evaluate, sample_inputs
+from tapeout.errors import BadInput
+from tapeout.manifest import sha256_file
+from tapeout.types import Artifact, Profile, Project
+
+
+def quantize(stage: Path, project: Project, profile: Profile, backend, options, fp32_path: Path, analysis: Analysis,
+             reference_metric: float | None, ui: UI) -> tuple[Path, dict]:
+    from tapeout.quantize import rules, sensitivity
+    from tapeout.quantize.apply import apply
+
+    settings = profile.quantization
+    plan = rules.first_plan(analysis, profile.target, profile.precision, settings)
+    calibration = None
+    if project.calibration is not None:
+        calibration, _ = sample_inputs(project, settings.calibration_samples)
+    elif plan.method == "static" or (plan.method == "weight-only" and plan.int4_algorithm == "gptq"):
+        raise BadInput(f"{plan.method} quantization of this {plan.family} model needs calibration data, and "
+                       f"{project.file} has no [calibration] section",
+                       fix="add [calibration] data = \"….npz\" (or module:callable) with real inputs")
+    probe_inputs, _ = sample_inputs(project, max(settings.rank_samples, 1))
+    out = stage / "quantized" / "model.onnx"
+    max_ir = backend.limits().max_ir_version
+
+    def session(path: Path):
+        return backend.session(Artifact(profile.target, path.parent, path.name), options).run
+
+    budgets = profile.budgets
+    has_budget = budgets.accuracy_max_drop is not None or budgets.accuracy_max_rel_drop is not None
+    info: dict = {"precision": profile.precision}
+    if project.evaluation is None or not has_budget or reference_metric is None:
+        with ui.step(f"quantize ({plan.method}, {len(plan.quantized())} of {len(plan.groups)} groups)"):
+            info["apply"] = apply(plan, fp32_path, out, calibration, max_ir)
+        info["search"] = {"steps": [], "ranking": [], "evaluations": 0,
+                          "stopped": "no sensitivity loop: the project has no [evaluation] metric or the profile no "
+                                     "accuracy budget; parity with FP32 is the only accuracy evidence"}
+    else:
+        budget = sensitivity.Budget(reference_metric, project.evaluation.direction, budgets.accuracy_max_drop,
+                                    budgets.accuracy_max_rel_drop, budgets.latency_p50_ms)
+        with ui.step(f"quantize ({plan.method}, {len(plan.quantized())} of {len(plan.groups)} groups) and evaluate "
+                     f"{project.evaluation.name}"):
+            search = sensitivity.search(
+                plan, fp32_path, out, session=session, evaluate=lambda predict: evaluate(project, predict),
+                budget=budget, latency_feeds=probe_inputs[0], calibration=calibration, rank_samples=probe_inputs,
+                max_evaluations=settings.max_evaluations, enabled=settings.sensitivity, max_ir_version=max_ir,
+                log=ui.detail)
+        plan = search.plan
+        info["search"] = search.to_json()
+        ui.note(f"sensitivity: {search.stopped}")
+    info["plan"] = plan.to_json()
+    info["model_sha256"] = sha256_file(out)
+    info["fp32_bytes"] = fp32_path.stat().st_size
+    info["quantized_bytes"] = out.stat().st_size
+    return out, info
