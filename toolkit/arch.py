@@ -195,6 +195,10 @@ def _recurrent_and_timestep(view, found: Detected) -> bool:
                      lambda n: n.op_type in ("Sin", "Cos"), forward=True, depth=8)
         for n in trig:
             found.roles[n.name] = "timestep_embedding"
+            # the time MLP right after the sinusoids belongs to the embedding (kept float by the rules)
+            for m in _walk(view, n.output[0], _SHAPE_OPS | {"Concat", "Mul", "Add"}, lambda m: view.weight_of(m) is not None,
+                           forward=True, depth=4):
+                found.roles[m.name] = "timestep_embedding"
         timestep = timestep or bool(trig)
     return timestep
 
@@ -225,11 +229,19 @@ def detect(view, hints: dict) -> Detected:
             if n.name not in found.roles:
                 found.roles[n.name] = "lm_head" if blocks and causal else "head"
     # FFN: weighted matmuls fed (through an activation) by other weighted matmuls, inside a transformer.
+    # The walk stays inside the MLP: never through a norm or a residual Add (two activation inputs).
+    def inside_ffn(m) -> bool:
+        if found.roles.get(m.name) == "norm":
+            return False
+        if m.op_type == "Add":
+            return any(view.is_const(t) for t in m.input)
+        return m.op_type in _ACTIVATIONS | {"Mul", "Div", "Pow", "Tanh", "Cast"} | _SHAPE_OPS
+
     if blocks:
         for n in weighted:
             if n.name in found.roles or n.op_type not in ("MatMul", "Gemm"):
                 continue
-            feeders = _walk(view, n.input[0], _ACTIVATIONS | {"Mul", "Add", "Div", "Pow", "Tanh", "Cast"} | _SHAPE_OPS,
+            feeders = _walk(view, n.input[0], inside_ffn,
                             lambda m: _is_weighted_matmul(view, m) and not found.roles.get(m.name, "").startswith("attn"),
                             depth=8)
             if feeders:
@@ -319,7 +331,14 @@ def _groups(view, found: Detected, blocks: list[dict], costs: dict, order: dict)
             name = f"{role}{counters[role]}"
         groups.append(make(name, role, [n]))
         taken.add(n.name)
-    return groups
+    groups.sort(key=lambda g: min(order[m] for m in g.weighted))
+    seen: dict[str, int] = {}
+    unique = []
+    for g in groups:  # names are keys in plans and profiles: never two groups with one name
+        seen[g.name] = seen.get(g.name, 0) + 1
+        unique.append(g if seen[g.name] == 1 else FusionGroup(f"{g.name}#{seen[g.name]}", g.role, g.weighted, g.nodes,
+                                                               g.macs, g.params))
+    return unique
 
 
 def _families(found: Detected, blocks: list, causal: bool, timestep: bool, conv_share: float, hints: dict) -> list[FamilyScore]:

@@ -148,6 +148,44 @@ def lint(
 
 
 @app.command()
+def analyze(
+    model: Path = typer.Argument(..., help="A project (directory or tapeout.toml; exported first) or an .onnx file."),
+    dim: list[str] = typer.Option([], "--dim", help="NAME=VALUE for a symbolic dim of an .onnx file (default 1)."),
+    groups: bool = typer.Option(False, "--groups", help="List every fusion group with its nodes."),
+    as_json: bool = JSON,
+) -> None:
+    """Architecture (family, roles, fusion groups), op census, parameters, FLOPs and peak activation memory."""
+    from tapeout.analysis import analyze as run_analysis
+    from tapeout.console import UI, analysis_summary
+    from tapeout.errors import BadInput
+
+    dims: dict[str, int] = {}
+    for item in dim:
+        name, _, value = item.partition("=")
+        if not name or not value.isdigit() or int(value) <= 0:
+            raise BadInput(f"--dim {item!r} is not NAME=VALUE with a positive integer value", fix="e.g. --dim sequence=128")
+        dims[name] = int(value)
+    ui = UI(quiet=as_json)
+    if model.suffix == ".onnx":
+        if not model.is_file():
+            raise BadInput(f"{model} not found", fix="check the path")
+        result, title = run_analysis(model, None, dims), model.name
+    else:
+        from tapeout.pipeline import export_model, hints_of, resolve
+
+        proj, _prof, backend, options = resolve(model, "cpu-fp32")
+        with tempfile.TemporaryDirectory(prefix="tapeout-analyze-") as tmp:
+            exported = export_model(proj, Path(tmp) / "model.onnx", backend, options, ui)
+            with ui.step("analyze"):
+                result = run_analysis(exported.path, proj.inputs, {**proj.dims, **dims}, hints=hints_of(exported.loaded))
+        title = proj.display_name
+    if as_json:
+        typer.echo(json.dumps(result.to_json(top_costs=30), indent=2, default=str))
+        return
+    analysis_summary(ui.out, title, result, show_groups=groups)
+
+
+@app.command()
 def report(
     build_dir: Path = typer.Argument(..., help="A build dir."),
     of_check: bool = typer.Option(False, "--check", help="Re-render check.md from check.json instead."),

@@ -132,7 +132,7 @@ def _build_into(stage: Path, project: Project, profile: Profile, backend, option
         issues = exported.lint if exported.lint is not None else lint_or_raise(backend, exported.path, project, options)
 
     with ui.step("analyze the model (architecture, costs, activation memory)"):
-        analysis = analyze(exported.path, project.inputs, project.dims, hints=_hints(exported.loaded))
+        analysis = analyze(exported.path, project.inputs, project.dims, hints=hints_of(exported.loaded))
     ref_metric = None
     if project.evaluation is not None:
         with ui.step(f"evaluate {project.evaluation.name} on the FP32 reference"):
@@ -201,7 +201,7 @@ def _build_into(stage: Path, project: Project, profile: Profile, backend, option
     }
 
 
-def _hints(loaded) -> dict:
+def hints_of(loaded) -> dict:
     """What the torch side says about the architecture (a Hugging Face config), to back the graph's evidence."""
     config = getattr(getattr(loaded, "module", None), "config", None)
     if config is None:

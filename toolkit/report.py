@@ -92,6 +92,9 @@ def render_markdown(report: dict) -> str:
         out += ["", "## Accuracy", "", f"{acc['metric']} ({acc['direction']} is better): reference "
                 f"{fmt(acc['reference'], 6)}, artifact {fmt(acc['artifact'], 6)}, measured {acc['where']}."]
 
+    out += _analysis_section(r.get("analysis"))
+    out += _quantization_section(r.get("quantization"))
+
     exp = r.get("export")
     if exp:
         out += ["", "## Export", ""]
@@ -123,3 +126,43 @@ def render_markdown(report: dict) -> str:
     out += ["", "## Machine", "", f"{host['cpu']} · {host['physical_cores']} physical / {host['logical_cores']} "
             f"logical cores · {host['memory_gb']} GB · {host['os']} · flags {' '.join(host['cpu_flags']) or 'none'}"]
     return "\n".join(out) + "\n"
+
+
+def _analysis_section(a: dict | None) -> list[str]:
+    if not a:
+        return []
+    best = a["families"][0]
+    facts = {k: v for k, v in a["facts"].items() if v not in (None, 0, False, {}, 0.0)}
+    return ["", "## Architecture", "",
+            f"**{best['family']}** (confidence {best['confidence']:.2f}): {'; '.join(best['evidence'])}. "
+            + ", ".join(f"{k} {v}" for k, v in facts.items()) + ".",
+            "", f"{fmt(a['params'] / 1e6, 4)} M parameters · {fmt(a['flops'] / 1e9, 4)} GFLOP per inference · "
+            f"peak live activations {fmt(a['peak_activation_bytes'] / 2**20, 4)} MB (lower bound, before the runtime's "
+            f"arenas) · {len(a['groups'])} fusion groups · roles: "
+            + ", ".join(f"{k} {v}" for k, v in a["role_counts"].items()) + "."]
+
+
+def _quantization_section(q: dict | None) -> list[str]:
+    if not q:
+        return []
+    plan, search = q["plan"], q["search"]
+    out = ["", "## Quantization", "",
+           f"{q['precision']} by the rule for **{plan['family']}** on `{plan['target']}`: method {plan['method']}, "
+           f"{plan['quantized_groups']} of {plan['quantized_groups'] + plan['float_groups']} fusion groups quantized, "
+           f"ladder {' → '.join(plan['ladder'])}. Model {fmt(q['quantized_bytes'] / 2**20)} MB "
+           f"(FP32 {fmt(q['fp32_bytes'] / 2**20)} MB)."]
+    out += [f"\nNote: {n}" for n in plan.get("notes", [])]
+    out += ["", f"Sensitivity loop: **{search['stopped']}** ({search['evaluations']} evaluation(s))."]
+    if search["steps"]:
+        out += ["", *_table(["step", "action", "metric", "drop", "meets budget", "quick latency ms"],
+                            [[s["index"], s["action"], fmt(s["metric"], 6), fmt(s["drop"], 4),
+                              "yes" if s["meets_accuracy"] else "no", fmt(s["latency_ms"], 4)] for s in search["steps"]])]
+        out.append("\nQuick latency: median of 15 in-process runs, for comparing steps; the budgets are judged on the "
+                   "measurement above.")
+    if search["ranking"]:
+        out += ["", "Groups ranked by the error each introduces when quantized alone (relative squared output error):", ""]
+        out += _table(["group", "role", "relative error"],
+                      [[r["group"], r["role"], f"{r['relative_error']:.3g}"] for r in search["ranking"][:10]])
+    rows = [[g["group"], g["role"], g["precision"], g["reason"]] for g in plan["groups"]]
+    out += ["", "Final plan:", "", *_table(["group", "role", "precision", "why"], rows)]
+    return out

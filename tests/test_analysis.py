@@ -1,0 +1,117 @@
+"""Architecture detection on small synthetic graphs of each family, and the static costs."""
+
+from __future__ import annotations
+
+import numpy as np
+import onnx
+import pytest
+from onnx import TensorProto, helper
+
+import graphs
+from conftest import run_cli
+from tapeout.analysis import analyze
+
+
+def _analyze(tmp_path, model, **kw):
+    path = tmp_path / "model.onnx"
+    onnx.save(model, path)
+    return analyze(path, **kw)
+
+
+def _roles(a):
+    return a.to_json()["role_counts"]
+
+
+def test_encoder_is_labelled_with_its_attention_ffn_and_norm_roles(tmp_path):
+    a = _analyze(tmp_path, graphs.transformer(layers=2))
+    assert a.family == "transformer-encoder"
+    assert a.facts["attention_blocks"] == 2 and a.facts["causal"] is False and a.facts["heads"] == 2
+    roles = _roles(a)
+    for role in ("attn_q", "attn_k", "attn_v", "attn_out", "ffn_in", "ffn_out"):
+        assert roles[role] == 2, (role, roles)
+    assert roles["norm"] == 4 and roles["attn_softmax"] == 2 and roles["embedding"] == 1
+    names = [g.name for g in a.groups]
+    assert names == ["embedding1", "block0.attn.qkv", "block0.attn.out", "block0.ffn.in", "block0.ffn.out",
+                     "block1.attn.qkv", "block1.attn.out", "block1.ffn.in", "block1.ffn.out"]
+    qkv = next(g for g in a.groups if g.name == "block0.attn.qkv")
+    assert len(qkv.weighted) == 3 and len(qkv.nodes) == 6  # Q, K, V and their bias Adds: one decision
+
+
+def test_decoder_with_causal_mask_rmsnorm_and_swiglu(tmp_path):
+    a = _analyze(tmp_path, graphs.transformer(causal=True, lm_head=True, swiglu=True))
+    assert a.family == "decoder-llm"
+    assert a.facts["causal"] is True and a.facts["norms"] == {"rmsnorm": 5} and a.facts["vocab"] == 64
+    roles = _roles(a)
+    assert roles["lm_head"] == 1 and roles["ffn_gate"] == 2 and roles["ffn_up"] == 2 and roles["ffn_out"] == 2
+    ffn_in = next(g for g in a.groups if g.name == "block1.ffn.in")
+    assert len(ffn_in.weighted) == 2  # gate and up share one precision decision
+
+
+def test_encoder_is_not_called_causal_and_decoder_without_mask_is_not_a_decoder(tmp_path):
+    # The same decoder graph with its causal mask swapped for a padding mask reads as an encoder.
+    a = _analyze(tmp_path, graphs.transformer(causal=False, lm_head=True))
+    assert a.family == "transformer-encoder"
+    assert "lm_head" not in _roles(a) and _roles(a)["head"] == 1
+
+
+def test_cnn_first_conv_depthwise_and_head(tmp_path):
+    a = _analyze(tmp_path, graphs.cnn(depthwise=True))
+    assert a.family == "cnn"
+    assert _roles(a) == {"first_conv": 1, "depthwise_conv": 1, "conv": 1, "head": 1}
+    assert a.facts["depthwise_convs"] == 1 and a.facts["conv_mac_share"] > 0.9
+
+
+def test_recurrent_and_diffusion_and_mlp(tmp_path):
+    rnn = _analyze(tmp_path, graphs.recurrent())
+    assert rnn.family == "speech-recurrent" and _roles(rnn)["recurrent_cell"] == 1
+    diff = _analyze(tmp_path, graphs.diffusion())
+    assert diff.family == "diffusion" and diff.facts["timestep_input"] is True
+    assert _roles(diff)["timestep_embedding"] == 3  # Sin, Cos and the time MLP after them
+    mlp = _analyze(tmp_path, graphs.mlp())
+    assert mlp.family == "mlp" and _roles(mlp) == {"linear": 3, "head": 1}
+    assert any("attention" in reason for reason in mlp.unmatched)  # the detectors that did not fire say so
+
+
+def test_costs_and_liveness_on_a_graph_counted_by_hand(tmp_path):
+    # x[2,8] → MatMul W[8,16] → Relu → MatMul W[16,4]: 2·2·8·16 + 2·16 + 2·2·16·4 FLOPs.
+    w1, w2 = np.ones((8, 16), np.float32), np.ones((16, 4), np.float32)
+    nodes = [helper.make_node("MatMul", ["x", "w1"], ["h"], name="mm1"), helper.make_node("Relu", ["h"], ["r"], name="relu"),
+             helper.make_node("MatMul", ["r", "w2"], ["y"], name="mm2")]
+    graph = helper.make_graph(nodes, "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["batch", 8])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["batch", 4])],
+                              [onnx.numpy_helper.from_array(w1, "w1"), onnx.numpy_helper.from_array(w2, "w2")])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 8
+    a = _analyze(tmp_path, model, dims={"batch": 2})
+    assert a.flops == 2 * 2 * 8 * 16 + 2 * 16 + 2 * 2 * 16 * 4
+    assert a.params == 8 * 16 + 16 * 4 and a.weight_bytes == 4 * (8 * 16 + 16 * 4)
+    # Live at once, at most: h and r (2·16 floats each) while Relu runs; x is dead after mm1.
+    assert a.peak_activation_bytes == 2 * (2 * 16 * 4) and a.peak_activation_at == "relu"
+    assert a.op_census == {"MatMul": 2, "Relu": 1}
+
+
+@pytest.mark.parametrize(("sample", "family", "roles"), [
+    ("digits-cnn", "cnn", {"first_conv": 1, "conv": 1, "linear": 1, "head": 1}),
+    ("minilm", "transformer-encoder", {"attn_q": 6, "attn_out": 6, "ffn_in": 6, "ffn_out": 6, "embedding": 3, "norm": 13}),
+    ("tiny-lm", "decoder-llm", {"lm_head": 1, "ffn_gate": 4, "ffn_up": 4, "ffn_out": 4, "attn_q": 4}),
+])
+def test_analyze_labels_the_samples(sample, family, roles):
+    from conftest import SAMPLES
+
+    result = run_cli("analyze", SAMPLES / sample, "--json")
+    assert result.code == 0, result.err
+    data = result.json()
+    assert data["family"] == family, data["families"]
+    for role, count in roles.items():
+        assert data["role_counts"].get(role) == count, (role, data["role_counts"])
+
+
+def test_analyze_an_onnx_file_with_dims_and_bad_dim(tmp_path):
+    from conftest import one_line_error
+
+    path = tmp_path / "enc.onnx"
+    onnx.save(graphs.transformer(), path)
+    ok = run_cli("analyze", path)
+    assert ok.code == 0 and "transformer-encoder" in ok.out and "block0.attn.qkv" in ok.out, ok.err
+    bad = run_cli("analyze", path, "--dim", "sequence=abc")
+    assert bad.code == 2 and "NAME=VALUE" in one_line_error(bad)

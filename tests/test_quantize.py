@@ -1,0 +1,228 @@
+"""The rule table's plans per family and target, applying them with onnxruntime, and the sensitivity loop
+finding a planted sensitive layer."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import onnx
+import pytest
+
+import graphs
+from conftest import one_line_error, run_cli
+from tapeout.analysis import analyze
+from tapeout.errors import BadInput
+from tapeout.quantize import rules
+from tapeout.quantize.apply import apply
+from tapeout.types import QuantizationSettings
+
+
+def _plan(tmp_path, model, precision="int8", **settings):
+    path = tmp_path / "model.onnx"
+    onnx.save(model, path)
+    return rules.first_plan(analyze(path), "onnxruntime", precision, QuantizationSettings(**settings)), path
+
+
+def _by_precision(plan):
+    return {g.group: g.precision for g in plan.groups}
+
+
+def test_encoder_int8_is_dynamic_on_the_linears_only(tmp_path):
+    plan, _ = _plan(tmp_path, graphs.transformer())
+    assert plan.method == "dynamic" and plan.per_channel and plan.ladder == ("int8", "fp32")
+    groups = _by_precision(plan)
+    assert groups.pop("embedding1") == "fp32"
+    assert set(groups.values()) == {"int8"}  # qkv, out, ffn.in, ffn.out of both blocks
+    reasons = {g.group: g.reason for g in plan.groups}
+    assert "lookup" in reasons["embedding1"]
+
+
+def test_decoder_int4_keeps_lm_head_and_embeddings(tmp_path):
+    plan, _ = _plan(tmp_path, graphs.transformer(causal=True, lm_head=True, swiglu=True), precision="int4")
+    assert plan.method == "weight-only" and plan.ladder == ("int4", "int8-weight", "fp32")
+    groups = _by_precision(plan)
+    assert groups["lm_head"] == "fp32" and groups["embedding1"] == "fp32"
+    assert groups["block0.ffn.in"] == "int4" and groups["block1.attn.qkv"] == "int4"
+
+
+def test_cnn_int8_is_static_and_keeps_first_conv_and_head(tmp_path, monkeypatch):
+    monkeypatch.setattr(rules, "host_has_vnni", lambda: False)
+    plan, _ = _plan(tmp_path, graphs.cnn())
+    assert plan.method == "static"
+    assert _by_precision(plan) == {"first_conv": "fp32", "depthwise_conv1": "int8", "conv1": "int8", "head": "fp32"}
+    # AVX2 without VNNI: uint8 activations and 7-bit weights; with VNNI: S8S8.
+    assert (plan.activation_type, plan.reduce_range) == ("uint8", True)
+    monkeypatch.setattr(rules, "host_has_vnni", lambda: True)
+    plan, _ = _plan(tmp_path, graphs.cnn())
+    assert (plan.activation_type, plan.reduce_range) == ("int8", False)
+
+
+def test_recurrent_keeps_the_cell_and_diffusion_keeps_the_timestep(tmp_path):
+    rnn, _ = _plan(tmp_path, graphs.recurrent())
+    assert rnn.method == "dynamic" and _by_precision(rnn) == {"linear1": "int8", "head": "fp32"}
+    diff, _ = _plan(tmp_path, graphs.diffusion())
+    groups = _by_precision(diff)
+    assert groups["timestep_embedding1"] == "fp32" and groups["first_conv"] == "fp32" and groups["conv1"] == "int8"
+
+
+def test_overrides_keep_float_and_method(tmp_path):
+    plan, _ = _plan(tmp_path, graphs.transformer(), keep_float=["block1.ffn.out"], method="static")
+    assert plan.method == "static" and _by_precision(plan)["block1.ffn.out"] == "fp32"
+
+
+def test_targets_and_precisions_without_rules_are_bad_input(tmp_path):
+    path = tmp_path / "m.onnx"
+    onnx.save(graphs.cnn(), path)
+    a = analyze(path)
+    with pytest.raises(BadInput, match="no int8 quantization rules"):
+        rules.first_plan(a, "openvino", "int8", QuantizationSettings())
+    with pytest.raises(BadInput, match="no int4 rule for a cnn"):
+        rules.first_plan(a, "onnxruntime", "int4", QuantizationSettings())
+
+
+@pytest.mark.parametrize("case", ["encoder-dynamic", "cnn-static", "decoder-int4"])
+def test_plans_apply_and_run_close_to_fp32(tmp_path, case):
+    import onnxruntime as ort
+
+    model, precision = {"encoder-dynamic": (graphs.transformer(), "int8"), "cnn-static": (graphs.cnn(), "int8"),
+                        "decoder-int4": (graphs.transformer(causal=True, lm_head=True, swiglu=True), "int4")}[case]
+    plan, path = _plan(tmp_path, model, precision)
+    rng = np.random.default_rng(0)
+    name = model.graph.input[0].name
+    feeds = ([{name: rng.integers(0, 64, (1, 8))} for _ in range(8)] if name == "input_ids"
+             else [{name: rng.random((1, 3, 16, 16), dtype=np.float32)} for _ in range(8)])
+    out = tmp_path / "q.onnx"
+    info = apply(plan, path, out, feeds, max_ir_version=10)
+    quantized = onnx.load(out)
+    ops = {n.op_type for n in quantized.graph.node}
+    expected = {"encoder-dynamic": "DynamicQuantizeLinear", "cnn-static": "QuantizeLinear", "decoder-int4": "MatMulNBits"}[case]
+    assert expected in ops or (case == "encoder-dynamic" and "DynamicQuantizeMatMul" in ops), ops
+    if case == "cnn-static":  # the first conv was kept float: its weight is still a float initializer
+        first = next(n for n in quantized.graph.node if n.op_type == "Conv")
+        assert first.input[1] in {i.name for i in quantized.graph.initializer if i.data_type == onnx.TensorProto.FLOAT}
+    else:  # softmax, norms and residual adds stay float ops fed by float tensors
+        producers = {o: n.op_type for n in quantized.graph.node for o in n.output}
+        kept = [n for n in quantized.graph.node if n.op_type in ("Softmax", "LayerNormalization", "Add", "Pow")]
+        assert any(n.op_type == "Softmax" for n in kept)
+        assert not any(producers.get(t) == "DequantizeLinear" for n in kept for t in n.input)
+    fp32 = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"])
+    q = ort.InferenceSession(str(out), providers=["CPUExecutionProvider"])
+    for f in feeds:
+        a, b = fp32.run(None, f)[0].ravel(), q.run(None, f)[0].ravel()
+        # random Gaussian weights are INT4's worst case (no trained structure); INT8 lands near 0.99
+        assert np.dot(a, b) / (np.linalg.norm(a) * np.linalg.norm(b)) > (0.95 if precision == "int4" else 0.98), info
+    assert quantized.ir_version <= 10
+
+
+# ------------------------------------------------------------------ the loop, end to end
+
+PLANTED_METRIC = '''
+import numpy as np
+from pathlib import Path
+DATA = Path(__file__).with_name("eval.npz")
+
+def agreement(predict):
+    with np.load(DATA) as d:
+        xs, refs = d["x"], d["ref"]
+    cos = []
+    for x, ref in zip(xs, refs):
+        y = next(iter(predict({"x": x[None]}).values())).ravel()
+        cos.append(float(np.dot(y, ref) / max(np.linalg.norm(y) * np.linalg.norm(ref), 1e-12)))
+    return float(np.mean(cos))
+'''
+
+
+def _planted_project(tmp_path, planted: int = 2):
+    import onnxruntime as ort
+
+    project = tmp_path / "planted"
+    project.mkdir()
+    onnx.save(graphs.mlp(planted=planted, layers=5), project / "model.onnx")
+    rng = np.random.default_rng(1)
+    calib = rng.normal(size=(32, 1, 64)).astype(np.float32)
+    xs = rng.normal(size=(48, 64)).astype(np.float32)
+    sess = ort.InferenceSession(str(project / "model.onnx"), providers=["CPUExecutionProvider"])
+    refs = np.stack([sess.run(None, {"x": x[None]})[0].ravel() for x in xs])
+    np.savez(project / "calibration.npz", x=calib)
+    np.savez(project / "eval.npz", x=xs, ref=refs)
+    (project / "metric.py").write_text(PLANTED_METRIC)
+    (project / "tapeout.toml").write_text('''
+[model]
+source = "model.onnx"
+[[inputs]]
+name = "x"
+shape = [1, 64]
+[calibration]
+data = "calibration.npz"
+[evaluation]
+metric = "metric.py:agreement"
+direction = "higher"
+name = "cosine"
+''')
+    profile = tmp_path / "int8.toml"
+    profile.write_text('''
+extends = "cpu-int8"
+[budgets]
+accuracy_max_drop = 0.005
+[check]
+iterations = 30
+repeats = 1
+warmup_min_s = 0.05
+op_profile = false
+''')
+    return project, profile
+
+
+def test_the_loop_finds_the_planted_layer_first_and_moves_it_alone(tmp_path):
+    project, profile = _planted_project(tmp_path, planted=2)
+    out = tmp_path / "build"
+    result = run_cli("build", project, "--profile", profile, "--out", out)
+    assert result.code == 0, result.err + result.out
+    report = json.loads((out / "report.json").read_text())
+    search = report["quantization"]["search"]
+    groups = report["quantization"]["plan"]["groups"]
+    planted = next(g["group"] for g in groups if g["nodes"][0].startswith("layer2_"))
+    # node layer2's input carries the 1000× channel: quantized alone it is by far the worst group.
+    assert search["ranking"][0]["group"] == planted, search["ranking"]
+    assert search["ranking"][0]["relative_error"] > 20 * search["ranking"][1]["relative_error"]
+    steps = search["steps"]
+    assert not steps[0]["meets_accuracy"]  # the rule table's plan misses the budget …
+    assert [s["group"] for s in steps[1:]] == [planted] and steps[1]["meets_accuracy"]  # … one move fixes it
+    assert search["stopped"].startswith("accuracy budget met after 1 step")
+    plan = {g["group"]: g["precision"] for g in groups}
+    assert plan == {"linear1": "int8", "linear2": "int8", "linear3": "int8", "linear4": "int8", "head": "fp32",
+                    planted: "fp32"}
+    md = (out / "report.md").read_text()
+    assert "## Quantization" in md and f"{planted}: int8 → fp32" in md
+    accuracy = next(b for b in report["budgets"] if b["budget"] == "accuracy_max_drop")
+    assert accuracy["verdict"] == "pass"
+
+
+def test_the_loop_stops_at_its_evaluation_cap_and_the_build_fails_the_budget(tmp_path):
+    project, profile = _planted_project(tmp_path, planted=2)
+    capped = tmp_path / "capped.toml"
+    capped.write_text(profile.read_text() + "\n[quantization]\nmax_evaluations = 1\n")
+    out = tmp_path / "build"
+    result = run_cli("build", project, "--profile", capped, "--out", out)
+    assert result.code == 1, result.err + result.out  # the accuracy budget fails: exit 1
+    search = json.loads((out / "report.json").read_text())["quantization"]["search"]
+    assert search["stopped"].startswith("evaluation cap reached (1)") and len(search["steps"]) == 1
+
+
+def test_static_int8_without_calibration_data_is_one_clear_line(tmp_path):
+    project = tmp_path / "cnn"
+    project.mkdir()
+    onnx.save(graphs.cnn(), project / "model.onnx")
+    (project / "tapeout.toml").write_text('[model]\nsource = "model.onnx"\n[[inputs]]\nname = "image"\nshape = [1, 3, 16, 16]\n')
+    result = run_cli("build", project, "--profile", "cpu-int8", "--out", tmp_path / "b")
+    assert result.code == 2
+    assert "needs calibration data" in one_line_error(result)
+    assert not (tmp_path / "b").exists()
+
+
+def test_a_precision_the_target_does_not_take_is_rejected(tmp_path):
+    profile = tmp_path / "ov8.toml"
+    profile.write_text('extends = "openvino-cpu"\nprecision = "int8"\n')
+    result = run_cli("profiles", "show", profile)
+    assert result.code == 2 and "does not take 'int8'" in one_line_error(result)
