@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
+import graphs
 import numpy as np
 import onnx
 import pytest
 from onnx import TensorProto, helper
 
-import graphs
 from conftest import run_cli
 from tapeout.analysis import analyze
 

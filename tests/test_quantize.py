@@ -5,11 +5,11 @@ from __future__ import annotations
 
 import json
 
+import graphs
 import numpy as np
 import onnx
 import pytest
 
-import graphs
 from conftest import one_line_error, run_cli
 from tapeout.analysis import analyze
 from tapeout.errors import BadInput
