@@ -20,14 +20,18 @@ _QTYPE = {"uint8": "QUInt8", "int8": "QInt8", "uint16": "QUInt16", "int16": "QIn
 
 @contextlib.contextmanager
 def _quiet():
-    """ORT's quantizer logs advice ("consider pre-processing") through the root logger; keep stderr clean."""
-    root = logging.getLogger()
-    level = root.level
-    root.setLevel(logging.ERROR)
+    """ORT's quantizers log advice and per-node progress (root logger, and loggers of their own with
+    INFO handlers); keep stderr to tapeout's own progress lines."""
+    names = ["", *(n for n in logging.root.manager.loggerDict if n.startswith("onnxruntime"))]
+    loggers = [logging.getLogger(n) for n in names]
+    levels = [lg.level for lg in loggers]
+    for lg in loggers:
+        lg.setLevel(logging.ERROR)
     try:
         yield
     finally:
-        root.setLevel(level)
+        for lg, level in zip(loggers, levels, strict=True):
+            lg.setLevel(level)
 
 
 def calibration_reader(samples: list[dict]):

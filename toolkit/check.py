@@ -60,18 +60,23 @@ def _profile(man: dict, build_dir: Path) -> Profile:
 
 
 def _accuracy_from_build(build_dir: Path, profile: Profile) -> list[BudgetResult]:
-    if profile.budgets.accuracy_max_drop is None:
-        return []
+    declared = {"accuracy_max_drop": profile.budgets.accuracy_max_drop,
+                "accuracy_max_rel_drop": profile.budgets.accuracy_max_rel_drop}
     report = build_dir / "report.json"
-    if report.is_file():
-        for entry in json.loads(report.read_text()).get("budgets", []):
-            if entry["budget"] == "accuracy_max_drop":
-                carried = BudgetResult.from_json(entry)
-                return [BudgetResult(carried.budget, carried.limit, carried.unit, carried.verdict, carried.measured,
-                                     carried.bound, f"judged at build on the host with this same artifact (hashes verified); "
-                                     f"the metric's data stays on the host. {carried.reason}")]
-    return [BudgetResult("accuracy_max_drop", profile.budgets.accuracy_max_drop, "metric", Verdict.UNMEASURED,
-                         reason="no build report with the metric next to the artifact")]
+    built = {e["budget"]: e for e in json.loads(report.read_text()).get("budgets", [])} if report.is_file() else {}
+    results = []
+    for budget, limit in declared.items():
+        if limit is None:
+            continue
+        if budget not in built:
+            results.append(BudgetResult(budget, limit, "metric", Verdict.UNMEASURED,
+                                        reason="no build report with the metric next to the artifact"))
+            continue
+        carried = BudgetResult.from_json(built[budget])
+        results.append(BudgetResult(carried.budget, carried.limit, carried.unit, carried.verdict, carried.measured,
+                                    carried.bound, f"judged at build on the host with this same artifact (hashes "
+                                    f"verified); the metric's data stays on the host. {carried.reason}"))
+    return results
 
 
 def check(build_dir: Path | str, ui: UI, strict: bool = False, iterations: int | None = None,

@@ -6,6 +6,7 @@ CPU target), so the accuracy the loop sees is the accuracy the artifact has.
 
 from __future__ import annotations
 
+import statistics
 from pathlib import Path
 
 from tapeout.archinfo import Analysis
@@ -59,8 +60,23 @@ def quantize(stage: Path, project: Project, profile: Profile, backend, options, 
         plan = search.plan
         info["search"] = search.to_json()
         ui.note(f"sensitivity: {search.stopped}")
+    # Does it pay? Both quick medians in this process, alternated, so drift hits both alike.
+    fp32_ms, quant_ms = _compare_latency(session(fp32_path), session(out), probe_inputs[0])
+    info["quick_latency_ms"] = {"fp32": fp32_ms, "quantized": quant_ms}
+    if quant_ms >= fp32_ms:
+        note = (f"{profile.precision} is not faster than fp32 for this model on this host ({quant_ms:.3g} ms vs "
+                f"{fp32_ms:.3g} ms, quick in-process medians): quantization does not pay here; consider precision = \"fp32\"")
+        info["notes"] = [note]
+        ui.note(note)
     info["plan"] = plan.to_json()
     info["model_sha256"] = sha256_file(out)
     info["fp32_bytes"] = fp32_path.stat().st_size
     info["quantized_bytes"] = out.stat().st_size
     return out, info
+
+
+def _compare_latency(fp32, quantized, feeds: dict, rounds: int = 5) -> tuple[float, float]:
+    from tapeout.quantize.sensitivity import quick_latency_ms
+
+    pairs = [(quick_latency_ms(fp32, feeds), quick_latency_ms(quantized, feeds)) for _ in range(rounds)]
+    return statistics.median(p[0] for p in pairs), statistics.median(p[1] for p in pairs)

@@ -151,7 +151,11 @@ def _quantization_section(q: dict | None) -> list[str]:
            f"{plan['quantized_groups']} of {plan['quantized_groups'] + plan['float_groups']} fusion groups quantized, "
            f"ladder {' → '.join(plan['ladder'])}. Model {fmt(q['quantized_bytes'] / 2**20)} MB "
            f"(FP32 {fmt(q['fp32_bytes'] / 2**20)} MB)."]
-    out += [f"\nNote: {n}" for n in plan.get("notes", [])]
+    out += [f"\nNote: {n}" for n in [*plan.get("notes", []), *q.get("notes", [])]]
+    if q.get("quick_latency_ms"):
+        lat = q["quick_latency_ms"]
+        out.append(f"\nQuick in-process medians on this host: fp32 {fmt(lat['fp32'], 4)} ms, {q['precision']} "
+                   f"{fmt(lat['quantized'], 4)} ms ({lat['fp32'] / lat['quantized']:.2f}×).")
     out += ["", f"Sensitivity loop: **{search['stopped']}** ({search['evaluations']} evaluation(s))."]
     if search["steps"]:
         out += ["", *_table(["step", "action", "metric", "drop", "meets budget", "quick latency ms"],

@@ -1,0 +1,196 @@
+"""Quantization benchmark: what a user would do with ONNX Runtime's tools today, and tapeout's build.
+
+    python bench/quantization.py [--samples minilm digits-cnn tiny-lm] [--skip-build] [--blocks 8] [--runs 40]
+
+For each sample, from the same verified FP32 export (`tapeout build`'s export/model.onnx):
+  - ORT `quantize_dynamic` with its defaults, and with per_channel=True;
+  - ORT `quantize_static` (QDQ, per-channel, its default op list, MinMax) on the sample's calibration data;
+  - for tiny-lm, ORT's MatMulNBits quantizer with its defaults (4 bits, block 128, asymmetric, every MatMul);
+  - tapeout's artifact from `tapeout build --profile cpu-int8` (cpu-int4 for tiny-lm).
+Speed: every model against the FP32 export in this one process, same session settings (2 intra-op
+threads, all graph optimizations), blocks of --runs runs alternating A B A B, --blocks blocks; the
+figure is the median of the per-block ratios FP32 time / model time, with their range.
+Quality: the sample's own metric (mean cosine vs the FP32 torch embeddings, top-1 on held-out
+digits, per-byte perplexity on held-out text); for MiniLM also top-1 neighbour agreement: for each
+of the 300 sentences, is its nearest other sentence (cosine of the mean-pooled embeddings) the same
+as with the FP32 reference embeddings.
+"""
+
+from __future__ import annotations
+
+import argparse
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+
+REPO = Path(__file__).resolve().parents[1]
+PROFILES = {"minilm": "cpu-int8", "digits-cnn": "cpu-int8", "tiny-lm": "cpu-int4"}
+OUT = REPO / "bench" / "builds"
+
+
+def session(path: Path):
+    import onnxruntime as ort
+
+    so = ort.SessionOptions()
+    so.intra_op_num_threads = 2
+    so.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
+    so.log_severity_level = 3
+    return ort.InferenceSession(str(path), so, providers=["CPUExecutionProvider"])
+
+
+def predictor(sess):
+    names = [o.name for o in sess.get_outputs()]
+    return lambda feeds: dict(zip(names, sess.run(names, feeds), strict=True))
+
+
+def speed(fp32, model, feeds: dict, blocks: int, runs: int) -> tuple[float, float, float, float]:
+    """Median (min, max) of per-block FP32/model time ratios, and the model's median ms per run."""
+    for s in (fp32, model):
+        for _ in range(10):
+            s.run(None, feeds)
+    ratios, per_run = [], []
+    for _ in range(blocks):
+        times = []
+        for s in (fp32, model):
+            start = time.perf_counter()
+            for _ in range(runs):
+                s.run(None, feeds)
+            times.append(time.perf_counter() - start)
+        ratios.append(times[0] / times[1])
+        per_run.append(times[1] / runs * 1e3)
+    return float(np.median(ratios)), min(ratios), max(ratios), float(np.median(per_run))
+
+
+def load_sample(sample: str):
+    """The sample's metric module (and text helpers) imported fresh: samples reuse module names."""
+    import importlib
+
+    for name in ("metric", "text", "model"):
+        sys.modules.pop(name, None)
+    folder = REPO / "samples" / sample
+    sys.path.insert(0, str(folder))
+    try:
+        return importlib.import_module("metric")
+    finally:
+        sys.path.remove(str(folder))
+
+
+def calibration(sample: str) -> list[dict]:
+    if sample == "digits-cnn":
+        with np.load(REPO / "samples" / sample / "data" / "calibration.npz") as data:
+            return [{"image": x} for x in data["image"]]
+    text = sys.modules["text"]
+    return list(text.calibration())
+
+
+def baselines(sample: str, fp32: Path, work: Path) -> dict[str, Path]:
+    import onnx
+    from onnxruntime.quantization import CalibrationDataReader, QuantFormat, quantize_dynamic, quantize_static
+
+    models = {}
+    if sample == "tiny-lm":
+        from onnxruntime.quantization.matmul_nbits_quantizer import MatMulNBitsQuantizer
+
+        q = MatMulNBitsQuantizer(onnx.load(str(fp32)))  # defaults: 4 bits, block 128, asymmetric, all MatMuls
+        q.process()
+        q.model.save_model_to_file(str(work / "nbits_default.onnx"))
+        models["ORT MatMulNBits, defaults (4-bit, block 128)"] = work / "nbits_default.onnx"
+    quantize_dynamic(fp32, work / "dyn.onnx")
+    models["ORT `quantize_dynamic`, defaults"] = work / "dyn.onnx"
+    quantize_dynamic(fp32, work / "dyn_pc.onnx", per_channel=True)
+    models["ORT `quantize_dynamic`, per-channel"] = work / "dyn_pc.onnx"
+    samples = calibration(sample)
+
+    class Reader(CalibrationDataReader):
+        def __init__(self):
+            self.it = iter(samples)
+
+        def get_next(self):
+            return next(self.it, None)
+
+    quantize_static(fp32, work / "static.onnx", Reader(), quant_format=QuantFormat.QDQ, per_channel=True)
+    models["ORT `quantize_static` QDQ, per-channel"] = work / "static.onnx"
+    return models
+
+
+def neighbours(emb: np.ndarray) -> np.ndarray:
+    unit = emb / np.linalg.norm(emb, axis=1, keepdims=True)
+    sim = unit @ unit.T
+    np.fill_diagonal(sim, -np.inf)
+    return sim.argmax(1)
+
+
+def quality(sample: str, metric, predict) -> dict:
+    if sample == "minilm":
+        reference = np.load(REPO / "samples/minilm/data/reference.npy").astype(np.float64)
+        emb = metric.embed(predict, sys.modules["text"].sentences())
+        cos = (emb * reference).sum(1) / (np.linalg.norm(emb, axis=1) * np.linalg.norm(reference, axis=1))
+        return {"mean cosine": f"{cos.mean():.4f}", "top-1 neighbour agreement":
+                f"{(neighbours(emb) == neighbours(reference)).mean():.3f}"}
+    if sample == "digits-cnn":
+        return {"top-1": f"{metric.top1(predict):.4f}"}
+    return {"perplexity": f"{metric.perplexity(predict):.4f}"}
+
+
+def size_mb(path: Path) -> float:
+    files = [path] if path.is_file() else [p for p in path.rglob("*") if p.is_file()]
+    return sum(p.stat().st_size for p in files) / 2**20
+
+
+def run(sample: str, skip_build: bool, blocks: int, runs: int) -> None:
+    build = OUT / f"{sample}-{PROFILES[sample]}"
+    if not (skip_build and (build / "report.json").is_file()):
+        subprocess.run([sys.executable, "-m", "tapeout", "build", str(REPO / "samples" / sample), "--profile",
+                        PROFILES[sample], "--out", str(build)], check=False)
+    fp32_path, artifact = build / "export" / "model.onnx", build / "artifact" / "model.onnx"
+    if not artifact.is_file():
+        print(f"{sample}: no artifact in {build}: the build failed before compiling", file=sys.stderr)
+        return
+    with np.load(build / "golden.npz") as data:
+        feeds = {k[len("input."):]: data[k][0] for k in data.files if k.startswith("input.")}
+    metric = load_sample(sample)
+    fp32 = session(fp32_path)
+    rows = [("ORT FP32 (the export)", fp32_path, None)]
+    with tempfile.TemporaryDirectory(prefix="tapeout-bench-") as tmp:
+        models = baselines(sample, fp32_path, Path(tmp))
+        rows += [(name, path, None) for name, path in models.items()]
+        rows.append((f"**tapeout** `{PROFILES[sample]}`", artifact, build / "artifact"))
+        table = []
+        for name, path, directory in rows:
+            sess = fp32 if path == fp32_path else session(path)
+            ratio = (1.0, 1.0, 1.0, speed(fp32, fp32, feeds, 2, runs)[3]) if sess is fp32 else speed(fp32, sess, feeds, blocks, runs)
+            q = quality(sample, metric, predictor(sess))
+            table.append((name, ratio, q, size_mb(directory or path)))
+            print(f"  {sample}: {name}: {ratio[0]:.2f}x, {q}", file=sys.stderr, flush=True)
+    keys = list(table[0][2])
+    fp32_mb = table[0][3]
+    print(f"\n### {sample} (batch 1; {blocks} blocks × {runs} runs per model, A B A B against FP32)\n")
+    print("| model | speed vs ORT FP32, median (range) | ms/run | " + " | ".join(keys) + " | size MB (share of FP32) |")
+    print("|---|---|---|" + "---|" * len(keys) + "---|")
+    for name, (median, low, high, ms), q, mb in table:
+        print(f"| {name} | {median:.2f}× ({low:.2f}–{high:.2f}) | {ms:.3f} | " + " | ".join(q[k] for k in keys)
+              + f" | {mb:.2f} ({mb / fp32_mb:.0%}) |")
+    sys.stdout.flush()
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--samples", nargs="+", default=list(PROFILES), choices=list(PROFILES))
+    parser.add_argument("--skip-build", action="store_true", help="reuse bench/builds/* when present")
+    parser.add_argument("--blocks", type=int, default=8)
+    parser.add_argument("--runs", type=int, default=40)
+    args = parser.parse_args()
+    import onnxruntime as ort
+
+    print(f"onnxruntime {ort.__version__} · {subprocess.run(['uname', '-m'], capture_output=True, text=True).stdout.strip()}"
+          f" · {time.strftime('%Y-%m-%d')}")
+    for sample in args.samples:
+        run(sample, args.skip_build, args.blocks, args.runs)
+
+
+if __name__ == "__main__":
+    main()
