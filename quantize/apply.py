@@ -65,6 +65,8 @@ def apply(plan: Plan, model_in: Path, model_out: Path, calibration: list[dict] |
                 info = _dynamic(plan, model_in, model_out)
             elif plan.method == "static":
                 info = _static(plan, model_in, model_out, calibration)
+            elif plan.method == "npu-static":
+                info = _npu_static(plan, model_in, model_out, calibration)
             else:
                 info = _weight_only(plan, model_in, model_out, calibration)
     except BadInput:
@@ -124,6 +126,37 @@ def _static(plan: Plan, model_in: Path, model_out: Path, calibration: list[dict]
     )
     return {"method": "static", "nodes": len(nodes), "samples": len(calibration), "calibration": plan.calibration_method,
             "activation_type": plan.activation_type, "reduce_range": plan.reduce_range, "per_channel": plan.per_channel}
+
+
+def _npu_static(plan: Plan, model_in: Path, model_out: Path, calibration: list[dict] | None) -> dict:
+    """Full-integer QDQ through ORT's QNN config: every op quantized, except the groups the ladder moved
+    to FP16 (they run as float, in FP16 on the HTP); groups at a16w8 get 16-bit activations by tensor
+    overrides (the config inserts the 8↔16-bit converts)."""
+    import onnx
+    from onnxruntime.quantization import CalibrationMethod, QuantType, quantize
+    from onnxruntime.quantization.execution_providers.qnn import get_qnn_qdq_config
+
+    if not calibration:
+        raise BadInput("NPU (full-integer) quantization needs calibration data, and the project has none",
+                       fix="add [calibration] data = \"….npz\" (or module:callable) with real inputs to the project")
+    act16 = plan.activation_type == "uint16"
+    overrides: dict[str, list[dict]] = {}
+    if not act16:
+        wanted = set(plan.nodes_at("a16w8"))
+        for node in onnx.load(str(model_in), load_external_data=False).graph.node:
+            if node.name in wanted:
+                for tensor in (node.input[0], node.output[0]):
+                    overrides[tensor] = [{"quant_type": QuantType.QUInt16}]
+    excluded = plan.nodes_at("fp16")
+    config = get_qnn_qdq_config(
+        str(model_in), calibration_reader(calibration),
+        calibrate_method=getattr(CalibrationMethod, _CALIBRATION[plan.calibration_method]),
+        activation_type=QuantType.QUInt16 if act16 else QuantType.QUInt8,
+        weight_type=QuantType.QInt8 if plan.per_channel else QuantType.QUInt8, per_channel=plan.per_channel,
+        init_overrides=overrides or None, nodes_to_exclude=excluded or None)
+    quantize(str(model_in), str(model_out), config)
+    return {"method": "npu-static", "activation_type": plan.activation_type, "per_channel": plan.per_channel,
+            "a16_tensors": len(overrides), "fp16_nodes": len(excluded), "samples": len(calibration)}
 
 
 def _weight_only(plan: Plan, model_in: Path, model_out: Path, calibration: list[dict] | None) -> dict:

@@ -9,7 +9,7 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field, replace
 from typing import Literal
 
-Method = Literal["dynamic", "static", "weight-only"]
+Method = Literal["dynamic", "static", "weight-only", "npu-static"]
 FLOAT = "fp32"
 
 

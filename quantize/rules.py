@@ -7,7 +7,7 @@ analysis (`tapeout.arch`), so a rule never keys on op types alone (research: qua
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 from tapeout.archinfo import Analysis
@@ -62,12 +62,33 @@ CPU_RULES: dict[tuple[str, str], Rule] = {
                           why="Linear layers dynamic INT8"),
 }
 
+# The Hexagon HTP (QNN EP) runs integer QDQ graphs; float nodes run in FP16. So the NPU plan is
+# full-integer (every op quantized through ORT's QNN config), and the ladder keeps a sensitive
+# group on the NPU as long as it can: 16-bit activations first, FP16 last (never the CPU).
+# Transformers start at A16W8 (the NPU transformer recipe, research quant-prune §1.10, §6.2):
+# LayerNorm, Softmax and the residual stream do not survive 8-bit activations.
+_ALL_ROLES = frozenset(r for r in ("attn_q", "attn_k", "attn_v", "attn_qkv", "attn_out", "ffn_in", "ffn_gate", "ffn_up",
+                                   "ffn_out", "embedding", "lm_head", "head", "conv", "first_conv", "depthwise_conv",
+                                   "linear", "timestep_embedding"))
+NPU_RULES: dict[tuple[str, str], tuple[Rule, str]] = {
+    (family, "int8"): (Rule("npu-static", _ALL_ROLES, {}, why=why), act)
+    for family, act, why in (
+        ("cnn", "uint8", "full-integer QDQ, uint8 activations and weights (per-channel int8 for convs)"),
+        ("mlp", "uint8", "full-integer QDQ, uint8 activations and weights"),
+        ("diffusion", "uint16", "full-integer QDQ, 16-bit activations (A16W8)"),
+        ("speech-recurrent", "uint16", "full-integer QDQ, 16-bit activations (A16W8) for the recurrent path"),
+        ("transformer-encoder", "uint16", "A16W8: 16-bit activations keep LayerNorm, Softmax and residuals usable"),
+        ("decoder-llm", "uint16", "A16W8; per-channel weights (blocked INT4 falls back to the CPU on the HTP)"),
+    )
+}
+
 # Each target's ladder, lowest rung first. On the ORT CPU EP there is no faster rung between INT8
 # and FP32: FP16 and 16-bit QDQ run as emulation on the CPU EP (slower than FP32), so a sensitive
 # group goes straight to FP32. NPU targets (QNN) add A16W8 and FP16 rungs.
 LADDERS = {
     ("onnxruntime", "int8"): ("int8", FLOAT),
     ("onnxruntime", "int4"): ("int4", "int8-weight", FLOAT),
+    ("qnn", "int8"): ("int8", "a16w8", "fp16"),
 }
 
 
@@ -81,6 +102,8 @@ def host_has_vnni() -> bool:
 
 
 def rule_for(family: str, target: str, precision: str) -> Rule:
+    if target == "qnn" and (family, precision) in NPU_RULES:
+        return NPU_RULES[(family, precision)][0]
     if target != "onnxruntime":
         raise BadInput(f"target '{target}' has no {precision} quantization rules yet",
                        fix="use precision = \"fp32\" with this target, or target = \"onnxruntime\"")
@@ -97,6 +120,9 @@ def first_plan(analysis: Analysis, target: str, precision: str, settings: Quanti
     family = analysis.family
     rule = rule_for(family, target, precision)
     method = rule.method if settings.method == "auto" else settings.method
+    if rule.method == "npu-static" and method != "npu-static":
+        raise BadInput(f"[quantization] method = \"{settings.method}\" is not available on target '{target}': the NPU "
+                       "runs full-integer static QDQ graphs", fix="set method = \"auto\"")
     if precision == "int4":
         method = "weight-only"
     elif method == "weight-only":
@@ -115,6 +141,16 @@ def first_plan(analysis: Analysis, target: str, precision: str, settings: Quanti
             groups.append(GroupPlan(g.name, g.role, g.weighted, FLOAT, why))
     vnni = host_has_vnni()
     notes = []
+    if method == "npu-static":
+        act = NPU_RULES[(family, precision)][1]
+        rung = "a16w8" if act == "uint16" else "int8"
+        # Float on the HTP is FP16: groups kept float by the user run there in FP16, never on the CPU.
+        groups = [replace(g, precision=rung) if g.precision == precision else replace(g, precision="fp16")
+                  for g in groups]
+        return Plan(method=method, family=family, target=target, ladder=LADDERS[(target, precision)],
+                    groups=tuple(groups), per_channel=True if settings.per_channel is None else settings.per_channel,
+                    activation_type=act, weight_type="uint8", calibration_method=settings.calibration_method,
+                    notes=(f"full-integer QDQ for the HTP: {rule.why}",))
     if method == "static":
         # ORT CPU: S8S8 QDQ on VNNI; on AVX2 without VNNI, U8S8 with 7-bit weights (reduce_range) so
         # the u8×s8 pair sums cannot saturate int16 (research quant-prune §1.4).

@@ -44,6 +44,16 @@ TARGETS: dict[str, TargetInfo] = {
         runs_on_host=True,
         install_hint='pip install "tapeout[openvino]"',
     ),
+    "qnn": TargetInfo(
+        name="qnn",
+        module="tapeout.targets.qnn",
+        summary="Qualcomm Hexagon NPU via ONNX Runtime's QNN EP; EPContext model + context binary for a named SoC",
+        device_classes=("npu",),
+        precisions=("int8", "fp32"),
+        compiles_on_host=True,
+        runs_on_host=True,  # through the x86 HTP emulator: parity and placement, not device timings
+        install_hint='pip install "tapeout[qnn]"',
+    ),
 }
 
 

@@ -104,9 +104,14 @@ def check(build_dir: Path | str, ui: UI, strict: bool = False, iterations: int |
         raise BadInput(f"{golden_path} differs from the one the build recorded", fix="restore the build dir as built")
     _, golden_outputs = load_golden(golden_path)
 
-    with ui.step(f"measure {target} in fresh inference processes"):
+    emulated = backend.emulated() if hasattr(backend, "emulated") else None
+    if emulated:
+        settings = measuring.for_emulator(settings)
+    with ui.step(f"measure {target} in fresh inference processes" + (" (emulated: parity only)" if emulated else "")):
         m = measuring.measure(artifact, options.model_dump(), golden_path, settings, progress=ui.detail,
-                              undecided=verdicts.latency_undecided(profile.budgets, settings))
+                              undecided=verdicts.never if emulated else verdicts.latency_undecided(profile.budgets, settings))
+    if emulated:
+        m.notes.append(f"{emulated}; {settings.iterations} runs for parity, not judged")
     parity = compare(golden_outputs, m.outputs, settings.parity.atol, settings.parity.rtol)
     host, built_on = manifest.host_fingerprint(), man.get("host", {})
     if (host["cpu"], host["cpu_flags"]) != (built_on.get("cpu"), built_on.get("cpu_flags")):
@@ -114,10 +119,10 @@ def check(build_dir: Path | str, ui: UI, strict: bool = False, iterations: int |
                        f"({' '.join(built_on.get('cpu_flags', []))}): parity above is this CPU's")
     artifact_bytes = manifest.tree_size(artifact.directory)
     budgets = [
-        *verdicts.judge_latency(profile.budgets, m, settings),
-        *verdicts.judge_memory(profile.budgets, m),
+        *verdicts.judge_on_device(profile.budgets, m, settings, emulated),
         *verdicts.judge_artifact(profile.budgets, artifact_bytes),
-        *verdicts.judge_power(profile.budgets, m),
+        *verdicts.judge_placement(profile.budgets, man["artifact"].get("meta", {}).get("placement"),
+                                  where=" (the build's compile-time op trace; the artifact is that compiled graph)"),
         verdicts.judge_parity(parity, settings.parity),
         *_accuracy_from_build(build_dir, profile),
     ]
@@ -128,7 +133,7 @@ def check(build_dir: Path | str, ui: UI, strict: bool = False, iterations: int |
         "created": manifest.now(),
         "project": {"name": man["project"]["name"], "source": man["project"]["source"], "file": man["project"]["file"]},
         "profile": {"name": profile.name, "target": target, "device": profile.device, "precision": profile.precision},
-        "target": {"name": target, "version": probe.version},
+        "target": {"name": target, "version": probe.version, "emulated": emulated},
         "export": None,
         "artifact": {"main_file": artifact.main_file, "bytes": artifact_bytes,
                      "sha256": man["artifact"]["files"][artifact.main_file]},  # verified above, not hashed again

@@ -55,8 +55,9 @@ def _finish(report: dict, code: int, as_json: bool, title: str) -> None:
                 f"latency p50 {q['p50']['point']:.3f} ms [{q['p50']['lower']:.3f}, {q['p50']['upper']:.3f}] · "
                 f"p90 {q['p90']['point']:.3f} ms [{q['p90']['lower']:.3f}, {q['p90']['upper'] or float('inf'):.3f}] · "
                 f"{lat['count']} runs / {lat['repeats']} processes"
+                + (" · EMULATED: not the device's timings" if report["target"].get("emulated") else "")
             )
-        ui.out.print(f"{report['kind']} dir: {report['build_dir']} · exit {code}")
+        ui.out.print(f"{report['kind']} dir: {report['build_dir']} · exit {code}", markup=False)
     raise typer.Exit(code)
 
 
@@ -141,7 +142,7 @@ def lint(
         exported = export_model(proj, Path(tmp) / "model.onnx", backend, options, ui, raise_on_lint=False)
         issues = exported.lint if exported.lint is not None else backend.lint(exported.path, proj.inputs, proj.dims, options)
     for issue in issues:
-        ui.out.print(issue.line())
+        ui.out.print(issue.line(), markup=False)
     errors = sum(i.severity == "error" for i in issues)
     ui.out.print(f"{prof.target}: {errors} error(s), {len(issues) - errors} warning(s)")
     raise typer.Exit(EXIT_BAD_INPUT if errors else 0)

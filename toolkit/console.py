@@ -10,6 +10,7 @@ import time
 from collections.abc import Iterator
 
 from rich.console import Console
+from rich.markup import escape
 from rich.table import Table
 
 from tapeout.report import budget_rows
@@ -28,6 +29,7 @@ class UI:
     @contextlib.contextmanager
     def step(self, text: str) -> Iterator[None]:
         start = time.perf_counter()
+        text = escape(text)  # model, node and file names may contain [brackets]
         with self.err.status(text) as status:
             self._status = status
             try:
@@ -42,7 +44,7 @@ class UI:
             self._status.update(text)
 
     def note(self, text: str) -> None:
-        self.err.print(f"[yellow]![/] {text}")
+        self.err.print(f"[yellow]![/] {escape(text)}")
 
 
 def verdict_table(title: str, budgets: list[dict]) -> Table:
@@ -50,7 +52,7 @@ def verdict_table(title: str, budgets: list[dict]) -> Table:
     for column in ("budget", "limit", "measured", "bound", "verdict", "why"):
         table.add_column(column, overflow="fold")
     for row in budget_rows(budgets):
-        table.add_row(*row[:4], f"[{_STYLE.get(row[4], '')}]{row[4]}[/]", row[5])
+        table.add_row(*map(escape, row[:4]), f"[{_STYLE.get(row[4], '')}]{row[4]}[/]", escape(row[5]))
     return table
 
 
@@ -64,11 +66,12 @@ def _si(value: float, unit: str) -> str:
 def analysis_summary(out: Console, title: str, a, show_groups: bool = False) -> None:
     """`tapeout analyze` as text: the family and its evidence, facts, costs, roles, fusion groups."""
     best = a.families[0]
-    out.print(f"[bold]{title}[/]: [bold cyan]{best.family}[/] (confidence {best.confidence:.2f}) — {'; '.join(best.evidence)}")
+    out.print(f"[bold]{escape(title)}[/]: [bold cyan]{best.family}[/] (confidence {best.confidence:.2f}) — "
+              f"{escape('; '.join(best.evidence))}")
     for other in a.families[1:]:
-        out.print(f"  also: {other.family} ({other.confidence:.2f}) — {'; '.join(other.evidence)}")
+        out.print(f"  also: {other.family} ({other.confidence:.2f}) — {escape('; '.join(other.evidence))}")
     facts = {k: v for k, v in a.facts.items() if v not in (None, 0, False, {}, 0.0)}
-    out.print("facts: " + ", ".join(f"{k} {v}" for k, v in facts.items()))
+    out.print(escape("facts: " + ", ".join(f"{k} {v}" for k, v in facts.items())))
     out.print(f"parameters {_si(a.params, '')} · weights {_si(a.weight_bytes, 'B')} · {_si(a.flops, 'FLOP')} per inference · "
               f"{_si(a.bytes_moved, 'B')} moved (sum over nodes) · peak live activations {_si(a.peak_activation_bytes, 'B')} "
               f"(at {a.peak_activation_at})")
@@ -79,10 +82,10 @@ def analysis_summary(out: Console, title: str, a, show_groups: bool = False) -> 
     for column in ("group", "role", "weighted nodes", "MACs", "params"):
         table.add_column(column, overflow="fold")
     for g in a.groups if show_groups else a.groups[:12]:
-        table.add_row(g.name, g.role, ", ".join(g.weighted) if show_groups else str(len(g.weighted)),
+        table.add_row(escape(g.name), g.role, escape(", ".join(g.weighted)) if show_groups else str(len(g.weighted)),
                       _si(g.macs, ""), _si(g.params, ""))
     out.print(table)
     if not show_groups and len(a.groups) > 12:
         out.print(f"… {len(a.groups) - 12} more (--groups lists them all, with their nodes)")
     for reason in a.unmatched:
-        out.print(f"[dim]not found: {reason}[/]")
+        out.print(f"[dim]not found: {escape(reason)}[/]")

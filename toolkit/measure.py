@@ -158,3 +158,12 @@ def measure(
         prof = _run_child({**base, "mode": "op_profile", "iterations": settings.op_profile_iterations}, timeout_s)
         m.op_profile = prof["op_profile"]
     return m
+
+
+EMULATED_ITERATIONS = 30
+
+
+def for_emulator(settings: CheckSettings) -> CheckSettings:
+    """An emulator's timings are never judged: run enough for parity and a labelled figure, no more."""
+    return settings.model_copy(update={"iterations": min(settings.iterations, EMULATED_ITERATIONS), "repeats": 1,
+                                       "op_profile": False})

@@ -130,16 +130,20 @@ def _build_into(stage: Path, project: Project, profile: Profile, backend, option
     exported = export_model(project, stage / "export" / "model.onnx", backend, options, ui)
     with ui.step(f"lint for {profile.target}"):
         issues = exported.lint if exported.lint is not None else lint_or_raise(backend, exported.path, project, options)
+    fp32_path = exported.path
+    if hasattr(backend, "prepare"):  # e.g. NPUs compile static graphs: pin dims once, before quantizing
+        with ui.step(f"prepare for {profile.target}"):
+            fp32_path = backend.prepare(exported.path, project.inputs, project.dims)
 
     with ui.step("analyze the model (architecture, costs, activation memory)"):
-        analysis = analyze(exported.path, project.inputs, project.dims, hints=hints_of(exported.loaded))
+        analysis = analyze(fp32_path, project.inputs, project.dims, hints=hints_of(exported.loaded))
     ref_metric = None
     if project.evaluation is not None:
         with ui.step(f"evaluate {project.evaluation.name} on the FP32 reference"):
             ref_metric = evaluate(project, exported.reference)
-    model_path, quantization = exported.path, None
+    model_path, quantization = fp32_path, None
     if profile.precision != "fp32":
-        model_path, quantization = precision.quantize(stage, project, profile, backend, options, exported.path,
+        model_path, quantization = precision.quantize(stage, project, profile, backend, options, fp32_path,
                                                       analysis, ref_metric, ui)
 
     with ui.step(f"compile for {profile.target}"):
@@ -150,9 +154,13 @@ def _build_into(stage: Path, project: Project, profile: Profile, backend, option
         reference_outputs = [exported.reference(feeds) for feeds in golden_inputs]
         save_golden(stage / "golden.npz", golden_inputs, reference_outputs)
 
-    with ui.step("measure in fresh inference processes"):
-        m = measuring.measure(artifact, options.model_dump(), stage / "golden.npz", profile.check, progress=ui.detail,
-                              undecided=verdicts.latency_undecided(profile.budgets, profile.check))
+    emulated = backend.emulated() if hasattr(backend, "emulated") else None
+    settings = measuring.for_emulator(profile.check) if emulated else profile.check
+    with ui.step("measure in fresh inference processes" + (" (emulated: parity only)" if emulated else "")):
+        m = measuring.measure(artifact, options.model_dump(), stage / "golden.npz", settings, progress=ui.detail,
+                              undecided=verdicts.never if emulated else verdicts.latency_undecided(profile.budgets, settings))
+    if emulated:
+        m.notes.append(f"{emulated}; {settings.iterations} runs for parity, not judged")
     parity = compare(reference_outputs, m.outputs, profile.check.parity.atol, profile.check.parity.rtol)
 
     accuracy = None
@@ -165,10 +173,9 @@ def _build_into(stage: Path, project: Project, profile: Profile, backend, option
     artifact_bytes = manifest.tree_size(artifact.directory)
     artifact_files = manifest.tree_hashes(artifact.directory)  # hashed once: report and manifest share it
     budgets = [
-        *verdicts.judge_latency(profile.budgets, m, profile.check),
-        *verdicts.judge_memory(profile.budgets, m),
+        *verdicts.judge_on_device(profile.budgets, m, settings, emulated),
         *verdicts.judge_artifact(profile.budgets, artifact_bytes),
-        *verdicts.judge_power(profile.budgets, m),
+        *verdicts.judge_placement(profile.budgets, artifact.meta.get("placement")),
         verdicts.judge_parity(parity, profile.check.parity),
         *verdicts.judge_accuracy(profile.budgets, accuracy and accuracy["reference"], accuracy and accuracy["artifact"],
                                  accuracy and accuracy["direction"], accuracy["metric"] if accuracy else "metric"),
@@ -181,7 +188,7 @@ def _build_into(stage: Path, project: Project, profile: Profile, backend, option
         "project": {"name": project.display_name, "source": project.model.source, "file": str(project.file)},
         "profile": {"name": profile.name, "target": profile.target, "device": profile.device,
                     "precision": profile.precision},
-        "target": {"name": profile.target, "version": probe.version},
+        "target": {"name": profile.target, "version": probe.version, "emulated": emulated},
         "model": {"kind": exported.loaded.kind, "description": exported.loaded.description,
                   "weights_sha256": exported.loaded.weights_sha256 or manifest.sha256_file(exported.loaded.onnx_path),
                   "files": {str(f.name): manifest.sha256_file(f) for f in exported.loaded.files}},
@@ -193,6 +200,7 @@ def _build_into(stage: Path, project: Project, profile: Profile, backend, option
         "parity": [p.to_json() for p in parity],
         "accuracy": accuracy,
         "analysis": analysis.to_json(),
+        "placement": artifact.meta.get("placement"),
         "quantization": quantization,
         "measurement": m.to_json(),
         "budgets": [b.to_json() for b in budgets],

@@ -38,6 +38,7 @@ def quantize(stage: Path, project: Project, profile: Profile, backend, options, 
     def session(path: Path):
         return backend.session(Artifact(profile.target, path.parent, path.name), options).run
 
+    emulated = backend.emulated() if hasattr(backend, "emulated") else None
     budgets = profile.budgets
     has_budget = budgets.accuracy_max_drop is not None or budgets.accuracy_max_rel_drop is not None
     info: dict = {"precision": profile.precision}
@@ -49,7 +50,7 @@ def quantize(stage: Path, project: Project, profile: Profile, backend, options, 
                                      "accuracy budget; parity with FP32 is the only accuracy evidence"}
     else:
         budget = sensitivity.Budget(reference_metric, project.evaluation.direction, budgets.accuracy_max_drop,
-                                    budgets.accuracy_max_rel_drop, budgets.latency_p50_ms)
+                                    budgets.accuracy_max_rel_drop, None if emulated else budgets.latency_p50_ms)
         with ui.step(f"quantize ({plan.method}, {len(plan.quantized())} of {len(plan.groups)} groups) and evaluate "
                      f"{project.evaluation.name}"):
             search = sensitivity.search(
@@ -60,6 +61,13 @@ def quantize(stage: Path, project: Project, profile: Profile, backend, options, 
         plan = search.plan
         info["search"] = search.to_json()
         ui.note(f"sensitivity: {search.stopped}")
+    if emulated:
+        info["notes"] = [f"no speed comparison with fp32: {emulated}"]
+        info["plan"] = plan.to_json()
+        info["model_sha256"] = sha256_file(out)
+        info["fp32_bytes"] = fp32_path.stat().st_size
+        info["quantized_bytes"] = out.stat().st_size
+        return out, info
     # Does it pay? Both quick medians in this process, alternated, so drift hits both alike.
     fp32_ms, quant_ms = _compare_latency(session(fp32_path), session(out), probe_inputs[0])
     info["quick_latency_ms"] = {"fp32": fp32_ms, "quantized": quant_ms}

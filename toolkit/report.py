@@ -59,6 +59,8 @@ def render_markdown(report: dict) -> str:
     if m:
         lat = m["latency_ms"]
         out += ["", "## Latency (ms, warm, profiler off)", ""]
+        if r["target"].get("emulated"):
+            out += [f"**Emulated**: {r['target']['emulated']}. These figures are never judged against the budgets.", ""]
         rows = [[name, fmt(q["point"]), f"[{fmt(q['lower'])}, {fmt(q['upper'])}]",
                  ", ".join(fmt(v) for v in q["per_repeat"])] for name, q in lat["quantiles"].items()]
         out += _table(["percentile", "point", f"{lat['confidence']:.0%} bounds", "per process"], rows)
@@ -92,6 +94,7 @@ def render_markdown(report: dict) -> str:
         out += ["", "## Accuracy", "", f"{acc['metric']} ({acc['direction']} is better): reference "
                 f"{fmt(acc['reference'], 6)}, artifact {fmt(acc['artifact'], 6)}, measured {acc['where']}."]
 
+    out += _placement_section(r.get("placement"))
     out += _analysis_section(r.get("analysis"))
     out += _quantization_section(r.get("quantization"))
 
@@ -169,4 +172,14 @@ def _quantization_section(q: dict | None) -> list[str]:
                       [[r["group"], r["role"], f"{r['relative_error']:.3g}"] for r in search["ranking"][:10]])
     rows = [[g["group"], g["role"], g["precision"], g["reason"]] for g in plan["groups"]]
     out += ["", "Final plan:", "", *_table(["group", "role", "precision", "why"], rows)]
+    return out
+
+
+def _placement_section(p: dict | None) -> list[str]:
+    if not p:
+        return []
+    out = ["", "## Placement", "", f"{p['on_accelerator']} of {p['total_nodes']} nodes on the {p['accelerator']} "
+           f"({1 - p['off_share']:.1%}), in {p.get('subgraphs') or '?'} subgraph(s), from the EP's op trace at compile."]
+    if p["off"]:
+        out += ["", *_table(["node", "op", "why not on the accelerator"], [[n["node"], n["op_type"], n["reason"]] for n in p["off"]])]
     return out

@@ -134,6 +134,7 @@ class Budgets(_Strict):
     energy_mj: float | None = Field(None, gt=0)
     accuracy_max_drop: float | None = Field(None, ge=0, description="in the project's metric units")
     accuracy_max_rel_drop: float | None = Field(None, ge=0, lt=1, description="as a share of the reference metric")
+    placement_max_off_share: float | None = Field(None, ge=0, le=1, description="share of nodes off the intended accelerator")
 
     def latency_quantiles(self) -> dict[float, float]:
         pairs = {0.5: self.latency_p50_ms, 0.9: self.latency_p90_ms, 0.99: self.latency_p99_ms}

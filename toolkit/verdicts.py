@@ -131,3 +131,36 @@ def latency_undecided(budgets: Budgets, settings: CheckSettings):
                    for r in judge_latency(budgets, m, settings))
 
     return undecided
+
+
+def judge_on_device(budgets: Budgets, m: Measurement, settings: CheckSettings, emulated: str | None) -> list[BudgetResult]:
+    """Latency, memory and power; through an emulator they are measured but never judged (DESIGN §4)."""
+    results = [*judge_latency(budgets, m, settings), *judge_memory(budgets, m), *judge_power(budgets, m)]
+    if emulated is None:
+        return results
+    return [BudgetResult(r.budget, r.limit, r.unit, Verdict.UNMEASURED, None, None,
+                         f"emulated: {emulated}"
+                         + (f" (the emulator measured {r.measured:.4g} {r.unit})" if r.measured is not None else "")
+                         + "; run `tapeout check` on the device") for r in results]
+
+
+def judge_placement(budgets: Budgets, placement: dict | None, where: str = "") -> list[BudgetResult]:
+    """Share of nodes off the intended accelerator, from the backend's own placement record."""
+    limit = budgets.placement_max_off_share
+    if limit is None:
+        return []
+    if not placement:
+        return [BudgetResult("placement_max_off_share", limit, "share of nodes", Verdict.UNMEASURED,
+                             reason="this target reports no per-node placement")]
+    off = placement["off_share"]
+    listed = "; ".join(f"{n['node']} ({n['op_type']}): {n['reason']}" for n in placement["off"][:5])
+    more = f" and {len(placement['off']) - 5} more" if len(placement["off"]) > 5 else ""
+    reason = (f"{placement['on_accelerator']}/{placement['total_nodes']} nodes on the {placement['accelerator']}"
+              + (f"; off: {listed}{more}" if listed else "") + where)
+    return [BudgetResult("placement_max_off_share", limit, "share of nodes", Verdict.PASS if off <= limit else Verdict.FAIL,
+                         off, None, reason)]
+
+
+def never(_m: Measurement) -> bool:
+    """For emulated measurements: nothing is judged, so nothing is ever re-measured."""
+    return False

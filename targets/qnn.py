@@ -1,0 +1,307 @@
+"""Qualcomm Hexagon NPU through ONNX Runtime's QNN execution provider (plugin EP, `onnxruntime-qnn` 2.x).
+
+compile = pin every dim to the build's value (the HTP compiles static graphs only), then let the QNN
+EP prepare the graph for the profile's SoC (`htp_arch`, `soc_model`) and write an EPContext model:
+`model_ctx.onnx` holding one EPContext node, beside the context binary `model_ctx_qnn.bin`. CPU
+fallback is off unless the profile allows it; the EP's op trace says which nodes run where, and why.
+
+On x86 the HTP backend is an emulator: parity and placement are real, timings are not the device's
+(research rocm-npu §2.1: about 25× slower than the CPU EP). `emulated()` says so, and the build
+never judges latency, memory or power budgets against emulator timings.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import json
+import os
+import platform
+import sys
+import tempfile
+from pathlib import Path
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from tapeout.errors import BadInput, TargetUnavailable, first_line
+from tapeout.targets import ort_cpu
+from tapeout.targets.base import LintIssue, Probe, RuntimeLimits
+from tapeout.types import Artifact, InputSpec
+
+NAME = "qnn"
+EP = "QNNExecutionProvider"
+ARTIFACT_FILE = "model_ctx.onnx"
+INSTALL = 'pip install "tapeout[qnn]"  (onnxruntime-qnn, x86-64 Linux / Windows on Snapdragon)'
+
+
+class Options(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    htp_arch: int = Field(description="Hexagon architecture: 68, 69, 73, 75, 79, 81")
+    soc_model: int = Field(description="QNN SoC id (e.g. 57 = SM8650, 60 = Snapdragon X Elite)")
+    allow_cpu_fallback: bool = Field(False, description="let unsupported nodes run on the CPU EP (placement budget)")
+    htp_performance_mode: Literal["burst", "sustained_high_performance", "high_performance", "balanced", "default",
+                                  "power_saver", "low_power_saver", "high_power_saver", "low_balanced",
+                                  "extreme_power_saver"] = "burst"
+    enable_htp_fp16_precision: bool = Field(True, description="float (unquantized) nodes run in FP16 on the HTP")
+    context_embed: bool = Field(False, description="embed the context binary in the .onnx instead of a sidecar .bin")
+
+
+def probe() -> Probe:
+    try:
+        import onnxruntime as ort
+        import onnxruntime_qnn
+    except ImportError as exc:
+        return Probe(False, reason=f"onnxruntime-qnn cannot be imported ({exc})", install_hint=INSTALL)
+    try:
+        _register()
+    except Exception as exc:
+        return Probe(False, reason=f"the QNN plugin EP did not register: {first_line(exc)}", install_hint=INSTALL)
+    if not _devices():
+        return Probe(False, ort.__version__, reason="the QNN plugin registered but offers no device", install_hint=INSTALL)
+    version = getattr(onnxruntime_qnn, "__version__", "?")
+    return Probe(True, f"onnxruntime-qnn {version} (onnxruntime {ort.__version__})",
+                 details={"emulated": emulated(), "machine": platform.machine()})
+
+
+def emulated() -> str | None:
+    """Why timings here are not the device's, or None on a Snapdragon device."""
+    if platform.machine().lower() in ("x86_64", "amd64"):
+        return "HTP emulator on an x86-64 host: timings and memory are the emulator's, not the NPU's"
+    return None
+
+
+@functools.cache
+def _register() -> None:
+    import onnxruntime as ort
+    import onnxruntime_qnn
+
+    # Once per process: a second registration under the same name is an error in ORT.
+    with _native_output_quiet():
+        ort.register_execution_provider_library(EP, onnxruntime_qnn.get_library_path())
+
+
+def _devices() -> list:
+    import onnxruntime as ort
+
+    return [d for d in ort.get_ep_devices() if d.ep_name == EP]
+
+
+def limits() -> RuntimeLimits:
+    return ort_cpu.limits()
+
+
+def _provider_options(options: Options, trace_dir: Path | None = None) -> dict[str, str]:
+    import onnxruntime_qnn
+
+    opts = {"backend_path": onnxruntime_qnn.get_qnn_htp_path(), "htp_arch": str(options.htp_arch),
+            "soc_model": str(options.soc_model), "htp_performance_mode": options.htp_performance_mode,
+            "enable_htp_fp16_precision": "1" if options.enable_htp_fp16_precision else "0",
+            # The graph-input Quantize and graph-output Dequantize run on the HTP too (the EP's default
+            # hands them to the CPU EP, which strict placement forbids and which costs a round trip).
+            "offload_graph_io_quantization": "0"}
+    if trace_dir is not None:
+        opts.update({"enable_framework_op_trace": "1", "framework_op_trace_dir": str(trace_dir)})
+    return opts
+
+
+def _session(model: Path, options: Options, *, trace_dir: Path | None = None, context_path: Path | None = None,
+             fallback: bool | None = None):
+    import onnxruntime as ort
+
+    _register()
+    so = ort.SessionOptions()
+    so.log_severity_level = 3
+    so.add_provider_for_devices(_devices(), _provider_options(options, trace_dir))
+    allow = options.allow_cpu_fallback if fallback is None else fallback
+    so.add_session_config_entry("session.disable_cpu_ep_fallback", "0" if allow else "1")
+    if context_path is not None:
+        so.add_session_config_entry("ep.context_enable", "1")
+        so.add_session_config_entry("ep.context_file_path", str(context_path))
+        so.add_session_config_entry("ep.context_embed_mode", "1" if options.context_embed else "0")
+    try:
+        with _native_output_quiet():
+            return ort.InferenceSession(str(model), so)
+    except Exception as exc:
+        text = first_line(exc)
+        if not allow and ("fallback" in text.lower() or "not supported" in text.lower() or "unsupported" in text.lower()):
+            raise BadInput(f"the HTP cannot run every node of {model.name} and CPU fallback is off: {text}",
+                           fix="run `tapeout lint` for the nodes and why; or set allow_cpu_fallback = true with a "
+                               "placement budget") from None
+        raise BadInput(f"the QNN EP could not load {model.name}: {text}",
+                       fix="check `tapeout lint --profile` for this target") from None
+
+
+@contextlib.contextmanager
+def _native_output_quiet():
+    """The QNN libraries print a banner ("LIBNATIVE: …") through C stdio on fd 1 and rewire fd 2 while
+    loading. Keep both as they were: `--json` output on stdout must stay parseable. C's buffers are
+    flushed into /dev/null before the real descriptors come back; errors still arrive as exceptions."""
+    import ctypes
+
+    sys.stdout.flush()
+    sys.stderr.flush()
+    saved = (os.dup(1), os.dup(2))
+    with open(os.devnull, "w") as devnull:
+        os.dup2(devnull.fileno(), 1)
+        os.dup2(devnull.fileno(), 2)
+        try:
+            yield
+        finally:
+            with contextlib.suppress(Exception):
+                ctypes.CDLL(None).fflush(None)
+            os.dup2(saved[0], 1)
+            os.dup2(saved[1], 2)
+            os.close(saved[0])
+            os.close(saved[1])
+
+
+def op_trace(model: Path, options: Options) -> dict:
+    """Which nodes the HTP takes and why not, from the EP's own trace (fallback allowed, so it sees all)."""
+    with tempfile.TemporaryDirectory(prefix="tapeout-qnn-trace-") as tmp:
+        _session(model, options, trace_dir=Path(tmp), fallback=True)
+        files = sorted(Path(tmp).rglob("*.json"))
+        if not files:
+            raise TargetUnavailable("the QNN EP wrote no op trace", fix="use onnxruntime-qnn >= 2.4")
+        return json.loads(files[0].read_text())
+
+
+def placement(trace: dict) -> dict:
+    """Share of nodes on the HTP and the nodes that are not, with the EP's reason (its op trace format:
+    `summary.{total_onnx_nodes, supported_nodes, qnn_subgraphs}`, `unsupported_nodes[] {node_name,
+    op_type, reason}`)."""
+    summary = trace.get("summary", {})
+    off = [{"node": n.get("node_name"), "op_type": n.get("op_type"), "reason": n.get("reason", "")}
+           for n in trace.get("unsupported_nodes", [])]
+    total = int(summary.get("total_onnx_nodes", 0))
+    supported = int(summary.get("supported_nodes", total - len(off)))
+    return {"accelerator": "HTP", "total_nodes": total, "on_accelerator": supported,
+            "off_share": (total - supported) / total if total else 0.0, "off": off,
+            "subgraphs": summary.get("qnn_subgraphs")}
+
+
+def pin_shapes(model_path: Path, out_path: Path, inputs: list[InputSpec], dims: dict[str, int]) -> list[str]:
+    """Write a copy with every input dim fixed to the build's value; returns what was pinned."""
+    import onnx
+
+    model = onnx.load(str(model_path))
+    specs = {s.name: s for s in inputs}
+    pinned = []
+    for graph_input in model.graph.input:
+        spec = specs.get(graph_input.name)
+        if spec is None:
+            continue
+        for axis, (dim, value) in enumerate(zip(graph_input.type.tensor_type.shape.dim, spec.concrete_shape(dims), strict=False)):
+            if not dim.HasField("dim_value"):
+                pinned.append(f"{graph_input.name}[{axis}] {dim.dim_param or '?'} = {value}")
+                dim.ClearField("dim_param")
+                dim.dim_value = value
+    del model.graph.value_info[:]  # symbolic intermediate shapes would contradict the pins
+    onnx.save(model, str(out_path))
+    return pinned
+
+
+def prepare(model_path: Path, inputs: list[InputSpec], dims: dict[str, int]) -> Path:
+    """The HTP compiles static graphs: pin every dim once, before quantization and compile."""
+    out = model_path.with_name(model_path.stem + ".static.onnx")
+    pin_shapes(model_path, out, inputs, dims)
+    return out
+
+
+def lint(model_path: Path, inputs: list[InputSpec], dims: dict[str, int], options: Options | None = None) -> list[LintIssue]:
+    """ORT's checks, then the HTP's: dims to pin, 64-bit and bool I/O, and every node the EP would not take."""
+    import onnx
+
+    issues = ort_cpu.lint(model_path, inputs, dims, options)
+    if any(i.severity == "error" for i in issues):
+        return issues
+    model = onnx.load(str(model_path), load_external_data=False)
+    initializers = {i.name for i in model.graph.initializer}
+    specs = {s.name: s for s in inputs}
+    for graph_input in (i for i in model.graph.input if i.name not in initializers):
+        spec = specs.get(graph_input.name)
+        tensor = graph_input.type.tensor_type
+        for axis, dim in enumerate(tensor.shape.dim):
+            if not dim.HasField("dim_value") and spec is not None:
+                value = spec.concrete_shape(dims)[axis]
+                issues.append(LintIssue("warning", f"input '{graph_input.name}' axis {axis} is dynamic ('{dim.dim_param}'): "
+                                        "the HTP compiles static graphs only",
+                                        f"pinned to {value} at compile (from the project's [dims]); a device build for "
+                                        "other shapes needs its own profile or dims", node=graph_input.name))
+        if tensor.elem_type in (onnx.TensorProto.INT64, onnx.TensorProto.BOOL, onnx.TensorProto.DOUBLE):
+            kind = onnx.TensorProto.DataType.Name(tensor.elem_type).lower()
+            issues.append(LintIssue("warning", f"input '{graph_input.name}' is {kind}: the HTP has no {kind} tensors, so the "
+                                    "EP converts it on the CPU at the graph boundary", "export it as int32 (or float) "
+                                    "to keep the boundary on the NPU", node=graph_input.name))
+    for graph_output in model.graph.output:
+        if graph_output.type.tensor_type.elem_type in (onnx.TensorProto.INT64, onnx.TensorProto.BOOL):
+            issues.append(LintIssue("warning", f"output '{graph_output.name}' is 64-bit/bool: converted on the CPU",
+                                    "return int32 or float", node=graph_output.name))
+    if options is None:
+        return issues
+    with tempfile.TemporaryDirectory(prefix="tapeout-qnn-lint-") as tmp:
+        static = Path(tmp) / "static.onnx"
+        pin_shapes(model_path, static, inputs, dims)
+        place = placement(op_trace(static, options))
+    severity = "warning" if options.allow_cpu_fallback else "error"
+    for node in place["off"]:
+        issues.append(LintIssue(severity, f"{node['op_type']} node does not run on the HTP: {node['reason'] or 'no reason given'}",
+                                "allow_cpu_fallback = true with a placement budget, or replace the op" if severity == "error"
+                                else "runs on the CPU EP; the placement budget judges the share", node=node["node"]))
+    float_nodes = _float_compute_nodes(model)
+    if float_nodes:
+        issues.append(LintIssue("warning", f"{len(float_nodes)} compute node(s) have no Q/DQ around them (e.g. "
+                                f"{', '.join(float_nodes[:3])}): the HTP runs them in FP16, slower than INT8",
+                                "build with precision = \"int8\" (full-integer QDQ) to quantize them"))
+    return issues
+
+
+_COMPUTE = {"Conv", "MatMul", "Gemm", "ConvTranspose", "Softmax", "LayerNormalization", "Gelu", "Add", "Mul"}
+
+
+def _float_compute_nodes(model) -> list[str]:
+    produced_by = {o: n.op_type for n in model.graph.node for o in n.output}
+    return [n.name for n in model.graph.node if n.op_type in _COMPUTE
+            and not any(produced_by.get(t) == "DequantizeLinear" for t in n.input)]
+
+
+def compile(model_path: Path, options: Options, out_dir: Path, inputs: list[InputSpec] | None = None,
+            dims: dict[str, int] | None = None) -> Artifact:
+    """Pin shapes, prepare the graph for the SoC, write the EPContext model and its context binary."""
+    out_dir.mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory(prefix="tapeout-qnn-") as tmp:
+        static = Path(tmp) / "model.onnx"
+        pinned = pin_shapes(model_path, static, inputs or [], dims or {})
+        place = placement(op_trace(static, options))
+        if place["off"] and not options.allow_cpu_fallback:
+            first = place["off"][0]
+            raise BadInput(f"{len(place['off'])} node(s) cannot run on the HTP and CPU fallback is off; first: "
+                           f"{first['node']} ({first['op_type']}): {first['reason']}",
+                           fix="see `tapeout lint --profile` for every node; or allow_cpu_fallback = true with a placement budget")
+        _session(static, options, context_path=out_dir / ARTIFACT_FILE)
+    if not (out_dir / ARTIFACT_FILE).is_file():
+        raise BadInput("the QNN EP wrote no EPContext model", fix="check the profile's htp_arch and soc_model")
+    return Artifact(NAME, out_dir, ARTIFACT_FILE,
+                    meta={"htp_arch": options.htp_arch, "soc_model": options.soc_model, "pinned": pinned,
+                          "placement": place, "emulated": emulated(),
+                          "context_files": sorted(p.name for p in out_dir.iterdir())})
+
+
+def session(artifact: Artifact, options: Options, *, profile_dir: Path | None = None) -> ort_cpu.OrtSession:
+    return ort_cpu.OrtSession(_session(artifact.path, options))
+
+
+__all__ = [
+    "ARTIFACT_FILE",
+    "NAME",
+    "Options",
+    "compile",
+    "emulated",
+    "limits",
+    "lint",
+    "op_trace",
+    "placement",
+    "probe",
+    "session",
+]
