@@ -38,6 +38,7 @@ class Plan:
     block_size: int = 32
     int4_algorithm: str = "rtn"
     notes: tuple[str, ...] = field(default_factory=tuple)
+    float_nodes: tuple[str, ...] = ()   # ungrouped nodes a full-integer plan keeps float (e.g. attention masks)
 
     def quantized(self) -> list[GroupPlan]:
         return [g for g in self.groups if g.precision != FLOAT]

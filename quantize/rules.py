@@ -67,9 +67,8 @@ CPU_RULES: dict[tuple[str, str], Rule] = {
 # group on the NPU as long as it can: 16-bit activations first, FP16 last (never the CPU).
 # Transformers start at A16W8 (the NPU transformer recipe, research quant-prune §1.10, §6.2):
 # LayerNorm, Softmax and the residual stream do not survive 8-bit activations.
-_ALL_ROLES = frozenset(r for r in ("attn_q", "attn_k", "attn_v", "attn_qkv", "attn_out", "ffn_in", "ffn_gate", "ffn_up",
-                                   "ffn_out", "embedding", "lm_head", "head", "conv", "first_conv", "depthwise_conv",
-                                   "linear", "timestep_embedding"))
+_ALL_ROLES = LINEARS | {"embedding", "lm_head", "head", "conv", "first_conv", "depthwise_conv", "linear",
+                        "timestep_embedding"}
 NPU_RULES: dict[tuple[str, str], tuple[Rule, str]] = {
     (family, "int8"): (Rule("npu-static", _ALL_ROLES, {}, why=why), act)
     for family, act, why in (
@@ -147,10 +146,16 @@ def first_plan(analysis: Analysis, target: str, precision: str, settings: Quanti
         # Float on the HTP is FP16: groups kept float by the user run there in FP16, never on the CPU.
         groups = [replace(g, precision=rung) if g.precision == precision else replace(g, precision="fp16")
                   for g in groups]
+        # Attention masks carry huge negatives next to the real scores: quantized, the scores collapse
+        # to one level (MiniLM: mean cosine 0.42 → 0.97 with masks and softmax kept float).
+        masked = tuple(n for n, r in analysis.roles.items() if r in ("attn_mask", "attn_softmax"))
+        notes = [f"full-integer QDQ for the HTP: {rule.why}"]
+        if masked:
+            notes.append(f"{len(masked)} attention mask / softmax node(s) kept float (FP16 on the HTP)")
         return Plan(method=method, family=family, target=target, ladder=LADDERS[(target, precision)],
                     groups=tuple(groups), per_channel=True if settings.per_channel is None else settings.per_channel,
                     activation_type=act, weight_type="uint8", calibration_method=settings.calibration_method,
-                    notes=(f"full-integer QDQ for the HTP: {rule.why}",))
+                    notes=tuple(notes), float_nodes=masked)
     if method == "static":
         # ORT CPU: S8S8 QDQ on VNNI; on AVX2 without VNNI, U8S8 with 7-bit weights (reduce_range) so
         # the u8×s8 pair sums cannot saturate int16 (research quant-prune §1.4).

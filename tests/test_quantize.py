@@ -226,3 +226,21 @@ def test_a_precision_the_target_does_not_take_is_rejected(tmp_path):
     profile.write_text('extends = "openvino-cpu"\nprecision = "int8"\n')
     result = run_cli("profiles", "show", profile)
     assert result.code == 2 and "does not take 'int8'" in one_line_error(result)
+
+
+def test_npu_rule_is_full_integer_a16w8_for_transformers_with_masks_and_softmax_float(tmp_path):
+    path = tmp_path / "enc.onnx"
+    onnx.save(graphs.transformer(), path)
+    analysis = analyze(path)
+    plan = rules.first_plan(analysis, "qnn", "int8", QuantizationSettings(keep_float=["block1.ffn.out"]))
+    assert plan.method == "npu-static" and plan.activation_type == "uint16" and plan.ladder == ("int8", "a16w8", "fp16")
+    groups = _by_precision(plan)
+    assert groups.pop("block1.ffn.out") == "fp16"  # float on the HTP is FP16, never the CPU
+    assert set(groups.values()) == {"a16w8"}
+    kept = {analysis.roles[n] for n in plan.float_nodes}
+    assert kept == {"attn_mask", "attn_softmax"} and len(plan.float_nodes) == 4  # two blocks
+    onnx.save(graphs.cnn(), tmp_path / "cnn.onnx")
+    npu_cnn = rules.first_plan(analyze(tmp_path / "cnn.onnx"), "qnn", "int8", QuantizationSettings())
+    assert npu_cnn.activation_type == "uint8" and set(_by_precision(npu_cnn).values()) == {"int8"} and not npu_cnn.float_nodes
+    with pytest.raises(BadInput, match="full-integer static QDQ"):
+        rules.first_plan(analysis, "qnn", "int8", QuantizationSettings(method="dynamic"))

@@ -127,6 +127,17 @@ def _attention(view, found: Detected) -> list[dict]:
                        "causal": causal, "heads": shape[1] if len(shape) == 4 else None, "fused": False})
         found.roles[scores[0].name] = "attn_scores"
         found.roles[node.name] = "attn_softmax"
+        # The additive (or Where) mask on the score path, and the node that builds the mask: huge
+        # negative values that no integer range can hold next to the real scores.
+        for n in _score_path(view, node):
+            if n.op_type in ("Add", "Where") and any(view.is_const(t) or t not in _chain_outputs(view, scores[0], node)
+                                                    for t in n.input if t):
+                found.roles[n.name] = "attn_mask"
+                for t in n.input:
+                    src = view.producer.get(t)
+                    if src is not None and src.op_type in ("Where", "Sub", "Mul", "Cast", "Expand") and \
+                            src.name not in found.roles and t not in _chain_outputs(view, scores[0], node):
+                        found.roles[src.name] = "attn_mask"
         found.roles[context[0].name] = "attn_context"
     for block in blocks:
         qkv = {n.name for n in block["q"]} & {n.name for n in block["k"]} & {n.name for n in block["v"]}
@@ -136,6 +147,18 @@ def _attention(view, found: Detected) -> list[dict]:
     if not blocks:
         found.unmatched.append("attention: no Softmax between two activation×activation MatMuls, and no fused attention op")
     return blocks
+
+
+def _chain_outputs(view, scores, softmax) -> set[str]:
+    """Tensors on the path from the score MatMul to the Softmax (the scores themselves, scaled and masked)."""
+    chain, tensor = {scores.output[0]}, scores.output[0]
+    for _ in range(6):
+        users = [u for u in view.consumers.get(tensor, []) if u.op_type in _SCORE_PATH or u is softmax]
+        if not users or users[0] is softmax:
+            break
+        tensor = users[0].output[0]
+        chain.add(tensor)
+    return chain
 
 
 def _score_path(view, softmax) -> list:

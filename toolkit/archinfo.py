@@ -13,7 +13,7 @@ FAMILIES = ("cnn", "transformer-encoder", "decoder-llm", "speech-recurrent", "di
 
 # Per-node roles. The quantization rules are keyed on these, never on op types alone.
 ROLES = (
-    "attn_q", "attn_k", "attn_v", "attn_qkv", "attn_out", "attn_scores", "attn_softmax", "attn_context",
+    "attn_q", "attn_k", "attn_v", "attn_qkv", "attn_out", "attn_scores", "attn_mask", "attn_softmax", "attn_context",
     "ffn_in", "ffn_gate", "ffn_up", "ffn_out", "norm", "residual", "embedding", "lm_head", "head",
     "conv", "first_conv", "depthwise_conv", "recurrent_cell", "timestep_embedding", "linear",
 )

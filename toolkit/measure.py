@@ -160,10 +160,12 @@ def measure(
     return m
 
 
-EMULATED_ITERATIONS = 30
+EMULATED_ITERATIONS = 10
 
 
 def for_emulator(settings: CheckSettings) -> CheckSettings:
-    """An emulator's timings are never judged: run enough for parity and a labelled figure, no more."""
+    """An emulator's timings are never judged: run enough for parity and a labelled figure, no more
+    (an emulated transformer takes seconds per inference)."""
     return settings.model_copy(update={"iterations": min(settings.iterations, EMULATED_ITERATIONS), "repeats": 1,
-                                       "op_profile": False})
+                                       "op_profile": False, "warmup_min_iters": 1, "warmup_min_s": 0.0,
+                                       "warmup_max_s": 1.0})

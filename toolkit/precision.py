@@ -35,13 +35,19 @@ def quantize(stage: Path, project: Project, profile: Profile, backend, options, 
     out = stage / "quantized" / "model.onnx"
     max_ir = backend.limits().max_ir_version
 
+    emulated = backend.emulated() if hasattr(backend, "emulated") else None
+
     def session(path: Path):
+        if emulated:  # same QDQ graph, integer semantics on the CPU EP: the emulator is ~25-400× slower
+            from tapeout.targets import ort_cpu
+
+            return ort_cpu.reference_session(path).run
         return backend.session(Artifact(profile.target, path.parent, path.name), options).run
 
-    emulated = backend.emulated() if hasattr(backend, "emulated") else None
     budgets = profile.budgets
     has_budget = budgets.accuracy_max_drop is not None or budgets.accuracy_max_rel_drop is not None
-    info: dict = {"precision": profile.precision}
+    info: dict = {"precision": profile.precision,
+                  "evaluated_on": evaluated_on(profile.target, emulated)}
     if project.evaluation is None or not has_budget or reference_metric is None:
         with ui.step(f"quantize ({plan.method}, {len(plan.quantized())} of {len(plan.groups)} groups)"):
             info["apply"] = apply(plan, fp32_path, out, calibration, max_ir)
@@ -61,26 +67,27 @@ def quantize(stage: Path, project: Project, profile: Profile, backend, options, 
         plan = search.plan
         info["search"] = search.to_json()
         ui.note(f"sensitivity: {search.stopped}")
-    if emulated:
-        info["notes"] = [f"no speed comparison with fp32: {emulated}"]
-        info["plan"] = plan.to_json()
-        info["model_sha256"] = sha256_file(out)
-        info["fp32_bytes"] = fp32_path.stat().st_size
-        info["quantized_bytes"] = out.stat().st_size
-        return out, info
-    # Does it pay? Both quick medians in this process, alternated, so drift hits both alike.
-    fp32_ms, quant_ms = _compare_latency(session(fp32_path), session(out), probe_inputs[0])
-    info["quick_latency_ms"] = {"fp32": fp32_ms, "quantized": quant_ms}
-    if quant_ms >= fp32_ms:
-        note = (f"{profile.precision} is not faster than fp32 for this model on this host ({quant_ms:.3g} ms vs "
-                f"{fp32_ms:.3g} ms, quick in-process medians): quantization does not pay here; consider precision = \"fp32\"")
+    note = _speed_note(profile.precision, emulated, info,
+                       lambda: _compare_latency(session(fp32_path), session(out), probe_inputs[0]))
+    if note:
         info["notes"] = [note]
-        ui.note(note)
-    info["plan"] = plan.to_json()
-    info["model_sha256"] = sha256_file(out)
-    info["fp32_bytes"] = fp32_path.stat().st_size
-    info["quantized_bytes"] = out.stat().st_size
+        if not emulated:
+            ui.note(note)
+    info.update(plan=plan.to_json(), model_sha256=sha256_file(out), fp32_bytes=fp32_path.stat().st_size,
+                quantized_bytes=out.stat().st_size)
     return out, info
+
+
+def _speed_note(precision: str, emulated: str | None, info: dict, compare) -> str:
+    """Does quantization pay on this host? Say so when it does not (never on an emulator's timings)."""
+    if emulated:
+        return f"no speed comparison with fp32: {emulated}"
+    fp32_ms, quant_ms = compare()
+    info["quick_latency_ms"] = {"fp32": fp32_ms, "quantized": quant_ms}
+    if quant_ms < fp32_ms:
+        return ""
+    return (f"{precision} is not faster than fp32 for this model on this host ({quant_ms:.3g} ms vs {fp32_ms:.3g} ms, "
+            "quick in-process medians): quantization does not pay here; consider precision = \"fp32\"")
 
 
 def _compare_latency(fp32, quantized, feeds: dict, rounds: int = 5) -> tuple[float, float]:
@@ -88,3 +95,10 @@ def _compare_latency(fp32, quantized, feeds: dict, rounds: int = 5) -> tuple[flo
 
     pairs = [(quick_latency_ms(fp32, feeds), quick_latency_ms(quantized, feeds)) for _ in range(rounds)]
     return statistics.median(p[0] for p in pairs), statistics.median(p[1] for p in pairs)
+
+
+def evaluated_on(target: str, emulated: str | None) -> str:
+    if emulated:
+        return (f"ONNX Runtime CPU EP running the quantized QDQ model the {target} artifact is compiled from "
+                f"({emulated}; too slow for the metric); the device's numerics are checked by golden parity")
+    return f"{target}, on this host"

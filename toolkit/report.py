@@ -159,7 +159,8 @@ def _quantization_section(q: dict | None) -> list[str]:
         lat = q["quick_latency_ms"]
         out.append(f"\nQuick in-process medians on this host: fp32 {fmt(lat['fp32'], 4)} ms, {q['precision']} "
                    f"{fmt(lat['quantized'], 4)} ms ({lat['fp32'] / lat['quantized']:.2f}×).")
-    out += ["", f"Sensitivity loop: **{search['stopped']}** ({search['evaluations']} evaluation(s))."]
+    out += ["", f"Sensitivity loop: **{search['stopped']}** ({search['evaluations']} evaluation(s)"
+            + (f"; candidates evaluated on {q['evaluated_on']}" if q.get("evaluated_on") else "") + ")."]
     if search["steps"]:
         out += ["", *_table(["step", "action", "metric", "drop", "meets budget", "quick latency ms"],
                             [[s["index"], s["action"], fmt(s["metric"], 6), fmt(s["drop"], 4),
