@@ -197,6 +197,9 @@ def test_the_loop_finds_the_planted_layer_first_and_moves_it_alone(tmp_path):
     assert "## Quantization" in md and f"{planted}: int8 → fp32" in md
     accuracy = next(b for b in report["budgets"] if b["budget"] == "accuracy_max_drop")
     assert accuracy["verdict"] == "pass"
+    check = run_cli("check", out, "--json")  # the quantized artifact re-checked: parity against the FP32 golden outputs
+    assert check.code == 0, check.err
+    assert next(b for b in check.json()["budgets"] if b["budget"] == "parity_min_cosine")["verdict"] == "pass"
 
 
 def test_the_loop_stops_at_its_evaluation_cap_and_the_build_fails_the_budget(tmp_path):

@@ -129,15 +129,16 @@ def _attention(view, found: Detected) -> list[dict]:
         found.roles[node.name] = "attn_softmax"
         # The additive (or Where) mask on the score path, and the node that builds the mask: huge
         # negative values that no integer range can hold next to the real scores.
+        chain = _chain_outputs(view, scores[0], node)
         for n in _score_path(view, node):
-            if n.op_type in ("Add", "Where") and any(view.is_const(t) or t not in _chain_outputs(view, scores[0], node)
-                                                    for t in n.input if t):
-                found.roles[n.name] = "attn_mask"
-                for t in n.input:
-                    src = view.producer.get(t)
-                    if src is not None and src.op_type in ("Where", "Sub", "Mul", "Cast", "Expand") and \
-                            src.name not in found.roles and t not in _chain_outputs(view, scores[0], node):
-                        found.roles[src.name] = "attn_mask"
+            mask_inputs = [t for t in n.input if t and t not in chain]
+            if n.op_type not in ("Add", "Where") or not mask_inputs:
+                continue
+            found.roles[n.name] = "attn_mask"
+            for t in mask_inputs:
+                src = view.producer.get(t)
+                if src is not None and src.op_type in ("Where", "Sub", "Mul", "Cast", "Expand") and src.name not in found.roles:
+                    found.roles[src.name] = "attn_mask"
         found.roles[context[0].name] = "attn_context"
     for block in blocks:
         qkv = {n.name for n in block["q"]} & {n.name for n in block["k"]} & {n.name for n in block["v"]}
