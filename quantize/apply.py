@@ -7,6 +7,8 @@ quantize Softmax, LayerNorm and residual Adds, which wrecks transformers).
 from __future__ import annotations
 
 import contextlib
+import functools
+import io
 import logging
 import shutil
 from pathlib import Path
@@ -28,7 +30,8 @@ def _quiet():
     for lg in loggers:
         lg.setLevel(logging.ERROR)
     try:
-        yield
+        with contextlib.redirect_stdout(io.StringIO()):  # GPTQ prints a progress bar: stdout is for --json
+            yield
     finally:
         for lg, level in zip(loggers, levels, strict=True):
             lg.setLevel(level)
@@ -163,13 +166,18 @@ def _npu_static(plan: Plan, model_in: Path, model_out: Path, calibration: list[d
 
 
 def _weight_only(plan: Plan, model_in: Path, model_out: Path, calibration: list[dict] | None) -> dict:
+    """MatMulNBits for the groups at int4 (and int8-weight, the ladder's next rung); nothing else.
+
+    ORT's quantizer ORs `nodes_to_include` with its op types, so it would quantize every MatMul (the
+    lm_head the rules keep float, the groups the loop moved up): the plan goes in as `nodes_to_exclude`
+    (everything not at this rung), and the result is checked against the plan."""
     import onnx
     from onnxruntime.quantization import matmul_nbits_quantizer as nbits
 
     model = onnx.load(str(model_in))
     done = {}
     for precision, bits in (("int4", 4), ("int8-weight", 8)):
-        nodes = plan.nodes_at(precision)
+        nodes = set(plan.nodes_at(precision))
         if not nodes:
             continue
         if plan.int4_algorithm == "gptq" and bits == 4:
@@ -181,10 +189,34 @@ def _weight_only(plan: Plan, model_in: Path, model_out: Path, calibration: list[
         else:
             algo = nbits.DefaultWeightOnlyQuantConfig(block_size=plan.block_size, is_symmetric=True,
                                                       accuracy_level=None, bits=bits)
-        quantizer = nbits.MatMulNBitsQuantizer(model, bits=bits, block_size=plan.block_size, is_symmetric=True,
-                                               nodes_to_include=nodes, algo_config=algo)
+        others = sorted(n.name for n in model.graph.node if n.name not in nodes)
+        quantizer = _planned_nbits()(model, bits=bits, block_size=plan.block_size, is_symmetric=True,
+                                     nodes_to_exclude=others, algo_config=algo)
         quantizer.process()
-        model = quantizer.model.model
+        model = quantizer.model.model if hasattr(quantizer.model, "model") else quantizer.model
+        quantized = {n.name.rsplit("_Q", 1)[0] for n in model.graph.node
+                     if n.op_type == "MatMulNBits" and n.name.endswith(f"_Q{bits}")}
+        if quantized != nodes:
+            raise BadInput(f"onnxruntime's weight-only quantizer did not follow the plan at {precision}: quantized "
+                           f"{sorted(quantized - nodes)[:3]} (kept float by the plan), missed {sorted(nodes - quantized)[:3]}",
+                           fix="use int4_algorithm = \"rtn\", or report this with the onnxruntime version")
         done[precision] = len(nodes)
     onnx.save(model, str(model_out))
     return {"method": "weight-only", "nodes": done, "block_size": plan.block_size, "algorithm": plan.int4_algorithm}
+
+
+@functools.cache
+def _planned_nbits():
+    """ORT's MatMulNBitsQuantizer, defined on first use (onnxruntime loads lazily), that skips excluded
+    nodes on every algorithm path."""
+    from onnxruntime.quantization import matmul_nbits_quantizer as nbits
+
+    class PlannedNBits(nbits.MatMulNBitsQuantizer):
+        """The GPTQ path (Intel Neural Compressor code vendored in ORT) ignores `nodes_to_exclude`; its
+        per-node config takes "fp32" as "skip" (as ORT's own RTN path writes it)."""
+
+        def _generate_q4_node_config(self):
+            config = super()._generate_q4_node_config()
+            return {name: "fp32" if name in self.nodes_to_exclude else cfg for name, cfg in config.items()}
+
+    return PlannedNBits

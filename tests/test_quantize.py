@@ -98,6 +98,10 @@ def test_plans_apply_and_run_close_to_fp32(tmp_path, case):
     ops = {n.op_type for n in quantized.graph.node}
     expected = {"encoder-dynamic": "DynamicQuantizeLinear", "cnn-static": "QuantizeLinear", "decoder-int4": "MatMulNBits"}[case]
     assert expected in ops or (case == "encoder-dynamic" and "DynamicQuantizeMatMul" in ops), ops
+    if case == "decoder-int4":  # exactly the planned nodes: lm_head stays a float MatMul
+        planned = set(plan.nodes_at("int4"))
+        assert {n.name.rsplit("_Q", 1)[0] for n in quantized.graph.node if n.op_type == "MatMulNBits"} == planned
+        assert any(n.op_type == "MatMul" and n.name.startswith("lm_head") for n in quantized.graph.node)
     if case == "cnn-static":  # the first conv was kept float: its weight is still a float initializer
         first = next(n for n in quantized.graph.node if n.op_type == "Conv")
         assert first.input[1] in {i.name for i in quantized.graph.initializer if i.data_type == onnx.TensorProto.FLOAT}
@@ -247,3 +251,37 @@ def test_npu_rule_is_full_integer_a16w8_for_transformers_with_masks_and_softmax_
     assert npu_cnn.activation_type == "uint8" and set(_by_precision(npu_cnn).values()) == {"int8"} and not npu_cnn.float_nodes
     with pytest.raises(BadInput, match="full-integer static QDQ"):
         rules.first_plan(analysis, "qnn", "int8", QuantizationSettings(method="dynamic"))
+
+
+def test_tiny_lm_int4_keeps_perplexity_within_the_relative_budget_and_check_carries_it(tmp_path):
+    from conftest import SAMPLES
+
+    profile = tmp_path / "int4.toml"
+    profile.write_text('extends = "cpu-int4"\n[check]\niterations = 30\nrepeats = 1\nwarmup_min_s = 0.05\nop_profile = false\n')
+    out = tmp_path / "tiny"
+    result = run_cli("build", SAMPLES / "tiny-lm", "--profile", profile, "--out", out)
+    assert result.code == 0, result.err + result.out
+    report = json.loads((out / "report.json").read_text())
+    assert report["analysis"]["family"] == "decoder-llm"
+    rel = next(b for b in report["budgets"] if b["budget"] == "accuracy_max_rel_drop")
+    assert rel["verdict"] == "pass" and rel["measured"] < 0.05, rel  # perplexity within 5 % of FP32
+    plan = {g["group"]: g["precision"] for g in report["quantization"]["plan"]["groups"]}
+    assert plan["lm_head"] == "fp32" and plan["embedding1"] == "fp32" and plan["block0.attn.qkv"] == "int4"
+    artifact = onnx.load(out / "artifact" / "model.onnx")
+    assert sum(n.op_type == "MatMulNBits" for n in artifact.graph.node) == 28  # 4 blocks × 7 Linear layers
+    assert report["artifact"]["bytes"] <= 0.35 * report["quantization"]["fp32_bytes"]
+    check = run_cli("check", out, "--json")
+    assert check.code == 0, check.err
+    carried = next(b for b in check.json()["budgets"] if b["budget"] == "accuracy_max_rel_drop")
+    assert carried["verdict"] == "pass" and "judged at build" in carried["reason"]
+
+
+def test_gptq_follows_the_plan_and_keeps_stdout_clean(tmp_path, capfd):
+    plan, path = _plan(tmp_path, graphs.transformer(causal=True, lm_head=True, swiglu=True), precision="int4",
+                       int4_algorithm="gptq")
+    feeds = [{"input_ids": np.random.default_rng(i).integers(0, 64, (1, 8))} for i in range(4)]
+    info = apply(plan, path, tmp_path / "q.onnx", feeds, max_ir_version=10)
+    quantized = onnx.load(tmp_path / "q.onnx")
+    assert info["nodes"] == {"int4": len(plan.nodes_at("int4"))}
+    assert any(n.op_type == "MatMul" and n.name.startswith("lm_head") for n in quantized.graph.node)
+    assert "Progress" not in capfd.readouterr().out
