@@ -63,6 +63,19 @@ def test_check_passes_through_the_emulator_with_fallback_off_and_clean_json(digi
     assert run_cli("check", digits_qnn, env={"PYTHONPATH": path}).code == 0
 
 
+def test_a_device_measurement_runs_without_an_op_profile(digits_qnn):
+    """On a Snapdragon nothing is emulated and the profile's op_profile stays on; qnn has no op_profile
+    (it is optional in the target interface), so the measurement must skip it, not crash."""
+    from tapeout import measure
+    from tapeout.types import Artifact, CheckSettings
+
+    manifest = json.loads((digits_qnn / "manifest.json").read_text())
+    artifact = Artifact("qnn", digits_qnn / "artifact", manifest["artifact"]["main_file"])
+    settings = CheckSettings(iterations=10, repeats=1, warmup_min_s=0.0, op_profile=True)
+    m = measure.measure(artifact, manifest["options_resolved"], digits_qnn / "golden.npz", settings)
+    assert m.op_profile is None and len(m.outputs) == manifest["golden"]["samples"]
+
+
 def test_latency_budgets_are_unmeasured_through_the_emulator(tmp_path):
     profile = tmp_path / "p.toml"
     profile.write_text('extends = "qnn-sm8650"\n[budgets]\nlatency_p50_ms = 0.0001\npeak_memory_mb = 1\n' + FAST)
@@ -129,8 +142,6 @@ def test_context_binaries_are_prepared_per_soc(tmp_path):
     from tapeout.targets import qnn
     from tapeout.types import InputSpec
 
-    project = _det_project(tmp_path)
-    onnx.save(onnx.load(project / "model.onnx"), tmp_path / "m.onnx")
     relu = helper.make_graph([helper.make_node("Relu", ["x"], ["y"], name="relu")], "r",
                              [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 8])],
                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 8])])

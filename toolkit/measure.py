@@ -153,11 +153,18 @@ def measure(
         more = _run_processes(base, settings.repeats, progress, timeout_s, want_outputs=False)
         m = _summarize(results + more, settings)
         m.notes.append("latency was inconclusive; sampling was doubled once")
-    if settings.op_profile:
+    if settings.op_profile and _has_op_profile(artifact.target):
         progress("per-op profile (separate pass, profiler on)")
         prof = _run_child({**base, "mode": "op_profile", "iterations": settings.op_profile_iterations}, timeout_s)
         m.op_profile = prof["op_profile"]
     return m
+
+
+def _has_op_profile(target: str) -> bool:
+    """`op_profile` is optional in the target interface (targets/base.py): qnn has none."""
+    from tapeout import targets  # the registry and the backend module are light; runtimes load lazily
+
+    return hasattr(targets.load(target), "op_profile")
 
 
 EMULATED_ITERATIONS = 10
