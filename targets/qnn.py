@@ -17,6 +17,7 @@ import functools
 import json
 import os
 import platform
+import shutil
 import sys
 import tempfile
 from pathlib import Path
@@ -161,10 +162,14 @@ def op_trace(model: Path, options: Options) -> dict:
     """Which nodes the HTP takes and why not, from the EP's own trace (fallback allowed, so it sees all)."""
     with tempfile.TemporaryDirectory(prefix="tapeout-qnn-trace-") as tmp:
         _session(model, options, trace_dir=Path(tmp), fallback=True)
-        files = sorted(Path(tmp).rglob("*.json"))
-        if not files:
-            raise TargetUnavailable("the QNN EP wrote no op trace", fix="use onnxruntime-qnn >= 2.4")
-        return json.loads(files[0].read_text())
+        return _read_trace(Path(tmp))
+
+
+def _read_trace(folder: Path) -> dict:
+    files = sorted(folder.rglob("*.json"))
+    if not files:
+        raise TargetUnavailable("the QNN EP wrote no op trace", fix="use onnxruntime-qnn >= 2.4")
+    return json.loads(files[0].read_text())
 
 
 def placement(trace: dict) -> dict:
@@ -181,8 +186,9 @@ def placement(trace: dict) -> dict:
             "subgraphs": summary.get("qnn_subgraphs")}
 
 
-def pin_shapes(model_path: Path, out_path: Path, inputs: list[InputSpec], dims: dict[str, int]) -> list[str]:
-    """Write a copy with every input dim fixed to the build's value; returns what was pinned."""
+def pin_shapes(model_path: Path, out_path: Path, inputs: list[InputSpec], dims: dict[str, int]) -> tuple[Path, list[str]]:
+    """The model with every input dim fixed to the build's value, and what was pinned. A copy is written to
+    `out_path` only when a dim was symbolic; an already static model is returned as it is."""
     import onnx
 
     model = onnx.load(str(model_path))
@@ -197,16 +203,16 @@ def pin_shapes(model_path: Path, out_path: Path, inputs: list[InputSpec], dims: 
                 pinned.append(f"{graph_input.name}[{axis}] {dim.dim_param or '?'} = {value}")
                 dim.ClearField("dim_param")
                 dim.dim_value = value
+    if not pinned:
+        return model_path, pinned
     del model.graph.value_info[:]  # symbolic intermediate shapes would contradict the pins
     onnx.save(model, str(out_path))
-    return pinned
+    return out_path, pinned
 
 
 def prepare(model_path: Path, inputs: list[InputSpec], dims: dict[str, int]) -> Path:
     """The HTP compiles static graphs: pin every dim once, before quantization and compile."""
-    out = model_path.with_name(model_path.stem + ".static.onnx")
-    pin_shapes(model_path, out, inputs, dims)
-    return out
+    return pin_shapes(model_path, model_path.with_name(model_path.stem + ".static.onnx"), inputs, dims)[0]
 
 
 def lint(model_path: Path, inputs: list[InputSpec], dims: dict[str, int], options: Options | None = None) -> list[LintIssue]:
@@ -241,8 +247,7 @@ def lint(model_path: Path, inputs: list[InputSpec], dims: dict[str, int], option
     if options is None:
         return issues
     with tempfile.TemporaryDirectory(prefix="tapeout-qnn-lint-") as tmp:
-        static = Path(tmp) / "static.onnx"
-        pin_shapes(model_path, static, inputs, dims)
+        static, _ = pin_shapes(model_path, Path(tmp) / "static.onnx", inputs, dims)
         place = placement(op_trace(static, options))
     severity = "warning" if options.allow_cpu_fallback else "error"
     for node in place["off"]:
@@ -268,27 +273,35 @@ def _float_compute_nodes(model) -> list[str]:
 
 def compile(model_path: Path, options: Options, out_dir: Path, inputs: list[InputSpec] | None = None,
             dims: dict[str, int] | None = None) -> Artifact:
-    """Pin shapes, prepare the graph for the SoC, write the EPContext model and its context binary."""
+    """Pin shapes, prepare the graph for the SoC, write the EPContext model and its context binary.
+
+    One session does it all: the op trace (placement) and the context come from the same graph
+    preparation. It runs with fallback allowed so the trace sees every node; the context is kept
+    only if the placement is what the profile allows (with no node off the HTP, the context is the
+    one a strict session writes)."""
     out_dir.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(prefix="tapeout-qnn-") as tmp:
-        static = Path(tmp) / "model.onnx"
-        pinned = pin_shapes(model_path, static, inputs or [], dims or {})
-        place = placement(op_trace(static, options))
+        static, pinned = pin_shapes(model_path, Path(tmp) / "model.onnx", inputs or [], dims or {})
+        context = Path(tmp) / "context"
+        context.mkdir()
+        _session(static, options, trace_dir=Path(tmp) / "trace", context_path=context / ARTIFACT_FILE, fallback=True)
+        place = placement(_read_trace(Path(tmp) / "trace"))
         if place["off"] and not options.allow_cpu_fallback:
             first = place["off"][0]
             raise BadInput(f"{len(place['off'])} node(s) cannot run on the HTP and CPU fallback is off; first: "
                            f"{first['node']} ({first['op_type']}): {first['reason']}",
                            fix="see `tapeout lint --profile` for every node; or allow_cpu_fallback = true with a placement budget")
-        _session(static, options, context_path=out_dir / ARTIFACT_FILE)
-    if not (out_dir / ARTIFACT_FILE).is_file():
-        raise BadInput("the QNN EP wrote no EPContext model", fix="check the profile's htp_arch and soc_model")
+        if not (context / ARTIFACT_FILE).is_file():
+            raise BadInput("the QNN EP wrote no EPContext model", fix="check the profile's htp_arch and soc_model")
+        for file in context.iterdir():  # the .onnx names its .bin by file name: they move together
+            shutil.move(str(file), out_dir / file.name)
     return Artifact(NAME, out_dir, ARTIFACT_FILE,
                     meta={"htp_arch": options.htp_arch, "soc_model": options.soc_model, "pinned": pinned,
                           "placement": place, "emulated": emulated(),
                           "context_files": sorted(p.name for p in out_dir.iterdir())})
 
 
-def session(artifact: Artifact, options: Options, *, profile_dir: Path | None = None) -> ort_cpu.OrtSession:
+def session(artifact: Artifact, options: Options) -> ort_cpu.OrtSession:
     return ort_cpu.OrtSession(_session(artifact.path, options))
 
 
