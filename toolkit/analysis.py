@@ -12,6 +12,7 @@ from pathlib import Path
 
 import numpy as np
 
+from tapeout import arch
 from tapeout.archinfo import Analysis, NodeCost
 from tapeout.errors import BadInput
 from tapeout.types import InputSpec
@@ -210,14 +211,12 @@ def activation_peak(view: GraphView) -> tuple[int, str]:
 def analyze(model_path: Path, inputs: list[InputSpec] | None = None, dims: dict[str, int] | None = None,
             hints: dict | None = None) -> Analysis:
     """Everything static about the model at the build's shapes, with its architecture."""
-    from tapeout import arch
-
     view = GraphView.load(model_path, inputs, dims)
     costs = [node_cost(view, n) for n in view.nodes if n.op_type != "Constant"]
     weight_bytes = sum(a.nbytes for a in view.initializers.values() if a.size > 1)
     params = sum(int(a.size) for a in view.initializers.values() if a.size > 1 and a.dtype.kind == "f")
     peak, peak_at = activation_peak(view)
-    found = arch.detect(view, hints or {})
+    found = arch.detect(view, hints or {}, {c.name: c for c in costs})
     return Analysis(
         families=found.families, roles=found.roles, groups=found.groups,
         op_census=dict(Counter(n.op_type for n in view.nodes).most_common()),

@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from tapeout.archinfo import FamilyScore, FusionGroup
+from tapeout.archinfo import FamilyScore, FusionGroup, NodeCost
 
 _SCORE_PATH = {"Add", "Where", "Mul", "Div", "Cast", "Sub", "Softcap", "Tanh"}
 _SHAPE_OPS = {"Transpose", "Reshape", "Squeeze", "Unsqueeze", "Flatten", "Cast", "Identity"}
@@ -227,9 +227,8 @@ def _recurrent_and_timestep(view, found: Detected) -> bool:
     return timestep
 
 
-def detect(view, hints: dict) -> Detected:
-    from tapeout.analysis import node_cost
-
+def detect(view, hints: dict, costs: dict[str, NodeCost]) -> Detected:
+    """`costs`: the analysis's per-node costs by node name (MAC shares and group sizes come from them)."""
     found = Detected()
     blocks = _attention(view, found)
     norm_kinds = _norms(view, found)
@@ -237,7 +236,6 @@ def detect(view, hints: dict) -> Detected:
     timestep = _recurrent_and_timestep(view, found)
     causal = any(b["causal"] for b in blocks)
     order = {n.name: i for i, n in enumerate(view.nodes)}
-    costs = {n.name: node_cost(view, n) for n in view.nodes if n.op_type != "Constant"}
     weighted = [n for n in view.nodes if view.weight_of(n) is not None]
     macs_conv = sum(costs[n.name].flops for n in weighted if n.op_type.startswith("Conv")) // 2
     macs_all = max(1, sum(costs[n.name].flops for n in weighted) // 2)
