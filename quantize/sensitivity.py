@@ -42,31 +42,15 @@ class Search:
     ranking: list[dict] = field(default_factory=list)
     stopped: str = ""
     evaluations: int = 0
+    metric: float | None = None  # the metric of the plan the loop kept (the model at out_path)
 
     def to_json(self) -> dict:
         return {"steps": [asdict(s) for s in self.steps], "ranking": self.ranking, "stopped": self.stopped,
-                "evaluations": self.evaluations}
+                "evaluations": self.evaluations, "metric": self.metric}
 
 
-@dataclass(frozen=True)
-class Budget:
-    """What the loop must meet: the accuracy drop (absolute or relative) and, optionally, latency."""
-
-    reference: float
-    direction: str
-    max_drop: float | None
-    max_rel_drop: float | None
-    latency_limit_ms: float | None = None
-
-    def drop(self, metric: float) -> float:
-        raw = self.reference - metric if self.direction == "higher" else metric - self.reference
-        return raw / abs(self.reference) if self.max_drop is None and self.reference else raw
-
-    def met(self, metric: float) -> bool:
-        raw = self.reference - metric if self.direction == "higher" else metric - self.reference
-        ok = self.max_drop is None or raw <= self.max_drop
-        rel = raw / abs(self.reference) if self.reference else raw
-        return ok and (self.max_rel_drop is None or rel <= self.max_rel_drop)
+# The accuracy budget as the build will judge it: metric -> (drop in the budget's units, met?).
+Judge = Callable[[float], tuple[float, bool]]
 
 
 def quick_latency_ms(predict: Predict, feeds: dict, runs: int = 15) -> float:
@@ -106,9 +90,9 @@ def rank_groups(plan: Plan, fp32_path: Path, work: Path, session: Callable[[Path
 
 
 def search(plan: Plan, fp32_path: Path, out_path: Path, *, session: Callable[[Path], Predict],
-           evaluate: Callable[[Predict], float], budget: Budget, latency_feeds: dict, calibration: list[dict] | None,
-           rank_samples: list[dict], max_evaluations: int, enabled: bool = True, max_ir_version: int | None = None,
-           log=print) -> Search:
+           evaluate: Callable[[Predict], float], judge: Judge, latency_limit_ms: float | None, latency_feeds: dict,
+           calibration: list[dict] | None, rank_samples: list[dict], max_evaluations: int, enabled: bool = True,
+           max_ir_version: int | None = None, log=print) -> Search:
     """Apply `plan`, then move groups up the ladder until the budget holds; `out_path` ends as the chosen model."""
     result = Search(plan)
 
@@ -119,8 +103,10 @@ def search(plan: Plan, fp32_path: Path, out_path: Path, *, session: Callable[[Pa
         return evaluate(predict), quick_latency_ms(predict, latency_feeds)
 
     metric, latency = try_plan(plan, out_path)
-    result.steps.append(Step(0, "initial plan", None, None, metric, budget.drop(metric), latency, budget.met(metric)))
-    if budget.met(metric):
+    result.metric = metric
+    drop, met = judge(metric)
+    result.steps.append(Step(0, "initial plan", None, None, metric, drop, latency, met))
+    if met:
         result.stopped = "accuracy budget met by the rule table's plan"
         return result
     if not enabled:
@@ -146,16 +132,16 @@ def search(plan: Plan, fp32_path: Path, out_path: Path, *, session: Callable[[Pa
                                                f"ranked worst ({before} → {rung})")
             trial = work / "candidate.onnx"
             metric, latency = try_plan(candidate, trial)
-            step = Step(len(result.steps), f"{group}: {before} → {rung}", group, rung, metric, budget.drop(metric),
-                        latency, budget.met(metric))
+            drop, met = judge(metric)
+            step = Step(len(result.steps), f"{group}: {before} → {rung}", group, rung, metric, drop, latency, met)
             log(f"step {step.index}: {step.action}: metric {metric:.6g}, quick latency {latency:.3f} ms")
-            if budget.latency_limit_ms is not None and latency > budget.latency_limit_ms:
+            if latency_limit_ms is not None and latency > latency_limit_ms:
                 result.steps.append(step)
                 result.stopped = (f"moving {group} to {rung} breaks the latency budget "
-                                  f"({latency:.3f} ms > {budget.latency_limit_ms:g} ms, quick estimate); kept the previous plan")
+                                  f"({latency:.3f} ms > {latency_limit_ms:g} ms, quick estimate); kept the previous plan")
                 break
             result.steps.append(step)
-            result.plan = candidate
+            result.plan, result.metric = candidate, metric
             trial.replace(out_path)
             if step.meets_accuracy:
                 result.stopped = f"accuracy budget met after {len(result.steps) - 1} step(s)"

@@ -68,5 +68,10 @@ def load(name: str) -> ModuleType:
     return importlib.import_module(info(name).module)
 
 
+def emulated(backend: ModuleType) -> str | None:
+    """Why this host's timings are not the device's (e.g. QNN's x86 HTP emulator), or None."""
+    return backend.emulated() if hasattr(backend, "emulated") else None
+
+
 def options_model(name: str) -> type[BaseModel]:
     return load(name).Options

@@ -20,7 +20,7 @@ from tapeout.data import load_golden
 from tapeout.errors import BadInput
 from tapeout.parity import compare
 from tapeout.report import SCHEMA, render_markdown
-from tapeout.types import Artifact, BudgetResult, Profile, Verdict
+from tapeout.types import Artifact, BudgetResult, Budgets, CheckSettings, Profile, Verdict
 
 
 def read_manifest(build_dir: Path) -> dict:
@@ -57,6 +57,20 @@ def _profile(man: dict, build_dir: Path) -> Profile:
     except (ValidationError, KeyError) as exc:
         raise BadInput(f"{build_dir / builddir.MANIFEST}: the recorded profile does not validate ({exc})",
                        fix="rebuild with this tapeout version") from None
+
+
+def measure_target(backend, artifact: Artifact, options, golden_path: Path, settings: CheckSettings,
+                   budgets: Budgets, ui: UI, emulated: str | None) -> tuple[measuring.Measurement, CheckSettings]:
+    """Fresh-process measurement, shared by build and check. Through an emulator only enough runs for
+    parity: its timings are never judged, so nothing is re-measured either."""
+    if emulated:
+        settings = measuring.for_emulator(settings)
+    with ui.step(f"measure {artifact.target} in fresh inference processes" + (" (emulated: parity only)" if emulated else "")):
+        m = measuring.measure(artifact, options.model_dump(), golden_path, settings, progress=ui.detail,
+                              **({} if emulated else {"undecided": verdicts.latency_undecided(budgets, settings)}))
+    if emulated:
+        m.notes.append(f"{emulated}; {settings.iterations} runs for parity, not judged")
+    return m, settings
 
 
 def _accuracy_from_build(build_dir: Path, profile: Profile) -> list[BudgetResult]:
@@ -104,14 +118,8 @@ def check(build_dir: Path | str, ui: UI, strict: bool = False, iterations: int |
         raise BadInput(f"{golden_path} differs from the one the build recorded", fix="restore the build dir as built")
     _, golden_outputs = load_golden(golden_path)
 
-    emulated = backend.emulated() if hasattr(backend, "emulated") else None
-    if emulated:
-        settings = measuring.for_emulator(settings)
-    with ui.step(f"measure {target} in fresh inference processes" + (" (emulated: parity only)" if emulated else "")):
-        m = measuring.measure(artifact, options.model_dump(), golden_path, settings, progress=ui.detail,
-                              undecided=verdicts.never if emulated else verdicts.latency_undecided(profile.budgets, settings))
-    if emulated:
-        m.notes.append(f"{emulated}; {settings.iterations} runs for parity, not judged")
+    emulated = targets.emulated(backend)
+    m, settings = measure_target(backend, artifact, options, golden_path, settings, profile.budgets, ui, emulated)
     parity = compare(golden_outputs, m.outputs, settings.parity.atol, settings.parity.rtol)
     host, built_on = manifest.host_fingerprint(), man.get("host", {})
     if (host["cpu"], host["cpu_flags"]) != (built_on.get("cpu"), built_on.get("cpu_flags")):

@@ -12,8 +12,8 @@ from pathlib import Path
 from typing import Any
 
 from tapeout import builddir, manifest, precision, targets, verdicts
-from tapeout import measure as measuring
 from tapeout.analysis import analyze
+from tapeout.check import measure_target
 from tapeout.config import load_profile, load_project
 from tapeout.console import UI
 from tapeout.data import Predict, evaluate, sample_inputs, save_golden
@@ -127,6 +127,7 @@ def build(project_dir: Path | str, profile_name: str, out: Path | None, ui: UI, 
 
 
 def _build_into(stage: Path, project: Project, profile: Profile, backend, options, ui: UI) -> dict:
+    emulated = targets.emulated(backend)
     exported = export_model(project, stage / "export" / "model.onnx", backend, options, ui)
     with ui.step(f"lint for {profile.target}"):
         issues = exported.lint if exported.lint is not None else lint_or_raise(backend, exported.path, project, options)
@@ -144,7 +145,7 @@ def _build_into(stage: Path, project: Project, profile: Profile, backend, option
     model_path, quantization = fp32_path, None
     if profile.precision != "fp32":
         model_path, quantization = precision.quantize(stage, project, profile, backend, options, fp32_path,
-                                                      analysis, ref_metric, ui)
+                                                      analysis, ref_metric, emulated, ui)
 
     with ui.step(f"compile for {profile.target}"):
         artifact = backend.compile(model_path, options, stage / "artifact", project.inputs, project.dims)
@@ -154,20 +155,17 @@ def _build_into(stage: Path, project: Project, profile: Profile, backend, option
         reference_outputs = [exported.reference(feeds) for feeds in golden_inputs]
         save_golden(stage / "golden.npz", golden_inputs, reference_outputs)
 
-    emulated = backend.emulated() if hasattr(backend, "emulated") else None
-    settings = measuring.for_emulator(profile.check) if emulated else profile.check
-    with ui.step("measure in fresh inference processes" + (" (emulated: parity only)" if emulated else "")):
-        m = measuring.measure(artifact, options.model_dump(), stage / "golden.npz", settings, progress=ui.detail,
-                              undecided=verdicts.never if emulated else verdicts.latency_undecided(profile.budgets, settings))
-    if emulated:
-        m.notes.append(f"{emulated}; {settings.iterations} runs for parity, not judged")
+    m, settings = measure_target(backend, artifact, options, stage / "golden.npz", profile.check, profile.budgets, ui,
+                                 emulated)
     parity = compare(reference_outputs, m.outputs, profile.check.parity.atol, profile.check.parity.rtol)
 
     accuracy = None
     if project.evaluation is not None:
         with ui.step(f"evaluate {project.evaluation.name} on the artifact" + (" (CPU EP: emulated target)" if emulated else "")):
             if emulated:  # the metric on the graph the artifact was compiled from; golden parity covers the rest
-                art_metric = evaluate(project, targets.load("onnxruntime").reference_session(model_path).run)
+                art_metric = ((quantization or {}).get("search") or {}).get("metric")  # the loop scored it already
+                if art_metric is None:
+                    art_metric = evaluate(project, targets.load("onnxruntime").reference_session(model_path).run)
             else:
                 art_metric = evaluate(project, backend.session(artifact, options).run)
         accuracy = {"metric": project.evaluation.name, "direction": project.evaluation.direction,

@@ -9,16 +9,17 @@ from __future__ import annotations
 import statistics
 from pathlib import Path
 
+from tapeout import verdicts
 from tapeout.archinfo import Analysis
 from tapeout.console import UI
 from tapeout.data import evaluate, sample_inputs
 from tapeout.errors import BadInput
 from tapeout.manifest import sha256_file
-from tapeout.types import Artifact, Profile, Project
+from tapeout.types import Artifact, Profile, Project, Verdict
 
 
 def quantize(stage: Path, project: Project, profile: Profile, backend, options, fp32_path: Path, analysis: Analysis,
-             reference_metric: float | None, ui: UI) -> tuple[Path, dict]:
+             reference_metric: float | None, emulated: str | None, ui: UI) -> tuple[Path, dict]:
     from tapeout.quantize import rules, sensitivity
     from tapeout.quantize.apply import apply
 
@@ -31,11 +32,10 @@ def quantize(stage: Path, project: Project, profile: Profile, backend, options, 
         raise BadInput(f"{plan.method} quantization of this {plan.family} model needs calibration data, and "
                        f"{project.file} has no [calibration] section",
                        fix="add [calibration] data = \"….npz\" (or module:callable) with real inputs")
-    probe_inputs, _ = sample_inputs(project, max(settings.rank_samples, 1))
+    # Ranking and latency probes: real inputs when the project has them (already loaded), else seeded random.
+    probe_inputs = calibration[:settings.rank_samples] if calibration else sample_inputs(project, settings.rank_samples)[0]
     out = stage / "quantized" / "model.onnx"
     max_ir = backend.limits().max_ir_version
-
-    emulated = backend.emulated() if hasattr(backend, "emulated") else None
 
     def session(path: Path):
         if emulated:  # same QDQ graph, integer semantics on the CPU EP: the emulator is ~25-400× slower
@@ -55,13 +55,17 @@ def quantize(stage: Path, project: Project, profile: Profile, backend, options, 
                           "stopped": "no sensitivity loop: the project has no [evaluation] metric or the profile no "
                                      "accuracy budget; parity with FP32 is the only accuracy evidence"}
     else:
-        budget = sensitivity.Budget(reference_metric, project.evaluation.direction, budgets.accuracy_max_drop,
-                                    budgets.accuracy_max_rel_drop, None if emulated else budgets.latency_p50_ms)
+        evaluation = project.evaluation
+
+        def judge(metric: float) -> tuple[float, bool]:  # the very verdict the build will give the artifact
+            results = verdicts.judge_accuracy(budgets, reference_metric, metric, evaluation.direction, evaluation.name)
+            return results[0].measured, all(r.verdict == Verdict.PASS for r in results)
         with ui.step(f"quantize ({plan.method}, {len(plan.quantized())} of {len(plan.groups)} groups) and evaluate "
                      f"{project.evaluation.name}"):
             search = sensitivity.search(
                 plan, fp32_path, out, session=session, evaluate=lambda predict: evaluate(project, predict),
-                budget=budget, latency_feeds=probe_inputs[0], calibration=calibration, rank_samples=probe_inputs,
+                judge=judge, latency_limit_ms=None if emulated else budgets.latency_p50_ms,
+                latency_feeds=probe_inputs[0], calibration=calibration, rank_samples=probe_inputs,
                 max_evaluations=settings.max_evaluations, enabled=settings.sensitivity, max_ir_version=max_ir,
                 log=ui.detail)
         plan = search.plan

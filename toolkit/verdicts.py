@@ -159,8 +159,3 @@ def judge_placement(budgets: Budgets, placement: dict | None, where: str = "") -
               + (f"; off: {listed}{more}" if listed else "") + where)
     return [BudgetResult("placement_max_off_share", limit, "share of nodes", Verdict.PASS if off <= limit else Verdict.FAIL,
                          off, None, reason)]
-
-
-def never(_m: Measurement) -> bool:
-    """For emulated measurements: nothing is judged, so nothing is ever re-measured."""
-    return False
