@@ -14,7 +14,7 @@ import shutil
 from pathlib import Path
 
 from tapeout.errors import BadInput, first_line
-from tapeout.quantize.plan import Plan
+from tapeout.quantize.plan import FLOAT, Plan
 
 _CALIBRATION = {"minmax": "MinMax", "percentile": "Percentile", "entropy": "Entropy"}
 _QTYPE = {"uint8": "QUInt8", "int8": "QInt8", "uint16": "QUInt16", "int16": "QInt16"}
@@ -70,6 +70,8 @@ def apply(plan: Plan, model_in: Path, model_out: Path, calibration: list[dict] |
                 info = _static(plan, model_in, model_out, calibration)
             elif plan.method == "npu-static":
                 info = _npu_static(plan, model_in, model_out, calibration)
+            elif plan.method == "float16":
+                info = _float16(plan, model_in, model_out)
             else:
                 info = _weight_only(plan, model_in, model_out, calibration)
     except BadInput:
@@ -163,6 +165,49 @@ def _npu_static(plan: Plan, model_in: Path, model_out: Path, calibration: list[d
     quantize(str(model_in), str(model_out), config)
     return {"method": "npu-static", "activation_type": plan.activation_type, "per_channel": plan.per_channel,
             "a16_tensors": len(overrides), "fp16_nodes": len(excluded), "samples": len(calibration)}
+
+
+def _float16(plan: Plan, model_in: Path, model_out: Path) -> dict:
+    """ORT's FP16 converter with I/O kept FP32 (callers feed FP32): blocked are the rule's op types, the
+    ungrouped nodes it keeps, and the weighted nodes of groups at fp32. Then the weights are checked."""
+    import onnx
+    from onnxruntime.transformers.float16 import DEFAULT_OP_BLOCK_LIST, convert_float_to_float16
+
+    model = onnx.load(str(model_in))
+    kept = [*plan.nodes_at(FLOAT), *plan.float_nodes]
+    converted = convert_float_to_float16(model, keep_io_types=True, node_block_list=kept or None,
+                                         op_block_list=sorted(set(DEFAULT_OP_BLOCK_LIST) | set(plan.float_ops)))
+    _check_weight_precision(plan, converted)
+    onnx.save(converted, str(model_out))
+    return {"method": "float16", "fp16_groups": len(plan.nodes_at("fp16")), "fp32_nodes": len(kept),
+            "fp32_op_types": list(plan.float_ops), "casts": sum(n.op_type == "Cast" for n in converted.graph.node),
+            "io": "float32 (the converter keeps graph inputs and outputs FP32)"}
+
+
+def _check_weight_precision(plan: Plan, model) -> None:
+    """Postcondition: every planned node whose weight is an initializer of its own holds it in the
+    plan's precision (the converter skips what it cannot handle without saying so)."""
+    from onnx import TensorProto
+
+    initializers = {i.name: i.data_type for i in model.graph.initializer}
+    uses: dict[str, int] = {}
+    for node in model.graph.node:
+        for name in node.input:
+            uses[name] = uses.get(name, 0) + 1
+    by_name = {n.name: n for n in model.graph.node}
+    want = {"fp16": TensorProto.FLOAT16, FLOAT: TensorProto.FLOAT}
+    wrong = []
+    for group in plan.groups:
+        for name in group.nodes:
+            node = by_name.get(name)
+            weight = next((i for i in (node.input[1:] if node is not None else []) if i in initializers), None)
+            if weight is None or uses.get(weight, 0) != 1:  # computed or shared weights: not checkable here
+                continue
+            if initializers[weight] != want[group.precision]:
+                wrong.append(f"{name} ({group.group}: planned {group.precision})")
+    if wrong:
+        raise BadInput(f"the FP16 conversion did not follow the plan for {len(wrong)} node(s): {', '.join(wrong[:3])}",
+                       fix="keep those groups float with [quantization] keep_float, or use precision = \"fp32\"")
 
 
 def _weight_only(plan: Plan, model_in: Path, model_out: Path, calibration: list[dict] | None) -> dict:

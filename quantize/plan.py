@@ -9,7 +9,7 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field, replace
 from typing import Literal
 
-Method = Literal["dynamic", "static", "weight-only", "npu-static"]
+Method = Literal["dynamic", "static", "weight-only", "npu-static", "float16"]
 FLOAT = "fp32"
 
 
@@ -39,6 +39,7 @@ class Plan:
     int4_algorithm: str = "rtn"
     notes: tuple[str, ...] = field(default_factory=tuple)
     float_nodes: tuple[str, ...] = ()   # ungrouped nodes a full-integer plan keeps float (e.g. attention masks)
+    float_ops: tuple[str, ...] = ()     # op types an FP16 plan keeps FP32 wherever they occur
 
     def quantized(self) -> list[GroupPlan]:
         return [g for g in self.groups if g.precision != FLOAT]

@@ -1,8 +1,10 @@
-"""The rule table: (family × target × precision) → the first plan. Documented in docs/quantization-rules.md.
+"""The rule table: (family × rule set × precision) → the first plan. Documented in docs/quantization-rules.md.
 
-A rule says which roles are quantized, which stay float and why, which method and number formats
-the target wants, and the target's precision ladder for the sensitivity loop. Roles come from the
-analysis (`tapeout.arch`), so a rule never keys on op types alone (research: quant-prune §2, §6.2).
+A rule says which roles are quantized (or converted to FP16), which stay float and why, and which
+method and number formats the hardware wants. The rule set and the precision ladder come from the
+target's capabilities, never its name. Roles come from the analysis (`tapeout.arch`), so a rule
+never keys on op types alone (research: quant-prune §2, §6.2); FP16 rules add the op types whose
+arithmetic overflows in FP16.
 """
 
 from __future__ import annotations
@@ -13,6 +15,7 @@ from pathlib import Path
 from tapeout.archinfo import Analysis
 from tapeout.errors import BadInput
 from tapeout.quantize.plan import FLOAT, GroupPlan, Plan
+from tapeout.targets.base import Capabilities
 from tapeout.types import QuantizationSettings
 
 LINEARS = frozenset({"attn_q", "attn_k", "attn_v", "attn_qkv", "attn_out", "ffn_in", "ffn_gate", "ffn_up", "ffn_out"})
@@ -25,6 +28,7 @@ class Rule:
     keep: dict[str, str]            # role -> why it stays float
     per_channel: bool = True
     why: str = ""
+    keep_ops: frozenset[str] = frozenset()   # op types kept float wherever they are (FP16 rules)
 
 
 _KEEP_TRANSFORMER = {
@@ -81,13 +85,32 @@ NPU_RULES: dict[tuple[str, str], tuple[Rule, str]] = {
     )
 }
 
-# Each target's ladder, lowest rung first. On the ORT CPU EP there is no faster rung between INT8
-# and FP32: FP16 and 16-bit QDQ run as emulation on the CPU EP (slower than FP32), so a sensitive
-# group goes straight to FP32. NPU targets (QNN) add A16W8 and FP16 rungs.
-LADDERS = {
-    ("onnxruntime", "int8"): ("int8", FLOAT),
-    ("onnxruntime", "int4"): ("int4", "int8-weight", FLOAT),
-    ("qnn", "int8"): ("int8", "a16w8", "fp16"),
+# GPUs (ORT's CUDA EP) at FP16: the whole graph in FP16 (tensor cores, half the bytes), except the
+# arithmetic that overflows there. Fused norm, softmax and attention kernels accumulate in FP32, so
+# LayerNormalization and Softmax ops stay FP16; the statistics of decomposed norms do not (x² passes
+# 65504 once |x| > 256), nor does Pow elsewhere (x³ in tanh-GELU). The converter clamps constants to
+# the FP16 range, so attention masks of -3.4e38 become -65504 instead of -inf (no NaN rows).
+_FP16_OVERFLOW_OPS = frozenset({"Pow", "ReduceMean", "ReduceSumSquare", "ReduceL2", "Sqrt", "Reciprocal"})
+_FP16_ROLES = _ALL_ROLES | {"recurrent_cell"}
+GPU_FLOAT_RULES: dict[tuple[str, str], Rule] = {
+    ("transformer-encoder", "fp16"): Rule("float16", _FP16_ROLES, {}, keep_ops=_FP16_OVERFLOW_OPS,
+                                          why="everything FP16 except decomposed-norm statistics and Pow"),
+    ("decoder-llm", "fp16"): Rule("float16", _FP16_ROLES, {}, keep_ops=_FP16_OVERFLOW_OPS,
+                                  why="everything FP16 except decomposed-norm statistics and Pow"),
+    ("cnn", "fp16"): Rule("float16", _FP16_ROLES, {}, why="everything FP16 (BatchNorm folds into the convs)"),
+    ("mlp", "fp16"): Rule("float16", _FP16_ROLES, {}, why="everything FP16"),
+    ("speech-recurrent", "fp16"): Rule("float16", _FP16_ROLES,
+                                       {"recurrent_cell": "recurrent state accumulates over the time steps: kept FP32"},
+                                       keep_ops=_FP16_OVERFLOW_OPS, why="projections FP16, the recurrence FP32"),
+    ("diffusion", "fp16"): Rule("float16", _FP16_ROLES,
+                                {"timestep_embedding": "sin/cos of timesteps up to 1000 lose their phase in FP16"},
+                                keep_ops=_FP16_OVERFLOW_OPS, why="UNet FP16, the timestep embedding FP32"),
+}
+
+RULE_SETS: dict[str, dict[tuple[str, str], Rule]] = {
+    "cpu-integer": CPU_RULES,
+    "npu-integer": {key: rule for key, (rule, _act) in NPU_RULES.items()},
+    "gpu-float": GPU_FLOAT_RULES,
 }
 
 
@@ -100,28 +123,31 @@ def host_has_vnni() -> bool:
     return "avx512_vnni" in flags or "avx_vnni" in flags
 
 
-def rule_for(family: str, target: str, precision: str) -> Rule:
-    if target == "qnn" and (family, precision) in NPU_RULES:
-        return NPU_RULES[(family, precision)][0]
-    if target != "onnxruntime":
-        raise BadInput(f"target '{target}' has no {precision} quantization rules yet",
-                       fix="use precision = \"fp32\" with this target, or target = \"onnxruntime\"")
-    rule = CPU_RULES.get((family, precision))
+def rule_for(family: str, target: str, caps: Capabilities, precision: str) -> Rule:
+    table = RULE_SETS.get(caps.rules or "")
+    if table is None:
+        raise BadInput(f"target '{target}' has no {precision} rules", fix="use precision = \"fp32\" with this target")
+    rule = table.get((family, precision))
     if rule is None:
-        known = sorted({f for f, p in CPU_RULES if p == precision})
+        known = sorted({f for f, p in table if p == precision})
         raise BadInput(f"no {precision} rule for a {family} model on {target}",
-                       fix=f"{precision} is defined for: {', '.join(known)}; use precision = \"int8\" or \"fp32\"")
+                       fix=f"{precision} is defined there for: {', '.join(known) or 'no family'}; "
+                           f"use another precision ({', '.join(caps.precisions)})")
     return rule
 
 
-def first_plan(analysis: Analysis, target: str, precision: str, settings: QuantizationSettings) -> Plan:
+def first_plan(analysis: Analysis, target: str, caps: Capabilities, precision: str,
+               settings: QuantizationSettings) -> Plan:
     """The rule table's plan for this model on this target; settings override what the user set."""
     family = analysis.family
-    rule = rule_for(family, target, precision)
+    rule = rule_for(family, target, caps, precision)
+    ladder = caps.precisions[precision]
     method = rule.method if settings.method == "auto" else settings.method
-    if rule.method == "npu-static" and method != "npu-static":
-        raise BadInput(f"[quantization] method = \"{settings.method}\" is not available on target '{target}': the NPU "
-                       "runs full-integer static QDQ graphs", fix="set method = \"auto\"")
+    if rule.method in ("npu-static", "float16") and method != rule.method:
+        what = ("the NPU runs full-integer static QDQ graphs" if rule.method == "npu-static"
+                else f"{precision} is a float conversion, not a quantization method")
+        raise BadInput(f"[quantization] method = \"{settings.method}\" is not available on target '{target}': {what}",
+                       fix="set method = \"auto\"")
     if precision == "int4":
         method = "weight-only"
     elif method == "weight-only":
@@ -152,10 +178,17 @@ def first_plan(analysis: Analysis, target: str, precision: str, settings: Quanti
         notes = [f"full-integer QDQ for the HTP: {rule.why}"]
         if masked:
             notes.append(f"{len(masked)} attention mask / softmax node(s) kept float (FP16 on the HTP)")
-        return Plan(method=method, family=family, target=target, ladder=LADDERS[(target, precision)],
+        return Plan(method=method, family=family, target=target, ladder=ladder,
                     groups=tuple(groups), per_channel=True if settings.per_channel is None else settings.per_channel,
                     activation_type=act, weight_type="uint8", calibration_method=settings.calibration_method,
                     notes=tuple(notes), float_nodes=masked)
+    if method == "float16":
+        kept = tuple(n for n, r in analysis.roles.items() if r in rule.keep and analysis.group_of(n) is None)
+        notes = [f"FP16 for the GPU: {rule.why}"]
+        if rule.keep_ops:
+            notes.append(f"op types kept FP32 wherever they occur: {', '.join(sorted(rule.keep_ops))}")
+        return Plan(method=method, family=family, target=target, ladder=ladder, groups=tuple(groups),
+                    notes=tuple(notes), float_nodes=kept, float_ops=tuple(sorted(rule.keep_ops)))
     if method == "static":
         # ORT CPU: S8S8 QDQ on VNNI; on AVX2 without VNNI, U8S8 with 7-bit weights (reduce_range) so
         # the u8×s8 pair sums cannot saturate int16 (research quant-prune §1.4).
@@ -167,7 +200,7 @@ def first_plan(analysis: Analysis, target: str, precision: str, settings: Quanti
         raise BadInput(f"the {family} rule found nothing to quantize in this model (roles: "
                        f"{', '.join(sorted({g.role for g in analysis.groups})) or 'none'})",
                        fix="use precision = \"fp32\", or check `tapeout analyze` for the roles found")
-    return Plan(method=method, family=family, target=target, ladder=LADDERS[(target, precision)],
+    return Plan(method=method, family=family, target=target, ladder=ladder,
                 groups=tuple(groups), per_channel=rule.per_channel if settings.per_channel is None else settings.per_channel,
                 reduce_range=reduce_range, activation_type=act, weight_type="int8",
                 calibration_method=settings.calibration_method, block_size=settings.block_size,

@@ -1,58 +1,85 @@
-"""Backends, one module each, found by name. The table below is data: listing targets imports no runtime."""
+"""Backends, one module each, found by name. The table below is data: listing targets, validating a
+profile and reading capabilities import no runtime and no backend module.
+
+Adding a target = one module with one `Target` subclass, one entry here, and its tests; the contract
+test (tests/test_targets.py) runs every entry through the same checks.
+"""
 
 from __future__ import annotations
 
 import importlib
 from dataclasses import dataclass
-from types import ModuleType
-
-from pydantic import BaseModel
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 from tapeout.errors import BadInput
+from tapeout.targets.base import Capabilities, Session, Target
+from tapeout.types import Artifact
+
+if TYPE_CHECKING:
+    from pydantic import BaseModel
 
 
 @dataclass(frozen=True)
 class TargetInfo:
     name: str
-    module: str
+    cls: str                      # "module:Class"
     summary: str
     device_classes: tuple[str, ...]
-    precisions: tuple[str, ...]
-    compiles_on_host: bool
-    runs_on_host: bool
     install_hint: str
+    capabilities: Capabilities
 
+
+_X86 = "HTP emulator on an x86-64 host: timings and memory are the emulator's, not the NPU's"
 
 TARGETS: dict[str, TargetInfo] = {
     "onnxruntime": TargetInfo(
         name="onnxruntime",
-        module="tapeout.targets.ort_cpu",
+        cls="tapeout.targets.ort_cpu:OrtCpu",
         summary="ONNX Runtime, CPU execution provider; the optimized model is the artifact",
         device_classes=("cpu",),
-        precisions=("fp32", "int8", "int4"),
-        compiles_on_host=True,
-        runs_on_host=True,
         install_hint="pip install onnxruntime",
+        capabilities=Capabilities(
+            # No FP16 or 16-bit rung on the CPU EP: both run emulated there, slower than FP32.
+            precisions={"fp32": ("fp32",), "int8": ("int8", "fp32"), "int4": ("int4", "int8-weight", "fp32")},
+            rules="cpu-integer", meters=("rss", "rapl"), op_profiler="ONNX Runtime profiler (CPU EP node times)",
+        ),
+    ),
+    "ort-cuda": TargetInfo(
+        name="ort-cuda",
+        cls="tapeout.targets.ort_cuda:OrtCuda",
+        summary="ONNX Runtime, CUDA execution provider (NVIDIA GPUs); the FP32/FP16 ONNX model is the artifact",
+        device_classes=("gpu",),
+        install_hint='pip install "tapeout[cuda]", then swap onnxruntime for onnxruntime-gpu (README, "NVIDIA GPUs")',
+        capabilities=Capabilities(
+            precisions={"fp32": ("fp32",), "fp16": ("fp16", "fp32")},
+            rules="gpu-float", meters=("rss", "nvml", "tegrastats"), timing_sync="device", device_memory=True,
+            accelerator="CUDA",
+            # Without CUPTI in the ORT build, node times are launch times; synchronous launches make each
+            # node's time include its kernels (the profiling process only; timed runs stay asynchronous).
+            op_profiler="ONNX Runtime profiler (CUDA EP)", op_profile_env={"CUDA_LAUNCH_BLOCKING": "1"},
+        ),
     ),
     "openvino": TargetInfo(
         name="openvino",
-        module="tapeout.targets.ov",
+        cls="tapeout.targets.ov:OpenVino",
         summary="OpenVINO (Intel CPU, GPU, NPU); OpenVINO IR is the artifact, the compiled blob a cache",
         device_classes=("cpu", "gpu", "npu"),
-        precisions=("fp32",),
-        compiles_on_host=True,
-        runs_on_host=True,
         install_hint='pip install "tapeout[openvino]"',
+        capabilities=Capabilities(precisions={"fp32": ("fp32",)}, meters=("rss", "rapl"),
+                                  op_profiler="OpenVINO PERF_COUNT (per-node real time)"),
     ),
     "qnn": TargetInfo(
         name="qnn",
-        module="tapeout.targets.qnn",
+        cls="tapeout.targets.qnn:Qnn",
         summary="Qualcomm Hexagon NPU via ONNX Runtime's QNN EP; EPContext model + context binary for a named SoC",
         device_classes=("npu",),
-        precisions=("int8", "fp32"),
-        compiles_on_host=True,
-        runs_on_host=True,  # through the x86 HTP emulator: parity and placement, not device timings
         install_hint='pip install "tapeout[qnn]"',
+        capabilities=Capabilities(
+            # Float on the HTP is FP16: a sensitive group goes to 16-bit activations first, FP16 last.
+            precisions={"int8": ("int8", "a16w8", "fp16"), "fp32": ("fp32",)},
+            rules="npu-integer", meters=("rss",), emulated_on={"x86_64": _X86, "amd64": _X86}, accelerator="HTP",
+        ),
     ),
 }
 
@@ -64,14 +91,25 @@ def info(name: str) -> TargetInfo:
         raise BadInput(f"unknown target '{name}'", fix=f"use one of: {', '.join(TARGETS)}") from None
 
 
-def load(name: str) -> ModuleType:
-    return importlib.import_module(info(name).module)
-
-
-def emulated(backend: ModuleType) -> str | None:
-    """Why this host's timings are not the device's (e.g. QNN's x86 HTP emulator), or None."""
-    return backend.emulated() if hasattr(backend, "emulated") else None
+def target_class(name: str) -> type[Target]:
+    module, _, cls = info(name).cls.partition(":")
+    return getattr(importlib.import_module(module), cls)
 
 
 def options_model(name: str) -> type[BaseModel]:
-    return load(name).Options
+    return target_class(name).Options
+
+
+def create(name: str, options: dict[str, Any] | BaseModel | None = None) -> Target:
+    """The target with its options (validated by its Options model)."""
+    cls = target_class(name)
+    opts = options if isinstance(options, cls.Options) else cls.Options.model_validate(options or {})
+    return cls(name, info(name).capabilities, opts)
+
+
+def reference_session(model_path: Path) -> Session:
+    """The FP32 reference runtime (ONNX Runtime CPU, basic optimizations), whatever the build's target:
+    the reference when the source is ONNX, and where emulated targets' candidates are scored."""
+    model_path = Path(model_path)
+    return create("onnxruntime", {"graph_optimization": "basic"}).session(
+        Artifact("onnxruntime", model_path.parent, model_path.name))

@@ -1,25 +1,57 @@
-"""What every backend module offers (DESIGN.md §5), and the small types they return.
+"""The target contract (DESIGN.md §5): one explicit base class, template methods with defaults,
+and capabilities as data on the registry entry.
 
-A backend is one module under `targets/` exposing:
-    Options                          pydantic model of the profile's [options] for this backend
-    probe() -> Probe                 available here, or the reason and the install hint
-    limits() -> RuntimeLimits        newest IR version and opset the runtime accepts
-    lint(model_path, inputs, dims, options) -> list[LintIssue]
-    compile(model_path, options, out_dir, inputs, dims) -> Artifact
-    session(artifact, options) -> Session
-    op_profile(artifact, options, feeds, iterations) -> OpProfile   (optional)
-    preflight(options) -> None       (optional) raise TargetUnavailable before any work is done
-Heavy runtimes are imported inside those functions, never at module import.
+A backend is one module under `targets/` with one `Target` subclass. It must implement `probe`,
+`compile` and `session`; every other hook has a default here. The pipeline, `check`, the precision
+step and the rules read `Capabilities`, never a target's name. Public methods a subclass defines
+must be hooks of this class: a misspelt hook is a TypeError when the module is imported, not a
+default that silently runs instead.
+
+Heavy runtimes are imported inside the hooks, never at module import.
 """
 
 from __future__ import annotations
 
+import difflib
+import platform
+import statistics
+import time
+from abc import ABC, abstractmethod
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Literal, Protocol
+from pathlib import Path
+from typing import TYPE_CHECKING, ClassVar, Literal
 
 import numpy as np
 
-from tapeout.errors import TargetUnavailable
+from tapeout.errors import BadInput, TapeoutError, TargetUnavailable, first_line
+from tapeout.types import Artifact, InputSpec
+
+if TYPE_CHECKING:
+    from pydantic import BaseModel
+
+# The vocabularies capabilities draw from (the contract test checks every entry against them).
+PRECISIONS = ("fp32", "fp16", "int8", "int4")
+RUNGS = ("int4", "int8-weight", "int8", "a16w8", "fp16", "fp32")
+METERS = ("rss", "rapl", "nvml", "amdsmi", "tegrastats")
+RULE_SETS = ("cpu-integer", "npu-integer", "gpu-float")
+
+
+@dataclass(frozen=True)
+class Capabilities:
+    """What differs between targets, as data the rest of tapeout reads."""
+
+    # precision -> its ladder for the sensitivity loop, lowest rung first, the last rung float
+    precisions: Mapping[str, tuple[str, ...]]
+    rules: str | None = None            # the rule set that plans non-fp32 precisions (quantize/rules.py)
+    compile_on: Literal["host", "device"] = "host"   # device: engines tied to the GPU and toolchain
+    meters: tuple[str, ...] = ("rss",)  # what the inference process reads besides time
+    timing_sync: Literal["none", "device"] = "none"  # device: a timed run ends with a device sync
+    device_memory: bool = False         # inputs/outputs live in device memory; end-to-end timed apart
+    emulated_on: Mapping[str, str] = field(default_factory=dict)  # machine -> why timings are not the device's
+    accelerator: str | None = None      # what placement counts nodes on
+    op_profiler: str | None = None      # what produces the per-op profile, or None
+    op_profile_env: Mapping[str, str] = field(default_factory=dict)  # environment of the profiling process
 
 
 @dataclass(frozen=True)
@@ -53,17 +85,6 @@ class LintIssue:
         return f"{self.severity}: {where}{self.problem} — {self.fix}"
 
 
-class Session(Protocol):
-    input_names: list[str]
-    output_names: list[str]
-
-    def run(self, feeds: dict[str, np.ndarray]) -> dict[str, np.ndarray]: ...
-
-    def run_raw(self, feeds: dict[str, np.ndarray]) -> object:
-        """The cheapest call that runs the model once; what the latency loop times."""
-        ...
-
-
 @dataclass(frozen=True)
 class OpTime:
     node: str
@@ -75,11 +96,12 @@ class OpTime:
 
 @dataclass(frozen=True)
 class OpProfile:
-    """Per-node kernel times from an instrumented pass (never the pass budgets are judged on)."""
+    """Per-node times from an instrumented pass (never the pass budgets are judged on)."""
 
     runs: int
     run_total_us: float
     ops: list[OpTime]
+    method: str = ""     # what the times are: kernel time, or host-side time with synchronous launches, ...
 
     def by_op_type(self) -> list[dict]:
         totals: dict[tuple[str, str], list[float]] = {}
@@ -99,9 +121,10 @@ class OpProfile:
         ops = sorted(self.ops, key=lambda o: -o.total_us)
         return {
             "runs": self.runs,
+            "method": self.method,
             "mean_run_us": self.run_total_us / self.runs if self.runs else None,
             "mean_kernel_us": kernel_total / self.runs if self.runs else None,
-            "overhead_share": 1 - kernel_total / self.run_total_us if self.run_total_us else None,
+            "overhead_share": max(0.0, 1 - kernel_total / self.run_total_us) if self.run_total_us else None,
             "op_types": self.by_op_type(),
             "top_ops": [
                 {"node": o.node, "op_type": o.op_type, "provider": o.provider, "calls": o.calls,
@@ -112,4 +135,129 @@ class OpProfile:
         }
 
 
-__all__ = ["LintIssue", "OpProfile", "OpTime", "Probe", "RuntimeLimits", "Session", "TargetUnavailable"]
+def warm_up(call: Callable[[], object], min_iters: int, min_s: float, max_s: float) -> int:
+    """Run until the median of the last 10 runs moves less than 2% from the 10 before, within the time cap."""
+    times: list[float] = []
+    start = time.perf_counter()
+    while True:
+        t0 = time.perf_counter()
+        call()
+        times.append(time.perf_counter() - t0)
+        elapsed = time.perf_counter() - start
+        if elapsed >= max_s:
+            return len(times)
+        if len(times) >= max(min_iters, 20) and elapsed >= min_s:
+            recent, before = statistics.median(times[-10:]), statistics.median(times[-20:-10])
+            if abs(recent - before) <= 0.02 * before:
+                return len(times)
+
+
+class Session(ABC):
+    """One loaded artifact. `run` is the checked call; `bind` is what the latency loop times."""
+
+    input_names: list[str]
+    output_names: list[str]
+
+    def run(self, feeds: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+        """Run once on host arrays and return host arrays; a runtime's complaint about the inputs is the
+        user's to fix (shapes, dtypes), so it becomes one line with exit 2, never a traceback."""
+        try:
+            return self._run(feeds)
+        except TapeoutError:
+            raise
+        except Exception as exc:  # runtimes raise their own types (pybind, OpenVINO's RuntimeError, ...)
+            raise BadInput(f"the model rejected its inputs: {first_line(exc)}",
+                           fix="make the project's [[inputs]] shapes and dtypes match the model (`tapeout lint`)") from None
+
+    @abstractmethod
+    def _run(self, feeds: dict[str, np.ndarray]) -> dict[str, np.ndarray]: ...
+
+    def bind(self, feeds: dict[str, np.ndarray]) -> Callable[[], object]:
+        """The cheapest call that runs the model once on `feeds`, inputs and outputs kept where the runtime
+        wants them (device memory on a GPU). Default: the unchecked host call."""
+        return lambda: self._run(feeds)
+
+    def bind_with_copies(self, feeds: dict[str, np.ndarray]) -> Callable[[], object] | None:
+        """The same run including the host→device input and device→host output copies, or None when
+        inputs already live in host memory (then `bind` is already end to end)."""
+        return None
+
+    def synchronize(self) -> None:
+        """Wait for the device: what a timed run needs when `Capabilities.timing_sync` is "device"."""
+        return None  # host runtimes return when the run is done
+
+
+class Target(ABC):
+    """One backend. Subclasses set `Options` (a frozen pydantic model of the profile's [options]) and
+    implement `probe`, `compile` and `session`; the other hooks have defaults."""
+
+    Options: ClassVar[type[BaseModel]]
+
+    def __init__(self, name: str, capabilities: Capabilities, options: BaseModel):
+        self.name = name
+        self.capabilities = capabilities
+        self.options = options
+
+    def __init_subclass__(cls, **kwargs) -> None:
+        super().__init_subclass__(**kwargs)
+        for attr, value in vars(cls).items():
+            if attr.startswith("_") or attr == "Options" or attr.isupper():
+                continue  # helpers, the options model, constants
+            is_method = callable(value) or isinstance(value, (classmethod, staticmethod, property))
+            if is_method and attr not in HOOKS:
+                near = difflib.get_close_matches(attr, HOOKS, n=1)
+                raise TypeError(f"{cls.__module__}.{cls.__name__}.{attr} is not a hook of the target contract"
+                                + (f" (did you mean '{near[0]}'?)" if near else "")
+                                + f"; hooks: {', '.join(sorted(HOOKS))}; helpers must start with '_'")
+
+    # ---------------------------------------------------------------- must implement
+
+    @classmethod
+    @abstractmethod
+    def probe(cls) -> Probe:
+        """Available here, or the reason and the install hint. Never raises."""
+
+    @abstractmethod
+    def compile(self, model_path: Path, out_dir: Path, inputs: list[InputSpec], dims: dict[str, int]) -> Artifact:
+        """The artifact, written into `out_dir` (on the host; device-compiled targets write all but the engine)."""
+
+    @abstractmethod
+    def session(self, artifact: Artifact) -> Session:
+        """A loaded artifact, ready to run."""
+
+    # ---------------------------------------------------------------- defaults
+
+    def limits(self) -> RuntimeLimits:
+        """Newest IR version and opset the export may use. Default: ONNX Runtime's, because every export
+        is verified on ONNX Runtime before it is compiled."""
+        from tapeout.targets.onnx_lint import ort_limits
+
+        return ort_limits()
+
+    def preflight(self) -> None:
+        """Before any work: raise TargetUnavailable if the profile's device is missing here."""
+        return None  # most targets have nothing to check beyond probe()
+
+    def lint(self, model_path: Path, inputs: list[InputSpec], dims: dict[str, int]) -> list[LintIssue]:
+        """Problems this target would hit, naming nodes. Default: the ONNX checks every target needs."""
+        from tapeout.targets import onnx_lint
+
+        return onnx_lint.check(model_path, inputs, dims, self.limits())
+
+    def prepare(self, model_path: Path, inputs: list[InputSpec], dims: dict[str, int]) -> Path:
+        """Rewrite the FP32 model before quantization and compile (e.g. pin shapes). Default: unchanged."""
+        return model_path
+
+    def op_profile(self, artifact: Artifact, feeds: dict[str, np.ndarray], iterations: int) -> OpProfile:
+        """Per-node times from a separate, instrumented pass; only called when `capabilities.op_profiler`."""
+        raise NotImplementedError(f"target '{self.name}' declares no op profiler")
+
+    def emulated(self) -> str | None:
+        """Why this host's timings are not the device's, or None."""
+        return self.capabilities.emulated_on.get(platform.machine().lower())
+
+
+HOOKS = frozenset({"probe", "compile", "session", "limits", "preflight", "lint", "prepare", "op_profile", "emulated"})
+
+__all__ = ["HOOKS", "METERS", "PRECISIONS", "RULE_SETS", "RUNGS", "Capabilities", "LintIssue", "OpProfile", "OpTime",
+           "Probe", "RuntimeLimits", "Session", "Target", "TargetUnavailable", "warm_up"]

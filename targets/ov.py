@@ -18,12 +18,12 @@ import numpy as np
 from pydantic import BaseModel, ConfigDict, Field
 
 from tapeout.errors import BadInput, TargetUnavailable, first_line
-from tapeout.targets.base import LintIssue, OpProfile, OpTime, Probe, RuntimeLimits
+from tapeout.targets.base import LintIssue, OpProfile, OpTime, Probe, Session, Target
 from tapeout.types import Artifact, InputSpec
 
-NAME = "openvino"
 ARTIFACT_FILE = "model.xml"
 CACHE_DIR = "ov_cache"  # beside artifact/ in the build dir, so the artifact's hashes stay fixed
+INSTALL = 'pip install "tapeout[openvino]"'
 
 
 class Options(BaseModel):
@@ -39,43 +39,12 @@ class Options(BaseModel):
         return self.pin_shapes if self.pin_shapes is not None else self.device == "NPU"
 
 
-def probe() -> Probe:
-    try:
-        import openvino as ov
-    except ImportError as exc:
-        return Probe(False, reason=f"openvino cannot be imported ({exc})", install_hint='pip install "tapeout[openvino]"')
-    return Probe(True, ov.__version__, details={"devices": _core().available_devices})
-
-
 @functools.cache
 def _core():
     """One Core per process: it loads the device plugins, which every later call shares."""
     import openvino as ov
 
     return ov.Core()
-
-
-def preflight(options: Options) -> None:
-    """Before any work: the profile's device must exist here (exit 4 with the driver to install)."""
-    _require_device(options)
-
-
-def _require_device(options: Options):
-    core = _core()
-    if options.device not in core.available_devices:
-        hint = ("the Intel NPU driver (intel-npu-driver / the Windows NPU driver) must be installed on the device"
-                if options.device == "NPU" else f"{options.device} plugin or driver missing")
-        raise TargetUnavailable(f"OpenVINO device {options.device} is not available here "
-                                f"(have: {', '.join(core.available_devices)})", fix=hint)
-    return core
-
-
-def limits() -> RuntimeLimits:
-    # Every export is verified on ONNX Runtime before it is compiled, so ORT's limits bind. OpenVINO
-    # 2026.4's ONNX frontend read opsets 20 to 26 in a probe here; an op it cannot read fails lint.
-    from tapeout.targets import ort_cpu
-
-    return ort_cpu.limits()
 
 
 def _read(core, model_path: Path):
@@ -90,53 +59,6 @@ def _pin(model, inputs: list[InputSpec], dims: dict[str, int]) -> None:
     model.reshape({spec.name: list(spec.concrete_shape(dims)) for spec in inputs})
 
 
-def lint(model_path: Path, inputs: list[InputSpec], dims: dict[str, int], options: Options | None = None) -> list[LintIssue]:
-    """ORT's input checks, then the ops the device does not support, each by name."""
-    from tapeout.targets import ort_cpu
-
-    options = options or Options()
-    issues = ort_cpu.lint(model_path, inputs, dims)
-    if any(i.severity == "error" for i in issues):
-        return issues
-    core = _require_device(options)
-    model = _read(core, model_path)
-    dynamic = [i.get_any_name() for i in model.inputs if i.get_partial_shape().is_dynamic]
-    if dynamic and options.device == "NPU" and options.pin_shapes is False:
-        issues.append(LintIssue("error", f"inputs {', '.join(dynamic)} have dynamic dims; the NPU compiler needs static "
-                                "shapes", "leave [options] pin_shapes unset (pinned to [dims]) or set it to true"))
-    if options.pins():
-        _pin(model, inputs, dims)
-    supported = core.query_model(model, options.device)
-    for op in model.get_ops():
-        name = op.get_friendly_name()
-        if op.get_type_name() in ("Parameter", "Result", "Constant") or name in supported:
-            continue
-        issues.append(LintIssue("error", f"{op.get_type_name()} is not supported on OpenVINO {options.device}",
-                                "replace the op in the model, or target another device", node=name))
-    return issues
-
-
-def compile(model_path: Path, options: Options, out_dir: Path, inputs: list[InputSpec] | None = None,
-            dims: dict[str, int] | None = None) -> Artifact:
-    import openvino as ov
-
-    core = _require_device(options)
-    model = _read(core, model_path)
-    if options.pins() and inputs is not None:
-        _pin(model, inputs, dims or {})
-    out_dir.mkdir(parents=True, exist_ok=True)
-    ov.save_model(model, str(out_dir / ARTIFACT_FILE), compress_to_fp16=False)
-    # Compile once here: it proves the device accepts the model, and fills the blob cache
-    # (build_dir/ov_cache) that sessions on this machine then load instead of compiling.
-    compiled = core.compile_model(str(out_dir / ARTIFACT_FILE), options.device,
-                                  {**_config(options), "CACHE_DIR": str(out_dir.parent / CACHE_DIR)})
-    return Artifact(NAME, out_dir, ARTIFACT_FILE, meta={
-        "device": options.device, "pinned_shapes": options.pins(),
-        "execution_devices": list(compiled.get_property("EXECUTION_DEVICES")),
-        "inference_precision": compiled.get_property("INFERENCE_PRECISION_HINT").to_string(),
-    })
-
-
 def _config(options: Options) -> dict:
     config = {"PERFORMANCE_HINT": options.performance_hint}
     if options.num_streams is not None:
@@ -146,53 +68,121 @@ def _config(options: Options) -> dict:
     return config
 
 
-class OvSession:
+class OvSession(Session):
     def __init__(self, compiled):
         self._compiled = compiled
         self._request = compiled.create_infer_request()
         self.input_names = [i.get_any_name() for i in compiled.inputs]
         self.output_names = [o.get_any_name() for o in compiled.outputs]
 
-    def run(self, feeds: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
-        try:
-            results = self._request.infer(feeds)
-        except Exception as exc:
-            raise BadInput(f"the model rejected its inputs: {first_line(exc)}",
-                           fix="make the project's [[inputs]] shapes and dtypes match the model (`tapeout lint`)") from None
+    def _run(self, feeds: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+        results = self._request.infer(feeds)
         return {name: np.array(results[port]) for name, port in zip(self.output_names, self._compiled.outputs, strict=True)}
 
-    def run_raw(self, feeds: dict[str, np.ndarray]) -> object:
-        return self._request.infer(feeds, share_inputs=True, share_outputs=True)
+    def bind(self, feeds: dict[str, np.ndarray]):
+        request = self._request
+        return lambda: request.infer(feeds, share_inputs=True, share_outputs=True)
 
 
-def session(artifact: Artifact, options: Options, *, profile: bool = False) -> OvSession:
-    core = _require_device(options)
-    config = {**_config(options), "CACHE_DIR": str(artifact.directory.parent / CACHE_DIR)}
-    if profile:
-        config["PERF_COUNT"] = "YES"
-    try:
-        compiled = core.compile_model(str(artifact.path), options.device, config)
-    except Exception as exc:
-        raise BadInput(f"OpenVINO could not compile {artifact.path} for {options.device}: {first_line(exc)}",
-                       fix="rebuild the artifact with this OpenVINO version") from None
-    return OvSession(compiled)
+class OpenVino(Target):
+    Options = Options
 
+    @classmethod
+    def probe(cls) -> Probe:
+        try:
+            import openvino as ov
+        except ImportError as exc:
+            return Probe(False, reason=f"openvino cannot be imported ({exc})", install_hint=INSTALL)
+        return Probe(True, ov.__version__, details={"devices": _core().available_devices})
 
-def op_profile(artifact: Artifact, options: Options, feeds: dict[str, np.ndarray], iterations: int) -> OpProfile:
-    """Per-node counters from OpenVINO (PERF_COUNT), summed over `iterations` runs after a warm-up."""
-    sess = session(artifact, options, profile=True)
-    for _ in range(3):
-        sess.run_raw(feeds)
-    totals: dict[str, list] = {}
-    run_total = 0.0
-    for _ in range(iterations):
-        start = time.perf_counter()
-        sess.run_raw(feeds)
-        run_total += (time.perf_counter() - start) * 1e6
-        for info in sess._request.get_profiling_info():
-            if str(info.status) != "Status.EXECUTED":
+    def preflight(self) -> None:
+        """Before any work: the profile's device must exist here (exit 4 with the driver to install)."""
+        self._require_device()
+
+    def _require_device(self):
+        core, device = _core(), self.options.device
+        if device not in core.available_devices:
+            hint = ("the Intel NPU driver (intel-npu-driver / the Windows NPU driver) must be installed on the device"
+                    if device == "NPU" else f"{device} plugin or driver missing")
+            raise TargetUnavailable(f"OpenVINO device {device} is not available here "
+                                    f"(have: {', '.join(core.available_devices)})", fix=hint)
+        return core
+
+    def lint(self, model_path: Path, inputs: list[InputSpec], dims: dict[str, int]) -> list[LintIssue]:
+        """The ONNX checks, then the ops the device does not support, each by name."""
+        options = self.options
+        issues = super().lint(model_path, inputs, dims)
+        if any(i.severity == "error" for i in issues):
+            return issues
+        core = self._require_device()
+        model = _read(core, model_path)
+        dynamic = [i.get_any_name() for i in model.inputs if i.get_partial_shape().is_dynamic]
+        if dynamic and options.device == "NPU" and options.pin_shapes is False:
+            issues.append(LintIssue("error", f"inputs {', '.join(dynamic)} have dynamic dims; the NPU compiler needs static "
+                                    "shapes", "leave [options] pin_shapes unset (pinned to [dims]) or set it to true"))
+        if options.pins():
+            _pin(model, inputs, dims)
+        supported = core.query_model(model, options.device)
+        for op in model.get_ops():
+            name = op.get_friendly_name()
+            if op.get_type_name() in ("Parameter", "Result", "Constant") or name in supported:
                 continue
-            entry = totals.setdefault(info.node_name, [info.node_type, f"{options.device}:{info.exec_type}", 0, 0.0])
-            entry[2] += 1
-            entry[3] += info.real_time.total_seconds() * 1e6
-    return OpProfile(iterations, run_total, [OpTime(n, v[0], v[1], v[2], v[3]) for n, v in totals.items()])
+            issues.append(LintIssue("error", f"{op.get_type_name()} is not supported on OpenVINO {options.device}",
+                                    "replace the op in the model, or target another device", node=name))
+        return issues
+
+    def compile(self, model_path: Path, out_dir: Path, inputs: list[InputSpec], dims: dict[str, int]) -> Artifact:
+        import openvino as ov
+
+        options = self.options
+        core = self._require_device()
+        model = _read(core, model_path)
+        if options.pins():
+            _pin(model, inputs, dims)
+        out_dir.mkdir(parents=True, exist_ok=True)
+        ov.save_model(model, str(out_dir / ARTIFACT_FILE), compress_to_fp16=False)
+        # Compile once here: it proves the device accepts the model, and fills the blob cache
+        # (build_dir/ov_cache) that sessions on this machine then load instead of compiling.
+        compiled = core.compile_model(str(out_dir / ARTIFACT_FILE), options.device,
+                                      {**_config(options), "CACHE_DIR": str(out_dir.parent / CACHE_DIR)})
+        return Artifact(self.name, out_dir, ARTIFACT_FILE, meta={
+            "device": options.device, "pinned_shapes": options.pins(),
+            "execution_devices": list(compiled.get_property("EXECUTION_DEVICES")),
+            "inference_precision": compiled.get_property("INFERENCE_PRECISION_HINT").to_string(),
+        })
+
+    def session(self, artifact: Artifact) -> OvSession:
+        return self._session(artifact)
+
+    def _session(self, artifact: Artifact, profile: bool = False) -> OvSession:
+        core = self._require_device()
+        config = {**_config(self.options), "CACHE_DIR": str(artifact.directory.parent / CACHE_DIR)}
+        if profile:
+            config["PERF_COUNT"] = "YES"
+        try:
+            compiled = core.compile_model(str(artifact.path), self.options.device, config)
+        except Exception as exc:
+            raise BadInput(f"OpenVINO could not compile {artifact.path} for {self.options.device}: {first_line(exc)}",
+                           fix="rebuild the artifact with this OpenVINO version") from None
+        return OvSession(compiled)
+
+    def op_profile(self, artifact: Artifact, feeds: dict[str, np.ndarray], iterations: int) -> OpProfile:
+        """Per-node counters from OpenVINO (PERF_COUNT), summed over `iterations` runs after a warm-up."""
+        sess = self._session(artifact, profile=True)
+        call = sess.bind(feeds)
+        for _ in range(3):
+            call()
+        totals: dict[str, list] = {}
+        run_total = 0.0
+        for _ in range(iterations):
+            start = time.perf_counter()
+            call()
+            run_total += (time.perf_counter() - start) * 1e6
+            for info in sess._request.get_profiling_info():
+                if str(info.status) != "Status.EXECUTED":
+                    continue
+                entry = totals.setdefault(info.node_name, [info.node_type, f"{self.options.device}:{info.exec_type}", 0, 0.0])
+                entry[2] += 1
+                entry[3] += info.real_time.total_seconds() * 1e6
+        return OpProfile(iterations, run_total, [OpTime(n, v[0], v[1], v[2], v[3]) for n, v in totals.items()],
+                         method=self.capabilities.op_profiler or "")

@@ -12,33 +12,25 @@ never judges latency, memory or power budgets against emulator timings.
 
 from __future__ import annotations
 
-import contextlib
 import functools
 import json
-import os
-import platform
 import shutil
-import sys
 import tempfile
 from pathlib import Path
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import Field
 
 from tapeout.errors import BadInput, TargetUnavailable, first_line
-from tapeout.targets import ort_cpu
-from tapeout.targets.base import LintIssue, Probe, RuntimeLimits
+from tapeout.targets import onnx_lint
+from tapeout.targets.base import LintIssue, Probe
+from tapeout.targets.ort_ep import OrtOptions, OrtTarget, native_output_captured
 from tapeout.types import Artifact, InputSpec
 
-NAME = "qnn"
-EP = "QNNExecutionProvider"
 ARTIFACT_FILE = "model_ctx.onnx"
-INSTALL = 'pip install "tapeout[qnn]"  (onnxruntime-qnn, x86-64 Linux / Windows on Snapdragon)'
 
 
-class Options(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
-
+class Options(OrtOptions):
     htp_arch: int = Field(description="Hexagon architecture: 68, 69, 73, 75, 79, 81")
     soc_model: int = Field(description="QNN SoC id (e.g. 57 = SM8650, 60 = Snapdragon X Elite)")
     allow_cpu_fallback: bool = Field(False, description="let unsupported nodes run on the CPU EP (placement budget)")
@@ -49,120 +41,20 @@ class Options(BaseModel):
     context_embed: bool = Field(False, description="embed the context binary in the .onnx instead of a sidecar .bin")
 
 
-def probe() -> Probe:
-    try:
-        import onnxruntime as ort
-        import onnxruntime_qnn
-    except ImportError as exc:
-        return Probe(False, reason=f"onnxruntime-qnn cannot be imported ({exc})", install_hint=INSTALL)
-    try:
-        _register()
-    except Exception as exc:
-        return Probe(False, reason=f"the QNN plugin EP did not register: {first_line(exc)}", install_hint=INSTALL)
-    if not _devices():
-        return Probe(False, ort.__version__, reason="the QNN plugin registered but offers no device", install_hint=INSTALL)
-    version = getattr(onnxruntime_qnn, "__version__", "?")
-    return Probe(True, f"onnxruntime-qnn {version} (onnxruntime {ort.__version__})",
-                 details={"emulated": emulated(), "machine": platform.machine()})
-
-
-def emulated() -> str | None:
-    """Why timings here are not the device's, or None on a Snapdragon device."""
-    if platform.machine().lower() in ("x86_64", "amd64"):
-        return "HTP emulator on an x86-64 host: timings and memory are the emulator's, not the NPU's"
-    return None
-
-
 @functools.cache
 def _register() -> None:
     import onnxruntime as ort
     import onnxruntime_qnn
 
     # Once per process: a second registration under the same name is an error in ORT.
-    with _native_output_quiet():
-        ort.register_execution_provider_library(EP, onnxruntime_qnn.get_library_path())
+    with native_output_captured():
+        ort.register_execution_provider_library(Qnn.EP, onnxruntime_qnn.get_library_path())
 
 
 def _devices() -> list:
     import onnxruntime as ort
 
-    return [d for d in ort.get_ep_devices() if d.ep_name == EP]
-
-
-def limits() -> RuntimeLimits:
-    return ort_cpu.limits()
-
-
-def _provider_options(options: Options, trace_dir: Path | None = None) -> dict[str, str]:
-    import onnxruntime_qnn
-
-    opts = {"backend_path": onnxruntime_qnn.get_qnn_htp_path(), "htp_arch": str(options.htp_arch),
-            "soc_model": str(options.soc_model), "htp_performance_mode": options.htp_performance_mode,
-            "enable_htp_fp16_precision": "1" if options.enable_htp_fp16_precision else "0",
-            # The graph-input Quantize and graph-output Dequantize run on the HTP too (the EP's default
-            # hands them to the CPU EP, which strict placement forbids and which costs a round trip).
-            "offload_graph_io_quantization": "0"}
-    if trace_dir is not None:
-        opts.update({"enable_framework_op_trace": "1", "framework_op_trace_dir": str(trace_dir)})
-    return opts
-
-
-def _session(model: Path, options: Options, *, trace_dir: Path | None = None, context_path: Path | None = None,
-             fallback: bool | None = None):
-    import onnxruntime as ort
-
-    _register()
-    so = ort.SessionOptions()
-    so.log_severity_level = 3
-    so.add_provider_for_devices(_devices(), _provider_options(options, trace_dir))
-    allow = options.allow_cpu_fallback if fallback is None else fallback
-    so.add_session_config_entry("session.disable_cpu_ep_fallback", "0" if allow else "1")
-    if context_path is not None:
-        so.add_session_config_entry("ep.context_enable", "1")
-        so.add_session_config_entry("ep.context_file_path", str(context_path))
-        so.add_session_config_entry("ep.context_embed_mode", "1" if options.context_embed else "0")
-    try:
-        with _native_output_quiet():
-            return ort.InferenceSession(str(model), so)
-    except Exception as exc:
-        text = first_line(exc)
-        if not allow and ("fallback" in text.lower() or "not supported" in text.lower() or "unsupported" in text.lower()):
-            raise BadInput(f"the HTP cannot run every node of {model.name} and CPU fallback is off: {text}",
-                           fix="run `tapeout lint` for the nodes and why; or set allow_cpu_fallback = true with a "
-                               "placement budget") from None
-        raise BadInput(f"the QNN EP could not load {model.name}: {text}",
-                       fix="check `tapeout lint --profile` for this target") from None
-
-
-@contextlib.contextmanager
-def _native_output_quiet():
-    """The QNN libraries print a banner ("LIBNATIVE: …") through C stdio on fd 1 and rewire fd 2 while
-    loading. Keep both as they were: `--json` output on stdout must stay parseable. C's buffers are
-    flushed into /dev/null before the real descriptors come back; errors still arrive as exceptions."""
-    import ctypes
-
-    sys.stdout.flush()
-    sys.stderr.flush()
-    saved = (os.dup(1), os.dup(2))
-    with open(os.devnull, "w") as devnull:
-        os.dup2(devnull.fileno(), 1)
-        os.dup2(devnull.fileno(), 2)
-        try:
-            yield
-        finally:
-            with contextlib.suppress(Exception):
-                ctypes.CDLL(None).fflush(None)
-            os.dup2(saved[0], 1)
-            os.dup2(saved[1], 2)
-            os.close(saved[0])
-            os.close(saved[1])
-
-
-def op_trace(model: Path, options: Options) -> dict:
-    """Which nodes the HTP takes and why not, from the EP's own trace (fallback allowed, so it sees all)."""
-    with tempfile.TemporaryDirectory(prefix="tapeout-qnn-trace-") as tmp:
-        _session(model, options, trace_dir=Path(tmp), fallback=True)
-        return _read_trace(Path(tmp))
+    return [d for d in ort.get_ep_devices() if d.ep_name == Qnn.EP]
 
 
 def _read_trace(folder: Path) -> dict:
@@ -210,58 +102,6 @@ def pin_shapes(model_path: Path, out_path: Path, inputs: list[InputSpec], dims: 
     return out_path, pinned
 
 
-def prepare(model_path: Path, inputs: list[InputSpec], dims: dict[str, int]) -> Path:
-    """The HTP compiles static graphs: pin every dim once, before quantization and compile."""
-    return pin_shapes(model_path, model_path.with_name(model_path.stem + ".static.onnx"), inputs, dims)[0]
-
-
-def lint(model_path: Path, inputs: list[InputSpec], dims: dict[str, int], options: Options | None = None) -> list[LintIssue]:
-    """ORT's checks, then the HTP's: dims to pin, 64-bit and bool I/O, and every node the EP would not take."""
-    import onnx
-
-    issues = ort_cpu.lint(model_path, inputs, dims, options)
-    if any(i.severity == "error" for i in issues):
-        return issues
-    model = onnx.load(str(model_path), load_external_data=False)
-    initializers = {i.name for i in model.graph.initializer}
-    specs = {s.name: s for s in inputs}
-    for graph_input in (i for i in model.graph.input if i.name not in initializers):
-        spec = specs.get(graph_input.name)
-        tensor = graph_input.type.tensor_type
-        for axis, dim in enumerate(tensor.shape.dim):
-            if not dim.HasField("dim_value") and spec is not None:
-                value = spec.concrete_shape(dims)[axis]
-                issues.append(LintIssue("warning", f"input '{graph_input.name}' axis {axis} is dynamic ('{dim.dim_param}'): "
-                                        "the HTP compiles static graphs only",
-                                        f"pinned to {value} at compile (from the project's [dims]); a device build for "
-                                        "other shapes needs its own profile or dims", node=graph_input.name))
-        if tensor.elem_type in (onnx.TensorProto.INT64, onnx.TensorProto.BOOL, onnx.TensorProto.DOUBLE):
-            kind = onnx.TensorProto.DataType.Name(tensor.elem_type).lower()
-            issues.append(LintIssue("warning", f"input '{graph_input.name}' is {kind}: the HTP has no {kind} tensors, so the "
-                                    "EP converts it on the CPU at the graph boundary", "export it as int32 (or float) "
-                                    "to keep the boundary on the NPU", node=graph_input.name))
-    for graph_output in model.graph.output:
-        if graph_output.type.tensor_type.elem_type in (onnx.TensorProto.INT64, onnx.TensorProto.BOOL):
-            issues.append(LintIssue("warning", f"output '{graph_output.name}' is 64-bit/bool: converted on the CPU",
-                                    "return int32 or float", node=graph_output.name))
-    if options is None:
-        return issues
-    with tempfile.TemporaryDirectory(prefix="tapeout-qnn-lint-") as tmp:
-        static, _ = pin_shapes(model_path, Path(tmp) / "static.onnx", inputs, dims)
-        place = placement(op_trace(static, options))
-    severity = "warning" if options.allow_cpu_fallback else "error"
-    for node in place["off"]:
-        issues.append(LintIssue(severity, f"{node['op_type']} node does not run on the HTP: {node['reason'] or 'no reason given'}",
-                                "allow_cpu_fallback = true with a placement budget, or replace the op" if severity == "error"
-                                else "runs on the CPU EP; the placement budget judges the share", node=node["node"]))
-    float_nodes = _float_compute_nodes(model)
-    if float_nodes:
-        issues.append(LintIssue("warning", f"{len(float_nodes)} compute node(s) have no Q/DQ around them (e.g. "
-                                f"{', '.join(float_nodes[:3])}): the HTP runs them in FP16, slower than INT8",
-                                "build with precision = \"int8\" (full-integer QDQ) to quantize them"))
-    return issues
-
-
 _COMPUTE = {"Conv", "MatMul", "Gemm", "ConvTranspose", "Softmax", "LayerNormalization", "Gelu", "Add", "Mul"}
 
 
@@ -271,50 +111,146 @@ def _float_compute_nodes(model) -> list[str]:
             and not any(produced_by.get(t) == "DequantizeLinear" for t in n.input)]
 
 
-def compile(model_path: Path, options: Options, out_dir: Path, inputs: list[InputSpec] | None = None,
-            dims: dict[str, int] | None = None) -> Artifact:
-    """Pin shapes, prepare the graph for the SoC, write the EPContext model and its context binary.
+class Qnn(OrtTarget):
+    EP = "QNNExecutionProvider"
+    INSTALL = 'pip install "tapeout[qnn]"  (onnxruntime-qnn, x86-64 Linux / Windows on Snapdragon)'
+    Options = Options
 
-    One session does it all: the op trace (placement) and the context come from the same graph
-    preparation. It runs with fallback allowed so the trace sees every node; the context is kept
-    only if the placement is what the profile allows (with no node off the HTP, the context is the
-    one a strict session writes)."""
-    out_dir.mkdir(parents=True, exist_ok=True)
-    with tempfile.TemporaryDirectory(prefix="tapeout-qnn-") as tmp:
-        static, pinned = pin_shapes(model_path, Path(tmp) / "model.onnx", inputs or [], dims or {})
-        context = Path(tmp) / "context"
-        context.mkdir()
-        _session(static, options, trace_dir=Path(tmp) / "trace", context_path=context / ARTIFACT_FILE, fallback=True)
-        place = placement(_read_trace(Path(tmp) / "trace"))
-        if place["off"] and not options.allow_cpu_fallback:
-            first = place["off"][0]
-            raise BadInput(f"{len(place['off'])} node(s) cannot run on the HTP and CPU fallback is off; first: "
-                           f"{first['node']} ({first['op_type']}): {first['reason']}",
-                           fix="see `tapeout lint --profile` for every node; or allow_cpu_fallback = true with a placement budget")
-        if not (context / ARTIFACT_FILE).is_file():
-            raise BadInput("the QNN EP wrote no EPContext model", fix="check the profile's htp_arch and soc_model")
-        for file in context.iterdir():  # the .onnx names its .bin by file name: they move together
-            shutil.move(str(file), out_dir / file.name)
-    return Artifact(NAME, out_dir, ARTIFACT_FILE,
-                    meta={"htp_arch": options.htp_arch, "soc_model": options.soc_model, "pinned": pinned,
-                          "placement": place, "emulated": emulated(),
-                          "context_files": sorted(p.name for p in out_dir.iterdir())})
+    @classmethod
+    def probe(cls) -> Probe:
+        import platform
 
+        try:
+            import onnxruntime as ort
+            import onnxruntime_qnn
+        except ImportError as exc:
+            return Probe(False, reason=f"onnxruntime-qnn cannot be imported ({exc})", install_hint=cls.INSTALL)
+        try:
+            _register()
+        except Exception as exc:
+            return Probe(False, reason=f"the QNN plugin EP did not register: {first_line(exc)}", install_hint=cls.INSTALL)
+        if not _devices():
+            return Probe(False, ort.__version__, reason="the QNN plugin registered but offers no device",
+                         install_hint=cls.INSTALL)
+        version = getattr(onnxruntime_qnn, "__version__", "?")
+        return Probe(True, f"onnxruntime-qnn {version} (onnxruntime {ort.__version__})",
+                     details={"machine": platform.machine()})
 
-def session(artifact: Artifact, options: Options) -> ort_cpu.OrtSession:
-    return ort_cpu.OrtSession(_session(artifact.path, options))
+    def _configure(self, so, *, trace_dir: Path | None = None, context_path: Path | None = None,
+                   fallback: bool | None = None) -> None:
+        import onnxruntime_qnn
 
+        _register()
+        opts = self.options
+        provider = {"backend_path": onnxruntime_qnn.get_qnn_htp_path(), "htp_arch": str(opts.htp_arch),
+                    "soc_model": str(opts.soc_model), "htp_performance_mode": opts.htp_performance_mode,
+                    "enable_htp_fp16_precision": "1" if opts.enable_htp_fp16_precision else "0",
+                    # The graph-input Quantize and graph-output Dequantize run on the HTP too (the EP's default
+                    # hands them to the CPU EP, which strict placement forbids and which costs a round trip).
+                    "offload_graph_io_quantization": "0"}
+        if trace_dir is not None:
+            provider.update({"enable_framework_op_trace": "1", "framework_op_trace_dir": str(trace_dir)})
+        so.add_provider_for_devices(_devices(), provider)
+        allow = opts.allow_cpu_fallback if fallback is None else fallback
+        so.add_session_config_entry("session.disable_cpu_ep_fallback", "0" if allow else "1")
+        if context_path is not None:
+            so.add_session_config_entry("ep.context_enable", "1")
+            so.add_session_config_entry("ep.context_file_path", str(context_path))
+            so.add_session_config_entry("ep.context_embed_mode", "1" if opts.context_embed else "0")
 
-__all__ = [
-    "ARTIFACT_FILE",
-    "NAME",
-    "Options",
-    "compile",
-    "emulated",
-    "limits",
-    "lint",
-    "op_trace",
-    "placement",
-    "probe",
-    "session",
-]
+    def _new_session(self, model: str | bytes, so):
+        import onnxruntime as ort
+
+        try:
+            return ort.InferenceSession(model, so)
+        except Exception as exc:
+            text = first_line(exc)
+            strict = so.get_session_config_entry("session.disable_cpu_ep_fallback") == "1"
+            if strict and any(word in text.lower() for word in ("fallback", "not supported", "unsupported")):
+                raise BadInput(f"the HTP cannot run every node of {Path(str(model)).name} and CPU fallback is off: {text}",
+                               fix="run `tapeout lint` for the nodes and why; or set allow_cpu_fallback = true with a "
+                                   "placement budget") from None
+            raise
+
+    def _op_trace(self, model: Path) -> dict:
+        """Which nodes the HTP takes and why not, from the EP's own trace (fallback allowed, so it sees all)."""
+        with tempfile.TemporaryDirectory(prefix="tapeout-qnn-trace-") as tmp:
+            self._load(model, self._session_options(trace_dir=Path(tmp), fallback=True), model.name)
+            return _read_trace(Path(tmp))
+
+    def prepare(self, model_path: Path, inputs: list[InputSpec], dims: dict[str, int]) -> Path:
+        """The HTP compiles static graphs: pin every dim once, before quantization and compile."""
+        return pin_shapes(model_path, model_path.with_name(model_path.stem + ".static.onnx"), inputs, dims)[0]
+
+    def lint(self, model_path: Path, inputs: list[InputSpec], dims: dict[str, int]) -> list[LintIssue]:
+        """ORT's checks, then the HTP's: dims to pin, 64-bit and bool I/O, and every node the EP would not take."""
+        import onnx
+
+        issues = super().lint(model_path, inputs, dims)
+        if any(i.severity == "error" for i in issues):
+            return issues
+        model = onnx_lint.read_header(model_path)
+        initializers = {i.name for i in model.graph.initializer}
+        specs = {s.name: s for s in inputs}
+        for graph_input in (i for i in model.graph.input if i.name not in initializers):
+            spec = specs.get(graph_input.name)
+            tensor = graph_input.type.tensor_type
+            for axis, dim in enumerate(tensor.shape.dim):
+                if not dim.HasField("dim_value") and spec is not None:
+                    value = spec.concrete_shape(dims)[axis]
+                    issues.append(LintIssue("warning", f"input '{graph_input.name}' axis {axis} is dynamic ('{dim.dim_param}'): "
+                                            "the HTP compiles static graphs only",
+                                            f"pinned to {value} at compile (from the project's [dims]); a device build for "
+                                            "other shapes needs its own profile or dims", node=graph_input.name))
+            if tensor.elem_type in (onnx.TensorProto.INT64, onnx.TensorProto.BOOL, onnx.TensorProto.DOUBLE):
+                kind = onnx.TensorProto.DataType.Name(tensor.elem_type).lower()
+                issues.append(LintIssue("warning", f"input '{graph_input.name}' is {kind}: the HTP has no {kind} tensors, so the "
+                                        "EP converts it on the CPU at the graph boundary", "export it as int32 (or float) "
+                                        "to keep the boundary on the NPU", node=graph_input.name))
+        for graph_output in model.graph.output:
+            if graph_output.type.tensor_type.elem_type in (onnx.TensorProto.INT64, onnx.TensorProto.BOOL):
+                issues.append(LintIssue("warning", f"output '{graph_output.name}' is 64-bit/bool: converted on the CPU",
+                                        "return int32 or float", node=graph_output.name))
+        with tempfile.TemporaryDirectory(prefix="tapeout-qnn-lint-") as tmp:
+            static, _ = pin_shapes(model_path, Path(tmp) / "static.onnx", inputs, dims)
+            place = placement(self._op_trace(static))
+        severity = "warning" if self.options.allow_cpu_fallback else "error"
+        for node in place["off"]:
+            issues.append(LintIssue(severity, f"{node['op_type']} node does not run on the HTP: {node['reason'] or 'no reason given'}",
+                                    "allow_cpu_fallback = true with a placement budget, or replace the op" if severity == "error"
+                                    else "runs on the CPU EP; the placement budget judges the share", node=node["node"]))
+        float_nodes = _float_compute_nodes(model)
+        if float_nodes:
+            issues.append(LintIssue("warning", f"{len(float_nodes)} compute node(s) have no Q/DQ around them (e.g. "
+                                    f"{', '.join(float_nodes[:3])}): the HTP runs them in FP16, slower than INT8",
+                                    "build with precision = \"int8\" (full-integer QDQ) to quantize them"))
+        return issues
+
+    def compile(self, model_path: Path, out_dir: Path, inputs: list[InputSpec], dims: dict[str, int]) -> Artifact:
+        """Pin shapes, prepare the graph for the SoC, write the EPContext model and its context binary.
+
+        One session does it all: the op trace (placement) and the context come from the same graph
+        preparation. It runs with fallback allowed so the trace sees every node; the context is kept
+        only if the placement is what the profile allows (with no node off the HTP, the context is the
+        one a strict session writes)."""
+        out_dir.mkdir(parents=True, exist_ok=True)
+        with tempfile.TemporaryDirectory(prefix="tapeout-qnn-") as tmp:
+            static, pinned = pin_shapes(model_path, Path(tmp) / "model.onnx", inputs, dims)
+            context = Path(tmp) / "context"
+            context.mkdir()
+            so = self._session_options(trace_dir=Path(tmp) / "trace", context_path=context / ARTIFACT_FILE, fallback=True)
+            self._load(static, so, static.name)
+            place = placement(_read_trace(Path(tmp) / "trace"))
+            if place["off"] and not self.options.allow_cpu_fallback:
+                first = place["off"][0]
+                raise BadInput(f"{len(place['off'])} node(s) cannot run on the HTP and CPU fallback is off; first: "
+                               f"{first['node']} ({first['op_type']}): {first['reason']}",
+                               fix="see `tapeout lint --profile` for every node; or allow_cpu_fallback = true with a placement budget")
+            if not (context / ARTIFACT_FILE).is_file():
+                raise BadInput("the QNN EP wrote no EPContext model", fix="check the profile's htp_arch and soc_model")
+            for file in context.iterdir():  # the .onnx names its .bin by file name: they move together
+                shutil.move(str(file), out_dir / file.name)
+        return Artifact(self.name, out_dir, ARTIFACT_FILE,
+                        meta={"htp_arch": self.options.htp_arch, "soc_model": self.options.soc_model, "pinned": pinned,
+                              "placement": place, "emulated": self.emulated(),
+                              "context_files": sorted(p.name for p in out_dir.iterdir())})

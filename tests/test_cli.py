@@ -18,7 +18,7 @@ def test_build_dir_is_complete(digits_build):
         assert (digits_build / rel).is_file(), rel
     assert not list(digits_build.parent.glob(".*partial*"))
     man = json.loads((digits_build / "manifest.json").read_text())
-    assert man["schema"] == "tapeout.manifest/1"
+    assert man["schema"] == "tapeout.manifest/2"
     for rel, digest in man["artifact"]["files"].items():
         assert manifest.sha256_file(digits_build / "artifact" / rel) == digest
     assert man["versions"]["onnxruntime"] and man["versions"]["torch"]
@@ -27,7 +27,7 @@ def test_build_dir_is_complete(digits_build):
     assert man["model"]["weights_sha256"] and "model.py" in man["model"]["files"]
 
     report = json.loads((digits_build / "report.json").read_text())
-    assert report["schema"] == "tapeout.report/1" and report["exit_code"] == 0
+    assert report["schema"] == "tapeout.report/2" and report["exit_code"] == 0
     lat = report["measurement"]["latency_ms"]
     assert lat["count"] == 120 and lat["repeats"] == 2
     p90 = lat["quantiles"]["p90"]
@@ -158,7 +158,8 @@ def test_unavailable_target_exits_4(monkeypatch, capsys):
     from tapeout.targets import ort_cpu
     from tapeout.targets.base import Probe
 
-    monkeypatch.setattr(ort_cpu, "probe", lambda: Probe(False, reason="runtime missing", install_hint="pip install onnxruntime"))
+    monkeypatch.setattr(ort_cpu.OrtCpu, "probe",
+                        classmethod(lambda cls: Probe(False, reason="runtime missing", install_hint="pip install onnxruntime")))
     monkeypatch.setattr(sys, "argv", ["tapeout", "build", str(SAMPLES / "digits-cnn"), "--profile", "cpu-fp32"])
     with pytest.raises(SystemExit) as exit_info:
         cli.main()

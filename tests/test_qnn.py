@@ -64,15 +64,16 @@ def test_check_passes_through_the_emulator_with_fallback_off_and_clean_json(digi
 
 
 def test_a_device_measurement_runs_without_an_op_profile(digits_qnn):
-    """On a Snapdragon nothing is emulated and the profile's op_profile stays on; qnn has no op_profile
-    (it is optional in the target interface), so the measurement must skip it, not crash."""
-    from tapeout import measure
+    """On a Snapdragon nothing is emulated and the profile's op_profile stays on; qnn declares no op
+    profiler (capabilities.op_profiler is None), so the measurement must skip it, not crash."""
+    from tapeout import measure, targets
     from tapeout.types import Artifact, CheckSettings
 
     manifest = json.loads((digits_qnn / "manifest.json").read_text())
     artifact = Artifact("qnn", digits_qnn / "artifact", manifest["artifact"]["main_file"])
     settings = CheckSettings(iterations=10, repeats=1, warmup_min_s=0.0, op_profile=True)
-    m = measure.measure(artifact, manifest["options_resolved"], digits_qnn / "golden.npz", settings)
+    target = targets.create("qnn", manifest["options_resolved"])
+    m = measure.measure(target, artifact, digits_qnn / "golden.npz", settings)
     assert m.op_profile is None and len(m.outputs) == manifest["golden"]["samples"]
 
 
@@ -139,7 +140,7 @@ def test_with_fallback_allowed_the_placement_gate_reports_the_share_off_the_npu(
 
 
 def test_context_binaries_are_prepared_per_soc(tmp_path):
-    from tapeout.targets import qnn
+    from tapeout import targets
     from tapeout.types import InputSpec
 
     relu = helper.make_graph([helper.make_node("Relu", ["x"], ["y"], name="relu")], "r",
@@ -150,10 +151,10 @@ def test_context_binaries_are_prepared_per_soc(tmp_path):
     onnx.save(model, tmp_path / "relu.onnx")
     digests = {}
     for arch, soc in ((73, 60), (75, 57)):
-        art = qnn.compile(tmp_path / "relu.onnx", qnn.Options(htp_arch=arch, soc_model=soc), tmp_path / f"a{arch}",
-                          [InputSpec(name="x", shape=[1, 8])], {})
+        qnn = targets.create("qnn", {"htp_arch": arch, "soc_model": soc})
+        art = qnn.compile(tmp_path / "relu.onnx", tmp_path / f"a{arch}", [InputSpec(name="x", shape=[1, 8])], {})
         digests[arch] = hashlib.sha256((art.directory / "model_ctx_qnn.bin").read_bytes()).hexdigest()
-        out = qnn.session(art, qnn.Options(htp_arch=arch, soc_model=soc)).run({"x": np.linspace(-1, 1, 8, dtype=np.float32)[None]})
+        out = qnn.session(art).run({"x": np.linspace(-1, 1, 8, dtype=np.float32)[None]})
         assert np.allclose(out["y"], np.maximum(np.linspace(-1, 1, 8), 0), atol=1e-2)
     assert digests[73] != digests[75]
 

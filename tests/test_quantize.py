@@ -11,6 +11,7 @@ import onnx
 import pytest
 
 from conftest import one_line_error, run_cli
+from tapeout import targets
 from tapeout.analysis import analyze
 from tapeout.errors import BadInput
 from tapeout.quantize import rules
@@ -18,10 +19,15 @@ from tapeout.quantize.apply import apply
 from tapeout.types import QuantizationSettings
 
 
+def first_plan(analysis, target: str, precision: str, settings: QuantizationSettings):
+    """The rule table as the precision step calls it: with the target's capabilities, never its name alone."""
+    return rules.first_plan(analysis, target, targets.TARGETS[target].capabilities, precision, settings)
+
+
 def _plan(tmp_path, model, precision="int8", **settings):
     path = tmp_path / "model.onnx"
     onnx.save(model, path)
-    return rules.first_plan(analyze(path), "onnxruntime", precision, QuantizationSettings(**settings)), path
+    return first_plan(analyze(path), "onnxruntime", precision, QuantizationSettings(**settings)), path
 
 
 def _by_precision(plan):
@@ -75,10 +81,10 @@ def test_targets_and_precisions_without_rules_are_bad_input(tmp_path):
     path = tmp_path / "m.onnx"
     onnx.save(graphs.cnn(), path)
     a = analyze(path)
-    with pytest.raises(BadInput, match="no int8 quantization rules"):
-        rules.first_plan(a, "openvino", "int8", QuantizationSettings())
+    with pytest.raises(BadInput, match="has no int8 rules"):
+        first_plan(a, "openvino", "int8", QuantizationSettings())
     with pytest.raises(BadInput, match="no int4 rule for a cnn"):
-        rules.first_plan(a, "onnxruntime", "int4", QuantizationSettings())
+        first_plan(a, "onnxruntime", "int4", QuantizationSettings())
 
 
 @pytest.mark.parametrize("case", ["encoder-dynamic", "cnn-static", "decoder-int4"])
@@ -198,7 +204,7 @@ def test_the_loop_finds_the_planted_layer_first_and_moves_it_alone(tmp_path):
     assert plan == {"linear1": "int8", "linear2": "int8", "linear3": "int8", "linear4": "int8", "head": "fp32",
                     planted: "fp32"}
     md = (out / "report.md").read_text()
-    assert "## Quantization" in md and f"{planted}: int8 → fp32" in md
+    assert "## Precision" in md and f"{planted}: int8 → fp32" in md
     accuracy = next(b for b in report["budgets"] if b["budget"] == "accuracy_max_drop")
     assert accuracy["verdict"] == "pass"
     check = run_cli("check", out, "--json")  # the quantized artifact re-checked: parity against the FP32 golden outputs
@@ -239,7 +245,7 @@ def test_npu_rule_is_full_integer_a16w8_for_transformers_with_masks_and_softmax_
     path = tmp_path / "enc.onnx"
     onnx.save(graphs.transformer(), path)
     analysis = analyze(path)
-    plan = rules.first_plan(analysis, "qnn", "int8", QuantizationSettings(keep_float=["block1.ffn.out"]))
+    plan = first_plan(analysis, "qnn", "int8", QuantizationSettings(keep_float=["block1.ffn.out"]))
     assert plan.method == "npu-static" and plan.activation_type == "uint16" and plan.ladder == ("int8", "a16w8", "fp16")
     groups = _by_precision(plan)
     assert groups.pop("block1.ffn.out") == "fp16"  # float on the HTP is FP16, never the CPU
@@ -247,10 +253,10 @@ def test_npu_rule_is_full_integer_a16w8_for_transformers_with_masks_and_softmax_
     kept = {analysis.roles[n] for n in plan.float_nodes}
     assert kept == {"attn_mask", "attn_softmax"} and len(plan.float_nodes) == 4  # two blocks
     onnx.save(graphs.cnn(), tmp_path / "cnn.onnx")
-    npu_cnn = rules.first_plan(analyze(tmp_path / "cnn.onnx"), "qnn", "int8", QuantizationSettings())
+    npu_cnn = first_plan(analyze(tmp_path / "cnn.onnx"), "qnn", "int8", QuantizationSettings())
     assert npu_cnn.activation_type == "uint8" and set(_by_precision(npu_cnn).values()) == {"int8"} and not npu_cnn.float_nodes
     with pytest.raises(BadInput, match="full-integer static QDQ"):
-        rules.first_plan(analysis, "qnn", "int8", QuantizationSettings(method="dynamic"))
+        first_plan(analysis, "qnn", "int8", QuantizationSettings(method="dynamic"))
 
 
 def test_tiny_lm_int4_keeps_perplexity_within_the_relative_budget_and_check_carries_it(tmp_path):

@@ -1,4 +1,5 @@
 import numpy as np
+import pytest
 
 from tapeout import verdicts
 from tapeout.errors import EXIT_BUDGET_FAILED, EXIT_INCONCLUSIVE, EXIT_OK
@@ -45,13 +46,24 @@ def test_accuracy_direction():
     assert missing.verdict is Verdict.UNMEASURED and "[evaluation]" in missing.reason
 
 
-def _measurement(peak_rss=(80.0, 90.0), energy=None):
-    from tapeout import stats
-    from tapeout.measure import Measurement
+def _process(rss_peak=80.0, create_ms=9.0, **meters):
+    """One inference process's result as the runner writes it."""
+    return {"samples_ms": np.linspace(1.0, 2.0, 100).tolist(), "import_ms": 5.0, "create_ms": create_ms, "first_ms": 1.0,
+            "warmup_iters": 20, "meters": {"rss": {"rss_start_mb": 40.0, "rss_after_session_mb": 70.0,
+                                                   "peak_rss_mb": rss_peak}, **meters}}
 
-    samples = [np.linspace(1.0, 2.0, 100)]
-    return Measurement(stats.summarize(samples, 0.95), samples, [10.0, 12.0], [5.0, 5.0], [9.0, 11.0], [1.0, 1.0],
-                       [20, 20], list(peak_rss), [40.0, 40.0], [70.0, 70.0], [], energy_j_per_inference=energy)
+
+def _measurement(*processes):
+    from tapeout.measure import _summarize
+
+    processes = processes or (_process(80.0, create_ms=9.0), _process(90.0, create_ms=11.0))
+    return _summarize(list(processes), CheckSettings(), tuple(processes[0]["meters"]))
+
+
+def _nvml(energy_j, runs=1000, window_s=5.0, memory_mb=900.0):
+    return {"energy_j": energy_j, "runs": runs, "window_s": window_s, "power_avg_w": energy_j / window_s,
+            "energy_quantum_j": 0.2, "energy_scope": "GPU board", "energy_method": "NVML counter",
+            "device_memory_mb": memory_mb, "device_memory_scope": "this process", "device": {"name": "NVIDIA L4"}}
 
 
 def test_memory_artifact_and_energy_budgets():
@@ -63,9 +75,38 @@ def test_memory_artifact_and_energy_budgets():
     assert verdicts.judge_memory(Budgets(), m) == [] and verdicts.judge_artifact(Budgets(), 1) == []
     energy = verdicts.judge_power(Budgets(energy_mj=5, power_avg_w=3), m)
     assert [e.verdict for e in energy] == [Verdict.UNMEASURED, Verdict.UNMEASURED]
-    assert "RAPL" in energy[0].reason and "sensor" in energy[1].reason
-    measured = verdicts.judge_power(Budgets(energy_mj=5), _measurement(energy=0.004))[0]
-    assert measured.verdict is Verdict.PASS and abs(measured.measured - 4.0) < 1e-9
+    assert all("reads no energy counter (its meters: rss)" in e.reason for e in energy)
+    gpu = verdicts.judge_gpu_memory(Budgets(gpu_memory_mb=100), m)[0]
+    assert gpu.verdict is Verdict.UNMEASURED and "no device memory apart from the host's" in gpu.reason
+
+
+def test_an_unreadable_counter_is_unmeasured_with_its_reason():
+    off = {"unavailable": "RAPL: energy_uj is not readable"}
+    m = _measurement(_process(rapl=off), _process(rapl=off))
+    assert m.energy is None
+    result = verdicts.judge_power(Budgets(energy_mj=5), m)[0]
+    assert result.verdict is Verdict.UNMEASURED and result.reason == "RAPL: energy_uj is not readable"
+
+
+def test_energy_power_and_gpu_memory_are_judged_on_bounds_across_processes():
+    # 4.0 and 4.4 J over 1000 runs: 4.0-4.4 mJ per inference, ±0.2 mJ of counter granularity
+    m = _measurement(_process(nvml=_nvml(4.0, memory_mb=900.0)), _process(nvml=_nvml(4.4, memory_mb=950.0)))
+    assert m.energy.meter == "nvml" and m.device == {"name": "NVIDIA L4"}
+    assert m.energy.bounds[0] * 1e3 == pytest.approx(3.8) and m.energy.bounds[1] * 1e3 == pytest.approx(4.6)
+    judge = {r.budget: r for r in verdicts.judge_power(Budgets(energy_mj=5.0, power_avg_w=0.5), m, guard=0.05)}
+    assert judge["energy_mj"].verdict is Verdict.PASS and judge["energy_mj"].measured == pytest.approx(4.2)
+    assert judge["power_avg_w"].verdict is Verdict.FAIL  # 0.8-0.88 W, well over 0.5 W
+    assert verdicts.judge_power(Budgets(energy_mj=4.3), m)[0].verdict is Verdict.INCONCLUSIVE
+    assert verdicts.judge_power(Budgets(energy_mj=3.5), m)[0].verdict is Verdict.FAIL
+    assert verdicts.judge_gpu_memory(Budgets(gpu_memory_mb=1000), m)[0].verdict is Verdict.PASS
+    below = verdicts.judge_gpu_memory(Budgets(gpu_memory_mb=920), m)[0]
+    assert below.verdict is Verdict.FAIL and below.measured == 950.0  # the worst process decides
+
+
+def test_emulated_targets_never_judge_energy_or_gpu_memory():
+    m = _measurement(_process(nvml=_nvml(4.0)), _process(nvml=_nvml(4.0)))
+    results = verdicts.judge_on_device(Budgets(energy_mj=5, gpu_memory_mb=2000), m, CheckSettings(), "an emulator")
+    assert {r.verdict for r in results} == {Verdict.UNMEASURED} and all("emulated" in r.reason for r in results)
 
 
 def test_cold_start_judged_on_the_range_over_processes():

@@ -1,8 +1,10 @@
 """`tapeout check BUILD_DIR`: on the device, prove the artifact still meets its budgets.
 
-Needs the target's runtime and numpy; never torch or transformers. Verifies the artifact against
-the manifest's hashes, runs golden parity, latency, cold start and memory in fresh processes, and
-writes `check.json` (same schema as report.json, kind "check").
+Needs the target's runtime and numpy; never torch or transformers. Verifies the artifact, the golden
+file and the build's report against the manifest's hashes, re-measures latency, cold start, memory,
+energy and parity in fresh processes, and carries over (marked `carried`) what it cannot recompute:
+the accuracy verdicts (the metric's data stays on the host) and the placement from the compile-time
+op trace. Writes `check.json` (the report schema, kind "check") and `check.md`.
 """
 
 from __future__ import annotations
@@ -16,11 +18,14 @@ from pydantic import ValidationError
 from tapeout import builddir, manifest, targets, verdicts
 from tapeout import measure as measuring
 from tapeout.console import UI
+from tapeout.context import Context
 from tapeout.data import load_golden
 from tapeout.errors import BadInput
 from tapeout.parity import compare
-from tapeout.report import SCHEMA, render_markdown
-from tapeout.types import Artifact, BudgetResult, Budgets, CheckSettings, Profile, Verdict
+from tapeout.report import render_markdown
+from tapeout.report_model import ArtifactInfo, GoldenInfo, ProjectInfo, Report, assemble
+from tapeout.report_model import load as load_report
+from tapeout.types import Artifact, BudgetResult, CheckSettings, DeviceSpec, Profile, Verdict
 
 
 def read_manifest(build_dir: Path) -> dict:
@@ -34,21 +39,26 @@ def read_manifest(build_dir: Path) -> dict:
         data = json.loads(path.read_text())
     except (json.JSONDecodeError, UnicodeDecodeError) as exc:
         raise BadInput(f"{path} is not valid JSON ({exc})", fix="rebuild; a manifest is never edited by hand") from None
-    if data.get("schema") != manifest.SCHEMA:
-        raise BadInput(f"{path}: schema {data.get('schema')!r} is not {manifest.SCHEMA!r}",
+    if not isinstance(data, dict) or data.get("schema") != manifest.SCHEMA:
+        found = data.get("schema") if isinstance(data, dict) else type(data).__name__
+        raise BadInput(f"{path}: schema {found!r} is not {manifest.SCHEMA!r}",
                        fix="check it with the tapeout version that built it, or rebuild")
     return data
 
 
+def _verified(build_dir: Path, rel: str, expected: str | None, what: str) -> Path:
+    file = build_dir / rel
+    if not file.is_file():
+        raise BadInput(f"{what} {file} is missing", fix="copy the whole build dir to the device, or rebuild")
+    if manifest.sha256_file(file) != expected:
+        raise BadInput(f"{what} {file} differs from the one the build recorded (sha256 mismatch)",
+                       fix="restore the build dir as built, or rebuild")
+    return file
+
+
 def verify_artifact(build_dir: Path, man: dict) -> None:
-    artifact_dir = build_dir / "artifact"
     for rel, expected in man["artifact"]["files"].items():
-        file = artifact_dir / rel
-        if not file.is_file():
-            raise BadInput(f"artifact file {file} is missing", fix="copy the whole build dir to the device, or rebuild")
-        if manifest.sha256_file(file) != expected:
-            raise BadInput(f"artifact file {file} differs from the one the build recorded (sha256 mismatch)",
-                           fix="restore the build dir as built, or rebuild")
+        _verified(build_dir / "artifact", rel, expected, "artifact file")
 
 
 def _profile(man: dict, build_dir: Path) -> Profile:
@@ -59,67 +69,68 @@ def _profile(man: dict, build_dir: Path) -> Profile:
                        fix="rebuild with this tapeout version") from None
 
 
-def measure_target(backend, artifact: Artifact, options, golden_path: Path, settings: CheckSettings,
-                   budgets: Budgets, ui: UI, emulated: str | None) -> tuple[measuring.Measurement, CheckSettings]:
+def measure_target(ctx: Context, artifact: Artifact, golden_path: Path,
+                   settings: CheckSettings) -> tuple[measuring.Measurement, CheckSettings]:
     """Fresh-process measurement, shared by build and check. Through an emulator only enough runs for
     parity: its timings are never judged, so nothing is re-measured either."""
+    emulated = ctx.emulated
     if emulated:
         settings = measuring.for_emulator(settings)
-    with ui.step(f"measure {artifact.target} in fresh inference processes" + (" (emulated: parity only)" if emulated else "")):
-        m = measuring.measure(artifact, options.model_dump(), golden_path, settings, progress=ui.detail,
-                              **({} if emulated else {"undecided": verdicts.latency_undecided(budgets, settings)}))
+    with ctx.ui.step(f"measure {artifact.target} in fresh inference processes" + (" (emulated: parity only)" if emulated else "")):
+        m = measuring.measure(ctx.target, artifact, golden_path, settings, progress=ctx.ui.detail,
+                              **({} if emulated else {"undecided": verdicts.latency_undecided(ctx.profile.budgets, settings)}))
     if emulated:
         m.notes.append(f"{emulated}; {settings.iterations} runs for parity, not judged")
     return m, settings
 
 
-def _accuracy_from_build(build_dir: Path, profile: Profile) -> list[BudgetResult]:
-    declared = {"accuracy_max_drop": profile.budgets.accuracy_max_drop,
-                "accuracy_max_rel_drop": profile.budgets.accuracy_max_rel_drop}
-    report = build_dir / "report.json"
-    built = {e["budget"]: e for e in json.loads(report.read_text()).get("budgets", [])} if report.is_file() else {}
+def _carried(build: Report, profile: Profile) -> list[BudgetResult]:
+    """The build's verdicts that a check cannot recompute, marked carried: accuracy (the metric's data
+    stays on the host) and placement (the compile-time op trace; the artifact is that compiled graph)."""
+    built = {b.budget: b for b in build.budgets}
     results = []
-    for budget, limit in declared.items():
+    for budget, limit, why in (
+            ("accuracy_max_drop", profile.budgets.accuracy_max_drop, "the metric's data stays on the host"),
+            ("accuracy_max_rel_drop", profile.budgets.accuracy_max_rel_drop, "the metric's data stays on the host"),
+            ("placement_max_off_share", profile.budgets.placement_max_off_share, "from the compile-time op trace")):
         if limit is None:
             continue
         if budget not in built:
-            results.append(BudgetResult(budget, limit, "metric", Verdict.UNMEASURED,
-                                        reason="no build report with the metric next to the artifact"))
+            results.append(BudgetResult(budget, limit, "", Verdict.UNMEASURED, carried=True,
+                                        reason="the build's report has no verdict for it"))
             continue
-        carried = BudgetResult.from_json(built[budget])
-        results.append(BudgetResult(carried.budget, carried.limit, carried.unit, carried.verdict, carried.measured,
-                                    carried.bound, f"judged at build on the host with this same artifact (hashes "
-                                    f"verified); the metric's data stays on the host. {carried.reason}"))
+        b = built[budget]
+        results.append(BudgetResult(b.budget, b.limit, b.unit, b.verdict, b.measured, b.bound,
+                                    f"judged at build ({why}); carried over, its report verified by hash. {b.reason}",
+                                    carried=True))
     return results
 
 
 def check(build_dir: Path | str, ui: UI, strict: bool = False, iterations: int | None = None,
-          repeats: int | None = None) -> tuple[dict, int]:
+          repeats: int | None = None) -> Report:
     build_dir = Path(build_dir).resolve()
     man = read_manifest(build_dir)
-    target = man["artifact"]["target"]
-    if target not in targets.TARGETS:
-        raise BadInput(f"{build_dir} was built for target '{target}', which this tapeout does not know",
+    target_name = man["artifact"]["target"]
+    if target_name not in targets.TARGETS:
+        raise BadInput(f"{build_dir} was built for target '{target_name}', which this tapeout does not know",
                        fix=f"check it with a tapeout that has that backend, or rebuild for one of: {', '.join(targets.TARGETS)}")
-    backend = targets.load(target)
-    probe = backend.probe()
-    probe.require(target)
-    verify_artifact(build_dir, man)
     profile = _profile(man, build_dir)
+    target = targets.create(target_name, profile.options)
+    probe = target.probe()
+    probe.require(target_name)
+    verify_artifact(build_dir, man)
+    golden_path = _verified(build_dir, man["golden"]["file"], man["golden"]["sha256"], "golden file")
+    build = load_report(_verified(build_dir, man["report"]["file"], man["report"]["sha256"], "build report"))
     settings = profile.check
     if iterations or repeats:
         settings = settings.model_copy(update={k: v for k, v in {"iterations": iterations, "repeats": repeats}.items() if v})
-    options = backend.Options(**profile.options)
-    if hasattr(backend, "preflight"):
-        backend.preflight(options)
-    artifact = Artifact(target, build_dir / "artifact", man["artifact"]["main_file"])
-    golden_path = build_dir / man["golden"]["file"]
-    if manifest.sha256_file(golden_path) != man["golden"]["sha256"]:
-        raise BadInput(f"{golden_path} differs from the one the build recorded", fix="restore the build dir as built")
+    target.preflight()
+    spec = DeviceSpec.model_validate(man["device_spec"]) if man.get("device_spec") else None
+    ctx = Context(profile, target, ui, device=spec)
+    artifact = Artifact(target_name, build_dir / "artifact", man["artifact"]["main_file"])
     _, golden_outputs = load_golden(golden_path)
 
-    emulated = targets.emulated(backend)
-    m, settings = measure_target(backend, artifact, options, golden_path, settings, profile.budgets, ui, emulated)
+    m, settings = measure_target(ctx, artifact, golden_path, settings)
     parity = compare(golden_outputs, m.outputs, settings.parity.atol, settings.parity.rtol)
     host, built_on = manifest.host_fingerprint(), man.get("host", {})
     if (host["cpu"], host["cpu_flags"]) != (built_on.get("cpu"), built_on.get("cpu_flags")):
@@ -127,53 +138,39 @@ def check(build_dir: Path | str, ui: UI, strict: bool = False, iterations: int |
                        f"({' '.join(built_on.get('cpu_flags', []))}): parity above is this CPU's")
     artifact_bytes = manifest.tree_size(artifact.directory)
     budgets = [
-        *verdicts.judge_on_device(profile.budgets, m, settings, emulated),
+        *verdicts.judge_on_device(profile.budgets, m, settings, ctx.emulated),
         *verdicts.judge_artifact(profile.budgets, artifact_bytes),
-        *verdicts.judge_placement(profile.budgets, man["artifact"].get("meta", {}).get("placement"),
-                                  where=" (the build's compile-time op trace; the artifact is that compiled graph)"),
         verdicts.judge_parity(parity, settings.parity),
-        *_accuracy_from_build(build_dir, profile),
+        *_carried(build, profile),
     ]
-    code = verdicts.exit_code(budgets, strict)
-    report = {
-        "schema": SCHEMA,
-        "kind": "check",
-        "created": manifest.now(),
-        "project": {"name": man["project"]["name"], "source": man["project"]["source"], "file": man["project"]["file"]},
-        "profile": {"name": profile.name, "target": target, "device": profile.device, "precision": profile.precision},
-        "target": {"name": target, "version": probe.version, "emulated": emulated},
-        "export": None,
-        "artifact": {"main_file": artifact.main_file, "bytes": artifact_bytes,
-                     "sha256": man["artifact"]["files"][artifact.main_file]},  # verified above, not hashed again
-        "golden": {"samples": len(golden_outputs), "source": "golden.npz", "reference": "the build's reference outputs"},
-        "parity": [p.to_json() for p in parity],
-        "accuracy": None,
-        "measurement": m.to_json(),
-        "budgets": [b.to_json() for b in budgets],
-        "lint": [],
-        "host": host,
-        "exit_code": code,
-        "build_dir": str(build_dir),
-    }
-    builddir.write_json(build_dir / "check.json", report)
+    report = assemble(
+        "check", ctx, build_dir=str(build_dir), strict=strict,
+        project=ProjectInfo(name=man["project"]["name"], source=man["project"]["source"], file=man["project"]["file"]),
+        artifact=ArtifactInfo(main_file=artifact.main_file, bytes=artifact_bytes,
+                              sha256=man["artifact"]["files"][artifact.main_file]),  # verified above, not hashed again
+        golden=GoldenInfo(samples=len(golden_outputs), source="golden.npz", reference="the build's reference outputs"),
+        m=m, parity=parity, budgets=budgets, placement=build.placement,
+    )
+    builddir.write_json(build_dir / "check.json", report.to_json())
     builddir.write_text(build_dir / "check.md", render_markdown(report))
-    return report, code
+    return report
 
 
-def junit_xml(report: dict) -> str:
+def junit_xml(report: Report) -> str:
     """One testcase per budget: fail and inconclusive are failures, unmeasured and estimated are skipped."""
     cases, failures, skipped = [], 0, 0
-    for b in report["budgets"]:
-        name = quoteattr(b["budget"])
+    for b in report.budgets:
+        name = quoteattr(b.budget)
         body = ""
-        if b["verdict"] in ("fail", "inconclusive"):
+        data = escape(json.dumps(b.to_json()))
+        if b.verdict in (Verdict.FAIL, Verdict.INCONCLUSIVE):
             failures += 1
-            body = f'<failure message={quoteattr(b["verdict"] + ": " + b["reason"])}>{escape(json.dumps(b))}</failure>'
-        elif b["verdict"] != "pass":
+            body = f'<failure message={quoteattr(b.verdict.value + ": " + b.reason)}>{data}</failure>'
+        elif b.verdict is not Verdict.PASS:
             skipped += 1
-            body = f'<skipped message={quoteattr(b["verdict"] + ": " + b["reason"])}/>'
+            body = f'<skipped message={quoteattr(b.verdict.value + ": " + b.reason)}/>'
         cases.append(f'    <testcase classname="tapeout.check" name={name}>{body}</testcase>')
-    suite = quoteattr(f"tapeout check {report['project']['name']} ({report['profile']['name']})")
+    suite = quoteattr(f"tapeout check {report.project.name} ({report.profile.name})")
     return ("<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n"
             f"<testsuite name={suite} tests=\"{len(cases)}\" failures=\"{failures}\" skipped=\"{skipped}\">\n"
             + "\n".join(cases) + "\n</testsuite>\n")

@@ -40,25 +40,31 @@ def _root(
     """tapeout: export → build --profile → check, with budgets and verdicts."""
 
 
-def _finish(report: dict, code: int, as_json: bool, title: str) -> None:
+def _finish(report, as_json: bool, title: str) -> None:
     from tapeout.console import UI, verdict_table
 
+    data = report.to_json()
     if as_json:
-        typer.echo(json.dumps(report, indent=2, default=str))
+        typer.echo(json.dumps(data, indent=2, default=str))
     else:
         ui = UI()
-        ui.out.print(verdict_table(title, report["budgets"]))
-        lat = (report.get("measurement") or {}).get("latency_ms")
-        if lat:
+        ui.out.print(verdict_table(title, data["budgets"]))
+        for name, lat in (("latency", data["measurement"].get("latency_ms")),
+                          ("with host copies", data["measurement"].get("latency_e2e_ms"))):
+            if not lat:
+                continue
             q = lat["quantiles"]
             ui.out.print(
-                f"latency p50 {q['p50']['point']:.3f} ms [{q['p50']['lower']:.3f}, {q['p50']['upper']:.3f}] · "
+                f"{name} p50 {q['p50']['point']:.3f} ms [{q['p50']['lower']:.3f}, {q['p50']['upper']:.3f}] · "
                 f"p90 {q['p90']['point']:.3f} ms [{q['p90']['lower']:.3f}, {q['p90']['upper'] or float('inf'):.3f}] · "
                 f"{lat['count']} runs / {lat['repeats']} processes"
-                + (" · EMULATED: not the device's timings" if report["target"].get("emulated") else "")
-            )
-        ui.out.print(f"{report['kind']} dir: {report['build_dir']} · exit {code}", markup=False)
-    raise typer.Exit(code)
+                + (" · EMULATED: not the device's timings" if report.target.emulated else ""), markup=False)
+        energy = data["measurement"].get("energy")
+        if energy:
+            ui.out.print(f"energy {energy['mj_per_inference']:.4g} mJ/inference · {energy['power_avg_w']:.4g} W average "
+                         f"({energy['meter']}: {energy['scope']})", markup=False)
+        ui.out.print(f"{report.kind} dir: {report.build_dir} · exit {report.exit_code}", markup=False)
+    raise typer.Exit(report.exit_code)
 
 
 @app.command()
@@ -73,8 +79,8 @@ def build(
     from tapeout.console import UI
     from tapeout.pipeline import build as run_build
 
-    report, code = run_build(project, profile, out, UI(quiet=as_json), strict=strict)
-    _finish(report, code, as_json, f"{report['project']['name']} → {report['profile']['name']}")
+    report = run_build(project, profile, out, UI(quiet=as_json), strict=strict)
+    _finish(report, as_json, f"{report.project.name} → {report.profile.name}")
 
 
 @app.command()
@@ -91,10 +97,10 @@ def check(
     from tapeout.check import junit_xml
     from tapeout.console import UI
 
-    report, code = run_check(build_dir, UI(quiet=as_json), strict=strict, iterations=iterations, repeats=repeats)
+    report = run_check(build_dir, UI(quiet=as_json), strict=strict, iterations=iterations, repeats=repeats)
     if junit is not None:
         junit.write_text(junit_xml(report))
-    _finish(report, code, as_json, f"check {report['project']['name']} → {report['profile']['name']}")
+    _finish(report, as_json, f"check {report.project.name} → {report.profile.name}")
 
 
 @app.command()
@@ -108,13 +114,14 @@ def export(
     import shutil
 
     from tapeout.console import UI
-    from tapeout.pipeline import export_model, resolve
+    from tapeout.context import for_build
+    from tapeout.pipeline import export_model
 
-    proj, _prof, backend, options = resolve(project, profile)
-    target = Path(out) if out else proj.root / "build" / "model.onnx"
     ui = UI(quiet=as_json)
+    ctx = for_build(project, profile, ui)
+    target = Path(out) if out else ctx.project.root / "build" / "model.onnx"
     with tempfile.TemporaryDirectory(prefix="tapeout-export-") as tmp:
-        exported = export_model(proj, Path(tmp) / target.name, backend, options, ui)
+        exported = export_model(ctx, Path(tmp) / target.name)
         target.parent.mkdir(parents=True, exist_ok=True)
         for file in Path(tmp).iterdir():
             shutil.move(str(file), target.parent / file.name)
@@ -134,17 +141,19 @@ def lint(
 ) -> None:
     """List every problem the profile's target would hit with this model, before compiling."""
     from tapeout.console import UI
-    from tapeout.pipeline import export_model, resolve
+    from tapeout.context import for_build
+    from tapeout.pipeline import export_model
 
-    proj, prof, backend, options = resolve(project, profile)
     ui = UI()
+    ctx = for_build(project, profile, ui)
     with tempfile.TemporaryDirectory(prefix="tapeout-lint-") as tmp:
-        exported = export_model(proj, Path(tmp) / "model.onnx", backend, options, ui, raise_on_lint=False)
-        issues = exported.lint if exported.lint is not None else backend.lint(exported.path, proj.inputs, proj.dims, options)
+        exported = export_model(ctx, Path(tmp) / "model.onnx", raise_on_lint=False)
+        issues = (exported.lint if exported.lint is not None
+                  else ctx.target.lint(exported.path, ctx.project.inputs, ctx.project.dims))
     for issue in issues:
         ui.out.print(issue.line(), markup=False)
     errors = sum(i.severity == "error" for i in issues)
-    ui.out.print(f"{prof.target}: {errors} error(s), {len(issues) - errors} warning(s)")
+    ui.out.print(f"{ctx.profile.target}: {errors} error(s), {len(issues) - errors} warning(s)")
     raise typer.Exit(EXIT_BAD_INPUT if errors else 0)
 
 
@@ -172,11 +181,13 @@ def analyze(
             raise BadInput(f"{model} not found", fix="check the path")
         result, title = run_analysis(model, None, dims), model.name
     else:
-        from tapeout.pipeline import export_model, hints_of, resolve
+        from tapeout.context import for_build
+        from tapeout.pipeline import export_model, hints_of
 
-        proj, _prof, backend, options = resolve(model, "cpu-fp32")
+        ctx = for_build(model, "cpu-fp32", ui)
+        proj = ctx.project
         with tempfile.TemporaryDirectory(prefix="tapeout-analyze-") as tmp:
-            exported = export_model(proj, Path(tmp) / "model.onnx", backend, options, ui)
+            exported = export_model(ctx, Path(tmp) / "model.onnx")
             with ui.step("analyze"):
                 result = run_analysis(exported.path, proj.inputs, {**proj.dims, **dims}, hints=hints_of(exported.loaded))
         title = proj.display_name
@@ -195,15 +206,12 @@ def report(
     from tapeout import builddir
     from tapeout.errors import BadInput
     from tapeout.report import render_markdown
+    from tapeout.report_model import load
 
     source = build_dir / ("check.json" if of_check else "report.json")
     if not source.is_file():
         raise BadInput(f"{source} not found", fix="run `tapeout build` (or `tapeout check`) first")
-    try:
-        data = json.loads(source.read_text())
-    except json.JSONDecodeError as exc:
-        raise BadInput(f"{source} is not valid JSON ({exc})", fix="rebuild") from None
-    text = render_markdown(data)
+    text = render_markdown(load(source))
     builddir.write_text(source.with_suffix(".md"), text)
     typer.echo(text)
 
@@ -211,24 +219,30 @@ def report(
 @app.command()
 def targets(as_json: bool = JSON) -> None:
     """Which backends work on this host, and why not."""
+    import platform
+
     from rich.console import Console
+    from rich.markup import escape
     from rich.table import Table
 
     from tapeout import targets as registry
 
     rows = []
     for name, info in registry.TARGETS.items():
-        probe = registry.load(name).probe()
+        probe = registry.target_class(name).probe()
+        caps = info.capabilities
         rows.append({"target": name, "available": probe.available, "version": probe.version,
                      "reason": probe.reason, "install": probe.install_hint, "summary": info.summary,
-                     "compiles_here": info.compiles_on_host, "runs_here": info.runs_on_host})
+                     "precisions": list(caps.precisions), "compile_on": caps.compile_on, "meters": list(caps.meters),
+                     "emulated_here": caps.emulated_on.get(platform.machine().lower())})
     if as_json:
         typer.echo(json.dumps(rows, indent=2))
         return
-    table = Table("target", "available", "version", "what", "why not / install")
+    table = Table("target", "available", "version", "precisions", "what", "why not / install")
     for r in rows:
-        table.add_row(r["target"], "yes" if r["available"] else "[red]no[/]", r["version"] or "—", r["summary"],
-                      f"{r['reason']} {r['install']}".strip() or "—")
+        table.add_row(r["target"], ("yes" + (" (emulator)" if r["emulated_here"] else "")) if r["available"] else "[red]no[/]",
+                      r["version"] or "—", ", ".join(r["precisions"]), escape(r["summary"]),
+                      escape(f"{r['reason']} {r['install']}".strip()) or "—")
     Console().print(table)
 
 
@@ -248,11 +262,16 @@ def profiles_list(as_json: bool = JSON) -> None:
 
 
 @profiles_app.command("show")
-def profiles_show(name: str = typer.Argument(..., help="Profile name or path to a .toml file.")) -> None:
-    """The profile as resolved (extends merged, defaults filled), as JSON."""
-    from tapeout.config import load_profile
+def profiles_show(name: str = typer.Argument(..., help="Profile or device spec name, or a path to a profile .toml.")) -> None:
+    """A profile as resolved (extends merged, defaults filled) with its device spec, or a device spec, as JSON."""
+    from tapeout.config import list_devices, list_profiles, load_device, load_profile
 
-    typer.echo(json.dumps(load_profile(name).model_dump(mode="json"), indent=2))
+    if name in list_devices() and name not in list_profiles():
+        typer.echo(json.dumps({"device_spec": load_device(name).model_dump(mode="json")}, indent=2))
+        return
+    profile = load_profile(name)
+    spec = load_device(profile.device).model_dump(mode="json") if profile.device else None
+    typer.echo(json.dumps({**profile.model_dump(mode="json"), "device_spec": spec}, indent=2))
 
 
 def main() -> None:

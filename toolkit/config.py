@@ -161,7 +161,7 @@ def load_profile(name: str) -> Profile:
             fix=f"use one of: {', '.join(targets.TARGETS)}",
         )
     profile = validate(Profile, data, path)
-    precisions = targets.TARGETS[profile.target].precisions
+    precisions = targets.TARGETS[profile.target].capabilities.precisions
     if profile.precision not in precisions:
         raise BadInput(f"{path}: field 'precision': target '{profile.target}' does not take {profile.precision!r}",
                        fix=f"use one of: {', '.join(precisions)}")

@@ -14,8 +14,9 @@ import psutil
 
 from tapeout import __version__
 
-SCHEMA = "tapeout.manifest/1"
-_PACKAGES = ("numpy", "onnx", "onnxruntime", "onnxscript", "torch", "transformers", "psutil", "pydantic")
+SCHEMA = "tapeout.manifest/2"
+_PACKAGES = ("numpy", "onnx", "onnxruntime", "onnxruntime-gpu", "onnxruntime-qnn", "openvino", "nvidia-ml-py",
+             "onnxscript", "torch", "transformers", "psutil", "pydantic")
 _CPU_FLAGS = ("sse4_2", "avx", "avx2", "fma", "avx512f", "avx512_vnni", "avx_vnni", "avx512_bf16", "amx_int8", "amx_bf16")
 
 

@@ -1,26 +1,51 @@
-"""Measurement on this machine: fresh inference processes for latency, cold start, memory and parity.
+"""Measurement on this machine: fresh inference processes for latency, cold start, memory, energy, parity.
 
 Each repeat is a new `tapeout.runner` process (run-to-run variation is real and must show in the
 bounds); the per-op profile is one more process with the profiler on, never mixed into the timings.
+What a process reads besides time is the target's meters; this module merges their results.
 """
 
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 import tempfile
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
 from tapeout import stats
 from tapeout.errors import BadInput, TapeoutError, TargetUnavailable
+from tapeout.targets.base import Target
 from tapeout.types import Artifact, CheckSettings
 
 _ERRORS = {cls.__name__: cls for cls in (BadInput, TargetUnavailable, TapeoutError)}
+
+
+@dataclass(frozen=True)
+class Energy:
+    """Energy per inference and average power over the timed window, from one meter, across processes."""
+
+    meter: str
+    j_per_inference: float              # median over processes
+    bounds: tuple[float, float]         # worst processes, widened by the counter's granularity per inference
+    power_avg_w: float
+    power_bounds: tuple[float, float]
+    scope: str
+    method: str
+    window_s: list[float]
+    runs: list[int]
+
+    def to_json(self) -> dict:
+        return {"meter": self.meter, "mj_per_inference": self.j_per_inference * 1e3,
+                "mj_bounds": [b * 1e3 for b in self.bounds], "power_avg_w": self.power_avg_w,
+                "power_bounds_w": list(self.power_bounds), "scope": self.scope, "method": self.method,
+                "window_s": self.window_s, "runs": self.runs}
 
 
 @dataclass
@@ -36,7 +61,13 @@ class Measurement:
     rss_start_mb: list[float]
     rss_after_session_mb: list[float]
     outputs: list[dict[str, np.ndarray]]
-    energy_j_per_inference: float | None = None
+    latency_e2e: stats.LatencySummary | None = None   # with host copies, where I/O lives in device memory
+    energy: Energy | None = None
+    device_memory_mb: list[float] = field(default_factory=list)   # per process
+    device_memory_scope: str = ""
+    device: dict[str, Any] | None = None   # what ran it (GPU name, driver, ...), from the meters
+    unmeasured: dict[str, str] = field(default_factory=dict)     # "energy", "device_memory": why not
+    meters: dict[str, list[dict]] = field(default_factory=dict)  # per meter, per process: raw results
     op_profile: dict | None = None
     notes: list[str] = field(default_factory=list)
     processes: list[dict] = field(default_factory=list, repr=False)  # raw per-process results
@@ -44,6 +75,7 @@ class Measurement:
     def to_json(self) -> dict:
         return {
             "latency_ms": self.latency.to_json(),
+            "latency_e2e_ms": self.latency_e2e.to_json() if self.latency_e2e else None,
             "cold_start_ms": {"per_repeat": self.cold_start_ms, "max": max(self.cold_start_ms),
                               "median": float(np.median(self.cold_start_ms))},
             "runtime_import_ms": self.runtime_import_ms,
@@ -56,14 +88,20 @@ class Measurement:
                 "rss_before_session": float(np.median(self.rss_start_mb)),
                 "rss_after_session": float(np.median(self.rss_after_session_mb)),
                 "scope": "peak resident set of the inference process (interpreter + runtime + model + activations)",
+                "device_peak": max(self.device_memory_mb) if self.device_memory_mb else None,
+                "device_peak_per_repeat": self.device_memory_mb,
+                "device_scope": self.device_memory_scope or None,
             },
-            "energy_j_per_inference": self.energy_j_per_inference,
+            "energy": self.energy.to_json() if self.energy else None,
+            "device": self.device,
+            "unmeasured": self.unmeasured,
+            "meters": self.meters,
             "op_profile": self.op_profile,
             "notes": self.notes,
         }
 
 
-def _run_child(request: dict, timeout_s: float) -> dict:
+def _run_child(request: dict, timeout_s: float, env: dict[str, str] | None = None) -> dict:
     with tempfile.TemporaryDirectory(prefix="tapeout-run-") as tmp:
         req, res = Path(tmp) / "request.json", Path(tmp) / "result.json"
         if request.get("want_outputs"):
@@ -72,7 +110,7 @@ def _run_child(request: dict, timeout_s: float) -> dict:
         # The inference process runs under the same interpreter and site isolation (-S) as this one.
         flags = ["-S"] if sys.flags.no_site else []
         proc = subprocess.run([sys.executable, *flags, "-m", "tapeout.runner", str(req), str(res)],
-                              capture_output=True, text=True, timeout=timeout_s)
+                              capture_output=True, text=True, timeout=timeout_s, env={**os.environ, **(env or {})})
         if proc.returncode != 0 or not res.is_file():
             tail = (proc.stderr or proc.stdout).strip().splitlines()[-1:] or ["no output"]
             raise RuntimeError(f"the inference process died (exit {proc.returncode}): {tail[0]}")
@@ -102,9 +140,34 @@ def _run_processes(base: dict, count: int, progress: Callable[[str], None], time
     return results
 
 
-def _summarize(results: list[dict], settings: CheckSettings) -> Measurement:
+def _energy(readings: dict[str, list[dict]]) -> tuple[Energy | None, str]:
+    """The first meter whose energy every process read; else why none did."""
+    why = []
+    for name, per_process in readings.items():
+        if all("energy_j" in r for r in per_process):
+            per_inf = [r["energy_j"] / r["runs"] for r in per_process]
+            q = [r.get("energy_quantum_j", 0.0) / r["runs"] for r in per_process]
+            watts = [r["power_avg_w"] for r in per_process]
+            dw = [r.get("energy_quantum_j", 0.0) / r["window_s"] for r in per_process]
+            first = per_process[0]
+            return Energy(name, float(np.median(per_inf)), (min(e - d for e, d in zip(per_inf, q, strict=True)),
+                                                            max(e + d for e, d in zip(per_inf, q, strict=True))),
+                          float(np.median(watts)), (min(w - d for w, d in zip(watts, dw, strict=True)),
+                                                    max(w + d for w, d in zip(watts, dw, strict=True))),
+                          first["energy_scope"], first["energy_method"], [r["window_s"] for r in per_process],
+                          [r["runs"] for r in per_process]), ""
+        reason = next((r.get("unavailable") or r.get("energy_unavailable") for r in per_process
+                       if r.get("unavailable") or r.get("energy_unavailable")), None)
+        if reason is not None:
+            why.append(reason)
+    return None, "; ".join(why)
+
+
+def _summarize(results: list[dict], settings: CheckSettings, meter_names: tuple[str, ...]) -> Measurement:
     """Per-process results → one Measurement (pure: merging runs is summarizing their union)."""
     samples = [np.asarray(r["samples_ms"]) for r in results]
+    readings = {name: [r["meters"][name] for r in results] for name in meter_names}
+    rss = readings["rss"]
     m = Measurement(
         latency=stats.summarize(samples, settings.confidence),
         samples=samples,
@@ -113,16 +176,32 @@ def _summarize(results: list[dict], settings: CheckSettings) -> Measurement:
         create_ms=[r["create_ms"] for r in results],
         first_inference_ms=[r["first_ms"] for r in results],
         warmup_iters=[r["warmup_iters"] for r in results],
-        peak_rss_mb=[r["peak_rss_mb"] for r in results],
-        rss_start_mb=[r["rss_start_mb"] for r in results],
-        rss_after_session_mb=[r["rss_after_session_mb"] for r in results],
+        peak_rss_mb=[r["peak_rss_mb"] for r in rss],
+        rss_start_mb=[r["rss_start_mb"] for r in rss],
+        rss_after_session_mb=[r["rss_after_session_mb"] for r in rss],
         outputs=next((r["outputs"] for r in results if "outputs" in r), []),
         processes=results,
+        meters={name: per for name, per in readings.items() if name != "rss"},
     )
-    energies = [r["energy_j"] / len(r["samples_ms"]) for r in results if "energy_j" in r]
-    if energies:
-        m.energy_j_per_inference = float(np.median(energies))
-        m.notes.append("energy: RAPL package counter over the timed window (whole CPU package, not the model alone)")
+    if all("samples_e2e_ms" in r for r in results):
+        m.latency_e2e = stats.summarize([np.asarray(r["samples_e2e_ms"]) for r in results], settings.confidence)
+    energy_meters = [n for n in meter_names if n not in ("rss",)]
+    m.energy, why = _energy({n: readings[n] for n in energy_meters})
+    if m.energy is None:
+        m.unmeasured["energy"] = why or f"this target reads no energy counter (its meters: {', '.join(meter_names)})"
+    for name in energy_meters:
+        per = readings[name]
+        if all("device_memory_mb" in r for r in per):
+            m.device_memory_mb = [r["device_memory_mb"] for r in per]
+            m.device_memory_scope = per[0]["device_memory_scope"]
+            break
+    if not m.device_memory_mb:
+        m.unmeasured["device_memory"] = (m.unmeasured.get("energy") if any(n in ("nvml", "amdsmi") for n in meter_names)
+                                         else "this target has no device memory apart from the host's (see peak RSS)")
+    m.device = next((per[0]["device"] for name, per in readings.items() if name != "rss" and "device" in per[0]), None)
+    for per in readings.values():
+        for note in dict.fromkeys(n for r in per for n in r.get("notes", [])):
+            m.notes.append(note)
     if m.latency.cv_between_repeats > 0.05:
         m.notes.append(f"run-to-run spread is high (CV of per-process medians {m.latency.cv_between_repeats:.1%}): "
                        "the machine is noisy; bounds are widened to cover it")
@@ -130,8 +209,8 @@ def _summarize(results: list[dict], settings: CheckSettings) -> Measurement:
 
 
 def measure(
+    target: Target,
     artifact: Artifact,
-    options: dict,
     golden_path: Path,
     settings: CheckSettings,
     *,
@@ -141,30 +220,27 @@ def measure(
 ) -> Measurement:
     """Time `settings.repeats` fresh processes; if `undecided(m)`, double the samples once
     (DESIGN §4: an inconclusive latency is re-measured before it is reported); then the op profile."""
+    caps = target.capabilities
+    options = target.options.model_dump(mode="json")
     base = {
         "target": artifact.target, "artifact_dir": str(artifact.directory), "main_file": artifact.main_file,
         "options": options, "golden": str(golden_path), "iterations": settings.iterations,
         "warmup_min_iters": settings.warmup_min_iters, "warmup_min_s": settings.warmup_min_s,
-        "warmup_max_s": settings.warmup_max_s,
+        "warmup_max_s": settings.warmup_max_s, "energy_window_s": settings.energy_window_s,
+        "device_index": options.get("device_id", 0),  # GPU targets name their device `device_id`
     }
     results = _run_processes(base, settings.repeats, progress, timeout_s, want_outputs=True)
-    m = _summarize(results, settings)
+    m = _summarize(results, settings, caps.meters)
     if undecided(m):
         more = _run_processes(base, settings.repeats, progress, timeout_s, want_outputs=False)
-        m = _summarize(results + more, settings)
+        m = _summarize(results + more, settings, caps.meters)
         m.notes.append("latency was inconclusive; sampling was doubled once")
-    if settings.op_profile and _has_op_profile(artifact.target):
+    if settings.op_profile and caps.op_profiler:
         progress("per-op profile (separate pass, profiler on)")
-        prof = _run_child({**base, "mode": "op_profile", "iterations": settings.op_profile_iterations}, timeout_s)
+        prof = _run_child({**base, "mode": "op_profile", "iterations": settings.op_profile_iterations}, timeout_s,
+                          env=dict(caps.op_profile_env))
         m.op_profile = prof["op_profile"]
     return m
-
-
-def _has_op_profile(target: str) -> bool:
-    """`op_profile` is optional in the target interface (targets/base.py): qnn has none."""
-    from tapeout import targets  # the registry and the backend module are light; runtimes load lazily
-
-    return hasattr(targets.load(target), "op_profile")
 
 
 EMULATED_ITERATIONS = 10
@@ -175,4 +251,4 @@ def for_emulator(settings: CheckSettings) -> CheckSettings:
     (an emulated transformer takes seconds per inference)."""
     return settings.model_copy(update={"iterations": min(settings.iterations, EMULATED_ITERATIONS), "repeats": 1,
                                        "op_profile": False, "warmup_min_iters": 1, "warmup_min_s": 0.0,
-                                       "warmup_max_s": 1.0})
+                                       "warmup_max_s": 1.0, "energy_window_s": 0.0})

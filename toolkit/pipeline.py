@@ -14,13 +14,13 @@ from typing import Any
 from tapeout import builddir, manifest, precision, targets, verdicts
 from tapeout.analysis import analyze
 from tapeout.check import measure_target
-from tapeout.config import load_profile, load_project
 from tapeout.console import UI
+from tapeout.context import Context, for_build
 from tapeout.data import Predict, evaluate, sample_inputs, save_golden
 from tapeout.errors import BadInput
 from tapeout.parity import compare
-from tapeout.report import SCHEMA, render_markdown
-from tapeout.types import BudgetResult, Profile, Project
+from tapeout.report import render_markdown
+from tapeout.report_model import AccuracyInfo, ArtifactInfo, GoldenInfo, ProjectInfo, Report, assemble
 
 DEFAULT_OPSET = 20  # new enough for every exporter feature we use, old enough for TensorRT/QNN parsers
 
@@ -34,13 +34,14 @@ class Exported:
     lint: list | None = None  # already linted (ONNX sources are linted before they are copied)
 
 
-def export_model(project: Project, out_path: Path, backend, options, ui: UI, *, raise_on_lint: bool = True) -> Exported:
+def export_model(ctx: Context, out_path: Path, *, raise_on_lint: bool = True) -> Exported:
     """Load the source and produce the FP32 ONNX model the target will compile, verified against torch.
 
     An ONNX source is linted before anything else; `raise_on_lint=False` returns its findings instead
     of stopping at the first error (what `tapeout lint` wants)."""
     from tapeout.exporters import sources
 
+    project, target, ui = ctx.project, ctx.target, ctx.ui
     input_names = [s.name for s in project.inputs]
     with ui.step(f"load model ({project.model.source})"):
         loaded = sources.load(project.model.source, project.root, input_names, project.model.outputs)
@@ -48,8 +49,8 @@ def export_model(project: Project, out_path: Path, backend, options, ui: UI, *, 
         import onnx
 
         # Lint the user's file first: a malformed model or wrong inputs fail with a message naming it.
-        issues = (lint_or_raise(backend, loaded.onnx_path, project, options) if raise_on_lint
-                  else backend.lint(loaded.onnx_path, project.inputs, project.dims, options))
+        issues = (lint_or_raise(ctx, loaded.onnx_path) if raise_on_lint
+                  else target.lint(loaded.onnx_path, project.inputs, project.dims))
         if any(i.severity == "error" for i in issues):  # only reachable with raise_on_lint=False
             return Exported(loaded.onnx_path, {"exporter": "none (ONNX source)"}, None, loaded, lint=issues)
         out_path.parent.mkdir(parents=True, exist_ok=True)
@@ -64,12 +65,11 @@ def export_model(project: Project, out_path: Path, backend, options, ui: UI, *, 
                 "dynamic_dims": sorted({d.dim_param for i in header.graph.input
                                         for d in i.type.tensor_type.shape.dim if d.dim_param})}
         # The reference is always the FP32 model on ORT CPU, whatever the target.
-        reference = targets.load("onnxruntime").reference_session(out_path)
-        return Exported(out_path, info, reference.run, loaded, lint=issues)
+        return Exported(out_path, info, targets.reference_session(out_path).run, loaded, lint=issues)
 
     from tapeout.exporters import torch_onnx
 
-    limits = backend.limits()
+    limits = target.limits()
     opset = project.export.opset or min(DEFAULT_OPSET, limits.max_opset)
     if opset > limits.max_opset:
         raise BadInput(f"[export] opset = {opset} is newer than the target runtime supports ({limits.max_opset})",
@@ -92,8 +92,8 @@ def export_model(project: Project, out_path: Path, backend, options, ui: UI, *, 
     return Exported(out_path, info, reference, loaded)
 
 
-def lint_or_raise(backend, model_path: Path, project: Project, options) -> list:
-    issues = backend.lint(model_path, project.inputs, project.dims, options)
+def lint_or_raise(ctx: Context, model_path: Path) -> list:
+    issues = ctx.target.lint(model_path, ctx.project.inputs, ctx.project.dims)
     errors = [i for i in issues if i.severity == "error"]
     if errors:
         more = f" (and {len(errors) - 1} more: run `tapeout lint`)" if len(errors) > 1 else ""
@@ -101,40 +101,24 @@ def lint_or_raise(backend, model_path: Path, project: Project, options) -> list:
     return issues
 
 
-def resolve(project_dir: Path | str, profile_name: str):
-    project = load_project(project_dir)
-    profile = load_profile(profile_name)
-    backend = targets.load(profile.target)
-    backend.probe().require(profile.target)
-    options = backend.Options(**profile.options)
-    if hasattr(backend, "preflight"):
-        backend.preflight(options)
-    return project, profile, backend, options
-
-
-def build(project_dir: Path | str, profile_name: str, out: Path | None, ui: UI, strict: bool = False) -> tuple[dict, int]:
-    project, profile, backend, options = resolve(project_dir, profile_name)
-    out = Path(out) if out else project.root / "build" / profile.name
+def build(project_dir: Path | str, profile_name: str, out: Path | None, ui: UI, strict: bool = False) -> Report:
+    ctx = for_build(project_dir, profile_name, ui)
+    out = Path(out) if out else ctx.project.root / "build" / ctx.profile.name
     with builddir.StagedBuild(out) as stage:
-        report = _build_into(stage, project, profile, backend, options, ui)
-        code = verdicts.exit_code([BudgetResult.from_json(b) for b in report["budgets"]], strict)
-        report["exit_code"] = code
-        report["build_dir"] = str(out)
-        builddir.write_json(stage / "report.json", report)
+        ctx.stage = stage
+        report = _build_into(ctx, str(out), strict)
+        builddir.write_json(stage / "report.json", report.to_json())
         builddir.write_text(stage / "report.md", render_markdown(report))
-        builddir.write_json(stage / builddir.MANIFEST, _manifest(stage, project, profile, options, report))
-    return report, code
+        builddir.write_json(stage / builddir.MANIFEST, _manifest(ctx, report))
+    return report
 
 
-def _build_into(stage: Path, project: Project, profile: Profile, backend, options, ui: UI) -> dict:
-    emulated = targets.emulated(backend)
-    exported = export_model(project, stage / "export" / "model.onnx", backend, options, ui)
+def _build_into(ctx: Context, build_dir: str, strict: bool) -> Report:
+    project, profile, target, ui, stage = ctx.project, ctx.profile, ctx.target, ctx.ui, ctx.stage
+    exported = export_model(ctx, stage / "export" / "model.onnx")
     with ui.step(f"lint for {profile.target}"):
-        issues = exported.lint if exported.lint is not None else lint_or_raise(backend, exported.path, project, options)
-    fp32_path = exported.path
-    if hasattr(backend, "prepare"):  # e.g. NPUs compile static graphs: pin dims once, before quantizing
-        with ui.step(f"prepare for {profile.target}"):
-            fp32_path = backend.prepare(exported.path, project.inputs, project.dims)
+        issues = exported.lint if exported.lint is not None else lint_or_raise(ctx, exported.path)
+    fp32_path = target.prepare(exported.path, project.inputs, project.dims)  # e.g. NPUs: pin dims before quantizing
 
     with ui.step("analyze the model (architecture, costs, activation memory)"):
         analysis = analyze(fp32_path, project.inputs, project.dims, hints=hints_of(exported.loaded))
@@ -144,71 +128,58 @@ def _build_into(stage: Path, project: Project, profile: Profile, backend, option
             ref_metric = evaluate(project, exported.reference)
     model_path, quantization = fp32_path, None
     if profile.precision != "fp32":
-        model_path, quantization = precision.quantize(stage, project, profile, backend, options, fp32_path,
-                                                      analysis, ref_metric, emulated, ui)
+        model_path, quantization = precision.quantize(ctx, fp32_path, analysis, ref_metric)
 
     with ui.step(f"compile for {profile.target}"):
-        artifact = backend.compile(model_path, options, stage / "artifact", project.inputs, project.dims)
+        artifact = target.compile(model_path, stage / "artifact", project.inputs, project.dims)
 
     with ui.step("golden inputs and reference outputs"):
         golden_inputs, golden_source = sample_inputs(project, project.golden_samples)
         reference_outputs = [exported.reference(feeds) for feeds in golden_inputs]
         save_golden(stage / "golden.npz", golden_inputs, reference_outputs)
 
-    m, settings = measure_target(backend, artifact, options, stage / "golden.npz", profile.check, profile.budgets, ui,
-                                 emulated)
+    m, settings = measure_target(ctx, artifact, stage / "golden.npz", profile.check)
     parity = compare(reference_outputs, m.outputs, profile.check.parity.atol, profile.check.parity.rtol)
 
     accuracy = None
     if project.evaluation is not None:
+        emulated = ctx.emulated
         with ui.step(f"evaluate {project.evaluation.name} on the artifact" + (" (CPU EP: emulated target)" if emulated else "")):
             if emulated:  # the metric on the graph the artifact was compiled from; golden parity covers the rest
                 art_metric = ((quantization or {}).get("search") or {}).get("metric")  # the loop scored it already
                 if art_metric is None:
-                    art_metric = evaluate(project, targets.load("onnxruntime").reference_session(model_path).run)
+                    art_metric = evaluate(project, targets.reference_session(model_path).run)
             else:
-                art_metric = evaluate(project, backend.session(artifact, options).run)
-        accuracy = {"metric": project.evaluation.name, "direction": project.evaluation.direction,
-                    "reference": ref_metric, "artifact": art_metric,
-                    "where": precision.evaluated_on(profile.target, emulated) if emulated else "at build, on this host"}
+                art_metric = evaluate(project, target.session(artifact).run)
+        accuracy = AccuracyInfo(metric=project.evaluation.name, direction=project.evaluation.direction,
+                                reference=ref_metric, artifact=art_metric,
+                                where=precision.evaluated_on(ctx) if emulated else "at build, on this host")
 
     artifact_bytes = manifest.tree_size(artifact.directory)
     artifact_files = manifest.tree_hashes(artifact.directory)  # hashed once: report and manifest share it
     budgets = [
-        *verdicts.judge_on_device(profile.budgets, m, settings, emulated),
+        *verdicts.judge_on_device(profile.budgets, m, settings, ctx.emulated),
         *verdicts.judge_artifact(profile.budgets, artifact_bytes),
         *verdicts.judge_placement(profile.budgets, artifact.meta.get("placement")),
         verdicts.judge_parity(parity, profile.check.parity),
-        *verdicts.judge_accuracy(profile.budgets, accuracy and accuracy["reference"], accuracy and accuracy["artifact"],
-                                 accuracy and accuracy["direction"], accuracy["metric"] if accuracy else "metric"),
+        *verdicts.judge_accuracy(profile.budgets, accuracy and accuracy.reference, accuracy and accuracy.artifact,
+                                 accuracy and accuracy.direction, accuracy.metric if accuracy else "metric"),
     ]
-    probe = backend.probe()
-    return {
-        "schema": SCHEMA,
-        "kind": "build",
-        "created": manifest.now(),
-        "project": {"name": project.display_name, "source": project.model.source, "file": str(project.file)},
-        "profile": {"name": profile.name, "target": profile.target, "device": profile.device,
-                    "precision": profile.precision},
-        "target": {"name": profile.target, "version": probe.version, "emulated": emulated},
-        "model": {"kind": exported.loaded.kind, "description": exported.loaded.description,
-                  "weights_sha256": exported.loaded.weights_sha256 or manifest.sha256_file(exported.loaded.onnx_path),
-                  "files": {str(f.name): manifest.sha256_file(f) for f in exported.loaded.files}},
-        "export": exported.info,
-        "artifact": {"main_file": artifact.main_file, "bytes": artifact_bytes,
-                     "sha256": artifact_files[artifact.main_file], "files": artifact_files, "meta": artifact.meta},
-        "golden": {"samples": len(golden_inputs), "source": golden_source,
-                   "reference": "torch (FP32)" if exported.loaded.kind == "torch" else "the source ONNX model (FP32, ORT CPU)"},
-        "parity": [p.to_json() for p in parity],
-        "accuracy": accuracy,
-        "analysis": analysis.to_json(),
-        "placement": artifact.meta.get("placement"),
-        "quantization": quantization,
-        "measurement": m.to_json(),
-        "budgets": [b.to_json() for b in budgets],
-        "lint": [i.line() for i in issues],
-        "host": manifest.host_fingerprint(),
-    }
+    return assemble(
+        "build", ctx, build_dir=build_dir, strict=strict,
+        project=ProjectInfo(name=project.display_name, source=project.model.source, file=str(project.file)),
+        artifact=ArtifactInfo(main_file=artifact.main_file, bytes=artifact_bytes, sha256=artifact_files[artifact.main_file],
+                              files=artifact_files, meta=artifact.meta),
+        golden=GoldenInfo(samples=len(golden_inputs), source=golden_source,
+                          reference="torch (FP32)" if exported.loaded.kind == "torch"
+                          else "the source ONNX model (FP32, ORT CPU)"),
+        m=m, parity=parity, budgets=budgets, accuracy=accuracy, placement=artifact.meta.get("placement"),
+        model={"kind": exported.loaded.kind, "description": exported.loaded.description,
+               "weights_sha256": exported.loaded.weights_sha256 or manifest.sha256_file(exported.loaded.onnx_path),
+               "files": {str(f.name): manifest.sha256_file(f) for f in exported.loaded.files}},
+        export=exported.info, analysis=analysis.to_json(), quantization=quantization,
+        lint=[i.line() for i in issues],
+    )
 
 
 def hints_of(loaded) -> dict:
@@ -219,29 +190,31 @@ def hints_of(loaded) -> dict:
     return {"model_type": getattr(config, "model_type", None), "architectures": getattr(config, "architectures", None)}
 
 
-def _manifest(stage: Path, project: Project, profile: Profile, options, report: dict) -> dict:
+def _manifest(ctx: Context, report: Report) -> dict:
+    stage, project, profile = ctx.stage, ctx.project, ctx.profile
     golden = stage / "golden.npz"
     return {
         "schema": manifest.SCHEMA,
-        "created": report["created"],
+        "created": report.created,
         "project": {"name": project.display_name, "file": str(project.file),
                     "file_sha256": manifest.sha256_file(project.file), "source": project.model.source,
                     "inputs": [s.model_dump() for s in project.inputs], "dims": project.dims},
-        "model": {**report["model"], "export": report["export"],
-                  "export_sha256": manifest.tree_hashes(stage / "export")},
-        "calibration": {"source": report["golden"]["source"],
+        "model": {**report.model, "export": report.export, "export_sha256": manifest.tree_hashes(stage / "export")},
+        "calibration": {"source": report.golden.source,
                         "sha256": manifest.sha256_file(project.root / project.calibration.data)
                         if project.calibration and project.calibration.data.endswith(".npz") else None},
-        "artifact": {"target": profile.target, "main_file": report["artifact"]["main_file"],
-                     "meta": report["artifact"]["meta"],
-                     "files": report["artifact"]["files"], "bytes": report["artifact"]["bytes"]},
-        "golden": {"file": "golden.npz", "sha256": manifest.sha256_file(golden), "samples": report["golden"]["samples"]},
+        "artifact": {"target": profile.target, "main_file": report.artifact.main_file, "meta": report.artifact.meta,
+                     "files": report.artifact.files, "bytes": report.artifact.bytes},
+        "golden": {"file": "golden.npz", "sha256": manifest.sha256_file(golden), "samples": report.golden.samples},
+        # check carries verdicts over from report.json: its hash makes them part of what is verified
+        "report": {"file": "report.json", "sha256": manifest.sha256_file(stage / "report.json")},
         "profile": profile.model_dump(mode="json"),
-        "quantization": None if report.get("quantization") is None else {
-            "model_sha256": report["quantization"]["model_sha256"], "plan": report["quantization"]["plan"]},
-        "options_resolved": options.model_dump(mode="json"),
+        "device_spec": ctx.device.model_dump(mode="json") if ctx.device else None,
+        "quantization": None if report.quantization is None else {
+            "model_sha256": report.quantization["model_sha256"], "plan": report.quantization["plan"]},
+        "options_resolved": ctx.target.options.model_dump(mode="json"),
         "budgets": profile.budgets.model_dump(mode="json", exclude_none=True),
         "versions": manifest.package_versions(),
-        "host": report["host"],
+        "host": report.host,
         "seeds": {"project": project.seed},
     }

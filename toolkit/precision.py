@@ -1,7 +1,9 @@
 """The build's precision step: rule table → first plan → quantize → sensitivity loop, on the host.
 
-Candidates are evaluated with the project's metric on the target's own runtime (ORT CPU for the
-CPU target), so the accuracy the loop sees is the accuracy the artifact has.
+Candidates are evaluated with the project's metric on the target's own runtime, so the accuracy the
+loop sees is the accuracy the artifact has; an emulated target's candidates run on the FP32
+reference runtime (ORT CPU) with the same graph. The rule set and the precision ladder are the
+target's capabilities.
 """
 
 from __future__ import annotations
@@ -9,22 +11,22 @@ from __future__ import annotations
 import statistics
 from pathlib import Path
 
-from tapeout import verdicts
+from tapeout import targets, verdicts
 from tapeout.archinfo import Analysis
-from tapeout.console import UI
+from tapeout.context import Context
 from tapeout.data import evaluate, sample_inputs
 from tapeout.errors import BadInput
 from tapeout.manifest import sha256_file
-from tapeout.types import Artifact, Profile, Project, Verdict
+from tapeout.types import Artifact, Verdict
 
 
-def quantize(stage: Path, project: Project, profile: Profile, backend, options, fp32_path: Path, analysis: Analysis,
-             reference_metric: float | None, emulated: str | None, ui: UI) -> tuple[Path, dict]:
+def quantize(ctx: Context, fp32_path: Path, analysis: Analysis, reference_metric: float | None) -> tuple[Path, dict]:
     from tapeout.quantize import rules, sensitivity
     from tapeout.quantize.apply import apply
 
+    project, profile, target, ui, emulated = ctx.project, ctx.profile, ctx.target, ctx.ui, ctx.emulated
     settings = profile.quantization
-    plan = rules.first_plan(analysis, profile.target, profile.precision, settings)
+    plan = rules.first_plan(analysis, profile.target, ctx.capabilities, profile.precision, settings)
     calibration = None
     if project.calibration is not None:
         calibration, _ = sample_inputs(project, settings.calibration_samples)
@@ -34,20 +36,17 @@ def quantize(stage: Path, project: Project, profile: Profile, backend, options, 
                        fix="add [calibration] data = \"….npz\" (or module:callable) with real inputs")
     # Ranking and latency probes: real inputs when the project has them (already loaded), else seeded random.
     probe_inputs = calibration[:settings.rank_samples] if calibration else sample_inputs(project, settings.rank_samples)[0]
-    out = stage / "quantized" / "model.onnx"
-    max_ir = backend.limits().max_ir_version
+    out = ctx.stage / "quantized" / "model.onnx"
+    max_ir = target.limits().max_ir_version
 
     def session(path: Path):
         if emulated:  # same QDQ graph, integer semantics on the CPU EP: the emulator is ~25-400× slower
-            from tapeout.targets import ort_cpu
-
-            return ort_cpu.reference_session(path).run
-        return backend.session(Artifact(profile.target, path.parent, path.name), options).run
+            return targets.reference_session(path).run
+        return target.session(Artifact(profile.target, path.parent, path.name)).run
 
     budgets = profile.budgets
     has_budget = budgets.accuracy_max_drop is not None or budgets.accuracy_max_rel_drop is not None
-    info: dict = {"precision": profile.precision,
-                  "evaluated_on": evaluated_on(profile.target, emulated)}
+    info: dict = {"precision": profile.precision, "evaluated_on": evaluated_on(ctx)}
     if project.evaluation is None or not has_budget or reference_metric is None:
         with ui.step(f"quantize ({plan.method}, {len(plan.quantized())} of {len(plan.groups)} groups)"):
             info["apply"] = apply(plan, fp32_path, out, calibration, max_ir)
@@ -101,8 +100,8 @@ def _compare_latency(fp32, quantized, feeds: dict, rounds: int = 5) -> tuple[flo
     return statistics.median(p[0] for p in pairs), statistics.median(p[1] for p in pairs)
 
 
-def evaluated_on(target: str, emulated: str | None) -> str:
-    if emulated:
-        return (f"ONNX Runtime CPU EP running the quantized QDQ model the {target} artifact is compiled from "
-                f"({emulated}; too slow for the metric); the device's numerics are checked by golden parity")
-    return f"{target}, on this host"
+def evaluated_on(ctx: Context) -> str:
+    if ctx.emulated:
+        return (f"ONNX Runtime CPU EP running the quantized model the {ctx.target.name} artifact is compiled from "
+                f"({ctx.emulated}; too slow for the metric); the device's numerics are checked by golden parity")
+    return f"{ctx.target.name}, on this host"

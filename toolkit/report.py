@@ -1,13 +1,14 @@
-"""Reports: `report.json` (versioned schema, docs/report-schema.md) and `report.md` rendered from it.
+"""`report.md` (and `check.md`), rendered from the report model (report_model.Report).
 
-The Markdown is a pure function of the JSON, so `tapeout report BUILD_DIR` can re-render it anywhere.
+The Markdown is a pure function of the report, so `tapeout report BUILD_DIR` can re-render it anywhere.
 """
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-SCHEMA = "tapeout.report/1"
+if TYPE_CHECKING:
+    from tapeout.report_model import Report
 
 _MARK = {"pass": "PASS", "fail": "FAIL", "inconclusive": "INCONCLUSIVE", "unmeasured": "UNMEASURED",
          "estimated-pass": "EST. PASS", "estimated-fail": "EST. FAIL"}
@@ -31,7 +32,8 @@ def budget_rows(budgets: list[dict]) -> list[list[str]]:
         bound = b.get("bound")
         rows.append([
             b["budget"], f"{fmt(b['limit'])} {b['unit']}", fmt(b.get("measured")),
-            f"[{fmt(bound[0])}, {fmt(bound[1])}]" if bound else "—", _MARK[b["verdict"]], b.get("reason", ""),
+            f"[{fmt(bound[0])}, {fmt(bound[1])}]" if bound else "—", _MARK[b["verdict"]],
+            ("carried from the build: " if b.get("carried") else "") + b.get("reason", ""),
         ])
     return rows
 
@@ -42,13 +44,26 @@ def _table(header: list[str], rows: list[list[str]]) -> list[str]:
     return lines
 
 
-def render_markdown(report: dict) -> str:
-    r = report
-    kind = r.get("kind", "build")
+def _latency_table(lat: dict) -> list[str]:
+    rows = [[name, fmt(q["point"]), f"[{fmt(q['lower'])}, {fmt(q['upper'])}]",
+             ", ".join(fmt(v) for v in q["per_repeat"])] for name, q in lat["quantiles"].items()]
+    return [*_table(["percentile", "point", f"{lat['confidence']:.0%} bounds", "per process"], rows), "",
+            f"{lat['count']} runs in {lat['repeats']} fresh processes · mean {fmt(lat['mean'])} ± {fmt(lat['stdev'])} · "
+            f"min {fmt(lat['min'])} · max {fmt(lat['max'])} · CV {lat['cv']:.1%} · CV between processes "
+            f"{lat['cv_between_repeats']:.1%}"]
+
+
+def render_markdown(report: Report) -> str:
+    r = report.to_json()
+    kind = r["kind"]
     out = [f"# tapeout {kind}: {r['project']['name']} → {r['profile']['name']}", ""]
     out.append(f"Target `{r['target']['name']}` {r['target'].get('version') or ''} · profile `{r['profile']['name']}` · "
                f"precision {r['profile']['precision']} · device {r['profile'].get('device') or 'this machine'} · "
                f"exit code **{r['exit_code']}** · {r['created']}")
+    dev = r.get("device")
+    if dev and dev.get("reported"):
+        out.append(f"\nMeasured on **{dev['reported']}**" + (f" ({dev['note']})" if dev.get("note") else
+                                                              f", as the profile's device spec `{dev['spec']}` says" if dev.get("matches") else "") + ".")
     out += ["", "## Budgets", ""]
     if r["budgets"]:
         out += _table(["budget", "limit", "measured", "bound", "verdict", "why"], budget_rows(r["budgets"]))
@@ -57,16 +72,17 @@ def render_markdown(report: dict) -> str:
 
     m = r.get("measurement")
     if m:
-        lat = m["latency_ms"]
+        e2e = m.get("latency_e2e_ms")
         out += ["", "## Latency (ms, warm, profiler off)", ""]
         if r["target"].get("emulated"):
             out += [f"**Emulated**: {r['target']['emulated']}. These figures are never judged against the budgets.", ""]
-        rows = [[name, fmt(q["point"]), f"[{fmt(q['lower'])}, {fmt(q['upper'])}]",
-                 ", ".join(fmt(v) for v in q["per_repeat"])] for name, q in lat["quantiles"].items()]
-        out += _table(["percentile", "point", f"{lat['confidence']:.0%} bounds", "per process"], rows)
-        out += ["", f"{lat['count']} runs in {lat['repeats']} fresh processes · mean {fmt(lat['mean'])} ± "
-                f"{fmt(lat['stdev'])} · min {fmt(lat['min'])} · max {fmt(lat['max'])} · CV {lat['cv']:.1%} · "
-                f"CV between processes {lat['cv_between_repeats']:.1%} · warm-up runs {m['warmup_iters']}"]
+        if e2e:
+            out += ["Inputs and outputs resident in device memory (IOBinding), each run ended by a device sync; "
+                    "this is what the latency budgets judge.", ""]
+        out += _latency_table(m["latency_ms"])
+        out[-1] += f" · warm-up runs {m['warmup_iters']}"
+        if e2e:
+            out += ["", "End to end, with the host→device input and device→host output copies:", "", *_latency_table(e2e)]
         cold = m["cold_start_ms"]
         imports = m.get("runtime_import_ms") or []
         out += ["", f"Cold start (session creation + first inference): median {fmt(cold['median'])} ms, "
@@ -76,6 +92,10 @@ def render_markdown(report: dict) -> str:
         out += ["", "## Memory", "", f"Peak RSS of the inference process: **{fmt(mem['peak_rss'])} MB** "
                 f"(before the session {fmt(mem['rss_before_session'])} MB, after creating it "
                 f"{fmt(mem['rss_after_session'])} MB). Scope: {mem['scope']}."]
+        if mem.get("device_peak") is not None:
+            out.append(f"\nPeak GPU memory: **{fmt(mem['device_peak'])} MB** (per process: "
+                       f"{', '.join(fmt(v) for v in mem['device_peak_per_repeat'])}). Scope: {mem['device_scope']}.")
+        out += _energy_section(m)
         for note in m.get("notes", []):
             out.append(f"\nNote: {note}")
 
@@ -115,6 +135,8 @@ def render_markdown(report: dict) -> str:
     prof = (m or {}).get("op_profile")
     if prof and prof.get("op_types"):
         out += ["", "## Where the time goes (profiler on, separate pass)", ""]
+        if prof.get("method"):
+            out += [f"Times: {prof['method']}.", ""]
         out += _table(["op type", "provider", "calls/run", "µs/run", "share"],
                       [[t["op_type"], t["provider"], fmt(t["calls"] / prof["runs"], 3),
                         us(t["total_us"] / prof["runs"]), f"{t['share']:.1%}"] for t in prof["op_types"][:15]])
@@ -129,6 +151,20 @@ def render_markdown(report: dict) -> str:
     out += ["", "## Machine", "", f"{host['cpu']} · {host['physical_cores']} physical / {host['logical_cores']} "
             f"logical cores · {host['memory_gb']} GB · {host['os']} · flags {' '.join(host['cpu_flags']) or 'none'}"]
     return "\n".join(out) + "\n"
+
+
+def _energy_section(m: dict) -> list[str]:
+    e = m.get("energy")
+    if e:
+        lo, hi = e["mj_bounds"]
+        return ["", "## Energy and power", "",
+                f"**{fmt(e['mj_per_inference'])} mJ per inference** [{fmt(lo)}, {fmt(hi)}] · average power "
+                f"**{fmt(e['power_avg_w'])} W** [{fmt(e['power_bounds_w'][0])}, {fmt(e['power_bounds_w'][1])}] over "
+                f"windows of {', '.join(fmt(w, 3) for w in e['window_s'])} s ({', '.join(map(str, e['runs']))} runs). "
+                f"Meter: {e['meter']}; scope: {e['scope']}; method: {e['method']}. Bounds: the spread between "
+                "processes, widened by the counter's granularity."]
+    why = (m.get("unmeasured") or {}).get("energy")
+    return ["", "## Energy and power", "", f"Not measured: {why}."] if why else []
 
 
 def _analysis_section(a: dict | None) -> list[str]:
@@ -149,7 +185,7 @@ def _quantization_section(q: dict | None) -> list[str]:
     if not q:
         return []
     plan, search = q["plan"], q["search"]
-    out = ["", "## Quantization", "",
+    out = ["", "## Precision", "",
            f"{q['precision']} by the rule for **{plan['family']}** on `{plan['target']}`: method {plan['method']}, "
            f"{plan['quantized_groups']} of {plan['quantized_groups'] + plan['float_groups']} fusion groups quantized, "
            f"ladder {' → '.join(plan['ladder'])}. Model {fmt(q['quantized_bytes'] / 2**20)} MB "

@@ -2,13 +2,12 @@
 
 Runs in a fresh interpreter so that cold start is really cold and peak memory is the inference
 process's own, not the build's (which holds torch and the exporter). Imports only numpy, the
-target's runtime, and tapeout's light modules.
+target's runtime, and tapeout's light modules. What it reads besides time is the target's meters.
 """
 
 from __future__ import annotations
 
 import json
-import statistics
 import sys
 import time
 from pathlib import Path
@@ -18,111 +17,89 @@ import numpy as np
 from tapeout.errors import TapeoutError
 
 
-def _status_kb(field: str) -> float | None:
-    status = Path("/proc/self/status")
-    if not status.is_file():
-        return None
-    for line in status.read_text().splitlines():
-        if line.startswith(field + ":"):
-            return float(line.split()[1])
-    return None
-
-
-def peak_rss_mb() -> float:
-    hwm = _status_kb("VmHWM")
-    if hwm is not None:
-        return hwm / 1024
-    import resource  # macOS reports bytes, Linux KiB; the /proc path above covers Linux
-
-    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
-    return peak / 2**20 if sys.platform == "darwin" else peak / 1024
-
-
-def rss_mb() -> float:
-    import psutil
-
-    return psutil.Process().memory_info().rss / 2**20
-
-
-def _rapl_uj() -> int | None:
-    path = Path("/sys/class/powercap/intel-rapl:0/energy_uj")
-    try:
-        return int(path.read_text())
-    except (OSError, ValueError):
-        return None
-
-
-def warm_up(run, feeds, min_iters: int, min_s: float, max_s: float) -> int:
-    """Run until the median of the last 10 runs moves less than 2% from the 10 before, within the time cap."""
-    times: list[float] = []
-    start = time.perf_counter()
-    while True:
-        t0 = time.perf_counter()
-        run(feeds)
-        times.append(time.perf_counter() - t0)
-        elapsed = time.perf_counter() - start
-        if elapsed >= max_s:
-            return len(times)
-        if len(times) >= max(min_iters, 20) and elapsed >= min_s:
-            recent, before = statistics.median(times[-10:]), statistics.median(times[-20:-10])
-            if abs(recent - before) <= 0.02 * before:
-                return len(times)
+def _timed_loop(call, count: int) -> np.ndarray:
+    samples = np.empty(count, dtype=np.float64)
+    clock = time.perf_counter_ns
+    for i in range(count):  # profiler off: this is the pass budgets are judged on
+        t0 = clock()
+        call()
+        samples[i] = clock() - t0
+    return samples / 1e6
 
 
 def measure(request: dict) -> dict:
+    from tapeout import meters as metering
     from tapeout import targets
     from tapeout.data import load_golden
+    from tapeout.targets.base import warm_up
     from tapeout.types import Artifact
 
-    rss_start = rss_mb()
-    backend = targets.load(request["target"])
-    options = backend.Options(**request["options"])
+    target = targets.create(request["target"], request["options"])
+    caps = target.capabilities
     artifact = Artifact(request["target"], Path(request["artifact_dir"]), request["main_file"])
     inputs, _ = load_golden(Path(request["golden"]))
     feeds = inputs[0]
 
     if request.get("mode") == "op_profile":
-        profile = backend.op_profile(artifact, options, feeds, request["iterations"])
-        return {"op_profile": profile.to_json()}
+        return {"op_profile": target.op_profile(artifact, feeds, request["iterations"]).to_json()}
 
-    # Loading the runtime library is timed on its own: cold start is session creation + first run.
-    t0 = time.perf_counter()
-    backend.probe().require(request["target"])
-    import_ms = (time.perf_counter() - t0) * 1e3
+    meters = metering.create(caps.meters, device_index=request.get("device_index", 0))
+    for meter in meters:
+        metering.safely(meter, "start")
+    try:
+        # Loading the runtime library is timed on its own: cold start is session creation + first run.
+        t0 = time.perf_counter()
+        target.probe().require(request["target"])
+        import_ms = (time.perf_counter() - t0) * 1e3
 
-    t0 = time.perf_counter()
-    sess = backend.session(artifact, options)
-    create_ms = (time.perf_counter() - t0) * 1e3
-    t0 = time.perf_counter()
-    sess.run(feeds)  # the checked call: wrong shapes or dtypes become one clear error here, not a crash later
-    first_ms = (time.perf_counter() - t0) * 1e3
-    rss_session = rss_mb()
+        t0 = time.perf_counter()
+        sess = target.session(artifact)
+        create_ms = (time.perf_counter() - t0) * 1e3
+        t0 = time.perf_counter()
+        sess.run(feeds)  # the checked call: wrong shapes or dtypes become one clear error here, not a crash later
+        first_ms = (time.perf_counter() - t0) * 1e3
+        for meter in meters:
+            metering.safely(meter, "after_session")
 
-    result: dict = {"import_ms": import_ms, "create_ms": create_ms, "first_ms": first_ms, "rss_start_mb": rss_start}
-    if request.get("outputs_path"):
-        outputs = [sess.run(sample) for sample in inputs]
-        np.savez(request["outputs_path"], **{f"{i}.{k}": v for i, out in enumerate(outputs) for k, v in out.items()})
+        result: dict = {"import_ms": import_ms, "create_ms": create_ms, "first_ms": first_ms}
+        if request.get("outputs_path"):
+            outputs = [sess.run(sample) for sample in inputs]
+            np.savez(request["outputs_path"], **{f"{i}.{k}": v for i, out in enumerate(outputs) for k, v in out.items()})
 
-    run = sess.run_raw
-    result["warmup_iters"] = warm_up(run, feeds, request["warmup_min_iters"], request["warmup_min_s"],
-                                     request["warmup_max_s"])
-    samples = np.empty(request["iterations"], dtype=np.float64)
-    energy_start, wall_start = _rapl_uj(), time.perf_counter()
-    clock = time.perf_counter_ns
-    for i in range(samples.size):  # profiler off: this is the pass budgets are judged on
-        t0 = clock()
-        run(feeds)
-        samples[i] = clock() - t0
-    wall = time.perf_counter() - wall_start
-    energy_end = _rapl_uj()
-    result.update({
-        "samples_ms": (samples / 1e6).tolist(),
-        "rss_after_session_mb": rss_session,
-        "peak_rss_mb": peak_rss_mb(),
-        "timed_wall_s": wall,
-    })
-    if energy_start is not None and energy_end is not None and energy_end >= energy_start:
-        result["energy_j"] = (energy_end - energy_start) / 1e6
+        call = sess.bind(feeds)
+        if caps.timing_sync == "device":  # asynchronous runtimes: a run has ended when the device says so
+            bound, sync = call, sess.synchronize
+
+            def call():
+                bound()
+                sync()
+        result["warmup_iters"] = warm_up(call, request["warmup_min_iters"], request["warmup_min_s"],
+                                         request["warmup_max_s"])
+
+        energy = [m for m in meters if m.measures_energy and not m.unavailable]
+        for meter in energy:
+            metering.safely(meter, "window_start")
+        window_start = time.perf_counter()
+        samples = _timed_loop(call, request["iterations"])
+        runs = samples.size
+        # Energy counters update every few ms to 100 ms: extend the window with more runs of the same call.
+        while energy and time.perf_counter() - window_start < request.get("energy_window_s", 0.0):
+            call()
+            runs += 1
+        window_s = time.perf_counter() - window_start
+        for meter in meters:
+            metering.safely(meter, "window_end", runs, window_s)
+        result.update(samples_ms=samples.tolist(), timed_wall_s=window_s)
+
+        copies = sess.bind_with_copies(feeds)
+        if copies is not None:  # inputs live in device memory: time the host copies too, apart
+            for _ in range(min(10, request["iterations"])):
+                copies()
+            result["samples_e2e_ms"] = _timed_loop(copies, request["iterations"]).tolist()
+    finally:
+        for meter in meters:
+            metering.safely(meter, "close")
+    result["meters"] = {m.name: m.result() for m in meters}
     return result
 
 

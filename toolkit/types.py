@@ -128,7 +128,8 @@ class Budgets(_Strict):
     latency_p90_ms: float | None = Field(None, gt=0)
     latency_p99_ms: float | None = Field(None, gt=0)
     cold_start_ms: float | None = Field(None, gt=0)
-    peak_memory_mb: float | None = Field(None, gt=0)
+    peak_memory_mb: float | None = Field(None, gt=0, description="peak RSS of the inference process")
+    gpu_memory_mb: float | None = Field(None, gt=0, description="peak GPU memory of the inference process")
     artifact_mb: float | None = Field(None, gt=0)
     power_avg_w: float | None = Field(None, gt=0)
     energy_mj: float | None = Field(None, gt=0)
@@ -157,10 +158,13 @@ class CheckSettings(_Strict):
     guard_band: float = Field(0.05, ge=0, lt=1, description="a pass needs the upper bound this far under the limit")
     op_profile: bool = True
     op_profile_iterations: int = Field(20, ge=1)
+    energy_window_s: float = Field(5.0, ge=0, le=600, description="where an energy counter is read, the timed runs "
+                                   "are extended with more runs until the window spans this long (counters update "
+                                   "every few ms to 100 ms)")
     parity: ParitySettings = ParitySettings()
 
 
-Precision = Literal["fp32", "int8", "int4"]
+Precision = Literal["fp32", "fp16", "int8", "int4"]
 
 
 class QuantizationSettings(_Strict):
@@ -244,6 +248,11 @@ class DeviceSpec(_Strict):
     memory_bandwidth_gbs: Sourced
     power_max_w: Sourced | None = None
     power_modes_w: list[float] = Field(default_factory=list)
+    identifiers: list[str] = Field(default_factory=list, description="substrings of the name the device's driver "
+                                   "reports (NVML, amdsmi, the Jetson device tree): `check` says when another device ran")
+
+    def matches(self, reported: str) -> bool:
+        return any(i.lower() in reported.lower() for i in self.identifiers)
 
 
 # ---------------------------------------------------------------- build outputs and measurements
@@ -283,6 +292,7 @@ class BudgetResult:
     measured: float | None = None
     bound: tuple[float, float] | None = None
     reason: str = ""
+    carried: bool = False   # judged by the build, carried over by `check` (covered by the manifest's hashes)
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -293,6 +303,7 @@ class BudgetResult:
             "measured": self.measured,
             "bound": list(self.bound) if self.bound else None,
             "reason": self.reason,
+            "carried": self.carried,
         }
 
     @classmethod
@@ -306,4 +317,5 @@ class BudgetResult:
             measured=data.get("measured"),
             bound=tuple(bound) if bound else None,
             reason=data.get("reason", ""),
+            carried=data.get("carried", False),
         )

@@ -56,21 +56,38 @@ def judge_artifact(budgets: Budgets, artifact_bytes: int) -> list[BudgetResult]:
     return [BudgetResult("artifact_mb", budgets.artifact_mb, "MB", verdict, size, None, "size of artifact/")]
 
 
-def judge_power(budgets: Budgets, m: Measurement | None) -> list[BudgetResult]:
+def judge_gpu_memory(budgets: Budgets, m: Measurement) -> list[BudgetResult]:
+    if budgets.gpu_memory_mb is None:
+        return []
+    if not m.device_memory_mb:
+        return [BudgetResult("gpu_memory_mb", budgets.gpu_memory_mb, "MB", Verdict.UNMEASURED,
+                             reason=m.unmeasured.get("device_memory", "no GPU meter read this process"))]
+    peak = max(m.device_memory_mb)
+    verdict = Verdict.PASS if peak <= budgets.gpu_memory_mb else Verdict.FAIL
+    return [BudgetResult("gpu_memory_mb", budgets.gpu_memory_mb, "MB", verdict, peak, None,
+                         f"worst of {len(m.device_memory_mb)} inference processes; {m.device_memory_scope}")]
+
+
+def judge_power(budgets: Budgets, m: Measurement | None, guard: float = 0.0) -> list[BudgetResult]:
+    """Energy per inference and average power over the timed window, on bounds that cover the spread
+    between processes and the counter's granularity; unmeasured, with the reason, without a counter."""
     results = []
-    energy = m.energy_j_per_inference if m else None
-    if budgets.energy_mj is not None:
+    energy = m.energy if m else None
+    why = (m.unmeasured.get("energy") if m else None) or "not measured"
+    for budget, limit, unit in (("energy_mj", budgets.energy_mj, "mJ"), ("power_avg_w", budgets.power_avg_w, "W")):
+        if limit is None:
+            continue
         if energy is None:
-            results.append(BudgetResult("energy_mj", budgets.energy_mj, "mJ", Verdict.UNMEASURED,
-                                        reason="no readable energy counter on this machine (RAPL energy_uj, NVML)"))
+            results.append(BudgetResult(budget, limit, unit, Verdict.UNMEASURED, reason=why))
+            continue
+        if budget == "energy_mj":
+            point, (lower, upper) = energy.j_per_inference * 1e3, (b * 1e3 for b in energy.bounds)
         else:
-            mj = energy * 1e3
-            verdict = Verdict.PASS if mj <= budgets.energy_mj else Verdict.FAIL
-            results.append(BudgetResult("energy_mj", budgets.energy_mj, "mJ", verdict, mj, None,
-                                        "RAPL package energy per inference (whole package)"))
-    if budgets.power_avg_w is not None:
-        results.append(BudgetResult("power_avg_w", budgets.power_avg_w, "W", Verdict.UNMEASURED,
-                                    reason="average power needs a board or GPU sensor; none is read on this target"))
+            point, (lower, upper) = energy.power_avg_w, energy.power_bounds
+        result = judge_bounded(budget, limit, unit, point, lower, upper, guard,
+                               f"range over {len(energy.runs)} process(es) ± counter granularity")
+        results.append(BudgetResult(result.budget, limit, unit, result.verdict, point, result.bound,
+                                    f"{result.reason}; {energy.scope}; {energy.method}"))
     return results
 
 
@@ -134,8 +151,10 @@ def latency_undecided(budgets: Budgets, settings: CheckSettings):
 
 
 def judge_on_device(budgets: Budgets, m: Measurement, settings: CheckSettings, emulated: str | None) -> list[BudgetResult]:
-    """Latency, memory and power; through an emulator they are measured but never judged (DESIGN §4)."""
-    results = [*judge_latency(budgets, m, settings), *judge_memory(budgets, m), *judge_power(budgets, m)]
+    """Latency, memory, GPU memory, energy and power; through an emulator they are measured but never
+    judged (DESIGN §4)."""
+    results = [*judge_latency(budgets, m, settings), *judge_memory(budgets, m), *judge_gpu_memory(budgets, m),
+               *judge_power(budgets, m, settings.guard_band)]
     if emulated is None:
         return results
     return [BudgetResult(r.budget, r.limit, r.unit, Verdict.UNMEASURED, None, None,

@@ -1,0 +1,216 @@
+"""What every ONNX Runtime execution provider target shares: session options, session creation that
+refuses a silent fallback to the CPU, input-error wrapping, IOBinding for device memory, and the
+ORT profiler pass. The CPU EP, QNN and CUDA (and later MIGraphX and TensorRT EPs) build on it.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import sys
+import tempfile
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import ClassVar, Literal
+
+import numpy as np
+from pydantic import BaseModel, ConfigDict, Field
+
+from tapeout.errors import BadInput, TapeoutError, TargetUnavailable, first_line
+from tapeout.targets.base import OpProfile, Session, Target
+from tapeout.types import Artifact
+
+_LEVELS = ("disable", "basic", "extended", "all")
+
+
+class OrtOptions(BaseModel):
+    """Session options every ORT target takes (the CPU-side thread pools serve nodes left on the CPU EP)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    threads: int = Field(0, ge=0, description="intra-op threads; 0 = one per physical core")
+    inter_op_threads: int = Field(1, ge=1)
+    graph_optimization: Literal["disable", "basic", "extended", "all"] = "all"
+    execution_mode: Literal["sequential", "parallel"] = "sequential"
+    allow_spinning: bool = True
+    memory_arena: bool = True
+
+
+@contextlib.contextmanager
+def native_output_captured() -> Iterator[list[str]]:
+    """Native libraries print to fd 1 and 2 through C stdio (QNN's banner; ORT's 'failed to load
+    libonnxruntime_providers_cuda.so' warning). Keep `--json` stdout clean, and hand back what they
+    said (the list is filled when the block ends) so a failure can quote it."""
+    import ctypes
+
+    sys.stdout.flush()
+    sys.stderr.flush()
+    said: list[str] = []
+    saved = (os.dup(1), os.dup(2))
+    with tempfile.TemporaryFile(mode="w+b") as sink:
+        os.dup2(sink.fileno(), 1)
+        os.dup2(sink.fileno(), 2)
+        try:
+            yield said
+        finally:
+            with contextlib.suppress(Exception):
+                ctypes.CDLL(None).fflush(None)
+            os.dup2(saved[0], 1)
+            os.dup2(saved[1], 2)
+            os.close(saved[0])
+            os.close(saved[1])
+            sink.seek(0)
+            said.extend(line for line in sink.read().decode(errors="replace").splitlines() if line.strip())
+
+
+class OrtSession(Session):
+    """An ORT InferenceSession. With `device` ("cuda", id) inputs and outputs are bound in device
+    memory (IOBinding): timed runs neither copy nor allocate, and CUDA graphs can replay them."""
+
+    def __init__(self, sess, device: tuple[str, int] | None = None):
+        self._sess = sess
+        self._device = device
+        self._binding = None
+        self._inputs: dict = {}
+        self._shapes: dict[str, tuple[int, ...]] = {}
+        self.input_names = [i.name for i in sess.get_inputs()]
+        self.output_names = [o.name for o in sess.get_outputs()]
+
+    def _run(self, feeds: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+        if self._device is None:
+            return dict(zip(self.output_names, self._sess.run(self.output_names, feeds), strict=True))
+        self._bind(feeds)
+        return self._copied_run(feeds)
+
+    def bind(self, feeds: dict[str, np.ndarray]) -> Callable[[], object]:
+        if self._device is None:
+            return lambda: self._sess.run(self.output_names, feeds)
+        self._bind(feeds)
+        sess, binding = self._sess, self._binding
+        return lambda: sess.run_with_iobinding(binding)
+
+    def bind_with_copies(self, feeds: dict[str, np.ndarray]) -> Callable[[], object] | None:
+        if self._device is None:
+            return None
+        self._bind(feeds)
+        return lambda: self._copied_run(feeds)
+
+    def synchronize(self) -> None:
+        if self._binding is not None:
+            self._binding.synchronize_outputs()
+
+    def _copied_run(self, feeds: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+        for name, value in self._inputs.items():
+            value.update_inplace(np.ascontiguousarray(feeds[name]))  # same device address: CUDA graphs stay valid
+        self._sess.run_with_iobinding(self._binding)
+        return dict(zip(self.output_names, self._binding.copy_outputs_to_cpu(), strict=True))
+
+    def _bind(self, feeds: dict[str, np.ndarray]) -> None:
+        """Device buffers for these shapes: inputs copied once, outputs at fixed addresses (learned from one
+        run in which ORT allocates them; ORT's CUDA EP captures a graph only after regular runs)."""
+        import onnxruntime as ort
+
+        shapes = {name: tuple(np.shape(feeds[name])) for name in self.input_names}
+        if self._binding is not None and shapes == self._shapes:
+            return
+        kind, index = self._device
+        binding = self._sess.io_binding()
+        self._inputs = {name: ort.OrtValue.ortvalue_from_numpy(np.ascontiguousarray(feeds[name]), kind, index)
+                        for name in self.input_names}
+        for name, value in self._inputs.items():
+            binding.bind_ortvalue_input(name, value)
+        for name in self.output_names:
+            binding.bind_output(name, kind, index)
+        self._sess.run_with_iobinding(binding)
+        learned = binding.get_outputs()
+        binding.clear_binding_outputs()
+        for name, value in zip(self.output_names, learned, strict=True):
+            fixed = ort.OrtValue.ortvalue_from_shape_and_type(value.shape(), value.element_type(), kind, index)
+            binding.bind_ortvalue_output(name, fixed)
+        self._binding, self._shapes = binding, shapes
+
+
+class OrtTarget(Target):
+    """An ONNX Runtime execution provider. Subclasses name their EP and may override the private hooks
+    `_providers`, `_new_session`, `_configure` and `_io_device`."""
+
+    EP: ClassVar[str] = "CPUExecutionProvider"
+    INSTALL: ClassVar[str] = "pip install onnxruntime"
+
+    def _providers(self) -> list:
+        return [self.EP]
+
+    def _io_device(self) -> tuple[str, int] | None:
+        """Where inputs and outputs live for timed runs; None: host memory."""
+        return None
+
+    def _configure(self, so, **extra) -> None:
+        """Provider-specific session config entries (`extra`: per-call settings of a subclass)."""
+
+    def _session_options(self, level: str | None = None, **extra):
+        import onnxruntime as ort
+        import psutil
+
+        opts = self.options
+        so = ort.SessionOptions()
+        so.intra_op_num_threads = opts.threads or psutil.cpu_count(logical=False) or 1
+        so.inter_op_num_threads = opts.inter_op_threads
+        so.execution_mode = (ort.ExecutionMode.ORT_PARALLEL if opts.execution_mode == "parallel"
+                             else ort.ExecutionMode.ORT_SEQUENTIAL)
+        so.enable_cpu_mem_arena = opts.memory_arena
+        so.add_session_config_entry("session.intra_op.allow_spinning", "1" if opts.allow_spinning else "0")
+        so.graph_optimization_level = {
+            "disable": ort.GraphOptimizationLevel.ORT_DISABLE_ALL,
+            "basic": ort.GraphOptimizationLevel.ORT_ENABLE_BASIC,
+            "extended": ort.GraphOptimizationLevel.ORT_ENABLE_EXTENDED,
+            "all": ort.GraphOptimizationLevel.ORT_ENABLE_ALL,
+        }[level or opts.graph_optimization]
+        so.log_severity_level = 3  # errors only: ORT's warnings about unused initializers are noise here
+        self._configure(so, **extra)
+        return so
+
+    def _new_session(self, model: str | bytes, so):
+        import onnxruntime as ort
+
+        return ort.InferenceSession(model, so, providers=self._providers())
+
+    def _load(self, model: Path | bytes, so, what: str):
+        """Create the session; its errors are the model's (exit 2), and an EP that did not load is the
+        host's (exit 4): ORT would otherwise run everything on the CPU EP and say nothing."""
+        try:
+            with native_output_captured() as said:
+                sess = self._new_session(model if isinstance(model, bytes) else str(model), so)
+        except TapeoutError:  # a subclass's own, clearer message
+            raise
+        except Exception as exc:  # ORT raises its own pybind types (Fail, InvalidGraph, NoSuchFile, ...)
+            raise BadInput(f"onnxruntime ({self.EP}) could not load {what}: {first_line(exc)}",
+                           fix="check the model with `tapeout lint --profile`, or export it again") from None
+        if self.EP not in sess.get_providers():
+            why = next((line for line in said if "fail" in line.lower() or "error" in line.lower()), "no reason given")
+            raise TargetUnavailable(f"{self.EP} did not load; onnxruntime would run on {', '.join(sess.get_providers())} "
+                                    f"instead: {why[:300]}", fix=self.INSTALL)
+        return sess
+
+    def session(self, artifact: Artifact) -> OrtSession:
+        return OrtSession(self._load(artifact.path, self._session_options(), f"artifact {artifact.path}"),
+                          device=self._io_device())
+
+    def _profiling_session(self, artifact: Artifact, folder: Path) -> OrtSession:
+        so = self._session_options()
+        so.enable_profiling = True
+        so.profile_file_prefix = str(folder / "ort_profile")
+        return OrtSession(self._load(artifact.path, so, f"artifact {artifact.path}"), device=self._io_device())
+
+    def op_profile(self, artifact: Artifact, feeds: dict[str, np.ndarray], iterations: int) -> OpProfile:
+        """A separate, instrumented pass: ORT's profiler slows runs down, so budgets never use it."""
+        from tapeout.targets import ort_profile
+
+        with tempfile.TemporaryDirectory(prefix="tapeout-prof-") as tmp:
+            sess = self._profiling_session(artifact, Path(tmp))
+            call = sess.bind(feeds)
+            for _ in range(3 + iterations):  # the trace keeps the last `iterations` runs: the rest is warm-up
+                call()
+            sess.synchronize()
+            trace = sess._sess.end_profiling()
+            return ort_profile.parse(Path(trace), keep_last=iterations,
+                                     method=self.capabilities.op_profiler or "ONNX Runtime profiler")
