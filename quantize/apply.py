@@ -179,7 +179,7 @@ def _float16(plan: Plan, model_in: Path, model_out: Path) -> dict:
                                          op_block_list=sorted(set(DEFAULT_OP_BLOCK_LIST) | set(plan.float_ops)))
     _check_weight_precision(plan, converted)
     onnx.save(converted, str(model_out))
-    return {"method": "float16", "fp16_groups": len(plan.nodes_at("fp16")), "fp32_nodes": len(kept),
+    return {"method": "float16", "fp16_nodes": len(plan.nodes_at("fp16")), "fp32_nodes": len(kept),
             "fp32_op_types": list(plan.float_ops), "casts": sum(n.op_type == "Cast" for n in converted.graph.node),
             "io": "float32 (the converter keeps graph inputs and outputs FP32)"}
 
@@ -196,15 +196,16 @@ def _check_weight_precision(plan: Plan, model) -> None:
             uses[name] = uses.get(name, 0) + 1
     by_name = {n.name: n for n in model.graph.node}
     want = {"fp16": TensorProto.FLOAT16, FLOAT: TensorProto.FLOAT}
+    planned = [(name, group.group, group.precision) for group in plan.groups for name in group.nodes]
+    planned += [(name, "kept float by the rule", FLOAT) for name in plan.float_nodes]
     wrong = []
-    for group in plan.groups:
-        for name in group.nodes:
-            node = by_name.get(name)
-            weight = next((i for i in (node.input[1:] if node is not None else []) if i in initializers), None)
-            if weight is None or uses.get(weight, 0) != 1:  # computed or shared weights: not checkable here
-                continue
-            if initializers[weight] != want[group.precision]:
-                wrong.append(f"{name} ({group.group}: planned {group.precision})")
+    for name, where, precision in planned:
+        node = by_name.get(name)
+        weight = next((i for i in (node.input[1:] if node is not None else []) if i in initializers), None)
+        if weight is None or uses.get(weight, 0) != 1:  # computed or shared weights: not checkable here
+            continue
+        if initializers[weight] != want[precision]:
+            wrong.append(f"{name} ({where}: planned {precision})")
     if wrong:
         raise BadInput(f"the FP16 conversion did not follow the plan for {len(wrong)} node(s): {', '.join(wrong[:3])}",
                        fix="keep those groups float with [quantization] keep_float, or use precision = \"fp32\"")

@@ -22,7 +22,7 @@ from pydantic import Field
 
 from tapeout.errors import BadInput, first_line
 from tapeout.targets.base import Probe
-from tapeout.targets.ort_ep import OrtOptions, OrtTarget, native_output_captured
+from tapeout.targets.ort_ep import OrtOptions, OrtTarget, native_output_captured, ort_complaint
 from tapeout.types import Artifact, InputSpec
 
 ARTIFACT_FILE = "model.onnx"
@@ -126,5 +126,4 @@ def _tiny_session_problem() -> str | None:
         return first_line(exc)
     if OrtCuda.EP in sess.get_providers():
         return None
-    return next((line for line in said if "fail" in line.lower() or "error" in line.lower()),
-                "ORT fell back to the CPU EP without saying why")[:300]
+    return ort_complaint(said) or "ORT fell back to the CPU EP without saying why"

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import re
 import sys
 import tempfile
 from collections.abc import Callable, Iterator
@@ -61,6 +62,25 @@ def native_output_captured() -> Iterator[list[str]]:
             os.close(saved[1])
             sink.seek(0)
             said.extend(line for line in sink.read().decode(errors="replace").splitlines() if line.strip())
+
+
+_LOG_PREFIX = re.compile(r"^.*?\[[EW]:onnxruntime:[^\]]*\]\s*")
+
+
+def ort_complaint(said: list[str]) -> str:
+    """ORT's error and warning lines in the native output, as sentences: no colour codes, timestamps,
+    source locations, error-code prefixes or directories (a missing library is named by its file)."""
+    found = []
+    for line in said:
+        text = re.sub(r"\x1b\[[0-9;]*m", "", line)
+        if not _LOG_PREFIX.match(text):
+            continue
+        text = _LOG_PREFIX.sub("", text).rsplit("[ONNXRuntimeError] : ", 1)[-1]
+        text = re.sub(r"^\d+ : [A-Z_]+ : ", "", text)
+        text = re.sub(r"(?<=\s)/\S*/", "", text).strip()
+        if text:
+            found.append(text[:240])
+    return " | ".join(found)
 
 
 class OrtSession(Session):
@@ -186,9 +206,8 @@ class OrtTarget(Target):
             raise BadInput(f"onnxruntime ({self.EP}) could not load {what}: {first_line(exc)}",
                            fix="check the model with `tapeout lint --profile`, or export it again") from None
         if self.EP not in sess.get_providers():
-            why = next((line for line in said if "fail" in line.lower() or "error" in line.lower()), "no reason given")
             raise TargetUnavailable(f"{self.EP} did not load; onnxruntime would run on {', '.join(sess.get_providers())} "
-                                    f"instead: {why[:300]}", fix=self.INSTALL)
+                                    f"instead: {ort_complaint(said) or 'no reason given'}", fix=self.INSTALL)
         return sess
 
     def session(self, artifact: Artifact) -> OrtSession:

@@ -184,3 +184,26 @@ def test_cuda_target_without_the_gpu_wheel_exits_4_naming_what_to_install(tmp_pa
         line = one_line_error(result)
         assert "ort-cuda" in line and "onnxruntime-gpu" in line and "pip uninstall -y onnxruntime" in line
     assert not (tmp_path / "b").exists()
+
+
+def test_ort_native_complaints_become_one_readable_reason():
+    """What onnxruntime-gpu 1.31.1 printed here, on a host without CUDA 13 (recorded): the reason keeps the
+    missing library and the required versions, and drops colour codes, timestamps and source paths."""
+    from tapeout.targets.ort_ep import ort_complaint
+
+    said = [
+        "\x1b[1;31m2026-11-23 05:38:51.162955390 [E:onnxruntime:Default, provider_bridge_ort.cc:2458 operator()] "
+        "/onnxruntime_src/onnxruntime/core/session/provider_bridge_ort.cc:2043 onnxruntime::Provider& "
+        "onnxruntime::ProviderLibrary::Get() [ONNXRuntimeError] : 1 : FAIL : Failed to load library "
+        "/tmp/v/lib/python3.11/site-packages/onnxruntime/capi/libonnxruntime_providers_cuda.so with error: "
+        "libcublasLt.so.13: cannot open shared object file: No such file or directory",
+        "\x1b[m",
+        "\x1b[0;93m2026-11-23 05:38:51.162989538 [W:onnxruntime:Default, onnxruntime_pybind_state.cc:1295 "
+        "CreateExecutionProviderFactoryInstance] Failed to create CUDAExecutionProvider. Require cuDNN 9.* and CUDA "
+        "13.*. Please install all dependencies\x1b[m",
+        "LIBNATIVE: a banner that is not ORT's",
+    ]
+    assert ort_complaint(said) == (
+        "Failed to load library libonnxruntime_providers_cuda.so with error: libcublasLt.so.13: cannot open shared "
+        "object file: No such file or directory | Failed to create CUDAExecutionProvider. Require cuDNN 9.* and CUDA "
+        "13.*. Please install all dependencies")

@@ -238,12 +238,12 @@ def targets(as_json: bool = JSON) -> None:
     if as_json:
         typer.echo(json.dumps(rows, indent=2))
         return
-    table = Table("target", "available", "version", "precisions", "what", "why not / install")
+    table = Table("target", "available", "version", "precisions", "what", "why not / install", show_lines=True)
     for r in rows:
         table.add_row(r["target"], ("yes" + (" (emulator)" if r["emulated_here"] else "")) if r["available"] else "[red]no[/]",
                       r["version"] or "—", ", ".join(r["precisions"]), escape(r["summary"]),
-                      escape(f"{r['reason']} {r['install']}".strip()) or "—")
-    Console().print(table)
+                      escape(f"{r['reason']} — {r['install']}" if r["reason"] else "—"))
+    Console(width=None if Console().is_terminal else 160).print(table)
 
 
 @profiles_app.command("list")

@@ -1,0 +1,116 @@
+"""FP16 for GPUs (the gpu-float rule set of ort-cuda): plans per family, the conversion and its
+postcondition, and accuracy on real weights. The converted models run on ONNX Runtime's CPU EP here,
+which has FP16 kernels: the numerics of the plan are tested for real, the GPU's speed is not."""
+
+from __future__ import annotations
+
+import sys
+
+import graphs
+import numpy as np
+import onnx
+import pytest
+
+from conftest import SAMPLES, run_cli
+from tapeout import targets
+from tapeout.analysis import analyze
+from tapeout.errors import BadInput
+from tapeout.parity import cosine
+from tapeout.quantize import rules
+from tapeout.quantize.apply import apply
+from tapeout.types import InputSpec, QuantizationSettings
+
+CUDA = targets.TARGETS["ort-cuda"].capabilities
+
+
+def _fp16_plan(tmp_path, model, **settings):
+    path = tmp_path / "model.onnx"
+    onnx.save(model, path)
+    analysis = analyze(path)
+    return rules.first_plan(analysis, "ort-cuda", CUDA, "fp16", QuantizationSettings(**settings)), path, analysis
+
+
+def test_rules_come_from_the_capabilities_not_the_name(tmp_path):
+    """A target named anything with the gpu-float rule set gets the FP16 plan and its own ladder."""
+    from dataclasses import replace
+
+    onnx.save(graphs.cnn(), tmp_path / "cnn.onnx")
+    analysis = analyze(tmp_path / "cnn.onnx")
+    custom = replace(CUDA, precisions={"fp16": ("fp16", "fp32")})
+    plan = rules.first_plan(analysis, "my-new-gpu-target", custom, "fp16", QuantizationSettings())
+    assert plan.method == "float16" and plan.target == "my-new-gpu-target" and plan.ladder == ("fp16", "fp32")
+    with pytest.raises(BadInput, match="has no fp16 rules"):
+        rules.first_plan(analysis, "my-new-gpu-target", replace(custom, rules=None), "fp16", QuantizationSettings())
+
+
+def test_fp16_rules_per_family(tmp_path):
+    encoder, _, _ = _fp16_plan(tmp_path, graphs.transformer())
+    assert encoder.ladder == ("fp16", "fp32") and {g.precision for g in encoder.groups} == {"fp16"}
+    assert {"Pow", "ReduceMean", "Sqrt"} <= set(encoder.float_ops)  # decomposed-norm statistics stay FP32
+    cnn, _, _ = _fp16_plan(tmp_path, graphs.cnn())
+    assert not cnn.float_ops and {g.precision for g in cnn.groups} == {"fp16"}
+    lstm, _, analysis = _fp16_plan(tmp_path, graphs.recurrent())
+    assert [analysis.roles[n] for n in lstm.float_nodes] == ["recurrent_cell"]  # the LSTM is no fusion group yet
+    unet, _, analysis = _fp16_plan(tmp_path, graphs.diffusion())
+    assert unet.float_nodes and {analysis.roles[n] for n in unet.float_nodes} == {"timestep_embedding"}
+    kept, _, _ = _fp16_plan(tmp_path, graphs.transformer(), keep_float=["block1.ffn.out"])
+    assert {g.group: g.precision for g in kept.groups}["block1.ffn.out"] == "fp32"
+    with pytest.raises(BadInput, match="float conversion, not a quantization method"):
+        _fp16_plan(tmp_path, graphs.transformer(), method="dynamic")
+
+
+@pytest.mark.parametrize("family", ["encoder", "decoder", "cnn", "lstm", "unet"])
+def test_fp16_plans_convert_and_run_close_to_fp32(tmp_path, family):
+    import onnxruntime as ort
+
+    model = {"encoder": graphs.transformer(), "decoder": graphs.transformer(causal=True, lm_head=True, swiglu=True),
+             "cnn": graphs.cnn(), "lstm": graphs.recurrent(), "unet": graphs.diffusion()}[family]
+    plan, path, _ = _fp16_plan(tmp_path, model)
+    info = apply(plan, path, tmp_path / "fp16.onnx")
+    converted = onnx.load(tmp_path / "fp16.onnx")
+    assert info["method"] == "float16"
+    assert [i.type.tensor_type.elem_type for i in converted.graph.input] == [i.type.tensor_type.elem_type
+                                                                             for i in model.graph.input]
+    weights = [i.data_type for i in converted.graph.initializer if i.data_type in (onnx.TensorProto.FLOAT,
+                                                                                  onnx.TensorProto.FLOAT16)]
+    assert weights.count(onnx.TensorProto.FLOAT16) > weights.count(onnx.TensorProto.FLOAT)
+    produced = {o: n for n in converted.graph.node for o in n.output}
+    for node in (n for n in converted.graph.node if n.op_type in plan.float_ops):  # their inputs are cast back to FP32
+        first = produced.get(node.input[0])
+        assert first is None or first.op_type != "Cast" or first.attribute[0].i == onnx.TensorProto.FLOAT, node.name
+    rng = np.random.default_rng(0)
+    feeds = {i.name: (rng.integers(0, 64, (1, 8)) if i.type.tensor_type.elem_type == onnx.TensorProto.INT64
+                      else rng.standard_normal([d.dim_value for d in i.type.tensor_type.shape.dim]).astype(np.float32))
+             for i in model.graph.input}
+    ref = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"]).run(None, feeds)[0]
+    out = ort.InferenceSession(str(tmp_path / "fp16.onnx"), providers=["CPUExecutionProvider"]).run(None, feeds)[0]
+    assert np.isfinite(out).all() and cosine(out, ref) > 0.999
+
+
+def test_the_postcondition_catches_a_conversion_that_did_not_follow_the_plan(tmp_path):
+    """The plan says the MatMuls run in FP16 but an op block list keeps MatMul FP32: the converter obeys the
+    block list silently; the weight check after conversion refuses to hand that model on."""
+    from dataclasses import replace
+
+    plan, path, _ = _fp16_plan(tmp_path, graphs.mlp())
+    with pytest.raises(BadInput, match="FP16 conversion did not follow the plan"):
+        apply(replace(plan, float_ops=("MatMul",)), path, tmp_path / "bad.onnx")
+    assert not (tmp_path / "bad.onnx").exists()
+
+
+def test_minilm_fp16_plan_keeps_the_embeddings(tmp_path):
+    """Real weights: the sample's own metric (mean cosine of sentence embeddings vs FP32, 300 sentences)
+    for the FP16 plan the rule table writes, run on the CPU EP (FP16 kernels) instead of the GPU."""
+    exported = tmp_path / "minilm.onnx"
+    assert run_cli("export", SAMPLES / "minilm", "--out", exported).code == 0
+    inputs = [InputSpec(name=n, shape=["batch", "sequence"], dtype="int64")
+              for n in ("input_ids", "attention_mask", "token_type_ids")]
+    analysis = analyze(exported, inputs, {"batch": 1, "sequence": 128})
+    plan = rules.first_plan(analysis, "ort-cuda", CUDA, "fp16", QuantizationSettings())
+    apply(plan, exported, tmp_path / "fp16.onnx")
+    sys.path.insert(0, str(SAMPLES / "minilm"))
+    try:
+        import metric
+    finally:
+        sys.path.remove(str(SAMPLES / "minilm"))
+    assert metric.mean_cosine(targets.reference_session(tmp_path / "fp16.onnx").run) > 0.999
