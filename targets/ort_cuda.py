@@ -14,6 +14,8 @@ every node runs on the CUDA EP.
 
 from __future__ import annotations
 
+import contextlib
+import functools
 import shutil
 from pathlib import Path
 from typing import Literal
@@ -58,6 +60,7 @@ class OrtCuda(OrtTarget):
                          reason=f"this onnxruntime {ort.__version__} has no CUDA EP (providers: {', '.join(providers)}): "
                                 "it is the CPU wheel")
         # Listed is not usable: the provider library loads CUDA, cuDNN and a GPU only when a session asks.
+        _preload_cuda_libraries()
         why = _tiny_session_problem()
         if why:
             return Probe(False, ort.__version__, reason=f"the CUDA EP is built in but did not load: {why}",
@@ -77,6 +80,7 @@ class OrtCuda(OrtTarget):
         return ("cuda", self.options.device_id)
 
     def _new_session(self, model: str | bytes, so):
+        _preload_cuda_libraries()
         try:
             return super()._new_session(model, so)
         except Exception as exc:
@@ -107,6 +111,19 @@ class OrtCuda(OrtTarget):
             "fusions": "applied by ONNX Runtime's CUDA EP when the session loads (graph_optimization "
                        f"= {self.options.graph_optimization})",
         })
+
+
+@functools.cache
+def _preload_cuda_libraries() -> None:
+    """CUDA and cuDNN installed as pip wheels (nvidia-cublas-cu13, nvidia-cudnn-cu13, ...: what torch pulls in)
+    are not on the loader's path; ORT >= 1.21 can load them from site-packages first. directory="" keeps it
+    from looking at torch (the device side has none). Best effort: the EP check after it says what failed."""
+    import onnxruntime as ort
+
+    preload = getattr(ort, "preload_dlls", None)  # onnxruntime-gpu >= 1.21
+    if preload is not None:
+        with native_output_captured(), contextlib.suppress(Exception):
+            preload(directory="")
 
 
 def _tiny_session_problem() -> str | None:

@@ -92,8 +92,10 @@ def test_costs_and_liveness_on_a_graph_counted_by_hand(tmp_path):
 
 @pytest.mark.parametrize(("sample", "family", "roles"), [
     ("digits-cnn", "cnn", {"first_conv": 1, "conv": 1, "linear": 1, "head": 1}),
-    ("minilm", "transformer-encoder", {"attn_q": 6, "attn_out": 6, "ffn_in": 6, "ffn_out": 6, "embedding": 3, "norm": 13}),
-    ("tiny-lm", "decoder-llm", {"lm_head": 1, "ffn_gate": 4, "ffn_up": 4, "ffn_out": 4, "attn_q": 4}),
+    pytest.param("minilm", "transformer-encoder",
+                 {"attn_q": 6, "attn_out": 6, "ffn_in": 6, "ffn_out": 6, "embedding": 3, "norm": 13}, marks=pytest.mark.slow),
+    pytest.param("tiny-lm", "decoder-llm", {"lm_head": 1, "ffn_gate": 4, "ffn_up": 4, "ffn_out": 4, "attn_q": 4},
+                 marks=pytest.mark.slow),
 ])
 def test_analyze_labels_the_samples(sample, family, roles):
     from conftest import SAMPLES

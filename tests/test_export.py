@@ -3,6 +3,7 @@
 import textwrap
 
 import onnx
+import pytest
 
 from conftest import SAMPLES, one_line_error, run_cli
 
@@ -69,6 +70,7 @@ def test_digits_export_pins_ir_version_and_verifies(tmp_path):
     assert model.graph.input[0].type.tensor_type.shape.dim[0].dim_param == "batch"
 
 
+@pytest.mark.slow
 def test_hugging_face_directory_source(tmp_path):
     import torch
     from transformers import BertConfig, BertModel

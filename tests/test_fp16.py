@@ -98,6 +98,7 @@ def test_the_postcondition_catches_a_conversion_that_did_not_follow_the_plan(tmp
     assert not (tmp_path / "bad.onnx").exists()
 
 
+@pytest.mark.slow
 def test_minilm_fp16_plan_keeps_the_embeddings(tmp_path):
     """Real weights: the sample's own metric (mean cosine of sentence embeddings vs FP32, 300 sentences)
     for the FP16 plan the rule table writes, run on the CPU EP (FP16 kernels) instead of the GPU."""

@@ -2,9 +2,12 @@
 
 import json
 
+import pytest
+
 from conftest import SAMPLES, run_cli
 
 
+@pytest.mark.slow
 def test_minilm_builds_and_checks(tmp_path, fast_profile):
     out = tmp_path / "minilm"
     build = run_cli("build", SAMPLES / "minilm", "--profile", fast_profile, "--out", out, "--json")

@@ -17,7 +17,7 @@ def ov_profile(tmp_path_factory, fast_profile):
     return path
 
 
-@pytest.mark.parametrize("sample", ["digits-cnn", "minilm"])
+@pytest.mark.parametrize("sample", ["digits-cnn", pytest.param("minilm", marks=pytest.mark.slow)])
 def test_sample_builds_and_checks_on_openvino_cpu(sample, tmp_path, ov_profile):
     out = tmp_path / sample
     build = run_cli("build", SAMPLES / sample, "--profile", ov_profile, "--out", out, "--json")

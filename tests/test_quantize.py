@@ -259,6 +259,7 @@ def test_npu_rule_is_full_integer_a16w8_for_transformers_with_masks_and_softmax_
         first_plan(analysis, "qnn", "int8", QuantizationSettings(method="dynamic"))
 
 
+@pytest.mark.slow
 def test_tiny_lm_int4_keeps_perplexity_within_the_relative_budget_and_check_carries_it(tmp_path):
     from conftest import SAMPLES
 
