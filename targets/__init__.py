@@ -54,7 +54,7 @@ TARGETS: dict[str, TargetInfo] = {
         capabilities=Capabilities(
             precisions={"fp32": ("fp32",), "fp16": ("fp16", "fp32")},
             rules="gpu-float", meters=("rss", "nvml", "tegrastats"), timing_sync="device", device_memory=True,
-            accelerator="CUDA",
+            accelerator="CUDAExecutionProvider",
             # Without CUPTI in the ORT build, node times are launch times; synchronous launches make each
             # node's time include its kernels (the profiling process only; timed runs stay asynchronous).
             op_profiler="ONNX Runtime profiler (CUDA EP)", op_profile_env={"CUDA_LAUNCH_BLOCKING": "1"},
@@ -101,9 +101,17 @@ def options_model(name: str) -> type[BaseModel]:
 
 
 def create(name: str, options: dict[str, Any] | BaseModel | None = None) -> Target:
-    """The target with its options (validated by its Options model)."""
+    """The target with its options (validated by its Options model; profiles are validated when loaded,
+    so a failure here is a recorded manifest or a caller's dict)."""
+    from pydantic import ValidationError
+
     cls = target_class(name)
-    opts = options if isinstance(options, cls.Options) else cls.Options.model_validate(options or {})
+    try:
+        opts = options if isinstance(options, cls.Options) else cls.Options.model_validate(options or {})
+    except ValidationError as exc:
+        err = exc.errors()[0]
+        raise BadInput(f"options for target '{name}': {'.'.join(map(str, err['loc'])) or '(top level)'}: {err['msg']}",
+                       fix="fix the profile's [options], or rebuild with this tapeout version") from None
     return cls(name, info(name).capabilities, opts)
 
 

@@ -49,7 +49,7 @@ class Capabilities:
     timing_sync: Literal["none", "device"] = "none"  # device: a timed run ends with a device sync
     device_memory: bool = False         # inputs/outputs live in device memory; end-to-end timed apart
     emulated_on: Mapping[str, str] = field(default_factory=dict)  # machine -> why timings are not the device's
-    accelerator: str | None = None      # what placement counts nodes on
+    accelerator: str | None = None      # what placement counts nodes on (an ORT EP's name: from the op profile)
     op_profiler: str | None = None      # what produces the per-op profile, or None
     op_profile_env: Mapping[str, str] = field(default_factory=dict)  # environment of the profiling process
 

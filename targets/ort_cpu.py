@@ -11,7 +11,6 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from tapeout.targets.base import Probe
 from tapeout.targets.ort_ep import OrtOptions, OrtTarget
 from tapeout.types import Artifact, InputSpec
 
@@ -25,18 +24,7 @@ class Options(OrtOptions):
 
 
 class OrtCpu(OrtTarget):
-    Options = Options
-
-    @classmethod
-    def probe(cls) -> Probe:
-        try:
-            import onnxruntime as ort
-        except ImportError as exc:
-            return Probe(False, reason=f"onnxruntime cannot be imported ({exc})", install_hint=cls.INSTALL)
-        providers = ort.get_available_providers()
-        if cls.EP not in providers:
-            return Probe(False, ort.__version__, reason=f"{cls.EP} missing (have {providers})", install_hint=cls.INSTALL)
-        return Probe(True, ort.__version__, details={"providers": providers})
+    Options = Options  # the probe is the EP base's: the CPU EP is in every onnxruntime build
 
     def compile(self, model_path: Path, out_dir: Path, inputs: list[InputSpec], dims: dict[str, int]) -> Artifact:
         """Apply the portable optimizations once and save the result; that model is the artifact."""

@@ -50,22 +50,16 @@ class OrtCuda(OrtTarget):
 
     @classmethod
     def probe(cls) -> Probe:
-        try:
-            import onnxruntime as ort
-        except ImportError as exc:
-            return Probe(False, reason=f"onnxruntime cannot be imported ({exc})", install_hint=cls.INSTALL)
-        providers = ort.get_available_providers()
-        if cls.EP not in providers:
-            return Probe(False, ort.__version__, install_hint=cls.INSTALL,
-                         reason=f"this onnxruntime {ort.__version__} has no CUDA EP (providers: {', '.join(providers)}): "
-                                "it is the CPU wheel")
+        built_in = super().probe()
+        if not built_in.available:
+            return built_in
         # Listed is not usable: the provider library loads CUDA, cuDNN and a GPU only when a session asks.
         _preload_cuda_libraries()
         why = _tiny_session_problem()
         if why:
-            return Probe(False, ort.__version__, reason=f"the CUDA EP is built in but did not load: {why}",
+            return Probe(False, built_in.version, reason=f"the CUDA EP is built in but did not load: {why}",
                          install_hint=cls.INSTALL)
-        return Probe(True, ort.__version__, details={"providers": providers})
+        return built_in
 
     def _providers(self) -> list:
         o = self.options
@@ -78,6 +72,9 @@ class OrtCuda(OrtTarget):
 
     def _io_device(self) -> tuple[str, int]:
         return ("cuda", self.options.device_id)
+
+    def _replays_graph(self) -> bool:
+        return self.options.cuda_graph
 
     def _new_session(self, model: str | bytes, so):
         _preload_cuda_libraries()
@@ -101,7 +98,7 @@ class OrtCuda(OrtTarget):
 
         out_dir.mkdir(parents=True, exist_ok=True)
         target = out_dir / ARTIFACT_FILE
-        shutil.copyfile(model_path, target)
+        copy_model(model_path, target)
         self._load(target, self._session_options(), f"{model_path}")
         header = onnx.load(str(target), load_external_data=False)
         fp16 = sum(i.data_type == onnx.TensorProto.FLOAT16 for i in header.graph.initializer)
@@ -111,6 +108,25 @@ class OrtCuda(OrtTarget):
             "fusions": "applied by ONNX Runtime's CUDA EP when the session loads (graph_optimization "
                        f"= {self.options.graph_optimization})",
         })
+
+
+def copy_model(model_path: Path, target: Path) -> None:
+    """The model and every external-data file it names (models over 2 GB keep their weights beside the
+    graph). A location must be a regular file inside the model's folder: no symlink, no way out of it."""
+    import onnx
+
+    header = onnx.load(str(model_path), load_external_data=False)
+    shutil.copyfile(model_path, target)
+    folder = model_path.parent.resolve()
+    locations = {entry.value for tensor in header.graph.initializer if tensor.data_location == onnx.TensorProto.EXTERNAL
+                 for entry in tensor.external_data if entry.key == "location"}
+    for location in sorted(locations):
+        source = model_path.parent / location
+        if source.is_symlink() or not source.resolve().is_relative_to(folder) or not source.is_file():
+            raise BadInput(f"{model_path.name} names external data '{location}', which is not a regular file inside "
+                           f"{folder}", fix="keep the weights file beside the model, not behind a link or '..'")
+        (target.parent / location).parent.mkdir(parents=True, exist_ok=True)
+        shutil.copyfile(source, target.parent / location)
 
 
 @functools.cache

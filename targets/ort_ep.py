@@ -18,7 +18,7 @@ import numpy as np
 from pydantic import BaseModel, ConfigDict, Field
 
 from tapeout.errors import BadInput, TapeoutError, TargetUnavailable, first_line
-from tapeout.targets.base import OpProfile, Session, Target
+from tapeout.targets.base import OpProfile, Probe, Session, Target
 from tapeout.types import Artifact
 
 _LEVELS = ("disable", "basic", "extended", "all")
@@ -85,11 +85,13 @@ def ort_complaint(said: list[str]) -> str:
 
 class OrtSession(Session):
     """An ORT InferenceSession. With `device` ("cuda", id) inputs and outputs are bound in device
-    memory (IOBinding): timed runs neither copy nor allocate, and CUDA graphs can replay them."""
+    memory (IOBinding): timed runs neither copy nor allocate, and CUDA graphs can replay them.
+    `fixed_shapes`: the session replays a captured graph, so its buffers' shapes may never change."""
 
-    def __init__(self, sess, device: tuple[str, int] | None = None):
+    def __init__(self, sess, device: tuple[str, int] | None = None, fixed_shapes: bool = False):
         self._sess = sess
         self._device = device
+        self._fixed_shapes = fixed_shapes
         self._binding = None
         self._inputs: dict = {}
         self._shapes: dict[str, tuple[int, ...]] = {}
@@ -100,7 +102,7 @@ class OrtSession(Session):
         if self._device is None:
             return dict(zip(self.output_names, self._sess.run(self.output_names, feeds), strict=True))
         self._bind(feeds)
-        return self._copied_run(feeds)
+        return self._bound_run()
 
     def bind(self, feeds: dict[str, np.ndarray]) -> Callable[[], object]:
         if self._device is None:
@@ -113,26 +115,37 @@ class OrtSession(Session):
         if self._device is None:
             return None
         self._bind(feeds)
-        return lambda: self._copied_run(feeds)
+
+        def call():
+            self._put(feeds)
+            return self._bound_run()
+        return call
 
     def synchronize(self) -> None:
         if self._binding is not None:
             self._binding.synchronize_outputs()
 
-    def _copied_run(self, feeds: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+    def _put(self, feeds: dict[str, np.ndarray]) -> None:
         for name, value in self._inputs.items():
             value.update_inplace(np.ascontiguousarray(feeds[name]))  # same device address: CUDA graphs stay valid
+
+    def _bound_run(self) -> dict[str, np.ndarray]:
         self._sess.run_with_iobinding(self._binding)
         return dict(zip(self.output_names, self._binding.copy_outputs_to_cpu(), strict=True))
 
     def _bind(self, feeds: dict[str, np.ndarray]) -> None:
-        """Device buffers for these shapes: inputs copied once, outputs at fixed addresses (learned from one
-        run in which ORT allocates them; ORT's CUDA EP captures a graph only after regular runs)."""
+        """The feeds in device buffers: copied into the bound ones when the shapes are unchanged, else new
+        buffers, inputs copied once and outputs at fixed addresses (learned from one run in which ORT
+        allocates them; ORT's CUDA EP captures a graph only after regular runs)."""
         import onnxruntime as ort
 
         shapes = {name: tuple(np.shape(feeds[name])) for name in self.input_names}
         if self._binding is not None and shapes == self._shapes:
+            self._put(feeds)
             return
+        if self._binding is not None and self._fixed_shapes:
+            raise BadInput(f"input shapes changed from {self._shapes} to {shapes}, but a captured CUDA graph replays one "
+                           "shape only", fix="pin the dims in the project's [dims], or set [options] cuda_graph = false")
         kind, index = self._device
         binding = self._sess.io_binding()
         self._inputs = {name: ort.OrtValue.ortvalue_from_numpy(np.ascontiguousarray(feeds[name]), kind, index)
@@ -157,12 +170,29 @@ class OrtTarget(Target):
     EP: ClassVar[str] = "CPUExecutionProvider"
     INSTALL: ClassVar[str] = "pip install onnxruntime"
 
+    @classmethod
+    def probe(cls) -> Probe:
+        """The EP is built into the installed onnxruntime. Subclasses add what "usable" needs beyond that."""
+        try:
+            import onnxruntime as ort
+        except ImportError as exc:
+            return Probe(False, reason=f"onnxruntime cannot be imported ({exc})", install_hint=cls.INSTALL)
+        providers = ort.get_available_providers()
+        if cls.EP not in providers:
+            return Probe(False, ort.__version__, install_hint=cls.INSTALL,
+                         reason=f"this onnxruntime {ort.__version__} has no {cls.EP} (it offers {', '.join(providers)})")
+        return Probe(True, ort.__version__, details={"providers": providers})
+
     def _providers(self) -> list:
         return [self.EP]
 
     def _io_device(self) -> tuple[str, int] | None:
         """Where inputs and outputs live for timed runs; None: host memory."""
         return None
+
+    def _replays_graph(self) -> bool:
+        """A captured graph (CUDA graphs) replays fixed buffers: no shape may change after the first run."""
+        return False
 
     def _configure(self, so, **extra) -> None:
         """Provider-specific session config entries (`extra`: per-call settings of a subclass)."""
@@ -212,7 +242,7 @@ class OrtTarget(Target):
 
     def session(self, artifact: Artifact) -> OrtSession:
         return OrtSession(self._load(artifact.path, self._session_options(), f"artifact {artifact.path}"),
-                          device=self._io_device())
+                          device=self._io_device(), fixed_shapes=self._replays_graph())
 
     def _profiling_session(self, artifact: Artifact, folder: Path) -> OrtSession:
         so = self._session_options()

@@ -75,7 +75,7 @@ def placement(trace: dict) -> dict:
     supported = int(summary.get("supported_nodes", total - len(off)))
     return {"accelerator": "HTP", "total_nodes": total, "on_accelerator": supported,
             "off_share": (total - supported) / total if total else 0.0, "off": off,
-            "subgraphs": summary.get("qnn_subgraphs")}
+            "subgraphs": summary.get("qnn_subgraphs"), "source": "the QNN EP's op trace at compile"}
 
 
 def pin_shapes(model_path: Path, out_path: Path, inputs: list[InputSpec], dims: dict[str, int]) -> tuple[Path, list[str]]:

@@ -19,6 +19,7 @@ from pydantic import BaseModel, ValidationError
 from conftest import SAMPLES, one_line_error, run_cli
 from tapeout import targets
 from tapeout.config import list_profiles, load_profile
+from tapeout.errors import BadInput
 from tapeout.targets.base import METERS, PRECISIONS, RULE_SETS, RUNGS, OpProfile, Probe, Session, Target
 from tapeout.types import Artifact, InputSpec
 
@@ -168,9 +169,17 @@ def test_ort_binding_keeps_device_buffers_and_copies_in_place(tmp_path):
     x = rng.standard_normal((1, 8)).astype(np.float32)
     copies = bound.bind_with_copies({"x": x})
     assert np.array_equal(copies()["y"], plain.run(None, {"x": x})[0])
+    other = rng.standard_normal((1, 8)).astype(np.float32)
+    bound.run({"x": other})  # the golden loop runs other samples between binding and timing
     bound.bind({"x": x})()
     bound.synchronize()
     assert bound._binding.get_outputs()[0].data_ptr() == address  # same buffer: what a CUDA graph replays into
+    assert np.array_equal(bound._binding.copy_outputs_to_cpu()[0], plain.run(None, {"x": x})[0])  # bind(x) runs x
+    replaying = OrtSession(ort.InferenceSession(str(tmp_path / "tiny.onnx"), providers=["CPUExecutionProvider"]),
+                           device=("cpu", 0), fixed_shapes=True)
+    replaying.run({"x": x})
+    with pytest.raises(BadInput, match="a captured CUDA graph replays one shape only"):
+        replaying.run({"x": np.zeros((2, 8), np.float32)})
 
 
 def test_cuda_target_without_the_gpu_wheel_exits_4_naming_what_to_install(tmp_path):
@@ -207,3 +216,31 @@ def test_ort_native_complaints_become_one_readable_reason():
         "Failed to load library libonnxruntime_providers_cuda.so with error: libcublasLt.so.13: cannot open shared "
         "object file: No such file or directory | Failed to create CUDAExecutionProvider. Require cuDNN 9.* and CUDA "
         "13.*. Please install all dependencies")
+
+
+def test_the_cuda_artifact_takes_its_external_data_and_nothing_outside_the_model_folder(tmp_path):
+    """ort-cuda's artifact is the model file: models over 2 GB keep their weights in external-data files,
+    which must come along, and a location that leaves the model's folder must not be followed."""
+    from onnx.external_data_helper import convert_model_to_external_data
+
+    from tapeout.targets.ort_cuda import copy_model
+
+    _tiny(tmp_path / "tiny.onnx")
+    model = onnx.load(tmp_path / "tiny.onnx")
+    for tensor in model.graph.initializer:  # only raw data goes external
+        tensor.CopyFrom(onnx.numpy_helper.from_array(onnx.numpy_helper.to_array(tensor), tensor.name))
+    src = tmp_path / "src"
+    src.mkdir()
+    convert_model_to_external_data(model, all_tensors_to_one_file=True, location="weights.bin", size_threshold=0)
+    onnx.save(model, src / "model.onnx")
+    (tmp_path / "out").mkdir()
+    copy_model(src / "model.onnx", tmp_path / "out" / "model.onnx")
+    assert (tmp_path / "out" / "weights.bin").read_bytes() == (src / "weights.bin").read_bytes()
+    onnx.load(tmp_path / "out" / "model.onnx")  # loads with its weights, from its new folder
+
+    secret = tmp_path / "secret.bin"
+    secret.write_bytes((src / "weights.bin").read_bytes())
+    (src / "weights.bin").unlink()
+    (src / "weights.bin").symlink_to(secret)
+    with pytest.raises(BadInput, match="not a regular file inside"):
+        copy_model(src / "model.onnx", tmp_path / "out" / "again.onnx")

@@ -115,3 +115,21 @@ def test_cold_start_judged_on_the_range_over_processes():
     assert results["cold_start_ms"].verdict is Verdict.PASS and results["cold_start_ms"].bound == (10.0, 12.0)
     results = {r.budget: r for r in verdicts.judge_latency(Budgets(cold_start_ms=11), m, CheckSettings())}
     assert results["cold_start_ms"].verdict is Verdict.INCONCLUSIVE
+
+
+def test_placement_from_the_op_profile_names_what_ran_off_the_targets_provider(digits_build):
+    """A real per-op profile (digits-cnn on the CPU EP), read as if the target were a GPU EP: every node
+    left on the CPU EP counts as off the accelerator, by op type, and the placement budget judges it."""
+    import json
+
+    from tapeout.measure import placement_from_profile
+
+    profile = json.loads((digits_build / "report.json").read_text())["measurement"]["op_profile"]
+    on_cpu = placement_from_profile(profile, "CPUExecutionProvider")
+    assert on_cpu["off_share"] == 0.0 and on_cpu["total_nodes"] >= 4 and not on_cpu["off"]
+    on_gpu = placement_from_profile(profile, "CUDAExecutionProvider")
+    assert on_gpu["off_share"] == 1.0 and {o["op_type"] for o in on_gpu["off"]} >= {"Conv"}
+    assert all(o["reason"] == "ran on CPUExecutionProvider" for o in on_gpu["off"])
+    verdict = verdicts.judge_placement(Budgets(placement_max_off_share=0.2), on_gpu)[0]
+    assert verdict.verdict is Verdict.FAIL and "Conv" in verdict.reason
+    assert placement_from_profile(None, "CUDAExecutionProvider") is None

@@ -17,6 +17,7 @@ from pydantic import ValidationError
 
 from tapeout import builddir, manifest, targets, verdicts
 from tapeout import measure as measuring
+from tapeout.config import validate
 from tapeout.console import UI
 from tapeout.context import Context
 from tapeout.data import load_golden
@@ -125,8 +126,8 @@ def check(build_dir: Path | str, ui: UI, strict: bool = False, iterations: int |
     if iterations or repeats:
         settings = settings.model_copy(update={k: v for k, v in {"iterations": iterations, "repeats": repeats}.items() if v})
     target.preflight()
-    spec = DeviceSpec.model_validate(man["device_spec"]) if man.get("device_spec") else None
-    ctx = Context(profile, target, ui, device=spec)
+    spec = validate(DeviceSpec, man["device_spec"], build_dir / builddir.MANIFEST, "device_spec.") if man.get("device_spec") else None
+    ctx = Context(profile, target, probe, ui, device=spec)
     artifact = Artifact(target_name, build_dir / "artifact", man["artifact"]["main_file"])
     _, golden_outputs = load_golden(golden_path)
 

@@ -11,7 +11,7 @@ from pathlib import Path
 from tapeout import targets
 from tapeout.config import load_device, load_profile, load_project
 from tapeout.console import UI
-from tapeout.targets.base import Target
+from tapeout.targets.base import Probe, Target
 from tapeout.types import DeviceSpec, Profile, Project
 
 
@@ -19,6 +19,7 @@ from tapeout.types import DeviceSpec, Profile, Project
 class Context:
     profile: Profile
     target: Target
+    probe: Probe                         # taken once: for a GPU target it creates a CUDA session
     ui: UI
     project: Project | None = None       # None on the device: `check` has the build dir, not the project
     device: DeviceSpec | None = None     # the profile's device spec, if it names one
@@ -32,17 +33,14 @@ class Context:
     def capabilities(self):
         return self.target.capabilities
 
-    @property
-    def precision_ladder(self) -> tuple[str, ...]:
-        return self.capabilities.precisions[self.profile.precision]
-
 
 def for_build(project_dir: Path | str, profile_name: str, ui: UI) -> Context:
     """Load and validate everything a build needs, and stop early (exit 4) if the target cannot run here."""
     project = load_project(project_dir)
     profile = load_profile(profile_name)
     target = targets.create(profile.target, profile.options)
-    target.probe().require(profile.target)
+    probe = target.probe()
+    probe.require(profile.target)
     target.preflight()
     device = load_device(profile.device) if profile.device else None
-    return Context(profile, target, ui, project=project, device=device)
+    return Context(profile, target, probe, ui, project=project, device=device)

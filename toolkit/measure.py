@@ -196,7 +196,8 @@ def _summarize(results: list[dict], settings: CheckSettings, meter_names: tuple[
             m.device_memory_scope = per[0]["device_memory_scope"]
             break
     if not m.device_memory_mb:
-        m.unmeasured["device_memory"] = (m.unmeasured.get("energy") if any(n in ("nvml", "amdsmi") for n in meter_names)
+        gpu = [per[0].get("unavailable") for name, per in readings.items() if name in ("nvml", "amdsmi")]
+        m.unmeasured["device_memory"] = (("; ".join(r for r in gpu if r) or "the GPU meter read no memory") if gpu
                                          else "this target has no device memory apart from the host's (see peak RSS)")
     m.device = next((per[0]["device"] for name, per in readings.items() if name != "rss" and "device" in per[0]), None)
     for per in readings.values():
@@ -241,6 +242,27 @@ def measure(
                           env=dict(caps.op_profile_env))
         m.op_profile = prof["op_profile"]
     return m
+
+
+def placement_from_profile(profile: dict | None, accelerator: str) -> dict | None:
+    """Which nodes ran on the target's own provider, from the per-op profile: an ORT execution provider
+    hands what it has no kernel for to the CPU EP without a word. Counted per op type (calls per run)."""
+    if not profile or not profile.get("op_types"):
+        return None
+    runs = profile.get("runs") or 1
+    total = on = 0
+    off = []
+    for row in profile["op_types"]:
+        nodes = max(1, round(row["calls"] / runs))
+        total += nodes
+        if row["provider"] == accelerator:
+            on += nodes
+        else:
+            off.append({"node": f"{nodes} node(s)", "op_type": row["op_type"], "reason": f"ran on {row['provider']}"})
+    return {"accelerator": accelerator, "total_nodes": total, "on_accelerator": on,
+            "off_share": (total - on) / total if total else 0.0, "off": off, "subgraphs": None,
+            "source": "the per-op profile's provider per node (shape computations on the CPU EP are usual; "
+                      "compute ops there are not)"}
 
 
 EMULATED_ITERATIONS = 10

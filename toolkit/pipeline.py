@@ -18,6 +18,7 @@ from tapeout.console import UI
 from tapeout.context import Context, for_build
 from tapeout.data import Predict, evaluate, sample_inputs, save_golden
 from tapeout.errors import BadInput
+from tapeout.measure import placement_from_profile
 from tapeout.parity import compare
 from tapeout.report import render_markdown
 from tapeout.report_model import AccuracyInfo, ArtifactInfo, GoldenInfo, ProjectInfo, Report, assemble
@@ -140,6 +141,9 @@ def _build_into(ctx: Context, build_dir: str, strict: bool) -> Report:
 
     m, settings = measure_target(ctx, artifact, stage / "golden.npz", profile.check)
     parity = compare(reference_outputs, m.outputs, profile.check.parity.atol, profile.check.parity.rtol)
+    placement = artifact.meta.get("placement")
+    if placement is None and ctx.capabilities.accelerator:
+        placement = placement_from_profile(m.op_profile, ctx.capabilities.accelerator)
 
     accuracy = None
     if project.evaluation is not None:
@@ -160,7 +164,7 @@ def _build_into(ctx: Context, build_dir: str, strict: bool) -> Report:
     budgets = [
         *verdicts.judge_on_device(profile.budgets, m, settings, ctx.emulated),
         *verdicts.judge_artifact(profile.budgets, artifact_bytes),
-        *verdicts.judge_placement(profile.budgets, artifact.meta.get("placement")),
+        *verdicts.judge_placement(profile.budgets, placement),
         verdicts.judge_parity(parity, profile.check.parity),
         *verdicts.judge_accuracy(profile.budgets, accuracy and accuracy.reference, accuracy and accuracy.artifact,
                                  accuracy and accuracy.direction, accuracy.metric if accuracy else "metric"),
@@ -173,7 +177,7 @@ def _build_into(ctx: Context, build_dir: str, strict: bool) -> Report:
         golden=GoldenInfo(samples=len(golden_inputs), source=golden_source,
                           reference="torch (FP32)" if exported.loaded.kind == "torch"
                           else "the source ONNX model (FP32, ORT CPU)"),
-        m=m, parity=parity, budgets=budgets, accuracy=accuracy, placement=artifact.meta.get("placement"),
+        m=m, parity=parity, budgets=budgets, accuracy=accuracy, placement=placement,
         model={"kind": exported.loaded.kind, "description": exported.loaded.description,
                "weights_sha256": exported.loaded.weights_sha256 or manifest.sha256_file(exported.loaded.onnx_path),
                "files": {str(f.name): manifest.sha256_file(f) for f in exported.loaded.files}},

@@ -215,8 +215,9 @@ def _quantization_section(q: dict | None) -> list[str]:
 def _placement_section(p: dict | None) -> list[str]:
     if not p:
         return []
+    subgraphs = f", in {p['subgraphs']} subgraph(s)" if p.get("subgraphs") else ""
     out = ["", "## Placement", "", f"{p['on_accelerator']} of {p['total_nodes']} nodes on the {p['accelerator']} "
-           f"({1 - p['off_share']:.1%}), in {p.get('subgraphs') or '?'} subgraph(s), from the EP's op trace at compile."]
+           f"({1 - p['off_share']:.1%}){subgraphs}, from {p.get('source') or 'the EP at compile'}."]
     if p["off"]:
         out += ["", *_table(["node", "op", "why not on the accelerator"], [[n["node"], n["op_type"], n["reason"]] for n in p["off"]])]
     return out

@@ -140,7 +140,6 @@ def assemble(kind: Literal["build", "check"], ctx: Context, *, build_dir: str, p
              artifact: ArtifactInfo, golden: GoldenInfo, m: Measurement, parity: list[OutputParity],
              budgets: list[BudgetResult], strict: bool, **sections: Any) -> Report:
     """One report for a build or a check; the exit code follows from the verdicts (DESIGN §4)."""
-    probe = ctx.target.probe()
     caps = ctx.capabilities
     match = device_match(ctx, m)
     if match is not None and match.note and match.matches is False:
@@ -150,7 +149,7 @@ def assemble(kind: Literal["build", "check"], ctx: Context, *, build_dir: str, p
         project=project,
         profile=ProfileInfo(name=ctx.profile.name, target=ctx.profile.target, device=ctx.profile.device,
                             precision=ctx.profile.precision),
-        target=TargetRun(name=ctx.target.name, version=probe.version, emulated=ctx.emulated,
+        target=TargetRun(name=ctx.target.name, version=ctx.probe.version, emulated=ctx.emulated,
                          compile_on=caps.compile_on, meters=list(caps.meters)),
         device=match, artifact=artifact, golden=golden, parity=parity, budgets=budgets, measurement=m.to_json(),
         host=manifest.host_fingerprint(), **sections,
