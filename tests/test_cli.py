@@ -220,3 +220,25 @@ def test_check_runs_with_torch_unimportable(digits_build, tmp_path):
     result = run_cli("check", digits_build, "--iterations", "30", "--repeats", "1", env={"PYTHONPATH": path})
     assert result.code == 0, result.err + result.out
     assert "PASS" in result.out
+
+
+def test_check_refuses_an_edited_report_an_old_schema_and_a_malformed_report(digits_build, tmp_path):
+    """check carries verdicts from report.json only because the manifest hashes it: an edited verdict is
+    refused; so is a build of the previous schema; `tapeout report` names a malformed report's problem."""
+    copy = tmp_path / "b"
+    shutil.copytree(digits_build, copy)
+    report = json.loads((copy / "report.json").read_text())
+    report["budgets"][-1]["verdict"] = "pass"
+    (copy / "report.json").write_text(json.dumps(report))
+    result = run_cli("check", copy)
+    assert result.code == 2 and "build report" in one_line_error(result) and "sha256 mismatch" in result.err
+
+    (copy / "report.json").write_text("{}")
+    rendered = run_cli("report", copy)
+    assert rendered.code == 2 and "missing required field 'kind'" in one_line_error(rendered)
+
+    man = json.loads((copy / "manifest.json").read_text())
+    man["schema"] = "tapeout.manifest/1"
+    (copy / "manifest.json").write_text(json.dumps(man))
+    old = run_cli("check", copy)
+    assert old.code == 2 and "tapeout.manifest/1" in one_line_error(old) and "rebuild" in old.err

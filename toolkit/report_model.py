@@ -113,12 +113,15 @@ def load(path, what: str = "report") -> Report:
     """A report read back (tapeout report, check carrying verdicts): malformed is the user's to fix."""
     import json
 
+    from tapeout.config import describe_validation_error
+
+    fix = "rebuild with this tapeout version; reports are never edited by hand"
     try:
         return Report.model_validate(json.loads(path.read_text()))
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError, ValidationError) as exc:
-        detail = exc.errors()[0] if isinstance(exc, ValidationError) else exc
-        raise BadInput(f"{path} is not a {SCHEMA} {what} ({detail})",
-                       fix="rebuild with this tapeout version; reports are never edited by hand") from None
+    except ValidationError as exc:
+        raise BadInput(f"not a {SCHEMA} {what}: {describe_validation_error(path, Report, exc)}", fix=fix) from None
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise BadInput(f"{path} is not a {SCHEMA} {what} ({exc})", fix=fix) from None
 
 
 def device_match(ctx: Context, m: Measurement) -> DeviceMatch | None:
