@@ -105,13 +105,9 @@ def load_path(path: Path, input_names: list[str], output_names: list[str] | None
 
 
 def _load_pt2(path: Path, output_names: list[str] | None) -> LoadedModel:
-    import torch
+    from tapeout.exporters import pt2
 
-    try:
-        program = torch.export.load(str(path))
-    except Exception as exc:
-        raise BadInput(f"{path} is not a loadable ExportedProgram ({type(exc).__name__}: {exc})",
-                       fix="save it with torch.export.save") from None
+    program = pt2.load(path)  # never unpickles: a model file from someone else is data
     loaded = _from_module(program.module(), f"ExportedProgram {path.name}", output_names)
     loaded.files = [path]
     return loaded

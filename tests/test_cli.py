@@ -242,3 +242,29 @@ def test_check_refuses_an_edited_report_an_old_schema_and_a_malformed_report(dig
     (copy / "manifest.json").write_text(json.dumps(man))
     old = run_cli("check", copy)
     assert old.code == 2 and "tapeout.manifest/1" in one_line_error(old) and "rebuild" in old.err
+
+
+@pytest.mark.parametrize(("args", "says"), [
+    ((), "Usage"),
+    (("nosuchcmd",), "No such command 'nosuchcmd'"),
+    (("build", "samples/digits-cnn"), "Missing option '--profile'"),
+    (("check", "somewhere", "--iterations", "0"), "Invalid value for '--iterations'"),
+])
+def test_usage_errors_exit_2_without_a_traceback(args, says):
+    """typer >= 0.2x raises its vendored copy of click's exceptions: they are usage errors, not tapeout bugs."""
+    result = run_cli(*args)
+    assert result.code == 2 and says in result.err + result.out
+    assert "Traceback" not in result.err and "internal error" not in result.err
+
+
+def test_ctrl_c_exits_130_with_a_line(tmp_path):
+    import signal
+    import time
+
+    proc = subprocess.Popen([sys.executable, "-m", "tapeout", "build", str(SAMPLES / "minilm"), "--profile", "cpu-fp32",
+                             "--out", str(tmp_path / "b")], stderr=subprocess.PIPE, text=True)
+    time.sleep(4)  # inside the model load or the export
+    proc.send_signal(signal.SIGINT)
+    _, err = proc.communicate(timeout=120)
+    assert proc.returncode == 130 and "interrupted" in err and "Traceback" not in err
+    assert not (tmp_path / "b").exists() and not list(tmp_path.glob(".b.partial-*"))

@@ -274,6 +274,23 @@ def profiles_show(name: str = typer.Argument(..., help="Profile or device spec n
     typer.echo(json.dumps({**profile.model_dump(mode="json"), "device_spec": spec}, indent=2))
 
 
+_INTERRUPTED = "tapeout: interrupted (Ctrl-C); a build in progress leaves no build dir"
+
+
+def _click_exceptions(name: str) -> tuple[type[BaseException], ...]:
+    """click's exception class and typer's vendored copy of it (typer >= 0.2x ships click as typer._click,
+    whose usage errors are not click's classes)."""
+    found = [getattr(click.exceptions, name)]
+    try:
+        from typer._click import exceptions as vendored
+    except ImportError:
+        vendored = None
+    found.append(getattr(vendored, name, None))
+    if name == "Exit":
+        found.append(typer.Exit)
+    return tuple(dict.fromkeys(cls for cls in found if cls is not None))
+
+
 def main() -> None:
     debug = "--debug" in sys.argv
     try:
@@ -283,13 +300,13 @@ def main() -> None:
             raise
         typer.echo(f"tapeout: error: {exc}", err=True)
         sys.exit(exc.exit_code)
-    except click.exceptions.Exit as exc:  # typer.Exit
+    except _click_exceptions("Exit") as exc:  # typer.Exit
         sys.exit(exc.exit_code)
-    except click.ClickException as exc:
+    except _click_exceptions("ClickException") as exc:  # usage: a missing option, an unknown command, ...
         exc.show()
         sys.exit(EXIT_BAD_INPUT)
-    except click.exceptions.Abort:
-        typer.echo("tapeout: aborted", err=True)
+    except (KeyboardInterrupt, *_click_exceptions("Abort")):
+        typer.echo(_INTERRUPTED, err=True)
         sys.exit(130)
     except Exception:
         # Anything that is not a TapeoutError is our bug: keep the traceback, and an exit code that
@@ -300,4 +317,6 @@ def main() -> None:
         typer.echo("tapeout: internal error (a bug in tapeout, not in your model); please report it with the "
                    "traceback above", err=True)
         sys.exit(EXIT_INTERNAL)
+    if code == 130:  # typer turns Ctrl-C into Exit(130) and, outside standalone mode, returns its code
+        typer.echo(_INTERRUPTED, err=True)
     sys.exit(code if isinstance(code, int) else 0)
