@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from tapeout.errors import BadInput
+from tapeout.errors import BadInput, UserCodeError, user_code
 
 
 @dataclass
@@ -60,12 +60,16 @@ def resolve_callable(ref: str, root: Path, field_name: str) -> Callable:
             spec = importlib.util.spec_from_file_location(name, file)
             module = importlib.util.module_from_spec(spec)
             sys.modules[name] = module
-            spec.loader.exec_module(module)
+            with user_code(f"{field_name} {target} (importing it)", root):
+                spec.loader.exec_module(module)
         else:
             try:
-                module = importlib.import_module(target)
-            except ModuleNotFoundError as exc:
-                raise BadInput(f"{field_name}: cannot import module '{target}' ({exc})",
+                with user_code(f"{field_name} {target} (importing it)", root):
+                    module = importlib.import_module(target)
+            except UserCodeError as exc:
+                if not isinstance(exc.__cause__, ModuleNotFoundError) or exc.__cause__.name != target.split(".")[0]:
+                    raise
+                raise BadInput(f"{field_name}: cannot import module '{target}' ({exc.__cause__})",
                                fix="install it, or use 'file.py:function' for a file next to tapeout.toml") from None
     fn = getattr(module, attr, None)
     if not callable(fn):
@@ -75,7 +79,9 @@ def resolve_callable(ref: str, root: Path, field_name: str) -> Callable:
 
 def load(source: str, root: Path, input_names: list[str], output_names: list[str] | None = None) -> LoadedModel:
     if ":" in source and not Path(root / source).exists():
-        produced = resolve_callable(source, root, "[model] source")()
+        build = resolve_callable(source, root, "[model] source")
+        with user_code(f"[model] source {source}", root):
+            produced = build()
         if isinstance(produced, str | Path):
             return load_path(Path(produced), input_names, output_names, origin=source)
         loaded = _from_module(produced, f"{source}", output_names)

@@ -18,7 +18,7 @@ from pathlib import Path
 
 import numpy as np
 
-from tapeout.errors import BadInput, ExportMismatch, first_line
+from tapeout.errors import BadInput, ExportMismatch, first_line, user_code
 from tapeout.exporters.sources import LoadedModel
 from tapeout.feeds import Feeds, random_feeds
 from tapeout.parity import OutputParity, compare, worst
@@ -46,7 +46,8 @@ def torch_outputs(module, feeds: Feeds, input_names: list[str], output_names: li
     import torch
 
     args = [torch.from_numpy(np.ascontiguousarray(feeds[name])) for name in input_names]
-    with torch.inference_mode():
+    shapes = ", ".join(f"{n} {list(a.shape)}" for n, a in zip(input_names, args, strict=True))
+    with torch.inference_mode(), user_code(f"the model's forward on the project's inputs ({shapes})"):
         result = module(*args)
     if isinstance(result, dict):
         values, names = list(result.values()), list(result.keys())

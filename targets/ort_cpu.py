@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from tapeout.paths import external_data_files
 from tapeout.targets.ort_ep import OrtOptions, OrtTarget
 from tapeout.types import Artifact, InputSpec
 
@@ -32,6 +33,9 @@ class OrtCpu(OrtTarget):
         saved = min(self.options.graph_optimization, PORTABLE_LEVEL, key=_LEVEL_ORDER.index)
         so = self._session_options(level=saved)
         so.optimized_model_filepath = str(out_dir / ARTIFACT_FILE)
+        if external_data_files(Path(model_path)):  # ORT would save references to files it does not write
+            so.add_session_config_entry("session.optimized_model_external_initializers_file_name", ARTIFACT_FILE + ".data")
+            so.add_session_config_entry("session.optimized_model_external_initializers_min_size_in_bytes", "1024")
         self._load(Path(model_path), so, f"{model_path}")
         return Artifact(self.name, out_dir, ARTIFACT_FILE,
                         meta={"saved_optimization": saved, "load_optimization": self.options.graph_optimization})

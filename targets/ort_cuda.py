@@ -16,13 +16,13 @@ from __future__ import annotations
 
 import contextlib
 import functools
-import shutil
 from pathlib import Path
 from typing import Literal
 
 from pydantic import Field
 
 from tapeout.errors import BadInput, first_line
+from tapeout.paths import copy_onnx
 from tapeout.targets.base import Probe
 from tapeout.targets.ort_ep import OrtOptions, OrtTarget, native_output_captured, ort_complaint
 from tapeout.types import Artifact, InputSpec
@@ -98,7 +98,7 @@ class OrtCuda(OrtTarget):
 
         out_dir.mkdir(parents=True, exist_ok=True)
         target = out_dir / ARTIFACT_FILE
-        copy_model(model_path, target)
+        copy_onnx(model_path, target)  # with its external-data files, each confined to the model's folder
         self._load(target, self._session_options(), f"{model_path}")
         header = onnx.load(str(target), load_external_data=False)
         fp16 = sum(i.data_type == onnx.TensorProto.FLOAT16 for i in header.graph.initializer)
@@ -108,25 +108,6 @@ class OrtCuda(OrtTarget):
             "fusions": "applied by ONNX Runtime's CUDA EP when the session loads (graph_optimization "
                        f"= {self.options.graph_optimization})",
         })
-
-
-def copy_model(model_path: Path, target: Path) -> None:
-    """The model and every external-data file it names (models over 2 GB keep their weights beside the
-    graph). A location must be a regular file inside the model's folder: no symlink, no way out of it."""
-    import onnx
-
-    header = onnx.load(str(model_path), load_external_data=False)
-    shutil.copyfile(model_path, target)
-    folder = model_path.parent.resolve()
-    locations = {entry.value for tensor in header.graph.initializer if tensor.data_location == onnx.TensorProto.EXTERNAL
-                 for entry in tensor.external_data if entry.key == "location"}
-    for location in sorted(locations):
-        source = model_path.parent / location
-        if source.is_symlink() or not source.resolve().is_relative_to(folder) or not source.is_file():
-            raise BadInput(f"{model_path.name} names external data '{location}', which is not a regular file inside "
-                           f"{folder}", fix="keep the weights file beside the model, not behind a link or '..'")
-        (target.parent / location).parent.mkdir(parents=True, exist_ok=True)
-        shutil.copyfile(source, target.parent / location)
 
 
 @functools.cache

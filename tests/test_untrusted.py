@@ -94,3 +94,103 @@ def test_a_file_that_is_not_an_archive_is_one_line(tmp_path):
     (tmp_path / "junk.pt2").write_bytes(b"not a zip at all")
     result = run_cli("lint", _project(tmp_path, tmp_path / "junk.pt2"))
     assert result.code == 2 and "is not a .pt2 archive" in one_line_error(result)
+
+
+def _onnx_with_external_data(folder: Path, location: str) -> Path:
+    """y = relu(x @ W + b) with W and b in the external-data file `location`."""
+    import numpy as np
+    import onnx
+    from onnx import TensorProto, helper, numpy_helper
+    from onnx.external_data_helper import convert_model_to_external_data
+
+    rng = np.random.default_rng(0)
+    graph = helper.make_graph(
+        [helper.make_node("MatMul", ["x", "w"], ["xw"]), helper.make_node("Add", ["xw", "b"], ["z"]),
+         helper.make_node("Relu", ["z"], ["y"])], "tiny",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 8])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 4])],
+        initializer=[numpy_helper.from_array(rng.standard_normal((8, 4)).astype(np.float32), "w"),
+                     numpy_helper.from_array(rng.standard_normal(4).astype(np.float32), "b")])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 8
+    convert_model_to_external_data(model, all_tensors_to_one_file=True, location=location, size_threshold=0)
+    folder.mkdir(parents=True, exist_ok=True)
+    onnx.save(model, folder / "model.onnx")
+    return folder / "model.onnx"
+
+
+def _onnx_project(tmp_path: Path, model: Path) -> Path:
+    project = tmp_path / "project"
+    project.mkdir(exist_ok=True)
+    (project / "tapeout.toml").write_text(f'[model]\nsource = "{model}"\n\n[[inputs]]\nname = "x"\nshape = [1, 8]\n')
+    return project
+
+
+def test_an_onnx_source_brings_every_external_data_file_it_names(tmp_path, fast_profile):
+    model = _onnx_with_external_data(tmp_path / "src", "weights.bin")  # not <name>.data: it used to be left out
+    result = run_cli("build", _onnx_project(tmp_path, model), "--profile", fast_profile, "--out", tmp_path / "b")
+    assert result.code == 0, result.err
+    assert (tmp_path / "b" / "export" / "weights.bin").read_bytes() == (tmp_path / "src" / "weights.bin").read_bytes()
+
+
+def test_external_data_behind_a_symlink_or_outside_the_folder_is_refused(tmp_path, fast_profile):
+    secret = tmp_path / "secret.bin"
+    model = _onnx_with_external_data(tmp_path / "src", "model.onnx.data")
+    secret.write_bytes((tmp_path / "src" / "model.onnx.data").read_bytes())  # same size: it would load and fold
+    (tmp_path / "src" / "model.onnx.data").unlink()
+    (tmp_path / "src" / "model.onnx.data").symlink_to(secret)
+    linked = run_cli("build", _onnx_project(tmp_path, model), "--profile", fast_profile, "--out", tmp_path / "b")
+    assert linked.code == 2 and "passes through the symlink" in one_line_error(linked)
+    assert not (tmp_path / "b").exists()
+
+    climbing = _onnx_with_external_data(tmp_path / "src2", "weights.bin")
+    (tmp_path / "secr.bin").write_bytes((tmp_path / "src2" / "weights.bin").read_bytes())
+    # onnx itself will not write '..': edit the serialized location, same length so the protobuf stays valid
+    climbing.write_bytes(climbing.read_bytes().replace(b"weights.bin", b"../secr.bin"))
+    result = run_cli("build", _onnx_project(tmp_path, climbing), "--profile", fast_profile, "--out", tmp_path / "c")
+    assert result.code == 2 and "not a plain relative path" in one_line_error(result)
+    assert not (tmp_path / "c").exists()
+
+
+@pytest.mark.parametrize(("field", "value"), [("name", "../../escaped"), ("device", "../../../etc/passwd"),
+                                              ("name", ".hidden")])
+def test_profile_names_that_would_be_paths_are_refused(tmp_path, field, value):
+    from conftest import SAMPLES
+
+    profile = tmp_path / "p.toml"
+    profile.write_text(f'extends = "cpu-fp32"\n{field} = "{value}"\n')
+    result = run_cli("build", SAMPLES / "digits-cnn", "--profile", profile)
+    assert result.code == 2 and f"'{field}'" in one_line_error(result) and "plain name" in result.err
+    assert not (tmp_path.parent / "escaped").exists()
+
+
+def _edited_build(digits_build: Path, tmp_path: Path, edit) -> Path:
+    import shutil
+
+    copy = tmp_path / "b"
+    shutil.copytree(digits_build, copy)
+    man = json.loads((copy / "manifest.json").read_text())
+    man = edit(man)
+    (copy / "manifest.json").write_text(json.dumps(man))
+    return copy
+
+
+def _files(man, files):
+    man["artifact"]["files"] = files
+    return man
+
+
+@pytest.mark.parametrize(("case", "edit", "says"), [
+    ("no files", lambda m: _files(m, {}), "artifact.files"),
+    ("main file not hashed", lambda m: {**m, "artifact": {**m["artifact"], "main_file": "other.onnx"}},
+     "is not among the hashed files"),
+    ("a file outside", lambda m: _files(m, {**m["artifact"]["files"], "../report.json": "0" * 64}),
+     "not a plain relative path"),
+    ("absolute golden", lambda m: {**m, "golden": {**m["golden"], "file": "/etc/hostname"}}, "not a plain relative path"),
+    ("not an object", lambda m: [], "schema"),
+    ("missing golden", lambda m: {k: v for k, v in m.items() if k != "golden"}, "missing required field 'golden'"),
+])
+def test_a_manifest_from_elsewhere_is_data_its_paths_stay_in_the_build_dir(digits_build, tmp_path, case, edit, says):
+    result = run_cli("check", _edited_build(digits_build, tmp_path, edit))
+    assert result.code == 2, (case, result.err)
+    assert says in one_line_error(result), case

@@ -13,8 +13,6 @@ import json
 from pathlib import Path
 from xml.sax.saxutils import escape, quoteattr
 
-from pydantic import ValidationError
-
 from tapeout import builddir, manifest, targets, verdicts
 from tapeout import measure as measuring
 from tapeout.config import validate
@@ -23,13 +21,14 @@ from tapeout.context import Context
 from tapeout.data import load_golden
 from tapeout.errors import BadInput
 from tapeout.parity import compare
+from tapeout.paths import confined
 from tapeout.report import render_markdown
 from tapeout.report_model import ArtifactInfo, GoldenInfo, ProjectInfo, Report, assemble
 from tapeout.report_model import load as load_report
 from tapeout.types import Artifact, BudgetResult, CheckSettings, DeviceSpec, Profile, Verdict
 
 
-def read_manifest(build_dir: Path) -> dict:
+def read_manifest(build_dir: Path) -> manifest.ManifestRecord:
     if not build_dir.is_dir():
         raise BadInput(f"build dir {build_dir} not found", fix="give the directory `tapeout build` wrote")
     path = build_dir / builddir.MANIFEST
@@ -44,11 +43,11 @@ def read_manifest(build_dir: Path) -> dict:
         found = data.get("schema") if isinstance(data, dict) else type(data).__name__
         raise BadInput(f"{path}: schema {found!r} is not {manifest.SCHEMA!r}",
                        fix="check it with the tapeout version that built it, or rebuild")
-    return data
+    return validate(manifest.ManifestRecord, data, path)
 
 
 def _verified(build_dir: Path, rel: str, expected: str | None, what: str) -> Path:
-    file = build_dir / rel
+    file = confined(build_dir, rel, what)  # a manifest is a file from elsewhere: its paths stay in the build dir
     if not file.is_file():
         raise BadInput(f"{what} {file} is missing", fix="copy the whole build dir to the device, or rebuild")
     if manifest.sha256_file(file) != expected:
@@ -57,17 +56,13 @@ def _verified(build_dir: Path, rel: str, expected: str | None, what: str) -> Pat
     return file
 
 
-def verify_artifact(build_dir: Path, man: dict) -> None:
-    for rel, expected in man["artifact"]["files"].items():
+def verify_artifact(build_dir: Path, man: manifest.ManifestRecord) -> None:
+    for rel, expected in man.artifact.files.items():
         _verified(build_dir / "artifact", rel, expected, "artifact file")
 
 
-def _profile(man: dict, build_dir: Path) -> Profile:
-    try:
-        return Profile.model_validate(man["profile"])
-    except (ValidationError, KeyError) as exc:
-        raise BadInput(f"{build_dir / builddir.MANIFEST}: the recorded profile does not validate ({exc})",
-                       fix="rebuild with this tapeout version") from None
+def _profile(man: manifest.ManifestRecord, build_dir: Path) -> Profile:
+    return validate(Profile, man.profile, build_dir / builddir.MANIFEST, prefix="profile.")
 
 
 def measure_target(ctx: Context, artifact: Artifact, golden_path: Path,
@@ -111,7 +106,7 @@ def check(build_dir: Path | str, ui: UI, strict: bool = False, iterations: int |
           repeats: int | None = None) -> Report:
     build_dir = Path(build_dir).resolve()
     man = read_manifest(build_dir)
-    target_name = man["artifact"]["target"]
+    target_name = man.artifact.target
     if target_name not in targets.TARGETS:
         raise BadInput(f"{build_dir} was built for target '{target_name}', which this tapeout does not know",
                        fix=f"check it with a tapeout that has that backend, or rebuild for one of: {', '.join(targets.TARGETS)}")
@@ -120,20 +115,20 @@ def check(build_dir: Path | str, ui: UI, strict: bool = False, iterations: int |
     probe = target.probe()
     probe.require(target_name)
     verify_artifact(build_dir, man)
-    golden_path = _verified(build_dir, man["golden"]["file"], man["golden"]["sha256"], "golden file")
-    build = load_report(_verified(build_dir, man["report"]["file"], man["report"]["sha256"], "build report"))
+    golden_path = _verified(build_dir, man.golden.file, man.golden.sha256, "golden file")
+    build = load_report(_verified(build_dir, man.report.file, man.report.sha256, "build report"))
     settings = profile.check
     if iterations or repeats:
         settings = settings.model_copy(update={k: v for k, v in {"iterations": iterations, "repeats": repeats}.items() if v})
     target.preflight()
-    spec = validate(DeviceSpec, man["device_spec"], build_dir / builddir.MANIFEST, "device_spec.") if man.get("device_spec") else None
+    spec = validate(DeviceSpec, man.device_spec, build_dir / builddir.MANIFEST, "device_spec.") if man.device_spec else None
     ctx = Context(profile, target, probe, ui, device=spec)
-    artifact = Artifact(target_name, build_dir / "artifact", man["artifact"]["main_file"])
+    artifact = Artifact(target_name, build_dir / "artifact", man.artifact.main_file)
     _, golden_outputs = load_golden(golden_path)
 
     m, settings = measure_target(ctx, artifact, golden_path, settings)
     parity = compare(golden_outputs, m.outputs, settings.parity.atol, settings.parity.rtol)
-    host, built_on = manifest.host_fingerprint(), man.get("host", {})
+    host, built_on = manifest.host_fingerprint(), man.host
     if (host["cpu"], host["cpu_flags"]) != (built_on.get("cpu"), built_on.get("cpu_flags")):
         m.notes.append(f"checked on {host['cpu']} ({' '.join(host['cpu_flags'])}); built on {built_on.get('cpu')} "
                        f"({' '.join(built_on.get('cpu_flags', []))}): parity above is this CPU's")
@@ -146,9 +141,9 @@ def check(build_dir: Path | str, ui: UI, strict: bool = False, iterations: int |
     ]
     report = assemble(
         "check", ctx, build_dir=str(build_dir), strict=strict,
-        project=ProjectInfo(name=man["project"]["name"], source=man["project"]["source"], file=man["project"]["file"]),
+        project=ProjectInfo(name=man.project.name, source=man.project.source, file=man.project.file),
         artifact=ArtifactInfo(main_file=artifact.main_file, bytes=artifact_bytes,
-                              sha256=man["artifact"]["files"][artifact.main_file]),  # verified above, not hashed again
+                              sha256=man.artifact.files[artifact.main_file]),  # verified above, not hashed again
         golden=GoldenInfo(samples=len(golden_outputs), source="golden.npz", reference="the build's reference outputs"),
         m=m, parity=parity, budgets=budgets, placement=build.placement,
     )

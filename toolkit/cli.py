@@ -292,12 +292,16 @@ def _click_exceptions(name: str) -> tuple[type[BaseException], ...]:
 
 
 def main() -> None:
+    # --debug is global: accepted before or after the command, and never part of what typer parses
     debug = "--debug" in sys.argv
+    sys.argv = [a for a in sys.argv if a != "--debug"]
     try:
         code = app(standalone_mode=False)
     except TapeoutError as exc:
-        if debug:
-            raise
+        if debug:  # the traceback (the user's own, for errors in their code), and still the exit code
+            import traceback
+
+            traceback.print_exc()
         typer.echo(f"tapeout: error: {exc}", err=True)
         sys.exit(exc.exit_code)
     except _click_exceptions("Exit") as exc:  # typer.Exit

@@ -44,7 +44,10 @@ def describe_validation_error(path: Path, model: type[BaseModel], exc: Validatio
         return f"{path}: missing required field '{loc}'"
     found = err.get("input")
     found_text = "" if isinstance(found, dict | list) or found is None else f" (found {found!r})"
-    return f"{path}: field '{loc}': {err['msg']}{found_text}"
+    msg = err["msg"].removeprefix("Value error, ")  # our validators' messages are whole sentences already
+    if not err["loc"]:
+        return f"{path}: {msg}"
+    return f"{path}: field '{loc}': {msg}{found_text}"
 
 
 def _fields_at(model: type[BaseModel], loc: tuple) -> list[str]:

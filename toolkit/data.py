@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
+import itertools
 import math
 from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
 
-from tapeout.errors import BadInput
+from tapeout.errors import BadInput, user_code
 from tapeout.feeds import Feeds, check_feeds, npz_feeds, random_feeds, stack, unstack
 from tapeout.types import Project
 
@@ -26,11 +27,11 @@ def sample_inputs(project: Project, count: int) -> tuple[list[Feeds], str]:
     else:
         from tapeout.exporters.sources import resolve_callable
 
-        produced = resolve_callable(ref, project.root, "[calibration] data")()
+        source = resolve_callable(ref, project.root, "[calibration] data")
         samples = []
-        for i, feeds in enumerate(produced):
-            if i >= count:
-                break
+        with user_code(f"[calibration] data {ref}", project.root):  # a generator runs the user's code as it yields
+            produced = list(itertools.islice(source(), count))
+        for feeds in produced:
             if not isinstance(feeds, dict):
                 raise BadInput(f"[calibration] data {ref} yielded {type(feeds).__name__}, not a dict of arrays",
                                fix="yield {input_name: numpy array} per sample")
@@ -62,7 +63,9 @@ def evaluate(project: Project, predict: Predict) -> float:
     ref = project.evaluation.metric
     from tapeout.exporters.sources import resolve_callable
 
-    value = resolve_callable(ref, project.root, "[evaluation] metric")(predict)
+    metric = resolve_callable(ref, project.root, "[evaluation] metric")
+    with user_code(f"[evaluation] metric {ref}", project.root):
+        value = metric(predict)
     try:
         value = float(value)
     except (TypeError, ValueError):

@@ -47,3 +47,47 @@ def first_line(exc: BaseException) -> str:
     """The first line of a runtime's error, without its colour codes: what a one-line message quotes."""
     text = re.sub(r"\x1b\[[0-9;]*m", "", str(exc)).strip()
     return (text.splitlines()[0] if text else type(exc).__name__)[:300]
+
+
+class UserCodeError(BadInput):
+    """The project's own code (model file, callable, forward, metric, calibration data) raised: exit 2."""
+
+
+def _user_frame(exc: BaseException, root: str | None) -> str:
+    """Where in the user's code it happened: `file.py:line` of the innermost frame under the project root,
+    else the innermost one that is neither an installed package's nor tapeout's nor Python's own."""
+    import os
+    import traceback
+
+    if isinstance(exc, SyntaxError) and exc.filename:
+        return f"{exc.filename}:{exc.lineno}"
+    frames = traceback.extract_tb(exc.__traceback__)
+    ours = os.path.dirname(os.path.abspath(__file__))
+    theirs = [f for f in frames if root and f.filename.startswith(root)] or [
+        f for f in frames if not any(mark in f.filename for mark in ("site-packages", "dist-packages", "<frozen"))
+        and not f.filename.startswith((ours, os.path.dirname(os.__file__)))]
+    frame = (theirs or frames or [None])[-1]
+    return f"{frame.filename}:{frame.lineno}" if frame else "?"
+
+
+class user_code:
+    """`with user_code("[evaluation] metric metric.py:top1", root):` — anything the user's code raises,
+    SystemExit included (a sys.exit in a model file must not end tapeout with its code), becomes one
+    UserCodeError line naming the reference, the exception and the user's file and line. The original
+    exception stays its cause: `--debug` shows the traceback. Ctrl-C and tapeout's own errors pass."""
+
+    def __init__(self, what: str, root: object = None):
+        self.what, self.root = what, str(root) if root is not None else None
+
+    def __enter__(self) -> None:
+        return None
+
+    def __exit__(self, kind, exc, tb) -> bool:
+        if exc is None or isinstance(exc, (KeyboardInterrupt, TapeoutError)):
+            return False
+        if isinstance(exc, SystemExit):
+            problem = f"{self.what} called sys.exit({exc.code!r})"
+        else:
+            problem = f"{self.what} raised {type(exc).__name__}: {first_line(exc)}"
+        raise UserCodeError(f"{problem} (at {_user_frame(exc, self.root)})",
+                            fix="fix it in the project's code; `tapeout --debug …` shows the traceback") from exc

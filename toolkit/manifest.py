@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Any
 
 import psutil
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from tapeout import __version__
 
@@ -75,3 +76,43 @@ def host_fingerprint() -> dict[str, Any]:
 
 def now() -> str:
     return dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds")
+
+
+class _Recorded(BaseModel):
+    model_config = ConfigDict(extra="allow")  # a manifest records more than `check` reads
+
+
+class ArtifactRecord(_Recorded):
+    target: str
+    main_file: str
+    files: dict[str, str] = Field(min_length=1, description="every artifact file and its sha256")
+    meta: dict[str, Any] = Field(default_factory=dict)
+
+    @model_validator(mode="after")
+    def _main_file_is_hashed(self) -> ArtifactRecord:
+        if self.main_file not in self.files:
+            raise ValueError(f"main_file {self.main_file!r} is not among the hashed files")
+        return self
+
+
+class FileRecord(_Recorded):
+    file: str
+    sha256: str
+
+
+class ProjectRecord(_Recorded):
+    name: str
+    source: str
+    file: str
+
+
+class ManifestRecord(_Recorded):
+    """What `check` reads from manifest.json, validated before any of it is used."""
+
+    artifact: ArtifactRecord
+    golden: FileRecord
+    report: FileRecord
+    project: ProjectRecord
+    profile: dict[str, Any]
+    device_spec: dict[str, Any] | None = None
+    host: dict[str, Any] = Field(default_factory=dict)

@@ -6,7 +6,6 @@ complete (builddir.StagedBuild); `manifest.json` is written last.
 
 from __future__ import annotations
 
-import shutil
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -20,6 +19,7 @@ from tapeout.data import Predict, evaluate, sample_inputs, save_golden
 from tapeout.errors import BadInput
 from tapeout.measure import placement_from_profile
 from tapeout.parity import compare
+from tapeout.paths import copy_onnx
 from tapeout.report import render_markdown
 from tapeout.report_model import AccuracyInfo, ArtifactInfo, GoldenInfo, ProjectInfo, Report, assemble
 
@@ -54,11 +54,7 @@ def export_model(ctx: Context, out_path: Path, *, raise_on_lint: bool = True) ->
                   else target.lint(loaded.onnx_path, project.inputs, project.dims))
         if any(i.severity == "error" for i in issues):  # only reachable with raise_on_lint=False
             return Exported(loaded.onnx_path, {"exporter": "none (ONNX source)"}, None, loaded, lint=issues)
-        out_path.parent.mkdir(parents=True, exist_ok=True)
-        shutil.copyfile(loaded.onnx_path, out_path)
-        data_file = loaded.onnx_path.with_name(loaded.onnx_path.name + ".data")
-        if data_file.is_file():
-            shutil.copyfile(data_file, out_path.with_name(data_file.name))
+        copy_onnx(loaded.onnx_path, out_path)  # every external-data file it names, none from outside its folder
         header = onnx.load(str(out_path), load_external_data=False)
         info = {"exporter": "none (ONNX source)",
                 "opset": next((i.version for i in header.opset_import if i.domain in ("", "ai.onnx")), None),

@@ -18,6 +18,16 @@ DType = Literal["float32", "float16", "float64", "int64", "int32", "int8", "uint
 Direction = Literal["higher", "lower"]
 
 
+def folder_safe(value: str | None, what: str) -> str | None:
+    """A name that becomes a file or folder name (a build dir, a device spec file): never a path."""
+    if value is None:
+        return value
+    if not value or len(value) > 100 or value.startswith(".") or any(c in value for c in "/\\\0"):
+        raise ValueError(f"{what} {value!r} must be a plain name (no '/', '\\', leading '.', at most 100 "
+                         "characters): it names a file or folder")
+    return value
+
+
 class _Strict(BaseModel):
     # Unknown fields are errors: a typo in a budget name must not silently drop the budget.
     model_config = ConfigDict(extra="forbid", frozen=True)
@@ -79,6 +89,9 @@ class EvaluationSection(_Strict):
     name: str = "metric"
 
 
+MAX_INPUT_ELEMENTS = 2**31  # one input's elements: 8 GiB of float32, far past any model this runs
+
+
 class Project(_Strict):
     model: ModelSection
     inputs: list[InputSpec] = Field(min_length=1)
@@ -87,7 +100,7 @@ class Project(_Strict):
     evaluation: EvaluationSection | None = None
     export: ExportSection = ExportSection()
     golden_samples: int = Field(4, ge=1, le=256)
-    seed: int = 0
+    seed: int = Field(0, ge=0, lt=2**32, description="numpy's generators take 0 to 2**32 - 1")
 
     _root: Path = PrivateAttr(default=Path("."))
     _file: Path = PrivateAttr(default=Path("tapeout.toml"))
@@ -103,6 +116,15 @@ class Project(_Strict):
                     raise ValueError(
                         f"input {spec.name!r} uses symbolic dim {dim!r}: give its build value in [dims], e.g. {dim} = 1"
                     )
+        for name, value in self.dims.items():
+            if value < 1:  # a batch of 0 would build, measure and pass on empty inputs
+                raise ValueError(f"[dims] {name} = {value}: a dimension is at least 1")
+        for spec in self.inputs:
+            elements = math.prod(spec.concrete_shape(self.dims))
+            if elements > MAX_INPUT_ELEMENTS:
+                raise ValueError(f"input {spec.name!r} has {elements:,} elements at shape "
+                                 f"{list(spec.concrete_shape(self.dims))}: over {MAX_INPUT_ELEMENTS:,} (8 GiB of float32); "
+                                 "check [dims] and the shape for a typo")
         return self
 
     @property
@@ -190,7 +212,7 @@ class QuantizationSettings(_Strict):
 
 
 class Profile(_Strict):
-    name: str
+    name: str = Field(description="names the default build dir, PROJECT/build/NAME")
     description: str = ""
     target: str
     device: str | None = Field(None, description="device spec name; none means the machine that runs check")
@@ -199,6 +221,11 @@ class Profile(_Strict):
     options: dict[str, Any] = Field(default_factory=dict)
     budgets: Budgets = Budgets()
     check: CheckSettings = CheckSettings()
+
+    @field_validator("name", "device")
+    @classmethod
+    def _plain_names(cls, value: str | None, info) -> str | None:
+        return folder_safe(value, f"profile {info.field_name}")
 
     @model_validator(mode="after")
     def _enough_iterations(self) -> Profile:
@@ -238,6 +265,11 @@ class Sourced(_Strict):
 
 class DeviceSpec(_Strict):
     name: str
+
+    @field_validator("name")
+    @classmethod
+    def _plain_name(cls, value: str) -> str:
+        return folder_safe(value, "device spec name")
     vendor: str
     kind: Literal["gpu", "soc", "cpu"]
     compute_units: list[Literal["cpu", "gpu", "npu", "dla"]] = Field(min_length=1)

@@ -1,0 +1,79 @@
+"""Errors in the user's own code and values are the user's: exit 2, one line naming the file, the
+reference and the exception, the traceback only under --debug; never exit 0, never "a bug in tapeout"."""
+
+from __future__ import annotations
+
+import pytest
+
+from conftest import one_line_error, run_cli
+
+LINEAR = "import torch\n\ndef build():\n    return torch.nn.Linear(4, 2)\n"
+PROJECT = '[model]\nsource = "model.py:build"\n\n[[inputs]]\nname = "x"\nshape = [2, 4]\n'
+
+
+def _project(tmp_path, model: str = LINEAR, extra: str = "", project: str = PROJECT):
+    (tmp_path / "model.py").write_text(model)
+    (tmp_path / "tapeout.toml").write_text(project + extra)
+    return tmp_path
+
+
+@pytest.mark.parametrize(("model", "says", "line"), [
+    ("import sys\nsys.exit(0)\n", "called sys.exit(0)", 2),
+    ("def build(:\n    pass\n", "raised SyntaxError", 1),
+    ("def build():\n    raise RuntimeError('weights missing')\n", "raised RuntimeError: weights missing", 2),
+    ("import torch\n\nclass M(torch.nn.Module):\n    def forward(self, x):\n        return x.view(3, 5)\n\n"
+     "def build():\n    return M()\n", "the model's forward on the project's inputs (x [2, 4]) raised RuntimeError", 5),
+])
+def test_errors_in_the_model_code_are_one_line_naming_the_file(tmp_path, model, says, line):
+    project = _project(tmp_path, model)
+    result = run_cli("build", project, "--profile", "cpu-fp32", "--out", tmp_path / "b")
+    assert result.code == 2, result.err  # sys.exit(0) in a model file used to end the build with exit 0
+    message = one_line_error(result)
+    assert says in message and f"model.py:{line}" in message and "internal error" not in result.err
+    assert not (tmp_path / "b").exists()
+
+
+def test_debug_shows_the_users_traceback_and_keeps_exit_2_before_or_after_the_command(tmp_path):
+    project = _project(tmp_path, "def build():\n    raise RuntimeError('weights missing')\n")
+    for args in (["--debug", "build", project, "--profile", "cpu-fp32"], ["build", project, "--profile", "cpu-fp32", "--debug"]):
+        result = run_cli(*args)
+        assert result.code == 2, result.err
+        assert "Traceback" in result.err and "RuntimeError: weights missing" in result.err
+        assert 'model.py", line 2' in result.err  # the user's frame is in it
+
+
+def test_a_metric_that_raises_or_reads_a_missing_feed_is_the_users(tmp_path):
+    (tmp_path / "metric.py").write_text("def score(predict):\n    return predict({'nope': 1})['y'].mean()\n")
+    project = _project(tmp_path, extra='\n[evaluation]\nmetric = "metric.py:score"\ndirection = "higher"\n')
+    result = run_cli("build", project, "--profile", "cpu-fp32", "--out", tmp_path / "b")
+    assert result.code == 2
+    message = one_line_error(result)
+    assert "[evaluation] metric metric.py:score raised" in message and "metric.py:2" in message
+
+
+def test_calibration_data_that_raises_while_yielding_is_the_users(tmp_path):
+    (tmp_path / "data.py").write_text("import numpy as np\n\ndef samples():\n    yield {'x': np.zeros((2, 4), np.float32)}\n"
+                                      "    raise ValueError('corrupt shard')\n")
+    project = _project(tmp_path, extra='\n[calibration]\ndata = "data.py:samples"\n')
+    result = run_cli("build", project, "--profile", "cpu-fp32", "--out", tmp_path / "b")
+    assert result.code == 2 and "corrupt shard" in one_line_error(result) and "data.py:5" in result.err
+
+
+@pytest.mark.parametrize(("toml", "says"), [
+    ('[dims]\nbatch = 0\n', "[dims] batch = 0: a dimension is at least 1"),
+    ('[dims]\nbatch = 100000000000\n', "check [dims] and the shape for a typo"),
+    ('seed = -1\n[dims]\nbatch = 2\n', "field 'seed'"),
+])
+def test_values_that_would_build_nonsense_are_refused(tmp_path, toml, says):
+    project = PROJECT.replace("shape = [2, 4]", 'shape = ["batch", 4]')
+    project = _project(tmp_path, project=toml + project)
+    result = run_cli("build", project, "--profile", "cpu-fp32", "--out", tmp_path / "b")
+    assert result.code == 2 and says in one_line_error(result)
+    assert not (tmp_path / "b").exists()
+
+
+def test_a_missing_module_is_still_named_as_missing(tmp_path):
+    project = _project(tmp_path, project=PROJECT.replace("model.py:build", "no_such_package.models:build"))
+    result = run_cli("lint", project)
+    assert result.code == 2 and "cannot import module 'no_such_package.models'" in one_line_error(result)
+
