@@ -18,7 +18,8 @@ def load(directory: Path, input_names: list[str], output_names: list[str] | None
                                 fix='pip install "tapeout[hf]"') from None
     transformers.utils.logging.disable_progress_bar()  # tapeout's own progress line covers this step
     try:
-        model = transformers.AutoModel.from_pretrained(str(directory), local_files_only=True)
+        model = transformers.AutoModel.from_pretrained(str(directory), local_files_only=True,
+                                                       trust_remote_code=False)  # a directory's .py files never run
     except Exception as exc:
         raise BadInput(f"transformers could not load {directory}: {first_line(exc)}",
                        fix="check that the directory holds config.json and the weights (model.safetensors)") from None
