@@ -21,9 +21,8 @@ from typing import Literal
 
 from pydantic import Field
 
-from tapeout.errors import BadInput, first_line
+from tapeout.errors import BadInput, TargetUnavailable, first_line
 from tapeout.paths import copy_onnx
-from tapeout.targets.base import Probe
 from tapeout.targets.ort_ep import OrtOptions, OrtTarget, native_output_captured, ort_complaint
 from tapeout.types import Artifact, InputSpec
 
@@ -48,18 +47,16 @@ class OrtCuda(OrtTarget):
                "versions its release notes name)")
     Options = Options
 
-    @classmethod
-    def probe(cls) -> Probe:
-        built_in = super().probe()
-        if not built_in.available:
-            return built_in
-        # Listed is not usable: the provider library loads CUDA, cuDNN and a GPU only when a session asks.
+    def preflight(self) -> None:
+        """Listed is not usable: the provider library loads CUDA, cuDNN and a GPU only when a session asks.
+        Build and check ask once, with a one-node session, before any work. Not in probe(): the inference
+        process times probe() as loading the runtime library, and a CUDA context created there would move
+        CUDA's start-up out of the cold start it belongs to."""
         _preload_cuda_libraries()
         why = _tiny_session_problem()
         if why:
-            return Probe(False, built_in.version, reason=f"the CUDA EP is built in but did not load: {why}",
-                         install_hint=cls.INSTALL)
-        return built_in
+            raise TargetUnavailable(f"target 'ort-cuda' is not available here: the CUDA EP is built in but did not "
+                                    f"load: {why}", fix=self.INSTALL)
 
     def _providers(self) -> list:
         o = self.options
@@ -135,6 +132,7 @@ def _tiny_session_problem() -> str | None:
     model.ir_version = 8
     try:
         with native_output_captured() as said:
+            # default options: with a device_id, ORT 1.31 leads with a plugin-EP lookup line, not the missing library
             sess = ort.InferenceSession(model.SerializeToString(), providers=[OrtCuda.EP, "CPUExecutionProvider"])
     except Exception as exc:
         return first_line(exc)

@@ -226,13 +226,22 @@ def targets(as_json: bool = JSON) -> None:
     from rich.table import Table
 
     from tapeout import targets as registry
+    from tapeout.errors import BadInput, TargetUnavailable
 
     rows = []
     for name, info in registry.TARGETS.items():
         probe = registry.target_class(name).probe()
+        reason, install = probe.reason, probe.install_hint
+        if probe.available:  # built in; can it run here with its default options (CUDA loads, the device exists)?
+            try:
+                registry.create(name).preflight()
+            except TargetUnavailable as exc:
+                reason, install = exc.problem, exc.fix or ""
+            except BadInput:
+                pass  # no default options (qnn names its SoC): its profiles' preflight decides at build time
         caps = info.capabilities
-        rows.append({"target": name, "available": probe.available, "version": probe.version,
-                     "reason": probe.reason, "install": probe.install_hint, "summary": info.summary,
+        rows.append({"target": name, "available": probe.available and not reason, "version": probe.version,
+                     "reason": reason, "install": install, "summary": info.summary,
                      "precisions": list(caps.precisions), "compile_on": caps.compile_on, "meters": list(caps.meters),
                      "emulated_here": caps.emulated_on.get(platform.machine().lower())})
     if as_json:
