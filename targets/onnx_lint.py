@@ -63,6 +63,9 @@ def check(model_path: Path, inputs: list[InputSpec], dims: dict[str, int], limit
         if imp.domain in ("", "ai.onnx") and imp.version > limits.max_opset:
             issues.append(LintIssue("error", f"opset {imp.version} is newer than this onnxruntime supports "
                                     f"({limits.max_opset})", f"export with opset <= {limits.max_opset}"))
+    if not model.graph.output:
+        issues.append(LintIssue("error", "the model has no outputs", "export the model again; an ONNX graph lists "
+                                "the outputs it computes"))
     initializers = {init.name for init in model.graph.initializer}
     graph_inputs = {i.name: i for i in model.graph.input if i.name not in initializers}
     declared = {spec.name: spec for spec in inputs}

@@ -2,6 +2,7 @@
 
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -83,7 +84,10 @@ def test_latency_budget_far_below_the_measured_p90_fails_build_and_check(digits_
     junit = tmp_path / "tight.xml"
     check = run_cli("check", tmp_path / "tight", "--json", "--junit", junit)
     assert check.code == 1
-    assert 'failures="1"' in junit.read_text() and '<failure message="fail: lower bound' in junit.read_text()
+    xml = junit.read_text()
+    assert 'failures="1"' in xml and '<failure message="fail: measured ' in xml and "lower bound" in xml
+    assert '<property name="limit" value="' in xml and '<property name="measured" value="' in xml  # values too
+    assert re.search(r'<testsuite [^>]* time="[0-9.]+" timestamp="', xml)
     assert {b["budget"]: b["verdict"] for b in check.json()["budgets"]}["latency_p90_ms"] == "fail"
 
 

@@ -1,20 +1,27 @@
-"""Atomic writes: a build is staged in a hidden sibling directory and renamed into place only when complete.
+"""Atomic writes: a build is staged in a hidden sibling directory and swapped into place only when complete.
 
-A build that dies leaves at most a `.NAME.partial-PID` directory, never a build dir that looks complete.
-`manifest.json` is written last, so a directory without one is not a build.
+A build that dies leaves at most a `.NAME.partial-PID` directory, never a build dir that looks complete,
+and the next build into the same place removes it. `manifest.json` is written last, so a directory
+without one is not a build.
 """
 
 from __future__ import annotations
 
 import contextlib
+import ctypes
+import errno
+import functools
 import json
 import os
+import re
 import shutil
+import sys
 import tempfile
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from tapeout.errors import BadInput
+from tapeout.errors import BadInput, TargetUnavailable, first_line
 
 MANIFEST = "manifest.json"
 
@@ -44,34 +51,200 @@ def write_json(path: Path, data: Any) -> None:
     write_text(path, json.dumps(data, indent=2, default=str) + "\n")
 
 
-class StagedBuild:
-    """`with StagedBuild(out) as staging:` — write into `staging`; on success it becomes `out`."""
+# The staging and set-aside names of a build dir NAME: `.NAME.partial-PID` and `.NAME.old-PID`.
+_SIDE_DIR = re.compile(r"^\.(?P<name>.+)\.(?P<kind>partial|old)-(?P<pid>[0-9]+)$")
+_SUFFIX_ROOM = len(".") + len(".partial-") + 10  # what staging adds to the build dir's name (a PID is <= 10 digits)
+_DISK_FULL_BYTES = 1 << 20  # under a MiB free after a failed build: the disk filling is the likeliest cause
 
-    def __init__(self, final: Path):
+
+class StagedBuild:
+    """`with StagedBuild(out) as staging:` — write into `staging`; on success it becomes `out`.
+
+    The swap is one atomic exchange of two directories (Linux renameat2 RENAME_EXCHANGE), so `out` is
+    always a whole build, the old one or the new one; the old one is then deleted from the staging
+    name. Where the filesystem cannot exchange, the old build is first set aside as `.NAME.old-PID`,
+    and the next build puts it back if a kill came between the two renames. Each build also removes
+    the staging dirs of builds that died (their process is gone)."""
+
+    def __init__(self, final: Path, log: Callable[[str], None] | None = None):
         self.final = Path(final).resolve()
+        self.log = log or (lambda text: None)
+        name_bytes = len(os.fsencode(self.final.name))
+        limit = _name_max(self.final.parent) - _SUFFIX_ROOM
+        if name_bytes > limit:
+            raise BadInput(f"build dir name '{self.final.name[:40]}…' is {name_bytes} bytes; this filesystem allows "
+                           f"{limit} with the staging suffix", fix="choose a shorter --out name")
+        existing = next(p for p in (self.final, *self.final.parents) if p.exists())
+        if not existing.is_dir():
+            where = "is a file" if existing == self.final else f"is under {existing}, which is a file"
+            raise BadInput(f"build dir {self.final} {where}", fix="choose another --out directory")
         if self.final.exists() and not is_build_dir(self.final) and any(self.final.iterdir()):
             raise BadInput(f"{self.final} exists and is not a tapeout build dir",
                            fix="choose another --out directory, or remove it")
+        if not os.access(existing, os.W_OK):
+            raise BadInput(f"cannot write the build dir {self.final}: {existing} is read-only",
+                           fix="pass --out a directory you can write")
         self.staging = self.final.parent / f".{self.final.name}.partial-{os.getpid()}"
 
     def __enter__(self) -> Path:
-        self.final.parent.mkdir(parents=True, exist_ok=True)
-        shutil.rmtree(self.staging, ignore_errors=True)
-        self.staging.mkdir()
+        try:
+            self.final.parent.mkdir(parents=True, exist_ok=True)
+            for line in recover(self.final):
+                self.log(line)
+            shutil.rmtree(self.staging, ignore_errors=True)
+            self.staging.mkdir()
+        except OSError as exc:
+            if out_of_space(exc):
+                raise disk_full(self.final.parent, exc) from None
+            raise BadInput(f"cannot write the build dir {self.final}: {exc.strerror or exc}",
+                           fix="pass --out a directory you can write") from None
         return self.staging
 
     def __exit__(self, exc_type, exc, tb) -> None:
         if exc_type is not None:
+            full = not isinstance(exc, KeyboardInterrupt | SystemExit) and _disk_full(self.staging)
             shutil.rmtree(self.staging, ignore_errors=True)
+            # A full disk surfaces as whatever wrote last: an OSError, or a runtime's "serialization failed"
+            if out_of_space(exc) or (full and not isinstance(exc, TargetUnavailable)):
+                raise disk_full(self.final.parent, exc) from exc
             return
         if not (self.staging / MANIFEST).is_file():
             shutil.rmtree(self.staging, ignore_errors=True)
             raise RuntimeError("internal: a staged build was committed without its manifest")
-        old = self.final.parent / f".{self.final.name}.old-{os.getpid()}"
-        if self.final.exists():
-            os.replace(self.final, old)
-        os.replace(self.staging, self.final)
-        shutil.rmtree(old, ignore_errors=True)
+        try:
+            self._commit()
+        except OSError as exc:
+            shutil.rmtree(self.staging, ignore_errors=True)
+            raise BadInput(f"cannot put the build in place at {self.final}: {exc.strerror or exc}",
+                           fix="pass --out a directory you can write") from None
+
+    def _commit(self) -> None:
+        if not self.final.exists():
+            os.replace(self.staging, self.final)
+        elif exchange(self.staging, self.final):
+            shutil.rmtree(self.staging, ignore_errors=True)  # now the old build; a kill here leaves it to `recover`
+        else:
+            old = self.final.parent / f".{self.final.name}.old-{os.getpid()}"
+            os.replace(self.final, old)  # a kill between these two renames is undone by the next build's `recover`
+            os.replace(self.staging, self.final)
+            shutil.rmtree(old, ignore_errors=True)
+
+
+def recover(final: Path) -> list[str]:
+    """Undo what killed builds left beside `final`: put back a build set aside by a replace that never
+    finished, remove staging dirs whose process is gone. Returns what was done, a line each."""
+    done = []
+    side = [(m["kind"], int(m["pid"]), p) for p in final.parent.iterdir()
+            if (m := _SIDE_DIR.match(p.name)) and m["name"] == final.name and p.is_dir() and not p.is_symlink()]
+    for kind, pid, path in sorted(side, key=lambda s: s[0] == "partial"):  # restore before deleting
+        if _alive(pid):
+            continue
+        if kind == "old" and not final.exists() and is_build_dir(path):
+            os.replace(path, final)
+            done.append(f"put back the previous build {final}, set aside by a build that was killed while replacing it")
+        else:
+            shutil.rmtree(path, ignore_errors=True)
+            done.append(f"removed {path.name}, left by a build that was killed (process {pid} is gone)")
+    return done
+
+
+def exchange(a: Path, b: Path) -> bool:
+    """Swap two paths in one atomic step; False where the OS or filesystem cannot (then nothing moved)."""
+    renameat2 = getattr(_libc(), "renameat2", None) if sys.platform.startswith("linux") else None
+    if renameat2 is None:
+        return False
+    at_fdcwd, rename_exchange = -100, 2
+    if renameat2(at_fdcwd, os.fsencode(a), at_fdcwd, os.fsencode(b), rename_exchange) == 0:
+        return True
+    err = ctypes.get_errno()
+    if err in (errno.EINVAL, errno.ENOSYS, errno.EOPNOTSUPP):  # an old kernel, or a filesystem without it
+        return False
+    raise OSError(err, os.strerror(err), str(b))
+
+
+@functools.cache
+def _libc():
+    try:
+        return ctypes.CDLL(None, use_errno=True)
+    except OSError:
+        return None
+
+
+def _alive(pid: int) -> bool:
+    if pid == os.getpid():
+        return False  # ours, from an earlier build in this process that died
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True  # someone else's live process
+    return True
+
+
+def _name_max(folder: Path) -> int:
+    existing = next(p for p in (folder, *folder.parents) if p.exists())
+    try:
+        return os.pathconf(existing, "PC_NAME_MAX")
+    except (OSError, ValueError):
+        return 255
+
+
+def _free_bytes(folder: Path) -> int | None:
+    existing = next((p for p in (folder, *folder.parents) if p.exists()), None)
+    try:
+        return shutil.disk_usage(existing).free if existing else None
+    except OSError:
+        return None
+
+
+def _free_text(folder: Path) -> str:
+    free = _free_bytes(folder)
+    return "free space unknown" if free is None else f"{free / 2**20:.1f} MiB free"
+
+
+def _disk_full(staging: Path) -> bool:
+    free = _free_bytes(staging)
+    return free is not None and free < _DISK_FULL_BYTES
+
+
+def out_of_space(exc: BaseException) -> bool:
+    return isinstance(exc, OSError) and exc.errno in (errno.ENOSPC, errno.EDQUOT)
+
+
+def disk_full(folder: Path, exc: BaseException) -> BadInput:
+    return BadInput(f"no space left on the disk holding {folder} ({_free_text(folder)}); the work stopped at: "
+                    f"{first_line(exc)}", fix="free space there, or pass --out a path on another disk")
+
+
+def writable_dir(folder: Path, what: str, fix: str) -> Path:
+    """`folder`, or one line saying why nothing can be written there (read-only, not a directory)."""
+    folder = Path(folder)
+    if not folder.is_dir():
+        raise BadInput(f"{what} {folder} is not a directory", fix=fix)
+    if not os.access(folder, os.W_OK):  # honours read-only mounts, for root too
+        raise BadInput(f"{what} {folder} is read-only", fix=fix)
+    return folder
+
+
+def output_file(path: Path, what: str) -> Path:
+    """Prepare to write `path` (a report, an ONNX file): its folder exists and is writable, and it is not
+    a directory. Called before the long work, so a typo in `--junit` costs nothing."""
+    path = Path(path).absolute()
+    if path.is_dir():
+        raise BadInput(f"{what} {path} is a directory", fix=f"give a file name for {what}, e.g. {path / 'out'}")
+    existing = next(p for p in path.parents if p.exists())
+    if not existing.is_dir():
+        raise BadInput(f"{what} {path} is under {existing}, which is a file", fix=f"give {what} another path")
+    if len(os.fsencode(path.name)) > _name_max(existing):
+        raise BadInput(f"{what} name '{path.name[:40]}…' is too long for this filesystem", fix="choose a shorter name")
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise BadInput(f"cannot create {path.parent} for {what}: {exc.strerror or exc}",
+                       fix=f"give {what} a path you can write") from None
+    writable_dir(path.parent, f"{what} folder", fix=f"give {what} a path you can write")
+    return path
 
 
 def is_build_dir(path: Path) -> bool:

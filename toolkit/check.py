@@ -10,6 +10,7 @@ op trace. Writes `check.json` (the report schema, kind "check") and `check.md`.
 from __future__ import annotations
 
 import json
+from dataclasses import dataclass
 from pathlib import Path
 from xml.sax.saxutils import escape, quoteattr
 
@@ -19,13 +20,16 @@ from tapeout.config import validate
 from tapeout.console import UI
 from tapeout.context import Context
 from tapeout.data import load_golden
-from tapeout.errors import BadInput
+from tapeout.errors import BadInput, first_line
 from tapeout.parity import compare
 from tapeout.paths import confined
 from tapeout.report import render_markdown
 from tapeout.report_model import ArtifactInfo, GoldenInfo, ProjectInfo, Report, assemble
 from tapeout.report_model import load as load_report
+from tapeout.targets.base import Probe, Target
 from tapeout.types import Artifact, BudgetResult, CheckSettings, DeviceSpec, Profile, Verdict
+
+MAX_MANIFEST_BYTES = 16 << 20  # a manifest lists files and hashes: kilobytes, never this
 
 
 def read_manifest(build_dir: Path) -> manifest.ManifestRecord:
@@ -35,10 +39,13 @@ def read_manifest(build_dir: Path) -> manifest.ManifestRecord:
     if not path.is_file():
         raise BadInput(f"{build_dir} is not a tapeout build dir (no {builddir.MANIFEST}); an interrupted build leaves none",
                        fix="run `tapeout build` again and check the directory it prints")
+    if path.stat().st_size > MAX_MANIFEST_BYTES:
+        raise BadInput(f"{path} is {path.stat().st_size:,} bytes, not a manifest", fix="rebuild")
     try:
         data = json.loads(path.read_text())
-    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
-        raise BadInput(f"{path} is not valid JSON ({exc})", fix="rebuild; a manifest is never edited by hand") from None
+    except (json.JSONDecodeError, UnicodeDecodeError, RecursionError) as exc:
+        raise BadInput(f"{path} is not valid JSON ({first_line(exc)})",
+                       fix="rebuild; a manifest is never edited by hand") from None
     if not isinstance(data, dict) or data.get("schema") != manifest.SCHEMA:
         found = data.get("schema") if isinstance(data, dict) else type(data).__name__
         raise BadInput(f"{path}: schema {found!r} is not {manifest.SCHEMA!r}",
@@ -102,8 +109,24 @@ def _carried(build: Report, profile: Profile) -> list[BudgetResult]:
     return results
 
 
-def check(build_dir: Path | str, ui: UI, strict: bool = False, iterations: int | None = None,
-          repeats: int | None = None) -> Report:
+@dataclass(frozen=True)
+class OpenedBuild:
+    """A build dir read back and verified, everything from it validated: what `check` measures."""
+
+    directory: Path
+    record: manifest.ManifestRecord
+    profile: Profile
+    target: Target
+    probe: Probe
+    device: DeviceSpec | None
+    golden: Path
+    golden_outputs: list
+    built: Report
+
+
+def open_build(build_dir: Path | str) -> OpenedBuild:
+    """Read, validate and verify a build dir — a folder from elsewhere, so every field and path in it is
+    data: bad ones are one BadInput line. Nothing of the model runs here."""
     build_dir = Path(build_dir).resolve()
     man = read_manifest(build_dir)
     target_name = man.artifact.target
@@ -116,15 +139,26 @@ def check(build_dir: Path | str, ui: UI, strict: bool = False, iterations: int |
     probe.require(target_name)
     verify_artifact(build_dir, man)
     golden_path = _verified(build_dir, man.golden.file, man.golden.sha256, "golden file")
-    build = load_report(_verified(build_dir, man.report.file, man.report.sha256, "build report"))
-    settings = profile.check
-    if iterations or repeats:
-        settings = settings.model_copy(update={k: v for k, v in {"iterations": iterations, "repeats": repeats}.items() if v})
-    target.preflight()
+    built = load_report(_verified(build_dir, man.report.file, man.report.sha256, "build report"))
     spec = validate(DeviceSpec, man.device_spec, build_dir / builddir.MANIFEST, "device_spec.") if man.device_spec else None
-    ctx = Context(profile, target, probe, ui, device=spec)
-    artifact = Artifact(target_name, build_dir / "artifact", man.artifact.main_file)
     _, golden_outputs = load_golden(golden_path)
+    return OpenedBuild(build_dir, man, profile, target, probe, spec, golden_path, golden_outputs, built)
+
+
+def check(build_dir: Path | str, ui: UI, strict: bool = False, iterations: int | None = None,
+          repeats: int | None = None) -> Report:
+    opened = open_build(build_dir)
+    build_dir, man, profile, target, build = opened.directory, opened.record, opened.profile, opened.target, opened.built
+    builddir.writable_dir(build_dir, "build dir", fix="check writes check.json and check.md into it: copy the "
+                          "build dir somewhere writable and check that copy")
+    settings = profile.check
+    if iterations or repeats:  # validated like the profile's own values, never copied in unchecked
+        override = {k: v for k, v in {"iterations": iterations, "repeats": repeats}.items() if v}
+        settings = validate(CheckSettings, {**settings.model_dump(), **override}, Path("command line"), "--")
+    target.preflight()
+    ctx = Context(profile, target, opened.probe, ui, device=opened.device)
+    artifact = Artifact(man.artifact.target, build_dir / "artifact", man.artifact.main_file)
+    golden_path, golden_outputs = opened.golden, opened.golden_outputs
 
     m, settings = measure_target(ctx, artifact, golden_path, settings)
     parity = compare(golden_outputs, m.outputs, settings.parity.atol, settings.parity.rtol)
@@ -152,21 +186,37 @@ def check(build_dir: Path | str, ui: UI, strict: bool = False, iterations: int |
     return report
 
 
-def junit_xml(report: Report) -> str:
-    """One testcase per budget: fail and inconclusive are failures, unmeasured and estimated are skipped."""
+def junit_xml(report: Report, strict: bool = False, seconds: float | None = None) -> str:
+    """One testcase per budget, with its limit, measured value and bound as properties and in the message.
+    Fail and inconclusive are failures; unmeasured and estimated are skipped, or failures under --strict
+    (the file agrees with the exit code)."""
+    from tapeout.report import budget_rows
+
+    soft = {Verdict.UNMEASURED, Verdict.ESTIMATED_PASS, Verdict.ESTIMATED_FAIL}
     cases, failures, skipped = [], 0, 0
-    for b in report.budgets:
-        name = quoteattr(b.budget)
-        body = ""
-        data = escape(json.dumps(b.to_json()))
-        if b.verdict in (Verdict.FAIL, Verdict.INCONCLUSIVE):
+    for b, row in zip(report.budgets, budget_rows([b.to_json() for b in report.budgets]), strict=True):
+        _, limit, measured, bound, _, why = row
+        value = "not measured" if b.measured is None else f"measured {measured}" + (f", bound {bound}" if b.bound else "")
+        summary = f"{b.verdict.value}: {value}, limit {limit}" + (f"; {why}" if why else "")
+        props = {"limit": b.limit, "unit": b.unit, "measured": b.measured, "verdict": b.verdict.value,
+                 "bound_lower": b.bound[0] if b.bound else None, "bound_upper": b.bound[1] if b.bound else None,
+                 "carried": b.carried}
+        body = "<properties>" + "".join(f"<property name={quoteattr(k)} value={quoteattr(str(v))}/>"
+                                        for k, v in props.items() if v is not None) + "</properties>"
+        if b.verdict in (Verdict.FAIL, Verdict.INCONCLUSIVE) or (strict and b.verdict in soft):
             failures += 1
-            body = f'<failure message={quoteattr(b.verdict.value + ": " + b.reason)}>{data}</failure>'
-        elif b.verdict is not Verdict.PASS:
+            why_failed = " (--strict)" if b.verdict in soft else ""
+            body += (f"<failure message={quoteattr(summary + why_failed)} type={quoteattr(b.verdict.value)}>"
+                     f"{escape(json.dumps(b.to_json()))}</failure>")
+        elif b.verdict in soft:
             skipped += 1
-            body = f'<skipped message={quoteattr(b.verdict.value + ": " + b.reason)}/>'
-        cases.append(f'    <testcase classname="tapeout.check" name={name}>{body}</testcase>')
+            body += f"<skipped message={quoteattr(summary)}/>"
+        else:
+            body += f"<system-out>{escape(summary)}</system-out>"
+        cases.append(f'    <testcase classname="tapeout.check" name={quoteattr(b.budget)}>{body}</testcase>')
     suite = quoteattr(f"tapeout check {report.project.name} ({report.profile.name})")
+    timing = f' time="{seconds:.3f}"' if seconds is not None else ""
     return ("<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n"
-            f"<testsuite name={suite} tests=\"{len(cases)}\" failures=\"{failures}\" skipped=\"{skipped}\">\n"
+            f"<testsuite name={suite} tests=\"{len(cases)}\" failures=\"{failures}\" errors=\"0\" "
+            f"skipped=\"{skipped}\"{timing} timestamp={quoteattr(str(report.created))}>\n"
             + "\n".join(cases) + "\n</testsuite>\n")

@@ -6,9 +6,13 @@ Exit codes (DESIGN.md §4): 0 all budgets pass · 1 a budget fails · 2 bad inpu
 
 from __future__ import annotations
 
+import errno
 import json
+import os
+import signal
 import sys
 import tempfile
+import time
 from pathlib import Path
 
 import click
@@ -16,6 +20,7 @@ import typer
 
 from tapeout import __version__
 from tapeout.errors import EXIT_BAD_INPUT, EXIT_INTERNAL, TapeoutError
+from tapeout.types import MAX_ITERATIONS, MAX_REPEATS
 
 app = typer.Typer(add_completion=False, no_args_is_help=True, rich_markup_mode=None, pretty_exceptions_enable=False,
                   help="Take a trained model to a deployable artifact for a named device, under budgets, with evidence.")
@@ -79,7 +84,7 @@ def build(
     from tapeout.console import UI
     from tapeout.pipeline import build as run_build
 
-    report = run_build(project, profile, out, UI(quiet=as_json), strict=strict)
+    report = run_build(project, profile, out, UI(), strict=strict)
     _finish(report, as_json, f"{report.project.name} → {report.profile.name}")
 
 
@@ -87,19 +92,24 @@ def build(
 def check(
     build_dir: Path = typer.Argument(..., help="A build dir written by `tapeout build`."),
     junit: Path | None = typer.Option(None, "--junit", help="Also write a JUnit XML file for CI systems."),
-    iterations: int | None = typer.Option(None, min=10, help="Timed runs per process (default: the profile's)."),
-    repeats: int | None = typer.Option(None, min=1, help="Fresh processes (default: the profile's)."),
+    iterations: int | None = typer.Option(None, min=10, max=MAX_ITERATIONS,
+                                          help="Timed runs per process (default: the profile's)."),
+    repeats: int | None = typer.Option(None, min=1, max=MAX_REPEATS, help="Fresh processes (default: the profile's)."),
     as_json: bool = JSON,
     strict: bool = STRICT,
 ) -> None:
     """On the device: verify the artifact, re-measure, judge the budgets; writes check.json."""
+    from tapeout import builddir
     from tapeout.check import check as run_check
     from tapeout.check import junit_xml
     from tapeout.console import UI
 
-    report = run_check(build_dir, UI(quiet=as_json), strict=strict, iterations=iterations, repeats=repeats)
+    if junit is not None:  # before the check, so that a bad path costs nothing and check.json never stands alone
+        junit = builddir.output_file(junit, "--junit")
+    started = time.perf_counter()
+    report = run_check(build_dir, UI(), strict=strict, iterations=iterations, repeats=repeats)
     if junit is not None:
-        junit.write_text(junit_xml(report))
+        builddir.write_text(junit, junit_xml(report, strict=strict, seconds=time.perf_counter() - started))
     _finish(report, as_json, f"check {report.project.name} → {report.profile.name}")
 
 
@@ -111,20 +121,24 @@ def export(
     as_json: bool = JSON,
 ) -> None:
     """Export the project's model to ONNX and verify it against torch; nothing is written if it fails."""
-    import shutil
-
+    from tapeout import builddir
     from tapeout.console import UI
     from tapeout.context import for_build
     from tapeout.pipeline import export_model
 
-    ui = UI(quiet=as_json)
+    ui = UI()
     ctx = for_build(project, profile, ui)
-    target = Path(out) if out else ctx.project.root / "build" / "model.onnx"
-    with tempfile.TemporaryDirectory(prefix="tapeout-export-") as tmp:
-        exported = export_model(ctx, Path(tmp) / target.name)
-        target.parent.mkdir(parents=True, exist_ok=True)
-        for file in Path(tmp).iterdir():
-            shutil.move(str(file), target.parent / file.name)
+    target = builddir.output_file(Path(out) if out else ctx.project.root / "build" / "model.onnx", "--out")
+    # staged beside the target (same filesystem), then renamed: a failed or killed export leaves no half file
+    try:
+        with tempfile.TemporaryDirectory(prefix=f".{target.name}.partial-", dir=target.parent) as tmp:
+            exported = export_model(ctx, Path(tmp) / target.name)
+            for file in Path(tmp).iterdir():
+                os.replace(file, target.parent / file.name)
+    except OSError as exc:
+        if builddir.out_of_space(exc):
+            raise builddir.disk_full(target.parent, exc) from exc
+        raise
     info = {**exported.info, "path": str(target)}
     if as_json:
         typer.echo(json.dumps(info, indent=2))
@@ -175,7 +189,7 @@ def analyze(
         if not name or not value.isdigit() or int(value) <= 0:
             raise BadInput(f"--dim {item!r} is not NAME=VALUE with a positive integer value", fix="e.g. --dim sequence=128")
         dims[name] = int(value)
-    ui = UI(quiet=as_json)
+    ui = UI()
     if model.suffix == ".onnx":
         if not model.is_file():
             raise BadInput(f"{model} not found", fix="check the path")
@@ -212,8 +226,11 @@ def report(
     if not source.is_file():
         raise BadInput(f"{source} not found", fix="run `tapeout build` (or `tapeout check`) first")
     text = render_markdown(load(source))
-    builddir.write_text(source.with_suffix(".md"), text)
     typer.echo(text)
+    try:
+        builddir.write_text(source.with_suffix(".md"), text)
+    except OSError as exc:  # a read-only build dir still renders
+        typer.echo(f"tapeout: note: {source.with_suffix('.md')} not written ({exc.strerror or exc})", err=True)
 
 
 @app.command()
@@ -283,7 +300,23 @@ def profiles_show(name: str = typer.Argument(..., help="Profile or device spec n
     typer.echo(json.dumps({**profile.model_dump(mode="json"), "device_spec": spec}, indent=2))
 
 
-_INTERRUPTED = "tapeout: interrupted (Ctrl-C); a build in progress leaves no build dir"
+_INTERRUPTED = "tapeout: interrupted (Ctrl-C); a build in progress leaves the build dir as it was"
+_TERMINATED = "tapeout: terminated (SIGTERM); a build in progress leaves the build dir as it was"
+# Faults of the machine, not of tapeout: a full disk, a read-only mount, no permission, a name too long.
+_ENVIRONMENT_ERRNOS = {errno.ENOSPC, errno.EDQUOT, errno.EROFS, errno.EACCES, errno.EPERM, errno.ENAMETOOLONG}
+_terminated = False
+
+
+def _on_sigterm(signum, frame) -> None:
+    # SIGTERM (CI timeouts, `kill`) unwinds like Ctrl-C, so staging dirs and temp files are removed
+    global _terminated
+    _terminated = True
+    raise KeyboardInterrupt
+
+
+def _interrupted() -> None:
+    typer.echo(_TERMINATED if _terminated else _INTERRUPTED, err=True)
+    sys.exit(143 if _terminated else 130)
 
 
 def _click_exceptions(name: str) -> tuple[type[BaseException], ...]:
@@ -304,6 +337,7 @@ def main() -> None:
     # --debug is global: accepted before or after the command, and never part of what typer parses
     debug = "--debug" in sys.argv
     sys.argv = [a for a in sys.argv if a != "--debug"]
+    signal.signal(signal.SIGTERM, _on_sigterm)
     try:
         code = app(standalone_mode=False)
     except TapeoutError as exc:
@@ -319,17 +353,31 @@ def main() -> None:
         exc.show()
         sys.exit(EXIT_BAD_INPUT)
     except (KeyboardInterrupt, *_click_exceptions("Abort")):
-        typer.echo(_INTERRUPTED, err=True)
-        sys.exit(130)
-    except Exception:
-        # Anything that is not a TapeoutError is our bug: keep the traceback, and an exit code that
-        # no CI system will read as "budget failed".
-        import traceback
+        _interrupted()
+    except OSError as exc:
+        if exc.errno not in _ENVIRONMENT_ERRNOS:
+            _internal_error()
+        if debug:
+            import traceback
 
-        traceback.print_exc()
-        typer.echo("tapeout: internal error (a bug in tapeout, not in your model); please report it with the "
-                   "traceback above", err=True)
-        sys.exit(EXIT_INTERNAL)
+            traceback.print_exc()
+        where = f": {exc.filename}" if exc.filename else ""
+        typer.echo(f"tapeout: error: {exc.strerror}{where} — free space, fix the permissions, or choose "
+                   "another path", err=True)
+        sys.exit(EXIT_BAD_INPUT)
+    except Exception:
+        _internal_error()
     if code == 130:  # typer turns Ctrl-C into Exit(130) and, outside standalone mode, returns its code
-        typer.echo(_INTERRUPTED, err=True)
+        _interrupted()
     sys.exit(code if isinstance(code, int) else 0)
+
+
+def _internal_error() -> None:
+    # Anything that is not a TapeoutError is our bug: keep the traceback, and an exit code that
+    # no CI system will read as "budget failed".
+    import traceback
+
+    traceback.print_exc()
+    typer.echo("tapeout: internal error (a bug in tapeout, not in your model); please report it with the "
+               "traceback above", err=True)
+    sys.exit(EXIT_INTERNAL)

@@ -23,13 +23,22 @@ else:  # pragma: no cover
 PROJECT_FILE = "tapeout.toml"
 
 
+MAX_TOML_BYTES = 1 << 20   # a project file or profile is a page of text; a megabyte is not a mistake we can help
+MAX_EXTENDS = 16           # profiles extend one another a few levels deep, never sixteen
+
+
 def read_toml(path: Path, what: str) -> dict[str, Any]:
     if not path.is_file():
         raise BadInput(f"{what} {path} not found", fix="check the path, or run from the directory that holds it")
+    if path.stat().st_size > MAX_TOML_BYTES:
+        raise BadInput(f"{path}: {path.stat().st_size:,} bytes is not a {what}", fix="check the path")
     try:
         return tomllib.loads(path.read_text(encoding="utf-8"))
     except (tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:
         raise BadInput(f"{path}: not valid TOML ({exc})", fix="fix the syntax at the position given") from None
+    except RecursionError:  # tomllib parses nested arrays and tables recursively
+        raise BadInput(f"{path}: arrays or tables nested too deeply to parse",
+                       fix="nothing in a tapeout file nests more than a few levels") from None
 
 
 def describe_validation_error(path: Path, model: type[BaseModel], exc: ValidationError, prefix: str = "") -> str:
@@ -136,6 +145,9 @@ def _merge(base: dict[str, Any], override: dict[str, Any]) -> dict[str, Any]:
 
 def _resolve_extends(path: Path, seen: tuple[Path, ...] = ()) -> dict[str, Any]:
     path = path.resolve()
+    if len(seen) >= MAX_EXTENDS:
+        raise BadInput(f"profile {seen[0]}: 'extends' chain is over {MAX_EXTENDS} profiles long",
+                       fix="extend a shipped profile directly; chains this long are a mistake")
     if path in seen:
         chain = " → ".join(p.name for p in (*seen, path))
         raise BadInput(f"profile {path}: 'extends' forms a cycle ({chain})", fix="remove one of the 'extends' lines")
@@ -158,7 +170,7 @@ def load_profile(name: str) -> Profile:
     path = find_profile(name)
     data = _resolve_extends(path)
     data.setdefault("name", path.name[:-5] if path.name.endswith(".toml") else path.name)
-    if "target" in data and data["target"] not in targets.TARGETS:
+    if isinstance(data.get("target"), str) and data["target"] not in targets.TARGETS:
         raise BadInput(
             f"{path}: field 'target': unknown target {data['target']!r}",
             fix=f"use one of: {', '.join(targets.TARGETS)}",

@@ -60,6 +60,17 @@ def npz_feeds(path: Path, inputs: list[InputSpec], dims: dict[str, int]) -> list
             arrays = {k: data[k] for k in data.files}
     except Exception as exc:
         raise BadInput(f"{path} is not a readable .npz file ({exc})", fix="write it with numpy.savez") from None
+    if not arrays:
+        raise BadInput(f"{path} holds no arrays", fix=f"save one array per input ({', '.join(s.name for s in inputs)}) "
+                       "with numpy.savez, samples stacked on axis 0")
+    scalars = [k for k, a in arrays.items() if a.ndim == 0]
+    if scalars:
+        raise BadInput(f"{path}: array '{scalars[0]}' is a 0-d scalar, not a stack of samples",
+                       fix="stack the samples along a leading axis, e.g. shape [samples, *input shape]")
+    odd = [(k, a.dtype) for k, a in arrays.items() if a.dtype.kind not in "biuf"]
+    if odd:
+        raise BadInput(f"{path}: array '{odd[0][0]}' holds {odd[0][1]}, not numbers",
+                       fix="save numeric arrays (float, int or bool) with numpy.savez")
     counts = {len(a) for a in arrays.values()}
     if len(counts) != 1:
         raise BadInput(f"{path}: arrays have different sample counts {sorted(counts)}",

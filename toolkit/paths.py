@@ -30,14 +30,44 @@ def confined(base: Path, relative: str, what: str) -> Path:
 
 
 def external_data_files(model_path: Path) -> list[str]:
-    """The external-data locations an ONNX model names (models over 2 GB keep their weights beside the graph)."""
+    """The external-data locations an ONNX model names (models over 2 GB keep their weights beside the graph),
+    from every tensor it holds: initializers, sparse ones, node attributes, in subgraphs and functions too."""
     import onnx
 
     header = onnx.load(str(model_path), load_external_data=False)
-    tensors = [*header.graph.initializer, *(n.attribute[0].t for n in header.graph.node
-                                            if n.op_type == "Constant" and n.attribute and n.attribute[0].HasField("t"))]
-    return sorted({entry.value for tensor in tensors if tensor.data_location == onnx.TensorProto.EXTERNAL
+    return sorted({entry.value for tensor in _all_tensors(header) if tensor.data_location == onnx.TensorProto.EXTERNAL
                    for entry in tensor.external_data if entry.key == "location"})
+
+
+def _all_tensors(model):
+    def of_sparse(sparse):
+        yield sparse.values
+        yield sparse.indices
+
+    def of_nodes(nodes):
+        for node in nodes:
+            for attr in node.attribute:
+                if attr.HasField("t"):
+                    yield attr.t
+                yield from attr.tensors
+                if attr.HasField("sparse_tensor"):
+                    yield from of_sparse(attr.sparse_tensor)
+                for sparse in attr.sparse_tensors:
+                    yield from of_sparse(sparse)
+                if attr.HasField("g"):
+                    yield from of_graph(attr.g)
+                for graph in attr.graphs:
+                    yield from of_graph(graph)
+
+    def of_graph(graph):
+        yield from graph.initializer
+        for sparse in graph.sparse_initializer:
+            yield from of_sparse(sparse)
+        yield from of_nodes(graph.node)
+
+    yield from of_graph(model.graph)
+    for function in model.functions:
+        yield from of_nodes(function.node)
 
 
 def copy_onnx(model_path: Path, target: Path) -> list[Path]:

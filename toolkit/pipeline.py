@@ -101,7 +101,7 @@ def lint_or_raise(ctx: Context, model_path: Path) -> list:
 def build(project_dir: Path | str, profile_name: str, out: Path | None, ui: UI, strict: bool = False) -> Report:
     ctx = for_build(project_dir, profile_name, ui)
     out = Path(out) if out else ctx.project.root / "build" / ctx.profile.name
-    with builddir.StagedBuild(out) as stage:
+    with builddir.StagedBuild(out, log=ui.note) as stage:
         ctx.stage = stage
         report = _build_into(ctx, str(out), strict)
         builddir.write_json(stage / "report.json", report.to_json())

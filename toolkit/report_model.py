@@ -14,7 +14,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from tapeout import manifest, verdicts
 from tapeout.context import Context
-from tapeout.errors import BadInput
+from tapeout.errors import BadInput, first_line
 from tapeout.measure import Measurement
 from tapeout.parity import OutputParity
 from tapeout.types import BudgetResult
@@ -120,8 +120,8 @@ def load(path, what: str = "report") -> Report:
         return Report.model_validate(json.loads(path.read_text()))
     except ValidationError as exc:
         raise BadInput(f"not a {SCHEMA} {what}: {describe_validation_error(path, Report, exc)}", fix=fix) from None
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
-        raise BadInput(f"{path} is not a {SCHEMA} {what} ({exc})", fix=fix) from None
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError, RecursionError) as exc:
+        raise BadInput(f"{path} is not a {SCHEMA} {what} ({first_line(exc)})", fix=fix) from None
 
 
 def device_match(ctx: Context, m: Measurement) -> DeviceMatch | None:

@@ -16,6 +16,12 @@ from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, field_validator,
 
 DType = Literal["float32", "float16", "float64", "int64", "int32", "int8", "uint8", "bool"]
 Direction = Literal["higher", "lower"]
+# The values an input `range` may take per dtype. Float64's are capped at float32's (a wider range
+# overflows uniform sampling); int64's at 2**53, where a range (read as floats) stops being exact.
+DTYPE_LIMITS: dict[str, tuple[float, float]] = {
+    "float16": (-65504.0, 65504.0), "float32": (-3.0e38, 3.0e38), "float64": (-3.0e38, 3.0e38),
+    "int64": (-(2**53), 2**53), "int32": (-(2**31), 2**31 - 1), "int8": (-128, 127), "uint8": (0, 255),
+}
 
 
 def folder_safe(value: str | None, what: str) -> str | None:
@@ -30,7 +36,8 @@ def folder_safe(value: str | None, what: str) -> str | None:
 
 class _Strict(BaseModel):
     # Unknown fields are errors: a typo in a budget name must not silently drop the budget.
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    # NaN and infinity are never a budget, a tolerance, a range or a time: TOML's `inf`/`nan` are refused.
+    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
 
 
 # ---------------------------------------------------------------- project file (tapeout.toml)
@@ -60,6 +67,18 @@ class InputSpec(_Strict):
         if value is not None and not value[0] <= value[1]:
             raise ValueError(f"range [{value[0]}, {value[1]}] must be [low, high] with low <= high (inclusive for integers)")
         return value
+
+    @model_validator(mode="after")
+    def _range_fits_dtype(self) -> InputSpec:
+        # random inputs are drawn in this range and cast to the dtype: both ends must be values of it
+        if self.range is None or self.dtype == "bool":
+            return self
+        low, high = DTYPE_LIMITS[self.dtype]
+        too_wide = self.dtype.startswith("float") and self.range[1] - self.range[0] > high
+        if not (low <= self.range[0] and self.range[1] <= high) or too_wide:
+            raise ValueError(f"range [{self.range[0]:g}, {self.range[1]:g}] does not fit {self.dtype} "
+                             f"(values from {low:g} to {high:g}" + (f", a width of at most {high:g})" if too_wide else ")"))
+        return self
 
     def concrete_shape(self, dims: dict[str, int]) -> tuple[int, ...]:
         return tuple(d if isinstance(d, int) else dims[d] for d in self.shape)
@@ -164,6 +183,11 @@ class Budgets(_Strict):
         return {q: limit for q, limit in pairs.items() if limit is not None}
 
 
+# A million timed runs is hours at millisecond latencies and 8 MB of samples: past it is a typo.
+MAX_ITERATIONS = 1_000_000
+MAX_REPEATS = 20
+
+
 class ParitySettings(_Strict):
     atol: float = Field(1e-4, ge=0)
     rtol: float = Field(1e-3, ge=0)
@@ -171,15 +195,15 @@ class ParitySettings(_Strict):
 
 
 class CheckSettings(_Strict):
-    iterations: int = Field(300, ge=10, description="timed runs per repeat")
-    repeats: int = Field(3, ge=1, le=20, description="fresh inference processes")
-    warmup_min_iters: int = Field(10, ge=1)
-    warmup_min_s: float = Field(0.5, ge=0)
-    warmup_max_s: float = Field(10.0, gt=0)
+    iterations: int = Field(300, ge=10, le=MAX_ITERATIONS, description="timed runs per repeat")
+    repeats: int = Field(3, ge=1, le=MAX_REPEATS, description="fresh inference processes")
+    warmup_min_iters: int = Field(10, ge=1, le=100_000)
+    warmup_min_s: float = Field(0.5, ge=0, le=600)
+    warmup_max_s: float = Field(10.0, gt=0, le=600)
     confidence: float = Field(0.95, gt=0.5, lt=1)
     guard_band: float = Field(0.05, ge=0, lt=1, description="a pass needs the upper bound this far under the limit")
     op_profile: bool = True
-    op_profile_iterations: int = Field(20, ge=1)
+    op_profile_iterations: int = Field(20, ge=1, le=10_000)
     energy_window_s: float = Field(5.0, ge=0, le=600, description="where an energy counter is read, the timed runs "
                                    "are extended with more runs until the window spans this long (counters update "
                                    "every few ms to 100 ms)")
