@@ -46,10 +46,34 @@ def read_header(model_path: Path):
     import onnx
 
     try:
-        return onnx.load(str(model_path), load_external_data=False)
+        model = onnx.load(str(model_path), load_external_data=False)
     except Exception as exc:
         raise BadInput(f"{model_path} is not a readable ONNX model ({type(exc).__name__}: {exc})",
                        fix="re-export it, or point the project at the right file") from None
+    where = _not_text(model)
+    if where:  # ONNX is proto2: its parser keeps invalid UTF-8 names as bytes, and they break every report
+        raise BadInput(f"{model_path} is corrupt: {where} is not UTF-8 text",
+                       fix="re-export it; a damaged download or a truncated copy does this")
+    return model
+
+
+def _not_text(message, where: str = "model") -> str | None:
+    """The first string field holding bytes that are not UTF-8, as a dotted path; None if all are text."""
+    from google.protobuf.descriptor import FieldDescriptor
+
+    for field, value in message.ListFields():
+        path = f"{where}.{field.name}"
+        repeated = field.is_repeated  # protobuf >= 5 dropped `label`
+        values = value if repeated else [value]
+        if field.type == FieldDescriptor.TYPE_STRING:
+            if any(isinstance(v, bytes) for v in values):
+                return path
+        elif field.type == FieldDescriptor.TYPE_MESSAGE:
+            for i, v in enumerate(values):
+                found = _not_text(v, f"{path}[{i}]" if repeated else path)
+                if found:
+                    return found
+    return None
 
 
 def check(model_path: Path, inputs: list[InputSpec], dims: dict[str, int], limits: RuntimeLimits) -> list[LintIssue]:

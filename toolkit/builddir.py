@@ -231,13 +231,13 @@ def output_file(path: Path, what: str) -> Path:
     """Prepare to write `path` (a report, an ONNX file): its folder exists and is writable, and it is not
     a directory. Called before the long work, so a typo in `--junit` costs nothing."""
     path = Path(path).absolute()
+    existing = next(p for p in path.parents if p.exists())
+    if len(os.fsencode(path.name)) > _name_max(existing):  # before any stat of it, which would raise
+        raise BadInput(f"{what} name '{path.name[:40]}…' is too long for this filesystem", fix="choose a shorter name")
     if path.is_dir():
         raise BadInput(f"{what} {path} is a directory", fix=f"give a file name for {what}, e.g. {path / 'out'}")
-    existing = next(p for p in path.parents if p.exists())
     if not existing.is_dir():
         raise BadInput(f"{what} {path} is under {existing}, which is a file", fix=f"give {what} another path")
-    if len(os.fsencode(path.name)) > _name_max(existing):
-        raise BadInput(f"{what} name '{path.name[:40]}…' is too long for this filesystem", fix="choose a shorter name")
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
     except OSError as exc:
