@@ -163,9 +163,9 @@ def check(build_dir: Path | str, ui: UI, strict: bool = False, iterations: int |
     m, settings = measure_target(ctx, artifact, golden_path, settings)
     parity = compare(golden_outputs, m.outputs, settings.parity.atol, settings.parity.rtol)
     host, built_on = manifest.host_fingerprint(), man.host
-    if (host["cpu"], host["cpu_flags"]) != (built_on.get("cpu"), built_on.get("cpu_flags")):
-        m.notes.append(f"checked on {host['cpu']} ({' '.join(host['cpu_flags'])}); built on {built_on.get('cpu')} "
-                       f"({' '.join(built_on.get('cpu_flags', []))}): parity above is this CPU's")
+    if (host["cpu"], host["cpu_flags"]) != (built_on.cpu, built_on.cpu_flags):
+        m.notes.append(f"checked on {host['cpu']} ({' '.join(host['cpu_flags'])}); built on {built_on.cpu} "
+                       f"({' '.join(built_on.cpu_flags)}): parity above is this CPU's")
     artifact_bytes = manifest.tree_size(artifact.directory)
     budgets = [
         *verdicts.judge_on_device(profile.budgets, m, settings, ctx.emulated),

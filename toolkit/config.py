@@ -28,7 +28,7 @@ MAX_EXTENDS = 16           # profiles extend one another a few levels deep, neve
 
 
 def read_toml(path: Path, what: str) -> dict[str, Any]:
-    if not path.is_file():
+    if not _is_file(path):
         raise BadInput(f"{what} {path} not found", fix="check the path, or run from the directory that holds it")
     if path.stat().st_size > MAX_TOML_BYTES:
         raise BadInput(f"{path}: {path.stat().st_size:,} bytes is not a {what}", fix="check the path")
@@ -96,8 +96,11 @@ def validate(model: type[BaseModel], data: dict[str, Any], path: Path, prefix: s
 def load_project(path: Path | str) -> Project:
     """Load `tapeout.toml` from a project directory, or a project file given directly."""
     path = Path(path)
-    file = path / PROJECT_FILE if path.is_dir() else path
-    if not file.exists():
+    try:
+        file = path / PROJECT_FILE if path.is_dir() else path
+    except (OSError, ValueError):  # a name too long for the filesystem
+        file = path
+    if not _is_file(file):
         raise BadInput(f"no project file at {file}", fix=f"give a directory that holds {PROJECT_FILE}, or the file itself")
     project = validate(Project, read_toml(file, "project file"), file)
     project._root = file.parent.resolve()
@@ -116,19 +119,26 @@ def list_profiles() -> list[str]:
     return sorted(p.name[:-5] for p in shipped_profiles_dir().iterdir() if p.name.endswith(".toml"))
 
 
+def _is_file(path) -> bool:
+    try:
+        return path.is_file()
+    except (OSError, ValueError):  # a name too long for the filesystem, or with a NUL in it
+        return False
+
+
 def find_profile(name: str, relative_to: Path | None = None) -> Path:
     """A profile is a path to a .toml file, or the name of a shipped profile."""
     if name.endswith(".toml") or "/" in name:
         candidate = Path(name)
         if relative_to is not None and not candidate.is_absolute():
             candidate = relative_to / candidate
-        if candidate.is_file():
+        if _is_file(candidate):
             return candidate
         raise BadInput(f"profile file {candidate} not found", fix="check the path, or name a shipped profile (`tapeout profiles list`)")
     shipped = shipped_profiles_dir() / f"{name}.toml"
-    if shipped.is_file():
+    if _is_file(shipped):
         return Path(str(shipped))
-    if relative_to is not None and (relative_to / f"{name}.toml").is_file():
+    if relative_to is not None and _is_file(relative_to / f"{name}.toml"):
         return relative_to / f"{name}.toml"
     raise BadInput(f"unknown profile '{name}'", fix=f"use one of: {', '.join(list_profiles())}, or a path to a .toml file")
 

@@ -106,6 +106,13 @@ class ProjectRecord(_Recorded):
     file: str
 
 
+class HostRecord(_Recorded):
+    """The build machine, as far as `check` compares it with its own."""
+
+    cpu: str | None = None
+    cpu_flags: list[str] = Field(default_factory=list)
+
+
 class ManifestRecord(_Recorded):
     """What `check` reads from manifest.json, validated before any of it is used."""
 
@@ -115,4 +122,4 @@ class ManifestRecord(_Recorded):
     project: ProjectRecord
     profile: dict[str, Any]
     device_spec: dict[str, Any] | None = None
-    host: dict[str, Any] = Field(default_factory=dict)
+    host: HostRecord = HostRecord()
