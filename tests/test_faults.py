@@ -25,6 +25,7 @@ from tapeout.check import open_build
 from tapeout.errors import BadInput
 
 DIGITS = SAMPLES / "digits-cnn"
+pytestmark = pytest.mark.fuzz
 
 
 def _namespaces_work() -> bool:

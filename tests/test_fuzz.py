@@ -40,6 +40,7 @@ FUZZ = settings(derandomize=True, deadline=None, database=None,
 def fuzz(examples: int) -> settings:
     return settings(FUZZ, max_examples=examples)
 DIGITS = SAMPLES / "digits-cnn"
+pytestmark = pytest.mark.fuzz
 
 
 def run_main(*args) -> Result:

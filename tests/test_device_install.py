@@ -1,0 +1,69 @@
+"""The device-side install is `pip install .` with the declared dependencies and nothing else. A
+dependency imported but not declared (click, once) gives a `tapeout` that cannot start; this test
+builds that environment offline and runs `tapeout check` in it.
+
+The environment: tapeout installed from this tree with `pip install --target` (no dependencies), plus
+the files of exactly the distributions its `dependencies` name, transitively, linked from this
+interpreter's site-packages; run with `python -S` (no site-packages), so nothing else is importable.
+"""
+
+from __future__ import annotations
+
+import importlib.metadata as md
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+from packaging.requirements import Requirement
+
+from conftest import REPO
+
+
+def declared_closure(root: md.Distribution) -> dict[str, md.Distribution]:
+    """Every distribution `root` needs without extras, by the requirements each one declares; the
+    dependencies are looked up in this interpreter's environment."""
+    found: dict[str, md.Distribution] = {}
+    todo = [root]
+    while todo:
+        dist = todo.pop()
+        key = dist.metadata["Name"].lower().replace("_", "-")
+        if key in found:
+            continue
+        found[key] = dist
+        for line in dist.requires or []:
+            req = Requirement(line)
+            if req.marker is None or req.marker.evaluate({"extra": ""}):
+                todo.append(md.distribution(req.name))
+    return found
+
+
+def test_check_runs_with_the_declared_dependencies_only(digits_build, tmp_path):
+    site = tmp_path / "site"
+    pip = subprocess.run([sys.executable, "-m", "pip", "install", "--quiet", "--no-deps", "--no-build-isolation",
+                          "--no-index", "--target", str(site), str(REPO)], capture_output=True, text=True)
+    assert pip.returncode == 0, pip.stderr[-2000:]
+    # the requirements as this tree declares them now (the wheel just built), not as last installed
+    built = next(md.distributions(path=[str(site)]))
+    closure = declared_closure(built)
+    assert {"typer", "onnxruntime", "numpy", "pydantic"} <= closure.keys()
+    assert "torch" not in closure  # the device side never needs it
+    for name, dist in closure.items():
+        if name == "tapeout":
+            continue  # installed from the tree above, not from this checkout's editable install
+        for file in dist.files or []:
+            if file.parts[0] == ".." or file.suffix == ".pyc":
+                continue  # console scripts, bytecode
+            target = site / file
+            if not target.exists():
+                target.parent.mkdir(parents=True, exist_ok=True)
+                target.symlink_to(Path(dist.locate_file(file)).resolve())
+    env = {"PATH": os.environ["PATH"], "PYTHONPATH": str(site), "HOME": str(tmp_path), "COLUMNS": "200"}
+    isolated = [sys.executable, "-S"]
+    probe = subprocess.run([*isolated, "-c", "import tapeout.cli, sys; import torch"], env=env, capture_output=True,
+                           text=True)
+    assert "No module named 'torch'" in probe.stderr, "the environment is not isolated"
+    result = subprocess.run([*isolated, "-m", "tapeout", "check", str(digits_build), "--iterations", "20",
+                             "--repeats", "1"], env=env, capture_output=True, text=True, timeout=600)
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert "check dir:" in result.stdout
