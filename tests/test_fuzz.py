@@ -89,14 +89,19 @@ def toml_value(value) -> str:
     if isinstance(value, float):
         return "nan" if math.isnan(value) else ("inf" if value > 0 else "-inf") if math.isinf(value) else repr(value)
     if isinstance(value, str):
-        return json.dumps(value)  # JSON's escapes are TOML basic-string escapes
+        return toml_string(value)
     if isinstance(value, list):
         return "[" + ", ".join(toml_value(v) for v in value if v is not None) + "]"
-    return "{" + ", ".join(f"{json.dumps(k)} = {toml_value(v)}" for k, v in value.items() if v is not None) + "}"
+    return "{" + ", ".join(f"{toml_string(k)} = {toml_value(v)}" for k, v in value.items() if v is not None) + "}"
+
+
+def toml_string(text: str) -> str:
+    # JSON's escapes for control characters are TOML's; non-ASCII stays raw (TOML has no surrogate pairs)
+    return json.dumps(text, ensure_ascii=False).replace("\x7f", "\\u007f")
 
 
 def toml_text(doc: dict) -> str:
-    return "".join(f"{json.dumps(k)} = {toml_value(v)}\n" for k, v in doc.items() if v is not None)
+    return "".join(f"{toml_string(k)} = {toml_value(v)}\n" for k, v in doc.items() if v is not None)
 
 
 def mutated(doc, edits):
@@ -124,9 +129,37 @@ def mutated(doc, edits):
     return doc
 
 
-def edits(paths: list[tuple]) -> st.SearchStrategy:
-    path = st.sampled_from(paths) | st.tuples(st.sampled_from([p[0] for p in paths]), st.text(min_size=1, max_size=6))
-    return st.lists(st.tuples(path, VALUES | st.just(DELETE)), min_size=1, max_size=3)
+NUMERIC_EDGES = st.sampled_from([float("inf"), float("-inf"), float("nan"), 1e308, -1e308, 0, -1, 2**62, 10**15,
+                                 2**31, 0.5])
+
+
+def _at(doc, path):
+    for key in path:
+        try:
+            doc = doc[key]
+        except (KeyError, IndexError, TypeError):
+            return None
+    return doc
+
+
+@st.composite
+def edits(draw, paths: list[tuple], base: dict, extra: st.SearchStrategy | None = None) -> list:
+    """One to three edits of `base`: mostly at known paths (a number there is more often set to an edge
+    number: NaN, infinity, huge, zero, negative), sometimes at a new key; or a deletion."""
+    changes = []
+    for _ in range(draw(st.integers(1, 3))):
+        if draw(st.integers(0, 3)):
+            path = draw(st.sampled_from(paths))
+        else:
+            path = (draw(st.sampled_from([p[0] for p in paths])), draw(st.text(min_size=1, max_size=6)))
+        original = _at(base, path)
+        numeric = isinstance(original, int | float) and not isinstance(original, bool)
+        if numeric and draw(st.integers(0, 9)) < 6:
+            value = draw(NUMERIC_EDGES)
+        else:
+            value = draw(st.one_of(VALUES, st.just(DELETE), *([extra] if extra is not None else [])))
+        changes.append((path, value))
+    return changes
 
 
 def walk_floats(value):
@@ -155,11 +188,12 @@ PROJECT = {
 PROJECT_PATHS = [("model", "source"), ("model", "outputs"), ("inputs",), ("inputs", 0, "shape"), ("inputs", 0, "dtype"),
                  ("inputs", 0, "range"), ("inputs", 0, "name"), ("dims", "batch"), ("dims",), ("calibration", "data"),
                  ("evaluation", "direction"), ("export", "opset"), ("export", "atol"), ("export", "samples"),
-                 ("seed",), ("golden_samples",), ("inputs", 0, "range", 1), ("inputs", 0, "shape", 0)]
+                 ("seed",), ("golden_samples",), ("inputs", 0, "range", 0), ("inputs", 0, "range", 1),
+                 ("inputs", 0, "shape", 0), ("inputs", 0, "shape", 2)]
 
 
 @fuzz(400)
-@given(edits(PROJECT_PATHS))
+@given(edits(PROJECT_PATHS, PROJECT))
 def test_fuzzed_project_files_load_or_say_one_line(tmp_path, changes):
     file = tmp_path / "tapeout.toml"
     file.write_text(toml_text(mutated(PROJECT, changes)))
@@ -192,6 +226,10 @@ def test_deeply_nested_toml_is_one_line(tmp_path, depth, bracket):
 
 # ---------------------------------------------------------------- profiles
 
+PROFILE = {"extends": "cpu-fp32", "budgets": {"latency_p90_ms": 5.0, "peak_memory_mb": 512.0},
+           "check": {"iterations": 300, "repeats": 3, "warmup_max_s": 10.0, "confidence": 0.95,
+                     "energy_window_s": 5.0, "parity": {"min_cosine": 0.9999}},
+           "options": {"threads": 0}, "quantization": {"block_size": 32}}
 PROFILE_PATHS = [("target",), ("precision",), ("name",), ("device",), ("extends",), ("options", "threads"),
                  ("options", "graph_optimization"), ("budgets", "latency_p90_ms"), ("budgets", "accuracy_max_drop"),
                  ("budgets", "peak_memory_mb"), ("check", "iterations"), ("check", "repeats"),
@@ -200,10 +238,10 @@ PROFILE_PATHS = [("target",), ("precision",), ("name",), ("device",), ("extends"
 
 
 @fuzz(400)
-@given(edits(PROFILE_PATHS))
+@given(edits(PROFILE_PATHS, PROFILE))
 def test_fuzzed_profiles_load_or_say_one_line(tmp_path, changes):
     file = tmp_path / "p.toml"
-    file.write_text(toml_text(mutated({"extends": "cpu-fp32", "budgets": {"latency_p90_ms": 5.0}}, changes)))
+    file.write_text(toml_text(mutated(PROFILE, changes)))
     try:
         profile = config.load_profile(str(file))
     except BadInput as exc:
@@ -270,7 +308,7 @@ def test_fuzzed_manifests_verify_or_say_one_line(digits_build, tmp_path_factory,
     checked = []
 
     @fuzz(100)
-    @given(st.lists(st.tuples(st.sampled_from(paths), VALUES | tricky | st.just(DELETE)), min_size=1, max_size=3))
+    @given(edits(paths, manifest_doc, extra=tricky))
     def run(changes):
         build = _fresh_copy(digits_build, work)
         (build / "artifact" / "link").symlink_to(secret)
@@ -322,7 +360,7 @@ def test_fuzzed_reports_and_golden_files_with_matching_hashes_are_one_line(digit
             np.savez(path, **arrays)
 
     @fuzz(40 if part == "report" else 20)
-    @given(st.lists(st.tuples(st.sampled_from(report_paths), VALUES | st.just(DELETE)), min_size=1, max_size=2)
+    @given(edits(report_paths, report_doc)
            if part == "report" else golden_edit)
     def run(change):
         build = _fresh_copy(digits_build, work)

@@ -19,7 +19,7 @@ import click
 import typer
 
 from tapeout import __version__
-from tapeout.errors import EXIT_BAD_INPUT, EXIT_INTERNAL, TapeoutError
+from tapeout.errors import EXIT_BAD_INPUT, EXIT_INTERNAL, TapeoutError, one_line
 from tapeout.types import MAX_ITERATIONS, MAX_REPEATS
 
 app = typer.Typer(add_completion=False, no_args_is_help=True, rich_markup_mode=None, pretty_exceptions_enable=False,
@@ -345,7 +345,7 @@ def main() -> None:
             import traceback
 
             traceback.print_exc()
-        typer.echo(f"tapeout: error: {exc}", err=True)
+        typer.echo(f"tapeout: error: {one_line(str(exc))}", err=True)
         sys.exit(exc.exit_code)
     except _click_exceptions("Exit") as exc:  # typer.Exit
         sys.exit(exc.exit_code)
@@ -361,7 +361,7 @@ def main() -> None:
             import traceback
 
             traceback.print_exc()
-        where = f": {exc.filename}" if exc.filename else ""
+        where = one_line(f": {exc.filename}") if exc.filename else ""
         typer.echo(f"tapeout: error: {exc.strerror}{where} — free space, fix the permissions, or choose "
                    "another path", err=True)
         sys.exit(EXIT_BAD_INPUT)

@@ -12,7 +12,7 @@ from typing import Any
 
 from pydantic import BaseModel, ValidationError
 
-from tapeout.errors import BadInput
+from tapeout.errors import BadInput, one_line
 from tapeout.types import DeviceSpec, Profile, Project
 
 if sys.version_info >= (3, 11):
@@ -44,7 +44,7 @@ def read_toml(path: Path, what: str) -> dict[str, Any]:
 def describe_validation_error(path: Path, model: type[BaseModel], exc: ValidationError, prefix: str = "") -> str:
     """The first error as one line: file, dotted field, the problem, the allowed values where known."""
     err = exc.errors()[0]
-    loc = prefix + ".".join(str(part) for part in err["loc"]) or "(top level)"
+    loc = one_line(prefix + ".".join(str(part) for part in err["loc"])) or "(top level)"
     if err["type"] == "extra_forbidden":
         allowed = _fields_at(model, err["loc"][:-1])
         hint = f"; allowed here: {', '.join(allowed)}" if allowed else ""

@@ -43,6 +43,14 @@ class TargetUnavailable(TapeoutError):
     exit_code = EXIT_UNAVAILABLE
 
 
+def one_line(text: str) -> str:
+    """`text` with every unprintable character escaped (a newline in a field name from a user's file,
+    say): an error is one line, whatever it quotes."""
+    if text.isprintable():
+        return text
+    return "".join(ch if ch.isprintable() else ch.encode("unicode_escape").decode("ascii") for ch in text)
+
+
 def first_line(exc: BaseException) -> str:
     """The first line of a runtime's error, without its colour codes: what a one-line message quotes."""
     text = re.sub(r"\x1b\[[0-9;]*m", "", str(exc)).strip()
