@@ -96,17 +96,100 @@ def _op_types(model_in: Path, nodes: list[str]) -> list[str]:
 
 
 def _dynamic(plan: Plan, model_in: Path, model_out: Path) -> dict:
+    import onnx
     from onnxruntime.quantization import QuantType, quantize_dynamic
 
     nodes = plan.nodes_at("int8")
     if not nodes:
         shutil.copyfile(model_in, model_out)
         return {"method": "dynamic", "nodes": 0}
-    quantize_dynamic(model_in, model_out, op_types_to_quantize=_op_types(model_in, nodes), nodes_to_quantize=nodes,
-                     per_channel=plan.per_channel, reduce_range=plan.reduce_range,
-                     weight_type=getattr(QuantType, _QTYPE[plan.weight_type]),
-                     extra_options={"MatMulConstBOnly": True})
-    return {"method": "dynamic", "nodes": len(nodes), "per_channel": plan.per_channel, "reduce_range": plan.reduce_range}
+    # ORT's dynamic quantizer has no Gemm: it splits Gemm into MatMul + Add under new names and then
+    # skips them as not planned, leaving FP32. Rewritten here first, the MatMul keeps the planned name.
+    model = onnx.load(str(model_in))
+    rewritten = gemm_as_matmul(model, set(nodes))
+    source = model_out.with_name(f"{model_out.stem}.gemm-as-matmul.onnx")
+    onnx.save(model, str(source))
+    try:
+        quantize_dynamic(source, model_out, op_types_to_quantize=_op_types(source, nodes), nodes_to_quantize=nodes,
+                         per_channel=plan.per_channel, reduce_range=plan.reduce_range,
+                         weight_type=getattr(QuantType, _QTYPE[plan.weight_type]),
+                         extra_options={"MatMulConstBOnly": True})
+    finally:
+        source.unlink(missing_ok=True)
+    check_quantized(nodes, model_out, "dynamic INT8")
+    return {"method": "dynamic", "nodes": len(nodes), "per_channel": plan.per_channel, "reduce_range": plan.reduce_range,
+            "gemm_as_matmul": rewritten}
+
+
+def gemm_as_matmul(model, names: set[str]) -> int:
+    """Rewrite each Gemm in `names` whose B (and C, when beta != 1) is a constant of its own and whose A
+    is not transposed as MatMul (same name; B transposed and scaled by alpha in its initializer) + Add
+    (C, scaled by beta); returns how many. What it cannot rewrite stays Gemm: the postcondition names it."""
+    import numpy as np
+    from onnx import helper, numpy_helper
+
+    inits = {i.name: i for i in model.graph.initializer}
+    uses: dict[str, int] = {}
+    for node in model.graph.node:
+        for name in node.input:
+            uses[name] = uses.get(name, 0) + 1
+
+    def own_constant(name: str) -> bool:
+        return name in inits and uses.get(name, 0) == 1
+
+    out, count = [], 0
+    for node in model.graph.node:
+        attrs = {a.name: helper.get_attribute_value(a) for a in node.attribute}
+        b = node.input[1] if len(node.input) > 1 else ""
+        c = node.input[2] if len(node.input) > 2 else ""
+        alpha, beta = attrs.get("alpha", 1.0), attrs.get("beta", 1.0)
+        if (node.op_type != "Gemm" or node.name not in names or attrs.get("transA", 0) or not own_constant(b)
+                or (c and beta != 1.0 and not own_constant(c))):
+            out.append(node)
+            continue
+        weight = numpy_helper.to_array(inits[b])
+        weight = (weight.T if attrs.get("transB", 0) else weight) * weight.dtype.type(alpha)
+        inits[b].CopyFrom(numpy_helper.from_array(np.ascontiguousarray(weight), b))
+        if c and beta != 1.0:
+            bias = numpy_helper.to_array(inits[c])
+            inits[c].CopyFrom(numpy_helper.from_array(bias * bias.dtype.type(beta), c))
+        product = f"{node.output[0]}_matmul" if c else node.output[0]
+        out.append(helper.make_node("MatMul", [node.input[0], b], [product], name=node.name))
+        if c:
+            out.append(helper.make_node("Add", [product, c], [node.output[0]], name=f"{node.name}_bias"))
+        count += 1
+    del model.graph.node[:]
+    model.graph.node.extend(out)
+    # the transposed weights' old shapes must not linger in shape annotations (shape inference compares)
+    changed = {n.input[1] for n in out if n.op_type == "MatMul" and n.name in names}
+    kept = [v for v in model.graph.value_info if v.name not in changed]
+    del model.graph.value_info[:]
+    model.graph.value_info.extend(kept)
+    for graph_input in model.graph.input:
+        if graph_input.name in changed:  # old IR versions list initializers as inputs too
+            dims = graph_input.type.tensor_type.shape.dim
+            for dim, size in zip(dims, inits[graph_input.name].dims, strict=False):
+                dim.Clear()
+                dim.dim_value = size
+    return count
+
+
+def check_quantized(nodes: list[str], model_out: Path, what: str) -> None:
+    """Postcondition: no planned node is left computing with a float weight straight from an initializer
+    (dynamic quantization replaces the node; static QDQ feeds its weight through DequantizeLinear)."""
+    import onnx
+    from onnx import TensorProto
+
+    model = onnx.load(str(model_out), load_external_data=False)
+    floats = {i.name for i in model.graph.initializer if i.data_type in (TensorProto.FLOAT, TensorProto.FLOAT16)}
+    planned = set(nodes)
+    left = [f"{n.name} ({n.op_type})" for n in model.graph.node
+            if n.name in planned and n.op_type in ("MatMul", "Gemm", "Conv") and len(n.input) > 1 and n.input[1] in floats]
+    if left:
+        raise BadInput(f"{what}: onnxruntime left {len(left)} of {len(planned)} planned node(s) in float: "
+                       f"{', '.join(left[:3])}{' …' if len(left) > 3 else ''}",
+                       fix="keep them float with [quantization] keep_float (the report would otherwise claim INT8), "
+                           "or report the model's pattern")
 
 
 def _static(plan: Plan, model_in: Path, model_out: Path, calibration: list[dict] | None) -> dict:
@@ -129,6 +212,7 @@ def _static(plan: Plan, model_in: Path, model_out: Path, calibration: list[dict]
                        "CalibTensorRangeSymmetric": plan.activation_symmetric},
         calibration_providers=["CPUExecutionProvider"], use_external_data_format=False,
     )
+    check_quantized(nodes, model_out, "static INT8")
     return {"method": "static", "nodes": len(nodes), "samples": len(calibration), "calibration": plan.calibration_method,
             "activation_type": plan.activation_type, "reduce_range": plan.reduce_range, "per_channel": plan.per_channel}
 
@@ -221,6 +305,8 @@ def _weight_only(plan: Plan, model_in: Path, model_out: Path, calibration: list[
     from onnxruntime.quantization import matmul_nbits_quantizer as nbits
 
     model = onnx.load(str(model_in))
+    # MatMulNBits replaces MatMul only: a Linear exported as Gemm becomes MatMul (+ Add) first
+    rewritten = gemm_as_matmul(model, set(plan.nodes_at("int4")) | set(plan.nodes_at("int8-weight")))
     done = {}
     for precision, bits in (("int4", 4), ("int8-weight", 8)):
         nodes = set(plan.nodes_at(precision))
@@ -248,7 +334,8 @@ def _weight_only(plan: Plan, model_in: Path, model_out: Path, calibration: list[
                            fix="use int4_algorithm = \"rtn\", or report this with the onnxruntime version")
         done[precision] = len(nodes)
     onnx.save(model, str(model_out))
-    return {"method": "weight-only", "nodes": done, "block_size": plan.block_size, "algorithm": plan.int4_algorithm}
+    return {"method": "weight-only", "nodes": done, "block_size": plan.block_size, "algorithm": plan.int4_algorithm,
+            "gemm_as_matmul": rewritten}
 
 
 @functools.cache

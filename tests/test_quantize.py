@@ -292,3 +292,83 @@ def test_gptq_follows_the_plan_and_keeps_stdout_clean(tmp_path, capfd):
     assert info["nodes"] == {"int4": len(plan.nodes_at("int4"))}
     assert any(n.op_type == "MatMul" and n.name.startswith("lm_head") for n in quantized.graph.node)
     assert "Progress" not in capfd.readouterr().out
+
+
+# ---------------------------------------------------------------- Linear layers exported as Gemm
+
+
+def _gemm_mlp(trans_a_last: bool = False) -> onnx.ModelProto:
+    """x[1, 32] → Gemm g0 (transB) → Relu → Gemm g1 (alpha 0.5, beta 2) → Relu → Gemm head: what
+    torch exports for nn.Linear on a 2-D input."""
+    from onnx import TensorProto, helper, numpy_helper
+
+    rng = np.random.default_rng(3)
+    inits = [numpy_helper.from_array(rng.normal(0, 0.2, shape).astype(np.float32), name) for name, shape in
+             (("w0", (64, 32)), ("b0", (64,)), ("w1", (64, 64)), ("b1", (64,)), ("w2", (10, 64)), ("b2", (10,)))]
+    nodes = [helper.make_node("Gemm", ["x", "w0", "b0"], ["h0"], name="g0", transB=1),
+             helper.make_node("Relu", ["h0"], ["r0"], name="relu0"),
+             helper.make_node("Gemm", ["r0", "w1", "b1"], ["h1"], name="g1", alpha=0.5, beta=2.0),
+             helper.make_node("Relu", ["h1"], ["r1"], name="relu1"),
+             helper.make_node("Gemm", ["r1", "w2", "b2"], ["y"], name="head", transB=1)]
+    if trans_a_last:  # a Gemm that cannot become a MatMul: A transposed
+        nodes[2] = helper.make_node("Gemm", ["r0t", "w1", "b1"], ["h1"], name="g1", transA=1)
+        nodes.insert(2, helper.make_node("Transpose", ["r0"], ["r0t"], name="t"))
+    graph = helper.make_graph(nodes, "gemm_mlp", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 32])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 10])], inits)
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 9
+    return model
+
+
+def _gemm_plan(method: str, precision: str):
+    from tapeout.quantize.plan import GroupPlan, Plan
+
+    groups = tuple(GroupPlan(n, "linear", (n,), precision if n != "head" else "fp32", "test") for n in ("g0", "g1", "head"))
+    return Plan(method=method, family="mlp", target="onnxruntime", ladder=(precision, "fp32"), groups=groups)
+
+
+@pytest.mark.parametrize("method, precision, op", [("dynamic", "int8", "MatMulInteger"),
+                                                   ("weight-only", "int4", "MatMulNBits")])
+def test_gemm_linears_are_really_quantized_not_silently_left_fp32(tmp_path, method, precision, op):
+    import onnxruntime as ort
+
+    source, out = tmp_path / "m.onnx", tmp_path / "q.onnx"
+    onnx.save(_gemm_mlp(), source)
+    info = apply(_gemm_plan(method, precision), source, out, max_ir_version=10)
+    quantized = onnx.load(out)
+    ops = [n.op_type for n in quantized.graph.node]
+    assert info["gemm_as_matmul"] == 2 and op in ops, ops
+    assert not any(n.op_type == "Gemm" and n.name in ("g0", "g1") for n in quantized.graph.node)
+    # the plan kept the head float (ORT's own pre-pass may have split it into MatMul + Add, still float)
+    assert any(n.op_type in ("Gemm", "MatMul") and n.name.startswith("head") for n in quantized.graph.node)
+    x = np.random.default_rng(0).normal(size=(1, 32)).astype(np.float32)
+
+    def run(path):
+        return ort.InferenceSession(str(path), providers=["CPUExecutionProvider"]).run(None, {"x": x})[0]
+
+    ref, got = run(source).ravel(), run(out).ravel()
+    assert float(ref @ got / (np.linalg.norm(ref) * np.linalg.norm(got))) > 0.99
+
+
+def test_a_planned_node_the_quantizer_leaves_float_fails_the_build_loudly(tmp_path):
+    source, out = tmp_path / "m.onnx", tmp_path / "q.onnx"
+    onnx.save(_gemm_mlp(trans_a_last=True), source)
+    with pytest.raises(BadInput, match=r"left 1 of 2 planned node\(s\) in float: g1 \(Gemm\)"):
+        apply(_gemm_plan("dynamic", "int8"), source, out)
+
+
+def test_a_torch_linear_model_built_for_cpu_int8_has_an_int8_artifact(tmp_path):
+    project = tmp_path / "mlp"
+    project.mkdir()
+    (project / "model.py").write_text(
+        "import torch\n\n\ndef build():\n    torch.manual_seed(0)\n"
+        "    return torch.nn.Sequential(torch.nn.Linear(32, 64), torch.nn.ReLU(), torch.nn.Linear(64, 64),\n"
+        "                               torch.nn.ReLU(), torch.nn.Linear(64, 10)).eval()\n")
+    (project / "tapeout.toml").write_text('[model]\nsource = "model.py:build"\n\n[[inputs]]\nname = "x"\nshape = [1, 32]\n')
+    profile = tmp_path / "int8.toml"
+    profile.write_text('extends = "cpu-int8"\n[check]\niterations = 30\nrepeats = 1\nwarmup_min_s = 0.05\nop_profile = false\n')
+    result = run_cli("build", project, "--profile", profile, "--out", tmp_path / "b")
+    assert result.code == 0, result.err
+    ops = [n.op_type for n in onnx.load(tmp_path / "b" / "artifact" / "model.onnx").graph.node]
+    # nn.Linear on a 2-D input exports as Gemm, which ORT's dynamic quantizer skipped: the artifact was FP32
+    assert sum(op in ("DynamicQuantizeMatMul", "MatMulInteger") for op in ops) == 2, ops
