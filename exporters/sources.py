@@ -28,6 +28,7 @@ class LoadedModel:
     output_names: list[str] | None = None
     weights_sha256: str = ""
     files: list[Path] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)  # what the user should know about how it was loaded
 
 
 @contextlib.contextmanager

@@ -217,3 +217,58 @@ def test_lint_lists_every_problem_of_an_onnx_source(tmp_path, digits_build):
     assert "'image' is float32 in the model but int64" in result.out
     assert "axis 3 is fixed to 8" in result.out
     assert "2 error(s)" in result.out
+
+
+HF_HEADS = {
+    # architecture class → (config kwargs, output shape): the head's logits, not the backbone's hidden state
+    "DistilBertForSequenceClassification": (
+        "DistilBertConfig", dict(vocab_size=100, dim=32, n_layers=1, n_heads=2, hidden_dim=64, num_labels=3), [1, 3]),
+    "GPT2LMHeadModel": ("GPT2Config", dict(vocab_size=100, n_embd=32, n_layer=1, n_head=2, n_positions=32), [1, 8, 100]),
+}
+
+
+@pytest.mark.parametrize("architecture", list(HF_HEADS))
+def test_hugging_face_directories_keep_their_task_head(tmp_path, architecture):
+    import torch
+    import transformers
+
+    config_name, kwargs, shape = HF_HEADS[architecture]
+    torch.manual_seed(0)
+    model = getattr(transformers, architecture)(getattr(transformers, config_name)(**kwargs)).eval()
+    model.save_pretrained(tmp_path / "hf")
+    (tmp_path / "tapeout.toml").write_text('[model]\nsource = "hf"\noutputs = ["logits"]\n\n[[inputs]]\n'
+                                           'name = "input_ids"\nshape = [1, 8]\ndtype = "int64"\nrange = [0, 99]\n')
+    result = run_cli("export", tmp_path, "--out", tmp_path / "m.onnx", "--json")
+    assert result.code == 0, result.err
+    out = onnx.load(str(tmp_path / "m.onnx")).graph.output[0]
+    assert [d.dim_value for d in out.type.tensor_type.shape.dim] == shape  # AutoModel gave [1, 8, hidden]
+    ids = torch.randint(0, 100, (1, 8), generator=torch.Generator().manual_seed(1))
+    import onnxruntime as ort
+
+    got = ort.InferenceSession(str(tmp_path / "m.onnx"), providers=["CPUExecutionProvider"]).run(
+        None, {"input_ids": ids.numpy()})[0]
+    with torch.no_grad():
+        want = model(input_ids=ids).logits.numpy()
+    assert abs(got - want).max() < 1e-4  # the model saved, head included, not a re-initialised one
+    if architecture == "GPT2LMHeadModel":  # a directory's config backs detection as a module's does
+        family = run_cli("analyze", tmp_path, "--json").json()["families"][0]
+        assert family["family"] == "decoder-llm" and "Hugging Face config model_type = 'gpt2'" in family["evidence"]
+
+
+def test_a_hugging_face_directory_without_architectures_loads_the_backbone_and_says_so(tmp_path):
+    import json
+
+    import torch
+    from transformers import BertConfig, BertModel
+
+    torch.manual_seed(0)
+    BertModel(BertConfig(vocab_size=50, hidden_size=16, num_hidden_layers=1, num_attention_heads=2,
+                         intermediate_size=32)).eval().save_pretrained(tmp_path / "hf")
+    config = json.loads((tmp_path / "hf" / "config.json").read_text())
+    config.pop("architectures", None)
+    (tmp_path / "hf" / "config.json").write_text(json.dumps(config))
+    (tmp_path / "tapeout.toml").write_text('[model]\nsource = "hf"\n\n[[inputs]]\nname = "input_ids"\n'
+                                           'shape = [1, 4]\ndtype = "int64"\nrange = [0, 49]\n')
+    result = run_cli("export", tmp_path, "--out", tmp_path / "m.onnx")
+    assert result.code == 0, result.err
+    assert "names no architecture: loaded the bare model" in result.err

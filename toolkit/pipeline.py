@@ -46,6 +46,8 @@ def export_model(ctx: Context, out_path: Path, *, raise_on_lint: bool = True) ->
     input_names = [s.name for s in project.inputs]
     with ui.step(f"load model ({project.model.source})"):
         loaded = sources.load(project.model.source, project.root, input_names, project.model.outputs)
+    for note in loaded.notes:
+        ui.note(note)
     if loaded.kind == "onnx":
         import onnx
 
