@@ -117,3 +117,17 @@ def test_analyze_an_onnx_file_with_dims_and_bad_dim(tmp_path):
     assert ok.code == 0 and "transformer-encoder" in ok.out and "block0.attn.qkv" in ok.out, ok.err
     bad = run_cli("analyze", path, "--dim", "sequence=abc")
     assert bad.code == 2 and "NAME=VALUE" in one_line_error(bad)
+
+
+def test_recurrent_work_is_costed_and_decides_the_family_by_its_share(tmp_path):
+    # graphs.recurrent(): LSTM over 10 steps, batch 1, input 32 (after in_proj), hidden 32, one direction
+    rnn = _analyze(tmp_path, graphs.recurrent())
+    lstm = next(c for c in rnn.costs if c.op_type == "LSTM")
+    assert lstm.flops == 10 * (2 * 4 * 32 * (32 + 32) + 4 * 4 * 32)  # was 0: only its output size counted
+    assert lstm.params == 2 * 4 * 32 * 32  # W and R
+    # a keyword spotter: a small conv front-end, the LSTM doing most of the work
+    kws = _analyze(tmp_path, graphs.conv_recurrent(channels=8, hidden=64))
+    assert kws.family == "speech-recurrent" and kws.facts["recurrent_mac_share"] > 0.9, kws.families
+    # the same shape with a heavy conv stack and a tiny LSTM is a CNN
+    convs = _analyze(tmp_path, graphs.conv_recurrent(channels=32, hidden=8, deep=True))
+    assert convs.family == "cnn" and convs.facts["recurrent_mac_share"] < 0.2, convs.families

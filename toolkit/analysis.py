@@ -165,6 +165,8 @@ def node_cost(view: GraphView, node) -> NodeCost:
         if op == "MatMulNBits":
             k = view.attr(node, "K")
         flops = 2 * out * k if k else 0
+    elif op in _RECURRENT_GATES:
+        flops, params = _recurrent_cost(view, node)
     elif op in ("Conv", "ConvTranspose") and out and weight is not None:
         per_output = int(np.prod(weight.shape[1:])) if op == "Conv" else int(np.prod(weight.shape[2:])) * weight.shape[0]
         flops = 2 * out * per_output
@@ -173,6 +175,26 @@ def node_cost(view: GraphView, node) -> NodeCost:
     bytes_moved = sum(view.size(t) * view.elem_bytes(t) for t in [*node.input, *node.output]
                       if t and view.size(t) is not None)
     return NodeCost(node.name, op, int(flops), int(bytes_moved), params)
+
+
+_RECURRENT_GATES = {"LSTM": 4, "GRU": 3, "RNN": 1}
+
+
+def _recurrent_cost(view: GraphView, node) -> tuple[int, int]:
+    """FLOPs and parameters of an LSTM/GRU/RNN: per time step, batch row and direction, the input and
+    recurrent projections (2 · gates · H · (I + H)) plus the gate arithmetic (about 4 · gates · H)."""
+    weights = [view.const_array(t) for t in node.input[1:4] if t]
+    params = sum(int(w.size) for w in weights if w is not None)
+    x = view.shapes.get(node.input[0]) or ()
+    hidden = view.attr(node, "hidden_size")
+    if len(x) != 3 or any(d is None for d in x) or not hidden:
+        return 0, params
+    steps, batch = (x[1], x[0]) if view.attr(node, "layout", 0) else (x[0], x[1])
+    direction = view.attr(node, "direction", b"forward")
+    directions = 2 if (direction.decode() if isinstance(direction, bytes) else direction) == "bidirectional" else 1
+    gates = _RECURRENT_GATES[node.op_type]
+    per_step = 2 * gates * hidden * (x[2] + hidden) + 4 * gates * hidden
+    return int(steps * batch * directions * per_step), params
 
 
 def activation_peak(view: GraphView) -> tuple[int, str]:

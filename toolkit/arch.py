@@ -237,8 +237,10 @@ def detect(view, hints: dict, costs: dict[str, NodeCost]) -> Detected:
     causal = any(b["causal"] for b in blocks)
     order = {n.name: i for i, n in enumerate(view.nodes)}
     weighted = [n for n in view.nodes if view.weight_of(n) is not None]
+    recurrent = [n for n in view.nodes if n.op_type in ("LSTM", "GRU", "RNN")]
     macs_conv = sum(costs[n.name].flops for n in weighted if n.op_type.startswith("Conv")) // 2
-    macs_all = max(1, sum(costs[n.name].flops for n in weighted) // 2)
+    macs_recurrent = sum(costs[n.name].flops for n in recurrent) // 2
+    macs_all = max(1, sum(costs[n.name].flops for n in [*weighted, *recurrent]) // 2)
 
     # Heads: the weighted node that feeds a graph output through reshapes, a bias or a scale only.
     def head_path(n) -> bool:
@@ -306,8 +308,9 @@ def detect(view, hints: dict, costs: dict[str, NodeCost]) -> Detected:
                    "norms": norm_kinds, "vocab": vocab or None, "timestep_input": timestep,
                    "depthwise_convs": sum(r == "depthwise_conv" for r in found.roles.values()),
                    "recurrent_ops": sum(r == "recurrent_cell" for r in found.roles.values()),
-                   "conv_mac_share": round(macs_conv / macs_all, 3)}
-    found.families = _families(found, blocks, causal, timestep, macs_conv / macs_all, hints)
+                   "conv_mac_share": round(macs_conv / macs_all, 3),
+                   "recurrent_mac_share": round(macs_recurrent / macs_all, 3)}
+    found.families = _families(found, blocks, causal, timestep, macs_conv / macs_all, hints, macs_recurrent / macs_all)
     return found
 
 
@@ -363,7 +366,8 @@ def _groups(view, found: Detected, blocks: list[dict], costs: dict, order: dict)
     return unique
 
 
-def _families(found: Detected, blocks: list, causal: bool, timestep: bool, conv_share: float, hints: dict) -> list[FamilyScore]:
+def _families(found: Detected, blocks: list, causal: bool, timestep: bool, conv_share: float, hints: dict,
+              recurrent_share: float = 0.0) -> list[FamilyScore]:
     scores: list[FamilyScore] = []
     model_type = str(hints.get("model_type") or "").lower()
     hint_note = (f"Hugging Face config model_type = {model_type!r}",) if model_type else ()
@@ -385,7 +389,10 @@ def _families(found: Detected, blocks: list, causal: bool, timestep: bool, conv_
             scores.append(FamilyScore("transformer-encoder", min(conf, 0.99),
                                       (*ev, "no causal mask: bidirectional attention", *hint_note)))
     if "recurrent_cell" in roles:
-        scores.append(FamilyScore("speech-recurrent", 0.9, ("recurrent ops (LSTM/GRU/RNN/Scan/Loop)",)))
+        # scored like the CNN family, by the share of the work: a CNN+LSTM is whichever does more of it
+        # (a tie goes to the recurrent family, whose state is the more fragile to quantize)
+        scores.append(FamilyScore("speech-recurrent", 0.6 + 0.35 * recurrent_share,
+                                  ("recurrent ops (LSTM/GRU/RNN/Scan/Loop)", f"recurrent MAC share {recurrent_share:.0%}")))
     if conv_share > 0.3:
         if timestep:
             scores.append(FamilyScore("diffusion", 0.8, (f"conv MAC share {conv_share:.0%}", "float timestep input into Sin/Cos")))
