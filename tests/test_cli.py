@@ -272,3 +272,26 @@ def test_ctrl_c_exits_130_with_a_line(tmp_path):
     _, err = proc.communicate(timeout=120)
     assert proc.returncode == 130 and "interrupted" in err and "Traceback" not in err
     assert not (tmp_path / "b").exists() and not list(tmp_path.glob(".b.partial-*"))
+
+
+def test_a_rank_0_input_builds_checks_and_calibrates(tmp_path, fast_profile):
+    # a scalar input (a gain, a sample rate): random, golden and calibration samples are 0-d arrays,
+    # not numpy scalars, which ONNX Runtime refused ("Unable to handle object of type numpy.float32")
+    project = tmp_path / "scalar"
+    project.mkdir()
+    (project / "model.py").write_text(
+        "import torch\n\n\nclass Scaled(torch.nn.Module):\n    def __init__(self):\n        super().__init__()\n"
+        "        torch.manual_seed(0)\n        self.lin = torch.nn.Linear(16, 4)\n\n"
+        "    def forward(self, x, gain):\n        return self.lin(x) * gain\n\n\ndef build():\n    return Scaled().eval()\n")
+    rng = np.random.default_rng(0)
+    np.savez(project / "cal.npz", x=rng.random((8, 1, 16), dtype=np.float32), gain=rng.uniform(0.5, 2, 8).astype(np.float32))
+    (project / "tapeout.toml").write_text('[model]\nsource = "model.py:build"\n\n[[inputs]]\nname = "x"\nshape = [1, 16]\n\n'
+                                          '[[inputs]]\nname = "gain"\nshape = []\nrange = [0.5, 2.0]\n\n'
+                                          '[calibration]\ndata = "cal.npz"\n')
+    out = tmp_path / "b"
+    build = run_cli("build", project, "--profile", fast_profile, "--out", out)
+    assert build.code == 0, build.err
+    golden = np.load(out / "golden.npz")
+    assert golden["input.gain"].shape == (4,)  # four samples of a scalar, taken from the calibration data
+    np.testing.assert_array_equal(golden["input.gain"], np.load(project / "cal.npz")["gain"][:4])
+    assert run_cli("check", out).code == 0

@@ -28,7 +28,8 @@ def random_feeds(inputs: list[InputSpec], dims: dict[str, int], rng: np.random.G
             else:
                 values = rng.standard_normal(size=shape)
             feeds[spec.name] = values.astype(spec.dtype)
-    return feeds
+    # a rank-0 input (a sample rate, a gain) is a 0-d array, not a numpy scalar: runtimes take only arrays
+    return {name: np.asarray(value) for name, value in feeds.items()}
 
 
 def check_feeds(feeds: Feeds, inputs: list[InputSpec], dims: dict[str, int], origin: str) -> Feeds:
@@ -76,7 +77,7 @@ def npz_feeds(path: Path, inputs: list[InputSpec], dims: dict[str, int]) -> list
         raise BadInput(f"{path}: arrays have different sample counts {sorted(counts)}",
                        fix="stack every input along axis 0 with the same number of samples")
     count = counts.pop()
-    return [check_feeds({k: v[i] for k, v in arrays.items()}, inputs, dims, str(path)) for i in range(count)]
+    return [check_feeds({k: v[i, ...] for k, v in arrays.items()}, inputs, dims, str(path)) for i in range(count)]
 
 
 def stack(samples: list[Feeds]) -> Feeds:
@@ -85,4 +86,5 @@ def stack(samples: list[Feeds]) -> Feeds:
 
 def unstack(stacked: dict[str, np.ndarray]) -> list[Feeds]:
     count = len(next(iter(stacked.values())))
-    return [{k: v[i] for k, v in stacked.items()} for i in range(count)]
+    # v[i, ...]: a scalar input's sample stays a 0-d array (v[i] would be a numpy scalar, which runtimes refuse)
+    return [{k: v[i, ...] for k, v in stacked.items()} for i in range(count)]
