@@ -131,3 +131,34 @@ def test_recurrent_work_is_costed_and_decides_the_family_by_its_share(tmp_path):
     # the same shape with a heavy conv stack and a tiny LSTM is a CNN
     convs = _analyze(tmp_path, graphs.conv_recurrent(channels=32, hidden=8, deep=True))
     assert convs.family == "cnn" and convs.facts["recurrent_mac_share"] < 0.2, convs.families
+
+
+DYNAMIC_HF = {
+    # architecture → (config, its kwargs, the family): exported with symbolic batch and sequence, the way
+    # current transformers builds the causal mask at run time (Range, LessOrEqual, GatherND, Where)
+    "LlamaForCausalLM": ("LlamaConfig", dict(vocab_size=100, hidden_size=32, intermediate_size=64, num_hidden_layers=2,
+                                             num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=64),
+                         "decoder-llm"),
+    "GPT2LMHeadModel": ("GPT2Config", dict(vocab_size=100, n_embd=32, n_layer=2, n_head=2, n_positions=64), "decoder-llm"),
+    "BertForSequenceClassification": ("BertConfig", dict(vocab_size=100, hidden_size=32, num_hidden_layers=2,
+                                                         num_attention_heads=2, intermediate_size=64), "transformer-encoder"),
+}
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("architecture", list(DYNAMIC_HF))
+def test_causal_masks_of_todays_exporters_are_detected_on_the_graph(tmp_path, architecture):
+    import torch
+    import transformers
+
+    config_name, kwargs, family = DYNAMIC_HF[architecture]
+    torch.manual_seed(0)
+    getattr(transformers, architecture)(getattr(transformers, config_name)(**kwargs)).eval().save_pretrained(tmp_path / "hf")
+    (tmp_path / "tapeout.toml").write_text(
+        '[model]\nsource = "hf"\n\n[[inputs]]\nname = "input_ids"\nshape = ["batch", "sequence"]\ndtype = "int64"\n'
+        'range = [0, 99]\n\n[dims]\nbatch = 1\nsequence = 8\n')
+    result = run_cli("analyze", tmp_path, "--json")
+    assert result.code == 0, result.err
+    best = result.json()["families"][0]
+    assert best["family"] == family, best
+    assert ("causal mask on the attention scores" in best["evidence"]) is (family == "decoder-llm")

@@ -97,9 +97,25 @@ def _is_causal_mask(view, tensor: str, depth: int = 10) -> bool:
     node = view.producer.get(tensor)
     if node is None or depth == 0:
         return False
-    if node.op_type == "Trilu":
+    if node.op_type == "Trilu" or _positions_compared(view, node):
         return True
     return any(_is_causal_mask(view, t, depth - 1) for t in node.input if t)
+
+
+_ORDERING = {"LessOrEqual", "Less", "GreaterOrEqual", "Greater"}
+
+
+def _positions_compared(view, node) -> bool:
+    """A mask built at run time, as today's transformers exports it for dynamic sequence lengths: key
+    positions compared (<=, <) with query positions, both from Range ops. A padding mask compares the
+    attention_mask input with Equal/Not, never two position ranges."""
+    def from_range(tensor: str, depth: int) -> bool:
+        producer = view.producer.get(tensor)
+        if producer is None or depth == 0:
+            return False
+        return producer.op_type == "Range" or any(from_range(t, depth - 1) for t in producer.input if t)
+
+    return node.op_type in _ORDERING and len(node.input) == 2 and all(from_range(t, 6) for t in node.input)
 
 
 def _attention(view, found: Detected) -> list[dict]:
