@@ -186,6 +186,13 @@ def test_help_and_check_import_nothing_heavy():
     assert float(line.split()[-1]) < 2.0  # generous for a loaded 2-core CI machine; ~0.4 s here
 
 
+def test_the_command_line_starts_without_pydantic():
+    # `tapeout --help`, `--version` and every command's start pay only for typer: each command imports its own
+    code = "import sys\nimport tapeout.cli\nprint(sorted(m for m in ('pydantic', 'numpy') if m in sys.modules))"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert out.strip() == "[]", out
+
+
 def test_targets_profiles_and_report_commands(digits_build):
     targets = run_cli("targets", "--json").json()
     assert targets[0]["target"] == "onnxruntime" and targets[0]["available"]

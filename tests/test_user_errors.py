@@ -77,3 +77,14 @@ def test_a_missing_module_is_still_named_as_missing(tmp_path):
     result = run_cli("lint", project)
     assert result.code == 2 and "cannot import module 'no_such_package.models'" in one_line_error(result)
 
+
+
+@pytest.mark.parametrize(("option", "value", "says"), [
+    ("--iterations", "1000000000000000", "field '--iterations': Input should be less than or equal to 1000000"),
+    ("--repeats", "1000000", "field '--repeats': Input should be less than or equal to 20"),
+])
+def test_check_overrides_are_bounded_like_the_profile_before_anything_is_measured(digits_build, option, value, says):
+    # 10**15 iterations once reached the inference process as a 7 PiB sample array
+    result = run_cli("check", digits_build, option, value)
+    assert result.code == 2 and says in one_line_error(result)
+    assert "measure" not in result.err

@@ -20,7 +20,6 @@ import typer
 
 from tapeout import __version__
 from tapeout.errors import EXIT_BAD_INPUT, EXIT_INTERNAL, TapeoutError, one_line
-from tapeout.types import MAX_ITERATIONS, MAX_REPEATS
 
 app = typer.Typer(add_completion=False, no_args_is_help=True, rich_markup_mode=None, pretty_exceptions_enable=False,
                   help="Take a trained model to a deployable artifact for a named device, under budgets, with evidence.")
@@ -92,9 +91,10 @@ def build(
 def check(
     build_dir: Path = typer.Argument(..., help="A build dir written by `tapeout build`."),
     junit: Path | None = typer.Option(None, "--junit", help="Also write a JUnit XML file for CI systems."),
-    iterations: int | None = typer.Option(None, min=10, max=MAX_ITERATIONS,
-                                          help="Timed runs per process (default: the profile's)."),
-    repeats: int | None = typer.Option(None, min=1, max=MAX_REPEATS, help="Fresh processes (default: the profile's)."),
+    # bounded where the profile's values are (types.CheckSettings), checked by `check` before it measures:
+    # importing the types here would put pydantic on the start-up path of every command
+    iterations: int | None = typer.Option(None, min=10, help="Timed runs per process (default: the profile's)."),
+    repeats: int | None = typer.Option(None, min=1, help="Fresh processes (default: the profile's)."),
     as_json: bool = JSON,
     strict: bool = STRICT,
 ) -> None:
