@@ -3,6 +3,7 @@ reference and the exception, the traceback only under --debug; never exit 0, nev
 
 from __future__ import annotations
 
+import numpy as np
 import pytest
 
 from conftest import one_line_error, run_cli
@@ -88,3 +89,17 @@ def test_check_overrides_are_bounded_like_the_profile_before_anything_is_measure
     result = run_cli("check", digits_build, option, value)
     assert result.code == 2 and says in one_line_error(result)
     assert "measure" not in result.err
+
+
+@pytest.mark.parametrize(("arrays", "says"), [
+    ({"x": np.float32(1.0)}, "array 'x' is a 0-d scalar, not a stack of samples"),
+    ({"x": np.array(["a", "b"])}, "array 'x' holds <U1, not numbers"),
+    ({}, "holds no arrays"),
+    ({"x": np.zeros((4, 2, 4), np.float32), "y": np.zeros((3, 1), np.float32)}, "different sample counts [3, 4]"),
+])
+def test_calibration_arrays_that_are_not_stacked_samples_are_named(tmp_path, arrays, says):
+    np.savez(tmp_path / "cal.npz", **arrays)
+    project = _project(tmp_path, extra='\n[calibration]\ndata = "cal.npz"\n')
+    result = run_cli("build", project, "--profile", "cpu-fp32", "--out", tmp_path / "b")
+    assert result.code == 2 and says in one_line_error(result)
+    assert not (tmp_path / "b").exists()

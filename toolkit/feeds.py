@@ -6,7 +6,7 @@ from pathlib import Path
 
 import numpy as np
 
-from tapeout.errors import BadInput
+from tapeout.errors import BadInput, first_line
 from tapeout.types import InputSpec
 
 Feeds = dict[str, np.ndarray]
@@ -52,31 +52,34 @@ def check_feeds(feeds: Feeds, inputs: list[InputSpec], dims: dict[str, int], ori
     return {spec.name: feeds[spec.name] for spec in inputs}
 
 
+def read_stacked(path: Path, fix: str) -> dict[str, np.ndarray]:
+    """The arrays of an .npz of samples stacked on axis 0 (calibration data, golden files): readable
+    without unpickling, at least one, numeric, each with a sample axis, all with the same count."""
+    try:
+        with np.load(path, allow_pickle=False) as data:
+            arrays = {k: data[k] for k in data.files}
+    except Exception as exc:  # not a zip, an object array (a pickle), a truncated file: numpy raises several kinds
+        raise BadInput(f"{path} is not a readable .npz file ({first_line(exc)})", fix=fix) from None
+    if not arrays:
+        raise BadInput(f"{path} holds no arrays", fix=fix)
+    for name, array in arrays.items():
+        if array.ndim == 0:
+            raise BadInput(f"{path}: array '{name}' is a 0-d scalar, not a stack of samples", fix=fix)
+        if array.dtype.kind not in "biufc":
+            raise BadInput(f"{path}: array '{name}' holds {array.dtype}, not numbers", fix=fix)
+    counts = {len(a) for a in arrays.values()}
+    if len(counts) != 1:
+        raise BadInput(f"{path}: arrays have different sample counts {sorted(counts)}", fix=fix)
+    return arrays
+
+
 def npz_feeds(path: Path, inputs: list[InputSpec], dims: dict[str, int]) -> list[Feeds]:
     """An .npz holds one array per input name, stacked on a leading sample axis."""
     if not path.is_file():
         raise BadInput(f"data file {path} not found", fix="check [calibration] data in the project file")
-    try:
-        with np.load(path, allow_pickle=False) as data:
-            arrays = {k: data[k] for k in data.files}
-    except Exception as exc:
-        raise BadInput(f"{path} is not a readable .npz file ({exc})", fix="write it with numpy.savez") from None
-    if not arrays:
-        raise BadInput(f"{path} holds no arrays", fix=f"save one array per input ({', '.join(s.name for s in inputs)}) "
-                       "with numpy.savez, samples stacked on axis 0")
-    scalars = [k for k, a in arrays.items() if a.ndim == 0]
-    if scalars:
-        raise BadInput(f"{path}: array '{scalars[0]}' is a 0-d scalar, not a stack of samples",
-                       fix="stack the samples along a leading axis, e.g. shape [samples, *input shape]")
-    odd = [(k, a.dtype) for k, a in arrays.items() if a.dtype.kind not in "biuf"]
-    if odd:
-        raise BadInput(f"{path}: array '{odd[0][0]}' holds {odd[0][1]}, not numbers",
-                       fix="save numeric arrays (float, int or bool) with numpy.savez")
-    counts = {len(a) for a in arrays.values()}
-    if len(counts) != 1:
-        raise BadInput(f"{path}: arrays have different sample counts {sorted(counts)}",
-                       fix="stack every input along axis 0 with the same number of samples")
-    count = counts.pop()
+    arrays = read_stacked(path, fix=f"save one numeric array per input ({', '.join(s.name for s in inputs)}) with "
+                                    "numpy.savez, samples stacked on axis 0")
+    count = len(next(iter(arrays.values())))
     return [check_feeds({k: v[i, ...] for k, v in arrays.items()}, inputs, dims, str(path)) for i in range(count)]
 
 
