@@ -74,7 +74,7 @@ class StagedBuild:
         if name_bytes > limit:
             raise BadInput(f"build dir name '{self.final.name[:40]}…' is {name_bytes} bytes; this filesystem allows "
                            f"{limit} with the staging suffix", fix="choose a shorter --out name")
-        existing = next(p for p in (self.final, *self.final.parents) if p.exists())
+        existing = _nearest_existing(self.final)
         if not existing.is_dir():
             where = "is a file" if existing == self.final else f"is under {existing}, which is a file"
             raise BadInput(f"build dir {self.final} {where}", fix="choose another --out directory")
@@ -182,18 +182,21 @@ def _alive(pid: int) -> bool:
     return True
 
 
+def _nearest_existing(path: Path) -> Path:
+    """`path` or its closest ancestor that exists (the root always does)."""
+    return next(p for p in (path, *path.parents) if p.exists())
+
+
 def _name_max(folder: Path) -> int:
-    existing = next(p for p in (folder, *folder.parents) if p.exists())
     try:
-        return os.pathconf(existing, "PC_NAME_MAX")
+        return os.pathconf(_nearest_existing(folder), "PC_NAME_MAX")
     except (OSError, ValueError):
         return 255
 
 
 def _free_bytes(folder: Path) -> int | None:
-    existing = next((p for p in (folder, *folder.parents) if p.exists()), None)
     try:
-        return shutil.disk_usage(existing).free if existing else None
+        return shutil.disk_usage(_nearest_existing(folder)).free
     except OSError:
         return None
 
@@ -231,7 +234,7 @@ def output_file(path: Path, what: str) -> Path:
     """Prepare to write `path` (a report, an ONNX file): its folder exists and is writable, and it is not
     a directory. Called before the long work, so a typo in `--junit` costs nothing."""
     path = Path(path).absolute()
-    existing = next(p for p in path.parents if p.exists())
+    existing = _nearest_existing(path.parent)
     if len(os.fsencode(path.name)) > _name_max(existing):  # before any stat of it, which would raise
         raise BadInput(f"{what} name '{path.name[:40]}…' is too long for this filesystem", fix="choose a shorter name")
     if path.is_dir():

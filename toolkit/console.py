@@ -20,8 +20,8 @@ _STYLE = {"PASS": "green", "FAIL": "bold red", "INCONCLUSIVE": "yellow", "UNMEAS
 
 
 class UI:
-    def __init__(self, quiet: bool = False):
-        self.err = Console(stderr=True, quiet=quiet, highlight=False)
+    def __init__(self):
+        self.err = Console(stderr=True, highlight=False)  # never muted: --json keeps progress here
         # Not a terminal (CI logs, pipes): rich would wrap at 80 columns and fold the verdict table.
         self.out = Console(highlight=False, width=None if Console().is_terminal else 140)
         self._status = None
