@@ -162,6 +162,11 @@ def edits(draw, paths: list[tuple], base: dict, extra: st.SearchStrategy | None 
     return changes
 
 
+def written(file: Path, base: dict, changes: list) -> Path:
+    file.write_text(toml_text(mutated(base, changes)))
+    return file
+
+
 def walk_floats(value):
     if isinstance(value, dict):
         for v in value.values():
@@ -195,8 +200,7 @@ PROJECT_PATHS = [("model", "source"), ("model", "outputs"), ("inputs",), ("input
 @fuzz(400)
 @given(edits(PROJECT_PATHS, PROJECT))
 def test_fuzzed_project_files_load_or_say_one_line(tmp_path, changes):
-    file = tmp_path / "tapeout.toml"
-    file.write_text(toml_text(mutated(PROJECT, changes)))
+    file = written(tmp_path / "tapeout.toml", PROJECT, changes)
     try:
         project = config.load_project(file)
     except BadInput as exc:
@@ -240,8 +244,7 @@ PROFILE_PATHS = [("target",), ("precision",), ("name",), ("device",), ("extends"
 @fuzz(400)
 @given(edits(PROFILE_PATHS, PROFILE))
 def test_fuzzed_profiles_load_or_say_one_line(tmp_path, changes):
-    file = tmp_path / "p.toml"
-    file.write_text(toml_text(mutated(PROFILE, changes)))
+    file = written(tmp_path / "p.toml", PROFILE, changes)
     try:
         profile = config.load_profile(str(file))
     except BadInput as exc:

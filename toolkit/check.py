@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 from xml.sax.saxutils import escape, quoteattr
 
 from tapeout import builddir, manifest, targets, verdicts
@@ -26,8 +27,10 @@ from tapeout.paths import confined
 from tapeout.report import render_markdown
 from tapeout.report_model import ArtifactInfo, GoldenInfo, ProjectInfo, Report, assemble
 from tapeout.report_model import load as load_report
-from tapeout.targets.base import Probe, Target
 from tapeout.types import Artifact, BudgetResult, CheckSettings, DeviceSpec, Profile, Verdict
+
+if TYPE_CHECKING:  # annotations only: the registry imports a backend when `check` creates one
+    from tapeout.targets.base import Probe, Target
 
 MAX_MANIFEST_BYTES = 16 << 20  # a manifest lists files and hashes: kilobytes, never this
 
