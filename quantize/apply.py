@@ -104,18 +104,22 @@ def _dynamic(plan: Plan, model_in: Path, model_out: Path) -> dict:
         shutil.copyfile(model_in, model_out)
         return {"method": "dynamic", "nodes": 0}
     # ORT's dynamic quantizer has no Gemm: it splits Gemm into MatMul + Add under new names and then
-    # skips them as not planned, leaving FP32. Rewritten here first, the MatMul keeps the planned name.
-    model = onnx.load(str(model_in))
-    rewritten = gemm_as_matmul(model, set(nodes))
-    source = model_out.with_name(f"{model_out.stem}.gemm-as-matmul.onnx")
-    onnx.save(model, str(source))
+    # skips them as not planned, leaving FP32. Rewritten here first, the MatMul keeps the planned name;
+    # a model with no planned Gemm is passed through untouched (no second copy of 90 MB of MiniLM).
+    source, rewritten = model_in, 0
+    if "Gemm" in _op_types(model_in, nodes):
+        model = onnx.load(str(model_in))
+        rewritten = gemm_as_matmul(model, set(nodes))
+        source = model_out.with_name(f"{model_out.stem}.gemm-as-matmul.onnx")
+        onnx.save(model, str(source))
     try:
         quantize_dynamic(source, model_out, op_types_to_quantize=_op_types(source, nodes), nodes_to_quantize=nodes,
                          per_channel=plan.per_channel, reduce_range=plan.reduce_range,
                          weight_type=getattr(QuantType, _QTYPE[plan.weight_type]),
                          extra_options={"MatMulConstBOnly": True})
     finally:
-        source.unlink(missing_ok=True)
+        if source != model_in:
+            source.unlink(missing_ok=True)
     check_quantized(nodes, model_out, "dynamic INT8")
     return {"method": "dynamic", "nodes": len(nodes), "per_channel": plan.per_channel, "reduce_range": plan.reduce_range,
             "gemm_as_matmul": rewritten}
