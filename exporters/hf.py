@@ -5,7 +5,7 @@ from __future__ import annotations
 import contextlib
 from pathlib import Path
 
-from tapeout.errors import BadInput, TargetUnavailable, first_line
+from tapeout.errors import BadInput, TargetUnavailable, first_line, runtime_detail
 from tapeout.exporters.sources import LoadedModel, state_dict_sha256
 
 
@@ -23,7 +23,7 @@ def load(directory: Path, input_names: list[str], output_names: list[str] | None
                                             trust_remote_code=False)  # a directory's .py files never run
     except Exception as exc:
         raise BadInput(f"transformers could not load {directory} as {model_class.__name__}: {first_line(exc)}",
-                       fix="check that the directory holds config.json and the weights (model.safetensors)") from None
+                       detail=runtime_detail(exc), fix="check that the directory holds config.json and the weights (model.safetensors)") from None
     model.eval()
     if getattr(model.config, "use_cache", False):
         model.config.use_cache = False  # one forward, one output: no KV-cache tensors in the exported graph

@@ -18,7 +18,8 @@ from pathlib import Path
 
 import numpy as np
 
-from tapeout.errors import BadInput, ExportMismatch, first_line, user_code
+from tapeout.errors import BadInput, ExportMismatch, first_line, runtime_detail, user_code
+from tapeout.exporters.fold import fold_recurrent_weights
 from tapeout.exporters.sources import LoadedModel
 from tapeout.feeds import Feeds, random_feeds
 from tapeout.parity import OutputParity, compare, worst
@@ -162,6 +163,7 @@ def export(
     if fallback_reason:  # said outside the quiet block, so the user sees it
         log(f"dynamo exporter failed ({fallback_reason}); used the TorchScript exporter instead")
 
+    fold_recurrent_weights(proto)  # LSTM/GRU weights as initializers: what quantizers and compilers need
     # The runtime decides what is loadable: stamp the newest IR version it accepts, never a newer one.
     proto.ir_version = min(proto.ir_version, max_ir_version)
     out_path.parent.mkdir(parents=True, exist_ok=True)
@@ -197,7 +199,7 @@ def verify(module, onnx_path: Path, inputs, dims, input_names, output_names, ato
         sess = ort.InferenceSession(str(onnx_path), so, providers=["CPUExecutionProvider"])
     except Exception as exc:
         raise BadInput(f"the exported model does not load in onnxruntime: {first_line(exc)}",
-                       fix="pin [export] opset to one the installed onnxruntime supports") from None
+                       detail=runtime_detail(exc), fix="pin [export] opset to one the installed onnxruntime supports") from None
     reference, actual = [], []
     for _ in range(samples):
         feeds = random_feeds(inputs, dims, rng)

@@ -13,7 +13,7 @@ import logging
 import shutil
 from pathlib import Path
 
-from tapeout.errors import BadInput, first_line
+from tapeout.errors import BadInput, first_line, runtime_detail
 from tapeout.quantize.plan import FLOAT, Plan
 
 _CALIBRATION = {"minmax": "MinMax", "percentile": "Percentile", "entropy": "Entropy"}
@@ -79,7 +79,7 @@ def apply(plan: Plan, model_in: Path, model_out: Path, calibration: list[dict] |
     except Exception as exc:  # the quantizer's own failure, named with the plan that caused it
         raise BadInput(f"onnxruntime could not quantize the model ({plan.method}, {len(plan.quantized())} groups): "
                        f"{first_line(exc)}",
-                       fix="keep the failing nodes float with [quantization] keep_float, or use precision = \"fp32\"") from None
+                       detail=runtime_detail(exc), fix="keep the failing nodes float with [quantization] keep_float, or use precision = \"fp32\"") from None
     if max_ir_version is not None:
         model = onnx.load(str(model_out), load_external_data=False)
         if model.ir_version > max_ir_version:
@@ -187,8 +187,10 @@ def check_quantized(nodes: list[str], model_out: Path, what: str) -> None:
     model = onnx.load(str(model_out), load_external_data=False)
     floats = {i.name for i in model.graph.initializer if i.data_type in (TensorProto.FLOAT, TensorProto.FLOAT16)}
     planned = set(nodes)
+    # an LSTM keeps its name and op type only when the quantizer skipped it (it becomes DynamicQuantizeLSTM)
     left = [f"{n.name} ({n.op_type})" for n in model.graph.node
-            if n.name in planned and n.op_type in ("MatMul", "Gemm", "Conv") and len(n.input) > 1 and n.input[1] in floats]
+            if n.name in planned and n.op_type in ("MatMul", "Gemm", "Conv", "LSTM") and len(n.input) > 1
+            and n.input[1] in floats]
     if left:
         raise BadInput(f"{what}: onnxruntime left {len(left)} of {len(planned)} planned node(s) in float: "
                        f"{', '.join(left[:3])}{' …' if len(left) > 3 else ''}",
@@ -236,10 +238,13 @@ def _npu_static(plan: Plan, model_in: Path, model_out: Path, calibration: list[d
     overrides: dict[str, list[dict]] = {}
     if not act16:
         wanted = set(plan.nodes_at("a16w8"))
-        for node in onnx.load(str(model_in), load_external_data=False).graph.node:
-            if node.name in wanted:
-                for tensor in (node.input[0], node.output[0]):
-                    overrides[tensor] = [{"quant_type": QuantType.QUInt16}]
+        model = onnx.load(str(model_in), load_external_data=False)
+        weights = {i.name for i in model.graph.initializer}
+        for node in model.graph.node:
+            if node.name in wanted:  # every activation in and out: a recurrent cell's state too
+                for tensor in [*node.input, *node.output]:
+                    if tensor and tensor not in weights:
+                        overrides[tensor] = [{"quant_type": QuantType.QUInt16}]
     # float on the HTP is FP16 (fp32: ranking isolation); float_nodes are the rule's (attention masks, softmax)
     excluded = plan.nodes_at("fp16") + plan.nodes_at("fp32") + list(plan.float_nodes)
     config = get_qnn_qdq_config(

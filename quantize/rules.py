@@ -29,6 +29,7 @@ class Rule:
     per_channel: bool = True
     why: str = ""
     keep_ops: frozenset[str] = frozenset()   # op types kept float wherever they are (FP16 rules)
+    keep_ops_why: str = ""                   # why, for the groups whose weighted node is one of them
 
 
 _KEEP_TRANSFORMER = {
@@ -40,6 +41,7 @@ _KEEP_TRANSFORMER = {
 _KEEP_CNN = {
     "first_conv": "first conv: few input channels, tiny compute, high sensitivity (research §2.2)",
     "head": "classifier / detection head: kept float (research §2.2)",
+    "recurrent_cell": "static QDQ has no LSTM/GRU kernel in ORT: the recurrence stays float",
 }
 
 # (family, precision) for the CPU target. INT8 on transformers is dynamic (ORT's recommendation and
@@ -58,10 +60,13 @@ CPU_RULES: dict[tuple[str, str], Rule] = {
                                 {**_KEEP_CNN, "timestep_embedding": "timestep embedding stays float (research §6.2)",
                                  "embedding": _KEEP_TRANSFORMER["embedding"]},
                                 why="attention/FFN Linears and resnet convs static INT8"),
-    ("speech-recurrent", "int8"): Rule("dynamic", LINEARS | {"linear"},
-                                       {"recurrent_cell": "recurrent state and gates stay float (research §6.2)",
-                                        "head": _KEEP_TRANSFORMER["head"]},
-                                       why="projections dynamic INT8, recurrence float"),
+    # ORT quantizes LSTM dynamically (DynamicQuantizeLSTM: int8 weights, float state and gates); it has
+    # no integer GRU or RNN, so those cells stay float.
+    ("speech-recurrent", "int8"): Rule("dynamic", LINEARS | {"linear", "recurrent_cell"},
+                                       {"head": _KEEP_TRANSFORMER["head"]},
+                                       keep_ops=frozenset({"GRU", "RNN"}),
+                                       keep_ops_why="ORT has no integer GRU/RNN kernel (only LSTM is quantized dynamically)",
+                                       why="projections and LSTM weights dynamic INT8; state and gates float"),
     ("mlp", "int8"): Rule("dynamic", frozenset({"linear"}), {"head": _KEEP_TRANSFORMER["head"]},
                           why="Linear layers dynamic INT8"),
 }
@@ -159,6 +164,8 @@ def first_plan(analysis: Analysis, target: str, caps: Capabilities, precision: s
     for g in analysis.groups:
         if g.name in keep or keep & set(g.nodes):
             groups.append(GroupPlan(g.name, g.role, g.weighted, FLOAT, "kept float by [quantization] keep_float"))
+        elif rule.keep_ops_why and {analysis.op_type(n) for n in g.weighted} & rule.keep_ops:
+            groups.append(GroupPlan(g.name, g.role, g.weighted, FLOAT, rule.keep_ops_why))
         elif g.role in rule.quantize:
             groups.append(GroupPlan(g.name, g.role, g.weighted, rung, f"rule {family}/{target}/{precision}: {rule.why}"))
         else:
@@ -172,6 +179,12 @@ def first_plan(analysis: Analysis, target: str, caps: Capabilities, precision: s
         # Float on the HTP is FP16: groups kept float by the user run there in FP16, never on the CPU.
         groups = [replace(g, precision=rung) if g.precision == precision else replace(g, precision="fp16")
                   for g in groups]
+        if rung == "int8":
+            # Recurrent state is carried through every time step: 8 bits of it lose the sequence whatever
+            # family the convolutions make the model (a CNN+LSTM OCR model is a "cnn"). Its I/O is 16-bit.
+            groups = [replace(g, precision="a16w8", reason="recurrent cell: 16-bit activations for its state and "
+                              "I/O (8-bit state degrades over the time steps)")
+                      if g.role == "recurrent_cell" and g.precision == "int8" else g for g in groups]
         # Attention masks carry huge negatives next to the real scores: quantized, the scores collapse
         # to one level (MiniLM: mean cosine 0.42 → 0.97 with masks and softmax kept float).
         masked = tuple(n for n, r in analysis.roles.items() if r in ("attn_mask", "attn_softmax"))

@@ -40,12 +40,14 @@ class Search:
     plan: Plan
     steps: list[Step] = field(default_factory=list)
     ranking: list[dict] = field(default_factory=list)
+    unranked: list[dict] = field(default_factory=list)   # groups ranking skipped, and why
     stopped: str = ""
     evaluations: int = 0
     metric: float | None = None  # the metric of the plan the loop kept (the model at out_path)
 
     def to_json(self) -> dict:
-        return {"steps": [asdict(s) for s in self.steps], "ranking": self.ranking, "stopped": self.stopped,
+        return {"steps": [asdict(s) for s in self.steps], "ranking": self.ranking, "unranked": self.unranked,
+                "stopped": self.stopped,
                 "evaluations": self.evaluations, "metric": self.metric}
 
 
@@ -65,14 +67,22 @@ def quick_latency_ms(predict: Predict, feeds: dict, runs: int = 15) -> float:
 
 
 def rank_groups(plan: Plan, fp32_path: Path, work: Path, session: Callable[[Path], Predict], samples: list[dict],
-                calibration: list[dict] | None, max_ir_version: int | None, log=print) -> list[dict]:
-    """Quantized groups, worst first, by the output error each introduces when quantized alone."""
+                calibration: list[dict] | None, max_ir_version: int | None, log=print, *, max_groups: int = 10**6,
+                deadline: float = float("inf"), macs: dict[str, int] | None = None) -> tuple[list[dict], list[dict]]:
+    """Quantized groups, worst first, by the output error each introduces when quantized alone; and the
+    groups it did not rank (over `max_groups`, or past `deadline` on the perf_counter clock), largest by
+    MACs first, each with why. Groups are ranked largest by MACs first, so a cut leaves the small ones."""
     reference = session(fp32_path)
     expected = [reference(f) for f in samples]
-    ranking = []
-    candidates = plan.quantized()
+    ranking, skipped = [], []
+    candidates = sorted(plan.quantized(), key=lambda g: -(macs or {}).get(g.group, 0))
     for i, group in enumerate(candidates):
-        log(f"ranking {i + 1}/{len(candidates)}: {group.group}")
+        why = ("over max_ranked_groups" if i >= max_groups else
+               "max_search_s ran out" if time.perf_counter() > deadline else "")
+        if why:
+            skipped.append({"group": group.group, "role": group.role, "precision": group.precision, "skipped": why})
+            continue
+        log(f"ranking {i + 1}/{min(len(candidates), max_groups)}: {group.group}")
         path = work / f"rank-{i}.onnx"
         apply(plan.only(group.group), fp32_path, path, calibration, max_ir_version)
         predict = session(path)
@@ -86,18 +96,25 @@ def rank_groups(plan: Plan, fp32_path: Path, work: Path, session: Callable[[Path
         path.unlink(missing_ok=True)
         ranking.append({"group": group.group, "role": group.role, "precision": group.precision,
                         "relative_error": num / den if den else num})
-    return sorted(ranking, key=lambda r: -r["relative_error"])
+    return sorted(ranking, key=lambda r: -r["relative_error"]), skipped
 
 
 def search(plan: Plan, fp32_path: Path, out_path: Path, *, session: Callable[[Path], Predict],
            evaluate: Callable[[Predict], float], judge: Judge, latency_limit_ms: float | None, latency_feeds: dict,
            calibration: list[dict] | None, rank_samples: list[dict], max_evaluations: int, enabled: bool = True,
-           max_ir_version: int | None = None, log=print) -> Search:
-    """Apply `plan`, then move groups up the ladder until the budget holds; `out_path` ends as the chosen model."""
+           max_ir_version: int | None = None, log=print, vet: Callable[[Path], None] | None = None,
+           max_ranked_groups: int = 10**6, max_seconds: float = float("inf"), macs: dict[str, int] | None = None) -> Search:
+    """Apply `plan`, then move groups up the ladder until the budget holds; `out_path` ends as the chosen model.
+
+    `vet(path)` checks the first plan's model compiles for the target before anything is spent on it
+    (it raises when not); ranking and the loop stop when `max_seconds` have passed."""
     result = Search(plan)
+    deadline = time.perf_counter() + max_seconds
 
     def try_plan(candidate: Plan, path: Path) -> tuple[float, float]:
         apply(candidate, fp32_path, path, calibration, max_ir_version)
+        if vet is not None and not result.steps:
+            vet(path)
         predict = session(path)
         result.evaluations += 1
         return evaluate(predict), quick_latency_ms(predict, latency_feeds)
@@ -115,9 +132,18 @@ def search(plan: Plan, fp32_path: Path, out_path: Path, *, session: Callable[[Pa
     work = out_path.parent / ".sensitivity"
     work.mkdir(exist_ok=True)
     try:
-        result.ranking = rank_groups(plan, fp32_path, work, session, rank_samples, calibration, max_ir_version, log)
-        order = [r["group"] for r in result.ranking]
+        result.ranking, result.unranked = rank_groups(plan, fp32_path, work, session, rank_samples, calibration,
+                                                      max_ir_version, log, max_groups=max_ranked_groups,
+                                                      deadline=deadline, macs=macs)
+        if result.unranked:
+            log(f"ranked {len(result.ranking)} of {len(result.ranking) + len(result.unranked)} groups "
+                f"({result.unranked[0]['skipped']}); the rest follow, largest first")
+        order = [r["group"] for r in result.ranking] + [r["group"] for r in result.unranked]
         while True:
+            if time.perf_counter() > deadline:
+                result.stopped = (f"max_search_s ran out after {len(result.steps) - 1} step(s) with the accuracy "
+                                  "budget still missed")
+                break
             if result.evaluations >= max_evaluations:
                 result.stopped = f"evaluation cap reached ({max_evaluations}) with the accuracy budget still missed"
                 break

@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING, ClassVar, Literal
 
 import numpy as np
 
-from tapeout.errors import BadInput, TapeoutError, TargetUnavailable, first_line
+from tapeout.errors import BadInput, TapeoutError, TargetUnavailable, first_line, runtime_detail
 from tapeout.types import Artifact, InputSpec
 
 if TYPE_CHECKING:
@@ -167,7 +167,7 @@ class Session(ABC):
             raise
         except Exception as exc:  # runtimes raise their own types (pybind, OpenVINO's RuntimeError, ...)
             raise BadInput(f"the model rejected its inputs: {first_line(exc)}",
-                           fix="make the project's [[inputs]] shapes and dtypes match the model (`tapeout lint`)") from None
+                           detail=runtime_detail(exc), fix="make the project's [[inputs]] shapes and dtypes match the model (`tapeout lint`)") from None
 
     @abstractmethod
     def _run(self, feeds: dict[str, np.ndarray]) -> dict[str, np.ndarray]: ...

@@ -21,7 +21,7 @@ from typing import Literal
 
 from pydantic import Field
 
-from tapeout.errors import BadInput, TargetUnavailable, first_line
+from tapeout.errors import BadInput, TargetUnavailable, first_line, runtime_detail
 from tapeout.paths import copy_onnx
 from tapeout.targets.ort_ep import OrtOptions, OrtTarget, native_output_captured, ort_complaint
 from tapeout.types import Artifact, InputSpec
@@ -81,7 +81,7 @@ class OrtCuda(OrtTarget):
             text = first_line(exc)
             if self.options.cuda_graph and "graph" in text.lower():
                 raise BadInput(f"cuda_graph = true, but ORT cannot capture this model: {text}",
-                               fix="set [options] cuda_graph = false (CUDA graphs need every node on the CUDA EP)") from None
+                               detail=runtime_detail(exc), fix="set [options] cuda_graph = false (CUDA graphs need every node on the CUDA EP)") from None
             raise
 
     def _profiling_session(self, artifact: Artifact, folder: Path):

@@ -18,7 +18,7 @@ from typing import ClassVar, Literal
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field
 
-from tapeout.errors import BadInput, TapeoutError, TargetUnavailable, first_line
+from tapeout.errors import BadInput, TapeoutError, TargetUnavailable, first_line, runtime_detail
 from tapeout.targets.base import OpProfile, Probe, Session, Target
 from tapeout.types import Artifact
 
@@ -234,7 +234,7 @@ class OrtTarget(Target):
             raise
         except Exception as exc:  # ORT raises its own pybind types (Fail, InvalidGraph, NoSuchFile, ...)
             raise BadInput(f"onnxruntime ({self.EP}) could not load {what}: {first_line(exc)}",
-                           fix="check the model with `tapeout lint --profile`, or export it again") from None
+                           detail=runtime_detail(exc), fix="check the model with `tapeout lint --profile`, or export it again") from None
         if self.EP not in sess.get_providers():
             raise TargetUnavailable(f"{self.EP} did not load; onnxruntime would run on {', '.join(sess.get_providers())} "
                                     f"instead: {ort_complaint(said) or 'no reason given'}", fix=self.INSTALL)

@@ -17,7 +17,7 @@ from typing import Literal
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field
 
-from tapeout.errors import BadInput, TargetUnavailable, first_line
+from tapeout.errors import BadInput, TargetUnavailable, first_line, runtime_detail
 from tapeout.targets.base import LintIssue, OpProfile, OpTime, Probe, Session, Target
 from tapeout.types import Artifact, InputSpec
 
@@ -52,7 +52,7 @@ def _read(core, model_path: Path):
         return core.read_model(str(model_path))
     except Exception as exc:
         raise BadInput(f"OpenVINO could not read {model_path}: {first_line(exc)}",
-                       fix="check the model with `tapeout lint`, or export it again") from None
+                       detail=runtime_detail(exc), fix="check the model with `tapeout lint`, or export it again") from None
 
 
 def _pin(model, inputs: list[InputSpec], dims: dict[str, int]) -> None:
@@ -163,7 +163,7 @@ class OpenVino(Target):
             compiled = core.compile_model(str(artifact.path), self.options.device, config)
         except Exception as exc:
             raise BadInput(f"OpenVINO could not compile {artifact.path} for {self.options.device}: {first_line(exc)}",
-                           fix="rebuild the artifact with this OpenVINO version") from None
+                           detail=runtime_detail(exc), fix="rebuild the artifact with this OpenVINO version") from None
         return OvSession(compiled)
 
     def op_profile(self, artifact: Artifact, feeds: dict[str, np.ndarray], iterations: int) -> OpProfile:

@@ -21,7 +21,7 @@ from typing import Literal
 
 from pydantic import Field
 
-from tapeout.errors import BadInput, TargetUnavailable, first_line
+from tapeout.errors import BadInput, TargetUnavailable, first_line, runtime_detail
 from tapeout.targets import onnx_lint
 from tapeout.targets.base import LintIssue, Probe
 from tapeout.targets.ort_ep import OrtOptions, OrtTarget, native_output_captured
@@ -168,7 +168,7 @@ class Qnn(OrtTarget):
             strict = so.get_session_config_entry("session.disable_cpu_ep_fallback") == "1"
             if strict and any(word in text.lower() for word in ("fallback", "not supported", "unsupported")):
                 raise BadInput(f"the HTP cannot run every node of {Path(str(model)).name} and CPU fallback is off: {text}",
-                               fix="run `tapeout lint` for the nodes and why; or set allow_cpu_fallback = true with a "
+                               detail=runtime_detail(exc), fix="run `tapeout lint` for the nodes and why; or set allow_cpu_fallback = true with a "
                                    "placement budget") from None
             raise
 

@@ -124,12 +124,13 @@ def cnn(depthwise: bool = True) -> onnx.ModelProto:
                    [helper.make_tensor_value_info(y, TensorProto.FLOAT, [1, 10])])
 
 
-def recurrent(features: int = 16, hidden: int = 32, seq: int = 10) -> onnx.ModelProto:
+def recurrent(features: int = 16, hidden: int = 32, seq: int = 10, cell: str = "LSTM") -> onnx.ModelProto:
     b = Builder()
+    gates = {"LSTM": 4, "GRU": 3, "RNN": 1}[cell]
     x = b.linear("features", features, hidden, "in_proj")
-    w = b.const(b.rng.normal(0, 0.1, (1, 4 * hidden, hidden)).astype(np.float32))
-    r = b.const(b.rng.normal(0, 0.1, (1, 4 * hidden, hidden)).astype(np.float32))
-    out = b.op("LSTM", [x, w, r], "lstm", outputs=3, hidden_size=hidden)[0]
+    w = b.const(b.rng.normal(0, 0.1, (1, gates * hidden, hidden)).astype(np.float32))
+    r = b.const(b.rng.normal(0, 0.1, (1, gates * hidden, hidden)).astype(np.float32))
+    out = b.op(cell, [x, w, r], cell.lower(), outputs=2 if cell != "LSTM" else 3, hidden_size=hidden)[0]
     y = b.linear(b.op("Squeeze", [out, b.const(np.array([1], np.int64))]), hidden, 29, "ctc_head")
     return b.model([helper.make_tensor_value_info("features", TensorProto.FLOAT, [seq, 1, features])],
                    [helper.make_tensor_value_info(y, TensorProto.FLOAT, [])])

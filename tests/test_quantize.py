@@ -64,9 +64,13 @@ def test_cnn_int8_is_static_and_keeps_first_conv_and_head(tmp_path, monkeypatch)
     assert (plan.activation_type, plan.reduce_range) == ("int8", False)
 
 
-def test_recurrent_keeps_the_cell_and_diffusion_keeps_the_timestep(tmp_path):
+def test_lstm_is_a_group_quantized_dynamically_gru_stays_float_and_diffusion_keeps_the_timestep(tmp_path):
     rnn, _ = _plan(tmp_path, graphs.recurrent())
-    assert rnn.method == "dynamic" and _by_precision(rnn) == {"linear1": "int8", "head": "fp32"}
+    assert rnn.method == "dynamic"
+    assert _by_precision(rnn) == {"linear1": "int8", "recurrent_cell1": "int8", "head": "fp32"}
+    gru, _ = _plan(tmp_path, graphs.recurrent(cell="GRU"))
+    cell = next(g for g in gru.groups if g.role == "recurrent_cell")
+    assert cell.precision == "fp32" and "no integer GRU" in cell.reason
     diff, _ = _plan(tmp_path, graphs.diffusion())
     groups = _by_precision(diff)
     assert groups["timestep_embedding1"] == "fp32" and groups["first_conv"] == "fp32" and groups["conv1"] == "int8"

@@ -6,6 +6,9 @@ shape the build measures. Architecture detection (families, roles, fusion groups
 
 from __future__ import annotations
 
+import contextlib
+import os
+import tempfile
 from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -126,7 +129,10 @@ def _infer_shapes(model):
     try:
         from onnxruntime.tools.symbolic_shape_infer import SymbolicShapeInference
 
-        inferred = SymbolicShapeInference.infer_shapes(model, auto_merge=True)
+        # When it cannot infer every shape it saves the model as sym_shape_infer_temp.onnx (plus external
+        # data) in the current directory before raising: let it write into a directory of its own.
+        with tempfile.TemporaryDirectory(prefix="tapeout-shapes-") as scratch, _working_directory(scratch):
+            inferred = SymbolicShapeInference.infer_shapes(model, auto_merge=True)
         if inferred is not None:
             return inferred
     except Exception:
@@ -135,6 +141,16 @@ def _infer_shapes(model):
         return shape_inference.infer_shapes(model, data_prop=True)
     except Exception:
         return model
+
+
+@contextlib.contextmanager
+def _working_directory(path: str):
+    before = os.getcwd()
+    os.chdir(path)
+    try:
+        yield
+    finally:
+        os.chdir(before)
 
 
 def _pin_inputs(model, inputs: list[InputSpec], dims: dict[str, int]) -> None:

@@ -361,7 +361,9 @@ def _groups(view, found: Detected, blocks: list[dict], costs: dict, order: dict)
     counters: dict[str, int] = {}
     for n in view.nodes:
         role = found.roles.get(n.name)
-        if n.name in taken or role is None or (view.weight_of(n) is None and role != "embedding"):
+        # a recurrent cell is one group: its input and recurrent weights, gates and state move together
+        cell = role == "recurrent_cell" and n.op_type in ("LSTM", "GRU", "RNN")
+        if n.name in taken or role is None or (view.weight_of(n) is None and role != "embedding" and not cell):
             continue
         if role == "ffn_out":
             name = f"block{block_of(n)}.ffn.out"

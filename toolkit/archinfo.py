@@ -71,6 +71,9 @@ class Analysis:
     def family(self) -> str:
         return self.families[0].family if self.families else "mlp"
 
+    def op_type(self, node: str) -> str | None:
+        return next((c.op_type for c in self.costs if c.name == node), None)
+
     def group_of(self, node: str) -> FusionGroup | None:
         return next((g for g in self.groups if node in g.nodes), None)
 

@@ -345,7 +345,10 @@ def main() -> None:
             import traceback
 
             traceback.print_exc()
-        typer.echo(f"tapeout: error: {one_line(str(exc))}", err=True)
+            if exc.detail:
+                typer.echo(f"the runtime's whole message:\n{exc.detail}", err=True)
+        more = " (`tapeout --debug …` prints the runtime's whole message)" if exc.detail and not debug else ""
+        typer.echo(f"tapeout: error: {one_line(str(exc))}{more}", err=True)
         sys.exit(exc.exit_code)
     except _click_exceptions("Exit") as exc:  # typer.Exit
         sys.exit(exc.exit_code)

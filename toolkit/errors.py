@@ -21,9 +21,10 @@ class TapeoutError(Exception):
 
     exit_code = EXIT_BAD_INPUT
 
-    def __init__(self, message: str, *, fix: str | None = None):
+    def __init__(self, message: str, *, fix: str | None = None, detail: str | None = None):
         self.problem = message
         self.fix = fix
+        self.detail = detail  # a runtime's whole message, when the line quotes only its gist (--debug prints it)
         super().__init__(f"{message} — {fix}" if fix else message)
 
 
@@ -51,10 +52,29 @@ def one_line(text: str) -> str:
     return "".join(ch if ch.isprintable() else ch.encode("unicode_escape").decode("ascii") for ch in text)
 
 
-def first_line(exc: BaseException) -> str:
-    """The first line of a runtime's error, without its colour codes: what a one-line message quotes."""
-    text = re.sub(r"\x1b\[[0-9;]*m", "", str(exc)).strip()
-    return (text.splitlines()[0] if text else type(exc).__name__)[:300]
+# Lines of a runtime's message that say where in the runtime's source it failed, not what failed
+# (OpenVINO leads with two of them and puts the op and the cause on the lines after).
+_SOURCE_LOCATION = re.compile(r"^(Exception from \S+:\d+:?|Check '.*' failed at \S+:\d+:?|\S+\.(cc|cpp|h|hpp):\d+:?)$")
+
+
+def full_text(exc: BaseException) -> str:
+    """A runtime's whole error message, without colour codes: kept for --debug and the report."""
+    return re.sub(r"\x1b\[[0-9;]*m", "", str(exc)).strip() or type(exc).__name__
+
+
+def first_line(exc: BaseException, limit: int = 400) -> str:
+    """The gist of a runtime's error on one line: every line that says what failed (not where in the
+    runtime's source), joined, and cut at `limit` characters."""
+    lines = [line.strip() for line in full_text(exc).splitlines() if line.strip()]
+    told = [line for line in lines if not _SOURCE_LOCATION.match(line)] or lines
+    text = " ".join(told)
+    return text if len(text) <= limit else text[:limit - 1] + "…"
+
+
+def runtime_detail(exc: BaseException) -> str | None:
+    """The whole message when `first_line` had to leave something out of it, else None."""
+    text = full_text(exc)
+    return text if first_line(exc) != text else None
 
 
 class UserCodeError(BadInput):

@@ -44,12 +44,26 @@ def quantize(ctx: Context, fp32_path: Path, analysis: Analysis, reference_metric
             return targets.reference_session(path).run
         return target.session(Artifact(profile.target, path.parent, path.name)).run
 
+    def vet(path: Path) -> None:
+        """An accelerator compiles the first plan (lint: what it would not take, and why) before any time goes
+        into ranking and evaluating it: a plan the compiler refuses fails here, naming the node."""
+        if not ctx.capabilities.accelerator:
+            return
+        errors = [i for i in target.lint(path, project.inputs, project.dims) if i.severity == "error"]
+        if errors:
+            more = f" (and {len(errors) - 1} more)" if len(errors) > 1 else ""
+            where = f"node {errors[0].node}: " if errors[0].node else ""
+            raise BadInput(f"the {plan.method} plan's model does not compile for {profile.target}: "
+                           f"{where}{errors[0].problem}{more}",
+                           fix=f"{errors[0].fix}; or keep the node's group float with [quantization] keep_float")
+
     budgets = profile.budgets
     has_budget = budgets.accuracy_max_drop is not None or budgets.accuracy_max_rel_drop is not None
     info: dict = {"precision": profile.precision, "evaluated_on": evaluated_on(ctx)}
     if project.evaluation is None or not has_budget or reference_metric is None:
         with ui.step(f"quantize ({plan.method}, {len(plan.quantized())} of {len(plan.groups)} groups)"):
             info["apply"] = apply(plan, fp32_path, out, calibration, max_ir)
+            vet(out)
         info["search"] = {"steps": [], "ranking": [], "evaluations": 0,
                           "stopped": "no sensitivity loop: the project has no [evaluation] metric or the profile no "
                                      "accuracy budget; parity with FP32 is the only accuracy evidence"}
@@ -66,7 +80,8 @@ def quantize(ctx: Context, fp32_path: Path, analysis: Analysis, reference_metric
                 judge=judge, latency_limit_ms=None if emulated else budgets.latency_p50_ms,
                 latency_feeds=probe_inputs[0], calibration=calibration, rank_samples=probe_inputs,
                 max_evaluations=settings.max_evaluations, enabled=settings.sensitivity, max_ir_version=max_ir,
-                log=ui.detail)
+                log=ui.detail, vet=vet, max_ranked_groups=settings.max_ranked_groups,
+                max_seconds=settings.max_search_s, macs={g.name: g.macs for g in analysis.groups})
         plan = search.plan
         info["search"] = search.to_json()
         ui.note(f"sensitivity: {search.stopped}")

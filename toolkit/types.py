@@ -226,6 +226,10 @@ class QuantizationSettings(_Strict):
     sensitivity: bool = Field(True, description="run the sensitivity loop when the accuracy budget is missed")
     max_evaluations: int = Field(12, ge=1, le=200, description="full metric evaluations the loop may spend")
     rank_samples: int = Field(8, ge=1, le=256, description="calibration samples used to rank fusion groups")
+    max_ranked_groups: int = Field(24, ge=1, le=1000, description="groups the loop ranks (each quantized alone); "
+                                   "the rest, smallest by MACs, follow them unranked")
+    max_search_s: float = Field(900, gt=0, le=86_400, description="wall time for ranking and the loop together; "
+                                "what is left when it runs out is reported as skipped")
 
     @field_validator("block_size")
     @classmethod

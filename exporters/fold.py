@@ -1,0 +1,92 @@
+"""Fold the weights of recurrent ops that an exporter computes at run time into initializers.
+
+torch's dynamo exporter writes an LSTM's W, R and B as Slice/Concat of the PyTorch weights (it
+reorders the gates from PyTorch's i,f,g,o to ONNX's i,o,f,c). To ORT's quantizer (which quantizes
+only LSTM weights that are initializers), to the HTP compiler and to the cost model such a weight is
+an activation: the LSTM stays float and its parameters count as 0. Folded, it is a plain weight.
+Only the subgraphs that end in a recurrent op's weight inputs are folded: nothing else changes.
+"""
+
+from __future__ import annotations
+
+_RECURRENT = {"LSTM": (1, 2, 3), "GRU": (1, 2, 3), "RNN": (1, 2, 3)}
+# Ops a weight reaches a recurrent op through (layout and dtype only): nothing data dependent
+_LAYOUT_OPS = {"Slice", "Concat", "Split", "Unsqueeze", "Squeeze", "Reshape", "Transpose", "Cast", "Identity",
+               "Constant", "Gather"}
+
+
+def fold_recurrent_weights(model) -> int:
+    """Replace each recurrent weight computed from constants by layout ops with an initializer of its
+    value; drop the nodes and initializers nothing uses any more. Returns how many weights it folded."""
+    from onnx import helper, numpy_helper
+    from onnx.reference import ReferenceEvaluator
+
+    graph = model.graph
+    producer = {out: node for node in graph.node for out in node.output}
+    initializers = {i.name for i in graph.initializer}
+    targets = [(node, i) for node in graph.node if node.op_type in _RECURRENT
+               for i in _RECURRENT[node.op_type] if i < len(node.input) and node.input[i]
+               and node.input[i] not in initializers]
+
+    def constant_subgraph(tensor: str, nodes: dict) -> bool:
+        if tensor in initializers:
+            return True
+        node = producer.get(tensor)
+        if node is None or node.op_type not in _LAYOUT_OPS or node.domain not in ("", "ai.onnx"):
+            return False
+        if node.name in nodes or id(node) in nodes:
+            return True
+        if all(constant_subgraph(t, nodes) for t in node.input if t):
+            nodes[id(node)] = node
+            return True
+        return False
+
+    folded: dict[str, object] = {}
+    for user, index in targets:
+        tensor = user.input[index]
+        if tensor in folded:
+            user.input[index] = folded[tensor].name
+            continue
+        nodes: dict = {}
+        if not constant_subgraph(tensor, nodes):
+            continue
+        order = [n for n in graph.node if id(n) in nodes]  # the graph is topologically sorted
+        needed = {t for n in order for t in n.input if t in initializers}
+        sub = helper.make_graph(order, "fold", [], [helper.make_value_info(tensor, helper.TypeProto())],
+                                [i for i in graph.initializer if i.name in needed])
+        value = ReferenceEvaluator(helper.make_model(sub, opset_imports=model.opset_import)).run(None, {})[0]
+        # a new name: the nodes that computed it stay until nothing reads them
+        folded[tensor] = numpy_helper.from_array(value, f"{tensor}.folded")
+        user.input[index] = folded[tensor].name
+    if not folded:
+        return 0
+    graph.initializer.extend(folded.values())
+    _drop_unused(graph)
+    return len(folded)
+
+
+def _read(nodes) -> set[str]:
+    """Every tensor name the nodes read, the If/Loop/Scan bodies' outer-scope reads included."""
+    names = set()
+    for node in nodes:
+        names.update(t for t in node.input if t)
+        for attr in node.attribute:
+            for sub in [attr.g, *attr.graphs] if attr.HasField("g") or attr.graphs else []:
+                names |= _read(sub.node)
+    return names
+
+
+def _drop_unused(graph) -> None:
+    """Remove nodes whose outputs nothing reads (repeatedly), then initializers nothing reads."""
+    outputs = {o.name for o in graph.output}
+    while True:
+        used = _read(graph.node) | outputs
+        dead = [n for n in graph.node if not any(o in used for o in n.output)]
+        if not dead:
+            break
+        for node in dead:
+            graph.node.remove(node)
+    used = _read(graph.node) | outputs
+    keep = [i for i in graph.initializer if i.name in used]
+    del graph.initializer[:]
+    graph.initializer.extend(keep)
