@@ -76,10 +76,13 @@ def apply(plan: Plan, model_in: Path, model_out: Path, calibration: list[dict] |
                 info = _weight_only(plan, model_in, model_out, calibration)
     except BadInput:
         raise
-    except Exception as exc:  # the quantizer's own failure, named with the plan that caused it
-        raise BadInput(f"onnxruntime could not quantize the model ({plan.method}, {len(plan.quantized())} groups): "
-                       f"{first_line(exc)}",
-                       detail=runtime_detail(exc), fix="keep the failing nodes float with [quantization] keep_float, or use precision = \"fp32\"") from None
+    except Exception as exc:  # the quantizer's own failure, named with the node it was working on
+        where = failed_at(exc)
+        raise BadInput(f"onnxruntime could not quantize the model ({plan.method}, {len(plan.quantized())} groups)"
+                       f"{where}: {first_line(exc)}", detail=runtime_detail(exc),
+                       fix=("keep that node's group float with [quantization] keep_float" if where else
+                            "keep the failing nodes float with [quantization] keep_float") +
+                           ", or use precision = \"fp32\"") from None
     if max_ir_version is not None:
         model = onnx.load(str(model_out), load_external_data=False)
         if model.ir_version > max_ir_version:
@@ -88,11 +91,34 @@ def apply(plan: Plan, model_in: Path, model_out: Path, calibration: list[dict] |
     return info
 
 
+_TENSOR_LOCALS = ("tensor_name", "weight_name", "input_name", "bias_name")
+
+
+def failed_at(exc: BaseException) -> str:
+    """Which node (and tensor) ORT's quantizer was on when it raised: its own messages rarely say, but
+    its per-node frames hold the node (`node`, or an op quantizer's `self.node`) and tensor names."""
+    node = tensor = None
+    tb = exc.__traceback__
+    while tb is not None:  # outermost to innermost: the innermost names win
+        local = tb.tb_frame.f_locals
+        candidate = local.get("node")
+        if candidate is None and hasattr(local.get("self"), "node"):
+            candidate = local["self"].node
+        if hasattr(candidate, "op_type") and hasattr(candidate, "name"):
+            node = candidate
+        tensor = next((local[k] for k in _TENSOR_LOCALS if isinstance(local.get(k), str) and local[k]), tensor)
+        tb = tb.tb_next
+    if node is None:
+        return ""
+    return f" at node '{node.name}' ({node.op_type})" + (f", tensor '{tensor}'" if tensor else "")
+
+
 def _op_types(model_in: Path, nodes: list[str]) -> list[str]:
     import onnx
 
     wanted = set(nodes)
-    return sorted({n.op_type for n in onnx.load(str(model_in), load_external_data=False).graph.node if n.name in wanted})
+    model = onnx.load(str(model_in), load_external_data=False)
+    return sorted({n.op_type for g in subgraphs(model.graph) for n in g.node if n.name in wanted})
 
 
 def _dynamic(plan: Plan, model_in: Path, model_out: Path) -> dict:
@@ -116,7 +142,8 @@ def _dynamic(plan: Plan, model_in: Path, model_out: Path) -> dict:
         quantize_dynamic(source, model_out, op_types_to_quantize=_op_types(source, nodes), nodes_to_quantize=nodes,
                          per_channel=plan.per_channel, reduce_range=plan.reduce_range,
                          weight_type=getattr(QuantType, _QTYPE[plan.weight_type]),
-                         extra_options={"MatMulConstBOnly": True})
+                         # EnableSubgraph: planned nodes inside If/Loop/Scan bodies are quantized too
+                         extra_options={"MatMulConstBOnly": True, "EnableSubgraph": True})
     finally:
         if source != model_in:
             source.unlink(missing_ok=True)
@@ -125,50 +152,65 @@ def _dynamic(plan: Plan, model_in: Path, model_out: Path) -> dict:
             "gemm_as_matmul": rewritten}
 
 
+def subgraphs(graph):
+    """`graph` and every If/Loop/Scan body in it, nested ones included."""
+    yield graph
+    for node in graph.node:
+        for attr in node.attribute:
+            for sub in ([attr.g] if attr.HasField("g") else []) + list(attr.graphs):
+                yield from subgraphs(sub)
+
+
 def gemm_as_matmul(model, names: set[str]) -> int:
-    """Rewrite each Gemm in `names` whose B (and C, when beta != 1) is a constant of its own and whose A
-    is not transposed as MatMul (same name; B transposed and scaled by alpha in its initializer) + Add
-    (C, scaled by beta); returns how many. What it cannot rewrite stays Gemm: the postcondition names it."""
+    """Rewrite each Gemm in `names` (in the main graph or a control-flow body) whose B (and C, when
+    beta != 1) is a constant of its own and whose A is not transposed as MatMul (same name; B transposed
+    and scaled by alpha in its initializer) + Add (C, scaled by beta); returns how many. What it cannot
+    rewrite stays Gemm: the postcondition names it."""
     import numpy as np
     from onnx import helper, numpy_helper
 
-    inits = {i.name: i for i in model.graph.initializer}
+    graphs = list(subgraphs(model.graph))
+    inits = {i.name: i for g in graphs for i in g.initializer}
     uses: dict[str, int] = {}
-    for node in model.graph.node:
-        for name in node.input:
-            uses[name] = uses.get(name, 0) + 1
+    for graph in graphs:
+        for node in graph.node:
+            for name in node.input:
+                uses[name] = uses.get(name, 0) + 1
 
     def own_constant(name: str) -> bool:
         return name in inits and uses.get(name, 0) == 1
 
-    out, count = [], 0
-    for node in model.graph.node:
-        attrs = {a.name: helper.get_attribute_value(a) for a in node.attribute}
-        b = node.input[1] if len(node.input) > 1 else ""
-        c = node.input[2] if len(node.input) > 2 else ""
-        alpha, beta = attrs.get("alpha", 1.0), attrs.get("beta", 1.0)
-        if (node.op_type != "Gemm" or node.name not in names or attrs.get("transA", 0) or not own_constant(b)
-                or (c and beta != 1.0 and not own_constant(c))):
-            out.append(node)
-            continue
-        weight = numpy_helper.to_array(inits[b])
-        weight = (weight.T if attrs.get("transB", 0) else weight) * weight.dtype.type(alpha)
-        inits[b].CopyFrom(numpy_helper.from_array(np.ascontiguousarray(weight), b))
-        if c and beta != 1.0:
-            bias = numpy_helper.to_array(inits[c])
-            inits[c].CopyFrom(numpy_helper.from_array(bias * bias.dtype.type(beta), c))
-        product = f"{node.output[0]}_matmul" if c else node.output[0]
-        out.append(helper.make_node("MatMul", [node.input[0], b], [product], name=node.name))
-        if c:
-            out.append(helper.make_node("Add", [product, c], [node.output[0]], name=f"{node.name}_bias"))
-        count += 1
-    del model.graph.node[:]
-    model.graph.node.extend(out)
+    count, changed = 0, set()
+    for graph in reversed(graphs):  # bodies first: re-adding a parent's nodes copies the bodies in them
+        out = []
+        for node in graph.node:
+            attrs = {a.name: helper.get_attribute_value(a) for a in node.attribute}
+            b = node.input[1] if len(node.input) > 1 else ""
+            c = node.input[2] if len(node.input) > 2 else ""
+            alpha, beta = attrs.get("alpha", 1.0), attrs.get("beta", 1.0)
+            if (node.op_type != "Gemm" or node.name not in names or attrs.get("transA", 0) or not own_constant(b)
+                    or (c and beta != 1.0 and not own_constant(c))):
+                out.append(node)
+                continue
+            weight = numpy_helper.to_array(inits[b])
+            weight = (weight.T if attrs.get("transB", 0) else weight) * weight.dtype.type(alpha)
+            inits[b].CopyFrom(numpy_helper.from_array(np.ascontiguousarray(weight), b))
+            if c and beta != 1.0:
+                bias = numpy_helper.to_array(inits[c])
+                inits[c].CopyFrom(numpy_helper.from_array(bias * bias.dtype.type(beta), c))
+            product = f"{node.output[0]}_matmul" if c else node.output[0]
+            out.append(helper.make_node("MatMul", [node.input[0], b], [product], name=node.name))
+            if c:
+                out.append(helper.make_node("Add", [product, c], [node.output[0]], name=f"{node.name}_bias"))
+            changed.add(b)
+            count += 1
+        del graph.node[:]
+        graph.node.extend(out)
     # the transposed weights' old shapes must not linger in shape annotations (shape inference compares)
-    changed = {n.input[1] for n in out if n.op_type == "MatMul" and n.name in names}
-    kept = [v for v in model.graph.value_info if v.name not in changed]
-    del model.graph.value_info[:]
-    model.graph.value_info.extend(kept)
+    for graph in graphs:
+        kept = [v for v in graph.value_info if v.name not in changed]
+        del graph.value_info[:]
+        graph.value_info.extend(kept)
     for graph_input in model.graph.input:
         if graph_input.name in changed:  # old IR versions list initializers as inputs too
             dims = graph_input.type.tensor_type.shape.dim
@@ -185,10 +227,11 @@ def check_quantized(nodes: list[str], model_out: Path, what: str) -> None:
     from onnx import TensorProto
 
     model = onnx.load(str(model_out), load_external_data=False)
-    floats = {i.name for i in model.graph.initializer if i.data_type in (TensorProto.FLOAT, TensorProto.FLOAT16)}
+    graphs = list(subgraphs(model.graph))
+    floats = {i.name for g in graphs for i in g.initializer if i.data_type in (TensorProto.FLOAT, TensorProto.FLOAT16)}
     planned = set(nodes)
     # an LSTM keeps its name and op type only when the quantizer skipped it (it becomes DynamicQuantizeLSTM)
-    left = [f"{n.name} ({n.op_type})" for n in model.graph.node
+    left = [f"{n.name} ({n.op_type})" for g in graphs for n in g.node
             if n.name in planned and n.op_type in ("MatMul", "Gemm", "Conv", "LSTM") and len(n.input) > 1
             and n.input[1] in floats]
     if left:

@@ -164,6 +164,10 @@ def first_plan(analysis: Analysis, target: str, caps: Capabilities, precision: s
     for g in analysis.groups:
         if g.name in keep or keep & set(g.nodes):
             groups.append(GroupPlan(g.name, g.role, g.weighted, FLOAT, "kept float by [quantization] keep_float"))
+        elif method != "dynamic" and any(analysis.body_of(n) for n in g.weighted):
+            groups.append(GroupPlan(g.name, g.role, g.weighted, FLOAT,
+                                    f"inside the body of {analysis.body_of(g.weighted[0])}: ORT's {method} quantizer "
+                                    "does not reach into If/Loop/Scan bodies (dynamic INT8 does)"))
         elif rule.keep_ops_why and {analysis.op_type(n) for n in g.weighted} & rule.keep_ops:
             groups.append(GroupPlan(g.name, g.role, g.weighted, FLOAT, rule.keep_ops_why))
         elif g.role in rule.quantize:

@@ -10,7 +10,7 @@ import contextlib
 import os
 import tempfile
 from collections import Counter
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 import numpy as np
@@ -38,6 +38,11 @@ class GraphView:
     dtypes: dict = field(default_factory=dict)
     inputs: list = field(default_factory=list)
     outputs: list = field(default_factory=list)
+    # If/Loop/Scan bodies: their nodes are in `nodes` (before the node that runs them), each with the
+    # times it runs per inference (0 for the cheaper branch of an If: one branch runs)
+    parent: dict = field(default_factory=dict)         # body node name -> the control-flow node's name
+    control_flow: list = field(default_factory=list)   # control-flow nodes, outermost first
+    body_outputs: dict = field(default_factory=dict)   # control-flow node name -> its bodies' output tensors
 
     @classmethod
     def load(cls, model_path: Path, inputs: list[InputSpec] | None = None, dims: dict[str, int] | None = None) -> GraphView:
@@ -53,19 +58,21 @@ class GraphView:
         del model.graph.value_info[:]  # stale symbolic shapes would shadow the pinned ones
         model = _infer_shapes(model)
         view = cls(model=model)
-        view.nodes = list(model.graph.node)
+        view.nodes = _flatten(view, model.graph, None)
         for node in view.nodes:
             for out in node.output:
                 view.producer[out] = node
             for inp in node.input:
                 if inp:
                     view.consumers.setdefault(inp, []).append(node)
-        for init in model.graph.initializer:
+        graphs = [model.graph, *(body for _, _, body in _bodies_of(model.graph))]
+        for init in (i for g in graphs for i in g.initializer):
             view.initializers[init.name] = numpy_helper.to_array(init)
         for node in view.nodes:
             if node.op_type == "Constant" and node.attribute and node.attribute[0].name == "value":
                 view.initializers[node.output[0]] = numpy_helper.to_array(node.attribute[0].t)
-        for vi in [*model.graph.input, *model.graph.value_info, *model.graph.output]:
+        for vi in [*model.graph.input, *(v for g in graphs for v in g.value_info), *model.graph.output,
+                   *(v for g in graphs[1:] for v in [*g.input, *g.output])]:
             tensor = vi.type.tensor_type
             view.shapes[vi.name] = tuple(d.dim_value if d.HasField("dim_value") else None for d in tensor.shape.dim)
             view.dtypes[vi.name] = tensor.elem_type
@@ -119,6 +126,71 @@ class GraphView:
             if a.name == name:
                 return helper.get_attribute_value(a)
         return default
+
+
+def _bodies_of(graph):
+    """(control-flow node, attribute name, body graph) for every If/Loop/Scan body, nested ones included."""
+    for node in graph.node:
+        for attr in node.attribute:
+            for body in ([attr.g] if attr.HasField("g") else []) + list(attr.graphs):
+                yield node, attr.name, body
+                yield from _bodies_of(body)
+
+
+def _flatten(view: GraphView, graph, parent) -> list:
+    """The graph's nodes with each control-flow body's nodes just before the node that runs them."""
+    nodes = []
+    for i, node in enumerate(graph.node):
+        if not node.name:  # body nodes are often nameless; names key roles and groups
+            node.name = f"{parent.name if parent is not None else 'graph'}/{node.op_type}_{i}"
+        bodies = [(a.name, b) for a in node.attribute for b in ([a.g] if a.HasField("g") else []) + list(a.graphs)]
+        if bodies:
+            view.control_flow.append(node)
+            view.body_outputs[node.name] = [o.name for _, body in bodies for o in body.output]
+            for _, body in bodies:
+                for inner in _flatten(view, body, node):
+                    view.parent.setdefault(inner.name, node.name)
+                    nodes.append(inner)
+        nodes.append(node)
+    return nodes
+
+
+def runs_per_inference(view: GraphView, costs: dict[str, NodeCost]) -> dict[str, int]:
+    """How often each body node runs per inference: a Loop's body its trip count (1 when not a constant),
+    a Scan's the scanned axis' length; of an If's branches only the costlier counts (one runs)."""
+    runs: dict[str, int] = {}
+
+    def body_flops(body) -> int:
+        return sum(costs[n.name].flops for n in body.node if n.name in costs)
+
+    for node in view.control_flow:  # outermost first: a nested body multiplies its parent's count
+        outer = runs.get(node.name, 1)
+        times = 1
+        if node.op_type == "Loop" and node.input and node.input[0]:
+            trips = view.const_array(node.input[0])
+            times = int(trips.reshape(-1)[0]) if trips is not None and trips.size == 1 else 1
+        elif node.op_type == "Scan":
+            scanned = node.input[-1] if node.input else ""
+            shape = view.shapes.get(scanned) or ()
+            times = shape[0] if shape and shape[0] else 1
+        bodies = [(a.name, a.g) for a in node.attribute if a.HasField("g")]
+        if node.op_type == "If" and len(bodies) == 2:
+            taken = max(bodies, key=lambda b: body_flops(b[1]))[0]
+        for name, body in bodies:
+            count = outer * (0 if node.op_type == "If" and len(bodies) == 2 and name != taken else times)
+            for inner in _flatten_names(body):
+                runs[inner] = count
+    return runs
+
+
+def _flatten_names(graph) -> list[str]:
+    names = []
+    for node in graph.node:
+        names.append(node.name)
+        for attr in node.attribute:
+            for body in ([attr.g] if attr.HasField("g") else []) + list(attr.graphs):
+                names.extend(_flatten_names(body))
+    return names
 
 
 def _infer_shapes(model):
@@ -190,7 +262,7 @@ def node_cost(view: GraphView, node) -> NodeCost:
         flops = out
     bytes_moved = sum(view.size(t) * view.elem_bytes(t) for t in [*node.input, *node.output]
                       if t and view.size(t) is not None)
-    return NodeCost(node.name, op, int(flops), int(bytes_moved), params)
+    return NodeCost(node.name, op, int(flops), int(bytes_moved), params, view.parent.get(node.name, ""))
 
 
 _RECURRENT_GATES = {"LSTM": 4, "GRU": 3, "RNN": 1}
@@ -211,6 +283,13 @@ def _recurrent_cost(view: GraphView, node) -> tuple[int, int]:
     gates = _RECURRENT_GATES[node.op_type]
     per_step = 2 * gates * hidden * (x[2] + hidden) + 4 * gates * hidden
     return int(steps * batch * directions * per_step), params
+
+
+def _control_flow_summary(view: GraphView, node) -> str:
+    inside = sum(1 for parent in view.parent.values() if parent == node.name)
+    counted = {"If": "the costlier branch counted", "Loop": "the body × its trip count",
+               "Scan": "the body × the scanned length"}.get(node.op_type, "")
+    return f"{node.op_type} {node.name} ({inside} nodes inside{'; ' + counted if counted else ''})"
 
 
 def activation_peak(view: GraphView) -> tuple[int, str]:
@@ -251,10 +330,17 @@ def analyze(model_path: Path, inputs: list[InputSpec] | None = None, dims: dict[
     """Everything static about the model at the build's shapes, with its architecture."""
     view = GraphView.load(model_path, inputs, dims)
     costs = [node_cost(view, n) for n in view.nodes if n.op_type != "Constant"]
+    if view.control_flow:
+        runs = runs_per_inference(view, {c.name: c for c in costs})
+        costs = [replace(c, flops=c.flops * runs.get(c.name, 1), bytes_moved=c.bytes_moved * runs.get(c.name, 1))
+                 for c in costs]
     weight_bytes = sum(a.nbytes for a in view.initializers.values() if a.size > 1)
     params = sum(int(a.size) for a in view.initializers.values() if a.size > 1 and a.dtype.kind == "f")
     peak, peak_at = activation_peak(view)
     found = arch.detect(view, hints or {}, {c.name: c for c in costs})
+    if view.control_flow:
+        found.facts["control_flow"] = "; ".join(_control_flow_summary(view, n) for n in view.control_flow)
+        found.facts["body_nodes"] = len(view.parent)
     return Analysis(
         families=found.families, roles=found.roles, groups=found.groups,
         op_census=dict(Counter(n.op_type for n in view.nodes).most_common()),

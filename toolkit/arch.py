@@ -9,6 +9,7 @@ Trilu or a constant lower-triangular mask on the score path.
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -27,6 +28,7 @@ _FUSED_ATTENTION = {"Attention", "MultiHeadAttention", "GroupQueryAttention", "P
 _RECURRENT = {"LSTM", "GRU", "RNN", "Scan", "Loop", "DynamicQuantizeLSTM"}
 _ENCODER_TYPES = {"bert", "roberta", "distilbert", "xlm-roberta", "electra", "mpnet", "deberta", "deberta-v2",
                   "vit", "deit", "albert", "camembert"}
+_KV_NAME = re.compile(r"past|cache|^(key|value)_\d", re.IGNORECASE)
 _DECODER_TYPES = {"gpt2", "llama", "mistral", "qwen2", "qwen3", "phi", "phi3", "gpt_neox", "opt", "gemma",
                   "gemma2", "falcon", "bloom", "mixtral", "olmo"}
 
@@ -251,6 +253,9 @@ def detect(view, hints: dict, costs: dict[str, NodeCost]) -> Detected:
     vocab = _embeddings(view, found)
     timestep = _recurrent_and_timestep(view, found)
     causal = any(b["causal"] for b in blocks)
+    # past_key_values.0.key, past_key_0, cache_k…: a decoder exported for incremental decoding (a
+    # one-token step needs no causal mask, so the cache inputs are its evidence)
+    kv_inputs = [t for t in view.inputs if _KV_NAME.search(t) and len(view.shapes.get(t) or ()) in (3, 4, 5)]
     order = {n.name: i for i, n in enumerate(view.nodes)}
     weighted = [n for n in view.nodes if view.weight_of(n) is not None]
     recurrent = [n for n in view.nodes if n.op_type in ("LSTM", "GRU", "RNN")]
@@ -263,11 +268,15 @@ def detect(view, hints: dict, costs: dict[str, NodeCost]) -> Detected:
         return n.op_type in _SHAPE_OPS or (n.op_type in ("Add", "Mul", "Div", "Softcap")
                                            and any(view.is_const(t) for t in n.input))
 
-    for out in view.outputs:
+    ends = list(view.outputs)
+    for out in view.outputs:  # an output an If/Loop computes comes from its bodies' outputs
+        producer = view.producer.get(out)
+        ends += getattr(view, "body_outputs", {}).get(producer.name, []) if producer is not None else []
+    for out in ends:
         for n in _walk(view, out, head_path,
                        lambda n: view.weight_of(n) is not None and n.op_type in ("MatMul", "Gemm", "Conv"), depth=4):
             if n.name not in found.roles:
-                found.roles[n.name] = "lm_head" if blocks and causal else "head"
+                found.roles[n.name] = "lm_head" if blocks and (causal or kv_inputs) else "head"
     # FFN: weighted matmuls fed (through an activation) by other weighted matmuls, inside a transformer.
     # The walk stays inside the MLP: never through a norm or a residual Add (two activation inputs).
     def inside_ffn(m) -> bool:
@@ -326,7 +335,9 @@ def detect(view, hints: dict, costs: dict[str, NodeCost]) -> Detected:
                    "recurrent_ops": sum(r == "recurrent_cell" for r in found.roles.values()),
                    "conv_mac_share": round(macs_conv / macs_all, 3),
                    "recurrent_mac_share": round(macs_recurrent / macs_all, 3)}
-    found.families = _families(found, blocks, causal, timestep, macs_conv / macs_all, hints, macs_recurrent / macs_all)
+    found.facts["kv_cache_inputs"] = len(kv_inputs)
+    found.families = _families(found, blocks, causal, timestep, macs_conv / macs_all, hints, macs_recurrent / macs_all,
+                               kv_inputs)
     return found
 
 
@@ -385,7 +396,7 @@ def _groups(view, found: Detected, blocks: list[dict], costs: dict, order: dict)
 
 
 def _families(found: Detected, blocks: list, causal: bool, timestep: bool, conv_share: float, hints: dict,
-              recurrent_share: float = 0.0) -> list[FamilyScore]:
+              recurrent_share: float = 0.0, kv_inputs: list[str] | None = None) -> list[FamilyScore]:
     scores: list[FamilyScore] = []
     model_type = str(hints.get("model_type") or "").lower()
     hint_note = (f"Hugging Face config model_type = {model_type!r}",) if model_type else ()
@@ -393,11 +404,17 @@ def _families(found: Detected, blocks: list, causal: bool, timestep: bool, conv_
     if blocks:
         norms = ", ".join(f"{v} {k}" for k, v in found.facts.get("norms", {}).items())
         ev = [f"{len(blocks)} attention block(s)", *((f"norms: {norms}",) if norms else ())]
-        if causal:
-            has_head = "lm_head" in roles
-            conf = 0.9 if has_head else 0.7
-            conf += 0.05 if model_type in _DECODER_TYPES else 0.0
-            scores.append(FamilyScore("decoder-llm", min(conf, 0.99), (*ev, "causal mask on the attention scores",
+        # the graph decides (a causal mask, or KV-cache inputs); a decoder config alone, with no mask found
+        # (a pattern this detector does not know yet), still makes it a decoder, at lower confidence
+        decoder_config = model_type in _DECODER_TYPES
+        if causal or kv_inputs or decoder_config:
+            has_head = "lm_head" in roles or (decoder_config and "head" in roles)
+            conf = (0.9 if has_head else 0.7) if causal or kv_inputs else 0.75
+            conf += 0.05 if decoder_config and (causal or kv_inputs) else 0.0
+            why = [*(("causal mask on the attention scores",) if causal else ()),
+                   *((f"{len(kv_inputs)} KV-cache input(s), e.g. {kv_inputs[0]}",) if kv_inputs else ()),
+                   *(("no causal mask found in the graph: the decoder config decides",) if not (causal or kv_inputs) else ())]
+            scores.append(FamilyScore("decoder-llm", min(conf, 0.99), (*ev, *why,
                                       *(("vocabulary-sized LM head",) if has_head else ()), *hint_note)))
         else:
             conf = 0.9 + (0.05 if model_type in _ENCODER_TYPES else 0.0)

@@ -49,6 +49,7 @@ class NodeCost:
     flops: int
     bytes_moved: int
     params: int
+    body_of: str = ""   # the If/Loop/Scan node whose body holds it ("" in the main graph)
 
 
 @dataclass
@@ -70,6 +71,9 @@ class Analysis:
     @property
     def family(self) -> str:
         return self.families[0].family if self.families else "mlp"
+
+    def body_of(self, node: str) -> str:
+        return next((c.body_of for c in self.costs if c.name == node), "")
 
     def op_type(self, node: str) -> str | None:
         return next((c.op_type for c in self.costs if c.name == node), None)
