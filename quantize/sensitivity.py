@@ -135,9 +135,6 @@ def search(plan: Plan, fp32_path: Path, out_path: Path, *, session: Callable[[Pa
         result.ranking, result.unranked = rank_groups(plan, fp32_path, work, session, rank_samples, calibration,
                                                       max_ir_version, log, max_groups=max_ranked_groups,
                                                       deadline=deadline, macs=macs)
-        if result.unranked:
-            log(f"ranked {len(result.ranking)} of {len(result.ranking) + len(result.unranked)} groups "
-                f"({result.unranked[0]['skipped']}); the rest follow, largest first")
         order = [r["group"] for r in result.ranking] + [r["group"] for r in result.unranked]
         while True:
             if time.perf_counter() > deadline:

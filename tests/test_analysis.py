@@ -162,3 +162,81 @@ def test_causal_masks_of_todays_exporters_are_detected_on_the_graph(tmp_path, ar
     best = result.json()["families"][0]
     assert best["family"] == family, best
     assert ("causal mask on the attention scores" in best["evidence"]) is (family == "decoder-llm")
+
+
+def test_kv_cache_inputs_or_a_decoder_config_make_a_maskless_decoder_a_decoder(tmp_path):
+    # a one-token decode step has no causal mask: its KV-cache inputs are the evidence
+    model = graphs.transformer(causal=False, lm_head=True)
+    past = helper.make_tensor_value_info("past_key_values.0.key", TensorProto.FLOAT, [1, 2, 8, 16])
+    model.graph.input.append(past)
+    model.graph.node.append(helper.make_node("ReduceMean", ["past_key_values.0.key"], ["past_mean"], name="use_past"))
+    model.graph.output.append(helper.make_tensor_value_info("past_mean", TensorProto.FLOAT, None))
+    a = _analyze(tmp_path, model)
+    assert a.family == "decoder-llm" and a.facts["kv_cache_inputs"] == 1
+    assert any("KV-cache input" in e for e in a.families[0].evidence) and _roles(a)["lm_head"] == 1
+    # no mask and no cache, but the Hugging Face config says gpt2: a decoder, at lower confidence, saying why
+    b = _analyze(tmp_path, graphs.transformer(causal=False, lm_head=True), hints={"model_type": "gpt2"})
+    assert b.family == "decoder-llm" and b.families[0].confidence < 0.9
+    assert "no causal mask found in the graph: the decoder config decides" in b.families[0].evidence
+
+
+def _body(name: str, width: int, inputs: list, out: str):
+    rng = np.random.default_rng(width)
+    w = onnx.numpy_helper.from_array(rng.normal(size=(8, width)).astype(np.float32), f"{name}_w")
+    w2 = onnx.numpy_helper.from_array(rng.normal(size=(width, 1)).astype(np.float32), f"{name}_w2")
+    nodes = [helper.make_node("MatMul", ["x", w.name], [f"{name}_h"], name=f"{name}_in"),
+             helper.make_node("MatMul", [f"{name}_h", w2.name], [out], name=f"{name}_out")]
+    return helper.make_graph(nodes, name, inputs, [helper.make_tensor_value_info(out, TensorProto.FLOAT, [1, 1])],
+                             [w, w2])
+
+
+def test_if_and_loop_bodies_are_analysed_costed_per_run_and_reported(tmp_path):
+    # an If on a scalar input choosing between two networks whose weights live in the branches
+    big, small = _body("big", 64, [], "big_y"), _body("small", 4, [], "small_y")
+    graph = helper.make_graph(
+        [helper.make_node("Greater", ["rate", "threshold"], ["wide"], name="is_wide"),
+         helper.make_node("If", ["wide"], ["y"], name="by_rate", then_branch=big, else_branch=small)],
+        "vad", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 8]),
+                helper.make_tensor_value_info("rate", TensorProto.INT64, [])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 1])],
+        [onnx.numpy_helper.from_array(np.array(12000, np.int64), "threshold")])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 8
+    a = _analyze(tmp_path, model)
+    assert a.params == 8 * 64 + 64 + 8 * 4 + 4  # the branches' weights count
+    assert a.flops == 2 * (8 * 64 + 64) + 1 + 1  # the costlier branch only (+ Greater, If)
+    # each branch's last MatMul feeds the If's output: both are heads, found through the branch outputs
+    assert sorted(g.role for g in a.groups) == ["head", "head", "linear", "linear"]
+    assert "If by_rate (4 nodes inside; the costlier branch counted)" in a.facts["control_flow"]
+    assert {c.body_of for c in a.costs if c.name.startswith(("big", "small"))} == {"by_rate"}
+    # a Loop with a constant trip count runs its body that many times
+    body = helper.make_graph([helper.make_node("MatMul", ["x", "loop_w"], ["step_y"], name="step")], "body",
+                             [helper.make_tensor_value_info("i", TensorProto.INT64, []),
+                              helper.make_tensor_value_info("cond_in", TensorProto.BOOL, [])],
+                             [helper.make_tensor_value_info("cond_in", TensorProto.BOOL, []),
+                              helper.make_tensor_value_info("step_y", TensorProto.FLOAT, [1, 8])],
+                             [onnx.numpy_helper.from_array(np.eye(8, dtype=np.float32), "loop_w")])
+    graph = helper.make_graph(
+        [helper.make_node("Loop", ["trips", "go"], ["steps"], name="repeat", body=body)], "looped",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 8])],
+        [helper.make_tensor_value_info("steps", TensorProto.FLOAT, None)],
+        [onnx.numpy_helper.from_array(np.array(5, np.int64), "trips"),
+         onnx.numpy_helper.from_array(np.array(True), "go")])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 8
+    step = next(c for c in _analyze(tmp_path, model).costs if c.name == "step")
+    assert step.flops == 5 * 2 * 8 * 8 and step.body_of == "repeat"
+
+
+def test_shape_inference_leaves_no_temp_file_in_the_working_directory(tmp_path, monkeypatch):
+    # an op ORT's symbolic inference does not know: it gives up and (unguarded) saves its model in the cwd
+    graph = helper.make_graph([helper.make_node("Foo", ["x"], ["y"], name="custom", domain="com.example")], "g",
+                              [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 4])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17), helper.make_opsetid("com.example", 1)])
+    model.ir_version = 8
+    work = tmp_path / "cwd"
+    work.mkdir()
+    monkeypatch.chdir(work)
+    _analyze(tmp_path, model)
+    assert list(work.iterdir()) == []

@@ -67,3 +67,24 @@ def test_unknown_option_is_named(tmp_path):
     assert result.code == 2
     line = one_line_error(result)
     assert "options.device" in line and "'NPU'" in line
+
+
+def test_openvinos_reason_is_kept_whole_not_cut_at_its_first_line(tmp_path):
+    # OpenVINO leads with two "where in our source" lines; the op and the cause come after them
+    import onnx
+    from onnx import TensorProto, helper
+
+    graph = helper.make_graph([helper.make_node("Foo", ["x"], ["y"], name="custom", domain="com.example")], "g",
+                              [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 4])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 4])])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17), helper.make_opsetid("com.example", 1)])
+    model.ir_version = 8
+    onnx.save(model, tmp_path / "m.onnx")
+    (tmp_path / "tapeout.toml").write_text('[model]\nsource = "m.onnx"\n[[inputs]]\nname = "x"\nshape = [1, 4]\n')
+    result = run_cli("build", tmp_path, "--profile", "openvino-cpu", "--out", tmp_path / "b")
+    assert result.code == 2
+    line = one_line_error(result)
+    assert "No conversion rule found for operations: com.example.Foo" in line
+    assert "Exception from src/" not in line and "--debug" in line
+    debug = run_cli("--debug", "build", tmp_path, "--profile", "openvino-cpu", "--out", tmp_path / "b")
+    assert "the runtime's whole message:\nException from src/" in debug.err

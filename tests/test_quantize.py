@@ -376,3 +376,47 @@ def test_a_torch_linear_model_built_for_cpu_int8_has_an_int8_artifact(tmp_path):
     ops = [n.op_type for n in onnx.load(tmp_path / "b" / "artifact" / "model.onnx").graph.node]
     # nn.Linear on a 2-D input exports as Gemm, which ORT's dynamic quantizer skipped: the artifact was FP32
     assert sum(op in ("DynamicQuantizeMatMul", "MatMulInteger") for op in ops) == 2, ops
+
+
+def test_ranking_is_bounded_by_groups_and_time_and_says_what_it_skipped(tmp_path):
+    project, profile = _planted_project(tmp_path, planted=2)
+    bounded = tmp_path / "bounded.toml"
+    bounded.write_text(profile.read_text() + "\n[quantization]\nmax_ranked_groups = 2\n")
+    out = tmp_path / "build"
+    result = run_cli("build", project, "--profile", bounded, "--out", out)
+    assert result.code in (0, 1), result.err + result.out
+    search = json.loads((out / "report.json").read_text())["quantization"]["search"]
+    assert len(search["ranking"]) == 2 and len(search["unranked"]) == 2  # 4 quantized groups, 2 ranked
+    assert all(u["skipped"] == "over max_ranked_groups" for u in search["unranked"])
+    assert "ranked 2 of 4 groups" in result.err
+    # no time at all: nothing is ranked, and the loop stops at once, saying why
+    timed = tmp_path / "timed.toml"
+    timed.write_text(profile.read_text() + "\n[quantization]\nmax_search_s = 0.001\n")
+    result = run_cli("build", project, "--profile", timed, "--out", tmp_path / "b2")
+    assert result.code == 1, result.err + result.out
+    search = json.loads((tmp_path / "b2" / "report.json").read_text())["quantization"]["search"]
+    assert search["ranking"] == [] and {u["skipped"] for u in search["unranked"]} == {"max_search_s ran out"}
+    assert search["stopped"].startswith("max_search_s ran out after 0 step(s)")
+
+
+def test_a_quantizer_failure_names_the_node_it_was_on(tmp_path, monkeypatch):
+    """Checks our side: when ORT's quantizer raises while working on a node, the one line names that
+    node. (No model at hand makes this onnxruntime fail, so its per-node step is made to raise.)"""
+    from onnxruntime.quantization.operators.matmul import MatMulInteger
+
+    from tapeout.errors import BadInput
+    from tapeout.quantize.apply import apply
+    from tapeout.quantize.plan import GroupPlan, Plan
+
+    def broken(self):
+        raise ValueError("unsupported weight layout")
+
+    monkeypatch.setattr(MatMulInteger, "quantize", broken)
+    onnx.save(graphs.mlp(layers=2), tmp_path / "m.onnx")
+    names = [n.name for n in onnx.load(str(tmp_path / "m.onnx")).graph.node if n.op_type == "MatMul"]
+    plan = Plan("dynamic", "mlp", "onnxruntime", ("int8", "fp32"),
+                tuple(GroupPlan(n, "linear", (n,), "int8", "test") for n in names))
+    with pytest.raises(BadInput) as caught:
+        apply(plan, tmp_path / "m.onnx", tmp_path / "q.onnx")
+    assert f"at node '{names[0]}' (MatMul)" in str(caught.value)
+    assert "unsupported weight layout" in str(caught.value)

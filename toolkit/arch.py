@@ -255,7 +255,8 @@ def detect(view, hints: dict, costs: dict[str, NodeCost]) -> Detected:
     causal = any(b["causal"] for b in blocks)
     # past_key_values.0.key, past_key_0, cache_k…: a decoder exported for incremental decoding (a
     # one-token step needs no causal mask, so the cache inputs are its evidence)
-    kv_inputs = [t for t in view.inputs if _KV_NAME.search(t) and len(view.shapes.get(t) or ()) in (3, 4, 5)]
+    kv_inputs = [t for t in view.inputs if _KV_NAME.search(t) and t in view.consumers
+                 and len(view.shapes.get(t) or ()) in (3, 4, 5)]
     order = {n.name: i for i, n in enumerate(view.nodes)}
     weighted = [n for n in view.nodes if view.weight_of(n) is not None]
     recurrent = [n for n in view.nodes if n.op_type in ("LSTM", "GRU", "RNN")]

@@ -84,6 +84,9 @@ def quantize(ctx: Context, fp32_path: Path, analysis: Analysis, reference_metric
                 max_seconds=settings.max_search_s, macs={g.name: g.macs for g in analysis.groups})
         plan = search.plan
         info["search"] = search.to_json()
+        if search.unranked:
+            ui.note(f"sensitivity: ranked {len(search.ranking)} of {len(search.ranking) + len(search.unranked)} groups "
+                    f"({search.unranked[0]['skipped']}); the unranked follow the ranked, largest by MACs first")
         ui.note(f"sensitivity: {search.stopped}")
     note = _speed_note(profile.precision, emulated, info,
                        lambda: _compare_latency(session(fp32_path), session(out), probe_inputs[0]))

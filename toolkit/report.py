@@ -207,6 +207,12 @@ def _quantization_section(q: dict | None) -> list[str]:
         out += ["", "Groups ranked by the error each introduces when quantized alone (relative squared output error):", ""]
         out += _table(["group", "role", "relative error"],
                       [[r["group"], r["role"], f"{r['relative_error']:.3g}"] for r in search["ranking"][:10]])
+    unranked = search.get("unranked") or []
+    if unranked:
+        reasons = ", ".join(sorted({u["skipped"] for u in unranked}))
+        out.append(f"\n{len(unranked)} group(s) not ranked ({reasons}); the loop tried them after the ranked ones, "
+                   f"largest by MACs first: {', '.join(u['group'] for u in unranked[:10])}"
+                   f"{' …' if len(unranked) > 10 else ''}.")
     rows = [[g["group"], g["role"], g["precision"], g["reason"]] for g in plan["groups"]]
     out += ["", "Final plan:", "", *_table(["group", "role", "precision", "why"], rows)]
     return out
