@@ -79,7 +79,7 @@ CPU_RULES: dict[tuple[str, str], Rule] = {
 _ALL_ROLES = LINEARS | {"embedding", "lm_head", "head", "conv", "first_conv", "depthwise_conv", "linear",
                         "timestep_embedding"}
 NPU_RULES: dict[tuple[str, str], tuple[Rule, str]] = {
-    (family, "int8"): (Rule("npu-static", _ALL_ROLES, {}, why=why), act)
+    (family, "int8"): (Rule("npu-static", _ALL_ROLES | {"recurrent_cell"}, {}, why=why), act)
     for family, act, why in (
         ("cnn", "uint8", "full-integer QDQ, uint8 activations and weights (per-channel int8 for convs)"),
         ("mlp", "uint8", "full-integer QDQ, uint8 activations and weights"),
