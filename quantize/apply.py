@@ -299,8 +299,37 @@ def _npu_static(plan: Plan, model_in: Path, model_out: Path, calibration: list[d
         weight_type=getattr(QuantType, _QTYPE[plan.weight_type]), per_channel=plan.per_channel,
         init_overrides=overrides or None, nodes_to_exclude=excluded or None)
     quantize(str(model_in), str(model_out), config)
+    check_quantized(plan.nodes_at("int8") + plan.nodes_at("a16w8"), model_out, "NPU full-integer QDQ")
+    _check_activation_bits(plan.nodes_at("a16w8") if not act16 else [], model_out)
     return {"method": "npu-static", "activation_type": plan.activation_type, "per_channel": plan.per_channel,
             "a16_tensors": len(overrides), "fp16_nodes": len(excluded), "samples": len(calibration)}
+
+
+def _check_activation_bits(nodes: list[str], model_out: Path) -> None:
+    """Postcondition for groups the plan put at A16W8 in an 8-bit plan (recurrent state, groups the loop
+    moved): their activation inputs arrive through a 16-bit DequantizeLinear."""
+    import onnx
+    from onnx import TensorProto
+
+    if not nodes:
+        return
+    model = onnx.load(str(model_out), load_external_data=False)
+    inits = {i.name: i.data_type for i in model.graph.initializer}
+    producer = {o: n for n in model.graph.node for o in n.output}
+    wide = (TensorProto.UINT16, TensorProto.INT16)
+    planned = set(nodes)
+    narrow = []
+    for node in model.graph.node:
+        if node.name not in planned:
+            continue
+        source = producer.get(node.input[0])
+        if source is not None and source.op_type == "DequantizeLinear" and len(source.input) > 2:
+            if inits.get(source.input[2]) not in wide:
+                narrow.append(node.name)
+    if narrow:
+        raise BadInput(f"NPU full-integer QDQ: {len(narrow)} node(s) planned at A16W8 got 8-bit activations: "
+                       f"{', '.join(narrow[:3])}", fix="keep them float with [quantization] keep_float, or report the "
+                       "model's pattern")
 
 
 def _float16(plan: Plan, model_in: Path, model_out: Path) -> dict:

@@ -170,7 +170,7 @@ def first_plan(analysis: Analysis, target: str, caps: Capabilities, precision: s
                                     "does not reach into If/Loop/Scan bodies (dynamic INT8 does)"))
         elif rule.keep_ops_why and {analysis.op_type(n) for n in g.weighted} & rule.keep_ops:
             groups.append(GroupPlan(g.name, g.role, g.weighted, FLOAT, rule.keep_ops_why))
-        elif g.role in rule.quantize:
+        elif g.role in rule.quantize and g.role not in rule.keep:  # a rule's keep wins (FP16 recurrent cells)
             groups.append(GroupPlan(g.name, g.role, g.weighted, rung, f"rule {family}/{target}/{precision}: {rule.why}"))
         else:
             why = rule.keep.get(g.role, f"role '{g.role}' is not quantized by the {family} rule")
@@ -184,10 +184,10 @@ def first_plan(analysis: Analysis, target: str, caps: Capabilities, precision: s
         groups = [replace(g, precision=rung) if g.precision == precision else replace(g, precision="fp16")
                   for g in groups]
         if rung == "int8":
-            # Recurrent state is carried through every time step: 8 bits of it lose the sequence whatever
-            # family the convolutions make the model (a CNN+LSTM OCR model is a "cnn"). Its I/O is 16-bit.
+            # Recurrent state is carried through every time step (research §2.5: int16 for recurrent paths on
+            # NPUs), whatever family the convolutions make the model (a CNN+LSTM OCR model is a "cnn").
             groups = [replace(g, precision="a16w8", reason="recurrent cell: 16-bit activations for its state and "
-                              "I/O (8-bit state degrades over the time steps)")
+                              "I/O (quantized state accumulates error over the time steps; research §2.5)")
                       if g.role == "recurrent_cell" and g.precision == "int8" else g for g in groups]
         # Attention masks carry huge negatives next to the real scores: quantized, the scores collapse
         # to one level (MiniLM: mean cosine 0.42 → 0.97 with masks and softmax kept float).

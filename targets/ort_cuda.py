@@ -31,13 +31,13 @@ _SEARCH = {"exhaustive": "EXHAUSTIVE", "heuristic": "HEURISTIC", "default": "DEF
 
 
 class Options(OrtOptions):
-    device_id: int = Field(0, ge=0, description="CUDA device index (after CUDA_VISIBLE_DEVICES)")
+    device_id: int = Field(0, ge=0, le=1023, description="CUDA device index (after CUDA_VISIBLE_DEVICES)")
     tf32: bool = Field(False, description="let FP32 MatMul/Conv run in TF32 on Ampere and newer (ORT's default is on)")
     cuda_graph: bool = Field(False, description="capture the run once and replay it (needs every node on the CUDA EP)")
     conv_algo_search: Literal["exhaustive", "heuristic", "default"] = Field(
         "exhaustive", description="cuDNN convolution algorithm search; exhaustive costs cold-start time")
     prefer_nhwc: bool = Field(False, description="NHWC convolution kernels (faster FP16 convs on tensor cores)")
-    gpu_mem_limit_mb: int | None = Field(None, ge=1, description="cap on ORT's CUDA memory arena")
+    gpu_mem_limit_mb: int | None = Field(None, ge=1, le=2**24, description="cap on ORT's CUDA memory arena")
 
 
 class OrtCuda(OrtTarget):

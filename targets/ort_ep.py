@@ -30,8 +30,9 @@ class OrtOptions(BaseModel):
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
-    threads: int = Field(0, ge=0, description="intra-op threads; 0 = one per physical core")
-    inter_op_threads: int = Field(1, ge=1)
+    # bounded: ORT takes them as C ints (a fuzzed 4.6e18 reached the runtime as an overflow)
+    threads: int = Field(0, ge=0, le=4096, description="intra-op threads; 0 = one per physical core")
+    inter_op_threads: int = Field(1, ge=1, le=4096)
     graph_optimization: Literal["disable", "basic", "extended", "all"] = "all"
     execution_mode: Literal["sequential", "parallel"] = "sequential"
     allow_spinning: bool = True

@@ -31,7 +31,7 @@ class Options(BaseModel):
 
     device: Literal["CPU", "GPU", "NPU"] = "CPU"
     performance_hint: Literal["LATENCY", "THROUGHPUT"] = "LATENCY"
-    num_streams: int | None = Field(None, ge=1, description="default: what the hint picks")
+    num_streams: int | None = Field(None, ge=1, le=1024, description="default: what the hint picks")
     inference_precision: Literal["default", "f32", "f16", "bf16"] = "default"
     pin_shapes: bool | None = Field(None, description="default: pinned for NPU, dynamic elsewhere")
 

@@ -31,8 +31,8 @@ ARTIFACT_FILE = "model_ctx.onnx"
 
 
 class Options(OrtOptions):
-    htp_arch: int = Field(description="Hexagon architecture: 68, 69, 73, 75, 79, 81")
-    soc_model: int = Field(description="QNN SoC id (e.g. 57 = SM8650, 60 = Snapdragon X Elite)")
+    htp_arch: int = Field(ge=68, le=99, description="Hexagon architecture: 68, 69, 73, 75, 79, 81")
+    soc_model: int = Field(ge=0, le=65535, description="QNN SoC id (e.g. 57 = SM8650, 60 = Snapdragon X Elite)")
     allow_cpu_fallback: bool = Field(False, description="let unsupported nodes run on the CPU EP (placement budget)")
     htp_performance_mode: Literal["burst", "sustained_high_performance", "high_performance", "balanced", "default",
                                   "power_saver", "low_power_saver", "high_power_saver", "low_balanced",

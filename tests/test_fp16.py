@@ -50,7 +50,8 @@ def test_fp16_rules_per_family(tmp_path):
     cnn, _, _ = _fp16_plan(tmp_path, graphs.cnn())
     assert not cnn.float_ops and {g.precision for g in cnn.groups} == {"fp16"}
     lstm, _, analysis = _fp16_plan(tmp_path, graphs.recurrent())
-    assert [analysis.roles[n] for n in lstm.float_nodes] == ["recurrent_cell"]  # the LSTM is no fusion group yet
+    cell = next(g for g in lstm.groups if g.role == "recurrent_cell")  # the LSTM is a group, kept FP32
+    assert cell.precision == "fp32" and "accumulates over the time steps" in cell.reason
     unet, _, analysis = _fp16_plan(tmp_path, graphs.diffusion())
     assert unet.float_nodes and {analysis.roles[n] for n in unet.float_nodes} == {"timestep_embedding"}
     kept, _, _ = _fp16_plan(tmp_path, graphs.transformer(), keep_float=["block1.ffn.out"])

@@ -103,3 +103,15 @@ def test_calibration_arrays_that_are_not_stacked_samples_are_named(tmp_path, arr
     result = run_cli("build", project, "--profile", "cpu-fp32", "--out", tmp_path / "b")
     assert result.code == 2 and says in one_line_error(result)
     assert not (tmp_path / "b").exists()
+
+
+@pytest.mark.parametrize(("options", "says"), [
+    ("threads = 4611686018427387904", "threads"),  # once reached ORT as a C-int overflow: exit 70
+    ("inter_op_threads = 100000", "inter_op_threads"),
+])
+def test_runtime_options_out_of_the_runtimes_range_are_refused_up_front(tmp_path, options, says):
+    project = _project(tmp_path)
+    profile = tmp_path / "p.toml"
+    profile.write_text(f'extends = "cpu-fp32"\n[options]\n{options}\n')
+    result = run_cli("build", project, "--profile", profile, "--out", tmp_path / "b")
+    assert result.code == 2 and says in one_line_error(result)
