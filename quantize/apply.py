@@ -323,9 +323,9 @@ def _check_activation_bits(nodes: list[str], model_out: Path) -> None:
         if node.name not in planned:
             continue
         source = producer.get(node.input[0])
-        if source is not None and source.op_type == "DequantizeLinear" and len(source.input) > 2:
-            if inits.get(source.input[2]) not in wide:
-                narrow.append(node.name)
+        if (source is not None and source.op_type == "DequantizeLinear" and len(source.input) > 2
+                and inits.get(source.input[2]) not in wide):
+            narrow.append(node.name)
     if narrow:
         raise BadInput(f"NPU full-integer QDQ: {len(narrow)} node(s) planned at A16W8 got 8-bit activations: "
                        f"{', '.join(narrow[:3])}", fix="keep them float with [quantization] keep_float, or report the "
