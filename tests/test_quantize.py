@@ -420,3 +420,26 @@ def test_a_quantizer_failure_names_the_node_it_was_on(tmp_path, monkeypatch):
         apply(plan, tmp_path / "m.onnx", tmp_path / "q.onnx")
     assert f"at node '{names[0]}' (MatMul)" in str(caught.value)
     assert "unsupported weight layout" in str(caught.value)
+
+
+def test_the_npu_postcondition_refuses_an_a16w8_node_fed_8_bit_activations(tmp_path):
+    from onnx import TensorProto, helper, numpy_helper
+
+    from tapeout.quantize.apply import _check_activation_bits
+
+    def qdq_model(zero_point: np.ndarray) -> onnx.ModelProto:
+        inits = [numpy_helper.from_array(np.array(0.01, np.float32), "scale"),
+                 numpy_helper.from_array(zero_point, "zero"),
+                 numpy_helper.from_array(np.ones((4, 4), np.float32), "w")]
+        nodes = [helper.make_node("QuantizeLinear", ["x", "scale", "zero"], ["xq"], name="q"),
+                 helper.make_node("DequantizeLinear", ["xq", "scale", "zero"], ["xdq"], name="dq"),
+                 helper.make_node("MatMul", ["xdq", "w"], ["y"], name="cell")]
+        graph = helper.make_graph(nodes, "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 4])],
+                                  [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 4])], inits)
+        return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 21)])
+
+    onnx.save(qdq_model(np.array(0, np.uint16)), tmp_path / "wide.onnx")
+    _check_activation_bits(["cell"], tmp_path / "wide.onnx")  # 16-bit: the plan held
+    onnx.save(qdq_model(np.array(0, np.uint8)), tmp_path / "narrow.onnx")
+    with pytest.raises(BadInput, match="planned at A16W8 got 8-bit activations: cell"):
+        _check_activation_bits(["cell"], tmp_path / "narrow.onnx")
