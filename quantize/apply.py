@@ -72,6 +72,10 @@ def apply(plan: Plan, model_in: Path, model_out: Path, calibration: list[dict] |
                 info = _npu_static(plan, model_in, model_out, calibration)
             elif plan.method == "float16":
                 info = _float16(plan, model_in, model_out)
+            elif plan.method == "nncf":
+                from tapeout.quantize import openvino_int8
+
+                info = openvino_int8.quantize(plan, model_in, model_out, calibration)
             else:
                 info = _weight_only(plan, model_in, model_out, calibration)
     except BadInput:
@@ -83,7 +87,7 @@ def apply(plan: Plan, model_in: Path, model_out: Path, calibration: list[dict] |
                        fix=("keep that node's group float with [quantization] keep_float" if where else
                             "keep the failing nodes float with [quantization] keep_float") +
                            ", or use precision = \"fp32\"") from None
-    if max_ir_version is not None:
+    if max_ir_version is not None and plan.model_suffix == ".onnx":
         model = onnx.load(str(model_out), load_external_data=False)
         if model.ir_version > max_ir_version:
             model.ir_version = max_ir_version  # the quantizers write the newest IR; the runtime may accept less

@@ -9,7 +9,7 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field, replace
 from typing import Literal
 
-Method = Literal["dynamic", "static", "weight-only", "npu-static", "float16"]
+Method = Literal["dynamic", "static", "weight-only", "npu-static", "float16", "nncf"]
 FLOAT = "fp32"
 
 
@@ -40,6 +40,13 @@ class Plan:
     notes: tuple[str, ...] = field(default_factory=tuple)
     float_nodes: tuple[str, ...] = ()   # ungrouped nodes a full-integer plan keeps float (e.g. attention masks)
     float_ops: tuple[str, ...] = ()     # op types an FP16 plan keeps FP32 wherever they occur
+    model_type: str | None = None       # NNCF: "transformer" (keeps norms, softmax, residuals float) or None
+    preset: str | None = None           # NNCF: "performance" (symmetric) or "mixed" (asymmetric activations)
+
+    @property
+    def model_suffix(self) -> str:
+        """The file a quantized model of this plan is: OpenVINO IR (.xml + .bin) for NNCF, else ONNX."""
+        return ".xml" if self.method == "nncf" else ".onnx"
 
     def quantized(self) -> list[GroupPlan]:
         return [g for g in self.groups if g.precision != FLOAT]

@@ -112,10 +112,41 @@ GPU_FLOAT_RULES: dict[tuple[str, str], Rule] = {
                                 keep_ops=_FP16_OVERFLOW_OPS, why="UNet FP16, the timestep embedding FP32"),
 }
 
+# OpenVINO (CPU, GPU, NPU) at INT8: NNCF post-training quantization of the OpenVINO model, which
+# quantizes what the plugin runs in INT8 (convs, MatMuls and their activations). Transformers use
+# NNCF's transformer model type (LayerNorm, Softmax, residual adds kept float; SmoothQuant on the
+# MatMul inputs) and the mixed preset (asymmetric activations: GELU and attention outputs are
+# one-sided); NNCF's default model type fails on a transformer's embedding Gather (issue 12).
+# Value: (rule, NNCF model type, NNCF preset).
+_OV_KEEP_TRANSFORMER = {**_KEEP_TRANSFORMER, "embedding": "embeddings: a table lookup, nothing to speed up"}
+OV_RULES: dict[tuple[str, str], tuple[Rule, str | None, str]] = {
+    ("transformer-encoder", "int8"): (Rule("nncf", LINEARS, _OV_KEEP_TRANSFORMER,
+                                           why="NNCF transformer INT8: Linear layers, activations calibrated"),
+                                      "transformer", "mixed"),
+    ("decoder-llm", "int8"): (Rule("nncf", LINEARS, _OV_KEEP_TRANSFORMER,
+                                   why="NNCF transformer INT8 on the Linear layers; lm_head, embeddings float"),
+                              "transformer", "mixed"),
+    ("cnn", "int8"): (Rule("nncf", frozenset({"conv", "depthwise_conv", "linear"}),
+                           {**_KEEP_CNN, "recurrent_cell": "NNCF does not quantize recurrent cells"},
+                           why="NNCF INT8: convs and inner Linear layers, symmetric (performance preset)"),
+                      None, "performance"),
+    ("mlp", "int8"): (Rule("nncf", frozenset({"linear"}), {"head": _KEEP_TRANSFORMER["head"]},
+                           why="NNCF INT8 on the Linear layers"), None, "performance"),
+    ("speech-recurrent", "int8"): (Rule("nncf", LINEARS | {"linear"},
+                                        {"recurrent_cell": "NNCF does not quantize recurrent cells",
+                                         "head": _KEEP_TRANSFORMER["head"]},
+                                        why="NNCF INT8 on the projections; recurrence float"), None, "mixed"),
+    ("diffusion", "int8"): (Rule("nncf", LINEARS | {"conv", "linear"},
+                                 {**_KEEP_CNN, "timestep_embedding": "timestep embedding stays float (research §6.2)",
+                                  "embedding": _KEEP_TRANSFORMER["embedding"]},
+                                 why="NNCF INT8 on attention/FFN Linears and convs"), "transformer", "mixed"),
+}
+
 RULE_SETS: dict[str, dict[tuple[str, str], Rule]] = {
     "cpu-integer": CPU_RULES,
     "npu-integer": {key: rule for key, (rule, _act) in NPU_RULES.items()},
     "gpu-float": GPU_FLOAT_RULES,
+    "ov-integer": {key: rule for key, (rule, _type, _preset) in OV_RULES.items()},
 }
 
 
@@ -148,9 +179,10 @@ def first_plan(analysis: Analysis, target: str, caps: Capabilities, precision: s
     rule = rule_for(family, target, caps, precision)
     ladder = caps.precisions[precision]
     method = rule.method if settings.method == "auto" else settings.method
-    if rule.method in ("npu-static", "float16") and method != rule.method:
-        what = ("the NPU runs full-integer static QDQ graphs" if rule.method == "npu-static"
-                else f"{precision} is a float conversion, not a quantization method")
+    if rule.method in ("npu-static", "float16", "nncf") and method != rule.method:
+        what = {"npu-static": "the NPU runs full-integer static QDQ graphs",
+                "nncf": "OpenVINO models are quantized by NNCF (static, calibrated)"}.get(
+            rule.method, f"{precision} is a float conversion, not a quantization method")
         raise BadInput(f"[quantization] method = \"{settings.method}\" is not available on target '{target}': {what}",
                        fix="set method = \"auto\"")
     if precision == "int4":
@@ -199,6 +231,15 @@ def first_plan(analysis: Analysis, target: str, caps: Capabilities, precision: s
                     groups=tuple(groups), per_channel=True if settings.per_channel is None else settings.per_channel,
                     activation_type=act, weight_type="uint8", calibration_method=settings.calibration_method,
                     notes=tuple(notes), float_nodes=masked)
+    if method == "nncf":
+        _, model_type, preset = OV_RULES[(family, precision)]
+        if not any(g.precision != FLOAT for g in groups):
+            raise BadInput(f"the {family} rule found nothing to quantize in this model",
+                           fix="use precision = \"fp32\", or check `tapeout analyze` for the roles found")
+        notes = [f"NNCF {model_type or 'default'} model type, {preset} preset: {rule.why}"]
+        return Plan(method=method, family=family, target=target, ladder=ladder, groups=tuple(groups),
+                    calibration_method=settings.calibration_method, notes=tuple(notes),
+                    model_type=model_type, preset=preset)
     if method == "float16":
         kept = tuple(n for n, r in analysis.roles.items() if r in rule.keep and analysis.group_of(n) is None)
         notes = [f"FP16 for the GPU: {rule.why}"]

@@ -66,6 +66,21 @@ def quick_latency_ms(predict: Predict, feeds: dict, runs: int = 15) -> float:
     return statistics.median(times)
 
 
+def _files_of(path: Path) -> list[Path]:
+    """A model's files: the .onnx, or OpenVINO IR's .xml and its .bin of weights."""
+    return [path, path.with_suffix(".bin")] if path.suffix == ".xml" else [path]
+
+
+def move_model(source: Path, target: Path) -> None:
+    for src, dst in zip(_files_of(source), _files_of(target), strict=True):
+        src.replace(dst)
+
+
+def remove_model(path: Path) -> None:
+    for file in _files_of(path):
+        file.unlink(missing_ok=True)
+
+
 def rank_groups(plan: Plan, fp32_path: Path, work: Path, session: Callable[[Path], Predict], samples: list[dict],
                 calibration: list[dict] | None, max_ir_version: int | None, log=print, *, max_groups: int = 10**6,
                 deadline: float = float("inf"), macs: dict[str, int] | None = None) -> tuple[list[dict], list[dict]]:
@@ -83,7 +98,7 @@ def rank_groups(plan: Plan, fp32_path: Path, work: Path, session: Callable[[Path
             skipped.append({"group": group.group, "role": group.role, "precision": group.precision, "skipped": why})
             continue
         log(f"ranking {i + 1}/{min(len(candidates), max_groups)}: {group.group}")
-        path = work / f"rank-{i}.onnx"
+        path = work / f"rank-{i}{plan.model_suffix}"
         apply(plan.only(group.group), fp32_path, path, calibration, max_ir_version)
         predict = session(path)
         num = den = 0.0
@@ -93,7 +108,7 @@ def rank_groups(plan: Plan, fp32_path: Path, work: Path, session: Callable[[Path
                 diff = out[name].astype(np.float64) - value.astype(np.float64)
                 num += float((diff ** 2).sum())
                 den += float((value.astype(np.float64) ** 2).sum())
-        path.unlink(missing_ok=True)
+        remove_model(path)
         ranking.append({"group": group.group, "role": group.role, "precision": group.precision,
                         "relative_error": num / den if den else num})
     return sorted(ranking, key=lambda r: -r["relative_error"]), skipped
@@ -153,7 +168,7 @@ def search(plan: Plan, fp32_path: Path, out_path: Path, *, session: Callable[[Pa
             rung = result.plan.next_rung(group)
             candidate = result.plan.with_group(group, rung, f"sensitivity loop step {len(result.steps)}: "
                                                f"ranked worst ({before} → {rung})")
-            trial = work / "candidate.onnx"
+            trial = work / f"candidate{plan.model_suffix}"
             metric, latency = try_plan(candidate, trial)
             drop, met = judge(metric)
             step = Step(len(result.steps), f"{group}: {before} → {rung}", group, rung, metric, drop, latency, met)
@@ -165,7 +180,7 @@ def search(plan: Plan, fp32_path: Path, out_path: Path, *, session: Callable[[Pa
                 break
             result.steps.append(step)
             result.plan, result.metric = candidate, metric
-            trial.replace(out_path)
+            move_model(trial, out_path)
             if step.meets_accuracy:
                 result.stopped = f"accuracy budget met after {len(result.steps) - 1} step(s)"
                 break

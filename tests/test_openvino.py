@@ -88,3 +88,71 @@ def test_openvinos_reason_is_kept_whole_not_cut_at_its_first_line(tmp_path):
     assert "Exception from src/" not in line and "--debug" in line
     debug = run_cli("--debug", "build", tmp_path, "--profile", "openvino-cpu", "--out", tmp_path / "b")
     assert "the runtime's whole message:\nException from src/" in debug.err
+
+
+def test_openvino_int8_plans_per_family_through_nncf(tmp_path):
+    import graphs
+    import onnx
+
+    from tapeout import targets
+    from tapeout.analysis import analyze
+    from tapeout.errors import BadInput
+    from tapeout.quantize import rules
+    from tapeout.types import QuantizationSettings
+
+    caps = targets.TARGETS["openvino"].capabilities
+
+    def plan(model, **settings):
+        onnx.save(model, tmp_path / "m.onnx")
+        return rules.first_plan(analyze(tmp_path / "m.onnx"), "openvino", caps, "int8", QuantizationSettings(**settings))
+
+    encoder = plan(graphs.transformer())
+    assert (encoder.method, encoder.model_type, encoder.preset) == ("nncf", "transformer", "mixed")
+    assert encoder.model_suffix == ".xml" and encoder.ladder == ("int8", "fp32")
+    assert {g.role for g in encoder.groups if g.precision == "fp32"} == {"embedding"}
+    cnn = plan(graphs.cnn())
+    assert (cnn.model_type, cnn.preset) == (None, "performance")
+    assert {g.group: g.precision for g in cnn.groups}["first_conv"] == "fp32"
+    with pytest.raises(BadInput, match="quantized by NNCF"):
+        plan(graphs.cnn(), method="dynamic")
+
+
+def test_digits_builds_int8_on_openvino_through_nncf_and_checks(tmp_path):
+    import openvino as ov
+
+    profile = tmp_path / "ov-int8.toml"
+    profile.write_text('extends = "openvino-cpu-int8"\n[check]\niterations = 60\nrepeats = 2\nwarmup_min_s = 0.1\n'
+                       'op_profile_iterations = 5\n')
+    out = tmp_path / "b"
+    build = run_cli("build", SAMPLES / "digits-cnn", "--profile", profile, "--out", out, "--json")
+    assert build.code == 0, build.err
+    report = build.json()  # stdout is the report alone: NNCF's tables and progress bars are kept off it
+    q = report["quantization"]
+    assert q["plan"]["method"] == "nncf" and q["plan"]["preset"] == "performance"
+    groups = {g["group"]: g["precision"] for g in q["plan"]["groups"]}
+    assert groups == {"first_conv": "fp32", "conv1": "int8", "linear1": "int8", "head": "fp32"}
+    accuracy = next(b for b in report["budgets"] if b["budget"] == "accuracy_max_drop")
+    assert accuracy["verdict"] == "pass"
+    assert report["artifact"]["meta"]["inference_precision"] == "f32"  # what the compiled model used
+    # the artifact holds INT8 weights for the planned convs and linears (and float ones for the rest)
+    model = ov.Core().read_model(str(out / "artifact" / "model.xml"))
+    int8_weights = [op for op in model.get_ops() if op.get_type_name() == "Constant"
+                    and str(op.get_element_type()) in ("<Type: 'int8_t'>", "<Type: 'uint8_t'>")]
+    assert len(int8_weights) >= 2
+    check = run_cli("check", out, "--json")
+    assert check.code == 0, check.err
+
+
+def test_the_nncf_postcondition_names_a_planned_node_left_float(tmp_path, digits_build):
+    import openvino as ov
+
+    from tapeout.errors import BadInput
+    from tapeout.quantize.openvino_int8 import check_weights
+    from tapeout.quantize.plan import GroupPlan, Plan
+
+    model = ov.Core().read_model(str(digits_build / "export" / "model.onnx"))  # FP32: nothing quantized
+    planned = Plan("nncf", "cnn", "openvino", ("int8", "fp32"),
+                   (GroupPlan("conv1", "conv", ("node_conv2d_1",), "int8", "test"),
+                    GroupPlan("first_conv", "first_conv", ("node_conv2d",), "fp32", "test")))
+    with pytest.raises(BadInput, match=r"NNCF did not follow the plan for 1 node\(s\): node_conv2d_1 \(planned int8\)"):
+        check_weights(planned, model)

@@ -36,7 +36,7 @@ def quantize(ctx: Context, fp32_path: Path, analysis: Analysis, reference_metric
                        fix="add [calibration] data = \"….npz\" (or module:callable) with real inputs")
     # Ranking and latency probes: real inputs when the project has them (already loaded), else seeded random.
     probe_inputs = calibration[:settings.rank_samples] if calibration else sample_inputs(project, settings.rank_samples)[0]
-    out = ctx.stage / "quantized" / "model.onnx"
+    out = ctx.stage / "quantized" / f"model{plan.model_suffix}"
     max_ir = target.limits().max_ir_version
 
     def session(path: Path):
@@ -94,8 +94,9 @@ def quantize(ctx: Context, fp32_path: Path, analysis: Analysis, reference_metric
         info["notes"] = [note]
         if not emulated:
             ui.note(note)
+    weights = out.with_suffix(".bin")  # OpenVINO IR keeps its weights beside the .xml
     info.update(plan=plan.to_json(), model_sha256=sha256_file(out), fp32_bytes=fp32_path.stat().st_size,
-                quantized_bytes=out.stat().st_size)
+                quantized_bytes=out.stat().st_size + (weights.stat().st_size if out.suffix == ".xml" else 0))
     return out, info
 
 
