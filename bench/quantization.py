@@ -6,7 +6,10 @@ For each sample, from the same verified FP32 export (`tapeout build`'s export/mo
   - ORT `quantize_dynamic` with its defaults, and with per_channel=True;
   - ORT `quantize_static` (QDQ, per-channel, its default op list, MinMax) on the sample's calibration data;
   - for tiny-lm, ORT's MatMulNBits quantizer with its defaults (4 bits, block 128, asymmetric, every MatMul);
-  - tapeout's artifact from `tapeout build --profile cpu-int8` (cpu-int4 for tiny-lm).
+  - tapeout's artifact from `tapeout build --profile cpu-int8` (cpu-int4 for tiny-lm);
+  - OpenVINO (CPU device, 2 inference threads, f32 for what is float): the FP32 export, NNCF's
+    `nncf.quantize` with its defaults, and tapeout's `openvino-cpu-int8` artifact (not for tiny-lm:
+    no OpenVINO INT4 yet).
 Speed: every model against the FP32 export in this one process, same session settings (2 intra-op
 threads, all graph optimizations), blocks of --runs runs alternating A B A B, --blocks blocks; the
 figure is the median of the per-block ratios FP32 time / model time, with their range.
@@ -29,6 +32,7 @@ import numpy as np
 
 REPO = Path(__file__).resolve().parents[1]
 PROFILES = {"minilm": "cpu-int8", "digits-cnn": "cpu-int8", "tiny-lm": "cpu-int4"}
+OV_PROFILES = {"minilm": "openvino-cpu-int8", "digits-cnn": "openvino-cpu-int8"}
 OUT = REPO / "bench" / "builds"
 
 
@@ -40,6 +44,51 @@ def session(path: Path):
     so.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
     so.log_severity_level = 3
     return ort.InferenceSession(str(path), so, providers=["CPUExecutionProvider"])
+
+
+class OpenVinoModel:
+    """An OpenVINO CPU compiled model behind the two methods of an ORT session the timing loop uses."""
+
+    def __init__(self, model, threads: int = 2):
+        import openvino as ov
+
+        core = ov.Core()
+        source = core.read_model(str(model)) if isinstance(model, Path) else model
+        self.compiled = core.compile_model(source, "CPU", {"PERFORMANCE_HINT": "LATENCY", "INFERENCE_NUM_THREADS":
+                                                           str(threads), "INFERENCE_PRECISION_HINT": "f32"})
+        self.request = self.compiled.create_infer_request()
+        self.names = [o.get_any_name() for o in self.compiled.outputs]
+
+    def run(self, _names, feeds):
+        results = self.request.infer(feeds)
+        return [np.array(results[o]) for o in self.compiled.outputs]
+
+    def get_outputs(self):
+        return [type("Output", (), {"name": n})() for n in self.names]
+
+
+def nncf_defaults(fp32: Path, sample: str):
+    """What a user gets from `nncf.quantize(model, dataset)` with no model type or preset, or why it fails."""
+    import nncf
+    import openvino as ov
+
+    try:
+        return OpenVinoModel(nncf.quantize(ov.Core().read_model(str(fp32)), nncf.Dataset(calibration(sample)))), ""
+    except Exception as exc:
+        return None, f"{type(exc).__name__}: {str(exc).splitlines()[0][:80] if str(exc) else ''}"
+
+
+def cpu_line() -> str:
+    """The CPU's name and the flags INT8 and BF16 speed depend on: figures compare within one run only."""
+    try:
+        info = Path("/proc/cpuinfo").read_text()
+    except OSError:
+        return "CPU: unknown"
+    name = next((line.split(":", 1)[1].strip() for line in info.splitlines() if line.startswith("model name")), "?")
+    flags = next((line.split(":", 1)[1].split() for line in info.splitlines() if line.startswith("flags")), [])
+    wanted = ("avx2", "avx512f", "avx512_vnni", "avx_vnni", "avx512_bf16", "amx_int8", "amx_bf16")
+    logical = sum(line.startswith("processor") for line in info.splitlines())
+    return f"CPU: {name}, {logical} logical; flags " + " ".join(f for f in wanted if f in flags)
 
 
 def predictor(sess):
@@ -166,12 +215,34 @@ def run(sample: str, skip_build: bool, blocks: int, runs: int) -> None:
         models = baselines(sample, fp32_path, Path(tmp))
         rows += [(name, path, None) for name, path in models.items()]
         rows.append((f"**tapeout** `{PROFILES[sample]}`", artifact, build / "artifact"))
+        failed = []
+        if sample in OV_PROFILES:
+            ov_build = OUT / f"{sample}-{OV_PROFILES[sample]}"
+            if not (skip_build and (ov_build / "report.json").is_file()):
+                subprocess.run([sys.executable, "-m", "tapeout", "build", str(REPO / "samples" / sample), "--profile",
+                                OV_PROFILES[sample], "--out", str(ov_build)], check=False)
+            rows.append(("OpenVINO FP32 (the export, f32)", fp32_path, "openvino"))
+            defaults, why = nncf_defaults(fp32_path, sample)
+            if defaults is not None:
+                rows.append(("OpenVINO + NNCF `quantize`, defaults", defaults, None))
+            else:
+                failed.append(f"OpenVINO + NNCF `quantize`, defaults: fails ({why})")
+            if (ov_build / "artifact" / "model.xml").is_file():
+                rows.append((f"**tapeout** `{OV_PROFILES[sample]}`", ov_build / "artifact" / "model.xml",
+                             ov_build / "artifact"))
         table = []
         for name, path, directory in rows:
-            sess = fp32 if path == fp32_path else session(path)
+            if isinstance(path, OpenVinoModel):
+                sess, path, directory = path, fp32_path, None
+            elif directory == "openvino":
+                sess, directory = OpenVinoModel(path), None
+            elif path.suffix == ".xml":
+                sess = OpenVinoModel(path)
+            else:
+                sess = fp32 if path == fp32_path else session(path)
             ratio = (1.0, 1.0, 1.0, speed(fp32, fp32, feeds, 2, runs)[3]) if sess is fp32 else speed(fp32, sess, feeds, blocks, runs)
             q = quality(sample, metric, predictor(sess))
-            table.append((name, ratio, q, size_mb(directory or path)))
+            table.append((name, ratio, q, size_mb(directory or path) if "NNCF" not in name else float("nan")))
             print(f"  {sample}: {name}: {ratio[0]:.2f}x, {q}", file=sys.stderr, flush=True)
     keys = list(table[0][2])
     fp32_mb = table[0][3]
@@ -179,8 +250,11 @@ def run(sample: str, skip_build: bool, blocks: int, runs: int) -> None:
     print("| model | speed vs ORT FP32, median (range) | ms/run | " + " | ".join(keys) + " | size MB (share of FP32) |")
     print("|---|---|---|" + "---|" * len(keys) + "---|")
     for name, (median, low, high, ms), q, mb in table:
+        size = "—" if mb != mb else f"{mb:.2f} ({mb / fp32_mb:.0%})"
         print(f"| {name} | {median:.2f}× ({low:.2f}–{high:.2f}) | {ms:.3f} | " + " | ".join(q[k] for k in keys)
-              + f" | {mb:.2f} ({mb / fp32_mb:.0%}) |")
+              + f" | {size} |")
+    for line in failed:
+        print(f"| {line} | | |" + " |" * len(keys) + " |")
     sys.stdout.flush()
 
 
@@ -195,6 +269,7 @@ def main() -> None:
 
     print(f"onnxruntime {ort.__version__} · {subprocess.run(['uname', '-m'], capture_output=True, text=True).stdout.strip()}"
           f" · {time.strftime('%Y-%m-%d')}")
+    print(cpu_line())
     for sample in args.samples:
         run(sample, args.skip_build, args.blocks, args.runs)
 
