@@ -42,20 +42,14 @@ def quantize(plan: Plan, model_in: Path, model_out: Path, calibration: list[dict
     ignored = nncf.IgnoredScope(patterns=name_pattern(kept), validate=False) if kept else None
     model_type = nncf.ModelType.TRANSFORMER if plan.model_type == "transformer" else None
     preset = nncf.QuantizationPreset.MIXED if plan.preset == "mixed" else nncf.QuantizationPreset.PERFORMANCE
-    advanced = None
-    if plan.smooth_quant_alpha is not None:
-        advanced = nncf.AdvancedQuantizationParameters(
-            smooth_quant_alphas=nncf.AdvancedSmoothQuantParameters(matmul=plan.smooth_quant_alpha))
     quantized = nncf.quantize(model, nncf.Dataset(calibration), preset=preset, model_type=model_type,
-                              ignored_scope=ignored, subset_size=len(calibration),
-                              fast_bias_correction=True, advanced_parameters=advanced)
+                              ignored_scope=ignored, subset_size=len(calibration), fast_bias_correction=True)
     check_weights(plan, quantized)
     model_out.parent.mkdir(parents=True, exist_ok=True)
     ov.save_model(quantized, str(model_out.with_suffix(".xml")), compress_to_fp16=False)
     fake_quantize = sum(op.get_type_name() == "FakeQuantize" for op in quantized.get_ops())
     return {"method": "nncf", "nodes": len(plan.nodes_at("int8")), "kept_float": len(kept),
             "model_type": plan.model_type or "default", "preset": plan.preset, "samples": len(calibration),
-            "smooth_quant_alpha": plan.smooth_quant_alpha,
             "activation_quantizers": fake_quantize, "nncf": nncf.__version__}
 
 

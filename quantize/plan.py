@@ -42,7 +42,6 @@ class Plan:
     float_ops: tuple[str, ...] = ()     # op types an FP16 plan keeps FP32 wherever they occur
     model_type: str | None = None       # NNCF: "transformer" (keeps norms, softmax, residuals float) or None
     preset: str | None = None           # NNCF: "performance" (symmetric) or "mixed" (asymmetric activations)
-    smooth_quant_alpha: float | None = None  # NNCF: SmoothQuant's migration strength on MatMuls (None: NNCF's)
 
     @property
     def model_suffix(self) -> str:
