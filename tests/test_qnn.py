@@ -159,8 +159,9 @@ def test_context_binaries_are_prepared_per_soc(tmp_path):
     assert digests[73] != digests[75]
 
 
-def test_openvino_npu_profile_without_the_driver_exits_4(tmp_path):
+@pytest.mark.parametrize("profile", ["openvino-npu", "openvino-npu-int8"])
+def test_openvino_npu_profile_without_the_driver_exits_4(tmp_path, profile):
     pytest.importorskip("openvino")
-    result = run_cli("build", SAMPLES / "digits-cnn", "--profile", "openvino-npu", "--out", tmp_path / "b")
+    result = run_cli("build", SAMPLES / "digits-cnn", "--profile", profile, "--out", tmp_path / "b")
     assert result.code == 4, result.err
     assert "NPU" in one_line_error(result)
