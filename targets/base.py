@@ -34,7 +34,7 @@ if TYPE_CHECKING:
 PRECISIONS = ("fp32", "fp16", "int8", "int4")
 RUNGS = ("int4", "int8-weight", "int8", "a16w8", "fp16", "fp32")
 METERS = ("rss", "rapl", "nvml", "amdsmi", "tegrastats")
-RULE_SETS = ("cpu-integer", "npu-integer", "gpu-float")
+RULE_SETS = ("cpu-integer", "npu-integer", "gpu-float", "ov-integer")
 
 
 @dataclass(frozen=True)
