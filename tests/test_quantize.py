@@ -85,8 +85,8 @@ def test_targets_and_precisions_without_rules_are_bad_input(tmp_path):
     path = tmp_path / "m.onnx"
     onnx.save(graphs.cnn(), path)
     a = analyze(path)
-    with pytest.raises(BadInput, match="has no int8 rules"):
-        first_plan(a, "openvino", "int8", QuantizationSettings())
+    with pytest.raises(BadInput, match="no int4 rule for a cnn model on openvino"):
+        first_plan(a, "openvino", "int4", QuantizationSettings())
     with pytest.raises(BadInput, match="no int4 rule for a cnn"):
         first_plan(a, "onnxruntime", "int4", QuantizationSettings())
 
@@ -240,9 +240,9 @@ def test_static_int8_without_calibration_data_is_one_clear_line(tmp_path):
 
 def test_a_precision_the_target_does_not_take_is_rejected(tmp_path):
     profile = tmp_path / "ov8.toml"
-    profile.write_text('extends = "openvino-cpu"\nprecision = "int8"\n')
+    profile.write_text('extends = "openvino-cpu"\nprecision = "int4"\n')
     result = run_cli("profiles", "show", profile)
-    assert result.code == 2 and "does not take 'int8'" in one_line_error(result)
+    assert result.code == 2 and "does not take 'int4'" in one_line_error(result)
 
 
 def test_npu_rule_is_full_integer_a16w8_for_transformers_with_masks_and_softmax_float(tmp_path):
