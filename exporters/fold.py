@@ -9,6 +9,8 @@ Only the subgraphs that end in a recurrent op's weight inputs are folded: nothin
 
 from __future__ import annotations
 
+from tapeout.onnx_bodies import graphs_in
+
 _RECURRENT = {"LSTM": (1, 2, 3), "GRU": (1, 2, 3), "RNN": (1, 2, 3)}
 # Ops a weight reaches a recurrent op through (layout and dtype only): nothing data dependent
 _LAYOUT_OPS = {"Slice", "Concat", "Split", "Unsqueeze", "Squeeze", "Reshape", "Transpose", "Cast", "Identity",
@@ -34,7 +36,7 @@ def fold_recurrent_weights(model) -> int:
         node = producer.get(tensor)
         if node is None or node.op_type not in _LAYOUT_OPS or node.domain not in ("", "ai.onnx"):
             return False
-        if node.name in nodes or id(node) in nodes:
+        if id(node) in nodes:
             return True
         if all(constant_subgraph(t, nodes) for t in node.input if t):
             nodes[id(node)] = node
@@ -65,28 +67,20 @@ def fold_recurrent_weights(model) -> int:
     return len(folded)
 
 
-def _read(nodes) -> set[str]:
-    """Every tensor name the nodes read, the If/Loop/Scan bodies' outer-scope reads included."""
-    names = set()
-    for node in nodes:
-        names.update(t for t in node.input if t)
-        for attr in node.attribute:
-            for sub in [attr.g, *attr.graphs] if attr.HasField("g") or attr.graphs else []:
-                names |= _read(sub.node)
-    return names
-
-
 def _drop_unused(graph) -> None:
-    """Remove nodes whose outputs nothing reads (repeatedly), then initializers nothing reads."""
-    outputs = {o.name for o in graph.output}
+    """Remove nodes whose outputs nothing reads (repeatedly), then initializers nothing reads; reads from
+    If/Loop/Scan bodies count (a body reads outer-scope tensors by name)."""
+    def read() -> set[str]:
+        return {t for g in graphs_in(graph) for n in g.node for t in n.input if t} | {o.name for o in graph.output}
+
     while True:
-        used = _read(graph.node) | outputs
+        used = read()
         dead = [n for n in graph.node if not any(o in used for o in n.output)]
         if not dead:
             break
         for node in dead:
             graph.node.remove(node)
-    used = _read(graph.node) | outputs
+    used = read()
     keep = [i for i in graph.initializer if i.name in used]
     del graph.initializer[:]
     graph.initializer.extend(keep)

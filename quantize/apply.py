@@ -14,6 +14,7 @@ import shutil
 from pathlib import Path
 
 from tapeout.errors import BadInput, first_line, runtime_detail
+from tapeout.onnx_bodies import graphs_in
 from tapeout.quantize.plan import FLOAT, Plan
 
 _CALIBRATION = {"minmax": "MinMax", "percentile": "Percentile", "entropy": "Entropy"}
@@ -122,7 +123,7 @@ def _op_types(model_in: Path, nodes: list[str]) -> list[str]:
 
     wanted = set(nodes)
     model = onnx.load(str(model_in), load_external_data=False)
-    return sorted({n.op_type for g in subgraphs(model.graph) for n in g.node if n.name in wanted})
+    return sorted({n.op_type for g in graphs_in(model.graph) for n in g.node if n.name in wanted})
 
 
 def _dynamic(plan: Plan, model_in: Path, model_out: Path) -> dict:
@@ -156,15 +157,6 @@ def _dynamic(plan: Plan, model_in: Path, model_out: Path) -> dict:
             "gemm_as_matmul": rewritten}
 
 
-def subgraphs(graph):
-    """`graph` and every If/Loop/Scan body in it, nested ones included."""
-    yield graph
-    for node in graph.node:
-        for attr in node.attribute:
-            for sub in ([attr.g] if attr.HasField("g") else []) + list(attr.graphs):
-                yield from subgraphs(sub)
-
-
 def gemm_as_matmul(model, names: set[str]) -> int:
     """Rewrite each Gemm in `names` (in the main graph or a control-flow body) whose B (and C, when
     beta != 1) is a constant of its own and whose A is not transposed as MatMul (same name; B transposed
@@ -173,7 +165,7 @@ def gemm_as_matmul(model, names: set[str]) -> int:
     import numpy as np
     from onnx import helper, numpy_helper
 
-    graphs = list(subgraphs(model.graph))
+    graphs = list(graphs_in(model.graph))
     inits = {i.name: i for g in graphs for i in g.initializer}
     uses: dict[str, int] = {}
     for graph in graphs:
@@ -231,7 +223,7 @@ def check_quantized(nodes: list[str], model_out: Path, what: str) -> None:
     from onnx import TensorProto
 
     model = onnx.load(str(model_out), load_external_data=False)
-    graphs = list(subgraphs(model.graph))
+    graphs = list(graphs_in(model.graph))
     floats = {i.name for g in graphs for i in g.initializer if i.data_type in (TensorProto.FLOAT, TensorProto.FLOAT16)}
     planned = set(nodes)
     # an LSTM keeps its name and op type only when the quantizer skipped it (it becomes DynamicQuantizeLSTM)

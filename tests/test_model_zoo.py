@@ -75,9 +75,9 @@ def _project(root: Path, name: str, metric: str | None = None) -> Path:
 
 
 def _op_types(path: Path) -> set[str]:
-    from tapeout.quantize.apply import subgraphs
+    from tapeout.onnx_bodies import graphs_in
 
-    return {n.op_type for g in subgraphs(onnx.load(str(path)).graph) for n in g.node}
+    return {n.op_type for g in graphs_in(onnx.load(str(path)).graph) for n in g.node}
 
 
 @pytest.mark.parametrize("name", list(CASES))

@@ -216,12 +216,18 @@ def test_the_loop_finds_the_planted_layer_first_and_moves_it_alone(tmp_path):
     assert next(b for b in check.json()["budgets"] if b["budget"] == "parity_min_cosine")["verdict"] == "pass"
 
 
-def test_the_loop_stops_at_its_evaluation_cap_and_the_build_fails_the_budget(tmp_path):
+def _build_planted_with(tmp_path, quantization: str, out):
+    """The planted project (made under `tmp_path`) built with its profile plus one [quantization] setting."""
+    tmp_path.mkdir(parents=True, exist_ok=True)
     project, profile = _planted_project(tmp_path, planted=2)
-    capped = tmp_path / "capped.toml"
-    capped.write_text(profile.read_text() + "\n[quantization]\nmax_evaluations = 1\n")
+    changed = tmp_path / f"{out.name}.toml"
+    changed.write_text(profile.read_text() + f"\n[quantization]\n{quantization}\n")
+    return run_cli("build", project, "--profile", changed, "--out", out)
+
+
+def test_the_loop_stops_at_its_evaluation_cap_and_the_build_fails_the_budget(tmp_path):
     out = tmp_path / "build"
-    result = run_cli("build", project, "--profile", capped, "--out", out)
+    result = _build_planted_with(tmp_path, "max_evaluations = 1", out)
     assert result.code == 1, result.err + result.out  # the accuracy budget fails: exit 1
     search = json.loads((out / "report.json").read_text())["quantization"]["search"]
     assert search["stopped"].startswith("evaluation cap reached (1)") and len(search["steps"]) == 1
@@ -379,20 +385,15 @@ def test_a_torch_linear_model_built_for_cpu_int8_has_an_int8_artifact(tmp_path):
 
 
 def test_ranking_is_bounded_by_groups_and_time_and_says_what_it_skipped(tmp_path):
-    project, profile = _planted_project(tmp_path, planted=2)
-    bounded = tmp_path / "bounded.toml"
-    bounded.write_text(profile.read_text() + "\n[quantization]\nmax_ranked_groups = 2\n")
     out = tmp_path / "build"
-    result = run_cli("build", project, "--profile", bounded, "--out", out)
+    result = _build_planted_with(tmp_path, "max_ranked_groups = 2", out)
     assert result.code in (0, 1), result.err + result.out
     search = json.loads((out / "report.json").read_text())["quantization"]["search"]
     assert len(search["ranking"]) == 2 and len(search["unranked"]) == 2  # 4 quantized groups, 2 ranked
     assert all(u["skipped"] == "over max_ranked_groups" for u in search["unranked"])
     assert "ranked 2 of 4 groups" in result.err
     # no time at all: nothing is ranked, and the loop stops at once, saying why
-    timed = tmp_path / "timed.toml"
-    timed.write_text(profile.read_text() + "\n[quantization]\nmax_search_s = 0.001\n")
-    result = run_cli("build", project, "--profile", timed, "--out", tmp_path / "b2")
+    result = _build_planted_with(tmp_path / "timed", "max_search_s = 0.001", tmp_path / "b2")
     assert result.code == 1, result.err + result.out
     search = json.loads((tmp_path / "b2" / "report.json").read_text())["quantization"]["search"]
     assert search["ranking"] == [] and {u["skipped"] for u in search["unranked"]} == {"max_search_s ran out"}

@@ -18,6 +18,7 @@ import numpy as np
 from tapeout import arch
 from tapeout.archinfo import Analysis, NodeCost
 from tapeout.errors import BadInput
+from tapeout.onnx_bodies import bodies, graphs_in
 from tapeout.types import InputSpec
 
 # Ops whose output is a view or a relabelling: no arithmetic.
@@ -65,7 +66,7 @@ class GraphView:
             for inp in node.input:
                 if inp:
                     view.consumers.setdefault(inp, []).append(node)
-        graphs = [model.graph, *(body for _, _, body in _bodies_of(model.graph))]
+        graphs = list(graphs_in(model.graph))
         for init in (i for g in graphs for i in g.initializer):
             view.initializers[init.name] = numpy_helper.to_array(init)
         for node in view.nodes:
@@ -128,26 +129,17 @@ class GraphView:
         return default
 
 
-def _bodies_of(graph):
-    """(control-flow node, attribute name, body graph) for every If/Loop/Scan body, nested ones included."""
-    for node in graph.node:
-        for attr in node.attribute:
-            for body in ([attr.g] if attr.HasField("g") else []) + list(attr.graphs):
-                yield node, attr.name, body
-                yield from _bodies_of(body)
-
-
 def _flatten(view: GraphView, graph, parent) -> list:
     """The graph's nodes with each control-flow body's nodes just before the node that runs them."""
     nodes = []
     for i, node in enumerate(graph.node):
         if not node.name:  # body nodes are often nameless; names key roles and groups
             node.name = f"{parent.name if parent is not None else 'graph'}/{node.op_type}_{i}"
-        bodies = [(a.name, b) for a in node.attribute for b in ([a.g] if a.HasField("g") else []) + list(a.graphs)]
-        if bodies:
+        held = bodies(node)
+        if held:
             view.control_flow.append(node)
-            view.body_outputs[node.name] = [o.name for _, body in bodies for o in body.output]
-            for _, body in bodies:
+            view.body_outputs[node.name] = [o.name for _, body in held for o in body.output]
+            for _, body in held:
                 for inner in _flatten(view, body, node):
                     view.parent.setdefault(inner.name, node.name)
                     nodes.append(inner)
@@ -173,24 +165,14 @@ def runs_per_inference(view: GraphView, costs: dict[str, NodeCost]) -> dict[str,
             scanned = node.input[-1] if node.input else ""
             shape = view.shapes.get(scanned) or ()
             times = shape[0] if shape and shape[0] else 1
-        bodies = [(a.name, a.g) for a in node.attribute if a.HasField("g")]
-        if node.op_type == "If" and len(bodies) == 2:
-            taken = max(bodies, key=lambda b: body_flops(b[1]))[0]
-        for name, body in bodies:
-            count = outer * (0 if node.op_type == "If" and len(bodies) == 2 and name != taken else times)
-            for inner in _flatten_names(body):
+        held = bodies(node)
+        branch = node.op_type == "If" and len(held) == 2
+        taken = max(held, key=lambda b: body_flops(b[1]))[0] if branch else None
+        for name, body in held:
+            count = outer * (0 if branch and name != taken else times)
+            for inner in (n.name for g in graphs_in(body) for n in g.node):
                 runs[inner] = count
     return runs
-
-
-def _flatten_names(graph) -> list[str]:
-    names = []
-    for node in graph.node:
-        names.append(node.name)
-        for attr in node.attribute:
-            for body in ([attr.g] if attr.HasField("g") else []) + list(attr.graphs):
-                names.extend(_flatten_names(body))
-    return names
 
 
 def _infer_shapes(model):

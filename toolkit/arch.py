@@ -272,7 +272,7 @@ def detect(view, hints: dict, costs: dict[str, NodeCost]) -> Detected:
     ends = list(view.outputs)
     for out in view.outputs:  # an output an If/Loop computes comes from its bodies' outputs
         producer = view.producer.get(out)
-        ends += getattr(view, "body_outputs", {}).get(producer.name, []) if producer is not None else []
+        ends += view.body_outputs.get(producer.name, []) if producer is not None else []
     for out in ends:
         for n in _walk(view, out, head_path,
                        lambda n: view.weight_of(n) is not None and n.op_type in ("MatMul", "Gemm", "Conv"), depth=4):

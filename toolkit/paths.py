@@ -11,6 +11,7 @@ import shutil
 from pathlib import Path, PurePosixPath
 
 from tapeout.errors import BadInput
+from tapeout.onnx_bodies import bodies
 
 
 def confined(base: Path, relative: str, what: str) -> Path:
@@ -54,10 +55,8 @@ def _all_tensors(model):
                     yield from of_sparse(attr.sparse_tensor)
                 for sparse in attr.sparse_tensors:
                     yield from of_sparse(sparse)
-                if attr.HasField("g"):
-                    yield from of_graph(attr.g)
-                for graph in attr.graphs:
-                    yield from of_graph(graph)
+            for _, body in bodies(node):
+                yield from of_graph(body)
 
     def of_graph(graph):
         yield from graph.initializer
