@@ -73,17 +73,19 @@ def apply(plan: Plan, model_in: Path, model_out: Path, calibration: list[dict] |
                 info = _npu_static(plan, model_in, model_out, calibration)
             elif plan.method == "float16":
                 info = _float16(plan, model_in, model_out)
-            elif plan.method == "nncf":
-                from tapeout.quantize import openvino_int8
+            elif plan.method in ("nncf", "nncf-weights"):
+                from tapeout.quantize import openvino_nncf
 
-                info = openvino_int8.quantize(plan, model_in, model_out, calibration)
+                run = openvino_nncf.quantize if plan.method == "nncf" else openvino_nncf.compress_weights
+                info = run(plan, model_in, model_out, calibration)
             else:
                 info = _weight_only(plan, model_in, model_out, calibration)
     except BadInput:
         raise
     except Exception as exc:  # the quantizer's own failure, named with the node it was working on
         where = failed_at(exc)
-        raise BadInput(f"onnxruntime could not quantize the model ({plan.method}, {len(plan.quantized())} groups)"
+        who = "NNCF" if plan.model_suffix == ".xml" else "onnxruntime"
+        raise BadInput(f"{who} could not quantize the model ({plan.method}, {len(plan.quantized())} groups)"
                        f"{where}: {first_line(exc)}", detail=runtime_detail(exc),
                        fix=("keep that node's group float with [quantization] keep_float" if where else
                             "keep the failing nodes float with [quantization] keep_float") +

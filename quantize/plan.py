@@ -9,7 +9,7 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field, replace
 from typing import Literal
 
-Method = Literal["dynamic", "static", "weight-only", "npu-static", "float16", "nncf"]
+Method = Literal["dynamic", "static", "weight-only", "npu-static", "float16", "nncf", "nncf-weights"]
 FLOAT = "fp32"
 
 
@@ -36,7 +36,7 @@ class Plan:
     activation_symmetric: bool = False
     calibration_method: str = "minmax"
     block_size: int = 32
-    int4_algorithm: str = "rtn"
+    int4_algorithm: str = "rtn"         # rtn | gptq (ORT) | awq (NNCF)
     notes: tuple[str, ...] = field(default_factory=tuple)
     float_nodes: tuple[str, ...] = ()   # ungrouped nodes a full-integer plan keeps float (e.g. attention masks)
     float_ops: tuple[str, ...] = ()     # op types an FP16 plan keeps FP32 wherever they occur
@@ -46,7 +46,7 @@ class Plan:
     @property
     def model_suffix(self) -> str:
         """The file a quantized model of this plan is: OpenVINO IR (.xml + .bin) for NNCF, else ONNX."""
-        return ".xml" if self.method == "nncf" else ".onnx"
+        return ".xml" if self.method in ("nncf", "nncf-weights") else ".onnx"
 
     def quantized(self) -> list[GroupPlan]:
         return [g for g in self.groups if g.precision != FLOAT]

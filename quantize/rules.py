@@ -142,6 +142,13 @@ OV_RULES: dict[tuple[str, str], tuple[Rule, str | None, str]] = {
                                  {**_KEEP_CNN, "timestep_embedding": "timestep embedding stays float (research §6.2)",
                                   "embedding": _KEEP_TRANSFORMER["embedding"]},
                                  why="NNCF INT8 on attention/FFN Linears and convs"), "transformer", "mixed"),
+    # INT4 weight compression (NNCF `compress_weights`, symmetric, block-wise): decode is memory-bound
+    # (research §2.4). Embeddings and the LM head stay float, as on ORT (NNCF alone would make them INT8).
+    ("decoder-llm", "int4"): (Rule("nncf-weights", LINEARS, _KEEP_TRANSFORMER,
+                                   why="NNCF INT4 weight compression (symmetric, block-wise) of the Linear layers; "
+                                       "activations float"), None, ""),
+    ("transformer-encoder", "int4"): (Rule("nncf-weights", LINEARS, _KEEP_TRANSFORMER,
+                                           why="NNCF INT4 weight compression of the Linear layers"), None, ""),
 }
 
 RULE_SETS: dict[str, dict[tuple[str, str], Rule]] = {
@@ -181,14 +188,21 @@ def first_plan(analysis: Analysis, target: str, caps: Capabilities, precision: s
     rule = rule_for(family, target, caps, precision)
     ladder = caps.precisions[precision]
     method = rule.method if settings.method == "auto" else settings.method
-    if rule.method in ("npu-static", "float16", "nncf") and method != rule.method:
+    if rule.method in ("npu-static", "float16", "nncf", "nncf-weights") and method != rule.method:
         what = {"npu-static": "the NPU runs full-integer static QDQ graphs",
-                "nncf": "OpenVINO models are quantized by NNCF (static, calibrated)"}.get(
+                "nncf": "OpenVINO models are quantized by NNCF (static, calibrated)",
+                "nncf-weights": "OpenVINO INT4 is NNCF's weight compression"}.get(
             rule.method, f"{precision} is a float conversion, not a quantization method")
         raise BadInput(f"[quantization] method = \"{settings.method}\" is not available on target '{target}': {what}",
                        fix="set method = \"auto\"")
+    algorithms = {"weight-only": ("rtn", "gptq"), "nncf-weights": ("rtn", "awq")}
     if precision == "int4":
-        method = "weight-only"
+        method = rule.method if rule.method == "nncf-weights" else "weight-only"
+        if settings.int4_algorithm not in algorithms[method]:
+            # NNCF's GPTQ fails on transposed (torch Linear) weights ("Transpose is not supported", nncf 3.4);
+            # ORT's MatMulNBits quantizer has no AWQ
+            raise BadInput(f"int4_algorithm = \"{settings.int4_algorithm}\" is not available on target '{target}'",
+                           fix=f"use one of: {', '.join(algorithms[method])}")
     elif method == "weight-only":
         raise BadInput(f"[quantization] method = \"weight-only\" needs precision = \"int4\" (the profile says {precision})",
                        fix="set precision = \"int4\", or method = \"auto\"")
@@ -200,7 +214,7 @@ def first_plan(analysis: Analysis, target: str, caps: Capabilities, precision: s
             groups.append(GroupPlan(g.name, g.role, g.weighted, FLOAT, "kept float by [quantization] keep_float"))
         elif method != "dynamic" and any(analysis.body_of(n) for n in g.weighted):
             groups.append(GroupPlan(g.name, g.role, g.weighted, FLOAT,
-                                    f"inside the body of {analysis.body_of(g.weighted[0])}: ORT's {method} quantizer "
+                                    f"inside the body of {analysis.body_of(g.weighted[0])}: the {method} quantizer "
                                     "does not reach into If/Loop/Scan bodies (dynamic INT8 does)"))
         elif rule.keep_ops_why and {analysis.op_type(n) for n in g.weighted} & rule.keep_ops:
             groups.append(GroupPlan(g.name, g.role, g.weighted, FLOAT, rule.keep_ops_why))
@@ -233,6 +247,14 @@ def first_plan(analysis: Analysis, target: str, caps: Capabilities, precision: s
                     groups=tuple(groups), per_channel=True if settings.per_channel is None else settings.per_channel,
                     activation_type=act, weight_type="uint8", calibration_method=settings.calibration_method,
                     notes=tuple(notes), float_nodes=masked)
+    if method == "nncf-weights":
+        if not any(g.precision != FLOAT for g in groups):
+            raise BadInput(f"the {family} rule found nothing to compress in this model",
+                           fix="use precision = \"fp32\", or check `tapeout analyze` for the roles found")
+        how = "data-aware (AWQ on the calibration data)" if settings.int4_algorithm == "awq" else "data-free (RTN)"
+        return Plan(method=method, family=family, target=target, ladder=ladder, groups=tuple(groups),
+                    block_size=settings.block_size, int4_algorithm=settings.int4_algorithm,
+                    notes=(f"{rule.why}; group size {settings.block_size}, {how}",))
     if method == "nncf":
         _, model_type, preset = OV_RULES[(family, precision)]
         if not any(g.precision != FLOAT for g in groups):

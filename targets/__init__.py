@@ -66,8 +66,10 @@ TARGETS: dict[str, TargetInfo] = {
         summary="OpenVINO (Intel CPU, GPU, NPU); OpenVINO IR is the artifact, the compiled blob a cache",
         device_classes=("cpu", "gpu", "npu"),
         install_hint='pip install "tapeout[openvino]"',
-        # INT8 through NNCF; a group the loop moves up runs in the plugin's float precision
-        capabilities=Capabilities(precisions={"int8": ("int8", "fp32"), "fp32": ("fp32",)}, rules="ov-integer",
+        # INT8 and INT4 through NNCF; a group the loop moves up runs in the plugin's float precision
+        # (INT4 weights move to INT8 weights first)
+        capabilities=Capabilities(precisions={"int8": ("int8", "fp32"), "int4": ("int4", "int8-weight", "fp32"),
+                                              "fp32": ("fp32",)}, rules="ov-integer",
                                   meters=("rss", "rapl"), op_profiler="OpenVINO PERF_COUNT (per-node real time)"),
     ),
     "qnn": TargetInfo(

@@ -30,7 +30,7 @@ def quantize(ctx: Context, fp32_path: Path, analysis: Analysis, reference_metric
     calibration = None
     if project.calibration is not None:
         calibration, _ = sample_inputs(project, settings.calibration_samples)
-    elif plan.method == "static" or (plan.method == "weight-only" and plan.int4_algorithm == "gptq"):
+    elif plan.method == "static" or (plan.method in ("weight-only", "nncf-weights") and plan.int4_algorithm != "rtn"):
         raise BadInput(f"{plan.method} quantization of this {plan.family} model needs calibration data, and "
                        f"{project.file} has no [calibration] section",
                        fix="add [calibration] data = \"….npz\" (or module:callable) with real inputs")

@@ -222,7 +222,7 @@ class QuantizationSettings(_Strict):
     per_channel: bool | None = Field(None, description="None: the rule decides")
     keep_float: list[str] = Field(default_factory=list, description="fusion-group or node names kept in float")
     block_size: int = Field(32, ge=16, le=256, description="INT4 weight-only block size (a power of two)")
-    int4_algorithm: Literal["rtn", "gptq"] = "rtn"
+    int4_algorithm: Literal["rtn", "gptq", "awq"] = "rtn"  # gptq: ORT only; awq: OpenVINO (NNCF) only
     sensitivity: bool = Field(True, description="run the sensitivity loop when the accuracy budget is missed")
     max_evaluations: int = Field(12, ge=1, le=200, description="full metric evaluations the loop may spend")
     rank_samples: int = Field(8, ge=1, le=256, description="calibration samples used to rank fusion groups")
