@@ -134,6 +134,7 @@ def test_digits_builds_int8_on_openvino_through_nncf_and_checks(tmp_path):
     accuracy = next(b for b in report["budgets"] if b["budget"] == "accuracy_max_drop")
     assert accuracy["verdict"] == "pass"
     assert report["artifact"]["meta"]["inference_precision"] == "f32"  # what the compiled model used
+    assert "compiled for CPU with inference precision **f32**" in (out / "report.md").read_text()
     # the artifact holds INT8 weights for the planned convs and linears (and float ones for the rest)
     model = ov.Core().read_model(str(out / "artifact" / "model.xml"))
     int8_weights = [op for op in model.get_ops() if op.get_type_name() == "Constant"

@@ -101,6 +101,10 @@ def render_markdown(report: Report) -> str:
 
     out += ["", "## Artifact", "", f"`{r['artifact']['main_file']}` in `artifact/`: "
             f"{fmt(r['artifact']['bytes'] / 2**20)} MB, sha256 `{r['artifact']['sha256'][:16]}…`"]
+    meta = r["artifact"].get("meta") or {}
+    if meta.get("inference_precision"):  # what the runtime chose for float ops, not what the profile asked
+        out[-1] += (f"; compiled for {', '.join(meta.get('execution_devices') or [meta.get('device', '?')])} with "
+                    f"inference precision **{meta['inference_precision']}** (the precision float ops ran in)")
 
     out += ["", "## Parity with the golden reference", ""]
     out += _table(["output", "max-abs", "max-rel", "cosine", "within tolerance"],
