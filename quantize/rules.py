@@ -159,13 +159,56 @@ RULE_SETS: dict[str, dict[tuple[str, str], Rule]] = {
 }
 
 
-def host_has_vnni() -> bool:
-    """x86 VNNI (AVX512-VNNI or AVX-VNNI): ORT's u8s8 kernels no longer saturate, S8S8 QDQ is fastest."""
+@dataclass(frozen=True)
+class InstructionSet:
+    """The CPU the INT8 model will run on, as far as the rules care: its architecture and extensions,
+    and where that came from (the profile's device spec, or the build host)."""
+
+    arch: str
+    flags: frozenset[str]
+    origin: str
+
+    @property
+    def vnni(self) -> bool:
+        return bool(self.flags & {"avx512_vnni", "avx_vnni", "amx_int8"})
+
+
+def host_isa(why: str = "the profile names no device") -> InstructionSet:
+    import platform
+
+    machine = platform.machine().lower()
+    arch = "arm64" if machine in ("arm64", "aarch64") else "x86_64" if machine in ("x86_64", "amd64") else machine
     try:
-        flags = Path("/proc/cpuinfo").read_text(encoding="ascii", errors="replace")
+        info = Path("/proc/cpuinfo").read_text(encoding="ascii", errors="replace")
     except OSError:
-        return False
-    return "avx512_vnni" in flags or "avx_vnni" in flags
+        info = ""
+    flags = next((line.split(":", 1)[1].split() for line in info.splitlines()
+                  if line.startswith(("flags", "Features"))), [])
+    return InstructionSet(arch, frozenset(flags), f"the build host's ({why})")
+
+
+def isa_for(device) -> InstructionSet:
+    """The device spec's CPU instruction set when the profile names a device that lists one, else the host's."""
+    if device is None:
+        return host_isa()
+    if device.cpu_isa is None:
+        return host_isa(f"device spec {device.name} lists no CPU instruction set")
+    return InstructionSet(device.cpu_isa.arch, frozenset(device.cpu_isa.flags), f"device spec {device.name}")
+
+
+def static_formats(isa: InstructionSet) -> tuple[str, bool, str]:
+    """(activation type, reduce_range, why) of ORT static QDQ INT8 on this instruction set.
+
+    x86's INT8 dot products multiply unsigned by signed bytes (vpmaddubsw on AVX2, vpdpbusd on VNNI), so
+    U8S8 is native. Without VNNI the u8×s8 pair sums saturate int16 unless weights use 7 bits. With
+    VNNI, S8S8 QDQ MatMuls ran 4× slower than U8S8 (MiniLM on an AMD EPYC with AVX512-VNNI: 0.49× vs
+    1.79× FP32) and convs alike (2.16× vs 2.11×), so U8S8 with full 8-bit weights. arm64's sdot/smmla
+    multiply signed by signed: S8S8, ORT's default (not measured here: no arm64 machine)."""
+    if isa.arch == "arm64":
+        return "int8", False, "arm64: S8S8 (signed dot products; ORT's default)"
+    if isa.vnni:
+        return "uint8", False, "x86 with VNNI: U8S8, 8-bit weights (S8S8 QDQ MatMuls measured 4× slower)"
+    return "uint8", True, "x86 without VNNI: U8S8 with 7-bit weights (reduce_range), so u8×s8 pair sums cannot saturate"
 
 
 def rule_for(family: str, target: str, caps: Capabilities, precision: str) -> Rule:
@@ -182,8 +225,9 @@ def rule_for(family: str, target: str, caps: Capabilities, precision: str) -> Ru
 
 
 def first_plan(analysis: Analysis, target: str, caps: Capabilities, precision: str,
-               settings: QuantizationSettings) -> Plan:
-    """The rule table's plan for this model on this target; settings override what the user set."""
+               settings: QuantizationSettings, isa: InstructionSet | None = None) -> Plan:
+    """The rule table's plan for this model on this target; settings override what the user set.
+    `isa`: the CPU the model runs on (CPU rules only); default: the build host's."""
     family = analysis.family
     rule = rule_for(family, target, caps, precision)
     ladder = caps.precisions[precision]
@@ -223,7 +267,6 @@ def first_plan(analysis: Analysis, target: str, caps: Capabilities, precision: s
         else:
             why = rule.keep.get(g.role, f"role '{g.role}' is not quantized by the {family} rule")
             groups.append(GroupPlan(g.name, g.role, g.weighted, FLOAT, why))
-    vnni = host_has_vnni()
     notes = []
     if method == "npu-static":
         act = NPU_RULES[(family, precision)][1]
@@ -272,12 +315,18 @@ def first_plan(analysis: Analysis, target: str, caps: Capabilities, precision: s
         return Plan(method=method, family=family, target=target, ladder=ladder, groups=tuple(groups),
                     notes=tuple(notes), float_nodes=kept, float_ops=tuple(sorted(rule.keep_ops)))
     if method == "static":
-        # ORT CPU: S8S8 QDQ on VNNI; on AVX2 without VNNI, U8S8 with 7-bit weights (reduce_range) so
-        # the u8×s8 pair sums cannot saturate int16 (research quant-prune §1.4).
-        act, reduce_range = ("int8", False) if vnni else ("uint8", True)
-        notes.append(f"host CPU {'has' if vnni else 'lacks'} VNNI: {act} activations, reduce_range={reduce_range}")
+        isa = isa or host_isa()
+        act, reduce_range, why = static_formats(isa)
+        notes.append(f"CPU instruction set from {isa.origin}: {why}")
+    elif method == "dynamic":
+        # ORT's dynamic activations are uint8; reduce_range measured no better on AVX2, and per-channel as fast
+        # as per-tensor and far more accurate on AVX512-VNNI (MiniLM 2.08× at cosine 0.9935 vs 2.08× at 0.9633)
+        isa = isa or host_isa()
+        act, reduce_range = "uint8", False
+        notes.append(f"CPU instruction set from {isa.origin} ({isa.arch}{', VNNI' if isa.vnni else ''}): dynamic INT8, "
+                     "uint8 activations, 8-bit per-channel weights (measured best with and without VNNI)")
     else:
-        act, reduce_range = "uint8", False  # dynamic: activations are uint8 in ORT; reduce_range measured no better here
+        act, reduce_range = "uint8", False
     if not any(g.precision != FLOAT for g in groups):
         raise BadInput(f"the {family} rule found nothing to quantize in this model (roles: "
                        f"{', '.join(sorted({g.role for g in analysis.groups})) or 'none'})",

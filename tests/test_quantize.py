@@ -52,16 +52,36 @@ def test_decoder_int4_keeps_lm_head_and_embeddings(tmp_path):
     assert groups["block0.ffn.in"] == "int4" and groups["block1.attn.qkv"] == "int4"
 
 
-def test_cnn_int8_is_static_and_keeps_first_conv_and_head(tmp_path, monkeypatch):
-    monkeypatch.setattr(rules, "host_has_vnni", lambda: False)
+def test_cnn_int8_is_static_and_keeps_first_conv_and_head(tmp_path):
     plan, _ = _plan(tmp_path, graphs.cnn())
     assert plan.method == "static"
     assert _by_precision(plan) == {"first_conv": "fp32", "depthwise_conv1": "int8", "conv1": "int8", "head": "fp32"}
-    # AVX2 without VNNI: uint8 activations and 7-bit weights; with VNNI: S8S8.
-    assert (plan.activation_type, plan.reduce_range) == ("uint8", True)
-    monkeypatch.setattr(rules, "host_has_vnni", lambda: True)
-    plan, _ = _plan(tmp_path, graphs.cnn())
-    assert (plan.activation_type, plan.reduce_range) == ("int8", False)
+    assert any(n.startswith("CPU instruction set from the build host's (the profile names no device)") for n in plan.notes)
+
+
+@pytest.mark.parametrize("arch, flags, formats", [
+    ("x86_64", {"avx2"}, ("uint8", True)),                       # AVX2 without VNNI: U8S8, 7-bit weights
+    ("x86_64", {"avx2", "avx512f", "avx512_vnni"}, ("uint8", False)),  # VNNI: U8S8, 8-bit weights
+    ("x86_64", {"avx2", "avx_vnni"}, ("uint8", False)),
+    ("arm64", {"asimd", "asimddp"}, ("int8", False)),            # signed dot products: S8S8
+])
+def test_static_int8_formats_follow_the_instruction_set(tmp_path, arch, flags, formats):
+    onnx.save(graphs.cnn(), tmp_path / "m.onnx")
+    isa = rules.InstructionSet(arch, frozenset(flags), "test")
+    plan = rules.first_plan(analyze(tmp_path / "m.onnx"), "onnxruntime", targets.TARGETS["onnxruntime"].capabilities,
+                            "int8", QuantizationSettings(), isa=isa)
+    assert (plan.activation_type, plan.reduce_range) == formats
+    assert any(n.startswith("CPU instruction set from test") for n in plan.notes)
+
+
+def test_the_instruction_set_comes_from_the_device_spec_else_the_host():
+    from tapeout.config import load_device
+
+    lunar = rules.isa_for(load_device("intel-core-ultra-200v"))
+    assert lunar.origin == "device spec intel-core-ultra-200v" and lunar.vnni and lunar.arch == "x86_64"
+    fallback = rules.isa_for(load_device("h100-sxm"))
+    assert fallback.origin == "the build host's (device spec h100-sxm lists no CPU instruction set)"
+    assert rules.isa_for(None).origin == "the build host's (the profile names no device)"
 
 
 def test_lstm_is_a_group_quantized_dynamically_gru_stays_float_and_diffusion_keeps_the_timestep(tmp_path):
@@ -177,6 +197,7 @@ name = "cosine"
     profile = tmp_path / "int8.toml"
     profile.write_text('''
 extends = "cpu-int8"
+device = "intel-core-ultra-200v"   # the CPU rules read its instruction set (AVX-VNNI), not the host's
 [budgets]
 accuracy_max_drop = 0.005
 [check]
@@ -209,6 +230,7 @@ def test_the_loop_finds_the_planted_layer_first_and_moves_it_alone(tmp_path):
                     planted: "fp32"}
     md = (out / "report.md").read_text()
     assert "## Precision" in md and f"{planted}: int8 → fp32" in md
+    assert "CPU instruction set from device spec intel-core-ultra-200v (x86_64, VNNI)" in md
     accuracy = next(b for b in report["budgets"] if b["budget"] == "accuracy_max_drop")
     assert accuracy["verdict"] == "pass"
     check = run_cli("check", out, "--json")  # the quantized artifact re-checked: parity against the FP32 golden outputs
@@ -245,10 +267,10 @@ def test_static_int8_without_calibration_data_is_one_clear_line(tmp_path):
 
 
 def test_a_precision_the_target_does_not_take_is_rejected(tmp_path):
-    profile = tmp_path / "ov8.toml"
-    profile.write_text('extends = "openvino-cpu"\nprecision = "int4"\n')
+    profile = tmp_path / "ov16.toml"
+    profile.write_text('extends = "openvino-cpu"\nprecision = "fp16"\n')
     result = run_cli("profiles", "show", profile)
-    assert result.code == 2 and "does not take 'int4'" in one_line_error(result)
+    assert result.code == 2 and "does not take 'fp16'" in one_line_error(result)
 
 
 def test_npu_rule_is_full_integer_a16w8_for_transformers_with_masks_and_softmax_float(tmp_path):

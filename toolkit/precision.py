@@ -26,7 +26,8 @@ def quantize(ctx: Context, fp32_path: Path, analysis: Analysis, reference_metric
 
     project, profile, target, ui, emulated = ctx.project, ctx.profile, ctx.target, ctx.ui, ctx.emulated
     settings = profile.quantization
-    plan = rules.first_plan(analysis, profile.target, ctx.capabilities, profile.precision, settings)
+    plan = rules.first_plan(analysis, profile.target, ctx.capabilities, profile.precision, settings,
+                            isa=rules.isa_for(ctx.device))
     calibration = None
     if project.calibration is not None:
         calibration, _ = sample_inputs(project, settings.calibration_samples)

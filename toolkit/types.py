@@ -291,6 +291,27 @@ class Sourced(_Strict):
         return value
 
 
+# CPU instruction-set extensions the INT8 rules key on (Linux /proc/cpuinfo spellings; arm64: Features)
+CpuFlag = Literal["avx2", "avx512f", "avx512_vnni", "avx_vnni", "avx512_bf16", "amx_int8", "amx_bf16",
+                  "asimd", "asimddp", "i8mm", "sve", "sve2"]
+
+
+class CpuIsa(_Strict):
+    """The instruction set of a device's CPU cores, with the page it came from."""
+
+    arch: Literal["x86_64", "arm64"]
+    flags: list[CpuFlag]
+    source: str
+    note: str = ""
+
+    @field_validator("source")
+    @classmethod
+    def _is_url(cls, value: str) -> str:
+        if not value.startswith(("https://", "http://")):
+            raise ValueError(f"source must be a URL, got {value!r}")
+        return value
+
+
 class DeviceSpec(_Strict):
     name: str
 
@@ -308,6 +329,7 @@ class DeviceSpec(_Strict):
     memory_bandwidth_gbs: Sourced
     power_max_w: Sourced | None = None
     power_modes_w: list[float] = Field(default_factory=list)
+    cpu_isa: CpuIsa | None = Field(None, description="its CPU cores' instruction set: the CPU INT8 rules key on it")
     identifiers: list[str] = Field(default_factory=list, description="substrings of the name the device's driver "
                                    "reports (NVML, amdsmi, the Jetson device tree): `check` says when another device ran")
 
