@@ -74,17 +74,43 @@ def _finish(report, as_json: bool, title: str) -> None:
 @app.command()
 def build(
     project: Path = typer.Argument(..., help="Project directory (holding tapeout.toml) or the project file."),
-    profile: str = typer.Option(..., "--profile", "-p", help="Shipped profile name or path to a profile .toml."),
-    out: Path | None = typer.Option(None, "--out", "-o", help="Build dir. Default: PROJECT/build/PROFILE."),
+    profile: list[str] = typer.Option(..., "--profile", "-p", help="Shipped profile name or path to a profile .toml. "
+                                      "Given more than once: build each, keep the fastest that meets its budgets."),
+    out: Path | None = typer.Option(None, "--out", "-o", help="Build dir. Default: PROJECT/build/PROFILE "
+                                    "(several profiles: PROJECT/build/fastest, one build dir per profile inside)."),
     as_json: bool = JSON,
     strict: bool = STRICT,
 ) -> None:
     """Export, lint, compile, measure and judge: write a complete build dir, print the budget table."""
     from tapeout.console import UI
+
+    if len(profile) > 1:
+        _choose(project, profile, out, as_json, strict)
     from tapeout.pipeline import build as run_build
 
-    report = run_build(project, profile, out, UI(), strict=strict)
+    report = run_build(project, profile[0], out, UI(), strict=strict)
     _finish(report, as_json, f"{report.project.name} → {report.profile.name}")
+
+
+def _choose(project: Path, profiles: list[str], out: Path | None, as_json: bool, strict: bool) -> None:
+    from rich.table import Table
+
+    from tapeout.choose import HEADER, choose, table_rows
+    from tapeout.console import UI
+
+    choice = choose(project, profiles, out, UI(), strict=strict)
+    if as_json:
+        typer.echo(json.dumps(choice, indent=2))
+    else:
+        ui = UI()
+        table = Table(*HEADER, title="the fastest build that meets its budgets")
+        for row in table_rows(choice):
+            table.add_row(*row)
+        ui.out.print(table)
+        for note in choice["notes"]:
+            ui.out.print(f"note: {note}", markup=False)
+        ui.out.print(f"chosen: {choice['chosen_build_dir'] or 'none'} · exit {choice['exit_code']}", markup=False)
+    raise typer.Exit(choice["exit_code"])
 
 
 @app.command()
