@@ -7,9 +7,10 @@ For each sample, from the same verified FP32 export (`tapeout build`'s export/mo
   - ORT `quantize_static` (QDQ, per-channel, its default op list, MinMax) on the sample's calibration data;
   - for tiny-lm, ORT's MatMulNBits quantizer with its defaults (4 bits, block 128, asymmetric, every MatMul);
   - tapeout's artifact from `tapeout build --profile cpu-int8` (cpu-int4 for tiny-lm);
-  - OpenVINO (CPU device, 2 inference threads, f32 for what is float): the FP32 export, NNCF's
-    `nncf.quantize` with its defaults, and tapeout's `openvino-cpu-int8` artifact (not for tiny-lm:
-    no OpenVINO INT4 yet).
+  - OpenVINO (CPU device, 2 inference threads, f32 for what is float): the FP32 export, NNCF with its
+    defaults (`nncf.quantize(model, dataset)`; for tiny-lm `nncf.compress_weights(model,
+    mode=INT4_SYM)`: group 128, ratio 1, embedding and LM head INT8), and tapeout's
+    `openvino-cpu-int8` artifact (`openvino-cpu-int4` for tiny-lm).
 Speed: every model against the FP32 export in this one process, same session settings (2 intra-op
 threads, all graph optimizations), blocks of --runs runs alternating A B A B, --blocks blocks; the
 figure is the median of the per-block ratios FP32 time / model time, with their range.
@@ -32,7 +33,7 @@ import numpy as np
 
 REPO = Path(__file__).resolve().parents[1]
 PROFILES = {"minilm": "cpu-int8", "digits-cnn": "cpu-int8", "tiny-lm": "cpu-int4"}
-OV_PROFILES = {"minilm": "openvino-cpu-int8", "digits-cnn": "openvino-cpu-int8"}
+OV_PROFILES = {"minilm": "openvino-cpu-int8", "digits-cnn": "openvino-cpu-int8", "tiny-lm": "openvino-cpu-int4"}
 OUT = REPO / "bench" / "builds"
 
 
@@ -67,15 +68,22 @@ class OpenVinoModel:
         return [type("Output", (), {"name": n})() for n in self.names]
 
 
-def nncf_defaults(fp32: Path, sample: str):
-    """What a user gets from `nncf.quantize(model, dataset)` with no model type or preset, or why it fails."""
+def nncf_defaults(fp32: Path, sample: str, work: Path) -> tuple[Path | None, str]:
+    """What a user gets from NNCF's defaults, saved as OpenVINO IR, or why it fails: `nncf.quantize(model, dataset)`
+    with no model type or preset; for the decoder, `nncf.compress_weights` in INT4 (its default mode is INT8)."""
     import nncf
     import openvino as ov
 
+    model = ov.Core().read_model(str(fp32))
     try:
-        return OpenVinoModel(nncf.quantize(ov.Core().read_model(str(fp32)), nncf.Dataset(calibration(sample)))), ""
+        if sample == "tiny-lm":
+            result = nncf.compress_weights(model, mode=nncf.CompressWeightsMode.INT4_SYM)
+        else:
+            result = nncf.quantize(model, nncf.Dataset(calibration(sample)))
     except Exception as exc:
         return None, f"{type(exc).__name__}: {str(exc).splitlines()[0][:80] if str(exc) else ''}"
+    ov.save_model(result, str(work / "nncf_defaults.xml"), compress_to_fp16=False)
+    return work / "nncf_defaults.xml", ""
 
 
 def cpu_line() -> str:
@@ -193,7 +201,9 @@ def quality(sample: str, metric, predict) -> dict:
 
 
 def size_mb(path: Path) -> float:
-    files = [path] if path.is_file() else [p for p in path.rglob("*") if p.is_file()]
+    """A model's bytes: the file (OpenVINO IR: .xml and its .bin), or a directory's files."""
+    files = [path, path.with_suffix(".bin")] if path.suffix == ".xml" else [path] if path.is_file() else \
+        [p for p in path.rglob("*") if p.is_file()]
     return sum(p.stat().st_size for p in files) / 2**20
 
 
@@ -222,19 +232,19 @@ def run(sample: str, skip_build: bool, blocks: int, runs: int) -> None:
                 subprocess.run([sys.executable, "-m", "tapeout", "build", str(REPO / "samples" / sample), "--profile",
                                 OV_PROFILES[sample], "--out", str(ov_build)], check=False)
             rows.append(("OpenVINO FP32 (the export, f32)", fp32_path, "openvino"))
-            defaults, why = nncf_defaults(fp32_path, sample)
+            defaults, why = nncf_defaults(fp32_path, sample, Path(tmp))
+            label = ("OpenVINO + NNCF `compress_weights` INT4_SYM, defaults" if sample == "tiny-lm"
+                     else "OpenVINO + NNCF `quantize`, defaults")
             if defaults is not None:
-                rows.append(("OpenVINO + NNCF `quantize`, defaults", defaults, None))
+                rows.append((label, defaults, None))
             else:
-                failed.append(f"OpenVINO + NNCF `quantize`, defaults: fails ({why})")
+                failed.append(f"{label}: fails ({why})")
             if (ov_build / "artifact" / "model.xml").is_file():
                 rows.append((f"**tapeout** `{OV_PROFILES[sample]}`", ov_build / "artifact" / "model.xml",
                              ov_build / "artifact"))
         table = []
         for name, path, directory in rows:
-            if isinstance(path, OpenVinoModel):
-                sess, path, directory = path, fp32_path, None
-            elif directory == "openvino":
+            if directory == "openvino":
                 sess, directory = OpenVinoModel(path), None
             elif path.suffix == ".xml":
                 sess = OpenVinoModel(path)
@@ -242,7 +252,7 @@ def run(sample: str, skip_build: bool, blocks: int, runs: int) -> None:
                 sess = fp32 if path == fp32_path else session(path)
             ratio = (1.0, 1.0, 1.0, speed(fp32, fp32, feeds, 2, runs)[3]) if sess is fp32 else speed(fp32, sess, feeds, blocks, runs)
             q = quality(sample, metric, predictor(sess))
-            table.append((name, ratio, q, size_mb(directory or path) if "NNCF" not in name else float("nan")))
+            table.append((name, ratio, q, size_mb(directory or path)))
             print(f"  {sample}: {name}: {ratio[0]:.2f}x, {q}", file=sys.stderr, flush=True)
     keys = list(table[0][2])
     fp32_mb = table[0][3]
