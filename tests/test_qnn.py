@@ -159,7 +159,7 @@ def test_context_binaries_are_prepared_per_soc(tmp_path):
     assert digests[73] != digests[75]
 
 
-@pytest.mark.parametrize("profile", ["openvino-npu", "openvino-npu-int8"])
+@pytest.mark.parametrize("profile", ["openvino-npu", "openvino-npu-int8", "openvino-npu-int4"])
 def test_openvino_npu_profile_without_the_driver_exits_4(tmp_path, profile):
     pytest.importorskip("openvino")
     result = run_cli("build", SAMPLES / "digits-cnn", "--profile", profile, "--out", tmp_path / "b")

@@ -276,10 +276,9 @@ def min_samples_for_bound(quantile: float, confidence: float) -> int:
 # ---------------------------------------------------------------- device specs
 
 
-class Sourced(_Strict):
-    """A datasheet number with the page it came from."""
+class _FromSource(_Strict):
+    """Something taken from a page: `source` is that page's URL."""
 
-    value: float = Field(gt=0)
     source: str
     note: str = ""
 
@@ -289,6 +288,12 @@ class Sourced(_Strict):
         if not value.startswith(("https://", "http://")):
             raise ValueError(f"source must be a URL, got {value!r}")
         return value
+
+
+class Sourced(_FromSource):
+    """A datasheet number with the page it came from."""
+
+    value: float = Field(gt=0)
 
 
 # CPU instruction-set extensions the INT8 rules key on (Linux /proc/cpuinfo spellings; arm64: Features)
@@ -296,20 +301,11 @@ CpuFlag = Literal["avx2", "avx512f", "avx512_vnni", "avx_vnni", "avx512_bf16", "
                   "asimd", "asimddp", "i8mm", "sve", "sve2"]
 
 
-class CpuIsa(_Strict):
+class CpuIsa(_FromSource):
     """The instruction set of a device's CPU cores, with the page it came from."""
 
     arch: Literal["x86_64", "arm64"]
     flags: list[CpuFlag]
-    source: str
-    note: str = ""
-
-    @field_validator("source")
-    @classmethod
-    def _is_url(cls, value: str) -> str:
-        if not value.startswith(("https://", "http://")):
-            raise ValueError(f"source must be a URL, got {value!r}")
-        return value
 
 
 class DeviceSpec(_Strict):
