@@ -240,7 +240,7 @@ def test_the_int8_weight_rung_and_the_int4_postcondition(tmp_path, tiny_lm_int4)
 
     from tapeout.errors import BadInput
     from tapeout.quantize.openvino_nncf import check_weights, compress_weights
-    from tapeout.quantize.plan import FLOAT, Plan, GroupPlan
+    from tapeout.quantize.plan import FLOAT, GroupPlan, Plan
 
     out, report = tiny_lm_int4
     plan = Plan(**{k: v for k, v in report["quantization"]["plan"].items() if k in Plan.__dataclass_fields__})
