@@ -88,15 +88,13 @@ def nncf_defaults(fp32: Path, sample: str, work: Path) -> tuple[Path | None, str
 
 def cpu_line() -> str:
     """The CPU's name and the flags INT8 and BF16 speed depend on: figures compare within one run only."""
-    try:
-        info = Path("/proc/cpuinfo").read_text()
-    except OSError:
-        return "CPU: unknown"
-    name = next((line.split(":", 1)[1].strip() for line in info.splitlines() if line.startswith("model name")), "?")
-    flags = next((line.split(":", 1)[1].split() for line in info.splitlines() if line.startswith("flags")), [])
+    import os
+
+    from tapeout.manifest import cpu_info
+
+    name, flags = cpu_info()
     wanted = ("avx2", "avx512f", "avx512_vnni", "avx_vnni", "avx512_bf16", "amx_int8", "amx_bf16")
-    logical = sum(line.startswith("processor") for line in info.splitlines())
-    return f"CPU: {name}, {logical} logical; flags " + " ".join(f for f in wanted if f in flags)
+    return f"CPU: {name or 'unknown'}, {os.cpu_count()} logical; flags " + " ".join(f for f in wanted if f in flags)
 
 
 def predictor(sess):
@@ -202,8 +200,10 @@ def quality(sample: str, metric, predict) -> dict:
 
 def size_mb(path: Path) -> float:
     """A model's bytes: the file (OpenVINO IR: .xml and its .bin), or a directory's files."""
-    files = [path, path.with_suffix(".bin")] if path.suffix == ".xml" else [path] if path.is_file() else \
-        [p for p in path.rglob("*") if p.is_file()]
+    if path.suffix == ".xml":
+        files = [path, path.with_suffix(".bin")]
+    else:
+        files = [path] if path.is_file() else [p for p in path.rglob("*") if p.is_file()]
     return sum(p.stat().st_size for p in files) / 2**20
 
 

@@ -84,7 +84,7 @@ def apply(plan: Plan, model_in: Path, model_out: Path, calibration: list[dict] |
         raise
     except Exception as exc:  # the quantizer's own failure, named with the node it was working on
         where = failed_at(exc)
-        who = "NNCF" if plan.model_suffix == ".xml" else "onnxruntime"
+        who = "NNCF" if plan.method in ("nncf", "nncf-weights") else "onnxruntime"
         raise BadInput(f"{who} could not quantize the model ({plan.method}, {len(plan.quantized())} groups)"
                        f"{where}: {first_line(exc)}", detail=runtime_detail(exc),
                        fix=("keep that node's group float with [quantization] keep_float" if where else

@@ -10,7 +10,6 @@ arithmetic overflows in FP16.
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
-from pathlib import Path
 
 from tapeout.archinfo import Analysis
 from tapeout.errors import BadInput
@@ -176,15 +175,11 @@ class InstructionSet:
 def host_isa(why: str = "the profile names no device") -> InstructionSet:
     import platform
 
+    from tapeout.manifest import cpu_info
+
     machine = platform.machine().lower()
     arch = "arm64" if machine in ("arm64", "aarch64") else "x86_64" if machine in ("x86_64", "amd64") else machine
-    try:
-        info = Path("/proc/cpuinfo").read_text(encoding="ascii", errors="replace")
-    except OSError:
-        info = ""
-    flags = next((line.split(":", 1)[1].split() for line in info.splitlines()
-                  if line.startswith(("flags", "Features"))), [])
-    return InstructionSet(arch, frozenset(flags), f"the build host's ({why})")
+    return InstructionSet(arch, cpu_info()[1], f"the build host's ({why})")
 
 
 def isa_for(device) -> InstructionSet:
@@ -314,14 +309,13 @@ def first_plan(analysis: Analysis, target: str, caps: Capabilities, precision: s
             notes.append(f"op types kept FP32 wherever they occur: {', '.join(sorted(rule.keep_ops))}")
         return Plan(method=method, family=family, target=target, ladder=ladder, groups=tuple(groups),
                     notes=tuple(notes), float_nodes=kept, float_ops=tuple(sorted(rule.keep_ops)))
+    isa = isa or host_isa()  # the CPU methods below (static, dynamic) key on it
     if method == "static":
-        isa = isa or host_isa()
         act, reduce_range, why = static_formats(isa)
         notes.append(f"CPU instruction set from {isa.origin}: {why}")
     elif method == "dynamic":
         # ORT's dynamic activations are uint8; reduce_range measured no better on AVX2, and per-channel as fast
         # as per-tensor and far more accurate on AVX512-VNNI (MiniLM 2.08× at cosine 0.9935 vs 2.08× at 0.9633)
-        isa = isa or host_isa()
         act, reduce_range = "uint8", False
         notes.append(f"CPU instruction set from {isa.origin} ({isa.arch}{', VNNI' if isa.vnni else ''}): dynamic INT8, "
                      "uint8 activations, 8-bit per-channel weights (measured best with and without VNNI)")

@@ -61,7 +61,7 @@ def _pick(rows: list[dict]) -> tuple[dict | None, list[str]]:
         else:
             notes.append(f"{best['profile']} is {second['p50_ms']['point'] / best['p50_ms']['point']:.2f}× faster at "
                          f"p50 than {second['profile']}, the intervals apart")
-    budget_sets = {tuple(sorted(r["budgets"].items(), key=lambda kv: kv[0])) for r in rows if r["error"] is None}
+    budget_sets = {tuple(sorted(r["budgets"].items())) for r in rows if r["error"] is None}
     if len(budget_sets) > 1:
         notes.append("the candidates were judged by different budgets (each by its own profile's): for a "
                      "like-for-like choice give them the same [budgets]")

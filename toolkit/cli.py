@@ -82,10 +82,9 @@ def build(
     strict: bool = STRICT,
 ) -> None:
     """Export, lint, compile, measure and judge: write a complete build dir, print the budget table."""
-    from tapeout.console import UI
-
     if len(profile) > 1:
-        _choose(project, profile, out, as_json, strict)
+        return _choose(project, profile, out, as_json, strict)
+    from tapeout.console import UI
     from tapeout.pipeline import build as run_build
 
     report = run_build(project, profile[0], out, UI(), strict=strict)

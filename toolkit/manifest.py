@@ -51,16 +51,24 @@ def package_versions() -> dict[str, str | None]:
     return found
 
 
+def cpu_info() -> tuple[str, frozenset[str]]:
+    """This host's CPU model name and instruction-set flags (x86 `flags`, arm64 `Features`), from /proc/cpuinfo."""
+    cpu_model, flags = platform.processor() or "", frozenset()
+    try:
+        text = Path("/proc/cpuinfo").read_text(errors="replace")
+    except OSError:
+        return cpu_model, flags
+    for line in text.splitlines():
+        key, _, value = line.partition(":")
+        if key.strip() == "model name" and not cpu_model:
+            cpu_model = value.strip()
+        elif key.strip() in ("flags", "Features") and not flags:
+            flags = frozenset(value.split())
+    return cpu_model, flags
+
+
 def host_fingerprint() -> dict[str, Any]:
-    cpu_model, flags = platform.processor() or "", set()
-    cpuinfo = Path("/proc/cpuinfo")
-    if cpuinfo.is_file():
-        for line in cpuinfo.read_text(errors="replace").splitlines():
-            key, _, value = line.partition(":")
-            if key.strip() == "model name" and not cpu_model:
-                cpu_model = value.strip()
-            elif key.strip() == "flags" and not flags:
-                flags = set(value.split())
+    cpu_model, flags = cpu_info()
     return {
         "hostname": platform.node(),
         "os": f"{platform.system()} {platform.release()}",
