@@ -31,10 +31,10 @@ if TYPE_CHECKING:
     from pydantic import BaseModel
 
 # The vocabularies capabilities draw from (the contract test checks every entry against them).
-PRECISIONS = ("fp32", "fp16", "int8", "int4")
-RUNGS = ("int4", "int8-weight", "int8", "a16w8", "fp16", "fp32")
+PRECISIONS = ("fp32", "fp16", "fp8", "int8", "int4")
+RUNGS = ("int4", "int8-weight", "int8", "fp8", "a16w8", "fp16", "fp32")
 METERS = ("rss", "rapl", "nvml", "amdsmi", "tegrastats")
-RULE_SETS = ("cpu-integer", "npu-integer", "gpu-float", "ov-integer")
+RULE_SETS = ("cpu-integer", "npu-integer", "gpu-float", "gpu-qdq", "ov-integer")
 
 
 @dataclass(frozen=True)
@@ -133,6 +133,28 @@ class OpProfile:
             ],
             "node_count": len(self.ops),
         }
+
+
+@dataclass(frozen=True)
+class EngineBuild:
+    """What a device-compiled target did to have an engine for this device: built it (and why) or reused
+    its cache; where the engine is; the key it is cached under; and what the engine is made of."""
+
+    action: Literal["built", "reused"]
+    reason: str                      # why it was built, or which cached engine was reused
+    file: str                        # the engine, relative to the build dir
+    key: dict                        # device, compute capability, toolchain version, driver, model hash, settings
+    seconds: float                   # build time, or load time when reused
+    layers: list[dict] = field(default_factory=list)    # per layer: name, type, precision, tactic, sparse, ...
+    summary: dict = field(default_factory=dict)         # layers per precision, sparse layers, memory, ...
+
+    def line(self) -> str:
+        return (f"{self.action} engine {self.file} in {self.seconds:.1f} s: {self.reason}" if self.action == "built"
+                else f"reused cached engine {self.file}: {self.reason}")
+
+    def to_json(self) -> dict:
+        return {"action": self.action, "reason": self.reason, "file": self.file, "key": self.key,
+                "seconds": self.seconds, "summary": self.summary, "layers": self.layers}
 
 
 def warm_up(call: Callable[[], object], min_iters: int, min_s: float, max_s: float) -> int:
@@ -248,6 +270,12 @@ class Target(ABC):
         """Rewrite the FP32 model before quantization and compile (e.g. pin shapes). Default: unchanged."""
         return model_path
 
+    def build_engine(self, artifact: Artifact, progress: Callable[[str], None]) -> EngineBuild | None:
+        """Device-compiled targets (`capabilities.compile_on == "device"`): make sure an engine for this device
+        and toolchain exists beside the artifact, building it once (progress through `progress`) or reusing
+        the cached one. `build` calls it where the device is here, `check` always. Default: nothing to do."""
+        return None
+
     def op_profile(self, artifact: Artifact, feeds: dict[str, np.ndarray], iterations: int) -> OpProfile:
         """Per-node times from a separate, instrumented pass; only called when `capabilities.op_profiler`."""
         raise NotImplementedError(f"target '{self.name}' declares no op profiler")
@@ -257,7 +285,8 @@ class Target(ABC):
         return self.capabilities.emulated_on.get(platform.machine().lower())
 
 
-HOOKS = frozenset({"probe", "compile", "session", "limits", "preflight", "lint", "prepare", "op_profile", "emulated"})
+HOOKS = frozenset({"probe", "compile", "session", "limits", "preflight", "lint", "prepare", "build_engine",
+                   "op_profile", "emulated"})
 
-__all__ = ["HOOKS", "METERS", "PRECISIONS", "RULE_SETS", "RUNGS", "Capabilities", "LintIssue", "OpProfile", "OpTime",
+__all__ = ["HOOKS", "METERS", "PRECISIONS", "RULE_SETS", "RUNGS", "Capabilities", "EngineBuild", "LintIssue", "OpProfile", "OpTime",
            "Probe", "RuntimeLimits", "Session", "Target", "TargetUnavailable", "warm_up"]

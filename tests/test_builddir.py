@@ -63,6 +63,6 @@ def test_write_json_is_all_or_nothing(tmp_path):
     path = tmp_path / "report.json"
     builddir.write_json(path, {"version": 1})
     with pytest.raises(TypeError):  # the write dies half-way: nothing replaces the old file
-        builddir.write_text(path, None)
+        builddir.write_bytes(path, None)
     assert json.loads(path.read_text()) == {"version": 1}
     assert [p.name for p in tmp_path.iterdir()] == ["report.json"]

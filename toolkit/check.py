@@ -82,8 +82,12 @@ def measure_target(ctx: Context, artifact: Artifact, golden_path: Path,
     emulated = ctx.emulated
     if emulated:
         settings = measuring.for_emulator(settings)
+    target = ctx.target
+    if ctx.deferred:  # no engine here: the ONNX it is compiled from runs on ORT's CPU EP, for parity only
+        target = targets.create("onnxruntime", {"graph_optimization": "basic"})
+        artifact = Artifact("onnxruntime", artifact.directory, artifact.main_file)
     with ctx.ui.step(f"measure {artifact.target} in fresh inference processes" + (" (emulated: parity only)" if emulated else "")):
-        m = measuring.measure(ctx.target, artifact, golden_path, settings, progress=ctx.ui.detail,
+        m = measuring.measure(target, artifact, golden_path, settings, progress=ctx.ui.detail,
                               **({} if emulated else {"undecided": verdicts.latency_undecided(ctx.profile.budgets, settings)}))
     if emulated:
         m.notes.append(f"{emulated}; {settings.iterations} runs for parity, not judged")
@@ -160,8 +164,14 @@ def check(build_dir: Path | str, ui: UI, strict: bool = False, iterations: int |
         settings = validate(CheckSettings, {**settings.model_dump(), **override}, Path("command line"), "--")
     target.preflight()
     ctx = Context(profile, target, opened.probe, ui, device=opened.device)
-    artifact = Artifact(man.artifact.target, build_dir / "artifact", man.artifact.main_file)
+    artifact = Artifact(man.artifact.target, build_dir / "artifact", man.artifact.main_file,
+                        meta=dict(man.artifact.meta or {}))
     golden_path, golden_outputs = opened.golden, opened.golden_outputs
+    engine = None
+    if ctx.capabilities.compile_on == "device":  # built once per device and toolchain, then reused from the cache
+        with ui.step(f"{profile.target} engine for this device"):
+            engine = target.build_engine(artifact, ui.detail)
+        ui.note(engine.line())  # built (and why: another GPU, toolchain, driver) or reused
 
     m, settings = measure_target(ctx, artifact, golden_path, settings)
     parity = compare(golden_outputs, m.outputs, settings.parity.atol, settings.parity.rtol)
@@ -183,6 +193,7 @@ def check(build_dir: Path | str, ui: UI, strict: bool = False, iterations: int |
                               sha256=man.artifact.files[artifact.main_file]),  # verified above, not hashed again
         golden=GoldenInfo(samples=len(golden_outputs), source="golden.npz", reference="the build's reference outputs"),
         m=m, parity=parity, budgets=budgets, placement=build.placement,
+        engine=engine.to_json() if engine else None,
     )
     builddir.write_json(build_dir / "check.json", report.to_json())
     builddir.write_text(build_dir / "check.md", render_markdown(report))

@@ -291,7 +291,9 @@ def targets(as_json: bool = JSON) -> None:
         return
     table = Table("target", "available", "version", "precisions", "what", "why not / install", show_lines=True)
     for r in rows:
-        table.add_row(r["target"], ("yes" + (" (emulator)" if r["emulated_here"] else "")) if r["available"] else "[red]no[/]",
+        unavailable = ("[yellow]host part only[/]: the engine is built on the device" if r["compile_on"] == "device"
+                       else "[red]no[/]")
+        table.add_row(r["target"], ("yes" + (" (emulator)" if r["emulated_here"] else "")) if r["available"] else unavailable,
                       r["version"] or "—", ", ".join(r["precisions"]), escape(r["summary"]),
                       escape(f"{r['reason']} — {r['install']}" if r["reason"] else "—"))
     Console(width=None if Console().is_terminal else 160).print(table)

@@ -11,6 +11,7 @@ from pathlib import Path
 from tapeout import targets
 from tapeout.config import load_device, load_profile, load_project
 from tapeout.console import UI
+from tapeout.errors import BadInput, TargetUnavailable
 from tapeout.targets.base import Probe, Target
 from tapeout.types import DeviceSpec, Profile, Project
 
@@ -24,10 +25,16 @@ class Context:
     project: Project | None = None       # None on the device: `check` has the build dir, not the project
     device: DeviceSpec | None = None     # the profile's device spec, if it names one
     stage: Path | None = None            # the staging dir of a build in progress
+    deferred: str | None = None          # a device-compiled target whose toolchain is not here: why not
     emulated: str | None = field(init=False)
 
     def __post_init__(self) -> None:
         self.emulated = self.target.emulated()
+        if self.deferred and not self.emulated:
+            # Everything but the engine is built here; the ONNX it will be compiled from runs on ORT's CPU EP
+            # for parity and the metric, and no figure of this host is judged against the device's budgets.
+            self.emulated = (f"no {self.target.name} engine on this host ({self.deferred}): it is compiled on the "
+                             "device at the first `tapeout check`; here the prepared ONNX ran on ONNX Runtime's CPU EP")
 
     @property
     def capabilities(self):
@@ -39,8 +46,19 @@ def for_build(project_dir: Path | str, profile_name: str, ui: UI) -> Context:
     project = load_project(project_dir)
     profile = load_profile(profile_name)
     target = targets.create(profile.target, profile.options)
-    probe = target.probe()
-    probe.require(profile.target)
-    target.preflight()
     device = load_device(profile.device) if profile.device else None
-    return Context(profile, target, probe, ui, project=project, device=device)
+    if device is not None and profile.precision in ("fp8",) and profile.precision not in device.peak_dense_tops:
+        raise BadInput(f"profile {profile.name} asks for {profile.precision}, and device spec {device.name} lists no "
+                       f"{profile.precision} peak: its GPU has no {profile.precision.upper()} tensor cores "
+                       "(FP8 needs NVIDIA Ada or Hopper and newer)", fix="use precision = \"int8\" or \"fp16\" for this device")
+    probe = target.probe()
+    deferred = None
+    try:
+        probe.require(profile.target)
+        target.preflight()
+    except TargetUnavailable as exc:
+        if target.capabilities.compile_on != "device":
+            raise
+        # the host-side part still builds here; `check` on the device compiles the engine
+        deferred = probe.reason if not probe.available else exc.problem.split(": ", 1)[-1]
+    return Context(profile, target, probe, ui, project=project, device=device, deferred=deferred)

@@ -16,8 +16,8 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 from tapeout import __version__
 
 SCHEMA = "tapeout.manifest/2"
-_PACKAGES = ("numpy", "onnx", "onnxruntime", "onnxruntime-gpu", "onnxruntime-qnn", "openvino", "nvidia-ml-py",
-             "onnxscript", "torch", "transformers", "psutil", "pydantic")
+_PACKAGES = ("numpy", "onnx", "onnxruntime", "onnxruntime-gpu", "onnxruntime-qnn", "openvino", "nncf", "nvidia-ml-py",
+             "nvidia-modelopt", "tensorrt", "tensorrt-rtx", "onnxscript", "torch", "transformers", "psutil", "pydantic")
 _CPU_FLAGS = ("sse4_2", "avx", "avx2", "fma", "avx512f", "avx512_vnni", "avx_vnni", "avx512_bf16", "amx_int8", "amx_bf16")
 
 

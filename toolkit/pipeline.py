@@ -129,8 +129,14 @@ def _build_into(ctx: Context, build_dir: str, strict: bool) -> Report:
     if profile.precision != "fp32":
         model_path, quantization = precision.quantize(ctx, fp32_path, analysis, ref_metric)
 
-    with ui.step(f"compile for {profile.target}"):
+    with ui.step(f"compile for {profile.target}" + (" (all but the engine: it is compiled on the device)"
+                                                     if ctx.capabilities.compile_on == "device" else "")):
         artifact = target.compile(model_path, stage / "artifact", project.inputs, project.dims)
+    engine = None
+    if ctx.capabilities.compile_on == "device" and not ctx.deferred:  # the device is here: build its engine now
+        with ui.step(f"build the {profile.target} engine on this device"):
+            engine = target.build_engine(artifact, ui.detail)
+        ui.note(engine.line())
 
     with ui.step("golden inputs and reference outputs"):
         golden_inputs, golden_source = sample_inputs(project, project.golden_samples)
@@ -176,6 +182,7 @@ def _build_into(ctx: Context, build_dir: str, strict: bool) -> Report:
                           reference="torch (FP32)" if exported.loaded.kind == "torch"
                           else "the source ONNX model (FP32, ORT CPU)"),
         m=m, parity=parity, budgets=budgets, accuracy=accuracy, placement=placement,
+        engine=engine.to_json() if engine else None,
         model={"kind": exported.loaded.kind, "description": exported.loaded.description,
                "weights_sha256": exported.loaded.weights_sha256 or manifest.sha256_file(exported.loaded.onnx_path),
                "files": {str(f.name): manifest.sha256_file(f) for f in exported.loaded.files}},

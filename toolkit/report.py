@@ -106,6 +106,7 @@ def render_markdown(report: Report) -> str:
         out[-1] += (f"; compiled for {', '.join(meta.get('execution_devices') or [meta.get('device', '?')])} with "
                     f"inference precision **{meta['inference_precision']}** (the precision float ops ran in)")
 
+    out += _engine_section(r.get("engine"))
     out += ["", "## Parity with the golden reference", ""]
     out += _table(["output", "max-abs", "max-rel", "cosine", "within tolerance"],
                   [[p["output"], fmt(p["max_abs"]), fmt(p["max_rel"]), f"{p['cosine']:.6f}",
@@ -219,6 +220,33 @@ def _quantization_section(q: dict | None) -> list[str]:
                    f"{' …' if len(unranked) > 10 else ''}.")
     rows = [[g["group"], g["role"], g["precision"], g["reason"]] for g in plan["groups"]]
     out += ["", "Final plan:", "", *_table(["group", "role", "precision", "why"], rows)]
+    return out
+
+
+def _engine_section(e: dict | None) -> list[str]:
+    """A device-compiled target's engine: built or reused and why, its key, and its layers by precision."""
+    if not e:
+        return []
+    key = e["key"]
+    out = ["", "## Engine", "",
+           (f"**Built** in {e['seconds']:.1f} s: {e['reason']}" if e["action"] == "built"
+            else f"**Reused** (loaded in {e['seconds']:.2f} s): {e['reason']}") + f". File `{e['file']}`.", "",
+           "Cache key: " + " · ".join(f"{k} {v}" for k, v in key.items() if k not in ("onnx_sha256", "settings_sha256"))
+           + f" · ONNX {str(key.get('onnx_sha256', ''))[:12]} · settings {str(key.get('settings_sha256', ''))[:12]}"]
+    summary = e.get("summary") or {}
+    if summary.get("precisions"):
+        out += ["", "Layers by precision: " + ", ".join(f"{k} {v}" for k, v in summary["precisions"].items())
+                + (f" ({summary['layers']} layers after fusion)" if summary.get("layers") else "")]
+    if summary.get("sparse_weights") is not None:
+        sparse = summary.get("sparse_layers") or []
+        out += ["", f"Sparse weights requested: {len(sparse)} layer(s) chose sparse kernels"
+                + (f": {', '.join(sparse[:10])}" if sparse else "")]
+    if e.get("layers"):
+        rows = [[layer.get("name", "")[:60], layer.get("type", ""), layer.get("precision", ""),
+                 str(layer.get("tactic", ""))[:40]] for layer in e["layers"][:25]]
+        out += ["", *_table(["layer", "type", "precision", "tactic"], rows)]
+        if len(e["layers"]) > 25:
+            out += ["", f"… and {len(e['layers']) - 25} more in report.json"]
     return out
 
 

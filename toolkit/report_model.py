@@ -97,6 +97,8 @@ class Report(BaseModel):
     measurement: dict[str, Any] = Field(description="Measurement.to_json(): latency, memory, energy, op profile")
     accuracy: AccuracyInfo | None = None
     placement: dict[str, Any] | None = None
+    engine: dict[str, Any] | None = Field(None, description="device-compiled targets: EngineBuild.to_json(), the "
+                                          "engine built or reused on this device (null where none was made)")
     # the build's own sections (null in a check)
     model: dict[str, Any] | None = None
     export: dict[str, Any] | None = None

@@ -210,7 +210,7 @@ class CheckSettings(_Strict):
     parity: ParitySettings = ParitySettings()
 
 
-Precision = Literal["fp32", "fp16", "int8", "int4"]
+Precision = Literal["fp32", "fp16", "fp8", "int8", "int4"]
 
 
 class QuantizationSettings(_Strict):
