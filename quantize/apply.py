@@ -13,7 +13,7 @@ import logging
 import shutil
 from pathlib import Path
 
-from tapeout.errors import BadInput, first_line, runtime_detail
+from tapeout.errors import BadInput, TargetUnavailable, first_line, runtime_detail
 from tapeout.onnx_bodies import graphs_in
 from tapeout.quantize.plan import FLOAT, Plan
 
@@ -78,13 +78,17 @@ def apply(plan: Plan, model_in: Path, model_out: Path, calibration: list[dict] |
 
                 run = openvino_nncf.quantize if plan.method == "nncf" else openvino_nncf.compress_weights
                 info = run(plan, model_in, model_out, calibration)
+            elif plan.method == "modelopt":
+                from tapeout.quantize import modelopt_qdq
+
+                info = modelopt_qdq.quantize(plan, model_in, model_out, calibration)
             else:
                 info = _weight_only(plan, model_in, model_out, calibration)
-    except BadInput:
+    except (BadInput, TargetUnavailable):
         raise
     except Exception as exc:  # the quantizer's own failure, named with the node it was working on
         where = failed_at(exc)
-        who = "NNCF" if plan.method in ("nncf", "nncf-weights") else "onnxruntime"
+        who = {"nncf": "NNCF", "nncf-weights": "NNCF", "modelopt": "NVIDIA Model Optimizer"}.get(plan.method, "onnxruntime")
         raise BadInput(f"{who} could not quantize the model ({plan.method}, {len(plan.quantized())} groups)"
                        f"{where}: {first_line(exc)}", detail=runtime_detail(exc),
                        fix=("keep that node's group float with [quantization] keep_float" if where else

@@ -9,7 +9,7 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field, replace
 from typing import Literal
 
-Method = Literal["dynamic", "static", "weight-only", "npu-static", "float16", "nncf", "nncf-weights"]
+Method = Literal["dynamic", "static", "weight-only", "npu-static", "float16", "nncf", "nncf-weights", "modelopt"]
 FLOAT = "fp32"
 
 
@@ -42,6 +42,7 @@ class Plan:
     float_ops: tuple[str, ...] = ()     # op types an FP16 plan keeps FP32 wherever they occur
     model_type: str | None = None       # NNCF: "transformer" (keeps norms, softmax, residuals float) or None
     preset: str | None = None           # NNCF: "performance" (symmetric) or "mixed" (asymmetric activations)
+    high_precision: str = "fp16"        # ModelOpt: the type the unquantized remainder is cast to
 
     @property
     def model_suffix(self) -> str:
@@ -49,7 +50,8 @@ class Plan:
         return ".xml" if self.method in ("nncf", "nncf-weights") else ".onnx"
 
     def quantized(self) -> list[GroupPlan]:
-        return [g for g in self.groups if g.precision != FLOAT]
+        """Groups below the float rung (the ladder's last: FP32, or FP16 where the target's float is FP16)."""
+        return [g for g in self.groups if g.precision not in (FLOAT, self.ladder[-1])]
 
     def nodes_at(self, precision: str) -> list[str]:
         return [n for g in self.groups if g.precision == precision for n in g.nodes]

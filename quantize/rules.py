@@ -150,11 +150,34 @@ OV_RULES: dict[tuple[str, str], tuple[Rule, str | None, str]] = {
                                            why="NNCF INT4 weight compression of the Linear layers"), None, ""),
 }
 
+# TensorRT (strongly typed networks; TensorRT 11 has no precision flags and no calibrators): FP16 is the
+# same FP16 graph as on ORT's CUDA EP; INT8 and FP8 are explicit symmetric Q/DQ placed by NVIDIA Model
+# Optimizer where TensorRT fuses them, on the roles below, with the remainder cast to FP16 in the same
+# pass. Q/DQ on attention BMMs stays ModelOpt's default (on). A group the loop moves up runs in FP16.
+_TRT_CNN = Rule("modelopt", frozenset({"conv", "depthwise_conv", "linear"}), _KEEP_CNN,
+                why="ModelOpt Q/DQ on convs and inner Linear layers (TensorRT's conv + residual-add fusion); "
+                    "the rest FP16")
+_TRT_TRANSFORMER = Rule("modelopt", LINEARS, _KEEP_TRANSFORMER, keep_ops=_FP16_OVERFLOW_OPS,
+                        why="ModelOpt Q/DQ on the Linear layers; embeddings, heads, norms and softmax FP16, "
+                            "decomposed-norm statistics FP32")
+TRT_QDQ_RULES: dict[tuple[str, str], Rule] = {
+    **{(family, p): rule for p in ("int8", "fp8") for family, rule in (
+        ("cnn", _TRT_CNN), ("transformer-encoder", _TRT_TRANSFORMER), ("decoder-llm", _TRT_TRANSFORMER),
+        ("mlp", Rule("modelopt", frozenset({"linear"}), {"head": _KEEP_TRANSFORMER["head"]},
+                     why="ModelOpt Q/DQ on the Linear layers; the rest FP16")),
+        ("diffusion", Rule("modelopt", LINEARS | {"conv", "linear"},
+                           {**_KEEP_CNN, "timestep_embedding": "timestep embedding stays float (research §6.2)",
+                            "embedding": _KEEP_TRANSFORMER["embedding"]}, keep_ops=_FP16_OVERFLOW_OPS,
+                           why="ModelOpt Q/DQ on attention/FFN Linears and convs")),
+    )},
+}
+
 RULE_SETS: dict[str, dict[tuple[str, str], Rule]] = {
     "cpu-integer": CPU_RULES,
     "npu-integer": {key: rule for key, (rule, _act) in NPU_RULES.items()},
     "gpu-float": GPU_FLOAT_RULES,
     "ov-integer": {key: rule for key, (rule, _type, _preset) in OV_RULES.items()},
+    "gpu-qdq": {**GPU_FLOAT_RULES, **TRT_QDQ_RULES},
 }
 
 
@@ -227,10 +250,11 @@ def first_plan(analysis: Analysis, target: str, caps: Capabilities, precision: s
     rule = rule_for(family, target, caps, precision)
     ladder = caps.precisions[precision]
     method = rule.method if settings.method == "auto" else settings.method
-    if rule.method in ("npu-static", "float16", "nncf", "nncf-weights") and method != rule.method:
+    if rule.method in ("npu-static", "float16", "nncf", "nncf-weights", "modelopt") and method != rule.method:
         what = {"npu-static": "the NPU runs full-integer static QDQ graphs",
                 "nncf": "OpenVINO models are quantized by NNCF (static, calibrated)",
-                "nncf-weights": "OpenVINO INT4 is NNCF's weight compression"}.get(
+                "nncf-weights": "OpenVINO INT4 is NNCF's weight compression",
+                "modelopt": "TensorRT takes explicit symmetric Q/DQ, placed by NVIDIA Model Optimizer"}.get(
             rule.method, f"{precision} is a float conversion, not a quantization method")
         raise BadInput(f"[quantization] method = \"{settings.method}\" is not available on target '{target}': {what}",
                        fix="set method = \"auto\"")
@@ -293,6 +317,24 @@ def first_plan(analysis: Analysis, target: str, caps: Capabilities, precision: s
         return Plan(method=method, family=family, target=target, ladder=ladder, groups=tuple(groups),
                     block_size=settings.block_size, int4_algorithm=settings.int4_algorithm,
                     notes=(f"{rule.why}; group size {settings.block_size}, {how}",))
+    if method == "modelopt":
+        if settings.calibration_method not in ("minmax", "entropy"):
+            raise BadInput(f"[quantization] calibration_method = \"{settings.calibration_method}\" is not one of "
+                           "ModelOpt's", fix="use \"minmax\" (ModelOpt's max) or \"entropy\"")
+        if not any(g.precision != FLOAT for g in groups):
+            raise BadInput(f"the {family} rule found nothing to quantize in this model",
+                           fix="use precision = \"fp16\", or check `tapeout analyze` for the roles found")
+        high = ladder[-1]  # what ModelOpt casts the rest to: the groups kept float run in it
+        groups = [g if g.precision != FLOAT else replace(g, precision=high) for g in groups]
+        kept = tuple(n for n, r in analysis.roles.items() if r in rule.keep and analysis.group_of(n) is None)
+        notes = [f"{precision.upper()} Q/DQ for TensorRT (symmetric, explicit): {rule.why}"]
+        if precision == "int8":
+            notes.append(f"calibration: ModelOpt's {'max' if settings.calibration_method == 'minmax' else 'entropy'} "
+                         "calibrator on ONNX Runtime's CPU EP")
+        return Plan(method=method, family=family, target=target, ladder=ladder, groups=tuple(groups),
+                    per_channel=True, activation_type="int8", weight_type="int8", activation_symmetric=True,
+                    calibration_method=settings.calibration_method, notes=tuple(notes), float_nodes=kept,
+                    float_ops=tuple(sorted(rule.keep_ops)), high_precision=high)
     if method == "nncf":
         _, model_type, preset = OV_RULES[(family, precision)]
         if not any(g.precision != FLOAT for g in groups):

@@ -89,6 +89,10 @@ def quantize(ctx: Context, fp32_path: Path, analysis: Analysis, reference_metric
             ui.note(f"sensitivity: ranked {len(search.ranking)} of {len(search.ranking) + len(search.unranked)} groups "
                     f"({search.unranked[0]['skipped']}); the unranked follow the ranked, largest by MACs first")
         ui.note(f"sensitivity: {search.stopped}")
+    if plan.method == "modelopt":
+        from tapeout.quantize.modelopt_qdq import reconcile
+
+        plan = reconcile(plan, out)
     note = _speed_note(profile.precision, emulated, info,
                        lambda: _compare_latency(session(fp32_path), session(out), probe_inputs[0]))
     if note:
@@ -121,6 +125,9 @@ def _compare_latency(fp32, quantized, feeds: dict, rounds: int = 5) -> tuple[flo
 
 
 def evaluated_on(ctx: Context) -> str:
+    if ctx.deferred:
+        return (f"ONNX Runtime CPU EP running the quantized model the {ctx.target.name} engine is compiled from (no "
+                "engine on this host); the engine's numerics are checked by golden parity at `tapeout check`")
     if ctx.emulated:
         return (f"ONNX Runtime CPU EP running the quantized model the {ctx.target.name} artifact is compiled from "
                 f"({ctx.emulated}; too slow for the metric); the device's numerics are checked by golden parity")
