@@ -84,6 +84,33 @@ TARGETS: dict[str, TargetInfo] = {
             rules="npu-integer", meters=("rss",), emulated_on={"x86_64": _X86, "amd64": _X86}, accelerator="HTP",
         ),
     ),
+    "tensorrt": TargetInfo(
+        name="tensorrt",
+        cls="tapeout.targets.tensorrt:TensorRT",
+        summary="NVIDIA TensorRT (GPUs, Jetson; TensorRT for RTX as a flavour): the ONNX with its precision and the "
+                "builder settings are the artifact, the engine is built on the device at the first check and cached",
+        device_classes=("gpu",),
+        install_hint='on the device: pip install "tapeout[cuda]" tensorrt (README, "TensorRT")',
+        capabilities=Capabilities(
+            # Strongly typed: FP16 is an FP16 graph, INT8/FP8 explicit Q/DQ with the rest FP16; a group the loop
+            # moves up runs FP16 (ModelOpt casts the whole remainder; no per-group FP32 rung there).
+            precisions={"fp32": ("fp32",), "fp16": ("fp16", "fp32"), "int8": ("int8", "fp16"), "fp8": ("fp8", "fp16")},
+            rules="gpu-qdq", compile_on="device", meters=("rss", "nvml", "tegrastats"), timing_sync="device",
+            device_memory=True, op_profiler="TensorRT IProfiler (per-layer GPU time)",
+        ),
+    ),
+    "migraphx": TargetInfo(
+        name="migraphx",
+        cls="tapeout.targets.migraphx:MIGraphX",
+        summary="AMD GPUs (ROCm) through MIGraphX: the ONNX and its compile settings are the artifact, the program "
+                "is compiled on the device at the first check and cached",
+        device_classes=("gpu",),
+        install_hint='on the device: ROCm and MIGraphX from AMD, then pip install "tapeout[rocm]"',
+        capabilities=Capabilities(
+            precisions={"fp32": ("fp32",), "fp16": ("fp16", "fp32"), "int8": ("int8", "fp16")},
+            rules="gpu-qdq", compile_on="device", meters=("rss", "amdsmi"),
+        ),
+    ),
 }
 
 
