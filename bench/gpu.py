@@ -11,10 +11,14 @@ with cuda-fp32 and cuda-fp16 makes the artifacts; then this process times, in in
   torch eager FP32 / FP16         the sample's torch module (FP16: .half()), a device sync per run
   torch.compile FP16              torch.compile of the FP16 module (default mode), a sync per run
 
+  tapeout tensorrt-fp16 / -int8   where TensorRT is installed, batch-1 cases: the build's ONNX, its engine
+                                  built here (build time printed) and run through tapeout's TensorRT session
+                                  (device buffers, a stream sync per run)
+
 p50/p90 over all timed runs; energy per inference from NVML's total-energy counter over each block
 (median of the blocks; the counter updates every few ms to 100 ms, so blocks last ≥ 0.5 s); output
 cosine against torch eager FP32 on the same inputs. Exits 4 without a CUDA GPU, the CUDA EP
-(onnxruntime-gpu) and torch with CUDA.
+(onnxruntime-gpu) and torch with CUDA; without TensorRT it says so and prints the other rows.
 """
 
 from __future__ import annotations
@@ -68,19 +72,19 @@ def _require_gpu():
     return torch, pynvml, pynvml.nvmlDeviceGetHandleByIndex(torch.cuda.current_device())
 
 
-def build(sample: str, precision: str, skip: bool) -> Path:
-    out = OUT / f"{sample}-{precision}"
+def build(sample: str, precision: str, skip: bool, base: str = "cuda") -> Path:
+    out = OUT / f"{sample}-{base}-{precision}"
     if skip and (out / "manifest.json").is_file():
         return out
     OUT.mkdir(parents=True, exist_ok=True)
-    profile = OUT / f"bench-{precision}.toml"
-    profile.write_text(PROFILE.format(base=f"cuda-{precision}"))
+    profile = OUT / f"bench-{base}-{precision}.toml"
+    profile.write_text(PROFILE.format(base=f"{base}-{precision}"))
     started = time.perf_counter()
     result = subprocess.run([sys.executable, "-m", "tapeout", "build", str(REPO / "samples" / sample), "--profile",
                              str(profile), "--out", str(out), "--json"], capture_output=True, text=True)
     if result.returncode not in (0, 1):
         _fail(f"build {sample} {precision} exited {result.returncode}: {result.stderr.strip().splitlines()[-1:]}")
-    print(f"built {sample} cuda-{precision} in {time.perf_counter() - started:.0f} s (exit {result.returncode})",
+    print(f"built {sample} {base}-{precision} in {time.perf_counter() - started:.0f} s (exit {result.returncode})",
           file=sys.stderr)
     return out
 
@@ -148,6 +152,40 @@ def _ort_variant(build_dir: Path, feeds: dict[str, np.ndarray]):
     return call, lambda: next(iter(session.run(feeds).values()))
 
 
+def _tensorrt_available() -> str | None:
+    from tapeout import targets
+    from tapeout.errors import TapeoutError
+
+    target = targets.create("tensorrt")
+    probe = target.probe()
+    if not probe.available:
+        return probe.reason
+    try:
+        target.preflight()
+    except TapeoutError as exc:
+        return str(exc)
+    return None
+
+
+def _trt_variant(build_dir: Path, feeds: dict[str, np.ndarray]):
+    """The tensorrt build's engine, built (or reused) here, run through tapeout's session; and its build time."""
+    from tapeout import targets
+    from tapeout.types import Artifact
+
+    manifest = json.loads((build_dir / "manifest.json").read_text())
+    target = targets.create("tensorrt", manifest["options_resolved"])
+    artifact = Artifact("tensorrt", build_dir / "artifact", manifest["artifact"]["main_file"])
+    engine = target.build_engine(artifact, lambda line: print(line, file=sys.stderr))
+    session = target.session(artifact)
+    bound = session.bind(feeds)
+
+    def call():
+        bound()
+        session.synchronize()
+
+    return call, lambda: next(iter(session.run(feeds).values())), engine
+
+
 def _time(variants: dict, blocks: int, runs: int, nvml, handle) -> dict:
     for call in variants.values():  # warm-up: cuDNN autotuning, torch.compile, allocator growth
         for _ in range(20):
@@ -180,8 +218,12 @@ def main() -> None:
 
     print(f"GPU {nvml.nvmlDeviceGetName(handle)} · driver {nvml.nvmlSystemGetDriverVersion()} · torch {torch.__version__} "
           f"(CUDA {torch.version.cuda}) · onnxruntime-gpu {ort.__version__} · CPU {platform.processor() or platform.machine()}")
+    no_trt = _tensorrt_available()
+    if no_trt:
+        print(f"TensorRT rows: not measured, TensorRT is not usable here ({no_trt})")
     print("| case | variant | p50 ms | p90 ms | p50 vs torch eager FP16 | mJ / inference | cosine vs FP32 |")
     print("|---|---|---|---|---|---|---|")
+    engines = []
     for sample, batch in CASES:
         builds = {p: build(sample, p, args.skip_build) for p in ("fp32", "fp16")}
         feeds = _inputs(sample, batch)
@@ -191,6 +233,13 @@ def main() -> None:
             call, run = _ort_variant(build_dir, feeds)
             variants[f"tapeout cuda-{precision}"] = call
             outputs[f"tapeout cuda-{precision}"] = run()
+        if not no_trt and batch == 1:  # the shipped profiles' engines are built for [dims] batch = 1
+            for precision in ("fp16", "int8"):
+                call, run, engine = _trt_variant(build(sample, precision, args.skip_build, base="tensorrt"), feeds)
+                variants[f"tapeout tensorrt-{precision}"] = call
+                outputs[f"tapeout tensorrt-{precision}"] = run()
+                engines.append(f"{sample} tensorrt-{precision}: engine {engine.action} in {engine.seconds:.1f} s "
+                               f"({engine.summary.get('precisions')})")
         for name in [n for n in variants if n.startswith("torch")]:
             outputs[name] = _first_output(variants[name]())
         reference = outputs["torch eager FP32"]
@@ -199,6 +248,8 @@ def main() -> None:
         for name, r in results.items():
             print(f"| {sample} batch {batch} | {name} | {r['p50']:.4f} | {r['p90']:.4f} | {base / r['p50']:.2f}× | "
                   f"{r['mj']:.4g} | {cosine(outputs[name], reference):.6f} |")
+    for line in engines:
+        print(line)
 
 
 if __name__ == "__main__":
