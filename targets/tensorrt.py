@@ -175,15 +175,22 @@ def supported_ops(version: str) -> tuple[set[str], set[str], tuple[int, int]]:
 
 
 def lint_ops(model, version: str) -> list[LintIssue]:
-    """Operators, domains, opset and Q/DQ zero points against TensorRT `version`'s ONNX parser, naming nodes."""
+    """Operators, domains, opset, types, dynamic-shape limits and Q/DQ zero points against TensorRT `version`'s
+    ONNX parser, naming nodes (the parser itself has the last word on the device)."""
+    from onnx import TensorProto
+
     from tapeout.quantize.modelopt_qdq import nonzero_zero_points
 
     ops, unsupported, (lo, hi) = supported_ops(version)
+    restrictions = {name: entry.get("restrictions", "") for name, entry in support_data()["ops"].items()}
     issues = []
     opset = next((i.version for i in model.opset_import if i.domain in ("", "ai.onnx")), None)
     if opset is not None and not lo <= opset <= hi:
         issues.append(LintIssue("error", f"opset {opset} is outside TensorRT {version}'s parser range {lo}..{hi}",
                                 f"export with [export] opset between {lo} and {hi}"))
+    dynamic = any(d.dim_param for i in model.graph.input for d in i.type.tensor_type.shape.dim)
+    constant = {i.name for i in model.graph.initializer} | {o for n in model.graph.node if n.op_type == "Constant"
+                                                           for o in n.output}
     for node in model.graph.node:
         where = node.name or node.output[0]
         if node.domain not in ("", "ai.onnx"):
@@ -192,14 +199,45 @@ def lint_ops(model, version: str) -> list[LintIssue]:
                                     "operators), or register a TensorRT plugin on the device", where))
         elif node.op_type in unsupported:
             issues.append(LintIssue("error", f"{node.op_type} is not supported by TensorRT {version}'s ONNX parser",
-                                    "rewrite or remove it before export (see docs/targets.md, TensorRT)", where))
+                                    "rewrite or remove it before export (see docs/target-contract.md)", where))
         elif node.op_type not in ops:
             issues.append(LintIssue("warning", f"{node.op_type} is not in TensorRT {version}'s operator list "
                                     "(newer than the list tapeout carries?)", "the parser decides on the device", where))
+        elif dynamic and "dynamic" in restrictions.get(node.op_type, "").lower():
+            issues.append(LintIssue("warning", f"{node.op_type}: {restrictions[node.op_type]}",
+                                    "pin the shapes: dims_min = dims_max = the [dims] values", where))
+        else:
+            for name in _computed_but_must_be_initializer(node, restrictions.get(node.op_type, ""), constant, opset):
+                issues.append(LintIssue("warning", f"{node.op_type} input `{name}` is computed, and TensorRT's parser "
+                                        "wants an initializer there", "export with constant folding (the default "
+                                        "exporter folds it), or make it a constant", where))
+    doubles = [i.name for i in model.graph.initializer if i.data_type == TensorProto.DOUBLE]
+    doubles += [i.name for i in model.graph.input if i.type.tensor_type.elem_type == TensorProto.DOUBLE]
+    if doubles:
+        issues.append(LintIssue("warning", f"{len(doubles)} float64 tensor(s) ({', '.join(doubles[:3])}): TensorRT casts "
+                                "DOUBLE down to FLOAT, clamping to ±FLT_MAX", "export float32", doubles[0]))
     for name in nonzero_zero_points(model):
         issues.append(LintIssue("error", "Q/DQ with a non-zero zero point: TensorRT takes symmetric quantization only",
                                 "quantize with the tensorrt profiles (symmetric Q/DQ)", name))
     return issues
+
+
+def _computed_but_must_be_initializer(node, restriction: str, constant: set[str], opset: int | None) -> list[str]:
+    """The inputs a restriction like "`axes` must be an initializer" names, where the graph computes them."""
+    import re as _re
+
+    from onnx import defs
+
+    wanted = _re.findall(r"`(\w+)` (?:input )?must be an initializer", restriction)
+    if not wanted:
+        return []
+    try:
+        schema = defs.get_schema(node.op_type, opset or defs.onnx_opset_version())
+    except Exception:  # an op type onnx does not know at that opset: the parser decides
+        return []
+    names = [i.name for i in schema.inputs]
+    return [w for w in wanted if w in names and names.index(w) < len(node.input)
+            and node.input[names.index(w)] and node.input[names.index(w)] not in constant]
 
 
 # ---------------------------------------------------------------- the target

@@ -229,6 +229,16 @@ def test_lint_names_nodes_tensorrt_cannot_parse(tmp_path):
     assert not lint_ops(old, "11.4")
     rms = _model(tmp_path, [helper.make_node("RMSNormalization", ["x", "x"], ["y"], name="rms")], opset=23)
     assert not lint_ops(rms, "11.4") and lint_ops(rms, "10.3")  # added in 10.15
+    ints = [helper.make_tensor(n, TensorProto.INT64, [1], [v]) for n, v in (("starts", 0), ("ends", 2))]
+    graph = helper.make_graph([helper.make_node("Slice", ["x", "starts", "ends", "axes"], ["y"], name="slice")], "g",
+                              [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["time", 4]),
+                               helper.make_tensor_value_info("axes", TensorProto.INT64, [1])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)],
+                              initializer=[*ints, helper.make_tensor("w", TensorProto.DOUBLE, [1], [1.0])])
+    computed = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    found = {(i.node, i.severity): i.problem for i in lint_ops(computed, "11.4")}
+    assert "Slice input `axes` is computed" in found[("slice", "warning")]
+    assert "TensorRT casts DOUBLE down to FLOAT" in found[("w", "warning")]
     zp = helper.make_tensor("zp", TensorProto.INT8, [], [3])
     scale = helper.make_tensor("s", TensorProto.FLOAT, [], [0.1])
     asym = _model(tmp_path, [helper.make_node("QuantizeLinear", ["x", "s", "zp"], ["y"], name="q")], [scale, zp])
