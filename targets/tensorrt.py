@@ -362,11 +362,13 @@ class TensorRT(Target):
                                     fix="build with the tensorrt-int8 or tensorrt-fp16 profile for this GPU")
         progress(f"building the TensorRT engine for {gpu.name} ({gpu.sm}), {key['toolchain']}: {reason}")
         t0 = time.perf_counter()
-        plan, timing = tensorrt_engine.build(trt, artifact.path, settings, entry.engine.parent, gpu,
-                                             self.options.timing_cache, progress)
+        plan, timing, skipped = tensorrt_engine.build(trt, artifact.path, settings, entry.engine.parent, gpu,
+                                                      self.options.timing_cache, progress)
         seconds = time.perf_counter() - t0
         layers, summary = tensorrt_engine.inspect(trt, plan, settings)
         summary.update(build_seconds=round(seconds, 3), timing_cache=timing, engine_bytes=len(plan))
+        if skipped:
+            summary["not_in_this_tensorrt"] = skipped
         engine_cache.store(entry, plan, key, seconds=seconds, layers=layers, summary=summary)
         return EngineBuild("built", reason, entry.relative, key, seconds, layers, summary)
 

@@ -24,9 +24,10 @@ _NUMPY = {"FLOAT": np.float32, "HALF": np.float16, "INT8": np.int8, "INT32": np.
 
 
 def build(trt, onnx_path: Path, settings, folder: Path, gpu, timing_cache: bool,
-          progress: Callable[[str], None]) -> tuple[bytes, str]:
+          progress: Callable[[str], None]) -> tuple[bytes, str, list[str]]:
     """Parse the ONNX into a strongly typed network, configure the builder from engine-settings.json, build
-    with the timing cache of this GPU and TensorRT version; returns the serialized engine."""
+    with the timing cache of this GPU and TensorRT version; returns the serialized engine, what happened to the
+    timing cache, and the settings this TensorRT does not have."""
     logger = _logger(trt)
     builder = trt.Builder(logger)
     strongly = getattr(trt.NetworkDefinitionCreationFlag, "STRONGLY_TYPED", None)  # always on in TRT 11 / RTX
@@ -41,18 +42,41 @@ def build(trt, onnx_path: Path, settings, folder: Path, gpu, timing_cache: bool,
                        fix="run `tapeout lint -p <profile>` on the host; keep the node float or rewrite it")
     config = builder.create_builder_config()
     b = settings.builder
-    config.builder_optimization_level = int(b.get("optimization_level") or 3)
+    skipped: list[str] = []  # what this TensorRT lacks (TensorRT for RTX has fewer builder knobs): said, not hidden
+
+    def setting(name: str, value) -> None:
+        if hasattr(config, name):
+            setattr(config, name, value)
+        else:
+            skipped.append(name)
+
+    def flag(name: str, on: bool) -> None:
+        member = getattr(trt.BuilderFlag, name, None)
+        if member is None:
+            skipped.append(f"BuilderFlag.{name}")
+        elif on:
+            config.set_flag(member)
+        else:
+            config.clear_flag(member)
+
+    setting("builder_optimization_level", int(b.get("optimization_level") or 3))
     if b.get("workspace_mb"):
         config.set_memory_pool_limit(trt.MemoryPoolType.WORKSPACE, int(b["workspace_mb"]) << 20)
-    if not b.get("tf32"):
-        config.clear_flag(trt.BuilderFlag.TF32)
+    flag("TF32", bool(b.get("tf32")))
     if b.get("sparse_weights"):
-        config.set_flag(trt.BuilderFlag.SPARSE_WEIGHTS)
+        flag("SPARSE_WEIGHTS", True)
     if b.get("version_compatible"):
-        config.set_flag(trt.BuilderFlag.VERSION_COMPATIBLE)
-    config.hardware_compatibility_level = getattr(trt.HardwareCompatibilityLevel,
-                                                  _HW_COMPAT[str(b.get("hardware_compatibility") or "none")])
-    config.profiling_verbosity = trt.ProfilingVerbosity.DETAILED  # the inspector's per-layer precision and tactic
+        flag("VERSION_COMPATIBLE", True)
+    portability = str(b.get("hardware_compatibility") or "none")
+    if portability != "none":
+        levels = getattr(trt, "HardwareCompatibilityLevel", None)
+        setting("hardware_compatibility_level", getattr(levels, _HW_COMPAT[portability], None))
+    setting("profiling_verbosity", trt.ProfilingVerbosity.DETAILED)  # the inspector's per-layer precision and tactic
+    asked = [k for k in skipped if any(w in k for w in ("SPARSE", "VERSION_COMPATIBLE", "hardware_compatibility"))]
+    if asked:  # a portability or sparsity the profile asks for and this TensorRT cannot give: never silently without
+        raise TapeoutError(f"this TensorRT ({getattr(trt, '__version__', '?')}) has no {', '.join(asked)}, which the "
+                           "profile asks for", fix="set [options] sparse_weights / version_compatible = false, "
+                           "hardware_compatibility = \"none\" for it")
     profile = builder.create_optimization_profile()
     for name, shapes in settings.profile.items():
         profile.set_shape(name, shapes.min, shapes.opt, shapes.max)
@@ -62,7 +86,7 @@ def build(trt, onnx_path: Path, settings, folder: Path, gpu, timing_cache: bool,
         config.progress_monitor = monitor
     timing = "off"
     cache_file = folder / f"timing-{_slug(gpu.name)}-{gpu.sm}-{_slug(str(getattr(trt, '__version__', '')))}.cache"
-    if timing_cache:
+    if timing_cache and hasattr(config, "create_timing_cache"):
         cache = config.create_timing_cache(cache_file.read_bytes() if cache_file.is_file() else b"")
         config.set_timing_cache(cache, False)
         timing = f"reused {cache_file.name}" if cache_file.is_file() else f"new {cache_file.name}"
@@ -71,12 +95,12 @@ def build(trt, onnx_path: Path, settings, folder: Path, gpu, timing_cache: bool,
         raise TapeoutError(f"TensorRT could not build the engine: {logger.last_error() or 'no message'}",
                            fix="lower [options] optimization_level, raise workspace_mb, or keep the failing "
                                "layer float; `tapeout check -v` prints TensorRT's log")
-    if timing_cache:
+    if timing != "off":
         from tapeout import builddir
 
         folder.mkdir(parents=True, exist_ok=True)
         builddir.write_bytes(cache_file, bytes(config.get_timing_cache().serialize()))
-    return bytes(plan), timing
+    return bytes(plan), timing, skipped
 
 
 def inspect(trt, plan: bytes, settings) -> tuple[list[dict], dict]:

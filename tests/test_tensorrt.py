@@ -311,3 +311,14 @@ def test_golden_parity_inputs_run_on_the_qdq_onnx_here(int8_build):
     for name, value in ref.items():
         cos = float(np.dot(got[name].ravel(), value.ravel()) / (np.linalg.norm(got[name]) * np.linalg.norm(value)))
         assert cos > 0.99
+
+
+def test_sparse_weights_reach_the_builder_and_the_report_names_sparse_layers(int8_build, tmp_path, standin):
+    build_dir = _copy(int8_build, tmp_path)
+    target, artifact = _target(build_dir)
+    settings = json.loads((build_dir / "artifact" / "engine-settings.json").read_text())
+    settings["builder"]["sparse_weights"] = True
+    (build_dir / "artifact" / "engine-settings.json").write_text(json.dumps(settings))
+    built = target.build_engine(artifact, lambda _: None)
+    assert "SPARSE_WEIGHTS" in json.loads((build_dir / built.file).read_bytes())["flags"]
+    assert built.summary["sparse_weights"] and len(built.summary["sparse_layers"]) == 4  # the stand-in's tactics
