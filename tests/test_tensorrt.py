@@ -288,6 +288,22 @@ def test_engine_inspector_json_of_both_schemas():
     assert parse_layers(v11)[0]["precision"] == "FP16" and not parse_layers(v11)[0]["sparse"]
 
 
+def test_the_real_cuda_runtime_loads_and_says_why_no_gpu_is_usable():
+    """libcudart from the nvidia-cuda-runtime wheel (test extra), found in site-packages by tapeout's loader and
+    called for real: here, without an NVIDIA driver, one clear exit-4 line; with a GPU, the GPU's name."""
+    cuda_rt.library.cache_clear()
+    try:
+        cuda_rt.library()
+    except TargetUnavailable:
+        pytest.skip("no libcudart here (the test extra installs nvidia-cuda-runtime on x86-64)")
+    try:
+        gpu = cuda_rt.gpu(0)
+    except TargetUnavailable as exc:
+        assert "cudaGetDeviceCount failed" in str(exc) and "error" in str(exc)
+    else:
+        assert gpu.name and gpu.compute_capability >= (5, 0)
+
+
 def test_cuda_runtime_missing_is_a_clear_unavailable(monkeypatch):
     """Without libcudart (this machine) the CUDA helper says what is missing, exit 4; never an OSError."""
     cuda_rt.library.cache_clear()
