@@ -6,7 +6,7 @@ operator list), and the exit 4 of `check` without TensorRT. What does not: Tenso
 device-side tests below check tapeout's side of the contract (which builder calls it makes, the engine
 cache and its key, the rebuild reasons, the precision check of the built engine) against
 tests/trt_standin.py, a stand-in whose names are TensorRT's own API (from NVIDIA's stubs, TensorRT 11
-removals applied) and which fails on a call the real API does not have. tests/gpu/test_tensorrt.py
+removals applied) and which fails on a call the real API does not have. tests/gpu/test_tensorrt_engines.py
 runs the real thing where a GPU with TensorRT is.
 """
 
@@ -30,7 +30,7 @@ from tapeout.targets import cuda_rt
 from tapeout.types import Artifact, InputSpec
 
 pytestmark = pytest.mark.skipif(targets.target_class("tensorrt").probe().available,
-                                reason="TensorRT is installed here: tests/gpu/test_tensorrt.py covers the real thing")
+                                reason="TensorRT is installed here: tests/gpu/test_tensorrt_engines.py covers the real thing")
 H100 = cuda_rt.Gpu(0, "NVIDIA H100 80GB HBM3", (9, 0), "13.0", "13.0")
 
 
