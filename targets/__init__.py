@@ -82,6 +82,8 @@ TARGETS: dict[str, TargetInfo] = {
             # Float on the HTP is FP16: a sensitive group goes to 16-bit activations first, FP16 last.
             precisions={"int8": ("int8", "a16w8", "fp16"), "fp32": ("fp32",)},
             rules="npu-integer", meters=("rss",), emulated_on={"x86_64": _X86, "amd64": _X86}, accelerator="HTP",
+            # HTP int8 tensors are laid out in 32-channel depth tiles (assumed from QNN's layouts; not measured here)
+            channel_multiple={"int8": 32, "fp32": 32},
         ),
     ),
     "tensorrt": TargetInfo(
@@ -97,6 +99,8 @@ TARGETS: dict[str, TargetInfo] = {
             precisions={"fp32": ("fp32",), "fp16": ("fp16", "fp32"), "int8": ("int8", "fp16"), "fp8": ("fp8", "fp16")},
             rules="gpu-qdq", compile_on="device", meters=("rss", "nvml", "tegrastats"), timing_sync="device",
             device_memory=True, op_profiler="TensorRT IProfiler (per-layer GPU time)",
+            # tensor-core tiles: FP16 MMA shapes take K and N in multiples of 8; INT8/FP8 in multiples of 16
+            channel_multiple={"fp32": 8, "fp16": 8, "int8": 16, "fp8": 16},
         ),
     ),
     "migraphx": TargetInfo(

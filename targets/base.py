@@ -52,6 +52,7 @@ class Capabilities:
     accelerator: str | None = None      # what placement counts nodes on (an ORT EP's name: from the op profile)
     op_profiler: str | None = None      # what produces the per-op profile, or None
     op_profile_env: Mapping[str, str] = field(default_factory=dict)  # environment of the profiling process
+    channel_multiple: Mapping[str, int] = field(default_factory=dict)  # precision -> channel count pruning keeps (default 8)
 
 
 @dataclass(frozen=True)

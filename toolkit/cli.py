@@ -186,7 +186,7 @@ def lint(
     ui = UI()
     ctx = for_build(project, profile, ui)
     with tempfile.TemporaryDirectory(prefix="tapeout-lint-") as tmp:
-        exported = export_model(ctx, Path(tmp) / "model.onnx", raise_on_lint=False)
+        exported = export_model(ctx, Path(tmp) / "model.onnx", raise_on_lint=False, prune=False)
         issues = (exported.lint if exported.lint is not None
                   else ctx.target.lint(exported.path, ctx.project.inputs, ctx.project.dims))
     for issue in issues:

@@ -33,9 +33,11 @@ class Exported:
     reference: Predict
     loaded: Any
     lint: list | None = None  # already linted (ONNX sources are linted before they are copied)
+    teacher: Predict | None = None  # the FP32 model before pruning: the accuracy reference when pruned
+    pruning: dict | None = None
 
 
-def export_model(ctx: Context, out_path: Path, *, raise_on_lint: bool = True) -> Exported:
+def export_model(ctx: Context, out_path: Path, *, raise_on_lint: bool = True, prune: bool = True) -> Exported:
     """Load the source and produce the FP32 ONNX model the target will compile, verified against torch.
 
     An ONNX source is linted before anything else; `raise_on_lint=False` returns its findings instead
@@ -48,6 +50,10 @@ def export_model(ctx: Context, out_path: Path, *, raise_on_lint: bool = True) ->
         loaded = sources.load(project.model.source, project.root, input_names, project.model.outputs)
     for note in loaded.notes:
         ui.note(note)
+    if ctx.profile.pruning is not None and loaded.kind == "onnx":
+        from tapeout import pruning as pruning_step
+
+        pruning_step.run(ctx, loaded)  # refuses: pruning works on the torch module
     if loaded.kind == "onnx":
         import onnx
 
@@ -68,6 +74,14 @@ def export_model(ctx: Context, out_path: Path, *, raise_on_lint: bool = True) ->
 
     from tapeout.exporters import torch_onnx
 
+    pruning = teacher = None
+    if ctx.profile.pruning is not None and prune:
+        from tapeout import pruning as pruning_step
+
+        loaded.module, pruning, teacher_module = pruning_step.run(ctx, loaded)
+
+        def teacher(feeds):
+            return torch_onnx.torch_outputs(teacher_module, feeds, input_names, loaded.output_names)
     limits = target.limits()
     opset = project.export.opset or min(DEFAULT_OPSET, limits.max_opset)
     if opset > limits.max_opset:
@@ -88,7 +102,7 @@ def export_model(ctx: Context, out_path: Path, *, raise_on_lint: bool = True) ->
     def reference(feeds):
         return torch_onnx.torch_outputs(loaded.module, feeds, input_names, result.output_names)
 
-    return Exported(out_path, info, reference, loaded)
+    return Exported(out_path, info, reference, loaded, teacher=teacher, pruning=pruning)
 
 
 def lint_or_raise(ctx: Context, model_path: Path) -> list:
@@ -124,7 +138,7 @@ def _build_into(ctx: Context, build_dir: str, strict: bool) -> Report:
     ref_metric = None
     if project.evaluation is not None:
         with ui.step(f"evaluate {project.evaluation.name} on the FP32 reference"):
-            ref_metric = evaluate(project, exported.reference)
+            ref_metric = evaluate(project, exported.teacher or exported.reference)
     model_path, quantization = fp32_path, None
     if profile.precision != "fp32":
         model_path, quantization = precision.quantize(ctx, fp32_path, analysis, ref_metric)
@@ -179,14 +193,15 @@ def _build_into(ctx: Context, build_dir: str, strict: bool) -> Report:
         artifact=ArtifactInfo(main_file=artifact.main_file, bytes=artifact_bytes, sha256=artifact_files[artifact.main_file],
                               files=artifact_files, meta=artifact.meta),
         golden=GoldenInfo(samples=len(golden_inputs), source=golden_source,
-                          reference="torch (FP32)" if exported.loaded.kind == "torch"
+                          reference=("the pruned torch module (FP32)" if exported.pruning else "torch (FP32)")
+                          if exported.loaded.kind == "torch"
                           else "the source ONNX model (FP32, ORT CPU)"),
         m=m, parity=parity, budgets=budgets, accuracy=accuracy, placement=placement,
         engine=engine.to_json() if engine else None,
         model={"kind": exported.loaded.kind, "description": exported.loaded.description,
                "weights_sha256": exported.loaded.weights_sha256 or manifest.sha256_file(exported.loaded.onnx_path),
                "files": {str(f.name): manifest.sha256_file(f) for f in exported.loaded.files}},
-        export=exported.info, analysis=analysis.to_json(), quantization=quantization,
+        export=exported.info, analysis=analysis.to_json(), quantization=quantization, pruning=exported.pruning,
         lint=[i.line() for i in issues],
     )
 

@@ -107,6 +107,7 @@ def render_markdown(report: Report) -> str:
                     f"inference precision **{meta['inference_precision']}** (the precision float ops ran in)")
 
     out += _engine_section(r.get("engine"))
+    out += _pruning_section(r.get("pruning"))
     out += ["", "## Parity with the golden reference", ""]
     out += _table(["output", "max-abs", "max-rel", "cosine", "within tolerance"],
                   [[p["output"], fmt(p["max_abs"]), fmt(p["max_rel"]), f"{p['cosine']:.6f}",
@@ -220,6 +221,32 @@ def _quantization_section(q: dict | None) -> list[str]:
                    f"{' …' if len(unranked) > 10 else ''}.")
     rows = [[g["group"], g["role"], g["precision"], g["reason"]] for g in plan["groups"]]
     out += ["", "Final plan:", "", *_table(["group", "role", "precision", "why"], rows)]
+    return out
+
+
+def _pruning_section(p: dict | None) -> list[str]:
+    if not p:
+        return []
+    out = ["", "## Pruning", "",
+           f"{', '.join(p['what'])} by {p['ratio']:.0%} ({p['importance']} importance, channel counts a multiple of "
+           f"{p['round_to']}): FLOPs **−{p['flops_reduction']:.1%}** ({p['macs_before']:,.0f} → {p['macs_after']:,.0f} "
+           f"MACs), parameters {p['params_before']:,} → {p['params_after']:,}.", ""]
+    rows = [[s["what"], f"{s['macs_before']:,.0f} → {s['macs_after']:,.0f}", f"{s['params_before']:,} → {s['params_after']:,}",
+             ", ".join(f"{k} {v}" for k, v in list(s["widths"].items())[:6]) + (" …" if len(s["widths"]) > 6 else "")]
+            for s in p["steps"]]
+    if rows:
+        out += _table(["step", "MACs", "parameters", "widths after"], rows)
+    if p.get("sparsity_2_4"):
+        sp = p["sparsity_2_4"]
+        out += ["", f"2:4 sparsity: {sp['layers']} layers, {sp['eligible_share']:.0%} of the weights eligible, half of "
+                "those zero (the sparse flag reaches targets with sparse kernels: TensorRT's sparse_weights)"]
+    out += ["", "Protected: " + "; ".join(f"`{k}` ({v})" for k, v in p["protected"].items())]
+    r = p.get("recovery") or {}
+    if r.get("steps"):
+        out += ["", f"Recovery: {r['method']}, {r['steps']} steps in {r['seconds']:.1f} s ({r['stopped']}), loss "
+                f"{r['loss_first']:.4g} → {r['loss_last']:.4g}, on {p.get('recovery_data')}."]
+    elif r:
+        out += ["", f"Recovery: {r['method']}" + (f" ({r['why']})" if r.get("why") else "") + "."]
     return out
 
 

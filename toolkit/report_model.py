@@ -104,6 +104,7 @@ class Report(BaseModel):
     export: dict[str, Any] | None = None
     analysis: dict[str, Any] | None = None
     quantization: dict[str, Any] | None = None
+    pruning: dict[str, Any] | None = None
     lint: list[str] = Field(default_factory=list)
     host: dict[str, Any]
 

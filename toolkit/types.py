@@ -239,6 +239,26 @@ class QuantizationSettings(_Strict):
         return value
 
 
+class PruningSettings(_Strict):
+    """Structured pruning on the torch side, before export (quantize/prune.py); then the precision step."""
+
+    what: list[Literal["channels", "heads", "mlp", "2:4"]] = Field(
+        min_length=1, description="channels (conv/Linear widths of CNNs and MLPs), heads (attention heads), mlp "
+        "(transformer FFN width), 2:4 (semi-structured weight sparsity)")
+    ratio: float = Field(gt=0, lt=1, description="share of each prunable width (channels, heads, FFN width) removed")
+    importance: Literal["magnitude", "taylor"] = Field(
+        "magnitude", description="magnitude (L2 of the coupled group) or taylor (|w·∂L/∂w| on the calibration data)")
+    protect: list[str] = Field(default_factory=list, description="module names kept whole, besides the family's own "
+                               "(first conv, classifier, embeddings, LM head)")
+    round_to: int | None = Field(None, ge=1, le=256, description="channel counts kept a multiple of this (default: "
+                                 "from the target and precision)")
+    recover: str | None = Field(None, description="`file.py:callable` called with (pruned, teacher, calibration "
+                                "inputs) to recover accuracy; default: the built-in distillation")
+    distill_steps: int = Field(200, ge=0, le=100_000, description="built-in distillation: optimizer steps (0: none)")
+    distill_lr: float = Field(1e-3, gt=0, le=1.0)
+    distill_max_s: float = Field(300, gt=0, le=86_400, description="built-in distillation: wall-time cap")
+
+
 class Profile(_Strict):
     name: str = Field(description="names the default build dir, PROJECT/build/NAME")
     description: str = ""
@@ -246,6 +266,7 @@ class Profile(_Strict):
     device: str | None = Field(None, description="device spec name; none means the machine that runs check")
     precision: Precision = "fp32"
     quantization: QuantizationSettings = QuantizationSettings()
+    pruning: PruningSettings | None = None
     options: dict[str, Any] = Field(default_factory=dict)
     budgets: Budgets = Budgets()
     check: CheckSettings = CheckSettings()

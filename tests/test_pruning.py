@@ -1,0 +1,202 @@
+"""Structured pruning (quantize/prune.py, toolkit/pruning.py): real Torch-Pruning on real modules.
+
+digits-cnn end to end (channels, built-in distillation, export parity against the pruned module, the
+report's section); a residual CNN and an attention block, where coupled layers must stay consistent;
+2:4 masks; and the bad inputs the profile can carry.
+"""
+
+from __future__ import annotations
+
+import shutil
+
+import pytest
+import torch
+from torch import nn
+
+from conftest import SAMPLES, one_line_error, run_cli
+from tapeout.errors import BadInput
+from tapeout.quantize import prune
+from tapeout.types import PruningSettings
+
+pytest.importorskip("torch_pruning", reason="the prune extra (Torch-Pruning) is not installed")
+
+PROFILE = """extends = "cpu-fp32"
+[pruning]
+{pruning}
+[budgets]
+accuracy_max_drop = 0.01
+[check]
+iterations = 100
+repeats = 1
+"""
+
+
+def _profile(tmp_path, pruning: str, name: str = "pruned"):
+    path = tmp_path / f"{name}.toml"
+    path.write_text(PROFILE.format(pruning=pruning))
+    return path
+
+
+def test_digits_channels_pruned_by_half_lose_under_a_point_after_distillation(tmp_path):
+    out = tmp_path / "b"
+    result = run_cli("build", SAMPLES / "digits-cnn", "--profile",
+                     _profile(tmp_path, 'what = ["channels"]\nratio = 0.5\ndistill_steps = 300'), "--out", out, "--json")
+    assert result.code == 0, result.err
+    report = result.json()
+    p = report["pruning"]
+    assert p["flops_reduction"] >= 0.40  # the issue's target: FLOPs -40 % ...
+    acc = report["accuracy"]
+    assert acc["reference"] - acc["artifact"] <= 0.01  # ... with top-1 within a point
+    assert set(p["protected"]) == {"features.0", "classifier.3"}  # first conv, classifier
+    assert all(w % 8 == 0 for n, w in p["steps"][0]["widths"].items() if n not in p["protected"])
+    assert p["recovery"]["steps"] == 300 and p["recovery"]["loss_last"] < p["recovery"]["loss_first"]
+    assert report["export"]["parity"] and all(x["within_tolerance"] for x in report["export"]["parity"])  # vs the pruned module
+    assert report["golden"]["reference"] == "the pruned torch module (FP32)"
+    assert "## Pruning" in (out / "report.md").read_text()
+
+
+class ResidualCNN(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.stem = nn.Conv2d(3, 32, 3, padding=1)
+        self.a = nn.Conv2d(32, 32, 3, padding=1)
+        self.b = nn.Conv2d(32, 32, 3, padding=1)
+        self.dw = nn.Conv2d(32, 32, 3, padding=1, groups=32)  # depthwise: in and out channels move together
+        self.head = nn.Linear(32, 5)
+
+    def forward(self, x):
+        x = torch.relu(self.stem(x))
+        x = x + self.b(torch.relu(self.a(x)))  # residual: stem's and b's output channels are one group
+        x = torch.relu(self.dw(x))
+        return self.head(x.mean((2, 3)))
+
+
+class Attention(nn.Module):
+    def __init__(self, width: int = 64, heads: int = 8) -> None:
+        super().__init__()
+        self.num_heads = heads
+        self.q_proj, self.k_proj, self.v_proj, self.o_proj = (nn.Linear(width, width) for _ in range(4))
+
+    def forward(self, x):
+        b, t, _ = x.shape
+        q, k, v = (p(x).view(b, t, self.num_heads, -1).transpose(1, 2) for p in (self.q_proj, self.k_proj, self.v_proj))
+        attn = torch.softmax(q @ k.transpose(-2, -1) / q.shape[-1] ** 0.5, dim=-1) @ v
+        return x + self.o_proj(attn.transpose(1, 2).reshape(b, t, -1))
+
+
+class TinyEncoder(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.embed = nn.Embedding(100, 64)
+        self.attn = Attention()
+        self.up, self.down = nn.Linear(64, 256), nn.Linear(256, 64)
+        self.head = nn.Linear(64, 3)
+
+    def forward(self, ids):
+        x = self.attn(self.embed(ids))
+        x = x + self.down(torch.relu(self.up(x)))
+        return self.head(x)
+
+
+def _settings(**kw) -> PruningSettings:
+    return PruningSettings(**{"ratio": 0.5, "distill_steps": 0, **kw})
+
+
+def test_residual_and_depthwise_channels_stay_coupled():
+    torch.manual_seed(0)
+    model = ResidualCNN().eval()
+    x = (torch.randn(1, 3, 16, 16),)
+    model, info = prune.apply(model, x, _settings(what=["channels"]), 8, [x], lambda _: None)
+    # the residual add ties stem, b and the depthwise conv into one width; the stem (first conv) is protected,
+    # so that whole group keeps its 32 channels, while a's output (b's input) is free and halves
+    widths = {model.stem.out_channels, model.b.out_channels, model.dw.in_channels, model.dw.out_channels,
+              model.head.in_features}
+    assert widths == {32} and model.dw.groups == 32
+    assert model.a.out_channels == model.b.in_channels == 16
+    assert model(*x).shape == (1, 5) and info["flops_reduction"] > 0.2
+    assert "stem" in info["protected"] and "head" in info["protected"]
+    # unprotected, the residual group shrinks as one: every member the same multiple of 8
+    free = ResidualCNN().eval()
+    free, _ = prune.apply(free, x, _settings(what=["channels"]), 8, [x], lambda _: None)
+    assert len({free.b.out_channels, free.dw.out_channels, free.dw.in_channels, free.head.in_features}) == 1
+
+
+def test_attention_heads_and_mlp_width_pruned_consistently():
+    torch.manual_seed(0)
+    model = TinyEncoder().eval()
+    ids = (torch.randint(0, 100, (1, 12)),)
+    model, info = prune.apply(model, ids, _settings(what=["heads", "mlp"]), 8, [ids], lambda _: None)
+    attn = model.attn
+    assert attn.num_heads == 4  # half the heads, the count the forward reads updated
+    assert attn.q_proj.out_features == attn.k_proj.out_features == attn.v_proj.out_features == 32
+    assert attn.o_proj.in_features == 32 and attn.o_proj.out_features == 64  # the residual width is untouched
+    assert model.up.out_features == model.down.in_features == 128
+    assert model(*ids).shape == (1, 12, 3)
+    assert [s["what"] for s in info["steps"]] == ["heads", "mlp"]
+
+
+def test_two_four_masks_keep_two_of_every_four_input_weights():
+    torch.manual_seed(0)
+    model = TinyEncoder().eval()
+    ids = (torch.randint(0, 100, (1, 12)),)
+    model, info = prune.apply(model, ids, _settings(what=["2:4"]), 8, [ids], lambda _: None)
+    sparsity = info["sparsity_2_4"]
+    assert sparsity["layers"] == 6 and "head" not in sparsity["layer_names"]  # every Linear but the protected head
+    for name in sparsity["layer_names"]:
+        w = dict(model.named_modules())[name].weight.detach()
+        assert ((w.reshape(w.shape[0], -1, 4) != 0).sum(-1) <= 2).all()
+    from tapeout.quantize.distill import distill
+
+    teacher = TinyEncoder().eval()
+    distill(model, teacher, [ids], _settings(what=["2:4"], distill_steps=5), lambda _: None)
+    w = model.up.weight.detach()
+    assert ((w.reshape(w.shape[0], -1, 4) != 0).sum(-1) <= 2).all()  # masks survive recovery
+
+
+def test_requests_the_structure_cannot_satisfy_are_clear_errors():
+    ids = (torch.randint(0, 100, (1, 12)),)
+    with pytest.raises(BadInput, match='"channels" on a transformer'):
+        prune.apply(TinyEncoder().eval(), ids, _settings(what=["channels"]), 8, [ids], lambda _: None)
+    x = (torch.randn(1, 3, 16, 16),)
+    with pytest.raises(BadInput, match='"heads": the model has no attention module'):
+        prune.apply(ResidualCNN().eval(), x, _settings(what=["heads"]), 8, [x], lambda _: None)
+    with pytest.raises(BadInput, match="every conv and Linear layer is protected"):
+        prune.apply(ResidualCNN().eval(), x, _settings(what=["channels"], protect=["a", "b", "dw"]), 8, [x],
+                    lambda _: None)
+    with pytest.raises(BadInput, match="protect names module 'nope'"):
+        prune.apply(ResidualCNN().eval(), x, _settings(what=["channels"], protect=["nope"]), 8, [x], lambda _: None)
+
+
+def test_bad_pruning_input_is_one_line_exit_2_and_no_build_dir(tmp_path):
+    cases = [
+        ('what = ["channels"]\nratio = 1.5', "ratio", SAMPLES / "digits-cnn"),
+        ('what = ["heads"]\nratio = 0.25', "keep no head count", SAMPLES / "tiny-lm"),
+    ]
+    for i, (pruning, expected, project) in enumerate(cases):
+        out = tmp_path / f"b{i}"
+        result = run_cli("build", project, "--profile", _profile(tmp_path, pruning, f"p{i}"), "--out", out)
+        assert result.code == 2, result.err
+        assert expected in one_line_error(result)
+        assert not out.exists()
+
+
+def test_an_onnx_source_and_a_raising_recovery_hook_are_named(tmp_path, digits_build):
+    project = tmp_path / "onnx-project"
+    project.mkdir()
+    (project / "model.onnx").write_bytes((digits_build / "export" / "model.onnx").read_bytes())
+    (project / "tapeout.toml").write_text('[model]\nsource = "model.onnx"\n[[inputs]]\nname = "image"\n'
+                                          'shape = [1, 1, 8, 8]\n')
+    result = run_cli("build", project, "--profile", _profile(tmp_path, 'what = ["channels"]\nratio = 0.5'),
+                     "--out", tmp_path / "b")
+    assert result.code == 2 and "[pruning] needs a torch model" in one_line_error(result)
+
+    raising = tmp_path / "digits"
+    shutil.copytree(SAMPLES / "digits-cnn", raising, ignore=shutil.ignore_patterns("build"))
+    (raising / "recover.py").write_text("def recover(student, teacher, data):\n    raise RuntimeError('no GPU for training')\n")
+    result = run_cli("build", raising, "--profile",
+                     _profile(tmp_path, 'what = ["channels"]\nratio = 0.5\nrecover = "recover.py:recover"', "hook"),
+                     "--out", tmp_path / "c")
+    assert result.code == 2
+    line = one_line_error(result)
+    assert "[pruning] recover recover.py:recover raised RuntimeError: no GPU for training" in line
+    assert not (tmp_path / "c").exists()
