@@ -16,13 +16,32 @@ from tapeout.quantize.prune import _tensors, reapply_masks
 from tapeout.types import PruningSettings
 
 
-def distill(student, teacher, inputs: list[tuple], settings: PruningSettings, progress: Callable[[str], None]) -> dict:
+def _loss(outs, targets, scales, mask):
+    """Variance-scaled MSE per output; where `mask` (batch × tokens, 1 = real token) fits an output's leading dims,
+    padding positions are left out (they carry no meaning and would dominate a padded batch)."""
+    import torch
+
+    total = 0.0
+    for o, t, s in zip(outs, targets, scales, strict=True):
+        err = (o.float() - t) ** 2
+        if mask is not None and err.dim() >= 2 and tuple(err.shape[:2]) == tuple(mask.shape):
+            weight = mask.to(err.dtype).reshape(*mask.shape, *([1] * (err.dim() - 2))).expand_as(err)
+            total = total + (err * weight).sum() / weight.sum().clamp_min(1.0) / s
+        else:
+            total = total + torch.mean(err) / s
+    return total
+
+
+def distill(student, teacher, inputs: list[tuple], settings: PruningSettings, progress: Callable[[str], None],
+            token_mask: int | None = None) -> dict:
+    """`token_mask`: the index of an input that marks real tokens (an attention mask), if the model has one."""
     import torch
 
     if settings.distill_steps == 0 or not inputs:
         return {"method": "none", "steps": 0, "why": "distill_steps = 0" if inputs else "no calibration inputs"}
     with torch.no_grad():
         targets = [[t.detach().float() for t in _tensors(teacher(*args))] for args in inputs]
+    masks = [args[token_mask] if token_mask is not None else None for args in inputs]
     scales = [[max(float(t.var()), 1e-8) for t in outs] for outs in targets]
     params = [p for p in student.parameters() if p.requires_grad]
     optimizer = torch.optim.Adam(params, lr=settings.distill_lr)
@@ -32,7 +51,7 @@ def distill(student, teacher, inputs: list[tuple], settings: PruningSettings, pr
         i = (step - 1) % len(inputs)
         optimizer.zero_grad()
         outs = _tensors(student(*inputs[i]))
-        loss = sum(torch.nn.functional.mse_loss(o.float(), t) / s for o, t, s in zip(outs, targets[i], scales[i], strict=True))
+        loss = _loss(outs, targets[i], scales[i], masks[i])
         loss.backward()
         optimizer.step()
         reapply_masks(student)
@@ -44,17 +63,19 @@ def distill(student, teacher, inputs: list[tuple], settings: PruningSettings, pr
         if now - start > settings.distill_max_s:
             break
     window = max(1, len(inputs))
-    return {"method": "built-in distillation (MSE to the FP32 teacher's outputs, variance-scaled)", "steps": step,
+    return {"method": "built-in distillation (MSE to the FP32 teacher's outputs, variance-scaled"
+                      + (", padding tokens left out)" if token_mask is not None else ")"), "steps": step,
             "seconds": time.perf_counter() - start, "lr": settings.distill_lr, "samples": len(inputs),
             "loss_first": sum(losses[:window]) / len(losses[:window]),
             "loss_last": sum(losses[-window:]) / len(losses[-window:]),
             "stopped": "time cap" if step < settings.distill_steps else "steps done"}
 
 
-def recover(student, teacher, inputs: list[tuple], settings: PruningSettings, root, progress) -> dict:
+def recover(student, teacher, inputs: list[tuple], settings: PruningSettings, root, progress,
+            token_mask: int | None = None) -> dict:
     """The project's hook when [pruning] recover names one, else the built-in distillation."""
     if settings.recover is None:
-        return distill(student, teacher, inputs, settings, progress)
+        return distill(student, teacher, inputs, settings, progress, token_mask)
     from tapeout.exporters.sources import resolve_callable
 
     hook = resolve_callable(settings.recover, root, "[pruning] recover")

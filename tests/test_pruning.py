@@ -200,3 +200,18 @@ def test_an_onnx_source_and_a_raising_recovery_hook_are_named(tmp_path, digits_b
     line = one_line_error(result)
     assert "[pruning] recover recover.py:recover raised RuntimeError: no GPU for training" in line
     assert not (tmp_path / "c").exists()
+
+
+def test_latency_driven_search_stops_at_the_first_step_that_meets_the_budget(tmp_path):
+    pruning = 'what = ["channels"]\nratio = 0.6\nuntil = "latency"\nstep = 0.3\ndistill_steps = 300'
+    profile = tmp_path / "search.toml"
+    profile.write_text(PROFILE.format(pruning=pruning).replace("[budgets]\n", "[budgets]\nlatency_p50_ms = 1000\n"))
+    out = tmp_path / "b"
+    result = run_cli("build", SAMPLES / "digits-cnn", "--profile", profile, "--out", out, "--json")
+    assert result.code == 0, result.err
+    search = result.json()["pruning"]["search"]
+    assert [s["ratio"] for s in search["steps"]] == [0.0, 0.3] and search["stopped"] == "latency budget met"
+    assert "Latency-driven search" in (out / "report.md").read_text()
+    no_budget = _profile(tmp_path, 'what = ["channels"]\nratio = 0.5\nuntil = "latency"', "nobudget")
+    result = run_cli("build", SAMPLES / "digits-cnn", "--profile", no_budget, "--out", tmp_path / "c")
+    assert result.code == 2 and "needs a latency_p50_ms budget" in one_line_error(result)

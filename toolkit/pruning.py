@@ -42,23 +42,110 @@ def run(ctx: Context, loaded) -> tuple[Any, dict, Any]:
         return tuple(torch.from_numpy(np.ascontiguousarray(feeds[n])) for n in names)
 
     calibration, source = sample_inputs(project, ctx.profile.quantization.calibration_samples)
-    module = loaded.module
-    teacher = copy.deepcopy(module).eval()
+    teacher = copy.deepcopy(loaded.module).eval()
     for p in teacher.parameters():
         p.requires_grad_(False)
     multiple = round_to(ctx)
-    with ui.step(f"prune {', '.join(settings.what)} by {settings.ratio:.0%} ({settings.importance} importance, "
-                 f"channels a multiple of {multiple})"):
-        module, info = prune.apply(module, args(calibration[0]), settings, multiple,
-                                   [args(f) for f in calibration], ui.note)
-    with ui.step("recover: " + (f"project hook {settings.recover}" if settings.recover else
-                                f"distil from the FP32 teacher on {len(calibration)} calibration inputs ({source})")):
-        info["recovery"] = distill.recover(module, teacher, [args(f) for f in calibration], settings, project.root,
-                                           ui.detail)
-    for p in module.parameters():
-        p.requires_grad_(False)
-    module.eval()
+    mask = next((i for i, n in enumerate(names) if n == "attention_mask"), None)  # real tokens, if marked
+
+    def pruned_at(ratio: float, base) -> tuple[Any, dict]:
+        step = settings.model_copy(update={"ratio": ratio})
+        for p in base.parameters():  # a copy of the frozen teacher: trainable again for pruning and recovery
+            p.requires_grad_(True)
+        with ui.step(f"prune {', '.join(settings.what)} by {ratio:.0%} ({settings.importance} importance, "
+                     f"channels a multiple of {multiple})"):
+            module, info = prune.apply(base, args(calibration[0]), step, multiple, [args(f) for f in calibration],
+                                       ui.note)
+        with ui.step("recover: " + (f"project hook {settings.recover}" if settings.recover else
+                                    f"distil from the FP32 teacher on {len(calibration)} calibration inputs ({source})")):
+            info["recovery"] = distill.recover(module, teacher, [args(f) for f in calibration], step, project.root,
+                                               ui.detail, mask)
+        for p in module.parameters():
+            p.requires_grad_(False)
+        return module.eval(), info
+
+    if settings.until == "latency":
+        module, info = _latency_search(ctx, loaded, teacher, pruned_at, calibration[0])
+    else:
+        module, info = pruned_at(settings.ratio, loaded.module)
     info["recovery_data"] = source
     ui.note(f"pruned: FLOPs −{info['flops_reduction']:.0%} ({info['macs_before']:,.0f} → {info['macs_after']:,.0f} "
             f"MACs), parameters {info['params_before']:,} → {info['params_after']:,}")
     return module, info, teacher
+
+
+def _latency_search(ctx: Context, loaded, teacher, pruned_at, feeds) -> tuple[Any, dict]:
+    """Prune the FP32 teacher at `step`, 2·`step`, … up to `ratio`; after each, export, load on the target and time
+    it (a quick in-process median: for comparing steps, never judged) and evaluate the metric. Stop at the first
+    step whose latency meets latency_p50_ms, or before the step that breaks the accuracy budget."""
+    import copy as copying
+    import tempfile
+    from pathlib import Path
+
+    from tapeout import verdicts
+    from tapeout.data import evaluate
+    from tapeout.exporters import torch_onnx
+    from tapeout.quantize.sensitivity import quick_latency_ms
+    from tapeout.types import Artifact, Verdict
+
+    project, profile, target, settings = ctx.project, ctx.profile, ctx.target, ctx.profile.pruning
+    limit = profile.budgets.latency_p50_ms
+    if limit is None:
+        raise BadInput("[pruning] until = \"latency\" needs a latency_p50_ms budget in the profile",
+                       fix="add [budgets] latency_p50_ms, or prune by ratio (until = \"ratio\")")
+    if ctx.emulated:
+        raise BadInput(f"[pruning] until = \"latency\" measures each step on the target, and this host cannot time "
+                       f"{profile.target} ({ctx.emulated})", fix="prune by ratio here, or build on the device")
+    names = [s.name for s in project.inputs]
+    evaluation = project.evaluation
+
+    def metric(module) -> float | None:
+        if evaluation is None:
+            return None
+        return evaluate(project, lambda f: torch_onnx.torch_outputs(module, f, names, loaded.output_names))
+
+    def latency(module) -> float:
+        with tempfile.TemporaryDirectory(prefix="tapeout-prune-") as tmp:
+            candidate = copying.copy(loaded)
+            candidate.module = module
+            path = Path(tmp) / "model.onnx"
+            limits = target.limits()
+            torch_onnx.export(candidate, project.inputs, project.dims, path, opset=min(20, limits.max_opset),
+                              max_ir_version=limits.max_ir_version, dynamic=project.export.dynamic,
+                              atol=project.export.atol, rtol=project.export.rtol, samples=1, seed=project.seed)
+            session = target.session(Artifact(profile.target, path.parent, path.name))
+            return quick_latency_ms(session.run, feeds)
+
+    reference = metric(teacher)
+    steps, chosen = [], None
+    base_latency = latency(teacher)
+    steps.append({"ratio": 0.0, "latency_ms": base_latency, "metric": reference, "accepted": True})
+    ratio = 0.0
+    while ratio + settings.step <= settings.ratio + 1e-9:
+        ratio = round(ratio + settings.step, 6)
+        module, info = pruned_at(ratio, copying.deepcopy(teacher))
+        value, ms = metric(module), latency(module)
+        ok = True
+        if value is not None:
+            results = verdicts.judge_accuracy(profile.budgets, reference, value, evaluation.direction, evaluation.name)
+            ok = all(r.verdict == Verdict.PASS for r in results)
+        steps.append({"ratio": ratio, "latency_ms": ms, "metric": value, "macs": info["macs_after"],
+                      "params": info["params_after"], "accepted": ok})
+        ctx.ui.note(f"pruning {ratio:.0%}: quick latency {ms:.3f} ms (limit {limit:g} ms)"
+                    + (f", {evaluation.name} {value:.4g}" if value is not None else ""))
+        if not ok:
+            break
+        chosen = (module, info)
+        if ms <= limit:
+            break
+    if chosen is None:
+        raise BadInput(f"[pruning] the first step ({settings.step:.0%}) already breaks the accuracy budget",
+                       fix="lower [pruning] step, recover longer (distill_steps), or relax the accuracy budget")
+    module, info = chosen
+    last = steps[-1]
+    info["search"] = {"steps": steps, "limit_ms": limit, "method": "quick in-process median on the target, FP32 "
+                      "pruned model (the precision step follows)",
+                      "stopped": ("latency budget met" if last["accepted"] and last["latency_ms"] <= limit else
+                                  "accuracy budget broken: kept the previous step" if not last["accepted"] else
+                                  f"reached the maximum ratio {settings.ratio:.0%} with the latency budget still missed")}
+    return module, info

@@ -236,6 +236,13 @@ def _pruning_section(p: dict | None) -> list[str]:
             for s in p["steps"]]
     if rows:
         out += _table(["step", "MACs", "parameters", "widths after"], rows)
+    search = p.get("search")
+    if search:
+        out += ["", f"Latency-driven search ({search['method']}; limit {search['limit_ms']:g} ms): **{search['stopped']}**.", ""]
+        out += _table(["ratio", "quick latency ms", "metric", "MACs", "accepted"],
+                      [[f"{s['ratio']:.0%}", f"{s['latency_ms']:.4g}", fmt(s.get("metric")),
+                        f"{s['macs']:,.0f}" if s.get("macs") else "—", "yes" if s["accepted"] else "no"]
+                       for s in search["steps"]])
     if p.get("sparsity_2_4"):
         sp = p["sparsity_2_4"]
         out += ["", f"2:4 sparsity: {sp['layers']} layers, {sp['eligible_share']:.0%} of the weights eligible, half of "

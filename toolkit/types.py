@@ -245,7 +245,12 @@ class PruningSettings(_Strict):
     what: list[Literal["channels", "heads", "mlp", "2:4"]] = Field(
         min_length=1, description="channels (conv/Linear widths of CNNs and MLPs), heads (attention heads), mlp "
         "(transformer FFN width), 2:4 (semi-structured weight sparsity)")
-    ratio: float = Field(gt=0, lt=1, description="share of each prunable width (channels, heads, FFN width) removed")
+    ratio: float = Field(gt=0, lt=1, description="share of each prunable width (channels, heads, FFN width) removed; "
+                         "with until = \"latency\", the most the search may remove")
+    until: Literal["ratio", "latency"] = Field(
+        "ratio", description="ratio: prune by `ratio` once; latency: prune in steps of `step` up to `ratio`, measuring "
+        "each step on the target, until the latency_p50_ms budget holds or the accuracy budget breaks")
+    step: float = Field(0.1, gt=0, lt=1, description="the latency search's increment of the ratio")
     importance: Literal["magnitude", "taylor"] = Field(
         "magnitude", description="magnitude (L2 of the coupled group) or taylor (|w·∂L/∂w| on the calibration data)")
     protect: list[str] = Field(default_factory=list, description="module names kept whole, besides the family's own "
