@@ -1,0 +1,97 @@
+"""Pruning benchmark: per sample, FP32, pruned, quantized, and pruned + quantized, side by side.
+
+    python bench/pruning.py [--samples digits-cnn minilm tiny-lm] [--skip-build] [--blocks 8] [--runs 40]
+
+Every variant is a `tapeout build` on ONNX Runtime's CPU EP (2 intra-op threads at timing):
+  FP32               cpu-fp32
+  pruned             cpu-fp32 with the sample's [pruning] below (built-in distillation)
+  quantized          cpu-int8 (cpu-int4 for tiny-lm)
+  pruned + quantized the same [pruning], then cpu-int8's precision step
+Speed: each artifact against the FP32 export in this one process, A B A B blocks (bench/quantization.py's
+method): the median of the per-block FP32/model time ratios with their range. Quality: the sample's
+metric on the artifact. Size: the artifact's bytes. Build time: the wall time of `tapeout build`,
+recovery included.
+"""
+
+from __future__ import annotations
+
+import argparse
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+OUT = REPO / "bench" / "builds" / "pruning"
+sys.path.insert(0, str(Path(__file__).parent))
+import quantization as qbench  # noqa: E402  (the timing, quality and size helpers)
+
+PRUNING = {
+    "digits-cnn": 'what = ["channels"]\nratio = 0.5\ndistill_steps = 300',
+    "minilm": 'what = ["heads", "mlp"]\nratio = 0.25\ndistill_steps = 300\ndistill_lr = 2e-4',
+    "tiny-lm": 'what = ["mlp"]\nratio = 0.25\ndistill_steps = 300\ndistill_lr = 5e-4',
+}
+LOW = {"digits-cnn": "cpu-int8", "minilm": "cpu-int8", "tiny-lm": "cpu-int4"}
+
+
+def profile(sample: str, base: str, pruned: bool) -> Path:
+    OUT.mkdir(parents=True, exist_ok=True)
+    path = OUT / f"{sample}-{base}{'-pruned' if pruned else ''}.toml"
+    budget = "accuracy_max_rel_drop = 0.05" if sample == "tiny-lm" else "accuracy_max_drop = 0.01"
+    path.write_text(f'extends = "{base}"\n' + (f"[pruning]\n{PRUNING[sample]}\n" if pruned else "")
+                    + f"[budgets]\n{budget}\n[check]\niterations = 100\nrepeats = 1\n")
+    return path
+
+
+def build(sample: str, base: str, pruned: bool, skip: bool) -> tuple[Path, float | None]:
+    out = OUT / f"{sample}-{base}{'-pruned' if pruned else ''}"
+    if skip and (out / "report.json").is_file():
+        return out, None
+    started = time.perf_counter()
+    result = subprocess.run([sys.executable, "-m", "tapeout", "build", str(REPO / "samples" / sample), "--profile",
+                             str(profile(sample, base, pruned)), "--out", str(out)], capture_output=True, text=True)
+    if result.returncode not in (0, 1):
+        sys.exit(f"bench/pruning.py: build {out.name} exited {result.returncode}: {result.stderr.strip().splitlines()[-1:]}")
+    return out, time.perf_counter() - started
+
+
+def run(sample: str, skip: bool, blocks: int, runs: int) -> None:
+    import json
+
+    metric = qbench.load_sample(sample)
+    variants = {"FP32": ("cpu-fp32", False), "pruned": ("cpu-fp32", True), "quantized": (LOW[sample], False),
+                "pruned + quantized": (LOW[sample], True)}
+    builds = {name: build(sample, base, pruned, skip) for name, (base, pruned) in variants.items()}
+    fp32 = qbench.session(builds["FP32"][0] / "export" / "model.onnx")
+    feeds = qbench.calibration(sample)[0]
+    print(f"\n**{sample}**\n")
+    print("| variant | speed vs ORT FP32 | ms / run | quality | FLOPs | size MB | build s | exit |")
+    print("|---|---|---|---|---|---|---|---|")
+    for name, (out, seconds) in builds.items():
+        report = json.loads((out / "report.json").read_text())
+        artifact = out / "artifact" / report["artifact"]["main_file"]
+        sess = qbench.session(artifact)
+        ratio, lo, hi, ms = qbench.speed(fp32, sess, feeds, blocks, runs)
+        quality = ", ".join(f"{k} {v}" for k, v in qbench.quality(sample, metric, qbench.predictor(sess)).items())
+        pruning = report.get("pruning")
+        flops = f"−{pruning['flops_reduction']:.0%}" if pruning else "—"
+        print(f"| {name} | {ratio:.2f}× ({lo:.2f}–{hi:.2f}) | {ms:.3f} | {quality} | {flops} | "
+              f"{qbench.size_mb(artifact):.2f} | {seconds:.0f} | {report['exit_code']} |" if seconds is not None else
+              f"| {name} | {ratio:.2f}× ({lo:.2f}–{hi:.2f}) | {ms:.3f} | {quality} | {flops} | "
+              f"{qbench.size_mb(artifact):.2f} | (reused) | {report['exit_code']} |")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--samples", nargs="+", default=["digits-cnn", "minilm", "tiny-lm"], choices=list(PRUNING))
+    parser.add_argument("--skip-build", action="store_true")
+    parser.add_argument("--blocks", type=int, default=8)
+    parser.add_argument("--runs", type=int, default=40)
+    args = parser.parse_args()
+    print(qbench.cpu_line())
+    for sample in args.samples:
+        run(sample, args.skip_build, args.blocks, args.runs)
+
+
+if __name__ == "__main__":
+    main()
