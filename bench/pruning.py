@@ -28,8 +28,8 @@ import quantization as qbench  # noqa: E402  (the timing, quality and size helpe
 
 PRUNING = {
     "digits-cnn": 'what = ["channels"]\nratio = 0.5\ndistill_steps = 300',
-    "minilm": 'what = ["heads", "mlp"]\nratio = 0.25\ndistill_steps = 300\ndistill_lr = 2e-4',
-    "tiny-lm": 'what = ["mlp"]\nratio = 0.25\ndistill_steps = 300\ndistill_lr = 5e-4',
+    "minilm": 'what = ["mlp"]\nratio = 0.25\ndistill_steps = 300',
+    "tiny-lm": 'what = ["mlp"]\nratio = 0.25\ndistill_steps = 300',
 }
 LOW = {"digits-cnn": "cpu-int8", "minilm": "cpu-int8", "tiny-lm": "cpu-int4"}
 

@@ -44,7 +44,8 @@ def distill(student, teacher, inputs: list[tuple], settings: PruningSettings, pr
     masks = [args[token_mask] if token_mask is not None else None for args in inputs]
     scales = [[max(float(t.var()), 1e-8) for t in outs] for outs in targets]
     params = [p for p in student.parameters() if p.requires_grad]
-    optimizer = torch.optim.Adam(params, lr=settings.distill_lr)
+    lr = settings.distill_lr or 1e-3  # the build step fills it in per family (toolkit/pruning.py)
+    optimizer = torch.optim.Adam(params, lr=lr)
     student.eval()  # dropout off: the teacher's outputs are deterministic, so are the student's
     start, last, losses, step = time.perf_counter(), 0.0, [], 0
     for step in range(1, settings.distill_steps + 1):
@@ -65,7 +66,7 @@ def distill(student, teacher, inputs: list[tuple], settings: PruningSettings, pr
     window = max(1, len(inputs))
     return {"method": "built-in distillation (MSE to the FP32 teacher's outputs, variance-scaled"
                       + (", padding tokens left out)" if token_mask is not None else ")"), "steps": step,
-            "seconds": time.perf_counter() - start, "lr": settings.distill_lr, "samples": len(inputs),
+            "seconds": time.perf_counter() - start, "lr": lr, "samples": len(inputs),
             "loss_first": sum(losses[:window]) / len(losses[:window]),
             "loss_last": sum(losses[-window:]) / len(losses[-window:]),
             "stopped": "time cap" if step < settings.distill_steps else "steps done"}

@@ -183,6 +183,7 @@ def apply(module, example: tuple, settings: PruningSettings, round_to: int, cali
     return module, {
         "what": settings.what, "ratio": settings.ratio, "importance": settings.importance, "importance_how": how,
         "round_to": round_to, "protected": keep, "steps": done, "sparsity_2_4": sparsity,
+        "transformer": found.transformer,
         "macs_before": macs0, "macs_after": macs1, "params_before": params0, "params_after": params1,
         "flops_reduction": 1 - macs1 / macs0 if macs0 else 0.0,
     }

@@ -260,7 +260,8 @@ class PruningSettings(_Strict):
     recover: str | None = Field(None, description="`file.py:callable` called with (pruned, teacher, calibration "
                                 "inputs) to recover accuracy; default: the built-in distillation")
     distill_steps: int = Field(200, ge=0, le=100_000, description="built-in distillation: optimizer steps (0: none)")
-    distill_lr: float = Field(1e-3, gt=0, le=1.0)
+    distill_lr: float | None = Field(None, gt=0, le=1.0, description="default: 5e-5 for transformers (a pretrained "
+                                     "encoder's fine-tuning rate; 1e-3 collapsed MiniLM), 1e-3 otherwise")
     distill_max_s: float = Field(300, gt=0, le=86_400, description="built-in distillation: wall-time cap")
 
 
