@@ -215,3 +215,15 @@ def test_latency_driven_search_stops_at_the_first_step_that_meets_the_budget(tmp
     no_budget = _profile(tmp_path, 'what = ["channels"]\nratio = 0.5\nuntil = "latency"', "nobudget")
     result = run_cli("build", SAMPLES / "digits-cnn", "--profile", no_budget, "--out", tmp_path / "c")
     assert result.code == 2 and "needs a latency_p50_ms budget" in one_line_error(result)
+
+
+def test_two_four_turns_on_the_sparse_kernels_of_targets_that_have_them(tmp_path):
+    from tapeout.console import UI
+    from tapeout.context import for_build
+
+    path = tmp_path / "trt-sparse.toml"
+    path.write_text('extends = "tensorrt-fp16"\n[pruning]\nwhat = ["2:4"]\nratio = 0.5\n')
+    assert for_build(SAMPLES / "digits-cnn", str(path), UI()).target.options.sparse_weights is True
+    path.write_text('extends = "tensorrt-fp16"\n[options]\nsparse_weights = false\n[pruning]\nwhat = ["2:4"]\n'
+                    'ratio = 0.5\n')
+    assert for_build(SAMPLES / "digits-cnn", str(path), UI()).target.options.sparse_weights is False  # said: kept

@@ -45,7 +45,11 @@ def for_build(project_dir: Path | str, profile_name: str, ui: UI) -> Context:
     """Load and validate everything a build needs, and stop early (exit 4) if the target cannot run here."""
     project = load_project(project_dir)
     profile = load_profile(profile_name)
-    target = targets.create(profile.target, profile.options)
+    options = dict(profile.options)
+    if (profile.pruning is not None and "2:4" in profile.pruning.what and "sparse_weights" not in options
+            and "sparse_weights" in targets.options_model(profile.target).model_fields):
+        options["sparse_weights"] = True  # 2:4 weights are only worth their accuracy where sparse kernels run them
+    target = targets.create(profile.target, options)
     device = load_device(profile.device) if profile.device else None
     if device is not None and profile.precision in ("fp8",) and profile.precision not in device.peak_dense_tops:
         raise BadInput(f"profile {profile.name} asks for {profile.precision}, and device spec {device.name} lists no "
