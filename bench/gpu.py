@@ -152,21 +152,6 @@ def _ort_variant(build_dir: Path, feeds: dict[str, np.ndarray]):
     return call, lambda: next(iter(session.run(feeds).values()))
 
 
-def _tensorrt_available() -> str | None:
-    from tapeout import targets
-    from tapeout.errors import TapeoutError
-
-    target = targets.create("tensorrt")
-    probe = target.probe()
-    if not probe.available:
-        return probe.reason
-    try:
-        target.preflight()
-    except TapeoutError as exc:
-        return str(exc)
-    return None
-
-
 def _trt_variant(build_dir: Path, feeds: dict[str, np.ndarray]):
     """The tensorrt build's engine, built (or reused) here, run through tapeout's session; and its build time."""
     from tapeout import targets
@@ -218,7 +203,9 @@ def main() -> None:
 
     print(f"GPU {nvml.nvmlDeviceGetName(handle)} · driver {nvml.nvmlSystemGetDriverVersion()} · torch {torch.__version__} "
           f"(CUDA {torch.version.cuda}) · onnxruntime-gpu {ort.__version__} · CPU {platform.processor() or platform.machine()}")
-    no_trt = _tensorrt_available()
+    from tapeout import targets
+
+    no_trt = targets.why_not_here("tensorrt")
     if no_trt:
         print(f"TensorRT rows: not measured, TensorRT is not usable here ({no_trt})")
     print("| case | variant | p50 ms | p90 ms | p50 vs torch eager FP16 | mJ / inference | cosine vs FP32 |")

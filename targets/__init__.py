@@ -149,6 +149,21 @@ def create(name: str, options: dict[str, Any] | BaseModel | None = None) -> Targ
     return cls(name, info(name).capabilities, opts)
 
 
+def why_not_here(name: str, options: dict[str, Any] | None = None) -> str | None:
+    """None if target `name` can run on this host with `options` (probe and preflight pass), else why not."""
+    from tapeout.errors import TapeoutError
+
+    target = create(name, options)
+    probe = target.probe()
+    if not probe.available:
+        return probe.reason
+    try:
+        target.preflight()
+    except TapeoutError as exc:
+        return str(exc)
+    return None
+
+
 def reference_session(model_path: Path) -> Session:
     """The FP32 reference runtime (ONNX Runtime CPU, basic optimizations), whatever the build's target:
     the reference when the source is ONNX, and where emulated targets' candidates are scored."""

@@ -18,7 +18,9 @@ from tapeout import builddir
 from tapeout.errors import BadInput, TargetUnavailable
 
 ENGINES_DIR = "engines"
+SETTINGS_FILE = "engine-settings.json"   # beside the ONNX in artifact/: what the device needs to build the engine
 MAX_RECORD_BYTES = 64 << 20
+MAX_SETTINGS_BYTES = 1 << 20
 LABELS = {"gpu": "GPU", "compute_capability": "compute capability", "toolchain": "toolchain",
           "driver": "driver", "onnx_sha256": "ONNX", "settings_sha256": "settings"}
 
@@ -38,6 +40,22 @@ def entry(artifact_dir: Path, key: dict, suffix: str) -> Entry:
 
 def settings_hash(settings: dict) -> str:
     return hashlib.sha256(json.dumps(settings, sort_keys=True).encode()).hexdigest()
+
+
+def read_settings(artifact_dir: Path, model, schema: str):
+    """engine-settings.json from a build dir (a file from elsewhere): confined, bounded, validated by `model`."""
+    from pydantic import ValidationError
+
+    from tapeout.errors import first_line
+    from tapeout.paths import confined
+
+    path = confined(artifact_dir, SETTINGS_FILE, "engine settings")
+    if not path.is_file() or path.stat().st_size > MAX_SETTINGS_BYTES:
+        raise BadInput(f"{path} is missing or too large", fix="copy the whole build dir to the device, or rebuild")
+    try:
+        return model.model_validate(json.loads(path.read_text()))
+    except (ValidationError, json.JSONDecodeError, UnicodeDecodeError, RecursionError) as exc:
+        raise BadInput(f"{path} is not a {schema} file ({first_line(exc)})", fix="rebuild") from None
 
 
 def read_record(path: Path) -> dict | None:

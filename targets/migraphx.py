@@ -21,15 +21,15 @@ from pathlib import Path
 from typing import Literal
 
 import numpy as np
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field
 
 from tapeout.errors import BadInput, TapeoutError, TargetUnavailable, first_line
-from tapeout.paths import confined, copy_onnx
+from tapeout.paths import copy_onnx
 from tapeout.targets.base import EngineBuild, Probe, Session, Target
 from tapeout.types import Artifact, InputSpec
 
 ARTIFACT_FILE = "model.onnx"
-SETTINGS_FILE = "engine-settings.json"
+SETTINGS_FILE = "engine-settings.json"  # engine_cache.SETTINGS_FILE
 SETTINGS_SCHEMA = "tapeout.migraphx-settings/1"
 INSTALL = ("on the device: install ROCm and MIGraphX from AMD's repositories (apt install migraphx; the Python "
            "module is in /opt/rocm/lib), then pip install \"tapeout[rocm]\"; PyPI's `migraphx` is a name placeholder")
@@ -133,13 +133,9 @@ class MIGraphX(Target):
             "qdq_pairs": sum(n.op_type == "QuantizeLinear" for n in header.graph.node)})
 
     def _settings(self, artifact: Artifact) -> CompileSettings:
-        path = confined(artifact.directory, SETTINGS_FILE, "MIGraphX settings")
-        if not path.is_file() or path.stat().st_size > 1 << 20:
-            raise BadInput(f"{path} is missing or too large", fix="copy the whole build dir to the device, or rebuild")
-        try:
-            return CompileSettings.model_validate(json.loads(path.read_text()))
-        except (ValidationError, json.JSONDecodeError, UnicodeDecodeError, RecursionError) as exc:
-            raise BadInput(f"{path} is not a {SETTINGS_SCHEMA} file ({first_line(exc)})", fix="rebuild") from None
+        from tapeout.targets import engine_cache
+
+        return engine_cache.read_settings(artifact.directory, CompileSettings, SETTINGS_SCHEMA)
 
     def _device(self, artifact: Artifact):
         from tapeout.manifest import sha256_file

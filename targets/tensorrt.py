@@ -26,17 +26,16 @@ from pathlib import Path
 from typing import Literal
 
 import numpy as np
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field
 
 from tapeout.errors import BadInput, TargetUnavailable, first_line
-from tapeout.paths import confined, copy_onnx
+from tapeout.paths import copy_onnx
 from tapeout.targets.base import EngineBuild, LintIssue, OpProfile, Probe, RuntimeLimits, Session, Target
 from tapeout.types import Artifact, InputSpec
 
 ARTIFACT_FILE = "model.onnx"
-SETTINGS_FILE = "engine-settings.json"
+SETTINGS_FILE = "engine-settings.json"  # engine_cache.SETTINGS_FILE
 SETTINGS_SCHEMA = "tapeout.engine-settings/1"
-MAX_SETTINGS_BYTES = 1 << 20
 SUPPORT_DATA = Path(__file__).parent / "data" / "tensorrt-onnx-support.json"
 MODULES = {"tensorrt": "tensorrt", "tensorrt_rtx": "tensorrt_rtx"}
 INSTALL = {
@@ -323,13 +322,9 @@ class TensorRT(Target):
     # ------------------------------------------------------------ device side
 
     def _settings(self, artifact: Artifact) -> EngineSettings:
-        path = confined(artifact.directory, SETTINGS_FILE, "engine settings")
-        if not path.is_file() or path.stat().st_size > MAX_SETTINGS_BYTES:
-            raise BadInput(f"{path} is missing or too large", fix="copy the whole build dir to the device, or rebuild")
-        try:
-            return EngineSettings.model_validate(json.loads(path.read_text()))
-        except (ValidationError, json.JSONDecodeError, UnicodeDecodeError, RecursionError) as exc:
-            raise BadInput(f"{path} is not a {SETTINGS_SCHEMA} file ({first_line(exc)})", fix="rebuild") from None
+        from tapeout.targets import engine_cache
+
+        return engine_cache.read_settings(artifact.directory, EngineSettings, SETTINGS_SCHEMA)
 
     def _device(self, artifact: Artifact):
         """(tensorrt module, GPU, settings, cache entry) for this device: the key names everything an engine is

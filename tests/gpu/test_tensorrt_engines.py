@@ -15,22 +15,8 @@ import pytest
 
 from conftest import SAMPLES, run_cli
 from tapeout import targets
-from tapeout.errors import TapeoutError
 
-
-def _why_not() -> str | None:
-    target = targets.create("tensorrt")
-    probe = target.probe()
-    if not probe.available:
-        return probe.reason
-    try:
-        target.preflight()
-    except TapeoutError as exc:
-        return str(exc)
-    return None
-
-
-WHY_NOT = _why_not()
+WHY_NOT = targets.why_not_here("tensorrt")
 pytestmark = [pytest.mark.gpu, pytest.mark.skipif(WHY_NOT is not None, reason=f"no TensorRT GPU here: {WHY_NOT}")]
 
 FAST = """
