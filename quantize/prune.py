@@ -218,7 +218,7 @@ def two_four(module, keep: dict[str, str], found: Structure) -> dict:
     module (as `_tapeout_masks`) so recovery can re-apply them after each optimizer step."""
     import torch
 
-    masks, eligible, total = {}, 0, 0
+    masks, eligible, total, zeros = {}, 0, 0, 0
     for name, m in found.convs + found.linears:
         w = m.weight
         total += w.numel()
@@ -233,9 +233,10 @@ def two_four(module, keep: dict[str, str], found: Structure) -> dict:
             w.mul_(mask)
         masks[name] = mask
         eligible += w.numel()
+        zeros += int((w == 0).sum())
     module._tapeout_masks = masks
     return {"layers": len(masks), "eligible_share": eligible / total if total else 0.0,
-            "zeros_in_eligible": 0.5, "layer_names": list(masks)}
+            "zeros_in_eligible": zeros / eligible if eligible else 0.0, "layer_names": list(masks)}
 
 
 def reapply_masks(module) -> None:

@@ -145,7 +145,7 @@ class EngineBuild:
     reason: str                      # why it was built, or which cached engine was reused
     file: str                        # the engine, relative to the build dir
     key: dict                        # device, compute capability, toolchain version, driver, model hash, settings
-    seconds: float                   # build time, or load time when reused
+    seconds: float                   # build time; 0 when reused
     layers: list[dict] = field(default_factory=list)    # per layer: name, type, precision, tactic, sparse, ...
     summary: dict = field(default_factory=dict)         # layers per precision, sparse layers, memory, ...
 

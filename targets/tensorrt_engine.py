@@ -174,7 +174,8 @@ class TrtSession(Session):
         names = [engine.get_tensor_name(i) for i in range(engine.num_io_tensors)]
         self.input_names = [n for n in names if engine.get_tensor_mode(n) == trt.TensorIOMode.INPUT]
         self.output_names = [n for n in names if engine.get_tensor_mode(n) == trt.TensorIOMode.OUTPUT]
-        self.buffers: dict = {}
+        self.buffers: dict = {}   # name -> device Buffer, grown as shapes need
+        self.staged: dict = {}    # name -> the host input being copied in
 
     def _dtype(self, name: str):
         kind = self.engine.get_tensor_dtype(name).name
@@ -200,7 +201,7 @@ class TrtSession(Session):
             buf = self._buffer(name, array.nbytes)
             self.stream.copy(buf.address, array.ctypes.data, array.nbytes, cuda_rt.H2D)
             self.context.set_tensor_address(name, buf.address)
-            self.buffers[name + "#host"] = array  # kept alive until the copy has run
+            self.staged[name] = array  # the host array stays alive until the asynchronous copy has run
         outputs = {}
         for name in self.output_names:
             shape = tuple(self.context.get_tensor_shape(name))

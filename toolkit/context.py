@@ -64,5 +64,5 @@ def for_build(project_dir: Path | str, profile_name: str, ui: UI) -> Context:
         if target.capabilities.compile_on != "device":
             raise
         # the host-side part still builds here; `check` on the device compiles the engine
-        deferred = probe.reason if not probe.available else exc.problem.split(": ", 1)[-1]
+        deferred = probe.reason if not probe.available else exc.problem
     return Context(profile, target, probe, ui, project=project, device=device, deferred=deferred)

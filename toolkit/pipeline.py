@@ -53,7 +53,7 @@ def export_model(ctx: Context, out_path: Path, *, raise_on_lint: bool = True, pr
     if ctx.profile.pruning is not None and loaded.kind == "onnx":
         from tapeout import pruning as pruning_step
 
-        pruning_step.run(ctx, loaded)  # refuses: pruning works on the torch module
+        pruning_step.require_torch(ctx, loaded)
     if loaded.kind == "onnx":
         import onnx
 

@@ -26,6 +26,13 @@ def round_to(ctx: Context) -> int:
     return ctx.capabilities.channel_multiple.get(ctx.profile.precision, DEFAULT_MULTIPLE)
 
 
+def require_torch(ctx: Context, loaded) -> None:
+    if loaded.kind != "torch":
+        raise BadInput(f"[pruning] needs a torch model, and [model] source = \"{ctx.project.model.source}\" is ONNX",
+                       fix="point [model] source at the torch module (file.py:callable, a Hugging Face directory "
+                           "or a .pt2), or remove [pruning] from the profile")
+
+
 def run(ctx: Context, loaded) -> tuple[Any, dict, Any]:
     """(pruned module, what was done, the FP32 teacher module)."""
     import numpy as np
@@ -34,16 +41,14 @@ def run(ctx: Context, loaded) -> tuple[Any, dict, Any]:
     from tapeout.quantize import distill, prune
 
     project, settings, ui = ctx.project, ctx.profile.pruning, ctx.ui
-    if loaded.kind != "torch":
-        raise BadInput(f"[pruning] needs a torch model, and [model] source = \"{project.model.source}\" is ONNX",
-                       fix="point [model] source at the torch module (file.py:callable, a Hugging Face directory "
-                           "or a .pt2), or remove [pruning] from the profile")
+    require_torch(ctx, loaded)
     names = [s.name for s in project.inputs]
 
     def args(feeds) -> tuple:
         return tuple(torch.from_numpy(np.ascontiguousarray(feeds[n])) for n in names)
 
     calibration, source = sample_inputs(project, ctx.profile.quantization.calibration_samples)
+    tensors = [args(f) for f in calibration]
     teacher = copy.deepcopy(loaded.module).eval()
     for p in teacher.parameters():
         p.requires_grad_(False)
@@ -56,14 +61,12 @@ def run(ctx: Context, loaded) -> tuple[Any, dict, Any]:
             p.requires_grad_(True)
         with ui.step(f"prune {', '.join(settings.what)} by {ratio:.0%} ({settings.importance} importance, "
                      f"channels a multiple of {multiple})"):
-            module, info = prune.apply(base, args(calibration[0]), step, multiple, [args(f) for f in calibration],
-                                       ui.note)
+            module, info = prune.apply(base, tensors[0], step, multiple, tensors, ui.note)
         if step.distill_lr is None:  # pretrained transformers take fine-tuning rates; small CNNs a larger one
             step = step.model_copy(update={"distill_lr": TRANSFORMER_LR if info["transformer"] else DEFAULT_LR})
         with ui.step("recover: " + (f"project hook {settings.recover}" if settings.recover else
                                     f"distil from the FP32 teacher on {len(calibration)} calibration inputs ({source})")):
-            info["recovery"] = distill.recover(module, teacher, [args(f) for f in calibration], step, project.root,
-                                               ui.detail, mask)
+            info["recovery"] = distill.recover(module, teacher, tensors, step, project.root, ui.detail, mask)
         for p in module.parameters():
             p.requires_grad_(False)
         return module.eval(), info
@@ -89,6 +92,7 @@ def _latency_search(ctx: Context, loaded, teacher, pruned_at, feeds) -> tuple[An
     from tapeout import verdicts
     from tapeout.data import evaluate
     from tapeout.exporters import torch_onnx
+    from tapeout.pipeline import DEFAULT_OPSET
     from tapeout.quantize.sensitivity import quick_latency_ms
     from tapeout.types import Artifact, Verdict
 
@@ -114,7 +118,8 @@ def _latency_search(ctx: Context, loaded, teacher, pruned_at, feeds) -> tuple[An
             candidate.module = module
             path = Path(tmp) / "model.onnx"
             limits = target.limits()
-            torch_onnx.export(candidate, project.inputs, project.dims, path, opset=min(20, limits.max_opset),
+            opset = project.export.opset or min(DEFAULT_OPSET, limits.max_opset)  # as the build's export
+            torch_onnx.export(candidate, project.inputs, project.dims, path, opset=opset,
                               max_ir_version=limits.max_ir_version, dynamic=project.export.dynamic,
                               atol=project.export.atol, rtol=project.export.rtol, samples=1, seed=project.seed)
             session = target.session(Artifact(profile.target, path.parent, path.name))

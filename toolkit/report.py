@@ -245,8 +245,9 @@ def _pruning_section(p: dict | None) -> list[str]:
                        for s in search["steps"]])
     if p.get("sparsity_2_4"):
         sp = p["sparsity_2_4"]
-        out += ["", f"2:4 sparsity: {sp['layers']} layers, {sp['eligible_share']:.0%} of the weights eligible, half of "
-                "those zero (the sparse flag reaches targets with sparse kernels: TensorRT's sparse_weights)"]
+        out += ["", f"2:4 sparsity: {sp['layers']} layers, {sp['eligible_share']:.0%} of the weights eligible, "
+                f"{sp['zeros_in_eligible']:.0%} of those zero (the sparse flag reaches targets with sparse kernels: "
+                "TensorRT's sparse_weights)"]
     out += ["", "Protected: " + "; ".join(f"`{k}` ({v})" for k, v in p["protected"].items())]
     r = p.get("recovery") or {}
     if r.get("steps"):
@@ -264,7 +265,7 @@ def _engine_section(e: dict | None) -> list[str]:
     key = e["key"]
     out = ["", "## Engine", "",
            (f"**Built** in {e['seconds']:.1f} s: {e['reason']}" if e["action"] == "built"
-            else f"**Reused** (loaded in {e['seconds']:.2f} s): {e['reason']}") + f". File `{e['file']}`.", "",
+            else f"**Reused**: {e['reason']}") + f". File `{e['file']}`.", "",
            "Cache key: " + " · ".join(f"{k} {v}" for k, v in key.items() if k not in ("onnx_sha256", "settings_sha256"))
            + f" · ONNX {str(key.get('onnx_sha256', ''))[:12]} · settings {str(key.get('settings_sha256', ''))[:12]}"]
     summary = e.get("summary") or {}
