@@ -93,6 +93,13 @@ class OpTime:
     provider: str
     calls: int
     total_us: float
+    # what the profiler says the op touched, where it says (ONNX Runtime does): the bottleneck view's input
+    flops: int | None = None        # None: not countable from what the profiler records (prepacked weights)
+    in_bytes: int | None = None
+    out_bytes: int | None = None
+    precision: str = ""
+    in_shapes: tuple = ()
+    out_shapes: tuple = ()
 
 
 @dataclass(frozen=True)
@@ -132,6 +139,11 @@ class OpProfile:
                  "mean_us": o.total_us / max(o.calls, 1), "share": o.total_us / kernel_total if kernel_total else 0}
                 for o in ops[:top]
             ],
+            # every op in execution order, with what it touched: the bottleneck view reads these
+            "ops": [{"node": o.node, "op_type": o.op_type, "calls": o.calls, "total_us": o.total_us,
+                     "flops": o.flops, "in_bytes": o.in_bytes, "out_bytes": o.out_bytes, "precision": o.precision,
+                     "in_shapes": [list(s) for s in o.in_shapes], "out_shapes": [list(s) for s in o.out_shapes]}
+                    for o in self.ops],
             "node_count": len(self.ops),
         }
 

@@ -242,8 +242,10 @@ def node_cost(view: GraphView, node) -> NodeCost:
         flops = 2 * out * per_output
     elif op not in _NO_FLOPS and out:
         flops = out
-    bytes_moved = sum(view.size(t) * view.elem_bytes(t) for t in [*node.input, *node.output]
-                      if t and view.size(t) is not None)
+    touched = [*node.input, *node.output]
+    if op in ("Gather", "GatherElements", "GatherND") and node.output and view.size(node.output[0]) is not None:
+        touched = [t for t in touched if t != node.input[0]] + [node.output[0]]  # reads the rows it gathers, not the table
+    bytes_moved = sum(view.size(t) * view.elem_bytes(t) for t in touched if t and view.size(t) is not None)
     return NodeCost(node.name, op, int(flops), int(bytes_moved), params, view.parent.get(node.name, ""))
 
 
@@ -310,7 +312,10 @@ def activation_peak(view: GraphView) -> tuple[int, str]:
 def analyze(model_path: Path, inputs: list[InputSpec] | None = None, dims: dict[str, int] | None = None,
             hints: dict | None = None) -> Analysis:
     """Everything static about the model at the build's shapes, with its architecture."""
-    view = GraphView.load(model_path, inputs, dims)
+    return analyze_view(GraphView.load(model_path, inputs, dims), hints)
+
+
+def analyze_view(view: GraphView, hints: dict | None = None) -> Analysis:
     costs = [node_cost(view, n) for n in view.nodes if n.op_type != "Constant"]
     if view.control_flow:
         runs = runs_per_inference(view, {c.name: c for c in costs})

@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 from xml.sax.saxutils import escape, quoteattr
 
-from tapeout import builddir, manifest, targets, verdicts
+from tapeout import bottleneck, builddir, estimate, manifest, report_html, targets, verdicts
 from tapeout import measure as measuring
 from tapeout.config import validate
 from tapeout.console import UI
@@ -179,9 +179,15 @@ def check(build_dir: Path | str, ui: UI, strict: bool = False, iterations: int |
     if (host["cpu"], host["cpu_flags"]) != (built_on.cpu, built_on.cpu_flags):
         m.notes.append(f"checked on {host['cpu']} ({' '.join(host['cpu_flags'])}); built on {built_on.cpu} "
                        f"({' '.join(built_on.cpu_flags)}): parity above is this CPU's")
+    est = None
+    if (build_dir / "export" / "model.onnx").is_file():  # build dirs from before the estimator have none
+        with ui.step("estimate latency on the device (roofline, calibrated where measured)"):
+            est = estimate.for_build(build_dir, build.to_json(), man.model_dump(mode="json"), host=host)
+        ui.note(est.line())
+    p50 = None if ctx.emulated else m.latency.quantiles["p50"].point
     artifact_bytes = manifest.tree_size(artifact.directory)
     budgets = [
-        *verdicts.judge_on_device(profile.budgets, m, settings, ctx.emulated),
+        *verdicts.judge_on_device(profile.budgets, m, settings, ctx.emulated, est),
         *verdicts.judge_artifact(profile.budgets, artifact_bytes),
         verdicts.judge_parity(parity, settings.parity),
         *_carried(build, profile),
@@ -194,9 +200,12 @@ def check(build_dir: Path | str, ui: UI, strict: bool = False, iterations: int |
         golden=GoldenInfo(samples=len(golden_outputs), source="golden.npz", reference="the build's reference outputs"),
         m=m, parity=parity, budgets=budgets, placement=build.placement,
         engine=engine.to_json() if engine else None,
+        estimate=estimate.with_measured(est, p50) if est else None,
+        bottlenecks=None if ctx.emulated or est is None else bottleneck.view(m.op_profile, est.roof, p50),
     )
     builddir.write_json(build_dir / "check.json", report.to_json())
     builddir.write_text(build_dir / "check.md", render_markdown(report))
+    builddir.write_text(build_dir / "check.html", report_html.render(report))
     return report
 
 

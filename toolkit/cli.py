@@ -241,7 +241,7 @@ def report(
     build_dir: Path = typer.Argument(..., help="A build dir."),
     of_check: bool = typer.Option(False, "--check", help="Re-render check.md from check.json instead."),
 ) -> None:
-    """Re-render report.md (or check.md) from its JSON and print it."""
+    """Re-render report.md and report.html (or check.md and check.html) from its JSON; print the markdown."""
     from tapeout import builddir
     from tapeout.errors import BadInput
     from tapeout.report import render_markdown
@@ -250,12 +250,148 @@ def report(
     source = build_dir / ("check.json" if of_check else "report.json")
     if not source.is_file():
         raise BadInput(f"{source} not found", fix="run `tapeout build` (or `tapeout check`) first")
-    text = render_markdown(load(source))
+    loaded = load(source)
+    text = render_markdown(loaded)
     typer.echo(text)
     try:
+        from tapeout.report_html import render as render_html
+
         builddir.write_text(source.with_suffix(".md"), text)
+        builddir.write_text(source.with_suffix(".html"), render_html(loaded))
     except OSError as exc:  # a read-only build dir still renders
         typer.echo(f"tapeout: note: {source.with_suffix('.md')} not written ({exc.strerror or exc})", err=True)
+
+
+@app.command()
+def estimate(
+    build_dir: Path = typer.Argument(..., help="A build dir written by `tapeout build`."),
+    device: str | None = typer.Option(None, "--device", help="Estimate for this device spec instead of the "
+                                      "profile's (`tapeout profiles list` shows the specs)."),
+    as_json: bool = JSON,
+) -> None:
+    """Latency estimate on the profile's device: roofline per kernel, calibrated where measured, with its error band."""
+    from tapeout import estimate as estimating
+    from tapeout.console import UI
+
+    manifest_data = None
+    if device is not None:
+        from tapeout.config import load_device
+
+        spec = load_device(device)
+        manifest_data = estimating._read_json(build_dir / "manifest.json")
+        manifest_data = {**manifest_data, "device_spec": spec.model_dump(mode="json")}
+    est = estimating.for_build(build_dir, manifest=manifest_data)
+    if as_json:
+        typer.echo(json.dumps(est.to_json(top=30), indent=2, default=str))
+        return
+    from rich.table import Table
+
+    ui = UI()
+    ui.out.print(est.line(), markup=False)
+    table = Table("kernel", "class", "precision", "GFLOP", "MB", "compute µs", "memory µs", "bound",
+                  title=f"the slowest kernels at the roofline ({est.roof.source})")
+    for k in est.to_json(top=15)["top_kernels"]:
+        table.add_row(k["name"], k["class"], k["precision"], f"{k['flops'] / 1e9:.4g}", f"{k['bytes'] / 2**20:.4g}",
+                      f"{k['compute_us']:.3g}", f"{k['memory_us']:.3g}",
+                      "compute" if k["compute_us"] >= k["memory_us"] else "memory")
+    ui.out.print(table)
+    for note in est.notes:
+        ui.out.print(f"note: {note}", markup=False)
+
+
+@app.command()
+def calibrate(
+    build_dirs: list[Path] = typer.Argument(..., help="Build dirs measured on the device (a check.json counts)."),
+    out: Path | None = typer.Option(None, "--out", help="Folder for the calibration files (default: "
+                                    "$TAPEOUT_CALIBRATION or ~/.local/share/tapeout/calibration)."),
+    as_json: bool = JSON,
+) -> None:
+    """Fit the estimator's efficiency factors from measured per-op profiles; report the held-out error."""
+    from tapeout import calibration, manifest, roofline
+    from tapeout import estimate as estimating
+    from tapeout.console import UI
+    from tapeout.errors import BadInput
+
+    ui = UI()
+    here = roofline.host_key(manifest.host_fingerprint())
+    found = []
+    for d in build_dirs:
+        got = estimating.measured_record(d)
+        if isinstance(got, str):
+            ui.note(f"skipped {got}")
+            continue
+        if got[1]["device"].startswith("host-") and got[1]["host_key"] != here:  # its roof is that CPU's, not ours
+            ui.note(f"skipped {d}: measured on another CPU ({got[1]['host_key']}); calibrate on that machine")
+            continue
+        found.append(got)
+    if not found:
+        raise BadInput("none of the build dirs has a latency measured on its device with a per-op profile",
+                       fix="build (or check) on the device with [check] op_profile = true, then calibrate from those")
+    folder = out or calibration.user_folder()
+    results = []
+    for cal in calibration.make(found, manifest.now(), __version__):
+        path = calibration.save(cal, folder)
+        results.append({"device": cal.device, "target": cal.target, "file": str(path), "summary": cal.summary(),
+                        "band": cal.band, "held_out": cal.held_out})
+        if not as_json:
+            ui.out.print(f"{cal.device} × {cal.target}: {cal.summary()} → {path}", markup=False)
+    if as_json:
+        typer.echo(json.dumps(results, indent=2, default=str))
+
+
+@app.command()
+def compare(
+    items: list[Path] = typer.Argument(..., help="Build dirs, or one project with --profile."),
+    profile: list[str] = typer.Option([], "--profile", "-p", help="With a project: compare its builds of these profiles."),
+    html_out: Path | None = typer.Option(None, "--html", help="Also write the comparison as a self-contained HTML page."),
+    as_json: bool = JSON,
+) -> None:
+    """One table for one model across targets (from existing builds), the Pareto front and a recommendation."""
+    from tapeout import builddir
+    from tapeout import compare as comparing
+
+    if html_out is not None:
+        html_out = builddir.output_file(html_out, "--html")
+    result = comparing.compare(comparing.resolve(items, profile))
+    if html_out is not None:
+        from tapeout.report_html import render_compare
+
+        builddir.write_text(html_out, render_compare(result))
+    if as_json:
+        typer.echo(comparing.to_json(result))
+        return
+    from rich.table import Table
+
+    from tapeout.console import UI
+
+    ui = UI()
+    table = Table(*comparing.HEADER, title="one model, several targets")
+    for row in comparing.table_rows(result):
+        table.add_row(*row)
+    ui.out.print(table)
+    ui.out.print(f"recommendation: {result['why']}", markup=False)
+
+
+@app.command()
+def diff(
+    a: Path = typer.Argument(..., help="A build dir, or a report.json / check.json."),
+    b: Path | None = typer.Argument(None, help="Another; left out: A's build against its own check."),
+    as_json: bool = JSON,
+) -> None:
+    """Which figures moved beyond their noise between two builds (or a build and its check)."""
+    from tapeout import compare as comparing
+    from tapeout.errors import BadInput
+
+    if b is None:
+        if not (a / "check.json").is_file():
+            raise BadInput(f"{a} has no check.json to compare its build with", fix="run `tapeout check` on it, or give two builds")
+        a, b = a / "report.json", a / "check.json"
+    rows = comparing.diff(comparing.load_side(a), comparing.load_side(b))
+    if as_json:
+        typer.echo(comparing.to_json(rows))
+    else:
+        typer.echo(comparing.render_diff(rows, str(a), str(b)))
+    raise typer.Exit(0)
 
 
 @app.command()

@@ -76,6 +76,7 @@ class Measurement:
         return {
             "latency_ms": self.latency.to_json(),
             "latency_e2e_ms": self.latency_e2e.to_json() if self.latency_e2e else None,
+            "latency_histogram": histogram(self.samples),
             "cold_start_ms": {"per_repeat": self.cold_start_ms, "max": max(self.cold_start_ms),
                               "median": float(np.median(self.cold_start_ms))},
             "runtime_import_ms": self.runtime_import_ms,
@@ -99,6 +100,17 @@ class Measurement:
             "op_profile": self.op_profile,
             "notes": self.notes,
         }
+
+
+def histogram(samples: list[np.ndarray], bins: int = 40) -> dict | None:
+    """The pooled timed samples as log-spaced bins (ms), per process: what the HTML report draws."""
+    pooled = np.concatenate([np.asarray(s, dtype=float) for s in samples]) if samples else np.array([])
+    pooled = pooled[pooled > 0]
+    if pooled.size < 2 or pooled.min() == pooled.max():
+        return None
+    edges = np.geomspace(pooled.min(), pooled.max(), bins + 1)
+    return {"edges_ms": edges.tolist(),
+            "counts": [np.histogram(np.asarray(s, dtype=float), edges)[0].tolist() for s in samples]}
 
 
 def _run_child(request: dict, timeout_s: float, env: dict[str, str] | None = None) -> dict:

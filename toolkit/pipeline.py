@@ -10,7 +10,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from tapeout import builddir, manifest, precision, targets, verdicts
+from tapeout import bottleneck, builddir, estimate, manifest, precision, report_html, targets, verdicts
 from tapeout.analysis import analyze
 from tapeout.check import measure_target
 from tapeout.console import UI
@@ -122,6 +122,7 @@ def build(project_dir: Path | str, profile_name: str, out: Path | None, ui: UI, 
         report = _build_into(ctx, str(out), strict)
         builddir.write_json(stage / "report.json", report.to_json())
         builddir.write_text(stage / "report.md", render_markdown(report))
+        builddir.write_text(stage / "report.html", report_html.render(report))
         builddir.write_json(stage / builddir.MANIFEST, _manifest(ctx, report))
     return report
 
@@ -177,10 +178,16 @@ def _build_into(ctx: Context, build_dir: str, strict: bool) -> Report:
                                 reference=ref_metric, artifact=art_metric,
                                 where=precision.evaluated_on(ctx) if emulated else "at build, on this host")
 
+    with ui.step("estimate latency on the device (roofline, calibrated where measured)"):
+        est = estimate.for_model(ctx, fp32_path, (quantization or {}).get("plan"))
+    ui.note(est.line())
+    p50 = None if ctx.emulated else m.latency.quantiles["p50"].point
+    bottlenecks = None if ctx.emulated else bottleneck.view(m.op_profile, est.roof, p50)
+
     artifact_bytes = manifest.tree_size(artifact.directory)
     artifact_files = manifest.tree_hashes(artifact.directory)  # hashed once: report and manifest share it
     budgets = [
-        *verdicts.judge_on_device(profile.budgets, m, settings, ctx.emulated),
+        *verdicts.judge_on_device(profile.budgets, m, settings, ctx.emulated, est),
         *verdicts.judge_artifact(profile.budgets, artifact_bytes),
         *verdicts.judge_placement(profile.budgets, placement),
         verdicts.judge_parity(parity, profile.check.parity),
@@ -198,6 +205,7 @@ def _build_into(ctx: Context, build_dir: str, strict: bool) -> Report:
                           else "the source ONNX model (FP32, ORT CPU)"),
         m=m, parity=parity, budgets=budgets, accuracy=accuracy, placement=placement,
         engine=engine.to_json() if engine else None,
+        estimate=estimate.with_measured(est, p50), bottlenecks=bottlenecks,
         model={"kind": exported.loaded.kind, "description": exported.loaded.description,
                "weights_sha256": exported.loaded.weights_sha256 or manifest.sha256_file(exported.loaded.onnx_path),
                "files": {str(f.name): manifest.sha256_file(f) for f in exported.loaded.files}},

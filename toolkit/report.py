@@ -151,6 +151,8 @@ def render_markdown(report: Report) -> str:
                        f"profiled run; the rest ({prof['overhead_share']:.0%}) is framework overhead. Profiled runs are "
                        "slower than the timed ones; read shares, not absolute times.")
 
+    out += _bottleneck_section(r.get("bottlenecks"))
+    out += _estimate_section(r.get("estimate"))
     if r.get("lint"):
         out += ["", "## Lint", ""] + [f"- {line}" for line in r["lint"]]
     host = r["host"]
@@ -293,4 +295,55 @@ def _placement_section(p: dict | None) -> list[str]:
            f"({1 - p['off_share']:.1%}){subgraphs}, from {p.get('source') or 'the EP at compile'}."]
     if p["off"]:
         out += ["", *_table(["node", "op", "why not on the accelerator"], [[n["node"], n["op_type"], n["reason"]] for n in p["off"]])]
+    return out
+
+
+def _estimate_section(e: dict | None) -> list[str]:
+    if not e:
+        return []
+    out = ["", f"## Estimate for {e['device']}", "", f"Method: {e['method']}."]
+    predicted = (e.get("predicted_ms") or {}).get("p50")
+    line = f"Roofline lower bound **{fmt(e['lower_bound_ms'])} ms** over {e['kernels']} kernels"
+    if predicted:
+        line += (f"; predicted p50 **{fmt(predicted['point'])} ms**"
+                 + (f" (band {fmt(predicted['low'])}–{fmt(predicted['high'])} ms)" if e.get("band") else ""))
+    if e.get("measured_p50_ms") is not None:
+        line += f"; measured p50 {fmt(e['measured_p50_ms'])} ms"
+        if e.get("error") is not None:
+            line += f", error {e['error']:+.1%}"
+    out.append(f"\n{line}.")
+    out.append(f"\n{e['calibration'] or 'No calibration for this device and target: only the lower bound is known.'}")
+    out += ["", *_table(["class", "kernels", "GFLOP", "MB", "roofline µs", "predicted µs"],
+                        [[c["class"], str(c["kernels"]), fmt(c["flops"] / 1e9, 3), fmt(c["bytes"] / 2**20, 3),
+                          us(c["roofline_us"]), us(c["predicted_us"])] for c in e["by_class"]])]
+    for note in e.get("notes") or []:
+        out.append(f"\nNote: {note}")
+    return out
+
+
+def _bottleneck_section(b: dict | None) -> list[str]:
+    if not b:
+        return []
+    roof = b["roof"]
+    out = ["", "## Bottlenecks (per op against the roofline)", "",
+           f"Roofs: {roof['source']}; bandwidth {fmt(roof['bandwidth_gbs'], 3)} GB/s; peaks "
+           + ", ".join(f"{k} {fmt(v, 3)} T/s" for k, v in roof["peaks_tops"].items()) + "."]
+    shares = ", ".join(f"{k}-bound {v['share']:.0%} ({v['ops']} ops)" for k, v in
+                       sorted(b["by_bound"].items(), key=lambda kv: -kv[1]["share"]))
+    outside = b.get("outside_ops_share")
+    out.append(f"\nTime in ops: {shares}." + (f" Outside any op (framework, dispatch): {outside:.0%} of the run."
+                                               if outside is not None else ""))
+    out += ["", *_table(["op", "type", "prec", "µs", "share", "GFLOP/s", "GB/s", "of roof", "bound"],
+                        [[o["node"], o["op_type"], o["precision"], us(o["mean_us"]), f"{o['share']:.1%}",
+                          fmt(o["achieved_gflops"], 3), fmt(o["achieved_gbs"], 3),
+                          "—" if o["roof_share"] is None else f"{o['roof_share']:.1%}", o["bound"]]
+                         for o in b["ops"][:12]])]
+    chains = b.get("fusible_chains") or []
+    if chains:
+        out += ["", f"Chains a fused kernel would collapse (saving {us(b['fusible_saving_us'])} µs per run at the "
+                "bandwidth limit):", ""]
+        out += _table(["ops", "measured µs", "fused µs", "saving µs"],
+                      [[" → ".join(c["op_types"]), us(c["measured_us"]), us(c["fused_us"]), us(c["saving_us"])]
+                       for c in chains[:5]])
+    out.append(f"\n{b['method']}.")
     return out

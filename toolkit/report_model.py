@@ -99,6 +99,10 @@ class Report(BaseModel):
     placement: dict[str, Any] | None = None
     engine: dict[str, Any] | None = Field(None, description="device-compiled targets: EngineBuild.to_json(), the "
                                           "engine built or reused on this device (null where none was made)")
+    estimate: dict[str, Any] | None = Field(None, description="estimate.with_measured(): the latency estimate "
+                                            "for the profile's device, with the measured p50 and error where measured")
+    bottlenecks: dict[str, Any] | None = Field(None, description="bottleneck.view(): per op against the device's "
+                                               "roofs (null where the timings are not the device's)")
     # the build's own sections (null in a check)
     model: dict[str, Any] | None = None
     export: dict[str, Any] | None = None

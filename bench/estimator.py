@@ -1,0 +1,120 @@
+"""Predicted vs measured latency: the estimator scored on models it was not fitted to.
+
+    python bench/estimator.py [--out DIR] [--skip-build] [--models a,b,...] [--profiles p,q,...]
+
+Builds every (model, profile) pair that runs here (the three samples and the model zoo of
+tests/zoo_models.py, at FP32 and INT8 on ONNX Runtime's CPU EP and on OpenVINO's CPU device), each
+with its per-op profile. Then, per (device, target), leave-one-model-out: the calibration is fitted
+on every other model's builds and predicts this model's p50. Printed side by side: the measured p50
+with its bounds, the uncalibrated roofline lower bound, the held-out prediction and its error.
+Target: within ±15 % on ≥ 90 % of the pairs. `lscpu` flags are printed with the figures: they
+decide the INT8 kernels and so the fit.
+"""
+
+from __future__ import annotations
+
+import argparse
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO / "tests"))
+
+SAMPLES = ("digits-cnn", "minilm", "tiny-lm")
+ZOO = ("resnet", "vit", "distilbert", "gpt2", "whisper", "unet", "lstm", "cnn-lstm")
+PROFILES = ("cpu-fp32", "cpu-int8", "openvino-cpu", "openvino-cpu-int8")
+# Every build keeps its per-op profile; the INT8 builds skip the sensitivity loop (the rules' plan is
+# enough to time; the loop would only spend minutes on MiniLM's metric).
+OVERRIDE = "extends = \"{base}\"\n[quantization]\nsensitivity = false\n[check]\nop_profile = true\n"
+
+
+def _profile_file(folder: Path, base: str) -> Path:
+    folder.mkdir(parents=True, exist_ok=True)
+    path = folder / f"bench-{base}.toml"
+    text = OVERRIDE.format(base=base)
+    if base in ("cpu-fp32", "openvino-cpu"):
+        text = text.replace("[quantization]\nsensitivity = false\n", "")
+    path.write_text(text)
+    return path
+
+
+def _project(root: Path, name: str) -> Path:
+    if name in SAMPLES:
+        return REPO / "samples" / name
+    from test_model_zoo import _project as zoo_project
+
+    folder = root / "projects"
+    folder.mkdir(parents=True, exist_ok=True)
+    if not (folder / name / "tapeout.toml").is_file():
+        zoo_project(folder, name)
+    return folder / name
+
+
+def build_all(out: Path, models: list[str], profiles: list[str], skip: bool) -> list[Path]:
+    dirs = []
+    for model in models:
+        project = _project(out, model)
+        for profile in profiles:
+            build_dir = out / "builds" / model / profile
+            dirs.append(build_dir)
+            if skip and (build_dir / "report.json").is_file():
+                continue
+            start = time.perf_counter()
+            run = subprocess.run([sys.executable, "-m", "tapeout", "build", str(project), "-p",
+                                  str(_profile_file(out, profile)), "-o", str(build_dir)],
+                                 capture_output=True, text=True)
+            last = (run.stdout.strip().splitlines() or [""])[-1]
+            print(f"  built {model} × {profile}: exit {run.returncode} in {time.perf_counter() - start:.0f} s  {last}",
+                  flush=True)
+            if run.returncode not in (0, 1, 3):
+                print(run.stderr[-2000:], flush=True)
+    return [d for d in dirs if (d / "report.json").is_file()]
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--out", type=Path, default=Path("/tmp/tapeout-bench-estimator"))
+    parser.add_argument("--skip-build", action="store_true", help="reuse builds already in --out")
+    parser.add_argument("--models", default=",".join(SAMPLES + ZOO))
+    parser.add_argument("--profiles", default=",".join(PROFILES))
+    args = parser.parse_args()
+
+    from tapeout import calibration, estimate, manifest
+
+    host = manifest.host_fingerprint()
+    print(f"host: {host['cpu']}, {host['cpu_affinity']} cores, flags {' '.join(host['cpu_flags'])}")
+    dirs = build_all(args.out, args.models.split(","), args.profiles.split(","), args.skip_build)
+    found = []
+    for d in dirs:
+        got = estimate.measured_record(d)
+        if isinstance(got, str):
+            print(f"  skipped: {got}")
+        else:
+            found.append(got)
+    cals = calibration.make(found, manifest.now(), "bench")
+    total_hit = total = 0
+    for cal in cals:
+        bounds = {r.source: r for r in cal.records}
+        print(f"\n{cal.device} × {cal.target}: {cal.summary()}")
+        print(f"{'model':<12} {'precision':<9} {'measured p50 ms':>16} {'roofline bound':>15} "
+              f"{'held-out pred':>14} {'error':>8}")
+        for h in sorted(cal.held_out, key=lambda h: (h["model"], h["precision"])):
+            r = bounds[h["source"]]
+            bound = sum(r.roof_s.values()) * 1e3
+            flag = "" if abs(h["error"]) <= 0.15 else "  ✗"
+            print(f"{h['model']:<12} {h['precision']:<9} {h['measured_ms']:>16.4g} {bound:>15.4g} "
+                  f"{h['predicted_ms']:>14.4g} {h['error']:>+8.1%}{flag}")
+        hit, n = cal.within()
+        total_hit, total = total_hit + hit, total + n
+    print(f"\nall: {total_hit}/{total} held-out predictions within ±15 % "
+          f"({total_hit / max(total, 1):.0%}; target ≥ 90 %)")
+    start = time.perf_counter()
+    subprocess.run([sys.executable, "-m", "tapeout", "compare", *map(str, dirs)], capture_output=True)
+    print(f"`tapeout compare` of {len(dirs)} builds: {time.perf_counter() - start:.2f} s (target < 5 s)")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

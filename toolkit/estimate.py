@@ -1,0 +1,272 @@
+"""Latency estimate for a device that is not here: roofline per kernel, calibrated where measured.
+
+Per kernel (`kernels.py`): the roofline time max(FLOPs / peak at its precision, bytes / bandwidth).
+The sum is a lower bound (research/profiling-modeling.md §1.4: rooflines are optimistic at batch 1).
+With a calibration for the device and target (`calibration.py`), each class's time is divided by
+its fitted efficiency and the fitted overhead is added; the error band is the calibration's
+held-out error. Without one, only the lower bound is known, and that is what the estimate says.
+
+Budgets judged on an estimate get `estimated-pass` / `estimated-fail` (DESIGN §4): never a silent
+pass, turned into failures by `--strict`, replaced by measured verdicts at `tapeout check`.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from tapeout import calibration as calib
+from tapeout import kernels as kern
+from tapeout import roofline
+from tapeout.analysis import GraphView, analyze_view
+from tapeout.errors import BadInput
+from tapeout.types import BudgetResult, Budgets, InputSpec, Verdict
+
+METHOD_BOUND = "roofline lower bound: Σ max(FLOPs / peak, bytes / bandwidth) per kernel, no overhead"
+METHOD_CALIBRATED = ("calibrated roofline: per kernel class, roofline time / fitted efficiency; plus fitted "
+                     "fixed and per-kernel overhead")
+
+
+@dataclass
+class Estimate:
+    device: str
+    target: str
+    precision: str
+    roof: roofline.Roof
+    kernels: list[kern.Kernel]
+    lower_bound_s: float
+    predicted_s: float | None = None
+    band: tuple[float, float] | None = None     # relative error range from the calibration's held-out models
+    tails: dict[str, float] = field(default_factory=dict)
+    calibration: str | None = None              # its summary and file
+    per_kernel_s: list[float] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
+
+    @property
+    def method(self) -> str:
+        return METHOD_CALIBRATED if self.predicted_s is not None else METHOD_BOUND
+
+    def quantile_ms(self, q: str) -> tuple[float, float, float] | None:
+        """(point, low, high) for p50/p90/p99 in ms, or None without a calibration."""
+        if self.predicted_s is None:
+            return None
+        point = self.predicted_s * (1.0 if q == "p50" else self.tails.get(q, 1.0)) * 1e3
+        lo, hi = self.band or (0.0, 0.0)
+        # predicted = measured·(1 + error): the measured value lies in [point/(1+hi), point/(1+lo)]
+        return point, point / (1 + hi), point / (1 + lo) if lo > -1 else float("inf")
+
+    def by_class(self) -> list[dict[str, Any]]:
+        rows: dict[str, dict[str, Any]] = {}
+        for k, seconds in zip(self.kernels, self.per_kernel_s or [0.0] * len(self.kernels), strict=True):
+            row = rows.setdefault(k.cls, {"class": k.cls, "kernels": 0, "flops": 0, "bytes": 0.0, "roofline_us": 0.0,
+                                          "predicted_us": 0.0})
+            row["kernels"] += 1
+            row["flops"] += k.flops
+            row["bytes"] += k.bytes
+            row["roofline_us"] += max(kern.roof_times(k, self.roof)) * 1e6
+            row["predicted_us"] += seconds * 1e6
+        return sorted(rows.values(), key=lambda r: -(r["predicted_us"] or r["roofline_us"]))
+
+    def to_json(self, top: int = 15) -> dict[str, Any]:
+        order = sorted(range(len(self.kernels)), key=lambda i: -max(kern.roof_times(self.kernels[i], self.roof)))
+        return {
+            "device": self.device, "target": self.target, "precision": self.precision, "method": self.method,
+            "roof": self.roof.to_json(), "lower_bound_ms": self.lower_bound_s * 1e3,
+            "predicted_ms": {q: dict(zip(("point", "low", "high"), v, strict=True))
+                             for q in ("p50", "p90", "p99") if (v := self.quantile_ms(q))} or None,
+            "band": list(self.band) if self.band else None, "calibration": self.calibration,
+            "kernels": len(self.kernels), "by_class": self.by_class(),
+            "top_kernels": [{**self.kernels[i].to_json(),
+                             "compute_us": kern.roof_times(self.kernels[i], self.roof)[0] * 1e6,
+                             "memory_us": kern.roof_times(self.kernels[i], self.roof)[1] * 1e6} for i in order[:top]],
+            "notes": self.notes,
+        }
+
+    def line(self) -> str:
+        if self.predicted_s is None:
+            return (f"estimate for {self.device}: roofline lower bound {self.lower_bound_s * 1e3:.4g} ms "
+                    f"({len(self.kernels)} kernels); no calibration for {self.device} × {self.target}")
+        p50 = self.quantile_ms("p50")
+        band = f" [{p50[1]:.4g}, {p50[2]:.4g}]" if self.band else " (no error band: too few models)"
+        return (f"estimate for {self.device}: p50 {p50[0]:.4g} ms{band}; roofline lower bound "
+                f"{self.lower_bound_s * 1e3:.4g} ms; {self.calibration}")
+
+
+def roof_for(device_spec, host: dict, cal: calib.Calibration | None = None) -> roofline.Roof:
+    """The device spec's roofs, or this host's CPU (with the bandwidth its calibration measured, if any)."""
+    if device_spec is not None:
+        return roofline.from_spec(device_spec)
+    bandwidth = (cal.roof.get("bandwidth_gbs") or 0) * 1e9 if cal else None
+    return roofline.for_host(host, bandwidth or None)
+
+
+def device_name(device_spec, host: dict) -> str:
+    return device_spec.name if device_spec is not None else roofline.host_name(host)
+
+
+def model_kernels(model_path: Path, inputs: list[InputSpec], dims: dict[str, int], plan: dict | None,
+                  precision: str) -> list[kern.Kernel]:
+    view = GraphView.load(model_path, inputs, dims)
+    return kern.of(view, analyze_view(view), plan, kern.float_precision(precision, plan))
+
+
+def estimate(kernels: list[kern.Kernel], roof: roofline.Roof, target: str, precision: str,
+             cal: tuple[calib.Calibration, Path] | None) -> Estimate:
+    bound = sum(max(kern.roof_times(k, roof)) for k in kernels)
+    est = Estimate(roof.name, target, precision, roof, kernels, bound)
+    if roof.bandwidth is None:
+        est.notes.append("the device spec gives no memory bandwidth: the bound counts compute only")
+    missing = sorted({k.precision for k in kernels if roof.peak(k.precision)[0] is None})
+    if missing:
+        est.notes.append(f"the device spec gives no peak for {', '.join(missing)}: those kernels count bandwidth only")
+    if cal is None:
+        est.per_kernel_s = [max(kern.roof_times(k, roof)) for k in kernels]
+        return est
+    c, path = cal
+    f = c.fit
+    est.per_kernel_s = [max(kern.roof_times(k, roof)) / f.factor(k.cls, precision) + f.per_kernel_s for k in kernels]
+    est.predicted_s = f.fixed_s + sum(est.per_kernel_s)
+    est.band, est.tails = c.band, f.tails
+    est.calibration = f"calibration {path.name}: {c.summary()}"
+    return est
+
+
+def for_build(directory: Path, report: dict | None = None, manifest: dict | None = None,
+              cal: tuple[calib.Calibration, Path] | bool | None = True, host: dict | None = None) -> Estimate:
+    """The estimate for a build dir's model on its profile's device (where it names none: the CPU of
+    `host`, by default the one the build ran on). `cal=True` looks the calibration up; pass one (or
+    None) to use that instead."""
+    from tapeout.types import DeviceSpec
+
+    report = report if report is not None else _read_json(directory / "report.json")
+    manifest = manifest if manifest is not None else _read_json(directory / "manifest.json")
+    try:
+        project = manifest["project"]
+        inputs = [InputSpec.model_validate(i) for i in project["inputs"]]
+        dims = dict(project.get("dims") or {})
+        spec = DeviceSpec.model_validate(manifest["device_spec"]) if manifest.get("device_spec") else None
+        target, precision = report["target"]["name"], report["profile"]["precision"]
+        plan = (report.get("quantization") or {}).get("plan")
+        host = host or report["host"]
+    except (KeyError, TypeError, ValueError) as exc:
+        raise BadInput(f"{directory} is not a complete build dir ({type(exc).__name__}: {exc})",
+                       fix="point at a folder `tapeout build` wrote") from None
+    model = directory / "export" / "model.onnx"
+    if not model.is_file():
+        raise BadInput(f"{directory} has no export/model.onnx", fix="point at a folder `tapeout build` wrote")
+    device = device_name(spec, host)
+    if cal is True:
+        cal = calib.find(device, target)
+    roof = roof_for(spec, host, cal[0] if cal else None)
+    return estimate(model_kernels(model, inputs, dims, plan, precision), roof, target, precision, cal or None)
+
+
+def for_model(ctx, model_path: Path, plan: dict | None) -> Estimate:
+    """The estimate for a build in progress (or a check): the profile's device, or this host's CPU."""
+    from tapeout import manifest
+
+    host = manifest.host_fingerprint()
+    device = device_name(ctx.device, host)
+    cal = calib.find(device, ctx.target.name)
+    roof = roof_for(ctx.device, host, cal[0] if cal else None)
+    kernels = model_kernels(model_path, ctx.project.inputs, ctx.project.dims, plan, ctx.profile.precision)
+    return estimate(kernels, roof, ctx.target.name, ctx.profile.precision, cal)
+
+
+def with_measured(est: Estimate, measured_p50_ms: float | None) -> dict[str, Any]:
+    """The estimate's JSON, with the measured p50 and the prediction's error where this run measured it."""
+    data = est.to_json()
+    predicted = est.quantile_ms("p50")
+    data["measured_p50_ms"] = measured_p50_ms
+    data["error"] = predicted[0] / measured_p50_ms - 1 if predicted and measured_p50_ms else None
+    return data
+
+
+def _read_json(path: Path) -> dict:
+    try:
+        return json.loads(path.read_text())
+    except FileNotFoundError:
+        raise BadInput(f"{path.parent} has no {path.name}", fix="point at a build dir `tapeout build` wrote") from None
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise BadInput(f"{path} is not readable JSON ({type(exc).__name__})",
+                       fix="rebuild it; build files are never edited by hand") from None
+
+
+# ---------------------------------------------------------------- verdicts on an estimate
+
+
+def judge(budgets: Budgets, est: Estimate, why_not_measured: str) -> list[BudgetResult]:
+    """Latency budgets decided on the estimate: estimated-pass when even the band's slow end is under the
+    limit, estimated-fail when its fast end (or the roofline bound) is over it; a band straddling the
+    limit decides on the point and says so. Without a calibration only a failure can be estimated."""
+    results = []
+    for q, limit in budgets.latency_quantiles().items():
+        name, key = f"latency_p{q * 100:g}_ms", f"p{q * 100:g}"
+        bound = est.lower_bound_s * 1e3
+        if bound > limit:
+            results.append(BudgetResult(name, limit, "ms", Verdict.ESTIMATED_FAIL, bound, (bound, float("inf")),
+                                        f"{why_not_measured}; even the roofline lower bound on {est.device} is "
+                                        f"{bound:.4g} ms > limit"))
+            continue
+        value = est.quantile_ms(key)
+        if value is None:
+            results.append(BudgetResult(name, limit, "ms", Verdict.UNMEASURED, None, None,
+                                        f"{why_not_measured}; the roofline lower bound on {est.device} is {bound:.4g} ms"
+                                        f" (under the limit) and there is no calibration for {est.device} × "
+                                        f"{est.target} to estimate more: `tapeout calibrate` with builds checked there"))
+            continue
+        point, low, high = value
+        if est.band is None:
+            verdict = Verdict.ESTIMATED_PASS if point <= limit else Verdict.ESTIMATED_FAIL
+            how = "no error band (the calibration has too few models to hold one out)"
+        elif high <= limit:
+            verdict, how = Verdict.ESTIMATED_PASS, f"band [{low:.4g}, {high:.4g}] ms under the limit"
+        elif low > limit:
+            verdict, how = Verdict.ESTIMATED_FAIL, f"band [{low:.4g}, {high:.4g}] ms over the limit"
+        else:
+            verdict = Verdict.ESTIMATED_PASS if point <= limit else Verdict.ESTIMATED_FAIL
+            how = f"band [{low:.4g}, {high:.4g}] ms straddles the limit: decided on the point"
+        results.append(BudgetResult(name, limit, "ms", verdict, point, (low, high) if est.band else None,
+                                    f"{why_not_measured}; estimated {key} {point:.4g} ms on {est.device}, {how}; "
+                                    "`tapeout check` on the device measures it"))
+    return results
+
+
+# ---------------------------------------------------------------- records for calibration
+
+
+def measured_record(directory: Path) -> tuple[calib.Record, dict] | str:
+    """A build (or its check) measured on the device itself, as a calibration record with its device,
+    target and host; or why it cannot be one."""
+    from tapeout.types import DeviceSpec
+
+    manifest = _read_json(directory / "manifest.json")
+    report = _read_json(directory / "report.json")
+    check = directory / "check.json"
+    measured = _read_json(check) if check.is_file() else report
+    if measured["target"].get("emulated"):
+        return f"{directory}: emulated ({measured['target']['emulated']}); its timings are not the device's"
+    m = measured.get("measurement") or {}
+    p50 = ((m.get("latency_ms") or {}).get("quantiles") or {}).get("p50")
+    profile = m.get("op_profile")
+    if not p50 or not profile or not profile.get("runs") or not profile.get("mean_run_us"):
+        return f"{directory}: no measured latency with a per-op profile"
+    spec = DeviceSpec.model_validate(manifest["device_spec"]) if manifest.get("device_spec") else None
+    host = measured["host"]
+    q = m["latency_ms"]["quantiles"]
+    tails = {k: q[k]["point"] / p50["point"] for k in ("p90", "p99") if k in q and p50["point"]}
+    measured_s: dict[str, float] = {}
+    scale = (p50["point"] * 1e3) / profile["mean_run_us"]  # profiler-on run -> timed p50
+    for row in profile["op_types"]:
+        cls = kern.op_class(row["op_type"])
+        measured_s[cls] = measured_s.get(cls, 0.0) + row["total_us"] / profile["runs"] * scale * 1e-6
+    est = for_build(directory, report, manifest, cal=None)
+    record = calib.Record(model=report["project"]["name"], precision=report["profile"]["precision"],
+                          source=str(directory), created=measured["created"], p50_s=p50["point"] / 1e3, tails=tails,
+                          roof_s=kern.class_roofs(est.kernels, est.roof), measured_s=measured_s,
+                          kernels=len(est.kernels))
+    return record, {"device": device_name(spec, host), "target": measured["target"]["name"],
+                    "kind": spec.kind if spec else "cpu", "roof": est.roof.to_json(),
+                    "host_key": roofline.host_key(host)}

@@ -1,0 +1,132 @@
+"""A device's roofs: peak throughput per precision and memory bandwidth, from its spec or from this host.
+
+The estimator and the bottleneck view both divide by these numbers. For a device spec they are the
+datasheet's (each with its source URL); for this host's CPU, which has no datasheet here, the peak
+is derived from the instruction-set flags the kernels can use and the bandwidth is measured (a
+large array copy), and the roof says so. Calibration (`calibration.py`) corrects both for what the
+runtime actually reaches, so the derivation only has to be consistent, not exact.
+"""
+
+from __future__ import annotations
+
+import functools
+import hashlib
+import os
+import time
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from tapeout.types import DeviceSpec
+
+# When a spec lists no peak for a precision, the kernels run in the nearest one it has.
+_FALLBACK = {"int4": ("int8",), "fp8": ("fp16", "int8"), "bf16": ("fp16",), "tf32": ("fp32",),
+             "fp16": ("bf16", "fp32"), "int8": ("fp16",), "fp32": ("tf32", "fp16")}
+
+BYTES_PER_ELEMENT = {"fp32": 4.0, "tf32": 4.0, "fp16": 2.0, "bf16": 2.0, "fp8": 1.0, "int8": 1.0, "int4": 0.5}
+
+
+@dataclass(frozen=True)
+class Roof:
+    name: str                       # device spec name, or "host-<key>" for this machine's CPU
+    kind: str                       # gpu | soc | cpu: the device class calibrations are kept per
+    peaks: dict[str, float]         # precision -> FLOP/s (or OP/s)
+    bandwidth: float | None         # bytes/s; None where nothing gives it
+    source: str                     # where the numbers come from, in words
+    notes: list[str] = field(default_factory=list)
+
+    def peak(self, precision: str) -> tuple[float | None, str]:
+        """The peak a kernel at `precision` runs against, and which precision's peak that is."""
+        if precision in self.peaks:
+            return self.peaks[precision], precision
+        for other in _FALLBACK.get(precision, ()):
+            if other in self.peaks:
+                return self.peaks[other], other
+        return None, ""
+
+    def ridge(self, precision: str) -> float | None:
+        """FLOP per byte at which a kernel turns from memory-bound to compute-bound."""
+        peak, _ = self.peak(precision)
+        return peak / self.bandwidth if peak and self.bandwidth else None
+
+    def to_json(self) -> dict:
+        return {"name": self.name, "kind": self.kind, "peaks_tops": {k: v / 1e12 for k, v in self.peaks.items()},
+                "bandwidth_gbs": self.bandwidth / 1e9 if self.bandwidth else None, "source": self.source,
+                "notes": self.notes}
+
+
+def from_spec(spec: DeviceSpec) -> Roof:
+    return Roof(
+        name=spec.name, kind=spec.kind,
+        peaks={p: s.value * 1e12 for p, s in spec.peak_dense_tops.items()},
+        bandwidth=spec.memory_bandwidth_gbs.value * 1e9,
+        source=f"device spec {spec.name} (datasheet peaks, dense; sources in profiles/devices/{spec.name}.toml)",
+    )
+
+
+# FP32 FLOP per cycle per core from the widest FMA the flags name: lanes x 2 (multiply-add), one FMA
+# pipe assumed (two-pipe parts reach twice this; calibration absorbs the factor for a given CPU).
+_FP32_PER_CYCLE = (("avx512f", 32), ("avx2", 16), ("asimd", 8), ("sse2", 4))
+
+
+def host_key(host: dict) -> str:
+    """One string for the CPU a report's host ran on: model, the flags the kernels key on, the cores used."""
+    flags = ",".join(sorted(host.get("cpu_flags") or []))
+    return f"{host.get('cpu', '?')}|{flags}|{host.get('cpu_affinity') or host.get('physical_cores') or '?'}c"
+
+
+def host_name(host: dict) -> str:
+    return "host-" + hashlib.sha256(host_key(host).encode()).hexdigest()[:10]
+
+
+def for_host(host: dict, bandwidth: float | None = None) -> Roof:
+    """This host's CPU as a roof. `host` is manifest.host_fingerprint() (or a report's `host`)."""
+    flags = set(host.get("cpu_flags") or [])
+    cores = host.get("cpu_affinity") or host.get("physical_cores") or os.cpu_count() or 1
+    mhz = _max_mhz()
+    per_cycle = next((n for flag, n in _FP32_PER_CYCLE if flag in flags), 4)
+    fp32 = cores * mhz * 1e6 * per_cycle
+    # INT8 dot products: VNNI/AMX do four 8-bit multiply-adds per 32-bit lane; without them
+    # (pmaddubsw + pmaddwd) about two. BF16 dot products (avx512_bf16) two per lane.
+    int8 = fp32 * (4 if flags & {"avx512_vnni", "avx_vnni", "amx_int8", "asimddp"} else 2)
+    peaks = {"fp32": fp32, "int8": int8, "int4": int8}
+    if "avx512_bf16" in flags or "amx_bf16" in flags:
+        peaks["bf16"] = fp32 * 2
+    notes = [f"{cores} cores x {mhz:.0f} MHz x {per_cycle} FP32 FLOP/cycle from the flags "
+             f"({', '.join(sorted(flags)) or 'none of the FMA flags'})"]
+    if bandwidth is None:
+        bandwidth = measured_bandwidth()
+        notes.append(f"memory bandwidth measured here: {bandwidth / 1e9:.1f} GB/s (array copy, best of 5)")
+    return Roof(name=host_name(host), kind="cpu", peaks=peaks, bandwidth=bandwidth,
+                source=f"this host's CPU ({host.get('cpu', '?')}): peak derived from its flags, bandwidth measured",
+                notes=notes)
+
+
+def _max_mhz() -> float:
+    """The cores' top clock (cpufreq where the kernel exposes it, else /proc/cpuinfo's current MHz)."""
+    from pathlib import Path
+
+    try:
+        return int(Path("/sys/devices/system/cpu/cpu0/cpufreq/cpuinfo_max_freq").read_text()) / 1000
+    except (OSError, ValueError):
+        pass
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("cpu MHz"):
+                return float(line.split(":")[1])
+    except (OSError, ValueError):
+        pass
+    return 2000.0
+
+
+@functools.lru_cache(maxsize=1)
+def measured_bandwidth(mib: int = 64) -> float:
+    """Copy bandwidth of this host (read + write bytes per second), best of 5 copies of a `mib` array."""
+    src = np.ones(mib * 2**20 // 8)
+    dst = np.empty_like(src)
+    best = float("inf")
+    for _ in range(5):
+        start = time.perf_counter()
+        np.copyto(dst, src)
+        best = min(best, time.perf_counter() - start)
+    return 2 * src.nbytes / best
