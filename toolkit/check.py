@@ -180,7 +180,8 @@ def check(build_dir: Path | str, ui: UI, strict: bool = False, iterations: int |
         m.notes.append(f"checked on {host['cpu']} ({' '.join(host['cpu_flags'])}); built on {built_on.cpu} "
                        f"({' '.join(built_on.cpu_flags)}): parity above is this CPU's")
     est = None
-    if (build_dir / "export" / "model.onnx").is_file():  # build dirs from before the estimator have none
+    # build dirs from before the estimator have no export/; a device-less profile off its device has nothing to estimate
+    if (build_dir / "export" / "model.onnx").is_file() and not (opened.device is None and ctx.emulated):
         with ui.step("estimate latency on the device (roofline, calibrated where measured)"):
             est = estimate.for_build(build_dir, build.to_json(), man.model_dump(mode="json"), host=host)
         ui.note(est.line())

@@ -163,10 +163,14 @@ def for_build(directory: Path, report: dict | None = None, manifest: dict | None
     return estimate(model_kernels(model, inputs, dims, plan, precision), roof, target, precision, cal or None)
 
 
-def for_model(ctx, model_path: Path, plan: dict | None) -> Estimate:
-    """The estimate for a build in progress (or a check): the profile's device, or this host's CPU."""
+def for_model(ctx, model_path: Path, plan: dict | None) -> Estimate | None:
+    """The estimate for a build in progress: the profile's device, or this host's CPU where the target
+    runs here. None for a target that does not run here on a profile naming no device: there is no
+    device to estimate for."""
     from tapeout import manifest
 
+    if ctx.device is None and ctx.emulated:
+        return None
     host = manifest.host_fingerprint()
     device = device_name(ctx.device, host)
     cal = calib.find(device, ctx.target.name)

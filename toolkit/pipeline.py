@@ -180,9 +180,9 @@ def _build_into(ctx: Context, build_dir: str, strict: bool) -> Report:
 
     with ui.step("estimate latency on the device (roofline, calibrated where measured)"):
         est = estimate.for_model(ctx, fp32_path, (quantization or {}).get("plan"))
-    ui.note(est.line())
+    ui.note(est.line() if est else "no estimate: the profile names no device spec to estimate for")
     p50 = None if ctx.emulated else m.latency.quantiles["p50"].point
-    bottlenecks = None if ctx.emulated else bottleneck.view(m.op_profile, est.roof, p50)
+    bottlenecks = None if ctx.emulated or est is None else bottleneck.view(m.op_profile, est.roof, p50)
 
     artifact_bytes = manifest.tree_size(artifact.directory)
     artifact_files = manifest.tree_hashes(artifact.directory)  # hashed once: report and manifest share it
@@ -205,7 +205,7 @@ def _build_into(ctx: Context, build_dir: str, strict: bool) -> Report:
                           else "the source ONNX model (FP32, ORT CPU)"),
         m=m, parity=parity, budgets=budgets, accuracy=accuracy, placement=placement,
         engine=engine.to_json() if engine else None,
-        estimate=estimate.with_measured(est, p50), bottlenecks=bottlenecks,
+        estimate=estimate.with_measured(est, p50) if est else None, bottlenecks=bottlenecks,
         model={"kind": exported.loaded.kind, "description": exported.loaded.description,
                "weights_sha256": exported.loaded.weights_sha256 or manifest.sha256_file(exported.loaded.onnx_path),
                "files": {str(f.name): manifest.sha256_file(f) for f in exported.loaded.files}},

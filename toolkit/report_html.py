@@ -167,7 +167,7 @@ def estimate_figure(e: dict | None) -> str | None:
 
 def sensitivity_figure(q: dict | None) -> str | None:
     steps = ((q or {}).get("search") or {}).get("steps") or []
-    if len(steps) < 1:
+    if len(steps) < 2:  # the rule table's plan met the budget: there was no loop to draw
         return None
     plt = _plt()
     fig, ax = plt.subplots(figsize=(7.5, 2.8))

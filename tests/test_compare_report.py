@@ -1,0 +1,170 @@
+"""`tapeout compare`, `tapeout diff` and report.html, on real builds of digits-cnn.
+
+The HTML is parsed (every tag closed where HTML requires it, every figure present), checked to be
+self-contained (no script, no external reference), and rendered in headless Chromium with a
+screenshot where Chromium is installed (skipped where it is not).
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import shutil
+import subprocess
+from html.parser import HTMLParser
+from pathlib import Path
+
+import pytest
+
+from conftest import SAMPLES, one_line_error, run_cli
+
+FIGURES = {"fig-latency", "fig-op-types", "fig-ops", "fig-roofline", "fig-estimate"}
+_VOID = {"meta", "br", "img", "hr", "link", "input", "path", "use", "rect", "circle", "line", "stop", "polyline",
+         "polygon", "ellipse", "image"}
+
+
+class _Checker(HTMLParser):
+    """Tag balance (SVG's self-closed elements excepted), ids, and every URL-bearing attribute."""
+
+    def __init__(self):
+        super().__init__()
+        self.stack: list[str] = []
+        self.ids: set[str] = set()
+        self.urls: list[str] = []
+        self.tags: set[str] = set()
+
+    def handle_starttag(self, tag, attrs):
+        self.tags.add(tag)
+        attrs = dict(attrs)
+        if "id" in attrs:
+            self.ids.add(attrs["id"])
+        for key in ("src", "href", "xlink:href"):
+            if attrs.get(key) and not attrs[key].startswith("#"):
+                self.urls.append(attrs[key])
+        if tag not in _VOID:
+            self.stack.append(tag)
+
+    def handle_startendtag(self, tag, attrs):
+        self.tags.add(tag)
+        attrs = dict(attrs)
+        for key in ("src", "href", "xlink:href"):
+            if attrs.get(key) and not attrs[key].startswith("#"):
+                self.urls.append(attrs[key])
+
+    def handle_endtag(self, tag):
+        if tag in _VOID:
+            return
+        assert self.stack and self.stack[-1] == tag, f"</{tag}> closes <{self.stack[-1] if self.stack else None}>"
+        self.stack.pop()
+
+
+def _parse(path: Path) -> _Checker:
+    checker = _Checker()
+    checker.feed(path.read_text())
+    checker.close()
+    assert not checker.stack, f"unclosed: {checker.stack}"
+    return checker
+
+
+@pytest.fixture(scope="module")
+def two_builds(tmp_path_factory, digits_build):
+    profile = tmp_path_factory.mktemp("p") / "int8.toml"
+    profile.write_text('extends = "cpu-int8"\n[check]\niterations = 60\nrepeats = 2\nwarmup_min_s = 0.1\n'
+                       'op_profile_iterations = 5\n')
+    out = tmp_path_factory.mktemp("builds") / "int8"
+    result = run_cli("build", SAMPLES / "digits-cnn", "-p", profile, "-o", out)
+    assert result.code == 0, result.err
+    return digits_build, out
+
+
+def test_report_html_is_self_contained_with_every_figure(digits_build):
+    page = digits_build / "report.html"
+    checker = _parse(page)
+    assert checker.ids >= FIGURES, FIGURES - checker.ids
+    assert "script" not in checker.tags and not checker.urls, checker.urls
+    assert "<metadata>" not in page.read_text()
+    assert checker.tags >= {"svg", "table", "figure"}
+
+
+def test_compare_table_marks_every_figure_and_recommends(two_builds, tmp_path):
+    fp32, int8 = two_builds
+    page = tmp_path / "compare.html"
+    result = run_cli("compare", fp32, int8, "--json", "--html", page)
+    assert result.code == 0, result.err
+    data = result.json()
+    assert [r["precision"] for r in data["rows"]] == ["fp32", "int8"]
+    for r in data["rows"]:
+        assert r["latency_status"] == "measured" and r["latency_ms"]["p50"]["lower"] <= r["latency_ms"]["p50"]["point"]
+        assert r["accuracy"]["metric"] == "top1" and r["artifact_mb"] > 0
+    assert len(data["recommended"]) == 1 and data["recommended"][0] in (str(fp32), str(int8))
+    assert data["pareto"] and set(data["pareto"]) <= {str(fp32), str(int8)}
+    assert "fig-pareto" in _parse(page).ids
+    text = run_cli("compare", fp32, int8)
+    assert "recommendation:" in text.out and "measured" in text.out
+
+
+def test_compare_an_emulated_build_is_estimated_never_measured(two_builds, tmp_path):
+    """A TensorRT build here has no engine: its row is estimated (the L4's roofline bound), never a measurement."""
+    profile = tmp_path / "trt.toml"
+    profile.write_text('extends = "tensorrt-fp16"\ndevice = "l4"\n[check]\niterations = 20\nrepeats = 1\n'
+                       'warmup_min_s = 0.05\n')
+    trt = tmp_path / "trt"
+    built = run_cli("build", SAMPLES / "digits-cnn", "-p", profile, "-o", trt)
+    assert built.code == 0, built.err
+    data = run_cli("compare", two_builds[0], trt, "--json").json()
+    row = next(r for r in data["rows"] if r["target"] == "tensorrt")
+    assert row["latency_status"] == "estimated" and row["latency_ms"]["p50"]["point"] is None
+    assert row["latency_ms"]["p50"]["lower"] > 0 and row["peak_rss_mb"] is None
+    assert data["recommended"] == [str(two_builds[0])]
+
+
+def test_compare_project_with_profiles_and_bad_input(two_builds, tmp_path):
+    missing = run_cli("compare", SAMPLES / "digits-cnn", "-p", "cpu-fp32")
+    assert missing.code == 2 and "tapeout build" in one_line_error(missing)
+    not_build = run_cli("compare", tmp_path)
+    assert not_build.code == 2 and "not a build dir" in one_line_error(not_build)
+    broken = tmp_path / "broken"
+    shutil.copytree(two_builds[0], broken)
+    (broken / "report.json").write_text("{")
+    bad = run_cli("compare", broken)
+    assert bad.code == 2 and "report.json" in one_line_error(bad)
+
+
+def test_diff_says_what_moved_beyond_its_noise(two_builds, tmp_path):
+    fp32, int8 = two_builds
+    same = run_cli("diff", fp32, fp32, "--json").json()
+    assert same and not any(r["moved"] for r in same)
+    rows = {r["figure"]: r for r in run_cli("diff", fp32, int8, "--json").json()}
+    assert rows["artifact MB"]["moved"] and rows["artifact MB"]["change"] < -0.5   # INT8 weights are a quarter
+    assert "latency p50 ms" in rows and rows["latency p50 ms"]["why"]
+    no_check = run_cli("diff", fp32)
+    assert no_check.code == 2 and "check.json" in one_line_error(no_check)
+
+
+def test_diff_of_a_build_and_its_check(two_builds, tmp_path):
+    copy = tmp_path / "b"
+    shutil.copytree(two_builds[0], copy)
+    checked = run_cli("check", copy, "--iterations", "60", "--repeats", "2")
+    assert checked.code == 0, checked.err
+    assert (copy / "check.html").is_file() and json.loads((copy / "check.json").read_text())["estimate"]
+    rows = run_cli("diff", copy, "--json").json()
+    assert {r["figure"] for r in rows} >= {"latency p50 ms", "artifact MB"}
+    assert not next(r for r in rows if r["figure"] == "artifact MB")["moved"]
+
+
+@pytest.mark.skipif(not (shutil.which("chromium") or shutil.which("chromium-browser")), reason="no Chromium here")
+def test_report_html_renders_in_headless_chromium(digits_build, tmp_path):
+    browser = shutil.which("chromium") or shutil.which("chromium-browser")
+    shot = tmp_path / "report.png"
+    run = subprocess.run([browser, "--headless", "--no-sandbox", "--disable-gpu", "--window-size=1200,3000",
+                          f"--screenshot={shot}", (two := digits_build / "report.html").as_uri()],
+                         capture_output=True, text=True, timeout=120)
+    assert shot.is_file() and shot.stat().st_size > 20_000, run.stderr[-2000:]
+    # a rendered page with figures is far from one flat colour
+    from PIL import Image
+
+    colours = Image.open(shot).convert("RGB").getcolors(maxcolors=1 << 20)
+    assert colours is None or len(colours) > 50, f"{two} rendered nearly blank"
+    dom = subprocess.run([browser, "--headless", "--no-sandbox", "--disable-gpu", "--dump-dom", two.as_uri()],
+                         capture_output=True, text=True, timeout=120).stdout
+    assert len(re.findall(r"<figure id=\"fig-", dom)) >= len(FIGURES)

@@ -1,0 +1,229 @@
+"""The estimator: kernels, roofline bound, calibration fit and its held-out band, estimated verdicts.
+
+Real builds of digits-cnn on this host's CPU (ONNX Runtime, measured with the per-op profiler) are
+the calibration data; the estimated-verdict path is exercised end to end on a TensorRT build (its
+engine is compiled on a device, so here it is estimated) for an L4 spec.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+
+import numpy as np
+import onnx
+import pytest
+from onnx import TensorProto, helper
+
+from conftest import SAMPLES, one_line_error, run_cli
+from tapeout import calibration, estimate, kernels, roofline
+from tapeout.analysis import GraphView, analyze_view
+from tapeout.errors import BadInput
+from tapeout.types import Budgets, Verdict
+
+
+def _conv_model(path):
+    """Conv+Relu (one fusion group), then a shape subgraph (Shape→Gather→Concat, folded) feeding a Reshape."""
+    w = helper.make_tensor("w", TensorProto.FLOAT, [8, 3, 3, 3], np.random.default_rng(0).standard_normal(216).tolist())
+    nodes = [
+        helper.make_node("Conv", ["x", "w"], ["c"], name="conv", pads=[1, 1, 1, 1]),
+        helper.make_node("Relu", ["c"], ["r"], name="relu"),
+        helper.make_node("Shape", ["r"], ["s"], name="shape"),
+        helper.make_node("Gather", ["s", "zero"], ["n"], name="take_batch", axis=0),
+        helper.make_node("Unsqueeze", ["n", "axes"], ["n1"], name="unsq"),
+        helper.make_node("Concat", ["n1", "minus_one"], ["target"], name="cat", axis=0),
+        helper.make_node("Reshape", ["r", "target"], ["y"], name="flatten"),
+    ]
+    inits = [w, helper.make_tensor("zero", TensorProto.INT64, [], [0]),
+             helper.make_tensor("axes", TensorProto.INT64, [1], [0]),
+             helper.make_tensor("minus_one", TensorProto.INT64, [1], [-1])]
+    graph = helper.make_graph(nodes, "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 3, 16, 16])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)], inits)
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 10
+    onnx.save(model, path)
+    return path
+
+
+def _h100() -> roofline.Roof:
+    from tapeout.config import load_device
+
+    return roofline.from_spec(load_device("h100-sxm"))
+
+
+def test_kernels_count_fusion_groups_once_and_never_folded_shape_arithmetic(tmp_path):
+    view = GraphView.load(_conv_model(tmp_path / "m.onnx"))
+    analysis = analyze_view(view)
+    ks = kernels.of(view, analysis, None, "fp32")
+    names = [k.name for k in ks]
+    assert len(ks) == 2, names                       # conv+relu as one, the Reshape; the shape chain folded
+    conv = ks[0]
+    assert conv.cls == "conv" and conv.nodes == 2
+    assert conv.flops == 2 * 8 * 16 * 16 * 27 + 8 * 16 * 16  # the conv's MACs x2, plus the fused Relu
+    assert ks[1].cls == "movement"
+    # the plan's precision reaches the kernel: bytes at int8 are a quarter, and a quantize kernel is added
+    plan = {"groups": [{"nodes": [n for g in analysis.groups for n in g.nodes], "precision": "int8"}]}
+    q = kernels.of(view, analysis, plan, "fp32")
+    assert q[0].precision == "int8" and math.isclose(q[0].bytes, conv.bytes / 4)
+    assert [k.cls for k in q].count("quantize") == 1
+
+
+def test_roofline_bound_is_the_sum_of_each_kernels_slower_roof(tmp_path):
+    view = GraphView.load(_conv_model(tmp_path / "m.onnx"))
+    ks = kernels.of(view, analyze_view(view), None, "fp16")
+    roof = _h100()
+    est = estimate.estimate(ks, roof, "tensorrt", "fp16", None)
+    expected = sum(max(k.flops / 989e12, k.bytes / 3350e9) for k in ks)
+    assert math.isclose(est.lower_bound_s, expected)
+    assert est.predicted_s is None and est.quantile_ms("p50") is None
+    assert "no calibration" in est.line()
+
+
+def _record(model: str, eta: dict[str, float], roof: dict[str, float], kernels_n: int, fixed: float, per_kernel: float,
+            precision: str = "fp32") -> calibration.Record:
+    measured = {cls: seconds / eta[cls] for cls, seconds in roof.items()}
+    p50 = fixed + per_kernel * kernels_n + sum(measured.values())
+    return calibration.Record(model=model, precision=precision, source=f"/builds/{model}", created="", p50_s=p50,
+                              tails={"p90": 1.2, "p99": 1.5}, roof_s={f"{k}@{precision}": v for k, v in roof.items()},
+                              measured_s=measured, kernels=kernels_n)
+
+
+def test_fit_recovers_known_efficiencies_and_overheads():
+    eta = {"matmul": 0.5, "elementwise": 0.1}
+    records = [_record(f"m{i}", eta, {"matmul": 1e-3 * (i + 1), "elementwise": 2e-4 * (3 - i)}, 10 + 20 * i, 5e-6, 2e-6)
+               for i in range(3)]
+    f = calibration.fit(records)
+    assert math.isclose(f.factor("matmul", "fp32"), 0.5) and math.isclose(f.factor("elementwise", "fp32"), 0.1)
+    assert math.isclose(f.fixed_s, 5e-6, rel_tol=1e-6) and math.isclose(f.per_kernel_s, 2e-6, rel_tol=1e-6)
+    assert f.tails == {"p90": 1.2, "p99": 1.5}
+    for r in records:
+        assert math.isclose(f.predict(r.roof_s, r.kernels, "fp32"), r.p50_s, rel_tol=1e-9)
+
+
+def test_the_band_comes_only_from_models_left_out():
+    eta = {"matmul": 0.5}
+    records = [_record(f"m{i}", eta, {"matmul": 1e-3 * (i + 1)}, 10, 0.0, 0.0) for i in range(3)]
+    odd = _record("odd", {"matmul": 0.25}, {"matmul": 2e-3}, 10, 0.0, 0.0)   # half as efficient as the rest
+    held = calibration.held_out([*records, odd])
+    error = {h["model"]: h["error"] for h in held}
+    # fitted on the other three, the odd model is predicted at twice its speed: -50 %; in-sample it would be less
+    assert math.isclose(error["odd"], -0.5, rel_tol=1e-6)
+    assert all(e > 0 for m, e in error.items() if m != "odd")  # the odd one drags the others' fit slower
+    cal = calibration.Calibration("dev", "t", "gpu", {}, [*records, odd], calibration.fit([*records, odd]), held)
+    assert cal.band == (min(error.values()), max(error.values()))
+    assert cal.within(0.15)[1] == 4
+
+
+def _estimate_with_band(bound_ms: float, predicted_ms: float, band) -> estimate.Estimate:
+    est = estimate.Estimate("l4", "tensorrt", "fp16", _h100(), [], bound_ms / 1e3, predicted_ms / 1e3, band,
+                            {"p90": 1.5, "p99": 2.0}, "calibration x")
+    return est
+
+
+def test_estimated_verdicts_follow_the_band_and_the_bound():
+    est = _estimate_with_band(0.5, 2.0, (-0.2, 0.25))  # measured in [1.6, 2.5] ms
+    judge = lambda **b: estimate.judge(Budgets(**b), est, "not here")[0]  # noqa: E731
+    assert judge(latency_p50_ms=3.0).verdict is Verdict.ESTIMATED_PASS
+    assert judge(latency_p50_ms=1.5).verdict is Verdict.ESTIMATED_FAIL
+    straddle = judge(latency_p50_ms=2.2)
+    assert straddle.verdict is Verdict.ESTIMATED_PASS and "straddles" in straddle.reason
+    assert judge(latency_p90_ms=2.8).verdict is Verdict.ESTIMATED_FAIL          # p90 = 1.5 x p50 = 3 ms
+    assert judge(latency_p50_ms=0.4).verdict is Verdict.ESTIMATED_FAIL          # under even the roofline bound
+    bare = estimate.Estimate("l4", "tensorrt", "fp16", _h100(), [], 0.5e-3)
+    unmeasured = estimate.judge(Budgets(latency_p50_ms=3.0), bare, "not here")[0]
+    assert unmeasured.verdict is Verdict.UNMEASURED and "tapeout calibrate" in unmeasured.reason
+    assert estimate.judge(Budgets(latency_p50_ms=0.1), bare, "not here")[0].verdict is Verdict.ESTIMATED_FAIL
+
+
+@pytest.fixture(scope="module")
+def int8_build(tmp_path_factory):
+    profile = tmp_path_factory.mktemp("p") / "int8.toml"
+    profile.write_text('extends = "cpu-int8"\n[check]\niterations = 60\nrepeats = 2\nwarmup_min_s = 0.1\n'
+                       'op_profile_iterations = 5\n')
+    out = tmp_path_factory.mktemp("builds") / "digits-int8"
+    result = run_cli("build", SAMPLES / "digits-cnn", "-p", profile, "-o", out)
+    assert result.code == 0, result.err
+    return out
+
+
+def test_a_build_reports_its_estimate_and_bottlenecks(digits_build):
+    report = json.loads((digits_build / "report.json").read_text())
+    est, b = report["estimate"], report["bottlenecks"]
+    assert est["device"].startswith("host-") and est["lower_bound_ms"] > 0
+    assert est["measured_p50_ms"] == report["measurement"]["latency_ms"]["quantiles"]["p50"]["point"]
+    assert est["kernels"] == 6 and {c["class"] for c in est["by_class"]} >= {"conv", "matmul"}
+    assert b["ops"] and all(o["bound"] in ("compute", "memory", "overhead", "unknown") for o in b["ops"])
+    conv = next(o for o in b["ops"] if o["op_type"] == "Conv")
+    assert conv["flops"] and conv["achieved_gflops"] > 0 and conv["roof_share"] > 0
+    assert math.isclose(sum(o["share"] for o in b["ops"]), 1.0, rel_tol=1e-6)
+    md = (digits_build / "report.md").read_text()
+    assert "## Bottlenecks" in md and "## Estimate for host-" in md
+
+
+def test_calibrate_then_estimate_predicts_with_a_band(digits_build, int8_build, tmp_path):
+    out = tmp_path / "cal"
+    result = run_cli("calibrate", digits_build, int8_build, "--out", out, "--json")
+    assert result.code == 0, result.err
+    [cal] = result.json()
+    assert cal["target"] == "onnxruntime" and cal["device"].startswith("host-")
+    assert cal["band"] is None          # one model: nothing can be held out, so no band is claimed
+    stored = calibration.load(out / calibration.file_name(cal["device"], "onnxruntime"))
+    assert len(stored.records) == 2 and stored.fit.efficiency
+    got = run_cli("estimate", digits_build, "--json", env={"TAPEOUT_CALIBRATION": str(out)})
+    assert got.code == 0, got.err
+    data = got.json()
+    assert data["method"] == estimate.METHOD_CALIBRATED and data["predicted_ms"]["p50"]["point"] > 0
+    # the calibration's folder is the only source: without it, the bound alone
+    bare = run_cli("estimate", digits_build, "--json", env={"TAPEOUT_CALIBRATION": str(tmp_path / "none")})
+    assert bare.json()["predicted_ms"] is None
+
+
+def test_estimate_for_another_device_and_bad_input(digits_build, tmp_path):
+    got = run_cli("estimate", digits_build, "--device", "jetson-orin-nano-super", "--json")
+    assert got.code == 0 and got.json()["device"] == "jetson-orin-nano-super"
+    assert "lower bound" in got.json()["method"]
+    bad = run_cli("estimate", digits_build, "--device", "no-such-gpu")
+    assert bad.code == 2 and "no-such-gpu" in one_line_error(bad)
+    missing = run_cli("estimate", tmp_path)
+    assert missing.code == 2 and "report.json" in one_line_error(missing)
+    none = run_cli("calibrate", tmp_path / "nowhere")
+    assert none.code == 2
+
+
+def test_a_malformed_calibration_file_is_one_clear_error(tmp_path):
+    broken = tmp_path / "x--y.json"
+    broken.write_text('{"schema": "tapeout.calibration/1", "device": "x"}')
+    with pytest.raises(BadInput, match=r"not a tapeout\.calibration/1 file"):
+        calibration.load(broken)
+    broken.write_text("{")
+    with pytest.raises(BadInput, match="not readable JSON"):
+        calibration.load(broken)
+
+
+@pytest.mark.slow
+def test_a_device_compiled_build_gets_estimated_verdicts(tmp_path):
+    """TensorRT's engine is built on the device: here its latency is estimated for the profile's L4 spec.
+    The calibration file is made in the test from synthetic records: it checks our verdict path only."""
+    profile = tmp_path / "trt-l4.toml"
+    profile.write_text('extends = "tensorrt-fp16"\ndevice = "l4"\n[budgets]\nlatency_p50_ms = 0.000001\n'
+                       '[check]\niterations = 20\nrepeats = 1\nwarmup_min_s = 0.05\n')
+    out = tmp_path / "b"
+    env = {"TAPEOUT_CALIBRATION": str(tmp_path / "cal")}
+    result = run_cli("build", SAMPLES / "digits-cnn", "-p", profile, "-o", out, "--json", env=env)
+    assert result.code == 0, result.err   # estimated verdicts never fail a build without --strict
+    latency = next(b for b in result.json()["budgets"] if b["budget"] == "latency_p50_ms")
+    assert latency["verdict"] == "estimated-fail" and "roofline lower bound" in latency["reason"]
+    strict = run_cli("build", SAMPLES / "digits-cnn", "-p", profile, "-o", tmp_path / "b2", "--strict", env=env)
+    assert strict.code == 1
+    # with a calibration for L4 × tensorrt, the generous limit is an estimated pass with its band
+    records = [_record(f"m{i}", {"conv": 0.2, "matmul": 0.2, "reduce": 0.1, "movement": 0.1},
+                       {"conv": 1e-6, "matmul": 2e-6 * (i + 1), "reduce": 1e-7, "movement": 1e-7}, 6, 5e-6, 1e-6, "fp16")
+               for i in range(3)]
+    meta = {"device": "l4", "target": "tensorrt", "kind": "gpu", "roof": {}}
+    [cal] = calibration.make([(r, meta) for r in records], "now", "test")
+    calibration.save(cal, tmp_path / "cal")
+    profile.write_text(profile.read_text().replace("0.000001", "50"))
+    passed = run_cli("build", SAMPLES / "digits-cnn", "-p", profile, "-o", tmp_path / "b3", "--json", env=env)
+    latency = next(b for b in passed.json()["budgets"] if b["budget"] == "latency_p50_ms")
+    assert latency["verdict"] == "estimated-pass" and latency["bound"], latency
+    assert passed.json()["estimate"]["method"] == estimate.METHOD_CALIBRATED
