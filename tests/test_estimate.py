@@ -79,31 +79,38 @@ def test_roofline_bound_is_the_sum_of_each_kernels_slower_roof(tmp_path):
     assert "no calibration" in est.line()
 
 
-def _record(model: str, eta: dict[str, float], roof: dict[str, float], kernels_n: int, fixed: float, per_kernel: float,
-            precision: str = "fp32") -> calibration.Record:
-    measured = {cls: seconds / eta[cls] for cls, seconds in roof.items()}
-    p50 = fixed + per_kernel * kernels_n + sum(measured.values())
+def _record(model: str, terms: dict[str, tuple[float, float]], roof: dict[str, float], counts: dict[str, int],
+            fixed: float, per_kernel: float, precision: str = "fp32") -> calibration.Record:
+    """A build as the fit models one: per class (s per kernel) x kernels + multiple x roofline; outside
+    the ops, fixed + per kernel."""
+    measured = {cls: terms[cls][0] * counts[cls] + terms[cls][1] * roof[cls] for cls in roof}
+    p50 = fixed + per_kernel * sum(counts.values()) + sum(measured.values())
     return calibration.Record(model=model, precision=precision, source=f"/builds/{model}", created="", p50_s=p50,
                               tails={"p90": 1.2, "p99": 1.5}, roof_s={f"{k}@{precision}": v for k, v in roof.items()},
-                              measured_s=measured, kernels=kernels_n)
+                              measured_s=measured, kernels=sum(counts.values()), counts=counts)
 
 
-def test_fit_recovers_known_efficiencies_and_overheads():
-    eta = {"matmul": 0.5, "elementwise": 0.1}
-    records = [_record(f"m{i}", eta, {"matmul": 1e-3 * (i + 1), "elementwise": 2e-4 * (3 - i)}, 10 + 20 * i, 5e-6, 2e-6)
-               for i in range(3)]
+TERMS = {"matmul": (3e-6, 2.0), "elementwise": (1e-6, 10.0)}
+
+
+def test_fit_recovers_known_per_kernel_costs_multiples_and_overheads():
+    records = [_record(f"m{i}", TERMS, {"matmul": 1e-3 * (i + 1) ** 2, "elementwise": 2e-4 * (3 - i)},
+                       {"matmul": 4 + 7 * i, "elementwise": 9 - 2 * i}, 5e-6, 2e-6) for i in range(3)]
     f = calibration.fit(records)
-    assert math.isclose(f.factor("matmul", "fp32"), 0.5) and math.isclose(f.factor("elementwise", "fp32"), 0.1)
+    for cls, (per_kernel, multiple) in TERMS.items():
+        got = f.terms(cls, "fp32")
+        assert math.isclose(got[0], per_kernel, rel_tol=1e-6, abs_tol=1e-12) and math.isclose(got[1], multiple)
     assert math.isclose(f.fixed_s, 5e-6, rel_tol=1e-6) and math.isclose(f.per_kernel_s, 2e-6, rel_tol=1e-6)
     assert f.tails == {"p90": 1.2, "p99": 1.5}
+    assert math.isclose(f.efficiency()["matmul"], 0.5)
     for r in records:
-        assert math.isclose(f.predict(r.roof_s, r.kernels, "fp32"), r.p50_s, rel_tol=1e-9)
+        assert math.isclose(f.predict(r.roof_s, r.counts, "fp32"), r.p50_s, rel_tol=1e-9)
 
 
 def test_the_band_comes_only_from_models_left_out():
-    eta = {"matmul": 0.5}
-    records = [_record(f"m{i}", eta, {"matmul": 1e-3 * (i + 1)}, 10, 0.0, 0.0) for i in range(3)]
-    odd = _record("odd", {"matmul": 0.25}, {"matmul": 2e-3}, 10, 0.0, 0.0)   # half as efficient as the rest
+    terms = {"matmul": (0.0, 2.0)}
+    records = [_record(f"m{i}", terms, {"matmul": 1e-3 * (i + 1)}, {"matmul": 10}, 0.0, 0.0) for i in range(3)]
+    odd = _record("odd", {"matmul": (0.0, 4.0)}, {"matmul": 2e-3}, {"matmul": 10}, 0.0, 0.0)  # half as efficient
     held = calibration.held_out([*records, odd])
     error = {h["model"]: h["error"] for h in held}
     # fitted on the other three, the odd model is predicted at twice its speed: -50 %; in-sample it would be less
@@ -112,6 +119,7 @@ def test_the_band_comes_only_from_models_left_out():
     cal = calibration.Calibration("dev", "t", "gpu", {}, [*records, odd], calibration.fit([*records, odd]), held)
     assert cal.band == (min(error.values()), max(error.values()))
     assert cal.within(0.15)[1] == 4
+    assert calibration.Calibration.from_json(json.loads(json.dumps(cal.to_json())), "x").fit == cal.fit
 
 
 def _estimate_with_band(bound_ms: float, predicted_ms: float, band) -> estimate.Estimate:
@@ -216,8 +224,9 @@ def test_a_device_compiled_build_gets_estimated_verdicts(tmp_path):
     strict = run_cli("build", SAMPLES / "digits-cnn", "-p", profile, "-o", tmp_path / "b2", "--strict", env=env)
     assert strict.code == 1
     # with a calibration for L4 × tensorrt, the generous limit is an estimated pass with its band
-    records = [_record(f"m{i}", {"conv": 0.2, "matmul": 0.2, "reduce": 0.1, "movement": 0.1},
-                       {"conv": 1e-6, "matmul": 2e-6 * (i + 1), "reduce": 1e-7, "movement": 1e-7}, 6, 5e-6, 1e-6, "fp16")
+    records = [_record(f"m{i}", {c: (1e-6, 5.0) for c in ("conv", "matmul", "reduce", "movement")},
+                       {"conv": 1e-6, "matmul": 2e-6 * (i + 1), "reduce": 1e-7, "movement": 1e-7},
+                       {"conv": 2, "matmul": 2 + i, "reduce": 1, "movement": 1}, 5e-6, 1e-6, "fp16")
                for i in range(3)]
     meta = {"device": "l4", "target": "tensorrt", "kind": "gpu", "roof": {}}
     [cal] = calibration.make([(r, meta) for r in records], "now", "test")

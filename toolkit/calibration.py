@@ -6,10 +6,12 @@ roofline seconds of the model's kernels (`kernels.py`) and the seconds the runti
 spent in ops of that class (scaled to the timed p50, since the profiler inflates what it times).
 The fit:
 
-- efficiency per class and build precision: pooled roofline seconds / pooled measured seconds
-  (per class over all precisions where a precision has no record);
-- overhead: what the p50 holds beyond the classes' predicted time, as a fixed part plus a part
-  per kernel (least squares, both non-negative);
+- per class and build precision, the measured seconds as (seconds per kernel) × kernels +
+  (a multiple of) the roofline seconds: small kernels cost their dispatch, large ones approach
+  the roof (the class pooled over precisions where fewer than two models measured a precision);
+- outside the ops (framework time, and ops the runtime adds that the model has none of, such as
+  layout reorders): a fixed part plus a part per kernel;
+- both by least squares on the relative error, every term non-negative;
 - tails: the median p90/p50 and p99/p50 of the records, so p90 and p99 budgets can be estimated;
 - the error band: every model left out in turn, the rest fitted, the left-out model's builds
   predicted. The band is the range of those errors, so it is never scored on what it was fitted to.
@@ -47,6 +49,7 @@ class Record:
     roof_s: dict[str, float]    # class@precision -> roofline seconds
     measured_s: dict[str, float]  # class -> profiler seconds per inference, scaled to the p50
     kernels: int
+    counts: dict[str, int] = field(default_factory=dict)   # class -> the model's kernels of that class
 
     def roof_by_class(self) -> dict[str, float]:
         out: dict[str, float] = {}
@@ -55,64 +58,90 @@ class Record:
             out[cls] = out.get(cls, 0.0) + seconds
         return out
 
+    def outside_s(self) -> float:
+        """The p50 less the ops of classes the model has kernels of: framework time, and ops the runtime
+        adds that the model has none of (layout reorders)."""
+        return self.p50_s - sum(v for cls, v in self.measured_s.items() if self.counts.get(cls))
+
 
 @dataclass
 class Fit:
-    efficiency: dict[str, float]        # "class@precision" (build precision) and "class" -> factor
+    """Per class (and build precision): seconds per kernel plus a multiple of the roofline seconds; outside
+    the ops, a fixed part plus a part per kernel."""
+
+    per_class: dict[str, tuple[float, float]]   # "class@precision" and "class" -> (s per kernel, x roofline)
     fixed_s: float
     per_kernel_s: float
     tails: dict[str, float]
 
-    def predict(self, roof_s: dict[str, float], kernels: int, precision: str) -> float:
-        total = self.fixed_s + self.per_kernel_s * kernels
+    def terms(self, cls: str, precision: str) -> tuple[float, float]:
+        return (self.per_class.get(f"{cls}@{precision}") or self.per_class.get(cls)
+                or self.per_class.get("*") or (0.0, 1.0))
+
+    def kernel_s(self, cls: str, precision: str, roof_s: float, launches: int = 1) -> float:
+        """One kernel's predicted seconds, its share of the outside-op time included."""
+        per_kernel, multiple = self.terms(cls, precision)
+        return (per_kernel + self.per_kernel_s) * launches + multiple * roof_s
+
+    def predict(self, roof_s: dict[str, float], counts: dict[str, int], precision: str) -> float:
+        roofs: dict[str, float] = {}
         for key, seconds in roof_s.items():
-            total += seconds / self.factor(key.split("@")[0], precision)
+            roofs[key.split("@")[0]] = roofs.get(key.split("@")[0], 0.0) + seconds
+        total = self.fixed_s + self.per_kernel_s * sum(counts.values())
+        for cls, n in counts.items():
+            per_kernel, multiple = self.terms(cls, precision)
+            total += per_kernel * n + multiple * roofs.get(cls, 0.0)
         return total
 
-    def factor(self, cls: str, precision: str) -> float:
-        return self.efficiency.get(f"{cls}@{precision}") or self.efficiency.get(cls) or self.efficiency.get("*", 1.0)
+    def efficiency(self) -> dict[str, float]:
+        """Roofline time / time spent above the per-kernel cost: the share of the roof a class reaches."""
+        return {k: (1 / m if m > 0 else float("inf")) for k, (_, m) in self.per_class.items()}
 
 
 def fit(records: list[Record]) -> Fit:
-    pooled: dict[str, list[float]] = {}
+    rows: dict[str, list[tuple[float, float, float, float]]] = {}
+    models: dict[str, set[str]] = {}
     for r in records:
         roofs = r.roof_by_class()
-        for cls in set(roofs) | set(r.measured_s):
-            roof, measured = roofs.get(cls, 0.0), r.measured_s.get(cls, 0.0)
-            if roof <= 0:
-                continue   # the profiler timed ops the model has no kernel of (layout reorders): overhead
+        for cls, n in r.counts.items():
+            if not n:
+                continue
             for key in (f"{cls}@{r.precision}", cls, "*"):
-                entry = pooled.setdefault(key, [0.0, 0.0])
-                entry[0] += roof
-                entry[1] += measured
-    efficiency = {k: roof / measured for k, (roof, measured) in pooled.items() if measured > 0}
-    partial = Fit(efficiency, 0.0, 0.0, {})
-    residual = np.array([r.p50_s - partial.predict(r.roof_s, 0, r.precision) for r in records])
-    counts = np.array([float(r.kernels) for r in records])
-    fixed, per_kernel = _nonnegative_line(counts, residual, 1 / np.array([r.p50_s for r in records]))
+                rows.setdefault(key, []).append((float(n), roofs.get(cls, 0.0), r.measured_s.get(cls, 0.0),
+                                                 1 / r.p50_s))
+                models.setdefault(key, set()).add(r.model)
+    per_class = {}
+    for key, data in rows.items():
+        if len(models[key]) < 2 and "@" in key:
+            continue  # one model says nothing general about this precision: the class's pooled fit stands in
+        n, roof, measured, w = (np.array(col) for col in zip(*data, strict=True))
+        per_class[key] = _nonnegative(n, roof, measured, w)
+    outside = np.array([r.outside_s() for r in records])
+    counts = np.array([float(sum(r.counts.values()) or r.kernels) for r in records])
+    weights = 1 / np.array([r.p50_s for r in records])
+    fixed, per_kernel = _nonnegative(np.ones_like(counts), counts, outside, weights)
     tails = {q: float(np.median([r.tails[q] for r in records if q in r.tails] or [1.0])) for q in ("p90", "p99")}
-    return Fit(efficiency, fixed, per_kernel, tails)
+    return Fit(per_class, fixed, per_kernel, tails)
 
 
-def _nonnegative_line(x: np.ndarray, y: np.ndarray, w: np.ndarray) -> tuple[float, float]:
-    """a + b·x fitted to y by weighted least squares with a, b ≥ 0 (the candidate active sets). The
-    weights are 1 / measured p50, so the error minimised is relative: a 20 µs model counts as much as a
-    20 ms one, as it does in the ±15 % target."""
+def _nonnegative(x1: np.ndarray, x2: np.ndarray, y: np.ndarray, w: np.ndarray) -> tuple[float, float]:
+    """c1·x1 + c2·x2 fitted to y by weighted least squares with c1, c2 ≥ 0 (every active set). The
+    weights are 1 / the build's measured p50, so the error minimised is relative: a 20 µs model counts
+    as much as a 20 ms one, as it does in the ±15 % target."""
     def solve(columns: list[np.ndarray]) -> np.ndarray:
         a = np.stack([c * w for c in columns], axis=1)
         return np.linalg.lstsq(a, y * w, rcond=None)[0]
 
-    ones = np.ones_like(x)
-    candidates = [(0.0, 0.0), (float(solve([ones])[0]), 0.0), (0.0, float(solve([x])[0]))]
-    if len(x) >= 2 and np.ptp(x) > 0:
-        a, b = solve([ones, x])
-        candidates.append((float(a), float(b)))
+    candidates = [(0.0, 0.0), (float(solve([x1])[0]), 0.0), (0.0, float(solve([x2])[0]))]
+    if len(y) >= 2:
+        c1, c2 = solve([x1, x2])
+        candidates.append((float(c1), float(c2)))
     best, best_err = (0.0, 0.0), float("inf")
-    for a, b in candidates:
-        a, b = max(a, 0.0), max(b, 0.0)
-        err = float(np.sum(((a + b * x - y) * w) ** 2))
+    for c1, c2 in candidates:
+        c1, c2 = max(c1, 0.0), max(c2, 0.0)
+        err = float(np.sum(((c1 * x1 + c2 * x2 - y) * w) ** 2))
         if err < best_err:
-            best, best_err = (a, b), err
+            best, best_err = (c1, c2), err
     return best
 
 
@@ -151,7 +180,9 @@ class Calibration:
         return {
             "schema": SCHEMA, "device": self.device, "target": self.target, "kind": self.kind, "roof": self.roof,
             "created": self.created, "tapeout": self.tapeout,
-            "fit": {"efficiency": self.fit.efficiency, "fixed_us": self.fit.fixed_s * 1e6,
+            "fit": {"per_class": {k: {"per_kernel_us": a * 1e6, "roofline_multiple": m}
+                                  for k, (a, m) in self.fit.per_class.items()},
+                    "efficiency": self.fit.efficiency(), "fixed_us": self.fit.fixed_s * 1e6,
                     "per_kernel_us": self.fit.per_kernel_s * 1e6, "tails": self.fit.tails},
             "band": list(self.band) if self.band else None,
             "held_out": self.held_out,
@@ -166,7 +197,8 @@ class Calibration:
             f = data["fit"]
             return cls(device=str(data["device"]), target=str(data["target"]), kind=str(data["kind"]),
                        roof=dict(data["roof"]), records=[Record(**r) for r in data["records"]],
-                       fit=Fit({str(k): float(v) for k, v in f["efficiency"].items()}, float(f["fixed_us"]) / 1e6,
+                       fit=Fit({str(k): (float(v["per_kernel_us"]) / 1e6, float(v["roofline_multiple"]))
+                                for k, v in f["per_class"].items()}, float(f["fixed_us"]) / 1e6,
                                float(f["per_kernel_us"]) / 1e6, {str(k): float(v) for k, v in f["tails"].items()}),
                        held_out=list(data.get("held_out") or []), created=str(data.get("created", "")),
                        tapeout=str(data.get("tapeout", "")))
@@ -184,7 +216,7 @@ def held_out(records: list[Record]) -> list[dict[str, Any]]:
             continue
         f = fit(rest)
         for r in (r for r in records if r.model == model):
-            predicted = f.predict(r.roof_s, r.kernels, r.precision)
+            predicted = f.predict(r.roof_s, r.counts, r.precision)
             out.append({"model": model, "precision": r.precision, "source": r.source,
                         "predicted_ms": predicted * 1e3, "measured_ms": r.p50_s * 1e3,
                         "error": predicted / r.p50_s - 1})

@@ -2,9 +2,9 @@
 
 Per kernel (`kernels.py`): the roofline time max(FLOPs / peak at its precision, bytes / bandwidth).
 The sum is a lower bound (research/profiling-modeling.md §1.4: rooflines are optimistic at batch 1).
-With a calibration for the device and target (`calibration.py`), each class's time is divided by
-its fitted efficiency and the fitted overhead is added; the error band is the calibration's
-held-out error. Without one, only the lower bound is known, and that is what the estimate says.
+With a calibration for the device and target (`calibration.py`), each kernel costs its class's
+fitted time per kernel plus a fitted multiple of its roofline time, and the fitted time outside the
+ops is added; the error band is the calibration's held-out error. Without one, only the lower bound is known, and that is what the estimate says.
 
 Budgets judged on an estimate get `estimated-pass` / `estimated-fail` (DESIGN §4): never a silent
 pass, turned into failures by `--strict`, replaced by measured verdicts at `tapeout check`.
@@ -25,8 +25,8 @@ from tapeout.errors import BadInput
 from tapeout.types import BudgetResult, Budgets, InputSpec, Verdict
 
 METHOD_BOUND = "roofline lower bound: Σ max(FLOPs / peak, bytes / bandwidth) per kernel, no overhead"
-METHOD_CALIBRATED = ("calibrated roofline: per kernel class, roofline time / fitted efficiency; plus fitted "
-                     "fixed and per-kernel overhead")
+METHOD_CALIBRATED = ("calibrated roofline: per kernel, a fitted cost per kernel of its class plus a fitted "
+                     "multiple of its roofline time; plus the fitted time outside the ops")
 
 
 @dataclass
@@ -126,7 +126,7 @@ def estimate(kernels: list[kern.Kernel], roof: roofline.Roof, target: str, preci
         return est
     c, path = cal
     f = c.fit
-    est.per_kernel_s = [max(kern.roof_times(k, roof)) / f.factor(k.cls, precision) + f.per_kernel_s for k in kernels]
+    est.per_kernel_s = [f.kernel_s(k.cls, precision, max(kern.roof_times(k, roof)), k.launches) for k in kernels]
     est.predicted_s = f.fixed_s + sum(est.per_kernel_s)
     est.band, est.tails = c.band, f.tails
     est.calibration = f"calibration {path.name}: {c.summary()}"
@@ -270,7 +270,7 @@ def measured_record(directory: Path) -> tuple[calib.Record, dict] | str:
     record = calib.Record(model=report["project"]["name"], precision=report["profile"]["precision"],
                           source=str(directory), created=measured["created"], p50_s=p50["point"] / 1e3, tails=tails,
                           roof_s=kern.class_roofs(est.kernels, est.roof), measured_s=measured_s,
-                          kernels=len(est.kernels))
+                          kernels=len(est.kernels), counts=kern.class_counts(est.kernels))
     return record, {"device": device_name(spec, host), "target": measured["target"]["name"],
                     "kind": spec.kind if spec else "cpu", "roof": est.roof.to_json(),
                     "host_key": roofline.host_key(host)}

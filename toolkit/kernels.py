@@ -16,7 +16,7 @@ from tapeout.analysis import GraphView, node_cost
 from tapeout.archinfo import Analysis
 from tapeout.roofline import BYTES_PER_ELEMENT
 
-CLASSES = ("conv", "matmul", "reduce", "elementwise", "movement", "quantize")
+CLASSES = ("conv", "matmul", "recurrent", "reduce", "elementwise", "movement", "quantize")
 
 # ONNX, ONNX Runtime contrib and OpenVINO executed-layer type names, by kernel class. A name not
 # listed is elementwise (arithmetic per element, bandwidth-bound on every device here).
@@ -25,8 +25,10 @@ _CLASS_OF = {
              "Convolution", "GroupConvolution", "ConvolutionBackpropData", "GroupConvolutionBackpropData"},
     "matmul": {"MatMul", "Gemm", "FusedMatMul", "FusedGemm", "QGemm", "QLinearMatMul", "MatMulInteger",
                "MatMulIntegerToFloat", "DynamicQuantizeMatMul", "MatMulNBits", "Attention", "MultiHeadAttention",
-               "GroupQueryAttention", "Einsum", "FullyConnected", "ScaledDotProductAttention", "LSTM", "GRU", "RNN",
-               "FullyConnectedCompressed", "gemm", "matmul"},
+               "GroupQueryAttention", "Einsum", "FullyConnected", "ScaledDotProductAttention",
+               "FullyConnectedCompressed", "FullyConnectedQuantizedLegacy", "FullyConnectedQuantized", "gemm", "matmul"},
+    # one op, but its cell runs once per time step: its cost per launch is per step
+    "recurrent": {"LSTM", "GRU", "RNN", "DynamicQuantizeLSTM", "LSTMSequence", "GRUSequence", "RNNSequence"},
     "reduce": {"Softmax", "LogSoftmax", "LayerNormalization", "SkipLayerNormalization", "SimplifiedLayerNormalization",
                "SkipSimplifiedLayerNormalization", "BatchNormalization", "InstanceNormalization", "GroupNorm",
                "RMSNormalization", "ReduceMean", "ReduceSum", "ReduceMax", "ReduceMin", "ReduceProd", "ReduceL2",
@@ -36,7 +38,7 @@ _CLASS_OF = {
                  "Tile", "Pad", "Resize", "ScatterND", "ScatterElements", "Squeeze", "Unsqueeze", "Flatten", "Identity",
                  "ReorderInput", "ReorderOutput", "Reorder", "StridedSlice", "Broadcast", "Convert", "Copy",
                  "DepthToSpace", "SpaceToDepth", "ShuffleChannels", "Interpolate", "Cast", "MemcpyToHost",
-                 "MemcpyFromHost"},
+                 "MemcpyFromHost", "ShapeOf"},
     "quantize": {"QuantizeLinear", "DequantizeLinear", "DynamicQuantizeLinear", "FakeQuantize"},
 }
 _BY_NAME = {name: cls for cls, names in _CLASS_OF.items() for name in names}
@@ -57,10 +59,11 @@ class Kernel:
     flops: int
     bytes: float       # DRAM traffic at the kernel's precision, once per inference
     nodes: int         # ONNX nodes it covers
+    launches: int = 1  # times it runs per inference: a recurrent cell once per time step
 
     def to_json(self) -> dict:
         return {"name": self.name, "class": self.cls, "precision": self.precision, "flops": self.flops,
-                "bytes": self.bytes, "nodes": self.nodes}
+                "bytes": self.bytes, "nodes": self.nodes, "launches": self.launches}
 
 
 def folded(view: GraphView) -> set[str]:
@@ -113,15 +116,19 @@ def of(view: GraphView, analysis: Analysis, plan: dict | None, default_precision
             weighted = [costs[n] for n in group.weighted if n in costs] or members[:1]
             precision = precisions.get(group.weighted[0], default_precision) if group.weighted else default_precision
             scale = BYTES_PER_ELEMENT.get(precision, 4.0) / 4.0
-            kernel = Kernel(group.name, op_class(weighted[0].op_type) if weighted else "elementwise", precision,
-                            sum(c.flops for c in members), sum(c.bytes_moved for c in weighted) * scale, len(members))
+            cls = op_class(weighted[0].op_type) if weighted else "elementwise"
+            lead = next((n for n in view.nodes if n.name == weighted[0].name), None) if weighted else None
+            kernel = Kernel(group.name, cls, precision, sum(c.flops for c in members),
+                            sum(c.bytes_moved for c in weighted) * scale, len(members),
+                            _steps(view, lead) if cls == "recurrent" and lead is not None else 1)
             kernels.append(kernel)
             if precision in ("int8", "int4", "fp8") and weighted:
                 kernels.append(_quantize_kernel(view, group.name, group.weighted[0], precision))
             continue
         precision = precisions.get(node.name, default_precision)
         scale = BYTES_PER_ELEMENT.get(precision, 4.0) / 4.0
-        kernels.append(Kernel(node.name, op_class(node.op_type), precision, cost.flops, cost.bytes_moved * scale, 1))
+        kernels.append(Kernel(node.name, op_class(node.op_type), precision, cost.flops, cost.bytes_moved * scale, 1,
+                              _steps(view, node) if op_class(node.op_type) == "recurrent" else 1))
     return kernels
 
 
@@ -148,3 +155,18 @@ def class_roofs(kernels: list[Kernel], roof) -> dict[str, float]:
         key = f"{k.cls}@{k.precision}"
         out[key] = out.get(key, 0.0) + max(roof_times(k, roof))
     return out
+
+
+def class_counts(kernels: list[Kernel]) -> dict[str, int]:
+    """Launches per class: what a class's per-kernel cost is paid for."""
+    out: dict[str, int] = {}
+    for k in kernels:
+        out[k.cls] = out.get(k.cls, 0) + k.launches
+    return out
+
+
+def _steps(view: GraphView, node) -> int:
+    """Time steps of an LSTM/GRU/RNN (its input's sequence axis: 0, or 1 with layout=1)."""
+    shape = view.shapes.get(node.input[0]) or ()
+    axis = 1 if view.attr(node, "layout", 0) else 0
+    return int(shape[axis]) if len(shape) == 3 and shape[axis] else 1
