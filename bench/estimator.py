@@ -14,6 +14,7 @@ decide the INT8 kernels and so the fit.
 from __future__ import annotations
 
 import argparse
+import json
 import subprocess
 import sys
 import time
@@ -94,22 +95,28 @@ def main() -> int:
         else:
             found.append(got)
     cals = calibration.make(found, manifest.now(), "bench")
-    total_hit = total = 0
+    total_hit = total = in_ci = 0
     for cal in cals:
         bounds = {r.source: r for r in cal.records}
         print(f"\n{cal.device} × {cal.target}: {cal.summary()}")
-        print(f"{'model':<12} {'precision':<9} {'measured p50 ms':>16} {'roofline bound':>15} "
-              f"{'held-out pred':>14} {'error':>8}")
+        print(f"{'model':<12} {'precision':<9} {'measured p50 ms [95% CI]':>28} {'spread':>7} {'roofline bound':>15} "
+              f"{'held-out pred':>14} {'error':>8} {'in CI':>6}")
         for h in sorted(cal.held_out, key=lambda h: (h["model"], h["precision"])):
             r = bounds[h["source"]]
             bound = sum(r.roof_s.values()) * 1e3
+            q = json.loads((Path(h["source"]) / "report.json").read_text())["measurement"]["latency_ms"]["quantiles"]["p50"]
+            spread = (max(q["per_repeat"]) - min(q["per_repeat"])) / q["point"]
+            inside = q["lower"] <= h["predicted_ms"] <= q["upper"]
+            in_ci += inside
             flag = "" if abs(h["error"]) <= 0.15 else "  ✗"
-            print(f"{h['model']:<12} {h['precision']:<9} {h['measured_ms']:>16.4g} {bound:>15.4g} "
-                  f"{h['predicted_ms']:>14.4g} {h['error']:>+8.1%}{flag}")
+            measured = f"{h['measured_ms']:.4g} [{q['lower']:.4g}, {q['upper']:.4g}]"
+            print(f"{h['model']:<12} {h['precision']:<9} {measured:>28} {spread:>7.0%} {bound:>15.4g} "
+                  f"{h['predicted_ms']:>14.4g} {h['error']:>+8.1%} {'yes' if inside else 'no':>6}{flag}")
         hit, n = cal.within()
         total_hit, total = total_hit + hit, total + n
     print(f"\nall: {total_hit}/{total} held-out predictions within ±15 % "
-          f"({total_hit / max(total, 1):.0%}; target ≥ 90 %)")
+          f"({total_hit / max(total, 1):.0%}; target ≥ 90 %); {in_ci}/{total} inside the measured p50's own 95 % "
+          "interval. spread: the per-process p50s' range over the p50, the measurement's own run-to-run noise")
     start = time.perf_counter()
     subprocess.run([sys.executable, "-m", "tapeout", "compare", *map(str, dirs)], capture_output=True)
     print(f"`tapeout compare` of {len(dirs)} builds: {time.perf_counter() - start:.2f} s (target < 5 s)")

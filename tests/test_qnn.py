@@ -77,17 +77,23 @@ def test_a_device_measurement_runs_without_an_op_profile(digits_qnn):
     assert m.op_profile is None and len(m.outputs) == manifest["golden"]["samples"]
 
 
-def test_latency_budgets_are_unmeasured_through_the_emulator(tmp_path):
+def test_latency_through_the_emulator_is_estimated_and_memory_unmeasured(tmp_path):
     profile = tmp_path / "p.toml"
     profile.write_text('extends = "qnn-sm8650"\n[budgets]\nlatency_p50_ms = 0.0001\npeak_memory_mb = 1\n' + FAST)
     out = tmp_path / "b"
     result = run_cli("build", SAMPLES / "digits-cnn", "--profile", profile, "--out", out)
     assert result.code == 0, result.err + result.out  # an impossible latency is not judged on an emulator …
-    budgets = {b["budget"]: b for b in json.loads((out / "report.json").read_text())["budgets"]}
-    for name in ("latency_p50_ms", "peak_memory_mb"):
-        assert budgets[name]["verdict"] == "unmeasured" and budgets[name]["measured"] is None
-        assert "emulated" in budgets[name]["reason"] and "on the device" in budgets[name]["reason"]
-    assert run_cli("check", out, "--strict").code == 1  # … and --strict counts unmeasured as failures
+    report = json.loads((out / "report.json").read_text())
+    budgets = {b["budget"]: b for b in report["budgets"]}
+    memory = budgets["peak_memory_mb"]
+    assert memory["verdict"] == "unmeasured" and memory["measured"] is None
+    assert "emulated" in memory["reason"] and "on the device" in memory["reason"]
+    # … its latency is estimated for the Snapdragon's spec: even the roofline bound is over 0.1 µs
+    latency = budgets["latency_p50_ms"]
+    assert latency["verdict"] == "estimated-fail" and "emulated" in latency["reason"]
+    assert latency["measured"] == report["estimate"]["lower_bound_ms"] and report["estimate"]["device"] == "snapdragon-8-gen3"
+    assert report["bottlenecks"] is None  # the emulator's op times are not the device's
+    assert run_cli("check", out, "--strict").code == 1  # … and --strict counts them as failures
 
 
 def _det_project(tmp_path):
