@@ -60,6 +60,17 @@ def digits_build(tmp_path_factory, fast_profile) -> Path:
     return out
 
 
+@pytest.fixture(scope="session")
+def digits_int8_build(tmp_path_factory) -> Path:
+    """digits-cnn at cpu-int8 with short timing runs: the second build compare, diff and calibrate need."""
+    profile = tmp_path_factory.mktemp("profiles") / "int8.toml"
+    profile.write_text(FAST_PROFILE.replace('extends = "cpu-fp32"', 'extends = "cpu-int8"'))
+    out = tmp_path_factory.mktemp("builds") / "digits-int8"
+    result = run_cli("build", SAMPLES / "digits-cnn", "--profile", profile, "--out", out)
+    assert result.code == 0, result.err + result.out
+    return out
+
+
 def one_line_error(result: Result) -> str:
     """Bad input must be one line on stderr, never a traceback."""
     assert "Traceback" not in result.err, result.err

@@ -67,14 +67,8 @@ def _parse(path: Path) -> _Checker:
 
 
 @pytest.fixture(scope="module")
-def two_builds(tmp_path_factory, digits_build):
-    profile = tmp_path_factory.mktemp("p") / "int8.toml"
-    profile.write_text('extends = "cpu-int8"\n[check]\niterations = 60\nrepeats = 2\nwarmup_min_s = 0.1\n'
-                       'op_profile_iterations = 5\n')
-    out = tmp_path_factory.mktemp("builds") / "int8"
-    result = run_cli("build", SAMPLES / "digits-cnn", "-p", profile, "-o", out)
-    assert result.code == 0, result.err
-    return digits_build, out
+def two_builds(digits_build, digits_int8_build):
+    return digits_build, digits_int8_build
 
 
 def test_report_html_is_self_contained_with_every_figure(digits_build):
@@ -137,7 +131,10 @@ def test_diff_says_what_moved_beyond_its_noise(two_builds, tmp_path):
     rows = {r["figure"]: r for r in run_cli("diff", fp32, int8, "--json").json()}
     assert rows["artifact MB"]["moved"] and rows["artifact MB"]["change"] < -0.5   # INT8 weights are a quarter
     assert "latency p50 ms" in rows and rows["latency p50 ms"]["why"]
-    no_check = run_cli("diff", fp32)
+    unchecked = tmp_path / "unchecked"  # the shared build may have been checked by another test
+    shutil.copytree(fp32, unchecked)
+    (unchecked / "check.json").unlink(missing_ok=True)
+    no_check = run_cli("diff", unchecked)
     assert no_check.code == 2 and "check.json" in one_line_error(no_check)
 
 

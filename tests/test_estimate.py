@@ -143,17 +143,6 @@ def test_estimated_verdicts_follow_the_band_and_the_bound():
     assert estimate.judge(Budgets(latency_p50_ms=0.1), bare, "not here")[0].verdict is Verdict.ESTIMATED_FAIL
 
 
-@pytest.fixture(scope="module")
-def int8_build(tmp_path_factory):
-    profile = tmp_path_factory.mktemp("p") / "int8.toml"
-    profile.write_text('extends = "cpu-int8"\n[check]\niterations = 60\nrepeats = 2\nwarmup_min_s = 0.1\n'
-                       'op_profile_iterations = 5\n')
-    out = tmp_path_factory.mktemp("builds") / "digits-int8"
-    result = run_cli("build", SAMPLES / "digits-cnn", "-p", profile, "-o", out)
-    assert result.code == 0, result.err
-    return out
-
-
 def test_a_build_reports_its_estimate_and_bottlenecks(digits_build):
     report = json.loads((digits_build / "report.json").read_text())
     est, b = report["estimate"], report["bottlenecks"]
@@ -168,9 +157,9 @@ def test_a_build_reports_its_estimate_and_bottlenecks(digits_build):
     assert "## Bottlenecks" in md and "## Estimate for host-" in md
 
 
-def test_calibrate_then_estimate_predicts_with_a_band(digits_build, int8_build, tmp_path):
+def test_calibrate_then_estimate_predicts_with_a_band(digits_build, digits_int8_build, tmp_path):
     out = tmp_path / "cal"
-    result = run_cli("calibrate", digits_build, int8_build, "--out", out, "--json")
+    result = run_cli("calibrate", digits_build, digits_int8_build, "--out", out, "--json")
     assert result.code == 0, result.err
     [cal] = result.json()
     assert cal["target"] == "onnxruntime" and cal["device"].startswith("host-")

@@ -1,7 +1,8 @@
 """report.html: one self-contained file rendered from the same report model as report.md.
 
-Figures are drawn by matplotlib (Agg) as inline SVG with glyphs as paths: no script, no font, no
-network, no CDN; the file opens offline in any browser. Each figure is a <figure id="fig-…"> so
+Figures are drawn by matplotlib (Agg) as inline SVG, their text as SVG text in the reader's own
+sans-serif (selectable, a third of the size of glyph paths): no script, no font file, no network,
+no CDN; the file opens offline in any browser. Each figure is a <figure id="fig-…"> so
 tests (and readers' tools) can find it. Figures: the latency distribution with its percentiles,
 their bounds and the budgets; time by op type; the slowest ops by bound; the roofline of the ops;
 the estimate by kernel class; the sensitivity loop's steps. Tables: budgets, placement. The
@@ -32,7 +33,7 @@ def _plt():
     import matplotlib
 
     matplotlib.use("Agg", force=True)
-    matplotlib.rcParams.update({"svg.fonttype": "path", "svg.hashsalt": "tapeout", "font.size": 9,
+    matplotlib.rcParams.update({"svg.fonttype": "none", "svg.hashsalt": "tapeout", "font.size": 9,
                                 "axes.spines.top": False, "axes.spines.right": False})
     import matplotlib.pyplot as plt
 
