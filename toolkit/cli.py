@@ -278,7 +278,7 @@ def estimate(
         from tapeout.config import load_device
 
         spec = load_device(device)
-        manifest_data = estimating._read_json(build_dir / "manifest.json")
+        manifest_data = estimating.read_json(build_dir / "manifest.json")
         manifest_data = {**manifest_data, "device_spec": spec.model_dump(mode="json")}
     est = estimating.for_build(build_dir, manifest=manifest_data)
     if as_json:

@@ -55,7 +55,7 @@ class Estimate:
         point = self.predicted_s * (1.0 if q == "p50" else self.tails.get(q, 1.0)) * 1e3
         lo, hi = self.band or (0.0, 0.0)
         # predicted = measured·(1 + error): the measured value lies in [point/(1+hi), point/(1+lo)]
-        return point, point / (1 + hi), point / (1 + lo) if lo > -1 else float("inf")
+        return point, point / (1 + hi), point / max(1 + lo, 0.01)  # a held-out prediction of ~0: 100x, not ∞
 
     def by_class(self) -> list[dict[str, Any]]:
         rows: dict[str, dict[str, Any]] = {}
@@ -140,8 +140,8 @@ def for_build(directory: Path, report: dict | None = None, manifest: dict | None
     None) to use that instead."""
     from tapeout.types import DeviceSpec
 
-    report = report if report is not None else _read_json(directory / "report.json")
-    manifest = manifest if manifest is not None else _read_json(directory / "manifest.json")
+    report = report if report is not None else read_json(directory / "report.json")
+    manifest = manifest if manifest is not None else read_json(directory / "manifest.json")
     try:
         project = manifest["project"]
         inputs = [InputSpec.model_validate(i) for i in project["inputs"]]
@@ -188,7 +188,7 @@ def with_measured(est: Estimate, measured_p50_ms: float | None) -> dict[str, Any
     return data
 
 
-def _read_json(path: Path) -> dict:
+def read_json(path: Path) -> dict:
     try:
         return json.loads(path.read_text())
     except FileNotFoundError:
@@ -210,7 +210,7 @@ def judge(budgets: Budgets, est: Estimate, why_not_measured: str) -> list[Budget
         name, key = f"latency_p{q * 100:g}_ms", f"p{q * 100:g}"
         bound = est.lower_bound_s * 1e3
         if bound > limit:
-            results.append(BudgetResult(name, limit, "ms", Verdict.ESTIMATED_FAIL, bound, (bound, float("inf")),
+            results.append(BudgetResult(name, limit, "ms", Verdict.ESTIMATED_FAIL, bound, None,
                                         f"{why_not_measured}; even the roofline lower bound on {est.device} is "
                                         f"{bound:.4g} ms > limit"))
             continue
@@ -246,10 +246,10 @@ def measured_record(directory: Path) -> tuple[calib.Record, dict] | str:
     target and host; or why it cannot be one."""
     from tapeout.types import DeviceSpec
 
-    manifest = _read_json(directory / "manifest.json")
-    report = _read_json(directory / "report.json")
+    manifest = read_json(directory / "manifest.json")
+    report = read_json(directory / "report.json")
     check = directory / "check.json"
-    measured = _read_json(check) if check.is_file() else report
+    measured = read_json(check) if check.is_file() else report
     if measured["target"].get("emulated"):
         return f"{directory}: emulated ({measured['target']['emulated']}); its timings are not the device's"
     m = measured.get("measurement") or {}
