@@ -306,7 +306,7 @@ def calibrate(
                                     "$TAPEOUT_CALIBRATION or ~/.local/share/tapeout/calibration)."),
     as_json: bool = JSON,
 ) -> None:
-    """Fit the estimator's efficiency factors from measured per-op profiles; report the held-out error."""
+    """Fit the estimator (per kernel class: cost per launch, roofline multiple) from measured per-op profiles."""
     from tapeout import calibration, manifest, roofline
     from tapeout import estimate as estimating
     from tapeout.console import UI
