@@ -183,7 +183,7 @@ def check(build_dir: Path | str, ui: UI, strict: bool = False, iterations: int |
     # build dirs from before the estimator have no export/; a device-less profile off its device has nothing to estimate
     if (build_dir / "export" / "model.onnx").is_file() and not (opened.device is None and ctx.emulated):
         with ui.step("estimate latency on the device (roofline, calibrated where measured)"):
-            est = estimate.for_build(build_dir, build.to_json(), man.model_dump(mode="json"), host=host)
+            est = estimate.for_build(build_dir, build, man, host=host, device_spec=opened.device)
         ui.note(est.line())
     p50 = None if ctx.emulated else m.latency.quantiles["p50"].point
     artifact_bytes = manifest.tree_size(artifact.directory)

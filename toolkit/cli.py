@@ -273,14 +273,12 @@ def estimate(
     from tapeout import estimate as estimating
     from tapeout.console import UI
 
-    manifest_data = None
+    spec = None
     if device is not None:
         from tapeout.config import load_device
 
         spec = load_device(device)
-        manifest_data = estimating.read_json(build_dir / "manifest.json")
-        manifest_data = {**manifest_data, "device_spec": spec.model_dump(mode="json")}
-    est = estimating.for_build(build_dir, manifest=manifest_data)
+    est = estimating.for_build(build_dir, device_spec=spec)
     if as_json:
         typer.echo(json.dumps(est.to_json(top=30), indent=2, default=str))
         return

@@ -12,7 +12,6 @@ pass, turned into failures by `--strict`, replaced by measured verdicts at `tape
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -133,34 +132,46 @@ def estimate(kernels: list[kern.Kernel], roof: roofline.Roof, target: str, preci
     return est
 
 
-def for_build(directory: Path, report: dict | None = None, manifest: dict | None = None,
-              cal: tuple[calib.Calibration, Path] | bool | None = True, host: dict | None = None) -> Estimate:
-    """The estimate for a build dir's model on its profile's device (where it names none: the CPU of
-    `host`, by default the one the build ran on). `cal=True` looks the calibration up; pass one (or
-    None) to use that instead."""
+def for_build(directory: Path, report=None, man=None, cal: tuple[calib.Calibration, Path] | bool | None = True,
+              host: dict | None = None, device_spec=None) -> Estimate:
+    """The estimate for a build dir's model on its profile's device, or on `device_spec` (where neither
+    names one: the CPU of `host`, by default the one the build ran on). The report and manifest are read
+    and validated here unless given. `cal=True` looks the calibration up; pass one (or None) instead."""
+    from tapeout.check import read_manifest
+    from tapeout.config import validate
+    from tapeout.paths import confined, external_data_files
+    from tapeout.report_model import load
     from tapeout.types import DeviceSpec
 
-    report = report if report is not None else read_json(directory / "report.json")
-    manifest = manifest if manifest is not None else read_json(directory / "manifest.json")
-    try:
-        project = manifest["project"]
-        inputs = [InputSpec.model_validate(i) for i in project["inputs"]]
-        dims = dict(project.get("dims") or {})
-        spec = DeviceSpec.model_validate(manifest["device_spec"]) if manifest.get("device_spec") else None
-        target, precision = report["target"]["name"], report["profile"]["precision"]
-        plan = (report.get("quantization") or {}).get("plan")
-        host = host or report["host"]
-    except (KeyError, TypeError, ValueError) as exc:
-        raise BadInput(f"{directory} is not a complete build dir ({type(exc).__name__}: {exc})",
-                       fix="point at a folder `tapeout build` wrote") from None
-    model = directory / "export" / "model.onnx"
+    report = report if report is not None else load(_file(directory, "report.json"))
+    man = man if man is not None else read_manifest(directory)
+    where = directory / "manifest.json"
+    project = man.model_dump(mode="json")["project"]
+    inputs = [validate(InputSpec, i, where, "project.inputs.") for i in project.get("inputs") or []]
+    dims = {str(k): v for k, v in (project.get("dims") or {}).items()}
+    if device_spec is None and man.device_spec:
+        device_spec = validate(DeviceSpec, man.device_spec, where, "device_spec.")
+    # a build dir may come from elsewhere: its model, and any weights beside it, stay inside it
+    model = confined(directory, "export/model.onnx", "exported model")
     if not model.is_file():
         raise BadInput(f"{directory} has no export/model.onnx", fix="point at a folder `tapeout build` wrote")
-    device = device_name(spec, host)
+    for location in external_data_files(model):
+        confined(model.parent, location, "external data of export/model.onnx")
+    host = host or report.host
+    device = device_name(device_spec, host)
     if cal is True:
-        cal = calib.find(device, target)
-    roof = roof_for(spec, host, cal[0] if cal else None)
-    return estimate(model_kernels(model, inputs, dims, plan, precision), roof, target, precision, cal or None)
+        cal = calib.find(device, report.target.name)
+    roof = roof_for(device_spec, host, cal[0] if cal else None)
+    plan = (report.quantization or {}).get("plan")
+    kernels = model_kernels(model, inputs, dims, plan, report.profile.precision)
+    return estimate(kernels, roof, report.target.name, report.profile.precision, cal or None)
+
+
+def _file(directory: Path, name: str) -> Path:
+    path = directory / name
+    if not path.is_file():
+        raise BadInput(f"{directory} has no {name}", fix="point at a build dir `tapeout build` wrote")
+    return path
 
 
 def for_model(ctx, model_path: Path, plan: dict | None) -> Estimate | None:
@@ -186,16 +197,6 @@ def with_measured(est: Estimate, measured_p50_ms: float | None) -> dict[str, Any
     data["measured_p50_ms"] = measured_p50_ms
     data["error"] = predicted[0] / measured_p50_ms - 1 if predicted and measured_p50_ms else None
     return data
-
-
-def read_json(path: Path) -> dict:
-    try:
-        return json.loads(path.read_text())
-    except FileNotFoundError:
-        raise BadInput(f"{path.parent} has no {path.name}", fix="point at a build dir `tapeout build` wrote") from None
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
-        raise BadInput(f"{path} is not readable JSON ({type(exc).__name__})",
-                       fix="rebuild it; build files are never edited by hand") from None
 
 
 # ---------------------------------------------------------------- verdicts on an estimate
@@ -244,33 +245,32 @@ def judge(budgets: Budgets, est: Estimate, why_not_measured: str) -> list[Budget
 def measured_record(directory: Path) -> tuple[calib.Record, dict] | str:
     """A build (or its check) measured on the device itself, as a calibration record with its device,
     target and host; or why it cannot be one."""
-    from tapeout.types import DeviceSpec
+    from tapeout.check import read_manifest
+    from tapeout.report_model import load
 
-    manifest = read_json(directory / "manifest.json")
-    report = read_json(directory / "report.json")
+    man = read_manifest(directory)
+    report = load(_file(directory, "report.json"))
     check = directory / "check.json"
-    measured = read_json(check) if check.is_file() else report
-    if measured["target"].get("emulated"):
-        return f"{directory}: emulated ({measured['target']['emulated']}); its timings are not the device's"
-    m = measured.get("measurement") or {}
-    p50 = ((m.get("latency_ms") or {}).get("quantiles") or {}).get("p50")
+    measured = load(check, "check report") if check.is_file() else report
+    if measured.target.emulated:
+        return f"{directory}: emulated ({measured.target.emulated}); its timings are not the device's"
+    m = measured.measurement
+    q = (m.get("latency_ms") or {}).get("quantiles") or {}
     profile = m.get("op_profile")
-    if not p50 or not profile or not profile.get("runs") or not profile.get("mean_run_us"):
+    if not q.get("p50") or not profile or not profile.get("runs") or not profile.get("mean_run_us"):
         return f"{directory}: no measured latency with a per-op profile"
-    spec = DeviceSpec.model_validate(manifest["device_spec"]) if manifest.get("device_spec") else None
-    host = measured["host"]
-    q = m["latency_ms"]["quantiles"]
-    tails = {k: q[k]["point"] / p50["point"] for k in ("p90", "p99") if k in q and p50["point"]}
+    p50 = q["p50"]["point"]
+    tails = {k: q[k]["point"] / p50 for k in ("p90", "p99") if k in q and p50}
     measured_s: dict[str, float] = {}
-    scale = (p50["point"] * 1e3) / profile["mean_run_us"]  # profiler-on run -> timed p50
+    scale = (p50 * 1e3) / profile["mean_run_us"]  # profiler-on run -> timed p50
     for row in profile["op_types"]:
         cls = kern.op_class(row["op_type"])
         measured_s[cls] = measured_s.get(cls, 0.0) + row["total_us"] / profile["runs"] * scale * 1e-6
-    est = for_build(directory, report, manifest, cal=None)
-    record = calib.Record(model=report["project"]["name"], precision=report["profile"]["precision"],
-                          source=str(directory), created=measured["created"], p50_s=p50["point"] / 1e3, tails=tails,
+    est = for_build(directory, report, man, cal=None, host=measured.host)
+    record = calib.Record(model=report.project.name, precision=report.profile.precision, source=str(directory),
+                          created=measured.created, p50_s=p50 / 1e3, tails=tails,
                           roof_s=kern.class_roofs(est.kernels, est.roof), measured_s=measured_s,
                           kernels=len(est.kernels), counts=kern.class_counts(est.kernels))
-    return record, {"device": device_name(spec, host), "target": measured["target"]["name"],
-                    "kind": spec.kind if spec else "cpu", "roof": est.roof.to_json(),
-                    "host_key": roofline.host_key(host)}
+    return record, {"device": est.device, "target": measured.target.name,
+                    "kind": est.roof.kind, "roof": est.roof.to_json(),
+                    "host_key": roofline.host_key(measured.host)}
