@@ -105,10 +105,10 @@ def device_name(device_spec, host: dict) -> str:
     return device_spec.name if device_spec is not None else roofline.host_name(host)
 
 
-def model_kernels(model_path: Path, inputs: list[InputSpec], dims: dict[str, int], plan: dict | None,
-                  precision: str) -> list[kern.Kernel]:
+def model_kernels(model_path: Path, inputs: list[InputSpec], dims: dict[str, int]) -> list[kern.Kernel]:
+    """The model's kernels as exported (`kernels.structure`): the graph is loaded, read, and let go."""
     view = GraphView.load(model_path, inputs, dims)
-    return kern.of(view, analyze_view(view), plan, kern.float_precision(precision, plan))
+    return kern.structure(view, analyze_view(view))
 
 
 def estimate(kernels: list[kern.Kernel], roof: roofline.Roof, target: str, precision: str,
@@ -162,9 +162,9 @@ def for_build(directory: Path, report=None, man=None, cal: tuple[calib.Calibrati
     if cal is True:
         cal = calib.find(device, report.target.name)
     roof = roof_for(device_spec, host, cal[0] if cal else None)
-    plan = (report.quantization or {}).get("plan")
-    kernels = model_kernels(model, inputs, dims, plan, report.profile.precision)
-    return estimate(kernels, roof, report.target.name, report.profile.precision, cal or None)
+    plan, precision = (report.quantization or {}).get("plan"), report.profile.precision
+    kernels = kern.at_precision(model_kernels(model, inputs, dims), plan, kern.float_precision(precision, plan))
+    return estimate(kernels, roof, report.target.name, precision, cal or None)
 
 
 def _file(directory: Path, name: str) -> Path:
@@ -174,10 +174,10 @@ def _file(directory: Path, name: str) -> Path:
     return path
 
 
-def for_model(ctx, model_path: Path, plan: dict | None) -> Estimate | None:
-    """The estimate for a build in progress: the profile's device, or this host's CPU where the target
-    runs here. None for a target that does not run here on a profile naming no device: there is no
-    device to estimate for."""
+def for_model(ctx, structure: list[kern.Kernel], plan: dict | None) -> Estimate | None:
+    """The estimate for a build in progress, from the kernels `kernels.structure` found at analysis and
+    the precision plan: the profile's device, or this host's CPU where the target runs here. None for a
+    target that does not run here on a profile naming no device: there is no device to estimate for."""
     from tapeout import manifest
 
     if ctx.device is None and ctx.emulated:
@@ -186,8 +186,9 @@ def for_model(ctx, model_path: Path, plan: dict | None) -> Estimate | None:
     device = device_name(ctx.device, host)
     cal = calib.find(device, ctx.target.name)
     roof = roof_for(ctx.device, host, cal[0] if cal else None)
-    kernels = model_kernels(model_path, ctx.project.inputs, ctx.project.dims, plan, ctx.profile.precision)
-    return estimate(kernels, roof, ctx.target.name, ctx.profile.precision, cal)
+    precision = ctx.profile.precision
+    kernels = kern.at_precision(structure, plan, kern.float_precision(precision, plan))
+    return estimate(kernels, roof, ctx.target.name, precision, cal)
 
 
 def with_measured(est: Estimate, measured_p50_ms: float | None) -> dict[str, Any]:

@@ -10,7 +10,7 @@ FLOPs, and bytes at that precision.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from tapeout.analysis import GraphView, node_cost
 from tapeout.archinfo import Analysis
@@ -60,6 +60,8 @@ class Kernel:
     bytes: float       # DRAM traffic at the kernel's precision, once per inference
     nodes: int         # ONNX nodes it covers
     launches: int = 1  # times it runs per inference: a recurrent cell once per time step
+    lead: str = ""     # the node the plan's precision is looked up by (a group's first weighted node)
+    quantized_input: int = 0  # a fusion group's input elements: quantized too where the group is
 
     def to_json(self) -> dict:
         return {"name": self.name, "class": self.cls, "precision": self.precision, "flops": self.flops,
@@ -97,47 +99,56 @@ def float_precision(profile_precision: str, plan: dict | None) -> str:
 
 def of(view: GraphView, analysis: Analysis, plan: dict | None, default_precision: str) -> list[Kernel]:
     """The kernels of the analysed model at the plan's precisions, in execution order."""
+    return at_precision(structure(view, analysis), plan, default_precision)
+
+
+def structure(view: GraphView, analysis: Analysis) -> list[Kernel]:
+    """The kernels as exported (FP32 bytes), in execution order: made while the graph is loaded, so the
+    graph can be let go before the precision step decides what each kernel runs in."""
     skip = folded(view)
-    precisions = precision_of(plan, default_precision)
+    by_name = {n.name: n for n in view.nodes}
     group_of = {n: g for g in analysis.groups for n in g.nodes}
     costs = {c.name: c for c in analysis.costs}
     kernels: list[Kernel] = []
     seen_groups: set[str] = set()
     for node in view.nodes:
-        if node.name in skip or node.op_type in _SHAPE_OPS:
+        if node.name in skip:
             continue
-        cost = costs.get(node.name) or node_cost(view, node)
         group = group_of.get(node.name)
-        if group is not None:
-            if group.name in seen_groups:
-                continue
-            seen_groups.add(group.name)
-            members = [costs[n] for n in group.nodes if n in costs]
-            weighted = [costs[n] for n in group.weighted if n in costs] or members[:1]
-            precision = precisions.get(group.weighted[0], default_precision) if group.weighted else default_precision
-            scale = BYTES_PER_ELEMENT.get(precision, 4.0) / 4.0
-            cls = op_class(weighted[0].op_type) if weighted else "elementwise"
-            lead = next((n for n in view.nodes if n.name == weighted[0].name), None) if weighted else None
-            kernel = Kernel(group.name, cls, precision, sum(c.flops for c in members),
-                            sum(c.bytes_moved for c in weighted) * scale, len(members),
-                            _steps(view, lead) if cls == "recurrent" and lead is not None else 1)
-            kernels.append(kernel)
-            if precision in ("int8", "int4", "fp8") and weighted:
-                kernels.append(_quantize_kernel(view, group.name, group.weighted[0], precision))
+        if group is None:
+            cost = costs.get(node.name) or node_cost(view, node)
+            cls = op_class(node.op_type)
+            kernels.append(Kernel(node.name, cls, "fp32", cost.flops, cost.bytes_moved, 1,
+                                  _steps(view, node) if cls == "recurrent" else 1, node.name))
             continue
-        precision = precisions.get(node.name, default_precision)
-        scale = BYTES_PER_ELEMENT.get(precision, 4.0) / 4.0
-        kernels.append(Kernel(node.name, op_class(node.op_type), precision, cost.flops, cost.bytes_moved * scale, 1,
-                              _steps(view, node) if op_class(node.op_type) == "recurrent" else 1))
+        if group.name in seen_groups:
+            continue
+        seen_groups.add(group.name)
+        members = [costs[n] for n in group.nodes if n in costs]
+        weighted = [costs[n] for n in group.weighted if n in costs] or members[:1]
+        lead = by_name.get(weighted[0].name) if weighted else None
+        cls = op_class(lead.op_type) if lead is not None else "elementwise"
+        kernels.append(Kernel(group.name, cls, "fp32", sum(c.flops for c in members),
+                              sum(c.bytes_moved for c in weighted), len(members),
+                              _steps(view, lead) if cls == "recurrent" and lead is not None else 1,
+                              group.weighted[0] if group.weighted else "",
+                              (view.size(lead.input[0]) or 0) if lead is not None and group.weighted else 0))
     return kernels
 
 
-def _quantize_kernel(view: GraphView, group: str, weighted: str, precision: str) -> Kernel:
-    """The activation quantization a quantized group's input needs: read float, write 8 bits."""
-    node = next(n for n in view.nodes if n.name == weighted)
-    elements = view.size(node.input[0]) or 0
-    return Kernel(f"{group}/quantize", "quantize", precision, 2 * elements,
-                  elements * (4 + BYTES_PER_ELEMENT.get(precision, 1.0)), 0)
+def at_precision(kernels: list[Kernel], plan: dict | None, default_precision: str) -> list[Kernel]:
+    """Each kernel at the precision the plan gives its lead node, bytes scaled to it; a quantized fusion
+    group adds the activation quantization its input needs (read float, write 8 bits)."""
+    precisions = precision_of(plan, default_precision)
+    out = []
+    for k in kernels:
+        precision = precisions.get(k.lead, default_precision) if k.lead else default_precision
+        out.append(replace(k, precision=precision, bytes=k.bytes * BYTES_PER_ELEMENT.get(precision, 4.0) / 4.0))
+        if precision in ("int8", "int4", "fp8") and k.quantized_input:
+            elements = k.quantized_input
+            out.append(Kernel(f"{k.name}/quantize", "quantize", precision, 2 * elements,
+                              elements * (4 + BYTES_PER_ELEMENT.get(precision, 1.0)), 0))
+    return out
 
 
 def roof_times(kernel: Kernel, roof) -> tuple[float, float]:

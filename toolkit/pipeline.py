@@ -10,8 +10,18 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from tapeout import bottleneck, builddir, estimate, manifest, precision, report_html, targets, verdicts
-from tapeout.analysis import analyze
+from tapeout import (
+    bottleneck,
+    builddir,
+    estimate,
+    kernels,
+    manifest,
+    precision,
+    report_html,
+    targets,
+    verdicts,
+)
+from tapeout.analysis import GraphView, analyze_view
 from tapeout.check import measure_target
 from tapeout.console import UI
 from tapeout.context import Context, for_build
@@ -135,7 +145,10 @@ def _build_into(ctx: Context, build_dir: str, strict: bool) -> Report:
     fp32_path = target.prepare(exported.path, project.inputs, project.dims)  # e.g. NPUs: pin dims before quantizing
 
     with ui.step("analyze the model (architecture, costs, activation memory)"):
-        analysis = analyze(fp32_path, project.inputs, project.dims, hints=hints_of(exported.loaded))
+        view = GraphView.load(fp32_path, project.inputs, project.dims)
+        analysis = analyze_view(view, hints=hints_of(exported.loaded))
+        kernel_structure = kernels.structure(view, analysis)  # for the estimate, once the precision is planned
+        del view  # the weights it holds are not needed again
     ref_metric = None
     if project.evaluation is not None:
         with ui.step(f"evaluate {project.evaluation.name} on the FP32 reference"):
@@ -179,7 +192,7 @@ def _build_into(ctx: Context, build_dir: str, strict: bool) -> Report:
                                 where=precision.evaluated_on(ctx) if emulated else "at build, on this host")
 
     with ui.step("estimate latency on the device (roofline, calibrated where measured)"):
-        est = estimate.for_model(ctx, fp32_path, (quantization or {}).get("plan"))
+        est = estimate.for_model(ctx, kernel_structure, (quantization or {}).get("plan"))
     ui.note(est.line() if est else "no estimate: the profile names no device spec to estimate for")
     p50 = None if ctx.emulated else m.latency.quantiles["p50"].point
     bottlenecks = None if ctx.emulated or est is None else bottleneck.view(m.op_profile, est.roof, p50)
