@@ -26,9 +26,10 @@ import json
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import numpy as np
+from pydantic import BaseModel, ConfigDict, Field
 
 from tapeout.errors import BadInput
 from tapeout.paths import confined
@@ -36,20 +37,24 @@ from tapeout.paths import confined
 SCHEMA = "tapeout.calibration/1"
 
 
-@dataclass
-class Record:
+class _FileModel(BaseModel):
+    # a calibration file is read back and trusted for arithmetic: every field typed, nothing extra, no NaN
+    model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
+
+
+class Record(_FileModel):
     """One measured build: what the roofline says per class, what the profiler measured per class."""
 
     model: str                  # project name: the unit left out together
     precision: str              # the build profile's precision
     source: str                 # the build dir it came from
     created: str
-    p50_s: float
+    p50_s: float = Field(gt=0)
     tails: dict[str, float]     # p90/p50, p99/p50
     roof_s: dict[str, float]    # class@precision -> roofline seconds
     measured_s: dict[str, float]  # class -> profiler seconds per inference, scaled to the p50
-    kernels: int
-    counts: dict[str, int] = field(default_factory=dict)   # class -> the model's kernels of that class
+    kernels: int = Field(ge=0)
+    counts: dict[str, int] = Field(default_factory=dict)   # class -> the model's kernel launches of that class
 
     def roof_by_class(self) -> dict[str, float]:
         out: dict[str, float] = {}
@@ -95,7 +100,7 @@ class Fit:
 
     def efficiency(self) -> dict[str, float]:
         """Roofline time / time spent above the per-kernel cost: the share of the roof a class reaches."""
-        return {k: (1 / m if m > 0 else float("inf")) for k, (_, m) in self.per_class.items()}
+        return {k: (1 / m if m > 0 else None) for k, (_, m) in self.per_class.items()}  # None: no roofline term
 
 
 def fit(records: list[Record]) -> Fit:
@@ -186,25 +191,56 @@ class Calibration:
                     "per_kernel_us": self.fit.per_kernel_s * 1e6, "tails": self.fit.tails},
             "band": list(self.band) if self.band else None,
             "held_out": self.held_out,
-            "records": [vars(r) for r in self.records],
+            "records": [r.model_dump() for r in self.records],
         }
 
     @classmethod
-    def from_json(cls, data: dict[str, Any], where: str) -> Calibration:
+    def from_json(cls, data: Any, where: str) -> Calibration:
+        from pydantic import ValidationError
+
+        from tapeout.config import describe_validation_error
+
         try:
-            if data.get("schema") != SCHEMA:
-                raise ValueError(f"schema is {data.get('schema')!r}, not {SCHEMA}")
-            f = data["fit"]
-            return cls(device=str(data["device"]), target=str(data["target"]), kind=str(data["kind"]),
-                       roof=dict(data["roof"]), records=[Record(**r) for r in data["records"]],
-                       fit=Fit({str(k): (float(v["per_kernel_us"]) / 1e6, float(v["roofline_multiple"]))
-                                for k, v in f["per_class"].items()}, float(f["fixed_us"]) / 1e6,
-                               float(f["per_kernel_us"]) / 1e6, {str(k): float(v) for k, v in f["tails"].items()}),
-                       held_out=list(data.get("held_out") or []), created=str(data.get("created", "")),
-                       tapeout=str(data.get("tapeout", "")))
-        except (KeyError, TypeError, ValueError, AttributeError) as exc:
-            raise BadInput(f"{where} is not a {SCHEMA} file ({type(exc).__name__}: {exc})",
-                           fix="remake it with `tapeout calibrate`; calibrations are never edited by hand") from None
+            f = CalibrationFile.model_validate(data)
+        except ValidationError as exc:
+            detail = describe_validation_error(Path(where), CalibrationFile, exc)
+            raise BadInput(f"not a {SCHEMA} file: {detail}", fix=_REMAKE) from None
+        return cls(device=f.device, target=f.target, kind=f.kind, roof=f.roof, records=f.records,
+                   fit=Fit({k: (v.per_kernel_us / 1e6, v.roofline_multiple) for k, v in f.fit.per_class.items()},
+                           f.fit.fixed_us / 1e6, f.fit.per_kernel_us / 1e6, f.fit.tails),
+                   held_out=f.held_out, created=f.created, tapeout=f.tapeout)
+
+
+_REMAKE = "remake it with `tapeout calibrate`; calibrations are never edited by hand"
+
+
+class _ClassTerms(_FileModel):
+    per_kernel_us: float = Field(ge=0)
+    roofline_multiple: float = Field(ge=0)
+
+
+class _FitRecord(_FileModel):
+    per_class: dict[str, _ClassTerms]
+    efficiency: dict[str, float | None]   # written for readers; the fit is per_class
+    fixed_us: float = Field(ge=0)
+    per_kernel_us: float = Field(ge=0)
+    tails: dict[str, float]
+
+
+class CalibrationFile(_FileModel):
+    """`tapeout.calibration/1`, as `Calibration.to_json` writes it."""
+
+    schema_id: Literal["tapeout.calibration/1"] = Field(alias="schema")
+    device: str
+    target: str
+    kind: str
+    roof: dict[str, Any]
+    created: str = ""
+    tapeout: str = ""
+    fit: _FitRecord
+    band: list[float] | None = None
+    held_out: list[dict[str, Any]] = Field(default_factory=list)
+    records: list[Record]
 
 
 def held_out(records: list[Record]) -> list[dict[str, Any]]:
@@ -252,9 +288,8 @@ def find(device: str, target: str) -> tuple[Calibration, Path] | None:
 def load(path: Path) -> Calibration:
     try:
         data = json.loads(path.read_text())
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
-        raise BadInput(f"{path} is not readable JSON ({type(exc).__name__})",
-                       fix="remake it with `tapeout calibrate`") from None
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError, RecursionError) as exc:
+        raise BadInput(f"{path} is not readable JSON ({type(exc).__name__})", fix=_REMAKE) from None
     return Calibration.from_json(data, str(path))
 
 
