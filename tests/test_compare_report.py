@@ -165,3 +165,16 @@ def test_report_html_renders_in_headless_chromium(digits_build, tmp_path):
     dom = subprocess.run([browser, "--headless", "--no-sandbox", "--disable-gpu", "--dump-dom", two.as_uri()],
                          capture_output=True, text=True, timeout=120).stdout
     assert len(re.findall(r"<figure id=\"fig-", dom)) >= len(FIGURES)
+
+
+def test_an_emulated_timing_is_never_recommended():
+    """An emulated build with no estimate shows the emulator's p50, labelled; it ranks nothing."""
+    from tapeout import compare
+
+    def row(name, status, p50):
+        return {"build_dir": name, "profile": name, "project": "p", "latency_status": status, "failed": [],
+                "unsettled": [], "accuracy": None, "latency_ms": {"p50": {"point": p50, "lower": p50, "upper": p50}}}
+
+    best, why = compare.recommend([row("qnn", "emulated", 0.01), row("cpu", "measured", 1.0)])
+    assert best["build_dir"] == "cpu" and "measured" in why
+    assert compare.recommend([row("qnn", "emulated", 0.01)])[0] is None

@@ -119,7 +119,9 @@ def pareto(rows: list[dict]) -> list[str]:
 
 
 def recommend(rows: list[dict]) -> tuple[dict | None, str]:
-    ok = [r for r in rows if not r["failed"] and not r["unsettled"] and (r["latency_ms"].get("p50") or {}).get("point")]
+    # an emulator's timings are the host's, never the device's: they rank nothing (as in `build -p A -p B`)
+    ok = [r for r in rows if not r["failed"] and not r["unsettled"] and r["latency_status"] != "emulated"
+          and (r["latency_ms"].get("p50") or {}).get("point")]
     if not ok:
         return None, "no build meets all of its budgets with a latency to rank it by"
     measured = [r for r in ok if r["latency_status"] == "measured"]
