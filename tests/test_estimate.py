@@ -225,3 +225,43 @@ def test_a_device_compiled_build_gets_estimated_verdicts(tmp_path):
     latency = next(b for b in passed.json()["budgets"] if b["budget"] == "latency_p50_ms")
     assert latency["verdict"] == "estimated-pass" and latency["bound"], latency
     assert passed.json()["estimate"]["method"] == estimate.METHOD_CALIBRATED
+
+
+def test_ort_profile_args_give_flops_bytes_and_precision():
+    from tapeout.targets.ort_profile import touched
+
+    matmul = touched("MatMul", {"input_type_shape": [{"float": [1, 128, 384]}, {"float": [384, 1536]}],
+                                "output_type_shape": [{"float": [1, 128, 1536]}], "activation_size": "196608",
+                                "parameter_size": "2359296", "output_size": "786432"})
+    assert matmul["flops"] == 2 * 128 * 1536 * 384 and matmul["precision"] == "fp32"
+    assert matmul["in_bytes"] == 196608 + 2359296 and matmul["out_bytes"] == 786432
+    conv = touched("Conv", {"input_type_shape": [{"float": [1, 1, 8, 8]}, {"float": [16, 1, 3, 3]}],
+                            "output_type_shape": [{"float": [1, 16, 8, 8]}]})
+    assert conv["flops"] == 2 * 16 * 8 * 8 * 9
+    # ORT prepacked the weight: its shape is not recorded, so the FLOPs are unknown, never guessed
+    prepacked = touched("QLinearConv", {"input_type_shape": [{"uint8": [1, 8, 8, 16]}, {"float": []}],
+                                        "output_type_shape": [{"uint8": [1, 8, 8, 32]}]})
+    assert prepacked["flops"] is None and prepacked["precision"] == "int8"
+
+
+def test_bottlenecks_classify_ops_and_price_the_fusible_chains():
+    from tapeout import bottleneck
+
+    roof = roofline.Roof("dev", "gpu", {"fp32": 1e12}, 1e11, "test roofs")   # 1 TFLOP/s, 100 GB/s
+
+    def op(node, op_type, us, flops, in_b, out_b, shape_in, shape_out):
+        return {"node": node, "op_type": op_type, "calls": 1, "total_us": us, "flops": flops, "in_bytes": in_b,
+                "out_bytes": out_b, "precision": "fp32", "in_shapes": [shape_in], "out_shapes": [shape_out]}
+
+    ops = [op("gemm", "MatMul", 10.0, 8e6, 0, 0, [64, 64], [64, 64]),             # 8 µs at the roof: compute
+           op("add", "Add", 2.0, 1e4, 80_000, 40_000, [64, 64], [64, 64]),         # 1.2 µs at the roof: memory
+           op("mul", "Mul", 50.0, 1e4, 80_000, 40_000, [64, 64], [64, 64]),        # 40x its roof: overhead
+           op("other", "Tanh", 2.0, 1e4, 80_000, 40_000, [3, 3], [3, 3])]          # shape breaks the chain
+    view = bottleneck.view({"runs": 1, "ops": ops, "overhead_share": 0.1, "mean_run_us": 64.0}, roof, p50_ms=0.064)
+    bound = {o["node"]: o["bound"] for o in view["ops"]}
+    assert bound == {"gemm": "compute", "add": "memory", "mul": "overhead", "other": "memory"}
+    assert view["outside_ops_share"] == 0.1 and view["profiler_scale"] == 1.0
+    [chain] = view["fusible_chains"]
+    assert chain["ops"] == ["add", "mul"]                                            # gemm is not fused; tanh not linked
+    assert math.isclose(chain["fused_us"], (80_000 + 40_000) / 1e11 * 1e6)           # one pass in and out
+    assert math.isclose(chain["saving_us"], 52.0 - chain["fused_us"])
