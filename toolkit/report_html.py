@@ -91,15 +91,20 @@ def latency_figure(m: dict, budgets: list[dict]) -> str | None:
                    f"processes; lines are the percentiles, bands their {lat['confidence']:.0%} order-statistic bounds.")
 
 
+def _bars(labels: list[str], values: list[float], colour, xlabel: str):
+    """Horizontal bars, one per label, tall enough for all of them."""
+    fig, ax = _plt().subplots(figsize=(7.5, 0.25 * len(labels) + 0.8))
+    ax.barh(labels, values, color=colour)
+    ax.set_xlabel(xlabel)
+    return fig, ax
+
+
 def op_type_figure(prof: dict | None) -> str | None:
     if not prof or not prof.get("op_types"):
         return None
-    plt = _plt()
     rows = prof["op_types"][:15][::-1]
-    fig, ax = plt.subplots(figsize=(7.5, 0.25 * len(rows) + 0.8))
-    ax.barh([f"{r['op_type']} ({r['provider'].replace('ExecutionProvider', '')})" for r in rows],
-            [r["total_us"] / prof["runs"] for r in rows], color="#4c72b0")
-    ax.set_xlabel("µs per profiled run")
+    fig, _ = _bars([f"{r['op_type']} ({r['provider'].replace('ExecutionProvider', '')})" for r in rows],
+                   [r["total_us"] / prof["runs"] for r in rows], "#4c72b0", "µs per profiled run")
     return _figure("op-types", _svg(fig), f"Time by op type (profiler on, separate pass; {prof.get('method', '')}). "
                    "Profiled runs are slower than timed ones: read the shares.")
 
@@ -107,14 +112,11 @@ def op_type_figure(prof: dict | None) -> str | None:
 def ops_figure(b: dict | None) -> str | None:
     if not b or not b.get("ops"):
         return None
-    plt = _plt()
     ops = b["ops"][:15][::-1]
-    fig, ax = plt.subplots(figsize=(7.5, 0.25 * len(ops) + 0.8))
-    ax.barh([f"{o['node'][:40]} ({o['op_type']})" for o in ops], [o["mean_us"] for o in ops],
-            color=[_BOUND_COLOURS.get(o["bound"], "#999") for o in ops])
-    handles = [plt.Rectangle((0, 0), 1, 1, color=c) for c in _BOUND_COLOURS.values()]
+    fig, ax = _bars([f"{o['node'][:40]} ({o['op_type']})" for o in ops], [o["mean_us"] for o in ops],
+                    [_BOUND_COLOURS.get(o["bound"], "#999") for o in ops], "µs per run (scaled to the timed p50)")
+    handles = [_plt().Rectangle((0, 0), 1, 1, color=c) for c in _BOUND_COLOURS.values()]
     ax.legend(handles, [f"{k}-bound" for k in _BOUND_COLOURS], fontsize=7, frameon=False)
-    ax.set_xlabel("µs per run (scaled to the timed p50)")
     return _figure("ops", _svg(fig), "The slowest ops (each a runtime kernel, fused as the runtime fused it), "
                    "coloured by what bounds them.")
 
