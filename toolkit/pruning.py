@@ -85,7 +85,6 @@ def _latency_search(ctx: Context, loaded, teacher, pruned_at, feeds) -> tuple[An
     """Prune the FP32 teacher at `step`, 2·`step`, … up to `ratio`; after each, export, load on the target and time
     it (a quick in-process median: for comparing steps, never judged) and evaluate the metric. Stop at the first
     step whose latency meets latency_p50_ms, or before the step that breaks the accuracy budget."""
-    import copy as copying
     import tempfile
     from pathlib import Path
 
@@ -114,7 +113,7 @@ def _latency_search(ctx: Context, loaded, teacher, pruned_at, feeds) -> tuple[An
 
     def latency(module) -> float:
         with tempfile.TemporaryDirectory(prefix="tapeout-prune-") as tmp:
-            candidate = copying.copy(loaded)
+            candidate = copy.copy(loaded)
             candidate.module = module
             path = Path(tmp) / "model.onnx"
             limits = target.limits()
@@ -132,7 +131,7 @@ def _latency_search(ctx: Context, loaded, teacher, pruned_at, feeds) -> tuple[An
     ratio = 0.0
     while ratio + settings.step <= settings.ratio + 1e-9:
         ratio = round(ratio + settings.step, 6)
-        module, info = pruned_at(ratio, copying.deepcopy(teacher))
+        module, info = pruned_at(ratio, copy.deepcopy(teacher))
         value, ms = metric(module), latency(module)
         ok = True
         if value is not None:
