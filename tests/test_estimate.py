@@ -265,3 +265,18 @@ def test_bottlenecks_classify_ops_and_price_the_fusible_chains():
     assert chain["ops"] == ["add", "mul"]                                            # gemm is not fused; tanh not linked
     assert math.isclose(chain["fused_us"], (80_000 + 40_000) / 1e11 * 1e6)           # one pass in and out
     assert math.isclose(chain["saving_us"], 52.0 - chain["fused_us"])
+
+
+def test_a_manifest_with_malformed_shapes_is_one_line(digits_build, tmp_path):
+    """The estimate re-derives the kernels from the manifest's inputs and dims: wrong types there are the
+    build dir's fault, said in one line (the fuzz suite found the traceback this replaced)."""
+    import shutil
+
+    for field, value in (("inputs", -1), ("dims", [1])):
+        copy = tmp_path / field
+        shutil.copytree(digits_build, copy)
+        doc = json.loads((copy / "manifest.json").read_text())
+        doc["project"][field] = value
+        (copy / "manifest.json").write_text(json.dumps(doc))
+        result = run_cli("estimate", copy)
+        assert result.code == 2 and f"project.{field}" in one_line_error(result)

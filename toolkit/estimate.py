@@ -145,12 +145,9 @@ def for_build(directory: Path, report=None, man=None, cal: tuple[calib.Calibrati
 
     report = report if report is not None else load(_file(directory, "report.json"))
     man = man if man is not None else read_manifest(directory)
-    where = directory / "manifest.json"
-    project = man.model_dump(mode="json")["project"]
-    inputs = [validate(InputSpec, i, where, "project.inputs.") for i in project.get("inputs") or []]
-    dims = {str(k): v for k, v in (project.get("dims") or {}).items()}
+    inputs, dims = man.project.inputs, man.project.dims   # validated by read_manifest
     if device_spec is None and man.device_spec:
-        device_spec = validate(DeviceSpec, man.device_spec, where, "device_spec.")
+        device_spec = validate(DeviceSpec, man.device_spec, directory / "manifest.json", "device_spec.")
     # a build dir may come from elsewhere: its model, and any weights beside it, stay inside it
     model = confined(directory, "export/model.onnx", "exported model")
     if not model.is_file():

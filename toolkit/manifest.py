@@ -14,6 +14,7 @@ import psutil
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from tapeout import __version__
+from tapeout.types import InputSpec
 
 SCHEMA = "tapeout.manifest/2"
 _PACKAGES = ("numpy", "onnx", "onnxruntime", "onnxruntime-gpu", "onnxruntime-qnn", "openvino", "nncf", "nvidia-ml-py",
@@ -112,6 +113,9 @@ class ProjectRecord(_Recorded):
     name: str
     source: str
     file: str
+    # the shapes the build was made at: the estimate in `check` re-derives the model's kernels from them
+    inputs: list[InputSpec] = Field(default_factory=list)
+    dims: dict[str, int] = Field(default_factory=dict)
 
 
 class HostRecord(_Recorded):
