@@ -7,6 +7,7 @@ from model import model_dir
 
 SENTENCES = Path(__file__).with_name("data") / "sentences.txt"
 SEQUENCE = 128
+CALIBRATION = 64  # the first 64 sentences calibrate (and recover a pruned model); the metric uses the rest
 
 
 def sentences() -> list[str]:
@@ -34,8 +35,13 @@ def encode(texts: list[str]) -> list[dict[str, np.ndarray]]:
 
 
 def calibration():
-    """Real tokenized sentences for golden inputs (and, later, calibration)."""
-    yield from encode(sentences()[:64])
+    """Real tokenized sentences: calibration, golden inputs, pruning recovery. Never the metric's."""
+    yield from encode(sentences()[:CALIBRATION])
+
+
+def held_out() -> list[str]:
+    """The sentences the metric scores: none of them is seen by calibration or recovery."""
+    return sentences()[CALIBRATION:]
 
 
 def mean_pool(hidden: np.ndarray, mask: np.ndarray) -> np.ndarray:
