@@ -2,7 +2,9 @@
 
 digits-cnn end to end (channels, built-in distillation, export parity against the pruned module, the
 report's section); a residual CNN and an attention block, where coupled layers must stay consistent;
-2:4 masks; and the bad inputs the profile can carry.
+depth pruning of a block list; the activation-aware importance; recovery on the blocks' hidden states;
+2:4 masks; the latency search, timed here or estimated for a device; and the bad inputs the profile
+can carry.
 """
 
 from __future__ import annotations
@@ -135,6 +137,120 @@ def test_attention_heads_and_mlp_width_pruned_consistently():
     assert [s["what"] for s in info["steps"]] == ["heads", "mlp"]
 
 
+class Block(nn.Module):
+    def __init__(self, layer_idx: int) -> None:
+        super().__init__()
+        self.layer_idx = layer_idx
+        self.attn = Attention()
+        self.up, self.down = nn.Linear(64, 128), nn.Linear(128, 64)
+
+    def forward(self, x):
+        x = self.attn(x)
+        return x + self.down(torch.relu(self.up(x)))
+
+
+class Config:
+    num_hidden_layers = 4
+
+
+class DeepEncoder(nn.Module):
+    """Four residual blocks in a ModuleList, its length in a config the forward loops over, as HF models do."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.config = Config()
+        self.embed = nn.Embedding(100, 64)
+        self.layers = nn.ModuleList(Block(i) for i in range(4))
+        self.head = nn.Linear(64, 3)
+
+    def forward(self, ids):
+        x = self.embed(ids)
+        for layer in self.layers[: self.config.num_hidden_layers]:
+            x = layer(x)
+        return self.head(x)
+
+
+def _quiet(block: Block) -> None:
+    """A block that barely changes its stream: its residual branches scaled to almost nothing."""
+    with torch.no_grad():
+        block.attn.o_proj.weight.mul_(1e-3)
+        block.attn.o_proj.bias.zero_()
+        block.down.weight.mul_(1e-3)
+        block.down.bias.zero_()
+
+
+def test_depth_pruning_removes_the_blocks_that_change_their_input_least():
+    torch.manual_seed(0)
+    model = DeepEncoder().eval()
+    _quiet(model.layers[1])
+    _quiet(model.layers[2])
+    teacher = DeepEncoder().eval()
+    teacher.load_state_dict(model.state_dict())
+    ids = [(torch.randint(0, 100, (1, 12)),) for _ in range(4)]
+    model, info = prune.apply(model, ids[0], _settings(what=["depth"]), 8, ids, lambda _: None)
+    [step] = info["steps"]
+    assert step["removed"] == ["layers.1", "layers.2"] and step["kept"] == [0, 3]
+    assert step["influence"]["layers.1"] < 0.01 < step["influence"]["layers.0"]
+    assert len(model.layers) == 2 and model.config.num_hidden_layers == 2  # the loop's bound follows
+    assert [b.layer_idx for b in model.layers] == [0, 1]  # renumbered, as a KV cache indexes them
+    assert info["flops_reduction"] > 0.4
+    with torch.no_grad():  # the quiet blocks were nearly identities: the output barely moves
+        assert torch.allclose(model(*ids[0]), teacher(*ids[0]), atol=0.05)
+    # recovery matches each kept block's hidden state to the teacher block it came from
+    from tapeout.quantize.distill import block_pairs, distill
+
+    pairs = block_pairs(model, teacher)
+    assert [t for _, t in pairs] == [teacher.layers[0], teacher.layers[3]]
+    result = distill(model, teacher, ids, _settings(what=["depth"], distill_steps=3, distill_lr=1e-4), lambda _: None)
+    assert result["hidden_blocks"] == 2 and "hidden states of 2 blocks" in result["method"]
+
+
+def test_depth_requests_that_cannot_be_met_are_clear_errors():
+    ids = [(torch.randint(0, 100, (1, 12)),)]
+    with pytest.raises(BadInput, match="no repeated block list"):
+        prune.apply(TinyEncoder().eval(), ids[0], _settings(what=["depth"]), 8, ids, lambda _: None)
+    with pytest.raises(BadInput, match="removes no whole block"):
+        prune.apply(DeepEncoder().eval(), ids[0], _settings(what=["depth"], ratio=0.1), 8, ids, lambda _: None)
+    with pytest.raises(BadInput, match="only 1 can go"):  # three of the four blocks hold a protected module
+        prune.apply(DeepEncoder().eval(), ids[0],
+                    _settings(what=["depth"], ratio=0.5, protect=["layers.0", "layers.1.up", "layers.2.attn"]),
+                    8, ids, lambda _: None)
+
+
+class DeadChannels(nn.Module):
+    """Half of fc1's outputs are never active (ReLU of an always-negative pre-activation), yet fc2 reads them with
+    the largest weights: magnitude keeps them, activation-aware importance removes them."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.stem, self.fc1, self.fc2, self.head = nn.Linear(4, 8), nn.Linear(8, 16), nn.Linear(16, 8), nn.Linear(8, 2)
+        with torch.no_grad():
+            self.fc1.weight[:8] = 0.0
+            self.fc1.bias[:8] = -1.0
+            self.fc2.weight[:, :8] *= 100.0
+
+    def forward(self, x):
+        return self.head(torch.relu(self.fc2(torch.relu(self.fc1(torch.relu(self.stem(x)))))))
+
+
+def test_activation_importance_removes_channels_that_never_fire():
+    torch.manual_seed(0)
+    xs = [(torch.randn(2, 4),) for _ in range(8)]
+    outputs = {}
+    for importance in ("activation", "magnitude"):
+        torch.manual_seed(1)
+        model = DeadChannels().eval()
+        with torch.no_grad():
+            before = model(*xs[0])
+        model, info = prune.apply(model, xs[0], _settings(what=["channels"], importance=importance,
+                                                          protect=["stem", "fc2"]), 8, xs, lambda _: None)
+        assert model.fc1.out_features == 8
+        with torch.no_grad():
+            outputs[importance] = (model(*xs[0]) - before).abs().max().item()
+        assert ("activation-aware" in (info["importance_how"] or "")) == (importance == "activation")
+    assert outputs["activation"] < 1e-5 < outputs["magnitude"]  # only the dead channels went
+
+
 def test_two_four_masks_keep_two_of_every_four_input_weights():
     torch.manual_seed(0)
     model = TinyEncoder().eval()
@@ -216,6 +332,37 @@ def test_latency_driven_search_stops_at_the_first_step_that_meets_the_budget(tmp
     no_budget = _profile(tmp_path, 'what = ["channels"]\nratio = 0.5\nuntil = "latency"', "nobudget")
     result = run_cli("build", SAMPLES / "digits-cnn", "--profile", no_budget, "--out", tmp_path / "c")
     assert result.code == 2 and "needs a latency_p50_ms budget" in one_line_error(result)
+
+
+@pytest.mark.slow
+def test_latency_search_for_a_device_not_here_runs_on_its_calibrated_estimate(tmp_path):
+    """TensorRT is compiled on the device: the search estimates each step for the profile's L4 spec, and only with
+    a calibration. The calibration is made from synthetic records: it checks our side (the search's path) only."""
+    from tapeout import calibration
+    from test_estimate import _record
+
+    profile = tmp_path / "trt-l4-search.toml"
+    profile.write_text('extends = "tensorrt-fp16"\ndevice = "l4"\n[pruning]\nwhat = ["channels"]\nratio = 0.6\n'
+                       'until = "latency"\nstep = 0.3\ndistill_steps = 50\n[budgets]\nlatency_p50_ms = 50\n'
+                       'accuracy_max_drop = 0.05\n')
+    env = {"TAPEOUT_CALIBRATION": str(tmp_path / "cal")}
+    refused = run_cli("build", SAMPLES / "digits-cnn", "-p", profile, "-o", tmp_path / "a", env=env)
+    assert refused.code == 2 and "no calibration for l4 × tensorrt" in one_line_error(refused)
+    assert not (tmp_path / "a").exists()
+    records = [_record(f"m{i}", {c: (1e-6, 5.0) for c in ("conv", "matmul", "reduce", "movement")},
+                       {"conv": 1e-6, "matmul": 2e-6 * (i + 1), "reduce": 1e-7, "movement": 1e-7},
+                       {"conv": 2, "matmul": 2 + i, "reduce": 1, "movement": 1}, 5e-6, 1e-6, "fp16") for i in range(3)]
+    [cal] = calibration.make([(r, {"device": "l4", "target": "tensorrt", "kind": "gpu", "roof": {}}) for r in records],
+                             "now", "test")
+    calibration.save(cal, tmp_path / "cal")
+    out = tmp_path / "b"
+    result = run_cli("build", SAMPLES / "digits-cnn", "-p", profile, "-o", out, "--json", env=env)
+    assert result.code == 0, result.err
+    search = result.json()["pruning"]["search"]
+    assert search["estimated"] and search["method"].startswith("estimated p50 on l4")
+    assert [s["ratio"] for s in search["steps"]] == [0.0, 0.3] and search["stopped"] == "latency budget met"
+    assert 0 < search["steps"][1]["latency_ms"] < search["steps"][0]["latency_ms"]  # fewer channels, less time
+    assert "estimated p50 ms" in (out / "report.md").read_text()
 
 
 def test_two_four_turns_on_the_sparse_kernels_of_targets_that_have_them(tmp_path):

@@ -61,7 +61,7 @@ def run(ctx: Context, loaded) -> tuple[Any, dict, Any]:
             p.requires_grad_(True)
         with ui.step(f"prune {', '.join(settings.what)} by {ratio:.0%} ({settings.importance} importance, "
                      f"channels a multiple of {multiple})"):
-            module, info = prune.apply(base, tensors[0], step, multiple, tensors, ui.note)
+            module, info = prune.apply(base, tensors[0], step, multiple, tensors, ui.note, mask)
         if step.distill_lr is None:  # pretrained transformers take fine-tuning rates; small CNNs a larger one
             step = step.model_copy(update={"distill_lr": TRANSFORMER_LR if info["transformer"] else DEFAULT_LR})
         with ui.step("recover: " + (f"project hook {settings.recover}" if settings.recover else
@@ -82,9 +82,10 @@ def run(ctx: Context, loaded) -> tuple[Any, dict, Any]:
 
 
 def _latency_search(ctx: Context, loaded, teacher, pruned_at, feeds) -> tuple[Any, dict]:
-    """Prune the FP32 teacher at `step`, 2·`step`, … up to `ratio`; after each, export, load on the target and time
-    it (a quick in-process median: for comparing steps, never judged) and evaluate the metric. Stop at the first
-    step whose latency meets latency_p50_ms, or before the step that breaks the accuracy budget."""
+    """Prune the FP32 teacher at `step`, 2·`step`, … up to `ratio`; after each, export and time it on the target (a
+    quick in-process median: for comparing steps, never judged), or, where this host cannot run the target, take
+    the calibrated estimate for the profile's device; and evaluate the metric. Stop at the first step whose latency
+    meets latency_p50_ms, or before the step that breaks the accuracy budget."""
     import tempfile
     from pathlib import Path
 
@@ -100,9 +101,8 @@ def _latency_search(ctx: Context, loaded, teacher, pruned_at, feeds) -> tuple[An
     if limit is None:
         raise BadInput("[pruning] until = \"latency\" needs a latency_p50_ms budget in the profile",
                        fix="add [budgets] latency_p50_ms, or prune by ratio (until = \"ratio\")")
-    if ctx.emulated:
-        raise BadInput(f"[pruning] until = \"latency\" measures each step on the target, and this host cannot time "
-                       f"{profile.target} ({ctx.emulated})", fix="prune by ratio here, or build on the device")
+    method = ("quick in-process median on the target, FP32 pruned model (the precision step follows)"
+              if not ctx.emulated else _estimate_method(ctx))
     names = [s.name for s in project.inputs]
     evaluation = project.evaluation
 
@@ -121,6 +121,8 @@ def _latency_search(ctx: Context, loaded, teacher, pruned_at, feeds) -> tuple[An
             torch_onnx.export(candidate, project.inputs, project.dims, path, opset=opset,
                               max_ir_version=limits.max_ir_version, dynamic=project.export.dynamic,
                               atol=project.export.atol, rtol=project.export.rtol, samples=1, seed=project.seed)
+            if ctx.emulated:
+                return _estimated_ms(ctx, path)
             session = target.session(Artifact(profile.target, path.parent, path.name))
             return quick_latency_ms(session.run, feeds)
 
@@ -139,7 +141,8 @@ def _latency_search(ctx: Context, loaded, teacher, pruned_at, feeds) -> tuple[An
             ok = all(r.verdict == Verdict.PASS for r in results)
         steps.append({"ratio": ratio, "latency_ms": ms, "metric": value, "macs": info["macs_after"],
                       "params": info["params_after"], "accepted": ok})
-        ctx.ui.note(f"pruning {ratio:.0%}: quick latency {ms:.3f} ms (limit {limit:g} ms)"
+        ctx.ui.note(f"pruning {ratio:.0%}: {'estimated' if ctx.emulated else 'quick'} latency {ms:.3f} ms "
+                    f"(limit {limit:g} ms)"
                     + (f", {evaluation.name} {value:.4g}" if value is not None else ""))
         if not ok:
             break
@@ -151,9 +154,36 @@ def _latency_search(ctx: Context, loaded, teacher, pruned_at, feeds) -> tuple[An
                        fix="lower [pruning] step, recover longer (distill_steps), or relax the accuracy budget")
     module, info = chosen
     last = steps[-1]
-    info["search"] = {"steps": steps, "limit_ms": limit, "method": "quick in-process median on the target, FP32 "
-                      "pruned model (the precision step follows)",
+    info["search"] = {"steps": steps, "limit_ms": limit, "method": method, "estimated": bool(ctx.emulated),
                       "stopped": ("latency budget met" if last["accepted"] and last["latency_ms"] <= limit else
                                   "accuracy budget broken: kept the previous step" if not last["accepted"] else
                                   f"reached the maximum ratio {settings.ratio:.0%} with the latency budget still missed")}
     return module, info
+
+
+def _estimate_method(ctx: Context) -> str:
+    """Where the target cannot be timed here, each step is estimated for the profile's device: only with a
+    calibration, since a roofline bound alone is a floor, not a prediction to stop on."""
+    from tapeout import calibration, manifest
+    from tapeout.estimate import device_name
+
+    if ctx.device is None:
+        raise BadInput(f"[pruning] until = \"latency\": this host cannot time {ctx.profile.target} ({ctx.emulated}), "
+                       "and the profile names no device to estimate each step for",
+                       fix="name the device (device = \"...\") and calibrate it, prune by ratio, or build on the device")
+    device = device_name(ctx.device, manifest.host_fingerprint())
+    found = calibration.find(device, ctx.target.name)
+    if found is None:
+        raise BadInput(f"[pruning] until = \"latency\": this host cannot time {ctx.profile.target} ({ctx.emulated}), "
+                       f"and there is no calibration for {device} × {ctx.target.name} to estimate each step with",
+                       fix=f"run `tapeout check` on a {device} and `tapeout calibrate` those builds (docs/estimator.md), "
+                           "or prune by ratio")
+    return (f"estimated p50 on {device} at the profile's float precision (calibration {found[1]}), FP32 pruned "
+            "model before the precision step")
+
+
+def _estimated_ms(ctx: Context, path) -> float:
+    from tapeout import estimate
+
+    est = estimate.for_model(ctx, estimate.model_kernels(path, ctx.project.inputs, ctx.project.dims), None)
+    return est.quantile_ms("p50")[0]

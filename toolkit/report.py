@@ -241,10 +241,16 @@ def _pruning_section(p: dict | None) -> list[str]:
     search = p.get("search")
     if search:
         out += ["", f"Latency-driven search ({search['method']}; limit {search['limit_ms']:g} ms): **{search['stopped']}**.", ""]
-        out += _table(["ratio", "quick latency ms", "metric", "MACs", "accepted"],
+        out += _table(["ratio", "estimated p50 ms" if search.get("estimated") else "quick latency ms", "metric",
+                       "MACs", "accepted"],
                       [[f"{s['ratio']:.0%}", f"{s['latency_ms']:.4g}", fmt(s.get("metric")),
                         f"{s['macs']:,.0f}" if s.get("macs") else "—", "yes" if s["accepted"] else "no"]
                        for s in search["steps"]])
+    for s in p["steps"]:
+        if s["what"] == "depth":
+            out += ["", f"Depth: removed {', '.join(f'`{r}`' for r in s['removed'])} of {s['blocks']} blocks, those "
+                    "that change their input least (block influence, 1 − cos(in, out): "
+                    + ", ".join(f"{k} {v:.3g}" for k, v in s["influence"].items()) + ")."]
     if p.get("sparsity_2_4"):
         sp = p["sparsity_2_4"]
         out += ["", f"2:4 sparsity: {sp['layers']} layers, {sp['eligible_share']:.0%} of the weights eligible, "

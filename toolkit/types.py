@@ -242,17 +242,19 @@ class QuantizationSettings(_Strict):
 class PruningSettings(_Strict):
     """Structured pruning on the torch side, before export (quantize/prune.py); then the precision step."""
 
-    what: list[Literal["channels", "heads", "mlp", "2:4"]] = Field(
+    what: list[Literal["channels", "heads", "mlp", "depth", "2:4"]] = Field(
         min_length=1, description="channels (conv/Linear widths of CNNs and MLPs), heads (attention heads), mlp "
-        "(transformer FFN width), 2:4 (semi-structured weight sparsity)")
-    ratio: float = Field(gt=0, lt=1, description="share of each prunable width (channels, heads, FFN width) removed; "
-                         "with until = \"latency\", the most the search may remove")
+        "(transformer FFN width), depth (whole blocks of the repeated block list), 2:4 (semi-structured weight "
+        "sparsity)")
+    ratio: float = Field(gt=0, lt=1, description="share of each prunable width (channels, heads, FFN width) and of "
+                         "the blocks (depth) removed; with until = \"latency\", the most the search may remove")
     until: Literal["ratio", "latency"] = Field(
         "ratio", description="ratio: prune by `ratio` once; latency: prune in steps of `step` up to `ratio`, measuring "
         "each step on the target, until the latency_p50_ms budget holds or the accuracy budget breaks")
     step: float = Field(0.1, gt=0, lt=1, description="the latency search's increment of the ratio")
-    importance: Literal["magnitude", "taylor"] = Field(
-        "magnitude", description="magnitude (L2 of the coupled group) or taylor (|w·∂L/∂w| on the calibration data)")
+    importance: Literal["activation", "magnitude", "taylor"] = Field(
+        "activation", description="activation (‖W[:, j]‖·‖x_j‖ on the calibration data, Wanda's score), magnitude "
+        "(L2 of the coupled group) or taylor (|w·∂L/∂w| on the calibration data)")
     protect: list[str] = Field(default_factory=list, description="module names kept whole, besides the family's own "
                                "(first conv, classifier, embeddings, LM head)")
     round_to: int | None = Field(None, ge=1, le=256, description="channel counts kept a multiple of this (default: "
