@@ -57,6 +57,22 @@ def test_digits_channels_pruned_by_half_lose_under_a_point_after_distillation(tm
     assert "## Pruning" in (out / "report.md").read_text()
 
 
+def test_the_precision_loop_is_not_run_when_the_pruned_float_model_already_misses_the_budget(tmp_path):
+    """Moving groups to FP32 cannot recover what pruning removed: it would only give up the INT8 speed."""
+    profile = tmp_path / "int8-pruned.toml"
+    profile.write_text(PROFILE.replace("cpu-fp32", "cpu-int8").format(
+        pruning='what = ["channels"]\nratio = 0.75\ndistill_steps = 0').replace("0.01", "0.0001"))
+    out = tmp_path / "b"
+    result = run_cli("build", SAMPLES / "digits-cnn", "--profile", profile, "--out", out, "--json")
+    assert result.code == 1, result.err  # the accuracy budget is missed, and said so
+    report = result.json()
+    pruned = report["pruning"]["metric_fp32"]
+    assert pruned < report["accuracy"]["reference"] - 0.0001
+    search = report["quantization"]["search"]
+    assert search["evaluations"] == 1 and "the loop was not run: the pruned FP32 model already misses it" in search["stopped"]
+    assert "before the precision step" in (out / "report.md").read_text()
+
+
 class ResidualCNN(nn.Module):
     def __init__(self) -> None:
         super().__init__()
@@ -338,8 +354,9 @@ def test_latency_driven_search_stops_at_the_first_step_that_meets_the_budget(tmp
 def test_latency_search_for_a_device_not_here_runs_on_its_calibrated_estimate(tmp_path):
     """TensorRT is compiled on the device: the search estimates each step for the profile's L4 spec, and only with
     a calibration. The calibration is made from synthetic records: it checks our side (the search's path) only."""
-    from tapeout import calibration
     from test_estimate import _record
+
+    from tapeout import calibration
 
     profile = tmp_path / "trt-l4-search.toml"
     profile.write_text('extends = "tensorrt-fp16"\ndevice = "l4"\n[pruning]\nwhat = ["channels"]\nratio = 0.6\n'

@@ -153,9 +153,13 @@ def _build_into(ctx: Context, build_dir: str, strict: bool) -> Report:
     if project.evaluation is not None:
         with ui.step(f"evaluate {project.evaluation.name} on the FP32 reference"):
             ref_metric = evaluate(project, exported.teacher or exported.reference)
+        if exported.pruning is not None:  # what the pruned FP32 model keeps: the most any precision can reach
+            with ui.step(f"evaluate {project.evaluation.name} on the pruned FP32 model"):
+                exported.pruning["metric_fp32"] = evaluate(project, exported.reference)
     model_path, quantization = fp32_path, None
     if profile.precision != "fp32":
-        model_path, quantization = precision.quantize(ctx, fp32_path, analysis, ref_metric)
+        ceiling = (exported.pruning or {}).get("metric_fp32")
+        model_path, quantization = precision.quantize(ctx, fp32_path, analysis, ref_metric, ceiling)
 
     with ui.step(f"compile for {profile.target}" + (" (all but the engine: it is compiled on the device)"
                                                      if ctx.capabilities.compile_on == "device" else "")):

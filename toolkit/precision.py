@@ -20,7 +20,10 @@ from tapeout.manifest import sha256_file
 from tapeout.types import Artifact, Verdict
 
 
-def quantize(ctx: Context, fp32_path: Path, analysis: Analysis, reference_metric: float | None) -> tuple[Path, dict]:
+def quantize(ctx: Context, fp32_path: Path, analysis: Analysis, reference_metric: float | None,
+             float_metric: float | None = None) -> tuple[Path, dict]:
+    """`float_metric`: the metric of the FP32 model being quantized where it differs from the reference (a pruned
+    model): when it already misses the accuracy budget, no precision can meet it, and the loop is not run."""
     from tapeout.quantize import rules, sensitivity
     from tapeout.quantize.apply import apply
 
@@ -74,15 +77,21 @@ def quantize(ctx: Context, fp32_path: Path, analysis: Analysis, reference_metric
         def judge(metric: float) -> tuple[float, bool]:  # the very verdict the build will give the artifact
             results = verdicts.judge_accuracy(budgets, reference_metric, metric, evaluation.direction, evaluation.name)
             return results[0].measured, all(r.verdict == Verdict.PASS for r in results)
+        beyond_reach = float_metric is not None and not judge(float_metric)[1]
         with ui.step(f"quantize ({plan.method}, {len(plan.quantized())} of {len(plan.groups)} groups) and evaluate "
                      f"{project.evaluation.name}"):
             search = sensitivity.search(
                 plan, fp32_path, out, session=session, evaluate=lambda predict: evaluate(project, predict),
                 judge=judge, latency_limit_ms=None if emulated else budgets.latency_p50_ms,
                 latency_feeds=probe_inputs[0], calibration=calibration, rank_samples=probe_inputs,
-                max_evaluations=settings.max_evaluations, enabled=settings.sensitivity, max_ir_version=max_ir,
-                log=ui.detail, vet=vet, max_ranked_groups=settings.max_ranked_groups,
+                max_evaluations=settings.max_evaluations, enabled=settings.sensitivity and not beyond_reach,
+                max_ir_version=max_ir, log=ui.detail, vet=vet, max_ranked_groups=settings.max_ranked_groups,
                 max_seconds=settings.max_search_s, macs={g.name: g.macs for g in analysis.groups})
+        if beyond_reach and not search.steps[-1].meets_accuracy:
+            # moving groups to float would only give up speed: the float model itself misses the budget
+            search.stopped = (f"accuracy budget missed, and the loop was not run: the pruned FP32 model already "
+                              f"misses it ({evaluation.name} {float_metric:.6g}, reference {reference_metric:.6g}), "
+                              "so no precision can meet it; recover the pruning's loss or prune less")
         plan = search.plan
         info["search"] = search.to_json()
         if search.unranked:

@@ -263,6 +263,9 @@ def _pruning_section(p: dict | None) -> list[str]:
                 f"{r['loss_first']:.4g} → {r['loss_last']:.4g}, on {p.get('recovery_data')}."]
     elif r:
         out += ["", f"Recovery: {r['method']}" + (f" ({r['why']})" if r.get("why") else "") + "."]
+    if p.get("metric_fp32") is not None:
+        out += ["", f"The metric on the pruned FP32 model, before the precision step: **{p['metric_fp32']:.6g}** "
+                "(the accuracy budgets compare the artifact with the unpruned teacher)."]
     return out
 
 
