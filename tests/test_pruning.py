@@ -304,6 +304,8 @@ def test_bad_pruning_input_is_one_line_exit_2_and_no_build_dir(tmp_path):
     cases = [
         ('what = ["channels"]\nratio = 1.5', "ratio", SAMPLES / "digits-cnn"),
         ('what = ["heads"]\nratio = 0.25', "keep no head count", SAMPLES / "tiny-lm"),
+        ('what = ["depth"]\nratio = 0.5', "no repeated block list", SAMPLES / "digits-cnn"),
+        ('what = ["depth"]\nratio = 0.1', "removes no whole block", SAMPLES / "tiny-lm"),
     ]
     for i, (pruning, expected, project) in enumerate(cases):
         out = tmp_path / f"b{i}"
