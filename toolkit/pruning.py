@@ -59,8 +59,10 @@ def run(ctx: Context, loaded) -> tuple[Any, dict, Any]:
         step = settings.model_copy(update={"ratio": ratio})
         for p in base.parameters():  # a copy of the frozen teacher: trainable again for pruning and recovery
             p.requires_grad_(True)
-        with ui.step(f"prune {', '.join(settings.what)} by {ratio:.0%} ({settings.importance} importance, "
-                     f"channels a multiple of {multiple})"):
+        how = ", ".join([*([f"{settings.importance} importance, channels a multiple of {multiple}"]
+                           if set(settings.what) & {"channels", "heads", "mlp"} else []),
+                         *(["blocks by influence"] if "depth" in settings.what else [])]) or "2:4 by magnitude"
+        with ui.step(f"prune {', '.join(settings.what)} by {ratio:.0%} ({how})"):
             module, info = prune.apply(base, tensors[0], step, multiple, tensors, ui.note, mask)
         if step.distill_lr is None:  # pretrained transformers take fine-tuning rates; small CNNs a larger one
             step = step.model_copy(update={"distill_lr": TRANSFORMER_LR if info["transformer"] else DEFAULT_LR})
