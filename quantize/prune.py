@@ -134,6 +134,15 @@ def activation_norms(module, calibration: list[tuple], token_mask: int | None) -
 
     hooks = [m.register_forward_hook(hook) for m in module.modules()
              if isinstance(m, nn.Linear | nn.Conv1d | nn.Conv2d | nn.Conv3d)]
+    _observe(module, hooks, calibration, token_mask, mask)
+    return {m: s.sqrt() for m, s in sums.items()}
+
+
+def _observe(module, hooks: list, calibration: list[tuple], token_mask: int | None, mask: dict) -> None:
+    """Run the calibration inputs through `module` while `hooks` watch, `mask["now"]` holding each input's token
+    mask for them; the hooks are removed after."""
+    import torch
+
     try:
         with torch.no_grad():
             for args in calibration:
@@ -142,7 +151,6 @@ def activation_norms(module, calibration: list[tuple], token_mask: int | None) -
     finally:
         for h in hooks:
             h.remove()
-    return {m: s.sqrt() for m, s in sums.items()}
 
 
 def _activation_importance(tp, norms: dict):
@@ -326,14 +334,7 @@ def block_influence(module, blocks, calibration: list[tuple], token_mask: int | 
         return hook
 
     hooks = [b.register_forward_hook(hook_for(i), with_kwargs=True) for i, b in enumerate(blocks)]
-    try:
-        with torch.no_grad():
-            for args in calibration:
-                real["now"] = args[token_mask] if token_mask is not None else None
-                module(*args)
-    finally:
-        for h in hooks:
-            h.remove()
+    _observe(module, hooks, calibration, token_mask, real)
     return [None if not v or None in v else sum(v) / len(v) for v in seen.values()]
 
 
