@@ -47,7 +47,7 @@ pytestmark = pytest.mark.fuzz
 def run_main(*args) -> Result:
     """`tapeout ARGS` through the real entry point, in this process."""
     out, err = io.StringIO(), io.StringIO()
-    argv, on_term = sys.argv, signal.getsignal(signal.SIGTERM)
+    argv, on_term, on_int = sys.argv, signal.getsignal(signal.SIGTERM), signal.getsignal(signal.SIGINT)
     sys.argv = ["tapeout", *map(str, args)]
     try:
         with redirect_stdout(out), redirect_stderr(err):
@@ -59,6 +59,7 @@ def run_main(*args) -> Result:
     finally:
         sys.argv = argv
         signal.signal(signal.SIGTERM, on_term)
+        signal.signal(signal.SIGINT, on_int)
     return Result(code, out.getvalue(), err.getvalue())
 
 

@@ -499,6 +499,10 @@ def main() -> None:
     debug = "--debug" in sys.argv
     sys.argv = [a for a in sys.argv if a != "--debug"]
     signal.signal(signal.SIGTERM, _on_sigterm)
+    if signal.getsignal(signal.SIGINT) is signal.default_int_handler:  # left alone where started ignored (nohup, &)
+        from tapeout.console import on_sigint
+
+        signal.signal(signal.SIGINT, on_sigint)
     try:
         code = app(standalone_mode=False)
     except TapeoutError as exc:

@@ -15,6 +15,24 @@ from rich.table import Table
 
 from tapeout.report import budget_rows
 
+_interrupt_pending = False
+
+
+def on_sigint(_signum, _frame) -> None:
+    """Ctrl-C: raise KeyboardInterrupt, and remember it. Python drops an exception raised while a finalizer or a
+    weakref callback runs ("Exception ignored in ..."): a Ctrl-C that landed in importlib's module-lock callback
+    let a build run on to exit 0. The next step boundary raises it again."""
+    global _interrupt_pending
+    _interrupt_pending = True
+    raise KeyboardInterrupt
+
+
+def honour_interrupt() -> None:
+    """Raise the Ctrl-C that arrived, if Python let it go."""
+    if _interrupt_pending:
+        raise KeyboardInterrupt
+
+
 _STYLE = {"PASS": "green", "FAIL": "bold red", "INCONCLUSIVE": "yellow", "UNMEASURED": "magenta",
           "EST. PASS": "cyan", "EST. FAIL": "red"}
 
@@ -28,6 +46,7 @@ class UI:
 
     @contextlib.contextmanager
     def step(self, text: str) -> Iterator[None]:
+        honour_interrupt()
         start = time.perf_counter()
         text = escape(text)  # model, node and file names may contain [brackets]
         with self.err.status(text) as status:
@@ -36,6 +55,7 @@ class UI:
                 yield
             finally:
                 self._status = None
+        honour_interrupt()
         self.err.print(f"[green]✓[/] {text} [dim]({time.perf_counter() - start:.1f} s)[/]")
 
     def detail(self, text: str) -> None:
