@@ -288,6 +288,13 @@ def test_a_ctrl_c_that_python_drops_is_raised_at_the_next_step_boundary():
             LandsInAFinalizer()  # collected at once: Python swallows the interrupt and goes on
             reached = True
         assert reached  # the step's own code ran on; the boundary raised it
+        # and a failure it caused before the boundary (an import it cut short) reads as the interrupt: exit 130
+        from tapeout import cli
+
+        console._interrupt_pending = True
+        with pytest.raises(SystemExit) as stopped:
+            cli._after_ctrl_c()
+        assert stopped.value.code == 130
     finally:
         console._interrupt_pending = False
 

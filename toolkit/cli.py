@@ -506,6 +506,7 @@ def main() -> None:
     try:
         code = app(standalone_mode=False)
     except TapeoutError as exc:
+        _after_ctrl_c()
         if debug:  # the traceback (the user's own, for errors in their code), and still the exit code
             import traceback
 
@@ -523,6 +524,7 @@ def main() -> None:
     except (KeyboardInterrupt, *_click_exceptions("Abort")):
         _interrupted()
     except OSError as exc:
+        _after_ctrl_c()
         if exc.errno not in _ENVIRONMENT_ERRNOS:
             _internal_error()
         if debug:
@@ -534,10 +536,19 @@ def main() -> None:
                    "another path", err=True)
         sys.exit(EXIT_BAD_INPUT)
     except Exception:
+        _after_ctrl_c()
         _internal_error()
     if code == 130:  # typer turns Ctrl-C into Exit(130) and, outside standalone mode, returns its code
         _interrupted()
     sys.exit(code if isinstance(code, int) else 0)
+
+
+def _after_ctrl_c() -> None:
+    """A failure after a Ctrl-C Python dropped (an import it cut short, say) is the interrupt's doing: say that."""
+    from tapeout import console
+
+    if console._interrupt_pending:
+        _interrupted()
 
 
 def _internal_error() -> None:
