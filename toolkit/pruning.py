@@ -39,6 +39,7 @@ def run(ctx: Context, loaded) -> tuple[Any, dict, Any]:
     import torch
 
     from tapeout.quantize import distill, prune
+    from tapeout.report import pruning_how
 
     project, settings, ui = ctx.project, ctx.profile.pruning, ctx.ui
     require_torch(ctx, loaded)
@@ -59,9 +60,7 @@ def run(ctx: Context, loaded) -> tuple[Any, dict, Any]:
         step = settings.model_copy(update={"ratio": ratio})
         for p in base.parameters():  # a copy of the frozen teacher: trainable again for pruning and recovery
             p.requires_grad_(True)
-        how = ", ".join([*([f"{settings.importance} importance, channels a multiple of {multiple}"]
-                           if set(settings.what) & {"channels", "heads", "mlp"} else []),
-                         *(["blocks by influence"] if "depth" in settings.what else [])]) or "2:4 by magnitude"
+        how = pruning_how(settings.what, settings.importance, multiple)
         with ui.step(f"prune {', '.join(settings.what)} by {ratio:.0%} ({how})"):
             module, info = prune.apply(base, tensors[0], step, multiple, tensors, ui.note, mask)
         if step.distill_lr is None:  # pretrained transformers take fine-tuning rates; small CNNs a larger one

@@ -226,14 +226,15 @@ def _quantization_section(q: dict | None) -> list[str]:
     return out
 
 
-def _pruning_how(p: dict) -> str:
-    """How the pruned units were chosen: importance and channel multiple for widths, block influence for depth."""
+def pruning_how(what: list[str], importance: str, round_to: int) -> str:
+    """How the pruned units were chosen (the build's progress line and the report): importance and channel multiple
+    for widths, block influence for depth, magnitude for 2:4."""
     how = []
-    if set(p["what"]) & {"channels", "heads", "mlp"}:
-        how.append(f"{p['importance']} importance, channel counts a multiple of {p['round_to']}")
-    if "depth" in p["what"]:
+    if set(what) & {"channels", "heads", "mlp"}:
+        how.append(f"{importance} importance, channel counts a multiple of {round_to}")
+    if "depth" in what:
         how.append("blocks by their influence on the calibration inputs")
-    if "2:4" in p["what"]:
+    if "2:4" in what:
         how.append("2:4 by weight magnitude")
     return "; ".join(how)
 
@@ -242,7 +243,7 @@ def _pruning_section(p: dict | None) -> list[str]:
     if not p:
         return []
     out = ["", "## Pruning", "",
-           f"{', '.join(p['what'])} by {p['ratio']:.0%} ({_pruning_how(p)}): FLOPs **−{p['flops_reduction']:.1%}** ({p['macs_before']:,.0f} → {p['macs_after']:,.0f} "
+           f"{', '.join(p['what'])} by {p['ratio']:.0%} ({pruning_how(p['what'], p['importance'], p['round_to'])}): FLOPs **−{p['flops_reduction']:.1%}** ({p['macs_before']:,.0f} → {p['macs_after']:,.0f} "
            f"MACs), parameters {p['params_before']:,} → {p['params_after']:,}.", ""]
     rows = [[s["what"], f"{s['macs_before']:,.0f} → {s['macs_after']:,.0f}", f"{s['params_before']:,} → {s['params_after']:,}",
              ", ".join(f"{k} {v}" for k, v in list(s["widths"].items())[:6]) + (" …" if len(s["widths"]) > 6 else "")]
