@@ -379,7 +379,7 @@ def _follow_layer_count(module, blocks, total: int, kept: list[int]) -> None:
             if holder is None:
                 continue
             for attr in LAYER_COUNT_ATTRS:
-                if getattr(holder, attr, None) == total and not isinstance(getattr(holder, attr), bool):
+                if getattr(holder, attr, None) == total:  # total >= 2: a bool flag never equals it
                     setattr(holder, attr, len(kept))
             types = getattr(holder, "layer_types", None)
             if isinstance(types, list) and len(types) == total:

@@ -545,9 +545,9 @@ def main() -> None:
 
 def _after_ctrl_c() -> None:
     """A failure after a Ctrl-C Python dropped (an import it cut short, say) is the interrupt's doing: say that."""
-    from tapeout import console
+    from tapeout.console import interrupt_pending
 
-    if console._interrupt_pending:
+    if interrupt_pending():
         _interrupted()
 
 

@@ -27,6 +27,10 @@ def on_sigint(_signum, _frame) -> None:
     raise KeyboardInterrupt
 
 
+def interrupt_pending() -> bool:
+    return _interrupt_pending
+
+
 def honour_interrupt() -> None:
     """Raise the Ctrl-C that arrived, if Python let it go."""
     if _interrupt_pending:

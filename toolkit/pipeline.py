@@ -153,7 +153,8 @@ def _build_into(ctx: Context, build_dir: str, strict: bool) -> Report:
     if project.evaluation is not None:
         with ui.step(f"evaluate {project.evaluation.name} on the FP32 reference"):
             ref_metric = evaluate(project, exported.teacher or exported.reference)
-        if exported.pruning is not None:  # what the pruned FP32 model keeps: the most any precision can reach
+        if exported.pruning is not None and profile.precision != "fp32":  # the most a precision can reach (at fp32
+            # the artifact's own evaluation says it)
             with ui.step(f"evaluate {project.evaluation.name} on the pruned FP32 model"):
                 exported.pruning["metric_fp32"] = evaluate(project, exported.reference)
     model_path, quantization = fp32_path, None
