@@ -1,12 +1,16 @@
-"""Shared fixtures: a CLI runner (a real subprocess, real exit codes) and one digits-cnn build per session."""
+"""Shared fixtures: a CLI runner (a fresh process per command, real exit codes) and one digits-cnn build per session."""
 
 from __future__ import annotations
 
+import atexit
 import json
 import os
+import select
+import signal
 import subprocess
 import sys
 import tempfile
+import time
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -40,9 +44,73 @@ class Result:
 
 
 def run_cli(*args: str | Path, cwd: Path | None = None, env: dict | None = None) -> Result:
-    proc = subprocess.run([sys.executable, "-m", "tapeout", *map(str, args)], capture_output=True, text=True,
-                          cwd=cwd, env={**os.environ, "COLUMNS": "200", **(env or {})}, timeout=900)
-    return Result(proc.returncode, proc.stdout, proc.stderr)
+    """`python -m tapeout ARGS` in a fresh process: forked from the warmed interpreter of
+    tests/cli_zygote.py, or a plain subprocess where that cannot be faithful (a PYTHON* variable changes
+    how Python starts) or where TAPEOUT_TEST_SUBPROCESS=1 asks for it."""
+    full_env = {**os.environ, "COLUMNS": "200", **(env or {})}
+    argv = [str(a) for a in args]
+    if os.environ.get("TAPEOUT_TEST_SUBPROCESS") == "1" or any(k.startswith("PYTHON") for k in (env or {})):
+        proc = subprocess.run([sys.executable, "-m", "tapeout", *argv], capture_output=True, text=True,
+                              cwd=cwd, env=full_env, timeout=900)
+        return Result(proc.returncode, proc.stdout, proc.stderr)
+    return _ZYGOTE.run(argv, Path(cwd or os.getcwd()), full_env, timeout=900)
+
+
+class _Zygote:
+    """The one tests/cli_zygote.py process of this session, started on first use."""
+
+    def __init__(self) -> None:
+        self.proc: subprocess.Popen | None = None
+        self.pending = b""
+        self.folder = Path(tempfile.mkdtemp(prefix="tapeout-test-cli-"))
+
+    def _start(self) -> subprocess.Popen:
+        if self.proc is None or self.proc.poll() is not None:
+            log = open(self.folder / "zygote.log", "w")  # noqa: SIM115 - the zygote's own stderr, for a crash
+            self.proc = subprocess.Popen([sys.executable, str(REPO / "tests" / "cli_zygote.py")], stdin=subprocess.PIPE,
+                                         stdout=subprocess.PIPE, stderr=log, text=True)
+            self.pending = b""
+            atexit.register(self.stop)
+            self._reply(timeout=300)
+        return self.proc
+
+    def _reply(self, timeout: float) -> dict:
+        # lines read off the raw pipe: a buffered reader could hold the next reply where select cannot see it
+        deadline = time.monotonic() + timeout
+        while b"\n" not in self.pending:
+            ready, _, _ = select.select([self.proc.stdout], [], [], max(deadline - time.monotonic(), 0))
+            chunk = os.read(self.proc.stdout.fileno(), 65536) if ready else b""
+            if not chunk:
+                raise RuntimeError(f"tests/cli_zygote.py did not answer in {timeout:.0f} s: "
+                                   + (self.folder / "zygote.log").read_text()[-3000:])
+            self.pending += chunk
+        line, _, self.pending = self.pending.partition(b"\n")
+        return json.loads(line)
+
+    def run(self, argv: list[str], cwd: Path, env: dict, timeout: float) -> Result:
+        proc = self._start()
+        out, err = self.folder / "stdout", self.folder / "stderr"
+        proc.stdin.write(json.dumps({"argv": argv, "cwd": str(cwd), "env": env, "stdout": str(out),
+                                     "stderr": str(err)}) + "\n")
+        proc.stdin.flush()
+        pid = self._reply(timeout=60)["pid"]
+        try:
+            code = self._reply(timeout=timeout)["code"]
+        except RuntimeError:
+            if self.proc.poll() is not None:
+                raise
+            os.kill(pid, signal.SIGKILL)
+            self._reply(timeout=60)
+            raise subprocess.TimeoutExpired(["tapeout", *argv], timeout) from None
+        return Result(code, out.read_text(errors="replace"), err.read_text(errors="replace"))
+
+    def stop(self) -> None:
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.stdin.close()
+            self.proc.wait(timeout=30)
+
+
+_ZYGOTE = _Zygote()
 
 
 @pytest.fixture(scope="session")
