@@ -2,9 +2,9 @@
 
     python bench/estimator.py [--out DIR] [--skip-build] [--models a,b,...] [--profiles p,q,...]
 
-Builds every (model, profile) pair that runs here (the three samples and the model zoo of
-tests/zoo_models.py, at FP32 and INT8 on ONNX Runtime's CPU EP and on OpenVINO's CPU device), each
-with its per-op profile. Then, per (device, target), leave-one-model-out: the calibration is fitted
+Builds every (model, profile) pair that runs here, each with its per-op profile: the three samples,
+the toy model zoo of tests/zoo_models.py and the same kinds at working sizes (bench/estimator_models.py),
+at FP32 and INT8 on ONNX Runtime's CPU EP and on OpenVINO's CPU device. Then, per (device, target), leave-one-model-out: the calibration is fitted
 on every other model's builds and predicts this model's p50. Printed side by side: the measured p50
 with its bounds, the uncalibrated roofline lower bound, the held-out prediction and its error.
 Target: within ±15 % on ≥ 90 % of the pairs. `lscpu` flags are printed with the figures: they
@@ -15,16 +15,19 @@ from __future__ import annotations
 
 import argparse
 import json
+import shutil
 import subprocess
 import sys
 import time
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO / "tests"))
+sys.path[:0] = [str(REPO / "tests"), str(REPO / "bench")]
+
+from estimator_models import CASES as MEDIUM  # noqa: E402
 
 SAMPLES = ("digits-cnn", "minilm", "tiny-lm")
-ZOO = ("resnet", "vit", "distilbert", "gpt2", "whisper", "unet", "lstm", "cnn-lstm")
+ZOO = ("resnet", "vit", "distilbert", "gpt2", "whisper", "unet", "lstm", "cnn-lstm")   # toy sizes: 20-100 µs
 PROFILES = ("cpu-fp32", "cpu-int8", "openvino-cpu", "openvino-cpu-int8")
 # Every build keeps its per-op profile; the INT8 builds skip the sensitivity loop (the rules' plan is
 # enough to time; the loop would only spend minutes on MiniLM's metric).
@@ -42,15 +45,39 @@ def _profile_file(folder: Path, base: str) -> Path:
 
 
 def _project(root: Path, name: str) -> Path:
+    """The sample's folder, or a project written for a zoo model: its builder's file(s) beside a
+    tapeout.toml naming its inputs, and 16 seeded calibration samples."""
     if name in SAMPLES:
         return REPO / "samples" / name
-    from test_model_zoo import _project as zoo_project
+    import numpy as np
+    import zoo_models
 
-    folder = root / "projects"
-    folder.mkdir(parents=True, exist_ok=True)
-    if not (folder / name / "tapeout.toml").is_file():
-        zoo_project(folder, name)
-    return folder / name
+    project = root / "projects" / name
+    if (project / "tapeout.toml").is_file():
+        return project
+    project.mkdir(parents=True, exist_ok=True)
+    shutil.copy(Path(zoo_models.__file__), project / "zoo_models.py")
+    if name in MEDIUM:
+        builder, inputs, outputs = MEDIUM[name]
+        shutil.copy(REPO / "bench" / "estimator_models.py", project / "estimator_models.py")
+        source = f"estimator_models.py:{builder}"
+    else:
+        from test_model_zoo import CASES
+
+        source, inputs, outputs = CASES[name][:3]
+        if source == "hf":
+            zoo_models.save_hf(name, project / "hf")
+    rng = np.random.default_rng(0)
+    toml = f'[model]\nsource = "{source}"\noutputs = {json.dumps(outputs)}\n'
+    calibration = {}
+    for input_name, shape, dtype, bounds in inputs:
+        toml += f'[[inputs]]\nname = "{input_name}"\nshape = {shape}\ndtype = "{dtype}"\nrange = {bounds}\n'
+        size = (16, *shape)
+        calibration[input_name] = (rng.integers(bounds[0], bounds[1] + 1, size) if dtype == "int64"
+                                   else rng.uniform(bounds[0], bounds[1], size)).astype(dtype)
+    np.savez(project / "calibration.npz", **calibration)
+    (project / "tapeout.toml").write_text(toml + '[calibration]\ndata = "calibration.npz"\n')
+    return project
 
 
 def build_all(out: Path, models: list[str], profiles: list[str], skip: bool) -> list[Path]:
@@ -78,7 +105,7 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out", type=Path, default=Path("/tmp/tapeout-bench-estimator"))
     parser.add_argument("--skip-build", action="store_true", help="reuse builds already in --out")
-    parser.add_argument("--models", default=",".join(SAMPLES + ZOO))
+    parser.add_argument("--models", default=",".join(SAMPLES + ZOO + tuple(MEDIUM)))
     parser.add_argument("--profiles", default=",".join(PROFILES))
     args = parser.parse_args()
 
@@ -96,6 +123,9 @@ def main() -> int:
             found.append(got)
     cals = calibration.make(found, manifest.now(), "bench")
     total_hit = total = in_ci = 0
+    groups = {"samples": set(SAMPLES), "toy zoo (20-100 µs)": set(ZOO), "working-size zoo (bench/estimator_models.py)":
+              set(MEDIUM)}
+    by_group: dict[str, list[float]] = {g: [] for g in groups}
     for cal in cals:
         bounds = {r.source: r for r in cal.records}
         print(f"\n{cal.device} × {cal.target}: {cal.summary()}")
@@ -107,6 +137,9 @@ def main() -> int:
             q = json.loads((Path(h["source"]) / "report.json").read_text())["measurement"]["latency_ms"]["quantiles"]["p50"]
             spread = (max(q["per_repeat"]) - min(q["per_repeat"])) / q["point"]
             inside = q["lower"] <= h["predicted_ms"] <= q["upper"]
+            for group, members in groups.items():
+                if h["model"] in members:
+                    by_group[group].append(h["error"])
             in_ci += inside
             flag = "" if abs(h["error"]) <= 0.15 else "  ✗"
             measured = f"{h['measured_ms']:.4g} [{q['lower']:.4g}, {q['upper']:.4g}]"
@@ -117,6 +150,10 @@ def main() -> int:
     print(f"\nall: {total_hit}/{total} held-out predictions within ±15 % "
           f"({total_hit / max(total, 1):.0%}; target ≥ 90 %); {in_ci}/{total} inside the measured p50's own 95 % "
           "interval. spread: the per-process p50s' range over the p50, the measurement's own run-to-run noise")
+    for group, errors in by_group.items():
+        if errors:
+            hit = sum(abs(e) <= 0.15 for e in errors)
+            print(f"  {group}: {hit}/{len(errors)} within ±15 %; |error| median {sorted(map(abs, errors))[len(errors) // 2]:.0%}")
     start = time.perf_counter()
     subprocess.run([sys.executable, "-m", "tapeout", "compare", *map(str, dirs)], capture_output=True)
     print(f"`tapeout compare` of {len(dirs)} builds: {time.perf_counter() - start:.2f} s (target < 5 s)")

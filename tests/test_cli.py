@@ -115,6 +115,22 @@ def test_bad_input_exits_2_with_one_line(args, needle, tmp_path):
     assert needle in one_line_error(result)
 
 
+def test_the_suites_forked_runner_answers_as_a_plain_python_m_tapeout(tmp_path, monkeypatch):
+    """run_cli forks from tests/cli_zygote.py; a command through it and through a cold interpreter agree:
+    exit code, stdout, stderr, working directory and environment."""
+    project = tmp_path / "p"
+    project.mkdir()
+    (project / "tapeout.toml").write_text('[model]\nsource = "model.py:build"\n[[inputs]]\nname = "x"\nshape = [1]\n')
+    (project / "model.py").write_text("import os\ndef build():\n    raise RuntimeError(os.environ['MARK'])\n")
+    args = ("build", ".", "--profile", "cpu-fp32", "--out", tmp_path / "out")
+    forked = run_cli(*args, cwd=project, env={"MARK": "from the environment"})
+    monkeypatch.setenv("TAPEOUT_TEST_SUBPROCESS", "1")
+    plain = run_cli(*args, cwd=project, env={"MARK": "from the environment"})
+    assert forked.code == plain.code == 2, forked.err + plain.err
+    assert "from the environment" in forked.err
+    assert (forked.out, forked.err) == (plain.out, plain.err)
+
+
 def test_bad_field_and_unknown_target_exit_2(tmp_path):
     bad = tmp_path / "bad.toml"
     bad.write_text('extends = "cpu-fp32"\n[check]\nrepeats = 0\n')
