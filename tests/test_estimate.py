@@ -80,11 +80,11 @@ def test_roofline_bound_is_the_sum_of_each_kernels_slower_roof(tmp_path):
 
 
 def _record(model: str, terms: dict[str, tuple[float, float]], roof: dict[str, float], counts: dict[str, int],
-            fixed: float, per_kernel: float, precision: str = "fp32") -> calibration.Record:
+            fixed: float, per_kernel: float, precision: str = "fp32", share: float = 0.0) -> calibration.Record:
     """A build as the fit models one: per class (s per kernel) x kernels + multiple x roofline; outside
-    the ops, fixed + per kernel."""
+    the ops, fixed + per kernel + a share of the time in ops."""
     measured = {cls: terms[cls][0] * counts[cls] + terms[cls][1] * roof[cls] for cls in roof}
-    p50 = fixed + per_kernel * sum(counts.values()) + sum(measured.values())
+    p50 = fixed + per_kernel * sum(counts.values()) + (1 + share) * sum(measured.values())
     return calibration.Record(model=model, precision=precision, source=f"/builds/{model}", created="", p50_s=p50,
                               tails={"p90": 1.2, "p99": 1.5}, roof_s={f"{k}@{precision}": v for k, v in roof.items()},
                               measured_s=measured, kernels=sum(counts.values()), counts=counts)
@@ -95,12 +95,13 @@ TERMS = {"matmul": (3e-6, 2.0), "elementwise": (1e-6, 10.0)}
 
 def test_fit_recovers_known_per_kernel_costs_multiples_and_overheads():
     records = [_record(f"m{i}", TERMS, {"matmul": 1e-3 * (i + 1) ** 2, "elementwise": 2e-4 * (3 - i)},
-                       {"matmul": 4 + 7 * i, "elementwise": 9 - 2 * i}, 5e-6, 2e-6) for i in range(3)]
+                       {"matmul": 4 + 7 * i, "elementwise": 9 - 2 * i}, 5e-6, 2e-6, share=0.08) for i in range(4)]
     f = calibration.fit(records)
     for cls, (per_kernel, multiple) in TERMS.items():
         got = f.terms(cls, "fp32")
         assert math.isclose(got[0], per_kernel, rel_tol=1e-6, abs_tol=1e-12) and math.isclose(got[1], multiple)
     assert math.isclose(f.fixed_s, 5e-6, rel_tol=1e-6) and math.isclose(f.per_kernel_s, 2e-6, rel_tol=1e-6)
+    assert math.isclose(f.outside_share, 0.08, rel_tol=1e-6)
     assert f.tails == {"p90": 1.2, "p99": 1.5}
     assert math.isclose(f.efficiency()["matmul"], 0.5)
     for r in records:

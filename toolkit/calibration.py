@@ -10,7 +10,9 @@ The fit:
   (a multiple of) the roofline seconds: small kernels cost their dispatch, large ones approach
   the roof (the class pooled over precisions where fewer than two models measured a precision);
 - outside the ops (framework time, and ops the runtime adds that the model has none of, such as
-  layout reorders): a fixed part plus a part per kernel;
+  layout reorders): a fixed part, a part per kernel, and a share of the time in ops (ONNX Runtime's
+  CPU EP spends 4-13 % of a millisecond-scale run between its ops: thread-pool hand-offs and
+  allocations that grow with the work, not with the kernel count);
 - both by least squares on the relative error, every term non-negative;
 - tails: the median p90/p50 and p99/p50 of the records, so p90 and p99 budgets can be estimated;
 - the error band: every model left out in turn, the rest fitted, the left-out model's builds
@@ -22,6 +24,7 @@ default ~/.local/share/tapeout/calibration), then the same name shipped beside t
 
 from __future__ import annotations
 
+import itertools
 import json
 import os
 from dataclasses import dataclass, field
@@ -72,12 +75,13 @@ class Record(_FileModel):
 @dataclass
 class Fit:
     """Per class (and build precision): seconds per kernel plus a multiple of the roofline seconds; outside
-    the ops, a fixed part plus a part per kernel."""
+    the ops, a fixed part, a part per kernel and a share of the ops' time."""
 
     per_class: dict[str, tuple[float, float]]   # "class@precision" and "class" -> (s per kernel, x roofline)
     fixed_s: float
     per_kernel_s: float
     tails: dict[str, float]
+    outside_share: float = 0.0                  # seconds outside the ops per second in them
 
     def terms(self, cls: str, precision: str) -> tuple[float, float]:
         return (self.per_class.get(f"{cls}@{precision}") or self.per_class.get(cls)
@@ -86,17 +90,17 @@ class Fit:
     def kernel_s(self, cls: str, precision: str, roof_s: float, launches: int = 1) -> float:
         """One kernel's predicted seconds, its share of the outside-op time included."""
         per_kernel, multiple = self.terms(cls, precision)
-        return (per_kernel + self.per_kernel_s) * launches + multiple * roof_s
+        return self.per_kernel_s * launches + (1 + self.outside_share) * (per_kernel * launches + multiple * roof_s)
 
     def predict(self, roof_s: dict[str, float], counts: dict[str, int], precision: str) -> float:
         roofs: dict[str, float] = {}
         for key, seconds in roof_s.items():
             roofs[key.split("@")[0]] = roofs.get(key.split("@")[0], 0.0) + seconds
-        total = self.fixed_s + self.per_kernel_s * sum(counts.values())
+        ops = 0.0
         for cls, n in counts.items():
             per_kernel, multiple = self.terms(cls, precision)
-            total += per_kernel * n + multiple * roofs.get(cls, 0.0)
-        return total
+            ops += per_kernel * n + multiple * roofs.get(cls, 0.0)
+        return self.fixed_s + self.per_kernel_s * sum(counts.values()) + (1 + self.outside_share) * ops
 
     def efficiency(self) -> dict[str, float]:
         """Roofline time / time spent above the per-kernel cost: the share of the roof a class reaches."""
@@ -120,33 +124,34 @@ def fit(records: list[Record]) -> Fit:
         if len(models[key]) < 2 and "@" in key:
             continue  # one model says nothing general about this precision: the class's pooled fit stands in
         n, roof, measured, w = (np.array(col) for col in zip(*data, strict=True))
-        per_class[key] = _nonnegative(n, roof, measured, w)
+        per_class[key] = _nonnegative([n, roof], measured, w)
     outside = np.array([r.outside_s() for r in records])
     counts = np.array([float(sum(r.counts.values()) or r.kernels) for r in records])
+    in_ops = np.array([r.p50_s - r.outside_s() for r in records])
     weights = 1 / np.array([r.p50_s for r in records])
-    fixed, per_kernel = _nonnegative(np.ones_like(counts), counts, outside, weights)
+    fixed, per_kernel, share = _nonnegative([np.ones_like(counts), counts, in_ops], outside, weights)
     tails = {q: float(np.median([r.tails[q] for r in records if q in r.tails] or [1.0])) for q in ("p90", "p99")}
-    return Fit(per_class, fixed, per_kernel, tails)
+    return Fit(per_class, fixed, per_kernel, tails, share)
 
 
-def _nonnegative(x1: np.ndarray, x2: np.ndarray, y: np.ndarray, w: np.ndarray) -> tuple[float, float]:
-    """c1·x1 + c2·x2 fitted to y by weighted least squares with c1, c2 ≥ 0 (every active set). The
-    weights are 1 / the build's measured p50, so the error minimised is relative: a 20 µs model counts
-    as much as a 20 ms one, as it does in the ±15 % target."""
-    def solve(columns: list[np.ndarray]) -> np.ndarray:
-        a = np.stack([c * w for c in columns], axis=1)
-        return np.linalg.lstsq(a, y * w, rcond=None)[0]
-
-    candidates = [(0.0, 0.0), (float(solve([x1])[0]), 0.0), (0.0, float(solve([x2])[0]))]
-    if len(y) >= 2:
-        c1, c2 = solve([x1, x2])
-        candidates.append((float(c1), float(c2)))
-    best, best_err = (0.0, 0.0), float("inf")
-    for c1, c2 in candidates:
-        c1, c2 = max(c1, 0.0), max(c2, 0.0)
-        err = float(np.sum(((c1 * x1 + c2 * x2 - y) * w) ** 2))
+def _nonnegative(columns: list[np.ndarray], y: np.ndarray, w: np.ndarray) -> tuple[float, ...]:
+    """Σ c_i·x_i fitted to y by weighted least squares with every c_i ≥ 0 (every active set: two or
+    three terms). The weights are 1 / the build's measured p50, so the error minimised is relative: a
+    20 µs model counts as much as a 20 ms one, as it does in the ±15 % target."""
+    x = np.stack(columns, axis=1)
+    best, best_err = (0.0,) * len(columns), float("inf")
+    for active in itertools.product((False, True), repeat=len(columns)):
+        picked = [i for i, on in enumerate(active) if on]
+        if len(picked) > len(y):
+            continue
+        c = np.zeros(len(columns))
+        if picked:
+            c[picked] = np.linalg.lstsq(x[:, picked] * w[:, None], y * w, rcond=None)[0]
+        if (c < 0).any():
+            continue
+        err = float(np.sum(((x @ c - y) * w) ** 2))
         if err < best_err:
-            best, best_err = (c1, c2), err
+            best, best_err = tuple(float(v) for v in c), err
     return best
 
 
@@ -188,7 +193,8 @@ class Calibration:
             "fit": {"per_class": {k: {"per_kernel_us": a * 1e6, "roofline_multiple": m}
                                   for k, (a, m) in self.fit.per_class.items()},
                     "efficiency": self.fit.efficiency(), "fixed_us": self.fit.fixed_s * 1e6,
-                    "per_kernel_us": self.fit.per_kernel_s * 1e6, "tails": self.fit.tails},
+                    "per_kernel_us": self.fit.per_kernel_s * 1e6, "outside_share": self.fit.outside_share,
+                    "tails": self.fit.tails},
             "band": list(self.band) if self.band else None,
             "held_out": self.held_out,
             "records": [r.model_dump() for r in self.records],
@@ -207,7 +213,7 @@ class Calibration:
             raise BadInput(f"not a {SCHEMA} file: {detail}", fix=_REMAKE) from None
         return cls(device=f.device, target=f.target, kind=f.kind, roof=f.roof, records=f.records,
                    fit=Fit({k: (v.per_kernel_us / 1e6, v.roofline_multiple) for k, v in f.fit.per_class.items()},
-                           f.fit.fixed_us / 1e6, f.fit.per_kernel_us / 1e6, f.fit.tails),
+                           f.fit.fixed_us / 1e6, f.fit.per_kernel_us / 1e6, f.fit.tails, f.fit.outside_share),
                    held_out=f.held_out, created=f.created, tapeout=f.tapeout)
 
 
@@ -224,6 +230,7 @@ class _FitRecord(_FileModel):
     efficiency: dict[str, float | None]   # written for readers; the fit is per_class
     fixed_us: float = Field(ge=0)
     per_kernel_us: float = Field(ge=0)
+    outside_share: float = Field(0.0, ge=0)   # absent from files written before it was fitted
     tails: dict[str, float]
 
 
