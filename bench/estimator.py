@@ -45,11 +45,9 @@ def _profile_file(folder: Path, base: str) -> Path:
 
 
 def _project(root: Path, name: str) -> Path:
-    """The sample's folder, or a project written for a zoo model: its builder's file(s) beside a
-    tapeout.toml naming its inputs, and 16 seeded calibration samples."""
+    """The sample's folder, or a project written for a zoo model (`zoo_models.write_project`)."""
     if name in SAMPLES:
         return REPO / "samples" / name
-    import numpy as np
     import zoo_models
 
     project = root / "projects" / name
@@ -67,16 +65,7 @@ def _project(root: Path, name: str) -> Path:
         source, inputs, outputs = CASES[name][:3]
         if source == "hf":
             zoo_models.save_hf(name, project / "hf")
-    rng = np.random.default_rng(0)
-    toml = f'[model]\nsource = "{source}"\noutputs = {json.dumps(outputs)}\n'
-    calibration = {}
-    for input_name, shape, dtype, bounds in inputs:
-        toml += f'[[inputs]]\nname = "{input_name}"\nshape = {shape}\ndtype = "{dtype}"\nrange = {bounds}\n'
-        size = (16, *shape)
-        calibration[input_name] = (rng.integers(bounds[0], bounds[1] + 1, size) if dtype == "int64"
-                                   else rng.uniform(bounds[0], bounds[1], size)).astype(dtype)
-    np.savez(project / "calibration.npz", **calibration)
-    (project / "tapeout.toml").write_text(toml + '[calibration]\ndata = "calibration.npz"\n')
+    zoo_models.write_project(project, source, inputs, outputs)
     return project
 
 

@@ -10,7 +10,7 @@ tapeout.toml and names a builder here as its `[model] source`.
 from __future__ import annotations
 
 import torch
-from zoo_models import KeywordSpotter, LineRecognizer, TinyUNet, _seeded, hf_model
+from zoo_models import KeywordSpotter, LineRecognizer, TinyUNet, _seeded, hf_model, sized_whisper_encoder
 
 
 @_seeded
@@ -39,13 +39,7 @@ def resnet_m():
 
 @_seeded
 def whisper_m():
-    from transformers import WhisperConfig, WhisperModel
-
-    config = WhisperConfig(num_mel_bins=80, d_model=256, encoder_layers=4, encoder_attention_heads=4,
-                           decoder_layers=1, decoder_attention_heads=4, encoder_ffn_dim=1024, decoder_ffn_dim=1024,
-                           max_source_positions=250, vocab_size=64, pad_token_id=0, bos_token_id=1, eos_token_id=2,
-                           decoder_start_token_id=1)
-    return WhisperModel(config).get_encoder()
+    return sized_whisper_encoder(mels=80, width=256, layers=4, heads=4, ffn=1024, positions=250)
 
 
 @_seeded

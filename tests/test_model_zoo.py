@@ -12,7 +12,6 @@ import json
 import shutil
 from pathlib import Path
 
-import numpy as np
 import onnx
 import pytest
 import zoo_models
@@ -57,19 +56,9 @@ def _project(root: Path, name: str, metric: str | None = None) -> Path:
     shutil.copy(Path(zoo_models.__file__), project / "zoo_models.py")
     if source == "hf":
         zoo_models.save_hf(name, project / "hf")
-    rng = np.random.default_rng(0)
-    toml = f'[model]\nsource = "{source}"\noutputs = {json.dumps(outputs)}\n'
-    calibration = {}
-    for input_name, shape, dtype, bounds in inputs:
-        toml += f'[[inputs]]\nname = "{input_name}"\nshape = {shape}\ndtype = "{dtype}"\nrange = {bounds}\n'
-        size = (16, *shape)
-        calibration[input_name] = (rng.integers(bounds[0], bounds[1] + 1, size) if dtype == "int64"
-                                   else rng.uniform(bounds[0], bounds[1], size)).astype(dtype)
-    np.savez(project / "calibration.npz", **calibration)
-    toml += '[calibration]\ndata = "calibration.npz"\n'
-    if metric:
-        toml += f'[evaluation]\nmetric = "zoo_models.py:{metric}"\ndirection = "higher"\nname = "cosine"\n'
-    (project / "tapeout.toml").write_text(toml)
+    metric_lines = (f'[evaluation]\nmetric = "zoo_models.py:{metric}"\ndirection = "higher"\nname = "cosine"\n'
+                    if metric else "")
+    zoo_models.write_project(project, source, inputs, outputs, metric_lines)
     (project / "int8.toml").write_text(FAST_INT8)
     return project
 

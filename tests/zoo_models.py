@@ -50,6 +50,25 @@ HF_CONFIGS = {
 }
 
 
+def write_project(project, source: str, inputs, outputs: list[str], extra: str = "") -> None:
+    """A tapeout project in `project` (which holds the model's files): tapeout.toml naming `source`,
+    the inputs (name, shape, dtype, [low, high]) and outputs, and 16 seeded calibration samples."""
+    import json
+
+    import numpy as np
+
+    rng = np.random.default_rng(0)
+    toml = f'[model]\nsource = "{source}"\noutputs = {json.dumps(outputs)}\n'
+    calibration = {}
+    for input_name, shape, dtype, bounds in inputs:
+        toml += f'[[inputs]]\nname = "{input_name}"\nshape = {shape}\ndtype = "{dtype}"\nrange = {bounds}\n'
+        size = (16, *shape)
+        calibration[input_name] = (rng.integers(bounds[0], bounds[1] + 1, size) if dtype == "int64"
+                                   else rng.uniform(bounds[0], bounds[1], size)).astype(dtype)
+    np.savez(project / "calibration.npz", **calibration)
+    (project / "tapeout.toml").write_text(toml + '[calibration]\ndata = "calibration.npz"\n' + extra)
+
+
 def save_hf(name: str, directory) -> None:
     """A Hugging Face model directory (config.json + safetensors) for the named config."""
     architecture, config_name, config = HF_CONFIGS[name]
@@ -63,16 +82,20 @@ def distilbert():
     return hf_model(architecture, config_name, **config)
 
 
-@_seeded
-def whisper_encoder():
-    """Whisper's audio encoder: two convs over log-mel frames, then transformer blocks."""
+def sized_whisper_encoder(mels: int, width: int, layers: int, heads: int, ffn: int, positions: int):
+    """Whisper's audio encoder: two convs over log-mel frames (2 × positions of them), then transformer blocks."""
     from transformers import WhisperConfig, WhisperModel
 
-    config = WhisperConfig(num_mel_bins=16, d_model=32, encoder_layers=2, encoder_attention_heads=2,
-                           decoder_layers=1, decoder_attention_heads=2, encoder_ffn_dim=64, decoder_ffn_dim=64,
-                           max_source_positions=32, vocab_size=64, pad_token_id=0, bos_token_id=1, eos_token_id=2,
-                           decoder_start_token_id=1)
+    config = WhisperConfig(num_mel_bins=mels, d_model=width, encoder_layers=layers, encoder_attention_heads=heads,
+                           decoder_layers=1, decoder_attention_heads=heads, encoder_ffn_dim=ffn, decoder_ffn_dim=ffn,
+                           max_source_positions=positions, vocab_size=64, pad_token_id=0, bos_token_id=1,
+                           eos_token_id=2, decoder_start_token_id=1)
     return WhisperModel(config).get_encoder()
+
+
+@_seeded
+def whisper_encoder():
+    return sized_whisper_encoder(mels=16, width=32, layers=2, heads=2, ffn=64, positions=32)
 
 
 @_seeded
