@@ -33,6 +33,28 @@ op_profile_iterations = 5
 """
 
 
+# The GPU suites' timing settings (tests/gpu/): enough runs for NVML's energy window, no more.
+GPU_PROFILE = """
+extends = "{base}"
+{options}
+[check]
+iterations = 200
+repeats = 2
+warmup_min_s = 0.2
+op_profile_iterations = 10
+energy_window_s = 2.0
+[budgets]
+{budgets}
+"""
+
+
+def gpu_profile(path: Path, base: str, budgets: str = "", options: str = "") -> Path:
+    """A GPU test's profile at `path`: `base` with GPU_PROFILE's timing settings, `options` (TOML lines
+    under [options]) and `budgets` (lines under [budgets])."""
+    path.write_text(GPU_PROFILE.format(base=base, options=f"[options]\n{options}" if options else "", budgets=budgets))
+    return path
+
+
 @dataclass
 class Result:
     code: int

@@ -11,32 +11,16 @@ import json
 
 import pytest
 
-from conftest import SAMPLES, run_cli
+from conftest import SAMPLES, gpu_profile, run_cli
 from tapeout import targets
 from tapeout.config import load_device
 
 PROBE = targets.target_class("ort-cuda").probe()
 pytestmark = [pytest.mark.gpu, pytest.mark.skipif(not PROBE.available, reason=f"no usable CUDA EP: {PROBE.reason}")]
 
-FAST = """
-extends = "{base}"
-[options]
-cuda_graph = {graph}
-[check]
-iterations = 200
-repeats = 2
-warmup_min_s = 0.2
-op_profile_iterations = 10
-energy_window_s = 2.0
-[budgets]
-{budgets}
-"""
-
 
 def _profile(tmp_path, name, base="cuda-fp16", graph="false", budgets=""):
-    path = tmp_path / f"{name}.toml"
-    path.write_text(FAST.format(base=base, graph=graph, budgets=budgets))
-    return path
+    return gpu_profile(tmp_path / f"{name}.toml", base, budgets, options=f"cuda_graph = {graph}")
 
 
 def _build(tmp_path, sample, profile, name):

@@ -13,31 +13,17 @@ import json
 
 import pytest
 
-from conftest import SAMPLES, run_cli
+from conftest import SAMPLES, gpu_profile, run_cli
 from tapeout import targets
 
 WHY_NOT = targets.why_not_here("tensorrt")
 pytestmark = [pytest.mark.gpu, pytest.mark.skipif(WHY_NOT is not None, reason=f"no TensorRT GPU here: {WHY_NOT}")]
 
-FAST = """
-extends = "{base}"
-[check]
-iterations = 200
-repeats = 2
-warmup_min_s = 0.2
-op_profile_iterations = 10
-energy_window_s = 2.0
-[budgets]
-{budgets}
-"""
-
-
 @pytest.mark.parametrize("precision", ["fp16", "int8"])
 @pytest.mark.parametrize("sample", ["digits-cnn", "minilm", "tiny-lm"])
 def test_samples_build_then_check_builds_and_reuses_the_engine(tmp_path, sample, precision):
     budgets = "accuracy_max_drop = 0.05" if sample == "tiny-lm" else ""
-    profile = tmp_path / f"trt-{precision}.toml"
-    profile.write_text(FAST.format(base=f"tensorrt-{precision}", budgets=budgets))
+    profile = gpu_profile(tmp_path / f"trt-{precision}.toml", f"tensorrt-{precision}", budgets)
     out = tmp_path / "b"
     built = run_cli("build", SAMPLES / sample, "--profile", profile, "--out", out, "--json")
     assert built.code == 0, built.err
