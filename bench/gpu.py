@@ -33,6 +33,7 @@ import time
 from pathlib import Path
 
 import numpy as np
+from cuda_host import cuda_torch, fail
 
 REPO = Path(__file__).resolve().parents[1]
 OUT = REPO / "bench" / "builds" / "gpu"
@@ -46,29 +47,19 @@ op_profile = false
 """
 
 
-def _fail(message: str) -> None:
-    print(f"bench/gpu.py: {message}", file=sys.stderr)
-    sys.exit(4)
-
-
 def _require_gpu():
-    try:
-        import torch
-    except ImportError:
-        _fail("torch is not installed")
     from tapeout import targets
 
-    if not torch.cuda.is_available():
-        _fail("torch sees no CUDA GPU")
+    torch = cuda_torch("run it on an NVIDIA GPU with the device-side install from the README")
     probe = targets.target_class("ort-cuda").probe()
     if not probe.available:
-        _fail(f"ort-cuda is not available: {probe.reason} — {probe.install_hint}")
+        fail(f"ort-cuda is not available: {probe.reason} — {probe.install_hint}")
     try:
         import pynvml
 
         pynvml.nvmlInit()
     except Exception as exc:
-        _fail(f"NVML is not usable ({exc}): pip install nvidia-ml-py")
+        fail(f"NVML is not usable ({exc}): pip install nvidia-ml-py")
     return torch, pynvml, pynvml.nvmlDeviceGetHandleByIndex(torch.cuda.current_device())
 
 
@@ -83,7 +74,7 @@ def build(sample: str, precision: str, skip: bool, base: str = "cuda") -> Path:
     result = subprocess.run([sys.executable, "-m", "tapeout", "build", str(REPO / "samples" / sample), "--profile",
                              str(profile), "--out", str(out), "--json"], capture_output=True, text=True)
     if result.returncode not in (0, 1):
-        _fail(f"build {sample} {precision} exited {result.returncode}: {result.stderr.strip().splitlines()[-1:]}")
+        fail(f"build {sample} {precision} exited {result.returncode}: {result.stderr.strip().splitlines()[-1:]}")
     print(f"built {sample} {base}-{precision} in {time.perf_counter() - started:.0f} s (exit {result.returncode})",
           file=sys.stderr)
     return out

@@ -22,32 +22,23 @@ from __future__ import annotations
 import argparse
 import copy
 import statistics
-import sys
 from pathlib import Path
+
+from cuda_host import cuda_torch, fail
 
 REPO = Path(__file__).resolve().parents[1]
 
 
-def _fail(message: str) -> None:
-    print(f"bench/sparsity.py: {message}", file=sys.stderr)
-    sys.exit(4)
-
-
 def _require_gpu():
-    try:
-        import torch
-    except ImportError:
-        _fail("torch is not installed")
-    if not torch.cuda.is_available():
-        _fail("no CUDA GPU here (torch.cuda.is_available() is False); run it on an NVIDIA GPU, Ampere or newer")
+    torch = cuda_torch("run it on an NVIDIA GPU, Ampere or newer")
     major, minor = torch.cuda.get_device_capability()
     if major < 8:
-        _fail(f"{torch.cuda.get_device_name()} is compute capability {major}.{minor}: 2:4 sparse tensor cores "
-              "need 8.0 (Ampere) or newer")
+        fail(f"{torch.cuda.get_device_name()} is compute capability {major}.{minor}: 2:4 sparse tensor cores "
+             "need 8.0 (Ampere) or newer")
     try:
         from torch.sparse import to_sparse_semi_structured
     except ImportError:
-        _fail(f"this torch ({torch.__version__}) has no torch.sparse.to_sparse_semi_structured")
+        fail(f"this torch ({torch.__version__}) has no torch.sparse.to_sparse_semi_structured")
     return torch, to_sparse_semi_structured
 
 
