@@ -59,6 +59,9 @@ _CONV_WEIGHT = {"Conv": 1, "FusedConv": 1, "NhwcConv": 1, "NhwcFusedConv": 1, "C
 _INTEGER = {"QGemm", "QLinearMatMul", "MatMulInteger", "MatMulIntegerToFloat", "DynamicQuantizeMatMul",
             "QLinearConv", "ConvInteger"}
 _DTYPES = {"uint8": "int8", "int8": "int8", "float16": "fp16", "bfloat16": "bf16", "float": "fp32"}
+_ITEM_BYTES = {"int64": 8, "int32": 4, "uint8": 1, "int8": 1, "float16": 2, "bfloat16": 2, "float": 4}
+_VIEWS = {"Reshape", "Squeeze", "Unsqueeze", "Flatten", "Identity"}
+_GATHERS = {"Gather", "GatherElements", "GatherND"}
 
 
 def _shapes(entries) -> tuple:
@@ -98,5 +101,15 @@ def touched(op_type: str, args: dict) -> dict:
             return None
 
     act, params, out = size("activation_size"), size("parameter_size"), size("output_size")
-    return {"flops": flops, "in_bytes": None if act is None else act + (params or 0), "out_bytes": out,
+    in_bytes = None if act is None else act + (params or 0)
+    if op_type in _VIEWS:
+        # ORT's planner lets these alias their input (no copy) unless the input must outlive them: no
+        # arithmetic, no traffic; their time is dispatch. Counting in + out made a Reshape "reach" 60x the roof.
+        flops, in_bytes, out = 0, 0, 0
+    elif op_type in _GATHERS and out is not None and len(ins) > 1:
+        # reads the rows it gathers (as many bytes as it writes) and its indices, not the whole table
+        # (MiniLM's embedding Gather counted its 47 MB table every run)
+        flops = 0
+        in_bytes = out + int(np.prod(ins[1])) * _ITEM_BYTES.get(_dtype(args.get("input_type_shape")[1:]), 8)
+    return {"flops": flops, "in_bytes": in_bytes, "out_bytes": out,
             "precision": precision, "in_shapes": ins, "out_shapes": outs}

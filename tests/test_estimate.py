@@ -243,6 +243,21 @@ def test_ort_profile_args_give_flops_bytes_and_precision():
     prepacked = touched("QLinearConv", {"input_type_shape": [{"uint8": [1, 8, 8, 16]}, {"float": []}],
                                         "output_type_shape": [{"uint8": [1, 8, 8, 32]}]})
     assert prepacked["flops"] is None and prepacked["precision"] == "int8"
+    # an embedding Gather reads the rows it gathers and its ids, not its 47 MB table
+    gather = touched("Gather", {"input_type_shape": [{"float": [30522, 384]}, {"int64": [1, 128]}],
+                                "output_type_shape": [{"float": [1, 128, 384]}], "activation_size": "1024",
+                                "parameter_size": "46881792", "output_size": "196608"})
+    assert gather["in_bytes"] == 196608 + 128 * 8 and gather["out_bytes"] == 196608 and gather["flops"] == 0
+    # a Reshape aliases its input: no arithmetic, no traffic, so all its time is overhead
+    reshape = touched("Reshape", {"input_type_shape": [{"float": [1, 128, 384]}, {"int64": [3]}],
+                                  "output_type_shape": [{"float": [128, 384]}], "activation_size": "196632",
+                                  "output_size": "196608"})
+    assert (reshape["flops"], reshape["in_bytes"], reshape["out_bytes"]) == (0, 0, 0)
+    from tapeout import bottleneck
+
+    op = {"node": "r", "op_type": "Reshape", "total_us": 2.0, **reshape}
+    bound = bottleneck.classify(op, runs=1, kernel_total_us=100.0, roof=_h100())
+    assert bound.bound == "overhead" and bound.roof_share == 0.0 and bound.achieved_gbs == 0.0
 
 
 def test_bottlenecks_classify_ops_and_price_the_fusible_chains():

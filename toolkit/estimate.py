@@ -97,8 +97,10 @@ def roof_for(device_spec, host: dict, cal: calib.Calibration | None = None) -> r
     """The device spec's roofs, or this host's CPU (with the bandwidth its calibration measured, if any)."""
     if device_spec is not None:
         return roofline.from_spec(device_spec)
+    # a calibration's records were priced against its roof: estimates with it use the same one
     bandwidth = (cal.roof.get("bandwidth_gbs") or 0) * 1e9 if cal else None
-    return roofline.for_host(host, bandwidth or None)
+    fp32 = ((cal.roof.get("peaks_tops") or {}).get("fp32") or 0) * 1e12 if cal else None
+    return roofline.for_host(host, bandwidth or None, fp32 or None)
 
 
 def device_name(device_spec, host: dict) -> str:
