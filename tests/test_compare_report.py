@@ -131,6 +131,20 @@ def test_diff_says_what_moved_beyond_its_noise(two_builds, tmp_path):
     rows = {r["figure"]: r for r in run_cli("diff", fp32, int8, "--json").json()}
     assert rows["artifact MB"]["moved"] and rows["artifact MB"]["change"] < -0.5   # INT8 weights are a quarter
     assert "latency p50 ms" in rows and rows["latency p50 ms"]["why"]
+    for machine in ("host copy bandwidth GB/s", "host FP32 matmul GFLOP/s"):   # measured beside each timing
+        assert rows[machine]["a"] > 0 and rows[machine]["b"] > 0 and "machine" in rows[machine]["why"]
+    assert not any(r["moved"] for r in same if r["figure"].startswith("host "))
+    # the machine's memory at 40 % of its speed, every sample, at B's measurement: flagged, whatever the latency did
+    drifted = tmp_path / "drifted"
+    shutil.copytree(int8, drifted)
+    report = json.loads((drifted / "report.json").read_text())
+    state = report["measurement"]["host_state"]
+    state["bandwidth_gbs"] *= 0.4
+    state["bandwidth_gbs_range"] = [v * 0.4 for v in state["bandwidth_gbs_range"]]
+    (drifted / "report.json").write_text(json.dumps(report))
+    moved = {r["figure"]: r for r in run_cli("diff", int8, drifted, "--json").json()}
+    assert moved["host copy bandwidth GB/s"]["moved"] and "may be the machine's" in moved["host copy bandwidth GB/s"]["why"]
+    assert not moved["host FP32 matmul GFLOP/s"]["moved"]
     unchecked = tmp_path / "unchecked"  # the shared build may have been checked by another test
     shutil.copytree(fp32, unchecked)
     (unchecked / "check.json").unlink(missing_ok=True)

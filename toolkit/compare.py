@@ -246,7 +246,43 @@ def diff(a: Report, b: Report) -> list[dict[str, Any]]:
             why = ("intervals apart" if moved else "intervals apart, but under 1 %" if apart
                    else "intervals overlap: within noise")
         rows.append({"figure": name, "a": pa, "b": pb, "change": change, "moved": moved, "why": why})
+    return rows + _machine_rows(a, b)
+
+
+_MACHINE = (("host copy bandwidth GB/s", "bandwidth_gbs"), ("host FP32 matmul GFLOP/s", "fp32_gflops"))
+
+
+def _machine_rows(a: Report, b: Report) -> list[dict[str, Any]]:
+    """The machine's own speed beside each measurement (measurement.host_state, a median and the range of
+    its samples): when those ranges are apart, a latency change may be the machine's, not the build's."""
+    sa, sb = _host_state(a), _host_state(b)
+    rows = []
+    for name, key in _MACHINE:
+        if key not in sa or key not in sb:
+            continue
+        (pa, la, ha), (pb, lb, hb) = sa[key], sb[key]
+        change = pb / pa - 1
+        moved = (lb > ha or la > hb) and abs(change) >= MIN_CHANGE
+        why = ("the machine's own samples are apart: latency changes may be the machine's, not the build's" if moved
+               else "the machine's own samples overlap: it held steady")
+        rows.append({"figure": name, "a": pa, "b": pb, "change": change, "moved": moved, "why": why})
     return rows
+
+
+def _host_state(report: Report) -> dict[str, tuple[float, float, float]]:
+    # a report may come from elsewhere: only positive finite numbers are read (older reports have none)
+    state = report.measurement.get("host_state")
+    if not isinstance(state, dict):
+        return {}
+    out = {}
+    for _, key in _MACHINE:
+        point, bounds = state.get(key), state.get(f"{key}_range")
+        if not isinstance(bounds, list) or len(bounds) != 2:
+            continue
+        if all(isinstance(v, int | float) and not isinstance(v, bool) and 0 < v < float("inf")
+               for v in (point, *bounds)):
+            out[key] = (float(point), float(min(bounds)), float(max(bounds)))
+    return out
 
 
 def load_side(path: Path) -> Report:

@@ -70,6 +70,7 @@ class Measurement:
     meters: dict[str, list[dict]] = field(default_factory=dict)  # per meter, per process: raw results
     op_profile: dict | None = None
     notes: list[str] = field(default_factory=list)
+    host_state: dict[str, float] | None = None  # roofline.host_state() right after the timed processes
     processes: list[dict] = field(default_factory=list, repr=False)  # raw per-process results
 
     def to_json(self) -> dict:
@@ -99,6 +100,7 @@ class Measurement:
             "meters": self.meters,
             "op_profile": self.op_profile,
             "notes": self.notes,
+            "host_state": self.host_state,
         }
 
 
@@ -248,6 +250,9 @@ def measure(
         more = _run_processes(base, settings.repeats, progress, timeout_s, want_outputs=False)
         m = _summarize(results + more, settings, caps.meters)
         m.notes.append("latency was inconclusive; sampling was doubled once")
+    from tapeout import roofline
+
+    m.host_state = roofline.host_state()
     if settings.op_profile and caps.op_profiler:
         progress("per-op profile (separate pass, profiler on)")
         prof = _run_child({**base, "mode": "op_profile", "iterations": settings.op_profile_iterations}, timeout_s,

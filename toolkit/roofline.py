@@ -129,33 +129,53 @@ def _max_mhz() -> float:
     return 2000.0
 
 
-@functools.lru_cache(maxsize=1)
-def measured_fp32_peak(n: int = 1536) -> float:
-    """FP32 FLOP/s of a square matrix multiply on this host's cores (numpy's BLAS), best of 4 after one
-    warm-up: about 0.2 s. 194-209 GFLOP/s over three processes on a 2-core AMD EPYC whose flags and
-    reported clock give 166."""
+def matmul_flops(n: int, runs: int) -> float:
+    """FP32 FLOP/s of an n x n matrix multiply on this host's cores (numpy's BLAS), best of `runs`
+    after one warm-up."""
     a = np.random.default_rng(0).random((n, n), dtype=np.float32)
     b = a.copy()
     a @ b
     best = float("inf")
-    for _ in range(4):
+    for _ in range(runs):
         start = time.perf_counter()
         a @ b
         best = min(best, time.perf_counter() - start)
     return 2 * n**3 / best
 
 
-@functools.lru_cache(maxsize=1)
-def measured_bandwidth(mib: int = 64) -> float:
-    """Copy bandwidth of this host (read + write bytes per second), best of 30 copies of a `mib` array
-    into one already written (its pages mapped). Best of 5 into a fresh array ranged 19.7-23.3 GB/s
-    over five processes on a shared 2-core VM; this, 23.8-24.1: every roofline time, and so every
-    calibration, moves with it."""
+def copy_bandwidth(mib: int, copies: int) -> float:
+    """Copy bandwidth (read + write bytes per second), best of `copies` copies of a `mib` array into one
+    already written (its pages mapped)."""
     src = np.ones(mib * 2**20 // 8)
     dst = np.zeros_like(src)
     best = float("inf")
-    for _ in range(30):
+    for _ in range(copies):
         start = time.perf_counter()
         np.copyto(dst, src)
         best = min(best, time.perf_counter() - start)
     return 2 * src.nbytes / best
+
+
+@functools.lru_cache(maxsize=1)
+def measured_fp32_peak() -> float:
+    """This host's FP32 matrix-multiply rate, 1536² best of 4 (~0.2 s): 194-209 GFLOP/s over three
+    processes on a 2-core AMD EPYC whose flags and reported clock give 166."""
+    return matmul_flops(1536, 4)
+
+
+@functools.lru_cache(maxsize=1)
+def measured_bandwidth() -> float:
+    """This host's copy bandwidth, 64 MiB best of 30. Best of 5 into a fresh array ranged 19.7-23.3 GB/s
+    over five processes on a shared 2-core VM; this, 23.8-24.1: every roofline time, and so every
+    calibration, moves with it."""
+    return copy_bandwidth(64, 30)
+
+
+def host_state(samples: int = 5) -> dict[str, float | list[float]]:
+    """The machine's own speed right now (~0.3 s), taken beside a measurement, as a median and the range
+    of `samples` short samples: on a shared host the copy bandwidth swung 24.6-33.4 GB/s within seconds,
+    and a diff of two measurements should say when the machine itself moved beyond that."""
+    bandwidth = [copy_bandwidth(64, 6) / 1e9 for _ in range(samples)]
+    flops = [matmul_flops(1024, 1) / 1e9 for _ in range(samples)]
+    return {"bandwidth_gbs": float(np.median(bandwidth)), "bandwidth_gbs_range": [min(bandwidth), max(bandwidth)],
+            "fp32_gflops": float(np.median(flops)), "fp32_gflops_range": [min(flops), max(flops)]}
