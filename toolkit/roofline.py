@@ -165,9 +165,10 @@ def measured_fp32_peak() -> float:
 
 @functools.lru_cache(maxsize=1)
 def measured_bandwidth() -> float:
-    """This host's copy bandwidth, 64 MiB best of 30. Best of 5 into a fresh array ranged 19.7-23.3 GB/s
-    over five processes on a shared 2-core VM; this, 23.8-24.1: every roofline time, and so every
-    calibration, moves with it."""
+    """This host's copy bandwidth, 64 MiB best of 30. Best of 5 into a fresh array (page faults) ranged
+    19.7-23.3 GB/s over five processes on a shared 2-core VM; this, 23.8-24.1 at the same moment. The
+    machine itself still swings (24.6-33.4 GB/s within seconds at another): a calibration keeps the
+    figure its records were priced with."""
     return copy_bandwidth(64, 30)
 
 
