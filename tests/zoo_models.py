@@ -10,8 +10,10 @@ model it compares against.
 
 from __future__ import annotations
 
+import json
 import math
 
+import numpy as np
 import torch
 from torch import nn
 
@@ -53,10 +55,6 @@ HF_CONFIGS = {
 def write_project(project, source: str, inputs, outputs: list[str], extra: str = "") -> None:
     """A tapeout project in `project` (which holds the model's files): tapeout.toml naming `source`,
     the inputs (name, shape, dtype, [low, high]) and outputs, and 16 seeded calibration samples."""
-    import json
-
-    import numpy as np
-
     rng = np.random.default_rng(0)
     toml = f'[model]\nsource = "{source}"\noutputs = {json.dumps(outputs)}\n'
     calibration = {}

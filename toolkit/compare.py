@@ -223,6 +223,9 @@ def _figures(report: Report) -> dict[str, tuple[float | None, float | None, floa
     acc = data.get("accuracy")
     if acc and acc.get("artifact") is not None:
         out[f"accuracy {acc['metric']}"] = (acc["artifact"], None, None)
+    for name, key in _MACHINE:  # the machine's own speed beside the measurement (its samples' range)
+        if key in (state := _host_state(report)):
+            out[name] = state[key]
     return out
 
 
@@ -245,28 +248,16 @@ def diff(a: Report, b: Report) -> list[dict[str, Any]]:
             moved = apart and (change is None or abs(change) >= MIN_CHANGE)
             why = ("intervals apart" if moved else "intervals apart, but under 1 %" if apart
                    else "intervals overlap: within noise")
-        rows.append({"figure": name, "a": pa, "b": pb, "change": change, "moved": moved, "why": why})
-    return rows + _machine_rows(a, b)
-
-
-_MACHINE = (("host copy bandwidth GB/s", "bandwidth_gbs"), ("host FP32 matmul GFLOP/s", "fp32_gflops"))
-
-
-def _machine_rows(a: Report, b: Report) -> list[dict[str, Any]]:
-    """The machine's own speed beside each measurement (measurement.host_state, a median and the range of
-    its samples): when those ranges are apart, a latency change may be the machine's, not the build's."""
-    sa, sb = _host_state(a), _host_state(b)
-    rows = []
-    for name, key in _MACHINE:
-        if key not in sa or key not in sb:
-            continue
-        (pa, la, ha), (pb, lb, hb) = sa[key], sb[key]
-        change = pb / pa - 1
-        moved = (lb > ha or la > hb) and abs(change) >= MIN_CHANGE
-        why = ("the machine's own samples are apart: latency changes may be the machine's, not the build's" if moved
-               else "the machine's own samples overlap: it held steady")
+        if name in _MACHINE_NAMES:
+            why = ("the machine's own samples are apart: latency changes may be the machine's, not the build's"
+                   if moved else f"the machine's own samples: {why}")
         rows.append({"figure": name, "a": pa, "b": pb, "change": change, "moved": moved, "why": why})
     return rows
+
+
+# measurement.host_state: the machine's own speed, a median and the range of its samples
+_MACHINE = (("host copy bandwidth GB/s", "bandwidth_gbs"), ("host FP32 matmul GFLOP/s", "fp32_gflops"))
+_MACHINE_NAMES = {name for name, _ in _MACHINE}
 
 
 def _host_state(report: Report) -> dict[str, tuple[float, float, float]]:

@@ -19,7 +19,7 @@ from typing import Any
 
 import numpy as np
 
-from tapeout import stats
+from tapeout import roofline, stats
 from tapeout.errors import BadInput, TapeoutError, TargetUnavailable
 from tapeout.targets.base import Target
 from tapeout.types import Artifact, CheckSettings
@@ -250,8 +250,6 @@ def measure(
         more = _run_processes(base, settings.repeats, progress, timeout_s, want_outputs=False)
         m = _summarize(results + more, settings, caps.meters)
         m.notes.append("latency was inconclusive; sampling was doubled once")
-    from tapeout import roofline
-
     m.host_state = roofline.host_state()
     if settings.op_profile and caps.op_profiler:
         progress("per-op profile (separate pass, profiler on)")

@@ -3,8 +3,9 @@
 The estimator and the bottleneck view both divide by these numbers. For a device spec they are the
 datasheet's (each with its source URL); for this host's CPU, which has no datasheet here, the peak
 is the higher of what the instruction-set flags and the reported clock give and a measured matrix
-multiply, and the bandwidth is measured (a large array copy), and the roof says so. Calibration (`calibration.py`) corrects both for what the
-runtime actually reaches, so the derivation only has to be consistent, not exact.
+multiply, the bandwidth is measured (a large array copy), and the roof says so. Calibration
+(`calibration.py`) corrects both for what the runtime actually reaches, so the derivation only has
+to be consistent, not exact.
 """
 
 from __future__ import annotations
@@ -129,38 +130,38 @@ def _max_mhz() -> float:
     return 2000.0
 
 
-def matmul_flops(n: int, runs: int) -> float:
-    """FP32 FLOP/s of an n x n matrix multiply on this host's cores (numpy's BLAS), best of `runs`
-    after one warm-up."""
+def matmul_rates(n: int, runs: int) -> list[float]:
+    """FP32 FLOP/s of each of `runs` n x n matrix multiplies on this host's cores (numpy's BLAS), after
+    one warm-up."""
     a = np.random.default_rng(0).random((n, n), dtype=np.float32)
     b = a.copy()
     a @ b
-    best = float("inf")
+    rates = []
     for _ in range(runs):
         start = time.perf_counter()
         a @ b
-        best = min(best, time.perf_counter() - start)
-    return 2 * n**3 / best
+        rates.append(2 * n**3 / (time.perf_counter() - start))
+    return rates
 
 
-def copy_bandwidth(mib: int, copies: int) -> float:
-    """Copy bandwidth (read + write bytes per second), best of `copies` copies of a `mib` array into one
-    already written (its pages mapped)."""
+def copy_rates(mib: int, copies: int) -> list[float]:
+    """Copy bandwidth (read + write bytes per second) of each of `copies` copies of a `mib` array into
+    one already written (its pages mapped: a fresh one pays page faults on the first copy)."""
     src = np.ones(mib * 2**20 // 8)
     dst = np.zeros_like(src)
-    best = float("inf")
+    rates = []
     for _ in range(copies):
         start = time.perf_counter()
         np.copyto(dst, src)
-        best = min(best, time.perf_counter() - start)
-    return 2 * src.nbytes / best
+        rates.append(2 * src.nbytes / (time.perf_counter() - start))
+    return rates
 
 
 @functools.lru_cache(maxsize=1)
 def measured_fp32_peak() -> float:
     """This host's FP32 matrix-multiply rate, 1536² best of 4 (~0.2 s): 194-209 GFLOP/s over three
     processes on a 2-core AMD EPYC whose flags and reported clock give 166."""
-    return matmul_flops(1536, 4)
+    return max(matmul_rates(1536, 4))
 
 
 @functools.lru_cache(maxsize=1)
@@ -169,14 +170,16 @@ def measured_bandwidth() -> float:
     19.7-23.3 GB/s over five processes on a shared 2-core VM; this, 23.8-24.1 at the same moment. The
     machine itself still swings (24.6-33.4 GB/s within seconds at another): a calibration keeps the
     figure its records were priced with."""
-    return copy_bandwidth(64, 30)
+    return max(copy_rates(64, 30))
 
 
 def host_state(samples: int = 5) -> dict[str, float | list[float]]:
     """The machine's own speed right now (~0.3 s), taken beside a measurement, as a median and the range
-    of `samples` short samples: on a shared host the copy bandwidth swung 24.6-33.4 GB/s within seconds,
-    and a diff of two measurements should say when the machine itself moved beyond that."""
-    bandwidth = [copy_bandwidth(64, 6) / 1e9 for _ in range(samples)]
-    flops = [matmul_flops(1024, 1) / 1e9 for _ in range(samples)]
+    of `samples` short samples (bandwidth: each the best of 6 copies): on a shared host the copy
+    bandwidth swung 24.6-33.4 GB/s within seconds, and a diff of two measurements should say when the
+    machine itself moved beyond that."""
+    copies = copy_rates(64, 6 * samples)
+    bandwidth = [max(copies[i:i + 6]) / 1e9 for i in range(0, len(copies), 6)]
+    flops = [r / 1e9 for r in matmul_rates(1024, samples)]
     return {"bandwidth_gbs": float(np.median(bandwidth)), "bandwidth_gbs_range": [min(bandwidth), max(bandwidth)],
             "fp32_gflops": float(np.median(flops)), "fp32_gflops_range": [min(flops), max(flops)]}
