@@ -28,7 +28,7 @@ import quantization as qbench  # noqa: E402  (the timing, quality and size helpe
 
 PRUNING = {
     "digits-cnn": 'what = ["channels"]\nratio = 0.5\ndistill_steps = 300\ndistill_max_s = 900',
-    "minilm": 'what = ["mlp"]\nratio = 0.25\ndistill_steps = 300\ndistill_max_s = 900',
+    "minilm": 'what = ["mlp"]\nratio = 0.25\ndata = "text.py:recovery"\ndistill_steps = 300\ndistill_max_s = 900',
     "tiny-lm": 'what = ["mlp"]\nratio = 0.25\ndistill_steps = 300\ndistill_max_s = 900',
 }
 LOW = {"digits-cnn": "cpu-int8", "minilm": "cpu-int8", "tiny-lm": "cpu-int4"}

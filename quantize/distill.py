@@ -1,21 +1,23 @@
 """Recovery after pruning: the project's own hook, or a short built-in knowledge distillation.
 
-The built-in one trains the pruned student to match the FP32 teacher's outputs on the calibration
+The built-in one trains the pruned student to match the FP32 teacher's outputs on the recovery
 inputs (mean squared error per output, scaled by the teacher's variance so outputs of any scale weigh
 alike) and, where the model has a repeated block list, the hidden state each block leaves (block j of
 a depth-pruned student against the teacher block it kept), with Adam and a cosine-decayed rate, for a
 number of steps or a wall-time cap, whichever comes first. It needs no labels, so every sample
-recovers out of the box on a CPU. 2:4 masks are re-applied after each step.
+recovers out of the box on a CPU. 2:4 masks are re-applied after each step. Inputs are stacked into
+batches and cut after their last real token where the teacher's answers show that changes nothing.
 
-MiniLM, FFN width −25 %, 300 steps, mean cosine on held-out sentences: outputs only 0.949, outputs and
-the six blocks' hidden states 0.963 (the intermediate targets give the student more to go on than one
-pooled output per sentence).
+MiniLM, FFN width −25 %, mean cosine on held-out sentences: 300 steps of one padded sentence on the 64
+calibration sentences, outputs only 0.949, outputs and the six blocks' hidden states 0.963; 300 steps of
+16 sentences cut to their real length, on 4064 sentences of recovery text, 0.980 (166 s).
 """
 
 from __future__ import annotations
 
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
 
 from tapeout.errors import user_code
 from tapeout.quantize.prune import _tensors, block_list, reapply_masks
@@ -36,9 +38,6 @@ def _loss(outs, targets, scales, mask):
         else:
             total = total + torch.mean(err) / s
     return total
-
-
-HIDDEN_BYTES = 1 << 30  # the teacher's hidden states are held for every input; beyond this, outputs only
 
 
 def block_pairs(student, teacher) -> list[tuple]:
@@ -78,54 +77,180 @@ class _Hidden:
             h.remove()
 
 
+@dataclass(frozen=True)
+class Layout:
+    """How recovery inputs may be combined: `stack`, every input's axis 0 is the project's batch dim, so
+    samples concatenate into a batch; `trim`, per input, the axis that is the token mask's sequence dim
+    (None where it has none), cut after the batch's last real token, since padding past it is work the
+    masked model's answers do not depend on. Both are checked on the teacher before they are used."""
+
+    stack: bool = False
+    trim: tuple[int | None, ...] = ()
+
+
+def _real_length(args: tuple, token_mask: int | None) -> int:
+    mask = args[token_mask] if token_mask is not None else None
+    if mask is None or mask.dim() != 2:
+        return 0
+    real = mask.reshape(-1, mask.shape[1]).ne(0).any(0).nonzero()
+    return int(real.max()) + 1 if len(real) else 1
+
+
+def _combine(group: list[tuple], layout: Layout, token_mask: int | None, stack: bool, trim: bool) -> tuple:
+    import torch
+
+    args = tuple(torch.cat(parts) for parts in zip(*group, strict=True)) if stack else group[0]
+    if not trim or not layout.trim:
+        return args
+    keep = max(_real_length(a, token_mask) for a in group)
+    return tuple(t.narrow(axis, 0, keep) if axis is not None and t.shape[axis] >= keep else t
+                 for t, axis in zip(args, layout.trim, strict=True))
+
+
+def _groups(inputs: list[tuple], layout: Layout, token_mask: int | None, size: int, stack: bool,
+            trim: bool) -> list[tuple]:
+    """Batches of up to `size` inputs (one each when not stacking), of similar real length where there is a mask,
+    so trimming leaves little padding."""
+    if not stack:
+        size = 1
+    order = sorted(range(len(inputs)), key=lambda i: _real_length(inputs[i], token_mask))
+    return [_combine([inputs[i] for i in order[k:k + size]], layout, token_mask, stack, trim)
+            for k in range(0, len(order), size)]
+
+
+def _same_answers(teacher, singles: list[tuple], batched: tuple, token_mask: int | None) -> bool:
+    """Whether the teacher gives each single input, at real tokens, the answer it gives it inside `batched`."""
+    import torch
+
+    with torch.no_grad():
+        together = _tensors(teacher(*batched))
+        offset = 0
+        for args in singles:
+            alone = _tensors(teacher(*args))
+            rows = alone[0].shape[0] if alone and alone[0].dim() else 1
+            mask = args[token_mask] if token_mask is not None else None
+            for a, b in zip(alone, together, strict=True):
+                if a.dim() != b.dim():
+                    return False
+                # an output laid out [batch, tokens, ...] like the mask: compared at real tokens only
+                tokens = mask is not None and mask.dim() == 2 and a.dim() >= 2 and tuple(a.shape[:2]) == tuple(mask.shape)
+                part = b.narrow(0, offset, rows) if b.dim() else b
+                for axis in range(1, a.dim()):  # a trimmed axis: compare the kept positions only
+                    if part.shape[axis] < a.shape[axis]:
+                        a = a.narrow(axis, 0, part.shape[axis])
+                if a.shape != part.shape:
+                    return False
+                if tokens:
+                    real = mask.narrow(1, 0, a.shape[1]).ne(0)
+                    a, part = a[real], part[real]
+                scale = max(float(a.abs().max()) if a.numel() else 0.0, 1e-6)
+                if a.numel() and float((a.float() - part.float()).abs().max()) > 1e-3 * scale:
+                    return False
+            offset += rows
+    return True
+
+
+def _batching(teacher, inputs: list[tuple], layout: Layout, token_mask: int | None, size: int) -> tuple[bool, bool, str]:
+    """(stack, trim, what was given up and why): the most the teacher's answers allow, checked on the first inputs."""
+    probe = inputs[:max(2, min(size, 4))]
+    can_stack, can_trim = layout.stack and size > 1 and len(inputs) > 1, any(a is not None for a in layout.trim)
+    chosen = (False, False)
+    for stack, trim in ((True, True), (False, True), (True, False)):
+        if (stack and not can_stack) or (trim and not can_trim):
+            continue
+        try:
+            combined = _combine(probe if stack else probe[:1], layout, token_mask, stack, trim)
+            if _same_answers(teacher, probe if stack else probe[:1], combined, token_mask):
+                chosen = (stack, trim)
+                break
+        except (RuntimeError, ValueError, IndexError):  # shapes the model cannot take: try the next
+            continue
+    lost = [what for what, could, did in (("stacked into batches", can_stack, chosen[0]),
+                                          ("trimmed of padding", can_trim, chosen[1])) if could and not did]
+    why = f"the teacher's answers change when its inputs are {' or '.join(lost)}, so they are not" if lost else ""
+    return chosen[0], chosen[1], why
+
+
 def distill(student, teacher, inputs: list[tuple], settings: PruningSettings, progress: Callable[[str], None],
-            token_mask: int | None = None) -> dict:
+            token_mask: int | None = None, layout: Layout = Layout()) -> dict:
     """`token_mask`: the index of an input that marks real tokens (an attention mask), if the model has one."""
     import torch
 
     if settings.distill_steps == 0 or not inputs:
-        return {"method": "none", "steps": 0, "why": "distill_steps = 0" if inputs else "no calibration inputs"}
+        return {"method": "none", "steps": 0, "why": "distill_steps = 0" if inputs else "no recovery inputs"}
+    stack, trim, why = _batching(teacher, inputs, layout, token_mask, settings.distill_batch)
+    groups = _groups(inputs, layout, token_mask, settings.distill_batch, stack, trim)
     pairs = block_pairs(student, teacher)
     ours, theirs = _Hidden([s for s, _ in pairs]), _Hidden([t for _, t in pairs])
     try:
         with torch.no_grad():
-            targets, hidden = [], []
-            for args in inputs:
-                targets.append([t.detach().float() for t in _tensors(teacher(*args))])
-                hidden.append([t.detach().float() for t in theirs.take()])
-                if sum(t.numel() * 4 for t in hidden[0]) * len(inputs) > HIDDEN_BYTES:
-                    hidden = [[] for _ in hidden]  # too big to hold: outputs only
-                    theirs.remove()
-            student(*inputs[0])
+            student(*groups[0])
+            first = [t.detach().float() for t in _tensors(teacher(*groups[0]))], theirs.take()
         probe = [tuple(t.shape) for t in ours.take()]
         # a block whose width changed (channels pruned inside it) has no comparable state
-        usable = [j for j, t in enumerate(hidden[0]) if j < len(probe) and probe[j] == tuple(t.shape)]
-        return _train(student, inputs, targets, hidden, usable, ours, settings, progress, token_mask)
+        usable = [j for j, t in enumerate(first[1]) if j < len(probe) and probe[j] == tuple(t.shape)]
+        per_group = sum(t.numel() * 4 for t in first[0]) + sum(first[1][j].numel() * 4 for j in usable)
+        teacher_of = _Teacher(teacher, theirs, usable,
+                              held=per_group * min(len(groups), settings.distill_steps) <= TARGET_BYTES)
+        info = _train(student, groups, teacher_of, usable, ours, settings, progress, token_mask)
     finally:
         ours.remove()
         theirs.remove()
+    info.update({"samples": len(inputs), "batch": settings.distill_batch if stack else 1, "trimmed": trim,
+                 "teacher": "held" if teacher_of.held else "run each step (its answers would not fit in memory)"})
+    if why:
+        info["batching"] = why
+    return info
 
 
-def _train(student, inputs, targets, hidden, usable, ours, settings, progress, token_mask) -> dict:
+TARGET_BYTES = 1 << 30  # the teacher's answers for every batch the steps visit are held up to this; beyond, it runs each step
+
+
+class _Teacher:
+    """The teacher's outputs and blocks' hidden states for a batch: computed once and held, or run each time."""
+
+    def __init__(self, teacher, hooks: _Hidden, usable: list[int], held: bool):
+        self.teacher, self.hooks, self.usable, self.held = teacher, hooks, usable, held
+        self.cache: dict[int, tuple] = {}
+
+    def __call__(self, index: int, args: tuple) -> tuple[list, list]:
+        import torch
+
+        if index in self.cache:
+            return self.cache[index]
+        with torch.no_grad():
+            outs = [t.detach().float() for t in _tensors(self.teacher(*args))]
+            states = self.hooks.take()
+            answer = outs, [states[j].detach().float() for j in self.usable]
+        if self.held:
+            self.cache[index] = answer
+        return answer
+
+
+def _train(student, groups, teacher_of, usable, ours, settings, progress, token_mask) -> dict:
     import torch
 
-    masks = [args[token_mask] if token_mask is not None else None for args in inputs]
-    scales = [[max(float(t.var()), 1e-8) for t in outs] for outs in targets]
-    hidden_scales = [[max(float(h[j].var()), 1e-8) for j in usable] for h in hidden]
     params = [p for p in student.parameters() if p.requires_grad]
     lr = settings.distill_lr or 1e-3  # the build step fills it in per family (toolkit/pruning.py)
     optimizer = torch.optim.Adam(params, lr=lr)
     schedule = torch.optim.lr_scheduler.CosineAnnealingLR(optimizer, settings.distill_steps)
     student.eval()  # dropout off: the teacher's outputs are deterministic, so are the student's
-    start, last, losses, step = time.perf_counter(), 0.0, [], 0
+    order = torch.Generator().manual_seed(0)
+    start, last, losses, step, queue = time.perf_counter(), 0.0, [], 0, []
     for step in range(1, settings.distill_steps + 1):
-        i = (step - 1) % len(inputs)
+        if not queue:  # a fresh shuffle of the batches each pass
+            queue = torch.randperm(len(groups), generator=order).tolist()
+        i = queue.pop()
+        args = groups[i]
+        mask = args[token_mask] if token_mask is not None else None
+        targets, hidden = teacher_of(i, args)
         optimizer.zero_grad()
-        outs = _tensors(student(*inputs[i]))
+        outs = _tensors(student(*args))
         states = ours.take()
-        loss = _loss(outs, targets[i], scales[i], masks[i])
+        scales = [max(float(t.var()), 1e-8) for t in targets]
+        loss = _loss(outs, targets, scales, mask)
         if usable:
-            loss = loss + _loss([states[j] for j in usable], [hidden[i][j] for j in usable], hidden_scales[i], masks[i])
+            loss = loss + _loss([states[j] for j in usable], hidden, [max(float(h.var()), 1e-8) for h in hidden], mask)
         loss.backward()
         optimizer.step()
         schedule.step()
@@ -137,22 +262,22 @@ def _train(student, inputs, targets, hidden, usable, ours, settings, progress, t
             progress(f"distillation step {step}/{settings.distill_steps}, loss {losses[-1]:.4g}")
         if now - start > settings.distill_max_s:
             break
-    window = max(1, len(inputs))
+    window = max(1, min(len(groups), len(losses) // 4))
     return {"method": "built-in distillation (MSE to the FP32 teacher's outputs"
                       + (f" and the hidden states of {len(usable)} blocks" if usable else "") + ", variance-scaled"
                       + (", padding tokens left out)" if token_mask is not None else ")"), "steps": step,
             "hidden_blocks": len(usable),
-            "seconds": time.perf_counter() - start, "lr": lr, "samples": len(inputs),
+            "seconds": time.perf_counter() - start, "lr": lr,
             "loss_first": sum(losses[:window]) / len(losses[:window]),
             "loss_last": sum(losses[-window:]) / len(losses[-window:]),
             "stopped": "time cap" if step < settings.distill_steps else "steps done"}
 
 
 def recover(student, teacher, inputs: list[tuple], settings: PruningSettings, root, progress,
-            token_mask: int | None = None) -> dict:
+            token_mask: int | None = None, layout: Layout = Layout()) -> dict:
     """The project's hook when [pruning] recover names one, else the built-in distillation."""
     if settings.recover is None:
-        return distill(student, teacher, inputs, settings, progress, token_mask)
+        return distill(student, teacher, inputs, settings, progress, token_mask, layout)
     from tapeout.exporters.sources import resolve_callable
 
     hook = resolve_callable(settings.recover, root, "[pruning] recover")

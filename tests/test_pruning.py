@@ -221,6 +221,87 @@ def test_depth_pruning_removes_the_blocks_that_change_their_input_least():
     assert result["hidden_blocks"] == 2 and "hidden states of 2 blocks" in result["method"]
 
 
+class MaskedEncoder(nn.Module):
+    """Attention over real tokens only (padding keys masked out), as BERT-like encoders do. `leak`: the output
+    also takes the mean over every position, padding included, so trimming padding changes it; `mix`: each row
+    takes the batch's mean, so stacking inputs changes it."""
+
+    def __init__(self, leak: bool = False, mix: bool = False) -> None:
+        super().__init__()
+        self.leak, self.mix = leak, mix
+        self.embed, self.pos = nn.Embedding(100, 32), nn.Embedding(64, 32)
+        self.q, self.k, self.v = (nn.Linear(32, 32) for _ in range(3))
+        self.up, self.down = nn.Linear(32, 64), nn.Linear(64, 32)
+
+    def forward(self, ids, mask):
+        x = self.embed(ids) + self.pos(torch.arange(ids.shape[1]))
+        scores = self.q(x) @ self.k(x).transpose(-2, -1) / 32 ** 0.5
+        scores = scores.masked_fill(mask[:, None, :] == 0, torch.finfo(scores.dtype).min)
+        x = x + torch.softmax(scores, -1) @ self.v(x)
+        x = x + self.down(torch.relu(self.up(x)))
+        if self.leak:
+            x = x + x.mean(1, keepdim=True)
+        if self.mix:
+            x = x + x.mean(0, keepdim=True)
+        return x
+
+
+def _padded(count: int, length: int = 48) -> list[tuple]:
+    """Right-padded token inputs of 3 to 12 real tokens each, batch 1, as a tokenizer pads to a fixed length."""
+    gen = torch.Generator().manual_seed(0)
+    inputs = []
+    for _ in range(count):
+        real = int(torch.randint(3, 13, (1,), generator=gen))
+        ids = torch.zeros(1, length, dtype=torch.long)
+        ids[0, :real] = torch.randint(1, 100, (real,), generator=gen)
+        mask = (ids != 0).long()
+        inputs.append((ids, mask))
+    return inputs
+
+
+@pytest.mark.parametrize(("model", "batch", "trimmed"), [
+    ("masked", 8, True),   # answers unchanged either way: 8 inputs a step, cut to the longest real one
+    ("leak", 8, False),    # padding reaches the output: stacked, not trimmed
+    ("mix", 1, True),      # rows mix across the batch: one input a step, trimmed
+])
+def test_recovery_stacks_and_trims_inputs_only_where_the_teachers_answers_stay_the_same(model, batch, trimmed):
+    from tapeout.pruning import batch_layout
+    from tapeout.quantize.distill import distill
+    from tapeout.types import InputSpec
+
+    torch.manual_seed(0)
+    teacher = MaskedEncoder(leak=model == "leak", mix=model == "mix").eval()
+    student = MaskedEncoder(leak=model == "leak", mix=model == "mix").eval()
+    student.load_state_dict(teacher.state_dict())
+    with torch.no_grad():
+        student.up.weight.mul_(0.5)  # a damaged student for recovery to repair
+    for p in teacher.parameters():
+        p.requires_grad_(False)
+    layout = batch_layout([InputSpec(name="ids", shape=["batch", "sequence"], dtype="int64"),
+                           InputSpec(name="mask", shape=["batch", "sequence"], dtype="int64")], 1)
+    assert layout.stack and layout.trim == (1, 1)
+    inputs = _padded(32)
+    result = distill(student, teacher, inputs, _settings(what=["mlp"], distill_steps=40, distill_batch=8,
+                                                         distill_lr=3e-3), lambda _: None, 1, layout)
+    assert (result["batch"], result["trimmed"]) == (batch, trimmed)
+    assert result["samples"] == 32 and result["loss_last"] < result["loss_first"]
+    assert ("batching" in result) == (model != "masked")
+
+
+def test_batch_layout_follows_the_declared_dims():
+    from tapeout.pruning import batch_layout
+    from tapeout.types import InputSpec
+
+    image = [InputSpec(name="image", shape=["batch", 1, 8, 8])]
+    assert batch_layout(image, None).stack and not batch_layout(image, None).trim
+    pinned = [InputSpec(name="ids", shape=[1, 16], dtype="int64"), InputSpec(name="mask", shape=[1, 16], dtype="int64")]
+    assert not batch_layout(pinned, 1).stack and not batch_layout(pinned, 1).trim  # nothing named: nothing assumed
+    mixed = [InputSpec(name="ids", shape=["batch", "seq"], dtype="int64"),
+             InputSpec(name="pixels", shape=["batch", 3, 8, 8]),
+             InputSpec(name="mask", shape=["batch", "seq"], dtype="int64")]
+    assert batch_layout(mixed, 2).trim == (1, None, 1)
+
+
 def test_depth_requests_that_cannot_be_met_are_clear_errors():
     ids = [(torch.randint(0, 100, (1, 12)),)]
     with pytest.raises(BadInput, match="no repeated block list"):
@@ -306,6 +387,9 @@ def test_bad_pruning_input_is_one_line_exit_2_and_no_build_dir(tmp_path):
         ('what = ["heads"]\nratio = 0.25', "keep no head count", SAMPLES / "tiny-lm"),
         ('what = ["depth"]\nratio = 0.5', "no repeated block list", SAMPLES / "digits-cnn"),
         ('what = ["depth"]\nratio = 0.1', "removes no whole block", SAMPLES / "tiny-lm"),
+        ('what = ["channels"]\nratio = 0.5\ndata = "data/recovery.npz"', "[pruning] data: data file",
+         SAMPLES / "digits-cnn"),
+        ('what = ["channels"]\nratio = 0.5\ndata = "metric.py:nothing_here"', "[pruning] data", SAMPLES / "digits-cnn"),
     ]
     for i, (pruning, expected, project) in enumerate(cases):
         out = tmp_path / f"b{i}"

@@ -21,24 +21,30 @@ def sample_inputs(project: Project, count: int) -> tuple[list[Feeds], str]:
     if project.calibration is None:
         rng = np.random.default_rng(project.seed)
         return [random_feeds(project.inputs, project.dims, rng) for _ in range(count)], "random (seeded)"
-    ref = project.calibration.data
+    return read_inputs(project, project.calibration.data, count, "[calibration] data"), \
+        f"calibration data {project.calibration.data}"
+
+
+def read_inputs(project: Project, ref: str, count: int, field: str) -> list[Feeds]:
+    """Up to `count` inputs from `ref`, an .npz in the project or a `file.py:callable` yielding feeds dicts;
+    `field` names where `ref` was given, for the error lines."""
     if ref.endswith(".npz"):
-        samples = npz_feeds(project.root / ref, project.inputs, project.dims)
+        samples = npz_feeds(project.root / ref, project.inputs, project.dims, field)
     else:
         from tapeout.exporters.sources import resolve_callable
 
-        source = resolve_callable(ref, project.root, "[calibration] data")
+        source = resolve_callable(ref, project.root, field)
         samples = []
-        with user_code(f"[calibration] data {ref}", project.root):  # a generator runs the user's code as it yields
+        with user_code(f"{field} {ref}", project.root):  # a generator runs the user's code as it yields
             produced = list(itertools.islice(source(), count))
         for feeds in produced:
             if not isinstance(feeds, dict):
-                raise BadInput(f"[calibration] data {ref} yielded {type(feeds).__name__}, not a dict of arrays",
+                raise BadInput(f"{field} {ref} yielded {type(feeds).__name__}, not a dict of arrays",
                                fix="yield {input_name: numpy array} per sample")
-            samples.append(check_feeds(dict(feeds), project.inputs, project.dims, f"[calibration] data {ref}"))
+            samples.append(check_feeds(dict(feeds), project.inputs, project.dims, f"{field} {ref}"))
     if not samples:
-        raise BadInput(f"[calibration] data {ref} gave no samples", fix="provide at least one sample")
-    return samples[:count], f"calibration data {ref}"
+        raise BadInput(f"{field} {ref} gave no samples", fix="provide at least one sample")
+    return samples[:count]
 
 
 def save_golden(path: Path, inputs: list[Feeds], outputs: list[dict[str, np.ndarray]]) -> None:

@@ -73,10 +73,11 @@ def read_stacked(path: Path, fix: str) -> dict[str, np.ndarray]:
     return arrays
 
 
-def npz_feeds(path: Path, inputs: list[InputSpec], dims: dict[str, int]) -> list[Feeds]:
-    """An .npz holds one array per input name, stacked on a leading sample axis."""
+def npz_feeds(path: Path, inputs: list[InputSpec], dims: dict[str, int],
+              field: str = "[calibration] data") -> list[Feeds]:
+    """An .npz holds one array per input name, stacked on a leading sample axis; `field` names where it was given."""
     if not path.is_file():
-        raise BadInput(f"data file {path} not found", fix="check [calibration] data in the project file")
+        raise BadInput(f"{field}: data file {path} not found", fix=f"check {field} in the project or profile file")
     arrays = read_stacked(path, fix=f"save one numeric array per input ({', '.join(s.name for s in inputs)}) with "
                                     "numpy.savez, samples stacked on axis 0")
     count = len(next(iter(arrays.values())))

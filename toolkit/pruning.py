@@ -11,8 +11,9 @@ import copy
 from typing import Any
 
 from tapeout.context import Context
-from tapeout.data import sample_inputs
+from tapeout.data import read_inputs, sample_inputs
 from tapeout.errors import BadInput
+from tapeout.types import InputSpec
 
 DEFAULT_MULTIPLE = 8
 # MiniLM, FFN width −25 %, 150 steps on 64 sentences: lr 1e-3 took mean cosine 0.84 → 0.59; 5e-5 → 0.92
@@ -33,6 +34,21 @@ def require_torch(ctx: Context, loaded) -> None:
                            "or a .pt2), or remove [pruning] from the profile")
 
 
+def batch_layout(inputs: list[InputSpec], token_mask: int | None):
+    """Stack recovery inputs where every input leads with the same named batch dim; trim, per input, the axis
+    named like the token mask's sequence dim (distill checks both on the teacher before using them)."""
+    from tapeout.quantize.distill import Layout
+
+    leading = {spec.shape[0] if spec.shape else None for spec in inputs}
+    stack = len(leading) == 1 and isinstance(next(iter(leading)), str)
+    shape = inputs[token_mask].shape if token_mask is not None else []
+    if len(shape) != 2 or not isinstance(shape[1], str):
+        return Layout(stack=stack)
+    trim = tuple(next((axis for axis, dim in enumerate(spec.shape) if axis > 0 and dim == shape[1]), None)
+                 for spec in inputs)
+    return Layout(stack=stack, trim=trim)
+
+
 def run(ctx: Context, loaded) -> tuple[Any, dict, Any]:
     """(pruned module, what was done, the FP32 teacher module)."""
     import numpy as np
@@ -50,11 +66,17 @@ def run(ctx: Context, loaded) -> tuple[Any, dict, Any]:
 
     calibration, source = sample_inputs(project, ctx.profile.quantization.calibration_samples)
     tensors = [args(f) for f in calibration]
+    if settings.data:  # recovery has its own, larger set; ranking importance stays on the calibration data
+        recovery = [args(f) for f in read_inputs(project, settings.data, settings.data_samples, "[pruning] data")]
+        source = f"[pruning] data {settings.data}"
+    else:
+        recovery = tensors
     teacher = copy.deepcopy(loaded.module).eval()
     for p in teacher.parameters():
         p.requires_grad_(False)
     multiple = round_to(ctx)
     mask = next((i for i, n in enumerate(names) if n == "attention_mask"), None)  # real tokens, if marked
+    layout = batch_layout(project.inputs, mask)
 
     def pruned_at(ratio: float, base) -> tuple[Any, dict]:
         step = settings.model_copy(update={"ratio": ratio})
@@ -66,8 +88,8 @@ def run(ctx: Context, loaded) -> tuple[Any, dict, Any]:
         if step.distill_lr is None:  # pretrained transformers take fine-tuning rates; small CNNs a larger one
             step = step.model_copy(update={"distill_lr": TRANSFORMER_LR if info["transformer"] else DEFAULT_LR})
         with ui.step("recover: " + (f"project hook {settings.recover}" if settings.recover else
-                                    f"distil from the FP32 teacher on {len(calibration)} calibration inputs ({source})")):
-            info["recovery"] = distill.recover(module, teacher, tensors, step, project.root, ui.detail, mask)
+                                    f"distil from the FP32 teacher on {len(recovery)} inputs ({source})")):
+            info["recovery"] = distill.recover(module, teacher, recovery, step, project.root, ui.detail, mask, layout)
         for p in module.parameters():
             p.requires_grad_(False)
         return module.eval(), info

@@ -272,7 +272,10 @@ def _pruning_section(p: dict | None) -> list[str]:
     r = p.get("recovery") or {}
     if r.get("steps"):
         out += ["", f"Recovery: {r['method']}, {r['steps']} steps in {r['seconds']:.1f} s ({r['stopped']}), loss "
-                f"{r['loss_first']:.4g} → {r['loss_last']:.4g}, on {p.get('recovery_data')}."]
+                f"{r['loss_first']:.4g} → {r['loss_last']:.4g}, on {r.get('samples', '?')} inputs from "
+                f"{p.get('recovery_data')}"
+                + (f", {r['batch']} a step" + (", padding cut" if r.get("trimmed") else "") if "batch" in r else "")
+                + "." + (f" Not used: {r['batching']}." if r.get("batching") else "")]
     elif r:
         out += ["", f"Recovery: {r['method']}" + (f" ({r['why']})" if r.get("why") else "") + "."]
     if p.get("metric_fp32") is not None:

@@ -259,9 +259,15 @@ class PruningSettings(_Strict):
                                "(first conv, classifier, embeddings, LM head)")
     round_to: int | None = Field(None, ge=1, le=256, description="channel counts kept a multiple of this (default: "
                                  "from the target and precision)")
-    recover: str | None = Field(None, description="`file.py:callable` called with (pruned, teacher, calibration "
+    recover: str | None = Field(None, description="`file.py:callable` called with (pruned, teacher, recovery "
                                 "inputs) to recover accuracy; default: the built-in distillation")
+    data: str | None = Field(None, description="recovery inputs: an .npz in the project or `file.py:callable` yielding "
+                             "feeds, like [calibration] data (unlabelled, so it can be far larger); default: the "
+                             "calibration data")
+    data_samples: int = Field(4096, ge=1, le=1_000_000, description="at most this many recovery inputs are read")
     distill_steps: int = Field(200, ge=0, le=100_000, description="built-in distillation: optimizer steps (0: none)")
+    distill_batch: int = Field(16, ge=1, le=1024, description="built-in distillation: inputs per step (stacked on the "
+                               "batch axis where the model gives the same answers batched; 1 otherwise)")
     distill_lr: float | None = Field(None, gt=0, le=1.0, description="default: 5e-5 for transformers (a pretrained "
                                      "encoder's fine-tuning rate; 1e-3 collapsed MiniLM), 1e-3 otherwise")
     distill_max_s: float = Field(300, gt=0, le=86_400, description="built-in distillation: wall-time cap")

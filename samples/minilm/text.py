@@ -6,6 +6,7 @@ import numpy as np
 from model import model_dir
 
 SENTENCES = Path(__file__).with_name("data") / "sentences.txt"
+RECOVERY = Path(__file__).with_name("data") / "recovery.txt"  # unlabelled, none of the metric's sentences in it
 SEQUENCE = 128
 CALIBRATION = 64  # the first 64 sentences calibrate (and recover a pruned model); the metric uses the rest
 
@@ -37,6 +38,13 @@ def encode(texts: list[str]) -> list[dict[str, np.ndarray]]:
 def calibration():
     """Real tokenized sentences: calibration, golden inputs, pruning recovery. Never the metric's."""
     yield from encode(sentences()[:CALIBRATION])
+
+
+def recovery():
+    """What a pruned model is distilled on ([pruning] data): the calibration sentences, then 4000 lines of
+    more Python documentation (make_data.py). Never the metric's sentences."""
+    texts = sentences()[:CALIBRATION] + [t for t in RECOVERY.read_text(encoding="utf-8").splitlines() if t.strip()]
+    yield from encode(texts)
 
 
 def held_out() -> list[str]:
