@@ -151,20 +151,24 @@ def _same_answers(teacher, singles: list[tuple], batched: tuple, token_mask: int
 
 
 def _batching(teacher, inputs: list[tuple], layout: Layout, token_mask: int | None, size: int) -> tuple[bool, bool, str]:
-    """(stack, trim, what was given up and why): the most the teacher's answers allow, checked on the first inputs."""
-    probe = inputs[:max(2, min(size, 4))]
-    can_stack, can_trim = layout.stack and size > 1 and len(inputs) > 1, any(a is not None for a in layout.trim)
-    chosen = (False, False)
-    for stack, trim in ((True, True), (False, True), (True, False)):
-        if (stack and not can_stack) or (trim and not can_trim):
-            continue
+    """(stack, trim, what was given up and why): the most the teacher's answers allow, checked on a few inputs:
+    stacking on the shortest, longest and middle ones; cutting padding on the shortest alone (cut to its own
+    length, so the cut is as deep as any batch's); both together on the shortest and the middle one."""
+    by_length = sorted(range(len(inputs)), key=lambda i: _real_length(inputs[i], token_mask))
+    probe = [inputs[i] for i in dict.fromkeys([by_length[0], by_length[len(by_length) // 2], by_length[-1]])]
+    can_stack, can_trim = layout.stack and size > 1 and len(probe) > 1, any(a is not None for a in layout.trim)
+
+    def same(group: list[tuple], stack: bool, trim: bool) -> bool:
         try:
-            combined = _combine(probe if stack else probe[:1], layout, token_mask, stack, trim)
-            if _same_answers(teacher, probe if stack else probe[:1], combined, token_mask):
-                chosen = (stack, trim)
-                break
-        except (RuntimeError, ValueError, IndexError):  # shapes the model cannot take: try the next
-            continue
+            return _same_answers(teacher, group, _combine(group, layout, token_mask, stack, trim), token_mask)
+        except (RuntimeError, ValueError, IndexError):  # shapes the model cannot take
+            return False
+
+    stack = can_stack and same(probe, True, False)
+    trim = can_trim and same(probe[:1], False, True)
+    if stack and trim and not same(probe[:2], True, True):
+        trim = False
+    chosen = (stack, trim)
     lost = [what for what, could, did in (("stacked into batches", can_stack, chosen[0]),
                                           ("trimmed of padding", can_trim, chosen[1])) if could and not did]
     why = f"the teacher's answers change when its inputs are {' or '.join(lost)}, so they are not" if lost else ""
