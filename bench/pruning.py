@@ -1,6 +1,6 @@
 """Pruning benchmark: per sample, FP32, pruned, quantized, and pruned + quantized, side by side.
 
-    python bench/pruning.py [--samples digits-cnn minilm tiny-lm] [--skip-build] [--blocks 8] [--runs 40]
+    python bench/pruning.py [--samples digits-cnn minilm tiny-lm] [--ratio R] [--skip-build] [--blocks 8] [--runs 40]
 
 Every variant is a `tapeout build` on ONNX Runtime's CPU EP (2 intra-op threads at timing):
   FP32               cpu-fp32
@@ -16,6 +16,7 @@ recovery included.
 from __future__ import annotations
 
 import argparse
+import re
 import subprocess
 import sys
 import time
@@ -28,43 +29,52 @@ import quantization as qbench  # noqa: E402  (the timing, quality and size helpe
 
 PRUNING = {
     "digits-cnn": 'what = ["channels"]\nratio = 0.5\ndistill_steps = 300\ndistill_max_s = 900',
-    "minilm": 'what = ["mlp"]\nratio = 0.25\ndata = "text.py:recovery"\ndistill_steps = 300\ndistill_max_s = 900',
+    "minilm": 'what = ["mlp"]\nratio = 0.25\ndata = "text.py:recovery"\ndistill_steps = 1400\ndistill_lr = 1e-4\ndistill_max_s = 480',
     "tiny-lm": 'what = ["mlp"]\nratio = 0.25\ndistill_steps = 300\ndistill_max_s = 900',
 }
 LOW = {"digits-cnn": "cpu-int8", "minilm": "cpu-int8", "tiny-lm": "cpu-int4"}
 
 
-def profile(sample: str, base: str, pruned: bool) -> Path:
+def pruning(sample: str, ratio: float | None) -> str:
+    """The sample's [pruning] body, its ratio replaced where --ratio gives one."""
+    return PRUNING[sample] if ratio is None else re.sub(r"ratio = [0-9.]+", f"ratio = {ratio}", PRUNING[sample])
+
+
+def tag(pruned: bool, ratio: float | None) -> str:
+    return ("-pruned" + (f"-{ratio}" if ratio is not None else "")) if pruned else ""
+
+
+def profile(sample: str, base: str, pruned: bool, ratio: float | None) -> Path:
     OUT.mkdir(parents=True, exist_ok=True)
-    path = OUT / f"{sample}-{base}{'-pruned' if pruned else ''}.toml"
+    path = OUT / f"{sample}-{base}{tag(pruned, ratio)}.toml"
     budget = "accuracy_max_rel_drop = 0.05" if sample == "tiny-lm" else "accuracy_max_drop = 0.01"
-    path.write_text(f'extends = "{base}"\n' + (f"[pruning]\n{PRUNING[sample]}\n" if pruned else "")
+    path.write_text(f'extends = "{base}"\n' + (f"[pruning]\n{pruning(sample, ratio)}\n" if pruned else "")
                     + f"[budgets]\n{budget}\n[check]\niterations = 100\nrepeats = 1\n")
     return path
 
 
-def build(sample: str, base: str, pruned: bool, skip: bool) -> tuple[Path, float | None]:
-    out = OUT / f"{sample}-{base}{'-pruned' if pruned else ''}"
+def build(sample: str, base: str, pruned: bool, skip: bool, ratio: float | None) -> tuple[Path, float | None]:
+    out = OUT / f"{sample}-{base}{tag(pruned, ratio)}"
     if skip and (out / "report.json").is_file():
         return out, None
     started = time.perf_counter()
     result = subprocess.run([sys.executable, "-m", "tapeout", "build", str(REPO / "samples" / sample), "--profile",
-                             str(profile(sample, base, pruned)), "--out", str(out)], capture_output=True, text=True)
+                             str(profile(sample, base, pruned, ratio)), "--out", str(out)], capture_output=True, text=True)
     if result.returncode not in (0, 1):
         sys.exit(f"bench/pruning.py: build {out.name} exited {result.returncode}: {result.stderr.strip().splitlines()[-1:]}")
     return out, time.perf_counter() - started
 
 
-def run(sample: str, skip: bool, blocks: int, runs: int) -> None:
+def run(sample: str, skip: bool, blocks: int, runs: int, ratio: float | None) -> None:
     import json
 
     metric = qbench.load_sample(sample)
     variants = {"FP32": ("cpu-fp32", False), "pruned": ("cpu-fp32", True), "quantized": (LOW[sample], False),
                 "pruned + quantized": (LOW[sample], True)}
-    builds = {name: build(sample, base, pruned, skip) for name, (base, pruned) in variants.items()}
+    builds = {name: build(sample, base, pruned, skip, ratio) for name, (base, pruned) in variants.items()}
     fp32 = qbench.session(builds["FP32"][0] / "export" / "model.onnx")
     feeds = qbench.calibration(sample)[0]
-    print(f"\n**{sample}**\n")
+    print(f"\n**{sample}**" + (f" (pruning ratio {ratio})" if ratio is not None else "") + "\n")
     print("| variant | speed vs ORT FP32 | ms / run | quality | FLOPs | size MB | build s | exit |")
     print("|---|---|---|---|---|---|---|---|")
     for name, (out, seconds) in builds.items():
@@ -84,13 +94,15 @@ def run(sample: str, skip: bool, blocks: int, runs: int) -> None:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--samples", nargs="+", default=["digits-cnn", "minilm", "tiny-lm"], choices=list(PRUNING))
+    parser.add_argument("--ratio", type=float, help="prune by this share instead of each sample's own (builds "
+                        "named -pruned-R)")
     parser.add_argument("--skip-build", action="store_true")
     parser.add_argument("--blocks", type=int, default=8)
     parser.add_argument("--runs", type=int, default=40)
     args = parser.parse_args()
     print(qbench.cpu_line())
     for sample in args.samples:
-        run(sample, args.skip_build, args.blocks, args.runs)
+        run(sample, args.skip_build, args.blocks, args.runs, args.ratio)
 
 
 if __name__ == "__main__":

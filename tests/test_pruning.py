@@ -52,9 +52,11 @@ def test_digits_channels_pruned_by_half_lose_under_a_point_after_distillation(tm
     assert set(p["protected"]) == {"features.0", "classifier.3"}  # first conv, classifier
     assert all(w % 8 == 0 for n, w in p["steps"][0]["widths"].items() if n not in p["protected"])
     assert p["recovery"]["steps"] == 300 and p["recovery"]["loss_last"] < p["recovery"]["loss_first"]
+    assert (p["recovery"]["batch"], p["recovery"]["trimmed"]) == (16, False)  # images stack; nothing to trim
     assert report["export"]["parity"] and all(x["within_tolerance"] for x in report["export"]["parity"])  # vs the pruned module
     assert report["golden"]["reference"] == "the pruned torch module (FP32)"
-    assert "## Pruning" in (out / "report.md").read_text()
+    assert "## Pruning" in (md := (out / "report.md").read_text())
+    assert "on 64 inputs from calibration data data/calibration.npz, 16 a step." in md
 
 
 def test_the_precision_loop_is_not_run_when_the_pruned_float_model_already_misses_the_budget(tmp_path):
@@ -419,6 +421,24 @@ def test_an_onnx_source_and_a_raising_recovery_hook_are_named(tmp_path, digits_b
     line = one_line_error(result)
     assert "[pruning] recover recover.py:recover raised RuntimeError: no GPU for training" in line
     assert not (tmp_path / "c").exists()
+
+
+def test_recovery_reads_its_own_data_when_the_profile_names_it(tmp_path):
+    import numpy as np
+
+    project = tmp_path / "digits"
+    shutil.copytree(SAMPLES / "digits-cnn", project, ignore=shutil.ignore_patterns("build"))
+    images = np.load(project / "data" / "calibration.npz")["image"]
+    shifted = np.roll(images, 1, axis=-1)  # unlabelled extra inputs: the same digits moved a pixel
+    np.savez(project / "data" / "recovery.npz", image=np.concatenate([images, shifted, images[:, :, :, ::-1]]))
+    out = tmp_path / "b"
+    result = run_cli("build", project, "--profile", _profile(tmp_path, 'what = ["channels"]\nratio = 0.5\n'
+                     'data = "data/recovery.npz"\ndata_samples = 150\ndistill_steps = 20'), "--out", out, "--json")
+    assert result.code in (0, 1), result.err
+    p = result.json()["pruning"]
+    assert p["recovery_data"] == "[pruning] data data/recovery.npz"
+    assert p["recovery"]["samples"] == 150 and p["recovery"]["steps"] == 20  # 192 there, capped by data_samples
+    assert "on 150 inputs from [pruning] data data/recovery.npz, 16 a step." in (out / "report.md").read_text()
 
 
 def test_latency_driven_search_stops_at_the_first_step_that_meets_the_budget(tmp_path):
