@@ -171,10 +171,11 @@ def repeat(predicted: dict[str, tuple[str, float, float]], groups: dict[str, set
             again[source] = json.loads(check.read_text())["measurement"]["latency_ms"]["quantiles"]["p50"]["point"]
         else:
             print(f"  {source}: check exited {run.returncode}: {(run.stderr.strip().splitlines() or [''])[-1]}")
-    rows = [(predicted[s][0], predicted[s][1], ms, predicted[s][2]) for s, ms in again.items()]
-    print(f"{'model':<12} {'first p50 ms':>12} {'second':>9} {'moved':>7} {'prediction':>11} {'error vs 2nd':>13}")
-    for model, first, second, pred in sorted(rows, key=lambda r: -abs(r[2] / r[1] - 1))[:10]:
-        print(f"{model:<12} {first:>12.4g} {second:>9.4g} {second / first - 1:>+7.0%} {pred:>11.4g} "
+    rows = [(predicted[s][0], predicted[s][1], ms, predicted[s][2], Path(s).name) for s, ms in again.items()]
+    print(f"{'model':<12} {'profile':<18} {'first p50 ms':>12} {'second':>9} {'moved':>7} {'prediction':>11} "
+          f"{'error vs 2nd':>13}")
+    for model, first, second, pred, profile in sorted(rows, key=lambda r: -abs(r[2] / r[1] - 1))[:10]:
+        print(f"{model:<12} {profile:<18} {first:>12.4g} {second:>9.4g} {second / first - 1:>+7.0%} {pred:>11.4g} "
               f"{pred / second - 1:>+13.1%}")
     print("  (the 10 pairs that moved most)")
 
