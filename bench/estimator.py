@@ -9,7 +9,8 @@ Then, per (device, target), leave-one-model-out: the calibration is fitted on ev
 builds and predicts this model's p50. Printed side by side: the measured p50 with its bounds, the
 uncalibrated roofline lower bound, the held-out prediction and its error.
 With --repeat, every build is measured once more (`tapeout check` on this host) and the machine is
-scored against itself: how many pairs' second p50 is within ±15 % of the first. On a shared VM that
+scored against itself: how many pairs' second p50 is within ±15 % of the first (the first is what the
+calibration used: the build's check.json where an earlier --repeat left one, else its report.json). On a shared VM that
 is the ceiling for any estimate scored against one measurement.
 Target: within ±15 % on ≥ 90 % of the pairs. `lscpu` flags are printed with the figures: they
 decide the INT8 kernels and so the fit.
