@@ -171,7 +171,8 @@ def _batching(teacher, inputs: list[tuple], layout: Layout, token_mask: int | No
     chosen = (stack, trim)
     lost = [what for what, could, did in (("stacked into batches", can_stack, chosen[0]),
                                           ("trimmed of padding", can_trim, chosen[1])) if could and not did]
-    why = f"the teacher's answers change when its inputs are {' or '.join(lost)}, so they are not" if lost else ""
+    why = (f"the teacher's answers change (or it refuses the shapes) when its inputs are {' or '.join(lost)}, "
+           "so they are not") if lost else ""
     return chosen[0], chosen[1], why
 
 
@@ -196,6 +197,8 @@ def distill(student, teacher, inputs: list[tuple], settings: PruningSettings, pr
         per_group = sum(t.numel() * 4 for t in first[0]) + sum(first[1][j].numel() * 4 for j in usable)
         teacher_of = _Teacher(teacher, theirs, usable,
                               held=per_group * min(len(groups), settings.distill_steps) <= TARGET_BYTES)
+        if teacher_of.held:  # already computed for the probe above
+            teacher_of.cache[0] = first[0], [first[1][j].detach().float() for j in usable]
         info = _train(student, groups, teacher_of, usable, ours, settings, progress, token_mask)
     finally:
         ours.remove()
