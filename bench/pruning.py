@@ -1,6 +1,7 @@
 """Pruning benchmark: per sample, FP32, pruned, quantized, and pruned + quantized, side by side.
 
     python bench/pruning.py [--samples digits-cnn minilm tiny-lm] [--ratio R] [--skip-build] [--blocks 8] [--runs 40]
+    python bench/pruning.py --frontier [--samples minilm] [--skip-build]
 
 Every variant is a `tapeout build` on ONNX Runtime's CPU EP (2 intra-op threads at timing):
   FP32               cpu-fp32
@@ -11,6 +12,12 @@ Speed: each artifact against the FP32 export in this one process, A B A B blocks
 method): the median of the per-block FP32/model time ratios with their range. Quality: the sample's
 metric on the artifact. Size: the artifact's bytes. Build time: the wall time of `tapeout build`,
 recovery included.
+
+--frontier answers "how much must go for pruning to pay on top of quantization": per sample, the quantized
+build pruned by each structure of FRONTIER, with no recovery (distill_steps = 0: speed does not depend on
+the weights' values) and no sensitivity loop, timed against the FP32 export and against the quantized
+build alone, in rounds so that every variant meets the same machine. Quality is not scored there: it is
+the table above's job, with recovery.
 """
 
 from __future__ import annotations
@@ -31,6 +38,14 @@ PRUNING = {
     "digits-cnn": 'what = ["channels"]\nratio = 0.5\ndistill_steps = 300\ndistill_max_s = 900',
     "minilm": 'what = ["mlp"]\nratio = 0.25\ndata = "text.py:recovery"\ndistill_steps = 1400\ndistill_lr = 1e-4\ndistill_max_s = 480',
     "tiny-lm": 'what = ["mlp"]\nratio = 0.25\ndistill_steps = 300\ndistill_max_s = 900',
+}
+# --frontier: structures to time, cheapest first (names as the table prints them)
+FRONTIER = {
+    "FFN −25 %": 'what = ["mlp"]\nratio = 0.25',
+    "FFN −50 %": 'what = ["mlp"]\nratio = 0.5',
+    "FFN −75 %": 'what = ["mlp"]\nratio = 0.75',
+    "heads −50 %, FFN −50 %": 'what = ["heads", "mlp"]\nratio = 0.5',
+    "depth −1/3 (blocks)": 'what = ["depth"]\nratio = 0.34',
 }
 LOW = {"digits-cnn": "cpu-int8", "minilm": "cpu-int8", "tiny-lm": "cpu-int4"}
 
@@ -91,6 +106,58 @@ def run(sample: str, skip: bool, blocks: int, runs: int, ratio: float | None) ->
               f"{qbench.size_mb(artifact):.2f} | (reused) | {report['exit_code']} |")
 
 
+def frontier(sample: str, skip: bool, blocks: int, runs: int, rounds: int = 3) -> None:
+    """Speed only: the quantized build pruned by each FRONTIER structure, no recovery."""
+    import json
+
+    if sample == "digits-cnn":  # FRONTIER's structures are a transformer's
+        print(f"\n**{sample}**: no frontier (its structures are a transformer's: heads, FFN width, blocks)")
+        return
+
+    import numpy as np
+
+    qbench.load_sample(sample)  # the sample's text helpers, which calibration() reads
+    low = LOW[sample]
+    quantized, _ = build(sample, low, False, skip, None)
+    fp32_dir, _ = build(sample, "cpu-fp32", False, skip, None)
+    variants = {"quantized alone": quantized}
+    refused: dict[str, str] = {}  # structure -> the build's one-line error (the model cannot be pruned so)
+    for name, body in FRONTIER.items():
+        slug = re.sub(r"[^a-z0-9]+", "-", name.lower()).strip("-")
+        out = OUT / f"{sample}-{low}-frontier-{slug}"
+        path = OUT / f"{out.name}.toml"
+        path.write_text(f'extends = "{low}"\n[quantization]\nsensitivity = false\n[pruning]\n{body}\n'
+                        "distill_steps = 0\n[check]\niterations = 30\nrepeats = 1\n")
+        if not (skip and (out / "report.json").is_file()):
+            result = subprocess.run([sys.executable, "-m", "tapeout", "build", str(REPO / "samples" / sample),
+                                     "--profile", str(path), "--out", str(out)], capture_output=True, text=True)
+            if result.returncode not in (0, 1):  # 1: the accuracy budget fails without recovery, as expected
+                refused[name] = (result.stderr.strip().splitlines() or ["no output"])[-1]
+                continue
+        variants[name] = out
+    fp32 = qbench.session(fp32_dir / "export" / "model.onnx")
+    feeds = qbench.calibration(sample)[0]
+    sessions, flops = {}, {}
+    for name, out in variants.items():
+        report = json.loads((out / "report.json").read_text())
+        sessions[name] = qbench.session(out / "artifact" / report["artifact"]["main_file"])
+        flops[name] = f"−{report['pruning']['flops_reduction']:.0%}" if report.get("pruning") else "—"
+    timed: dict[str, list[tuple[float, float, float, float]]] = {name: [] for name in sessions}
+    for _ in range(rounds):  # every variant in every round: a slow spell of the machine hits them all
+        for name, sess in sessions.items():
+            timed[name].append(qbench.speed(fp32, sess, feeds, blocks, runs))
+    base = float(np.median([t[0] for t in timed["quantized alone"]]))
+    print(f"\n**{sample}**: speed frontier of pruning on top of {low} (no recovery; quality not scored)\n")
+    print(f"| pruned by | FLOPs | speed vs ORT FP32 | speed vs {low} alone | ms / run |")
+    print("|---|---|---|---|---|")
+    for name, rows in timed.items():
+        speed = float(np.median([r[0] for r in rows]))
+        print(f"| {name} | {flops[name]} | {speed:.2f}× ({min(r[1] for r in rows):.2f}–{max(r[2] for r in rows):.2f})"
+              f" | {speed / base:.2f}× | {float(np.median([r[3] for r in rows])):.2f} |")
+    for name, why in refused.items():
+        print(f"| {name} | — | not built: {why} | — | — |")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--samples", nargs="+", default=["digits-cnn", "minilm", "tiny-lm"], choices=list(PRUNING))
@@ -99,10 +166,15 @@ def main() -> None:
     parser.add_argument("--skip-build", action="store_true")
     parser.add_argument("--blocks", type=int, default=8)
     parser.add_argument("--runs", type=int, default=40)
+    parser.add_argument("--frontier", action="store_true", help="time the quantized build pruned by several "
+                        "structures, without recovery, against FP32 and the quantized build alone")
     args = parser.parse_args()
     print(qbench.cpu_line())
     for sample in args.samples:
-        run(sample, args.skip_build, args.blocks, args.runs, args.ratio)
+        if args.frontier:
+            frontier(sample, args.skip_build, args.blocks, args.runs)
+        else:
+            run(sample, args.skip_build, args.blocks, args.runs, args.ratio)
 
 
 if __name__ == "__main__":
