@@ -1,6 +1,7 @@
 """Predicted vs measured latency: the estimator scored on models it was not fitted to.
 
     python bench/estimator.py [--out DIR] [--skip-build] [--models a,b,...] [--profiles p,q,...] [--repeat]
+                              [--threads N]
 
 Builds every (model, profile) pair that runs here, each with its per-op profile: the three samples,
 the toy model zoo of tests/zoo_models.py and the same kinds at working sizes
@@ -12,6 +13,10 @@ With --repeat, every build is measured once more (`tapeout check` on this host) 
 scored against itself: how many pairs' second p50 is within ±15 % of the first (the first is what the
 calibration used: the build's check.json where an earlier --repeat left one, else its report.json). On a shared VM that
 is the ceiling for any estimate scored against one measurement.
+With --threads N every build runs N inference threads (both runtimes' `threads` option) instead of the
+profiles' default (one per core): on a shared 2-core VM one thread's timings drift far less than two
+threads', whose speed can flip between two levels from one process to the next, so it separates the
+estimator's own error from the machine's. Use another --out: the calibration is fitted per thread count.
 Target: within ±15 % on ≥ 90 % of the pairs. `lscpu` flags are printed with the figures: they
 decide the INT8 kernels and so the fit.
 """
@@ -39,12 +44,14 @@ PROFILES = ("cpu-fp32", "cpu-int8", "openvino-cpu", "openvino-cpu-int8")
 OVERRIDE = "extends = \"{base}\"\n[quantization]\nsensitivity = false\n[check]\nop_profile = true\n"
 
 
-def _profile_file(folder: Path, base: str) -> Path:
+def _profile_file(folder: Path, base: str, threads: int | None) -> Path:
     folder.mkdir(parents=True, exist_ok=True)
     path = folder / f"bench-{base}.toml"
     text = OVERRIDE.format(base=base)
     if base in ("cpu-fp32", "openvino-cpu"):
         text = text.replace("[quantization]\nsensitivity = false\n", "")
+    if threads is not None:
+        text += f"[options]\nthreads = {threads}\n"
     path.write_text(text)
     return path
 
@@ -74,7 +81,7 @@ def _project(root: Path, name: str) -> Path:
     return project
 
 
-def build_all(out: Path, models: list[str], profiles: list[str], skip: bool) -> list[Path]:
+def build_all(out: Path, models: list[str], profiles: list[str], skip: bool, threads: int | None) -> list[Path]:
     dirs = []
     for model in models:
         project = _project(out, model)
@@ -85,7 +92,7 @@ def build_all(out: Path, models: list[str], profiles: list[str], skip: bool) -> 
                 continue
             start = time.perf_counter()
             run = subprocess.run([sys.executable, "-m", "tapeout", "build", str(project), "-p",
-                                  str(_profile_file(out, profile)), "-o", str(build_dir)],
+                                  str(_profile_file(out, profile, threads)), "-o", str(build_dir)],
                                  capture_output=True, text=True)
             last = (run.stdout.strip().splitlines() or [""])[-1]
             print(f"  built {model} × {profile}: exit {run.returncode} in {time.perf_counter() - start:.0f} s  {last}",
@@ -103,13 +110,16 @@ def main() -> int:
     parser.add_argument("--profiles", default=",".join(PROFILES))
     parser.add_argument("--repeat", action="store_true", help="measure every build again and score the machine "
                         "against itself, and the predictions against the second measurement")
+    parser.add_argument("--threads", type=int, help="inference threads for every build (default: the profiles', one "
+                        "per core)")
     args = parser.parse_args()
 
     from tapeout import calibration, estimate, manifest
 
     host = manifest.host_fingerprint()
-    print(f"host: {host['cpu']}, {host['cpu_affinity']} cores, flags {' '.join(host['cpu_flags'])}")
-    dirs = build_all(args.out, args.models.split(","), args.profiles.split(","), args.skip_build)
+    print(f"host: {host['cpu']}, {host['cpu_affinity']} cores, flags {' '.join(host['cpu_flags'])}; inference threads: "
+          f"{args.threads or 'one per core'}")
+    dirs = build_all(args.out, args.models.split(","), args.profiles.split(","), args.skip_build, args.threads)
     found = []
     for d in dirs:
         got = estimate.measured_record(d)

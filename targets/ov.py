@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Literal
 
 import numpy as np
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from tapeout.errors import BadInput, TargetUnavailable, first_line, runtime_detail
 from tapeout.targets.base import LintIssue, OpProfile, OpTime, Probe, Session, Target
@@ -32,8 +32,17 @@ class Options(BaseModel):
     device: Literal["CPU", "GPU", "NPU"] = "CPU"
     performance_hint: Literal["LATENCY", "THROUGHPUT"] = "LATENCY"
     num_streams: int | None = Field(None, ge=1, le=1024, description="default: what the hint picks")
+    threads: int = Field(0, ge=0, le=4096, description="CPU inference threads (INFERENCE_NUM_THREADS); 0 = the "
+                         "plugin's choice. CPU device only")
     inference_precision: Literal["default", "f32", "f16", "bf16"] = "default"
     pin_shapes: bool | None = Field(None, description="default: pinned for NPU, dynamic elsewhere")
+
+    @model_validator(mode="after")
+    def _threads_on_cpu(self):
+        if self.threads and self.device != "CPU":
+            raise ValueError(f"threads is OpenVINO's CPU setting (INFERENCE_NUM_THREADS); device {self.device} takes "
+                             "none: leave threads at 0")
+        return self
 
     def pins(self) -> bool:
         return self.pin_shapes if self.pin_shapes is not None else self.device == "NPU"
@@ -63,6 +72,8 @@ def _config(options: Options) -> dict:
     config = {"PERFORMANCE_HINT": options.performance_hint}
     if options.num_streams is not None:
         config["NUM_STREAMS"] = str(options.num_streams)
+    if options.threads:
+        config["INFERENCE_NUM_THREADS"] = options.threads
     if options.inference_precision != "default":
         config["INFERENCE_PRECISION_HINT"] = options.inference_precision
     return config
@@ -149,6 +160,8 @@ class OpenVino(Target):
             "device": options.device, "pinned_shapes": options.pins(),
             "execution_devices": list(compiled.get_property("EXECUTION_DEVICES")),
             "inference_precision": compiled.get_property("INFERENCE_PRECISION_HINT").to_string(),
+            **({"inference_threads": int(compiled.get_property("INFERENCE_NUM_THREADS"))}
+               if options.device == "CPU" else {}),
         })
 
     def session(self, artifact: Artifact) -> OvSession:

@@ -50,6 +50,20 @@ def test_pinned_shapes(tmp_path, ov_profile):
     assert [d.get_length() for d in model.inputs[0].get_partial_shape()] == [1, 1, 8, 8]
 
 
+def test_cpu_threads_reach_the_compiled_model_and_other_devices_refuse_them(tmp_path, ov_profile):
+    profile = tmp_path / "one-thread.toml"
+    profile.write_text(f'extends = "{ov_profile}"\n[options]\nthreads = 1\n')
+    build = run_cli("build", SAMPLES / "digits-cnn", "--profile", profile, "--out", tmp_path / "b", "--json")
+    assert build.code == 0, build.err
+    assert build.json()["artifact"]["meta"]["inference_threads"] == 1  # read back from the compiled model
+
+    profile.write_text(f'extends = "{ov_profile}"\n[options]\ndevice = "NPU"\nthreads = 2\n')
+    result = run_cli("build", SAMPLES / "digits-cnn", "--profile", profile, "--out", tmp_path / "c")
+    assert result.code == 2
+    assert "threads" in one_line_error(result) and "CPU" in one_line_error(result)
+    assert not (tmp_path / "c").exists()
+
+
 def test_missing_device_exits_4_naming_the_driver(tmp_path, ov_profile):
     profile = tmp_path / "npu.toml"
     profile.write_text(f'extends = "{ov_profile}"\n[options]\ndevice = "NPU"\n')
