@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import math
+import os
 
 import numpy as np
 import onnx
@@ -174,6 +175,36 @@ def test_calibrate_then_estimate_predicts_with_a_band(digits_build, digits_int8_
     # the calibration's folder is the only source: without it, the bound alone
     bare = run_cli("estimate", digits_build, "--json", env={"TAPEOUT_CALIBRATION": str(tmp_path / "none")})
     assert bare.json()["predicted_ms"] is None
+
+
+def test_the_host_cpu_at_fewer_threads_is_its_own_device():
+    host = {"cpu": "Some CPU", "cpu_flags": ["avx2"], "cpu_affinity": 4, "physical_cores": 4}
+    plain = roofline.host_name(host)
+    assert estimate.device_name(None, host, {"threads": 0}) == plain      # 0: one per core, the host as is
+    assert estimate.device_name(None, host, {"threads": 4}) == plain
+    assert estimate.device_name(None, host, {"threads": 8}) == plain      # more threads than cores: still all cores
+    assert estimate.device_name(None, host, {"threads": 1}) == f"{plain}-1t"
+    assert estimate.device_name(None, host, {"threads": True}) == plain   # a report from elsewhere: ints only
+    assert estimate.device_name(None, host, None) == plain
+
+
+def test_a_one_thread_build_is_not_estimated_with_the_all_core_calibration(digits_build, digits_int8_build,
+                                                                           fast_profile, tmp_path):
+    if len(os.sched_getaffinity(0)) < 2:
+        pytest.skip("a one-core host has no fewer-thread device")
+    cal = tmp_path / "cal"
+    assert run_cli("calibrate", digits_build, digits_int8_build, "--out", cal).code == 0
+    profile = tmp_path / "one.toml"
+    profile.write_text(f'extends = "{fast_profile}"\n[options]\nthreads = 1\n')
+    build = run_cli("build", SAMPLES / "digits-cnn", "--profile", profile, "--out", tmp_path / "one")
+    assert build.code == 0, build.err
+    got = run_cli("estimate", tmp_path / "one", "--json", env={"TAPEOUT_CALIBRATION": str(cal)})
+    assert got.code == 0, got.err
+    assert got.json()["device"].endswith("-1t") and got.json()["predicted_ms"] is None  # two threads' fit not used
+    mine = run_cli("calibrate", tmp_path / "one", "--out", cal, "--json")
+    assert mine.code == 0, mine.err
+    assert [c["device"] for c in mine.json()] == [got.json()["device"]]
+    assert len(list(cal.glob("*.json"))) == 2   # one file per thread count, side by side
 
 
 def test_estimate_for_another_device_and_bad_input(digits_build, tmp_path):

@@ -12,6 +12,7 @@ pass, turned into failures by `--strict`, replaced by measured verdicts at `tape
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -103,8 +104,18 @@ def roof_for(device_spec, host: dict, cal: calib.Calibration | None = None) -> r
     return roofline.for_host(host, bandwidth or None, fp32 or None)
 
 
-def device_name(device_spec, host: dict) -> str:
-    return device_spec.name if device_spec is not None else roofline.host_name(host)
+def device_name(device_spec, host: dict, options: Any = None) -> str:
+    """The device spec's name; for this machine's CPU, `host-<key>`, and `host-<key>-<N>t` where the target's
+    `threads` option runs fewer inference threads than the host has cores: a calibration is fitted per thread
+    count (one thread's per-op costs are not two threads'), so each count is its own device to the estimator."""
+    if device_spec is not None:
+        return device_spec.name
+    name = roofline.host_name(host)
+    threads = options.get("threads") if isinstance(options, dict) else getattr(options, "threads", None)
+    cores = host.get("cpu_affinity") or host.get("physical_cores")
+    if isinstance(threads, int) and not isinstance(threads, bool) and isinstance(cores, int) and 0 < threads < cores:
+        return f"{name}-{threads}t"
+    return name
 
 
 def model_kernels(model_path: Path, inputs: list[InputSpec], dims: dict[str, int]) -> list[kern.Kernel]:
@@ -157,10 +168,10 @@ def for_build(directory: Path, report=None, man=None, cal: tuple[calib.Calibrati
     for location in external_data_files(model):
         confined(model.parent, location, "external data of export/model.onnx")
     host = host or report.host
-    device = device_name(device_spec, host)
+    device = device_name(device_spec, host, (man.profile or {}).get("options"))
     if cal is True:
         cal = calib.find(device, report.target.name)
-    roof = roof_for(device_spec, host, cal[0] if cal else None)
+    roof = dataclasses.replace(roof_for(device_spec, host, cal[0] if cal else None), name=device)
     plan, precision = (report.quantization or {}).get("plan"), report.profile.precision
     kernels = kern.at_precision(model_kernels(model, inputs, dims), plan, kern.float_precision(precision, plan))
     return estimate(kernels, roof, report.target.name, precision, cal or None)
@@ -182,9 +193,9 @@ def for_model(ctx, structure: list[kern.Kernel], plan: dict | None) -> Estimate 
     if ctx.device is None and ctx.emulated:
         return None
     host = manifest.host_fingerprint()
-    device = device_name(ctx.device, host)
+    device = device_name(ctx.device, host, ctx.target.options)
     cal = calib.find(device, ctx.target.name)
-    roof = roof_for(ctx.device, host, cal[0] if cal else None)
+    roof = dataclasses.replace(roof_for(ctx.device, host, cal[0] if cal else None), name=device)
     precision = ctx.profile.precision
     kernels = kern.at_precision(structure, plan, kern.float_precision(precision, plan))
     return estimate(kernels, roof, ctx.target.name, precision, cal)
