@@ -68,13 +68,17 @@ def profile(sample: str, base: str, pruned: bool, ratio: float | None) -> Path:
     return path
 
 
+def tapeout_build(sample: str, profile_path: Path, out: Path) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "tapeout", "build", str(REPO / "samples" / sample), "--profile",
+                           str(profile_path), "--out", str(out)], capture_output=True, text=True)
+
+
 def build(sample: str, base: str, pruned: bool, skip: bool, ratio: float | None) -> tuple[Path, float | None]:
     out = OUT / f"{sample}-{base}{tag(pruned, ratio)}"
     if skip and (out / "report.json").is_file():
         return out, None
     started = time.perf_counter()
-    result = subprocess.run([sys.executable, "-m", "tapeout", "build", str(REPO / "samples" / sample), "--profile",
-                             str(profile(sample, base, pruned, ratio)), "--out", str(out)], capture_output=True, text=True)
+    result = tapeout_build(sample, profile(sample, base, pruned, ratio), out)
     if result.returncode not in (0, 1):
         sys.exit(f"bench/pruning.py: build {out.name} exited {result.returncode}: {result.stderr.strip().splitlines()[-1:]}")
     return out, time.perf_counter() - started
@@ -129,8 +133,7 @@ def frontier(sample: str, skip: bool, blocks: int, runs: int, rounds: int = 3) -
         path.write_text(f'extends = "{low}"\n[quantization]\nsensitivity = false\n[pruning]\n{body}\n'
                         "distill_steps = 0\n[check]\niterations = 30\nrepeats = 1\n")
         if not (skip and (out / "report.json").is_file()):
-            result = subprocess.run([sys.executable, "-m", "tapeout", "build", str(REPO / "samples" / sample),
-                                     "--profile", str(path), "--out", str(out)], capture_output=True, text=True)
+            result = tapeout_build(sample, path, out)
             if result.returncode not in (0, 1):  # 1: the accuracy budget fails without recovery, as expected
                 refused[name] = (result.stderr.strip().splitlines() or ["no output"])[-1]
                 continue

@@ -40,6 +40,9 @@ def _loss(outs, targets, scales, mask):
     return total
 
 
+TEACHER_BYTES = 1 << 30  # the teacher's answers for every batch the steps visit are held up to this; beyond, it runs each step
+
+
 def block_pairs(student, teacher) -> list[tuple]:
     """(student block, teacher block) whose hidden states recovery matches: block j of a depth-pruned student
     against the teacher block it kept, else block j against block j where both lists have the same length."""
@@ -196,7 +199,7 @@ def distill(student, teacher, inputs: list[tuple], settings: PruningSettings, pr
         usable = [j for j, t in enumerate(first[1]) if j < len(probe) and probe[j] == tuple(t.shape)]
         per_group = sum(t.numel() * 4 for t in first[0]) + sum(first[1][j].numel() * 4 for j in usable)
         teacher_of = _Teacher(teacher, theirs, usable,
-                              held=per_group * min(len(groups), settings.distill_steps) <= TARGET_BYTES)
+                              held=per_group * min(len(groups), settings.distill_steps) <= TEACHER_BYTES)
         if teacher_of.held:  # already computed for the probe above
             teacher_of.cache[0] = first[0], [first[1][j].detach().float() for j in usable]
         info = _train(student, groups, teacher_of, usable, ours, settings, progress, token_mask)
@@ -208,9 +211,6 @@ def distill(student, teacher, inputs: list[tuple], settings: PruningSettings, pr
     if why:
         info["batching"] = why
     return info
-
-
-TARGET_BYTES = 1 << 30  # the teacher's answers for every batch the steps visit are held up to this; beyond, it runs each step
 
 
 class _Teacher:

@@ -118,6 +118,15 @@ def device_name(device_spec, host: dict, options: Any = None) -> str:
     return name
 
 
+def _device_roof(device_spec, host: dict, options: Any, target: str, cal) -> tuple[Any, roofline.Roof]:
+    """(calibration, roof) for the device `device_name` gives: `cal=True` looks its calibration up. The roof is
+    named like the device, so a fewer-thread host run keeps its own name through the estimate and its records."""
+    device = device_name(device_spec, host, options)
+    if cal is True:
+        cal = calib.find(device, target)
+    return cal, dataclasses.replace(roof_for(device_spec, host, cal[0] if cal else None), name=device)
+
+
 def model_kernels(model_path: Path, inputs: list[InputSpec], dims: dict[str, int]) -> list[kern.Kernel]:
     """The model's kernels as exported (`kernels.structure`): the graph is loaded, read, and let go."""
     view = GraphView.load(model_path, inputs, dims)
@@ -168,10 +177,7 @@ def for_build(directory: Path, report=None, man=None, cal: tuple[calib.Calibrati
     for location in external_data_files(model):
         confined(model.parent, location, "external data of export/model.onnx")
     host = host or report.host
-    device = device_name(device_spec, host, (man.profile or {}).get("options"))
-    if cal is True:
-        cal = calib.find(device, report.target.name)
-    roof = dataclasses.replace(roof_for(device_spec, host, cal[0] if cal else None), name=device)
+    cal, roof = _device_roof(device_spec, host, (man.profile or {}).get("options"), report.target.name, cal)
     plan, precision = (report.quantization or {}).get("plan"), report.profile.precision
     kernels = kern.at_precision(model_kernels(model, inputs, dims), plan, kern.float_precision(precision, plan))
     return estimate(kernels, roof, report.target.name, precision, cal or None)
@@ -193,9 +199,7 @@ def for_model(ctx, structure: list[kern.Kernel], plan: dict | None) -> Estimate 
     if ctx.device is None and ctx.emulated:
         return None
     host = manifest.host_fingerprint()
-    device = device_name(ctx.device, host, ctx.target.options)
-    cal = calib.find(device, ctx.target.name)
-    roof = dataclasses.replace(roof_for(ctx.device, host, cal[0] if cal else None), name=device)
+    cal, roof = _device_roof(ctx.device, host, ctx.target.options, ctx.target.name, True)
     precision = ctx.profile.precision
     kernels = kern.at_precision(structure, plan, kern.float_precision(precision, plan))
     return estimate(kernels, roof, ctx.target.name, precision, cal)
