@@ -188,6 +188,21 @@ def test_the_host_cpu_at_fewer_threads_is_its_own_device():
     assert estimate.device_name(None, host, None) == plain
 
 
+def test_the_fewer_thread_device_has_the_compute_peak_of_its_cores_and_the_same_bandwidth():
+    host = {"cpu": "Some CPU", "cpu_flags": ["avx2", "avx512f"], "cpu_affinity": 4, "physical_cores": 4}
+    _, all_cores = estimate._device_roof(None, host, {"threads": 0}, "onnxruntime", None)
+    _, one = estimate._device_roof(None, host, {"threads": 1}, "onnxruntime", None)
+    assert one.name == all_cores.name + "-1t"
+    for precision, peak in all_cores.peaks.items():
+        assert one.peaks[precision] == pytest.approx(peak / 4)
+    assert one.bandwidth == all_cores.bandwidth
+    assert any("1 of 4 cores" in note for note in one.notes)
+    # a calibration's peak is already its device's: never scaled again
+    cal = calibration.Calibration("d", "onnxruntime", "cpu", {"peaks_tops": {"fp32": 0.05}, "bandwidth_gbs": 20.0},
+                                  [], calibration.Fit({}, 0.0, 0.0, {}))
+    assert estimate.roof_for(None, host, cal, threads=1).peaks["fp32"] == pytest.approx(0.05e12)
+
+
 def test_a_one_thread_build_is_not_estimated_with_the_all_core_calibration(digits_build, digits_int8_build,
                                                                            fast_profile, tmp_path):
     if len(os.sched_getaffinity(0)) < 2:

@@ -94,14 +94,25 @@ class Estimate:
                 f"{self.lower_bound_s * 1e3:.4g} ms; {self.calibration}")
 
 
-def roof_for(device_spec, host: dict, cal: calib.Calibration | None = None) -> roofline.Roof:
-    """The device spec's roofs, or this host's CPU (with the bandwidth its calibration measured, if any)."""
+def roof_for(device_spec, host: dict, cal: calib.Calibration | None = None, threads: int | None = None) -> roofline.Roof:
+    """The device spec's roofs, or this host's CPU (with the bandwidth its calibration measured, if any) at
+    `threads` inference threads where that is fewer than its cores (`host_threads`)."""
     if device_spec is not None:
         return roofline.from_spec(device_spec)
     # a calibration's records were priced against its roof: estimates with it use the same one
     bandwidth = (cal.roof.get("bandwidth_gbs") or 0) * 1e9 if cal else None
     fp32 = ((cal.roof.get("peaks_tops") or {}).get("fp32") or 0) * 1e12 if cal else None
-    return roofline.for_host(host, bandwidth or None, fp32 or None)
+    return roofline.for_host(host, bandwidth or None, fp32 or None, threads)
+
+
+def host_threads(host: dict, options: Any) -> int | None:
+    """The target's `threads` option where it runs fewer inference threads than the host has cores, else None
+    (0 or unset is one thread per core; a report from elsewhere may carry anything: ints only)."""
+    threads = options.get("threads") if isinstance(options, dict) else getattr(options, "threads", None)
+    cores = host.get("cpu_affinity") or host.get("physical_cores")
+    if isinstance(threads, int) and not isinstance(threads, bool) and isinstance(cores, int) and 0 < threads < cores:
+        return threads
+    return None
 
 
 def device_name(device_spec, host: dict, options: Any = None) -> str:
@@ -110,21 +121,19 @@ def device_name(device_spec, host: dict, options: Any = None) -> str:
     count (one thread's per-op costs are not two threads'), so each count is its own device to the estimator."""
     if device_spec is not None:
         return device_spec.name
-    name = roofline.host_name(host)
-    threads = options.get("threads") if isinstance(options, dict) else getattr(options, "threads", None)
-    cores = host.get("cpu_affinity") or host.get("physical_cores")
-    if isinstance(threads, int) and not isinstance(threads, bool) and isinstance(cores, int) and 0 < threads < cores:
-        return f"{name}-{threads}t"
-    return name
+    threads = host_threads(host, options)
+    return roofline.host_name(host) + (f"-{threads}t" if threads else "")
 
 
 def _device_roof(device_spec, host: dict, options: Any, target: str, cal) -> tuple[Any, roofline.Roof]:
     """(calibration, roof) for the device `device_name` gives: `cal=True` looks its calibration up. The roof is
-    named like the device, so a fewer-thread host run keeps its own name through the estimate and its records."""
+    named like the device, so a fewer-thread host run keeps its own name through the estimate and its records,
+    and its compute peak is that of the cores it runs on."""
     device = device_name(device_spec, host, options)
     if cal is True:
         cal = calib.find(device, target)
-    return cal, dataclasses.replace(roof_for(device_spec, host, cal[0] if cal else None), name=device)
+    threads = None if device_spec is not None else host_threads(host, options)
+    return cal, dataclasses.replace(roof_for(device_spec, host, cal[0] if cal else None, threads), name=device)
 
 
 def model_kernels(model_path: Path, inputs: list[InputSpec], dims: dict[str, int]) -> list[kern.Kernel]:

@@ -80,9 +80,12 @@ def host_name(host: dict) -> str:
     return "host-" + hashlib.sha256(host_key(host).encode()).hexdigest()[:10]
 
 
-def for_host(host: dict, bandwidth: float | None = None, fp32_peak: float | None = None) -> Roof:
+def for_host(host: dict, bandwidth: float | None = None, fp32_peak: float | None = None,
+             threads: int | None = None) -> Roof:
     """This host's CPU as a roof. `host` is manifest.host_fingerprint() (or a report's `host`);
-    `bandwidth` and `fp32_peak`, where given (a calibration's), replace what is measured here."""
+    `bandwidth` and `fp32_peak`, where given (a calibration's, already the peak of the device it was
+    made for), replace what is measured here. `threads` fewer than the cores: the compute peaks are
+    those of that many cores (the bandwidth is a one-thread copy's either way)."""
     flags = set(host.get("cpu_flags") or [])
     cores = host.get("cpu_affinity") or host.get("physical_cores") or os.cpu_count() or 1
     mhz = _max_mhz()
@@ -97,6 +100,10 @@ def for_host(host: dict, bandwidth: float | None = None, fp32_peak: float | None
         fp32_peak = max(derived, measured)
         notes.append(f"FP32 matrix multiply measured here: {measured / 1e9:.0f} GFLOP/s (numpy, 1536², best of 4); "
                      f"the peak is the higher of the two")
+        if threads and threads < cores:
+            # inference on `threads` cores: the others' FMA pipes are not this device's
+            fp32_peak *= threads / cores
+            notes.append(f"{threads} of {cores} cores run inference: the compute peaks are {threads}/{cores} of that")
     # INT8 dot products: VNNI/AMX do four 8-bit multiply-adds per 32-bit lane; without them
     # (pmaddubsw + pmaddwd) about two. BF16 dot products (avx512_bf16) two per lane.
     int8 = fp32_peak * (4 if flags & {"avx512_vnni", "avx_vnni", "amx_int8", "asimddp"} else 2)
