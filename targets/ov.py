@@ -180,22 +180,41 @@ class OpenVino(Target):
         return OvSession(compiled)
 
     def op_profile(self, artifact: Artifact, feeds: dict[str, np.ndarray], iterations: int) -> OpProfile:
-        """Per-node counters from OpenVINO (PERF_COUNT), summed over `iterations` runs after a warm-up."""
+        """Per-node times from OpenVINO's counters (PERF_COUNT) over `iterations` runs after a warm-up.
+
+        The CPU plugin's counter is not the last run's time: it is the running mean, in whole µs, of every
+        run since compile (PerfCount::avg(), total / count), so summing it per run counts the first run's
+        one-time costs again and again (a toy ResNet's last FullyConnected read 60 µs after the warm-up
+        and 18 µs twelve runs later, settling at ~3). Each node's mean over the timed runs is taken from
+        its running totals instead: (count · mean after them - count · mean before them) / runs."""
         sess = self._session(artifact, profile=True)
         call = sess.bind(feeds)
-        for _ in range(3):
+        warmup = 3
+        for _ in range(warmup):
             call()
-        totals: dict[str, list] = {}
+        before = _executed(sess)
         run_total = 0.0
         for _ in range(iterations):
             start = time.perf_counter()
             call()
             run_total += (time.perf_counter() - start) * 1e6
-            for info in sess._request.get_profiling_info():
-                if str(info.status) != "Status.EXECUTED":
-                    continue
-                entry = totals.setdefault(info.node_name, [info.node_type, f"{self.options.device}:{info.exec_type}", 0, 0.0])
-                entry[2] += 1
-                entry[3] += info.real_time.total_seconds() * 1e6
-        return OpProfile(iterations, run_total, [OpTime(n, v[0], v[1], v[2], v[3]) for n, v in totals.items()],
+        after = _executed(sess)
+        ops = [OpTime(name, node_type, f"{self.options.device}:{exec_type}", iterations,
+                      timed_total_us(before[name][2] if name in before else None, mean_after, warmup, iterations))
+               for name, (node_type, exec_type, mean_after) in after.items()]
+        return OpProfile(iterations, run_total, ops,
                          method=self.capabilities.op_profiler or "")
+
+
+def timed_total_us(mean_before: float | None, mean_after: float, warmup: int, iterations: int) -> float:
+    """A node's total µs over the timed runs, from its running mean (whole µs, floored) after the `warmup`
+    runs and after the timed ones: the difference of the running totals. Floored, each mean stands for the
+    middle of its µs. A node the last warm-up run did not execute has no total before."""
+    before = warmup * (mean_before + 0.5) if mean_before is not None else 0.0
+    return max((warmup + iterations) * (mean_after + 0.5) - before, 0.0)
+
+
+def _executed(sess) -> dict[str, tuple[str, str, float]]:
+    """node -> (type, kernel, running mean µs) for the nodes the last run executed."""
+    return {info.node_name: (info.node_type, info.exec_type, info.real_time.total_seconds() * 1e6)
+            for info in sess._request.get_profiling_info() if str(info.status) == "Status.EXECUTED"}

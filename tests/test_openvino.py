@@ -270,3 +270,33 @@ def test_the_int8_weight_rung_and_the_int4_postcondition(tmp_path, tiny_lm_int4)
     wanted = plan.with_group(moved.group, "int4", "test")
     with pytest.raises(BadInput, match=rf"NNCF did not follow the plan .*{moved.nodes[0]} \(planned int4\)"):
         check_weights(wanted, model, out / "export" / "model.onnx")
+
+
+def test_op_profile_times_each_node_over_the_timed_runs_not_its_running_mean():
+    """OpenVINO's CPU counters report each node's running mean (whole µs, floored) since compile: a first
+    run 300 µs long, then 4 µs runs, reads 104 µs after three warm-ups and 17 µs after twenty more."""
+    from tapeout.targets.ov import timed_total_us
+
+    runs = [300, 7, 5] + [4] * 20                       # per-run µs, as the plugin truncates them
+    mean = lambda k: sum(runs[:k]) // k                 # noqa: E731  PerfCount::avg()
+    got = timed_total_us(mean(3), mean(23), 3, 20) / 20
+    assert abs(got - 4) <= 1.0
+    assert 20 * mean(23) / 20 > 3 * got                 # what reading the counter as the last run's time gave
+    assert timed_total_us(None, mean(23), 3, 20) == pytest.approx(23 * (mean(23) + 0.5))  # no reading before
+
+
+def test_op_profile_on_the_cpu_device_fits_inside_the_runs(tmp_path):
+    """On the real plugin: the nodes' per-run times add up to no more than the timed runs took."""
+    import numpy as np
+    from test_targets import _profile_for, _tiny
+
+    from tapeout import targets
+    from tapeout.types import InputSpec
+
+    target = targets.create("openvino", _profile_for("openvino").options)
+    _tiny(tmp_path / "tiny.onnx")
+    inputs = [InputSpec(name="x", shape=[1, 8])]
+    artifact = target.compile(target.prepare(tmp_path / "tiny.onnx", inputs, {}), tmp_path / "artifact", inputs, {})
+    profile = target.op_profile(artifact, {"x": np.ones((1, 8), np.float32)}, iterations=50)
+    in_ops = sum(op.total_us for op in profile.ops)
+    assert profile.runs == 50 and 0 < in_ops <= profile.run_total_us
