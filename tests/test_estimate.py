@@ -69,6 +69,39 @@ def test_kernels_count_fusion_groups_once_and_never_folded_shape_arithmetic(tmp_
     assert [k.cls for k in q].count("quantize") == 1
 
 
+def test_a_residual_add_and_its_layer_norm_are_one_kernel_and_a_reshape_moves_nothing(tmp_path):
+    """x + h -> LayerNormalization -> Reshape, with the sum also used by the next residual (the Mul): the
+    norm reads x and h and writes its output and the sum (SkipLayerNormalization); the Reshape aliases."""
+    d = 64
+    nodes = [helper.make_node("Add", ["x", "h"], ["s"], name="residual"),
+             helper.make_node("LayerNormalization", ["s", "g", "b"], ["n"], name="norm", axis=-1),
+             helper.make_node("Reshape", ["n", "shape"], ["y"], name="view"),
+             helper.make_node("Mul", ["s", "g"], ["z"], name="next")]
+    inits = [helper.make_tensor("g", TensorProto.FLOAT, [d], [1.0] * d), helper.make_tensor("b", TensorProto.FLOAT, [d], [0.0] * d),
+             helper.make_tensor("shape", TensorProto.INT64, [2], [8, 2 * d])]
+    x, h = (helper.make_tensor_value_info(n, TensorProto.FLOAT, [16, d]) for n in ("x", "h"))
+    graph = helper.make_graph(nodes, "g", [x, h], [helper.make_tensor_value_info("y", TensorProto.FLOAT, None),
+                                                   helper.make_tensor_value_info("z", TensorProto.FLOAT, None)], inits)
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 10
+    onnx.save(model, tmp_path / "m.onnx")
+    view = GraphView.load(tmp_path / "m.onnx")
+    ks = {k.name: k for k in kernels.of(view, analyze_view(view), None, "fp32")}
+    assert sorted(ks) == ["next", "norm", "view"]
+    act = 16 * d * 4
+    norm = ks["norm"]
+    assert norm.cls == "reduce" and norm.nodes == 2 and norm.launches == 1
+    assert norm.bytes == 2 * act + 2 * d * 4 + act + act     # x, h, its weights; the output; the sum, once
+    assert ks["view"].bytes == 0 and ks["view"].cls == "movement"
+    # a sum nothing else reads is never written
+    model.graph.node.remove(model.graph.node[3])
+    del model.graph.output[1]
+    onnx.save(model, tmp_path / "m2.onnx")
+    view = GraphView.load(tmp_path / "m2.onnx")
+    only = {k.name: k for k in kernels.of(view, analyze_view(view), None, "fp32")}
+    assert only["norm"].bytes == 2 * act + 2 * d * 4 + act
+
+
 def test_roofline_bound_is_the_sum_of_each_kernels_slower_roof(tmp_path):
     view = GraphView.load(_conv_model(tmp_path / "m.onnx"))
     ks = kernels.of(view, analyze_view(view), None, "fp16")

@@ -43,6 +43,11 @@ _CLASS_OF = {
 }
 _BY_NAME = {name: cls for cls, names in _CLASS_OF.items() for name in names}
 
+# Ops that give their input a new shape without touching it: every runtime here aliases the buffer
+# (the bottleneck view counts them the same way), so they cost a dispatch and no traffic.
+VIEW_OPS = {"Reshape", "Squeeze", "Unsqueeze", "Flatten", "Identity"}
+NORM_OPS = {"LayerNormalization", "SimplifiedLayerNormalization", "RMSNormalization"}
+
 # Nodes that only move shapes about: a runtime folds them (with their constant inputs) at load time.
 _SHAPE_OPS = {"Shape", "Size", "Constant", "ConstantOfShape", "Range"}
 
@@ -118,7 +123,8 @@ def structure(view: GraphView, analysis: Analysis) -> list[Kernel]:
         if group is None:
             cost = costs.get(node.name) or node_cost(view, node)
             cls = op_class(node.op_type)
-            kernels.append(Kernel(node.name, cls, "fp32", cost.flops, cost.bytes_moved, 1,
+            moved = 0 if node.op_type in VIEW_OPS else cost.bytes_moved
+            kernels.append(Kernel(node.name, cls, "fp32", cost.flops, moved, 1,
                                   _steps(view, node) if cls == "recurrent" else 1, node.name))
             continue
         if group.name in seen_groups:
@@ -133,7 +139,33 @@ def structure(view: GraphView, analysis: Analysis) -> list[Kernel]:
                               _steps(view, lead) if cls == "recurrent" and lead is not None else 1,
                               group.weighted[0] if group.weighted else "",
                               (view.size(lead.input[0]) or 0) if lead is not None and group.weighted else 0))
-    return kernels
+    return _add_norm_fused(view, kernels)
+
+
+def _add_norm_fused(view: GraphView, kernels: list[Kernel]) -> list[Kernel]:
+    """A residual Add feeding a LayerNormalization runs as one kernel on every runtime here (ONNX Runtime's
+    SkipLayerNormalization, OpenVINO's MVN with its eltwise, TensorRT's normalization fusion): the sum is
+    never read back, and is written once only where something else uses it (the next residual)."""
+    index = {k.name: i for i, k in enumerate(kernels)}
+    fused: dict[int, Kernel] = {}
+    dropped: set[int] = set()
+    for node in view.nodes:
+        if node.op_type not in NORM_OPS or node.name not in index or not node.input:
+            continue
+        add = view.producer.get(node.input[0])
+        if add is None or add.op_type != "Add" or add.name not in index:
+            continue
+        norm_k, add_k = kernels[index[node.name]], kernels[index[add.name]]
+        if add_k.cls != "elementwise" or norm_k.cls != "reduce":
+            continue
+        total = node.input[0]
+        between = (view.size(total) or 0) * view.elem_bytes(total)   # written by the Add, read by the norm
+        others = [c for c in view.consumers.get(total, []) if c.name != node.name]
+        moved = add_k.bytes + norm_k.bytes - 2 * between + (between if others or total in view.outputs else 0)
+        fused[index[node.name]] = replace(norm_k, flops=norm_k.flops + add_k.flops, bytes=max(moved, 0),
+                                          nodes=norm_k.nodes + add_k.nodes)
+        dropped.add(index[add.name])
+    return [fused.get(i, k) for i, k in enumerate(kernels) if i not in dropped]
 
 
 def at_precision(kernels: list[Kernel], plan: dict | None, default_precision: str) -> list[Kernel]:
