@@ -352,10 +352,16 @@ def test_bottlenecks_classify_ops_and_price_the_fusible_chains():
            op("add", "Add", 2.0, 1e4, 80_000, 40_000, [64, 64], [64, 64]),         # 1.2 µs at the roof: memory
            op("mul", "Mul", 50.0, 1e4, 80_000, 40_000, [64, 64], [64, 64]),        # 40x its roof: overhead
            op("other", "Tanh", 2.0, 1e4, 80_000, 40_000, [3, 3], [3, 3])]          # shape breaks the chain
-    view = bottleneck.view({"runs": 1, "ops": ops, "overhead_share": 0.1, "mean_run_us": 64.0}, roof, p50_ms=0.064)
+    # the profiled run (400 µs) is mostly the profiler's gaps: the ops' 64 µs stand, 16 µs of the 80 µs p50 is outside
+    profile = {"runs": 1, "ops": ops, "overhead_share": 0.84, "mean_run_us": 400.0}
+    view = bottleneck.view(profile, roof, p50_ms=0.080)
     bound = {o["node"]: o["bound"] for o in view["ops"]}
     assert bound == {"gemm": "compute", "add": "memory", "mul": "overhead", "other": "memory"}
-    assert view["outside_ops_share"] == 0.1 and view["profiler_scale"] == 1.0
+    assert math.isclose(view["outside_ops_share"], 0.2) and view["profiler_scale"] == 1.0
+    # recorded intervals that outgrow the timed run are scaled down to it, and nothing is left outside
+    squeezed = bottleneck.view(profile, roof, p50_ms=0.032)
+    assert math.isclose(squeezed["profiler_scale"], 0.5) and squeezed["outside_ops_share"] == 0.0
+    assert bottleneck.view(profile, roof)["outside_ops_share"] == 0.84   # no timed run: the profile's own
     [chain] = view["fusible_chains"]
     assert chain["ops"] == ["add", "mul"]                                            # gemm is not fused; tanh not linked
     assert math.isclose(chain["fused_us"], (80_000 + 40_000) / 1e11 * 1e6)           # one pass in and out

@@ -3,7 +3,8 @@
 A calibration is made from build (or check) dirs whose latency was measured on the device itself
 (never through an emulator or a stand-in). For each one it records, per kernel class, the
 roofline seconds of the model's kernels (`kernels.py`) and the seconds the runtime's own profiler
-spent in ops of that class (scaled to the timed p50, since the profiler inflates what it times).
+spent in ops of that class (as recorded; scaled down to the timed p50 only where they add up to
+more: `bottleneck.profiler_scale`).
 The fit:
 
 - per class and build precision, the measured seconds as (seconds per kernel) × kernels +
@@ -55,7 +56,7 @@ class Record(_FileModel):
     p50_s: float = Field(gt=0)
     tails: dict[str, float]     # p90/p50, p99/p50
     roof_s: dict[str, float]    # class@precision -> roofline seconds
-    measured_s: dict[str, float]  # class -> profiler seconds per inference, scaled to the p50
+    measured_s: dict[str, float]  # class -> profiler seconds per inference, capped at the p50
     kernels: int = Field(ge=0)
     counts: dict[str, int] = Field(default_factory=dict)   # class -> the model's kernel launches of that class
 

@@ -17,9 +17,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from tapeout import bottleneck, roofline
 from tapeout import calibration as calib
 from tapeout import kernels as kern
-from tapeout import roofline
 from tapeout.analysis import GraphView, analyze_view
 from tapeout.errors import BadInput
 from tapeout.types import BudgetResult, Budgets, InputSpec, Verdict
@@ -286,7 +286,7 @@ def measured_record(directory: Path) -> tuple[calib.Record, dict] | str:
     p50 = q["p50"]["point"]
     tails = {k: q[k]["point"] / p50 for k in ("p90", "p99") if k in q and p50}
     measured_s: dict[str, float] = {}
-    scale = (p50 * 1e3) / profile["mean_run_us"]  # profiler-on run -> timed p50
+    scale = bottleneck.profiler_scale(profile, p50)
     for row in profile["op_types"]:
         cls = kern.op_class(row["op_type"])
         measured_s[cls] = measured_s.get(cls, 0.0) + row["total_us"] / profile["runs"] * scale * 1e-6

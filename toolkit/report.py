@@ -148,8 +148,9 @@ def render_markdown(report: Report) -> str:
                         us(t["total_us"] / prof["runs"]), f"{t['share']:.1%}"] for t in prof["op_types"][:15]])
         if prof.get("overhead_share") is not None:
             out.append(f"\nKernels take {us(prof['mean_kernel_us'])} µs of a {us(prof['mean_run_us'])} µs "
-                       f"profiled run; the rest ({prof['overhead_share']:.0%}) is framework overhead. Profiled runs are "
-                       "slower than the timed ones; read shares, not absolute times.")
+                       f"profiled run; the rest ({prof['overhead_share']:.0%}) is framework overhead and, mostly, the "
+                       "profiler's own cost between the ops: profiled runs are slower than the timed ones. How much "
+                       "of the timed run is outside the ops: the bottleneck section.")
 
     out += _bottleneck_section(r.get("bottlenecks"))
     out += _estimate_section(r.get("estimate"))
