@@ -102,6 +102,25 @@ def test_a_residual_add_and_its_layer_norm_are_one_kernel_and_a_reshape_moves_no
     assert only["norm"].bytes == 2 * act + 2 * d * 4 + act
 
 
+def test_a_recurrent_cell_reads_its_recurrent_weights_again_every_step_from_the_cache_they_fit(tmp_path):
+    import graphs
+
+    onnx.save(graphs.recurrent(hidden=32, seq=10), tmp_path / "rnn.onnx")
+    view = GraphView.load(tmp_path / "rnn.onnx")
+    [cell] = [k for k in kernels.of(view, analyze_view(view), None, "fp32") if k.cls == "recurrent"]
+    assert cell.launches == 10 and cell.reread == 4 * 32 * 32 * 4      # R, FP32; W is read once
+    assert kernels.at_precision([cell], None, "int8")[0].reread == 4 * 32 * 32   # at the kernel's precision
+    cached = roofline.Roof("host", "cpu", {"fp32": 1e15}, 20e9, "test", cache=((8_192, 80e9), (1 << 20, 60e9)))
+    _, memory = kernels.roof_times(cell, cached)
+    assert math.isclose(memory, cell.bytes / 20e9 + 9 * cell.reread / cached.bandwidth_at(cell.reread))
+    assert 60e9 < cached.bandwidth_at(cell.reread) < 80e9                  # 16 KiB: between the sizes measured
+    assert cached.bandwidth_at(64 << 20) == 20e9                             # past the largest: DRAM
+    # a device spec measures no cache: the re-reads are left out of its bound, never guessed at
+    assert kernels.roof_times(cell, _h100())[1] == cell.bytes / 3350e9
+    est = estimate.estimate([cell], _h100(), "tensorrt", "fp32", None)
+    assert any("re-read" in note for note in est.notes)
+
+
 def test_roofline_bound_is_the_sum_of_each_kernels_slower_roof(tmp_path):
     view = GraphView.load(_conv_model(tmp_path / "m.onnx"))
     ks = kernels.of(view, analyze_view(view), None, "fp16")

@@ -33,7 +33,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 import numpy as np
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, PositiveFloat, PositiveInt
 
 from tapeout.errors import BadInput
 from tapeout.paths import confined
@@ -212,7 +212,8 @@ class Calibration:
         except ValidationError as exc:
             detail = describe_validation_error(Path(where), CalibrationFile, exc)
             raise BadInput(f"not a {SCHEMA} file: {detail}", fix=_REMAKE) from None
-        return cls(device=f.device, target=f.target, kind=f.kind, roof=f.roof, records=f.records,
+        return cls(device=f.device, target=f.target, kind=f.kind, roof=f.roof.model_dump(exclude_none=True),
+                   records=f.records,
                    fit=Fit({k: (v.per_kernel_us / 1e6, v.roofline_multiple) for k, v in f.fit.per_class.items()},
                            f.fit.fixed_us / 1e6, f.fit.per_kernel_us / 1e6, f.fit.tails, f.fit.outside_share),
                    held_out=f.held_out, created=f.created, tapeout=f.tapeout)
@@ -235,6 +236,19 @@ class _FitRecord(_FileModel):
     tails: dict[str, float]
 
 
+class _RoofRecord(_FileModel):
+    """The roof the records were priced against (`Roof.to_json`): estimates with the file use it again."""
+
+    name: str = ""
+    kind: str = ""
+    peaks_tops: dict[str, float] = Field(default_factory=dict)
+    bandwidth_gbs: float | None = Field(None, gt=0)
+    source: str = ""
+    notes: list[str] = Field(default_factory=list)
+    # absent from files written before the host's cache bandwidth was measured
+    cache_bandwidth_gbs: list[tuple[PositiveInt, PositiveFloat]] | None = None
+
+
 class CalibrationFile(_FileModel):
     """`tapeout.calibration/1`, as `Calibration.to_json` writes it."""
 
@@ -242,7 +256,7 @@ class CalibrationFile(_FileModel):
     device: str
     target: str
     kind: str
-    roof: dict[str, Any]
+    roof: _RoofRecord
     created: str = ""
     tapeout: str = ""
     fit: _FitRecord

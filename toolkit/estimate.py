@@ -102,7 +102,12 @@ def roof_for(device_spec, host: dict, cal: calib.Calibration | None = None, thre
     # a calibration's records were priced against its roof: estimates with it use the same one
     bandwidth = (cal.roof.get("bandwidth_gbs") or 0) * 1e9 if cal else None
     fp32 = ((cal.roof.get("peaks_tops") or {}).get("fp32") or 0) * 1e12 if cal else None
-    return roofline.for_host(host, bandwidth or None, fp32 or None, threads)
+    cache = None
+    if cal and "cache_bandwidth_gbs" in cal.roof:   # a calibration from before it was measured: none
+        cache = tuple((int(size), float(rate) * 1e9) for size, rate in cal.roof["cache_bandwidth_gbs"])
+    elif cal:
+        cache = ()
+    return roofline.for_host(host, bandwidth or None, fp32 or None, threads, cache)
 
 
 def host_threads(host: dict, options: Any) -> int | None:
@@ -148,6 +153,9 @@ def estimate(kernels: list[kern.Kernel], roof: roofline.Roof, target: str, preci
     est = Estimate(roof.name, target, precision, roof, kernels, bound)
     if roof.bandwidth is None:
         est.notes.append("the device spec gives no memory bandwidth: the bound counts compute only")
+    if not roof.cache and any(k.reread and k.launches > 1 for k in kernels):
+        est.notes.append("the recurrent weights a cell re-reads every time step are not priced: the device spec "
+                         "gives no cache bandwidth")
     missing = sorted({k.precision for k in kernels if roof.peak(k.precision)[0] is None})
     if missing:
         est.notes.append(f"the device spec gives no peak for {', '.join(missing)}: those kernels count bandwidth only")

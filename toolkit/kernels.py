@@ -67,10 +67,11 @@ class Kernel:
     launches: int = 1  # times it runs per inference: a recurrent cell once per time step
     lead: str = ""     # the node the plan's precision is looked up by (a group's first weighted node)
     quantized_input: int = 0  # a fusion group's input elements: quantized too where the group is
+    reread: float = 0.0  # bytes read again on every launch after the first: a recurrent cell's weights
 
     def to_json(self) -> dict:
         return {"name": self.name, "class": self.cls, "precision": self.precision, "flops": self.flops,
-                "bytes": self.bytes, "nodes": self.nodes, "launches": self.launches}
+                "bytes": self.bytes, "nodes": self.nodes, "launches": self.launches, "reread_bytes": self.reread}
 
 
 def folded(view: GraphView) -> set[str]:
@@ -125,7 +126,8 @@ def structure(view: GraphView, analysis: Analysis) -> list[Kernel]:
             cls = op_class(node.op_type)
             moved = 0 if node.op_type in VIEW_OPS else cost.bytes_moved
             kernels.append(Kernel(node.name, cls, "fp32", cost.flops, moved, 1,
-                                  _steps(view, node) if cls == "recurrent" else 1, node.name))
+                                  _steps(view, node) if cls == "recurrent" else 1, node.name,
+                                  reread=_recurrent_weights(view, node) if cls == "recurrent" else 0))
             continue
         if group.name in seen_groups:
             continue
@@ -138,7 +140,8 @@ def structure(view: GraphView, analysis: Analysis) -> list[Kernel]:
                               sum(c.bytes_moved for c in weighted), len(members),
                               _steps(view, lead) if cls == "recurrent" and lead is not None else 1,
                               group.weighted[0] if group.weighted else "",
-                              (view.size(lead.input[0]) or 0) if lead is not None and group.weighted else 0))
+                              (view.size(lead.input[0]) or 0) if lead is not None and group.weighted else 0,
+                              _recurrent_weights(view, lead) if cls == "recurrent" and lead is not None else 0))
     return _add_norm_fused(view, kernels)
 
 
@@ -175,7 +178,8 @@ def at_precision(kernels: list[Kernel], plan: dict | None, default_precision: st
     out = []
     for k in kernels:
         precision = precisions.get(k.lead, default_precision) if k.lead else default_precision
-        out.append(replace(k, precision=precision, bytes=k.bytes * BYTES_PER_ELEMENT.get(precision, 4.0) / 4.0))
+        scale = BYTES_PER_ELEMENT.get(precision, 4.0) / 4.0
+        out.append(replace(k, precision=precision, bytes=k.bytes * scale, reread=k.reread * scale))
         if precision in ("int8", "int4", "fp8") and k.quantized_input:
             elements = k.quantized_input
             out.append(Kernel(f"{k.name}/quantize", "quantize", precision, 2 * elements,
@@ -188,6 +192,12 @@ def roof_times(kernel: Kernel, roof) -> tuple[float, float]:
     peak, _ = roof.peak(kernel.precision)
     compute = kernel.flops / peak if peak else 0.0
     memory = kernel.bytes / roof.bandwidth if roof.bandwidth else 0.0
+    if kernel.reread and kernel.launches > 1:
+        # re-read from the cache level it fits in; a roof with no measured cache cannot price it, and a
+        # lower bound must not guess: those reads are then left out
+        rate = roof.bandwidth_at(kernel.reread)
+        if rate:
+            memory += (kernel.launches - 1) * kernel.reread / rate
     return compute, memory
 
 
@@ -206,6 +216,16 @@ def class_counts(kernels: list[Kernel]) -> dict[str, int]:
     for k in kernels:
         out[k.cls] = out.get(k.cls, 0) + k.launches
     return out
+
+
+def _recurrent_weights(view: GraphView, node) -> float:
+    """FP32 bytes of an LSTM/GRU/RNN's recurrent weights (R): every time step multiplies the hidden state
+    by them, a matrix-vector product that reads them anew (runtimes project all steps' inputs by W in
+    one multiply up front, so W is read once)."""
+    if len(node.input) < 3 or not node.input[2]:
+        return 0.0
+    weights = view.const_array(node.input[2])
+    return float(weights.size * 4) if weights is not None else 0.0
 
 
 def _steps(view: GraphView, node) -> int:
