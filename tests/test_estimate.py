@@ -161,6 +161,19 @@ def test_fit_recovers_known_per_kernel_costs_multiples_and_overheads():
         assert math.isclose(f.predict(r.roof_s, r.counts, "fp32"), r.p50_s, rel_tol=1e-9)
 
 
+def test_a_recurrent_class_never_fits_under_its_cache_priced_roof():
+    """Small LSTMs whose roof per step is a fixed share of their time per step: per-step cost alone fits them
+    as well as the roof does, and without the floor it won, pricing a big LSTM at its dispatch cost."""
+    # µs per step measured, and at the roof, as this host's three small LSTMs had them
+    small = [_record(f"lstm{i}", {"recurrent": (step * 1e-6, 0.0)}, {"recurrent": roof * 1e-6 * n}, {"recurrent": n},
+                     1e-6, 0.0) for i, (n, step, roof) in enumerate(((16, 1.25, 0.81), (128, 1.19, 0.84), (49, 0.96, 0.9)))]
+    f = calibration.fit(small)
+    _, multiple = f.terms("recurrent", "fp32")
+    assert multiple >= 1.0
+    big_roof = 12e-6 * 100                                   # 100 steps, 12 µs each at the roof
+    assert f.predict({"recurrent@fp32": big_roof}, {"recurrent": 100}, "fp32") >= big_roof
+
+
 def test_the_band_comes_only_from_models_left_out():
     terms = {"matmul": (0.0, 2.0)}
     records = [_record(f"m{i}", terms, {"matmul": 1e-3 * (i + 1)}, {"matmul": 10}, 0.0, 0.0) for i in range(3)]

@@ -10,6 +10,8 @@ The fit:
 - per class and build precision, the measured seconds as (seconds per kernel) × kernels +
   (a multiple of) the roofline seconds: small kernels cost their dispatch, large ones approach
   the roof (the class pooled over precisions where fewer than two models measured a precision);
+  a class whose roof is a limit its kernels cannot beat (`MIN_MULTIPLE`: the recurrent cell, its
+  steps priced at the measured cache bandwidth) never fits a multiple under 1;
 - outside the ops (framework time, and ops the runtime adds that the model has none of, such as
   layout reorders): a fixed part, a part per kernel, and a share of the time in ops (ONNX Runtime's
   CPU EP spends 4-13 % of a millisecond-scale run between its ops: thread-pool hand-offs and
@@ -108,6 +110,14 @@ class Fit:
         return {k: (1 / m if m > 0 else None) for k, (_, m) in self.per_class.items()}  # None: no roofline term
 
 
+# Classes whose roof is a limit the kernels cannot beat, so the fitted multiple may not go under it. The
+# recurrent cell's steps are priced at the cache bandwidth measured for its weights' size, not DRAM's:
+# without the floor, models whose time per step was all dispatch (LSTMs of hidden 32-64, their roof per
+# step a constant share of it) fitted 1 µs a step and no roofline term, and a hidden-256 LSTM whose
+# weights take 12 µs a step to stream from L2 was predicted at a ninth of its time.
+MIN_MULTIPLE = {"recurrent": 1.0}
+
+
 def fit(records: list[Record]) -> Fit:
     rows: dict[str, list[tuple[float, float, float, float]]] = {}
     models: dict[str, set[str]] = {}
@@ -125,7 +135,9 @@ def fit(records: list[Record]) -> Fit:
         if len(models[key]) < 2 and "@" in key:
             continue  # one model says nothing general about this precision: the class's pooled fit stands in
         n, roof, measured, w = (np.array(col) for col in zip(*data, strict=True))
-        per_class[key] = _nonnegative([n, roof], measured, w)
+        floor = MIN_MULTIPLE.get(key.split("@")[0], 0.0)
+        per_launch, multiple = _nonnegative([n, roof], measured - floor * roof, w)
+        per_class[key] = (per_launch, multiple + floor)
     outside = np.array([r.outside_s() for r in records])
     counts = np.array([float(sum(r.counts.values()) or r.kernels) for r in records])
     in_ops = np.array([r.p50_s - r.outside_s() for r in records])
