@@ -309,6 +309,23 @@ def test_a_malformed_calibration_file_is_one_clear_error(tmp_path):
         calibration.load(broken)
 
 
+def test_a_calibration_prices_with_its_own_cache_bandwidth_or_none_and_rejects_a_malformed_one(tmp_path):
+    host = {"cpu": "Some CPU", "cpu_flags": ["avx2"], "cpu_affinity": 2, "physical_cores": 2}
+    cal = calibration.Calibration("d", "onnxruntime", "cpu", {"name": "d", "kind": "cpu", "peaks_tops": {"fp32": 0.1},
+                                  "bandwidth_gbs": 20.0, "cache_bandwidth_gbs": [[32768, 90.0], [1 << 25, 30.0]]},
+                                  [], calibration.Fit({}, 0.0, 0.0, {}))
+    saved = calibration.load(calibration.save(cal, tmp_path))
+    assert estimate.roof_for(None, host, saved).cache == ((32768, 90e9), (1 << 25, 30e9))
+    # a file from before the cache was measured: its records were priced without it, and so are its estimates
+    older = dict(saved.to_json(), roof={"name": "d", "kind": "cpu", "peaks_tops": {"fp32": 0.1}, "bandwidth_gbs": 20.0})
+    (tmp_path / "old--onnxruntime.json").write_text(json.dumps(older))
+    assert estimate.roof_for(None, host, calibration.load(tmp_path / "old--onnxruntime.json")).cache == ()
+    bad = dict(older, roof={**older["roof"], "cache_bandwidth_gbs": [[32768, -1.0]]})
+    (tmp_path / "bad--onnxruntime.json").write_text(json.dumps(bad))
+    with pytest.raises(BadInput, match=r"cache_bandwidth_gbs"):
+        calibration.load(tmp_path / "bad--onnxruntime.json")
+
+
 @pytest.mark.slow
 def test_a_device_compiled_build_gets_estimated_verdicts(tmp_path):
     """TensorRT's engine is built on the device: here its latency is estimated for the profile's L4 spec.
