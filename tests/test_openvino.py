@@ -285,8 +285,9 @@ def test_op_profile_times_each_node_over_the_timed_runs_not_its_running_mean():
     assert timed_total_us(None, mean(23), 3, 20) == pytest.approx(23 * (mean(23) + 0.5))  # no reading before
 
 
-def test_op_profile_on_the_cpu_device_fits_inside_the_runs(tmp_path):
-    """On the real plugin: the nodes' per-run times add up to no more than the timed runs took."""
+def test_op_profile_on_the_cpu_device_is_the_timed_runs_not_the_first(tmp_path):
+    """On the real plugin: a 1x8 by 8x8 FullyConnected takes 1-2 µs a run here. Its counter read as the run's
+    time (a running mean holding the first run's one-time cost) made it ~80 µs a run, in a 37 µs run."""
     import numpy as np
     from test_targets import _profile_for, _tiny
 
@@ -297,6 +298,7 @@ def test_op_profile_on_the_cpu_device_fits_inside_the_runs(tmp_path):
     _tiny(tmp_path / "tiny.onnx")
     inputs = [InputSpec(name="x", shape=[1, 8])]
     artifact = target.compile(target.prepare(tmp_path / "tiny.onnx", inputs, {}), tmp_path / "artifact", inputs, {})
-    profile = target.op_profile(artifact, {"x": np.ones((1, 8), np.float32)}, iterations=50)
+    profile = target.op_profile(artifact, {"x": np.ones((1, 8), np.float32)}, iterations=5)
     in_ops = sum(op.total_us for op in profile.ops)
-    assert profile.runs == 50 and 0 < in_ops <= profile.run_total_us
+    assert profile.runs == 5 and [op.op_type for op in profile.ops] == ["FullyConnected"]
+    assert 0 < in_ops / profile.runs <= 5.0
