@@ -102,11 +102,8 @@ def roof_for(device_spec, host: dict, cal: calib.Calibration | None = None, thre
     # a calibration's records were priced against its roof: estimates with it use the same one
     bandwidth = (cal.roof.get("bandwidth_gbs") or 0) * 1e9 if cal else None
     fp32 = ((cal.roof.get("peaks_tops") or {}).get("fp32") or 0) * 1e12 if cal else None
-    cache = None
-    if cal and "cache_bandwidth_gbs" in cal.roof:   # a calibration from before it was measured: none
-        cache = tuple((int(size), float(rate) * 1e9) for size, rate in cal.roof["cache_bandwidth_gbs"])
-    elif cal:
-        cache = ()
+    # a calibration from before the cache was measured priced its records without it: so do its estimates
+    cache = tuple((size, rate * 1e9) for size, rate in cal.roof.get("cache_bandwidth_gbs", ())) if cal else None
     return roofline.for_host(host, bandwidth or None, fp32 or None, threads, cache)
 
 

@@ -159,8 +159,6 @@ def _add_norm_fused(view: GraphView, kernels: list[Kernel]) -> list[Kernel]:
         if add is None or add.op_type != "Add" or add.name not in index:
             continue
         norm_k, add_k = kernels[index[node.name]], kernels[index[add.name]]
-        if add_k.cls != "elementwise" or norm_k.cls != "reduce":
-            continue
         total = node.input[0]
         between = (view.size(total) or 0) * view.elem_bytes(total)   # written by the Add, read by the norm
         others = [c for c in view.consumers.get(total, []) if c.name != node.name]
