@@ -170,16 +170,17 @@ def matmul_rates(n: int, runs: int) -> list[float]:
     return rates
 
 
-def copy_rates(mib: int, copies: int) -> list[float]:
-    """Copy bandwidth (read + write bytes per second) of each of `copies` copies of a `mib` array into
-    one already written (its pages mapped: a fresh one pays page faults on the first copy)."""
-    src = np.ones(mib * 2**20 // 8)
+def copy_rates(mib: float, copies: int, repeat: int = 1) -> list[float]:
+    """Copy bandwidth (read + write bytes per second) of each of `copies` timings of `repeat` copies of a
+    `mib` array into one already written (its pages mapped: a fresh one pays page faults on the first copy)."""
+    src = np.ones(int(mib * 2**20) // 8)
     dst = np.zeros_like(src)
     rates = []
     for _ in range(copies):
         start = time.perf_counter()
-        np.copyto(dst, src)
-        rates.append(2 * src.nbytes / (time.perf_counter() - start))
+        for _ in range(repeat):
+            np.copyto(dst, src)
+        rates.append(2 * src.nbytes * repeat / (time.perf_counter() - start))
     return rates
 
 
@@ -208,19 +209,8 @@ def measured_cache_bandwidth() -> tuple[tuple[int, float], ...]:
     """(bytes, copy bytes/s) for arrays of each CACHE_PROBE_KIB size copied again and again (~0.1 s): what
     data re-read from a working set that size moves at. On the 2-core AMD EPYC here: ~70-95 GB/s up to
     4 MiB, 50 at 16 MiB, 31 at 32 MiB, against 24-25 from DRAM."""
-    points = []
-    for kib in CACHE_PROBE_KIB:
-        src = np.ones(kib * 1024 // 8)
-        dst = np.zeros_like(src)
-        repeat = max(1, (8 << 20) // src.nbytes)    # at least 8 MiB a timing: a 32 KiB copy is ~0.4 µs
-        best = 0.0
-        for _ in range(7):
-            start = time.perf_counter()
-            for _ in range(repeat):
-                np.copyto(dst, src)
-            best = max(best, 2 * src.nbytes * repeat / (time.perf_counter() - start))
-        points.append((src.nbytes, best))
-    return tuple(points)
+    # at least 8 MiB copied a timing: a 32 KiB copy alone is ~0.4 µs, under the timer's resolution
+    return tuple((kib * 1024, max(copy_rates(kib / 1024, 7, max(1, 8192 // kib)))) for kib in CACHE_PROBE_KIB)
 
 
 def host_state(samples: int = 5) -> dict[str, float | list[float]]:
