@@ -155,7 +155,12 @@ class OrtSession(Session):
             binding.bind_ortvalue_input(name, value)
         for name in self.output_names:
             binding.bind_output(name, kind, index)
-        self._sess.run_with_iobinding(binding)
+        # This run only learns the output shapes, into buffers ORT allocates and later frees. ORT 1.31's CUDA EP
+        # captured its graph in this very run (on an H100: every replay wrote there, outputs off by up to 87),
+        # so it runs with graph id -1: no capture, no replay.
+        learn = ort.RunOptions()
+        learn.add_run_config_entry("gpu_graph_id", "-1")
+        self._sess.run_with_iobinding(binding, learn)
         learned = binding.get_outputs()
         binding.clear_binding_outputs()
         for name, value in zip(self.output_names, learned, strict=True):
