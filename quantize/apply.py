@@ -344,6 +344,7 @@ def _float16(plan: Plan, model_in: Path, model_out: Path) -> dict:
     kept = [*plan.nodes_at(FLOAT), *plan.float_nodes]
     converted = convert_float_to_float16(model, keep_io_types=True, node_block_list=kept or None,
                                          op_block_list=sorted(set(DEFAULT_OP_BLOCK_LIST) | set(plan.float_ops)))
+    _merge_repeated_casts(converted)
     _check_weight_precision(plan, converted)
     onnx.save(converted, str(model_out))
     return {"method": "float16", "fp16_nodes": len(plan.nodes_at("fp16")), "fp32_nodes": len(kept),
@@ -351,12 +352,36 @@ def _float16(plan: Plan, model_in: Path, model_out: Path) -> dict:
             "io": "float32 (the converter keeps graph inputs and outputs FP32)"}
 
 
+def _merge_repeated_casts(model) -> None:
+    """onnxruntime <= 1.31's converter writes one Cast back to FP32 per blocked consumer of an FP16 tensor,
+    all with the same name and output, which no runtime loads ("two nodes with same node name"; tiny-lm's
+    RMSNorms, seen on an H100 with onnxruntime-gpu 1.31.1). 1.32 writes one shared Cast; so do we."""
+    seen_nodes, seen_info = set(), set()
+    nodes = []
+    for node in model.graph.node:
+        key = node.SerializeToString()
+        if node.op_type == "Cast" and key in seen_nodes:
+            continue
+        seen_nodes.add(key)
+        nodes.append(node)
+    infos = [v for v in model.graph.value_info if not (v.name in seen_info or seen_info.add(v.name))]
+    if len(nodes) < len(model.graph.node):
+        del model.graph.node[:]
+        model.graph.node.extend(nodes)
+    if len(infos) < len(model.graph.value_info):
+        del model.graph.value_info[:]
+        model.graph.value_info.extend(infos)
+
+
 def _check_weight_precision(plan: Plan, model) -> None:
     """Postcondition: every planned node whose weight is an initializer of its own holds it in the
-    plan's precision (the converter skips what it cannot handle without saying so)."""
+    plan's precision (the converter skips what it cannot handle without saying so). A weight is a
+    floating-point initializer in any input slot: a Gather's table is its first input, and its integer
+    indices (a learned position embedding's constant positions) are no weight at all."""
     from onnx import TensorProto
 
-    initializers = {i.name: i.data_type for i in model.graph.initializer}
+    floating = (TensorProto.FLOAT, TensorProto.FLOAT16, TensorProto.BFLOAT16, TensorProto.DOUBLE)
+    initializers = {i.name: i.data_type for i in model.graph.initializer if i.data_type in floating}
     uses: dict[str, int] = {}
     for node in model.graph.node:
         for name in node.input:
@@ -368,7 +393,7 @@ def _check_weight_precision(plan: Plan, model) -> None:
     wrong = []
     for name, where, precision in planned:
         node = by_name.get(name)
-        weight = next((i for i in (node.input[1:] if node is not None else []) if i in initializers), None)
+        weight = next((i for i in (node.input if node is not None else []) if i in initializers), None)
         if weight is None or uses.get(weight, 0) != 1:  # computed or shared weights: not checkable here
             continue
         if initializers[weight] != want[precision]:

@@ -116,3 +116,59 @@ def test_minilm_fp16_plan_keeps_the_embeddings(tmp_path):
     finally:
         sys.path.remove(str(SAMPLES / "minilm"))
     assert metric.mean_cosine(targets.reference_session(tmp_path / "fp16.onnx").run) > 0.999
+
+
+@pytest.mark.slow
+def test_tiny_lm_fp16_plan_converts_with_its_learned_positions(tmp_path):
+    """The decoder sample's position embedding is a Gather of a learned table at constant integer
+    positions: the postcondition checks the table's precision, not the positions' (it once read the
+    int64 positions as a weight left in FP32 and refused the build, seen on an H100)."""
+    exported = tmp_path / "tiny-lm.onnx"
+    assert run_cli("export", SAMPLES / "tiny-lm", "--out", exported).code == 0
+    analysis = analyze(exported, [InputSpec(name="input_ids", shape=["batch", 128], dtype="int64")], {"batch": 1})
+    plan = rules.first_plan(analysis, "ort-cuda", CUDA, "fp16", QuantizationSettings())
+    apply(plan, exported, tmp_path / "fp16.onnx")
+    converted = onnx.load(tmp_path / "fp16.onnx")
+    tables = {i.name: i for i in converted.graph.initializer}
+    gathers = [n for n in converted.graph.node if n.op_type == "Gather" and n.input[0] in tables]
+    planned = set(plan.nodes_at("fp16"))
+    assert gathers and all(tables[n.input[0]].data_type == onnx.TensorProto.FLOAT16 for n in gathers if n.name in planned)
+    feeds = {"input_ids": np.arange(128, dtype=np.int64)[None] % 256}
+    ref = ort_run(exported, feeds)
+    out = ort_run(tmp_path / "fp16.onnx", feeds)
+    assert np.isfinite(out).all() and cosine(out, ref) > 0.999
+
+
+def ort_run(path, feeds):
+    import onnxruntime as ort
+
+    return ort.InferenceSession(str(path), providers=["CPUExecutionProvider"]).run(None, feeds)[0]
+
+
+def test_repeated_casts_from_older_converters_are_merged():
+    """onnxruntime 1.31's FP16 converter writes one Cast back to FP32 per blocked consumer, all named alike
+    with one output: ORT refuses that model. The merge keeps one Cast and the model runs as intended."""
+    import onnxruntime as ort
+    from onnx import TensorProto, helper
+
+    from tapeout.quantize.apply import _merge_repeated_casts
+
+    cast_back = helper.make_node("Cast", ["h"], ["h_cast_to_fp32"], to=TensorProto.FLOAT, name="h_cast_to_fp32_node")
+    nodes = [helper.make_node("Cast", ["x"], ["h"], to=TensorProto.FLOAT16, name="to_fp16"),
+             cast_back, helper.make_node("Softmax", ["h_cast_to_fp32"], ["a"], name="softmax"),
+             cast_back, helper.make_node("ReduceMax", ["h_cast_to_fp32"], ["b"], name="max", keepdims=1),
+             helper.make_node("Add", ["a", "b"], ["y"], name="add")]
+    value = helper.make_tensor_value_info("h_cast_to_fp32", TensorProto.FLOAT, [2, 4])
+    graph = helper.make_graph(nodes, "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 4])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [2, 4])], value_info=[value, value])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)])
+    model.ir_version = 8
+    with pytest.raises(Exception, match="same node name"):
+        ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
+    _merge_repeated_casts(model)
+    assert [n.name for n in model.graph.node].count("h_cast_to_fp32_node") == 1 and len(model.graph.value_info) == 1
+    x = np.random.default_rng(0).standard_normal((2, 4)).astype(np.float32)
+    y = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"]).run(None, {"x": x})[0]
+    h = x.astype(np.float16).astype(np.float32)
+    softmax = np.exp(h - h.max(1, keepdims=True)) / np.exp(h - h.max(1, keepdims=True)).sum(1, keepdims=True)
+    np.testing.assert_allclose(y, softmax + h.max(), rtol=1e-5)  # ReduceMax without axes: over all
