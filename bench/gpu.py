@@ -1,6 +1,6 @@
 """NVIDIA GPU figures: tapeout's ort-cuda builds beside torch on the same GPU, in one process.
 
-    python bench/gpu.py [--skip-build] [--blocks 10] [--runs 40]
+    python bench/gpu.py [--skip-build] [--blocks 10] [--runs 40] [--samples minilm digits-cnn tiny-lm]
 
 Per case (MiniLM at batch 1 and 32, seq 128; digits-cnn; tiny-lm at 128 bytes): `tapeout build`
 with cuda-fp32 and cuda-fp16 makes the artifacts; then this process times, in interleaved blocks
@@ -186,6 +186,7 @@ def main() -> None:
     parser.add_argument("--skip-build", action="store_true", help="reuse bench/builds/gpu/* where complete")
     parser.add_argument("--blocks", type=int, default=10)
     parser.add_argument("--runs", type=int, default=40, help="runs per block (a block also lasts at least 0.5 s)")
+    parser.add_argument("--samples", nargs="+", choices=sorted({s for s, _ in CASES}), help="only these samples' cases")
     args = parser.parse_args()
     torch, nvml, handle = _require_gpu()
     import onnxruntime as ort
@@ -202,7 +203,7 @@ def main() -> None:
     print("| case | variant | p50 ms | p90 ms | p50 vs torch eager FP16 | mJ / inference | cosine vs FP32 |")
     print("|---|---|---|---|---|---|---|")
     engines = []
-    for sample, batch in CASES:
+    for sample, batch in [(s, b) for s, b in CASES if not args.samples or s in args.samples]:
         builds = {p: build(sample, p, args.skip_build) for p in ("fp32", "fp16")}
         feeds = _inputs(sample, batch)
         variants = _torch_variants(torch, sample, feeds)
