@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import math
 import os
+import shutil
 
 import numpy as np
 import onnx
@@ -430,3 +431,32 @@ def test_a_manifest_with_malformed_shapes_is_one_line(digits_build, tmp_path):
         (copy / "manifest.json").write_text(json.dumps(doc))
         result = run_cli("estimate", copy)
         assert result.code == 2 and f"project.{field}" in one_line_error(result)
+
+
+def test_a_gpu_run_is_estimated_for_the_device_spec_its_gpu_matches(digits_build, tmp_path):
+    """A GPU target's estimate is never the host CPU's roof: with no device in the profile, the shipped spec
+    whose identifiers match the name the driver reported (seen on an H100: builds estimated the host's Xeon)."""
+    from tapeout.config import device_matching
+
+    assert device_matching("NVIDIA H100 80GB HBM3").name == "h100-sxm"
+    assert device_matching("NVIDIA H100 PCIe").name == "h100-pcie"
+    assert device_matching("NVIDIA GeForce RTX 4090").name == "rtx-4090"
+    assert device_matching("NVIDIA B200") is None and device_matching(None) is None
+    assert estimate.spec_for_run("ort-cuda", None, "NVIDIA H100 80GB HBM3").name == "h100-sxm"
+    assert estimate.spec_for_run("onnxruntime", None, "NVIDIA H100 80GB HBM3") is None   # the host CPU
+    l4 = device_matching("NVIDIA L4")
+    assert estimate.spec_for_run("ort-cuda", l4, "NVIDIA H100 80GB HBM3") is l4          # the profile's spec wins
+    # a CPU build dir re-labelled as the GPU run it would have been (the estimate reads the report, not the run)
+    gpu = tmp_path / "gpu"
+    shutil.copytree(digits_build, gpu)
+    report = json.loads((gpu / "report.json").read_text())
+    report["target"]["name"] = "ort-cuda"
+    report["device"] = {"spec": None, "reported": "NVIDIA H100 80GB HBM3", "matches": None, "note": ""}
+    (gpu / "report.json").write_text(json.dumps(report))
+    est = estimate.for_build(gpu, cal=None)
+    assert est.device == "h100-sxm" and est.roof.kind == "gpu"
+    report["device"]["reported"] = "NVIDIA B200"
+    (gpu / "report.json").write_text(json.dumps(report))
+    with pytest.raises(BadInput, match=r"ort-cuda ran on NVIDIA B200, which no shipped device spec matches"):
+        estimate.for_build(gpu, cal=None)
+    assert estimate.for_build(gpu, cal=None, device_spec=l4).device == "l4"

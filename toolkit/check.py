@@ -181,9 +181,13 @@ def check(build_dir: Path | str, ui: UI, strict: bool = False, iterations: int |
                        f"({' '.join(built_on.cpu_flags)}): parity above is this CPU's")
     est = None
     # build dirs from before the estimator have no export/; a device-less profile off its device has nothing to estimate
-    if (build_dir / "export" / "model.onnx").is_file() and not (opened.device is None and ctx.emulated):
+    reported = (m.device or {}).get("name")
+    device = estimate.spec_for_run(ctx.target.name, opened.device, reported)
+    # nothing to estimate for: a device-less profile off its device, or a GPU no shipped spec matches
+    if (build_dir / "export" / "model.onnx").is_file() and not (device is None and (
+            ctx.emulated or estimate.off_host(ctx.target.name))):
         with ui.step("estimate latency on the device (roofline, calibrated where measured)"):
-            est = estimate.for_build(build_dir, build, man, host=host, device_spec=opened.device)
+            est = estimate.for_build(build_dir, build, man, host=host, device_spec=device, reported=reported)
         ui.note(est.line())
     p50 = None if ctx.emulated else m.latency.quantiles["p50"].point
     artifact_bytes = manifest.tree_size(artifact.directory)

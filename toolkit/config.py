@@ -205,6 +205,18 @@ def list_devices() -> list[str]:
     return sorted(p.name[:-5] for p in folder.iterdir() if p.name.endswith(".toml"))
 
 
+def device_matching(reported: str | None) -> DeviceSpec | None:
+    """The shipped device spec whose identifiers match the name a device's driver reported (the longest
+    identifier wins: "H100 PCIe" over a bare "H100"), or None."""
+    best, length = None, 0
+    for name in list_devices() if reported else ():
+        spec = load_device(name)
+        hits = [len(i) for i in spec.identifiers if i.lower() in reported.lower()]
+        if hits and max(hits) > length:
+            best, length = spec, max(hits)
+    return best
+
+
 def load_device(name: str, origin: Path | None = None) -> DeviceSpec:
     file = importlib.resources.files("tapeout.profiles.devices") / f"{name}.toml"
     if not file.is_file():

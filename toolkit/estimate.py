@@ -127,6 +127,23 @@ def device_name(device_spec, host: dict, options: Any = None) -> str:
     return roofline.host_name(host) + (f"-{threads}t" if threads else "")
 
 
+def off_host(target: str) -> bool:
+    """The target never runs on the host's CPU (a GPU): its estimate needs a device spec, never the host's roof."""
+    from tapeout import targets
+
+    return "cpu" not in targets.info(target).device_classes
+
+
+def spec_for_run(target: str, device_spec, reported: str | None):
+    """The device to estimate for: the profile's spec; for a target off the host's CPU with none, the shipped
+    spec the device that ran it matches (None where none does); else None, meaning this host's CPU."""
+    from tapeout.config import device_matching
+
+    if device_spec is None and off_host(target):
+        return device_matching(reported)
+    return device_spec
+
+
 def _device_roof(device_spec, host: dict, options: Any, target: str, cal) -> tuple[Any, roofline.Roof]:
     """(calibration, roof) for the device `device_name` gives: `cal=True` looks its calibration up. The roof is
     named like the device, so a fewer-thread host run keeps its own name through the estimate and its records,
@@ -169,9 +186,10 @@ def estimate(kernels: list[kern.Kernel], roof: roofline.Roof, target: str, preci
 
 
 def for_build(directory: Path, report=None, man=None, cal: tuple[calib.Calibration, Path] | bool | None = True,
-              host: dict | None = None, device_spec=None) -> Estimate:
-    """The estimate for a build dir's model on its profile's device, or on `device_spec` (where neither
-    names one: the CPU of `host`, by default the one the build ran on). The report and manifest are read
+              host: dict | None = None, device_spec=None, reported: str | None = None) -> Estimate:
+    """The estimate for a build dir's model on its profile's device, or on `device_spec`. Where neither names
+    one: for a GPU target, the shipped spec matching the device that ran it (`reported`, by default the build's);
+    for a CPU target, the CPU of `host` (by default the one the build ran on). The report and manifest are read
     and validated here unless given. `cal=True` looks the calibration up; pass one (or None) instead."""
     from tapeout.check import read_manifest
     from tapeout.config import validate
@@ -191,6 +209,12 @@ def for_build(directory: Path, report=None, man=None, cal: tuple[calib.Calibrati
     for location in external_data_files(model):
         confined(model.parent, location, "external data of export/model.onnx")
     host = host or report.host
+    reported = reported or (report.device.reported if report.device else None)
+    device_spec = spec_for_run(report.target.name, device_spec, reported)
+    if device_spec is None and off_host(report.target.name):
+        raise BadInput(f"{directory}: {report.target.name} ran on {reported or 'a device the meters did not name'}, "
+                       "which no shipped device spec matches, and the profile names none",
+                       fix="name the device: tapeout estimate BUILD_DIR --device NAME (tapeout profiles show lists them)")
     cal, roof = _device_roof(device_spec, host, (man.profile or {}).get("options"), report.target.name, cal)
     plan, precision = (report.quantization or {}).get("plan"), report.profile.precision
     kernels = kern.at_precision(model_kernels(model, inputs, dims), plan, kern.float_precision(precision, plan))
@@ -204,16 +228,18 @@ def _file(directory: Path, name: str) -> Path:
     return path
 
 
-def for_model(ctx, structure: list[kern.Kernel], plan: dict | None) -> Estimate | None:
+def for_model(ctx, structure: list[kern.Kernel], plan: dict | None, reported: str | None = None) -> Estimate | None:
     """The estimate for a build in progress, from the kernels `kernels.structure` found at analysis and
-    the precision plan: the profile's device, or this host's CPU where the target runs here. None for a
-    target that does not run here on a profile naming no device: there is no device to estimate for."""
+    the precision plan: the profile's device; for a GPU target, the shipped spec matching the device that
+    ran it (`reported`); or this host's CPU where a CPU target runs here. None where there is no device to
+    estimate for: an emulated target, or a GPU no shipped spec matches, on a profile naming no device."""
     from tapeout import manifest
 
-    if ctx.device is None and ctx.emulated:
+    device = spec_for_run(ctx.target.name, ctx.device, reported)
+    if device is None and (ctx.emulated or off_host(ctx.target.name)):
         return None
     host = manifest.host_fingerprint()
-    cal, roof = _device_roof(ctx.device, host, ctx.target.options, ctx.target.name, True)
+    cal, roof = _device_roof(device, host, ctx.target.options, ctx.target.name, True)
     precision = ctx.profile.precision
     kernels = kern.at_precision(structure, plan, kern.float_precision(precision, plan))
     return estimate(kernels, roof, ctx.target.name, precision, cal)

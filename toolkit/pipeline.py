@@ -197,8 +197,9 @@ def _build_into(ctx: Context, build_dir: str, strict: bool) -> Report:
                                 where=precision.evaluated_on(ctx) if emulated else "at build, on this host")
 
     with ui.step("estimate latency on the device (roofline, calibrated where measured)"):
-        est = estimate.for_model(ctx, kernel_structure, (quantization or {}).get("plan"))
-    ui.note(est.line() if est else "no estimate: the profile names no device spec to estimate for")
+        est = estimate.for_model(ctx, kernel_structure, (quantization or {}).get("plan"), (m.device or {}).get("name"))
+    ui.note(est.line() if est else "no estimate: the profile names no device spec to estimate for, and no shipped "
+            "one matches the device that ran it (set `device = ...` in the profile)")
     p50 = None if ctx.emulated else m.latency.quantiles["p50"].point
     bottlenecks = None if ctx.emulated or est is None else bottleneck.view(m.op_profile, est.roof, p50)
 
