@@ -321,7 +321,8 @@ def measured_record(directory: Path) -> tuple[calib.Record, dict] | str:
     for row in profile["op_types"]:
         cls = kern.op_class(row["op_type"])
         measured_s[cls] = measured_s.get(cls, 0.0) + row["total_us"] / profile["runs"] * scale * 1e-6
-    est = for_build(directory, report, man, cal=None, host=measured.host)
+    est = for_build(directory, report, man, cal=None, host=measured.host,
+                    reported=measured.device.reported if measured.device else None)  # a GPU: the one that ran
     record = calib.Record(model=report.project.name, precision=report.profile.precision, source=str(directory),
                           created=measured.created, p50_s=p50 / 1e3, tails=tails,
                           roof_s=kern.class_roofs(est.kernels, est.roof), measured_s=measured_s,
