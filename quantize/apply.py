@@ -353,7 +353,7 @@ def _float16(plan: Plan, model_in: Path, model_out: Path) -> dict:
 
 
 def _merge_repeated_casts(model) -> None:
-    """onnxruntime <= 1.31's converter writes one Cast back to FP32 per blocked consumer of an FP16 tensor,
+    """onnxruntime 1.31's converter writes one Cast back to FP32 per blocked consumer of an FP16 tensor,
     all with the same name and output, which no runtime loads ("two nodes with same node name"; tiny-lm's
     RMSNorms, seen on an H100 with onnxruntime-gpu 1.31.1). 1.32 writes one shared Cast; so do we."""
     seen_nodes, seen_info = set(), set()
