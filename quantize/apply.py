@@ -356,15 +356,19 @@ def _merge_repeated_casts(model) -> None:
     """onnxruntime 1.31's converter writes one Cast back to FP32 per blocked consumer of an FP16 tensor,
     all with the same name and output, which no runtime loads ("two nodes with same node name"; tiny-lm's
     RMSNorms, seen on an H100 with onnxruntime-gpu 1.31.1). 1.32 writes one shared Cast; so do we."""
-    seen_nodes, seen_info = set(), set()
-    nodes = []
+    casts, nodes = set(), []
     for node in model.graph.node:
-        key = node.SerializeToString()
-        if node.op_type == "Cast" and key in seen_nodes:
-            continue
-        seen_nodes.add(key)
+        if node.op_type == "Cast":
+            key = node.SerializeToString()
+            if key in casts:
+                continue
+            casts.add(key)
         nodes.append(node)
-    infos = [v for v in model.graph.value_info if not (v.name in seen_info or seen_info.add(v.name))]
+    names, infos = set(), []
+    for info in model.graph.value_info:
+        if info.name not in names:
+            names.add(info.name)
+            infos.append(info)
     if len(nodes) < len(model.graph.node):
         del model.graph.node[:]
         model.graph.node.extend(nodes)

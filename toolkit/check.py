@@ -180,12 +180,11 @@ def check(build_dir: Path | str, ui: UI, strict: bool = False, iterations: int |
         m.notes.append(f"checked on {host['cpu']} ({' '.join(host['cpu_flags'])}); built on {built_on.cpu} "
                        f"({' '.join(built_on.cpu_flags)}): parity above is this CPU's")
     est = None
-    # build dirs from before the estimator have no export/; a device-less profile off its device has nothing to estimate
     reported = (m.device or {}).get("name")
     device = estimate.spec_for_run(ctx.target.name, opened.device, reported)
-    # nothing to estimate for: a device-less profile off its device, or a GPU no shipped spec matches
-    if (build_dir / "export" / "model.onnx").is_file() and not (device is None and (
-            ctx.emulated or estimate.off_host(ctx.target.name))):
+    # build dirs from before the estimator have no export/
+    if (build_dir / "export" / "model.onnx").is_file() and not estimate.nothing_to_estimate(
+            ctx.target.name, device, ctx.emulated):
         with ui.step("estimate latency on the device (roofline, calibrated where measured)"):
             est = estimate.for_build(build_dir, build, man, host=host, device_spec=device, reported=reported)
         ui.note(est.line())

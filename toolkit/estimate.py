@@ -144,6 +144,12 @@ def spec_for_run(target: str, device_spec, reported: str | None):
     return device_spec
 
 
+def nothing_to_estimate(target: str, device_spec, emulated) -> bool:
+    """No device to estimate for: no spec (nor one matching the GPU that ran), and the target either
+    emulated here or never on the host's CPU, so the host's roof would be the wrong device."""
+    return device_spec is None and bool(emulated or off_host(target))
+
+
 def _device_roof(device_spec, host: dict, options: Any, target: str, cal) -> tuple[Any, roofline.Roof]:
     """(calibration, roof) for the device `device_name` gives: `cal=True` looks its calibration up. The roof is
     named like the device, so a fewer-thread host run keeps its own name through the estimate and its records,
@@ -236,7 +242,7 @@ def for_model(ctx, structure: list[kern.Kernel], plan: dict | None, reported: st
     from tapeout import manifest
 
     device = spec_for_run(ctx.target.name, ctx.device, reported)
-    if device is None and (ctx.emulated or off_host(ctx.target.name)):
+    if nothing_to_estimate(ctx.target.name, device, ctx.emulated):
         return None
     host = manifest.host_fingerprint()
     cal, roof = _device_roof(device, host, ctx.target.options, ctx.target.name, True)
