@@ -460,3 +460,17 @@ def test_a_gpu_run_is_estimated_for_the_device_spec_its_gpu_matches(digits_build
     with pytest.raises(BadInput, match=r"ort-cuda ran on NVIDIA B200, which no shipped device spec matches"):
         estimate.for_build(gpu, cal=None)
     assert estimate.for_build(gpu, cal=None, device_spec=l4).device == "l4"
+
+
+def test_a_build_in_progress_on_a_gpu_is_estimated_for_its_gpu_or_not_at_all():
+    """The build step's estimate (`for_model`) with the name the GPU meter reported: the matching spec's roof,
+    never the host's; a GPU no spec matches gets none. The context is a stand-in with the fields it reads."""
+    from types import SimpleNamespace
+
+    structure = [kernels.Kernel("mm", "matmul", "fp32", 2 * 64 * 256 * 256, 4 * (2 * 64 * 256 + 256 * 256), 1)]
+    ctx = SimpleNamespace(target=SimpleNamespace(name="ort-cuda", options=None), device=None, emulated=None,
+                          profile=SimpleNamespace(precision="fp32"))
+    est = estimate.for_model(ctx, structure, None, "NVIDIA H100 80GB HBM3")
+    assert est.device == "h100-sxm" and est.roof.kind == "gpu"
+    assert estimate.for_model(ctx, structure, None, "NVIDIA B200") is None
+    assert estimate.for_model(ctx, structure, None, None) is None
