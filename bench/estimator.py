@@ -114,9 +114,10 @@ def main() -> int:
                         "per core)")
     args = parser.parse_args()
 
-    from tapeout import calibration, estimate, manifest
+    from tapeout.core.host import host_fingerprint, now
+    from tapeout.estimation import estimate, fit
 
-    host = manifest.host_fingerprint()
+    host = host_fingerprint()
     print(f"host: {host['cpu']}, {host['cpu_affinity']} cores, flags {' '.join(host['cpu_flags'])}; inference threads: "
           f"{args.threads or 'one per core'}")
     dirs = build_all(args.out, args.models.split(","), args.profiles.split(","), args.skip_build, args.threads)
@@ -127,7 +128,7 @@ def main() -> int:
             print(f"  skipped: {got}")
         else:
             found.append(got)
-    cals = calibration.make(found, manifest.now(), "bench")
+    cals = fit.make(found, now(), "bench")
     total_hit = total = in_ci = 0
     predicted: dict[str, tuple[str, float, float]] = {}  # build dir: (model, measured ms, held-out prediction ms)
     groups = {"samples": set(SAMPLES), "toy zoo (15-170 µs)": set(ZOO), "working-size zoo (bench/estimator_models.py)":

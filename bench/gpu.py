@@ -81,8 +81,8 @@ def build(sample: str, precision: str, skip: bool, base: str = "cuda") -> Path:
 
 
 def _inputs(sample: str, batch: int) -> dict[str, np.ndarray]:
-    from tapeout.config import load_project
-    from tapeout.data import sample_inputs
+    from tapeout.core.config import load_project
+    from tapeout.core.inputs import sample_inputs
 
     project = load_project(REPO / "samples" / sample)
     samples, _ = sample_inputs(project, batch)
@@ -92,7 +92,7 @@ def _inputs(sample: str, batch: int) -> dict[str, np.ndarray]:
 
 
 def _torch_variants(torch, sample: str, feeds: dict[str, np.ndarray]) -> dict:
-    from tapeout.config import load_project
+    from tapeout.core.config import load_project
     from tapeout.exporters import sources
 
     project = load_project(REPO / "samples" / sample)
@@ -129,7 +129,7 @@ def _first_output(result) -> np.ndarray:
 
 def _ort_variant(build_dir: Path, feeds: dict[str, np.ndarray]):
     from tapeout import targets
-    from tapeout.types import Artifact
+    from tapeout.core.artifact import Artifact
 
     manifest = json.loads((build_dir / "manifest.json").read_text())
     target = targets.create("ort-cuda", manifest["options_resolved"])
@@ -146,7 +146,7 @@ def _ort_variant(build_dir: Path, feeds: dict[str, np.ndarray]):
 def _trt_variant(build_dir: Path, feeds: dict[str, np.ndarray]):
     """The tensorrt build's engine, built (or reused) here, run through tapeout's session; and its build time."""
     from tapeout import targets
-    from tapeout.types import Artifact
+    from tapeout.core.artifact import Artifact
 
     manifest = json.loads((build_dir / "manifest.json").read_text())
     target = targets.create("tensorrt", manifest["options_resolved"])
@@ -191,7 +191,7 @@ def main() -> None:
     torch, nvml, handle = _require_gpu()
     import onnxruntime as ort
 
-    from tapeout.parity import cosine
+    from tapeout.core.parity import cosine
 
     print(f"GPU {nvml.nvmlDeviceGetName(handle)} · driver {nvml.nvmlSystemGetDriverVersion()} · torch {torch.__version__} "
           f"(CUDA {torch.version.cuda}) · onnxruntime-gpu {ort.__version__} · CPU {platform.processor() or platform.machine()}")

@@ -90,7 +90,7 @@ def cpu_line() -> str:
     """The CPU's name and the flags INT8 and BF16 speed depend on: figures compare within one run only."""
     import os
 
-    from tapeout.manifest import cpu_info
+    from tapeout.core.host import cpu_info
 
     name, flags = cpu_info()
     wanted = ("avx2", "avx512f", "avx512_vnni", "avx_vnni", "avx512_bf16", "amx_int8", "amx_bf16")

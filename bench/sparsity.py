@@ -29,6 +29,8 @@ from pathlib import Path
 
 from cuda_host import cuda_torch, fail
 
+from tapeout.core.config import load_project
+
 REPO = Path(__file__).resolve().parents[1]
 
 
@@ -72,13 +74,12 @@ def _cell(t: tuple[float, float, float] | None) -> str:
 def _masked_module(sample: str):
     """The sample's torch module (loaded as a build loads it) with tapeout's 2:4 masks, one real input, and the
     masks' coverage."""
-    from tapeout import config
-    from tapeout.data import sample_inputs
+    from tapeout.core.inputs import sample_inputs
+    from tapeout.core.schemas import PruningSettings
     from tapeout.exporters import sources
     from tapeout.quantize import prune
-    from tapeout.types import PruningSettings
 
-    project = config.load_project(REPO / "samples" / sample)
+    project = load_project(REPO / "samples" / sample)
     loaded = sources.load(project.model.source, project.root, [s.name for s in project.inputs],
                           project.model.outputs)
     module = loaded.module.eval()

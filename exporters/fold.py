@@ -9,7 +9,7 @@ Only the subgraphs that end in a recurrent op's weight inputs are folded: nothin
 
 from __future__ import annotations
 
-from tapeout.onnx_bodies import graphs_in
+from tapeout.core.onnx_graphs import graphs_in
 
 _RECURRENT = {"LSTM": (1, 2, 3), "GRU": (1, 2, 3), "RNN": (1, 2, 3)}
 # Ops a weight reaches a recurrent op through (layout and dtype only): nothing data dependent

@@ -5,7 +5,7 @@ from __future__ import annotations
 import contextlib
 from pathlib import Path
 
-from tapeout.errors import BadInput, TargetUnavailable, first_line, runtime_detail
+from tapeout.core.errors import BadInput, TargetUnavailable, first_line, runtime_detail
 from tapeout.exporters.sources import LoadedModel, state_dict_sha256
 
 

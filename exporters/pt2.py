@@ -17,7 +17,7 @@ import zipfile
 from collections.abc import Iterator
 from pathlib import Path
 
-from tapeout.errors import BadInput
+from tapeout.core.errors import BadInput
 
 _FIX = ("save it with torch.export.save from a module with plain tensors (no tensor subclasses or script "
         "objects), or give tapeout the model as ONNX or a module:callable")

@@ -18,12 +18,12 @@ from pathlib import Path
 
 import numpy as np
 
-from tapeout.errors import BadInput, ExportMismatch, first_line, runtime_detail, user_code
+from tapeout.core.errors import BadInput, ExportMismatch, first_line, runtime_detail, user_code
+from tapeout.core.feeds import Feeds, random_feeds
+from tapeout.core.parity import OutputParity, compare, worst
+from tapeout.core.schemas import InputSpec
 from tapeout.exporters.fold import fold_recurrent_weights
 from tapeout.exporters.sources import LoadedModel
-from tapeout.feeds import Feeds, random_feeds
-from tapeout.parity import OutputParity, compare, worst
-from tapeout.types import InputSpec
 
 _PROTOBUF_LIMIT = 1_800_000_000  # bytes; past ~2 GB a ModelProto must keep its weights outside
 

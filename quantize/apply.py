@@ -13,8 +13,8 @@ import logging
 import shutil
 from pathlib import Path
 
-from tapeout.errors import BadInput, TargetUnavailable, first_line, runtime_detail
-from tapeout.onnx_bodies import graphs_in
+from tapeout.core.errors import BadInput, TargetUnavailable, first_line, runtime_detail
+from tapeout.core.onnx_graphs import graphs_in
 from tapeout.quantize.plan import FLOAT, Plan
 
 _CALIBRATION = {"minmax": "MinMax", "percentile": "Percentile", "entropy": "Entropy"}

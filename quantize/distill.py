@@ -19,9 +19,9 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from tapeout.errors import user_code
+from tapeout.core.errors import user_code
+from tapeout.core.schemas import PruningSettings
 from tapeout.quantize.prune import _tensors, block_list, reapply_masks
-from tapeout.types import PruningSettings
 
 
 def _loss(outs, targets, scales, mask):
@@ -285,7 +285,7 @@ def recover(student, teacher, inputs: list[tuple], settings: PruningSettings, ro
     """The project's hook when [pruning] recover names one, else the built-in distillation."""
     if settings.recover is None:
         return distill(student, teacher, inputs, settings, progress, token_mask, layout)
-    from tapeout.exporters.sources import resolve_callable
+    from tapeout.core.user_code import resolve_callable
 
     hook = resolve_callable(settings.recover, root, "[pruning] recover")
     start = time.perf_counter()

@@ -18,7 +18,7 @@ from pathlib import Path
 
 import numpy as np
 
-from tapeout.errors import BadInput, TargetUnavailable
+from tapeout.core.errors import BadInput, TargetUnavailable
 from tapeout.quantize.plan import Plan
 
 INSTALL = ('pip install "tapeout[tensorrt]" (NVIDIA Model Optimizer and its ONNX dependencies; '

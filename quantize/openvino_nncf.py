@@ -22,7 +22,7 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-from tapeout.errors import BadInput
+from tapeout.core.errors import BadInput
 from tapeout.quantize.plan import FLOAT, Plan
 
 # what lies between a quantized weight and the op that uses it, in a model NNCF has quantized:
@@ -42,7 +42,7 @@ def ov_ops_of(model_in: Path, ov_model, onnx_names: set[str]) -> dict[str, str]:
     """OpenVINO friendly name -> ONNX node name, for the weighted ops the nodes `onnx_names` became."""
     import onnx
 
-    from tapeout.onnx_bodies import graphs_in
+    from tapeout.core.onnx_graphs import graphs_in
 
     graph = onnx.load(str(model_in), load_external_data=False).graph
     produced = {out: node.name for g in graphs_in(graph) for node in g.node if node.name in onnx_names

@@ -16,8 +16,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from tapeout.errors import BadInput, TargetUnavailable, first_line
-from tapeout.types import PruningSettings
+from tapeout.core.errors import BadInput, TargetUnavailable, first_line
+from tapeout.core.schemas import PruningSettings
 
 INSTALL = 'pip install "tapeout[prune]" (Torch-Pruning)'
 HEAD_ATTRS = ("num_attention_heads", "num_heads", "n_heads", "n_head")

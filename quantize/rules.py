@@ -11,11 +11,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 
-from tapeout.archinfo import Analysis
-from tapeout.errors import BadInput
+from tapeout.core.errors import BadInput
+from tapeout.core.schemas import QuantizationSettings
+from tapeout.graph.analysis import Analysis
 from tapeout.quantize.plan import FLOAT, GroupPlan, Plan
 from tapeout.targets.base import Capabilities
-from tapeout.types import QuantizationSettings
 
 LINEARS = frozenset({"attn_q", "attn_k", "attn_v", "attn_qkv", "attn_out", "ffn_in", "ffn_gate", "ffn_up", "ffn_out"})
 
@@ -204,7 +204,7 @@ class InstructionSet:
 def host_isa(why: str = "the profile names no device") -> InstructionSet:
     import platform
 
-    from tapeout.manifest import cpu_info
+    from tapeout.core.host import cpu_info
 
     machine = platform.machine().lower()
     arch = "arm64" if machine in ("arm64", "aarch64") else "x86_64" if machine in ("x86_64", "amd64") else machine

@@ -12,9 +12,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from tapeout.errors import BadInput
+from tapeout.core.artifact import Artifact
+from tapeout.core.errors import BadInput
 from tapeout.targets.base import Capabilities, Session, Target
-from tapeout.types import Artifact
 
 if TYPE_CHECKING:
     from pydantic import BaseModel
@@ -151,7 +151,7 @@ def create(name: str, options: dict[str, Any] | BaseModel | None = None) -> Targ
 
 def why_not_here(name: str, options: dict[str, Any] | None = None) -> str | None:
     """None if target `name` can run on this host with `options` (probe and preflight pass), else why not."""
-    from tapeout.errors import TapeoutError
+    from tapeout.core.errors import TapeoutError
 
     target = create(name, options)
     probe = target.probe()

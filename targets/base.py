@@ -24,8 +24,9 @@ from typing import TYPE_CHECKING, ClassVar, Literal
 
 import numpy as np
 
-from tapeout.errors import BadInput, TapeoutError, TargetUnavailable, first_line, runtime_detail
-from tapeout.types import Artifact, InputSpec
+from tapeout.core.artifact import Artifact
+from tapeout.core.errors import BadInput, TapeoutError, TargetUnavailable, first_line, runtime_detail
+from tapeout.core.schemas import InputSpec
 
 if TYPE_CHECKING:
     from pydantic import BaseModel

@@ -14,7 +14,7 @@ import os
 import sys
 from dataclasses import dataclass
 
-from tapeout.errors import TapeoutError, TargetUnavailable
+from tapeout.core.errors import TapeoutError, TargetUnavailable
 
 H2D, D2H = 1, 2                     # cudaMemcpyKind
 _ATTR_CC_MAJOR, _ATTR_CC_MINOR = 75, 76   # cudaDevAttrComputeCapabilityMajor / Minor

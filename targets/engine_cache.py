@@ -14,8 +14,8 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
-from tapeout import builddir
-from tapeout.errors import BadInput, TargetUnavailable
+from tapeout.core.errors import BadInput, TargetUnavailable
+from tapeout.core.files import write_bytes, write_json
 
 ENGINES_DIR = "engines"
 SETTINGS_FILE = "engine-settings.json"   # beside the ONNX in artifact/: what the device needs to build the engine
@@ -46,8 +46,8 @@ def read_settings(artifact_dir: Path, model, schema: str):
     """engine-settings.json from a build dir (a file from elsewhere): confined, bounded, validated by `model`."""
     from pydantic import ValidationError
 
-    from tapeout.errors import first_line
-    from tapeout.paths import confined
+    from tapeout.core.errors import first_line
+    from tapeout.core.paths import confined
 
     path = confined(artifact_dir, SETTINGS_FILE, "engine settings")
     if not path.is_file() or path.stat().st_size > MAX_SETTINGS_BYTES:
@@ -77,10 +77,10 @@ def cached(e: Entry) -> dict | None:
 
 
 def store(e: Entry, engine: bytes, key: dict, **fields) -> None:
-    from tapeout.manifest import now
+    from tapeout.core.host import now
 
-    builddir.write_bytes(e.engine, engine)
-    builddir.write_json(e.record, {"key": key, "engine_sha256": _sha256(engine), "built": now(), **fields})
+    write_bytes(e.engine, engine)
+    write_json(e.record, {"key": key, "engine_sha256": _sha256(engine), "built": now(), **fields})
 
 
 def load(e: Entry) -> tuple[bytes, dict]:

@@ -23,10 +23,11 @@ from typing import Literal
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field
 
-from tapeout.errors import BadInput, TapeoutError, TargetUnavailable, first_line
-from tapeout.paths import copy_onnx
+from tapeout.core.artifact import Artifact
+from tapeout.core.errors import BadInput, TapeoutError, TargetUnavailable, first_line
+from tapeout.core.paths import copy_onnx
+from tapeout.core.schemas import InputSpec
 from tapeout.targets.base import EngineBuild, Probe, Session, Target
-from tapeout.types import Artifact, InputSpec
 
 ARTIFACT_FILE = "model.onnx"
 SETTINGS_FILE = "engine-settings.json"  # engine_cache.SETTINGS_FILE
@@ -138,7 +139,7 @@ class MIGraphX(Target):
         return engine_cache.read_settings(artifact.directory, CompileSettings, SETTINGS_SCHEMA)
 
     def _device(self, artifact: Artifact):
-        from tapeout.manifest import sha256_file
+        from tapeout.core.hashing import sha256_file
         from tapeout.targets import engine_cache
 
         mx = self._mx()

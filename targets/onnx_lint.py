@@ -10,9 +10,9 @@ from __future__ import annotations
 import functools
 from pathlib import Path
 
-from tapeout.errors import BadInput
+from tapeout.core.errors import BadInput
+from tapeout.core.schemas import InputSpec
 from tapeout.targets.base import LintIssue, RuntimeLimits
-from tapeout.types import InputSpec
 
 
 @functools.cache

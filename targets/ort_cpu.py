@@ -11,9 +11,10 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from tapeout.paths import external_data_files
+from tapeout.core.artifact import Artifact
+from tapeout.core.paths import external_data_files
+from tapeout.core.schemas import InputSpec
 from tapeout.targets.ort_ep import OrtOptions, OrtTarget
-from tapeout.types import Artifact, InputSpec
 
 ARTIFACT_FILE = "model.onnx"
 _LEVEL_ORDER = ("disable", "basic", "extended", "all")

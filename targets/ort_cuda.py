@@ -21,10 +21,11 @@ from typing import Literal
 
 from pydantic import Field
 
-from tapeout.errors import BadInput, TargetUnavailable, first_line, runtime_detail
-from tapeout.paths import copy_onnx
+from tapeout.core.artifact import Artifact
+from tapeout.core.errors import BadInput, TargetUnavailable, first_line, runtime_detail
+from tapeout.core.paths import copy_onnx
+from tapeout.core.schemas import InputSpec
 from tapeout.targets.ort_ep import OrtOptions, OrtTarget, native_output_captured, ort_complaint
-from tapeout.types import Artifact, InputSpec
 
 ARTIFACT_FILE = "model.onnx"
 _SEARCH = {"exhaustive": "EXHAUSTIVE", "heuristic": "HEURISTIC", "default": "DEFAULT"}

@@ -18,9 +18,9 @@ from typing import ClassVar, Literal
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field
 
-from tapeout.errors import BadInput, TapeoutError, TargetUnavailable, first_line, runtime_detail
+from tapeout.core.artifact import Artifact
+from tapeout.core.errors import BadInput, TapeoutError, TargetUnavailable, first_line, runtime_detail
 from tapeout.targets.base import OpProfile, Probe, Session, Target
-from tapeout.types import Artifact
 
 _LEVELS = ("disable", "basic", "extended", "all")
 

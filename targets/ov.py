@@ -17,9 +17,10 @@ from typing import Literal
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-from tapeout.errors import BadInput, TargetUnavailable, first_line, runtime_detail
+from tapeout.core.artifact import Artifact
+from tapeout.core.errors import BadInput, TargetUnavailable, first_line, runtime_detail
+from tapeout.core.schemas import InputSpec
 from tapeout.targets.base import LintIssue, OpProfile, OpTime, Probe, Session, Target
-from tapeout.types import Artifact, InputSpec
 
 ARTIFACT_FILE = "model.xml"
 CACHE_DIR = "ov_cache"  # beside artifact/ in the build dir, so the artifact's hashes stay fixed

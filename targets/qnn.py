@@ -21,11 +21,12 @@ from typing import Literal
 
 from pydantic import Field
 
-from tapeout.errors import BadInput, TargetUnavailable, first_line, runtime_detail
+from tapeout.core.artifact import Artifact
+from tapeout.core.errors import BadInput, TargetUnavailable, first_line, runtime_detail
+from tapeout.core.schemas import InputSpec
 from tapeout.targets import onnx_lint
 from tapeout.targets.base import LintIssue, Probe
 from tapeout.targets.ort_ep import OrtOptions, OrtTarget, native_output_captured
-from tapeout.types import Artifact, InputSpec
 
 ARTIFACT_FILE = "model_ctx.onnx"
 

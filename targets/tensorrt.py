@@ -28,10 +28,11 @@ from typing import Literal
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field
 
-from tapeout.errors import BadInput, TargetUnavailable, first_line
-from tapeout.paths import copy_onnx
+from tapeout.core.artifact import Artifact
+from tapeout.core.errors import BadInput, TargetUnavailable, first_line
+from tapeout.core.paths import copy_onnx
+from tapeout.core.schemas import InputSpec
 from tapeout.targets.base import EngineBuild, LintIssue, OpProfile, Probe, RuntimeLimits, Session, Target
-from tapeout.types import Artifact, InputSpec
 
 ARTIFACT_FILE = "model.onnx"
 SETTINGS_FILE = "engine-settings.json"  # engine_cache.SETTINGS_FILE
@@ -329,7 +330,7 @@ class TensorRT(Target):
     def _device(self, artifact: Artifact):
         """(tensorrt module, GPU, settings, cache entry) for this device: the key names everything an engine is
         tied to, so another GPU, TensorRT, driver, ONNX or setting is another entry."""
-        from tapeout.manifest import sha256_file
+        from tapeout.core.hashing import sha256_file
         from tapeout.targets import cuda_rt, engine_cache
 
         trt = self._trt()

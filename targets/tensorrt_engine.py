@@ -15,7 +15,8 @@ from pathlib import Path
 
 import numpy as np
 
-from tapeout.errors import BadInput, TapeoutError
+from tapeout.core.errors import BadInput, TapeoutError
+from tapeout.core.files import write_bytes
 from tapeout.targets.base import Session
 
 _HW_COMPAT = {"none": "NONE", "ampere_plus": "AMPERE_PLUS", "same_compute_capability": "SAME_COMPUTE_CAPABILITY"}
@@ -96,10 +97,9 @@ def build(trt, onnx_path: Path, settings, folder: Path, gpu, timing_cache: bool,
                            fix="lower [options] optimization_level, raise workspace_mb, or keep the failing "
                                "layer float; `tapeout check -v` prints TensorRT's log")
     if timing != "off":
-        from tapeout import builddir
 
         folder.mkdir(parents=True, exist_ok=True)
-        builddir.write_bytes(cache_file, bytes(config.get_timing_cache().serialize()))
+        write_bytes(cache_file, bytes(config.get_timing_cache().serialize()))
     return bytes(plan), timing, skipped
 
 

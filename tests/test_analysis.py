@@ -9,7 +9,7 @@ import pytest
 from onnx import TensorProto, helper
 
 from conftest import run_cli
-from tapeout.analysis import analyze
+from tapeout.graph.analyze import analyze
 
 
 def _analyze(tmp_path, model, **kw):

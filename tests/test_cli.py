@@ -11,7 +11,10 @@ import numpy as np
 import pytest
 
 from conftest import SAMPLES, one_line_error, run_cli
-from tapeout import builddir, manifest
+from tapeout.builds.staging import is_build_dir
+from tapeout.core import console
+from tapeout.core.console import UI, on_sigint
+from tapeout.core.hashing import sha256_file
 
 
 def test_build_dir_is_complete(digits_build):
@@ -21,7 +24,7 @@ def test_build_dir_is_complete(digits_build):
     man = json.loads((digits_build / "manifest.json").read_text())
     assert man["schema"] == "tapeout.manifest/2"
     for rel, digest in man["artifact"]["files"].items():
-        assert manifest.sha256_file(digits_build / "artifact" / rel) == digest
+        assert sha256_file(digits_build / "artifact" / rel) == digest
     assert man["versions"]["onnxruntime"] and man["versions"]["torch"]
     assert man["seeds"] == {"project": 0}
     assert man["profile"]["target"] == "onnxruntime" and man["options_resolved"]["graph_optimization"] == "all"
@@ -80,7 +83,7 @@ def test_latency_budget_far_below_the_measured_p90_fails_build_and_check(digits_
     assert build.code == 1, build.err
     verdict = {b["budget"]: b["verdict"] for b in build.json()["budgets"]}
     assert verdict["latency_p90_ms"] == "fail"
-    assert builddir.is_build_dir(tmp_path / "tight")  # a failed budget still leaves the complete evidence
+    assert is_build_dir(tmp_path / "tight")  # a failed budget still leaves the complete evidence
     junit = tmp_path / "tight.xml"
     check = run_cli("check", tmp_path / "tight", "--json", "--junit", junit)
     assert check.code == 1
@@ -166,7 +169,7 @@ def test_check_on_wrong_input_shapes_in_golden(digits_build, tmp_path):
     arrays["input.image"] = np.zeros((4, 1, 1, 8, 9), np.float32)
     np.savez(copy / "golden.npz", **arrays)
     man = json.loads((copy / "manifest.json").read_text())
-    man["golden"]["sha256"] = manifest.sha256_file(copy / "golden.npz")
+    man["golden"]["sha256"] = sha256_file(copy / "golden.npz")
     (copy / "manifest.json").write_text(json.dumps(man))
     result = run_cli("check", copy)
     assert result.code == 2 and "rejected its inputs" in one_line_error(result)
@@ -190,7 +193,7 @@ def test_unavailable_target_exits_4(monkeypatch, capsys):
 def test_help_and_check_import_nothing_heavy():
     code = (
         "import sys, time; t = time.perf_counter()\n"
-        "from tapeout import cli, check, pipeline\n"
+        "from tapeout import cli\nfrom tapeout.steps import build, check\n"
         "sys.argv = ['tapeout', '--help']\n"
         "try:\n    cli.main()\nexcept SystemExit:\n    pass\n"
         "heavy = [m for m in ('torch', 'transformers', 'onnxruntime', 'onnxscript', 'sklearn') if m in sys.modules]\n"
@@ -291,13 +294,12 @@ def test_a_ctrl_c_that_python_drops_is_raised_at_the_next_step_boundary():
     handler remembers it, and the step that was running raises it when it ends."""
     import signal
 
-    from tapeout import console
 
     class LandsInAFinalizer:
         def __del__(self):
-            console.on_sigint(signal.SIGINT, None)  # as if the signal arrived while this ran
+            on_sigint(signal.SIGINT, None)  # as if the signal arrived while this ran
 
-    ui = console.UI()
+    ui = UI()
     reached = False
     try:
         with pytest.raises(KeyboardInterrupt), ui.step("a step"):

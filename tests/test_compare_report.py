@@ -17,6 +17,7 @@ from pathlib import Path
 import pytest
 
 from conftest import SAMPLES, one_line_error, run_cli
+from tapeout.reports.compare import recommend
 
 FIGURES = {"fig-latency", "fig-op-types", "fig-ops", "fig-roofline", "fig-estimate"}
 _VOID = {"meta", "br", "img", "hr", "link", "input", "path", "use", "rect", "circle", "line", "stop", "polyline",
@@ -183,12 +184,11 @@ def test_report_html_renders_in_headless_chromium(digits_build, tmp_path):
 
 def test_an_emulated_timing_is_never_recommended():
     """An emulated build with no estimate shows the emulator's p50, labelled; it ranks nothing."""
-    from tapeout import compare
 
     def row(name, status, p50):
         return {"build_dir": name, "profile": name, "project": "p", "latency_status": status, "failed": [],
                 "unsettled": [], "accuracy": None, "latency_ms": {"p50": {"point": p50, "lower": p50, "upper": p50}}}
 
-    best, why = compare.recommend([row("qnn", "emulated", 0.01), row("cpu", "measured", 1.0)])
+    best, why = recommend([row("qnn", "emulated", 0.01), row("cpu", "measured", 1.0)])
     assert best["build_dir"] == "cpu" and "measured" in why
-    assert compare.recommend([row("qnn", "emulated", 0.01)])[0] is None
+    assert recommend([row("qnn", "emulated", 0.01)])[0] is None

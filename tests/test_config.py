@@ -4,9 +4,10 @@ from pathlib import Path
 
 import pytest
 
-from tapeout import config
-from tapeout.errors import BadInput
-from tapeout.types import Profile
+from tapeout.core.config import list_devices, list_profiles, load_device, load_project
+from tapeout.core.errors import BadInput
+from tapeout.core.schemas import Profile
+from tapeout.steps.setup import load_profile
 
 
 def write(tmp_path: Path, name: str, text: str) -> Path:
@@ -22,22 +23,22 @@ def error_of(fn, *args) -> str:
 
 
 def test_shipped_profiles_and_devices_validate():
-    assert "cpu-fp32" in config.list_profiles()
-    for name in config.list_profiles():
-        assert isinstance(config.load_profile(name), Profile)
-    devices = config.list_devices()
+    assert "cpu-fp32" in list_profiles()
+    for name in list_profiles():
+        assert isinstance(load_profile(name), Profile)
+    devices = list_devices()
     assert len(devices) >= 3
     for name in devices:
-        spec = config.load_device(name)
+        spec = load_device(name)
         numbers = [spec.memory_gb, spec.memory_bandwidth_gbs, *spec.peak_dense_tops.values()]
         assert all(n.source.startswith("https://") for n in numbers)
-    kinds = {config.load_device(d).kind for d in devices}
+    kinds = {load_device(d).kind for d in devices}
     assert {"gpu", "soc"} <= kinds
 
 
 def test_extends_merges_tables(tmp_path):
     path = write(tmp_path, "mine.toml", 'extends = "cpu-fp32"\n[budgets]\nlatency_p90_ms = 5\n[check]\nrepeats = 5\n')
-    profile = config.load_profile(str(path))
+    profile = load_profile(str(path))
     assert profile.name == "mine" and profile.target == "onnxruntime"
     assert profile.budgets.latency_p90_ms == 5
     assert profile.budgets.accuracy_max_drop == 0.001  # inherited
@@ -47,62 +48,62 @@ def test_extends_merges_tables(tmp_path):
 
 def test_unknown_field_lists_allowed_fields(tmp_path):
     path = write(tmp_path, "typo.toml", 'extends = "cpu-fp32"\n[budgets]\nlatency_p95_ms = 5\n')
-    msg = error_of(config.load_profile, str(path))
+    msg = error_of(load_profile, str(path))
     assert str(path) in msg and "budgets.latency_p95_ms" in msg and "latency_p90_ms" in msg
 
 
 def test_bad_enum_lists_allowed_values(tmp_path):
     path = write(tmp_path, "opt.toml", 'extends = "cpu-fp32"\n[options]\ngraph_optimization = "max"\n')
-    msg = error_of(config.load_profile, str(path))
+    msg = error_of(load_profile, str(path))
     assert "options.graph_optimization" in msg and "'all'" in msg and "'max'" in msg
 
 
 def test_negative_budget_rejected(tmp_path):
     path = write(tmp_path, "neg.toml", 'extends = "cpu-fp32"\n[budgets]\ncold_start_ms = -1\n')
-    msg = error_of(config.load_profile, str(path))
+    msg = error_of(load_profile, str(path))
     assert "budgets.cold_start_ms" in msg and "greater than 0" in msg
 
 
 def test_too_few_iterations_for_p99(tmp_path):
     path = write(tmp_path, "p99.toml", 'extends = "cpu-fp32"\n[budgets]\nlatency_p99_ms = 5\n[check]\niterations = 50\nrepeats = 2\n')
-    assert "at least 299" in error_of(config.load_profile, str(path))
+    assert "at least 299" in error_of(load_profile, str(path))
 
 
 def test_unknown_target_device_and_profile(tmp_path):
     target = write(tmp_path, "t.toml", 'target = "tensorrtt"\n')
-    assert "field 'target'" in error_of(config.load_profile, str(target)) and "onnxruntime" in error_of(config.load_profile, str(target))
+    assert "field 'target'" in error_of(load_profile, str(target)) and "onnxruntime" in error_of(load_profile, str(target))
     device = write(tmp_path, "d.toml", 'extends = "cpu-fp32"\ndevice = "pixel-99"\n')
-    msg = error_of(config.load_profile, str(device))
+    msg = error_of(load_profile, str(device))
     assert "pixel-99" in msg and "h100-sxm" in msg
-    msg = error_of(config.load_profile, "no-such-profile")
+    msg = error_of(load_profile, "no-such-profile")
     assert "no-such-profile" in msg and "cpu-fp32" in msg
 
 
 def test_extends_cycle(tmp_path):
     write(tmp_path, "a.toml", 'extends = "b.toml"\n')
     write(tmp_path, "b.toml", 'extends = "a.toml"\n')
-    assert "cycle" in error_of(config.load_profile, str(tmp_path / "a.toml"))
+    assert "cycle" in error_of(load_profile, str(tmp_path / "a.toml"))
 
 
 def test_malformed_toml_names_the_file(tmp_path):
     path = write(tmp_path, "broken.toml", 'target = "onnxruntime\n')
-    msg = error_of(config.load_profile, str(path))
+    msg = error_of(load_profile, str(path))
     assert str(path) in msg and "not valid TOML" in msg
 
 
 def test_project_symbolic_dim_needs_a_value(tmp_path):
     write(tmp_path, "tapeout.toml", '[model]\nsource = "m.onnx"\n[[inputs]]\nname = "x"\nshape = ["batch", 3]\n')
-    msg = error_of(config.load_project, tmp_path)
+    msg = error_of(load_project, tmp_path)
     assert "batch" in msg and "[dims]" in msg
 
 
 def test_project_missing_source_and_bad_dtype(tmp_path):
     write(tmp_path, "tapeout.toml", '[model]\nname = "x"\n[[inputs]]\nname = "x"\nshape = [1]\n')
-    assert "missing required field 'model.source'" in error_of(config.load_project, tmp_path)
+    assert "missing required field 'model.source'" in error_of(load_project, tmp_path)
     write(tmp_path, "tapeout.toml", '[model]\nsource = "m.onnx"\n[[inputs]]\nname = "x"\nshape = [1]\ndtype = "float"\n')
-    msg = error_of(config.load_project, tmp_path)
+    msg = error_of(load_project, tmp_path)
     assert "inputs.0.dtype" in msg and "'float32'" in msg
 
 
 def test_missing_project_dir(tmp_path):
-    assert "no project file" in error_of(config.load_project, tmp_path / "nowhere")
+    assert "no project file" in error_of(load_project, tmp_path / "nowhere")

@@ -18,10 +18,12 @@ import pytest
 from onnx import TensorProto, helper
 
 from conftest import SAMPLES, one_line_error, run_cli
-from tapeout import calibration, estimate, kernels, roofline
-from tapeout.analysis import GraphView, analyze_view
-from tapeout.errors import BadInput
-from tapeout.types import Budgets, Verdict
+from tapeout.core.errors import BadInput
+from tapeout.core.schemas import Budgets
+from tapeout.core.verdict import Verdict
+from tapeout.estimation import cost_units, estimate, fit, roofline
+from tapeout.graph.analyze import analyze_view
+from tapeout.graph.view import GraphView
 
 
 def _conv_model(path):
@@ -48,7 +50,7 @@ def _conv_model(path):
 
 
 def _h100() -> roofline.Roof:
-    from tapeout.config import load_device
+    from tapeout.core.config import load_device
 
     return roofline.from_spec(load_device("h100-sxm"))
 
@@ -56,7 +58,7 @@ def _h100() -> roofline.Roof:
 def test_kernels_count_fusion_groups_once_and_never_folded_shape_arithmetic(tmp_path):
     view = GraphView.load(_conv_model(tmp_path / "m.onnx"))
     analysis = analyze_view(view)
-    ks = kernels.of(view, analysis, None, "fp32")
+    ks = cost_units.of(view, analysis, None, "fp32")
     names = [k.name for k in ks]
     assert len(ks) == 2, names                       # conv+relu as one, the Reshape; the shape chain folded
     conv = ks[0]
@@ -65,7 +67,7 @@ def test_kernels_count_fusion_groups_once_and_never_folded_shape_arithmetic(tmp_
     assert ks[1].cls == "movement"
     # the plan's precision reaches the kernel: bytes at int8 are a quarter, and a quantize kernel is added
     plan = {"groups": [{"nodes": [n for g in analysis.groups for n in g.nodes], "precision": "int8"}]}
-    q = kernels.of(view, analysis, plan, "fp32")
+    q = cost_units.of(view, analysis, plan, "fp32")
     assert q[0].precision == "int8" and math.isclose(q[0].bytes, conv.bytes / 4)
     assert [k.cls for k in q].count("quantize") == 1
 
@@ -87,7 +89,7 @@ def test_a_residual_add_and_its_layer_norm_are_one_kernel_and_a_reshape_moves_no
     model.ir_version = 10
     onnx.save(model, tmp_path / "m.onnx")
     view = GraphView.load(tmp_path / "m.onnx")
-    ks = {k.name: k for k in kernels.of(view, analyze_view(view), None, "fp32")}
+    ks = {k.name: k for k in cost_units.of(view, analyze_view(view), None, "fp32")}
     assert sorted(ks) == ["next", "norm", "view"]
     act = 16 * d * 4
     norm = ks["norm"]
@@ -99,7 +101,7 @@ def test_a_residual_add_and_its_layer_norm_are_one_kernel_and_a_reshape_moves_no
     del model.graph.output[1]
     onnx.save(model, tmp_path / "m2.onnx")
     view = GraphView.load(tmp_path / "m2.onnx")
-    only = {k.name: k for k in kernels.of(view, analyze_view(view), None, "fp32")}
+    only = {k.name: k for k in cost_units.of(view, analyze_view(view), None, "fp32")}
     assert only["norm"].bytes == 2 * act + 2 * d * 4 + act
 
 
@@ -108,23 +110,23 @@ def test_a_recurrent_cell_reads_its_recurrent_weights_again_every_step_from_the_
 
     onnx.save(graphs.recurrent(hidden=32, seq=10), tmp_path / "rnn.onnx")
     view = GraphView.load(tmp_path / "rnn.onnx")
-    [cell] = [k for k in kernels.of(view, analyze_view(view), None, "fp32") if k.cls == "recurrent"]
+    [cell] = [k for k in cost_units.of(view, analyze_view(view), None, "fp32") if k.cls == "recurrent"]
     assert cell.launches == 10 and cell.reread == 4 * 32 * 32 * 4      # R, FP32; W is read once
-    assert kernels.at_precision([cell], None, "int8")[0].reread == 4 * 32 * 32   # at the kernel's precision
+    assert cost_units.at_precision([cell], None, "int8")[0].reread == 4 * 32 * 32   # at the kernel's precision
     cached = roofline.Roof("host", "cpu", {"fp32": 1e15}, 20e9, "test", cache=((8_192, 80e9), (1 << 20, 60e9)))
-    _, memory = kernels.roof_times(cell, cached)
+    _, memory = cost_units.roof_times(cell, cached)
     assert math.isclose(memory, cell.bytes / 20e9 + 9 * cell.reread / cached.bandwidth_at(cell.reread))
     assert 60e9 < cached.bandwidth_at(cell.reread) < 80e9                  # 16 KiB: between the sizes measured
     assert cached.bandwidth_at(64 << 20) == 20e9                             # past the largest: DRAM
     # a device spec measures no cache: the re-reads are left out of its bound, never guessed at
-    assert kernels.roof_times(cell, _h100())[1] == cell.bytes / 3350e9
+    assert cost_units.roof_times(cell, _h100())[1] == cell.bytes / 3350e9
     est = estimate.estimate([cell], _h100(), "tensorrt", "fp32", None)
     assert any("re-read" in note for note in est.notes)
 
 
 def test_roofline_bound_is_the_sum_of_each_kernels_slower_roof(tmp_path):
     view = GraphView.load(_conv_model(tmp_path / "m.onnx"))
-    ks = kernels.of(view, analyze_view(view), None, "fp16")
+    ks = cost_units.of(view, analyze_view(view), None, "fp16")
     roof = _h100()
     est = estimate.estimate(ks, roof, "tensorrt", "fp16", None)
     expected = sum(max(k.flops / 989e12, k.bytes / 3350e9) for k in ks)
@@ -134,12 +136,12 @@ def test_roofline_bound_is_the_sum_of_each_kernels_slower_roof(tmp_path):
 
 
 def _record(model: str, terms: dict[str, tuple[float, float]], roof: dict[str, float], counts: dict[str, int],
-            fixed: float, per_kernel: float, precision: str = "fp32", share: float = 0.0) -> calibration.Record:
+            fixed: float, per_kernel: float, precision: str = "fp32", share: float = 0.0) -> fit.Record:
     """A build as the fit models one: per class (s per kernel) x kernels + multiple x roofline; outside
     the ops, fixed + per kernel + a share of the time in ops."""
     measured = {cls: terms[cls][0] * counts[cls] + terms[cls][1] * roof[cls] for cls in roof}
     p50 = fixed + per_kernel * sum(counts.values()) + (1 + share) * sum(measured.values())
-    return calibration.Record(model=model, precision=precision, source=f"/builds/{model}", created="", p50_s=p50,
+    return fit.Record(model=model, precision=precision, source=f"/builds/{model}", created="", p50_s=p50,
                               tails={"p90": 1.2, "p99": 1.5}, roof_s={f"{k}@{precision}": v for k, v in roof.items()},
                               measured_s=measured, kernels=sum(counts.values()), counts=counts)
 
@@ -150,7 +152,7 @@ TERMS = {"matmul": (3e-6, 2.0), "elementwise": (1e-6, 10.0)}
 def test_fit_recovers_known_per_kernel_costs_multiples_and_overheads():
     records = [_record(f"m{i}", TERMS, {"matmul": 1e-3 * (i + 1) ** 2, "elementwise": 2e-4 * (3 - i)},
                        {"matmul": 4 + 7 * i, "elementwise": 9 - 2 * i}, 5e-6, 2e-6, share=0.08) for i in range(4)]
-    f = calibration.fit(records)
+    f = fit.fit(records)
     for cls, (per_kernel, multiple) in TERMS.items():
         got = f.terms(cls, "fp32")
         assert math.isclose(got[0], per_kernel, rel_tol=1e-6, abs_tol=1e-12) and math.isclose(got[1], multiple)
@@ -168,7 +170,7 @@ def test_a_recurrent_class_never_fits_under_its_cache_priced_roof():
     # µs per step measured, and at the roof, as this host's three small LSTMs had them
     small = [_record(f"lstm{i}", {"recurrent": (step * 1e-6, 0.0)}, {"recurrent": roof * 1e-6 * n}, {"recurrent": n},
                      1e-6, 0.0) for i, (n, step, roof) in enumerate(((16, 1.25, 0.81), (128, 1.19, 0.84), (49, 0.96, 0.9)))]
-    f = calibration.fit(small)
+    f = fit.fit(small)
     _, multiple = f.terms("recurrent", "fp32")
     assert multiple >= 1.0
     big_roof = 12e-6 * 100                                   # 100 steps, 12 µs each at the roof
@@ -179,15 +181,15 @@ def test_the_band_comes_only_from_models_left_out():
     terms = {"matmul": (0.0, 2.0)}
     records = [_record(f"m{i}", terms, {"matmul": 1e-3 * (i + 1)}, {"matmul": 10}, 0.0, 0.0) for i in range(3)]
     odd = _record("odd", {"matmul": (0.0, 4.0)}, {"matmul": 2e-3}, {"matmul": 10}, 0.0, 0.0)  # half as efficient
-    held = calibration.held_out([*records, odd])
+    held = fit.held_out([*records, odd])
     error = {h["model"]: h["error"] for h in held}
     # fitted on the other three, the odd model is predicted at twice its speed: -50 %; in-sample it would be less
     assert math.isclose(error["odd"], -0.5, rel_tol=1e-6)
     assert all(e > 0 for m, e in error.items() if m != "odd")  # the odd one drags the others' fit slower
-    cal = calibration.Calibration("dev", "t", "gpu", {}, [*records, odd], calibration.fit([*records, odd]), held)
+    cal = fit.Calibration("dev", "t", "gpu", {}, [*records, odd], fit.fit([*records, odd]), held)
     assert cal.band == (min(error.values()), max(error.values()))
     assert cal.within(0.15)[1] == 4
-    assert calibration.Calibration.from_json(json.loads(json.dumps(cal.to_json())), "x").fit == cal.fit
+    assert fit.Calibration.from_json(json.loads(json.dumps(cal.to_json())), "x").fit == cal.fit
 
 
 def _estimate_with_band(bound_ms: float, predicted_ms: float, band) -> estimate.Estimate:
@@ -232,7 +234,7 @@ def test_calibrate_then_estimate_predicts_with_a_band(digits_build, digits_int8_
     [cal] = result.json()
     assert cal["target"] == "onnxruntime" and cal["device"].startswith("host-")
     assert cal["band"] is None          # one model: nothing can be held out, so no band is claimed
-    stored = calibration.load(out / calibration.file_name(cal["device"], "onnxruntime"))
+    stored = fit.load(out / fit.file_name(cal["device"], "onnxruntime"))
     assert len(stored.records) == 2 and stored.fit.efficiency
     got = run_cli("estimate", digits_build, "--json", env={"TAPEOUT_CALIBRATION": str(out)})
     assert got.code == 0, got.err
@@ -264,8 +266,8 @@ def test_the_fewer_thread_device_has_the_compute_peak_of_its_cores_and_the_same_
     assert one.bandwidth == all_cores.bandwidth
     assert any("1 of 4 cores" in note for note in one.notes)
     # a calibration's peak is already its device's: never scaled again
-    cal = calibration.Calibration("d", "onnxruntime", "cpu", {"peaks_tops": {"fp32": 0.05}, "bandwidth_gbs": 20.0},
-                                  [], calibration.Fit({}, 0.0, 0.0, {}))
+    cal = fit.Calibration("d", "onnxruntime", "cpu", {"peaks_tops": {"fp32": 0.05}, "bandwidth_gbs": 20.0},
+                                  [], fit.Fit({}, 0.0, 0.0, {}))
     assert estimate.roof_for(None, host, cal, threads=1).peaks["fp32"] == pytest.approx(0.05e12)
 
 
@@ -304,27 +306,27 @@ def test_a_malformed_calibration_file_is_one_clear_error(tmp_path):
     broken = tmp_path / "x--y.json"
     broken.write_text('{"schema": "tapeout.calibration/1", "device": "x"}')
     with pytest.raises(BadInput, match=r"not a tapeout\.calibration/1 file"):
-        calibration.load(broken)
+        fit.load(broken)
     broken.write_text("{")
     with pytest.raises(BadInput, match="not readable JSON"):
-        calibration.load(broken)
+        fit.load(broken)
 
 
 def test_a_calibration_prices_with_its_own_cache_bandwidth_or_none_and_rejects_a_malformed_one(tmp_path):
     host = {"cpu": "Some CPU", "cpu_flags": ["avx2"], "cpu_affinity": 2, "physical_cores": 2}
-    cal = calibration.Calibration("d", "onnxruntime", "cpu", {"name": "d", "kind": "cpu", "peaks_tops": {"fp32": 0.1},
+    cal = fit.Calibration("d", "onnxruntime", "cpu", {"name": "d", "kind": "cpu", "peaks_tops": {"fp32": 0.1},
                                   "bandwidth_gbs": 20.0, "cache_bandwidth_gbs": [[32768, 90.0], [1 << 25, 30.0]]},
-                                  [], calibration.Fit({}, 0.0, 0.0, {}))
-    saved = calibration.load(calibration.save(cal, tmp_path))
+                                  [], fit.Fit({}, 0.0, 0.0, {}))
+    saved = fit.load(fit.save(cal, tmp_path))
     assert estimate.roof_for(None, host, saved).cache == ((32768, 90e9), (1 << 25, 30e9))
     # a file from before the cache was measured: its records were priced without it, and so are its estimates
     older = dict(saved.to_json(), roof={"name": "d", "kind": "cpu", "peaks_tops": {"fp32": 0.1}, "bandwidth_gbs": 20.0})
     (tmp_path / "old--onnxruntime.json").write_text(json.dumps(older))
-    assert estimate.roof_for(None, host, calibration.load(tmp_path / "old--onnxruntime.json")).cache == ()
+    assert estimate.roof_for(None, host, fit.load(tmp_path / "old--onnxruntime.json")).cache == ()
     bad = dict(older, roof={**older["roof"], "cache_bandwidth_gbs": [[32768, -1.0]]})
     (tmp_path / "bad--onnxruntime.json").write_text(json.dumps(bad))
     with pytest.raises(BadInput, match=r"cache_bandwidth_gbs"):
-        calibration.load(tmp_path / "bad--onnxruntime.json")
+        fit.load(tmp_path / "bad--onnxruntime.json")
 
 
 @pytest.mark.slow
@@ -348,8 +350,8 @@ def test_a_device_compiled_build_gets_estimated_verdicts(tmp_path):
                        {"conv": 2, "matmul": 2 + i, "reduce": 1, "movement": 1}, 5e-6, 1e-6, "fp16")
                for i in range(3)]
     meta = {"device": "l4", "target": "tensorrt", "kind": "gpu", "roof": {}}
-    [cal] = calibration.make([(r, meta) for r in records], "now", "test")
-    calibration.save(cal, tmp_path / "cal")
+    [cal] = fit.make([(r, meta) for r in records], "now", "test")
+    fit.save(cal, tmp_path / "cal")
     profile.write_text(profile.read_text().replace("0.000001", "50"))
     passed = run_cli("build", SAMPLES / "digits-cnn", "-p", profile, "-o", tmp_path / "b3", "--json", env=env)
     latency = next(b for b in passed.json()["budgets"] if b["budget"] == "latency_p50_ms")
@@ -382,7 +384,7 @@ def test_ort_profile_args_give_flops_bytes_and_precision():
                                   "output_type_shape": [{"float": [128, 384]}], "activation_size": "196632",
                                   "output_size": "196608"})
     assert (reshape["flops"], reshape["in_bytes"], reshape["out_bytes"]) == (0, 0, 0)
-    from tapeout import bottleneck
+    from tapeout.estimation import bottleneck
 
     op = {"node": "r", "op_type": "Reshape", "total_us": 2.0, **reshape}
     bound = bottleneck.classify(op, runs=1, kernel_total_us=100.0, roof=_h100())
@@ -390,7 +392,7 @@ def test_ort_profile_args_give_flops_bytes_and_precision():
 
 
 def test_bottlenecks_classify_ops_and_price_the_fusible_chains():
-    from tapeout import bottleneck
+    from tapeout.estimation import bottleneck
 
     roof = roofline.Roof("dev", "gpu", {"fp32": 1e12}, 1e11, "test roofs")   # 1 TFLOP/s, 100 GB/s
 
@@ -436,7 +438,7 @@ def test_a_manifest_with_malformed_shapes_is_one_line(digits_build, tmp_path):
 def test_a_gpu_run_is_estimated_for_the_device_spec_its_gpu_matches(digits_build, tmp_path):
     """A GPU target's estimate is never the host CPU's roof: with no device in the profile, the shipped spec
     whose identifiers match the name the driver reported (seen on an H100: builds estimated the host's Xeon)."""
-    from tapeout.config import device_matching
+    from tapeout.core.config import device_matching
 
     assert device_matching("NVIDIA H100 80GB HBM3").name == "h100-sxm"
     assert device_matching("NVIDIA H100 PCIe").name == "h100-pcie"
@@ -467,7 +469,7 @@ def test_a_build_in_progress_on_a_gpu_is_estimated_for_its_gpu_or_not_at_all():
     never the host's; a GPU no spec matches gets none. The context is a stand-in with the fields it reads."""
     from types import SimpleNamespace
 
-    structure = [kernels.Kernel("mm", "matmul", "fp32", 2 * 64 * 256 * 256, 4 * (2 * 64 * 256 + 256 * 256), 1)]
+    structure = [cost_units.Kernel("mm", "matmul", "fp32", 2 * 64 * 256 * 256, 4 * (2 * 64 * 256 + 256 * 256), 1)]
     ctx = SimpleNamespace(target=SimpleNamespace(name="ort-cuda", options=None), device=None, emulated=None,
                           profile=SimpleNamespace(precision="fp32"))
     est = estimate.for_model(ctx, structure, None, "NVIDIA H100 80GB HBM3")

@@ -20,9 +20,12 @@ from pathlib import Path
 import pytest
 
 from conftest import SAMPLES, Result, one_line_error, run_cli
-from tapeout import builddir, manifest
-from tapeout.check import open_build
-from tapeout.errors import BadInput
+from tapeout.builds import staging
+from tapeout.builds.staging import MANIFEST, StagedBuild, exchange, recover
+from tapeout.core.errors import BadInput
+from tapeout.core.files import output_file
+from tapeout.core.hashing import sha256_file
+from tapeout.steps.check import open_build
 
 DIGITS = SAMPLES / "digits-cnn"
 pytestmark = pytest.mark.fuzz
@@ -72,7 +75,7 @@ def test_kill_9_at_random_points_never_leaves_a_broken_build_and_the_next_build_
         digits_build, tmp_path, fast_profile):
     out = tmp_path / "digits"
     subprocess.run(["cp", "-a", str(digits_build), str(out)], check=True)
-    before = manifest.sha256_file(out / builddir.MANIFEST)
+    before = sha256_file(out / MANIFEST)
     rng = random.Random(9)
     outcomes = []
     for delay in sorted(rng.uniform(0.2, 6.0) for _ in range(6)):
@@ -84,7 +87,7 @@ def test_kill_9_at_random_points_never_leaves_a_broken_build_and_the_next_build_
         # whatever the moment: the build dir is whole (every hash verifies), the old one or a new one
         opened = open_build(out)
         assert opened.golden_outputs
-        outcomes.append("old" if manifest.sha256_file(out / builddir.MANIFEST) == before else "new")
+        outcomes.append("old" if sha256_file(out / MANIFEST) == before else "new")
         leftovers = [p for p in out.parent.iterdir() if p != out and not p.name.startswith(f".{out.name}.partial-")]
         assert not leftovers, leftovers
     assert "old" in outcomes, outcomes  # at least one kill landed mid-build
@@ -96,7 +99,7 @@ def test_kill_9_at_random_points_never_leaves_a_broken_build_and_the_next_build_
 def test_sigterm_unwinds_like_ctrl_c_and_keeps_the_previous_build(digits_build, tmp_path, fast_profile):
     out = tmp_path / "digits"
     subprocess.run(["cp", "-a", str(digits_build), str(out)], check=True)
-    before = manifest.sha256_file(out / builddir.MANIFEST)
+    before = sha256_file(out / MANIFEST)
     proc = subprocess.Popen([sys.executable, "-m", "tapeout", "build", str(DIGITS), "-p", str(fast_profile),
                              "-o", str(out)], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     deadline = time.monotonic() + 120
@@ -106,7 +109,7 @@ def test_sigterm_unwinds_like_ctrl_c_and_keeps_the_previous_build(digits_build, 
     _, err = proc.communicate(timeout=120)
     assert proc.returncode == 143, err
     assert "terminated (SIGTERM)" in err and "Traceback" not in err
-    assert manifest.sha256_file(out / builddir.MANIFEST) == before
+    assert sha256_file(out / MANIFEST) == before
     assert _side_dirs(out) == []  # unwound: staging removed by the build itself
 
 
@@ -122,11 +125,11 @@ def test_a_build_set_aside_by_a_killed_two_rename_replace_is_put_back(tmp_path):
     final = tmp_path / "b"
     aside = tmp_path / f".b.old-{_dead_pid()}"
     aside.mkdir()
-    (aside / builddir.MANIFEST).write_text("{}")
+    (aside / MANIFEST).write_text("{}")
     stale = tmp_path / f".b.partial-{_dead_pid()}"
     stale.mkdir()
-    done = builddir.recover(final)
-    assert (final / builddir.MANIFEST).is_file() and not aside.exists() and not stale.exists()
+    done = recover(final)
+    assert (final / MANIFEST).is_file() and not aside.exists() and not stale.exists()
     assert any("put back" in line for line in done) and any("removed" in line for line in done)
 
 
@@ -135,7 +138,7 @@ def test_a_live_builds_staging_is_left_alone(tmp_path):
     try:
         theirs = tmp_path / f".b.partial-{sleeper.pid}"
         theirs.mkdir()
-        assert builddir.recover(tmp_path / "b") == [] and theirs.is_dir()
+        assert recover(tmp_path / "b") == [] and theirs.is_dir()
     finally:
         sleeper.kill()
         sleeper.wait()
@@ -144,12 +147,12 @@ def test_a_live_builds_staging_is_left_alone(tmp_path):
 @pytest.mark.parametrize("exchange", [True, False], ids=["renameat2-exchange", "two-renames"])
 def test_replace_puts_the_new_build_in_place_either_way(tmp_path, monkeypatch, exchange):
     if not exchange:
-        monkeypatch.setattr(builddir, "exchange", lambda a, b: False)
+        monkeypatch.setattr(staging, "exchange", lambda a, b: False)
     final = tmp_path / "b"
     for generation in ("old", "new"):
-        with builddir.StagedBuild(final) as stage:
+        with StagedBuild(final) as stage:
             (stage / "which").write_text(generation)
-            (stage / builddir.MANIFEST).write_text("{}")
+            (stage / MANIFEST).write_text("{}")
     assert (final / "which").read_text() == "new"
     assert sorted(p.name for p in tmp_path.iterdir()) == ["b"]
 
@@ -160,7 +163,7 @@ def test_exchange_swaps_two_directories_atomically(tmp_path):
     b.mkdir()
     (a / "x").write_text("a")
     (b / "x").write_text("b")
-    if not builddir.exchange(a, b):
+    if not exchange(a, b):
         pytest.skip("this kernel or filesystem has no renameat2(RENAME_EXCHANGE); the two-rename path is tested above")
     assert (a / "x").read_text() == "b" and (b / "x").read_text() == "a"
 
@@ -203,7 +206,7 @@ def test_output_file_refuses_what_it_cannot_write(tmp_path):
     for path, says in ((tmp_path, "is a directory"), (tmp_path / "f" / "x.xml", "which is a file"),
                        (tmp_path / ("y" * 300), "too long")):
         with pytest.raises(BadInput, match=says):
-            builddir.output_file(path, "--junit")
+            output_file(path, "--junit")
 
 
 @needs_namespaces

@@ -13,12 +13,12 @@ import pytest
 
 from conftest import SAMPLES, run_cli
 from tapeout import targets
-from tapeout.analysis import analyze
-from tapeout.errors import BadInput
-from tapeout.parity import cosine
+from tapeout.core.errors import BadInput
+from tapeout.core.parity import cosine
+from tapeout.core.schemas import InputSpec, QuantizationSettings
+from tapeout.graph.analyze import analyze
 from tapeout.quantize import rules
 from tapeout.quantize.apply import apply
-from tapeout.types import InputSpec, QuantizationSettings
 
 CUDA = targets.TARGETS["ort-cuda"].capabilities
 

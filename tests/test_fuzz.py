@@ -30,9 +30,11 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from conftest import SAMPLES, Result, one_line_error, run_cli
-from tapeout import cli, config
-from tapeout.errors import BadInput
-from tapeout.feeds import random_feeds
+from tapeout import cli
+from tapeout.core.config import load_project
+from tapeout.core.errors import BadInput
+from tapeout.core.feeds import random_feeds
+from tapeout.steps.setup import load_profile
 
 FUZZ = settings(derandomize=True, deadline=None, database=None,
                 suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
@@ -204,7 +206,7 @@ PROJECT_PATHS = [("model", "source"), ("model", "outputs"), ("inputs",), ("input
 def test_fuzzed_project_files_load_or_say_one_line(tmp_path, changes):
     file = written(tmp_path / "tapeout.toml", PROJECT, changes)
     try:
-        project = config.load_project(file)
+        project = load_project(file)
     except BadInput as exc:
         assert "\n" not in str(exc) and str(file) in str(exc)
         return
@@ -226,7 +228,7 @@ def test_deeply_nested_toml_is_one_line(tmp_path, depth, bracket):
     nested = "[" * depth + "1" + "]" * depth if bracket == "[" else "{b = " * depth + "1" + "}" * depth
     file.write_text(toml_text(PROJECT) + f"x = {nested}\n")
     with pytest.raises(BadInput) as caught:  # a small depth is an unknown field; a large one, too deep to parse
-        config.load_project(file)
+        load_project(file)
     assert "\n" not in str(caught.value)
 
 
@@ -248,7 +250,7 @@ PROFILE_PATHS = [("target",), ("precision",), ("name",), ("device",), ("extends"
 def test_fuzzed_profiles_load_or_say_one_line(tmp_path, changes):
     file = written(tmp_path / "p.toml", PROFILE, changes)
     try:
-        profile = config.load_profile(str(file))
+        profile = load_profile(str(file))
     except BadInput as exc:
         assert "\n" not in str(exc)
         return

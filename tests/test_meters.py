@@ -20,9 +20,9 @@ from pathlib import Path
 
 import pytest
 
-from tapeout import meters
-from tapeout.gpu_meters import AmdSmiMeter, NvmlMeter, nvml_index, slowdowns, throttle_reasons
-from tapeout.tegrastats import TegrastatsMeter, parse_line, window_energy
+from tapeout.measurement import meters
+from tapeout.measurement.gpu_meters import AmdSmiMeter, NvmlMeter, nvml_index, slowdowns, throttle_reasons
+from tapeout.measurement.tegrastats import TegrastatsMeter, parse_line, window_energy
 
 # Lines in the formats tegrastats prints (composed from its documented fields and logs published from
 # boards; no Jetson ran here): Orin Nano/NX (JetPack 6), AGX Orin, and a Nano on L4T r32.

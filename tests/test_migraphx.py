@@ -22,9 +22,9 @@ import pytest
 
 from conftest import SAMPLES, one_line_error, run_cli
 from tapeout import targets
-from tapeout.data import load_golden
-from tapeout.errors import BadInput
-from tapeout.types import Artifact
+from tapeout.core.artifact import Artifact
+from tapeout.core.errors import BadInput
+from tapeout.records.golden import load_golden
 
 pytestmark = pytest.mark.skipif(targets.target_class("migraphx").probe().available,
                                 reason="MIGraphX is installed here: a GPU test should cover it")

@@ -64,7 +64,7 @@ def _project(root: Path, name: str, metric: str | None = None) -> Path:
 
 
 def _op_types(path: Path) -> set[str]:
-    from tapeout.onnx_bodies import graphs_in
+    from tapeout.core.onnx_graphs import graphs_in
 
     return {n.op_type for g in graphs_in(onnx.load(str(path)).graph) for n in g.node}
 

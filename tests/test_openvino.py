@@ -109,10 +109,10 @@ def test_openvino_int8_plans_per_family_through_nncf(tmp_path):
     import onnx
 
     from tapeout import targets
-    from tapeout.analysis import analyze
-    from tapeout.errors import BadInput
+    from tapeout.core.errors import BadInput
+    from tapeout.core.schemas import QuantizationSettings
+    from tapeout.graph.analyze import analyze
     from tapeout.quantize import rules
-    from tapeout.types import QuantizationSettings
 
     caps = targets.TARGETS["openvino"].capabilities
 
@@ -161,7 +161,7 @@ def test_digits_builds_int8_on_openvino_through_nncf_and_checks(tmp_path):
 def test_the_nncf_postcondition_names_a_planned_node_left_float(tmp_path, digits_build):
     import openvino as ov
 
-    from tapeout.errors import BadInput
+    from tapeout.core.errors import BadInput
     from tapeout.quantize.openvino_nncf import check_weights
     from tapeout.quantize.plan import GroupPlan, Plan
 
@@ -178,10 +178,10 @@ def test_openvino_int4_plans_weight_compression_and_names_the_algorithms(tmp_pat
     import onnx
 
     from tapeout import targets
-    from tapeout.analysis import analyze
-    from tapeout.errors import BadInput
+    from tapeout.core.errors import BadInput
+    from tapeout.core.schemas import QuantizationSettings
+    from tapeout.graph.analyze import analyze
     from tapeout.quantize import rules
-    from tapeout.types import QuantizationSettings
 
     onnx.save(graphs.transformer(causal=True), tmp_path / "m.onnx")
     analysis = analyze(tmp_path / "m.onnx")
@@ -252,7 +252,7 @@ def test_tiny_lm_builds_int4_on_openvino_within_the_issue_targets_and_checks(tin
 def test_the_int8_weight_rung_and_the_int4_postcondition(tmp_path, tiny_lm_int4):
     import openvino as ov
 
-    from tapeout.errors import BadInput
+    from tapeout.core.errors import BadInput
     from tapeout.quantize.openvino_nncf import check_weights, compress_weights
     from tapeout.quantize.plan import GroupPlan, Plan
 
@@ -292,7 +292,7 @@ def test_op_profile_on_the_cpu_device_is_the_timed_runs_not_the_first(tmp_path):
     from test_targets import _profile_for, _tiny
 
     from tapeout import targets
-    from tapeout.types import InputSpec
+    from tapeout.core.schemas import InputSpec
 
     target = targets.create("openvino", _profile_for("openvino").options)
     _tiny(tmp_path / "tiny.onnx")

@@ -16,9 +16,9 @@ import torch
 from torch import nn
 
 from conftest import SAMPLES, one_line_error, run_cli
-from tapeout.errors import BadInput
+from tapeout.core.errors import BadInput
+from tapeout.core.schemas import PruningSettings
 from tapeout.quantize import prune
-from tapeout.types import PruningSettings
 
 pytest.importorskip("torch_pruning", reason="the prune extra (Torch-Pruning) is not installed")
 
@@ -267,9 +267,9 @@ def _padded(count: int, length: int = 48) -> list[tuple]:
     ("mix", 1, True),      # rows mix across the batch: one input a step, trimmed
 ])
 def test_recovery_stacks_and_trims_inputs_only_where_the_teachers_answers_stay_the_same(model, batch, trimmed):
-    from tapeout.pruning import batch_layout
+    from tapeout.core.schemas import InputSpec
     from tapeout.quantize.distill import distill
-    from tapeout.types import InputSpec
+    from tapeout.steps.prune import batch_layout
 
     torch.manual_seed(0)
     teacher = MaskedEncoder(leak=model == "leak", mix=model == "mix").eval()
@@ -291,8 +291,8 @@ def test_recovery_stacks_and_trims_inputs_only_where_the_teachers_answers_stay_t
 
 
 def test_batch_layout_follows_the_declared_dims():
-    from tapeout.pruning import batch_layout
-    from tapeout.types import InputSpec
+    from tapeout.core.schemas import InputSpec
+    from tapeout.steps.prune import batch_layout
 
     image = [InputSpec(name="image", shape=["batch", 1, 8, 8])]
     assert batch_layout(image, None).stack and not batch_layout(image, None).trim
@@ -462,7 +462,7 @@ def test_latency_search_for_a_device_not_here_runs_on_its_calibrated_estimate(tm
     a calibration. The calibration is made from synthetic records: it checks our side (the search's path) only."""
     from test_estimate import _record
 
-    from tapeout import calibration
+    from tapeout.estimation import fit
 
     profile = tmp_path / "trt-l4-search.toml"
     profile.write_text('extends = "tensorrt-fp16"\ndevice = "l4"\n[pruning]\nwhat = ["channels"]\nratio = 0.6\n'
@@ -475,9 +475,9 @@ def test_latency_search_for_a_device_not_here_runs_on_its_calibrated_estimate(tm
     records = [_record(f"m{i}", {c: (1e-6, 5.0) for c in ("conv", "matmul", "reduce", "movement")},
                        {"conv": 1e-6, "matmul": 2e-6 * (i + 1), "reduce": 1e-7, "movement": 1e-7},
                        {"conv": 2, "matmul": 2 + i, "reduce": 1, "movement": 1}, 5e-6, 1e-6, "fp16") for i in range(3)]
-    [cal] = calibration.make([(r, {"device": "l4", "target": "tensorrt", "kind": "gpu", "roof": {}}) for r in records],
+    [cal] = fit.make([(r, {"device": "l4", "target": "tensorrt", "kind": "gpu", "roof": {}}) for r in records],
                              "now", "test")
-    calibration.save(cal, tmp_path / "cal")
+    fit.save(cal, tmp_path / "cal")
     out = tmp_path / "b"
     result = run_cli("build", SAMPLES / "digits-cnn", "-p", profile, "-o", out, "--json", env=env)
     assert result.code == 0, result.err
@@ -489,8 +489,8 @@ def test_latency_search_for_a_device_not_here_runs_on_its_calibrated_estimate(tm
 
 
 def test_two_four_turns_on_the_sparse_kernels_of_targets_that_have_them(tmp_path):
-    from tapeout.console import UI
-    from tapeout.context import for_build
+    from tapeout.core.console import UI
+    from tapeout.steps.setup import for_build
 
     path = tmp_path / "trt-sparse.toml"
     path.write_text('extends = "tensorrt-fp16"\n[pruning]\nwhat = ["2:4"]\nratio = 0.5\n')

@@ -66,8 +66,10 @@ def test_check_passes_through_the_emulator_with_fallback_off_and_clean_json(digi
 def test_a_device_measurement_runs_without_an_op_profile(digits_qnn):
     """On a Snapdragon nothing is emulated and the profile's op_profile stays on; qnn declares no op
     profiler (capabilities.op_profiler is None), so the measurement must skip it, not crash."""
-    from tapeout import measure, targets
-    from tapeout.types import Artifact, CheckSettings
+    from tapeout import targets
+    from tapeout.core.artifact import Artifact
+    from tapeout.core.schemas import CheckSettings
+    from tapeout.measurement import measure
 
     manifest = json.loads((digits_qnn / "manifest.json").read_text())
     artifact = Artifact("qnn", digits_qnn / "artifact", manifest["artifact"]["main_file"])
@@ -147,7 +149,7 @@ def test_with_fallback_allowed_the_placement_gate_reports_the_share_off_the_npu(
 
 def test_context_binaries_are_prepared_per_soc(tmp_path):
     from tapeout import targets
-    from tapeout.types import InputSpec
+    from tapeout.core.schemas import InputSpec
 
     relu = helper.make_graph([helper.make_node("Relu", ["x"], ["y"], name="relu")], "r",
                              [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 8])],

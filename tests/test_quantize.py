@@ -12,11 +12,11 @@ import pytest
 
 from conftest import one_line_error, run_cli
 from tapeout import targets
-from tapeout.analysis import analyze
-from tapeout.errors import BadInput
+from tapeout.core.errors import BadInput
+from tapeout.core.schemas import QuantizationSettings
+from tapeout.graph.analyze import analyze
 from tapeout.quantize import rules
 from tapeout.quantize.apply import apply
-from tapeout.types import QuantizationSettings
 
 
 def first_plan(analysis, target: str, precision: str, settings: QuantizationSettings):
@@ -75,7 +75,7 @@ def test_static_int8_formats_follow_the_instruction_set(tmp_path, arch, flags, f
 
 
 def test_the_instruction_set_comes_from_the_device_spec_else_the_host():
-    from tapeout.config import load_device
+    from tapeout.core.config import load_device
 
     lunar = rules.isa_for(load_device("intel-core-ultra-200v"))
     assert lunar.origin == "device spec intel-core-ultra-200v" and lunar.vnni and lunar.arch == "x86_64"
@@ -427,7 +427,7 @@ def test_a_quantizer_failure_names_the_node_it_was_on(tmp_path, monkeypatch):
     node. (No model at hand makes this onnxruntime fail, so its per-node step is made to raise.)"""
     from onnxruntime.quantization.operators.matmul import MatMulInteger
 
-    from tapeout.errors import BadInput
+    from tapeout.core.errors import BadInput
     from tapeout.quantize.apply import apply
     from tapeout.quantize.plan import GroupPlan, Plan
 

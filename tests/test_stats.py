@@ -5,8 +5,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from tapeout import stats
-from tapeout.types import min_samples_for_bound
+from tapeout.core.schemas import min_samples_for_bound
+from tapeout.measurement import stats
 
 
 @pytest.mark.parametrize(

@@ -18,10 +18,12 @@ from pydantic import BaseModel, ValidationError
 
 from conftest import SAMPLES, one_line_error, run_cli
 from tapeout import targets
-from tapeout.config import list_profiles, load_profile
-from tapeout.errors import BadInput
+from tapeout.core.artifact import Artifact
+from tapeout.core.config import list_profiles
+from tapeout.core.errors import BadInput
+from tapeout.core.schemas import InputSpec
+from tapeout.steps.setup import load_profile
 from tapeout.targets.base import METERS, PRECISIONS, RULE_SETS, RUNGS, OpProfile, Probe, Session, Target
-from tapeout.types import Artifact, InputSpec
 
 NAMES = sorted(targets.TARGETS)
 
@@ -66,7 +68,7 @@ def test_capabilities_are_well_formed(name):
 
 
 def test_listing_targets_and_validating_profiles_imports_no_runtime():
-    code = ("import sys\nfrom tapeout import targets\nfrom tapeout.config import list_profiles, load_profile\n"
+    code = ("import sys\nfrom tapeout import targets\nfrom tapeout.core.config import list_profiles\nfrom tapeout.steps.setup import load_profile\n"
             "[load_profile(p) for p in list_profiles()]\n[targets.target_class(n) for n in targets.TARGETS]\n"
             "print([m for m in ('onnxruntime', 'openvino', 'onnxruntime_qnn', 'pynvml', 'torch') if m in sys.modules])")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
@@ -223,7 +225,7 @@ def test_the_cuda_artifact_takes_its_external_data_and_nothing_outside_the_model
     which must come along, and a location that leaves the model's folder must not be followed."""
     from onnx.external_data_helper import convert_model_to_external_data
 
-    from tapeout.paths import copy_onnx as copy_model
+    from tapeout.core.paths import copy_onnx as copy_model
 
     _tiny(tmp_path / "tiny.onnx")
     model = onnx.load(tmp_path / "tiny.onnx")

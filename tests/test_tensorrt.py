@@ -24,10 +24,11 @@ from onnx import TensorProto, helper
 
 from conftest import SAMPLES, one_line_error, run_cli
 from tapeout import targets
-from tapeout.errors import BadInput, TapeoutError, TargetUnavailable
-from tapeout.report import render_markdown
+from tapeout.core.artifact import Artifact
+from tapeout.core.errors import BadInput, TapeoutError, TargetUnavailable
+from tapeout.core.schemas import InputSpec
+from tapeout.reports.markdown import render_markdown
 from tapeout.targets import cuda_rt
-from tapeout.types import Artifact, InputSpec
 
 pytestmark = pytest.mark.skipif(targets.target_class("tensorrt").probe().available,
                                 reason="TensorRT is installed here: tests/gpu/test_tensorrt_engines.py covers the real thing")
@@ -124,7 +125,7 @@ def test_engine_is_built_once_with_strong_typing_and_no_precision_flags_then_reu
 
     report = json.loads((build_dir / "report.json").read_text())
     report["engine"] = first.to_json()
-    from tapeout.report_model import Report
+    from tapeout.records.report import Report
 
     text = render_markdown(Report.model_validate(report))
     assert "## Engine" in text and "**Built**" in text
@@ -318,7 +319,7 @@ def test_cuda_runtime_missing_is_a_clear_unavailable(monkeypatch):
 
 def test_golden_parity_inputs_run_on_the_qdq_onnx_here(int8_build):
     """The Q/DQ + FP16 graph the engine is built from runs on ORT here and agrees with the golden outputs."""
-    from tapeout.data import load_golden
+    from tapeout.records.golden import load_golden
 
     inputs, outputs = load_golden(int8_build / "golden.npz")
     sess = targets.reference_session(int8_build / "artifact" / "model.onnx")

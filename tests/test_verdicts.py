@@ -1,10 +1,11 @@
 import numpy as np
 import pytest
 
-from tapeout import verdicts
-from tapeout.errors import EXIT_BUDGET_FAILED, EXIT_INCONCLUSIVE, EXIT_OK
-from tapeout.parity import compare
-from tapeout.types import BudgetResult, Budgets, CheckSettings, ParitySettings, Verdict
+from tapeout.core.errors import EXIT_BUDGET_FAILED, EXIT_INCONCLUSIVE, EXIT_OK
+from tapeout.core.parity import compare
+from tapeout.core.schemas import Budgets, CheckSettings, ParitySettings
+from tapeout.core.verdict import BudgetResult, Verdict
+from tapeout.measurement import verdicts
 
 
 def test_latency_verdict_uses_bounds_and_guard_band():
@@ -54,7 +55,7 @@ def _process(rss_peak=80.0, create_ms=9.0, **meters):
 
 
 def _measurement(*processes):
-    from tapeout.measure import _summarize
+    from tapeout.measurement.measure import _summarize
 
     processes = processes or (_process(80.0, create_ms=9.0), _process(90.0, create_ms=11.0))
     return _summarize(list(processes), CheckSettings(), tuple(processes[0]["meters"]))
@@ -122,7 +123,7 @@ def test_placement_from_the_op_profile_names_what_ran_off_the_targets_provider(d
     left on the CPU EP counts as off the accelerator, by op type, and the placement budget judges it."""
     import json
 
-    from tapeout.measure import placement_from_profile
+    from tapeout.measurement.measure import placement_from_profile
 
     profile = json.loads((digits_build / "report.json").read_text())["measurement"]["op_profile"]
     on_cpu = placement_from_profile(profile, "CPUExecutionProvider")

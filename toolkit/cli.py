@@ -19,7 +19,7 @@ import click
 import typer
 
 from tapeout import __version__
-from tapeout.errors import EXIT_BAD_INPUT, EXIT_INTERNAL, TapeoutError, one_line
+from tapeout.core.errors import EXIT_BAD_INPUT, EXIT_INTERNAL, TapeoutError, one_line
 
 app = typer.Typer(add_completion=False, no_args_is_help=True, rich_markup_mode=None, pretty_exceptions_enable=False,
                   help="Take a trained model to a deployable artifact for a named device, under budgets, with evidence.")
@@ -45,7 +45,8 @@ def _root(
 
 
 def _finish(report, as_json: bool, title: str) -> None:
-    from tapeout.console import UI, verdict_table
+    from tapeout.core.console import UI
+    from tapeout.reports.terminal import verdict_table
 
     data = report.to_json()
     if as_json:
@@ -84,8 +85,8 @@ def build(
     """Export, lint, compile, measure and judge: write a complete build dir, print the budget table."""
     if len(profile) > 1:
         return _choose(project, profile, out, as_json, strict)
-    from tapeout.console import UI
-    from tapeout.pipeline import build as run_build
+    from tapeout.core.console import UI
+    from tapeout.steps.build import build as run_build
 
     report = run_build(project, profile[0], out, UI(), strict=strict)
     _finish(report, as_json, f"{report.project.name} → {report.profile.name}")
@@ -94,8 +95,9 @@ def build(
 def _choose(project: Path, profiles: list[str], out: Path | None, as_json: bool, strict: bool) -> None:
     from rich.table import Table
 
-    from tapeout.choose import HEADER, choose, table_rows
-    from tapeout.console import UI
+    from tapeout.core.console import UI
+    from tapeout.reports.choice import HEADER, table_rows
+    from tapeout.steps.choose import choose
 
     choice = choose(project, profiles, out, UI(), strict=strict)
     if as_json:
@@ -124,17 +126,17 @@ def check(
     strict: bool = STRICT,
 ) -> None:
     """On the device: verify the artifact, re-measure, judge the budgets; writes check.json."""
-    from tapeout import builddir
-    from tapeout.check import check as run_check
-    from tapeout.check import junit_xml
-    from tapeout.console import UI
+    from tapeout.core.console import UI
+    from tapeout.core.files import output_file, write_text
+    from tapeout.reports.junit import junit_xml
+    from tapeout.steps.check import check as run_check
 
     if junit is not None:  # before the check, so that a bad path costs nothing and check.json never stands alone
-        junit = builddir.output_file(junit, "--junit")
+        junit = output_file(junit, "--junit")
     started = time.perf_counter()
     report = run_check(build_dir, UI(), strict=strict, iterations=iterations, repeats=repeats)
     if junit is not None:
-        builddir.write_text(junit, junit_xml(report, strict=strict, seconds=time.perf_counter() - started))
+        write_text(junit, junit_xml(report, strict=strict, seconds=time.perf_counter() - started))
     _finish(report, as_json, f"check {report.project.name} → {report.profile.name}")
 
 
@@ -146,14 +148,15 @@ def export(
     as_json: bool = JSON,
 ) -> None:
     """Export the project's model to ONNX and verify it against torch; nothing is written if it fails."""
-    from tapeout import builddir
-    from tapeout.console import UI
-    from tapeout.context import for_build
-    from tapeout.pipeline import export_model
+    from tapeout.core.console import UI
+    from tapeout.steps.build import export_model
+    from tapeout.steps.setup import for_build
 
     ui = UI()
     ctx = for_build(project, profile, ui)
-    target = builddir.output_file(Path(out) if out else ctx.project.root / "build" / "model.onnx", "--out")
+    from tapeout.core.files import disk_full, out_of_space, output_file
+
+    target = output_file(Path(out) if out else ctx.project.root / "build" / "model.onnx", "--out")
     # staged beside the target (same filesystem), then renamed: a failed or killed export leaves no half file
     try:
         with tempfile.TemporaryDirectory(prefix=f".{target.name}.partial-", dir=target.parent) as tmp:
@@ -161,8 +164,8 @@ def export(
             for file in Path(tmp).iterdir():
                 os.replace(file, target.parent / file.name)
     except OSError as exc:
-        if builddir.out_of_space(exc):
-            raise builddir.disk_full(target.parent, exc) from exc
+        if out_of_space(exc):
+            raise disk_full(target.parent, exc) from exc
         raise
     info = {**exported.info, "path": str(target)}
     if as_json:
@@ -179,9 +182,9 @@ def lint(
     profile: str = typer.Option("cpu-fp32", "--profile", "-p", help="The profile whose target is checked."),
 ) -> None:
     """List every problem the profile's target would hit with this model, before compiling."""
-    from tapeout.console import UI
-    from tapeout.context import for_build
-    from tapeout.pipeline import export_model
+    from tapeout.core.console import UI
+    from tapeout.steps.build import export_model
+    from tapeout.steps.setup import for_build
 
     ui = UI()
     ctx = for_build(project, profile, ui)
@@ -204,9 +207,10 @@ def analyze(
     as_json: bool = JSON,
 ) -> None:
     """Architecture (family, roles, fusion groups), op census, parameters, FLOPs and peak activation memory."""
-    from tapeout.analysis import analyze as run_analysis
-    from tapeout.console import UI, analysis_summary
-    from tapeout.errors import BadInput
+    from tapeout.core.console import UI
+    from tapeout.core.errors import BadInput
+    from tapeout.graph.analyze import analyze as run_analysis
+    from tapeout.reports.terminal import analysis_summary
 
     dims: dict[str, int] = {}
     for item in dim:
@@ -220,8 +224,8 @@ def analyze(
             raise BadInput(f"{model} not found", fix="check the path")
         result, title = run_analysis(model, None, dims), model.name
     else:
-        from tapeout.context import for_build
-        from tapeout.pipeline import export_model, hints_of
+        from tapeout.steps.build import export_model, hints_of
+        from tapeout.steps.setup import for_build
 
         ctx = for_build(model, "cpu-fp32", ui)
         proj = ctx.project
@@ -242,10 +246,10 @@ def report(
     of_check: bool = typer.Option(False, "--check", help="Re-render check.md from check.json instead."),
 ) -> None:
     """Re-render report.md and report.html (or check.md and check.html) from its JSON; print the markdown."""
-    from tapeout import builddir
-    from tapeout.errors import BadInput
-    from tapeout.report import render_markdown
-    from tapeout.report_model import load
+    from tapeout.core.errors import BadInput
+    from tapeout.core.files import write_text
+    from tapeout.records.report import load
+    from tapeout.reports.markdown import render_markdown
 
     source = build_dir / ("check.json" if of_check else "report.json")
     if not source.is_file():
@@ -254,10 +258,10 @@ def report(
     text = render_markdown(loaded)
     typer.echo(text)
     try:
-        from tapeout.report_html import render as render_html
+        from tapeout.reports.html_page import render as render_html
 
-        builddir.write_text(source.with_suffix(".md"), text)
-        builddir.write_text(source.with_suffix(".html"), render_html(loaded))
+        write_text(source.with_suffix(".md"), text)
+        write_text(source.with_suffix(".html"), render_html(loaded))
     except OSError as exc:  # a read-only build dir still renders
         typer.echo(f"tapeout: note: {source.with_suffix('.md')} not written ({exc.strerror or exc})", err=True)
 
@@ -270,12 +274,12 @@ def estimate(
     as_json: bool = JSON,
 ) -> None:
     """Latency estimate on the profile's device: roofline per kernel, calibrated where measured, with its error band."""
-    from tapeout import estimate as estimating
-    from tapeout.console import UI
+    from tapeout.core.console import UI
+    from tapeout.estimation import estimate as estimating
 
     spec = None
     if device is not None:
-        from tapeout.config import load_device
+        from tapeout.core.config import load_device
 
         spec = load_device(device)
     est = estimating.for_build(build_dir, device_spec=spec)
@@ -305,13 +309,14 @@ def calibrate(
     as_json: bool = JSON,
 ) -> None:
     """Fit the estimator (per kernel class: cost per launch, roofline multiple) from measured per-op profiles."""
-    from tapeout import calibration, manifest, roofline
-    from tapeout import estimate as estimating
-    from tapeout.console import UI
-    from tapeout.errors import BadInput
+    from tapeout.core.console import UI
+    from tapeout.core.errors import BadInput
+    from tapeout.core.host import host_fingerprint, now
+    from tapeout.estimation import estimate as estimating
+    from tapeout.estimation import fit, roofline
 
     ui = UI()
-    here = roofline.host_key(manifest.host_fingerprint())
+    here = roofline.host_key(host_fingerprint())
     found = []
     for d in build_dirs:
         got = estimating.measured_record(d)
@@ -325,10 +330,10 @@ def calibrate(
     if not found:
         raise BadInput("none of the build dirs has a latency measured on its device with a per-op profile",
                        fix="build (or check) on the device with [check] op_profile = true, then calibrate from those")
-    folder = out or calibration.user_folder()
+    folder = out or fit.user_folder()
     results = []
-    for cal in calibration.make(found, manifest.now(), __version__):
-        path = calibration.save(cal, folder)
+    for cal in fit.make(found, now(), __version__):
+        path = fit.save(cal, folder)
         results.append({"device": cal.device, "target": cal.target, "file": str(path), "summary": cal.summary(),
                         "band": cal.band, "held_out": cal.held_out})
         if not as_json:
@@ -345,22 +350,23 @@ def compare(
     as_json: bool = JSON,
 ) -> None:
     """One table for one model across targets (from existing builds), the Pareto front and a recommendation."""
-    from tapeout import builddir
-    from tapeout import compare as comparing
+    from tapeout.core.files import output_file, write_text
+    from tapeout.reports import compare as comparing
+
 
     if html_out is not None:
-        html_out = builddir.output_file(html_out, "--html")
+        html_out = output_file(html_out, "--html")
     result = comparing.compare(comparing.resolve(items, profile))
     if html_out is not None:
-        from tapeout.report_html import render_compare
+        from tapeout.reports.html_page import render_compare
 
-        builddir.write_text(html_out, render_compare(result))
+        write_text(html_out, render_compare(result))
     if as_json:
-        typer.echo(comparing.to_json(result))
+        typer.echo(json.dumps(result, indent=2, default=str))
         return
     from rich.table import Table
 
-    from tapeout.console import UI
+    from tapeout.core.console import UI
 
     ui = UI()
     table = Table(*comparing.HEADER, title="one model, several targets")
@@ -377,18 +383,18 @@ def diff(
     as_json: bool = JSON,
 ) -> None:
     """Which figures moved beyond their noise between two builds (or a build and its check)."""
-    from tapeout import compare as comparing
-    from tapeout.errors import BadInput
+    from tapeout.core.errors import BadInput
+    from tapeout.reports import diff as diffing
 
     if b is None:
         if not (a / "check.json").is_file():
             raise BadInput(f"{a} has no check.json to compare its build with", fix="run `tapeout check` on it, or give two builds")
         a, b = a / "report.json", a / "check.json"
-    rows = comparing.diff(comparing.load_side(a), comparing.load_side(b))
+    rows = diffing.diff(diffing.load_side(a), diffing.load_side(b))
     if as_json:
-        typer.echo(comparing.to_json(rows))
+        typer.echo(json.dumps(rows, indent=2, default=str))
     else:
-        typer.echo(comparing.render_diff(rows, str(a), str(b)))
+        typer.echo(diffing.render_diff(rows, str(a), str(b)))
     raise typer.Exit(0)
 
 
@@ -402,7 +408,7 @@ def targets(as_json: bool = JSON) -> None:
     from rich.table import Table
 
     from tapeout import targets as registry
-    from tapeout.errors import BadInput, TargetUnavailable
+    from tapeout.core.errors import BadInput, TargetUnavailable
 
     rows = []
     for name, info in registry.TARGETS.items():
@@ -436,7 +442,8 @@ def targets(as_json: bool = JSON) -> None:
 @profiles_app.command("list")
 def profiles_list(as_json: bool = JSON) -> None:
     """Shipped build profiles and device specs."""
-    from tapeout.config import list_devices, list_profiles, load_profile
+    from tapeout.core.config import list_devices, list_profiles
+    from tapeout.steps.setup import load_profile
 
     names = list_profiles()
     if as_json:
@@ -451,7 +458,8 @@ def profiles_list(as_json: bool = JSON) -> None:
 @profiles_app.command("show")
 def profiles_show(name: str = typer.Argument(..., help="Profile or device spec name, or a path to a profile .toml.")) -> None:
     """A profile as resolved (extends merged, defaults filled) with its device spec, or a device spec, as JSON."""
-    from tapeout.config import list_devices, list_profiles, load_device, load_profile
+    from tapeout.core.config import list_devices, list_profiles, load_device
+    from tapeout.steps.setup import load_profile
 
     if name in list_devices() and name not in list_profiles():
         typer.echo(json.dumps({"device_spec": load_device(name).model_dump(mode="json")}, indent=2))
@@ -500,7 +508,7 @@ def main() -> None:
     sys.argv = [a for a in sys.argv if a != "--debug"]
     signal.signal(signal.SIGTERM, _on_sigterm)
     if signal.getsignal(signal.SIGINT) is signal.default_int_handler:  # left alone where started ignored (nohup, &)
-        from tapeout.console import on_sigint
+        from tapeout.core.console import on_sigint
 
         signal.signal(signal.SIGINT, on_sigint)
     try:
@@ -545,7 +553,7 @@ def main() -> None:
 
 def _after_ctrl_c() -> None:
     """A failure after a Ctrl-C Python dropped (an import it cut short, say) is the interrupt's doing: say that."""
-    from tapeout.console import interrupt_pending
+    from tapeout.core.console import interrupt_pending
 
     if interrupt_pending():
         _interrupted()

@@ -13,7 +13,7 @@ import pytest
 
 from conftest import SAMPLES, gpu_profile, run_cli
 from tapeout import targets
-from tapeout.config import load_device
+from tapeout.core.config import load_device
 
 PROBE = targets.target_class("ort-cuda").probe()
 pytestmark = [pytest.mark.gpu, pytest.mark.skipif(not PROBE.available, reason=f"no usable CUDA EP: {PROBE.reason}")]

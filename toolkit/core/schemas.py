@@ -1,0 +1,363 @@
+"""The schemas of the files a user writes: the project file (tapeout.toml), build profiles, device specs.
+
+Imports nothing heavy (pydantic and the standard library only): every other module, the
+device-side `check` included, depends on this one.
+"""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, field_validator, model_validator
+
+DType = Literal["float32", "float16", "float64", "int64", "int32", "int8", "uint8", "bool"]
+
+
+Direction = Literal["higher", "lower"]
+
+
+# The values an input `range` may take per dtype. Float64's are capped at float32's (a wider range
+# overflows uniform sampling); int64's at 2**53, where a range (read as floats) stops being exact.
+DTYPE_LIMITS: dict[str, tuple[float, float]] = {
+    "float16": (-65504.0, 65504.0), "float32": (-3.0e38, 3.0e38), "float64": (-3.0e38, 3.0e38),
+    "int64": (-(2**53), 2**53), "int32": (-(2**31), 2**31 - 1), "int8": (-128, 127), "uint8": (0, 255),
+}
+
+
+def folder_safe(value: str | None, what: str) -> str | None:
+    """A name that becomes a file or folder name (a build dir, a device spec file): never a path."""
+    if value is None:
+        return value
+    if not value or len(value) > 100 or value.startswith(".") or any(c in value for c in "/\\\0"):
+        raise ValueError(f"{what} {value!r} must be a plain name (no '/', '\\', leading '.', at most 100 "
+                         "characters): it names a file or folder")
+    return value
+
+
+class _Strict(BaseModel):
+    # Unknown fields are errors: a typo in a budget name must not silently drop the budget.
+    # NaN and infinity are never a budget, a tolerance, a range or a time: TOML's `inf`/`nan` are refused.
+    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
+
+
+class InputSpec(_Strict):
+    """One model input: symbolic dims (strings) become dynamic axes, ints are pinned."""
+
+    name: str = Field(min_length=1)
+    shape: list[int | str]
+    dtype: DType = "float32"
+    range: tuple[float, float] | None = None
+
+    @field_validator("shape")
+    @classmethod
+    def _dims_valid(cls, shape: list[int | str]) -> list[int | str]:
+        for dim in shape:
+            if isinstance(dim, int) and dim <= 0:
+                raise ValueError(f"dimension {dim} must be a positive integer or a symbolic name")
+            if isinstance(dim, str) and not dim.isidentifier():
+                raise ValueError(f"symbolic dimension {dim!r} must be an identifier such as 'batch'")
+        return shape
+
+    @field_validator("range")
+    @classmethod
+    def _range_ordered(cls, value: tuple[float, float] | None) -> tuple[float, float] | None:
+        if value is not None and not value[0] <= value[1]:
+            raise ValueError(f"range [{value[0]}, {value[1]}] must be [low, high] with low <= high (inclusive for integers)")
+        return value
+
+    @model_validator(mode="after")
+    def _range_fits_dtype(self) -> InputSpec:
+        # random inputs are drawn in this range and cast to the dtype: both ends must be values of it
+        if self.range is None or self.dtype == "bool":
+            return self
+        low, high = DTYPE_LIMITS[self.dtype]
+        too_wide = self.dtype.startswith("float") and self.range[1] - self.range[0] > high
+        if not (low <= self.range[0] and self.range[1] <= high) or too_wide:
+            raise ValueError(f"range [{self.range[0]:g}, {self.range[1]:g}] does not fit {self.dtype} "
+                             f"(values from {low:g} to {high:g}" + (f", a width of at most {high:g})" if too_wide else ")"))
+        return self
+
+    def concrete_shape(self, dims: dict[str, int]) -> tuple[int, ...]:
+        return tuple(d if isinstance(d, int) else dims[d] for d in self.shape)
+
+
+class ModelSection(_Strict):
+    source: str = Field(min_length=1, description="path.py:callable, module:callable, HF dir, .pt2 or .onnx")
+    name: str | None = None
+    outputs: list[str] | None = Field(None, min_length=1, description="names for the model's outputs, in order")
+
+
+class ExportSection(_Strict):
+    opset: int | None = Field(None, ge=13, description="default: the newest the installed runtime accepts")
+    dynamic: bool = True
+    atol: float = Field(1e-4, ge=0)
+    rtol: float = Field(1e-3, ge=0)
+    samples: int = Field(3, ge=1, le=64, description="random inputs the export is verified on")
+
+
+class DataSection(_Strict):
+    data: str = Field(min_length=1, description=".npz file or module:callable yielding feed dicts")
+
+
+class EvaluationSection(_Strict):
+    metric: str = Field(min_length=1, description="module:callable or path.py:callable taking predict")
+    direction: Direction
+    name: str = "metric"
+
+
+MAX_INPUT_ELEMENTS = 2**31  # one input's elements: 8 GiB of float32, far past any model this runs
+
+
+class Project(_Strict):
+    model: ModelSection
+    inputs: list[InputSpec] = Field(min_length=1)
+    dims: dict[str, int] = Field(default_factory=dict)
+    calibration: DataSection | None = None
+    evaluation: EvaluationSection | None = None
+    export: ExportSection = ExportSection()
+    golden_samples: int = Field(4, ge=1, le=256)
+    seed: int = Field(0, ge=0, lt=2**32, description="numpy's generators take 0 to 2**32 - 1")
+
+    _root: Path = PrivateAttr(default=Path("."))
+    _file: Path = PrivateAttr(default=Path("tapeout.toml"))
+
+    @model_validator(mode="after")
+    def _dims_resolve(self) -> Project:
+        names = [spec.name for spec in self.inputs]
+        if len(set(names)) != len(names):
+            raise ValueError(f"input names must be unique, got {names}")
+        for spec in self.inputs:
+            for dim in spec.shape:
+                if isinstance(dim, str) and dim not in self.dims:
+                    raise ValueError(
+                        f"input {spec.name!r} uses symbolic dim {dim!r}: give its build value in [dims], e.g. {dim} = 1"
+                    )
+        for name, value in self.dims.items():
+            if value < 1:  # a batch of 0 would build, measure and pass on empty inputs
+                raise ValueError(f"[dims] {name} = {value}: a dimension is at least 1")
+        for spec in self.inputs:
+            elements = math.prod(spec.concrete_shape(self.dims))
+            if elements > MAX_INPUT_ELEMENTS:
+                raise ValueError(f"input {spec.name!r} has {elements:,} elements at shape "
+                                 f"{list(spec.concrete_shape(self.dims))}: over {MAX_INPUT_ELEMENTS:,} (8 GiB of float32); "
+                                 "check [dims] and the shape for a typo")
+        return self
+
+    @property
+    def root(self) -> Path:
+        return self._root
+
+    @property
+    def file(self) -> Path:
+        return self._file
+
+    @property
+    def display_name(self) -> str:
+        return self.model.name or self._root.resolve().name
+
+
+class Budgets(_Strict):
+    """Every budget is optional; one left out is simply not judged."""
+
+    latency_p50_ms: float | None = Field(None, gt=0)
+    latency_p90_ms: float | None = Field(None, gt=0)
+    latency_p99_ms: float | None = Field(None, gt=0)
+    cold_start_ms: float | None = Field(None, gt=0)
+    peak_memory_mb: float | None = Field(None, gt=0, description="peak RSS of the inference process")
+    gpu_memory_mb: float | None = Field(None, gt=0, description="peak GPU memory of the inference process")
+    artifact_mb: float | None = Field(None, gt=0)
+    power_avg_w: float | None = Field(None, gt=0)
+    energy_mj: float | None = Field(None, gt=0)
+    accuracy_max_drop: float | None = Field(None, ge=0, description="in the project's metric units")
+    accuracy_max_rel_drop: float | None = Field(None, ge=0, lt=1, description="as a share of the reference metric")
+    placement_max_off_share: float | None = Field(None, ge=0, le=1, description="share of nodes off the intended accelerator")
+
+    def latency_quantiles(self) -> dict[float, float]:
+        pairs = {0.5: self.latency_p50_ms, 0.9: self.latency_p90_ms, 0.99: self.latency_p99_ms}
+        return {q: limit for q, limit in pairs.items() if limit is not None}
+
+
+# A million timed runs is hours at millisecond latencies and 8 MB of samples: past it is a typo.
+MAX_ITERATIONS = 1_000_000
+
+
+MAX_REPEATS = 20
+
+
+class ParitySettings(_Strict):
+    atol: float = Field(1e-4, ge=0)
+    rtol: float = Field(1e-3, ge=0)
+    min_cosine: float = Field(0.9999, ge=-1, le=1)
+
+
+class CheckSettings(_Strict):
+    iterations: int = Field(300, ge=10, le=MAX_ITERATIONS, description="timed runs per repeat")
+    repeats: int = Field(3, ge=1, le=MAX_REPEATS, description="fresh inference processes")
+    warmup_min_iters: int = Field(10, ge=1, le=100_000)
+    warmup_min_s: float = Field(0.5, ge=0, le=600)
+    warmup_max_s: float = Field(10.0, gt=0, le=600)
+    confidence: float = Field(0.95, gt=0.5, lt=1)
+    guard_band: float = Field(0.05, ge=0, lt=1, description="a pass needs the upper bound this far under the limit")
+    op_profile: bool = True
+    op_profile_iterations: int = Field(20, ge=1, le=10_000)
+    energy_window_s: float = Field(5.0, ge=0, le=600, description="where an energy counter is read, the timed runs "
+                                   "are extended with more runs until the window spans this long (counters update "
+                                   "every few ms to 100 ms)")
+    parity: ParitySettings = ParitySettings()
+
+
+Precision = Literal["fp32", "fp16", "fp8", "int8", "int4"]
+
+
+class QuantizationSettings(_Strict):
+    """How a non-FP32 precision is reached; the rule table fills in what is left at "auto"."""
+
+    method: Literal["auto", "dynamic", "static", "weight-only"] = "auto"
+    calibration_method: Literal["minmax", "percentile", "entropy"] = "minmax"
+    calibration_samples: int = Field(64, ge=1, le=4096, description="bounds calibration memory and time")
+    per_channel: bool | None = Field(None, description="None: the rule decides")
+    keep_float: list[str] = Field(default_factory=list, description="fusion-group or node names kept in float")
+    block_size: int = Field(32, ge=16, le=256, description="INT4 weight-only block size (a power of two)")
+    int4_algorithm: Literal["rtn", "gptq", "awq"] = "rtn"  # gptq: ORT only; awq: OpenVINO (NNCF) only
+    sensitivity: bool = Field(True, description="run the sensitivity loop when the accuracy budget is missed")
+    max_evaluations: int = Field(12, ge=1, le=200, description="full metric evaluations the loop may spend")
+    rank_samples: int = Field(8, ge=1, le=256, description="calibration samples used to rank fusion groups")
+    max_ranked_groups: int = Field(24, ge=1, le=1000, description="groups the loop ranks (each quantized alone); "
+                                   "the rest, smallest by MACs, follow them unranked")
+    max_search_s: float = Field(900, gt=0, le=86_400, description="wall time for ranking and the loop together; "
+                                "what is left when it runs out is reported as skipped")
+
+    @field_validator("block_size")
+    @classmethod
+    def _power_of_two(cls, value: int) -> int:
+        if value & (value - 1):
+            raise ValueError(f"block_size {value} must be a power of two (16, 32, 64, 128, 256)")
+        return value
+
+
+class PruningSettings(_Strict):
+    """Structured pruning on the torch side, before export (quantize/prune.py); then the precision step."""
+
+    what: list[Literal["channels", "heads", "mlp", "depth", "2:4"]] = Field(
+        min_length=1, description="channels (conv/Linear widths of CNNs and MLPs), heads (attention heads), mlp "
+        "(transformer FFN width), depth (whole blocks of the repeated block list), 2:4 (semi-structured weight "
+        "sparsity)")
+    ratio: float = Field(gt=0, lt=1, description="share of each prunable width (channels, heads, FFN width) and of "
+                         "the blocks (depth) removed; with until = \"latency\", the most the search may remove")
+    until: Literal["ratio", "latency"] = Field(
+        "ratio", description="ratio: prune by `ratio` once; latency: prune in steps of `step` up to `ratio`, measuring "
+        "each step on the target, until the latency_p50_ms budget holds or the accuracy budget breaks")
+    step: float = Field(0.1, gt=0, lt=1, description="the latency search's increment of the ratio")
+    importance: Literal["activation", "magnitude", "taylor"] = Field(
+        "activation", description="activation (‖W[:, j]‖·‖x_j‖ on the calibration data, Wanda's score), magnitude "
+        "(L2 of the coupled group) or taylor (|w·∂L/∂w| on the calibration data)")
+    protect: list[str] = Field(default_factory=list, description="module names kept whole, besides the family's own "
+                               "(first conv, classifier, embeddings, LM head)")
+    round_to: int | None = Field(None, ge=1, le=256, description="channel counts kept a multiple of this (default: "
+                                 "from the target and precision)")
+    recover: str | None = Field(None, description="`file.py:callable` called with (pruned, teacher, recovery "
+                                "inputs) to recover accuracy; default: the built-in distillation")
+    data: str | None = Field(None, description="recovery inputs: an .npz in the project or `file.py:callable` yielding "
+                             "feeds, like [calibration] data (unlabelled, so it can be far larger); default: the "
+                             "calibration data")
+    data_samples: int = Field(4096, ge=1, le=1_000_000, description="at most this many recovery inputs are read")
+    distill_steps: int = Field(200, ge=0, le=100_000, description="built-in distillation: optimizer steps (0: none)")
+    distill_batch: int = Field(16, ge=1, le=1024, description="built-in distillation: inputs per step (stacked on the "
+                               "batch axis where the model gives the same answers batched; 1 otherwise)")
+    distill_lr: float | None = Field(None, gt=0, le=1.0, description="default: 5e-5 for transformers (a pretrained "
+                                     "encoder's fine-tuning rate; 1e-3 collapsed MiniLM), 1e-3 otherwise")
+    distill_max_s: float = Field(300, gt=0, le=86_400, description="built-in distillation: wall-time cap")
+
+
+class Profile(_Strict):
+    name: str = Field(description="names the default build dir, PROJECT/build/NAME")
+    description: str = ""
+    target: str
+    device: str | None = Field(None, description="device spec name; none means the machine that runs check")
+    precision: Precision = "fp32"
+    quantization: QuantizationSettings = QuantizationSettings()
+    pruning: PruningSettings | None = None
+    options: dict[str, Any] = Field(default_factory=dict)
+    budgets: Budgets = Budgets()
+    check: CheckSettings = CheckSettings()
+
+    @field_validator("name", "device")
+    @classmethod
+    def _plain_names(cls, value: str | None, info) -> str | None:
+        return folder_safe(value, f"profile {info.field_name}")
+
+    @model_validator(mode="after")
+    def _enough_iterations(self) -> Profile:
+        total = self.check.iterations * self.check.repeats
+        for q in self.budgets.latency_quantiles():
+            need = min_samples_for_bound(q, self.check.confidence)
+            if total < need:
+                raise ValueError(
+                    f"check.iterations × check.repeats = {total} cannot bound p{q * 100:g} at confidence "
+                    f"{self.check.confidence}: needs at least {need} samples in all"
+                )
+        return self
+
+
+def min_samples_for_bound(quantile: float, confidence: float) -> int:
+    """Smallest n for which the largest of n samples is a one-sided upper bound on the quantile."""
+    return math.ceil(math.log(1 - confidence) / math.log(quantile))
+
+
+class _FromSource(_Strict):
+    """Something taken from a page: `source` is that page's URL."""
+
+    source: str
+    note: str = ""
+
+    @field_validator("source")
+    @classmethod
+    def _is_url(cls, value: str) -> str:
+        if not value.startswith(("https://", "http://")):
+            raise ValueError(f"source must be a URL, got {value!r}")
+        return value
+
+
+class Sourced(_FromSource):
+    """A datasheet number with the page it came from."""
+
+    value: float = Field(gt=0)
+
+
+# CPU instruction-set extensions the INT8 rules key on (Linux /proc/cpuinfo spellings; arm64: Features)
+CpuFlag = Literal["avx2", "avx512f", "avx512_vnni", "avx_vnni", "avx512_bf16", "amx_int8", "amx_bf16",
+                  "asimd", "asimddp", "i8mm", "sve", "sve2"]
+
+
+class CpuIsa(_FromSource):
+    """The instruction set of a device's CPU cores, with the page it came from."""
+
+    arch: Literal["x86_64", "arm64"]
+    flags: list[CpuFlag]
+
+
+class DeviceSpec(_Strict):
+    name: str
+
+    @field_validator("name")
+    @classmethod
+    def _plain_name(cls, value: str) -> str:
+        return folder_safe(value, "device spec name")
+    vendor: str
+    kind: Literal["gpu", "soc", "cpu"]
+    compute_units: list[Literal["cpu", "gpu", "npu", "dla"]] = Field(min_length=1)
+    peak_dense_tops: dict[Literal["fp32", "tf32", "fp16", "bf16", "fp8", "int8", "int4"], Sourced] = Field(
+        min_length=1, description="dense peak, TFLOP/s or TOP/s, per precision"
+    )
+    memory_gb: Sourced
+    memory_bandwidth_gbs: Sourced
+    power_max_w: Sourced | None = None
+    power_modes_w: list[float] = Field(default_factory=list)
+    cpu_isa: CpuIsa | None = Field(None, description="its CPU cores' instruction set: the CPU INT8 rules key on it")
+    identifiers: list[str] = Field(default_factory=list, description="substrings of the name the device's driver "
+                                   "reports (NVML, amdsmi, the Jetson device tree): `check` says when another device ran")
+
+    def matches(self, reported: str) -> bool:
+        return any(i.lower() in reported.lower() for i in self.identifiers)

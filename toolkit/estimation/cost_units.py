@@ -1,0 +1,234 @@
+"""The model as the kernels a runtime would run: fusion groups once, folded shape arithmetic never.
+
+The estimator's unit is the kernel, not the ONNX node (research/profiling-modeling.md §1.1): a
+fusion group from the analysis (a Conv or Linear with its bias, activation and norm) is one kernel
+whose bytes are its weighted nodes' traffic; any other node is its own kernel; nodes a runtime
+constant-folds (shape arithmetic, everything computed from weights alone) are none. Each kernel
+has a class (what calibration fits an efficiency per), a precision from the quantization plan,
+FLOPs, and bytes at that precision.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+
+from tapeout.estimation.roofline import BYTES_PER_ELEMENT
+from tapeout.graph.analysis import Analysis
+from tapeout.graph.analyze import node_cost
+from tapeout.graph.view import GraphView
+
+CLASSES = ("conv", "matmul", "recurrent", "reduce", "elementwise", "movement", "quantize")
+
+# ONNX, ONNX Runtime contrib and OpenVINO executed-layer type names, by kernel class. A name not
+# listed is elementwise (arithmetic per element, bandwidth-bound on every device here).
+_CLASS_OF = {
+    "conv": {"Conv", "ConvTranspose", "QLinearConv", "FusedConv", "NhwcConv", "ConvInteger", "NhwcFusedConv",
+             "Convolution", "GroupConvolution", "ConvolutionBackpropData", "GroupConvolutionBackpropData"},
+    "matmul": {"MatMul", "Gemm", "FusedMatMul", "FusedGemm", "QGemm", "QLinearMatMul", "MatMulInteger",
+               "MatMulIntegerToFloat", "DynamicQuantizeMatMul", "MatMulNBits", "Attention", "MultiHeadAttention",
+               "GroupQueryAttention", "Einsum", "FullyConnected", "ScaledDotProductAttention",
+               "FullyConnectedCompressed", "FullyConnectedQuantizedLegacy", "FullyConnectedQuantized", "gemm", "matmul"},
+    # one op, but its cell runs once per time step: its cost per launch is per step
+    "recurrent": {"LSTM", "GRU", "RNN", "DynamicQuantizeLSTM", "LSTMSequence", "GRUSequence", "RNNSequence"},
+    "reduce": {"Softmax", "LogSoftmax", "LayerNormalization", "SkipLayerNormalization", "SimplifiedLayerNormalization",
+               "SkipSimplifiedLayerNormalization", "BatchNormalization", "InstanceNormalization", "GroupNorm",
+               "RMSNormalization", "ReduceMean", "ReduceSum", "ReduceMax", "ReduceMin", "ReduceProd", "ReduceL2",
+               "MaxPool", "AveragePool", "GlobalAveragePool", "GlobalMaxPool", "ArgMax", "TopK", "CumSum",
+               "MVN", "Pooling", "Reduce", "SoftMax", "NormalizeL2", "RMS", "Topk"},
+    "movement": {"Transpose", "Concat", "Gather", "GatherElements", "GatherND", "Slice", "Split", "Reshape", "Expand",
+                 "Tile", "Pad", "Resize", "ScatterND", "ScatterElements", "Squeeze", "Unsqueeze", "Flatten", "Identity",
+                 "ReorderInput", "ReorderOutput", "Reorder", "StridedSlice", "Broadcast", "Convert", "Copy",
+                 "DepthToSpace", "SpaceToDepth", "ShuffleChannels", "Interpolate", "Cast", "MemcpyToHost",
+                 "MemcpyFromHost", "ShapeOf"},
+    "quantize": {"QuantizeLinear", "DequantizeLinear", "DynamicQuantizeLinear", "FakeQuantize"},
+}
+_BY_NAME = {name: cls for cls, names in _CLASS_OF.items() for name in names}
+
+# Ops that give their input a new shape without touching it: every runtime here aliases the buffer
+# (the bottleneck view counts them the same way), so they cost a dispatch and no traffic.
+VIEW_OPS = {"Reshape", "Squeeze", "Unsqueeze", "Flatten", "Identity"}
+NORM_OPS = {"LayerNormalization", "SimplifiedLayerNormalization", "RMSNormalization"}
+
+# Nodes that only move shapes about: a runtime folds them (with their constant inputs) at load time.
+_SHAPE_OPS = {"Shape", "Size", "Constant", "ConstantOfShape", "Range"}
+
+
+def op_class(op_type: str) -> str:
+    return _BY_NAME.get(op_type, "elementwise")
+
+
+@dataclass(frozen=True)
+class Kernel:
+    name: str          # the fusion group's name, or the node's
+    cls: str           # one of CLASSES
+    precision: str
+    flops: int
+    bytes: float       # DRAM traffic at the kernel's precision, once per inference
+    nodes: int         # ONNX nodes it covers
+    launches: int = 1  # times it runs per inference: a recurrent cell once per time step
+    lead: str = ""     # the node the plan's precision is looked up by (a group's first weighted node)
+    quantized_input: int = 0  # a fusion group's input elements: quantized too where the group is
+    reread: float = 0.0  # bytes read again on every launch after the first: a recurrent cell's weights
+
+    def to_json(self) -> dict:
+        return {"name": self.name, "class": self.cls, "precision": self.precision, "flops": self.flops,
+                "bytes": self.bytes, "nodes": self.nodes, "launches": self.launches, "reread_bytes": self.reread}
+
+
+def folded(view: GraphView) -> set[str]:
+    """Nodes computed from constants and shapes alone: constant-folded by every runtime here."""
+    known: set[str] = set(view.initializers)
+    done: set[str] = set()
+    for node in view.nodes:
+        inputs = [t for t in node.input if t]
+        if node.op_type in _SHAPE_OPS or (inputs and all(t in known for t in inputs)):
+            done.add(node.name)
+            known.update(t for t in node.output if t)
+    return done
+
+
+def precision_of(plan: dict | None, default: str) -> dict[str, str]:
+    """Node name -> precision from a quantization plan's groups (nodes not in it run at `default`)."""
+    out: dict[str, str] = {}
+    for group in (plan or {}).get("groups", []):
+        for node in group.get("nodes", []):
+            out[node] = group.get("precision", default)
+    return out
+
+
+def float_precision(profile_precision: str, plan: dict | None) -> str:
+    """What the nodes a plan leaves unquantized run in: the ladder's last rung (CPU: fp32; GPUs: fp16)."""
+    ladder = (plan or {}).get("ladder") or []
+    if ladder:
+        return ladder[-1]
+    return profile_precision if profile_precision in BYTES_PER_ELEMENT else "fp32"
+
+
+def of(view: GraphView, analysis: Analysis, plan: dict | None, default_precision: str) -> list[Kernel]:
+    """The kernels of the analysed model at the plan's precisions, in execution order."""
+    return at_precision(structure(view, analysis), plan, default_precision)
+
+
+def structure(view: GraphView, analysis: Analysis) -> list[Kernel]:
+    """The kernels as exported (FP32 bytes), in execution order: made while the graph is loaded, so the
+    graph can be let go before the precision step decides what each kernel runs in."""
+    skip = folded(view)
+    by_name = {n.name: n for n in view.nodes}
+    group_of = {n: g for g in analysis.groups for n in g.nodes}
+    costs = {c.name: c for c in analysis.costs}
+    kernels: list[Kernel] = []
+    seen_groups: set[str] = set()
+    for node in view.nodes:
+        if node.name in skip:
+            continue
+        group = group_of.get(node.name)
+        if group is None:
+            cost = costs.get(node.name) or node_cost(view, node)
+            cls = op_class(node.op_type)
+            moved = 0 if node.op_type in VIEW_OPS else cost.bytes_moved
+            kernels.append(Kernel(node.name, cls, "fp32", cost.flops, moved, 1,
+                                  _steps(view, node) if cls == "recurrent" else 1, node.name,
+                                  reread=_recurrent_weights(view, node) if cls == "recurrent" else 0))
+            continue
+        if group.name in seen_groups:
+            continue
+        seen_groups.add(group.name)
+        members = [costs[n] for n in group.nodes if n in costs]
+        weighted = [costs[n] for n in group.weighted if n in costs] or members[:1]
+        lead = by_name.get(weighted[0].name) if weighted else None
+        cls = op_class(lead.op_type) if lead is not None else "elementwise"
+        kernels.append(Kernel(group.name, cls, "fp32", sum(c.flops for c in members),
+                              sum(c.bytes_moved for c in weighted), len(members),
+                              _steps(view, lead) if cls == "recurrent" and lead is not None else 1,
+                              group.weighted[0] if group.weighted else "",
+                              (view.size(lead.input[0]) or 0) if lead is not None and group.weighted else 0,
+                              _recurrent_weights(view, lead) if cls == "recurrent" and lead is not None else 0))
+    return _add_norm_fused(view, kernels)
+
+
+def _add_norm_fused(view: GraphView, kernels: list[Kernel]) -> list[Kernel]:
+    """A residual Add feeding a LayerNormalization runs as one kernel on every runtime here (ONNX Runtime's
+    SkipLayerNormalization, OpenVINO's MVN with its eltwise, TensorRT's normalization fusion): the sum is
+    never read back, and is written once only where something else uses it (the next residual)."""
+    index = {k.name: i for i, k in enumerate(kernels)}
+    fused: dict[int, Kernel] = {}
+    dropped: set[int] = set()
+    for node in view.nodes:
+        if node.op_type not in NORM_OPS or node.name not in index or not node.input:
+            continue
+        add = view.producer.get(node.input[0])
+        if add is None or add.op_type != "Add" or add.name not in index:
+            continue
+        norm_k, add_k = kernels[index[node.name]], kernels[index[add.name]]
+        total = node.input[0]
+        between = (view.size(total) or 0) * view.elem_bytes(total)   # written by the Add, read by the norm
+        others = [c for c in view.consumers.get(total, []) if c.name != node.name]
+        moved = add_k.bytes + norm_k.bytes - 2 * between + (between if others or total in view.outputs else 0)
+        fused[index[node.name]] = replace(norm_k, flops=norm_k.flops + add_k.flops, bytes=max(moved, 0),
+                                          nodes=norm_k.nodes + add_k.nodes)
+        dropped.add(index[add.name])
+    return [fused.get(i, k) for i, k in enumerate(kernels) if i not in dropped]
+
+
+def at_precision(kernels: list[Kernel], plan: dict | None, default_precision: str) -> list[Kernel]:
+    """Each kernel at the precision the plan gives its lead node, bytes scaled to it; a quantized fusion
+    group adds the activation quantization its input needs (read float, write 8 bits)."""
+    precisions = precision_of(plan, default_precision)
+    out = []
+    for k in kernels:
+        precision = precisions.get(k.lead, default_precision) if k.lead else default_precision
+        scale = BYTES_PER_ELEMENT.get(precision, 4.0) / 4.0
+        out.append(replace(k, precision=precision, bytes=k.bytes * scale, reread=k.reread * scale))
+        if precision in ("int8", "int4", "fp8") and k.quantized_input:
+            elements = k.quantized_input
+            out.append(Kernel(f"{k.name}/quantize", "quantize", precision, 2 * elements,
+                              elements * (4 + BYTES_PER_ELEMENT.get(precision, 1.0)), 0))
+    return out
+
+
+def roof_times(kernel: Kernel, roof) -> tuple[float, float]:
+    """Seconds at the compute roof and at the bandwidth roof (0 where the roof is unknown)."""
+    peak, _ = roof.peak(kernel.precision)
+    compute = kernel.flops / peak if peak else 0.0
+    memory = kernel.bytes / roof.bandwidth if roof.bandwidth else 0.0
+    if kernel.reread and kernel.launches > 1:
+        # re-read from the cache level it fits in; a roof with no measured cache cannot price it, and a
+        # lower bound must not guess: those reads are then left out
+        rate = roof.bandwidth_at(kernel.reread)
+        if rate:
+            memory += (kernel.launches - 1) * kernel.reread / rate
+    return compute, memory
+
+
+def class_roofs(kernels: list[Kernel], roof) -> dict[str, float]:
+    """Roofline seconds per `class@precision`: the sum of each kernel's max(compute, memory) time."""
+    out: dict[str, float] = {}
+    for k in kernels:
+        key = f"{k.cls}@{k.precision}"
+        out[key] = out.get(key, 0.0) + max(roof_times(k, roof))
+    return out
+
+
+def class_counts(kernels: list[Kernel]) -> dict[str, int]:
+    """Launches per class: what a class's per-kernel cost is paid for."""
+    out: dict[str, int] = {}
+    for k in kernels:
+        out[k.cls] = out.get(k.cls, 0) + k.launches
+    return out
+
+
+def _recurrent_weights(view: GraphView, node) -> float:
+    """FP32 bytes of an LSTM/GRU/RNN's recurrent weights (R): every time step multiplies the hidden state
+    by them, a matrix-vector product that reads them anew (runtimes project all steps' inputs by W in
+    one multiply up front, so W is read once)."""
+    if len(node.input) < 3 or not node.input[2]:
+        return 0.0
+    weights = view.const_array(node.input[2])
+    return float(weights.size * 4) if weights is not None else 0.0
+
+
+def _steps(view: GraphView, node) -> int:
+    """Time steps of an LSTM/GRU/RNN (its input's sequence axis: 0, or 1 with layout=1)."""
+    shape = view.shapes.get(node.input[0]) or ()
+    axis = 1 if view.attr(node, "layout", 0) else 0
+    return int(shape[axis]) if len(shape) == 3 and shape[axis] else 1

@@ -1,0 +1,340 @@
+"""Latency estimate for a device that is not here: roofline per kernel, calibrated where measured.
+
+Per kernel (`kernels.py`): the roofline time max(FLOPs / peak at its precision, bytes / bandwidth).
+The sum is a lower bound (research/profiling-modeling.md §1.4: rooflines are optimistic at batch 1).
+With a calibration for the device and target (`calibration.py`), each kernel costs its class's
+fitted time per kernel plus a fitted multiple of its roofline time, and the fitted time outside the
+ops is added; the error band is the calibration's held-out error. Without one, only the lower bound is known, and that is what the estimate says.
+
+Budgets judged on an estimate get `estimated-pass` / `estimated-fail` (DESIGN §4): never a silent
+pass, turned into failures by `--strict`, replaced by measured verdicts at `tapeout check`.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from tapeout.core.errors import BadInput
+from tapeout.core.host import host_fingerprint
+from tapeout.core.schemas import Budgets, InputSpec
+from tapeout.core.verdict import BudgetResult, Verdict
+from tapeout.estimation import bottleneck, roofline
+from tapeout.estimation import cost_units as kern
+from tapeout.estimation import fit as calib
+from tapeout.graph.analyze import analyze_view
+from tapeout.graph.view import GraphView
+
+METHOD_BOUND = "roofline lower bound: Σ max(FLOPs / peak, bytes / bandwidth) per kernel, no overhead"
+METHOD_CALIBRATED = ("calibrated roofline: per kernel, a fitted cost per kernel of its class plus a fitted "
+                     "multiple of its roofline time; plus the fitted time outside the ops")
+
+
+@dataclass
+class Estimate:
+    device: str
+    target: str
+    precision: str
+    roof: roofline.Roof
+    kernels: list[kern.Kernel]
+    lower_bound_s: float
+    predicted_s: float | None = None
+    band: tuple[float, float] | None = None     # relative error range from the calibration's held-out models
+    tails: dict[str, float] = field(default_factory=dict)
+    calibration: str | None = None              # its summary and file
+    per_kernel_s: list[float] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
+
+    @property
+    def method(self) -> str:
+        return METHOD_CALIBRATED if self.predicted_s is not None else METHOD_BOUND
+
+    def quantile_ms(self, q: str) -> tuple[float, float, float] | None:
+        """(point, low, high) for p50/p90/p99 in ms, or None without a calibration."""
+        if self.predicted_s is None:
+            return None
+        point = self.predicted_s * (1.0 if q == "p50" else self.tails.get(q, 1.0)) * 1e3
+        lo, hi = self.band or (0.0, 0.0)
+        # predicted = measured·(1 + error): the measured value lies in [point/(1+hi), point/(1+lo)]
+        return point, point / (1 + hi), point / max(1 + lo, 0.01)  # a held-out prediction of ~0: 100x, not ∞
+
+    def by_class(self) -> list[dict[str, Any]]:
+        rows: dict[str, dict[str, Any]] = {}
+        for k, seconds in zip(self.kernels, self.per_kernel_s or [0.0] * len(self.kernels), strict=True):
+            row = rows.setdefault(k.cls, {"class": k.cls, "kernels": 0, "flops": 0, "bytes": 0.0, "roofline_us": 0.0,
+                                          "predicted_us": 0.0})
+            row["kernels"] += 1
+            row["flops"] += k.flops
+            row["bytes"] += k.bytes
+            row["roofline_us"] += max(kern.roof_times(k, self.roof)) * 1e6
+            row["predicted_us"] += seconds * 1e6
+        return sorted(rows.values(), key=lambda r: -(r["predicted_us"] or r["roofline_us"]))
+
+    def to_json(self, top: int = 15) -> dict[str, Any]:
+        order = sorted(range(len(self.kernels)), key=lambda i: -max(kern.roof_times(self.kernels[i], self.roof)))
+        return {
+            "device": self.device, "target": self.target, "precision": self.precision, "method": self.method,
+            "roof": self.roof.to_json(), "lower_bound_ms": self.lower_bound_s * 1e3,
+            "predicted_ms": {q: dict(zip(("point", "low", "high"), v, strict=True))
+                             for q in ("p50", "p90", "p99") if (v := self.quantile_ms(q))} or None,
+            "band": list(self.band) if self.band else None, "calibration": self.calibration,
+            "kernels": len(self.kernels), "by_class": self.by_class(),
+            "top_kernels": [{**self.kernels[i].to_json(),
+                             "compute_us": kern.roof_times(self.kernels[i], self.roof)[0] * 1e6,
+                             "memory_us": kern.roof_times(self.kernels[i], self.roof)[1] * 1e6} for i in order[:top]],
+            "notes": self.notes,
+        }
+
+    def line(self) -> str:
+        if self.predicted_s is None:
+            return (f"estimate for {self.device}: roofline lower bound {self.lower_bound_s * 1e3:.4g} ms "
+                    f"({len(self.kernels)} kernels); no calibration for {self.device} × {self.target}")
+        p50 = self.quantile_ms("p50")
+        band = f" [{p50[1]:.4g}, {p50[2]:.4g}]" if self.band else " (no error band: too few models)"
+        return (f"estimate for {self.device}: p50 {p50[0]:.4g} ms{band}; roofline lower bound "
+                f"{self.lower_bound_s * 1e3:.4g} ms; {self.calibration}")
+
+
+def roof_for(device_spec, host: dict, cal: calib.Calibration | None = None, threads: int | None = None) -> roofline.Roof:
+    """The device spec's roofs, or this host's CPU (with the bandwidth its calibration measured, if any) at
+    `threads` inference threads where that is fewer than its cores (`host_threads`)."""
+    if device_spec is not None:
+        return roofline.from_spec(device_spec)
+    # a calibration's records were priced against its roof: estimates with it use the same one
+    bandwidth = (cal.roof.get("bandwidth_gbs") or 0) * 1e9 if cal else None
+    fp32 = ((cal.roof.get("peaks_tops") or {}).get("fp32") or 0) * 1e12 if cal else None
+    # a calibration from before the cache was measured priced its records without it: so do its estimates
+    cache = tuple((size, rate * 1e9) for size, rate in cal.roof.get("cache_bandwidth_gbs", ())) if cal else None
+    return roofline.for_host(host, bandwidth or None, fp32 or None, threads, cache)
+
+
+def host_threads(host: dict, options: Any) -> int | None:
+    """The target's `threads` option where it runs fewer inference threads than the host has cores, else None
+    (0 or unset is one thread per core; a report from elsewhere may carry anything: ints only)."""
+    threads = options.get("threads") if isinstance(options, dict) else getattr(options, "threads", None)
+    cores = host.get("cpu_affinity") or host.get("physical_cores")
+    if isinstance(threads, int) and not isinstance(threads, bool) and isinstance(cores, int) and 0 < threads < cores:
+        return threads
+    return None
+
+
+def device_name(device_spec, host: dict, options: Any = None) -> str:
+    """The device spec's name; for this machine's CPU, `host-<key>`, and `host-<key>-<N>t` where the target's
+    `threads` option runs fewer inference threads than the host has cores: a calibration is fitted per thread
+    count (one thread's per-op costs are not two threads'), so each count is its own device to the estimator."""
+    if device_spec is not None:
+        return device_spec.name
+    threads = host_threads(host, options)
+    return roofline.host_name(host) + (f"-{threads}t" if threads else "")
+
+
+def off_host(target: str) -> bool:
+    """The target never runs on the host's CPU (a GPU): its estimate needs a device spec, never the host's roof."""
+    from tapeout import targets
+
+    return "cpu" not in targets.info(target).device_classes
+
+
+def spec_for_run(target: str, device_spec, reported: str | None):
+    """The device to estimate for: the profile's spec; for a target off the host's CPU with none, the shipped
+    spec the device that ran it matches (None where none does); else None, meaning this host's CPU."""
+    from tapeout.core.config import device_matching
+
+    if device_spec is None and off_host(target):
+        return device_matching(reported)
+    return device_spec
+
+
+def nothing_to_estimate(target: str, device_spec, emulated) -> bool:
+    """No device to estimate for: no spec (nor one matching the GPU that ran), and the target either
+    emulated here or never on the host's CPU, so the host's roof would be the wrong device."""
+    return device_spec is None and bool(emulated or off_host(target))
+
+
+def _device_roof(device_spec, host: dict, options: Any, target: str, cal) -> tuple[Any, roofline.Roof]:
+    """(calibration, roof) for the device `device_name` gives: `cal=True` looks its calibration up. The roof is
+    named like the device, so a fewer-thread host run keeps its own name through the estimate and its records,
+    and its compute peak is that of the cores it runs on."""
+    device = device_name(device_spec, host, options)
+    if cal is True:
+        cal = calib.find(device, target)
+    threads = None if device_spec is not None else host_threads(host, options)
+    return cal, dataclasses.replace(roof_for(device_spec, host, cal[0] if cal else None, threads), name=device)
+
+
+def model_kernels(model_path: Path, inputs: list[InputSpec], dims: dict[str, int]) -> list[kern.Kernel]:
+    """The model's kernels as exported (`kernels.structure`): the graph is loaded, read, and let go."""
+    view = GraphView.load(model_path, inputs, dims)
+    return kern.structure(view, analyze_view(view))
+
+
+def estimate(kernels: list[kern.Kernel], roof: roofline.Roof, target: str, precision: str,
+             cal: tuple[calib.Calibration, Path] | None) -> Estimate:
+    bound = sum(max(kern.roof_times(k, roof)) for k in kernels)
+    est = Estimate(roof.name, target, precision, roof, kernels, bound)
+    if roof.bandwidth is None:
+        est.notes.append("the device spec gives no memory bandwidth: the bound counts compute only")
+    if not roof.cache and any(k.reread and k.launches > 1 for k in kernels):
+        est.notes.append("the recurrent weights a cell re-reads every time step are not priced: the device spec "
+                         "gives no cache bandwidth")
+    missing = sorted({k.precision for k in kernels if roof.peak(k.precision)[0] is None})
+    if missing:
+        est.notes.append(f"the device spec gives no peak for {', '.join(missing)}: those kernels count bandwidth only")
+    if cal is None:
+        est.per_kernel_s = [max(kern.roof_times(k, roof)) for k in kernels]
+        return est
+    c, path = cal
+    f = c.fit
+    est.per_kernel_s = [f.kernel_s(k.cls, precision, max(kern.roof_times(k, roof)), k.launches) for k in kernels]
+    est.predicted_s = f.fixed_s + sum(est.per_kernel_s)
+    est.band, est.tails = c.band, f.tails
+    est.calibration = f"calibration {path.name}: {c.summary()}"
+    return est
+
+
+def for_build(directory: Path, report=None, man=None, cal: tuple[calib.Calibration, Path] | bool | None = True,
+              host: dict | None = None, device_spec=None, reported: str | None = None) -> Estimate:
+    """The estimate for a build dir's model on its profile's device, or on `device_spec`. Where neither names
+    one: for a GPU target, the shipped spec matching the device that ran it (`reported`, by default the build's);
+    for a CPU target, the CPU of `host` (by default the one the build ran on). The report and manifest are read
+    and validated here unless given. `cal=True` looks the calibration up; pass one (or None) instead."""
+    from tapeout.builds.reader import read_manifest
+    from tapeout.core.config import validate
+    from tapeout.core.paths import confined, external_data_files
+    from tapeout.core.schemas import DeviceSpec
+    from tapeout.records.report import load
+
+    report = report if report is not None else load(_file(directory, "report.json"))
+    man = man if man is not None else read_manifest(directory)
+    inputs, dims = man.project.inputs, man.project.dims   # validated by read_manifest
+    if device_spec is None and man.device_spec:
+        device_spec = validate(DeviceSpec, man.device_spec, directory / "manifest.json", "device_spec.")
+    # a build dir may come from elsewhere: its model, and any weights beside it, stay inside it
+    model = confined(directory, "export/model.onnx", "exported model")
+    if not model.is_file():
+        raise BadInput(f"{directory} has no export/model.onnx", fix="point at a folder `tapeout build` wrote")
+    for location in external_data_files(model):
+        confined(model.parent, location, "external data of export/model.onnx")
+    host = host or report.host
+    reported = reported or (report.device.reported if report.device else None)
+    device_spec = spec_for_run(report.target.name, device_spec, reported)
+    if device_spec is None and off_host(report.target.name):
+        raise BadInput(f"{directory}: {report.target.name} ran on {reported or 'a device the meters did not name'}, "
+                       "which no shipped device spec matches, and the profile names none",
+                       fix="name the device: tapeout estimate BUILD_DIR --device NAME (tapeout profiles show lists them)")
+    cal, roof = _device_roof(device_spec, host, (man.profile or {}).get("options"), report.target.name, cal)
+    plan, precision = (report.quantization or {}).get("plan"), report.profile.precision
+    kernels = kern.at_precision(model_kernels(model, inputs, dims), plan, kern.float_precision(precision, plan))
+    return estimate(kernels, roof, report.target.name, precision, cal or None)
+
+
+def _file(directory: Path, name: str) -> Path:
+    path = directory / name
+    if not path.is_file():
+        raise BadInput(f"{directory} has no {name}", fix="point at a build dir `tapeout build` wrote")
+    return path
+
+
+def for_model(ctx, structure: list[kern.Kernel], plan: dict | None, reported: str | None = None) -> Estimate | None:
+    """The estimate for a build in progress, from the kernels `kernels.structure` found at analysis and
+    the precision plan: the profile's device; for a GPU target, the shipped spec matching the device that
+    ran it (`reported`); or this host's CPU where a CPU target runs here. None where there is no device to
+    estimate for: an emulated target, or a GPU no shipped spec matches, on a profile naming no device."""
+
+    device = spec_for_run(ctx.target.name, ctx.device, reported)
+    if nothing_to_estimate(ctx.target.name, device, ctx.emulated):
+        return None
+    host = host_fingerprint()
+    cal, roof = _device_roof(device, host, ctx.target.options, ctx.target.name, True)
+    precision = ctx.profile.precision
+    kernels = kern.at_precision(structure, plan, kern.float_precision(precision, plan))
+    return estimate(kernels, roof, ctx.target.name, precision, cal)
+
+
+def with_measured(est: Estimate, measured_p50_ms: float | None) -> dict[str, Any]:
+    """The estimate's JSON, with the measured p50 and the prediction's error where this run measured it."""
+    data = est.to_json()
+    predicted = est.quantile_ms("p50")
+    data["measured_p50_ms"] = measured_p50_ms
+    data["error"] = predicted[0] / measured_p50_ms - 1 if predicted and measured_p50_ms else None
+    return data
+
+
+# ---------------------------------------------------------------- verdicts on an estimate
+
+
+def judge(budgets: Budgets, est: Estimate, why_not_measured: str) -> list[BudgetResult]:
+    """Latency budgets decided on the estimate: estimated-pass when even the band's slow end is under the
+    limit, estimated-fail when its fast end (or the roofline bound) is over it; a band straddling the
+    limit decides on the point and says so. Without a calibration only a failure can be estimated."""
+    results = []
+    for q, limit in budgets.latency_quantiles().items():
+        name, key = f"latency_p{q * 100:g}_ms", f"p{q * 100:g}"
+        bound = est.lower_bound_s * 1e3
+        if bound > limit:
+            results.append(BudgetResult(name, limit, "ms", Verdict.ESTIMATED_FAIL, bound, None,
+                                        f"{why_not_measured}; even the roofline lower bound on {est.device} is "
+                                        f"{bound:.4g} ms > limit"))
+            continue
+        value = est.quantile_ms(key)
+        if value is None:
+            results.append(BudgetResult(name, limit, "ms", Verdict.UNMEASURED, None, None,
+                                        f"{why_not_measured}; the roofline lower bound on {est.device} is {bound:.4g} ms"
+                                        f" (under the limit) and there is no calibration for {est.device} × "
+                                        f"{est.target} to estimate more: `tapeout calibrate` with builds checked there"))
+            continue
+        point, low, high = value
+        if est.band is None:
+            verdict = Verdict.ESTIMATED_PASS if point <= limit else Verdict.ESTIMATED_FAIL
+            how = "no error band (the calibration has too few models to hold one out)"
+        elif high <= limit:
+            verdict, how = Verdict.ESTIMATED_PASS, f"band [{low:.4g}, {high:.4g}] ms under the limit"
+        elif low > limit:
+            verdict, how = Verdict.ESTIMATED_FAIL, f"band [{low:.4g}, {high:.4g}] ms over the limit"
+        else:
+            verdict = Verdict.ESTIMATED_PASS if point <= limit else Verdict.ESTIMATED_FAIL
+            how = f"band [{low:.4g}, {high:.4g}] ms straddles the limit: decided on the point"
+        results.append(BudgetResult(name, limit, "ms", verdict, point, (low, high) if est.band else None,
+                                    f"{why_not_measured}; estimated {key} {point:.4g} ms on {est.device}, {how}; "
+                                    "`tapeout check` on the device measures it"))
+    return results
+
+
+# ---------------------------------------------------------------- records for calibration
+
+
+def measured_record(directory: Path) -> tuple[calib.Record, dict] | str:
+    """A build (or its check) measured on the device itself, as a calibration record with its device,
+    target and host; or why it cannot be one."""
+    from tapeout.builds.reader import read_manifest
+    from tapeout.records.report import load
+
+    man = read_manifest(directory)
+    report = load(_file(directory, "report.json"))
+    check = directory / "check.json"
+    measured = load(check, "check report") if check.is_file() else report
+    if measured.target.emulated:
+        return f"{directory}: emulated ({measured.target.emulated}); its timings are not the device's"
+    m = measured.measurement
+    q = (m.get("latency_ms") or {}).get("quantiles") or {}
+    profile = m.get("op_profile")
+    if not q.get("p50") or not profile or not profile.get("runs") or not profile.get("mean_run_us"):
+        return f"{directory}: no measured latency with a per-op profile"
+    p50 = q["p50"]["point"]
+    tails = {k: q[k]["point"] / p50 for k in ("p90", "p99") if k in q and p50}
+    measured_s: dict[str, float] = {}
+    scale = bottleneck.profiler_scale(profile, p50)
+    for row in profile["op_types"]:
+        cls = kern.op_class(row["op_type"])
+        measured_s[cls] = measured_s.get(cls, 0.0) + row["total_us"] / profile["runs"] * scale * 1e-6
+    est = for_build(directory, report, man, cal=None, host=measured.host,
+                    reported=measured.device.reported if measured.device else None)  # a GPU: the one that ran
+    record = calib.Record(model=report.project.name, precision=report.profile.precision, source=str(directory),
+                          created=measured.created, p50_s=p50 / 1e3, tails=tails,
+                          roof_s=kern.class_roofs(est.kernels, est.roof), measured_s=measured_s,
+                          kernels=len(est.kernels), counts=kern.class_counts(est.kernels))
+    return record, {"device": est.device, "target": measured.target.name,
+                    "kind": est.roof.kind, "roof": est.roof.to_json(),
+                    "host_key": roofline.host_key(measured.host)}

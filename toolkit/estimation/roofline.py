@@ -1,0 +1,225 @@
+"""A device's roofs: peak throughput per precision and memory bandwidth, from its spec or from this host.
+
+The estimator and the bottleneck view both divide by these numbers. For a device spec they are the
+datasheet's (each with its source URL); for this host's CPU, which has no datasheet here, the peak
+is the higher of what the instruction-set flags and the reported clock give and a measured matrix
+multiply, the bandwidth is measured (a large array copy), and the roof says so. Calibration
+(`calibration.py`) corrects both for what the runtime actually reaches, so the derivation only has
+to be consistent, not exact.
+"""
+
+from __future__ import annotations
+
+import functools
+import hashlib
+import os
+import time
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from tapeout.core.schemas import DeviceSpec
+
+# When a spec lists no peak for a precision, the kernels run in the nearest one it has.
+_FALLBACK = {"int4": ("int8",), "fp8": ("fp16", "int8"), "bf16": ("fp16",), "tf32": ("fp32",),
+             "fp16": ("bf16", "fp32"), "int8": ("fp16",), "fp32": ("tf32", "fp16")}
+
+BYTES_PER_ELEMENT = {"fp32": 4.0, "tf32": 4.0, "fp16": 2.0, "bf16": 2.0, "fp8": 1.0, "int8": 1.0, "int4": 0.5}
+
+
+@dataclass(frozen=True)
+class Roof:
+    name: str                       # device spec name, or "host-<key>" for this machine's CPU
+    kind: str                       # gpu | soc | cpu: the device class calibrations are kept per
+    peaks: dict[str, float]         # precision -> FLOP/s (or OP/s)
+    bandwidth: float | None         # bytes/s; None where nothing gives it
+    source: str                     # where the numbers come from, in words
+    notes: list[str] = field(default_factory=list)
+    # (working-set bytes, bytes/s) measured for this host's caches, smallest first; none for a device spec
+    cache: tuple[tuple[int, float], ...] = ()
+
+    def bandwidth_at(self, working_set: float) -> float | None:
+        """The bandwidth data re-read from a working set of this size moves at: the measured rate for that
+        size (log-interpolated, the DRAM bandwidth past the largest), or None where no cache was measured."""
+        if not self.cache:
+            return None
+        sizes = np.log([size for size, _ in self.cache])
+        rates = [rate for _, rate in self.cache]
+        if working_set > self.cache[-1][0] and self.bandwidth:
+            return self.bandwidth
+        return float(np.interp(np.log(max(working_set, 1.0)), sizes, rates))
+
+    def peak(self, precision: str) -> tuple[float | None, str]:
+        """The peak a kernel at `precision` runs against, and which precision's peak that is."""
+        if precision in self.peaks:
+            return self.peaks[precision], precision
+        for other in _FALLBACK.get(precision, ()):
+            if other in self.peaks:
+                return self.peaks[other], other
+        return None, ""
+
+    def ridge(self, precision: str) -> float | None:
+        """FLOP per byte at which a kernel turns from memory-bound to compute-bound."""
+        peak, _ = self.peak(precision)
+        return peak / self.bandwidth if peak and self.bandwidth else None
+
+    def to_json(self) -> dict:
+        return {"name": self.name, "kind": self.kind, "peaks_tops": {k: v / 1e12 for k, v in self.peaks.items()},
+                "bandwidth_gbs": self.bandwidth / 1e9 if self.bandwidth else None, "source": self.source,
+                "notes": self.notes,
+                **({"cache_bandwidth_gbs": [[size, rate / 1e9] for size, rate in self.cache]} if self.cache else {})}
+
+
+def from_spec(spec: DeviceSpec) -> Roof:
+    return Roof(
+        name=spec.name, kind=spec.kind,
+        peaks={p: s.value * 1e12 for p, s in spec.peak_dense_tops.items()},
+        bandwidth=spec.memory_bandwidth_gbs.value * 1e9,
+        source=f"device spec {spec.name} (datasheet peaks, dense; sources in profiles/devices/{spec.name}.toml)",
+    )
+
+
+# FP32 FLOP per cycle per core from the widest FMA the flags name: lanes x 2 (multiply-add), one FMA
+# pipe assumed (two-pipe parts reach twice this; calibration absorbs the factor for a given CPU).
+_FP32_PER_CYCLE = (("avx512f", 32), ("avx2", 16), ("asimd", 8), ("sse2", 4))
+
+
+def host_key(host: dict) -> str:
+    """One string for the CPU a report's host ran on: model, the flags the kernels key on, the cores used."""
+    flags = ",".join(sorted(host.get("cpu_flags") or []))
+    return f"{host.get('cpu', '?')}|{flags}|{host.get('cpu_affinity') or host.get('physical_cores') or '?'}c"
+
+
+def host_name(host: dict) -> str:
+    return "host-" + hashlib.sha256(host_key(host).encode()).hexdigest()[:10]
+
+
+def for_host(host: dict, bandwidth: float | None = None, fp32_peak: float | None = None,
+             threads: int | None = None, cache: tuple[tuple[int, float], ...] | None = None) -> Roof:
+    """This host's CPU as a roof. `host` is manifest.host_fingerprint() (or a report's `host`);
+    `bandwidth` and `fp32_peak`, where given (a calibration's, already the peak of the device it was
+    made for), replace what is measured here. `threads` fewer than the cores: the compute peaks are
+    those of that many cores (the bandwidth is a one-thread copy's either way)."""
+    flags = set(host.get("cpu_flags") or [])
+    cores = host.get("cpu_affinity") or host.get("physical_cores") or os.cpu_count() or 1
+    mhz = _max_mhz()
+    per_cycle = next((n for flag, n in _FP32_PER_CYCLE if flag in flags), 4)
+    derived = cores * mhz * 1e6 * per_cycle
+    notes = [f"{cores} cores x {mhz:.0f} MHz x {per_cycle} FP32 FLOP/cycle from the flags "
+             f"({', '.join(sorted(flags)) or 'none of the FMA flags'}): {derived / 1e9:.0f} GFLOP/s"]
+    if fp32_peak is None:
+        # The derivation assumes one FMA pipe and the reported clock; a core with two pipes, or boosting
+        # past the clock /proc/cpuinfo reports, runs faster, and a "lower bound" must not be beaten.
+        measured = measured_fp32_peak()
+        fp32_peak = max(derived, measured)
+        notes.append(f"FP32 matrix multiply measured here: {measured / 1e9:.0f} GFLOP/s (numpy, 1536², best of 4); "
+                     f"the peak is the higher of the two")
+        if threads and threads < cores:
+            # inference on `threads` cores: the others' FMA pipes are not this device's
+            fp32_peak *= threads / cores
+            notes.append(f"{threads} of {cores} cores run inference: the compute peaks are {threads}/{cores} of that")
+    # INT8 dot products: VNNI/AMX do four 8-bit multiply-adds per 32-bit lane; without them
+    # (pmaddubsw + pmaddwd) about two. BF16 dot products (avx512_bf16) two per lane.
+    int8 = fp32_peak * (4 if flags & {"avx512_vnni", "avx_vnni", "amx_int8", "asimddp"} else 2)
+    peaks = {"fp32": fp32_peak, "int8": int8, "int4": int8}
+    if "avx512_bf16" in flags or "amx_bf16" in flags:
+        peaks["bf16"] = fp32_peak * 2
+    if bandwidth is None:
+        bandwidth = measured_bandwidth()
+        notes.append(f"memory bandwidth measured here: {bandwidth / 1e9:.1f} GB/s (array copy, best of 30)")
+    notes.append("bytes are priced at DRAM bandwidth: a model whose weights stay in the last-level cache "
+                 "between runs can beat its memory roof")
+    if cache is None:
+        cache = measured_cache_bandwidth()
+        notes.append("a recurrent cell's weights, read again every time step, are priced at the copy bandwidth "
+                     "measured for their size: " + ", ".join(f"{size // 1024} KiB {rate / 1e9:.0f} GB/s"
+                                                             for size, rate in cache))
+    return Roof(name=host_name(host), kind="cpu", peaks=peaks, bandwidth=bandwidth,
+                source=f"this host's CPU ({host.get('cpu', '?')}): peak from its flags or a measured matrix "
+                       "multiply, bandwidth measured", notes=notes, cache=tuple(cache))
+
+
+def _max_mhz() -> float:
+    """The cores' top clock (cpufreq where the kernel exposes it, else /proc/cpuinfo's current MHz)."""
+    from pathlib import Path
+
+    try:
+        return int(Path("/sys/devices/system/cpu/cpu0/cpufreq/cpuinfo_max_freq").read_text()) / 1000
+    except (OSError, ValueError):
+        pass
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("cpu MHz"):
+                return float(line.split(":")[1])
+    except (OSError, ValueError):
+        pass
+    return 2000.0
+
+
+def matmul_rates(n: int, runs: int) -> list[float]:
+    """FP32 FLOP/s of each of `runs` n x n matrix multiplies on this host's cores (numpy's BLAS), after
+    one warm-up."""
+    a = np.random.default_rng(0).random((n, n), dtype=np.float32)
+    b = a.copy()
+    a @ b
+    rates = []
+    for _ in range(runs):
+        start = time.perf_counter()
+        a @ b
+        rates.append(2 * n**3 / (time.perf_counter() - start))
+    return rates
+
+
+def copy_rates(mib: float, copies: int, repeat: int = 1) -> list[float]:
+    """Copy bandwidth (read + write bytes per second) of each of `copies` timings of `repeat` copies of a
+    `mib` array into one already written (its pages mapped: a fresh one pays page faults on the first copy)."""
+    src = np.ones(int(mib * 2**20) // 8)
+    dst = np.zeros_like(src)
+    rates = []
+    for _ in range(copies):
+        start = time.perf_counter()
+        for _ in range(repeat):
+            np.copyto(dst, src)
+        rates.append(2 * src.nbytes * repeat / (time.perf_counter() - start))
+    return rates
+
+
+@functools.lru_cache(maxsize=1)
+def measured_fp32_peak() -> float:
+    """This host's FP32 matrix-multiply rate, 1536² best of 4 (~0.2 s): 194-209 GFLOP/s over three
+    processes on a 2-core AMD EPYC whose flags and reported clock give 166."""
+    return max(matmul_rates(1536, 4))
+
+
+@functools.lru_cache(maxsize=1)
+def measured_bandwidth() -> float:
+    """This host's copy bandwidth, 64 MiB best of 30. Best of 5 into a fresh array (page faults) ranged
+    19.7-23.3 GB/s over five processes on a shared 2-core VM; this, 23.8-24.1 at the same moment. The
+    machine itself still swings (24.6-33.4 GB/s within seconds at another): a calibration keeps the
+    figure its records were priced with."""
+    return max(copy_rates(64, 30))
+
+
+# Working sets the cache bandwidth is measured at: within L1, L2 and L3 of the CPUs seen here, and past them.
+CACHE_PROBE_KIB = (32, 128, 512, 2048, 8192, 32768)
+
+
+@functools.lru_cache(maxsize=1)
+def measured_cache_bandwidth() -> tuple[tuple[int, float], ...]:
+    """(bytes, copy bytes/s) for arrays of each CACHE_PROBE_KIB size copied again and again (~0.1 s): what
+    data re-read from a working set that size moves at. On the 2-core AMD EPYC here: ~70-95 GB/s up to
+    4 MiB, 50 at 16 MiB, 31 at 32 MiB, against 24-25 from DRAM."""
+    # at least 8 MiB copied a timing: a 32 KiB copy alone is ~0.4 µs, under the timer's resolution
+    return tuple((kib * 1024, max(copy_rates(kib / 1024, 7, max(1, 8192 // kib)))) for kib in CACHE_PROBE_KIB)
+
+
+def host_state(samples: int = 5) -> dict[str, float | list[float]]:
+    """The machine's own speed right now (~0.3 s), taken beside a measurement, as a median and the range
+    of `samples` short samples (bandwidth: each the best of 6 copies): on a shared host the copy
+    bandwidth swung 24.6-33.4 GB/s within seconds, and a diff of two measurements should say when the
+    machine itself moved beyond that."""
+    copies = copy_rates(64, 6 * samples)
+    bandwidth = [max(copies[i:i + 6]) / 1e9 for i in range(0, len(copies), 6)]
+    flops = [r / 1e9 for r in matmul_rates(1024, samples)]
+    return {"bandwidth_gbs": float(np.median(bandwidth)), "bandwidth_gbs_range": [min(bandwidth), max(bandwidth)],
+            "fp32_gflops": float(np.median(flops)), "fp32_gflops_range": [min(flops), max(flops)]}

@@ -1,0 +1,117 @@
+"""The inference process: `python -m tapeout.runner REQUEST.json RESULT.json`.
+
+Runs in a fresh interpreter so that cold start is really cold and peak memory is the inference
+process's own, not the build's (which holds torch and the exporter). Imports only numpy, the
+target's runtime, and tapeout's light modules. What it reads besides time is the target's meters.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+
+from tapeout.core.errors import TapeoutError
+
+
+def _timed_loop(call, count: int) -> np.ndarray:
+    samples = np.empty(count, dtype=np.float64)
+    clock = time.perf_counter_ns
+    for i in range(count):  # profiler off: this is the pass budgets are judged on
+        t0 = clock()
+        call()
+        samples[i] = clock() - t0
+    return samples / 1e6
+
+
+def measure(request: dict) -> dict:
+    from tapeout import targets
+    from tapeout.core.artifact import Artifact
+    from tapeout.measurement import meters as metering
+    from tapeout.records.golden import load_golden
+    from tapeout.targets.base import warm_up
+
+    target = targets.create(request["target"], request["options"])
+    caps = target.capabilities
+    artifact = Artifact(request["target"], Path(request["artifact_dir"]), request["main_file"])
+    inputs, _ = load_golden(Path(request["golden"]))
+    feeds = inputs[0]
+
+    if request.get("mode") == "op_profile":
+        return {"op_profile": target.op_profile(artifact, feeds, request["iterations"]).to_json()}
+
+    meters = metering.create(caps.meters, device_index=request.get("device_index", 0))
+    for meter in meters:
+        metering.safely(meter, "start")
+    try:
+        # Loading the runtime library is timed on its own: cold start is session creation + first run.
+        t0 = time.perf_counter()
+        target.probe().require(request["target"])
+        import_ms = (time.perf_counter() - t0) * 1e3
+
+        t0 = time.perf_counter()
+        sess = target.session(artifact)
+        create_ms = (time.perf_counter() - t0) * 1e3
+        t0 = time.perf_counter()
+        sess.run(feeds)  # the checked call: wrong shapes or dtypes become one clear error here, not a crash later
+        first_ms = (time.perf_counter() - t0) * 1e3
+        for meter in meters:
+            metering.safely(meter, "after_session")
+
+        result: dict = {"import_ms": import_ms, "create_ms": create_ms, "first_ms": first_ms}
+        if request.get("outputs_path"):
+            outputs = [sess.run(sample) for sample in inputs]
+            np.savez(request["outputs_path"], **{f"{i}.{k}": v for i, out in enumerate(outputs) for k, v in out.items()})
+
+        call = sess.bind(feeds)
+        if caps.timing_sync == "device":  # asynchronous runtimes: a run has ended when the device says so
+            bound, sync = call, sess.synchronize
+
+            def call():
+                bound()
+                sync()
+        result["warmup_iters"] = warm_up(call, request["warmup_min_iters"], request["warmup_min_s"],
+                                         request["warmup_max_s"])
+
+        energy = [m for m in meters if m.measures_energy and not m.unavailable]
+        for meter in energy:
+            metering.safely(meter, "window_start")
+        window_start = time.perf_counter()
+        samples = _timed_loop(call, request["iterations"])
+        runs = samples.size
+        # Energy counters update every few ms to 100 ms: extend the window with more runs of the same call.
+        while energy and time.perf_counter() - window_start < request.get("energy_window_s", 0.0):
+            call()
+            runs += 1
+        window_s = time.perf_counter() - window_start
+        for meter in meters:
+            metering.safely(meter, "window_end", runs, window_s)
+        result.update(samples_ms=samples.tolist(), timed_wall_s=window_s)
+
+        copies = sess.bind_with_copies(feeds)
+        if copies is not None:  # inputs live in device memory: time the host copies too, apart
+            for _ in range(min(10, request["iterations"])):
+                copies()
+            result["samples_e2e_ms"] = _timed_loop(copies, request["iterations"]).tolist()
+    finally:
+        for meter in meters:
+            metering.safely(meter, "close")
+    result["meters"] = {m.name: m.result() for m in meters}
+    return result
+
+
+def main(argv: list[str]) -> int:
+    request_path, result_path = Path(argv[0]), Path(argv[1])
+    try:
+        result = measure(json.loads(request_path.read_text()))
+    except TapeoutError as exc:
+        result = {"error": str(exc), "exit_code": exc.exit_code, "kind": type(exc).__name__}
+    result_path.write_text(json.dumps(result))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

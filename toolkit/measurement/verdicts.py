@@ -1,0 +1,188 @@
+"""Budgets judged against measurements: pass, fail, inconclusive, unmeasured (with the reason).
+
+Latency is judged on confidence bounds of the percentile, not its point value: pass when the upper
+bound is under the limit by the guard band, fail when the lower bound is over the limit, else
+inconclusive. Exit codes follow DESIGN.md §4.
+"""
+
+from __future__ import annotations
+
+from tapeout.core.errors import EXIT_BUDGET_FAILED, EXIT_INCONCLUSIVE, EXIT_OK
+from tapeout.core.parity import OutputParity
+from tapeout.core.schemas import Budgets, CheckSettings, ParitySettings
+from tapeout.core.verdict import BudgetResult, Verdict
+from tapeout.measurement.measure import Measurement
+
+
+def judge_bounded(budget: str, limit: float, unit: str, point: float, lower: float, upper: float,
+                  guard: float, what: str) -> BudgetResult:
+    if upper <= limit * (1 - guard):
+        verdict, reason = Verdict.PASS, f"upper bound {upper:.4g} {unit} ≤ limit less {guard:.0%} guard"
+    elif lower > limit:
+        verdict, reason = Verdict.FAIL, f"lower bound {lower:.4g} {unit} > limit"
+    else:
+        verdict = Verdict.INCONCLUSIVE
+        reason = f"{what} interval [{lower:.4g}, {upper:.4g}] {unit} straddles the limit (or its guard band)"
+    return BudgetResult(budget, limit, unit, verdict, point, (lower, upper), reason)
+
+
+def judge_latency(budgets: Budgets, m: Measurement, settings: CheckSettings) -> list[BudgetResult]:
+    results = []
+    for q, limit in budgets.latency_quantiles().items():
+        est = m.latency.quantiles[f"p{q * 100:g}"]
+        results.append(judge_bounded(f"latency_p{q * 100:g}_ms", limit, "ms", est.point, est.lower, est.upper,
+                                     settings.guard_band, f"{settings.confidence:.0%} order-statistic"))
+    if budgets.cold_start_ms is not None:
+        cold = m.cold_start_ms
+        results.append(judge_bounded("cold_start_ms", budgets.cold_start_ms, "ms", sorted(cold)[len(cold) // 2],
+                                     min(cold), max(cold), settings.guard_band,
+                                     f"range over {len(cold)} fresh processes"))
+    return results
+
+
+def judge_memory(budgets: Budgets, m: Measurement) -> list[BudgetResult]:
+    if budgets.peak_memory_mb is None:
+        return []
+    peak = max(m.peak_rss_mb)
+    verdict = Verdict.PASS if peak <= budgets.peak_memory_mb else Verdict.FAIL
+    return [BudgetResult("peak_memory_mb", budgets.peak_memory_mb, "MB", verdict, peak, None,
+                         f"worst peak RSS of {len(m.peak_rss_mb)} inference processes")]
+
+
+def judge_artifact(budgets: Budgets, artifact_bytes: int) -> list[BudgetResult]:
+    if budgets.artifact_mb is None:
+        return []
+    size = artifact_bytes / 2**20
+    verdict = Verdict.PASS if size <= budgets.artifact_mb else Verdict.FAIL
+    return [BudgetResult("artifact_mb", budgets.artifact_mb, "MB", verdict, size, None, "size of artifact/")]
+
+
+def judge_gpu_memory(budgets: Budgets, m: Measurement) -> list[BudgetResult]:
+    if budgets.gpu_memory_mb is None:
+        return []
+    if not m.device_memory_mb:
+        return [BudgetResult("gpu_memory_mb", budgets.gpu_memory_mb, "MB", Verdict.UNMEASURED,
+                             reason=m.unmeasured.get("device_memory", "no GPU meter read this process"))]
+    peak = max(m.device_memory_mb)
+    verdict = Verdict.PASS if peak <= budgets.gpu_memory_mb else Verdict.FAIL
+    return [BudgetResult("gpu_memory_mb", budgets.gpu_memory_mb, "MB", verdict, peak, None,
+                         f"worst of {len(m.device_memory_mb)} inference processes; {m.device_memory_scope}")]
+
+
+def judge_power(budgets: Budgets, m: Measurement | None, guard: float = 0.0) -> list[BudgetResult]:
+    """Energy per inference and average power over the timed window, on bounds that cover the spread
+    between processes and the counter's granularity; unmeasured, with the reason, without a counter."""
+    results = []
+    energy = m.energy if m else None
+    why = (m.unmeasured.get("energy") if m else None) or "not measured"
+    for budget, limit, unit in (("energy_mj", budgets.energy_mj, "mJ"), ("power_avg_w", budgets.power_avg_w, "W")):
+        if limit is None:
+            continue
+        if energy is None:
+            results.append(BudgetResult(budget, limit, unit, Verdict.UNMEASURED, reason=why))
+            continue
+        if budget == "energy_mj":
+            point, (lower, upper) = energy.j_per_inference * 1e3, (b * 1e3 for b in energy.bounds)
+        else:
+            point, (lower, upper) = energy.power_avg_w, energy.power_bounds
+        result = judge_bounded(budget, limit, unit, point, lower, upper, guard,
+                               f"range over {len(energy.runs)} process(es) ± counter granularity")
+        results.append(BudgetResult(result.budget, limit, unit, result.verdict, point, result.bound,
+                                    f"{result.reason}; {energy.scope}; {energy.method}"))
+    return results
+
+
+def judge_parity(parity: list[OutputParity], settings: ParitySettings) -> BudgetResult:
+    worst_cos = min(p.cosine for p in parity)
+    bad = [p.output for p in parity if not p.within_tolerance or p.cosine < settings.min_cosine]
+    max_abs = max(p.max_abs for p in parity)
+    if bad:
+        return BudgetResult("parity_min_cosine", settings.min_cosine, "cosine", Verdict.FAIL, worst_cos, None,
+                            f"outputs off the golden reference: {', '.join(bad)} (max-abs {max_abs:.3g}, "
+                            f"atol {settings.atol:g}, rtol {settings.rtol:g})")
+    return BudgetResult("parity_min_cosine", settings.min_cosine, "cosine", Verdict.PASS, worst_cos, None,
+                        f"all outputs within atol {settings.atol:g} / rtol {settings.rtol:g}; max-abs {max_abs:.3g}")
+
+
+def judge_accuracy(budgets: Budgets, reference: float | None, candidate: float | None, direction: str | None,
+                   metric: str) -> list[BudgetResult]:
+    results = []
+    for budget, limit, relative in (("accuracy_max_drop", budgets.accuracy_max_drop, False),
+                                    ("accuracy_max_rel_drop", budgets.accuracy_max_rel_drop, True)):
+        if limit is None:
+            continue
+        unit = f"share of {metric}" if relative else metric
+        if reference is None or candidate is None:
+            results.append(BudgetResult(budget, limit, unit, Verdict.UNMEASURED,
+                                        reason="the project has no [evaluation] metric"))
+            continue
+        drop = accuracy_drop(reference, candidate, direction, relative)
+        verdict = Verdict.PASS if drop <= limit else Verdict.FAIL
+        results.append(BudgetResult(budget, limit, unit, verdict, drop, None,
+                                    f"{metric}: reference {reference:.6g}, artifact {candidate:.6g} ({direction} is better)"))
+    return results
+
+
+def accuracy_drop(reference: float, candidate: float, direction: str | None, relative: bool = False) -> float:
+    """How much worse the candidate is, in metric units or as a share of the reference (negative: better)."""
+    drop = reference - candidate if direction == "higher" else candidate - reference
+    return drop / abs(reference) if relative and reference else drop
+
+
+def exit_code(results: list[BudgetResult], strict: bool = False) -> int:
+    verdicts = {r.verdict for r in results}
+    if Verdict.FAIL in verdicts:
+        return EXIT_BUDGET_FAILED
+    if Verdict.INCONCLUSIVE in verdicts:
+        return EXIT_INCONCLUSIVE
+    # DESIGN §4: unmeasured and estimated verdicts are printed, and only --strict makes them count.
+    if strict and verdicts & {Verdict.UNMEASURED, Verdict.ESTIMATED_PASS, Verdict.ESTIMATED_FAIL}:
+        return EXIT_BUDGET_FAILED
+    return EXIT_OK
+
+
+def latency_undecided(budgets: Budgets, settings: CheckSettings):
+    """For measure(): does a measurement leave a latency budget inconclusive?"""
+
+    def undecided(m: Measurement) -> bool:
+        return any(r.verdict is Verdict.INCONCLUSIVE and r.budget.startswith("latency")
+                   for r in judge_latency(budgets, m, settings))
+
+    return undecided
+
+
+def judge_on_device(budgets: Budgets, m: Measurement, settings: CheckSettings, emulated: str | None,
+                    estimate=None) -> list[BudgetResult]:
+    """Latency, memory, GPU memory, energy and power; through an emulator they are measured but never
+    judged (DESIGN §4). There, latency is decided on the estimate for the device where one is given
+    (estimated-pass / estimated-fail, `estimate.judge`)."""
+    results = [*judge_latency(budgets, m, settings), *judge_memory(budgets, m), *judge_gpu_memory(budgets, m),
+               *judge_power(budgets, m, settings.guard_band)]
+    if emulated is None:
+        return results
+    estimated = {}
+    if estimate is not None:
+        from tapeout.estimation.estimate import judge
+
+        estimated = {r.budget: r for r in judge(budgets, estimate, f"emulated: {emulated}")}
+    return [estimated.get(r.budget) or BudgetResult(
+        r.budget, r.limit, r.unit, Verdict.UNMEASURED, None, None,
+        f"emulated: {emulated}" + (f" (the emulator measured {r.measured:.4g} {r.unit})" if r.measured is not None else "")
+        + "; run `tapeout check` on the device") for r in results]
+
+
+def judge_placement(budgets: Budgets, placement: dict | None, where: str = "") -> list[BudgetResult]:
+    """Share of nodes off the intended accelerator, from the backend's own placement record."""
+    limit = budgets.placement_max_off_share
+    if limit is None:
+        return []
+    if not placement:
+        return [BudgetResult("placement_max_off_share", limit, "share of nodes", Verdict.UNMEASURED,
+                             reason="this target reports no per-node placement")]
+    off = placement["off_share"]
+    listed = "; ".join(f"{n['node']} ({n['op_type']}): {n['reason']}" for n in placement["off"][:5])
+    more = f" and {len(placement['off']) - 5} more" if len(placement["off"]) > 5 else ""
+    reason = (f"{placement['on_accelerator']}/{placement['total_nodes']} nodes on the {placement['accelerator']}"
+              + (f"; off: {listed}{more}" if listed else "") + where)
+    return [BudgetResult("placement_max_off_share", limit, "share of nodes", Verdict.PASS if off <= limit else Verdict.FAIL,
+                         off, None, reason)]

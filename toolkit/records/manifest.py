@@ -1,0 +1,64 @@
+"""The build's lockfile: what went in (hashes, versions, profile, seeds) and where it was built.
+
+The records are what `check` and the reader take from manifest.json, validated before any of it is used.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+from tapeout.core.schemas import InputSpec
+
+SCHEMA = "tapeout.manifest/2"
+
+
+class _Recorded(BaseModel):
+    model_config = ConfigDict(extra="allow")  # a manifest records more than `check` reads
+
+
+class ArtifactRecord(_Recorded):
+    target: str
+    main_file: str
+    files: dict[str, str] = Field(min_length=1, description="every artifact file and its sha256")
+    meta: dict[str, Any] = Field(default_factory=dict)
+
+    @model_validator(mode="after")
+    def _main_file_is_hashed(self) -> ArtifactRecord:
+        if self.main_file not in self.files:
+            raise ValueError(f"main_file {self.main_file!r} is not among the hashed files")
+        return self
+
+
+class FileRecord(_Recorded):
+    file: str
+    sha256: str
+
+
+class ProjectRecord(_Recorded):
+    name: str
+    source: str
+    file: str
+    # the shapes the build was made at: the estimate in `check` re-derives the model's kernels from them
+    inputs: list[InputSpec] = Field(default_factory=list)
+    dims: dict[str, int] = Field(default_factory=dict)
+
+
+class HostRecord(_Recorded):
+    """The build machine, as far as `check` compares it with its own."""
+
+    cpu: str | None = None
+    cpu_flags: list[str] = Field(default_factory=list)
+
+
+class ManifestRecord(_Recorded):
+    """What `check` reads from manifest.json, validated before any of it is used."""
+
+    artifact: ArtifactRecord
+    golden: FileRecord
+    report: FileRecord
+    project: ProjectRecord
+    profile: dict[str, Any]
+    device_spec: dict[str, Any] | None = None
+    host: HostRecord = HostRecord()

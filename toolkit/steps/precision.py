@@ -1,0 +1,146 @@
+"""The build's precision step: rule table → first plan → quantize → sensitivity loop, on the host.
+
+Candidates are evaluated with the project's metric on the target's own runtime, so the accuracy the
+loop sees is the accuracy the artifact has; an emulated target's candidates run on the FP32
+reference runtime (ORT CPU) with the same graph. The rule set and the precision ladder are the
+target's capabilities.
+"""
+
+from __future__ import annotations
+
+import statistics
+from pathlib import Path
+
+from tapeout import targets
+from tapeout.core.artifact import Artifact
+from tapeout.core.errors import BadInput
+from tapeout.core.hashing import sha256_file
+from tapeout.core.inputs import sample_inputs
+from tapeout.core.metric import evaluate
+from tapeout.core.verdict import Verdict
+from tapeout.graph.analysis import Analysis
+from tapeout.measurement import verdicts
+from tapeout.steps.setup import Context
+
+
+def quantize(ctx: Context, fp32_path: Path, analysis: Analysis, reference_metric: float | None,
+             float_metric: float | None = None) -> tuple[Path, dict]:
+    """`float_metric`: the metric of the FP32 model being quantized where it differs from the reference (a pruned
+    model): when it already misses the accuracy budget, no precision can meet it, and the loop is not run."""
+    from tapeout.quantize import rules, sensitivity
+    from tapeout.quantize.apply import apply
+
+    project, profile, target, ui, emulated = ctx.project, ctx.profile, ctx.target, ctx.ui, ctx.emulated
+    settings = profile.quantization
+    plan = rules.first_plan(analysis, profile.target, ctx.capabilities, profile.precision, settings,
+                            isa=rules.isa_for(ctx.device))
+    calibration = None
+    if project.calibration is not None:
+        calibration, _ = sample_inputs(project, settings.calibration_samples)
+    elif plan.method == "static" or (plan.method in ("weight-only", "nncf-weights") and plan.int4_algorithm != "rtn"):
+        raise BadInput(f"{plan.method} quantization of this {plan.family} model needs calibration data, and "
+                       f"{project.file} has no [calibration] section",
+                       fix="add [calibration] data = \"….npz\" (or module:callable) with real inputs")
+    # Ranking and latency probes: real inputs when the project has them (already loaded), else seeded random.
+    probe_inputs = calibration[:settings.rank_samples] if calibration else sample_inputs(project, settings.rank_samples)[0]
+    out = ctx.stage / "quantized" / f"model{plan.model_suffix}"
+    max_ir = target.limits().max_ir_version
+
+    def session(path: Path):
+        if emulated:  # same QDQ graph, integer semantics on the CPU EP: the emulator is ~25-400× slower
+            return targets.reference_session(path).run
+        return target.session(Artifact(profile.target, path.parent, path.name)).run
+
+    def vet(path: Path) -> None:
+        """An accelerator compiles the first plan (lint: what it would not take, and why) before any time goes
+        into ranking and evaluating it: a plan the compiler refuses fails here, naming the node."""
+        if not ctx.capabilities.accelerator:
+            return
+        errors = [i for i in target.lint(path, project.inputs, project.dims) if i.severity == "error"]
+        if errors:
+            more = f" (and {len(errors) - 1} more)" if len(errors) > 1 else ""
+            where = f"node {errors[0].node}: " if errors[0].node else ""
+            raise BadInput(f"the {plan.method} plan's model does not compile for {profile.target}: "
+                           f"{where}{errors[0].problem}{more}",
+                           fix=f"{errors[0].fix}; or keep the node's group float with [quantization] keep_float")
+
+    budgets = profile.budgets
+    has_budget = budgets.accuracy_max_drop is not None or budgets.accuracy_max_rel_drop is not None
+    info: dict = {"precision": profile.precision, "evaluated_on": evaluated_on(ctx)}
+    if project.evaluation is None or not has_budget or reference_metric is None:
+        with ui.step(f"quantize ({plan.method}, {len(plan.quantized())} of {len(plan.groups)} groups)"):
+            info["apply"] = apply(plan, fp32_path, out, calibration, max_ir)
+            vet(out)
+        info["search"] = {"steps": [], "ranking": [], "evaluations": 0,
+                          "stopped": "no sensitivity loop: the project has no [evaluation] metric or the profile no "
+                                     "accuracy budget; parity with FP32 is the only accuracy evidence"}
+    else:
+        evaluation = project.evaluation
+
+        def judge(metric: float) -> tuple[float, bool]:  # the very verdict the build will give the artifact
+            results = verdicts.judge_accuracy(budgets, reference_metric, metric, evaluation.direction, evaluation.name)
+            return results[0].measured, all(r.verdict == Verdict.PASS for r in results)
+        beyond_reach = float_metric is not None and not judge(float_metric)[1]
+        with ui.step(f"quantize ({plan.method}, {len(plan.quantized())} of {len(plan.groups)} groups) and evaluate "
+                     f"{project.evaluation.name}"):
+            search = sensitivity.search(
+                plan, fp32_path, out, session=session, evaluate=lambda predict: evaluate(project, predict),
+                judge=judge, latency_limit_ms=None if emulated else budgets.latency_p50_ms,
+                latency_feeds=probe_inputs[0], calibration=calibration, rank_samples=probe_inputs,
+                max_evaluations=settings.max_evaluations, enabled=settings.sensitivity and not beyond_reach,
+                max_ir_version=max_ir, log=ui.detail, vet=vet, max_ranked_groups=settings.max_ranked_groups,
+                max_seconds=settings.max_search_s, macs={g.name: g.macs for g in analysis.groups})
+        if beyond_reach and not search.steps[-1].meets_accuracy:
+            # moving groups to float would only give up speed: the float model itself misses the budget
+            search.stopped = (f"accuracy budget missed, and the loop was not run: the pruned FP32 model already "
+                              f"misses it ({evaluation.name} {float_metric:.6g}, reference {reference_metric:.6g}), "
+                              "so no precision can meet it; recover the pruning's loss or prune less")
+        plan = search.plan
+        info["search"] = search.to_json()
+        if search.unranked:
+            ui.note(f"sensitivity: ranked {len(search.ranking)} of {len(search.ranking) + len(search.unranked)} groups "
+                    f"({search.unranked[0]['skipped']}); the unranked follow the ranked, largest by MACs first")
+        ui.note(f"sensitivity: {search.stopped}")
+    if plan.method == "modelopt":
+        from tapeout.quantize.modelopt_qdq import reconcile
+
+        plan = reconcile(plan, out)
+    note = _speed_note(profile.precision, emulated, info,
+                       lambda: _compare_latency(session(fp32_path), session(out), probe_inputs[0]))
+    if note:
+        info["notes"] = [note]
+        if not emulated:
+            ui.note(note)
+    weights = out.with_suffix(".bin")  # OpenVINO IR keeps its weights beside the .xml
+    info.update(plan=plan.to_json(), model_sha256=sha256_file(out), fp32_bytes=fp32_path.stat().st_size,
+                quantized_bytes=out.stat().st_size + (weights.stat().st_size if out.suffix == ".xml" else 0))
+    return out, info
+
+
+def _speed_note(precision: str, emulated: str | None, info: dict, compare) -> str:
+    """Does quantization pay on this host? Say so when it does not (never on an emulator's timings)."""
+    if emulated:
+        return f"no speed comparison with fp32: {emulated}"
+    fp32_ms, quant_ms = compare()
+    info["quick_latency_ms"] = {"fp32": fp32_ms, "quantized": quant_ms}
+    if quant_ms < fp32_ms:
+        return ""
+    return (f"{precision} is not faster than fp32 for this model on this host ({quant_ms:.3g} ms vs {fp32_ms:.3g} ms, "
+            "quick in-process medians): quantization does not pay here; consider precision = \"fp32\"")
+
+
+def _compare_latency(fp32, quantized, feeds: dict, rounds: int = 5) -> tuple[float, float]:
+    from tapeout.quantize.sensitivity import quick_latency_ms
+
+    pairs = [(quick_latency_ms(fp32, feeds), quick_latency_ms(quantized, feeds)) for _ in range(rounds)]
+    return statistics.median(p[0] for p in pairs), statistics.median(p[1] for p in pairs)
+
+
+def evaluated_on(ctx: Context) -> str:
+    if ctx.deferred:
+        return (f"ONNX Runtime CPU EP running the quantized model the {ctx.target.name} engine is compiled from (no "
+                "engine on this host); the engine's numerics are checked by golden parity at `tapeout check`")
+    if ctx.emulated:
+        return (f"ONNX Runtime CPU EP running the quantized model the {ctx.target.name} artifact is compiled from "
+                f"({ctx.emulated}; too slow for the metric); the device's numerics are checked by golden parity")
+    return f"{ctx.target.name}, on this host"

@@ -1,0 +1,93 @@
+"""What a build or a check resolves before its first step: the project (builds only), the profile checked
+against the registries (its target, options and precision), the target with its validated options, the
+device spec, whether this host's timings are emulated, and where the output goes. Steps take this set-up
+instead of long parameter lists.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from tapeout import targets
+from tapeout.core.config import find_profile, load_device, load_project, resolve_extends, validate
+from tapeout.core.console import UI
+from tapeout.core.errors import BadInput, TargetUnavailable
+from tapeout.core.schemas import DeviceSpec, Profile, Project
+from tapeout.targets.base import Probe, Target
+
+
+@dataclass
+class Context:
+    profile: Profile
+    target: Target
+    probe: Probe                         # taken once: for a GPU target it creates a CUDA session
+    ui: UI
+    project: Project | None = None       # None on the device: `check` has the build dir, not the project
+    device: DeviceSpec | None = None     # the profile's device spec, if it names one
+    stage: Path | None = None            # the staging dir of a build in progress
+    deferred: str | None = None          # a device-compiled target whose toolchain is not here: why not
+    emulated: str | None = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.emulated = self.target.emulated()
+        if self.deferred and not self.emulated:
+            # Everything but the engine is built here; the ONNX it will be compiled from runs on ORT's CPU EP
+            # for parity and the metric, and no figure of this host is judged against the device's budgets.
+            self.emulated = (f"no {self.target.name} engine on this host ({self.deferred}): it is compiled on the "
+                             "device at the first `tapeout check`; here the prepared ONNX ran on ONNX Runtime's CPU EP")
+
+    @property
+    def capabilities(self):
+        return self.target.capabilities
+
+
+def for_build(project_dir: Path | str, profile_name: str, ui: UI) -> Context:
+    """Load and validate everything a build needs, and stop early (exit 4) if the target cannot run here."""
+    project = load_project(project_dir)
+    profile = load_profile(profile_name)
+    options = dict(profile.options)
+    if (profile.pruning is not None and "2:4" in profile.pruning.what and "sparse_weights" not in options
+            and "sparse_weights" in targets.options_model(profile.target).model_fields):
+        options["sparse_weights"] = True  # 2:4 weights are only worth their accuracy where sparse kernels run them
+    target = targets.create(profile.target, options)
+    device = load_device(profile.device) if profile.device else None
+    if device is not None and profile.precision in ("fp8",) and profile.precision not in device.peak_dense_tops:
+        raise BadInput(f"profile {profile.name} asks for {profile.precision}, and device spec {device.name} lists no "
+                       f"{profile.precision} peak: its GPU has no {profile.precision.upper()} tensor cores "
+                       "(FP8 needs NVIDIA Ada or Hopper and newer)", fix="use precision = \"int8\" or \"fp16\" for this device")
+    probe = target.probe()
+    deferred = None
+    try:
+        probe.require(profile.target)
+        target.preflight()
+    except TargetUnavailable as exc:
+        if target.capabilities.compile_on != "device":
+            raise
+        # the host-side part still builds here; `check` on the device compiles the engine
+        deferred = probe.reason if not probe.available else exc.problem
+    return Context(profile, target, probe, ui, project=project, device=device, deferred=deferred)
+
+
+def load_profile(name: str) -> Profile:
+    """Find, merge (`extends`) and validate a profile; the target's own options are validated too."""
+    from tapeout import targets  # the registry is data only; no backend is imported here
+
+    path = find_profile(name)
+    data = resolve_extends(path)
+    data.setdefault("name", path.name[:-5] if path.name.endswith(".toml") else path.name)
+    if isinstance(data.get("target"), str) and data["target"] not in targets.TARGETS:
+        raise BadInput(
+            f"{path}: field 'target': unknown target {data['target']!r}",
+            fix=f"use one of: {', '.join(targets.TARGETS)}",
+        )
+    profile = validate(Profile, data, path)
+    precisions = targets.TARGETS[profile.target].capabilities.precisions
+    if profile.precision not in precisions:
+        raise BadInput(f"{path}: field 'precision': target '{profile.target}' does not take {profile.precision!r}",
+                       fix=f"use one of: {', '.join(precisions)}")
+    options_model = targets.options_model(profile.target)
+    validate(options_model, profile.options, path, prefix="options.")
+    if profile.device is not None:
+        load_device(profile.device, origin=path)
+    return profile
