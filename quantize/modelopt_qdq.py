@@ -19,6 +19,7 @@ from pathlib import Path
 import numpy as np
 
 from tapeout.core.errors import BadInput, TargetUnavailable
+from tapeout.core.onnx_graphs import nonzero_zero_points
 from tapeout.quantize.plan import Plan
 
 INSTALL = ('pip install "tapeout[tensorrt]" (NVIDIA Model Optimizer and its ONNX dependencies; '
@@ -122,24 +123,3 @@ def quantized_nodes(model) -> set[str]:
     dq_outputs = {o for n in model.graph.node if n.op_type == "DequantizeLinear" for o in n.output}
     return {n.name for n in model.graph.node
             if n.op_type not in ("QuantizeLinear", "DequantizeLinear") and dq_outputs & set(n.input)}
-
-
-def nonzero_zero_points(model) -> list[str]:
-    from onnx import numpy_helper
-
-    inits = {i.name: i for i in model.graph.initializer}
-    constants = {o: n for n in model.graph.node if n.op_type == "Constant" for o in n.output}
-    bad = []
-    for node in model.graph.node:
-        if node.op_type not in ("QuantizeLinear", "DequantizeLinear") or len(node.input) < 3 or not node.input[2]:
-            continue
-        zp = node.input[2]
-        if zp in inits:
-            values = numpy_helper.to_array(inits[zp])
-        elif zp in constants:
-            values = numpy_helper.to_array(constants[zp].attribute[0].t)
-        else:
-            continue
-        if np.any(values.astype(np.float32) != 0):
-            bad.append(node.name or zp)
-    return bad

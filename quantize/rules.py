@@ -11,11 +11,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 
+from tapeout.core.capabilities import Capabilities
 from tapeout.core.errors import BadInput
 from tapeout.core.schemas import QuantizationSettings
 from tapeout.graph.analysis import Analysis
 from tapeout.quantize.plan import FLOAT, GroupPlan, Plan
-from tapeout.targets.base import Capabilities
 
 LINEARS = frozenset({"attn_q", "attn_k", "attn_v", "attn_qkv", "attn_out", "ffn_in", "ffn_gate", "ffn_up", "ffn_out"})
 

@@ -13,8 +13,9 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from tapeout.core.artifact import Artifact
+from tapeout.core.capabilities import Capabilities
 from tapeout.core.errors import BadInput
-from tapeout.targets.base import Capabilities, Session, Target
+from tapeout.targets.base import Session, Target
 
 if TYPE_CHECKING:
     from pydantic import BaseModel

@@ -17,7 +17,7 @@ import platform
 import statistics
 import time
 from abc import ABC, abstractmethod
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, ClassVar, Literal
@@ -25,36 +25,12 @@ from typing import TYPE_CHECKING, ClassVar, Literal
 import numpy as np
 
 from tapeout.core.artifact import Artifact
+from tapeout.core.capabilities import Capabilities
 from tapeout.core.errors import BadInput, TapeoutError, TargetUnavailable, first_line, runtime_detail
 from tapeout.core.schemas import InputSpec
 
 if TYPE_CHECKING:
     from pydantic import BaseModel
-
-# The vocabularies capabilities draw from (the contract test checks every entry against them).
-PRECISIONS = ("fp32", "fp16", "fp8", "int8", "int4")
-RUNGS = ("int4", "int8-weight", "int8", "fp8", "a16w8", "fp16", "fp32")
-METERS = ("rss", "rapl", "nvml", "amdsmi", "tegrastats")
-RULE_SETS = ("cpu-integer", "npu-integer", "gpu-float", "gpu-qdq", "ov-integer")
-
-
-@dataclass(frozen=True)
-class Capabilities:
-    """What differs between targets, as data the rest of tapeout reads."""
-
-    # precision -> its ladder for the sensitivity loop, lowest rung first, the last rung float
-    precisions: Mapping[str, tuple[str, ...]]
-    rules: str | None = None            # the rule set that plans non-fp32 precisions (quantize/rules.py)
-    compile_on: Literal["host", "device"] = "host"   # device: engines tied to the GPU and toolchain
-    meters: tuple[str, ...] = ("rss",)  # what the inference process reads besides time
-    timing_sync: Literal["none", "device"] = "none"  # device: a timed run ends with a device sync
-    device_memory: bool = False         # inputs/outputs live in device memory; end-to-end timed apart
-    emulated_on: Mapping[str, str] = field(default_factory=dict)  # machine -> why timings are not the device's
-    accelerator: str | None = None      # what placement counts nodes on (an ORT EP's name: from the op profile)
-    op_profiler: str | None = None      # what produces the per-op profile, or None
-    op_profile_env: Mapping[str, str] = field(default_factory=dict)  # environment of the profiling process
-    channel_multiple: Mapping[str, int] = field(default_factory=dict)  # precision -> channel count pruning keeps (default 8)
-
 
 @dataclass(frozen=True)
 class Probe:
@@ -302,5 +278,5 @@ class Target(ABC):
 HOOKS = frozenset({"probe", "compile", "session", "limits", "preflight", "lint", "prepare", "build_engine",
                    "op_profile", "emulated"})
 
-__all__ = ["HOOKS", "METERS", "PRECISIONS", "RULE_SETS", "RUNGS", "Capabilities", "EngineBuild", "LintIssue", "OpProfile", "OpTime",
+__all__ = ["HOOKS", "Capabilities", "EngineBuild", "LintIssue", "OpProfile", "OpTime",
            "Probe", "RuntimeLimits", "Session", "Target", "TargetUnavailable", "warm_up"]

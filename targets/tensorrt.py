@@ -179,7 +179,7 @@ def lint_ops(model, version: str) -> list[LintIssue]:
     ONNX parser, naming nodes (the parser itself has the last word on the device)."""
     from onnx import TensorProto
 
-    from tapeout.quantize.modelopt_qdq import nonzero_zero_points
+    from tapeout.core.onnx_graphs import nonzero_zero_points
 
     ops, unsupported, (lo, hi) = supported_ops(version)
     restrictions = {name: entry.get("restrictions", "") for name, entry in support_data()["ops"].items()}

@@ -22,8 +22,9 @@ from tapeout.core.artifact import Artifact
 from tapeout.core.config import list_profiles
 from tapeout.core.errors import BadInput
 from tapeout.core.schemas import InputSpec
+from tapeout.core.vocabulary import METERS, PRECISIONS, RULE_SETS, RUNGS
 from tapeout.steps.setup import load_profile
-from tapeout.targets.base import METERS, PRECISIONS, RULE_SETS, RUNGS, OpProfile, Probe, Session, Target
+from tapeout.targets.base import OpProfile, Probe, Session, Target
 
 NAMES = sorted(targets.TARGETS)
 

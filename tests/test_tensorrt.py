@@ -69,7 +69,7 @@ def test_host_build_writes_symmetric_qdq_onnx_and_engine_settings(int8_build):
     model = onnx.load(str(int8_build / "artifact" / "model.onnx"))
     ops = [n.op_type for n in model.graph.node]
     assert ops.count("QuantizeLinear") >= 2 and "Cast" in ops  # INT8 Q/DQ, remainder cast to FP16
-    from tapeout.quantize.modelopt_qdq import nonzero_zero_points
+    from tapeout.core.onnx_graphs import nonzero_zero_points
 
     assert nonzero_zero_points(model) == []  # TensorRT takes symmetric Q/DQ only
     settings = json.loads((int8_build / "artifact" / "engine-settings.json").read_text())

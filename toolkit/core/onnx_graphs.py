@@ -1,4 +1,5 @@
-"""The control-flow bodies of an ONNX graph: the graphs an If, Loop or Scan node holds as attributes.
+"""Walking ONNX graphs. The control-flow bodies of a graph: the graphs an If, Loop or Scan node holds as
+attributes; and the Q/DQ zero points a symmetric-only runtime refuses.
 
 Every walk that must see the whole model (analysis, the Gemm rewrite, postconditions, constant
 folding, external-data discovery) goes through these two functions, nested bodies included.
@@ -19,3 +20,27 @@ def graphs_in(graph):
     for node in graph.node:
         for _, body in bodies(node):
             yield from graphs_in(body)
+
+
+def nonzero_zero_points(model) -> list[str]:
+    """Q/DQ nodes (by name, else their zero point) whose constant zero point is not 0: TensorRT takes
+    symmetric Q/DQ only."""
+    import numpy as np
+    from onnx import numpy_helper
+
+    inits = {i.name: i for i in model.graph.initializer}
+    constants = {o: n for n in model.graph.node if n.op_type == "Constant" for o in n.output}
+    bad = []
+    for node in model.graph.node:
+        if node.op_type not in ("QuantizeLinear", "DequantizeLinear") or len(node.input) < 3 or not node.input[2]:
+            continue
+        zp = node.input[2]
+        if zp in inits:
+            values = numpy_helper.to_array(inits[zp])
+        elif zp in constants:
+            values = numpy_helper.to_array(constants[zp].attribute[0].t)
+        else:
+            continue
+        if np.any(values.astype(np.float32) != 0):
+            bad.append(node.name or zp)
+    return bad

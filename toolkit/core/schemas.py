@@ -12,6 +12,8 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, field_validator, model_validator
 
+from tapeout.core.vocabulary import PEAK_FORMATS, PRECISIONS
+
 DType = Literal["float32", "float16", "float64", "int64", "int32", "int8", "uint8", "bool"]
 
 
@@ -208,7 +210,7 @@ class CheckSettings(_Strict):
     parity: ParitySettings = ParitySettings()
 
 
-Precision = Literal["fp32", "fp16", "fp8", "int8", "int4"]
+Precision = Literal[PRECISIONS]
 
 
 class QuantizationSettings(_Strict):
@@ -348,7 +350,7 @@ class DeviceSpec(_Strict):
     vendor: str
     kind: Literal["gpu", "soc", "cpu"]
     compute_units: list[Literal["cpu", "gpu", "npu", "dla"]] = Field(min_length=1)
-    peak_dense_tops: dict[Literal["fp32", "tf32", "fp16", "bf16", "fp8", "int8", "int4"], Sourced] = Field(
+    peak_dense_tops: dict[Literal[PEAK_FORMATS], Sourced] = Field(
         min_length=1, description="dense peak, TFLOP/s or TOP/s, per precision"
     )
     memory_gb: Sourced

@@ -13,11 +13,11 @@ from __future__ import annotations
 import functools
 import hashlib
 import os
-import time
 from dataclasses import dataclass, field
 
 import numpy as np
 
+from tapeout.core.host_speed import copy_rates, matmul_rates
 from tapeout.core.schemas import DeviceSpec
 
 # When a spec lists no peak for a precision, the kernels run in the nearest one it has.
@@ -156,34 +156,6 @@ def _max_mhz() -> float:
     return 2000.0
 
 
-def matmul_rates(n: int, runs: int) -> list[float]:
-    """FP32 FLOP/s of each of `runs` n x n matrix multiplies on this host's cores (numpy's BLAS), after
-    one warm-up."""
-    a = np.random.default_rng(0).random((n, n), dtype=np.float32)
-    b = a.copy()
-    a @ b
-    rates = []
-    for _ in range(runs):
-        start = time.perf_counter()
-        a @ b
-        rates.append(2 * n**3 / (time.perf_counter() - start))
-    return rates
-
-
-def copy_rates(mib: float, copies: int, repeat: int = 1) -> list[float]:
-    """Copy bandwidth (read + write bytes per second) of each of `copies` timings of `repeat` copies of a
-    `mib` array into one already written (its pages mapped: a fresh one pays page faults on the first copy)."""
-    src = np.ones(int(mib * 2**20) // 8)
-    dst = np.zeros_like(src)
-    rates = []
-    for _ in range(copies):
-        start = time.perf_counter()
-        for _ in range(repeat):
-            np.copyto(dst, src)
-        rates.append(2 * src.nbytes * repeat / (time.perf_counter() - start))
-    return rates
-
-
 @functools.lru_cache(maxsize=1)
 def measured_fp32_peak() -> float:
     """This host's FP32 matrix-multiply rate, 1536² best of 4 (~0.2 s): 194-209 GFLOP/s over three
@@ -211,15 +183,3 @@ def measured_cache_bandwidth() -> tuple[tuple[int, float], ...]:
     4 MiB, 50 at 16 MiB, 31 at 32 MiB, against 24-25 from DRAM."""
     # at least 8 MiB copied a timing: a 32 KiB copy alone is ~0.4 µs, under the timer's resolution
     return tuple((kib * 1024, max(copy_rates(kib / 1024, 7, max(1, 8192 // kib)))) for kib in CACHE_PROBE_KIB)
-
-
-def host_state(samples: int = 5) -> dict[str, float | list[float]]:
-    """The machine's own speed right now (~0.3 s), taken beside a measurement, as a median and the range
-    of `samples` short samples (bandwidth: each the best of 6 copies): on a shared host the copy
-    bandwidth swung 24.6-33.4 GB/s within seconds, and a diff of two measurements should say when the
-    machine itself moved beyond that."""
-    copies = copy_rates(64, 6 * samples)
-    bandwidth = [max(copies[i:i + 6]) / 1e9 for i in range(0, len(copies), 6)]
-    flops = [r / 1e9 for r in matmul_rates(1024, samples)]
-    return {"bandwidth_gbs": float(np.median(bandwidth)), "bandwidth_gbs_range": [min(bandwidth), max(bandwidth)],
-            "fp32_gflops": float(np.median(flops)), "fp32_gflops_range": [min(flops), max(flops)]}

@@ -21,8 +21,8 @@ import numpy as np
 
 from tapeout.core.artifact import Artifact
 from tapeout.core.errors import BadInput, TapeoutError, TargetUnavailable
+from tapeout.core.host_speed import host_state
 from tapeout.core.schemas import CheckSettings
-from tapeout.estimation import roofline
 from tapeout.measurement import stats
 from tapeout.targets.base import Target
 
@@ -72,7 +72,7 @@ class Measurement:
     meters: dict[str, list[dict]] = field(default_factory=dict)  # per meter, per process: raw results
     op_profile: dict | None = None
     notes: list[str] = field(default_factory=list)
-    host_state: dict[str, float] | None = None  # roofline.host_state() right after the timed processes
+    host_state: dict[str, float] | None = None  # core.host_speed.host_state() right after the timed processes
     processes: list[dict] = field(default_factory=list, repr=False)  # raw per-process results
 
     def to_json(self) -> dict:
@@ -252,7 +252,7 @@ def measure(
         more = _run_processes(base, settings.repeats, progress, timeout_s, want_outputs=False)
         m = _summarize(results + more, settings, caps.meters)
         m.notes.append("latency was inconclusive; sampling was doubled once")
-    m.host_state = roofline.host_state()
+    m.host_state = host_state()
     if settings.op_profile and caps.op_profiler:
         progress("per-op profile (separate pass, profiler on)")
         prof = _run_child({**base, "mode": "op_profile", "iterations": settings.op_profile_iterations}, timeout_s,

@@ -152,20 +152,16 @@ def latency_undecided(budgets: Budgets, settings: CheckSettings):
 
 
 def judge_on_device(budgets: Budgets, m: Measurement, settings: CheckSettings, emulated: str | None,
-                    estimate=None) -> list[BudgetResult]:
+                    estimated: list[BudgetResult] | None = None) -> list[BudgetResult]:
     """Latency, memory, GPU memory, energy and power; through an emulator they are measured but never
-    judged (DESIGN §4). There, latency is decided on the estimate for the device where one is given
-    (estimated-pass / estimated-fail, `estimate.judge`)."""
+    judged (DESIGN §4). There, a budget decided on the estimate for the device (`estimated`: the
+    estimated-pass / estimated-fail verdicts of `estimation.estimate.judge`) takes the place of its own."""
     results = [*judge_latency(budgets, m, settings), *judge_memory(budgets, m), *judge_gpu_memory(budgets, m),
                *judge_power(budgets, m, settings.guard_band)]
     if emulated is None:
         return results
-    estimated = {}
-    if estimate is not None:
-        from tapeout.estimation.estimate import judge
-
-        estimated = {r.budget: r for r in judge(budgets, estimate, f"emulated: {emulated}")}
-    return [estimated.get(r.budget) or BudgetResult(
+    decided = {r.budget: r for r in estimated or []}
+    return [decided.get(r.budget) or BudgetResult(
         r.budget, r.limit, r.unit, Verdict.UNMEASURED, None, None,
         f"emulated: {emulated}" + (f" (the emulator measured {r.measured:.4g} {r.unit})" if r.measured is not None else "")
         + "; run `tapeout check` on the device") for r in results]

@@ -34,6 +34,7 @@ from tapeout.reports.markdown import render_markdown
 from tapeout.steps import precision
 from tapeout.steps.assemble import assemble
 from tapeout.steps.check import measure_target
+from tapeout.steps.judge import estimated_verdicts
 from tapeout.steps.setup import Context, for_build
 
 DEFAULT_OPSET = 20  # new enough for every exporter feature we use, old enough for TensorRT/QNN parsers
@@ -209,7 +210,7 @@ def _build_into(ctx: Context, build_dir: str, strict: bool) -> Report:
     artifact_bytes = tree_size(artifact.directory)
     artifact_files = tree_hashes(artifact.directory)  # hashed once: report and manifest share it
     budgets = [
-        *verdicts.judge_on_device(profile.budgets, m, settings, ctx.emulated, est),
+        *verdicts.judge_on_device(profile.budgets, m, settings, ctx.emulated, estimated_verdicts(profile.budgets, est, ctx.emulated)),
         *verdicts.judge_artifact(profile.budgets, artifact_bytes),
         *verdicts.judge_placement(profile.budgets, placement),
         verdicts.judge_parity(parity, profile.check.parity),

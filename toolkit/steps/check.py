@@ -36,6 +36,7 @@ from tapeout.records.report import load as load_report
 from tapeout.reports import html_page
 from tapeout.reports.markdown import render_markdown
 from tapeout.steps.assemble import assemble
+from tapeout.steps.judge import estimated_verdicts
 from tapeout.steps.setup import Context
 
 if TYPE_CHECKING:  # annotations only: the registry imports a backend when `check` creates one
@@ -163,7 +164,7 @@ def check(build_dir: Path | str, ui: UI, strict: bool = False, iterations: int |
     p50 = None if ctx.emulated else m.latency.quantiles["p50"].point
     artifact_bytes = tree_size(artifact.directory)
     budgets = [
-        *verdicts.judge_on_device(profile.budgets, m, settings, ctx.emulated, est),
+        *verdicts.judge_on_device(profile.budgets, m, settings, ctx.emulated, estimated_verdicts(profile.budgets, est, ctx.emulated)),
         *verdicts.judge_artifact(profile.budgets, artifact_bytes),
         verdicts.judge_parity(parity, settings.parity),
         *_carried(build, profile),

@@ -1,0 +1,27 @@
+"""A target's capabilities: what differs between backends, as data on its registry entry. The pipeline,
+`check`, the precision step and the quantization rules read these, never a target's name.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Literal
+
+
+@dataclass(frozen=True)
+class Capabilities:
+    """What differs between targets, as data the rest of tapeout reads."""
+
+    # precision -> its ladder for the sensitivity loop, lowest rung first, the last rung float
+    precisions: Mapping[str, tuple[str, ...]]
+    rules: str | None = None            # the rule set that plans non-fp32 precisions (quantize/rules.py)
+    compile_on: Literal["host", "device"] = "host"   # device: engines tied to the GPU and toolchain
+    meters: tuple[str, ...] = ("rss",)  # what the inference process reads besides time
+    timing_sync: Literal["none", "device"] = "none"  # device: a timed run ends with a device sync
+    device_memory: bool = False         # inputs/outputs live in device memory; end-to-end timed apart
+    emulated_on: Mapping[str, str] = field(default_factory=dict)  # machine -> why timings are not the device's
+    accelerator: str | None = None      # what placement counts nodes on (an ORT EP's name: from the op profile)
+    op_profiler: str | None = None      # what produces the per-op profile, or None
+    op_profile_env: Mapping[str, str] = field(default_factory=dict)  # environment of the profiling process
+    channel_multiple: Mapping[str, int] = field(default_factory=dict)  # precision -> channel count pruning keeps (default 8)

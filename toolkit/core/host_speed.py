@@ -1,0 +1,50 @@
+"""This host's own speed, sampled: copy bandwidth and the FP32 matrix-multiply rate. The estimator prices
+the host's CPU with them (`estimation.roofline`), and every measurement records them beside its timings
+(`host_state`), so that a diff can tell a machine that moved from a build that did.
+"""
+
+from __future__ import annotations
+
+import time
+
+import numpy as np
+
+
+def matmul_rates(n: int, runs: int) -> list[float]:
+    """FP32 FLOP/s of each of `runs` n x n matrix multiplies on this host's cores (numpy's BLAS), after
+    one warm-up."""
+    a = np.random.default_rng(0).random((n, n), dtype=np.float32)
+    b = a.copy()
+    a @ b
+    rates = []
+    for _ in range(runs):
+        start = time.perf_counter()
+        a @ b
+        rates.append(2 * n**3 / (time.perf_counter() - start))
+    return rates
+
+
+def copy_rates(mib: float, copies: int, repeat: int = 1) -> list[float]:
+    """Copy bandwidth (read + write bytes per second) of each of `copies` timings of `repeat` copies of a
+    `mib` array into one already written (its pages mapped: a fresh one pays page faults on the first copy)."""
+    src = np.ones(int(mib * 2**20) // 8)
+    dst = np.zeros_like(src)
+    rates = []
+    for _ in range(copies):
+        start = time.perf_counter()
+        for _ in range(repeat):
+            np.copyto(dst, src)
+        rates.append(2 * src.nbytes * repeat / (time.perf_counter() - start))
+    return rates
+
+
+def host_state(samples: int = 5) -> dict[str, float | list[float]]:
+    """The machine's own speed right now (~0.3 s), taken beside a measurement, as a median and the range
+    of `samples` short samples (bandwidth: each the best of 6 copies): on a shared host the copy
+    bandwidth swung 24.6-33.4 GB/s within seconds, and a diff of two measurements should say when the
+    machine itself moved beyond that."""
+    copies = copy_rates(64, 6 * samples)
+    bandwidth = [max(copies[i:i + 6]) / 1e9 for i in range(0, len(copies), 6)]
+    flops = [r / 1e9 for r in matmul_rates(1024, samples)]
+    return {"bandwidth_gbs": float(np.median(bandwidth)), "bandwidth_gbs_range": [min(bandwidth), max(bandwidth)],
+            "fp32_gflops": float(np.median(flops)), "fp32_gflops_range": [min(flops), max(flops)]}
