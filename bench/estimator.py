@@ -114,6 +114,7 @@ def main() -> int:
                         "per core)")
     args = parser.parse_args()
 
+    from tapeout.builds.reader import open_build
     from tapeout.core.host import host_fingerprint, now
     from tapeout.estimation import estimate, fit
 
@@ -123,7 +124,7 @@ def main() -> int:
     dirs = build_all(args.out, args.models.split(","), args.profiles.split(","), args.skip_build, args.threads)
     found = []
     for d in dirs:
-        got = estimate.measured_record(d)
+        got = estimate.measured_record(open_build(d))
         if isinstance(got, str):
             print(f"  skipped: {got}")
         else:

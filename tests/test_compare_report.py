@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import SAMPLES, one_line_error, run_cli
+from conftest import SAMPLES, one_line_error, reseal, run_cli
 from tapeout.reports.compare import recommend
 
 FIGURES = {"fig-latency", "fig-op-types", "fig-ops", "fig-roofline", "fig-estimate"}
@@ -143,6 +143,7 @@ def test_diff_says_what_moved_beyond_its_noise(two_builds, tmp_path):
     state["bandwidth_gbs"] *= 0.4
     state["bandwidth_gbs_range"] = [v * 0.4 for v in state["bandwidth_gbs_range"]]
     (drifted / "report.json").write_text(json.dumps(report))
+    reseal(drifted)  # as a build measured on the drifted machine would have written it
     moved = {r["figure"]: r for r in run_cli("diff", int8, drifted, "--json").json()}
     assert moved["host copy bandwidth GB/s"]["moved"] and "may be the machine's" in moved["host copy bandwidth GB/s"]["why"]
     assert not moved["host FP32 matmul GFLOP/s"]["moved"]

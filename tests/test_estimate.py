@@ -17,7 +17,8 @@ import onnx
 import pytest
 from onnx import TensorProto, helper
 
-from conftest import SAMPLES, one_line_error, run_cli
+from conftest import SAMPLES, one_line_error, reseal, run_cli
+from tapeout.builds.reader import open_build
 from tapeout.core.errors import BadInput
 from tapeout.core.schemas import Budgets
 from tapeout.core.verdict import Verdict
@@ -455,13 +456,15 @@ def test_a_gpu_run_is_estimated_for_the_device_spec_its_gpu_matches(digits_build
     report["target"]["name"] = "ort-cuda"
     report["device"] = {"spec": None, "reported": "NVIDIA H100 80GB HBM3", "matches": None, "note": ""}
     (gpu / "report.json").write_text(json.dumps(report))
-    est = estimate.for_build(gpu, cal=None)
+    reseal(gpu)
+    est = estimate.for_build(open_build(gpu), cal=None)
     assert est.device == "h100-sxm" and est.roof.kind == "gpu"
     report["device"]["reported"] = "NVIDIA B200"
     (gpu / "report.json").write_text(json.dumps(report))
+    reseal(gpu)
     with pytest.raises(BadInput, match=r"ort-cuda ran on NVIDIA B200, which no shipped device spec matches"):
-        estimate.for_build(gpu, cal=None)
-    assert estimate.for_build(gpu, cal=None, device_spec=l4).device == "l4"
+        estimate.for_build(open_build(gpu), cal=None)
+    assert estimate.for_build(open_build(gpu), cal=None, device_spec=l4).device == "l4"
 
 
 def test_a_build_in_progress_on_a_gpu_is_estimated_for_its_gpu_or_not_at_all():

@@ -194,3 +194,42 @@ def test_a_manifest_from_elsewhere_is_data_its_paths_stay_in_the_build_dir(digit
     result = run_cli("check", _edited_build(digits_build, tmp_path, edit))
     assert result.code == 2, (case, result.err)
     assert says in one_line_error(result), case
+
+
+def _forged(digits_build: Path, tmp_path: Path, name: str) -> Path:
+    """A copy of the build whose `name` (report.json or check.json) says p50 1e-6 ms: valid JSON, a valid
+    report, a false figure — what `compare` would otherwise recommend."""
+    import shutil
+
+    copy = tmp_path / "forged"
+    shutil.copytree(digits_build, copy)
+    if name == "check.json" and not (copy / "check.json").exists():
+        checked = run_cli("check", copy, "--iterations", "30", "--repeats", "1")
+        assert checked.code == 0, checked.err
+    report = json.loads((copy / name).read_text())
+    report["measurement"]["latency_ms"]["quantiles"]["p50"].update(point=1e-6, lower=1e-6, upper=1e-6)
+    (copy / name).write_text(json.dumps(report))
+    return copy
+
+
+@pytest.mark.parametrize("command", ["compare", "diff", "report", "estimate", "calibrate"])
+def test_a_report_edited_after_the_build_is_refused_by_every_reader(digits_build, tmp_path, command):
+    forged = _forged(digits_build, tmp_path, "report.json")
+    args = {"compare": ["compare", digits_build, forged], "diff": ["diff", digits_build, forged],
+            "report": ["report", forged], "estimate": ["estimate", forged],
+            "calibrate": ["calibrate", forged, "--out", tmp_path / "cal"]}[command]
+    result = run_cli(*args)
+    line = one_line_error(result)
+    assert result.code == 2 and "report.json" in line and "sha256 mismatch" in line, (command, line)
+    assert "1e-06" not in result.out and not (tmp_path / "cal").exists()
+
+
+@pytest.mark.parametrize("command", ["compare", "diff"])
+def test_a_check_edited_after_the_check_is_refused(digits_build, tmp_path, command):
+    forged = _forged(digits_build, tmp_path, "check.json")
+    result = run_cli(*(["compare", forged] if command == "compare" else ["diff", forged]))
+    line = one_line_error(result)
+    assert result.code == 2 and "check.json" in line and "sha256 mismatch" in line, line
+    (forged / "check-manifest.json").unlink()  # no record at all: refused as well, naming what to do
+    result = run_cli("compare", forged)
+    assert result.code == 2 and "check-manifest.json" in one_line_error(result) and "tapeout check" in result.err

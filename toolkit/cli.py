@@ -246,15 +246,16 @@ def report(
     of_check: bool = typer.Option(False, "--check", help="Re-render check.md from check.json instead."),
 ) -> None:
     """Re-render report.md and report.html (or check.md and check.html) from its JSON; print the markdown."""
+    from tapeout.builds.reader import open_build
     from tapeout.core.errors import BadInput
     from tapeout.core.files import write_text
-    from tapeout.records.report import load
     from tapeout.reports.markdown import render_markdown
 
-    source = build_dir / ("check.json" if of_check else "report.json")
-    if not source.is_file():
-        raise BadInput(f"{source} not found", fix="run `tapeout build` (or `tapeout check`) first")
-    loaded = load(source)
+    build = open_build(build_dir)
+    source = build.directory / ("check.json" if of_check else "report.json")
+    loaded = build.check_report if of_check else build.report
+    if loaded is None:
+        raise BadInput(f"{source} not found", fix="run `tapeout check` on the build first")
     text = render_markdown(loaded)
     typer.echo(text)
     try:
@@ -274,6 +275,7 @@ def estimate(
     as_json: bool = JSON,
 ) -> None:
     """Latency estimate on the profile's device: roofline per kernel, calibrated where measured, with its error band."""
+    from tapeout.builds.reader import open_build
     from tapeout.core.console import UI
     from tapeout.estimation import estimate as estimating
 
@@ -282,7 +284,7 @@ def estimate(
         from tapeout.core.config import load_device
 
         spec = load_device(device)
-    est = estimating.for_build(build_dir, device_spec=spec)
+    est = estimating.for_build(open_build(build_dir), device_spec=spec)
     if as_json:
         typer.echo(json.dumps(est.to_json(top=30), indent=2, default=str))
         return
@@ -309,6 +311,7 @@ def calibrate(
     as_json: bool = JSON,
 ) -> None:
     """Fit the estimator (per kernel class: cost per launch, roofline multiple) from measured per-op profiles."""
+    from tapeout.builds.reader import open_build
     from tapeout.core.console import UI
     from tapeout.core.errors import BadInput
     from tapeout.core.host import host_fingerprint, now
@@ -319,7 +322,7 @@ def calibrate(
     here = roofline.host_key(host_fingerprint())
     found = []
     for d in build_dirs:
-        got = estimating.measured_record(d)
+        got = estimating.measured_record(open_build(d))
         if isinstance(got, str):
             ui.note(f"skipped {got}")
             continue
@@ -387,7 +390,7 @@ def diff(
     from tapeout.reports import diff as diffing
 
     if b is None:
-        if not (a / "check.json").is_file():
+        if not (a / "check.json").exists():
             raise BadInput(f"{a} has no check.json to compare its build with", fix="run `tapeout check` on it, or give two builds")
         a, b = a / "report.json", a / "check.json"
     rows = diffing.diff(diffing.load_side(a), diffing.load_side(b))

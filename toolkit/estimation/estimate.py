@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from tapeout.builds.reader import BuildDir
 from tapeout.core.errors import BadInput
 from tapeout.core.host import host_fingerprint
 from tapeout.core.schemas import Budgets, InputSpec
@@ -194,30 +195,17 @@ def estimate(kernels: list[kern.Kernel], roof: roofline.Roof, target: str, preci
     return est
 
 
-def for_build(directory: Path, report=None, man=None, cal: tuple[calib.Calibration, Path] | bool | None = True,
-              host: dict | None = None, device_spec=None, reported: str | None = None) -> Estimate:
+def for_build(build: BuildDir, cal: tuple[calib.Calibration, Path] | bool | None = True, host: dict | None = None,
+              device_spec=None, reported: str | None = None) -> Estimate:
     """The estimate for a build dir's model on its profile's device, or on `device_spec`. Where neither names
     one: for a GPU target, the shipped spec matching the device that ran it (`reported`, by default the build's);
-    for a CPU target, the CPU of `host` (by default the one the build ran on). The report and manifest are read
-    and validated here unless given. `cal=True` looks the calibration up; pass one (or None) instead."""
-    from tapeout.builds.reader import read_manifest
-    from tapeout.core.config import validate
-    from tapeout.core.paths import confined, external_data_files
-    from tapeout.core.schemas import DeviceSpec
-    from tapeout.records.report import load
-
-    report = report if report is not None else load(_file(directory, "report.json"))
-    man = man if man is not None else read_manifest(directory)
-    inputs, dims = man.project.inputs, man.project.dims   # validated by read_manifest
-    if device_spec is None and man.device_spec:
-        device_spec = validate(DeviceSpec, man.device_spec, directory / "manifest.json", "device_spec.")
-    # a build dir may come from elsewhere: its model, and any weights beside it, stay inside it
-    model = confined(directory, "export/model.onnx", "exported model")
-    if not model.is_file():
-        raise BadInput(f"{directory} has no export/model.onnx", fix="point at a folder `tapeout build` wrote")
-    for location in external_data_files(model):
-        confined(model.parent, location, "external data of export/model.onnx")
-    host = host or report.host
+    for a CPU target, the CPU of `host` (by default the one the build ran on). Everything is read through the
+    verified reader. `cal=True` looks the calibration up; pass one (or None) instead."""
+    report, man, directory = build.report, build.manifest, build.directory
+    inputs, dims = man.project.inputs, man.project.dims   # validated with the manifest
+    device_spec = device_spec or build.device_spec
+    model = build.exported_model()  # verified, with any weights beside it
+    host = host or report.host.model_dump()
     reported = reported or (report.device.reported if report.device else None)
     device_spec = spec_for_run(report.target.name, device_spec, reported)
     if device_spec is None and off_host(report.target.name):
@@ -225,16 +213,10 @@ def for_build(directory: Path, report=None, man=None, cal: tuple[calib.Calibrati
                        "which no shipped device spec matches, and the profile names none",
                        fix="name the device: tapeout estimate BUILD_DIR --device NAME (tapeout profiles show lists them)")
     cal, roof = _device_roof(device_spec, host, (man.profile or {}).get("options"), report.target.name, cal)
-    plan, precision = (report.quantization or {}).get("plan"), report.profile.precision
+    plan = report.quantization.plan.model_dump(mode="json") if report.quantization else None
+    precision = report.profile.precision
     kernels = kern.at_precision(model_kernels(model, inputs, dims), plan, kern.float_precision(precision, plan))
     return estimate(kernels, roof, report.target.name, precision, cal or None)
-
-
-def _file(directory: Path, name: str) -> Path:
-    path = directory / name
-    if not path.is_file():
-        raise BadInput(f"{directory} has no {name}", fix="point at a build dir `tapeout build` wrote")
-    return path
 
 
 def for_model(ctx, structure: list[kern.Kernel], plan: dict | None, reported: str | None = None) -> Estimate | None:
@@ -305,19 +287,14 @@ def judge(budgets: Budgets, est: Estimate, why_not_measured: str) -> list[Budget
 # ---------------------------------------------------------------- records for calibration
 
 
-def measured_record(directory: Path) -> tuple[calib.Record, dict] | str:
+def measured_record(build: BuildDir) -> tuple[calib.Record, dict] | str:
     """A build (or its check) measured on the device itself, as a calibration record with its device,
     target and host; or why it cannot be one."""
-    from tapeout.builds.reader import read_manifest
-    from tapeout.records.report import load
-
-    man = read_manifest(directory)
-    report = load(_file(directory, "report.json"))
-    check = directory / "check.json"
-    measured = load(check, "check report") if check.is_file() else report
+    directory, report = build.directory, build.report
+    measured, _ = build.measured()
     if measured.target.emulated:
         return f"{directory}: emulated ({measured.target.emulated}); its timings are not the device's"
-    m = measured.measurement
+    m = measured.to_json()["measurement"]
     q = (m.get("latency_ms") or {}).get("quantiles") or {}
     profile = m.get("op_profile")
     if not q.get("p50") or not profile or not profile.get("runs") or not profile.get("mean_run_us"):
@@ -329,7 +306,7 @@ def measured_record(directory: Path) -> tuple[calib.Record, dict] | str:
     for row in profile["op_types"]:
         cls = kern.op_class(row["op_type"])
         measured_s[cls] = measured_s.get(cls, 0.0) + row["total_us"] / profile["runs"] * scale * 1e-6
-    est = for_build(directory, report, man, cal=None, host=measured.host,
+    est = for_build(build, cal=None, host=measured.host.model_dump(),
                     reported=measured.device.reported if measured.device else None)  # a GPU: the one that ran
     record = calib.Record(model=report.project.name, precision=report.profile.precision, source=str(directory),
                           created=measured.created, p50_s=p50 / 1e3, tails=tails,
@@ -337,4 +314,4 @@ def measured_record(directory: Path) -> tuple[calib.Record, dict] | str:
                           kernels=len(est.kernels), counts=kern.class_counts(est.kernels))
     return record, {"device": est.device, "target": measured.target.name,
                     "kind": est.roof.kind, "roof": est.roof.to_json(),
-                    "host_key": roofline.host_key(measured.host)}
+                    "host_key": roofline.host_key(measured.host.model_dump())}

@@ -52,6 +52,12 @@ class HostRecord(_Recorded):
     cpu_flags: list[str] = Field(default_factory=list)
 
 
+class ModelRecord(_Recorded):
+    """The source model and its export; `export_sha256` hashes every file of export/."""
+
+    export_sha256: dict[str, str] = Field(default_factory=dict)
+
+
 class ManifestRecord(_Recorded):
     """What `check` reads from manifest.json, validated before any of it is used."""
 
@@ -59,6 +65,18 @@ class ManifestRecord(_Recorded):
     golden: FileRecord
     report: FileRecord
     project: ProjectRecord
+    model: ModelRecord = ModelRecord()
     profile: dict[str, Any]
     device_spec: dict[str, Any] | None = None
     host: HostRecord = HostRecord()
+
+
+CHECK_SCHEMA = "tapeout.check-manifest/1"
+
+
+class CheckManifestRecord(_Recorded):
+    """check-manifest.json, written by `tapeout check` after its reports: the hash of check.json, and of the
+    build manifest it checked (a check of another build of the same name is not this build's)."""
+
+    report: FileRecord
+    build_manifest_sha256: str

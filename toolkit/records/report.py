@@ -15,28 +15,30 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from tapeout.core.errors import BadInput, first_line
 from tapeout.core.parity import OutputParity
 from tapeout.core.verdict import BudgetResult
+from tapeout.records.analysis import AnalysisRecord
+from tapeout.records.estimate import BottleneckRecord, EstimateRecord
+from tapeout.records.measurement import MeasurementRecord
+from tapeout.records.pruning import PruningRecord
+from tapeout.records.quantization import QuantizationRecord
+from tapeout.records.record import Json, Record
 
 SCHEMA = "tapeout.report/2"
 
 
-class _Section(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
-
-
-class ProjectInfo(_Section):
+class ProjectInfo(Record):
     name: str
     source: str
     file: str
 
 
-class ProfileInfo(_Section):
+class ProfileInfo(Record):
     name: str
     target: str
     device: str | None
     precision: str
 
 
-class TargetRun(_Section):
+class TargetRun(Record):
     name: str
     version: str | None
     emulated: str | None = Field(description="why this host's timings are not the device's, or null")
@@ -44,7 +46,7 @@ class TargetRun(_Section):
     meters: list[str]
 
 
-class DeviceMatch(_Section):
+class DeviceMatch(Record):
     """The device that ran the measurement against the profile's device spec."""
 
     spec: str | None
@@ -53,26 +55,84 @@ class DeviceMatch(_Section):
     note: str = ""
 
 
-class ArtifactInfo(_Section):
+class ArtifactInfo(Record):
     main_file: str
     bytes: int
     sha256: str
     files: dict[str, str] | None = None
-    meta: dict[str, Any] | None = None
+    meta: dict[str, Json] | None = Field(None, description="the backend's notes on its artifact, in its own terms")
 
 
-class GoldenInfo(_Section):
+class GoldenInfo(Record):
     samples: int
     source: str
     reference: str
 
 
-class AccuracyInfo(_Section):
+class AccuracyInfo(Record):
     metric: str
     direction: str
     reference: float | None
     artifact: float | None
     where: str
+
+
+class ModelInfo(Record):
+    kind: str
+    description: str
+    weights_sha256: str
+    files: dict[str, str] = Field(default_factory=dict)
+
+
+class ExportInfo(Record):
+    exporter: str
+    fallback_reason: str | None = None
+    opset: int | None = None
+    ir_version: int | None = None
+    seconds: float | None = None
+    dynamic_dims: list[str] = Field(default_factory=list)
+    output_names: list[str] | None = None
+    parity: list[OutputParity] | None = Field(None, description="the export verified against torch")
+
+
+class OffAccelerator(Record):
+    node: str
+    op_type: str
+    reason: str
+
+
+class PlacementInfo(Record):
+    accelerator: str
+    total_nodes: int
+    on_accelerator: int
+    off_share: float
+    off: list[OffAccelerator] = Field(default_factory=list)
+    subgraphs: int | None = None
+    source: str | None = None
+
+
+class EngineInfo(Record):
+    """A device-compiled target's engine: built here or reused, why, its cache key, what it is made of."""
+
+    action: Literal["built", "reused"]
+    reason: str
+    file: str
+    key: dict[str, Json]
+    seconds: float
+    summary: dict[str, Json] = Field(default_factory=dict)
+    layers: list[dict[str, Json]] = Field(default_factory=list)
+
+
+class HostInfo(Record):
+    hostname: str | None = None
+    os: str | None = None
+    machine: str | None = None
+    cpu: str
+    cpu_flags: list[str] = Field(default_factory=list)
+    physical_cores: int | None = None
+    logical_cores: int | None = None
+    memory_gb: float | None = None
+    cpu_affinity: int | None = None
 
 
 class Report(BaseModel):
@@ -91,26 +151,27 @@ class Report(BaseModel):
     golden: GoldenInfo
     parity: list[OutputParity]
     budgets: list[BudgetResult]
-    measurement: dict[str, Any] = Field(description="Measurement.to_json(): latency, memory, energy, op profile")
+    measurement: MeasurementRecord
     accuracy: AccuracyInfo | None = None
-    placement: dict[str, Any] | None = None
-    engine: dict[str, Any] | None = Field(None, description="device-compiled targets: EngineBuild.to_json(), the "
-                                          "engine built or reused on this device (null where none was made)")
-    estimate: dict[str, Any] | None = Field(None, description="estimate.with_measured(): the latency estimate "
-                                            "for the profile's device, with the measured p50 and error where measured")
-    bottlenecks: dict[str, Any] | None = Field(None, description="bottleneck.view(): per op against the device's "
-                                               "roofs (null where the timings are not the device's)")
+    placement: PlacementInfo | None = None
+    engine: EngineInfo | None = Field(None, description="device-compiled targets: the engine built or reused on this "
+                                      "device (null where none was made)")
+    estimate: EstimateRecord | None = Field(None, description="the latency estimate for the profile's device, with "
+                                            "the measured p50 and error where measured")
+    bottlenecks: BottleneckRecord | None = Field(None, description="per op against the device's roofs (null where "
+                                                 "the timings are not the device's)")
     # the build's own sections (null in a check)
-    model: dict[str, Any] | None = None
-    export: dict[str, Any] | None = None
-    analysis: dict[str, Any] | None = None
-    quantization: dict[str, Any] | None = None
-    pruning: dict[str, Any] | None = None
+    model: ModelInfo | None = None
+    export: ExportInfo | None = None
+    analysis: AnalysisRecord | None = None
+    quantization: QuantizationRecord | None = None
+    pruning: PruningRecord | None = None
     lint: list[str] = Field(default_factory=list)
-    host: dict[str, Any]
+    host: HostInfo
 
     def to_json(self) -> dict[str, Any]:
-        return self.model_dump(mode="json", by_alias=True)
+        # fields a section's producer left out stay out: the file holds what was measured, no invented nulls
+        return self.model_dump(mode="json", by_alias=True, exclude_unset=True)
 
 
 def load(path, what: str = "report") -> Report:

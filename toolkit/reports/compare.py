@@ -14,8 +14,8 @@ import json
 from pathlib import Path
 from typing import Any
 
+from tapeout.builds.reader import open_build
 from tapeout.core.errors import BadInput
-from tapeout.records.report import Report, load
 
 SCHEMA = "tapeout.compare/1"
 
@@ -48,13 +48,9 @@ def resolve(items: list[Path], profiles: list[str]) -> list[Path]:
     return list(items)
 
 
-def _reports(directory: Path) -> tuple[Report, Report | None]:
-    check = directory / "check.json"
-    return load(directory / "report.json"), load(check, "check report") if check.is_file() else None
-
-
 def row(directory: Path) -> dict[str, Any]:
-    build, check = _reports(directory)
+    opened = open_build(directory)  # the build's report and its check, each verified against its record
+    build, check = opened.report, opened.check_report
     source = check or build
     data, built = source.to_json(), build.to_json()
     m = data["measurement"]

@@ -8,8 +8,8 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from tapeout.core.errors import BadInput
-from tapeout.records.report import Report, load
+from tapeout.builds.reader import open_report
+from tapeout.records.report import Report
 
 MIN_CHANGE = 0.01
 
@@ -78,7 +78,7 @@ _MACHINE_NAMES = {name for name, _ in _MACHINE}
 
 def _host_state(report: Report) -> dict[str, tuple[float, float, float]]:
     # a report may come from elsewhere: only positive finite numbers are read (older reports have none)
-    state = report.measurement.get("host_state")
+    state = report.to_json()["measurement"].get("host_state")
     if not isinstance(state, dict):
         return {}
     out = {}
@@ -93,12 +93,9 @@ def _host_state(report: Report) -> dict[str, tuple[float, float, float]]:
 
 
 def load_side(path: Path) -> Report:
-    """A report for diff: a build dir (its report.json), or a report.json / check.json file."""
-    if path.is_dir():
-        path = path / "report.json"
-    if not path.is_file():
-        raise BadInput(f"{path} not found", fix="give build dirs, or report.json / check.json files")
-    return load(path, "check report" if path.name == "check.json" else "report")
+    """A report for diff: a build dir (its report.json), or a report.json / check.json inside one, verified
+    against the build dir's records."""
+    return open_report(path)[0]
 
 
 def render_diff(rows: list[dict], a: str, b: str) -> str:

@@ -10,6 +10,7 @@ from tapeout.core.verdict import BudgetResult
 from tapeout.measurement import verdicts
 from tapeout.measurement.measure import Measurement
 from tapeout.records.report import (
+    SCHEMA,
     ArtifactInfo,
     DeviceMatch,
     GoldenInfo,
@@ -44,13 +45,19 @@ def assemble(kind: Literal["build", "check"], ctx: Context, *, build_dir: str, p
     match = device_match(ctx, m)
     if match is not None and match.note and match.matches is False:
         m.notes.append(match.note)
+    # every section named, the absent ones as null: a report lists what it does not have
+    absent = {name: [] if name == "lint" else None for name in _OPTIONAL}
     return Report(
-        kind=kind, created=now(), exit_code=verdicts.exit_code(budgets, strict), build_dir=build_dir,
+        schema=SCHEMA, kind=kind, created=now(), exit_code=verdicts.exit_code(budgets, strict), build_dir=build_dir,
         project=project,
         profile=ProfileInfo(name=ctx.profile.name, target=ctx.profile.target, device=ctx.profile.device,
                             precision=ctx.profile.precision),
         target=TargetRun(name=ctx.target.name, version=ctx.probe.version, emulated=ctx.emulated,
                          compile_on=caps.compile_on, meters=list(caps.meters)),
         device=match, artifact=artifact, golden=golden, parity=parity, budgets=budgets, measurement=m.to_json(),
-        host=host_fingerprint(), **sections,
+        host=host_fingerprint(), **{**absent, **sections},
     )
+
+
+_OPTIONAL = ("accuracy", "placement", "engine", "estimate", "bottlenecks", "model", "export", "analysis",
+             "quantization", "pruning", "lint")

@@ -248,17 +248,18 @@ def hints_of(loaded) -> dict:
 def _manifest(ctx: Context, report: Report) -> dict:
     stage, project, profile = ctx.stage, ctx.project, ctx.profile
     golden = stage / "golden.npz"
+    data = report.to_json()
     return {
         "schema": SCHEMA,
         "created": report.created,
         "project": {"name": project.display_name, "file": str(project.file),
                     "file_sha256": sha256_file(project.file), "source": project.model.source,
                     "inputs": [s.model_dump() for s in project.inputs], "dims": project.dims},
-        "model": {**report.model, "export": report.export, "export_sha256": tree_hashes(stage / "export")},
+        "model": {**data["model"], "export": data["export"], "export_sha256": tree_hashes(stage / "export")},
         "calibration": {"source": report.golden.source,
                         "sha256": sha256_file(project.root / project.calibration.data)
                         if project.calibration and project.calibration.data.endswith(".npz") else None},
-        "artifact": {"target": profile.target, "main_file": report.artifact.main_file, "meta": report.artifact.meta,
+        "artifact": {"target": profile.target, "main_file": report.artifact.main_file, "meta": data["artifact"]["meta"],
                      "files": report.artifact.files, "bytes": report.artifact.bytes},
         "golden": {"file": "golden.npz", "sha256": sha256_file(golden), "samples": report.golden.samples},
         # check carries verdicts over from report.json: its hash makes them part of what is verified
@@ -266,10 +267,10 @@ def _manifest(ctx: Context, report: Report) -> dict:
         "profile": profile.model_dump(mode="json"),
         "device_spec": ctx.device.model_dump(mode="json") if ctx.device else None,
         "quantization": None if report.quantization is None else {
-            "model_sha256": report.quantization["model_sha256"], "plan": report.quantization["plan"]},
+            "model_sha256": data["quantization"]["model_sha256"], "plan": data["quantization"]["plan"]},
         "options_resolved": ctx.target.options.model_dump(mode="json"),
         "budgets": profile.budgets.model_dump(mode="json", exclude_none=True),
         "versions": package_versions(),
-        "host": report.host,
+        "host": data["host"],
         "seeds": {"project": project.seed},
     }

@@ -14,14 +14,14 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from tapeout import targets
-from tapeout.builds.reader import read_manifest, verified, verify_artifact
+from tapeout.builds import reader
 from tapeout.builds.staging import MANIFEST
 from tapeout.core.artifact import Artifact
 from tapeout.core.config import validate
 from tapeout.core.console import UI
 from tapeout.core.errors import BadInput
 from tapeout.core.files import writable_dir, write_json, write_text
-from tapeout.core.hashing import tree_size
+from tapeout.core.hashing import sha256_file, tree_size
 from tapeout.core.host import host_fingerprint
 from tapeout.core.parity import compare
 from tapeout.core.schemas import CheckSettings, DeviceSpec, Profile
@@ -30,9 +30,8 @@ from tapeout.estimation import bottleneck, estimate
 from tapeout.measurement import measure as measuring
 from tapeout.measurement import verdicts
 from tapeout.records.golden import load_golden
-from tapeout.records.manifest import ManifestRecord
+from tapeout.records.manifest import CHECK_SCHEMA, ManifestRecord
 from tapeout.records.report import ArtifactInfo, GoldenInfo, ProjectInfo, Report
-from tapeout.records.report import load as load_report
 from tapeout.reports import html_page
 from tapeout.reports.markdown import render_markdown
 from tapeout.steps.assemble import assemble
@@ -102,27 +101,28 @@ class OpenedBuild:
     golden: Path
     golden_outputs: list
     built: Report
+    reader: reader.BuildDir
 
 
 def open_build(build_dir: Path | str) -> OpenedBuild:
-    """Read, validate and verify a build dir — a folder from elsewhere, so every field and path in it is
-    data: bad ones are one BadInput line. Nothing of the model runs here."""
-    build_dir = Path(build_dir).resolve()
-    man = read_manifest(build_dir)
+    """Read, validate and verify a build dir through the verified reader — a folder from elsewhere, so every
+    field and path in it is data: bad ones are one BadInput line. Nothing of the model runs here."""
+    build = reader.open_build(build_dir)
+    man = build.manifest
     target_name = man.artifact.target
     if target_name not in targets.TARGETS:
-        raise BadInput(f"{build_dir} was built for target '{target_name}', which this tapeout does not know",
+        raise BadInput(f"{build.directory} was built for target '{target_name}', which this tapeout does not know",
                        fix=f"check it with a tapeout that has that backend, or rebuild for one of: {', '.join(targets.TARGETS)}")
-    profile = _profile(man, build_dir)
+    profile = build.profile
     target = targets.create(target_name, profile.options)
     probe = target.probe()
     probe.require(target_name)
-    verify_artifact(build_dir, man)
-    golden_path = verified(build_dir, man.golden.file, man.golden.sha256, "golden file")
-    built = load_report(verified(build_dir, man.report.file, man.report.sha256, "build report"))
-    spec = validate(DeviceSpec, man.device_spec, build_dir / MANIFEST, "device_spec.") if man.device_spec else None
+    build.artifact()
+    golden_path = build.golden()
+    built = build.report
     _, golden_outputs = load_golden(golden_path)
-    return OpenedBuild(build_dir, man, profile, target, probe, spec, golden_path, golden_outputs, built)
+    return OpenedBuild(build.directory, man, profile, target, probe, build.device_spec, golden_path, golden_outputs,
+                       built, build)
 
 
 def check(build_dir: Path | str, ui: UI, strict: bool = False, iterations: int | None = None,
@@ -159,7 +159,7 @@ def check(build_dir: Path | str, ui: UI, strict: bool = False, iterations: int |
     if (build_dir / "export" / "model.onnx").is_file() and not estimate.nothing_to_estimate(
             ctx.target.name, device, ctx.emulated):
         with ui.step("estimate latency on the device (roofline, calibrated where measured)"):
-            est = estimate.for_build(build_dir, build, man, host=host, device_spec=device, reported=reported)
+            est = estimate.for_build(opened.reader, host=host, device_spec=device, reported=reported)
         ui.note(est.line())
     p50 = None if ctx.emulated else m.latency.quantiles["p50"].point
     artifact_bytes = tree_size(artifact.directory)
@@ -173,14 +173,25 @@ def check(build_dir: Path | str, ui: UI, strict: bool = False, iterations: int |
         "check", ctx, build_dir=str(build_dir), strict=strict,
         project=ProjectInfo(name=man.project.name, source=man.project.source, file=man.project.file),
         artifact=ArtifactInfo(main_file=artifact.main_file, bytes=artifact_bytes,
-                              sha256=man.artifact.files[artifact.main_file]),  # verified above, not hashed again
+                              sha256=man.artifact.files[artifact.main_file], files=None, meta=None),  # verified above
         golden=GoldenInfo(samples=len(golden_outputs), source="golden.npz", reference="the build's reference outputs"),
         m=m, parity=parity, budgets=budgets, placement=build.placement,
         engine=engine.to_json() if engine else None,
         estimate=estimate.with_measured(est, p50) if est else None,
         bottlenecks=None if ctx.emulated or est is None else bottleneck.view(m.op_profile, est.roof, p50),
     )
+    write_check(build_dir, report)
+    return report
+
+
+def write_check(build_dir: Path, report: Report) -> None:
+    """check.json, .md and .html, then check-manifest.json with check.json's hash: the reader verifies the check
+    against it. The old record goes first, so a check cut short leaves no record that vouches for it."""
+    (build_dir / reader.CHECK_MANIFEST).unlink(missing_ok=True)
     write_json(build_dir / "check.json", report.to_json())
     write_text(build_dir / "check.md", render_markdown(report))
     write_text(build_dir / "check.html", html_page.render(report))
-    return report
+    write_json(build_dir / reader.CHECK_MANIFEST, {
+        "schema": CHECK_SCHEMA, "created": report.created,
+        "report": {"file": "check.json", "sha256": sha256_file(build_dir / "check.json")},
+        "build_manifest_sha256": sha256_file(build_dir / MANIFEST)})

@@ -8,6 +8,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from tapeout.builds.reader import open_build
 from tapeout.core.console import UI
 from tapeout.core.errors import EXIT_BUDGET_FAILED, BadInput, TapeoutError, one_line
 from tapeout.core.files import write_json, write_text
@@ -33,7 +34,9 @@ def choose(project: Path, profiles: list[str], out: Path | None, ui: UI, strict:
         ui.note(f"candidate {i} of {len(profiles)}: {name}")
         build_dir = out / name
         try:
-            rows.append(candidate_row(name, build_dir, report=build(project, spec, build_dir, ui, strict=strict)))
+            build(project, spec, build_dir, ui, strict=strict)
+            # the choice is made from what the build dirs hold, read back through the verified reader
+            rows.append(candidate_row(name, build_dir, report=open_build(build_dir).report))
         except TapeoutError as exc:  # this candidate is out; the others still build
             ui.note(f"{name}: {one_line(str(exc))}")
             rows.append(candidate_row(name, build_dir, error=exc))

@@ -1,0 +1,106 @@
+"""The `estimate` and `bottlenecks` sections of a report: the latency estimate for the profile's device
+(roofline per kernel, calibrated where measured) and the per-op view of a measured run against the roofs."""
+
+from __future__ import annotations
+
+from pydantic import Field
+
+from tapeout.records.record import Record
+
+
+class RoofRecord(Record):
+    name: str
+    kind: str
+    peaks_tops: dict[str, float]
+    bandwidth_gbs: float | None = None
+    source: str
+    notes: list[str] = Field(default_factory=list)
+    cache_bandwidth_gbs: list[tuple[int, float]] | None = Field(
+        None, description="this host's CPU only: [working-set bytes, GB/s], smallest first")
+
+
+class PredictedRecord(Record):
+    point: float
+    low: float
+    high: float
+
+
+class ClassRecord(Record):
+    cls: str = Field(alias="class")
+    kernels: int
+    flops: int
+    bytes: float
+    roofline_us: float
+    predicted_us: float
+
+
+class KernelRecord(Record):
+    name: str
+    cls: str = Field(alias="class")
+    precision: str
+    flops: int
+    bytes: float
+    nodes: int
+    launches: int
+    reread_bytes: float
+    compute_us: float
+    memory_us: float
+
+
+class EstimateRecord(Record):
+    device: str
+    target: str
+    precision: str
+    method: str
+    roof: RoofRecord
+    lower_bound_ms: float
+    predicted_ms: dict[str, PredictedRecord] | None = None
+    band: list[float] | None = None
+    calibration: str | None = None
+    kernels: int
+    by_class: list[ClassRecord]
+    top_kernels: list[KernelRecord]
+    notes: list[str] = Field(default_factory=list)
+    measured_p50_ms: float | None = None
+    error: float | None = None
+
+
+class BoundShare(Record):
+    ops: int
+    share: float
+
+
+class OpBoundRecord(Record):
+    node: str
+    op_type: str
+    cls: str = Field(alias="class")
+    precision: str
+    mean_us: float
+    share: float
+    flops: int | None = None
+    bytes: int | None = None
+    intensity: float | None = None
+    achieved_gflops: float | None = None
+    achieved_gbs: float | None = None
+    roof_share: float | None = None
+    bound: str
+
+
+class ChainRecord(Record):
+    ops: list[str]
+    op_types: list[str]
+    measured_us: float
+    fused_us: float
+    saving_us: float
+
+
+class BottleneckRecord(Record):
+    roof: RoofRecord
+    method: str
+    outside_ops_share: float | None = None
+    by_bound: dict[str, BoundShare]
+    ops: list[OpBoundRecord]
+    fusible_chains: list[ChainRecord] = Field(default_factory=list)
+    fusible_saving_us: float = 0.0
+    p50_ms: float | None = None
+    profiler_scale: float = 1.0
