@@ -21,11 +21,38 @@ import numpy as np
 from tapeout.core.errors import BadInput, ExportMismatch, first_line, runtime_detail, user_code
 from tapeout.core.feeds import Feeds, random_feeds
 from tapeout.core.parity import OutputParity, compare, worst
-from tapeout.core.schemas import InputSpec
+from tapeout.core.schemas import InputSpec, Project
 from tapeout.exporters.fold import fold_recurrent_weights
 from tapeout.exporters.sources import LoadedModel
 
 _PROTOBUF_LIMIT = 1_800_000_000  # bytes; past ~2 GB a ModelProto must keep its weights outside
+DEFAULT_OPSET = 20  # new enough for every exporter feature we use, old enough for TensorRT/QNN parsers
+
+
+@dataclass(frozen=True)
+class ExportOptions:
+    """How a model is exported and verified: the opset and IR version the target's runtime takes, dynamic
+    axes or not, and the tolerance and number of random inputs the export is verified on."""
+
+    opset: int
+    max_ir_version: int
+    dynamic: bool = True
+    atol: float = 1e-4
+    rtol: float = 1e-3
+    samples: int = 3
+    seed: int = 0
+
+    @classmethod
+    def for_project(cls, project: Project, max_opset: int, max_ir_version: int, samples: int | None = None) -> ExportOptions:
+        """The project's [export] settings within what the target's runtime takes: every export of a build (the
+        model's, and the pruning search's of each candidate) is made with these."""
+        export = project.export
+        opset = export.opset or min(DEFAULT_OPSET, max_opset)
+        if opset > max_opset:
+            raise BadInput(f"[export] opset = {opset} is newer than the target runtime supports ({max_opset})",
+                           fix=f"set [export] opset <= {max_opset}")
+        return cls(opset, max_ir_version, export.dynamic, export.atol, export.rtol,
+                   export.samples if samples is None else samples, project.seed)
 
 
 @dataclass
@@ -61,7 +88,12 @@ def torch_outputs(module, feeds: Feeds, input_names: list[str], output_names: li
             raise BadInput(f"[model] outputs names {len(output_names)} outputs but the model returns {len(values)}",
                            fix=f"give exactly {len(values)} names, or leave 'outputs' out")
         names = output_names
-    return {n: v.detach().cpu().numpy() for n, v in zip(names, values, strict=True) if v is not None}
+    outputs = {n: v.detach().cpu().numpy() for n, v in zip(names, values, strict=True) if v is not None}
+    if not outputs:  # the user's forward() returned nothing to compare or export: say so, not an exporter error
+        returned = "None" if result is None else f"a {type(result).__name__} with no tensor in it"
+        raise BadInput(f"the model's forward() returned {returned}: there is no output to export",
+                       fix="return the output tensor (or a tuple or dict of tensors) from forward()")
+    return outputs
 
 
 def _trace_dims(dims: dict[str, int]) -> dict[str, int]:
@@ -119,28 +151,18 @@ def _export_torchscript(module, args, inputs, output_names, opset, dynamic):
     return onnx.load_from_string(buffer.getvalue())
 
 
-def export(
-    loaded: LoadedModel,
-    inputs: list[InputSpec],
-    dims: dict[str, int],
-    out_path: Path,
-    *,
-    opset: int,
-    max_ir_version: int,
-    dynamic: bool = True,
-    atol: float = 1e-4,
-    rtol: float = 1e-3,
-    samples: int = 3,
-    seed: int = 0,
-    log: Callable[[str], None] = lambda _msg: None,
-) -> ExportResult:
+def export(loaded: LoadedModel, inputs: list[InputSpec], dims: dict[str, int], out_path: Path, options: ExportOptions,
+           log: Callable[[str], None] = lambda _msg: None) -> ExportResult:
+    """`loaded`'s module as ONNX at `out_path`, verified against torch on `options.samples` random inputs."""
     import onnx
     import torch
 
+    opset, max_ir_version, dynamic = options.opset, options.max_ir_version, options.dynamic
+    atol, rtol = options.atol, options.rtol
     started = time.perf_counter()
     module = loaded.module
     input_names = [s.name for s in inputs]
-    rng = np.random.default_rng(seed)
+    rng = np.random.default_rng(options.seed)
     trace_feeds = random_feeds(inputs, _trace_dims(dims) if dynamic else dims, rng)
     output_names = list(torch_outputs(module, trace_feeds, input_names, loaded.output_names))
     args = [torch.from_numpy(trace_feeds[n]) for n in input_names]
@@ -171,7 +193,7 @@ def export(
     onnx.save_model(proto, str(out_path), save_as_external_data=large,
                     location=f"{out_path.name}.data" if large else None)
 
-    parity = verify(module, out_path, inputs, dims, input_names, output_names, atol, rtol, samples, rng)
+    parity = verify(module, out_path, inputs, dims, output_names, options, rng)
     bad = [p for p in parity if not p.within_tolerance]
     if bad:
         w = worst(bad)
@@ -188,8 +210,9 @@ def export(
                         time.perf_counter() - started, fallback_reason, dynamic_dims)
 
 
-def verify(module, onnx_path: Path, inputs, dims, input_names, output_names, atol, rtol, samples, rng) -> list[OutputParity]:
-    """Torch vs ONNX Runtime (basic optimizations only, CPU) on `samples` fresh random inputs."""
+def verify(module, onnx_path: Path, inputs: list[InputSpec], dims: dict[str, int], output_names: list[str],
+           options: ExportOptions, rng) -> list[OutputParity]:
+    """Torch vs ONNX Runtime (basic optimizations only, CPU) on `options.samples` fresh random inputs."""
     import onnxruntime as ort
 
     so = ort.SessionOptions()
@@ -200,12 +223,13 @@ def verify(module, onnx_path: Path, inputs, dims, input_names, output_names, ato
     except Exception as exc:
         raise BadInput(f"the exported model does not load in onnxruntime: {first_line(exc)}",
                        detail=runtime_detail(exc), fix="pin [export] opset to one the installed onnxruntime supports") from None
+    input_names = [s.name for s in inputs]
     reference, actual = [], []
-    for _ in range(samples):
+    for _ in range(options.samples):
         feeds = random_feeds(inputs, dims, rng)
         reference.append(torch_outputs(module, feeds, input_names, output_names))
         actual.append(dict(zip(output_names, sess.run(output_names, feeds), strict=True)))
-    return compare(reference, actual, atol, rtol)
+    return compare(reference, actual, options.atol, options.rtol)
 
 
 def _root_cause(exc: BaseException) -> str:
@@ -219,3 +243,24 @@ def _root_cause(exc: BaseException) -> str:
 def _tail(noise: io.StringIO) -> str:
     lines = [ln for ln in noise.getvalue().splitlines() if ln.strip()]
     return f" (exporter said: {lines[-1][:200]})" if lines else ""
+
+
+def export_program(loaded: LoadedModel, inputs: list[InputSpec], dims: dict[str, int], options: ExportOptions):
+    """`loaded`'s module as a torch.export ExportedProgram (what PyTorch-native targets compile from), traced at
+    the project's shapes with its symbolic dims dynamic; a model torch.export cannot capture is one line with the
+    exporter's reason."""
+    import torch
+
+    module = loaded.module
+    rng = np.random.default_rng(options.seed)
+    feeds = random_feeds(inputs, _trace_dims(dims) if options.dynamic else dims, rng)
+    args = tuple(torch.from_numpy(feeds[s.name]) for s in inputs)
+    with _quiet() as noise:
+        try:
+            return torch.export.export(module, args, dynamic_shapes=_dynamic_shapes(module, inputs) if options.dynamic
+                                       else None)
+        except Exception as exc:
+            raise BadInput(f"torch.export could not capture the model: {_root_cause(exc)}",
+                           detail=runtime_detail(exc),
+                           fix="make the model traceable by torch.export (data-dependent control flow as torch.cond, "
+                               f"see the exportdb docs), or build for a target that compiles from ONNX{_tail(noise)}") from None

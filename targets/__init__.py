@@ -14,8 +14,8 @@ from typing import TYPE_CHECKING, Any
 
 from tapeout.core.artifact import Artifact
 from tapeout.core.capabilities import Capabilities
-from tapeout.core.errors import BadInput
-from tapeout.targets.base import Session, Target
+from tapeout.core.errors import BadInput, TargetUnavailable
+from tapeout.targets.base import Probe, Session, Target
 
 if TYPE_CHECKING:
     from pydantic import BaseModel
@@ -150,19 +150,45 @@ def create(name: str, options: dict[str, Any] | BaseModel | None = None) -> Targ
     return cls(name, info(name).capabilities, opts)
 
 
-def why_not_here(name: str, options: dict[str, Any] | None = None) -> str | None:
-    """None if target `name` can run on this host with `options` (probe and preflight pass), else why not."""
-    from tapeout.core.errors import TapeoutError
+@dataclass(frozen=True)
+class Readiness:
+    """Whether a target can run on this host: its probe (taken once: a GPU target's creates a CUDA session), and
+    where it cannot, the problem — the probe's (not installed) or the preflight's (no device, a library missing)."""
 
-    target = create(name, options)
+    probe: Probe
+    problem: TargetUnavailable | None = None
+
+    @property
+    def ready(self) -> bool:
+        return self.problem is None
+
+    def require(self) -> None:
+        if self.problem is not None:
+            raise self.problem
+
+
+def readiness(target: Target) -> Readiness:
+    """The one answer to "can this target run here" that build, check and `tapeout targets` all use."""
     probe = target.probe()
     if not probe.available:
-        return probe.reason
+        return Readiness(probe, TargetUnavailable(f"target '{target.name}' is not available here: {probe.reason}",
+                                                  fix=probe.install_hint or None))
     try:
         target.preflight()
-    except TapeoutError as exc:
+    except TargetUnavailable as exc:
+        return Readiness(probe, exc)
+    return Readiness(probe)
+
+
+def why_not_here(name: str, options: dict[str, Any] | None = None) -> str | None:
+    """None if target `name` can run on this host with `options`, else why not."""
+    from tapeout.core.errors import TapeoutError
+
+    try:
+        found = readiness(create(name, options))
+    except TapeoutError as exc:  # options the target refuses, a preflight that names bad input
         return str(exc)
-    return None
+    return None if found.ready else str(found.problem)
 
 
 def reference_session(model_path: Path) -> Session:

@@ -2,7 +2,8 @@
 and capabilities as data on the registry entry.
 
 A backend is one module under `targets/` with one `Target` subclass. It must implement `probe`,
-`compile` and `session`; every other hook has a default here. The pipeline, `check`, the precision
+`session`, and `compile` (or `compile_program`, where its capabilities say it compiles from the
+torch.export program); every other hook has a default here. The pipeline, `check`, the precision
 step and the rules read `Capabilities`, never a target's name. Public methods a subclass defines
 must be hooks of this class: a misspelt hook is a TypeError when the module is imported, not a
 default that silently runs instead.
@@ -201,7 +202,7 @@ class Session(ABC):
 
 class Target(ABC):
     """One backend. Subclasses set `Options` (a frozen pydantic model of the profile's [options]) and
-    implement `probe`, `compile` and `session`; the other hooks have defaults."""
+    implement `probe`, `session` and the compile hook their capabilities name; the other hooks have defaults."""
 
     Options: ClassVar[type[BaseModel]]
 
@@ -229,9 +230,16 @@ class Target(ABC):
     def probe(cls) -> Probe:
         """Available here, or the reason and the install hint. Never raises."""
 
-    @abstractmethod
     def compile(self, model_path: Path, out_dir: Path, inputs: list[InputSpec], dims: dict[str, int]) -> Artifact:
-        """The artifact, written into `out_dir` (on the host; device-compiled targets write all but the engine)."""
+        """The artifact compiled from the ONNX model at `model_path`, written into `out_dir` (on the host;
+        device-compiled targets write all but the engine). Every target that compiles from ONNX
+        (`capabilities.compiles_from`, the default) implements it."""
+        raise NotImplementedError(f"target '{self.name}' compiles from a torch.export program, not from ONNX")
+
+    def compile_program(self, program, out_dir: Path, inputs: list[InputSpec], dims: dict[str, int]) -> Artifact:
+        """The artifact compiled from the torch.export ExportedProgram: what a target whose
+        `capabilities.compiles_from` is "torch.export" implements instead of `compile`."""
+        raise NotImplementedError(f"target '{self.name}' compiles from ONNX, not from a torch.export program")
 
     @abstractmethod
     def session(self, artifact: Artifact) -> Session:
@@ -275,7 +283,7 @@ class Target(ABC):
         return self.capabilities.emulated_on.get(platform.machine().lower())
 
 
-HOOKS = frozenset({"probe", "compile", "session", "limits", "preflight", "lint", "prepare", "build_engine",
+HOOKS = frozenset({"probe", "compile", "compile_program", "session", "limits", "preflight", "lint", "prepare", "build_engine",
                    "op_profile", "emulated"})
 
 __all__ = ["HOOKS", "Capabilities", "EngineBuild", "LintIssue", "OpProfile", "OpTime",

@@ -36,7 +36,7 @@ def _warm() -> None:
     import torch.onnx._internal.exporter._core  # noqa: F401
 
     import tapeout.cli
-    import tapeout.steps.build  # noqa: F401
+    import tapeout.steps.flows  # noqa: F401
     with contextlib.suppress(ImportError):
         import transformers  # noqa: F401
 

@@ -193,7 +193,7 @@ def test_unavailable_target_exits_4(monkeypatch, capsys):
 def test_help_and_check_import_nothing_heavy():
     code = (
         "import sys, time; t = time.perf_counter()\n"
-        "from tapeout import cli\nfrom tapeout.steps import build, check\n"
+        "from tapeout import cli\nfrom tapeout.steps import flows\n"
         "sys.argv = ['tapeout', '--help']\n"
         "try:\n    cli.main()\nexcept SystemExit:\n    pass\n"
         "heavy = [m for m in ('torch', 'transformers', 'onnxruntime', 'onnxscript', 'sklearn') if m in sys.modules]\n"

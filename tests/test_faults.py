@@ -21,11 +21,12 @@ import pytest
 
 from conftest import SAMPLES, Result, one_line_error, run_cli
 from tapeout.builds import staging
+from tapeout.builds.reader import open_build
 from tapeout.builds.staging import MANIFEST, StagedBuild, exchange, recover
 from tapeout.core.errors import BadInput
 from tapeout.core.files import output_file
 from tapeout.core.hashing import sha256_file
-from tapeout.steps.check import open_build
+from tapeout.records.golden import load_golden
 
 DIGITS = SAMPLES / "digits-cnn"
 pytestmark = pytest.mark.fuzz
@@ -86,7 +87,8 @@ def test_kill_9_at_random_points_never_leaves_a_broken_build_and_the_next_build_
         proc.wait()
         # whatever the moment: the build dir is whole (every hash verifies), the old one or a new one
         opened = open_build(out)
-        assert opened.golden_outputs
+        opened.artifact(), opened.report, opened.structure()  # every file it records verifies
+        assert load_golden(opened.golden())[1]
         outcomes.append("old" if sha256_file(out / MANIFEST) == before else "new")
         leftovers = [p for p in out.parent.iterdir() if p != out and not p.name.startswith(f".{out.name}.partial-")]
         assert not leftovers, leftovers

@@ -22,6 +22,8 @@ from tapeout.core.paths import confined, external_data_files
 from tapeout.core.schemas import DeviceSpec, Profile
 from tapeout.records.manifest import CHECK_SCHEMA, SCHEMA, CheckManifestRecord, ManifestRecord
 from tapeout.records.report import Report, load
+from tapeout.records.structure import SCHEMA as STRUCTURE_SCHEMA
+from tapeout.records.structure import StructureRecord
 
 MAX_MANIFEST_BYTES = 16 << 20  # a manifest lists files and hashes: kilobytes, never this
 CHECK_MANIFEST = "check-manifest.json"
@@ -118,9 +120,21 @@ class BuildDir:
             verified(self.directory / "artifact", rel, expected, "artifact file")
         return self.directory / "artifact"
 
-    def golden(self) -> Path:
+    @cached_property
+    def golden_file(self) -> Path:
         rec = self.manifest.golden
         return verified(self.directory, rec.file, rec.sha256, "golden file")
+
+    def golden(self) -> Path:
+        return self.golden_file
+
+    def structure(self) -> StructureRecord | None:
+        """structure.json, verified: the kernel structure the build computed; None for a build dir from before it."""
+        rec = self.manifest.structure
+        if rec is None:
+            return None
+        path = verified(self.directory, rec.file, rec.sha256, "kernel structure")
+        return validate(StructureRecord, _json_file(path, STRUCTURE_SCHEMA, "kernel structure", "rebuild"), path)
 
     def exported_model(self) -> Path:
         """export/model.onnx, and every external-data file it names, verified (builds before the export was

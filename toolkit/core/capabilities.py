@@ -17,6 +17,8 @@ class Capabilities:
     precisions: Mapping[str, tuple[str, ...]]
     rules: str | None = None            # the rule set that plans non-fp32 precisions (quantize/rules.py)
     compile_on: Literal["host", "device"] = "host"   # device: engines tied to the GPU and toolchain
+    # what `compile` is handed: the verified ONNX file, or the torch.export ExportedProgram (`compile_program`)
+    compiles_from: Literal["onnx", "torch.export"] = "onnx"
     meters: tuple[str, ...] = ("rss",)  # what the inference process reads besides time
     timing_sync: Literal["none", "device"] = "none"  # device: a timed run ends with a device sync
     device_memory: bool = False         # inputs/outputs live in device memory; end-to-end timed apart

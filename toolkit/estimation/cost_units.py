@@ -16,6 +16,8 @@ from tapeout.estimation.roofline import BYTES_PER_ELEMENT
 from tapeout.graph.analysis import Analysis
 from tapeout.graph.analyze import node_cost
 from tapeout.graph.view import GraphView
+from tapeout.records.structure import SCHEMA as STRUCTURE_SCHEMA
+from tapeout.records.structure import CostUnitRecord, StructureRecord
 
 CLASSES = ("conv", "matmul", "recurrent", "reduce", "elementwise", "movement", "quantize")
 
@@ -232,3 +234,17 @@ def _steps(view: GraphView, node) -> int:
     shape = view.shapes.get(node.input[0]) or ()
     axis = 1 if view.attr(node, "layout", 0) else 0
     return int(shape[axis]) if len(shape) == 3 and shape[axis] else 1
+
+
+def to_record(kernels: list[Kernel]) -> StructureRecord:
+    """The kernel structure as structure.json holds it."""
+    return StructureRecord(schema=STRUCTURE_SCHEMA, kernels=[
+        CostUnitRecord(name=k.name, cls=k.cls, precision=k.precision, flops=k.flops, bytes=k.bytes, nodes=k.nodes,
+                       launches=k.launches, lead=k.lead, quantized_input=k.quantized_input, reread=k.reread)
+        for k in kernels])
+
+
+def from_record(record: StructureRecord) -> list[Kernel]:
+    return [Kernel(name=k.name, cls=k.cls, precision=k.precision, flops=k.flops, bytes=k.bytes, nodes=k.nodes,
+                   launches=k.launches, lead=k.lead, quantized_input=k.quantized_input, reread=k.reread)
+            for k in record.kernels]

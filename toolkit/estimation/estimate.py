@@ -202,9 +202,11 @@ def for_build(build: BuildDir, cal: tuple[calib.Calibration, Path] | bool | None
     for a CPU target, the CPU of `host` (by default the one the build ran on). Everything is read through the
     verified reader. `cal=True` looks the calibration up; pass one (or None) instead."""
     report, man, directory = build.report, build.manifest, build.directory
-    inputs, dims = man.project.inputs, man.project.dims   # validated with the manifest
     device_spec = device_spec or build.device_spec
-    model = build.exported_model()  # verified, with any weights beside it
+    structure = kernels_of(build)
+    if structure is None:
+        raise BadInput(f"{directory} holds neither structure.json nor export/model.onnx",
+                       fix="point at a folder `tapeout build` wrote")
     host = host or report.host.model_dump()
     reported = reported or (report.device.reported if report.device else None)
     device_spec = spec_for_run(report.target.name, device_spec, reported)
@@ -215,8 +217,20 @@ def for_build(build: BuildDir, cal: tuple[calib.Calibration, Path] | bool | None
     cal, roof = _device_roof(device_spec, host, (man.profile or {}).get("options"), report.target.name, cal)
     plan = report.quantization.plan.model_dump(mode="json") if report.quantization else None
     precision = report.profile.precision
-    kernels = kern.at_precision(model_kernels(model, inputs, dims), plan, kern.float_precision(precision, plan))
+    kernels = kern.at_precision(structure, plan, kern.float_precision(precision, plan))
     return estimate(kernels, roof, report.target.name, precision, cal or None)
+
+
+def kernels_of(build: BuildDir) -> list[kern.Kernel] | None:
+    """The build's kernel structure at FP32: structure.json (computed once at build, verified), or for a build dir
+    from before it, the verified export analysed again; None where it has neither."""
+    structure = build.structure()
+    if structure is not None:
+        return kern.from_record(structure)
+    if not (build.directory / "export" / "model.onnx").is_file():
+        return None
+    man = build.manifest
+    return model_kernels(build.exported_model(), man.project.inputs, man.project.dims)
 
 
 def for_model(ctx, structure: list[kern.Kernel], plan: dict | None, reported: str | None = None) -> Estimate | None:

@@ -66,6 +66,7 @@ class ManifestRecord(_Recorded):
     report: FileRecord
     project: ProjectRecord
     model: ModelRecord = ModelRecord()
+    structure: FileRecord | None = None     # structure.json (builds before it: the kernels come from the export)
     profile: dict[str, Any]
     device_spec: dict[str, Any] | None = None
     host: HostRecord = HostRecord()

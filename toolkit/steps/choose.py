@@ -17,7 +17,8 @@ from tapeout.reports.choice import CHOICE_FILE, SCHEMA, candidate_row, pick, ren
 
 def choose(project: Path, profiles: list[str], out: Path | None, ui: UI, strict: bool = False) -> dict[str, Any]:
     from tapeout.core.config import load_project
-    from tapeout.steps.build import build
+    from tapeout.steps.export import ExportShare
+    from tapeout.steps.flows import build
     from tapeout.steps.setup import load_profile
 
     # Every profile and the project are read before the first build: a typo in the third costs nothing.
@@ -30,16 +31,20 @@ def choose(project: Path, profiles: list[str], out: Path | None, ui: UI, strict:
     out = Path(out) if out else root / "build" / "fastest"
     out.mkdir(parents=True, exist_ok=True)
     rows = []
-    for i, (spec, name) in enumerate(zip(profiles, names, strict=True), 1):
-        ui.note(f"candidate {i} of {len(profiles)}: {name}")
-        build_dir = out / name
-        try:
-            build(project, spec, build_dir, ui, strict=strict)
-            # the choice is made from what the build dirs hold, read back through the verified reader
-            rows.append(candidate_row(name, build_dir, report=open_build(build_dir).report))
-        except TapeoutError as exc:  # this candidate is out; the others still build
-            ui.note(f"{name}: {one_line(str(exc))}")
-            rows.append(candidate_row(name, build_dir, error=exc))
+    shared = ExportShare()  # one export for the candidates whose runtimes take the same opset and IR version
+    try:
+        for i, (spec, name) in enumerate(zip(profiles, names, strict=True), 1):
+            ui.note(f"candidate {i} of {len(profiles)}: {name}")
+            build_dir = out / name
+            try:
+                build(project, spec, build_dir, ui, strict=strict, shared=shared)
+                # the choice is made from what the build dirs hold, read back through the verified reader
+                rows.append(candidate_row(name, build_dir, report=open_build(build_dir).report))
+            except TapeoutError as exc:  # this candidate is out; the others still build
+                ui.note(f"{name}: {one_line(str(exc))}")
+                rows.append(candidate_row(name, build_dir, error=exc))
+    finally:
+        shared.close()
     best, notes = pick(rows)
     codes = sorted({r["exit_code"] for r in rows} - {0})
     exit_code = 0 if best else (EXIT_BUDGET_FAILED if EXIT_BUDGET_FAILED in codes or not codes else codes[0])

@@ -1,4 +1,4 @@
-"""The build's precision step: rule table → first plan → quantize → sensitivity loop, on the host.
+"""Step `precision`: rule table → first plan → quantize → sensitivity loop, on the host.
 
 Candidates are evaluated with the project's metric on the target's own runtime, so the accuracy the
 loop sees is the accuracy the artifact has; an emulated target's candidates run on the FP32
@@ -20,20 +20,40 @@ from tapeout.core.metric import evaluate
 from tapeout.core.verdict import Verdict
 from tapeout.graph.analysis import Analysis
 from tapeout.measurement import verdicts
-from tapeout.steps.setup import Context
+from tapeout.steps.setup import Setup
+from tapeout.steps.state import BuildState
+from tapeout.steps.step import Step
 
 
-def quantize(ctx: Context, fp32_path: Path, analysis: Analysis, reference_metric: float | None,
+class Precision(Step):
+    name = "precision"
+    needs = ("fp32_model", "analysis", "reference_metric", "pruning")
+    adds = ("quantization", "model")
+
+    def run(self, state: BuildState) -> str | None:
+        if state.setup.profile.precision == "fp32":
+            state.quantization, state.model = None, state.fp32_model
+            return "fp32: nothing to quantize"
+        ceiling = (state.pruning or {}).get("metric_fp32")
+        state.model, state.quantization = quantize(state.setup, state.out, state.fp32_model, state.analysis,
+                                                   state.reference_metric, ceiling)
+        return None
+
+    def report(self, state: BuildState) -> dict[str, object]:
+        return {"quantization": state.quantization}
+
+
+def quantize(setup: Setup, out_dir: Path, fp32_path: Path, analysis: Analysis, reference_metric: float | None,
              float_metric: float | None = None) -> tuple[Path, dict]:
     """`float_metric`: the metric of the FP32 model being quantized where it differs from the reference (a pruned
     model): when it already misses the accuracy budget, no precision can meet it, and the loop is not run."""
     from tapeout.quantize import rules, sensitivity
     from tapeout.quantize.apply import apply
 
-    project, profile, target, ui, emulated = ctx.project, ctx.profile, ctx.target, ctx.ui, ctx.emulated
+    project, profile, target, ui, emulated = setup.project, setup.profile, setup.target, setup.ui, setup.emulated
     settings = profile.quantization
-    plan = rules.first_plan(analysis, profile.target, ctx.capabilities, profile.precision, settings,
-                            isa=rules.isa_for(ctx.device))
+    plan = rules.first_plan(analysis, profile.target, setup.capabilities, profile.precision, settings,
+                            isa=rules.isa_for(setup.device))
     calibration = None
     if project.calibration is not None:
         calibration, _ = sample_inputs(project, settings.calibration_samples)
@@ -43,7 +63,7 @@ def quantize(ctx: Context, fp32_path: Path, analysis: Analysis, reference_metric
                        fix="add [calibration] data = \"….npz\" (or module:callable) with real inputs")
     # Ranking and latency probes: real inputs when the project has them (already loaded), else seeded random.
     probe_inputs = calibration[:settings.rank_samples] if calibration else sample_inputs(project, settings.rank_samples)[0]
-    out = ctx.stage / "quantized" / f"model{plan.model_suffix}"
+    out = out_dir / "quantized" / f"model{plan.model_suffix}"
     max_ir = target.limits().max_ir_version
 
     def session(path: Path):
@@ -54,7 +74,7 @@ def quantize(ctx: Context, fp32_path: Path, analysis: Analysis, reference_metric
     def vet(path: Path) -> None:
         """An accelerator compiles the first plan (lint: what it would not take, and why) before any time goes
         into ranking and evaluating it: a plan the compiler refuses fails here, naming the node."""
-        if not ctx.capabilities.accelerator:
+        if not setup.capabilities.accelerator:
             return
         errors = [i for i in target.lint(path, project.inputs, project.dims) if i.severity == "error"]
         if errors:
@@ -66,7 +86,7 @@ def quantize(ctx: Context, fp32_path: Path, analysis: Analysis, reference_metric
 
     budgets = profile.budgets
     has_budget = budgets.accuracy_max_drop is not None or budgets.accuracy_max_rel_drop is not None
-    info: dict = {"precision": profile.precision, "evaluated_on": evaluated_on(ctx)}
+    info: dict = {"precision": profile.precision, "evaluated_on": evaluated_on(setup)}
     if project.evaluation is None or not has_budget or reference_metric is None:
         with ui.step(f"quantize ({plan.method}, {len(plan.quantized())} of {len(plan.groups)} groups)"):
             info["apply"] = apply(plan, fp32_path, out, calibration, max_ir)
@@ -136,11 +156,11 @@ def _compare_latency(fp32, quantized, feeds: dict, rounds: int = 5) -> tuple[flo
     return statistics.median(p[0] for p in pairs), statistics.median(p[1] for p in pairs)
 
 
-def evaluated_on(ctx: Context) -> str:
-    if ctx.deferred:
-        return (f"ONNX Runtime CPU EP running the quantized model the {ctx.target.name} engine is compiled from (no "
+def evaluated_on(setup: Setup) -> str:
+    if setup.deferred:
+        return (f"ONNX Runtime CPU EP running the quantized model the {setup.target.name} engine is compiled from (no "
                 "engine on this host); the engine's numerics are checked by golden parity at `tapeout check`")
-    if ctx.emulated:
-        return (f"ONNX Runtime CPU EP running the quantized model the {ctx.target.name} artifact is compiled from "
-                f"({ctx.emulated}; too slow for the metric); the device's numerics are checked by golden parity")
-    return f"{ctx.target.name}, on this host"
+    if setup.emulated:
+        return (f"ONNX Runtime CPU EP running the quantized model the {setup.target.name} artifact is compiled from "
+                f"({setup.emulated}; too slow for the metric); the device's numerics are checked by golden parity")
+    return f"{setup.target.name}, on this host"

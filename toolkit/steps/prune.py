@@ -1,4 +1,4 @@
-"""The build's pruning step, on the torch module before export: structure → prune → recover.
+"""Step `prune`, on the torch module before export: structure → prune → recover.
 
 The FP32 teacher (a copy taken before pruning) stays the accuracy reference; the pruned module
 becomes the model the export is verified against and the golden outputs come from. Channel counts
@@ -14,25 +14,45 @@ from tapeout.core.errors import BadInput
 from tapeout.core.host import host_fingerprint
 from tapeout.core.inputs import read_inputs, sample_inputs
 from tapeout.core.schemas import InputSpec
-from tapeout.steps.setup import Context
+from tapeout.steps.load import require_torch
+from tapeout.steps.setup import Setup
+from tapeout.steps.state import BuildState
+from tapeout.steps.step import Step
 
 DEFAULT_MULTIPLE = 8
 # MiniLM, FFN width −25 %, 150 steps on 64 sentences: lr 1e-3 took mean cosine 0.84 → 0.59; 5e-5 → 0.92
 TRANSFORMER_LR, DEFAULT_LR = 5e-5, 1e-3
 
 
-def round_to(ctx: Context) -> int:
-    settings = ctx.profile.pruning
+class Prune(Step):
+    name = "prune"
+    needs = ("loaded",)
+    adds = ("pruning", "teacher")
+
+    def run(self, state: BuildState) -> str | None:
+        if state.setup.profile.pruning is None:
+            state.pruning = state.teacher = None
+            return "the profile has no [pruning]"
+        from tapeout.exporters import torch_onnx
+
+        loaded = state.loaded
+        loaded.module, state.pruning, teacher = prune_model(state.setup, loaded)
+        names = [s.name for s in state.setup.project.inputs]
+
+        def predict(feeds):
+            return torch_onnx.torch_outputs(teacher, feeds, names, loaded.output_names)
+        state.teacher = predict
+        return None
+
+    def report(self, state: BuildState) -> dict[str, object]:
+        return {"pruning": state.pruning}
+
+
+def round_to(setup: Setup) -> int:
+    settings = setup.profile.pruning
     if settings.round_to:
         return settings.round_to
-    return ctx.capabilities.channel_multiple.get(ctx.profile.precision, DEFAULT_MULTIPLE)
-
-
-def require_torch(ctx: Context, loaded) -> None:
-    if loaded.kind != "torch":
-        raise BadInput(f"[pruning] needs a torch model, and [model] source = \"{ctx.project.model.source}\" is ONNX",
-                       fix="point [model] source at the torch module (file.py:callable, a Hugging Face directory "
-                           "or a .pt2), or remove [pruning] from the profile")
+    return setup.capabilities.channel_multiple.get(setup.profile.precision, DEFAULT_MULTIPLE)
 
 
 def batch_layout(inputs: list[InputSpec], token_mask: int | None):
@@ -50,7 +70,7 @@ def batch_layout(inputs: list[InputSpec], token_mask: int | None):
     return Layout(stack=stack, trim=trim)
 
 
-def run(ctx: Context, loaded) -> tuple[Any, dict, Any]:
+def prune_model(setup: Setup, loaded) -> tuple[Any, dict, Any]:
     """(pruned module, what was done, the FP32 teacher module)."""
     import numpy as np
     import torch
@@ -58,14 +78,14 @@ def run(ctx: Context, loaded) -> tuple[Any, dict, Any]:
     from tapeout.quantize import distill, prune
     from tapeout.reports.markdown import pruning_how
 
-    project, settings, ui = ctx.project, ctx.profile.pruning, ctx.ui
-    require_torch(ctx, loaded)
+    project, settings, ui = setup.project, setup.profile.pruning, setup.ui
+    require_torch(project.model.source, loaded)
     names = [s.name for s in project.inputs]
 
     def args(feeds) -> tuple:
         return tuple(torch.from_numpy(np.ascontiguousarray(feeds[n])) for n in names)
 
-    calibration, source = sample_inputs(project, ctx.profile.quantization.calibration_samples)
+    calibration, source = sample_inputs(project, setup.profile.quantization.calibration_samples)
     tensors = [args(f) for f in calibration]
     if settings.data:  # recovery has its own, larger set; ranking importance stays on the calibration data
         recovery = [args(f) for f in read_inputs(project, settings.data, settings.data_samples, "[pruning] data")]
@@ -75,7 +95,7 @@ def run(ctx: Context, loaded) -> tuple[Any, dict, Any]:
     teacher = copy.deepcopy(loaded.module).eval()
     for p in teacher.parameters():
         p.requires_grad_(False)
-    multiple = round_to(ctx)
+    multiple = round_to(setup)
     mask = next((i for i, n in enumerate(names) if n == "attention_mask"), None)  # real tokens, if marked
     layout = batch_layout(project.inputs, mask)
 
@@ -96,7 +116,7 @@ def run(ctx: Context, loaded) -> tuple[Any, dict, Any]:
         return module.eval(), info
 
     if settings.until == "latency":
-        module, info = _latency_search(ctx, loaded, teacher, pruned_at, calibration[0])
+        module, info = _latency_search(setup, loaded, teacher, pruned_at, calibration[0])
     else:
         module, info = pruned_at(settings.ratio, loaded.module)
     info["recovery_data"] = source
@@ -105,7 +125,7 @@ def run(ctx: Context, loaded) -> tuple[Any, dict, Any]:
     return module, info, teacher
 
 
-def _latency_search(ctx: Context, loaded, teacher, pruned_at, feeds) -> tuple[Any, dict]:
+def _latency_search(setup: Setup, loaded, teacher, pruned_at, feeds) -> tuple[Any, dict]:
     """Prune the FP32 teacher at `step`, 2·`step`, … up to `ratio`; after each, export and time it on the target (a
     quick in-process median: for comparing steps, never judged), or, where this host cannot run the target, take
     the calibrated estimate for the profile's device; and evaluate the metric. Stop at the first step whose latency
@@ -119,15 +139,14 @@ def _latency_search(ctx: Context, loaded, teacher, pruned_at, feeds) -> tuple[An
     from tapeout.exporters import torch_onnx
     from tapeout.measurement import verdicts
     from tapeout.quantize.sensitivity import quick_latency_ms
-    from tapeout.steps.build import DEFAULT_OPSET
 
-    project, profile, target, settings = ctx.project, ctx.profile, ctx.target, ctx.profile.pruning
+    project, profile, target, settings = setup.project, setup.profile, setup.target, setup.profile.pruning
     limit = profile.budgets.latency_p50_ms
     if limit is None:
         raise BadInput("[pruning] until = \"latency\" needs a latency_p50_ms budget in the profile",
                        fix="add [budgets] latency_p50_ms, or prune by ratio (until = \"ratio\")")
     method = ("quick in-process median on the target, FP32 pruned model (the precision step follows)"
-              if not ctx.emulated else _estimate_method(ctx))
+              if not setup.emulated else _estimate_method(setup))
     names = [s.name for s in project.inputs]
     evaluation = project.evaluation
 
@@ -141,13 +160,11 @@ def _latency_search(ctx: Context, loaded, teacher, pruned_at, feeds) -> tuple[An
             candidate = copy.copy(loaded)
             candidate.module = module
             path = Path(tmp) / "model.onnx"
-            limits = target.limits()
-            opset = project.export.opset or min(DEFAULT_OPSET, limits.max_opset)  # as the build's export
-            torch_onnx.export(candidate, project.inputs, project.dims, path, opset=opset,
-                              max_ir_version=limits.max_ir_version, dynamic=project.export.dynamic,
-                              atol=project.export.atol, rtol=project.export.rtol, samples=1, seed=project.seed)
-            if ctx.emulated:
-                return _estimated_ms(ctx, path)
+            limits = target.limits()  # exported as the build's own export is, with one input to verify on
+            options = torch_onnx.ExportOptions.for_project(project, limits.max_opset, limits.max_ir_version, samples=1)
+            torch_onnx.export(candidate, project.inputs, project.dims, path, options)
+            if setup.emulated:
+                return _estimated_ms(setup, path)
             session = target.session(Artifact(profile.target, path.parent, path.name))
             return quick_latency_ms(session.run, feeds)
 
@@ -166,7 +183,7 @@ def _latency_search(ctx: Context, loaded, teacher, pruned_at, feeds) -> tuple[An
             ok = all(r.verdict == Verdict.PASS for r in results)
         steps.append({"ratio": ratio, "latency_ms": ms, "metric": value, "macs": info["macs_after"],
                       "params": info["params_after"], "accepted": ok})
-        ctx.ui.note(f"pruning {ratio:.0%}: {'estimated' if ctx.emulated else 'quick'} latency {ms:.3f} ms "
+        setup.ui.note(f"pruning {ratio:.0%}: {'estimated' if setup.emulated else 'quick'} latency {ms:.3f} ms "
                     f"(limit {limit:g} ms)"
                     + (f", {evaluation.name} {value:.4g}" if value is not None else ""))
         if not ok:
@@ -179,36 +196,36 @@ def _latency_search(ctx: Context, loaded, teacher, pruned_at, feeds) -> tuple[An
                        fix="lower [pruning] step, recover longer (distill_steps), or relax the accuracy budget")
     module, info = chosen
     last = steps[-1]
-    info["search"] = {"steps": steps, "limit_ms": limit, "method": method, "estimated": bool(ctx.emulated),
+    info["search"] = {"steps": steps, "limit_ms": limit, "method": method, "estimated": bool(setup.emulated),
                       "stopped": ("latency budget met" if last["accepted"] and last["latency_ms"] <= limit else
                                   "accuracy budget broken: kept the previous step" if not last["accepted"] else
                                   f"reached the maximum ratio {settings.ratio:.0%} with the latency budget still missed")}
     return module, info
 
 
-def _estimate_method(ctx: Context) -> str:
+def _estimate_method(setup: Setup) -> str:
     """Where the target cannot be timed here, each step is estimated for the profile's device: only with a
     calibration, since a roofline bound alone is a floor, not a prediction to stop on."""
     from tapeout.estimation import fit
     from tapeout.estimation.estimate import device_name
 
-    if ctx.device is None:
-        raise BadInput(f"[pruning] until = \"latency\": this host cannot time {ctx.profile.target} ({ctx.emulated}), "
+    if setup.device is None:
+        raise BadInput(f"[pruning] until = \"latency\": this host cannot time {setup.profile.target} ({setup.emulated}), "
                        "and the profile names no device to estimate each step for",
                        fix="name the device (device = \"...\") and calibrate it, prune by ratio, or build on the device")
-    device = device_name(ctx.device, host_fingerprint())
-    found = fit.find(device, ctx.target.name)
+    device = device_name(setup.device, host_fingerprint())
+    found = fit.find(device, setup.target.name)
     if found is None:
-        raise BadInput(f"[pruning] until = \"latency\": this host cannot time {ctx.profile.target} ({ctx.emulated}), "
-                       f"and there is no calibration for {device} × {ctx.target.name} to estimate each step with",
+        raise BadInput(f"[pruning] until = \"latency\": this host cannot time {setup.profile.target} ({setup.emulated}), "
+                       f"and there is no calibration for {device} × {setup.target.name} to estimate each step with",
                        fix=f"run `tapeout check` on a {device} and `tapeout calibrate` those builds (docs/estimator.md), "
                            "or prune by ratio")
     return (f"estimated p50 on {device} at the profile's float precision (calibration {found[1]}), FP32 pruned "
             "model before the precision step")
 
 
-def _estimated_ms(ctx: Context, path) -> float:
+def _estimated_ms(setup: Setup, path) -> float:
     from tapeout.estimation import estimate
 
-    est = estimate.for_model(ctx, estimate.model_kernels(path, ctx.project.inputs, ctx.project.dims), None)
+    est = estimate.for_model(setup, estimate.model_kernels(path, setup.project.inputs, setup.project.dims), None)
     return est.quantile_ms("p50")[0]

@@ -10,22 +10,25 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from tapeout import targets
+from tapeout.builds.reader import BuildDir
+from tapeout.core.capabilities import Capabilities
 from tapeout.core.config import find_profile, load_device, load_project, resolve_extends, validate
 from tapeout.core.console import UI
-from tapeout.core.errors import BadInput, TargetUnavailable
+from tapeout.core.errors import BadInput
 from tapeout.core.schemas import DeviceSpec, Profile, Project
 from tapeout.targets.base import Probe, Target
 
 
 @dataclass
-class Context:
+class Setup:
+    """What a build or a check resolved before its first step; steps read it, never change it."""
+
     profile: Profile
     target: Target
     probe: Probe                         # taken once: for a GPU target it creates a CUDA session
     ui: UI
     project: Project | None = None       # None on the device: `check` has the build dir, not the project
     device: DeviceSpec | None = None     # the profile's device spec, if it names one
-    stage: Path | None = None            # the staging dir of a build in progress
     deferred: str | None = None          # a device-compiled target whose toolchain is not here: why not
     emulated: str | None = field(init=False)
 
@@ -38,11 +41,11 @@ class Context:
                              "device at the first `tapeout check`; here the prepared ONNX ran on ONNX Runtime's CPU EP")
 
     @property
-    def capabilities(self):
+    def capabilities(self) -> Capabilities:
         return self.target.capabilities
 
 
-def for_build(project_dir: Path | str, profile_name: str, ui: UI) -> Context:
+def for_build(project_dir: Path | str, profile_name: str, ui: UI) -> Setup:
     """Load and validate everything a build needs, and stop early (exit 4) if the target cannot run here."""
     project = load_project(project_dir)
     profile = load_profile(profile_name)
@@ -56,17 +59,28 @@ def for_build(project_dir: Path | str, profile_name: str, ui: UI) -> Context:
         raise BadInput(f"profile {profile.name} asks for {profile.precision}, and device spec {device.name} lists no "
                        f"{profile.precision} peak: its GPU has no {profile.precision.upper()} tensor cores "
                        "(FP8 needs NVIDIA Ada or Hopper and newer)", fix="use precision = \"int8\" or \"fp16\" for this device")
-    probe = target.probe()
+    here = targets.readiness(target)
     deferred = None
-    try:
-        probe.require(profile.target)
-        target.preflight()
-    except TargetUnavailable as exc:
+    if not here.ready:
         if target.capabilities.compile_on != "device":
-            raise
+            here.require()
         # the host-side part still builds here; `check` on the device compiles the engine
-        deferred = probe.reason if not probe.available else exc.problem
-    return Context(profile, target, probe, ui, project=project, device=device, deferred=deferred)
+        deferred = here.probe.reason if not here.probe.available else here.problem.problem
+    return Setup(profile, target, here.probe, ui, project=project, device=device, deferred=deferred)
+
+
+def for_check(build: BuildDir, ui: UI) -> Setup:
+    """What a check on this device resolves from the build dir it opened: the profile as the build resolved it, its
+    target (exit 4 if it cannot run here) and device spec."""
+    name = build.manifest.artifact.target
+    if name not in targets.TARGETS:
+        raise BadInput(f"{build.directory} was built for target '{name}', which this tapeout does not know",
+                       fix=f"check it with a tapeout that has that backend, or rebuild for one of: {', '.join(targets.TARGETS)}")
+    profile = build.profile
+    target = targets.create(name, profile.options)
+    here = targets.readiness(target)
+    here.require()
+    return Setup(profile, target, here.probe, ui, device=build.device_spec)
 
 
 def load_profile(name: str) -> Profile:

@@ -1,0 +1,39 @@
+"""Step `estimate`: the latency estimate for the profile's device (roofline per kernel, calibrated where
+measured), from the kernel structure the build saved: the profile's device spec, the shipped spec matching the
+GPU that ran it, or this host's CPU for a CPU target; none where there is no device to estimate for."""
+
+from __future__ import annotations
+
+from tapeout.estimation import estimate
+from tapeout.steps.state import BuildState
+from tapeout.steps.step import Step
+
+NO_DEVICE = ("no estimate: the profile names no device spec to estimate for, and no shipped one matches the device "
+             "that ran it (set `device = ...` in the profile)")
+
+
+class Estimate(Step):
+    name = "estimate"
+    needs = ("kernels", "quantization", "measurement")
+    adds = ("estimate",)
+
+    def run(self, state: BuildState) -> str | None:
+        if state.kernels is None:
+            state.estimate = None
+            return "the build dir holds neither its kernel structure nor its exported model"
+        plan = (state.quantization or {}).get("plan")
+        reported = (state.measurement.device or {}).get("name")
+        with state.ui.step("estimate latency on the device (roofline, calibrated where measured)"):
+            state.estimate = estimate.for_model(state.setup, state.kernels, plan, reported)
+        state.ui.note(state.estimate.line() if state.estimate else NO_DEVICE)
+        return None if state.estimate else NO_DEVICE
+
+    def report(self, state: BuildState) -> dict[str, object]:
+        if state.estimate is None:
+            return {"estimate": None}
+        return {"estimate": estimate.with_measured(state.estimate, measured_p50(state))}
+
+
+def measured_p50(state: BuildState) -> float | None:
+    """The measured p50, where this host's timings are the device's."""
+    return None if state.setup.emulated else state.measurement.latency.quantiles["p50"].point

@@ -1,0 +1,123 @@
+"""Step `export`: the FP32 ONNX model the target's side starts from, verified against torch; an ONNX source is
+linted first, then copied as given. Where the target compiles from torch.export, its ExportedProgram too.
+
+`build -p A -p B` exports once: the first candidate that needs an export with given options makes it, and
+the others copy its files and reuse its reference (`ExportShare`); a candidate that prunes exports its own.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import shutil
+import tempfile
+from pathlib import Path
+
+from tapeout import targets
+from tapeout.core.errors import BadInput
+from tapeout.core.paths import copy_onnx
+from tapeout.records.report import ExportInfo
+from tapeout.steps.state import BuildState, Exported
+from tapeout.steps.step import Step
+
+
+class ExportShare:
+    """Exports made for one project, reused by its other candidates while `build -p A -p B` runs."""
+
+    def __init__(self) -> None:
+        self.folder = Path(tempfile.mkdtemp(prefix="tapeout-shared-export-"))
+        self._entries: dict[object, tuple[Exported, Path, str]] = {}
+
+    def get(self, key: object) -> tuple[Exported, Path, str] | None:
+        return self._entries.get(key)
+
+    def put(self, key: object, exported: Exported, profile: str) -> None:
+        folder = self.folder / str(len(self._entries))
+        shutil.copytree(exported.path.parent, folder)
+        self._entries[key] = (exported, folder, profile)
+
+    def close(self) -> None:
+        shutil.rmtree(self.folder, ignore_errors=True)
+
+
+def lint_or_raise(state: BuildState, model_path: Path) -> list:
+    """The target's lint of `model_path`: every finding, or one line for the first error (`tapeout lint` lists all)."""
+    project = state.setup.project
+    issues = state.setup.target.lint(model_path, project.inputs, project.dims)
+    errors = [i for i in issues if i.severity == "error"]
+    if errors and not state.collect_lint:
+        more = f" (and {len(errors) - 1} more: run `tapeout lint`)" if len(errors) > 1 else ""
+        raise BadInput(f"lint: {errors[0].problem}{more}", fix=errors[0].fix)
+    return issues
+
+
+class Export(Step):
+    name = "export"
+    needs = ("loaded",)
+    adds = ("exported",)
+
+    def run(self, state: BuildState) -> None:
+        out = state.out / "export" / "model.onnx"
+        state.exported = (self._onnx_source(state, out) if state.loaded.kind == "onnx" else self._torch(state, out))
+
+    def _onnx_source(self, state: BuildState, out: Path) -> Exported:
+        import onnx
+
+        if state.setup.capabilities.compiles_from == "torch.export":
+            raise BadInput(f"target '{state.setup.target.name}' compiles from a torch.export program, and the project's "
+                           f"[model] source is an ONNX file", fix="point [model] source at the torch module "
+                           "(file.py:callable, a Hugging Face directory or a .pt2), or use a target that takes ONNX")
+        source = state.loaded.onnx_path
+        # Lint the user's file first: a malformed model or wrong inputs fail with a message naming it.
+        issues = lint_or_raise(state, source)
+        if any(i.severity == "error" for i in issues):  # only reachable when collecting (`tapeout lint`)
+            return Exported(source, {"exporter": "none (ONNX source)"}, None, lint=issues)
+        copy_onnx(source, out)  # every external-data file it names, none from outside its folder
+        header = onnx.load(str(out), load_external_data=False)
+        info = {"exporter": "none (ONNX source)",
+                "opset": next((i.version for i in header.opset_import if i.domain in ("", "ai.onnx")), None),
+                "ir_version": header.ir_version, "seconds": 0.0,
+                "dynamic_dims": sorted({d.dim_param for i in header.graph.input
+                                        for d in i.type.tensor_type.shape.dim if d.dim_param})}
+        # The reference is always the FP32 model on ORT CPU, whatever the target.
+        return Exported(out, info, targets.reference_session(out).run, lint=issues)
+
+    def _torch(self, state: BuildState, out: Path) -> Exported:
+        from tapeout.exporters import torch_onnx
+
+        setup, loaded = state.setup, state.loaded
+        project = setup.project
+        limits = setup.target.limits()
+        options = torch_onnx.ExportOptions.for_project(project, limits.max_opset, limits.max_ir_version)
+        program_wanted = setup.capabilities.compiles_from == "torch.export"
+        share = state.shared if state.pruning is None else None  # a pruned module is this candidate's own
+        key = (options, program_wanted)
+        cached = share.get(key) if share is not None else None
+        if cached is not None:
+            exported, folder, first = cached
+            shutil.copytree(folder, out.parent, dirs_exist_ok=True)
+            state.ui.note(f"export shared with candidate {first} (same opset {options.opset}, IR version "
+                          f"{options.max_ir_version} and tolerances)")
+            return dataclasses.replace(exported, path=out)
+        with state.ui.step("export to ONNX and verify against torch"):
+            result = torch_onnx.export(loaded, project.inputs, project.dims, out, options, log=state.ui.note)
+        program = None
+        if program_wanted:
+            with state.ui.step("export the torch.export program"):
+                program = torch_onnx.export_program(loaded, project.inputs, project.dims, options)
+        info = {
+            "exporter": result.exporter, "fallback_reason": result.fallback_reason, "opset": result.opset,
+            "ir_version": result.ir_version, "seconds": result.seconds, "dynamic_dims": result.dynamic_dims,
+            "output_names": result.output_names, "parity": [p.to_json() for p in result.parity],
+        }
+        names = [s.name for s in project.inputs]
+
+        def reference(feeds):
+            return torch_onnx.torch_outputs(loaded.module, feeds, names, result.output_names)
+
+        exported = Exported(out, info, reference, program=program)
+        if share is not None:
+            share.put(key, exported, setup.profile.name)
+        return exported
+
+    def report(self, state: BuildState) -> dict[str, object]:
+        return {"export": ExportInfo.model_validate(state.exported.info)}

@@ -1,0 +1,71 @@
+"""Step `verdicts`: every budget judged — on the device's measurements (through an emulator, latency on the
+estimate: estimated-pass / estimated-fail), the artifact's size, placement, golden parity and accuracy. A
+check carries the accuracy and placement verdicts over from the build's report, verified by hash."""
+
+from __future__ import annotations
+
+from tapeout.core.schemas import Budgets, Profile
+from tapeout.core.verdict import BudgetResult, Verdict
+from tapeout.estimation.estimate import Estimate, judge
+from tapeout.measurement import verdicts
+from tapeout.records.report import Report
+from tapeout.steps.state import BuildState
+from tapeout.steps.step import Step
+
+
+def estimated_verdicts(budgets: Budgets, est: Estimate | None, emulated: str | None) -> list[BudgetResult]:
+    """estimated-pass / estimated-fail for the latency budgets of an emulated build with an estimate; none
+    otherwise (measured timings are judged as measured)."""
+    if emulated is None or est is None:
+        return []
+    return judge(budgets, est, f"emulated: {emulated}")
+
+
+def carried(build: Report, profile: Profile) -> list[BudgetResult]:
+    """The build's verdicts that a check cannot recompute, marked carried: accuracy (the metric's data
+    stays on the host) and placement (the compile-time op trace; the artifact is that compiled graph)."""
+    built = {b.budget: b for b in build.budgets}
+    results = []
+    for budget, limit, why in (
+            ("accuracy_max_drop", profile.budgets.accuracy_max_drop, "the metric's data stays on the host"),
+            ("accuracy_max_rel_drop", profile.budgets.accuracy_max_rel_drop, "the metric's data stays on the host"),
+            ("placement_max_off_share", profile.budgets.placement_max_off_share, "from the compile-time op trace")):
+        if limit is None:
+            continue
+        if budget not in built:
+            results.append(BudgetResult(budget, limit, "", Verdict.UNMEASURED, carried=True,
+                                        reason="the build's report has no verdict for it"))
+            continue
+        b = built[budget]
+        results.append(BudgetResult(b.budget, b.limit, b.unit, b.verdict, b.measured, b.bound,
+                                    f"judged at build ({why}); carried over, its report verified by hash. {b.reason}",
+                                    carried=True))
+    return results
+
+
+class Verdicts(Step):
+    name = "verdicts"
+    needs = ("measurement", "artifact_info", "parity", "placement", "accuracy", "estimate")
+    adds = ("budgets",)
+
+    def run(self, state: BuildState) -> None:
+        setup, settings = state.setup, state.settings
+        budgets = setup.profile.budgets
+        results = [
+            *verdicts.judge_on_device(budgets, state.measurement, settings, setup.emulated,
+                                      estimated_verdicts(budgets, state.estimate, setup.emulated)),
+            *verdicts.judge_artifact(budgets, state.artifact_info.bytes),
+        ]
+        if state.opened is None:
+            results += verdicts.judge_placement(budgets, state.placement)
+        results.append(verdicts.judge_parity(state.parity, settings.parity))
+        if state.opened is None:
+            acc = state.accuracy
+            results += verdicts.judge_accuracy(budgets, acc and acc.reference, acc and acc.artifact,
+                                               acc and acc.direction, acc.metric if acc else "metric")
+        else:
+            results += carried(state.opened.report, setup.profile)
+        state.budgets = results
+
+    def report(self, state: BuildState) -> dict[str, object]:
+        return {"budgets": state.budgets}
