@@ -22,7 +22,6 @@ from tapeout.core.errors import BadInput, ExportMismatch, first_line, runtime_de
 from tapeout.core.feeds import Feeds, random_feeds
 from tapeout.core.parity import OutputParity, compare, worst
 from tapeout.core.schemas import InputSpec, Project
-from tapeout.exporters.fold import fold_recurrent_weights
 from tapeout.exporters.sources import LoadedModel
 
 _PROTOBUF_LIMIT = 1_800_000_000  # bytes; past ~2 GB a ModelProto must keep its weights outside
@@ -152,8 +151,10 @@ def _export_torchscript(module, args, inputs, output_names, opset, dynamic):
 
 
 def export(loaded: LoadedModel, inputs: list[InputSpec], dims: dict[str, int], out_path: Path, options: ExportOptions,
-           log: Callable[[str], None] = lambda _msg: None) -> ExportResult:
-    """`loaded`'s module as ONNX at `out_path`, verified against torch on `options.samples` random inputs."""
+           log: Callable[[str], None] = lambda _msg: None, rewrite: Callable | None = None) -> ExportResult:
+    """`loaded`'s module as ONNX at `out_path`, verified against torch on `options.samples` random inputs.
+    `rewrite(proto) -> proto` runs on the exported model before it is saved and verified (the export stage's
+    graph passes), so the verification covers what it did."""
     import onnx
     import torch
 
@@ -185,7 +186,8 @@ def export(loaded: LoadedModel, inputs: list[InputSpec], dims: dict[str, int], o
     if fallback_reason:  # said outside the quiet block, so the user sees it
         log(f"dynamo exporter failed ({fallback_reason}); used the TorchScript exporter instead")
 
-    fold_recurrent_weights(proto)  # LSTM/GRU weights as initializers: what quantizers and compilers need
+    if rewrite is not None:
+        proto = rewrite(proto)
     # The runtime decides what is loadable: stamp the newest IR version it accepts, never a newer one.
     proto.ir_version = min(proto.ir_version, max_ir_version)
     out_path.parent.mkdir(parents=True, exist_ok=True)

@@ -86,14 +86,6 @@ def quantize(plan: Plan, model_in: Path, model_out: Path, calibration: list[dict
         raise BadInput(f"ModelOpt wrote no model for the {mode} plan", fix="run `tapeout build -v` and report the log")
     model = onnx.load(str(model_out), load_external_data=False)
     found = quantized_nodes(model)
-    wrong = sorted(found & set(excluded))
-    if wrong:
-        raise BadInput(f"ModelOpt quantized {len(wrong)} node(s) the plan keeps float: {', '.join(wrong[:3])}",
-                       fix="report this with the nvidia-modelopt version; use precision = \"fp16\" meanwhile")
-    asymmetric = nonzero_zero_points(model)
-    if asymmetric:
-        raise BadInput(f"TensorRT needs symmetric Q/DQ, and {len(asymmetric)} zero point(s) are not 0: "
-                       f"{', '.join(asymmetric[:3])}", fix="report this with the nvidia-modelopt version")
     left = sorted(quantized - found)
     return {"method": "modelopt", "mode": mode, "quantized_nodes": len(found & quantized),
             "left_float_by_modelopt": left,
@@ -101,6 +93,24 @@ def quantize(plan: Plan, model_in: Path, model_out: Path, calibration: list[dict
                               "channels) keep these in the high-precision type" if left else "",
             "remainder": plan.high_precision, "qdq_pairs": sum(n.op_type == "QuantizeLinear" for n in model.graph.node),
             "calibration_samples": len(calibration)}
+
+
+def check_written(plan: Plan, model_out: Path) -> None:
+    """The postcondition: ModelOpt quantized no node the plan keeps float, and every zero point is 0 (TensorRT
+    takes symmetric Q/DQ only)."""
+    import onnx
+
+    mode = plan.ladder[0]
+    excluded = {n for g in plan.groups if g.precision != mode for n in g.nodes} | set(plan.float_nodes)
+    model = onnx.load(str(model_out), load_external_data=False)
+    wrong = sorted(quantized_nodes(model) & excluded)
+    if wrong:
+        raise BadInput(f"ModelOpt quantized {len(wrong)} node(s) the plan keeps float: {', '.join(wrong[:3])}",
+                       fix="report this with the nvidia-modelopt version; use precision = \"fp16\" meanwhile")
+    asymmetric = nonzero_zero_points(model)
+    if asymmetric:
+        raise BadInput(f"TensorRT needs symmetric Q/DQ, and {len(asymmetric)} zero point(s) are not 0: "
+                       f"{', '.join(asymmetric[:3])}", fix="report this with the nvidia-modelopt version")
 
 
 def reconcile(plan: Plan, model_path: Path) -> Plan:

@@ -9,7 +9,6 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field, replace
 from typing import Literal
 
-Method = Literal["dynamic", "static", "weight-only", "npu-static", "float16", "nncf", "nncf-weights", "modelopt"]
 FLOAT = "fp32"
 
 
@@ -24,7 +23,7 @@ class GroupPlan:
 
 @dataclass(frozen=True)
 class Plan:
-    method: Method
+    method: str                 # a quantization method's name (quantize/methods/)
     family: str
     target: str
     ladder: tuple[str, ...]     # lowest precision first; the last rung is float
@@ -46,8 +45,10 @@ class Plan:
 
     @property
     def model_suffix(self) -> str:
-        """The file a quantized model of this plan is: OpenVINO IR (.xml + .bin) for NNCF, else ONNX."""
-        return ".xml" if self.method in ("nncf", "nncf-weights") else ".onnx"
+        """The file a quantized model of this plan is: its method's (OpenVINO IR, .xml + .bin, for NNCF; else ONNX)."""
+        from tapeout.quantize import methods
+
+        return methods.get(self.method).model_suffix
 
     def quantized(self) -> list[GroupPlan]:
         """Groups below the float rung (the ladder's last: FP32, or FP16 where the target's float is FP16)."""

@@ -9,7 +9,8 @@ arithmetic overflows in FP16.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from collections.abc import Mapping
+from dataclasses import dataclass, field, replace
 
 from tapeout.core.capabilities import Capabilities
 from tapeout.core.errors import BadInput
@@ -29,6 +30,7 @@ class Rule:
     why: str = ""
     keep_ops: frozenset[str] = frozenset()   # op types kept float wherever they are (FP16 rules)
     keep_ops_why: str = ""                   # why, for the groups whose weighted node is one of them
+    options: Mapping[str, str | None] = field(default_factory=dict)  # what the method takes from the rule
 
 
 _KEEP_TRANSFORMER = {
@@ -180,9 +182,10 @@ TRT_QDQ_RULES: dict[tuple[str, str], Rule] = {
 
 RULE_SETS: dict[str, dict[tuple[str, str], Rule]] = {
     "cpu-integer": CPU_RULES,
-    "npu-integer": {key: rule for key, (rule, _act) in NPU_RULES.items()},
+    "npu-integer": {key: replace(rule, options={"activation_type": act}) for key, (rule, act) in NPU_RULES.items()},
     "gpu-float": GPU_FLOAT_RULES,
-    "ov-integer": {key: rule for key, (rule, _type, _preset) in OV_RULES.items()},
+    "ov-integer": {key: replace(rule, options={"model_type": model_type, "preset": preset})
+                   for key, (rule, model_type, preset) in OV_RULES.items()},
     "gpu-qdq": {**GPU_FLOAT_RULES, **TRT_QDQ_RULES},
 }
 
@@ -248,133 +251,60 @@ def rule_for(family: str, target: str, caps: Capabilities, precision: str) -> Ru
     return rule
 
 
+def choose_method(rule: Rule, target: str, precision: str, settings: QuantizationSettings):
+    """The method that applies this rule: the rule's own, or the one [quantization] method names where it stands in
+    for the rule's; its int4 algorithm checked."""
+    from tapeout.quantize import methods
+
+    own = methods.get(rule.method)
+    asked = settings.method
+    if asked in ("auto", rule.method):
+        method = own
+    elif own.fixed_why:
+        raise BadInput(f"[quantization] method = \"{asked}\" is not available on target '{target}': "
+                       f"{own.fixed_why.format(precision=precision)}", fix="set method = \"auto\"")
+    elif precision == "int4":  # int4 is the rule's weight compression, whatever method the profile names
+        method = own
+    else:
+        method = methods.get(asked)
+        if precision not in method.precisions:  # a weight-only method asked for an int8 profile, say
+            needed = " or ".join(f'"{p}"' for p in sorted(method.precisions))
+            raise BadInput(f"[quantization] method = \"{asked}\" needs precision = {needed} (the profile says "
+                           f"{precision})", fix=f"set precision = {needed.split(' or ')[0]}, or method = \"auto\"")
+        if rule.method not in method.stands_in_for:
+            raise BadInput(f"[quantization] method = \"{asked}\" is not available on target '{target}': the rule's "
+                           f"method is {rule.method}, and {asked} does not stand in for it", fix="set method = \"auto\"")
+    if precision == "int4" and settings.int4_algorithm not in method.algorithms:
+        # NNCF's GPTQ fails on transposed (torch Linear) weights ("Transpose is not supported", nncf 3.4);
+        # ORT's MatMulNBits quantizer has no AWQ
+        raise BadInput(f"int4_algorithm = \"{settings.int4_algorithm}\" is not available on target '{target}'",
+                       fix=f"use one of: {', '.join(method.algorithms)}")
+    return method
+
+
 def first_plan(analysis: Analysis, target: str, caps: Capabilities, precision: str,
                settings: QuantizationSettings, isa: InstructionSet | None = None) -> Plan:
-    """The rule table's plan for this model on this target; settings override what the user set.
-    `isa`: the CPU the model runs on (CPU rules only); default: the build host's."""
+    """The rule table's plan for this model on this target, finished by the rule's quantization method; settings
+    override what the user set. `isa`: the CPU the model runs on (CPU rules only); default: the build host's."""
     family = analysis.family
     rule = rule_for(family, target, caps, precision)
-    ladder = caps.precisions[precision]
-    method = rule.method if settings.method == "auto" else settings.method
-    if rule.method in ("npu-static", "float16", "nncf", "nncf-weights", "modelopt") and method != rule.method:
-        what = {"npu-static": "the NPU runs full-integer static QDQ graphs",
-                "nncf": "OpenVINO models are quantized by NNCF (static, calibrated)",
-                "nncf-weights": "OpenVINO INT4 is NNCF's weight compression",
-                "modelopt": "TensorRT takes explicit symmetric Q/DQ, placed by NVIDIA Model Optimizer"}.get(
-            rule.method, f"{precision} is a float conversion, not a quantization method")
-        raise BadInput(f"[quantization] method = \"{settings.method}\" is not available on target '{target}': {what}",
-                       fix="set method = \"auto\"")
-    algorithms = {"weight-only": ("rtn", "gptq"), "nncf-weights": ("rtn", "awq")}
-    if precision == "int4":
-        method = rule.method if rule.method == "nncf-weights" else "weight-only"
-        if settings.int4_algorithm not in algorithms[method]:
-            # NNCF's GPTQ fails on transposed (torch Linear) weights ("Transpose is not supported", nncf 3.4);
-            # ORT's MatMulNBits quantizer has no AWQ
-            raise BadInput(f"int4_algorithm = \"{settings.int4_algorithm}\" is not available on target '{target}'",
-                           fix=f"use one of: {', '.join(algorithms[method])}")
-    elif method == "weight-only":
-        raise BadInput(f"[quantization] method = \"weight-only\" needs precision = \"int4\" (the profile says {precision})",
-                       fix="set precision = \"int4\", or method = \"auto\"")
-    rung = precision
+    method = choose_method(rule, target, precision, settings)
     keep = set(settings.keep_float)
     groups = []
     for g in analysis.groups:
         if g.name in keep or keep & set(g.nodes):
             groups.append(GroupPlan(g.name, g.role, g.weighted, FLOAT, "kept float by [quantization] keep_float"))
-        elif method != "dynamic" and any(analysis.body_of(n) for n in g.weighted):
+        elif not method.reaches_bodies and any(analysis.body_of(n) for n in g.weighted):
             groups.append(GroupPlan(g.name, g.role, g.weighted, FLOAT,
-                                    f"inside the body of {analysis.body_of(g.weighted[0])}: the {method} quantizer "
+                                    f"inside the body of {analysis.body_of(g.weighted[0])}: the {method.name} quantizer "
                                     "does not reach into If/Loop/Scan bodies (dynamic INT8 does)"))
         elif rule.keep_ops_why and {analysis.op_type(n) for n in g.weighted} & rule.keep_ops:
             groups.append(GroupPlan(g.name, g.role, g.weighted, FLOAT, rule.keep_ops_why))
         elif g.role in rule.quantize and g.role not in rule.keep:  # a rule's keep wins (FP16 recurrent cells)
-            groups.append(GroupPlan(g.name, g.role, g.weighted, rung, f"rule {family}/{target}/{precision}: {rule.why}"))
+            groups.append(GroupPlan(g.name, g.role, g.weighted, precision, f"rule {family}/{target}/{precision}: {rule.why}"))
         else:
             why = rule.keep.get(g.role, f"role '{g.role}' is not quantized by the {family} rule")
             groups.append(GroupPlan(g.name, g.role, g.weighted, FLOAT, why))
-    notes = []
-    if method == "npu-static":
-        act = NPU_RULES[(family, precision)][1]
-        rung = "a16w8" if act == "uint16" else "int8"
-        # Float on the HTP is FP16: groups kept float by the user run there in FP16, never on the CPU.
-        groups = [replace(g, precision=rung) if g.precision == precision else replace(g, precision="fp16")
-                  for g in groups]
-        if rung == "int8":
-            # Recurrent state is carried through every time step (research §2.5: int16 for recurrent paths on
-            # NPUs), whatever family the convolutions make the model (a CNN+LSTM OCR model is a "cnn").
-            groups = [replace(g, precision="a16w8", reason="recurrent cell: 16-bit activations for its state and "
-                              "I/O (quantized state accumulates error over the time steps; research §2.5)")
-                      if g.role == "recurrent_cell" and g.precision == "int8" else g for g in groups]
-        # Attention masks carry huge negatives next to the real scores: quantized, the scores collapse
-        # to one level (MiniLM: mean cosine 0.42 → 0.97 with masks and softmax kept float).
-        masked = tuple(n for n, r in analysis.roles.items() if r in ("attn_mask", "attn_softmax"))
-        notes = [f"full-integer QDQ for the HTP: {rule.why}"]
-        if masked:
-            notes.append(f"{len(masked)} attention mask / softmax node(s) kept float (FP16 on the HTP)")
-        return Plan(method=method, family=family, target=target, ladder=ladder,
-                    groups=tuple(groups), per_channel=True if settings.per_channel is None else settings.per_channel,
-                    activation_type=act, weight_type="uint8", calibration_method=settings.calibration_method,
-                    notes=tuple(notes), float_nodes=masked)
-    if method == "nncf-weights":
-        if not any(g.precision != FLOAT for g in groups):
-            raise BadInput(f"the {family} rule found nothing to compress in this model",
-                           fix="use precision = \"fp32\", or check `tapeout analyze` for the roles found")
-        how = "data-aware (AWQ on the calibration data)" if settings.int4_algorithm == "awq" else "data-free (RTN)"
-        return Plan(method=method, family=family, target=target, ladder=ladder, groups=tuple(groups),
-                    block_size=settings.block_size, int4_algorithm=settings.int4_algorithm,
-                    notes=(f"{rule.why}; group size {settings.block_size}, {how}",))
-    if method == "modelopt":
-        if settings.calibration_method not in ("minmax", "entropy"):
-            raise BadInput(f"[quantization] calibration_method = \"{settings.calibration_method}\" is not one of "
-                           "ModelOpt's", fix="use \"minmax\" (ModelOpt's max) or \"entropy\"")
-        if not any(g.precision != FLOAT for g in groups):
-            raise BadInput(f"the {family} rule found nothing to quantize in this model",
-                           fix="use precision = \"fp16\", or check `tapeout analyze` for the roles found")
-        high = ladder[-1]  # what ModelOpt casts the rest to: the groups kept float run in it
-        groups = [g if g.precision != FLOAT else replace(g, precision=high) for g in groups]
-        kept = tuple(n for n, r in analysis.roles.items() if r in rule.keep and analysis.group_of(n) is None)
-        notes = [f"{precision.upper()} Q/DQ for TensorRT (symmetric, explicit): {rule.why}"]
-        if precision == "int8":
-            notes.append(f"calibration: ModelOpt's {'max' if settings.calibration_method == 'minmax' else 'entropy'} "
-                         "calibrator on ONNX Runtime's CPU EP")
-        return Plan(method=method, family=family, target=target, ladder=ladder, groups=tuple(groups),
-                    per_channel=True, activation_type="int8", weight_type="int8", activation_symmetric=True,
-                    calibration_method=settings.calibration_method, notes=tuple(notes), float_nodes=kept,
-                    float_ops=tuple(sorted(rule.keep_ops)), high_precision=high)
-    if method == "nncf":
-        _, model_type, preset = OV_RULES[(family, precision)]
-        if not any(g.precision != FLOAT for g in groups):
-            raise BadInput(f"the {family} rule found nothing to quantize in this model",
-                           fix="use precision = \"fp32\", or check `tapeout analyze` for the roles found")
-        notes = [f"NNCF {model_type or 'default'} model type, {preset} preset: {rule.why}"]
-        return Plan(method=method, family=family, target=target, ladder=ladder, groups=tuple(groups),
-                    calibration_method=settings.calibration_method, notes=tuple(notes),
-                    model_type=model_type, preset=preset)
-    if method == "float16":
-        kept = tuple(n for n, r in analysis.roles.items() if r in rule.keep and analysis.group_of(n) is None)
-        notes = [f"FP16 for the GPU: {rule.why}"]
-        if rule.keep_ops:
-            notes.append(f"op types kept FP32 wherever they occur: {', '.join(sorted(rule.keep_ops))}")
-        return Plan(method=method, family=family, target=target, ladder=ladder, groups=tuple(groups),
-                    notes=tuple(notes), float_nodes=kept, float_ops=tuple(sorted(rule.keep_ops)))
-    isa = isa or host_isa()  # the CPU methods below (static, dynamic) key on it
-    if method == "static":
-        act, reduce_range, why = static_formats(isa)
-        notes.append(f"CPU instruction set from {isa.origin}: {why}")
-    elif method == "dynamic":
-        # ORT's dynamic activations are uint8; reduce_range measured no better on AVX2, and per-channel as fast
-        # as per-tensor and far more accurate on AVX512-VNNI (MiniLM 2.08× at cosine 0.9935 vs 2.08× at 0.9633)
-        act, reduce_range = "uint8", False
-        notes.append(f"CPU instruction set from {isa.origin} ({isa.arch}{', VNNI' if isa.vnni else ''}): dynamic INT8, "
-                     "uint8 activations, 8-bit per-channel weights (measured best with and without VNNI)")
-    else:
-        act, reduce_range = "uint8", False
-    if not any(g.precision != FLOAT for g in groups):
-        raise BadInput(f"the {family} rule found nothing to quantize in this model (roles: "
-                       f"{', '.join(sorted({g.role for g in analysis.groups})) or 'none'})",
-                       fix="use precision = \"fp32\", or check `tapeout analyze` for the roles found")
-    return Plan(method=method, family=family, target=target, ladder=ladder,
-                groups=tuple(groups), per_channel=rule.per_channel if settings.per_channel is None else settings.per_channel,
-                reduce_range=reduce_range, activation_type=act, weight_type="int8",
-                calibration_method=settings.calibration_method, block_size=settings.block_size,
-                int4_algorithm=settings.int4_algorithm, notes=tuple(notes))
+    draft = Plan(method=method.name, family=family, target=target, ladder=caps.precisions[precision],
+                 groups=tuple(groups))
+    return method.plan(draft, rule, analysis, settings, isa or host_isa())

@@ -17,10 +17,41 @@ from pathlib import Path
 
 import numpy as np
 
-from tapeout.quantize.apply import apply
+from tapeout.quantize.apply import QuantizerFailed, apply, apply_with_fallback
 from tapeout.quantize.plan import Plan
 
 Predict = Callable[[dict], dict]
+# The accuracy budget as the build will judge it: metric -> (drop in the budget's units, met?).
+Judge = Callable[[float], tuple[float, bool]]
+
+
+@dataclass
+class Candidates:
+    """How the loop makes and scores a candidate plan: the target's session on a model file, the project's
+    metric and the budget's judgement, the data quantizers calibrate and rank on, the compile check of the first
+    plan (`vet`), and where progress goes."""
+
+    session: Callable[[Path], Predict]
+    evaluate: Callable[[Predict], float]
+    judge: Judge
+    calibration: list[dict] | None
+    rank_samples: list[dict]
+    latency_feeds: dict
+    max_ir_version: int | None = None
+    vet: Callable[[Path], None] | None = None
+    log: Callable[[str], None] = print
+    macs: dict[str, int] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class Limits:
+    """What the loop may spend, and where it must stop."""
+
+    max_evaluations: int
+    enabled: bool = True                        # [quantization] sensitivity
+    latency_limit_ms: float | None = None       # a step that breaks it is not kept (quick, in-process estimate)
+    max_ranked_groups: int = 10**6
+    max_seconds: float = float("inf")
 
 
 @dataclass(frozen=True)
@@ -44,15 +75,12 @@ class Search:
     stopped: str = ""
     evaluations: int = 0
     metric: float | None = None  # the metric of the plan the loop kept (the model at out_path)
+    applied: dict = field(default_factory=dict)  # what the method did for the plan kept
 
     def to_json(self) -> dict:
         return {"steps": [asdict(s) for s in self.steps], "ranking": self.ranking, "unranked": self.unranked,
                 "stopped": self.stopped,
                 "evaluations": self.evaluations, "metric": self.metric}
-
-
-# The accuracy budget as the build will judge it: metric -> (drop in the budget's units, met?).
-Judge = Callable[[float], tuple[float, bool]]
 
 
 def quick_latency_ms(predict: Predict, feeds: dict, runs: int = 15) -> float:
@@ -81,26 +109,34 @@ def remove_model(path: Path) -> None:
         file.unlink(missing_ok=True)
 
 
-def rank_groups(plan: Plan, fp32_path: Path, work: Path, session: Callable[[Path], Predict], samples: list[dict],
-                calibration: list[dict] | None, max_ir_version: int | None, log=print, *, max_groups: int = 10**6,
-                deadline: float = float("inf"), macs: dict[str, int] | None = None) -> tuple[list[dict], list[dict]]:
+def rank_groups(plan: Plan, fp32_path: Path, work: Path, candidates: Candidates, max_groups: int = 10**6,
+                deadline: float = float("inf")) -> tuple[list[dict], list[dict]]:
     """Quantized groups, worst first, by the output error each introduces when quantized alone; and the
-    groups it did not rank (over `max_groups`, or past `deadline` on the perf_counter clock), largest by
-    MACs first, each with why. Groups are ranked largest by MACs first, so a cut leaves the small ones."""
-    reference = session(fp32_path)
+    groups it did not rank (over `max_groups`, past `deadline` on the perf_counter clock, or refused by the
+    quantizer when alone), largest by MACs first, each with why. Groups are ranked largest by MACs first, so a
+    cut leaves the small ones."""
+    reference = candidates.session(fp32_path)
+    samples = candidates.rank_samples
     expected = [reference(f) for f in samples]
     ranking, skipped = [], []
-    candidates = sorted(plan.quantized(), key=lambda g: -(macs or {}).get(g.group, 0))
-    for i, group in enumerate(candidates):
+    macs = candidates.macs
+    ordered = sorted(plan.quantized(), key=lambda g: -macs.get(g.group, 0))
+    for i, group in enumerate(ordered):
         why = ("over max_ranked_groups" if i >= max_groups else
                "max_search_s ran out" if time.perf_counter() > deadline else "")
         if why:
             skipped.append({"group": group.group, "role": group.role, "precision": group.precision, "skipped": why})
             continue
-        log(f"ranking {i + 1}/{min(len(candidates), max_groups)}: {group.group}")
+        candidates.log(f"ranking {i + 1}/{min(len(ordered), max_groups)}: {group.group}")
         path = work / f"rank-{i}{plan.model_suffix}"
-        apply(plan.only(group.group), fp32_path, path, calibration, max_ir_version)
-        predict = session(path)
+        try:
+            apply(plan.only(group.group), fp32_path, path, candidates.calibration, candidates.max_ir_version)
+        except QuantizerFailed as exc:  # the quantizer takes it with the others, not alone: unranked, not fatal
+            skipped.append({"group": group.group, "role": group.role, "precision": group.precision,
+                            "skipped": f"its quantizer failed on it alone ({exc.problem[:120]})"})
+            remove_model(path)
+            continue
+        predict = candidates.session(path)
         num = den = 0.0
         for feeds, ref in zip(samples, expected, strict=True):
             out = predict(feeds)
@@ -114,50 +150,52 @@ def rank_groups(plan: Plan, fp32_path: Path, work: Path, session: Callable[[Path
     return sorted(ranking, key=lambda r: -r["relative_error"]), skipped
 
 
-def search(plan: Plan, fp32_path: Path, out_path: Path, *, session: Callable[[Path], Predict],
-           evaluate: Callable[[Predict], float], judge: Judge, latency_limit_ms: float | None, latency_feeds: dict,
-           calibration: list[dict] | None, rank_samples: list[dict], max_evaluations: int, enabled: bool = True,
-           max_ir_version: int | None = None, log=print, vet: Callable[[Path], None] | None = None,
-           max_ranked_groups: int = 10**6, max_seconds: float = float("inf"), macs: dict[str, int] | None = None) -> Search:
+def search(plan: Plan, fp32_path: Path, out_path: Path, candidates: Candidates, limits: Limits) -> Search:
     """Apply `plan`, then move groups up the ladder until the budget holds; `out_path` ends as the chosen model.
 
-    `vet(path)` checks the first plan's model compiles for the target before anything is spent on it
-    (it raises when not); ranking and the loop stop when `max_seconds` have passed."""
+    The first plan is applied with the fallback (a group its quantizer fails on moves up a rung), and the
+    target compiles it (`candidates.vet`) before anything is spent on it; ranking and the loop stop when
+    `limits.max_seconds` have passed."""
     result = Search(plan)
-    deadline = time.perf_counter() + max_seconds
+    deadline = time.perf_counter() + limits.max_seconds
+
+    def score(path: Path) -> tuple[float, float]:
+        predict = candidates.session(path)
+        result.evaluations += 1
+        return candidates.evaluate(predict), quick_latency_ms(predict, candidates.latency_feeds)
 
     def try_plan(candidate: Plan, path: Path) -> tuple[float, float]:
-        apply(candidate, fp32_path, path, calibration, max_ir_version)
-        if vet is not None and not result.steps:
-            vet(path)
-        predict = session(path)
-        result.evaluations += 1
-        return evaluate(predict), quick_latency_ms(predict, latency_feeds)
+        result.applied = apply(candidate, fp32_path, path, candidates.calibration, candidates.max_ir_version)
+        return score(path)
 
-    metric, latency = try_plan(plan, out_path)
+    plan, result.applied = apply_with_fallback(plan, fp32_path, out_path, candidates.calibration,
+                                               candidates.max_ir_version, candidates.log)
+    result.plan = plan
+    if candidates.vet is not None:
+        candidates.vet(out_path)
+    metric, latency = score(out_path)
     result.metric = metric
-    drop, met = judge(metric)
+    drop, met = candidates.judge(metric)
     result.steps.append(Step(0, "initial plan", None, None, metric, drop, latency, met))
     if met:
         result.stopped = "accuracy budget met by the rule table's plan"
         return result
-    if not enabled:
+    if not limits.enabled:
         result.stopped = "accuracy budget missed; the sensitivity loop is off ([quantization] sensitivity = false)"
         return result
     work = out_path.parent / ".sensitivity"
     work.mkdir(exist_ok=True)
     try:
-        result.ranking, result.unranked = rank_groups(plan, fp32_path, work, session, rank_samples, calibration,
-                                                      max_ir_version, log, max_groups=max_ranked_groups,
-                                                      deadline=deadline, macs=macs)
+        result.ranking, result.unranked = rank_groups(plan, fp32_path, work, candidates, limits.max_ranked_groups,
+                                                      deadline)
         order = [r["group"] for r in result.ranking] + [r["group"] for r in result.unranked]
         while True:
             if time.perf_counter() > deadline:
                 result.stopped = (f"max_search_s ran out after {len(result.steps) - 1} step(s) with the accuracy "
                                   "budget still missed")
                 break
-            if result.evaluations >= max_evaluations:
-                result.stopped = f"evaluation cap reached ({max_evaluations}) with the accuracy budget still missed"
+            if result.evaluations >= limits.max_evaluations:
+                result.stopped = f"evaluation cap reached ({limits.max_evaluations}) with the accuracy budget still missed"
                 break
             movable = [g for g in order if result.plan.next_rung(g) is not None]
             if not movable:
@@ -169,14 +207,17 @@ def search(plan: Plan, fp32_path: Path, out_path: Path, *, session: Callable[[Pa
             candidate = result.plan.with_group(group, rung, f"sensitivity loop step {len(result.steps)}: "
                                                f"ranked worst ({before} → {rung})")
             trial = work / f"candidate{plan.model_suffix}"
+            kept = result.applied
             metric, latency = try_plan(candidate, trial)
-            drop, met = judge(metric)
+            drop, met = candidates.judge(metric)
             step = Step(len(result.steps), f"{group}: {before} → {rung}", group, rung, metric, drop, latency, met)
-            log(f"step {step.index}: {step.action}: metric {metric:.6g}, quick latency {latency:.3f} ms")
-            if latency_limit_ms is not None and latency > latency_limit_ms:
+            candidates.log(f"step {step.index}: {step.action}: metric {metric:.6g}, quick latency {latency:.3f} ms")
+            limit = limits.latency_limit_ms
+            if limit is not None and latency > limit:
                 result.steps.append(step)
+                result.applied = kept
                 result.stopped = (f"moving {group} to {rung} breaks the latency budget "
-                                  f"({latency:.3f} ms > {latency_limit_ms:g} ms, quick estimate); kept the previous plan")
+                                  f"({latency:.3f} ms > {limit:g} ms, quick estimate); kept the previous plan")
                 break
             result.steps.append(step)
             result.plan, result.metric = candidate, metric

@@ -151,7 +151,8 @@ def test_repeated_casts_from_older_converters_are_merged():
     import onnxruntime as ort
     from onnx import TensorProto, helper
 
-    from tapeout.quantize.apply import _merge_repeated_casts
+    from tapeout.quantize.passes.base import run_on_proto
+    from tapeout.quantize.passes.merge_casts import MergeRepeatedCasts
 
     cast_back = helper.make_node("Cast", ["h"], ["h_cast_to_fp32"], to=TensorProto.FLOAT, name="h_cast_to_fp32_node")
     nodes = [helper.make_node("Cast", ["x"], ["h"], to=TensorProto.FLOAT16, name="to_fp16"),
@@ -165,7 +166,8 @@ def test_repeated_casts_from_older_converters_are_merged():
     model.ir_version = 8
     with pytest.raises(Exception, match="same node name"):
         ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
-    _merge_repeated_casts(model)
+    model, done = run_on_proto(model, [MergeRepeatedCasts()])
+    assert [r["outcome"] for r in done] == ["applied"]
     assert [n.name for n in model.graph.node].count("h_cast_to_fp32_node") == 1 and len(model.graph.value_info) == 1
     x = np.random.default_rng(0).standard_normal((2, 4)).astype(np.float32)
     y = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"]).run(None, {"x": x})[0]

@@ -448,7 +448,7 @@ def test_a_quantizer_failure_names_the_node_it_was_on(tmp_path, monkeypatch):
 def test_the_npu_postcondition_refuses_an_a16w8_node_fed_8_bit_activations(tmp_path):
     from onnx import TensorProto, helper, numpy_helper
 
-    from tapeout.quantize.apply import _check_activation_bits
+    from tapeout.quantize.methods.npu_static import check_activation_bits
 
     def qdq_model(zero_point: np.ndarray) -> onnx.ModelProto:
         inits = [numpy_helper.from_array(np.array(0.01, np.float32), "scale"),
@@ -462,7 +462,7 @@ def test_the_npu_postcondition_refuses_an_a16w8_node_fed_8_bit_activations(tmp_p
         return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 21)])
 
     onnx.save(qdq_model(np.array(0, np.uint16)), tmp_path / "wide.onnx")
-    _check_activation_bits(["cell"], tmp_path / "wide.onnx")  # 16-bit: the plan held
+    check_activation_bits(["cell"], tmp_path / "wide.onnx")  # 16-bit: the plan held
     onnx.save(qdq_model(np.array(0, np.uint8)), tmp_path / "narrow.onnx")
     with pytest.raises(BadInput, match="planned at A16W8 got 8-bit activations: cell"):
-        _check_activation_bits(["cell"], tmp_path / "narrow.onnx")
+        check_activation_bits(["cell"], tmp_path / "narrow.onnx")

@@ -216,7 +216,8 @@ Precision = Literal[PRECISIONS]
 class QuantizationSettings(_Strict):
     """How a non-FP32 precision is reached; the rule table fills in what is left at "auto"."""
 
-    method: Literal["auto", "dynamic", "static", "weight-only"] = "auto"
+    method: str = Field("auto", min_length=1, description="auto (the rule's), or a quantization method that stands "
+                        "in for the rule's: dynamic, static, weight-only, or a plug-in's")
     calibration_method: Literal["minmax", "percentile", "entropy"] = "minmax"
     calibration_samples: int = Field(64, ge=1, le=4096, description="bounds calibration memory and time")
     per_channel: bool | None = Field(None, description="None: the rule decides")

@@ -27,7 +27,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-_REGISTRY = {
+REGISTRY = {
     "rss": "tapeout.measurement.meters:RssMeter",
     "rapl": "tapeout.measurement.meters:RaplMeter",
     "nvml": "tapeout.measurement.gpu_meters:NvmlMeter",
@@ -62,7 +62,7 @@ class Meter:
 def create(names: tuple[str, ...] | list[str], device_index: int = 0) -> list[Meter]:
     meters = []
     for name in names:
-        module, _, cls = _REGISTRY[name].partition(":")
+        module, _, cls = REGISTRY[name].partition(":")
         meters.append(getattr(importlib.import_module(module), cls)(device_index))
     return meters
 

@@ -74,6 +74,15 @@ class SearchRecord(Record):
     metric: float | None = None
 
 
+class FallbackRecord(Record):
+    """A group its quantizer failed on, moved one rung up so the build could go on."""
+
+    group: str
+    moved_from: str = Field(alias="from")
+    to: str
+    why: str
+
+
 class QuickLatencyRecord(Record):
     fp32: float
     quantized: float
@@ -90,3 +99,5 @@ class QuantizationRecord(Record):
     quantized_bytes: int
     quick_latency_ms: QuickLatencyRecord | None = None
     notes: list[str] = Field(default_factory=list)
+    fallbacks: list[FallbackRecord] = Field(default_factory=list, description="groups moved up a rung because the "
+                                            "quantizer failed on them")

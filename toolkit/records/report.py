@@ -18,6 +18,7 @@ from tapeout.core.verdict import BudgetResult
 from tapeout.records.analysis import AnalysisRecord
 from tapeout.records.estimate import BottleneckRecord, EstimateRecord
 from tapeout.records.measurement import MeasurementRecord
+from tapeout.records.passes import PassRecord
 from tapeout.records.pruning import PruningRecord
 from tapeout.records.quantization import QuantizationRecord
 from tapeout.records.record import Json, Record
@@ -167,6 +168,8 @@ class Report(BaseModel):
     quantization: QuantizationRecord | None = None
     pruning: PruningRecord | None = None
     lint: list[str] = Field(default_factory=list)
+    passes: list[PassRecord] = Field(default_factory=list, description="graph passes offered to the model: applied "
+                                     "(how many places) or skipped (why)")
     host: HostInfo
 
     def to_json(self) -> dict[str, Any]:

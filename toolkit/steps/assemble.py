@@ -24,6 +24,7 @@ class Assemble(Step):
         caps, profile = setup.capabilities, setup.profile
         fields = {name: [] if name == "lint" else None for name in _OPTIONAL}
         fields.update(sections(state))
+        fields["passes"] = state.passes  # every step that ran passes added its records
         state.report = Report(
             schema=SCHEMA, kind=state.kind, created=now(), exit_code=verdicts.exit_code(state.budgets, state.strict),
             build_dir=state.build_dir,

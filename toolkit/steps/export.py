@@ -39,6 +39,17 @@ class ExportShare:
         shutil.rmtree(self.folder, ignore_errors=True)
 
 
+def _export_passes(proto, records: list[dict]):
+    """The export stage's graph passes (built in: fold the recurrent weights; and any plug-in's), on the exported
+    model before it is saved and verified; what each did goes into `records`."""
+    from tapeout.quantize import passes
+    from tapeout.quantize.passes.base import run_on_proto
+
+    proto, found = run_on_proto(proto, passes.for_stage("export"))
+    records += found
+    return proto
+
+
 def lint_or_raise(state: BuildState, model_path: Path) -> list:
     """The target's lint of `model_path`: every finding, or one line for the first error (`tapeout lint` lists all)."""
     project = state.setup.project
@@ -58,6 +69,7 @@ class Export(Step):
     def run(self, state: BuildState) -> None:
         out = state.out / "export" / "model.onnx"
         state.exported = (self._onnx_source(state, out) if state.loaded.kind == "onnx" else self._torch(state, out))
+        state.passes += state.exported.passes
 
     def _onnx_source(self, state: BuildState, out: Path) -> Exported:
         import onnx
@@ -98,8 +110,10 @@ class Export(Step):
             state.ui.note(f"export shared with candidate {first} (same opset {options.opset}, IR version "
                           f"{options.max_ir_version} and tolerances)")
             return dataclasses.replace(exported, path=out)
+        records: list[dict] = []
         with state.ui.step("export to ONNX and verify against torch"):
-            result = torch_onnx.export(loaded, project.inputs, project.dims, out, options, log=state.ui.note)
+            result = torch_onnx.export(loaded, project.inputs, project.dims, out, options, log=state.ui.note,
+                                       rewrite=lambda proto: _export_passes(proto, records))
         program = None
         if program_wanted:
             with state.ui.step("export the torch.export program"):
@@ -114,7 +128,7 @@ class Export(Step):
         def reference(feeds):
             return torch_onnx.torch_outputs(loaded.module, feeds, names, result.output_names)
 
-        exported = Exported(out, info, reference, program=program)
+        exported = Exported(out, info, reference, program=program, passes=records)
         if share is not None:
             share.put(key, exported, setup.profile.name)
         return exported

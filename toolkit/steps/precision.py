@@ -37,6 +37,7 @@ class Precision(Step):
         ceiling = (state.pruning or {}).get("metric_fp32")
         state.model, state.quantization = quantize(state.setup, state.out, state.fp32_model, state.analysis,
                                                    state.reference_metric, ceiling)
+        state.passes += state.quantization.pop("passes")  # the report lists them with the export's
         return None
 
     def report(self, state: BuildState) -> dict[str, object]:
@@ -47,8 +48,8 @@ def quantize(setup: Setup, out_dir: Path, fp32_path: Path, analysis: Analysis, r
              float_metric: float | None = None) -> tuple[Path, dict]:
     """`float_metric`: the metric of the FP32 model being quantized where it differs from the reference (a pruned
     model): when it already misses the accuracy budget, no precision can meet it, and the loop is not run."""
-    from tapeout.quantize import rules, sensitivity
-    from tapeout.quantize.apply import apply
+    from tapeout.quantize import methods, rules, sensitivity
+    from tapeout.quantize.apply import apply_with_fallback
 
     project, profile, target, ui, emulated = setup.project, setup.profile, setup.target, setup.ui, setup.emulated
     settings = profile.quantization
@@ -57,7 +58,7 @@ def quantize(setup: Setup, out_dir: Path, fp32_path: Path, analysis: Analysis, r
     calibration = None
     if project.calibration is not None:
         calibration, _ = sample_inputs(project, settings.calibration_samples)
-    elif plan.method == "static" or (plan.method in ("weight-only", "nncf-weights") and plan.int4_algorithm != "rtn"):
+    elif methods.get(plan.method).needs_calibration(plan):
         raise BadInput(f"{plan.method} quantization of this {plan.family} model needs calibration data, and "
                        f"{project.file} has no [calibration] section",
                        fix="add [calibration] data = \"….npz\" (or module:callable) with real inputs")
@@ -89,8 +90,9 @@ def quantize(setup: Setup, out_dir: Path, fp32_path: Path, analysis: Analysis, r
     info: dict = {"precision": profile.precision, "evaluated_on": evaluated_on(setup)}
     if project.evaluation is None or not has_budget or reference_metric is None:
         with ui.step(f"quantize ({plan.method}, {len(plan.quantized())} of {len(plan.groups)} groups)"):
-            info["apply"] = apply(plan, fp32_path, out, calibration, max_ir)
+            plan, info["apply"] = apply_with_fallback(plan, fp32_path, out, calibration, max_ir, ui.note)
             vet(out)
+        applied = info["apply"]
         info["search"] = {"steps": [], "ranking": [], "evaluations": 0,
                           "stopped": "no sensitivity loop: the project has no [evaluation] metric or the profile no "
                                      "accuracy budget; parity with FP32 is the only accuracy evidence"}
@@ -103,28 +105,32 @@ def quantize(setup: Setup, out_dir: Path, fp32_path: Path, analysis: Analysis, r
         beyond_reach = float_metric is not None and not judge(float_metric)[1]
         with ui.step(f"quantize ({plan.method}, {len(plan.quantized())} of {len(plan.groups)} groups) and evaluate "
                      f"{project.evaluation.name}"):
-            search = sensitivity.search(
-                plan, fp32_path, out, session=session, evaluate=lambda predict: evaluate(project, predict),
-                judge=judge, latency_limit_ms=None if emulated else budgets.latency_p50_ms,
-                latency_feeds=probe_inputs[0], calibration=calibration, rank_samples=probe_inputs,
-                max_evaluations=settings.max_evaluations, enabled=settings.sensitivity and not beyond_reach,
-                max_ir_version=max_ir, log=ui.detail, vet=vet, max_ranked_groups=settings.max_ranked_groups,
-                max_seconds=settings.max_search_s, macs={g.name: g.macs for g in analysis.groups})
+            candidates = sensitivity.Candidates(
+                session=session, evaluate=lambda predict: evaluate(project, predict), judge=judge,
+                calibration=calibration, rank_samples=probe_inputs, latency_feeds=probe_inputs[0], max_ir_version=max_ir,
+                vet=vet, log=ui.detail, macs={g.name: g.macs for g in analysis.groups})
+            limits = sensitivity.Limits(max_evaluations=settings.max_evaluations,
+                                        enabled=settings.sensitivity and not beyond_reach,
+                                        latency_limit_ms=None if emulated else budgets.latency_p50_ms,
+                                        max_ranked_groups=settings.max_ranked_groups, max_seconds=settings.max_search_s)
+            search = sensitivity.search(plan, fp32_path, out, candidates, limits)
         if beyond_reach and not search.steps[-1].meets_accuracy:
             # moving groups to float would only give up speed: the float model itself misses the budget
             search.stopped = (f"accuracy budget missed, and the loop was not run: the pruned FP32 model already "
                               f"misses it ({evaluation.name} {float_metric:.6g}, reference {reference_metric:.6g}), "
                               "so no precision can meet it; recover the pruning's loss or prune less")
         plan = search.plan
+        applied = search.applied
         info["search"] = search.to_json()
         if search.unranked:
             ui.note(f"sensitivity: ranked {len(search.ranking)} of {len(search.ranking) + len(search.unranked)} groups "
                     f"({search.unranked[0]['skipped']}); the unranked follow the ranked, largest by MACs first")
         ui.note(f"sensitivity: {search.stopped}")
-    if plan.method == "modelopt":
-        from tapeout.quantize.modelopt_qdq import reconcile
-
-        plan = reconcile(plan, out)
+    info["fallbacks"] = applied.pop("fallbacks", [])  # the quantizer failed on a group: it moved up, the build went on
+    for move in info["fallbacks"]:
+        ui.note(f"{move['group']} moved {move['from']} → {move['to']}: {move['why']}")
+    info["passes"] = applied.pop("passes", [])  # listed with the other steps' passes
+    plan = methods.get(plan.method).reconcile(plan, out)
     note = _speed_note(profile.precision, emulated, info,
                        lambda: _compare_latency(session(fp32_path), session(out), probe_inputs[0]))
     if note:

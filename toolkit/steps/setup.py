@@ -16,6 +16,7 @@ from tapeout.core.config import find_profile, load_device, load_project, resolve
 from tapeout.core.console import UI
 from tapeout.core.errors import BadInput
 from tapeout.core.schemas import DeviceSpec, Profile, Project
+from tapeout.quantize import methods
 from tapeout.targets.base import Probe, Target
 
 
@@ -100,6 +101,10 @@ def load_profile(name: str) -> Profile:
     if profile.precision not in precisions:
         raise BadInput(f"{path}: field 'precision': target '{profile.target}' does not take {profile.precision!r}",
                        fix=f"use one of: {', '.join(precisions)}")
+    method = profile.quantization.method
+    if method != "auto" and method not in methods.names():
+        raise BadInput(f"{path}: field 'quantization.method': unknown quantization method {method!r}",
+                       fix=f"use one of: auto, {', '.join(methods.names())}")
     options_model = targets.options_model(profile.target)
     validate(options_model, profile.options, path, prefix="options.")
     if profile.device is not None:

@@ -1,20 +1,46 @@
-"""Fold the weights of recurrent ops that an exporter computes at run time into initializers.
+"""Pass `fold-recurrent-weights`: the weights of recurrent ops that an exporter computes at run time, folded
+into initializers.
 
-torch's dynamo exporter writes an LSTM's W, R and B as Slice/Concat of the PyTorch weights (it
-reorders the gates from PyTorch's i,f,g,o to ONNX's i,o,f,c). To ORT's quantizer (which quantizes
-only LSTM weights that are initializers), to the HTP compiler and to the cost model such a weight is
-an activation: the LSTM stays float and its parameters count as 0. Folded, it is a plain weight.
-Only the subgraphs that end in a recurrent op's weight inputs are folded: nothing else changes.
+torch's dynamo exporter writes an LSTM's W, R and B as Slice/Concat of the PyTorch weights (it reorders the
+gates from PyTorch's i,f,g,o to ONNX's i,o,f,c). To ORT's quantizer (which quantizes only LSTM weights that
+are initializers), to the HTP compiler and to the cost model such a weight is an activation: the LSTM stays
+float and its parameters count as 0. Folded, it is a plain weight. Only the subgraphs that end in a
+recurrent op's weight inputs are folded: nothing else changes. It works on the export's protobuf, before the
+export is saved and verified against torch.
 """
 
 from __future__ import annotations
 
 from tapeout.core.onnx_graphs import graphs_in
+from tapeout.quantize.passes.base import GraphPass
 
 _RECURRENT = {"LSTM": (1, 2, 3), "GRU": (1, 2, 3), "RNN": (1, 2, 3)}
 # Ops a weight reaches a recurrent op through (layout and dtype only): nothing data dependent
 _LAYOUT_OPS = {"Slice", "Concat", "Split", "Unsqueeze", "Squeeze", "Reshape", "Transpose", "Cast", "Identity",
                "Constant", "Gather"}
+
+
+class FoldRecurrentWeights(GraphPass):
+    name = "fold-recurrent-weights"
+    stage = "export"
+    works_on = "proto"
+    nothing_matched = "no LSTM, GRU or RNN whose weights are computed from constants"
+
+    def match(self, model) -> list:
+        initializers = {i.name for i in model.graph.initializer}
+        return [(node, i) for node in model.graph.node if node.op_type in _RECURRENT
+                for i in _RECURRENT[node.op_type] if i < len(node.input) and node.input[i]
+                and node.input[i] not in initializers]
+
+    def rewrite(self, model, matches: list) -> int:
+        return fold_recurrent_weights(model)
+
+    def postcondition(self, model) -> str | None:
+        """Every input of every main-graph node is still provided (dropping unused nodes cut nothing in use)."""
+        provided = ({i.name for i in model.graph.initializer} | {o for n in model.graph.node for o in n.output}
+                    | {i.name for i in model.graph.input})
+        dangling = [t for n in model.graph.node for t in n.input if t and t not in provided]
+        return f"inputs no node or initializer provides: {', '.join(dangling[:3])}" if dangling else None
 
 
 def fold_recurrent_weights(model) -> int:

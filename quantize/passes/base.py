@@ -1,0 +1,88 @@
+"""The graph-pass interface: a pass matches what it would rewrite, rewrites it, and states its precondition
+and postcondition; when it does not fire it says why. Passes work on the onnx-ir model (the representation
+torch's exporter already uses); a pass that repairs a model onnx-ir refuses to load (the FP16 converter's
+repeated Casts) works on the protobuf instead and says so (`works_on = "proto"`).
+
+A pass runs at a stage: "export" (every FP32 model a torch export writes, before it is verified against
+torch) or "method" (run by the quantization method that names it, on that method's input or output). `run`
+applies passes in order and returns what each did, for the report's `passes` section.
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from collections.abc import Sequence
+from typing import ClassVar, Literal
+
+from tapeout.core.errors import BadInput
+
+Stage = Literal["export", "method"]
+
+
+class GraphPass(ABC):
+    name: ClassVar[str]
+    stage: ClassVar[Stage]
+    works_on: ClassVar[Literal["onnx-ir", "proto"]] = "onnx-ir"
+    nothing_matched: ClassVar[str] = "nothing in the model matched"
+
+    def precondition(self, model) -> str | None:
+        """Why this pass cannot run on `model`, or None."""
+        return None
+
+    @abstractmethod
+    def match(self, model) -> list:
+        """What the pass would rewrite (nodes, usually); empty when nothing matches."""
+
+    @abstractmethod
+    def rewrite(self, model, matches: list) -> int:
+        """Rewrite the matches in place; how many places changed."""
+
+    def postcondition(self, model) -> str | None:
+        """What is wrong with `model` after the rewrite, or None."""
+        return None
+
+
+def run(passes: Sequence[GraphPass], model) -> list[dict]:
+    """Apply `passes` (all working on `model`'s representation) in order; for each, whether it fired and how many
+    places it rewrote, or why not."""
+    records = []
+    for graph_pass in passes:
+        why = graph_pass.precondition(model)
+        if why:
+            records.append(_record(graph_pass, "skipped", f"precondition not met: {why}"))
+            continue
+        matches = graph_pass.match(model)
+        if not matches:
+            records.append(_record(graph_pass, "skipped", graph_pass.nothing_matched))
+            continue
+        rewrites = graph_pass.rewrite(model, matches)
+        if not rewrites:  # what matched could not be rewritten after all (a weight computed from an input)
+            records.append(_record(graph_pass, "skipped", graph_pass.nothing_matched))
+            continue
+        broken = graph_pass.postcondition(model)
+        if broken:  # the pass broke the model: never shown as a result
+            raise BadInput(f"graph pass '{graph_pass.name}' left the model wrong: {broken}",
+                           fix="report it to the pass's author; uninstall a plug-in pass to build without it")
+        records.append(_record(graph_pass, "applied", f"rewrote {rewrites} place(s)", rewrites))
+    return records
+
+
+def run_on_proto(proto, passes: Sequence[GraphPass]) -> tuple[object, list[dict]]:
+    """`passes` on an onnx ModelProto: the protobuf passes on it, then the onnx-ir passes on the model as onnx-ir
+    sees it, serialized back only where one fired (a model of MiniLM's size is not copied for nothing)."""
+    records = run([p for p in passes if p.works_on == "proto"], proto)
+    on_ir = [p for p in passes if p.works_on == "onnx-ir"]
+    if on_ir:
+        import onnx_ir as ir
+
+        model = ir.serde.deserialize_model(proto)
+        found = run(on_ir, model)
+        if any(r["outcome"] == "applied" for r in found):
+            proto = ir.serde.serialize_model(model)
+        records += found
+    return proto, records
+
+
+def _record(graph_pass: GraphPass, outcome: str, reason: str, rewrites: int = 0) -> dict:
+    return {"name": graph_pass.name, "stage": graph_pass.stage, "outcome": outcome, "rewrites": rewrites,
+            "reason": reason}
