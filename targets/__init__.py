@@ -2,16 +2,19 @@
 profile and reading capabilities import no runtime and no backend module.
 
 Adding a target = one module with one `Target` subclass, one entry here, and its tests; the contract
-test (tests/test_targets.py) runs every entry through the same checks.
+test (tests/test_targets.py) runs every entry through the same checks. A target from another package is
+one module and one entry point in group `tapeout.targets` naming its `TargetInfo`: `TARGETS` finds it.
 """
 
 from __future__ import annotations
 
 import importlib
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from tapeout.core import plugins
 from tapeout.core.artifact import Artifact
 from tapeout.core.capabilities import Capabilities
 from tapeout.core.errors import BadInput, TargetUnavailable
@@ -33,7 +36,7 @@ class TargetInfo:
 
 _X86 = "HTP emulator on an x86-64 host: timings and memory are the emulator's, not the NPU's"
 
-TARGETS: dict[str, TargetInfo] = {
+BUILT_IN: dict[str, TargetInfo] = {
     "onnxruntime": TargetInfo(
         name="onnxruntime",
         cls="tapeout.targets.ort_cpu:OrtCpu",
@@ -117,6 +120,42 @@ TARGETS: dict[str, TargetInfo] = {
         ),
     ),
 }
+
+
+class _Registry(Mapping):
+    """The built-in targets, and the plug-ins' (entry points looked up only for a name not built in, or a listing)."""
+
+    GROUP = "tapeout.targets"
+
+    def __init__(self, built_in: dict[str, TargetInfo]):
+        self._built_in = built_in
+
+    def _plugin(self, name: str) -> TargetInfo:
+        found = plugins.load(self.GROUP, name)
+        if not isinstance(found, TargetInfo) or found.name != name:
+            raise BadInput(f"the target plug-in '{name}' names {found!r}, not a TargetInfo named '{name}'",
+                           fix="point its entry point at the target's TargetInfo")
+        return found
+
+    def __getitem__(self, name: str) -> TargetInfo:
+        if name in self._built_in:
+            return self._built_in[name]
+        if name in plugins.entries(self.GROUP):
+            return self._plugin(name)
+        raise KeyError(name)
+
+    def __contains__(self, name: object) -> bool:
+        return name in self._built_in or name in plugins.entries(self.GROUP)
+
+    def __iter__(self) -> Iterator[str]:
+        yield from self._built_in
+        yield from sorted(set(plugins.entries(self.GROUP)) - set(self._built_in))
+
+    def __len__(self) -> int:
+        return sum(1 for _ in self)
+
+
+TARGETS: Mapping[str, TargetInfo] = _Registry(BUILT_IN)
 
 
 def info(name: str) -> TargetInfo:

@@ -235,6 +235,10 @@ def render(report: Report) -> str:
         parts.append(_table(["ops", "measured µs", "fused µs", "saving µs"],
                             [[" → ".join(c["op_types"]), f"{c['measured_us']:.3g}", f"{c['fused_us']:.3g}",
                               f"{c['saving_us']:.3g}"] for c in b["fusible_chains"][:10]]))
+    if r.get("passes"):
+        from tapeout.reports.markdown import PASSES_HEADER, passes_rows
+
+        parts.append("<h2>Graph passes</h2>" + _table(PASSES_HEADER, passes_rows(r["passes"])))
     placement = r.get("placement")
     if placement:
         parts.append("<h2>Placement</h2>")

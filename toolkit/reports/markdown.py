@@ -123,6 +123,7 @@ def render_markdown(report: Report) -> str:
     out += _placement_section(r.get("placement"))
     out += _analysis_section(r.get("analysis"))
     out += _quantization_section(r.get("quantization"))
+    out += _passes_section(r.get("passes"))
 
     exp = r.get("export")
     if exp:
@@ -200,6 +201,9 @@ def _quantization_section(q: dict | None) -> list[str]:
            f"ladder {' → '.join(plan['ladder'])}. Model {fmt(q['quantized_bytes'] / 2**20)} MB "
            f"(FP32 {fmt(q['fp32_bytes'] / 2**20)} MB)."]
     out += [f"\nNote: {n}" for n in [*plan.get("notes", []), *q.get("notes", [])]]
+    for move in q.get("fallbacks") or []:
+        out.append(f"\nMoved up because the quantizer failed on it: {move['group']} {move['from']} → {move['to']} "
+                   f"({move['why']}).")
     if q.get("quick_latency_ms"):
         lat = q["quick_latency_ms"]
         out.append(f"\nQuick in-process medians on this host: fp32 {fmt(lat['fp32'], 4)} ms, {q['precision']} "
@@ -225,6 +229,20 @@ def _quantization_section(q: dict | None) -> list[str]:
     rows = [[g["group"], g["role"], g["precision"], g["reason"]] for g in plan["groups"]]
     out += ["", "Final plan:", "", *_table(["group", "role", "precision", "why"], rows)]
     return out
+
+
+def passes_rows(passes: list[dict]) -> list[list[str]]:
+    return [[p["name"], p["stage"], p["outcome"], str(p["rewrites"]) if p["outcome"] == "applied" else "—", p["reason"]]
+            for p in passes]
+
+
+PASSES_HEADER = ["pass", "stage", "outcome", "rewrites", "what it did, or why not"]
+
+
+def _passes_section(passes: list[dict] | None) -> list[str]:
+    if not passes:
+        return []
+    return ["", "## Graph passes", "", *_table(PASSES_HEADER, passes_rows(passes))]
 
 
 def pruning_how(what: list[str], importance: str, round_to: int) -> str:
