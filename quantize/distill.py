@@ -238,7 +238,7 @@ def _train(student, groups, teacher_of, usable, ours, settings, progress, token_
     import torch
 
     params = [p for p in student.parameters() if p.requires_grad]
-    lr = settings.distill_lr or 1e-3  # the build step fills it in per family (toolkit/pruning.py)
+    lr = settings.distill_lr or 1e-3  # the prune step fills it in per family (steps/prune.py)
     optimizer = torch.optim.Adam(params, lr=lr)
     schedule = torch.optim.lr_scheduler.CosineAnnealingLR(optimizer, settings.distill_steps)
     student.eval()  # dropout off: the teacher's outputs are deterministic, so are the student's

@@ -196,7 +196,7 @@ def test_help_and_check_import_nothing_heavy():
         "from tapeout import cli\nfrom tapeout.steps import flows\n"
         "sys.argv = ['tapeout', '--help']\n"
         "try:\n    cli.main()\nexcept SystemExit:\n    pass\n"
-        "heavy = [m for m in ('torch', 'transformers', 'onnxruntime', 'onnxscript', 'sklearn') if m in sys.modules]\n"
+        "heavy = [m for m in ('torch', 'transformers', 'onnxruntime', 'onnxscript', 'onnx_ir', 'sklearn') if m in sys.modules]\n"
         "print('HEAVY', heavy, round(time.perf_counter() - t, 2))\n"
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout

@@ -114,7 +114,10 @@ def test_compare_an_emulated_build_is_estimated_never_measured(two_builds, tmp_p
 
 
 def test_compare_project_with_profiles_and_bad_input(two_builds, tmp_path):
-    missing = run_cli("compare", SAMPLES / "digits-cnn", "-p", "cpu-fp32")
+    # a copy of the project without builds: the sample's own build/ holds whatever the README's command left there
+    project = tmp_path / "digits-cnn"
+    shutil.copytree(SAMPLES / "digits-cnn", project, ignore=shutil.ignore_patterns("build"))
+    missing = run_cli("compare", project, "-p", "cpu-fp32")
     assert missing.code == 2 and "tapeout build" in one_line_error(missing)
     not_build = run_cli("compare", tmp_path)
     assert not_build.code == 2 and "not a build dir" in one_line_error(not_build)

@@ -1,4 +1,4 @@
-"""Structured pruning (quantize/prune.py, toolkit/pruning.py): real Torch-Pruning on real modules.
+"""Structured pruning (quantize/prune.py, steps/prune.py): real Torch-Pruning on real modules.
 
 digits-cnn end to end (channels, built-in distillation, export parity against the pruned module, the
 report's section); a residual CNN and an attention block, where coupled layers must stay consistent;

@@ -115,3 +115,27 @@ def test_runtime_options_out_of_the_runtimes_range_are_refused_up_front(tmp_path
     profile.write_text(f'extends = "cpu-fp32"\n[options]\n{options}\n')
     result = run_cli("build", project, "--profile", profile, "--out", tmp_path / "b")
     assert result.code == 2 and says in one_line_error(result)
+
+
+@pytest.mark.parametrize(("returns", "says"), [("None", "returned None"), ("(None, None)", "returned a tuple with no tensor in it")])
+def test_a_forward_that_returns_nothing_is_the_users_code_not_an_export_problem(tmp_path, returns, says):
+    model = ("import torch\n\nclass M(torch.nn.Module):\n    def forward(self, x):\n        x = x * 2\n"
+             f"        return {returns}\n\ndef build():\n    return M()\n")
+    project = _project(tmp_path, model)
+    result = run_cli("build", project, "--profile", "cpu-fp32", "--out", tmp_path / "b")
+    line = one_line_error(result)
+    assert result.code == 2 and f"the model's forward() {says}: there is no output to export" in line
+    assert "opset" not in line and "return the output tensor" in line and not (tmp_path / "b").exists()
+
+
+def test_a_check_that_cannot_write_its_report_says_so_before_measuring(digits_build, tmp_path):
+    import shutil
+
+    copy = tmp_path / "b"
+    shutil.copytree(digits_build, copy)
+    (copy / "check.json").unlink(missing_ok=True)
+    (copy / "check.json").mkdir()  # where the check's report goes
+    result = run_cli("check", copy, "--iterations", "30", "--repeats", "1")
+    line = one_line_error(result)
+    assert result.code == 2 and "check.json" in line and "is a directory" in line and "Traceback" not in result.err
+    assert "measure" not in result.err  # refused before the work, not after it

@@ -1,8 +1,8 @@
 """Latency estimate for a device that is not here: roofline per kernel, calibrated where measured.
 
-Per kernel (`kernels.py`): the roofline time max(FLOPs / peak at its precision, bytes / bandwidth).
+Per kernel (`cost_units.py`): the roofline time max(FLOPs / peak at its precision, bytes / bandwidth).
 The sum is a lower bound (research/profiling-modeling.md §1.4: rooflines are optimistic at batch 1).
-With a calibration for the device and target (`calibration.py`), each kernel costs its class's
+With a calibration for the device and target (`fit.py`), each kernel costs its class's
 fitted time per kernel plus a fitted multiple of its roofline time, and the fitted time outside the
 ops is added; the error band is the calibration's held-out error. Without one, only the lower bound is known, and that is what the estimate says.
 
@@ -233,20 +233,21 @@ def kernels_of(build: BuildDir) -> list[kern.Kernel] | None:
     return model_kernels(build.exported_model(), man.project.inputs, man.project.dims)
 
 
-def for_model(ctx, structure: list[kern.Kernel], plan: dict | None, reported: str | None = None) -> Estimate | None:
-    """The estimate for a build in progress, from the kernels `kernels.structure` found at analysis and
-    the precision plan: the profile's device; for a GPU target, the shipped spec matching the device that
-    ran it (`reported`); or this host's CPU where a CPU target runs here. None where there is no device to
-    estimate for: an emulated target, or a GPU no shipped spec matches, on a profile naming no device."""
+def for_model(setup, structure: list[kern.Kernel], plan: dict | None, reported: str | None = None) -> Estimate | None:
+    """The estimate for a build or check in progress (`setup`: its profile, target, device spec and emulation),
+    from the kernels `cost_units.structure` found at analysis and the precision plan: the profile's device; for a
+    GPU target, the shipped spec matching the device that ran it (`reported`); or this host's CPU where a CPU
+    target runs here. None where there is no device to estimate for: an emulated target, or a GPU no shipped
+    spec matches, on a profile naming no device."""
 
-    device = spec_for_run(ctx.target.name, ctx.device, reported)
-    if nothing_to_estimate(ctx.target.name, device, ctx.emulated):
+    device = spec_for_run(setup.target.name, setup.device, reported)
+    if nothing_to_estimate(setup.target.name, device, setup.emulated):
         return None
     host = host_fingerprint()
-    cal, roof = _device_roof(device, host, ctx.target.options, ctx.target.name, True)
-    precision = ctx.profile.precision
+    cal, roof = _device_roof(device, host, setup.target.options, setup.target.name, True)
+    precision = setup.profile.precision
     kernels = kern.at_precision(structure, plan, kern.float_precision(precision, plan))
-    return estimate(kernels, roof, ctx.target.name, precision, cal)
+    return estimate(kernels, roof, setup.target.name, precision, cal)
 
 
 def with_measured(est: Estimate, measured_p50_ms: float | None) -> dict[str, Any]:

@@ -2,7 +2,7 @@
 
 A calibration is made from build (or check) dirs whose latency was measured on the device itself
 (never through an emulator or a stand-in). For each one it records, per kernel class, the
-roofline seconds of the model's kernels (`kernels.py`) and the seconds the runtime's own profiler
+roofline seconds of the model's kernels (`cost_units.py`) and the seconds the runtime's own profiler
 spent in ops of that class (as recorded; scaled down to the timed p50 only where they add up to
 more: `bottleneck.profiler_scale`).
 The fit:

@@ -4,7 +4,7 @@ The estimator and the bottleneck view both divide by these numbers. For a device
 datasheet's (each with its source URL); for this host's CPU, which has no datasheet here, the peak
 is the higher of what the instruction-set flags and the reported clock give and a measured matrix
 multiply, the bandwidth is measured (a large array copy), and the roof says so. Calibration
-(`calibration.py`) corrects both for what the runtime actually reaches, so the derivation only has
+(`fit.py`) corrects both for what the runtime actually reaches, so the derivation only has
 to be consistent, not exact.
 """
 

@@ -1,6 +1,6 @@
 """What analysis found in a model: families, node roles, fusion groups, costs.
 
-Shared types (standard library only): `toolkit/analysis.py` produces them, `quantize/` reads them to
+Shared types (standard library only): `graph/analyze.py` produces them, `quantize/` reads them to
 turn rules into a plan, reports render them.
 """
 

@@ -1,7 +1,7 @@
 """Static analysis of an ONNX model: op census, parameters, FLOPs and bytes per node, activation liveness.
 
 Shapes come from ONNX shape inference with the project's dims pinned, so every count is for the
-shape the build measures. Architecture detection (families, roles, fusion groups) is `arch.py`.
+shape the build measures. Architecture detection (families, roles, fusion groups) is `detect.py`.
 """
 
 from __future__ import annotations

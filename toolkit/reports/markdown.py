@@ -1,4 +1,4 @@
-"""`report.md` (and `check.md`), rendered from the report model (report_model.Report).
+"""`report.md` (and `check.md`), rendered from the report (records.report.Report).
 
 The Markdown is a pure function of the report, so `tapeout report BUILD_DIR` can re-render it anywhere.
 """
