@@ -10,6 +10,7 @@ import contextlib
 import inspect
 import io
 import logging
+import re
 import time
 import warnings
 from collections.abc import Callable
@@ -106,6 +107,29 @@ def _dynamic_shapes(module, inputs: list[InputSpec]):
     if len(params) == 1 and params[0].kind is inspect.Parameter.VAR_POSITIONAL:
         return (per_input,)
     return per_input
+
+
+def _program_dims(shapes):
+    """The ONNX exporter takes a symbolic dim by name; torch.export wants a `Dim` object, one per name so that
+    inputs sharing a name (`batch`) are kept equal."""
+    import torch
+
+    made: dict[str, object] = {}
+
+    def dim(name: str):
+        if name not in made:
+            safe = re.sub(r"\W", "_", name)
+            made[name] = torch.export.Dim(safe if safe.isidentifier() else f"d_{safe}")
+        return made[name]
+
+    def convert(entry):
+        if isinstance(entry, tuple):
+            return tuple(convert(e) for e in entry)
+        if isinstance(entry, dict):
+            return {axis: dim(name) for axis, name in entry.items()}
+        return entry
+
+    return convert(shapes)
 
 
 @contextlib.contextmanager
@@ -259,8 +283,8 @@ def export_program(loaded: LoadedModel, inputs: list[InputSpec], dims: dict[str,
     args = tuple(torch.from_numpy(feeds[s.name]) for s in inputs)
     with _quiet() as noise:
         try:
-            return torch.export.export(module, args, dynamic_shapes=_dynamic_shapes(module, inputs) if options.dynamic
-                                       else None)
+            return torch.export.export(module, args, dynamic_shapes=_program_dims(_dynamic_shapes(module, inputs))
+                                       if options.dynamic else None)
         except Exception as exc:
             raise BadInput(f"torch.export could not capture the model: {_root_cause(exc)}",
                            detail=runtime_detail(exc),

@@ -236,9 +236,11 @@ class Target(ABC):
         (`capabilities.compiles_from`, the default) implements it."""
         raise NotImplementedError(f"target '{self.name}' compiles from a torch.export program, not from ONNX")
 
-    def compile_program(self, program, out_dir: Path, inputs: list[InputSpec], dims: dict[str, int]) -> Artifact:
+    def compile_program(self, program, out_dir: Path, inputs: list[InputSpec], dims: dict[str, int],
+                        output_names: list[str]) -> Artifact:
         """The artifact compiled from the torch.export ExportedProgram: what a target whose
-        `capabilities.compiles_from` is "torch.export" implements instead of `compile`."""
+        `capabilities.compiles_from` is "torch.export" implements instead of `compile`. `output_names` name the
+        program's outputs in order, as the golden outputs and the ONNX export name them."""
         raise NotImplementedError(f"target '{self.name}' compiles from ONNX, not from a torch.export program")
 
     @abstractmethod

@@ -11,6 +11,7 @@ import textwrap
 import numpy as np
 import onnx
 import pytest
+import torch
 
 from conftest import REPO, SAMPLES, run_cli
 
@@ -79,3 +80,29 @@ def test_a_quantization_method_from_another_package_quantizes_and_is_checked(tmp
     (tmp_path / "bad.toml").write_text('extends = "qnn-sm8650"\n[quantization]\nmethod = "toy-int8-weights"\n')
     refused = run_cli("build", SAMPLES / "digits-cnn", "-p", tmp_path / "bad.toml", "-o", tmp_path / "c", env=ENV)
     assert refused.code == 2 and "full-integer static QDQ" in refused.err and not (tmp_path / "c").exists()
+
+
+def test_a_target_that_compiles_from_the_torch_export_program_is_handed_it(tmp_path):
+    """Capabilities say what a target compiles from: toy-torch-export asks for the ExportedProgram, gets it at
+    compile, and its artifact (the program saved) reproduces the golden outputs; for an ONNX source there is
+    no program, and the build says so in one line."""
+    (tmp_path / "p.toml").write_text('name = "program"\ntarget = "toy-torch-export"\nprecision = "fp32"\n'
+                                     + FAST.replace("repeats = 1", "repeats = 1\nop_profile = false"))
+    result = run_cli("build", SAMPLES / "digits-cnn", "-p", tmp_path / "p.toml", "-o", tmp_path / "b", env=ENV)
+    assert result.code == 0, result.err + result.out
+    report = json.loads((tmp_path / "b" / "report.json").read_text())
+    assert report["artifact"]["main_file"] == "model.pt2" and report["artifact"]["meta"]["program_nodes"] > 0
+    assert all(p["within_tolerance"] for p in report["parity"]) and report["parity"][0]["cosine"] > 0.99999
+    assert "export the torch.export program" in result.err
+    # the symbolic `batch` stays dynamic in the program the target was handed
+    from tapeout.exporters import pt2
+
+    program = pt2.load(tmp_path / "b" / "artifact" / "model.pt2").module()
+    assert tuple(program(torch.rand(3, 1, 8, 8)).shape) == (3, 10)
+    project = tmp_path / "onnx-source"
+    project.mkdir()
+    onnx.save(onnx.load(str(tmp_path / "b" / "export" / "model.onnx")), project / "m.onnx")
+    (project / "tapeout.toml").write_text('[model]\nsource = "m.onnx"\n[[inputs]]\nname = "image"\n'
+                                          'shape = [1, 1, 8, 8]\n')
+    refused = run_cli("build", project, "-p", tmp_path / "p.toml", "-o", tmp_path / "c", env=ENV)
+    assert refused.code == 2 and "compiles from a torch.export program" in refused.err and not (tmp_path / "c").exists()

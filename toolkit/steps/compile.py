@@ -21,7 +21,7 @@ class Compile(Step):
         with state.ui.step(f"compile for {setup.profile.target}{on_device}"):
             if caps.compiles_from == "torch.export":
                 artifact = setup.target.compile_program(state.exported.program, state.out / "artifact",
-                                                        project.inputs, project.dims)
+                                                        project.inputs, project.dims, state.exported.info["output_names"])
             else:
                 artifact = setup.target.compile(state.model, state.out / "artifact", project.inputs, project.dims)
         files = tree_hashes(artifact.directory)  # hashed once: the report and the manifest share them
