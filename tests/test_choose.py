@@ -36,6 +36,11 @@ def test_the_fastest_passing_build_is_chosen_and_every_candidate_is_reported(tmp
     fastest = min(timed, key=lambda r: r["p50_ms"]["point"])
     assert choice["chosen"] == fastest["profile"] and choice["chosen_build_dir"] == str(out / fastest["profile"])
     assert {r["target"] for r in timed} == {"onnxruntime", "openvino"}
+    # one export for both: their runtimes take the same opset and IR version
+    assert result.err.count("export to ONNX and verify against torch") == 1, result.err
+    assert "export shared with candidate ort-int8" in result.err
+    exported = [(out / r["profile"] / "export" / "model.onnx").read_bytes() for r in timed]
+    assert exported[0] == exported[1]
     assert not any("different budgets" in n for n in choice["notes"])  # same budget given to both
     md = (out / "choice.md").read_text()
     assert f"Chosen: **{fastest['profile']}**" in md and "| ort-int8 | onnxruntime | int8 |" in md
