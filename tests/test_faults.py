@@ -115,6 +115,21 @@ def test_sigterm_unwinds_like_ctrl_c_and_keeps_the_previous_build(digits_build, 
     assert _side_dirs(out) == []  # unwound: staging removed by the build itself
 
 
+def test_a_sigterm_that_lands_in_python_run_by_a_c_extension_still_exits_143(tmp_path):
+    # C extensions run Python through PyRun_* (pybind11's exec); a KeyboardInterrupt leaving one makes CPython end
+    # a `-m` process by SIGINT (-2) whatever it exits with. This lands the SIGTERM there on purpose.
+    (tmp_path / "landing.py").write_text(
+        "import ctypes, signal, sys\n"
+        "from tapeout import cli\n"
+        "signal.signal(signal.SIGTERM, cli._on_sigterm)\n"
+        "ctypes.pythonapi.PyRun_SimpleString(b'import os, signal, time; os.kill(os.getpid(), signal.SIGTERM); "
+        "time.sleep(5)')\n"
+        "cli._interrupted()\n")
+    done = subprocess.run([sys.executable, "-m", "landing"], cwd=tmp_path, capture_output=True, text=True, timeout=60)
+    assert done.returncode == 143, done.stderr
+    assert "terminated (SIGTERM)" in done.stderr
+
+
 def _dead_pid() -> int:
     proc = subprocess.Popen([sys.executable, "-c", "pass"])
     proc.wait()

@@ -218,7 +218,20 @@ def _on_sigterm(signum, frame) -> None:
 
 def _interrupted() -> None:
     typer.echo(_TERMINATED if _terminated else _INTERRUPTED, err=True)
+    _forget_interrupt_in_embedded_code()
     sys.exit(143 if _terminated else 130)
+
+
+def _forget_interrupt_in_embedded_code() -> None:
+    """CPython ends a `python -m` process by SIGINT, whatever its exit code, once a KeyboardInterrupt has left a
+    nested PyRun_* call (C extensions run Python that way, pybind11's exec among them) — so a SIGTERM that landed
+    there exited -2, not 143. A nested run that succeeds clears that flag; the interrupt itself was handled."""
+    try:
+        import ctypes
+
+        ctypes.pythonapi.PyRun_SimpleString(b"pass")
+    except (ImportError, AttributeError, OSError):  # not CPython: no such flag
+        pass
 
 
 def _click_exceptions(name: str) -> tuple[type[BaseException], ...]:
