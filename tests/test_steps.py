@@ -3,13 +3,16 @@ list. Each step's needs are met by the steps before it (or, in a check, by the b
 
 from __future__ import annotations
 
+import gc
 from dataclasses import fields
+from pathlib import Path
 
 import pytest
 
+from tapeout.core.errors import BadInput
 from tapeout.steps import flows
 from tapeout.steps.state import BuildState
-from tapeout.steps.step import Step
+from tapeout.steps.step import Step, run
 
 
 def _unmet(steps: tuple[Step, ...], kind: str) -> list[str]:
@@ -53,3 +56,30 @@ def test_needs_and_adds_name_state_fields():
 
             def run(self, state):
                 return None
+
+
+def test_the_heap_is_frozen_after_the_first_step_and_given_back_when_the_list_ends():
+    """The runner takes what the first step left (torch, the model) out of the cyclic collector's full passes,
+    and puts it back when the list ends, failed or not: a process that runs many builds keeps nothing."""
+    seen: list[int] = []
+
+    class Probe(Step):
+        name = "probe"
+
+        def run(self, state):
+            seen.append(gc.get_freeze_count())
+
+    class Fails(Step):
+        name = "fails"
+
+        def run(self, state):
+            raise BadInput("the step failed", fix="none needed")
+
+    def state() -> BuildState:
+        return BuildState(None, "build", Path("."), ".", None)
+
+    run((Probe(), Probe(), Probe()), state())
+    assert seen[0] == 0 and seen[1] > 0 and seen[2] == seen[1] and gc.get_freeze_count() == 0
+    with pytest.raises(BadInput):
+        run((Probe(), Fails()), state())
+    assert gc.get_freeze_count() == 0
