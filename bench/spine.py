@@ -1,6 +1,8 @@
-"""Spine figures for both samples, side by side with a plain ONNX Runtime timing loop.
+"""Spine figures for both samples, side by side with a plain ONNX Runtime timing loop; and the wall time of
+the spine's two commands.
 
     python bench/spine.py [--skip-build]
+    python bench/spine.py --wall [--rounds 5] [--against OTHER_PYTHON]
 
 For each sample: `tapeout build --profile cpu-fp32`, then three alternating rounds of a naive
 baseline on the same exported FP32 model (one InferenceSession with ORT's defaults, 20 warm-up
@@ -8,12 +10,18 @@ runs, 300 timed runs, in this process) and `tapeout check` on the build (fresh p
 order-statistic bounds). Alternating spreads machine drift over both sides: on a shared VM the
 drift can exceed the within-run bounds. The two should agree; a gap beyond the rounds' range
 means the harness or the artifact costs something.
+
+--wall times `tapeout build samples/digits-cnn --profile cpu-fp32` and `tapeout check` on its build dir, as a
+user runs them (fresh `python -m tapeout` processes, the profile's own timing settings), `--rounds` times.
+With `--against OTHER_PYTHON` (the interpreter of another tapeout installation, an earlier version say) the
+two are alternated round by round in this one run, so drift of the machine hits both alike.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
 import subprocess
 import sys
 import time
@@ -49,10 +57,51 @@ def naive_ort(model: Path, golden: Path) -> dict:
     return {"p50": float(np.median(times)), "p90": float(np.quantile(times, 0.9)), "cold": cold}
 
 
+def _seconds(command: list[str]) -> float:
+    started = time.perf_counter()
+    done = subprocess.run(command, capture_output=True, text=True)
+    if done.returncode not in (0, 1):  # a budget verdict is a result; anything else is the bench failing
+        sys.exit(f"{' '.join(command)} exited {done.returncode}: {done.stderr.strip().splitlines()[-1:]}")
+    return time.perf_counter() - started
+
+
+def wall(rounds: int, against: str | None) -> None:
+    import tempfile
+
+    pythons = {"this tapeout": sys.executable, **({f"{against}": against} if against else {})}
+    times: dict[str, dict[str, list[float]]] = {name: {"build": [], "check": []} for name in pythons}
+    with tempfile.TemporaryDirectory(prefix="tapeout-spine-") as tmp:
+        for r in range(rounds):
+            for i, (name, python) in enumerate(pythons.items()):
+                out = Path(tmp) / f"{i}-{r}"
+                times[name]["build"].append(_seconds([python, "-m", "tapeout", "build", str(REPO / "samples" / "digits-cnn"),
+                                                      "--profile", "cpu-fp32", "--out", str(out), "--json"]))
+                times[name]["check"].append(_seconds([python, "-m", "tapeout", "check", str(out), "--json"]))
+                print(f"round {r + 1}/{rounds} {name}: build {times[name]['build'][-1]:.2f} s, check "
+                      f"{times[name]['check'][-1]:.2f} s", file=sys.stderr)
+    print("| tapeout | build s, median (range) | check s, median (range) |")
+    print("|---|---|---|")
+    for name, t in times.items():
+        print(f"| {name} | {_spread(t['build'])} | {_spread(t['check'])} |")
+    from tapeout.core.host import host_fingerprint
+
+    host = host_fingerprint()
+    print(f"\nmachine: {host['cpu']}, {host['physical_cores']} physical cores, flags {' '.join(host['cpu_flags'])}; "
+          f"`tapeout build samples/digits-cnn --profile cpu-fp32` and `tapeout check` on it, fresh processes, "
+          f"{rounds} rounds alternated; Python's bytecode cache "
+          f"{'off (PYTHONDONTWRITEBYTECODE)' if os.environ.get('PYTHONDONTWRITEBYTECODE') else 'on'}")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--skip-build", action="store_true", help="reuse samples/*/build/cpu-fp32")
+    parser.add_argument("--wall", action="store_true", help="time the build and check commands instead")
+    parser.add_argument("--rounds", type=int, default=5)
+    parser.add_argument("--against", help="another tapeout installation's python, alternated with this one")
     args = parser.parse_args()
+    if args.wall:
+        wall(args.rounds, args.against)
+        return
     rows = []
     for sample in SAMPLES:
         build = REPO / "samples" / sample / "build" / "cpu-fp32"
