@@ -41,8 +41,9 @@ def get(name: str) -> type:
     raise BadInput(f"unknown graph pass '{name}'", fix=f"use one of: {', '.join(names())}")
 
 
-def for_stage(stage: str) -> list:
-    """A fresh instance of every pass that runs at `stage`: the built-in ones first, then the plug-ins by name."""
-    built_in = [get(name) for name, (_, at) in BUILT_IN.items() if at == stage]
-    plugged = [cls for cls in (get(name) for name in names() if name not in BUILT_IN) if cls.stage == stage]
+def export_passes() -> list:
+    """A fresh instance of every export-stage pass: the built-in ones first, then the plug-ins by name. (A
+    method-stage pass is made by the method that names it, with what it needs from the plan.)"""
+    built_in = [get(name) for name, (_, at) in BUILT_IN.items() if at == "export"]
+    plugged = [cls for cls in (get(name) for name in names() if name not in BUILT_IN) if cls.stage == "export"]
     return [cls() for cls in (*built_in, *plugged)]

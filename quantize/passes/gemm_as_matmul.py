@@ -27,6 +27,7 @@ class GemmAsMatMul(GraphPass):
 
     def __init__(self, nodes: set[str]):
         self.nodes = set(nodes)  # the planned nodes: only those are rewritten
+        self.rewritten: set[str] = set()
 
     def precondition(self, model: ir.Model) -> str | None:
         if not any(n.op_type == "Gemm" and n.name in self.nodes for n in model.graph.all_nodes()):
@@ -68,6 +69,6 @@ class GemmAsMatMul(GraphPass):
 
     def postcondition(self, model: ir.Model) -> str | None:
         """Every rewritten Gemm is a MatMul under its own name (the name the plan and the quantizer use)."""
-        kinds = {n.name: n.op_type for n in model.graph.all_nodes() if n.name in getattr(self, "rewritten", ())}
-        wrong = sorted(name for name in getattr(self, "rewritten", ()) if kinds.get(name) != "MatMul")
+        kinds = {n.name: n.op_type for n in model.graph.all_nodes() if n.name in self.rewritten}
+        wrong = sorted(name for name in self.rewritten if kinds.get(name) != "MatMul")
         return f"not a MatMul named as its Gemm after the rewrite: {', '.join(wrong[:3])}" if wrong else None

@@ -73,6 +73,7 @@ class BuildDir:
     def __init__(self, directory: Path, manifest: ManifestRecord):
         self.directory = directory
         self.manifest = manifest
+        self._golden: Path | None = None
 
     @cached_property
     def profile(self) -> Profile:
@@ -120,13 +121,12 @@ class BuildDir:
             verified(self.directory / "artifact", rel, expected, "artifact file")
         return self.directory / "artifact"
 
-    @cached_property
-    def golden_file(self) -> Path:
-        rec = self.manifest.golden
-        return verified(self.directory, rec.file, rec.sha256, "golden file")
-
     def golden(self) -> Path:
-        return self.golden_file
+        """golden.npz, verified the first time it is asked for (a check asks up front, then reads it)."""
+        if self._golden is None:
+            rec = self.manifest.golden
+            self._golden = verified(self.directory, rec.file, rec.sha256, "golden file")
+        return self._golden
 
     def structure(self) -> StructureRecord | None:
         """structure.json, verified: the kernel structure the build computed; None for a build dir from before it."""

@@ -45,7 +45,7 @@ def _export_passes(proto, records: list[dict]):
     from tapeout.quantize import passes
     from tapeout.quantize.passes.base import run_on_proto
 
-    proto, found = run_on_proto(proto, passes.for_stage("export"))
+    proto, found = run_on_proto(proto, passes.export_passes())
     records += found
     return proto
 

@@ -86,8 +86,6 @@ def for_check(build: BuildDir, ui: UI) -> Setup:
 
 def load_profile(name: str) -> Profile:
     """Find, merge (`extends`) and validate a profile; the target's own options are validated too."""
-    from tapeout import targets  # the registry is data only; no backend is imported here
-
     path = find_profile(name)
     data = resolve_extends(path)
     data.setdefault("name", path.name[:-5] if path.name.endswith(".toml") else path.name)
