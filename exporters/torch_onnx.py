@@ -104,8 +104,9 @@ def _trace_dims(dims: dict[str, int]) -> dict[str, int]:
 def _dynamic_shapes(module, inputs: list[InputSpec]):
     per_input = tuple({axis: dim for axis, dim in enumerate(spec.shape) if isinstance(dim, str)} or None for spec in inputs)
     params = [p for p in inspect.signature(module.forward).parameters.values()]
-    if len(params) == 1 and params[0].kind is inspect.Parameter.VAR_POSITIONAL:
-        return (per_input,)
+    star = next((i for i, p in enumerate(params) if p.kind is inspect.Parameter.VAR_POSITIONAL), None)
+    if star is not None:  # forward(a, *rest): torch.export wants the shapes nested as the arguments are
+        return (*per_input[:star], per_input[star:])
     return per_input
 
 

@@ -47,6 +47,7 @@ BUILT_IN: dict[str, TargetInfo] = {
             # No FP16 or 16-bit rung on the CPU EP: both run emulated there, slower than FP32.
             precisions={"fp32": ("fp32",), "int8": ("int8", "fp32"), "int4": ("int4", "int8-weight", "fp32")},
             rules="cpu-integer", meters=("rss", "rapl"), op_profiler="ONNX Runtime profiler (CPU EP node times)",
+            workloads=("forward", "generate"),
         ),
     ),
     "ort-cuda": TargetInfo(

@@ -27,6 +27,7 @@ import numpy as np
 
 from tapeout.core.artifact import Artifact
 from tapeout.core.capabilities import Capabilities
+from tapeout.core.decoding import CacheLayout
 from tapeout.core.errors import BadInput, TapeoutError, TargetUnavailable, first_line, runtime_detail
 from tapeout.core.schemas import InputSpec
 
@@ -199,6 +200,34 @@ class Session(ABC):
         """Wait for the device: what a timed run needs when `Capabilities.timing_sync` is "device"."""
         return None  # host runtimes return when the run is done
 
+    def decoder(self, layout: CacheLayout) -> CachedDecoder:
+        """Prefill and decode over the KV cache (`[workload] kind = "generate"`). Default: host arrays, each call's
+        present handed to the next as its past without a copy on our side; a runtime that can keep the cache in
+        its own buffers (ONNX Runtime's IOBinding) overrides this."""
+        return CachedDecoder(self._run, layout)
+
+
+class CachedDecoder:
+    """One sequence batch decoded over the KV cache: `prefill(ids)` then `step(token)`, each returning the last
+    position's logits [batch, vocab] on the host (what choosing the next token needs)."""
+
+    def __init__(self, run: Callable[[dict[str, np.ndarray]], dict[str, np.ndarray]], layout: CacheLayout):
+        self._run, self.layout = run, layout
+        self._past: dict[str, np.ndarray] = {}
+
+    def prefill(self, ids: np.ndarray) -> np.ndarray:
+        return self._call(ids, self.layout.empty_past(ids.shape[0]))
+
+    def step(self, ids: np.ndarray) -> np.ndarray:
+        return self._call(ids, self._past)
+
+    def _call(self, ids: np.ndarray, past: dict[str, np.ndarray]) -> np.ndarray:
+        from tapeout.core.decoding import INPUT_IDS, LOGITS, feed_back
+
+        out = self._run({INPUT_IDS: ids, **past})
+        self._past = feed_back(self.layout, out)
+        return out[LOGITS][:, -1]
+
 
 class Target(ABC):
     """One backend. Subclasses set `Options` (a frozen pydantic model of the profile's [options]) and
@@ -288,5 +317,5 @@ class Target(ABC):
 HOOKS = frozenset({"probe", "compile", "compile_program", "session", "limits", "preflight", "lint", "prepare", "build_engine",
                    "op_profile", "emulated"})
 
-__all__ = ["HOOKS", "Capabilities", "EngineBuild", "LintIssue", "OpProfile", "OpTime",
+__all__ = ["HOOKS", "CachedDecoder", "Capabilities", "EngineBuild", "LintIssue", "OpProfile", "OpTime",
            "Probe", "RuntimeLimits", "Session", "Target", "TargetUnavailable", "warm_up"]

@@ -19,8 +19,9 @@ import numpy as np
 from pydantic import BaseModel, ConfigDict, Field
 
 from tapeout.core.artifact import Artifact
+from tapeout.core.decoding import INPUT_IDS, CacheLayout
 from tapeout.core.errors import BadInput, TapeoutError, TargetUnavailable, first_line, runtime_detail
-from tapeout.targets.base import OpProfile, Probe, Session, Target
+from tapeout.targets.base import CachedDecoder, OpProfile, Probe, Session, Target
 
 _LEVELS = ("disable", "basic", "extended", "all")
 
@@ -126,6 +127,9 @@ class OrtSession(Session):
         if self._binding is not None:
             self._binding.synchronize_outputs()
 
+    def decoder(self, layout: CacheLayout) -> CachedDecoder:
+        return OrtCachedDecoder(self._sess, layout, self._device or ("cpu", 0))
+
     def _put(self, feeds: dict[str, np.ndarray]) -> None:
         for name, value in self._inputs.items():
             value.update_inplace(np.ascontiguousarray(feeds[name]))  # same device address: CUDA graphs stay valid
@@ -167,6 +171,43 @@ class OrtSession(Session):
             fixed = ort.OrtValue.ortvalue_from_shape_and_type(value.shape(), value.element_type(), kind, index)
             binding.bind_ortvalue_output(name, fixed)
         self._binding, self._shapes = binding, shapes
+
+
+class OrtCachedDecoder(CachedDecoder):
+    """The KV cache kept in ONNX Runtime's own buffers (IOBinding): each call's present OrtValues are bound as the
+    next call's past, never copied to numpy and back; on a GPU they stay in device memory. Only the token ids go
+    in and the last position's logits come out. (The graph's Concat still writes past + new into a fresh buffer
+    per step: a cache updated in place needs a fused attention op with a shared buffer.)"""
+
+    def __init__(self, sess, layout: CacheLayout, device: tuple[str, int]):
+        import onnxruntime as ort
+
+        super().__init__(lambda feeds: {}, layout)
+        self._sess, self._device, self._ort = sess, device, ort
+        self._binding = sess.io_binding()
+        self._present: list = []
+        self._outputs = layout.outputs()
+
+    def prefill(self, ids: np.ndarray) -> np.ndarray:
+        kind, index = self._device
+        empty = self.layout.empty_past(ids.shape[0])
+        return self._call(ids, [self._ort.OrtValue.ortvalue_from_numpy(empty[n], kind, index) for n in self.layout.past()])
+
+    def step(self, ids: np.ndarray) -> np.ndarray:
+        return self._call(ids, self._present)
+
+    def _call(self, ids: np.ndarray, past: list) -> np.ndarray:
+        kind, index = self._device
+        binding = self._binding
+        binding.bind_ortvalue_input(INPUT_IDS, self._ort.OrtValue.ortvalue_from_numpy(
+            np.ascontiguousarray(ids, dtype=np.int64), kind, index))
+        for name, value in zip(self.layout.past(), past, strict=True):
+            binding.bind_ortvalue_input(name, value)
+        for name in self._outputs:  # fresh outputs each call: the previous present is this call's past
+            binding.bind_output(name, kind, index)
+        self._sess.run_with_iobinding(binding)
+        logits, *self._present = binding.get_outputs()
+        return logits.numpy()[:, -1]
 
 
 class OrtTarget(Target):

@@ -124,7 +124,7 @@ def test_tiny_lm_fp16_plan_converts_with_its_learned_positions(tmp_path):
     positions: the postcondition checks the table's precision, not the positions' (it once read the
     int64 positions as a weight left in FP32 and refused the build, seen on an H100)."""
     exported = tmp_path / "tiny-lm.onnx"
-    assert run_cli("export", SAMPLES / "tiny-lm", "--out", exported).code == 0
+    assert run_cli("export", SAMPLES / "tiny-lm" / "forward.toml", "--out", exported).code == 0
     analysis = analyze(exported, [InputSpec(name="input_ids", shape=["batch", 128], dtype="int64")], {"batch": 1})
     plan = rules.first_plan(analysis, "ort-cuda", CUDA, "fp16", QuantizationSettings())
     apply(plan, exported, tmp_path / "fp16.onnx")

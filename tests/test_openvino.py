@@ -209,7 +209,7 @@ def tiny_lm_int4(tmp_path_factory):
     profile.write_text('extends = "openvino-cpu-int4"\n[check]\niterations = 60\nrepeats = 2\nwarmup_min_s = 0.1\n'
                        'op_profile_iterations = 5\n')
     out = profile.parent / "b"
-    build = run_cli("build", SAMPLES / "tiny-lm", "--profile", profile, "--out", out, "--json")
+    build = run_cli("build", SAMPLES / "tiny-lm" / "forward.toml", "--profile", profile, "--out", out, "--json")
     assert build.code == 0, build.err
     return out, build.json()
 

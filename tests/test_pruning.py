@@ -386,9 +386,9 @@ def test_requests_the_structure_cannot_satisfy_are_clear_errors():
 def test_bad_pruning_input_is_one_line_exit_2_and_no_build_dir(tmp_path):
     cases = [
         ('what = ["channels"]\nratio = 1.5', "ratio", SAMPLES / "digits-cnn"),
-        ('what = ["heads"]\nratio = 0.25', "keep no head count", SAMPLES / "tiny-lm"),
+        ('what = ["heads"]\nratio = 0.25', "keep no head count", SAMPLES / "tiny-lm" / "forward.toml"),
         ('what = ["depth"]\nratio = 0.5', "no repeated block list", SAMPLES / "digits-cnn"),
-        ('what = ["depth"]\nratio = 0.1', "removes no whole block", SAMPLES / "tiny-lm"),
+        ('what = ["depth"]\nratio = 0.1', "removes no whole block", SAMPLES / "tiny-lm" / "forward.toml"),
         ('what = ["channels"]\nratio = 0.5\ndata = "data/recovery.npz"', "[pruning] data: data file",
          SAMPLES / "digits-cnn"),
         ('what = ["channels"]\nratio = 0.5\ndata = "metric.py:nothing_here"', "[pruning] data", SAMPLES / "digits-cnn"),

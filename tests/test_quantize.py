@@ -298,7 +298,7 @@ def test_tiny_lm_int4_keeps_perplexity_within_the_relative_budget_and_check_carr
     profile = tmp_path / "int4.toml"
     profile.write_text('extends = "cpu-int4"\n[check]\niterations = 30\nrepeats = 1\nwarmup_min_s = 0.05\nop_profile = false\n')
     out = tmp_path / "tiny"
-    result = run_cli("build", SAMPLES / "tiny-lm", "--profile", profile, "--out", out)
+    result = run_cli("build", SAMPLES / "tiny-lm" / "forward.toml", "--profile", profile, "--out", out)
     assert result.code == 0, result.err + result.out
     report = json.loads((out / "report.json").read_text())
     assert report["analysis"]["family"] == "decoder-llm"

@@ -1,6 +1,8 @@
 """A small decoder-only transformer over bytes: causal attention, RMSNorm, learned positions, SwiGLU MLP.
 
 Trained by train.py on the Python documentation that ships with CPython; weights.npz holds the result.
+It follows tapeout's generation signature (docs/workloads.md): `forward(input_ids)` is the plain forward over
+the whole sequence; `forward(input_ids, *past)` continues from a KV cache and returns (logits, *present).
 """
 
 from pathlib import Path
@@ -40,34 +42,47 @@ class Block(nn.Module):
         self.gate_proj = nn.Linear(WIDTH, HIDDEN, bias=False)
         self.up_proj = nn.Linear(WIDTH, HIDDEN, bias=False)
         self.down_proj = nn.Linear(HIDDEN, WIDTH, bias=False)
-        self.register_buffer("causal", torch.tril(torch.ones(CONTEXT, CONTEXT, dtype=torch.bool)), persistent=False)
 
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
+    def forward(self, x: torch.Tensor, past_k: torch.Tensor, past_v: torch.Tensor):
         b, t, _ = x.shape
         h = self.attn_norm(x)
         q, k, v = (p(h).view(b, t, HEADS, WIDTH // HEADS).transpose(1, 2) for p in (self.q_proj, self.k_proj, self.v_proj))
+        k, v = torch.cat([past_k, k], dim=2), torch.cat([past_v, v], dim=2)
+        start = past_k.shape[2]
+        # query i sits at position start + i and sees keys 0 .. start + i
+        visible = torch.arange(k.shape[2])[None, :] <= torch.arange(start, start + t)[:, None]
         scores = (q @ k.transpose(-2, -1)) * (WIDTH // HEADS) ** -0.5
-        scores = scores.masked_fill(~self.causal[:t, :t], float("-inf"))
-        attn = torch.softmax(scores, dim=-1) @ v
+        attn = torch.softmax(scores.masked_fill(~visible, float("-inf")), dim=-1) @ v
         x = x + self.o_proj(attn.transpose(1, 2).reshape(b, t, WIDTH))
         h = self.mlp_norm(x)
-        return x + self.down_proj(nn.functional.silu(self.gate_proj(h)) * self.up_proj(h))
+        return x + self.down_proj(nn.functional.silu(self.gate_proj(h)) * self.up_proj(h)), k, v
 
 
 class TinyLM(nn.Module):
     def __init__(self) -> None:
         super().__init__()
+        # the cache layout tapeout's generate workload exports (docs/workloads.md)
+        self.generation = {"layers": LAYERS, "kv_heads": HEADS, "head_dim": WIDTH // HEADS, "vocab": VOCAB,
+                           "max_context": CONTEXT}
         self.embed = nn.Embedding(VOCAB, WIDTH)
         self.positions = nn.Embedding(CONTEXT, WIDTH)
         self.blocks = nn.ModuleList(Block() for _ in range(LAYERS))
         self.norm = RMSNorm(WIDTH)
         self.lm_head = nn.Linear(WIDTH, VOCAB, bias=False)
 
-    def forward(self, input_ids: torch.Tensor) -> torch.Tensor:
-        x = self.embed(input_ids) + self.positions(torch.arange(input_ids.shape[1], device=input_ids.device))
-        for block in self.blocks:
-            x = block(x)
-        return self.lm_head(self.norm(x))
+    def forward(self, input_ids: torch.Tensor, *past: torch.Tensor):
+        b, t = input_ids.shape
+        cached = bool(past)
+        if not cached:
+            past = tuple(torch.zeros(b, HEADS, 0, WIDTH // HEADS) for _ in range(2 * LAYERS))
+        start = past[0].shape[2]
+        x = self.embed(input_ids) + self.positions(torch.arange(start, start + t, device=input_ids.device))
+        present = []
+        for i, block in enumerate(self.blocks):
+            x, k, v = block(x, past[2 * i], past[2 * i + 1])
+            present += [k, v]
+        logits = self.lm_head(self.norm(x))
+        return (logits, *present) if cached else logits
 
 
 def build() -> TinyLM:

@@ -19,3 +19,8 @@ def calibration():
     """Calibration / golden inputs: windows of text the model was trained on (never the held-out text)."""
     for row in windows("calibration"):
         yield {"input_ids": row[None]}
+
+
+def prompts():
+    """Golden prompts for greedy agreement: held-out text, never trained on."""
+    return list(windows("heldout"))

@@ -25,7 +25,7 @@ def _profile(tmp_path, name, base="cuda-fp16", graph="false", budgets=""):
 
 def _build(tmp_path, sample, profile, name):
     out = tmp_path / name
-    result = run_cli("build", SAMPLES / sample, "--profile", profile, "--out", out, "--json")
+    result = run_cli("build", SAMPLES / sample / ("forward.toml" if sample == "tiny-lm" else ""), "--profile", profile, "--out", out, "--json")
     return result, out
 
 

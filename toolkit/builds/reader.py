@@ -16,10 +16,11 @@ from typing import Literal
 
 from tapeout.builds.staging import MANIFEST
 from tapeout.core.config import validate
+from tapeout.core.decoding import CacheLayout
 from tapeout.core.errors import BadInput, first_line
 from tapeout.core.hashing import sha256_file
 from tapeout.core.paths import confined, external_data_files
-from tapeout.core.schemas import DeviceSpec, Profile
+from tapeout.core.schemas import DeviceSpec, GenerateWorkload, Profile
 from tapeout.records.manifest import CHECK_SCHEMA, SCHEMA, CheckManifestRecord, ManifestRecord
 from tapeout.records.report import Report, load
 from tapeout.records.structure import SCHEMA as STRUCTURE_SCHEMA
@@ -127,6 +128,19 @@ class BuildDir:
             rec = self.manifest.golden
             self._golden = verified(self.directory, rec.file, rec.sha256, "golden file")
         return self._golden
+
+    def workload(self) -> tuple[GenerateWorkload, CacheLayout, Path] | None:
+        """A generate build's workload: its settings, the cache layout and workload.npz, verified; None for forward."""
+        rec = self.manifest.workload
+        if rec is None:
+            return None
+        where = self.directory / "manifest.json"
+        settings = validate(GenerateWorkload, rec.settings, where, "workload.settings.")
+        try:
+            layout = CacheLayout.from_json(rec.layout)
+        except (KeyError, TypeError) as exc:
+            raise BadInput(f"{where}: workload.layout is malformed ({exc})", fix=_RESTORE) from None
+        return settings, layout, verified(self.directory, rec.file, rec.sha256, "workload file")
 
     def structure(self) -> StructureRecord | None:
         """structure.json, verified: the kernel structure the build computed; None for a build dir from before it."""

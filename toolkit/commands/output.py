@@ -6,6 +6,7 @@ import json
 
 from tapeout.core.console import UI
 from tapeout.records.report import Report
+from tapeout.reports import generation
 from tapeout.reports.terminal import verdict_table
 
 
@@ -27,6 +28,8 @@ def show(report: Report, as_json: bool, title: str) -> int:
             f"p90 {q['p90']['point']:.3f} ms [{q['p90']['lower']:.3f}, {q['p90']['upper'] or float('inf'):.3f}] · "
             f"{lat['count']} runs / {lat['repeats']} processes"
             + (" · EMULATED: not the device's timings" if report.target.emulated else ""), markup=False)
+    if data.get("workload"):
+        ui.out.print(generation.one_line(data["workload"]), markup=False)
     energy = data["measurement"].get("energy")
     if energy:
         ui.out.print(f"energy {energy['mj_per_inference']:.4g} mJ/inference · {energy['power_avg_w']:.4g} W average "

@@ -27,3 +27,5 @@ class Capabilities:
     op_profiler: str | None = None      # what produces the per-op profile, or None
     op_profile_env: Mapping[str, str] = field(default_factory=dict)  # environment of the profiling process
     channel_multiple: Mapping[str, int] = field(default_factory=dict)  # precision -> channel count pruning keeps (default 8)
+    # the [workload] kinds its sessions run: "generate" needs a session whose decoder() carries the KV cache
+    workloads: tuple[str, ...] = ("forward",)

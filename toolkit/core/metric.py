@@ -18,6 +18,10 @@ def evaluate(project: Project, predict: Predict) -> float:
     """The project's metric for one model: its callable receives `predict(feeds) -> outputs`."""
     assert project.evaluation is not None
     ref = project.evaluation.metric
+    if project.workload.kind == "generate":  # the metric sees full-sequence logits, computed through the cache
+        from tapeout.core.decoding import graph_layout, teacher_forced
+
+        predict = teacher_forced(predict, graph_layout(project.inputs, project.workload.max_context))
     from tapeout.core.user_code import resolve_callable
 
     metric = resolve_callable(ref, project.root, "[evaluation] metric")

@@ -109,6 +109,58 @@ class EvaluationSection(_Strict):
     name: str = "metric"
 
 
+class ForwardWorkload(_Strict):
+    """One call on the declared inputs: what every build measured before workloads existed."""
+
+    kind: Literal["forward"] = "forward"
+
+
+MAX_CONTEXT = 1_048_576  # tokens: past any deployed context; a larger number is a typo
+
+
+class GenerateWorkload(_Strict):
+    """Prefill a prompt, then decode token by token over the KV cache (exporters/generation.py)."""
+
+    kind: Literal["generate"]
+    prompt_lengths: list[int] = Field(min_length=1, max_length=16, description="prompt lengths to measure, in tokens")
+    new_tokens: int = Field(32, ge=1, le=65_536, description="tokens decoded after each prompt")
+    max_context: int = Field(ge=2, le=MAX_CONTEXT, description="the most tokens (prompt + generated) the deployment "
+                             "must hold: the KV cache is sized and its memory judged at this length")
+    batch: int = Field(1, ge=1, le=1024, description="sequences decoded together (one prompt length per batch)")
+    prompts: str | None = Field(None, min_length=1, description="file.py:callable returning token-id sequences "
+                                "(1-D integer arrays): the golden prompts greedy agreement is judged on; default: "
+                                "seeded random tokens")
+    agreement_prompts: int = Field(8, ge=1, le=256, description="prompts the greedy tokens are compared on")
+    agreement_tokens: int | None = Field(None, ge=1, le=65_536, description="greedy tokens compared per prompt "
+                                         "(default: new_tokens)")
+    trials: int = Field(5, ge=1, le=1000, description="generations per prompt length in each measuring process")
+
+    @field_validator("prompt_lengths")
+    @classmethod
+    def _lengths(cls, value: list[int]) -> list[int]:
+        if any(n < 1 for n in value):
+            raise ValueError(f"prompt_lengths {value}: a prompt is at least 1 token")
+        if len(set(value)) != len(value):
+            raise ValueError(f"prompt_lengths {value} repeats a length")
+        return sorted(value)
+
+    @model_validator(mode="after")
+    def _fits_context(self) -> GenerateWorkload:
+        longest = max(self.prompt_lengths) + max(self.new_tokens, self.agreement_tokens or 0)
+        if longest > self.max_context:
+            raise ValueError(f"prompt of {max(self.prompt_lengths)} tokens + {max(self.new_tokens, self.agreement_tokens or 0)} "
+                             f"new tokens = {longest} is longer than max_context = {self.max_context}: shorten the "
+                             "prompt or new_tokens, or raise max_context")
+        return self
+
+    @property
+    def compared_tokens(self) -> int:
+        return self.agreement_tokens or self.new_tokens
+
+
+Workload = ForwardWorkload | GenerateWorkload
+
+
 MAX_INPUT_ELEMENTS = 2**31  # one input's elements: 8 GiB of float32, far past any model this runs
 
 
@@ -119,6 +171,7 @@ class Project(_Strict):
     calibration: DataSection | None = None
     evaluation: EvaluationSection | None = None
     export: ExportSection = ExportSection()
+    workload: Workload = Field(default_factory=ForwardWorkload, discriminator="kind")
     golden_samples: int = Field(4, ge=1, le=256)
     seed: int = Field(0, ge=0, lt=2**32, description="numpy's generators take 0 to 2**32 - 1")
 
@@ -139,6 +192,8 @@ class Project(_Strict):
         for name, value in self.dims.items():
             if value < 1:  # a batch of 0 would build, measure and pass on empty inputs
                 raise ValueError(f"[dims] {name} = {value}: a dimension is at least 1")
+        if self.workload.kind == "generate":
+            self._generation_inputs()
         for spec in self.inputs:
             elements = math.prod(spec.concrete_shape(self.dims))
             if elements > MAX_INPUT_ELEMENTS:
@@ -146,6 +201,13 @@ class Project(_Strict):
                                  f"{list(spec.concrete_shape(self.dims))}: over {MAX_INPUT_ELEMENTS:,} (8 GiB of float32); "
                                  "check [dims] and the shape for a typo")
         return self
+
+    def _generation_inputs(self) -> None:
+        """A decoder is fed token ids: one integer input [batch, sequence]; tapeout adds the KV cache around it."""
+        if len(self.inputs) != 1 or self.inputs[0].dtype not in ("int64", "int32") or len(self.inputs[0].shape) != 2:
+            got = ", ".join(f"{s.name} {s.dtype} {list(s.shape)}" for s in self.inputs)
+            raise ValueError(f"[workload] kind = \"generate\" takes one [[inputs]] entry, the token ids (int64, shape "
+                             f"[batch, sequence]); got {got}. tapeout adds the KV-cache inputs itself")
 
     @property
     def root(self) -> Path:
@@ -175,6 +237,19 @@ class Budgets(_Strict):
     accuracy_max_drop: float | None = Field(None, ge=0, description="in the project's metric units")
     accuracy_max_rel_drop: float | None = Field(None, ge=0, lt=1, description="as a share of the reference metric")
     placement_max_off_share: float | None = Field(None, ge=0, le=1, description="share of nodes off the intended accelerator")
+    # [workload] kind = "generate"
+    ttft_ms: float | None = Field(None, gt=0, description="time to first token at the longest prompt, judged on its p90")
+    tpot_p90_ms: float | None = Field(None, gt=0, description="time per output token (decode step), p90")
+    tpot_p99_ms: float | None = Field(None, gt=0, description="time per output token (decode step), p99")
+    decode_tokens_per_s: float | None = Field(None, gt=0, description="the least decode throughput, judged on the "
+                                              "bound of the median time per token")
+    kv_cache_mb: float | None = Field(None, gt=0, description="the KV cache at the workload's max_context")
+    greedy_min_agreement: float | None = Field(None, ge=0, le=1, description="share of the reference's greedy tokens "
+                                               "reproduced before the first divergence, over the golden prompts")
+
+    def generation_budgets(self) -> dict[str, float]:
+        names = ("ttft_ms", "tpot_p90_ms", "tpot_p99_ms", "decode_tokens_per_s", "kv_cache_mb", "greedy_min_agreement")
+        return {n: getattr(self, n) for n in names if getattr(self, n) is not None}
 
     def latency_quantiles(self) -> dict[float, float]:
         pairs = {0.5: self.latency_p50_ms, 0.9: self.latency_p90_ms, 0.99: self.latency_p99_ms}

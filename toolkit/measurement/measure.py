@@ -117,7 +117,7 @@ def histogram(samples: list[np.ndarray], bins: int = 40) -> dict | None:
             "counts": [np.histogram(np.asarray(s, dtype=float), edges)[0].tolist() for s in samples]}
 
 
-def _run_child(request: dict, timeout_s: float, env: dict[str, str] | None = None) -> dict:
+def run_child(request: dict, timeout_s: float, env: dict[str, str] | None = None) -> dict:
     with tempfile.TemporaryDirectory(prefix="tapeout-run-") as tmp:
         req, res = Path(tmp) / "request.json", Path(tmp) / "result.json"
         if request.get("want_outputs"):
@@ -152,7 +152,7 @@ def _run_processes(base: dict, count: int, progress: Callable[[str], None], time
     results = []
     for r in range(count):
         progress(f"timing: process {r + 1}/{count}, {base['iterations']} runs")
-        results.append(_run_child({**base, "want_outputs": want_outputs and r == 0}, timeout_s))
+        results.append(run_child({**base, "want_outputs": want_outputs and r == 0}, timeout_s))
     return results
 
 
@@ -255,7 +255,7 @@ def measure(
     m.host_state = host_state()
     if settings.op_profile and caps.op_profiler:
         progress("per-op profile (separate pass, profiler on)")
-        prof = _run_child({**base, "mode": "op_profile", "iterations": settings.op_profile_iterations}, timeout_s,
+        prof = run_child({**base, "mode": "op_profile", "iterations": settings.op_profile_iterations}, timeout_s,
                           env=dict(caps.op_profile_env))
         m.op_profile = prof["op_profile"]
     return m

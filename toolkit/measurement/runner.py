@@ -103,10 +103,46 @@ def measure(request: dict) -> dict:
     return result
 
 
+def measure_generation(request: dict) -> dict:
+    """A generate workload: cold start (session + the first token), the timed generation loop, the golden prompts'
+    greedy tokens, and the memory with the cache filled to max_context (measurement/generation.py)."""
+    from tapeout import targets
+    from tapeout.core.artifact import Artifact
+    from tapeout.core.decoding import CacheLayout
+    from tapeout.measurement import generation
+    from tapeout.measurement import meters as metering
+
+    target = targets.create(request["target"], request["options"])
+    artifact = Artifact(request["target"], Path(request["artifact_dir"]), request["main_file"])
+    layout = CacheLayout.from_json(request["layout"])
+    data = Path(request["workload_data"])
+    meters = metering.create(("rss",))
+    for meter in meters:
+        metering.safely(meter, "start")
+    try:
+        t0 = time.perf_counter()
+        target.probe().require(request["target"])
+        import_ms = (time.perf_counter() - t0) * 1e3
+        t0 = time.perf_counter()
+        decoder = target.session(artifact).decoder(layout)
+        create_ms = (time.perf_counter() - t0) * 1e3
+        first_ms = generation.first_token(decoder, data)
+        for meter in meters:
+            metering.safely(meter, "after_session")
+        result = {"import_ms": import_ms, "create_ms": create_ms, "first_ms": first_ms,
+                  "generate": generation.loop(decoder, layout, request["workload"], data, request.get("want_tokens", False))}
+    finally:
+        for meter in meters:
+            metering.safely(meter, "close")
+    result["meters"] = {m.name: m.result() for m in meters}
+    return result
+
+
 def main(argv: list[str]) -> int:
     request_path, result_path = Path(argv[0]), Path(argv[1])
     try:
-        result = measure(json.loads(request_path.read_text()))
+        request = json.loads(request_path.read_text())
+        result = measure_generation(request) if request.get("mode") == "generate" else measure(request)
     except TapeoutError as exc:
         result = {"error": str(exc), "exit_code": exc.exit_code, "kind": type(exc).__name__}
     result_path.write_text(json.dumps(result))

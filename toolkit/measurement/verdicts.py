@@ -11,6 +11,7 @@ from tapeout.core.errors import EXIT_BUDGET_FAILED, EXIT_INCONCLUSIVE, EXIT_OK
 from tapeout.core.parity import OutputParity
 from tapeout.core.schemas import Budgets, CheckSettings, ParitySettings
 from tapeout.core.verdict import BudgetResult, Verdict
+from tapeout.measurement.generation import GenerationMeasurement
 from tapeout.measurement.measure import Measurement
 
 
@@ -182,3 +183,57 @@ def judge_placement(budgets: Budgets, placement: dict | None, where: str = "") -
               + (f"; off: {listed}{more}" if listed else "") + where)
     return [BudgetResult("placement_max_off_share", limit, "share of nodes", Verdict.PASS if off <= limit else Verdict.FAIL,
                          off, None, reason)]
+
+
+def judge_generation(budgets: Budgets, g: GenerationMeasurement | None, settings: CheckSettings,
+                     emulated: str | None) -> list[BudgetResult]:
+    """The generate workload's budgets: TTFT at the longest prompt (p90), time per output token (p90, p99), decode
+    tokens/s (from the median time per token's bounds), the KV cache at max_context, greedy agreement. For a forward
+    workload they are unmeasured, with the reason; through an emulator the timings are not judged."""
+    asked = budgets.generation_budgets()
+    if not asked:
+        return []
+    if g is None:
+        return [BudgetResult(name, limit, "", Verdict.UNMEASURED, reason="the project's [workload] is forward: "
+                             "set kind = \"generate\" to measure generation") for name, limit in asked.items()]
+    guard, how = settings.guard_band, f"{settings.confidence:.0%} order-statistic"
+    results = []
+    timed = {"ttft_ms", "tpot_p90_ms", "tpot_p99_ms", "decode_tokens_per_s"}
+    for name, limit in asked.items():
+        if name in timed and emulated:
+            results.append(BudgetResult(name, limit, "ms" if name != "decode_tokens_per_s" else "tokens/s",
+                                        Verdict.UNMEASURED, reason=f"emulated: {emulated}; run `tapeout check` on the device"))
+        elif name == "ttft_ms":
+            longest = max(g.ttft)
+            q = g.ttft[longest].quantiles["p90"]
+            r = judge_bounded(name, limit, "ms", q.point, q.lower, q.upper, guard, f"{how} (p90 at {longest} tokens)")
+            results.append(r)
+        elif name in ("tpot_p90_ms", "tpot_p99_ms"):
+            q = g.tpot.quantiles["p90" if name == "tpot_p90_ms" else "p99"]
+            results.append(judge_bounded(name, limit, "ms", q.point, q.lower, q.upper, guard, how))
+        elif name == "decode_tokens_per_s":
+            point, lower, upper = g.decode_tokens_per_s()
+            if lower >= limit * (1 + guard):
+                verdict, reason = Verdict.PASS, f"lower bound {lower:.4g} tokens/s ≥ limit plus {guard:.0%} guard"
+            elif upper < limit:
+                verdict, reason = Verdict.FAIL, f"upper bound {upper:.4g} tokens/s < limit"
+            else:
+                verdict, reason = Verdict.INCONCLUSIVE, (f"interval [{lower:.4g}, {upper:.4g}] tokens/s straddles the "
+                                                         "limit (or its guard band)")
+            results.append(BudgetResult(name, limit, "tokens/s", verdict, point, (lower, upper),
+                                        f"{reason}; from the median time per token ({how})"))
+        elif name == "kv_cache_mb":
+            kv = g.kv_cache_mb
+            results.append(BudgetResult(name, limit, "MB", Verdict.PASS if kv <= limit else Verdict.FAIL, kv, None,
+                                        f"keys and values of {g.layout.layers} layers at max_context "
+                                        f"{g.workload.max_context} × batch {g.workload.batch} ({g.layout.dtype})"))
+        elif name == "greedy_min_agreement":
+            if g.agreement is None:
+                results.append(BudgetResult(name, limit, "share", Verdict.UNMEASURED, reason="no greedy tokens were read"))
+                continue
+            diverged = [f for f in g.first_divergence if f is not None]
+            results.append(BudgetResult(
+                name, limit, "share", Verdict.PASS if g.agreement >= limit else Verdict.FAIL, g.agreement, None,
+                f"{len(g.first_divergence) - len(diverged)}/{len(g.first_divergence)} prompts match all "
+                f"{g.workload.compared_tokens} greedy tokens" + (f"; first divergences at {diverged[:5]}" if diverged else "")))
+    return results

@@ -58,6 +58,15 @@ class ModelRecord(_Recorded):
     export_sha256: dict[str, str] = Field(default_factory=dict)
 
 
+class WorkloadRecord(_Recorded):
+    """A generate workload: its settings, the cache layout of the graph, and workload.npz (prompts, reference tokens)."""
+
+    settings: dict[str, Any]
+    layout: dict[str, Any]
+    file: str
+    sha256: str
+
+
 class ManifestRecord(_Recorded):
     """What `check` reads from manifest.json, validated before any of it is used."""
 
@@ -67,6 +76,7 @@ class ManifestRecord(_Recorded):
     project: ProjectRecord
     model: ModelRecord = ModelRecord()
     structure: FileRecord | None = None     # structure.json (builds before it: the kernels come from the export)
+    workload: WorkloadRecord | None = None  # a generate workload (forward builds: none)
     profile: dict[str, Any]
     device_spec: dict[str, Any] | None = None
     host: HostRecord = HostRecord()

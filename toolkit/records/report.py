@@ -94,6 +94,8 @@ class ExportInfo(Record):
     dynamic_dims: list[str] = Field(default_factory=list)
     output_names: list[str] | None = None
     parity: list[OutputParity] | None = Field(None, description="the export verified against torch")
+    generation: dict[str, Json] | None = Field(None, description="a generate workload's KV-cache graph verified by "
+                                               "greedy decoding against the plain forward")
 
 
 class OffAccelerator(Record):
@@ -159,6 +161,8 @@ class Report(BaseModel):
                                       "device (null where none was made)")
     estimate: EstimateRecord | None = Field(None, description="the latency estimate for the profile's device, with "
                                             "the measured p50 and error where measured")
+    workload: dict[str, Json] | None = Field(None, description="a generate workload's measurement: TTFT per prompt "
+                                             "length, TPOT, tokens/s, memory split, greedy agreement (null: forward)")
     bottlenecks: BottleneckRecord | None = Field(None, description="per op against the device's roofs (null where "
                                                  "the timings are not the device's)")
     # the build's own sections (null in a check)

@@ -201,6 +201,47 @@ def sensitivity_figure(q: dict | None) -> str | None:
                    "ladder; the metric and the quick latency after it. " + str((q.get("search") or {}).get("stopped", "")))
 
 
+def generation_figure(w: dict | None) -> str:
+    """TTFT against prompt length (p50, p90) and time per output token against position (p50, p90 per bin)."""
+    if not w or not w.get("tpot_by_position"):
+        return ""
+    plt = _plt()
+    fig, (left, right) = plt.subplots(1, 2, figsize=(9, 3))
+    lengths = [int(n) for n in w["ttft_ms"]]
+    for q, style in (("p50", "o-"), ("p90", "s--")):
+        left.plot(lengths, [w["ttft_ms"][str(n)]["quantiles"][q]["point"] for n in lengths], style, label=q)
+    left.set_xlabel("prompt tokens")
+    left.set_ylabel("time to first token (ms)")
+    left.legend(frameon=False)
+    bins = w["tpot_by_position"]
+    middle = [(b["from"] + b["to"]) / 2 for b in bins]
+    right.plot(middle, [b["p50_ms"] for b in bins], "o-", label="p50")
+    right.plot(middle, [b["p90_ms"] for b in bins], "s--", label="p90")
+    right.set_xlabel("position in the sequence")
+    right.set_ylabel("time per output token (ms)")
+    right.set_ylim(bottom=0)
+    right.legend(frameon=False)
+    fig.tight_layout()
+    return _figure("generation", _svg(fig), "Time to first token against prompt length, and the decode step's time "
+                   "against the position it decodes (the KV cache grows with it).")
+
+
+def generation_tables(w: dict | None) -> str:
+    if not w:
+        return ""
+    from tapeout.reports import generation
+
+    cold = w["cold_start_ms"]
+    return ("<h3>Time to first token (ms)</h3>" + _table(["prompt tokens", "p50", "p90", "prefill tokens/s"],
+                                                          generation.ttft_rows(w))
+            + "<h3>Time per output token (ms)</h3>" + _table(["", "ms"], generation.tpot_rows(w))
+            + "<h3>Against position</h3>" + _table(["positions", "steps", "p50", "p90"], generation.position_rows(w))
+            + f"<p>Cold start ({html.escape(cold['what'])}): median {cold['median']:.4g} ms, worst {cold['max']:.4g} ms.</p>"
+            + "<h3>Memory (MB)</h3>" + _table(["part", "MB"], generation.memory_rows(w))
+            + f"<p class='note'>{html.escape(w['memory_mb']['scope'])}</p>"
+            + f"<p>{html.escape(generation.agreement_line(w).replace('**', ''))}</p>")
+
+
 # ---------------------------------------------------------------- pages
 
 
@@ -220,7 +261,8 @@ def render(report: Report) -> str:
     parts.append("<h2>Budgets</h2>")
     parts.append(_table(["budget", "limit", "measured", "bound", "verdict", "why"], budget_rows(r["budgets"]),
                         [b["verdict"] for b in r["budgets"]]) if r["budgets"] else "<p>No budgets declared.</p>")
-    sections = [("Latency", [latency_figure(m, r["budgets"])]),
+    sections = [("Generation", [generation_figure(r.get("workload")), generation_tables(r.get("workload"))]),
+                ("Latency", [latency_figure(m, r["budgets"])]),
                 ("Where the time goes", [op_type_figure(m.get("op_profile")), ops_figure(r.get("bottlenecks")),
                                          roofline_figure(r.get("bottlenecks"))]),
                 ("Estimate", [estimate_figure(r.get("estimate"))]),

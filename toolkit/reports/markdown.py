@@ -7,6 +7,8 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
+from tapeout.reports import generation
+
 if TYPE_CHECKING:
     from tapeout.records.report import Report
 
@@ -70,10 +72,13 @@ def render_markdown(report: Report) -> str:
     else:
         out.append("No budgets declared.")
 
+    w = r.get("workload")
+    if w:
+        out += _generation_section(w, r["target"].get("emulated"))
     m = r.get("measurement")
     if m:
         e2e = m.get("latency_e2e_ms")
-        out += ["", "## Latency (ms, warm, profiler off)", ""]
+        out += ["", "## Latency (ms, warm, profiler off)" + (": one decode step at the maximum context" if w else ""), ""]
         if r["target"].get("emulated"):
             out += [f"**Emulated**: {r['target']['emulated']}. These figures are never judged against the budgets.", ""]
         if e2e:
@@ -134,6 +139,11 @@ def render_markdown(report: Report) -> str:
         out.append(line + f", {fmt(exp['seconds'], 3)} s.")
         if exp.get("fallback_reason"):
             out.append(f"\nThe dynamo exporter failed ({exp['fallback_reason']}); TorchScript was used.")
+        gen = exp.get("generation")
+        if gen:
+            out.append(f"\nThe KV-cache graph was verified by {gen['method']}: {gen['prompts']} prompts × "
+                       f"{gen['tokens_per_prompt']} tokens, worst logit difference {fmt(gen['max_abs_logit_diff'])}, "
+                       f"{gen['near_ties']} near-ties.")
         if exp.get("parity"):
             out += ["", "Verified against torch on random inputs:", ""]
             out += _table(["output", "max-abs", "max-rel", "cosine"],
@@ -161,6 +171,29 @@ def render_markdown(report: Report) -> str:
     out += ["", "## Machine", "", f"{host['cpu']} · {host['physical_cores']} physical / {host['logical_cores']} "
             f"logical cores · {host['memory_gb']} GB · {host['os']} · flags {' '.join(host['cpu_flags']) or 'none'}"]
     return "\n".join(out) + "\n"
+
+
+def _generation_section(w: dict, emulated: str | None) -> list[str]:
+    lay, st = w["layout"], w["settings"]
+    out = ["", "## Generation (prefill + decode over the KV cache, fresh processes)", "",
+           f"{lay['layers']} layers, {lay['kv_heads']} KV heads × {lay['head_dim']}, vocabulary {lay['vocab']}; batch "
+           f"{st['batch']}, {st['new_tokens']} new tokens, {st['trials']} timed generations per length per process, "
+           f"max_context {lay['max_context']}. Times in ms, p50/p90 with their {w['tpot_ms']['confidence']:.0%} bounds."]
+    if emulated:
+        out += ["", f"**Emulated**: {emulated}. Never judged against the budgets."]
+    out += ["", "Time to first token (prefill + choosing the token):", ""]
+    out += _table(["prompt tokens", "p50", "p90", "prefill tokens/s"], generation.ttft_rows(w))
+    out += ["", "Time per output token (one decode step):", ""]
+    out += _table(["", "ms"], generation.tpot_rows(w))
+    out += ["", "Time per output token against the position in the sequence:", ""]
+    out += _table(["positions", "steps", "p50", "p90"], generation.position_rows(w))
+    cold = w["cold_start_ms"]
+    out += ["", f"Cold start ({cold['what']}): median {fmt(cold['median'])} ms, worst {fmt(cold['max'])} ms.", "",
+            "Memory (MB):", ""]
+    out += _table(["part", "MB"], generation.memory_rows(w))
+    out += ["", f"Scope: {w['memory_mb']['scope']}.", "", generation.agreement_line(w)]
+    out += [f"\nNote: {note}" for note in w.get("notes", [])]
+    return out
 
 
 def _energy_section(m: dict) -> list[str]:

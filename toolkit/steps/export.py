@@ -61,6 +61,23 @@ def lint_or_raise(state: BuildState, model_path: Path) -> list:
     return issues
 
 
+VERIFY_PROMPTS = 3
+VERIFY_TOKENS = 16
+
+
+def _verify_decoding(project, graph_module, path: Path, options):
+    """Greedy decoding through the exported graph against the decoder's plain forward, on a few prompts of the
+    shortest measured length: the cache, the positions and the mask checked over real lengths."""
+    from tapeout.core.decoding import graph_layout
+    from tapeout.exporters import generation
+
+    workload = project.workload
+    layout = graph_layout(project.inputs, workload.max_context)
+    tokens = min(VERIFY_TOKENS, workload.max_context - min(workload.prompt_lengths))
+    prompts, _ = generation.prompt_tokens(project, layout, VERIFY_PROMPTS, min(workload.prompt_lengths))
+    return generation.verify(graph_module.inner, path, layout, prompts, tokens, options.atol, options.rtol)
+
+
 class Export(Step):
     name = "export"
     needs = ("loaded",)
@@ -111,9 +128,19 @@ class Export(Step):
                           f"{options.max_ir_version} and tolerances)")
             return dataclasses.replace(exported, path=out)
         records: list[dict] = []
+        generate = project.workload.kind == "generate"
+        dims = project.dims
+        if generate:
+            from tapeout.exporters import generation
+
+            dims = generation.export_dims(project)
         with state.ui.step("export to ONNX and verify against torch"):
-            result = torch_onnx.export(loaded, project.inputs, project.dims, out, options, log=state.ui.note,
+            result = torch_onnx.export(loaded, project.inputs, dims, out, options, log=state.ui.note,
                                        rewrite=lambda proto: _export_passes(proto, records))
+        verification = None
+        if generate:
+            with state.ui.step("verify the KV-cache graph by greedy decoding against torch"):
+                verification = _verify_decoding(project, loaded.module, out, options)
         program = None
         if program_wanted:
             with state.ui.step("export the torch.export program"):
@@ -123,6 +150,8 @@ class Export(Step):
             "ir_version": result.ir_version, "seconds": result.seconds, "dynamic_dims": result.dynamic_dims,
             "output_names": result.output_names, "parity": [p.to_json() for p in result.parity],
         }
+        if verification is not None:
+            info["generation"] = verification.to_json()
         names = [s.name for s in project.inputs]
 
         def reference(feeds):

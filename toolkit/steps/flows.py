@@ -1,7 +1,7 @@
 """The build as one ordered list of steps, and check as an opening plus the tail of the same list.
 
     BUILD = load → prune → export → lint → prepare → analyze → reference → precision → compile →
-            engine → golden → measure → parity → placement → accuracy → estimate → bottlenecks →
+            engine → golden → measure → parity → generate → placement → accuracy → estimate → bottlenecks →
             verdicts → report → write
     CHECK = open → engine → … → write        (the tail of BUILD, from the engine on)
 
@@ -28,6 +28,7 @@ from tapeout.steps.compile import Compile
 from tapeout.steps.engine import Engine
 from tapeout.steps.estimate import Estimate
 from tapeout.steps.export import Export, ExportShare
+from tapeout.steps.generate import Generate
 from tapeout.steps.golden import MakeGolden
 from tapeout.steps.lint import Lint
 from tapeout.steps.load import Load
@@ -47,7 +48,7 @@ from tapeout.steps.write import Write
 
 BUILD: tuple[Step, ...] = (
     Load(), Prune(), Export(), Lint(), Prepare(), Analyze(), Reference(), Precision(), Compile(),
-    Engine(), MakeGolden(), Measure(), Parity(), Placement(), Accuracy(), Estimate(), Bottlenecks(), Verdicts(),
+    Engine(), MakeGolden(), Measure(), Parity(), Generate(), Placement(), Accuracy(), Estimate(), Bottlenecks(), Verdicts(),
     Assemble(), Write(),
 )
 TAIL = BUILD[next(i for i, step in enumerate(BUILD) if isinstance(step, Engine)):]

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import dataclasses
+
 from tapeout.core.errors import BadInput
 from tapeout.core.hashing import sha256_file
 from tapeout.records.report import ModelInfo, ProjectInfo
@@ -32,7 +34,32 @@ class Load(Step):
             state.ui.note(note)
         if state.setup.profile.pruning is not None:
             require_torch(project.model.source, loaded)
+        if project.workload.kind == "generate":
+            loaded = self._decoder(state, loaded)
         state.loaded = loaded
+
+    def _decoder(self, state: BuildState, loaded):
+        """A generate workload: the decoder wrapped as the KV-cache graph, checked to fit the device at the declared
+        context before anything is built, and the project from here on described as that graph's inputs."""
+        from tapeout.exporters import generation
+
+        project = state.setup.project
+        if loaded.kind != "torch":
+            raise BadInput(f"[workload] kind = \"generate\" exports the decoder with its KV cache, and [model] source = "
+                           f"\"{project.model.source}\" is ONNX", fix="point [model] source at the torch decoder "
+                           "(file.py:callable or a Hugging Face causal-LM directory), or use kind = \"forward\"")
+        if state.setup.profile.pruning is not None:
+            raise BadInput("[pruning] does not run on a generate workload yet (it prunes one forward call)",
+                           fix="remove [pruning] from the profile, or use [workload] kind = \"forward\"")
+        layout = generation.layout_of(loaded.module, project.workload, project.model.source)
+        fits(state, loaded.module, layout)
+        decoder = loaded.module
+        loaded = dataclasses.replace(loaded, module=generation.cache_graph(decoder), output_names=layout.outputs())
+        state.setup = dataclasses.replace(state.setup, project=generation.graph_project(project, layout))
+        state.ui.note(f"generate: {layout.layers} layers, {layout.kv_heads} KV heads × {layout.head_dim}, vocabulary "
+                      f"{layout.vocab}; KV cache {layout.kv_bytes(layout.max_context, project.workload.batch) / 2**20:.1f} MB "
+                      f"at max_context {layout.max_context}")
+        return loaded
 
     def report(self, state: BuildState) -> dict[str, object]:
         project, loaded = state.setup.project, state.loaded
@@ -40,3 +67,27 @@ class Load(Step):
                 "model": ModelInfo(kind=loaded.kind, description=loaded.description,
                                    weights_sha256=loaded.weights_sha256 or sha256_file(loaded.onnx_path),
                                    files={str(f.name): sha256_file(f) for f in loaded.files})}
+
+
+WEIGHT_BYTES = {"fp32": 4.0, "fp16": 2.0, "bf16": 2.0, "fp8": 1.0, "int8": 1.0, "int4": 0.5}
+
+
+def fits(state: BuildState, module, layout) -> None:
+    """Before building: the weights at the profile's precision plus the KV cache at max_context against the
+    device's memory (the device spec's, else this host's). One line naming the numbers when they cannot fit."""
+    import psutil
+
+    setup = state.setup
+    workload = setup.project.workload
+    params = sum(p.numel() for p in module.parameters())
+    weights = params * WEIGHT_BYTES.get(setup.profile.precision, 4.0)
+    kv = layout.kv_bytes(workload.max_context, workload.batch)
+    if setup.device is not None:
+        memory, where = setup.device.memory_gb.value * 1e9, f"device {setup.device.name}'s {setup.device.memory_gb.value:g} GB"
+    else:
+        memory, where = float(psutil.virtual_memory().total), f"this host's {psutil.virtual_memory().total / 1e9:.1f} GB"
+    if weights + kv > memory:
+        raise BadInput(f"the KV cache cannot fit: {params / 1e6:.1f} M parameters at {setup.profile.precision} "
+                       f"({weights / 1e9:.2f} GB) + KV cache at max_context {workload.max_context} × batch "
+                       f"{workload.batch} ({kv / 1e9:.2f} GB) = {(weights + kv) / 1e9:.2f} GB > {where}",
+                       fix="lower [workload] max_context or batch, or pick a lower precision or a larger device")

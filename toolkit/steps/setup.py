@@ -60,6 +60,12 @@ def for_build(project_dir: Path | str, profile_name: str, ui: UI) -> Setup:
         raise BadInput(f"profile {profile.name} asks for {profile.precision}, and device spec {device.name} lists no "
                        f"{profile.precision} peak: its GPU has no {profile.precision.upper()} tensor cores "
                        "(FP8 needs NVIDIA Ada or Hopper and newer)", fix="use precision = \"int8\" or \"fp16\" for this device")
+    kind = project.workload.kind
+    if kind not in target.capabilities.workloads:
+        able = [name for name, entry in targets.TARGETS.items() if kind in entry.capabilities.workloads]
+        raise BadInput(f"target '{profile.target}' (profile {profile.name}) cannot run a {kind} workload: it runs "
+                       f"{', '.join(target.capabilities.workloads)}", fix=f"build {project.file.name}'s {kind} workload "
+                       f"for a profile whose target runs it ({', '.join(able)}), or set [workload] kind = \"forward\"")
     here = targets.readiness(target)
     deferred = None
     if not here.ready:

@@ -24,6 +24,7 @@ if TYPE_CHECKING:  # annotations only: a step imports what it runs
     from tapeout.estimation.estimate import Estimate
     from tapeout.exporters.sources import LoadedModel
     from tapeout.graph.analysis import Analysis
+    from tapeout.measurement.generation import GenerationMeasurement
     from tapeout.measurement.measure import Measurement
     from tapeout.records.passes import PassRecord
     from tapeout.records.report import AccuracyInfo, ArtifactInfo, Report
@@ -105,6 +106,7 @@ class BuildState:
     golden: Golden = PENDING
     measurement: Measurement = PENDING
     parity: list[OutputParity] = PENDING
+    generation: GenerationMeasurement | None = PENDING  # a generate workload's loop; None for forward
     placement: dict | None = PENDING
     accuracy: AccuracyInfo | None = PENDING
     estimate: Estimate | None = PENDING

@@ -45,7 +45,7 @@ def carried(build: Report, profile: Profile) -> list[BudgetResult]:
 
 class Verdicts(Step):
     name = "verdicts"
-    needs = ("measurement", "artifact_info", "parity", "placement", "accuracy", "estimate")
+    needs = ("measurement", "artifact_info", "parity", "generation", "placement", "accuracy", "estimate")
     adds = ("budgets",)
 
     def run(self, state: BuildState) -> None:
@@ -59,6 +59,7 @@ class Verdicts(Step):
         if state.opened is None:
             results += verdicts.judge_placement(budgets, state.placement)
         results.append(verdicts.judge_parity(state.parity, settings.parity))
+        results += verdicts.judge_generation(budgets, state.generation, settings, setup.emulated)
         if state.opened is None:
             acc = state.accuracy
             results += verdicts.judge_accuracy(budgets, acc and acc.reference, acc and acc.artifact,

@@ -12,6 +12,7 @@ from tapeout.core.files import write_json, write_text
 from tapeout.core.hashing import sha256_file, tree_hashes
 from tapeout.core.host import package_versions
 from tapeout.estimation import cost_units
+from tapeout.measurement.generation import WORKLOAD_FILE
 from tapeout.records.manifest import CHECK_SCHEMA, SCHEMA
 from tapeout.records.report import Report
 from tapeout.reports import html_page
@@ -42,7 +43,7 @@ def write_check(build_dir: Path, report: Report) -> None:
 class Write(Step):
     name = "write"
     needs = ("report",)
-    needs_at_build = ("kernels", "golden", "quantization")
+    needs_at_build = ("kernels", "golden", "quantization", "generation")
 
     def run(self, state: BuildState) -> None:
         if state.kind == "check":
@@ -74,6 +75,9 @@ def manifest(state: BuildState) -> dict:
         # check carries verdicts over from report.json: its hash makes them part of what is verified
         "report": {"file": "report.json", "sha256": sha256_file(stage / "report.json")},
         "structure": {"file": STRUCTURE, "sha256": sha256_file(stage / STRUCTURE)},
+        "workload": None if state.generation is None else {
+            "settings": project.workload.model_dump(mode="json"), "layout": state.generation.layout.to_json(),
+            "file": WORKLOAD_FILE, "sha256": sha256_file(stage / WORKLOAD_FILE)},
         "profile": profile.model_dump(mode="json"),
         "device_spec": setup.device.model_dump(mode="json") if setup.device else None,
         "quantization": None if report.quantization is None else {

@@ -1,0 +1,226 @@
+"""Export for `[workload] kind = "generate"`: a decoder with its KV cache as graph inputs and outputs.
+
+A user module follows this signature (samples/tiny-lm/model.py is one):
+
+    forward(input_ids, *past) -> (logits, *present)
+        input_ids  int64 [batch, seq]
+        past       per layer a key and a value, [batch, kv_heads, past_len, head_dim] (past_len may be 0)
+        logits     [batch, seq, vocab]
+        present    per layer the key and value after this call, [batch, kv_heads, past_len + seq, head_dim]
+    forward(input_ids) -> logits           (no past: the plain forward over the whole sequence)
+    module.generation = {"layers": L, "kv_heads": H, "head_dim": D, "vocab": V, "max_context": C}
+
+Positions are past_len .. past_len + seq - 1. A Hugging Face causal LM (transformers' Llama, Qwen, Phi, Gemma,
+GPT-2 classes) is wrapped into the same signature around transformers' own DynamicCache. tapeout exports one
+graph for prefill and decode (core/decoding.py names its inputs and outputs) with logits for the last position
+only, and verifies it against torch by greedy decoding several prompts and comparing every step's logits with
+the plain forward over the whole sequence: a cache that is wrong anywhere shows as a divergence.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from tapeout.core.decoding import INPUT_IDS, LOGITS, CacheLayout, feed_back, greedy
+from tapeout.core.errors import BadInput, ExportMismatch, user_code
+from tapeout.core.schemas import GenerateWorkload, InputSpec, Project
+
+LAYOUT_KEYS = ("layers", "kv_heads", "head_dim", "vocab", "max_context")
+FIX_SIGNATURE = ("follow the generation signature in the docs (docs/workloads.md): forward(input_ids, *past) -> "
+                 "(logits, *present) and module.generation = {layers, kv_heads, head_dim, vocab, max_context}")
+
+
+def layout_of(module, workload: GenerateWorkload, source: str) -> CacheLayout:
+    """The decoder's cache layout from its `generation` attribute (a user module) or its config (Hugging Face)."""
+    config = getattr(module, "generation", None)
+    if config is None and getattr(module, "is_hf_decoder", False):
+        config = module.layout_config()
+    if not isinstance(config, dict):
+        raise BadInput(f"[model] source {source} has no `generation` attribute: a generate workload needs a decoder "
+                       "that carries its KV cache", fix=FIX_SIGNATURE)
+    missing = [k for k in LAYOUT_KEYS if not isinstance(config.get(k), int) or config[k] < 1]
+    if missing:
+        raise BadInput(f"[model] source {source}: generation = {config} lacks positive integers for {', '.join(missing)}",
+                       fix=FIX_SIGNATURE)
+    layout = CacheLayout(**{k: int(config[k]) for k in LAYOUT_KEYS})
+    if workload.max_context > layout.max_context:
+        raise BadInput(f"[workload] max_context = {workload.max_context} is longer than the model's own context "
+                       f"({layout.max_context} tokens, from {source})",
+                       fix=f"set [workload] max_context <= {layout.max_context} and shorten prompt_lengths/new_tokens")
+    return CacheLayout(layout.layers, layout.kv_heads, layout.head_dim, layout.vocab, workload.max_context)
+
+
+def cache_graph(decoder):
+    """The module exported: the decoder's step with logits for the last position only (all that decoding reads)."""
+    import torch
+
+    class CacheGraph(torch.nn.Module):
+        def __init__(self, inner):
+            super().__init__()
+            self.inner = inner
+
+        def forward(self, input_ids, *past):
+            logits, *present = self.inner(input_ids, *past)
+            return (logits[:, -1:, :], *present)
+
+    return CacheGraph(decoder).eval()
+
+
+def graph_inputs(spec: InputSpec, layout: CacheLayout) -> list[InputSpec]:
+    """The graph's inputs: the token ids (the project's own entry, range set to the vocabulary), then the cache."""
+    ids = InputSpec(name=INPUT_IDS, shape=[spec.shape[0] if isinstance(spec.shape[0], str) else "batch", "seq"],
+                    dtype="int64", range=(0, layout.vocab - 1))
+    cache = [InputSpec(name=n, shape=[ids.shape[0], layout.kv_heads, "past", layout.head_dim], dtype=layout.dtype)
+             for n in layout.past()]
+    return [ids, *cache]
+
+
+def graph_project(project: Project, layout: CacheLayout) -> Project:
+    """The project as the export and every later step see it: the cache graph's inputs, at one decode step at
+    the maximum context (the forward the per-call figures, the golden samples and the estimate describe)."""
+    workload = project.workload
+    assert isinstance(workload, GenerateWorkload)
+    inputs = graph_inputs(project.inputs[0], layout)
+    batch_dim = inputs[0].shape[0]
+    dims = {**project.dims, batch_dim: workload.batch, "seq": 1, "past": workload.max_context - 1}
+    return project.model_copy(update={"inputs": inputs, "dims": dims, "calibration": None})
+
+
+def export_dims(graph: Project) -> dict[str, int]:
+    """Small shapes to trace and spot-check the export at (the verification by decoding covers real lengths)."""
+    return {**graph.dims, "seq": 3, "past": 5}
+
+
+@dataclass
+class Verification:
+    prompts: int
+    tokens: int
+    max_abs: float          # worst |logit difference| over every compared step
+    ties: int               # steps where the reference's top two logits were within tolerance (a swap is noise)
+
+    def to_json(self) -> dict:
+        return {"prompts": self.prompts, "tokens_per_prompt": self.tokens, "max_abs_logit_diff": self.max_abs,
+                "near_ties": self.ties, "method": "greedy decoding through the cache (ONNX Runtime CPU) against "
+                "the decoder's plain forward over the whole sequence (torch), logits compared at every step"}
+
+
+def torch_step(graph_module) -> Callable:
+    import torch
+
+    def step(feeds):
+        names = [INPUT_IDS, *sorted((k for k in feeds if k != INPUT_IDS), key=_cache_order)]
+        args = [torch.from_numpy(np.ascontiguousarray(feeds[n])) for n in names]
+        with torch.inference_mode(), user_code("the decoder's forward with its cache"):
+            out = graph_module(*args)
+        return {name: t.numpy() for name, t in zip(_output_names(len(out)), out, strict=True)}
+
+    return step
+
+
+def _cache_order(name: str) -> tuple[int, int]:
+    _, kind, index = name.split("_")
+    return int(index), 0 if kind == "key" else 1
+
+
+def _output_names(count: int) -> list[str]:
+    return [LOGITS, *[f"present_{kind}_{i}" for i in range((count - 1) // 2) for kind in ("key", "value")]]
+
+
+def verify(decoder, onnx_path: Path, layout: CacheLayout, prompts: list[np.ndarray], tokens: int,
+           atol: float, rtol: float) -> Verification:
+    """Greedy decode each prompt through the exported cache graph; at every step compare its logits with the
+    decoder's plain forward over the whole sequence so far. A token that differs where the reference's choice
+    was clear (its top two logits further apart than the tolerance) fails the export."""
+    import onnxruntime as ort
+    import torch
+
+    so = ort.SessionOptions()
+    so.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_BASIC
+    so.log_severity_level = 3
+    sess = ort.InferenceSession(str(onnx_path), so, providers=["CPUExecutionProvider"])
+    names = layout.outputs()
+
+    def onnx_step(feeds):
+        return dict(zip(names, sess.run(names, feeds), strict=True))
+
+    worst, ties = 0.0, 0
+    for p, prompt in enumerate(prompts):
+        ids = prompt[None].astype(np.int64)
+        out = onnx_step({INPUT_IDS: ids, **layout.empty_past(1)})
+        for t in range(tokens):
+            with torch.inference_mode(), user_code("the decoder's plain forward (no cache)"):
+                full = decoder(torch.from_numpy(ids))
+            ref = (full[0] if isinstance(full, tuple | list) else full)[:, -1].numpy()
+            got = out[LOGITS][:, -1]
+            diff = np.abs(ref - got)
+            worst = max(worst, float(diff.max()))
+            if not np.all(diff <= atol + rtol * np.abs(ref)):
+                raise ExportMismatch(
+                    f"the exported cache graph drifts from the plain forward: prompt {p + 1} of {len(prompts)}, "
+                    f"token {t + 1}: max-abs logit difference {diff.max():.3g} (atol {atol:g}, rtol {rtol:g})",
+                    fix="check that positions start at past_len and that present = past + this call's keys/values "
+                        "(docs/workloads.md), or loosen [export] atol/rtol if the difference is float noise")
+            top2 = np.sort(ref[0])[-2:]
+            token = int(got[0].argmax())
+            if token != int(ref[0].argmax()):
+                if top2[1] - top2[0] > atol + rtol * abs(top2[1]):
+                    raise ExportMismatch(f"the exported cache graph chose token {token} where torch chose "
+                                         f"{int(ref[0].argmax())} (prompt {p + 1}, step {t + 1})", fix=FIX_SIGNATURE)
+                ties += 1
+                token = int(ref[0].argmax())  # follow the reference so the comparison stays on its sequence
+            ids = np.concatenate([ids, [[token]]], axis=1)
+            if t + 1 < tokens:
+                out = onnx_step({INPUT_IDS: ids[:, -1:], **feed_back(layout, out)})
+    return Verification(len(prompts), tokens, worst, ties)
+
+
+def prompt_tokens(project: Project, layout: CacheLayout, count: int, length: int, seed_offset: int = 0) -> tuple[list[np.ndarray], str]:
+    """`count` token sequences of `length`: from [workload] prompts (cut to length; too short is an error), else
+    seeded random tokens over the vocabulary."""
+    workload = project.workload
+    assert isinstance(workload, GenerateWorkload)
+    if workload.prompts is None:
+        rng = np.random.default_rng(project.seed + seed_offset)
+        return [rng.integers(0, layout.vocab, size=length, dtype=np.int64) for _ in range(count)], \
+            "random tokens (seeded)"
+    from tapeout.core.user_code import resolve_callable
+
+    source = resolve_callable(workload.prompts, project.root, "[workload] prompts")
+    with user_code(f"[workload] prompts {workload.prompts}", project.root):
+        produced = list(source())
+    usable = []
+    for i, seq in enumerate(produced):
+        array = np.asarray(seq)
+        if array.ndim != 1 or not np.issubdtype(array.dtype, np.integer):
+            raise BadInput(f"[workload] prompts {workload.prompts}: item {i} is {array.dtype} of shape "
+                           f"{list(array.shape)}, not a 1-D sequence of token ids", fix="return 1-D integer arrays")
+        if array.size and (array.min() < 0 or array.max() >= layout.vocab):
+            raise BadInput(f"[workload] prompts {workload.prompts}: item {i} has token ids outside [0, {layout.vocab})",
+                           fix="tokenize with the model's own vocabulary")
+        if array.size >= length:
+            usable.append(array[:length].astype(np.int64))
+    if len(usable) < count:
+        raise BadInput(f"[workload] prompts {workload.prompts} gave {len(usable)} sequences of at least {length} "
+                       f"tokens; {count} are needed", fix=f"return at least {count} sequences of {length}+ tokens, "
+                       "or lower agreement_prompts / prompt_lengths")
+    return usable[:count], f"[workload] prompts {workload.prompts}"
+
+
+def decode_feeds(step: Callable, layout: CacheLayout, sequences: list[np.ndarray], batch: int) -> list[dict]:
+    """One decode step per sequence at past = len(sequence) - 1: the cache filled by prefilling all but the last
+    token (through `step`, the torch cache graph), then the last token as input_ids. Batch rows repeat it."""
+    feeds = []
+    for seq in sequences:
+        ids = np.repeat(seq[None].astype(np.int64), batch, axis=0)
+        out = step({INPUT_IDS: ids[:, :-1], **layout.empty_past(batch)})
+        feeds.append({INPUT_IDS: ids[:, -1:], **feed_back(layout, out)})
+    return feeds
+
+
+def reference_greedy(step: Callable, layout: CacheLayout, prompts: list[np.ndarray], tokens: int) -> np.ndarray:
+    """The torch model's greedy tokens [prompts, tokens] for each prompt (batch 1)."""
+    return np.concatenate([greedy(step, layout, p[None], tokens) for p in prompts], axis=0)

@@ -1,0 +1,253 @@
+"""The generate workload: tiny-lm exported with its KV cache, decoded on ONNX Runtime CPU in fresh processes, its
+budgets judged, `check` replaying the golden prompts; and every bad input one line with exit 2, no build dir."""
+
+from __future__ import annotations
+
+import shutil
+import sys
+
+import numpy as np
+import pytest
+from conftest import SAMPLES, one_line_error, run_cli
+
+TINY = SAMPLES / "tiny-lm"
+
+# every generation budget, one of them (the KV cache, exact at 0.75 MB) set to fail
+BUDGETS = """
+extends = "cpu-fp32"
+[budgets]
+accuracy_max_drop = 0.001
+ttft_ms = 1000
+tpot_p90_ms = 100
+tpot_p99_ms = 200
+decode_tokens_per_s = 10
+greedy_min_agreement = 0.99
+kv_cache_mb = {kv}
+[check]
+iterations = 30
+repeats = 2
+warmup_min_s = 0.05
+op_profile = false
+"""
+
+
+def _build(tmp_path, kv: float, name: str = "b"):
+    profile = tmp_path / f"gen-{name}.toml"
+    profile.write_text(BUDGETS.format(kv=kv))
+    project = tmp_path / "tiny-lm"
+    if not project.exists():
+        shutil.copytree(TINY, project, ignore=shutil.ignore_patterns("build", "__pycache__"))
+        text = (project / "tapeout.toml").read_text().replace("new_tokens = 32", "new_tokens = 12\ntrials = 2")
+        (project / "tapeout.toml").write_text(text.replace("prompt_lengths = [16, 64]", "prompt_lengths = [8, 40]"))
+    out = tmp_path / name
+    return out, run_cli("build", project, "--profile", profile, "--out", out, "--json")
+
+
+@pytest.fixture(scope="module")
+def generated(tmp_path_factory):
+    tmp = tmp_path_factory.mktemp("generate")
+    out, result = _build(tmp, kv=0.5)
+    return tmp, out, result
+
+
+@pytest.mark.slow
+def test_tiny_lm_generates_on_ort_cpu_with_its_budgets_judged(generated):
+    _, out, result = generated
+    assert result.code == 1, result.err + result.out  # the KV-cache budget fails, everything else passes
+    report = result.json()
+    verdicts = {b["budget"]: b for b in report["budgets"]}
+    assert verdicts["kv_cache_mb"]["verdict"] == "fail" and verdicts["kv_cache_mb"]["measured"] == pytest.approx(0.75)
+    for name in ("ttft_ms", "tpot_p90_ms", "tpot_p99_ms", "decode_tokens_per_s", "greedy_min_agreement",
+                 "accuracy_max_drop", "parity_min_cosine"):
+        assert verdicts[name]["verdict"] == "pass", verdicts[name]
+    w = report["workload"]
+    assert set(w["ttft_ms"]) == {"8", "40"}
+    # two processes × two trials × 11 decode steps at each of two lengths
+    assert w["tpot_ms"]["count"] == 2 * 2 * 11 * 2 and w["tpot_ms"]["repeats"] == 2
+    assert w["ttft_ms"]["40"]["quantiles"]["p50"]["point"] > w["ttft_ms"]["8"]["quantiles"]["p50"]["point"]
+    assert w["agreement"]["share"] == 1.0 and w["agreement"]["first_divergence"] == [None] * 8
+    mem = w["memory_mb"]
+    assert mem["kv_cache"] == pytest.approx(2 * 4 * 6 * 128 * 32 * 4 / 2**20)
+    assert mem["peak_rss"] > mem["process_baseline"] + mem["weights"]
+    assert report["export"]["generation"]["max_abs_logit_diff"] < 1e-3
+    # the per-call figures describe one decode step at the maximum context
+    assert report["golden"]["source"].startswith("one decode step at position 127")
+    md = (out / "report.md").read_text()
+    assert "## Generation" in md and "Time per output token against the position" in md
+    html = (out / "report.html").read_text()
+    assert 'id="fig-generation"' in html and "KV cache at max_context" in html
+
+
+@pytest.mark.slow
+def test_check_replays_the_golden_prompts_and_refuses_an_edited_workload_file(generated):
+    _, out, _ = generated
+    check = run_cli("check", out, "--json")
+    assert check.code == 1, check.err  # the same failing KV budget, judged again
+    data = check.json()
+    assert data["workload"]["agreement"]["share"] == 1.0
+    assert {b["budget"] for b in data["budgets"] if b["verdict"] == "pass"} >= {"ttft_ms", "greedy_min_agreement"}
+    data_file = out / "workload.npz"
+    with np.load(data_file) as arrays:
+        edited = {k: arrays[k] for k in arrays.files}
+    edited["agreement.reference"] = edited["agreement.reference"][:, ::-1].copy()
+    np.savez(data_file, **edited)
+    line = one_line_error(run_cli("check", out))
+    assert "workload file" in line and "sha256 mismatch" in line
+
+
+@pytest.mark.slow
+def test_int4_keeps_perplexity_within_one_percent_through_the_cache(tmp_path):
+    profile = tmp_path / "int4.toml"
+    profile.write_text('extends = "cpu-int4"\n[budgets]\naccuracy_max_rel_drop = 0.01\n'
+                       '[check]\niterations = 30\nrepeats = 1\nwarmup_min_s = 0.05\nop_profile = false\n')
+    project = tmp_path / "tiny-lm"
+    shutil.copytree(TINY, project, ignore=shutil.ignore_patterns("build", "__pycache__"))
+    result = run_cli("build", project, "--profile", profile, "--out", tmp_path / "b", "--json")
+    assert result.code == 0, result.err
+    report = result.json()
+    rel = next(b for b in report["budgets"] if b["budget"] == "accuracy_max_rel_drop")
+    assert rel["verdict"] == "pass" and 0 <= rel["measured"] < 0.01
+    import onnx
+
+    artifact = onnx.load(tmp_path / "b" / "artifact" / "model.onnx")
+    assert sum(n.op_type == "MatMulNBits" for n in artifact.graph.node) == 28
+    assert report["workload"]["decode_tokens_per_s"]["point"] > 0
+
+
+def test_greedy_through_the_cache_is_the_plain_forwards_greedy(tmp_path):
+    """Both session decoders (host arrays; ONNX Runtime's bound OrtValues) reproduce greedy decoding by full
+    recomputation: a cache not fed back, or fed back shifted, diverges within a few tokens."""
+    import onnxruntime as ort
+    import torch
+
+    from tapeout.core.decoding import CacheLayout
+    from tapeout.core.schemas import Project
+    from tapeout.exporters import generation, torch_onnx
+    from tapeout.exporters.sources import LoadedModel
+    from tapeout.targets.base import CachedDecoder
+    from tapeout.targets.ort_ep import OrtSession
+
+    sys.path.insert(0, str(TINY))
+    try:
+        import model as tiny
+    finally:
+        sys.path.remove(str(TINY))
+    decoder = tiny.build()
+    project = Project.model_validate({
+        "model": {"source": "model.py:build"}, "dims": {"batch": 1},
+        "inputs": [{"name": "input_ids", "shape": ["batch", 128], "dtype": "int64"}],
+        "workload": {"kind": "generate", "prompt_lengths": [16], "max_context": 64}})
+    layout = generation.layout_of(decoder, project.workload, "model.py:build")
+    graph = generation.graph_project(project, layout)
+    path = tmp_path / "model.onnx"
+    torch_onnx.export(LoadedModel("torch", "tiny", module=generation.cache_graph(decoder), output_names=layout.outputs()),
+                      graph.inputs, generation.export_dims(graph), path,
+                      torch_onnx.ExportOptions.for_project(graph, 20, 10))
+    text = np.frombuffer((TINY / "data" / "heldout.txt").read_bytes(), dtype=np.uint8).astype(np.int64)
+    prompt = text[None, 200:216]
+    ids = torch.from_numpy(prompt)
+    with torch.inference_mode():  # the reference: the whole sequence recomputed for every token
+        for _ in range(24):
+            ids = torch.cat([ids, decoder(ids)[:, -1:].argmax(-1)], dim=1)
+    expected = ids[0, prompt.shape[1]:].numpy()
+
+    session = OrtSession(ort.InferenceSession(str(path), providers=["CPUExecutionProvider"]))
+
+    def decode(dec) -> np.ndarray:
+        token = dec.prefill(prompt).argmax(-1)[:, None]
+        out = [token]
+        for _ in range(23):
+            token = dec.step(token).argmax(-1)[:, None]
+            out.append(token)
+        return np.concatenate(out, axis=1)[0]
+
+    assert len(set(expected.tolist())) > 5, expected  # a continuation that shows a wrong cache
+    assert type(session.decoder(layout)).__name__ == "OrtCachedDecoder"
+    for dec in (session.decoder(layout), CachedDecoder(session._run, layout)):
+        assert decode(dec).tolist() == expected.tolist()
+
+    class Forgetful(CachedDecoder):  # a loop that never feeds the cache back
+        def step(self, ids):
+            return self._call(ids, self.layout.empty_past(ids.shape[0]))
+
+    assert decode(Forgetful(session._run, layout)).tolist() != expected.tolist()
+
+
+# ---------------------------------------------------------------- bad input: one line, exit 2, no build dir
+
+def _project(tmp_path, workload: str = "", model: str | None = None, source: str = "model.py:build"):
+    project = tmp_path / "p"
+    shutil.copytree(TINY, project, ignore=shutil.ignore_patterns("build", "__pycache__"))
+    text = (project / "tapeout.toml").read_text()
+    if workload:
+        start, end = text.index("[workload]"), text.index("[calibration]")
+        text = text[:start] + "[workload]\n" + workload + "\n\n" + text[end:]
+    text = text.replace('source = "model.py:build"', f'source = "{source}"')
+    (project / "tapeout.toml").write_text(text)
+    if model is not None:
+        (project / "big.py").write_text(model)
+    return project
+
+
+def _refused(tmp_path, project, *args) -> str:
+    result = run_cli("build", project, "--out", tmp_path / "b", *(args or ("--profile", "cpu-fp32")))
+    assert result.code == 2, result.err + result.out
+    assert not (tmp_path / "b").exists()
+    return one_line_error(result)
+
+
+def test_a_prompt_longer_than_the_context_is_refused(tmp_path):
+    project = _project(tmp_path, 'kind = "generate"\nprompt_lengths = [120]\nnew_tokens = 32\nmax_context = 128')
+    line = _refused(tmp_path, project)
+    assert "120 tokens + 32 new tokens = 152 is longer than max_context = 128" in line
+
+
+def test_a_context_past_the_models_own_is_refused(tmp_path):
+    project = _project(tmp_path, 'kind = "generate"\nprompt_lengths = [16]\nmax_context = 512')
+    line = _refused(tmp_path, project)
+    assert "max_context = 512 is longer than the model's own context (128 tokens" in line
+
+
+def test_a_kv_cache_that_cannot_fit_is_refused_before_building(tmp_path):
+    big = ("import torch\n\nclass Big(torch.nn.Module):\n    def __init__(self):\n        super().__init__()\n"
+           "        self.w = torch.nn.Linear(4, 4)\n"
+           "        self.generation = {'layers': 80, 'kv_heads': 64, 'head_dim': 128, 'vocab': 32000, "
+           "'max_context': 1048576}\n\n    def forward(self, input_ids, *past):\n        return input_ids\n\n"
+           "def build():\n    return Big()\n")
+    project = _project(tmp_path, 'kind = "generate"\nprompt_lengths = [16]\nmax_context = 1000000',
+                       model=big, source="big.py:build")
+    line = _refused(tmp_path, project)
+    assert "the KV cache cannot fit" in line and "KV cache at max_context 1000000" in line and "GB >" in line
+
+
+def test_a_decoder_without_the_generation_signature_is_refused(tmp_path):
+    plain = ("import torch\n\ndef build():\n    return torch.nn.Embedding(256, 8)\n")
+    project = _project(tmp_path, model=plain, source="big.py:build")
+    line = _refused(tmp_path, project)
+    assert "has no `generation` attribute" in line and "docs/workloads.md" in line
+
+
+@pytest.mark.parametrize(("text", "expect"), [
+    ('kind = "generate"\nprompt_lengths = [16, 16]\nmax_context = 128', "repeats a length"),
+    ('kind = "generate"\nprompt_lengths = [0]\nmax_context = 128', "a prompt is at least 1 token"),
+    ('kind = "generate"\nmax_context = 128', "prompt_lengths"),
+    ('kind = "generation"\nprompt_lengths = [16]\nmax_context = 128', "workload"),
+    ('kind = "generate"\nprompt_lengths = [16]\nmax_context = 128\nnew_tokns = 3', "new_tokns"),
+])
+def test_bad_workload_fields_are_one_line(tmp_path, text, expect):
+    line = _refused(tmp_path, _project(tmp_path, text))
+    assert expect in line and "tapeout.toml" in line
+
+
+def test_a_generate_workload_on_a_target_that_cannot_run_it_is_refused(tmp_path):
+    line = _refused(tmp_path, _project(tmp_path), "--profile", "openvino-cpu")
+    assert "target 'openvino' (profile openvino-cpu) cannot run a generate workload" in line
+    assert 'kind = \\"forward\\"' in line or 'kind = "forward"' in line
+
+
+def test_an_onnx_source_cannot_be_generated(tmp_path):
+    project = _project(tmp_path, source="model.onnx")
+    (project / "model.onnx").write_bytes(b"")
+    line = _refused(tmp_path, project)
+    assert "is ONNX" in line and "torch decoder" in line
+

@@ -1,0 +1,111 @@
+"""The KV-cache graph a `generate` workload exports, as data: its names and shapes (CacheLayout), and the loops
+that run any one-step callable over it (greedy decoding, teacher forcing). numpy only: the build, the
+measuring process and `check` on a device all use it.
+
+The graph (exporters/generation.py makes it):
+    inputs   input_ids [batch, seq] int64, and per layer i: past_key_i, past_value_i [batch, kv_heads, past, head_dim]
+    outputs  logits [batch, 1, vocab] (the last position: all that decoding reads), present_key_i, present_value_i
+             [batch, kv_heads, past + seq, head_dim]
+Positions are past .. past + seq - 1; one graph serves prefill (past = 0) and decode (seq = 1).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import asdict, dataclass
+
+import numpy as np
+
+Feeds = dict[str, np.ndarray]
+Step = Callable[[Feeds], dict[str, np.ndarray]]
+
+INPUT_IDS = "input_ids"
+LOGITS = "logits"
+
+
+@dataclass(frozen=True)
+class CacheLayout:
+    layers: int
+    kv_heads: int
+    head_dim: int
+    vocab: int
+    max_context: int
+    dtype: str = "float32"
+
+    def past(self) -> list[str]:
+        return [f"past_{kind}_{i}" for i in range(self.layers) for kind in ("key", "value")]
+
+    def present(self) -> list[str]:
+        return [f"present_{kind}_{i}" for i in range(self.layers) for kind in ("key", "value")]
+
+    def outputs(self) -> list[str]:
+        return [LOGITS, *self.present()]
+
+    def empty_past(self, batch: int) -> Feeds:
+        return {name: np.zeros((batch, self.kv_heads, 0, self.head_dim), self.dtype) for name in self.past()}
+
+    def kv_bytes(self, tokens: int, batch: int = 1) -> int:
+        """Keys and values of every layer for `tokens` positions."""
+        return 2 * self.layers * batch * self.kv_heads * tokens * self.head_dim * np.dtype(self.dtype).itemsize
+
+    def to_json(self) -> dict:
+        return asdict(self)
+
+    @classmethod
+    def from_json(cls, data: dict) -> CacheLayout:
+        return cls(**{k: data[k] for k in ("layers", "kv_heads", "head_dim", "vocab", "max_context", "dtype")})
+
+
+def graph_layout(inputs: list, max_context: int) -> CacheLayout:
+    """The layout of a cache graph read off its input specs (exporters/generation.graph_inputs made them)."""
+    past = [s for s in inputs if s.name.startswith("past_")]
+    ids = next(s for s in inputs if s.name == INPUT_IDS)
+    return CacheLayout(layers=len(past) // 2, kv_heads=past[0].shape[1], head_dim=past[0].shape[3],
+                       vocab=int(ids.range[1]) + 1, max_context=max_context, dtype=past[0].dtype)
+
+
+def feed_back(layout: CacheLayout, outputs: dict[str, np.ndarray]) -> Feeds:
+    """This call's present keys and values, named as the next call's past."""
+    return {past: outputs[present] for past, present in zip(layout.past(), layout.present(), strict=True)}
+
+
+def greedy(step: Step, layout: CacheLayout, prompt: np.ndarray, new_tokens: int) -> np.ndarray:
+    """Greedy continuation [batch, new_tokens] of `prompt` [batch, length]: prefill, then one token per call."""
+    out = step({INPUT_IDS: prompt.astype(np.int64), **layout.empty_past(prompt.shape[0])})
+    tokens = []
+    for i in range(new_tokens):
+        token = out[LOGITS][:, -1].argmax(-1).astype(np.int64)[:, None]
+        tokens.append(token)
+        if i + 1 < new_tokens:
+            out = step({INPUT_IDS: token, **feed_back(layout, out)})
+    return np.concatenate(tokens, axis=1)
+
+
+def teacher_forced(step: Step, layout: CacheLayout) -> Callable[[Feeds], dict[str, np.ndarray]]:
+    """A predict that returns logits for every position of `input_ids`, computed one token at a time through the
+    cache, as decoding sees them: what a language-model metric (perplexity) scores the cache path with."""
+
+    def predict(feeds: Feeds) -> dict[str, np.ndarray]:
+        ids = np.asarray(feeds[INPUT_IDS]).astype(np.int64)
+        past = layout.empty_past(ids.shape[0])
+        logits = []
+        for t in range(ids.shape[1]):
+            out = step({INPUT_IDS: ids[:, t:t + 1], **past})
+            logits.append(out[LOGITS][:, -1])
+            past = feed_back(layout, out)
+        return {LOGITS: np.stack(logits, axis=1)}
+
+    return predict
+
+
+def agreement(reference: np.ndarray, candidate: np.ndarray) -> tuple[float, list[int | None]]:
+    """The share of the reference's greedy tokens reproduced before the first divergence (mean over rows), and
+    each row's first divergent position (None: none)."""
+    firsts: list[int | None] = []
+    shares = []
+    for ref, got in zip(reference, candidate, strict=True):
+        differ = np.flatnonzero(ref != got)
+        first = int(differ[0]) if differ.size else None
+        firsts.append(first)
+        shares.append((len(ref) if first is None else first) / len(ref))
+    return float(np.mean(shares)), firsts

@@ -1,0 +1,82 @@
+"""Step `generate`: a generate workload's loop measured on the target in fresh processes: time to first token per
+prompt length, time per output token, tokens per second, cold start, the memory split with the KV cache at
+max_context, and greedy agreement with the torch reference on the golden prompts. A build makes workload.npz
+(the prompts and the reference's greedy tokens); a check replays it, verified against the manifest. Nothing to
+do for a forward workload."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from tapeout.core.decoding import CacheLayout, graph_layout
+from tapeout.core.schemas import GenerateWorkload
+from tapeout.measurement import generation
+from tapeout.measurement.measure import run_child
+from tapeout.steps.state import BuildState
+from tapeout.steps.step import Step
+
+
+def make_workload_data(state: BuildState, layout: CacheLayout) -> None:
+    """The prompts each length is timed on (batch rows), the golden prompts and the torch model's greedy tokens."""
+    from tapeout.exporters import generation as export_generation
+
+    project = state.setup.project
+    workload: GenerateWorkload = project.workload
+    prompts = {}
+    for i, length in enumerate(workload.prompt_lengths):
+        rows, _ = export_generation.prompt_tokens(project, layout, workload.batch, length, seed_offset=i + 1)
+        prompts[length] = np.stack(rows)
+    golden, _ = export_generation.prompt_tokens(project, layout, workload.agreement_prompts, min(workload.prompt_lengths))
+    with state.ui.step(f"reference greedy tokens: {len(golden)} prompts × {workload.compared_tokens} tokens (torch)"):
+        reference = export_generation.reference_greedy(export_generation.torch_step(state.loaded.module), layout,
+                                                       golden, workload.compared_tokens)
+    generation.save_workload_data(state.out / generation.WORKLOAD_FILE, prompts, np.stack(golden), reference)
+
+
+class Generate(Step):
+    name = "generate"
+    needs = ("artifact", "artifact_info", "golden", "engine")
+    needs_at_build = ("loaded",)
+    adds = ("generation",)
+
+    def run(self, state: BuildState) -> str | None:
+        setup = state.setup
+        if state.opened is not None:
+            opened = state.opened.workload()
+            if opened is None:
+                state.generation = None
+                return "the build's workload is forward"
+            workload, layout, data = opened
+        else:
+            workload = setup.project.workload
+            if workload.kind != "generate":
+                state.generation = None
+                return f"the project's workload is {workload.kind}"
+            layout = graph_layout(setup.project.inputs, workload.max_context)
+            make_workload_data(state, layout)
+            data = state.out / generation.WORKLOAD_FILE
+        settings = state.settings
+        artifact = state.artifact
+        base = {"target": artifact.target, "artifact_dir": str(artifact.directory), "main_file": artifact.main_file,
+                "options": setup.target.options.model_dump(mode="json"),
+                **generation.request_fields(workload, layout, data)}
+        results = []
+        with state.ui.step(f"generate: {len(workload.prompt_lengths)} prompt lengths × {workload.trials} trials × "
+                           f"{workload.new_tokens} tokens, in fresh processes"):
+            for r in range(settings.repeats):
+                state.ui.detail(f"generation: process {r + 1}/{settings.repeats}")
+                results.append(run_child({**base, "want_tokens": r == 0}, timeout_s=1800))
+        _, _, reference = generation.load_workload_data(data)
+        state.generation = generation.summarize(results, workload, layout, reference,
+                                                weights_bytes(state), settings.confidence)
+        if setup.emulated:
+            state.generation.notes.append(f"emulated: {setup.emulated}; timings not judged")
+        return None
+
+    def report(self, state: BuildState) -> dict[str, object]:
+        return {"workload": state.generation.to_json() if state.generation is not None else None}
+
+
+def weights_bytes(state: BuildState) -> int:
+    """The artifact's files: what the weights take on disk (a runtime may repack them; that shows under `rest`)."""
+    return state.artifact_info.bytes
