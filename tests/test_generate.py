@@ -37,7 +37,7 @@ def _build(tmp_path, kv: float, name: str = "b"):
     project = tmp_path / "tiny-lm"
     if not project.exists():
         shutil.copytree(TINY, project, ignore=shutil.ignore_patterns("build", "__pycache__"))
-        text = (project / "tapeout.toml").read_text().replace("new_tokens = 32", "new_tokens = 12\ntrials = 2")
+        text = (project / "tapeout.toml").read_text().replace("new_tokens = 32", "new_tokens = 12\ntrials = 15")
         (project / "tapeout.toml").write_text(text.replace("prompt_lengths = [16, 64]", "prompt_lengths = [8, 40]"))
     out = tmp_path / name
     return out, run_cli("build", project, "--profile", profile, "--out", out, "--json")
@@ -62,8 +62,8 @@ def test_tiny_lm_generates_on_ort_cpu_with_its_budgets_judged(generated):
         assert verdicts[name]["verdict"] == "pass", verdicts[name]
     w = report["workload"]
     assert set(w["ttft_ms"]) == {"8", "40"}
-    # two processes × two trials × 11 decode steps at each of two lengths
-    assert w["tpot_ms"]["count"] == 2 * 2 * 11 * 2 and w["tpot_ms"]["repeats"] == 2
+    # two processes × 15 trials × 11 decode steps at each of two lengths
+    assert w["tpot_ms"]["count"] == 2 * 15 * 11 * 2 and w["tpot_ms"]["repeats"] == 2
     assert w["ttft_ms"]["40"]["quantiles"]["p50"]["point"] > w["ttft_ms"]["8"]["quantiles"]["p50"]["point"]
     assert w["agreement"]["share"] == 1.0 and w["agreement"]["first_divergence"] == [None] * 8
     mem = w["memory_mb"]
@@ -200,6 +200,15 @@ def test_a_prompt_longer_than_the_context_is_refused(tmp_path):
     project = _project(tmp_path, 'kind = "generate"\nprompt_lengths = [120]\nnew_tokens = 32\nmax_context = 128')
     line = _refused(tmp_path, project)
     assert "120 tokens + 32 new tokens = 152 is longer than max_context = 128" in line
+
+
+def test_too_few_generations_to_bound_the_ttft_budget_is_refused(tmp_path):
+    project = _project(tmp_path, 'kind = "generate"\nprompt_lengths = [16]\nmax_context = 128\ntrials = 3')
+    profile = tmp_path / "ttft.toml"
+    profile.write_text('extends = "cpu-fp32"\n[budgets]\nttft_ms = 5\n')
+    line = _refused(tmp_path, project, "--profile", profile)
+    assert "[workload] trials × check.repeats = 9 cannot bound the p90 that ttft_ms is judged on" in line
+    assert "at least 29 samples" in line
 
 
 def test_a_context_past_the_models_own_is_refused(tmp_path):

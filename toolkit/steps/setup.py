@@ -15,7 +15,7 @@ from tapeout.core.capabilities import Capabilities
 from tapeout.core.config import find_profile, load_device, load_project, resolve_extends, validate
 from tapeout.core.console import UI
 from tapeout.core.errors import BadInput
-from tapeout.core.schemas import DeviceSpec, Profile, Project
+from tapeout.core.schemas import DeviceSpec, Profile, Project, min_samples_for_bound
 from tapeout.quantize import methods
 from tapeout.targets.base import Probe, Target
 
@@ -66,6 +66,7 @@ def for_build(project_dir: Path | str, profile_name: str, ui: UI) -> Setup:
         raise BadInput(f"target '{profile.target}' (profile {profile.name}) cannot run a {kind} workload: it runs "
                        f"{', '.join(target.capabilities.workloads)}", fix=f"build {project.file.name}'s {kind} workload "
                        f"for a profile whose target runs it ({', '.join(able)}), or set [workload] kind = \"forward\"")
+    _enough_generations(project, profile)
     here = targets.readiness(target)
     deferred = None
     if not here.ready:
@@ -74,6 +75,25 @@ def for_build(project_dir: Path | str, profile_name: str, ui: UI) -> Setup:
         # the host-side part still builds here; `check` on the device compiles the engine
         deferred = here.probe.reason if not here.probe.available else here.problem.problem
     return Setup(profile, target, here.probe, ui, project=project, device=device, deferred=deferred)
+
+
+def _enough_generations(project: Project, profile: Profile) -> None:
+    """A generate workload's budgets need enough samples to bound their percentile, as the latency budgets do: TTFT
+    has one sample per timed generation per process, the time per token one per decode step."""
+    workload, budgets, check = project.workload, profile.budgets, profile.check
+    if workload.kind != "generate":
+        return
+    generations = workload.trials * check.repeats
+    steps = generations * (workload.new_tokens - 1) * len(workload.prompt_lengths)
+    for budget, quantile, count, what in (
+            ("ttft_ms", 0.9, generations, "[workload] trials × check.repeats"),
+            ("tpot_p90_ms", 0.9, steps, "trials × (new_tokens - 1) × prompt lengths × check.repeats"),
+            ("tpot_p99_ms", 0.99, steps, "trials × (new_tokens - 1) × prompt lengths × check.repeats")):
+        need = min_samples_for_bound(quantile, check.confidence)
+        if getattr(budgets, budget) is not None and count < need:
+            raise BadInput(f"{what} = {count} cannot bound the p{quantile * 100:g} that {budget} is judged on at "
+                           f"confidence {check.confidence}: it needs at least {need} samples",
+                           fix=f"raise [workload] trials in {project.file.name} (or check.repeats in the profile)")
 
 
 def for_check(build: BuildDir, ui: UI) -> Setup:
