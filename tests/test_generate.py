@@ -8,6 +8,7 @@ import sys
 
 import numpy as np
 import pytest
+
 from conftest import SAMPLES, one_line_error, run_cli
 
 TINY = SAMPLES / "tiny-lm"
@@ -120,7 +121,6 @@ def test_greedy_through_the_cache_is_the_plain_forwards_greedy(tmp_path):
     import onnxruntime as ort
     import torch
 
-    from tapeout.core.decoding import CacheLayout
     from tapeout.core.schemas import Project
     from tapeout.exporters import generation, torch_onnx
     from tapeout.exporters.sources import LoadedModel
