@@ -80,6 +80,19 @@ def test_tiny_lm_generates_on_ort_cpu_with_its_budgets_judged(generated):
 
 
 @pytest.mark.slow
+def test_compare_and_diff_show_the_generation_figures(generated):
+    _, out, _ = generated
+    compared = run_cli("compare", out, "--json")
+    assert compared.code == 0, compared.err
+    g = compared.json()["rows"][0]["generate"]
+    assert g["prompt"] == 40 and g["decode_tokens_per_s"] > 0 and g["agreement"] == 1.0
+    diffed = run_cli("diff", out, out)
+    assert diffed.code == 0, diffed.err
+    for figure in ("TTFT p50 ms @40", "TPOT p90 ms", "decode tokens/s", "greedy agreement"):
+        assert figure in diffed.out
+
+
+@pytest.mark.slow
 def test_check_replays_the_golden_prompts_and_refuses_an_edited_workload_file(generated):
     _, out, _ = generated
     check = run_cli("check", out, "--json")

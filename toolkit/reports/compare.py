@@ -84,12 +84,23 @@ def row(directory: Path) -> dict[str, Any]:
         "artifact_mb": data["artifact"]["bytes"] / 2**20,
         "accuracy": None if not acc else {"metric": acc["metric"], "direction": acc["direction"],
                                           "reference": acc["reference"], "artifact": acc["artifact"]},
+        "generate": None if emulated else _generation(data.get("workload")),
         "exit_code": data["exit_code"],
         "failed": [b["budget"] for b in budgets if b["verdict"] in ("fail", "estimated-fail", "inconclusive")],
         "unsettled": [b["budget"] for b in budgets if b["verdict"] not in _PASSING | {"fail", "estimated-fail",
                                                                                         "inconclusive"}],
         "estimated": [b["budget"] for b in budgets if b["verdict"].startswith("estimated")],
     }
+
+
+def _generation(w: dict | None) -> dict | None:
+    """A generate workload's headline figures: TTFT p50 at the longest prompt, TPOT p50, decode tokens/s."""
+    if not w:
+        return None
+    longest = max(w["ttft_ms"], key=int)
+    return {"ttft_p50_ms": w["ttft_ms"][longest]["quantiles"]["p50"]["point"], "prompt": int(longest),
+            "tpot_p50_ms": w["tpot_ms"]["quantiles"]["p50"]["point"],
+            "decode_tokens_per_s": w["decode_tokens_per_s"]["point"], "agreement": w["agreement"]["share"]}
 
 
 def pareto(rows: list[dict]) -> list[str]:
@@ -159,7 +170,7 @@ def _interval(v: dict | None) -> str:
 
 
 HEADER = ["build", "target", "prec", "device", "p50 ms", "p90 ms", "latency is", "RSS MB", "mJ", "MB", "accuracy",
-          "exit", "note"]
+          "exit", "note", "generate"]
 
 
 def table_rows(result: dict) -> list[list[str]]:
@@ -176,8 +187,15 @@ def table_rows(result: dict) -> list[list[str]]:
                     "—" if r["peak_rss_mb"] is None else f"{r['peak_rss_mb']:.0f}",
                     "—" if r["energy_mj"] is None else f"{r['energy_mj']:.3g}", f"{r['artifact_mb']:.2f}",
                     f"{acc['metric']} {acc['artifact']:.4g}" if acc and acc["artifact"] is not None else "—",
-                    str(r["exit_code"]), note])
+                    str(r["exit_code"]), note, _generation_cell(r.get("generate"))])
     return out
+
+
+def _generation_cell(g: dict | None) -> str:
+    if not g:
+        return "—"
+    return (f"TTFT@{g['prompt']} {g['ttft_p50_ms']:.3g} ms · TPOT {g['tpot_p50_ms']:.3g} ms · "
+            f"{g['decode_tokens_per_s']:.0f} tok/s")
 
 
 def render_markdown(result: dict) -> str:

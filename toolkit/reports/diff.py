@@ -31,6 +31,18 @@ def _figures(report: Report) -> dict[str, tuple[float | None, float | None, floa
         energy = m.get("energy")
         if energy:
             out["energy mJ"] = (energy["mj_per_inference"], *energy["mj_bounds"])
+        w = data.get("workload")
+        if w:  # a generate workload's figures, with the same bounds its verdicts use
+            for length, summary in w["ttft_ms"].items():
+                q = summary["quantiles"]["p50"]
+                out[f"TTFT p50 ms @{length}"] = (q["point"], q["lower"], q["upper"])
+            for key, q in w["tpot_ms"]["quantiles"].items():
+                out[f"TPOT {key} ms"] = (q["point"], q["lower"], q["upper"])
+            tok = w["decode_tokens_per_s"]
+            out["decode tokens/s"] = (tok["point"], tok["lower"], tok["upper"])
+            out["generate peak RSS MB"] = (w["memory_mb"]["peak_rss"], None, None)
+            if w["agreement"]["share"] is not None:
+                out["greedy agreement"] = (w["agreement"]["share"], None, None)
     out["artifact MB"] = (data["artifact"]["bytes"] / 2**20, None, None)
     for p in data["parity"]:
         out[f"parity cosine {p['output']}"] = (p["cosine"], None, None)
