@@ -142,9 +142,9 @@ def main() -> None:
         report = (json.loads((OUT / profile / "report.json").read_text()) if args.skip_build
                   else build(folder, profile, args.repeats))
         rows.append(tapeout_row(report, args.prompt))
+    layout = CacheLayout.from_json(report["workload"]["layout"])
     rows.append(torch_row(folder, args.prompt, args.new, args.trials, args.repeats))
     state = host_state()
-    layout = CacheLayout(4, 6, 32, 256, 128)
     mean_position = args.prompt + args.new / 2
     cpu, flags = cpu_info()
     print(f"tiny-lm (1.9 M parameters), prompt {args.prompt}, {args.new} new tokens, batch 1, 2 threads, "

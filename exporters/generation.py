@@ -108,26 +108,19 @@ class Verification:
                 "the decoder's plain forward over the whole sequence (torch), logits compared at every step"}
 
 
-def torch_step(graph_module) -> Callable:
+def torch_step(graph_module, layout: CacheLayout) -> Callable:
+    """The torch cache graph as a one-step callable on feeds named as the ONNX graph's (core/decoding.py's loops)."""
     import torch
 
+    names = [INPUT_IDS, *layout.past()]
+
     def step(feeds):
-        names = [INPUT_IDS, *sorted((k for k in feeds if k != INPUT_IDS), key=_cache_order)]
         args = [torch.from_numpy(np.ascontiguousarray(feeds[n])) for n in names]
         with torch.inference_mode(), user_code("the decoder's forward with its cache"):
             out = graph_module(*args)
-        return {name: t.numpy() for name, t in zip(_output_names(len(out)), out, strict=True)}
+        return {name: t.numpy() for name, t in zip(layout.outputs(), out, strict=True)}
 
     return step
-
-
-def _cache_order(name: str) -> tuple[int, int]:
-    _, kind, index = name.split("_")
-    return int(index), 0 if kind == "key" else 1
-
-
-def _output_names(count: int) -> list[str]:
-    return [LOGITS, *[f"present_{kind}_{i}" for i in range((count - 1) // 2) for kind in ("key", "value")]]
 
 
 def verify(decoder, onnx_path: Path, layout: CacheLayout, prompts: list[np.ndarray], tokens: int,

@@ -57,9 +57,10 @@ def load_workload_data(path: Path) -> tuple[dict[int, np.ndarray], np.ndarray, n
 
 # ---------------------------------------------------------------- in the inference process
 
-def loop(decoder, layout: CacheLayout, workload: dict, data_path: Path, want_tokens: bool) -> dict:
-    """The timed generation loop of one process (`decoder`: the session's CachedDecoder, already created)."""
-    prompts, agreement_prompts, _ = load_workload_data(data_path)
+def loop(decoder, layout: CacheLayout, workload: dict, prompts: dict[int, np.ndarray], agreement_prompts: np.ndarray,
+         want_tokens: bool) -> dict:
+    """The timed generation loop of one process (`decoder`: the session's CachedDecoder, already created; the prompts
+    from workload.npz)."""
     new_tokens, trials = workload["new_tokens"], workload["trials"]
     clock = time.perf_counter_ns
     ttft: dict[str, list[float]] = {}
@@ -100,9 +101,8 @@ def loop(decoder, layout: CacheLayout, workload: dict, data_path: Path, want_tok
     return result
 
 
-def first_token(decoder, data_path: Path) -> float:
+def first_token(decoder, prompts: dict[int, np.ndarray]) -> float:
     """Prefill of the shortest prompt and its first token: the cold start's second half."""
-    prompts, _, _ = load_workload_data(data_path)
     t0 = time.perf_counter()
     decoder.prefill(prompts[min(prompts)]).argmax(-1)
     return (time.perf_counter() - t0) * 1e3

@@ -27,6 +27,17 @@ def _timed_loop(call, count: int) -> np.ndarray:
     return samples / 1e6
 
 
+def _open(target, name: str, make):
+    """The runtime loaded, then `make()` (the session) timed apart: cold start is session creation + the first run,
+    and loading the runtime library is reported on its own."""
+    t0 = time.perf_counter()
+    target.probe().require(name)
+    import_ms = (time.perf_counter() - t0) * 1e3
+    t0 = time.perf_counter()
+    made = make()
+    return made, import_ms, (time.perf_counter() - t0) * 1e3
+
+
 def measure(request: dict) -> dict:
     from tapeout import targets
     from tapeout.core.artifact import Artifact
@@ -47,14 +58,7 @@ def measure(request: dict) -> dict:
     for meter in meters:
         metering.safely(meter, "start")
     try:
-        # Loading the runtime library is timed on its own: cold start is session creation + first run.
-        t0 = time.perf_counter()
-        target.probe().require(request["target"])
-        import_ms = (time.perf_counter() - t0) * 1e3
-
-        t0 = time.perf_counter()
-        sess = target.session(artifact)
-        create_ms = (time.perf_counter() - t0) * 1e3
+        sess, import_ms, create_ms = _open(target, request["target"], lambda: target.session(artifact))
         t0 = time.perf_counter()
         sess.run(feeds)  # the checked call: wrong shapes or dtypes become one clear error here, not a crash later
         first_ms = (time.perf_counter() - t0) * 1e3
@@ -115,22 +119,18 @@ def measure_generation(request: dict) -> dict:
     target = targets.create(request["target"], request["options"])
     artifact = Artifact(request["target"], Path(request["artifact_dir"]), request["main_file"])
     layout = CacheLayout.from_json(request["layout"])
-    data = Path(request["workload_data"])
+    prompts, agreement_prompts, _ = generation.load_workload_data(Path(request["workload_data"]))
     meters = metering.create(("rss",))
     for meter in meters:
         metering.safely(meter, "start")
     try:
-        t0 = time.perf_counter()
-        target.probe().require(request["target"])
-        import_ms = (time.perf_counter() - t0) * 1e3
-        t0 = time.perf_counter()
-        decoder = target.session(artifact).decoder(layout)
-        create_ms = (time.perf_counter() - t0) * 1e3
-        first_ms = generation.first_token(decoder, data)
+        decoder, import_ms, create_ms = _open(target, request["target"], lambda: target.session(artifact).decoder(layout))
+        first_ms = generation.first_token(decoder, prompts)
         for meter in meters:
             metering.safely(meter, "after_session")
         result = {"import_ms": import_ms, "create_ms": create_ms, "first_ms": first_ms,
-                  "generate": generation.loop(decoder, layout, request["workload"], data, request.get("want_tokens", False))}
+                  "generate": generation.loop(decoder, layout, request["workload"], prompts, agreement_prompts,
+                                              request.get("want_tokens", False))}
     finally:
         for meter in meters:
             metering.safely(meter, "close")

@@ -28,7 +28,7 @@ def make_workload_data(state: BuildState, layout: CacheLayout) -> None:
         prompts[length] = np.stack(rows)
     golden, _ = export_generation.prompt_tokens(project, layout, workload.agreement_prompts, min(workload.prompt_lengths))
     with state.ui.step(f"reference greedy tokens: {len(golden)} prompts × {workload.compared_tokens} tokens (torch)"):
-        reference = export_generation.reference_greedy(export_generation.torch_step(state.loaded.module), layout,
+        reference = export_generation.reference_greedy(export_generation.torch_step(state.loaded.module, layout), layout,
                                                        golden, workload.compared_tokens)
     generation.save_workload_data(state.out / generation.WORKLOAD_FILE, prompts, np.stack(golden), reference)
 
@@ -68,7 +68,7 @@ class Generate(Step):
                 results.append(run_child({**base, "want_tokens": r == 0}, timeout_s=1800))
         _, _, reference = generation.load_workload_data(data)
         state.generation = generation.summarize(results, workload, layout, reference,
-                                                weights_bytes(state), settings.confidence)
+                                                state.artifact_info.bytes, settings.confidence)
         if setup.emulated:
             state.generation.notes.append(f"emulated: {setup.emulated}; timings not judged")
         return None
@@ -76,7 +76,3 @@ class Generate(Step):
     def report(self, state: BuildState) -> dict[str, object]:
         return {"workload": state.generation.to_json() if state.generation is not None else None}
 
-
-def weights_bytes(state: BuildState) -> int:
-    """The artifact's files: what the weights take on disk (a runtime may repack them; that shows under `rest`)."""
-    return state.artifact_info.bytes
