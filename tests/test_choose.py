@@ -21,6 +21,7 @@ def _profiles(tmp_path):
     return ort, ov, int4
 
 
+@pytest.mark.slow  # three builds; the fast subset keeps choose's refusals
 def test_the_fastest_passing_build_is_chosen_and_every_candidate_is_reported(tmp_path):
     ort, ov, int4 = _profiles(tmp_path)
     out = tmp_path / "fastest"

@@ -229,6 +229,7 @@ def _weight_bits(model) -> list[int]:
                   and op.get_element_type().bitwidth in (4, 8) and not zero_point(op))
 
 
+@pytest.mark.slow  # a tiny-lm INT4 build (the fixture); digits-cnn keeps OpenVINO in the fast subset
 def test_tiny_lm_builds_int4_on_openvino_within_the_issue_targets_and_checks(tiny_lm_int4):
     import openvino as ov
 
@@ -249,6 +250,7 @@ def test_tiny_lm_builds_int4_on_openvino_within_the_issue_targets_and_checks(tin
     assert check.code == 0, check.err
 
 
+@pytest.mark.slow  # shares the tiny-lm INT4 build above
 def test_the_int8_weight_rung_and_the_int4_postcondition(tmp_path, tiny_lm_int4):
     import openvino as ov
 

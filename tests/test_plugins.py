@@ -66,6 +66,7 @@ def test_a_graph_pass_from_another_package_runs_where_its_precondition_holds(toy
     assert "toy-relu-as-max" in (tmp_path / "b" / "report.md").read_text()
 
 
+@pytest.mark.slow  # a calibrated static-QDQ build and its check; the fast subset keeps the toy target's build
 def test_a_quantization_method_from_another_package_quantizes_and_is_checked(tmp_path):
     (tmp_path / "toy.toml").write_text(f'extends = "cpu-int8"\n[quantization]\nmethod = "toy-int8-weights"\n{FAST}')
     result = run_cli("build", SAMPLES / "digits-cnn", "-p", tmp_path / "toy.toml", "-o", tmp_path / "b", env=ENV)
@@ -82,6 +83,7 @@ def test_a_quantization_method_from_another_package_quantizes_and_is_checked(tmp
     assert refused.code == 2 and "full-integer static QDQ" in refused.err and not (tmp_path / "c").exists()
 
 
+@pytest.mark.slow  # an extra torch.export build; the fast subset keeps the toy target's build
 def test_a_target_that_compiles_from_the_torch_export_program_is_handed_it(tmp_path):
     """Capabilities say what a target compiles from: toy-torch-export asks for the ExportedProgram, gets it at
     compile, and its artifact (the program saved) reproduces the golden outputs; for an ONNX source there is
