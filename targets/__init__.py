@@ -47,7 +47,7 @@ BUILT_IN: dict[str, TargetInfo] = {
             # No FP16 or 16-bit rung on the CPU EP: both run emulated there, slower than FP32.
             precisions={"fp32": ("fp32",), "int8": ("int8", "fp32"), "int4": ("int4", "int8-weight", "fp32")},
             rules="cpu-integer", meters=("rss", "rapl"), op_profiler="ONNX Runtime profiler (CPU EP node times)",
-            workloads=("forward", "generate"),
+            workloads=("forward", "generate", "stream"),
         ),
     ),
     "ort-cuda": TargetInfo(
@@ -75,7 +75,8 @@ BUILT_IN: dict[str, TargetInfo] = {
         # (INT4 weights move to INT8 weights first)
         capabilities=Capabilities(precisions={"int8": ("int8", "fp32"), "int4": ("int4", "int8-weight", "fp32"),
                                               "fp32": ("fp32",)}, rules="ov-integer",
-                                  meters=("rss", "rapl"), op_profiler="OpenVINO PERF_COUNT (per-node real time)"),
+                                  meters=("rss", "rapl"), op_profiler="OpenVINO PERF_COUNT (per-node real time)",
+                                  workloads=("forward", "stream")),
     ),
     "qnn": TargetInfo(
         name="qnn",
@@ -89,6 +90,7 @@ BUILT_IN: dict[str, TargetInfo] = {
             rules="npu-integer", meters=("rss",), emulated_on={"x86_64": _X86, "amd64": _X86}, accelerator="HTP",
             # HTP int8 tensors are laid out in 32-channel depth tiles (assumed from QNN's layouts; not measured here)
             channel_multiple={"int8": 32, "fp32": 32},
+            workloads=("forward", "stream"),
         ),
     ),
     "tensorrt": TargetInfo(

@@ -20,7 +20,7 @@ from tapeout.core.decoding import CacheLayout
 from tapeout.core.errors import BadInput, first_line
 from tapeout.core.hashing import sha256_file
 from tapeout.core.paths import confined, external_data_files
-from tapeout.core.schemas import DeviceSpec, GenerateWorkload, Profile
+from tapeout.core.schemas import DeviceSpec, GenerateWorkload, Profile, StreamWorkload
 from tapeout.records.manifest import CHECK_SCHEMA, SCHEMA, CheckManifestRecord, ManifestRecord
 from tapeout.records.report import Report, load
 from tapeout.records.structure import SCHEMA as STRUCTURE_SCHEMA
@@ -129,17 +129,24 @@ class BuildDir:
             self._golden = verified(self.directory, rec.file, rec.sha256, "golden file")
         return self._golden
 
-    def workload(self) -> tuple[GenerateWorkload, CacheLayout, Path] | None:
-        """A generate build's workload: its settings, the cache layout and workload.npz, verified; None for forward."""
+    def workload(self) -> tuple[GenerateWorkload | StreamWorkload, CacheLayout | None, Path] | None:
+        """A generate or stream build's workload: its settings, the cache layout (generate only) and workload.npz,
+        verified; None for forward."""
         rec = self.manifest.workload
         if rec is None:
             return None
         where = self.directory / "manifest.json"
-        settings = validate(GenerateWorkload, rec.settings, where, "workload.settings.")
-        try:
-            layout = CacheLayout.from_json(rec.layout)
-        except (KeyError, TypeError) as exc:
-            raise BadInput(f"{where}: workload.layout is malformed ({exc})", fix=_RESTORE) from None
+        kind = rec.settings.get("kind")
+        if kind not in ("generate", "stream"):
+            raise BadInput(f"{where}: workload.settings.kind is {kind!r}, not generate or stream", fix=_RESTORE)
+        settings = validate(GenerateWorkload if kind == "generate" else StreamWorkload, rec.settings, where,
+                            "workload.settings.")
+        layout = None
+        if kind == "generate":
+            try:
+                layout = CacheLayout.from_json(rec.layout)
+            except (KeyError, TypeError) as exc:
+                raise BadInput(f"{where}: workload.layout is malformed ({exc})", fix=_RESTORE) from None
         return settings, layout, verified(self.directory, rec.file, rec.sha256, "workload file")
 
     def structure(self) -> StructureRecord | None:

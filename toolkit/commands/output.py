@@ -6,7 +6,7 @@ import json
 
 from tapeout.core.console import UI
 from tapeout.records.report import Report
-from tapeout.reports import generation
+from tapeout.reports import generation, streaming
 from tapeout.reports.terminal import verdict_table
 
 
@@ -29,7 +29,9 @@ def show(report: Report, as_json: bool, title: str) -> int:
             f"{lat['count']} runs / {lat['repeats']} processes"
             + (" · EMULATED: not the device's timings" if report.target.emulated else ""), markup=False)
     if data.get("workload"):
-        ui.out.print(generation.one_line(data["workload"]), markup=False)
+        line = streaming.one_line if data["workload"].get("kind") == "stream" else generation.one_line
+        ui.out.print(line(data["workload"]) + (" · EMULATED: not the device's timings" if report.target.emulated else ""),
+                     markup=False)
     energy = data["measurement"].get("energy")
     if energy:
         ui.out.print(f"energy {energy['mj_per_inference']:.4g} mJ/inference · {energy['power_avg_w']:.4g} W average "

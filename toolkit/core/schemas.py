@@ -158,7 +158,36 @@ class GenerateWorkload(_Strict):
         return self.agreement_tokens or self.new_tokens
 
 
-Workload = ForwardWorkload | GenerateWorkload
+class StreamWorkload(_Strict):
+    """Chunk after chunk with state carried: each chunk's state outputs are the next chunk's state inputs
+    (measurement/streaming.py). The chunk is the streamed input's declared shape."""
+
+    kind: Literal["stream"]
+    state: dict[str, str] = Field(min_length=1, description="state input → the output that feeds it on the next "
+                                  "chunk, e.g. {h = \"h_out\"}")
+    chunk_input: str | None = Field(None, min_length=1, description="the input the stream arrives on (default: the "
+                                    "first [[inputs]] entry that is neither state nor constant)")
+    constant: list[str] = Field(default_factory=list, description="inputs fed the same value on every chunk (e.g. a "
+                                "sample rate): the first golden sample's value")
+    chunks: int = Field(100, ge=2, le=100_000, description="chunks in one stream")
+    deadline_ms: float = Field(gt=0, le=3_600_000, description="real time one chunk stands for (e.g. 32 ms of audio): "
+                               "a chunk slower than this is a deadline miss, and the real-time factor is time over it")
+    stream: str | None = Field(None, min_length=1, description="file.py:callable returning the golden stream: an array "
+                               "[chunks or more, *chunk shape] (or a dict of them per streamed input); default: "
+                               "seeded random chunks in the input's range")
+    initial_state: Literal["zeros"] = Field("zeros", description="the state the first chunk sees")
+    trials: int = Field(5, ge=1, le=1000, description="timed streams in each measuring process")
+
+    @field_validator("state")
+    @classmethod
+    def _one_to_one(cls, value: dict[str, str]) -> dict[str, str]:
+        outputs = list(value.values())
+        if len(set(outputs)) != len(outputs):
+            raise ValueError(f"state {value} feeds two state inputs from one output: each state input needs its own")
+        return value
+
+
+Workload = ForwardWorkload | GenerateWorkload | StreamWorkload
 
 
 MAX_INPUT_ELEMENTS = 2**31  # one input's elements: 8 GiB of float32, far past any model this runs
@@ -194,6 +223,8 @@ class Project(_Strict):
                 raise ValueError(f"[dims] {name} = {value}: a dimension is at least 1")
         if self.workload.kind == "generate":
             self._generation_inputs()
+        if self.workload.kind == "stream":
+            self._stream_inputs()
         for spec in self.inputs:
             elements = math.prod(spec.concrete_shape(self.dims))
             if elements > MAX_INPUT_ELEMENTS:
@@ -208,6 +239,56 @@ class Project(_Strict):
             got = ", ".join(f"{s.name} {s.dtype} {list(s.shape)}" for s in self.inputs)
             raise ValueError(f"[workload] kind = \"generate\" takes one [[inputs]] entry, the token ids (int64, shape "
                              f"[batch, sequence]); got {got}. tapeout adds the KV-cache inputs itself")
+
+    def _stream_inputs(self) -> None:
+        """Every input is the streamed chunk, a state fed back from a named output, or a constant; anything else
+        (a state input with no output mapped to it) would be fed random values once and never carried."""
+        workload = self.workload
+        names = [s.name for s in self.inputs]
+        outputs = self.model.outputs
+        for state_input, output in workload.state.items():
+            if state_input not in names:
+                raise ValueError(f"[workload] state names input {state_input!r}, which is not among [[inputs]] {names}")
+            if outputs is None:
+                raise ValueError("[workload] kind = \"stream\" maps state outputs by name: name the model's outputs in "
+                                 f"[model] outputs (in order), e.g. outputs = [\"probability\", \"{output}\"]")
+            if output not in outputs:
+                raise ValueError(f"[workload] state {{{state_input} = \"{output}\"}}: {output!r} is not among [model] "
+                                 f"outputs {outputs}")
+        for name in workload.constant:
+            if name not in names:
+                raise ValueError(f"[workload] constant names input {name!r}, which is not among [[inputs]] {names}")
+            if name in workload.state:
+                raise ValueError(f"[workload] input {name!r} is both state and constant")
+        rest = [n for n in names if n not in workload.state and n not in workload.constant]
+        chunk = workload.chunk_input or (rest[0] if rest else None)
+        if workload.chunk_input is not None:
+            if workload.chunk_input not in rest:
+                why = "is state or constant" if workload.chunk_input in names else f"is not among [[inputs]] {names}"
+                raise ValueError(f"[workload] chunk_input {workload.chunk_input!r} {why}")
+            rest.remove(workload.chunk_input)
+        elif rest:
+            rest = rest[1:]  # the first input that is neither state nor constant is the chunk
+        else:
+            raise ValueError("[workload] kind = \"stream\" needs an input the chunks arrive on, and every input is "
+                             "state or constant")
+        if rest:
+            example = f"state = {{{rest[0]} = \"{rest[0]}_out\"}}"
+            raise ValueError(f"[workload] input(s) {rest} are neither the streamed chunk ({chunk!r}), state nor constant: "
+                             f"map the output that carries each ({example}), list it in constant, or name another chunk "
+                             "input in chunk_input")
+        for spec in self.inputs:
+            if spec.name in workload.state and not spec.dtype.startswith("float"):
+                raise ValueError(f"[workload] state input {spec.name!r} is {spec.dtype}: state is a float tensor")
+
+    @property
+    def streamed_input(self) -> str:
+        """A stream workload's chunk input (validated to exist)."""
+        workload = self.workload
+        assert isinstance(workload, StreamWorkload)
+        if workload.chunk_input is not None:
+            return workload.chunk_input
+        return next(s.name for s in self.inputs if s.name not in workload.state and s.name not in workload.constant)
 
     @property
     def root(self) -> Path:
@@ -246,6 +327,19 @@ class Budgets(_Strict):
     kv_cache_mb: float | None = Field(None, gt=0, description="the KV cache at the workload's max_context")
     greedy_min_agreement: float | None = Field(None, ge=0, le=1, description="share of the reference's greedy tokens "
                                                "reproduced before the first divergence, over the golden prompts")
+
+    # [workload] kind = "stream"
+    chunk_p99_ms: float | None = Field(None, gt=0, description="one chunk's time with the state carried, p99")
+    real_time_factor: float | None = Field(None, gt=0, description="compute time over the stream's real time "
+                                           "(chunks × deadline_ms), judged on the slowest timed stream")
+    deadline_max_miss_share: float | None = Field(None, ge=0, le=1, description="share of chunks slower than "
+                                                  "[workload] deadline_ms")
+    stream_max_abs_error: float | None = Field(None, ge=0, description="largest difference of any output from the "
+                                               "torch model over the golden stream, state carried on both sides")
+
+    def stream_budgets(self) -> dict[str, float]:
+        names = ("chunk_p99_ms", "real_time_factor", "deadline_max_miss_share", "stream_max_abs_error")
+        return {n: getattr(self, n) for n in names if getattr(self, n) is not None}
 
     def generation_budgets(self) -> dict[str, float]:
         names = ("ttft_ms", "tpot_p90_ms", "tpot_p99_ms", "decode_tokens_per_s", "kv_cache_mb", "greedy_min_agreement")

@@ -138,11 +138,44 @@ def measure_generation(request: dict) -> dict:
     return result
 
 
+def measure_stream(request: dict) -> dict:
+    """A stream workload: cold start (session + the first chunk), the golden stream once with its outputs written
+    to `outputs_path` where asked, then the timed streams (measurement/streaming.py)."""
+    from tapeout import targets
+    from tapeout.core.artifact import Artifact
+    from tapeout.measurement import meters as metering
+    from tapeout.measurement import streaming
+
+    target = targets.create(request["target"], request["options"])
+    artifact = Artifact(request["target"], Path(request["artifact_dir"]), request["main_file"])
+    data = streaming.StreamData.load(Path(request["workload_data"]))
+    meters = metering.create(("rss",))
+    for meter in meters:
+        metering.safely(meter, "start")
+    try:
+        sess, import_ms, create_ms = _open(target, request["target"], lambda: target.session(artifact))
+        first_ms = streaming.first_chunk(sess.run, data)
+        for meter in meters:
+            metering.safely(meter, "after_session")
+        timings, outputs = streaming.loop(sess.run, request["workload"], data)
+        if request.get("outputs_path"):
+            np.savez(request["outputs_path"], **{f"0.{k}": v for k, v in outputs.items()})  # run_child's layout
+        result = {"import_ms": import_ms, "create_ms": create_ms, "first_ms": first_ms, "stream": timings}
+    finally:
+        for meter in meters:
+            metering.safely(meter, "close")
+    result["meters"] = {m.name: m.result() for m in meters}
+    return result
+
+
+MODES = {"generate": measure_generation, "stream": measure_stream}
+
+
 def main(argv: list[str]) -> int:
     request_path, result_path = Path(argv[0]), Path(argv[1])
     try:
         request = json.loads(request_path.read_text())
-        result = measure_generation(request) if request.get("mode") == "generate" else measure(request)
+        result = MODES.get(request.get("mode"), measure)(request)
     except TapeoutError as exc:
         result = {"error": str(exc), "exit_code": exc.exit_code, "kind": type(exc).__name__}
     result_path.write_text(json.dumps(result))

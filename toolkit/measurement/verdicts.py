@@ -13,6 +13,7 @@ from tapeout.core.schemas import Budgets, CheckSettings, ParitySettings
 from tapeout.core.verdict import BudgetResult, Verdict
 from tapeout.measurement.generation import GenerationMeasurement
 from tapeout.measurement.measure import Measurement
+from tapeout.measurement.streaming import StreamMeasurement
 
 
 def judge_bounded(budget: str, limit: float, unit: str, point: float, lower: float, upper: float,
@@ -236,4 +237,46 @@ def judge_generation(budgets: Budgets, g: GenerationMeasurement | None, settings
                 name, limit, "share", Verdict.PASS if g.agreement >= limit else Verdict.FAIL, g.agreement, None,
                 f"{len(g.first_divergence) - len(diverged)}/{len(g.first_divergence)} prompts match all "
                 f"{g.workload.compared_tokens} greedy tokens" + (f"; first divergences at {diverged[:5]}" if diverged else "")))
+    return results
+
+
+def judge_stream(budgets: Budgets, s: StreamMeasurement | None, settings: CheckSettings,
+                 emulated: str | None) -> list[BudgetResult]:
+    """The stream workload's budgets: the chunk time's p99 with its bounds, the real-time factor over the range of the
+    timed streams, the share of chunks past the deadline, and the streamed outputs' largest difference from the FP32
+    reference over the golden stream. Through an emulator the timings are not judged; the drift is (the emulator
+    computes what the NPU computes)."""
+    asked = budgets.stream_budgets()
+    if not asked:
+        return []
+    if s is None:
+        return [BudgetResult(name, limit, "", Verdict.UNMEASURED, reason="the project's [workload] is not a stream: "
+                             "set kind = \"stream\" to measure one") for name, limit in asked.items()]
+    guard = settings.guard_band
+    results = []
+    for name, limit in asked.items():
+        unit = {"chunk_p99_ms": "ms", "stream_max_abs_error": "abs"}.get(name, "share" if "share" in name else "×")
+        if emulated and name != "stream_max_abs_error":
+            results.append(BudgetResult(name, limit, unit, Verdict.UNMEASURED,
+                                        reason=f"emulated: {emulated}; run `tapeout check` on the device"))
+        elif name == "chunk_p99_ms":
+            q = s.chunk.quantiles["p99"]
+            results.append(judge_bounded(name, limit, unit, q.point, q.lower, q.upper, guard,
+                                         f"{settings.confidence:.0%} order-statistic"))
+        elif name == "real_time_factor":
+            point, low, high = s.rtf()
+            results.append(judge_bounded(name, limit, unit, point, low, high, guard,
+                                         f"range over {len(s.stream_rtf)} timed streams"))
+        elif name == "deadline_max_miss_share":
+            share = s.misses / s.chunks_timed
+            results.append(BudgetResult(name, limit, unit, Verdict.PASS if share <= limit else Verdict.FAIL, share,
+                                        None, f"{s.misses} of {s.chunks_timed} timed chunks over "
+                                        f"{s.workload.deadline_ms:g} ms"))
+        elif name == "stream_max_abs_error":
+            worst = max(s.outputs_drift.items(), key=lambda kv: kv[1]["max_abs"], default=None)
+            where = (f"worst: {worst[0]} at chunk {worst[1]['worst_chunk']} (first chunk {worst[1]['first_chunk']:.3g}, "
+                     f"last quarter {worst[1]['last_quarter_max']:.3g})") if worst else "no output besides state"
+            results.append(BudgetResult(name, limit, unit, Verdict.PASS if s.max_abs_error <= limit else Verdict.FAIL,
+                                        s.max_abs_error, None, f"over {s.workload.chunks} chunks of the golden stream, "
+                                        f"state carried; {where}"))
     return results

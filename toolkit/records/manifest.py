@@ -59,10 +59,11 @@ class ModelRecord(_Recorded):
 
 
 class WorkloadRecord(_Recorded):
-    """A generate workload: its settings, the cache layout of the graph, and workload.npz (prompts, reference tokens)."""
+    """A generate or stream workload: its settings, the cache layout of a generate graph (None for a stream), and
+    workload.npz (the prompts and reference tokens, or the golden stream and the reference's outputs)."""
 
     settings: dict[str, Any]
-    layout: dict[str, Any]
+    layout: dict[str, Any] | None = None
     file: str
     sha256: str
 

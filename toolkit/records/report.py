@@ -161,8 +161,9 @@ class Report(BaseModel):
                                       "device (null where none was made)")
     estimate: EstimateRecord | None = Field(None, description="the latency estimate for the profile's device, with "
                                             "the measured p50 and error where measured")
-    workload: dict[str, Json] | None = Field(None, description="a generate workload's measurement: TTFT per prompt "
-                                             "length, TPOT, tokens/s, memory split, greedy agreement (null: forward)")
+    workload: dict[str, Json] | None = Field(None, description="a generate workload's measurement (TTFT per prompt "
+                                             "length, TPOT, tokens/s, memory split, greedy agreement) or a stream's "
+                                             "(chunk time, real-time factor, deadline misses, drift); null: forward")
     bottlenecks: BottleneckRecord | None = Field(None, description="per op against the device's roofs (null where "
                                                  "the timings are not the device's)")
     # the build's own sections (null in a check)

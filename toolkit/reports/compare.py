@@ -85,6 +85,7 @@ def row(directory: Path) -> dict[str, Any]:
         "accuracy": None if not acc else {"metric": acc["metric"], "direction": acc["direction"],
                                           "reference": acc["reference"], "artifact": acc["artifact"]},
         "generate": None if emulated else _generation(data.get("workload")),
+        "stream": _stream(data.get("workload"), emulated),
         "exit_code": data["exit_code"],
         "failed": [b["budget"] for b in budgets if b["verdict"] in ("fail", "estimated-fail", "inconclusive")],
         "unsettled": [b["budget"] for b in budgets if b["verdict"] not in _PASSING | {"fail", "estimated-fail",
@@ -95,12 +96,23 @@ def row(directory: Path) -> dict[str, Any]:
 
 def _generation(w: dict | None) -> dict | None:
     """A generate workload's headline figures: TTFT p50 at the longest prompt, TPOT p50, decode tokens/s."""
-    if not w:
+    if not w or w.get("kind") != "generate":
         return None
     longest = max(w["ttft_ms"], key=int)
     return {"ttft_p50_ms": w["ttft_ms"][longest]["quantiles"]["p50"]["point"], "prompt": int(longest),
             "tpot_p50_ms": w["tpot_ms"]["quantiles"]["p50"]["point"],
             "decode_tokens_per_s": w["decode_tokens_per_s"]["point"], "agreement": w["agreement"]["share"]}
+
+
+def _stream(w: dict | None, emulated: str | None) -> dict | None:
+    """A stream workload's headline figures: chunk p99 and the real-time factor (not through an emulator) and the
+    streamed outputs' largest error (also through one: it computes what the device computes)."""
+    if not w or w.get("kind") != "stream":
+        return None
+    timed = {} if emulated else {"chunk_p99_ms": w["chunk_ms"]["quantiles"]["p99"]["point"],
+                                 "real_time_factor": w["real_time_factor"]["median"],
+                                 "deadline_misses": w["deadline"]["misses"]}
+    return {**timed, "max_abs_error": w["drift"]["max_abs_error"]}
 
 
 def pareto(rows: list[dict]) -> list[str]:
@@ -170,7 +182,7 @@ def _interval(v: dict | None) -> str:
 
 
 HEADER = ["build", "target", "prec", "device", "p50 ms", "p90 ms", "latency is", "RSS MB", "mJ", "MB", "accuracy",
-          "exit", "note", "generate"]
+          "exit", "note", "workload"]
 
 
 def table_rows(result: dict) -> list[list[str]]:
@@ -187,15 +199,19 @@ def table_rows(result: dict) -> list[list[str]]:
                     "—" if r["peak_rss_mb"] is None else f"{r['peak_rss_mb']:.0f}",
                     "—" if r["energy_mj"] is None else f"{r['energy_mj']:.3g}", f"{r['artifact_mb']:.2f}",
                     f"{acc['metric']} {acc['artifact']:.4g}" if acc and acc["artifact"] is not None else "—",
-                    str(r["exit_code"]), note, _generation_cell(r.get("generate"))])
+                    str(r["exit_code"]), note, _workload_cell(r.get("generate"), r.get("stream"))])
     return out
 
 
-def _generation_cell(g: dict | None) -> str:
-    if not g:
-        return "—"
-    return (f"TTFT@{g['prompt']} {g['ttft_p50_ms']:.3g} ms · TPOT {g['tpot_p50_ms']:.3g} ms · "
-            f"{g['decode_tokens_per_s']:.0f} tok/s")
+def _workload_cell(g: dict | None, s: dict | None) -> str:
+    if g:
+        return (f"TTFT@{g['prompt']} {g['ttft_p50_ms']:.3g} ms · TPOT {g['tpot_p50_ms']:.3g} ms · "
+                f"{g['decode_tokens_per_s']:.0f} tok/s")
+    if s:
+        timed = (f"chunk p99 {s['chunk_p99_ms']:.3g} ms · RTF {s['real_time_factor']:.3g} · "
+                 if "chunk_p99_ms" in s else "")
+        return f"{timed}max |Δ| {s['max_abs_error']:.2g}"
+    return "—"
 
 
 def render_markdown(result: dict) -> str:

@@ -32,7 +32,14 @@ def _figures(report: Report) -> dict[str, tuple[float | None, float | None, floa
         if energy:
             out["energy mJ"] = (energy["mj_per_inference"], *energy["mj_bounds"])
         w = data.get("workload")
-        if w:  # a generate workload's figures, with the same bounds its verdicts use
+        if w and w.get("kind") == "stream":  # a stream's figures, with the same bounds its verdicts use
+            for key, q in w["chunk_ms"]["quantiles"].items():
+                out[f"chunk {key} ms"] = (q["point"], q["lower"], q["upper"])
+            rtf = w["real_time_factor"]
+            out["real-time factor"] = (rtf["median"], rtf["fastest"], rtf["slowest"])
+            out["deadline misses"] = (w["deadline"]["misses"], None, None)
+            out["stream peak RSS MB"] = (w["memory_mb"]["peak_rss"], None, None)
+        if w and w.get("kind") == "generate":  # a generate workload's figures, with the same bounds its verdicts use
             for length, summary in w["ttft_ms"].items():
                 q = summary["quantiles"]["p50"]
                 out[f"TTFT p50 ms @{length}"] = (q["point"], q["lower"], q["upper"])
@@ -43,6 +50,9 @@ def _figures(report: Report) -> dict[str, tuple[float | None, float | None, floa
             out["generate peak RSS MB"] = (w["memory_mb"]["peak_rss"], None, None)
             if w["agreement"]["share"] is not None:
                 out["greedy agreement"] = (w["agreement"]["share"], None, None)
+    w = data.get("workload")
+    if w and w.get("kind") == "stream":  # exact given the build, also through an emulator
+        out["stream max |Δ| vs reference"] = (w["drift"]["max_abs_error"], None, None)
     out["artifact MB"] = (data["artifact"]["bytes"] / 2**20, None, None)
     for p in data["parity"]:
         out[f"parity cosine {p['output']}"] = (p["cosine"], None, None)

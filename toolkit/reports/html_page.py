@@ -203,7 +203,7 @@ def sensitivity_figure(q: dict | None) -> str | None:
 
 def generation_figure(w: dict | None) -> str:
     """TTFT against prompt length (p50, p90) and time per output token against position (p50, p90 per bin)."""
-    if not w or not w.get("tpot_by_position"):
+    if not w or w.get("kind") != "generate" or not w.get("tpot_by_position"):
         return ""
     plt = _plt()
     fig, (left, right) = plt.subplots(1, 2, figsize=(9, 3))
@@ -227,7 +227,7 @@ def generation_figure(w: dict | None) -> str:
 
 
 def generation_tables(w: dict | None) -> str:
-    if not w:
+    if not w or w.get("kind") != "generate":
         return ""
     from tapeout.reports import generation
 
@@ -240,6 +240,41 @@ def generation_tables(w: dict | None) -> str:
             + "<h3>Memory (MB)</h3>" + _table(["part", "MB"], generation.memory_rows(w))
             + f"<p class='note'>{html.escape(w['memory_mb']['scope'])}</p>"
             + f"<p>{html.escape(generation.agreement_line(w).replace('**', ''))}</p>")
+
+
+def stream_figure(w: dict | None) -> str:
+    """The streamed outputs' error against the chunk index (state drift shows as growth along the stream)."""
+    if not w or w.get("kind") != "stream":
+        return ""
+    plt = _plt()
+    fig, ax = plt.subplots(figsize=(6, 3))
+    carried = set(w["settings"]["state"].values())
+    for name, d in w["drift"]["outputs"].items():
+        middle = [(b["from"] + b["to"]) / 2 for b in d["by_chunk"]]
+        ax.plot(middle, [max(b["max_abs"], 1e-12) for b in d["by_chunk"]], "s--" if name in carried else "o-",
+                label=name + (" (state)" if name in carried else ""))
+    ax.set_yscale("log")
+    ax.set_xlabel("chunk in the golden stream")
+    ax.set_ylabel("max |artifact − reference|")
+    ax.legend(frameon=False, fontsize=7)
+    fig.tight_layout()
+    return _figure("stream", _svg(fig), "Each output's largest difference from the FP32 reference along the golden "
+                   "stream, state carried on both sides: a precision error stays flat, state drift grows.")
+
+
+def stream_tables(w: dict | None) -> str:
+    if not w or w.get("kind") != "stream":
+        return ""
+    from tapeout.reports import streaming
+
+    cold = w["cold_start_ms"]
+    return (f"<p>{html.escape(streaming.settings_line(w))}</p>"
+            + "<h3>Time per chunk (ms)</h3>" + _table(["", "ms"], streaming.chunk_rows(w))
+            + "<h3>Against the reference</h3>" + _table(["output", "max", "at chunk", "first quarter", "last quarter"],
+                                                        streaming.drift_rows(w))
+            + f"<p>Cold start ({html.escape(cold['what'])}): median {cold['median']:.4g} ms, worst {cold['max']:.4g} ms.</p>"
+            + "<h3>Memory (MB)</h3>" + _table(["part", "MB"], streaming.memory_rows(w))
+            + f"<p class='note'>{html.escape(w['memory_mb']['scope'])}</p>")
 
 
 # ---------------------------------------------------------------- pages
@@ -262,6 +297,7 @@ def render(report: Report) -> str:
     parts.append(_table(["budget", "limit", "measured", "bound", "verdict", "why"], budget_rows(r["budgets"]),
                         [b["verdict"] for b in r["budgets"]]) if r["budgets"] else "<p>No budgets declared.</p>")
     sections = [("Generation", [generation_figure(r.get("workload")), generation_tables(r.get("workload"))]),
+                ("Stream", [stream_figure(r.get("workload")), stream_tables(r.get("workload"))]),
                 ("Latency", [latency_figure(m, r["budgets"])]),
                 ("Where the time goes", [op_type_figure(m.get("op_profile")), ops_figure(r.get("bottlenecks")),
                                          roofline_figure(r.get("bottlenecks"))]),

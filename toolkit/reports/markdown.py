@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from tapeout.reports import generation
+from tapeout.reports import generation, streaming
 
 if TYPE_CHECKING:
     from tapeout.records.report import Report
@@ -74,11 +74,14 @@ def render_markdown(report: Report) -> str:
 
     w = r.get("workload")
     if w:
-        out += _generation_section(w, r["target"].get("emulated"))
+        section = _stream_section if w.get("kind") == "stream" else _generation_section
+        out += section(w, r["target"].get("emulated"))
     m = r.get("measurement")
     if m:
         e2e = m.get("latency_e2e_ms")
-        out += ["", "## Latency (ms, warm, profiler off)" + (": one decode step at the maximum context" if w else ""), ""]
+        scope = {"generate": ": one decode step at the maximum context",
+                 "stream": ": one chunk, on the golden inputs' state (the stream above carries it)"}
+        out += ["", "## Latency (ms, warm, profiler off)" + scope.get((w or {}).get("kind"), ""), ""]
         if r["target"].get("emulated"):
             out += [f"**Emulated**: {r['target']['emulated']}. These figures are never judged against the budgets.", ""]
         if e2e:
@@ -192,6 +195,25 @@ def _generation_section(w: dict, emulated: str | None) -> list[str]:
             "Memory (MB):", ""]
     out += _table(["part", "MB"], generation.memory_rows(w))
     out += ["", f"Scope: {w['memory_mb']['scope']}.", "", generation.agreement_line(w)]
+    out += [f"\nNote: {note}" for note in w.get("notes", [])]
+    return out
+
+
+def _stream_section(w: dict, emulated: str | None) -> list[str]:
+    out = ["", "## Stream (chunk after chunk, state carried, fresh processes)", "", streaming.settings_line(w) +
+           f" Times in ms, with their {w['chunk_ms']['confidence']:.0%} bounds."]
+    if emulated:
+        out += ["", f"**Emulated**: {emulated}. Timings never judged against the budgets; the outputs are."]
+    out += ["", "Time per chunk:", ""]
+    out += _table(["", "ms"], streaming.chunk_rows(w))
+    out += ["", "Streamed outputs against the FP32 reference over the golden stream (largest absolute difference; "
+            "an error that grows from the first quarter to the last is state drift):", ""]
+    out += _table(["output", "max", "at chunk", "first quarter", "last quarter"], streaming.drift_rows(w))
+    cold = w["cold_start_ms"]
+    out += ["", f"Cold start ({cold['what']}): median {fmt(cold['median'])} ms, worst {fmt(cold['max'])} ms.", "",
+            "Memory (MB):", ""]
+    out += _table(["part", "MB"], streaming.memory_rows(w))
+    out += ["", f"Scope: {w['memory_mb']['scope']}."]
     out += [f"\nNote: {note}" for note in w.get("notes", [])]
     return out
 

@@ -1,7 +1,7 @@
 """The build as one ordered list of steps, and check as an opening plus the tail of the same list.
 
     BUILD = load → prune → export → lint → prepare → analyze → reference → precision → compile →
-            engine → golden → measure → parity → generate → placement → accuracy → estimate → bottlenecks →
+            engine → golden → measure → parity → generate → stream → placement → accuracy → estimate → bottlenecks →
             verdicts → report → write
     CHECK = open → engine → … → write        (the tail of BUILD, from the engine on)
 
@@ -43,12 +43,13 @@ from tapeout.steps.reference import Reference
 from tapeout.steps.setup import Setup, for_build, for_check
 from tapeout.steps.state import BuildState
 from tapeout.steps.step import Step, run
+from tapeout.steps.stream import Stream
 from tapeout.steps.verdicts import Verdicts
 from tapeout.steps.write import Write
 
 BUILD: tuple[Step, ...] = (
     Load(), Prune(), Export(), Lint(), Prepare(), Analyze(), Reference(), Precision(), Compile(),
-    Engine(), MakeGolden(), Measure(), Parity(), Generate(), Placement(), Accuracy(), Estimate(), Bottlenecks(), Verdicts(),
+    Engine(), MakeGolden(), Measure(), Parity(), Generate(), Stream(), Placement(), Accuracy(), Estimate(), Bottlenecks(), Verdicts(),
     Assemble(), Write(),
 )
 TAIL = BUILD[next(i for i, step in enumerate(BUILD) if isinstance(step, Engine)):]

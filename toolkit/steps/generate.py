@@ -43,9 +43,9 @@ class Generate(Step):
         setup = state.setup
         if state.opened is not None:
             opened = state.opened.workload()
-            if opened is None:
+            if opened is None or opened[0].kind != "generate":
                 state.generation = None
-                return "the build's workload is forward"
+                return f"the build's workload is {'forward' if opened is None else opened[0].kind}"
             workload, layout, data = opened
         else:
             workload = setup.project.workload
@@ -74,5 +74,5 @@ class Generate(Step):
         return None
 
     def report(self, state: BuildState) -> dict[str, object]:
-        return {"workload": state.generation.to_json() if state.generation is not None else None}
+        return {"workload": state.generation.to_json()} if state.generation is not None else {}
 

@@ -36,6 +36,8 @@ class Load(Step):
             require_torch(project.model.source, loaded)
         if project.workload.kind == "generate":
             loaded = self._decoder(state, loaded)
+        if project.workload.kind == "stream" and loaded.kind == "torch":
+            _state_fits(project, loaded)
         state.loaded = loaded
 
     def _decoder(self, state: BuildState, loaded):
@@ -67,6 +69,20 @@ class Load(Step):
                 "model": ModelInfo(kind=loaded.kind, description=loaded.description,
                                    weights_sha256=loaded.weights_sha256 or sha256_file(loaded.onnx_path),
                                    files={str(f.name): sha256_file(f) for f in loaded.files})}
+
+
+def _state_fits(project, loaded) -> None:
+    """A stream's state outputs have their state inputs' shapes, checked on one call before anything is built (an
+    ONNX source is checked on the reference's first chunk)."""
+    import numpy as np
+
+    from tapeout.core.feeds import random_feeds
+    from tapeout.exporters.torch_onnx import torch_outputs
+    from tapeout.measurement.streaming import check_state_shapes
+
+    feeds = random_feeds(project.inputs, project.dims, np.random.default_rng(project.seed))
+    check_state_shapes(project, torch_outputs(loaded.module, feeds, [s.name for s in project.inputs],
+                                              loaded.output_names))
 
 
 WEIGHT_BYTES = {"fp32": 4.0, "fp16": 2.0, "bf16": 2.0, "fp8": 1.0, "int8": 1.0, "int4": 0.5}

@@ -67,6 +67,7 @@ def for_build(project_dir: Path | str, profile_name: str, ui: UI) -> Setup:
                        f"{', '.join(target.capabilities.workloads)}", fix=f"build {project.file.name}'s {kind} workload "
                        f"for a profile whose target runs it ({', '.join(able)}), or set [workload] kind = \"forward\"")
     _enough_generations(project, profile)
+    _enough_chunks(project, profile)
     here = targets.readiness(target)
     deferred = None
     if not here.ready:
@@ -94,6 +95,18 @@ def _enough_generations(project: Project, profile: Profile) -> None:
             raise BadInput(f"{what} = {count} cannot bound the p{quantile * 100:g} that {budget} is judged on at "
                            f"confidence {check.confidence}: it needs at least {need} samples",
                            fix=f"raise [workload] trials in {project.file.name} (or check.repeats in the profile)")
+
+
+def _enough_chunks(project: Project, profile: Profile) -> None:
+    """chunk_p99_ms needs enough timed chunks to bound the p99: one per chunk per timed stream per process."""
+    workload, check = project.workload, profile.check
+    if workload.kind != "stream" or profile.budgets.chunk_p99_ms is None:
+        return
+    count, need = workload.chunks * workload.trials * check.repeats, min_samples_for_bound(0.99, check.confidence)
+    if count < need:
+        raise BadInput(f"[workload] chunks × trials × check.repeats = {count} cannot bound the p99 that chunk_p99_ms is "
+                       f"judged on at confidence {check.confidence}: it needs at least {need} timed chunks",
+                       fix=f"raise [workload] chunks or trials in {project.file.name} (or check.repeats in the profile)")
 
 
 def for_check(build: BuildDir, ui: UI) -> Setup:

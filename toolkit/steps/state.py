@@ -26,6 +26,7 @@ if TYPE_CHECKING:  # annotations only: a step imports what it runs
     from tapeout.graph.analysis import Analysis
     from tapeout.measurement.generation import GenerationMeasurement
     from tapeout.measurement.measure import Measurement
+    from tapeout.measurement.streaming import StreamMeasurement
     from tapeout.records.passes import PassRecord
     from tapeout.records.report import AccuracyInfo, ArtifactInfo, Report
     from tapeout.steps.setup import Setup
@@ -107,6 +108,7 @@ class BuildState:
     measurement: Measurement = PENDING
     parity: list[OutputParity] = PENDING
     generation: GenerationMeasurement | None = PENDING  # a generate workload's loop; None for forward
+    stream: StreamMeasurement | None = PENDING          # a stream workload's loop; None for forward
     placement: dict | None = PENDING
     accuracy: AccuracyInfo | None = PENDING
     estimate: Estimate | None = PENDING

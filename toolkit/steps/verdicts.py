@@ -45,7 +45,7 @@ def carried(build: Report, profile: Profile) -> list[BudgetResult]:
 
 class Verdicts(Step):
     name = "verdicts"
-    needs = ("measurement", "artifact_info", "parity", "generation", "placement", "accuracy", "estimate")
+    needs = ("measurement", "artifact_info", "parity", "generation", "stream", "placement", "accuracy", "estimate")
     adds = ("budgets",)
 
     def run(self, state: BuildState) -> None:
@@ -60,6 +60,7 @@ class Verdicts(Step):
             results += verdicts.judge_placement(budgets, state.placement)
         results.append(verdicts.judge_parity(state.parity, settings.parity))
         results += verdicts.judge_generation(budgets, state.generation, settings, setup.emulated)
+        results += verdicts.judge_stream(budgets, state.stream, settings, setup.emulated)
         if state.opened is None:
             acc = state.accuracy
             results += verdicts.judge_accuracy(budgets, acc and acc.reference, acc and acc.artifact,

@@ -75,8 +75,9 @@ def manifest(state: BuildState) -> dict:
         # check carries verdicts over from report.json: its hash makes them part of what is verified
         "report": {"file": "report.json", "sha256": sha256_file(stage / "report.json")},
         "structure": {"file": STRUCTURE, "sha256": sha256_file(stage / STRUCTURE)},
-        "workload": None if state.generation is None else {
-            "settings": project.workload.model_dump(mode="json"), "layout": state.generation.layout.to_json(),
+        "workload": None if project.workload.kind == "forward" else {
+            "settings": project.workload.model_dump(mode="json"),
+            "layout": state.generation.layout.to_json() if state.generation is not None else None,
             "file": WORKLOAD_FILE, "sha256": sha256_file(stage / WORKLOAD_FILE)},
         "profile": profile.model_dump(mode="json"),
         "device_spec": setup.device.model_dump(mode="json") if setup.device else None,

@@ -1,0 +1,290 @@
+"""The stream workload: speech-vad streamed chunk by chunk with its audio context and GRU state carried, on ONNX
+Runtime CPU and the QNN HTP emulator, its budgets judged, `check` replaying the golden stream; the loop feeding the
+state back (a test that fails if it does not); and every bad input one line with exit 2, no build dir."""
+
+from __future__ import annotations
+
+import importlib.util
+import shutil
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from conftest import SAMPLES, one_line_error, run_cli
+from tapeout.measurement import streaming
+
+VAD = SAMPLES / "speech-vad"
+DATA = Path(__file__).parent / "data"
+
+BUDGETS = """
+extends = "{base}"
+[budgets]
+{budgets}
+[check]
+iterations = 30
+repeats = 2
+warmup_min_s = 0.05
+op_profile = false
+"""
+
+
+def _profile(tmp_path, base: str, budgets: str, name: str):
+    path = tmp_path / f"{name}.toml"
+    path.write_text(BUDGETS.format(base=base, budgets=budgets))
+    return path
+
+
+def _project(tmp_path, replace: dict[str, str] | None = None):
+    project = tmp_path / "speech-vad"
+    if not project.exists():
+        shutil.copytree(VAD, project, ignore=shutil.ignore_patterns("build", "__pycache__"))
+    text = (project / "tapeout.toml").read_text()
+    for old, new in (replace or {}).items():
+        assert old in text, old
+        text = text.replace(old, new)
+    (project / "tapeout.toml").write_text(text)
+    return project
+
+
+def _vad_module():
+    """speech-vad's model.py and audio.py, imported under their own names (other samples have a model.py too)."""
+    sys.path.insert(0, str(VAD))
+    try:
+        modules = {}
+        for name in ("audio", "model"):
+            spec = importlib.util.spec_from_file_location(name, VAD / f"{name}.py")
+            modules[name] = importlib.util.module_from_spec(spec)
+            sys.modules[name] = modules[name]
+            spec.loader.exec_module(modules[name])
+        return modules["model"], modules["audio"]
+    finally:
+        sys.path.remove(str(VAD))
+        for name in ("audio", "model"):
+            sys.modules.pop(name, None)
+
+
+# ---------------------------------------------------------------- the loop
+
+def _data(chunks: int = 6) -> streaming.StreamData:
+    rng = np.random.default_rng(0)
+    return streaming.StreamData({"x": rng.standard_normal((chunks, 1, 4)).astype(np.float32)}, {},
+                                {"s": np.zeros((1, 4), np.float32)}, {})
+
+
+def test_each_chunk_is_fed_the_state_the_previous_chunk_returned():
+    seen = []
+
+    def run(feeds):  # an accumulator: its state output is the running sum of the chunks
+        seen.append(feeds["s"].copy())
+        return {"y": feeds["s"] * 2, "s_out": feeds["s"] + feeds["x"]}
+
+    data = _data()
+    outputs = streaming.stacked(list(streaming.carry(run, data, {"s": "s_out"})))
+    running = np.cumsum(data.chunks["x"], axis=0)
+    np.testing.assert_allclose(seen[0], 0)
+    for t in range(1, len(seen)):
+        np.testing.assert_allclose(seen[t], running[t - 1], rtol=1e-6)
+    np.testing.assert_allclose(outputs["s_out"], running, rtol=1e-6)
+
+    # the inference process's loop: the golden pass and every timed stream carry it the same way
+    timings, streamed = streaming.loop(run, {"state": {"s": "s_out"}, "trials": 2}, data)
+    np.testing.assert_allclose(streamed["s_out"], running, rtol=1e-6)
+    assert len(timings["chunk_ms"]) == 2 and all(len(s) == len(running) for s in timings["chunk_ms"])
+
+
+def test_drift_tells_a_state_that_is_not_carried_from_one_that_is():
+    """The sample's outputs depend on the carried state: streamed without it (state reset every chunk) the
+    probability moves far past the budget the QNN build is held to, so a loop that forgot the state cannot pass."""
+    import torch
+
+    model_module, audio = _vad_module()
+    model = model_module.build()
+    signal = audio.golden()
+
+    def run(feeds):
+        with torch.inference_mode():
+            out = model(*(torch.from_numpy(feeds[n]) for n in ("audio", "context", "h")))
+        return dict(zip(("probability", "context_out", "h_out"), (o.numpy() for o in out), strict=True))
+
+    chunks = signal.reshape(-1, 1, 512)
+    initial = {"context": np.zeros((1, 256), np.float32), "h": np.zeros((1, 1, 48), np.float32)}
+    data = streaming.StreamData({"audio": chunks}, {}, initial, {})
+    state = {"context": "context_out", "h": "h_out"}
+    carried = streaming.stacked(list(streaming.carry(run, data, state)))
+    # a loop that never feeds the state back: every chunk from the initial state
+    forgetful = streaming.stacked(list(streaming.carry(lambda feeds: run({**feeds, **initial}), data, state)))
+    same = streaming.drift(carried, carried)
+    assert same["probability"]["max_abs"] == 0
+    drift = streaming.drift(carried, forgetful)
+    assert drift["probability"]["first_chunk"] == 0  # the first chunk sees the initial state either way
+    assert drift["probability"]["max_abs"] > 0.1
+
+
+# ---------------------------------------------------------------- builds
+
+@pytest.fixture(scope="module")
+def streamed(tmp_path_factory):
+    tmp = tmp_path_factory.mktemp("stream")
+    project = _project(tmp)
+    budgets = ("accuracy_max_drop = 0.001\nchunk_p99_ms = 30\nreal_time_factor = 0.5\n"
+               "deadline_max_miss_share = 0.01\nstream_max_abs_error = 1e-4\ncold_start_ms = 0.001")
+    out = tmp / "b"
+    return tmp, out, run_cli("build", project, "--profile", _profile(tmp, "cpu-fp32", budgets, "vad"), "--out", out,
+                             "--json")
+
+
+@pytest.mark.slow
+def test_speech_vad_streams_on_ort_cpu_with_its_budgets_judged(streamed):
+    _, out, result = streamed
+    assert result.code == 1, result.err + result.out  # the cold-start budget fails, every stream budget passes
+    report = result.json()
+    verdicts = {b["budget"]: b for b in report["budgets"]}
+    assert verdicts["cold_start_ms"]["verdict"] == "fail"
+    for name in ("chunk_p99_ms", "real_time_factor", "deadline_max_miss_share", "stream_max_abs_error",
+                 "accuracy_max_drop", "parity_min_cosine"):
+        assert verdicts[name]["verdict"] == "pass", verdicts[name]
+    w = report["workload"]
+    assert w["kind"] == "stream"
+    assert w["chunk_ms"]["count"] == 2 * 5 * 100 and w["chunk_ms"]["repeats"] == 2  # processes × streams × chunks
+    assert w["real_time_factor"]["streams"] == 10 and w["deadline"]["chunks"] == 1000
+    assert set(w["drift"]["outputs"]) == {"probability", "context_out", "h_out"}
+    assert w["drift"]["max_abs_error"] < 1e-4
+    assert w["memory_mb"]["state"] == pytest.approx((256 + 48) * 4 / 2**20)
+    md = (out / "report.md").read_text()
+    assert "## Stream" in md and "state drift" in md and "one chunk, on the golden inputs' state" in md
+    html = (out / "report.html").read_text()
+    assert 'id="fig-stream"' in html and "carried state" in html
+    compared = run_cli("compare", out, "--json")
+    assert compared.code == 0, compared.err
+    s = compared.json()["rows"][0]["stream"]
+    assert s["real_time_factor"] < 0.5 and s["max_abs_error"] < 1e-4
+    diffed = run_cli("diff", out, out)
+    assert diffed.code == 0 and "real-time factor" in diffed.out and "chunk p99 ms" in diffed.out
+
+
+@pytest.mark.slow
+def test_check_replays_the_golden_stream_and_refuses_an_edited_workload_file(streamed):
+    _, out, _ = streamed
+    check = run_cli("check", out, "--json")
+    assert check.code == 1, check.err  # the same failing cold-start budget, judged again on this device
+    data = check.json()
+    assert data["workload"]["drift"]["max_abs_error"] < 1e-4
+    assert {b["budget"] for b in data["budgets"] if b["verdict"] == "pass"} >= {"stream_max_abs_error", "chunk_p99_ms"}
+    data_file = out / "workload.npz"
+    with np.load(data_file) as arrays:
+        edited = {k: arrays[k] for k in arrays.files}
+    edited["reference.probability"] = edited["reference.probability"] * 0
+    np.savez(data_file, **edited)
+    line = one_line_error(run_cli("check", out))
+    assert "workload file" in line and "sha256 mismatch" in line
+
+
+@pytest.mark.slow
+def test_speech_vad_int8_on_the_qnn_emulator_keeps_the_speech_probability_with_its_state_carried(tmp_path):
+    project = _project(tmp_path)
+    profile = tmp_path / "qnn.toml"
+    profile.write_text('extends = "qnn-sm8650"\n[budgets]\nstream_max_abs_error = 0.01\nchunk_p99_ms = 30\n'
+                       "[check]\niterations = 10\nrepeats = 1\nop_profile = false\n")
+    result = run_cli("build", project, "--profile", profile, "--out", tmp_path / "b", "--json")
+    assert result.code == 0, result.err + result.out
+    report = result.json()
+    verdicts = {b["budget"]: b for b in report["budgets"]}
+    assert verdicts["stream_max_abs_error"]["verdict"] == "pass", verdicts["stream_max_abs_error"]
+    assert verdicts["stream_max_abs_error"]["measured"] > 0  # INT8 on the HTP is not bit-exact: something was judged
+    assert verdicts["chunk_p99_ms"]["verdict"] == "unmeasured" and "emulated" in verdicts["chunk_p99_ms"]["reason"]
+    assert verdicts["placement_max_off_share"]["verdict"] == "pass"
+    assert report["workload"]["real_time_factor"]["streams"] == 1  # emulated: one timed stream, never judged
+
+
+@pytest.mark.slow
+def test_speech_vad_streams_on_openvino_cpu(tmp_path):
+    project = _project(tmp_path)
+    profile = _profile(tmp_path, "openvino-cpu", "stream_max_abs_error = 1e-4\nreal_time_factor = 0.5", "ov")
+    result = run_cli("build", project, "--profile", profile, "--out", tmp_path / "b", "--json")
+    assert result.code == 0, result.err + result.out
+    report = result.json()
+    verdicts = {b["budget"]: b["verdict"] for b in report["budgets"]}
+    assert verdicts["stream_max_abs_error"] == "pass" and verdicts["real_time_factor"] == "pass"
+    assert report["workload"]["chunk_ms"]["count"] == 2 * 5 * 100
+
+
+@pytest.mark.slow
+def test_state_drift_on_the_htp_that_a_cpu_ep_evaluation_cannot_see_fails_the_stream_budget(tmp_path):
+    """speech-vad with a sign·log1p front end (tests/data/speech-vad-compressing): the QDQ model scores the same
+    chunk accuracy on the CPU EP, but on the HTP emulator its state locks into silence along the golden stream."""
+    project = _project(tmp_path)
+    for name in ("model.py", "weights.npz"):
+        shutil.copy(DATA / "speech-vad-compressing" / name, project / name)
+    profile = tmp_path / "qnn.toml"
+    profile.write_text('extends = "qnn-sm8650"\n[budgets]\nstream_max_abs_error = 0.01\n'
+                       "[check]\niterations = 10\nrepeats = 1\nop_profile = false\n")
+    result = run_cli("build", project, "--profile", profile, "--out", tmp_path / "b", "--json")
+    assert result.code == 1, result.err + result.out
+    verdicts = {b["budget"]: b for b in result.json()["budgets"]}
+    assert verdicts["accuracy_max_drop"]["verdict"] == "pass"  # what the sensitivity loop sees
+    drift = verdicts["stream_max_abs_error"]
+    assert drift["verdict"] == "fail" and drift["measured"] > 0.5 and "probability at chunk" in drift["reason"]
+
+
+# ---------------------------------------------------------------- bad input: one line, exit 2, no build dir
+
+def _refused(tmp_path, project, *args) -> str:
+    result = run_cli("build", project, "--out", tmp_path / "b", *(args or ("--profile", "cpu-fp32")))
+    assert result.code == 2, result.err + result.out
+    assert not (tmp_path / "b").exists()
+    return one_line_error(result)
+
+
+def test_a_state_input_with_no_output_mapped_to_it_is_refused(tmp_path):
+    project = _project(tmp_path, {'state = { context = "context_out", h = "h_out" }': 'state = { h = "h_out" }'})
+    line = _refused(tmp_path, project)
+    assert "input(s) ['context'] are neither the streamed chunk ('audio'), state nor constant" in line
+    assert 'context = \\"context_out\\"' in line or 'context = "context_out"' in line
+
+
+def test_a_state_mapped_to_an_output_the_model_does_not_name_is_refused(tmp_path):
+    project = _project(tmp_path, {'h = "h_out"': 'h = "hidden"'})
+    line = _refused(tmp_path, project)
+    assert "'hidden' is not among [model] outputs" in line
+
+
+def test_a_state_fed_from_an_output_of_another_shape_is_refused_before_building(tmp_path):
+    project = _project(tmp_path, {'state = { context = "context_out", h = "h_out" }':
+                                  'state = { context = "h_out", h = "context_out" }'})
+    line = _refused(tmp_path, project)
+    assert "output 'h_out' is [1, 1, 48] and input 'context' is [1, 256]" in line
+
+
+def test_a_stream_on_a_target_that_cannot_run_it_is_refused(tmp_path):
+    line = _refused(tmp_path, _project(tmp_path), "--profile", "tensorrt-fp16")
+    assert "target 'tensorrt' (profile tensorrt-fp16) cannot run a stream workload" in line
+    assert "onnxruntime" in line and "qnn" in line
+
+
+def test_too_few_chunks_to_bound_the_p99_is_refused(tmp_path):
+    project = _project(tmp_path, {"chunks = 100": "chunks = 10\ntrials = 2"})
+    profile = _profile(tmp_path, "cpu-fp32", "chunk_p99_ms = 5", "p99")
+    line = _refused(tmp_path, project, "--profile", profile)
+    assert "chunks × trials × check.repeats = 40 cannot bound the p99" in line
+
+
+@pytest.mark.parametrize(("replace", "expect"), [
+    ({'outputs = ["probability", "context_out", "h_out"]\n': ""}, "name the model's outputs in [model] outputs"),
+    ({'state = { context = "context_out", h = "h_out" }': 'state = { context = "h_out", h = "h_out" }'},
+     "feeds two state inputs from one output"),
+    ({"deadline_ms = 32": "deadline_ms = 0"}, "deadline_ms"),
+    ({"chunks = 100": "chunks = 1"}, "chunks"),
+    ({'kind = "stream"': 'kind = "stream"\nconstant = ["h"]'}, "input 'h' is both state and constant"),
+    ({'kind = "stream"': 'kind = "stream"\nchunk_input = "h"'}, "chunk_input 'h' is state or constant"),
+])
+def test_bad_stream_fields_are_one_line(tmp_path, replace, expect):
+    line = _refused(tmp_path, _project(tmp_path, replace))
+    assert expect in line and "tapeout.toml" in line
+
+
+def test_a_golden_stream_shorter_than_the_workload_is_one_line_and_no_build_dir(tmp_path):
+    project = _project(tmp_path, {"chunks = 100": "chunks = 500"})
+    line = _refused(tmp_path, project)
+    assert "[workload] stream audio.py:golden gave 100 chunks; chunks = 500" in line
