@@ -25,7 +25,8 @@ def rows() -> list[dict]:
         caps = info.capabilities
         found.append({"target": name, "available": probe.available and not reason, "version": probe.version,
                       "reason": reason, "install": install, "summary": info.summary,
-                      "precisions": list(caps.precisions), "compile_on": caps.compile_on, "meters": list(caps.meters),
+                      "precisions": list(caps.precisions), "workloads": list(caps.workloads),
+                      "compile_on": caps.compile_on, "meters": list(caps.meters),
                       "emulated_here": caps.emulated_on.get(platform.machine().lower())})
     return found
 
@@ -39,12 +40,13 @@ def targets(as_json: bool) -> int:
     from rich.markup import escape
     from rich.table import Table
 
-    table = Table("target", "available", "version", "precisions", "what", "why not / install", show_lines=True)
+    table = Table("target", "available", "version", "precisions", "workloads", "what", "why not / install",
+                  show_lines=True)
     for r in found:
         unavailable = ("[yellow]host part only[/]: the engine is built on the device" if r["compile_on"] == "device"
                        else "[red]no[/]")
         table.add_row(r["target"], ("yes" + (" (emulator)" if r["emulated_here"] else "")) if r["available"] else unavailable,
-                      r["version"] or "—", ", ".join(r["precisions"]), escape(r["summary"]),
+                      r["version"] or "—", ", ".join(r["precisions"]), ", ".join(r["workloads"]), escape(r["summary"]),
                       escape(f"{r['reason']} — {r['install']}" if r["reason"] else "—"))
     Console(width=None if Console().is_terminal else 160).print(table)
     return 0
