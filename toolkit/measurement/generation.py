@@ -137,14 +137,10 @@ class GenerationMeasurement:
         return per / q.point, per / q.upper if np.isfinite(q.upper) else 0.0, per / q.lower if q.lower > 0 else float("inf")
 
     def memory(self) -> dict:
-        peak = max(self.peak_rss_mb)
-        baseline = float(np.median(self.rss_start_mb))
-        rest = peak - baseline - self.weights_mb - self.kv_cache_mb
-        return {"peak_rss": peak, "process_baseline": baseline, "weights": self.weights_mb, "kv_cache": self.kv_cache_mb,
-                "rest": rest, "scope": "peak resident set of the measuring process with one sequence filled to "
-                "max_context; process_baseline is the interpreter and numpy before the runtime loads (a C++ "
-                "application does not pay it); weights are the artifact's files; kv_cache is keys and values of "
-                "every layer at max_context; rest is the runtime, its arenas and activations"}
+        return stats.resident_split(
+            self.peak_rss_mb, self.rss_start_mb, self.weights_mb, "kv_cache", self.kv_cache_mb,
+            "with one sequence filled to max_context; kv_cache is keys and values of every layer at max_context; rest "
+            "is the runtime, its arenas and activations")
 
     def to_json(self) -> dict:
         tok_s, tok_low, tok_high = self.decode_tokens_per_s()

@@ -10,7 +10,9 @@ from __future__ import annotations
 import json
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -107,65 +109,61 @@ def measure(request: dict) -> dict:
     return result
 
 
-def measure_generation(request: dict) -> dict:
-    """A generate workload: cold start (session + the first token), the timed generation loop, the golden prompts'
-    greedy tokens, and the memory with the cache filled to max_context (measurement/generation.py)."""
+def _workload_frame(request: dict, make: Callable, first: Callable, rest: Callable[[Any], dict]) -> dict:
+    """What the workload modes share: the resident-memory meter around the whole process, the session made by
+    `make(session)` and timed apart (`_open`), `first(made)` as the cold start's second half, then `rest(made)`'s
+    figures. The workload's data is read before this, outside the meter's baseline."""
     from tapeout import targets
     from tapeout.core.artifact import Artifact
-    from tapeout.core.decoding import CacheLayout
-    from tapeout.measurement import generation
     from tapeout.measurement import meters as metering
 
     target = targets.create(request["target"], request["options"])
     artifact = Artifact(request["target"], Path(request["artifact_dir"]), request["main_file"])
-    layout = CacheLayout.from_json(request["layout"])
-    prompts, agreement_prompts, _ = generation.load_workload_data(Path(request["workload_data"]))
     meters = metering.create(("rss",))
     for meter in meters:
         metering.safely(meter, "start")
     try:
-        decoder, import_ms, create_ms = _open(target, request["target"], lambda: target.session(artifact).decoder(layout))
-        first_ms = generation.first_token(decoder, prompts)
+        made, import_ms, create_ms = _open(target, request["target"], lambda: make(target.session(artifact)))
+        first_ms = first(made)
         for meter in meters:
             metering.safely(meter, "after_session")
-        result = {"import_ms": import_ms, "create_ms": create_ms, "first_ms": first_ms,
-                  "generate": generation.loop(decoder, layout, request["workload"], prompts, agreement_prompts,
-                                              request.get("want_tokens", False))}
+        result = {"import_ms": import_ms, "create_ms": create_ms, "first_ms": first_ms, **rest(made)}
     finally:
         for meter in meters:
             metering.safely(meter, "close")
     result["meters"] = {m.name: m.result() for m in meters}
     return result
+
+
+def measure_generation(request: dict) -> dict:
+    """A generate workload: cold start (session + the first token), the timed generation loop, the golden prompts'
+    greedy tokens, and the memory with the cache filled to max_context (measurement/generation.py)."""
+    from tapeout.core.decoding import CacheLayout
+    from tapeout.measurement import generation
+
+    layout = CacheLayout.from_json(request["layout"])
+    prompts, agreement_prompts, _ = generation.load_workload_data(Path(request["workload_data"]))
+    return _workload_frame(
+        request, lambda session: session.decoder(layout), lambda decoder: generation.first_token(decoder, prompts),
+        lambda decoder: {"generate": generation.loop(decoder, layout, request["workload"], prompts, agreement_prompts,
+                                                     request.get("want_tokens", False))})
 
 
 def measure_stream(request: dict) -> dict:
     """A stream workload: cold start (session + the first chunk), the golden stream once with its outputs written
     to `outputs_path` where asked, then the timed streams (measurement/streaming.py)."""
-    from tapeout import targets
-    from tapeout.core.artifact import Artifact
-    from tapeout.measurement import meters as metering
     from tapeout.measurement import streaming
 
-    target = targets.create(request["target"], request["options"])
-    artifact = Artifact(request["target"], Path(request["artifact_dir"]), request["main_file"])
     data = streaming.StreamData.load(Path(request["workload_data"]))
-    meters = metering.create(("rss",))
-    for meter in meters:
-        metering.safely(meter, "start")
-    try:
-        sess, import_ms, create_ms = _open(target, request["target"], lambda: target.session(artifact))
-        first_ms = streaming.first_chunk(sess.run, data)
-        for meter in meters:
-            metering.safely(meter, "after_session")
-        timings, outputs = streaming.loop(sess.run, request["workload"], data)
+
+    def streams(session) -> dict:
+        timings, outputs = streaming.loop(session.run, request["workload"], data)
         if request.get("outputs_path"):
             np.savez(request["outputs_path"], **{f"0.{k}": v for k, v in outputs.items()})  # run_child's layout
-        result = {"import_ms": import_ms, "create_ms": create_ms, "first_ms": first_ms, "stream": timings}
-    finally:
-        for meter in meters:
-            metering.safely(meter, "close")
-    result["meters"] = {m.name: m.result() for m in meters}
-    return result
+        return {"stream": timings}
+
+    return _workload_frame(request, lambda session: session, lambda session: streaming.first_chunk(session.run, data),
+                           streams)
 
 
 MODES = {"generate": measure_generation, "stream": measure_stream}

@@ -120,3 +120,18 @@ def _finite(value):
     if isinstance(value, list):
         return [_finite(v) for v in value]
     return value
+
+
+_SPLIT_SCOPE = ("process_baseline is the interpreter and numpy before the runtime loads (a C++ application does not pay "
+                "it); weights are the artifact's files")
+
+
+def resident_split(peak_rss_mb: list[float], rss_start_mb: list[float], weights_mb: float, held: str, held_mb: float,
+                   scope: str) -> dict:
+    """A workload's peak resident memory split into the process baseline (median over processes), the weights, what
+    the workload holds (`held`: the KV cache, the carried state) and the rest (runtime, arenas, activations)."""
+    peak = max(peak_rss_mb)
+    baseline = float(np.median(rss_start_mb))
+    return {"peak_rss": peak, "process_baseline": baseline, "weights": weights_mb, held: held_mb,
+            "rest": peak - baseline - weights_mb - held_mb,
+            "scope": f"peak resident set of the measuring process {scope}; {_SPLIT_SCOPE}"}

@@ -181,14 +181,9 @@ class StreamMeasurement:
         return float(np.median(self.stream_rtf)), min(self.stream_rtf), max(self.stream_rtf)
 
     def memory(self) -> dict:
-        peak = max(self.peak_rss_mb)
-        baseline = float(np.median(self.rss_start_mb))
-        state = self.state_bytes / 2**20
-        return {"peak_rss": peak, "process_baseline": baseline, "weights": self.weights_mb, "state": state,
-                "rest": peak - baseline - self.weights_mb - state,
-                "scope": "peak resident set of the measuring process over the streams; process_baseline is the "
-                "interpreter and numpy before the runtime loads (a C++ application does not pay it); weights are the "
-                "artifact's files; state is the carried tensors; rest is the runtime, its arenas and activations"}
+        return stats.resident_split(
+            self.peak_rss_mb, self.rss_start_mb, self.weights_mb, "state", self.state_bytes / 2**20,
+            "over the streams; state is the carried tensors; rest is the runtime, its arenas and activations")
 
     def to_json(self) -> dict:
         point, low, high = self.rtf()
