@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 
-def _ms(q: dict) -> str:
+def interval(q: dict) -> str:
+    """A quantile estimate as `point [lower, upper]`, an absent bound as —."""
     low, high = q.get("lower"), q.get("upper")
     return f"{q['point']:.3f} [{'—' if low is None else f'{low:.3f}'}, {'—' if high is None else f'{high:.3f}'}]"
 
@@ -14,21 +15,21 @@ def one_line(w: dict) -> str:
     tpot = w["tpot_ms"]["quantiles"]
     tok = w["decode_tokens_per_s"]
     agree = w["agreement"]["share"]
-    return (f"generate: {ttft} · TPOT p50 {_ms(tpot['p50'])} p90 {tpot['p90']['point']:.3f} ms · decode "
+    return (f"generate: {ttft} · TPOT p50 {interval(tpot['p50'])} p90 {tpot['p90']['point']:.3f} ms · decode "
             f"{tok['point']:.0f} tok/s [{tok['lower']:.0f}, {tok['upper'] or float('inf'):.0f}] · KV cache "
             f"{w['memory_mb']['kv_cache']:.2f} MB at {w['layout']['max_context']} tokens"
             + ("" if agree is None else f" · greedy agreement {agree:.0%}"))
 
 
 def ttft_rows(w: dict) -> list[list[str]]:
-    return [[n, _ms(s["quantiles"]["p50"]), _ms(s["quantiles"]["p90"]), f"{w['prefill_tokens_per_s'][n]:.0f}"]
+    return [[n, interval(s["quantiles"]["p50"]), interval(s["quantiles"]["p90"]), f"{w['prefill_tokens_per_s'][n]:.0f}"]
             for n, s in w["ttft_ms"].items()]
 
 
 def tpot_rows(w: dict) -> list[list[str]]:
     q = w["tpot_ms"]["quantiles"]
     tok = w["decode_tokens_per_s"]
-    return [[name, _ms(q[name])] for name in ("p50", "p90", "p99") if name in q] + [
+    return [[name, interval(q[name])] for name in ("p50", "p90", "p99") if name in q] + [
         ["decode tokens/s", f"{tok['point']:.0f} [{tok['lower']:.0f}, {tok['upper'] or float('inf'):.0f}]"]]
 
 

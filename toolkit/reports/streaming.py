@@ -2,21 +2,21 @@
 
 from __future__ import annotations
 
-from tapeout.reports.generation import _ms
+from tapeout.reports.generation import interval
 
 
 def one_line(w: dict) -> str:
     """The terminal's line: chunk time, real-time factor, deadline misses, drift."""
     q = w["chunk_ms"]["quantiles"]
     rtf, dl = w["real_time_factor"], w["deadline"]
-    return (f"stream: chunk p50 {_ms(q['p50'])} p99 {q['p99']['point']:.3f} ms · real-time factor {rtf['median']:.3f} "
+    return (f"stream: chunk p50 {interval(q['p50'])} p99 {q['p99']['point']:.3f} ms · real-time factor {rtf['median']:.3f} "
             f"(slowest stream {rtf['slowest']:.3f}) · {dl['misses']}/{dl['chunks']} chunks over {dl['deadline_ms']:g} ms"
             f" · max |Δ| vs reference {w['drift']['max_abs_error']:.2e} over {w['drift']['chunks']} chunks")
 
 
 def chunk_rows(w: dict) -> list[list[str]]:
     q, rtf, dl = w["chunk_ms"]["quantiles"], w["real_time_factor"], w["deadline"]
-    return [[name, _ms(q[name])] for name in ("p50", "p90", "p99") if name in q] + [
+    return [[name, interval(q[name])] for name in ("p50", "p90", "p99") if name in q] + [
         ["real-time factor (median, fastest–slowest stream)",
          f"{rtf['median']:.4f} [{rtf['fastest']:.4f}, {rtf['slowest']:.4f}] over {rtf['streams']} streams"],
         [f"chunks over the {dl['deadline_ms']:g} ms deadline", f"{dl['misses']} of {dl['chunks']} ({dl['share']:.2%})"]]

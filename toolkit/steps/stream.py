@@ -91,17 +91,17 @@ class Stream(Step):
                 state.stream = None
                 return f"the build's workload is {'forward' if opened is None else opened[0].kind}"
             workload, _, path = opened
+            data = streaming.StreamData.load(path)
         else:
             workload = setup.project.workload
             if workload.kind != "stream":
                 state.stream = None
                 return f"the project's workload is {workload.kind}"
-            made, source = make_stream_data(state)
+            data, source = make_stream_data(state)
             path = state.out / streaming.WORKLOAD_FILE
-            made.save(path)
+            data.save(path)
             state.ui.note(f"stream: {workload.chunks} chunks of {workload.deadline_ms:g} ms from {source}, state "
                           f"{', '.join(f'{o} → {i}' for i, o in workload.state.items())}")
-        data = streaming.StreamData.load(path)
         settings, artifact = state.settings, state.artifact
         base = {"target": artifact.target, "artifact_dir": str(artifact.directory), "main_file": artifact.main_file,
                 "options": setup.target.options.model_dump(mode="json"), **streaming.request_fields(workload, path)}
