@@ -185,3 +185,11 @@ def one_line_error(result: Result) -> str:
     lines = [ln for ln in result.err.splitlines() if ln.startswith("tapeout: error:")]
     assert len(lines) == 1, result.err
     return lines[0]
+
+
+def refused_build(tmp_path, project, *args) -> str:
+    """`tapeout build` of bad input: exit 2, no build dir left, one line (default profile cpu-fp32)."""
+    result = run_cli("build", project, "--out", tmp_path / "b", *(args or ("--profile", "cpu-fp32")))
+    assert result.code == 2, result.err + result.out
+    assert not (tmp_path / "b").exists()
+    return one_line_error(result)

@@ -9,7 +9,7 @@ import shutil
 import numpy as np
 import pytest
 
-from conftest import SAMPLES, one_line_error, run_cli
+from conftest import SAMPLES, one_line_error, refused_build, run_cli
 
 TINY = SAMPLES / "tiny-lm"
 
@@ -200,16 +200,9 @@ def _project(tmp_path, workload: str = "", model: str | None = None, source: str
     return project
 
 
-def _refused(tmp_path, project, *args) -> str:
-    result = run_cli("build", project, "--out", tmp_path / "b", *(args or ("--profile", "cpu-fp32")))
-    assert result.code == 2, result.err + result.out
-    assert not (tmp_path / "b").exists()
-    return one_line_error(result)
-
-
 def test_a_prompt_longer_than_the_context_is_refused(tmp_path):
     project = _project(tmp_path, 'kind = "generate"\nprompt_lengths = [120]\nnew_tokens = 32\nmax_context = 128')
-    line = _refused(tmp_path, project)
+    line = refused_build(tmp_path, project)
     assert "120 tokens + 32 new tokens = 152 is longer than max_context = 128" in line
 
 
@@ -217,14 +210,14 @@ def test_too_few_generations_to_bound_the_ttft_budget_is_refused(tmp_path):
     project = _project(tmp_path, 'kind = "generate"\nprompt_lengths = [16]\nmax_context = 128\ntrials = 3')
     profile = tmp_path / "ttft.toml"
     profile.write_text('extends = "cpu-fp32"\n[budgets]\nttft_ms = 5\n')
-    line = _refused(tmp_path, project, "--profile", profile)
+    line = refused_build(tmp_path, project, "--profile", profile)
     assert "[workload] trials × check.repeats = 9 cannot bound the p90 that ttft_ms is judged on" in line
     assert "at least 29 samples" in line
 
 
 def test_a_context_past_the_models_own_is_refused(tmp_path):
     project = _project(tmp_path, 'kind = "generate"\nprompt_lengths = [16]\nmax_context = 512')
-    line = _refused(tmp_path, project)
+    line = refused_build(tmp_path, project)
     assert "max_context = 512 is longer than the model's own context (128 tokens" in line
 
 
@@ -236,14 +229,14 @@ def test_a_kv_cache_that_cannot_fit_is_refused_before_building(tmp_path):
            "def build():\n    return Big()\n")
     project = _project(tmp_path, 'kind = "generate"\nprompt_lengths = [16]\nmax_context = 1000000',
                        model=big, source="big.py:build")
-    line = _refused(tmp_path, project)
+    line = refused_build(tmp_path, project)
     assert "the KV cache cannot fit" in line and "KV cache at max_context 1000000" in line and "GB >" in line
 
 
 def test_a_decoder_without_the_generation_signature_is_refused(tmp_path):
     plain = ("import torch\n\ndef build():\n    return torch.nn.Embedding(256, 8)\n")
     project = _project(tmp_path, model=plain, source="big.py:build")
-    line = _refused(tmp_path, project)
+    line = refused_build(tmp_path, project)
     assert "has no `generation` attribute" in line and "docs/workloads.md" in line
 
 
@@ -255,12 +248,12 @@ def test_a_decoder_without_the_generation_signature_is_refused(tmp_path):
     ('kind = "generate"\nprompt_lengths = [16]\nmax_context = 128\nnew_tokns = 3', "new_tokns"),
 ])
 def test_bad_workload_fields_are_one_line(tmp_path, text, expect):
-    line = _refused(tmp_path, _project(tmp_path, text))
+    line = refused_build(tmp_path, _project(tmp_path, text))
     assert expect in line and "tapeout.toml" in line
 
 
 def test_a_generate_workload_on_a_target_that_cannot_run_it_is_refused(tmp_path):
-    line = _refused(tmp_path, _project(tmp_path), "--profile", "openvino-cpu")
+    line = refused_build(tmp_path, _project(tmp_path), "--profile", "openvino-cpu")
     assert "target 'openvino' (profile openvino-cpu) cannot run a generate workload" in line
     assert 'kind = \\"forward\\"' in line or 'kind = "forward"' in line
 
@@ -268,6 +261,6 @@ def test_a_generate_workload_on_a_target_that_cannot_run_it_is_refused(tmp_path)
 def test_an_onnx_source_cannot_be_generated(tmp_path):
     project = _project(tmp_path, source="model.onnx")
     (project / "model.onnx").write_bytes(b"")
-    line = _refused(tmp_path, project)
+    line = refused_build(tmp_path, project)
     assert "is ONNX" in line and "torch decoder" in line
 

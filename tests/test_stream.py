@@ -12,7 +12,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from conftest import SAMPLES, one_line_error, run_cli
+from conftest import SAMPLES, one_line_error, refused_build, run_cli
 from tapeout.measurement import streaming
 
 VAD = SAMPLES / "speech-vad"
@@ -230,35 +230,28 @@ def test_state_drift_on_the_htp_that_a_cpu_ep_evaluation_cannot_see_fails_the_st
 
 # ---------------------------------------------------------------- bad input: one line, exit 2, no build dir
 
-def _refused(tmp_path, project, *args) -> str:
-    result = run_cli("build", project, "--out", tmp_path / "b", *(args or ("--profile", "cpu-fp32")))
-    assert result.code == 2, result.err + result.out
-    assert not (tmp_path / "b").exists()
-    return one_line_error(result)
-
-
 def test_a_state_input_with_no_output_mapped_to_it_is_refused(tmp_path):
     project = _project(tmp_path, {'state = { context = "context_out", h = "h_out" }': 'state = { h = "h_out" }'})
-    line = _refused(tmp_path, project)
+    line = refused_build(tmp_path, project)
     assert "input(s) ['context'] are neither the streamed chunk ('audio'), state nor constant" in line
     assert 'context = \\"context_out\\"' in line or 'context = "context_out"' in line
 
 
 def test_a_state_mapped_to_an_output_the_model_does_not_name_is_refused(tmp_path):
     project = _project(tmp_path, {'h = "h_out"': 'h = "hidden"'})
-    line = _refused(tmp_path, project)
+    line = refused_build(tmp_path, project)
     assert "'hidden' is not among [model] outputs" in line
 
 
 def test_a_state_fed_from_an_output_of_another_shape_is_refused_before_building(tmp_path):
     project = _project(tmp_path, {'state = { context = "context_out", h = "h_out" }':
                                   'state = { context = "h_out", h = "context_out" }'})
-    line = _refused(tmp_path, project)
+    line = refused_build(tmp_path, project)
     assert "output 'h_out' is [1, 1, 48] and input 'context' is [1, 256]" in line
 
 
 def test_a_stream_on_a_target_that_cannot_run_it_is_refused(tmp_path):
-    line = _refused(tmp_path, _project(tmp_path), "--profile", "tensorrt-fp16")
+    line = refused_build(tmp_path, _project(tmp_path), "--profile", "tensorrt-fp16")
     assert "target 'tensorrt' (profile tensorrt-fp16) cannot run a stream workload" in line
     assert "onnxruntime" in line and "qnn" in line
 
@@ -266,7 +259,7 @@ def test_a_stream_on_a_target_that_cannot_run_it_is_refused(tmp_path):
 def test_too_few_chunks_to_bound_the_p99_is_refused(tmp_path):
     project = _project(tmp_path, {"chunks = 100": "chunks = 10\ntrials = 2"})
     profile = _profile(tmp_path, "cpu-fp32", "chunk_p99_ms = 5", "p99")
-    line = _refused(tmp_path, project, "--profile", profile)
+    line = refused_build(tmp_path, project, "--profile", profile)
     assert "chunks × trials × check.repeats = 40 cannot bound the p99" in line
 
 
@@ -280,11 +273,11 @@ def test_too_few_chunks_to_bound_the_p99_is_refused(tmp_path):
     ({'kind = "stream"': 'kind = "stream"\nchunk_input = "h"'}, "chunk_input 'h' is state or constant"),
 ])
 def test_bad_stream_fields_are_one_line(tmp_path, replace, expect):
-    line = _refused(tmp_path, _project(tmp_path, replace))
+    line = refused_build(tmp_path, _project(tmp_path, replace))
     assert expect in line and "tapeout.toml" in line
 
 
 def test_a_golden_stream_shorter_than_the_workload_is_one_line_and_no_build_dir(tmp_path):
     project = _project(tmp_path, {"chunks = 100": "chunks = 500"})
-    line = _refused(tmp_path, project)
+    line = refused_build(tmp_path, project)
     assert "[workload] stream audio.py:golden gave 100 chunks; chunks = 500" in line

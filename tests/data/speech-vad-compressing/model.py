@@ -1,17 +1,8 @@
-"""tests/test_stream.py: speech-vad as first trained, with a sign·log1p (mu-law-like) compression in front of its
-convolutions. On the QNN HTP emulator at A16W8 that front end loses the audio when the state is zero, and the carried
-GRU state locks into silence: the streamed probability is off by 0.99 while a CPU-EP evaluation of the same QDQ model
-sees no accuracy loss. Kept to prove the stream budget catches it.
-
-A streaming voice-activity detector: 32 ms of 16 kHz audio in, the probability that it is speech out, with
-the state a streaming deployment carries between calls (as real VADs export, e.g. Silero's): the last 256
-samples of audio, so the convolutions see across the chunk boundary, and the GRU's hidden state.
-
-    audio [1, 512], context [1, 256], h [1, 1, 48] -> probability [1, 1], context_out [1, 256], h_out [1, 1, 48]
-
-Front end: two strided Conv1d layers over context + audio (a learned filterbank), then a GRU over the frames and
-a linear head on its last step. Trained by train.py on synthetic speech and noise (audio.py).
-"""
+"""tests/test_stream.py: samples/speech-vad (see its model.py for the model, its state and its training) as first
+trained, with a sign·log1p (mu-law-like) compression in front of its convolutions. On the QNN HTP emulator at A16W8
+that front end loses the audio when the state is zero, and the carried GRU state locks into silence: the streamed
+probability is off by 0.99 while a CPU-EP evaluation of the same QDQ model sees no accuracy loss. Kept, frozen
+with its weights, to prove the stream budget catches it."""
 
 from pathlib import Path
 
