@@ -34,11 +34,19 @@ FIX_SIGNATURE = ("follow the generation signature in the docs (docs/workloads.md
                  "(logits, *present) and module.generation = {layers, kv_heads, head_dim, vocab, max_context}")
 
 
+def decoder_of(module, source: str):
+    """The decoder in the generation signature: a user module as it is; a Hugging Face causal LM wrapped around
+    transformers' cache (exporters/hf.py)."""
+    if not getattr(module, "hugging_face", False):
+        return module
+    from tapeout.exporters import hf
+
+    return hf.decoder(module.inner, source)
+
+
 def layout_of(module, workload: GenerateWorkload, source: str) -> CacheLayout:
     """The decoder's cache layout from its `generation` attribute (a user module) or its config (Hugging Face)."""
     config = getattr(module, "generation", None)
-    if config is None and getattr(module, "is_hf_decoder", False):
-        config = module.layout_config()
     if not isinstance(config, dict):
         raise BadInput(f"[model] source {source} has no `generation` attribute: a generate workload needs a decoder "
                        "that carries its KV cache", fix=FIX_SIGNATURE)

@@ -35,6 +35,8 @@ def load(directory: Path, input_names: list[str], output_names: list[str] | None
     class HuggingFaceOutputs(torch.nn.Module):
         """Positional tensors in, the model's main output tensor out (logits, else last_hidden_state)."""
 
+        hugging_face = True  # a generate workload wraps `inner` with its cache instead (decoder() below)
+
         def __init__(self, inner, names: list[str]):
             super().__init__()
             self.inner = inner
@@ -46,10 +48,11 @@ def load(directory: Path, input_names: list[str], output_names: list[str] | None
             return out.logits if getattr(out, "logits", None) is not None else out.last_hidden_state
 
     weights = sorted(directory.glob("*.safetensors")) or sorted(directory.glob("*.bin"))
+    module = HuggingFaceOutputs(model, input_names).eval()
     return LoadedModel(
         "torch",
         f"Hugging Face {model.config.model_type} ({type(model).__name__}) from {directory}",
-        module=HuggingFaceOutputs(model, input_names).eval(),
+        module=module,
         output_names=output_names,
         weights_sha256=state_dict_sha256(model),
         files=[directory / "config.json", *weights],
@@ -75,3 +78,61 @@ def model_class_for(directory: Path, transformers) -> tuple[type, str]:
         return transformers.AutoModel, (f"config.json names {architectures}, which this transformers "
                                         f"{transformers.__version__} does not have: loaded the bare model without its head")
     return transformers.AutoModel, "config.json names no architecture: loaded the bare model (no task head)"
+
+
+CONTEXT_KEYS = ("max_position_embeddings", "n_positions")  # Llama/Qwen/Phi/Gemma; GPT-2
+
+
+def decoder(model, source: str):
+    """A Hugging Face causal LM in tapeout's generation signature (exporters/generation.py): forward(input_ids,
+    *past) -> (logits, *present) around transformers' own DynamicCache, forward(input_ids) -> logits, and the
+    cache layout from the config (GQA's key/value heads kept)."""
+    import inspect
+
+    import torch
+    from transformers import DynamicCache
+
+    config = model.config
+    # transformers 5.x renamed `past_key_values` to `cache` (the old name warns until it goes in 5.40)
+    cache_arg = "cache" if "cache" in inspect.signature(model.forward).parameters else "past_key_values"
+    if not hasattr(model, "lm_head") and not type(model).__name__.endswith(("ForCausalLM", "LMHeadModel")):
+        raise BadInput(f"[model] source {source} loads as {type(model).__name__}, not a causal LM: a generate workload "
+                       "decodes from the language-model head's logits",
+                       fix="name a …ForCausalLM class in config.json `architectures`, or use [workload] kind = \"forward\"")
+    text = config.get_text_config() if hasattr(config, "get_text_config") else config
+    heads = getattr(text, "num_attention_heads", None) or getattr(text, "n_head", None)
+    width = getattr(text, "hidden_size", None) or getattr(text, "n_embd", None)
+    layout = {
+        "layers": getattr(text, "num_hidden_layers", None) or getattr(text, "n_layer", None),
+        "kv_heads": getattr(text, "num_key_value_heads", None) or heads,
+        "head_dim": getattr(text, "head_dim", None) or (width // heads if width and heads else None),
+        "vocab": getattr(text, "vocab_size", None),
+        "max_context": next((getattr(text, k) for k in CONTEXT_KEYS if isinstance(getattr(text, k, None), int)), None),
+    }
+
+    class HuggingFaceDecoder(torch.nn.Module):
+        """The causal LM with its KV cache as tensors: past → DynamicCache → the model → present, positions
+        past_len … past_len + seq - 1 (the causal mask transformers derives from them)."""
+
+        def __init__(self, inner) -> None:
+            super().__init__()
+            self.inner = inner
+            self.config = inner.config  # the model_type and architectures back the graph's family evidence
+            self.generation = layout
+
+        def forward(self, input_ids, *past):
+            if not past:
+                return self.inner(input_ids=input_ids, use_cache=False, return_dict=True).logits
+            cache = DynamicCache()
+            for layer in range(len(past) // 2):
+                cache.update(past[2 * layer], past[2 * layer + 1], layer)
+            start = past[0].shape[2]
+            positions = torch.arange(start, start + input_ids.shape[1], device=input_ids.device)
+            out = self.inner(input_ids=input_ids, position_ids=positions.unsqueeze(0).expand(input_ids.shape[0], -1),
+                             use_cache=True, return_dict=True, **{cache_arg: cache})
+            present = []
+            for layer in getattr(out, cache_arg).layers:
+                present += [layer.keys, layer.values]
+            return (out.logits, *present)
+
+    return HuggingFaceDecoder(model).eval()

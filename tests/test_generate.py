@@ -184,6 +184,100 @@ def test_greedy_through_the_cache_is_the_plain_forwards_greedy(tmp_path):
     assert decode(Forgetful(session._run, layout)).tolist() != expected.tolist()
 
 
+# ---------------------------------------------------------------- Hugging Face causal LMs
+
+HF_PROJECT = """[model]
+source = "hf"
+outputs = ["logits"]
+
+[[inputs]]
+name = "input_ids"
+shape = ["batch", 64]
+dtype = "int64"
+
+[dims]
+batch = 1
+
+[workload]
+kind = "generate"
+prompt_lengths = [8, 24]
+new_tokens = 16
+max_context = {context}
+agreement_prompts = 4
+trials = 3
+"""
+FAST_GENERATE = 'extends = "{base}"\n[check]\niterations = 30\nrepeats = 1\nwarmup_min_s = 0.05\nop_profile = false\n'
+
+
+def _hf_project(tmp_path, family: str, context: int = 64):
+    import zoo_models
+
+    project = tmp_path / family
+    project.mkdir()
+    zoo_models.save_hf(family, project / "hf")
+    (project / "tapeout.toml").write_text(HF_PROJECT.format(context=context))
+    return project
+
+
+def _fast(tmp_path, base: str):
+    profile = tmp_path / f"fast-{base}.toml"
+    profile.write_text(FAST_GENERATE.format(base=base))
+    return profile
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(("family", "kv_heads"), [("llama", 2), ("gpt2", 2), ("qwen3", 2)])
+def test_a_hugging_face_causal_lm_generates_through_its_cache(tmp_path, family, kv_heads):
+    """Llama (GQA, rotary), GPT-2 (learned positions, Conv1D) and Qwen3 (q/k norms) directories: exported around
+    transformers' DynamicCache, verified by greedy decoding against the plain forward, decoded on ORT CPU with
+    every greedy token of the torch model reproduced."""
+    project = _hf_project(tmp_path, family)
+    out = tmp_path / "b"
+    result = run_cli("build", project, "--profile", _fast(tmp_path, "cpu-fp32"), "--out", out, "--json")
+    assert result.code == 0, result.err + result.out
+    report = result.json()
+    verified = report["export"]["generation"]
+    assert verified["prompts"] == 3 and verified["tokens_per_prompt"] == 16 and verified["max_abs_logit_diff"] < 1e-3
+    workload = report["workload"]
+    assert workload["agreement"]["share"] == 1.0 and workload["agreement"]["prompts"] == 4
+    assert workload["layout"]["kv_heads"] == kv_heads and workload["layout"]["layers"] == 2
+    assert report["analysis"]["families"][0]["family"] == "decoder-llm"
+
+
+@pytest.mark.slow
+def test_int4_quantizes_every_projection_of_a_gqa_decoder(tmp_path):
+    """Through the cache and GQA's repeated key/value heads, the key and value projections are still found (and
+    INT4), and the LM head behind the last-position slice is found (and kept float by the rule)."""
+    import onnx
+
+    project = _hf_project(tmp_path, "llama")
+    out = tmp_path / "b"
+    result = run_cli("build", project, "--profile", _fast(tmp_path, "cpu-int4"), "--out", out, "--json")
+    assert result.code == 0, result.err + result.out
+    groups = result.json()["quantization"]["plan"]["groups"]
+    assert {g["role"] for g in groups if g["precision"] == "fp32"} == {"embedding", "lm_head"}
+    qkv = [g for g in groups if g["role"] == "attn_qkv"]
+    assert len(qkv) == 2 and all(len(g["nodes"]) == 3 and g["precision"] == "int4" for g in qkv)
+    artifact = onnx.load(out / "artifact" / "model.onnx")
+    assert sum(n.op_type == "MatMulNBits" for n in artifact.graph.node) == 2 * 7
+
+
+def test_a_hugging_face_model_that_is_not_a_causal_lm_cannot_generate(tmp_path):
+    import zoo_models
+
+    project = tmp_path / "p"
+    project.mkdir()
+    zoo_models.save_hf("distilbert", project / "hf")
+    (project / "tapeout.toml").write_text(HF_PROJECT.format(context=64))
+    line = refused_build(tmp_path, project)
+    assert "loads as DistilBertForSequenceClassification, not a causal LM" in line and "ForCausalLM" in line
+
+
+def test_a_context_past_a_hugging_face_models_positions_is_refused(tmp_path):
+    line = refused_build(tmp_path, _hf_project(tmp_path, "gpt2", context=100))
+    assert "max_context = 100 is longer than the model's own context (64 tokens" in line
+
+
 # ---------------------------------------------------------------- bad input: one line, exit 2, no build dir
 
 def _project(tmp_path, workload: str = "", model: str | None = None, source: str = "model.py:build"):

@@ -18,7 +18,9 @@ from tapeout.graph.analysis import FamilyScore, FusionGroup, NodeCost
 
 _SCORE_PATH = {"Add", "Where", "Mul", "Div", "Cast", "Sub", "Softcap", "Tanh"}
 _SHAPE_OPS = {"Transpose", "Reshape", "Squeeze", "Unsqueeze", "Flatten", "Cast", "Identity"}
-_PROJ_PATH = _SHAPE_OPS | {"Mul", "Div", "Add", "Slice", "Concat", "Neg", "Split", "Gather", "RotaryEmbedding"}
+# rotary (Mul/Add/Neg/Slice/Concat), the cache (Concat with past), GQA's repeated key/value heads (Expand, Tile)
+_PROJ_PATH = _SHAPE_OPS | {"Mul", "Div", "Add", "Slice", "Concat", "Neg", "Split", "Gather", "RotaryEmbedding",
+                           "Expand", "Tile"}
 _ACTIVATIONS = {"Relu", "Gelu", "FastGelu", "BiasGelu", "Sigmoid", "Tanh", "Clip", "LeakyRelu", "HardSwish",
                 "HardSigmoid", "Erf", "Silu", "Swish", "Mish", "Softplus"}
 _NORM_OPS = {"LayerNormalization", "SimplifiedLayerNormalization", "SkipLayerNormalization",
@@ -265,8 +267,8 @@ def detect(view, hints: dict, costs: dict[str, NodeCost]) -> Detected:
     macs_all = max(1, sum(costs[n.name].flops for n in [*weighted, *recurrent]) // 2)
 
     # Heads: the weighted node that feeds a graph output through reshapes, a bias or a scale only.
-    def head_path(n) -> bool:
-        return n.op_type in _SHAPE_OPS or (n.op_type in ("Add", "Mul", "Div", "Softcap")
+    def head_path(n) -> bool:  # Slice/Gather: the last position's logits, all a generation graph returns
+        return n.op_type in _SHAPE_OPS | {"Slice", "Gather"} or (n.op_type in ("Add", "Mul", "Div", "Softcap")
                                            and any(view.is_const(t) for t in n.input))
 
     ends = list(view.outputs)

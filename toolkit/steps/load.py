@@ -53,9 +53,9 @@ class Load(Step):
         if state.setup.profile.pruning is not None:
             raise BadInput("[pruning] does not run on a generate workload yet (it prunes one forward call)",
                            fix="remove [pruning] from the profile, or use [workload] kind = \"forward\"")
-        layout = generation.layout_of(loaded.module, project.workload, project.model.source)
-        fits(state, loaded.module, layout)
-        decoder = loaded.module
+        decoder = generation.decoder_of(loaded.module, project.model.source)
+        layout = generation.layout_of(decoder, project.workload, project.model.source)
+        fits(state, decoder, layout)
         loaded = dataclasses.replace(loaded, module=generation.cache_graph(decoder), output_names=layout.outputs())
         state.setup = dataclasses.replace(state.setup, project=generation.graph_project(project, layout))
         state.ui.note(f"generate: {layout.layers} layers, {layout.kv_heads} KV heads × {layout.head_dim}, vocabulary "
