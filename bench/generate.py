@@ -1,18 +1,21 @@
 """Generation benchmark: tapeout's generate builds against torch eager on the same model, prompt and lengths.
 
-    python bench/generate.py [--prompt 64] [--new 64] [--trials 5] [--repeats 3] [--skip-build]
+    python bench/generate.py [--sample tiny-lm|llama-40m] [--prompt N] [--new N] [--trials 5] [--repeats 3]
+                             [--skip-build]
 
 Rows, each from fresh processes (`--repeats` of them), 2 threads:
-  - tapeout: `tapeout build samples/tiny-lm --profile cpu-fp32 | cpu-int8 | cpu-int4` with [workload] set to
-    one prompt length (--prompt) and --new new tokens; the figures are the build's own report (TTFT and TPOT
-    medians over all processes, with their 95 % order-statistic bounds; decode tok/s; peak RSS);
-  - torch eager FP32: the same tiny-lm decoder and its own KV cache (forward(input_ids, *past)), greedy, in a
-    fresh interpreter with torch.set_num_threads(2), timed the same way (prefill + argmax; each decode step).
+  - tapeout: `tapeout build samples/<sample> --profile` cpu-fp32, cpu-int8, cpu-int4 (ONNX Runtime, the cache
+    bound in its buffers), openvino-cpu, openvino-cpu-int4 (OpenVINO's stateful model) with [workload] set to one
+    prompt length (--prompt) and --new new tokens; the figures are the build's own report (TTFT and TPOT medians
+    over all processes, with their 95 % order-statistic bounds; decode tok/s; peak RSS);
+  - torch eager FP32: the same decoder and its own KV cache (tiny-lm: forward(input_ids, *past); llama-40m:
+    transformers' LlamaForCausalLM with its DynamicCache), greedy, in a fresh interpreter with
+    torch.set_num_threads(2), timed the same way (prefill + argmax; each decode step).
 Decode roofline: bytes read per decode step (the artifact's weights + the KV cache at the mean decoded position)
 over the copy bandwidth this host measures (core.host_speed), and TPOT p50 as a multiple of it.
 
-Not here yet (see the issue's note): the Llama-style 40 M HF model, ONNX Runtime GenAI's model builder and
-OpenVINO GenAI rows, and OpenVINO builds: tapeout's generate export takes user decoders (tiny-lm) so far.
+Defaults: tiny-lm at prompt 64 + 64 new; llama-40m at the issue's prompt 128 + 128 new.
+Not here yet (see the issue's note): ONNX Runtime GenAI's model builder and OpenVINO GenAI rows.
 """
 
 from __future__ import annotations
@@ -29,32 +32,53 @@ import numpy as np
 
 REPO = Path(__file__).resolve().parents[1]
 OUT = REPO / "bench" / "builds" / "generate"
-PROFILES = ("cpu-fp32", "cpu-int8", "cpu-int4")
+PROFILES = ("cpu-fp32", "cpu-int8", "cpu-int4", "openvino-cpu", "openvino-cpu-int4")
+DEFAULTS = {"tiny-lm": (64, 64), "llama-40m": (128, 128)}  # prompt, new tokens
 
 TORCH_LOOP = r"""
 import json, sys, time
 import numpy as np, torch
 torch.set_num_threads(2)
 sys.path.insert(0, sys.argv[1])
-t0 = time.perf_counter()
-import model as tiny
-decoder = tiny.build()
+import model as sample
 prompt_len, new, trials = int(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4])
-text = np.frombuffer(open(sys.argv[1] + "/data/heldout.txt", "rb").read(), dtype=np.uint8).astype(np.int64)
-ids = torch.from_numpy(text[None, :prompt_len].copy())
-empty = [torch.zeros(1, decoder.generation["kv_heads"], 0, decoder.generation["head_dim"])
-         for _ in range(2 * decoder.generation["layers"])]
+if hasattr(sample, "directory"):  # a Hugging Face directory: transformers' own model and cache
+    import transformers
+    decoder = transformers.AutoModelForCausalLM.from_pretrained(sample.directory()).eval()
+    ids = torch.from_numpy(np.random.default_rng(0).integers(0, decoder.config.vocab_size, (1, prompt_len)))
+
+    def first_call(ids):
+        out = decoder(input_ids=ids, use_cache=True)
+        return out.logits, out.cache
+
+    def next_call(token, cache):
+        out = decoder(input_ids=token, cache=cache, use_cache=True)
+        return out.logits, out.cache
+else:  # tiny-lm: forward(input_ids, *past) -> (logits, *present)
+    decoder = sample.build()
+    text = np.frombuffer(open(sys.argv[1] + "/data/heldout.txt", "rb").read(), dtype=np.uint8).astype(np.int64)
+    ids = torch.from_numpy(text[None, :prompt_len].copy())
+    empty = [torch.zeros(1, decoder.generation["kv_heads"], 0, decoder.generation["head_dim"])
+             for _ in range(2 * decoder.generation["layers"])]
+
+    def first_call(ids):
+        logits, *past = decoder(ids, *empty)
+        return logits, past
+
+    def next_call(token, past):
+        logits, *past = decoder(token, *past)
+        return logits, past
 ttft, tpot = [], []
 with torch.inference_mode():
     for trial in range(trials + 1):
         s = time.perf_counter()
-        logits, *past = decoder(ids, *empty)
+        logits, past = first_call(ids)
         token = logits[:, -1:].argmax(-1)
         first = time.perf_counter() - s
         steps = []
         for _ in range(new - 1):
             s = time.perf_counter()
-            logits, *past = decoder(token, *past)
+            logits, past = next_call(token, past)
             token = logits[:, -1:].argmax(-1)
             steps.append(time.perf_counter() - s)
         if trial:
@@ -62,19 +86,25 @@ with torch.inference_mode():
             tpot += [x * 1e3 for x in steps]
 peak = next(int(l.split()[1]) for l in open("/proc/self/status") if l.startswith("VmHWM")) / 1024
 params = sum(p.numel() for p in decoder.parameters())
-print(json.dumps({"ttft_ms": ttft, "tpot_ms": tpot, "peak_rss_mb": peak, "weights_bytes": 4 * params}))
+print(json.dumps({"ttft_ms": ttft, "tpot_ms": tpot, "peak_rss_mb": peak, "weights_bytes": 4 * params,
+                  "params": params}))
 """
 
 
-def project(prompt: int, new: int, trials: int) -> Path:
-    folder = OUT / "tiny-lm"
+def project(sample: str, prompt: int, new: int, trials: int) -> Path:
+    import re
+
+    folder = OUT / sample
     if folder.exists():
         shutil.rmtree(folder)
-    shutil.copytree(REPO / "samples" / "tiny-lm", folder, ignore=shutil.ignore_patterns("build", "__pycache__"))
+    # the llama sample's hf/ (written by its model.py) is made again in the copy: same config, same seed
+    shutil.copytree(REPO / "samples" / sample, folder, ignore=shutil.ignore_patterns("build", "__pycache__", "hf"))
     text = (folder / "tapeout.toml").read_text()
-    text = text.replace("prompt_lengths = [16, 64]", f"prompt_lengths = [{prompt}]")
-    text = text.replace("new_tokens = 32", f"new_tokens = {new}\ntrials = {trials}")
-    (folder / "tapeout.toml").write_text(text)
+    text = re.sub(r"prompt_lengths = \[[^]]*\]", f"prompt_lengths = [{prompt}]", text)
+    text = re.sub(r"new_tokens = \d+", f"new_tokens = {new}", text)
+    text = re.sub(r"\ntrials = \d+.*", "", text)
+    text = re.sub(r"max_context = \d+", lambda m: f"max_context = {max(int(m.group(0).split()[-1]), prompt + new)}", text)
+    (folder / "tapeout.toml").write_text(text.replace("[workload]\n", f"[workload]\ntrials = {trials}\n"))
     return folder
 
 
@@ -82,7 +112,7 @@ def build(folder: Path, profile: str, repeats: int) -> dict:
     spec = OUT / f"{profile}.toml"
     spec.write_text(f'extends = "{profile}"\n[options]\nthreads = 2\n[check]\nrepeats = {repeats}\niterations = 100\n'
                     "op_profile = false\n")
-    out = OUT / profile
+    out = OUT / f"{folder.name}-{profile}"
     result = subprocess.run([sys.executable, "-m", "tapeout", "build", str(folder), "--profile", str(spec),
                              "--out", str(out), "--json"], capture_output=True, text=True)
     if result.returncode not in (0, 1):
@@ -105,9 +135,10 @@ def torch_row(folder: Path, prompt: int, new: int, trials: int, repeats: int) ->
         runs.append(json.loads(done.stdout.strip().splitlines()[-1]))
     ttft = np.concatenate([r["ttft_ms"] for r in runs])
     tpot = np.concatenate([r["tpot_ms"] for r in runs])
-    return {"name": "torch eager FP32 (own KV cache)", "ttft": bounds(ttft), "tpot": bounds(tpot),
+    return {"name": "torch eager FP32 (its own KV cache)", "ttft": bounds(ttft), "tpot": bounds(tpot),
             "tpot_p50": float(np.median(tpot)), "tok_s": 1e3 / float(np.median(tpot)),
-            "peak": max(r["peak_rss_mb"] for r in runs), "weights_bytes": runs[0]["weights_bytes"]}
+            "peak": max(r["peak_rss_mb"] for r in runs), "weights_bytes": runs[0]["weights_bytes"],
+            "params": runs[0]["params"]}
 
 
 def tapeout_row(report: dict, prompt: int) -> dict:
@@ -125,21 +156,25 @@ def tapeout_row(report: dict, prompt: int) -> dict:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--prompt", type=int, default=64)
-    parser.add_argument("--new", type=int, default=64)
+    parser.add_argument("--sample", choices=sorted(DEFAULTS), default="tiny-lm")
+    parser.add_argument("--prompt", type=int, help="default: 64 (tiny-lm), 128 (llama-40m)")
+    parser.add_argument("--new", type=int, help="default: 64 (tiny-lm), 128 (llama-40m)")
     parser.add_argument("--trials", type=int, default=5)
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--skip-build", action="store_true", help="reuse the builds under bench/builds/generate")
     args = parser.parse_args()
+    args.prompt = args.prompt or DEFAULTS[args.sample][0]
+    args.new = args.new or DEFAULTS[args.sample][1]
     from tapeout.core.decoding import CacheLayout
     from tapeout.core.host import cpu_info
     from tapeout.core.host_speed import host_state
 
     OUT.mkdir(parents=True, exist_ok=True)
-    folder = project(args.prompt, args.new, args.trials) if not args.skip_build else OUT / "tiny-lm"
+    folder = project(args.sample, args.prompt, args.new, args.trials) if not args.skip_build else OUT / args.sample
     rows = []
     for profile in PROFILES:
-        report = (json.loads((OUT / profile / "report.json").read_text()) if args.skip_build
+        print(f"building {args.sample} for {profile} …", file=sys.stderr, flush=True)
+        report = (json.loads((OUT / f"{args.sample}-{profile}" / "report.json").read_text()) if args.skip_build
                   else build(folder, profile, args.repeats))
         rows.append(tapeout_row(report, args.prompt))
     layout = CacheLayout.from_json(report["workload"]["layout"])
@@ -147,7 +182,8 @@ def main() -> None:
     state = host_state()
     mean_position = args.prompt + args.new / 2
     cpu, flags = cpu_info()
-    print(f"tiny-lm (1.9 M parameters), prompt {args.prompt}, {args.new} new tokens, batch 1, 2 threads, "
+    params = rows[-1].pop("params", 0)
+    print(f"{args.sample} ({params / 1e6:.1f} M parameters), prompt {args.prompt}, {args.new} new tokens, batch 1, 2 threads, "
           f"{args.repeats} fresh processes × {args.trials} generations per row")
     print(f"host: {cpu} ({platform.machine()}), flags: {' '.join(sorted(flags))}")
     print(f"copy bandwidth {state['bandwidth_gbs']:.1f} GB/s (range {state['bandwidth_gbs_range'][0]:.1f}–"

@@ -31,6 +31,7 @@ class Rule:
     keep_ops: frozenset[str] = frozenset()   # op types kept float wherever they are (FP16 rules)
     keep_ops_why: str = ""                   # why, for the groups whose weighted node is one of them
     options: Mapping[str, str | None] = field(default_factory=dict)  # what the method takes from the rule
+    start: Mapping[str, tuple[str, str]] = field(default_factory=dict)  # role -> (the rung it starts at, why)
 
 
 _KEEP_TRANSFORMER = {
@@ -45,6 +46,13 @@ _KEEP_CNN = {
     "recurrent_cell": "static QDQ has no LSTM/GRU kernel in ORT: the recurrence stays float",
 }
 
+# The LM head is a vocabulary-sized matmul that every decode step reads whole: in FP32 it was the largest
+# single cost of decode on samples/llama-40m (32 000 × 512, 65 MB a token; ORT profile on the build host,
+# 2 threads: MatMul ~2 ms of a 4.1 ms step). Its logits are the most sensitive output, so 8 bits, not 4
+# (NNCF's INT4 default keeps the last layer at 8 bits too); the sensitivity loop can still move it to FP32.
+_LM_HEAD_8BIT = ("LM head: 8-bit block-wise weights (MatMulNBits, 8 bits): a vocabulary-sized matmul read whole every "
+                 "decode step, too sensitive for 4 bits")
+
 # (family, precision) for the CPU target. INT8 on transformers is dynamic (ORT's recommendation and
 # measured best here: activations quantized per inference avoid calibrating outlier ranges); CNNs
 # are static QDQ with calibrated activations (dynamic ConvInteger is slower than FP32 on convnets).
@@ -53,7 +61,8 @@ CPU_RULES: dict[tuple[str, str], Rule] = {
                                           why="the six Linear layers per block, per-channel weights, activations per inference"),
     ("decoder-llm", "int8"): Rule("dynamic", LINEARS, _KEEP_TRANSFORMER, why="Linear layers dynamic INT8; lm_head, embeddings float"),
     ("decoder-llm", "int4"): Rule("weight-only", LINEARS, _KEEP_TRANSFORMER,
-                                  why="INT4 block-wise weight-only (MatMulNBits): decode is memory-bound (research §2.4)"),
+                                  why="INT4 block-wise weight-only (MatMulNBits): decode is memory-bound (research §2.4)",
+                                  start={"lm_head": ("int8-weight", _LM_HEAD_8BIT)}),
     ("transformer-encoder", "int4"): Rule("weight-only", LINEARS, _KEEP_TRANSFORMER, why="INT4 block-wise weight-only on the Linear layers"),
     ("cnn", "int8"): Rule("static", frozenset({"conv", "depthwise_conv", "linear"}), _KEEP_CNN,
                           why="static QDQ, per-channel weights, calibrated per-tensor activations"),
@@ -300,6 +309,9 @@ def first_plan(analysis: Analysis, target: str, caps: Capabilities, precision: s
                                     "does not reach into If/Loop/Scan bodies (dynamic INT8 does)"))
         elif rule.keep_ops_why and {analysis.op_type(n) for n in g.weighted} & rule.keep_ops:
             groups.append(GroupPlan(g.name, g.role, g.weighted, FLOAT, rule.keep_ops_why))
+        elif g.role in rule.start and rule.start[g.role][0] in caps.precisions[precision]:
+            rung, why = rule.start[g.role]
+            groups.append(GroupPlan(g.name, g.role, g.weighted, rung, f"rule {family}/{target}/{precision}: {why}"))
         elif g.role in rule.quantize and g.role not in rule.keep:  # a rule's keep wins (FP16 recurrent cells)
             groups.append(GroupPlan(g.name, g.role, g.weighted, precision, f"rule {family}/{target}/{precision}: {rule.why}"))
         else:

@@ -76,7 +76,8 @@ BUILT_IN: dict[str, TargetInfo] = {
         capabilities=Capabilities(precisions={"int8": ("int8", "fp32"), "int4": ("int4", "int8-weight", "fp32"),
                                               "fp32": ("fp32",)}, rules="ov-integer",
                                   meters=("rss", "rapl"), op_profiler="OpenVINO PERF_COUNT (per-node real time)",
-                                  workloads=("forward", "stream")),
+                                  # generate: the stateful model (the cache in the plugin's state)
+                                  workloads=("forward", "generate", "stream")),
     ),
     "qnn": TargetInfo(
         name="qnn",

@@ -18,9 +18,10 @@ import numpy as np
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from tapeout.core.artifact import Artifact
+from tapeout.core.decoding import INPUT_IDS, CacheLayout
 from tapeout.core.errors import BadInput, TargetUnavailable, first_line, runtime_detail
 from tapeout.core.schemas import InputSpec
-from tapeout.targets.base import LintIssue, OpProfile, OpTime, Probe, Session, Target
+from tapeout.targets.base import CachedDecoder, LintIssue, OpProfile, OpTime, Probe, Session, Target
 
 ARTIFACT_FILE = "model.xml"
 CACHE_DIR = "ov_cache"  # beside artifact/ in the build dir, so the artifact's hashes stay fixed
@@ -81,19 +82,78 @@ def _config(options: Options) -> dict:
 
 
 class OvSession(Session):
-    def __init__(self, compiled):
-        self._compiled = compiled
-        self._request = compiled.create_infer_request()
-        self.input_names = [i.get_any_name() for i in compiled.inputs]
-        self.output_names = [o.get_any_name() for o in compiled.outputs]
+    """The artifact, compiled on first use: the plain model for single calls, or, for a generate workload, the
+    stateful one (`decoder`), so a generating process compiles only what it runs."""
+
+    def __init__(self, core, path: Path, device: str, config: dict):
+        self._core, self._path, self._device, self._config = core, path, device, config
+        self._model = _read(core, path)
+        self.input_names = [i.get_any_name() for i in self._model.inputs]
+        self.output_names = [o.get_any_name() for o in self._model.outputs]
+        self._compiled = self._request = None
+
+    def _compile(self, model):
+        try:
+            return self._core.compile_model(model, self._device, self._config)
+        except Exception as exc:
+            raise BadInput(f"OpenVINO could not compile {self._path} for {self._device}: {first_line(exc)}",
+                           detail=runtime_detail(exc), fix="rebuild the artifact with this OpenVINO version") from None
+
+    def _plain(self):
+        if self._compiled is None:
+            self._compiled = self._compile(str(self._path))  # by path: the blob cache (CACHE_DIR) applies
+            self._request = self._compiled.create_infer_request()
+        return self._compiled, self._request
 
     def _run(self, feeds: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
-        results = self._request.infer(feeds)
-        return {name: np.array(results[port]) for name, port in zip(self.output_names, self._compiled.outputs, strict=True)}
+        compiled, request = self._plain()
+        results = request.infer(feeds)
+        return {name: np.array(results[port]) for name, port in zip(self.output_names, compiled.outputs, strict=True)}
 
     def bind(self, feeds: dict[str, np.ndarray]):
-        request = self._request
+        _, request = self._plain()
         return lambda: request.infer(feeds, share_inputs=True, share_outputs=True)
+
+    def decoder(self, layout: CacheLayout) -> CachedDecoder:
+        return OvStatefulDecoder(self._compile(stateful(self._core.read_model(str(self._path)), layout)), layout)
+
+
+def stateful(model, layout: CacheLayout):
+    """The cache graph as OpenVINO's stateful model: each past/present pair becomes one state variable the plugin
+    keeps between calls (ReadValue/Assign), so only the token ids go in and the logits come out. A state starts as
+    zeros of [batch of input_ids, kv_heads, 0, head_dim] after each reset (OpenVINO's default initial value would
+    take batch 0 from the variable's dynamic shape)."""
+    from openvino import opset13 as ops
+    from openvino._offline_transformations import apply_make_stateful_transformation
+
+    apply_make_stateful_transformation(model, dict(zip(layout.past(), layout.outputs()[1:], strict=True)))
+    shape = ops.shape_of(model.input(INPUT_IDS), output_type="i64")
+    batch = ops.gather(shape, ops.constant(np.array([0], np.int64)), ops.constant(np.int64(0)))
+    empty = [ops.constant(np.array([n], np.int64)) for n in (layout.kv_heads, 0, layout.head_dim)]
+    for op in model.get_ops():
+        if op.get_type_name() == "ReadValue":
+            zeros = ops.broadcast(ops.constant(np.zeros((), np.dtype(layout.dtype))), ops.concat([batch, *empty], 0))
+            op.set_arguments([zeros])
+    model.validate_nodes_and_infer_types()
+    return model
+
+
+class OvStatefulDecoder(CachedDecoder):
+    """The KV cache in OpenVINO's own state (the stateful model): prefill resets it, each step appends to it
+    inside the plugin; nothing of the cache crosses to the host."""
+
+    def __init__(self, compiled, layout: CacheLayout):
+        super().__init__(lambda feeds: {}, layout)
+        self._request = compiled.create_infer_request()
+        self._logits = compiled.outputs[0]
+
+    def prefill(self, ids: np.ndarray) -> np.ndarray:
+        self._request.reset_state()
+        return self.step(ids)
+
+    def step(self, ids: np.ndarray) -> np.ndarray:
+        results = self._request.infer({INPUT_IDS: np.ascontiguousarray(ids, dtype=np.int64)})
+        return np.array(results[self._logits])[:, -1]
 
 
 class OpenVino(Target):
@@ -173,12 +233,7 @@ class OpenVino(Target):
         config = {**_config(self.options), "CACHE_DIR": str(artifact.directory.parent / CACHE_DIR)}
         if profile:
             config["PERF_COUNT"] = "YES"
-        try:
-            compiled = core.compile_model(str(artifact.path), self.options.device, config)
-        except Exception as exc:
-            raise BadInput(f"OpenVINO could not compile {artifact.path} for {self.options.device}: {first_line(exc)}",
-                           detail=runtime_detail(exc), fix="rebuild the artifact with this OpenVINO version") from None
-        return OvSession(compiled)
+        return OvSession(core, artifact.path, self.options.device, config)
 
     def op_profile(self, artifact: Artifact, feeds: dict[str, np.ndarray], iterations: int) -> OpProfile:
         """Per-node times from OpenVINO's counters (PERF_COUNT) over `iterations` runs after a warm-up.

@@ -62,11 +62,13 @@ class Builder:
 
 
 def transformer(causal: bool = False, layers: int = 2, d: int = 32, heads: int = 2, seq: int = 8, vocab: int = 64,
-                lm_head: bool = False, swiglu: bool = False) -> onnx.ModelProto:
-    """A BERT-like encoder (LayerNorm, GELU, padding mask) or a decoder (RMSNorm, causal mask, SwiGLU, LM head)."""
+                lm_head: bool = False, swiglu: bool = False, tied: bool = False) -> onnx.ModelProto:
+    """A BERT-like encoder (LayerNorm, GELU, padding mask) or a decoder (RMSNorm, causal mask, SwiGLU, LM head;
+    `tied`: the head reads the embedding table through a Transpose, as tied embeddings export)."""
     b = Builder()
     dh = d // heads
-    x = b.op("Gather", [b.const(b.rng.normal(0, 1, (vocab, d)).astype(np.float32), "embed"), "input_ids"], "embedding")
+    table = b.const(b.rng.normal(0, 1, (vocab, d)).astype(np.float32), "embed")
+    x = b.op("Gather", [table, "input_ids"], "embedding")
     for _ in range(layers):
         h = b.rmsnorm(x, d) if causal else b.layernorm(x, d)
 
@@ -93,7 +95,11 @@ def transformer(causal: bool = False, layers: int = 2, d: int = 32, heads: int =
         else:
             inner = _gelu(b, b.linear(h, d, 4 * d, "fc1"))
         x = b.op("Add", [x, b.linear(inner, 4 * d, d, "fc2", bias=not causal)], "residual")
-    out = b.linear(b.rmsnorm(x, d) if causal else b.layernorm(x, d), d, vocab, "lm_head", bias=False) if lm_head else x
+    final = b.rmsnorm(x, d) if causal else b.layernorm(x, d)
+    if lm_head and tied:
+        out = b.op("MatMul", [final, b.op("Transpose", [table], perm=[1, 0])], "lm_head")
+    else:
+        out = b.linear(final, d, vocab, "lm_head", bias=False) if lm_head else x
     y = b.op("Identity", [out], "output")
     return b.model([helper.make_tensor_value_info("input_ids", TensorProto.INT64, [1, seq])],
                    [helper.make_tensor_value_info(y, TensorProto.FLOAT, [])])

@@ -44,12 +44,38 @@ def test_encoder_int8_is_dynamic_on_the_linears_only(tmp_path):
     assert "lookup" in reasons["embedding1"]
 
 
-def test_decoder_int4_keeps_lm_head_and_embeddings(tmp_path):
+def test_decoder_int4_puts_the_lm_head_at_8_bits_and_keeps_embeddings(tmp_path):
     plan, _ = _plan(tmp_path, graphs.transformer(causal=True, lm_head=True, swiglu=True), precision="int4")
     assert plan.method == "weight-only" and plan.ladder == ("int4", "int8-weight", "fp32")
     groups = _by_precision(plan)
-    assert groups["lm_head"] == "fp32" and groups["embedding1"] == "fp32"
+    assert groups["lm_head"] == "int8-weight" and groups["embedding1"] == "fp32"
     assert groups["block0.ffn.in"] == "int4" and groups["block1.attn.qkv"] == "int4"
+    assert "8-bit" in next(g.reason for g in plan.groups if g.group == "lm_head")
+
+
+def test_a_tied_lm_head_gets_its_own_8_bit_weight_and_the_embedding_keeps_the_table(tmp_path):
+    """Tied embeddings export the head as MatMul(x, Transpose(table)); MatMulNBits takes constant weights only, so
+    the untie pass gives the head its own transposed copy first (else the largest matmul of decode stays FP32)."""
+    import onnxruntime as ort
+
+    model = graphs.transformer(causal=True, lm_head=True, swiglu=True, tied=True)
+    plan, path = _plan(tmp_path, model, precision="int4")
+    assert _by_precision(plan)["lm_head"] == "int8-weight"
+    out = tmp_path / "q.onnx"
+    info = apply(plan, path, out, None, max_ir_version=10)
+    assert {r["name"]: r["rewrites"] for r in info["passes"]}["untie-transposed-weight"] == 1
+    quantized = onnx.load(out)
+    nbits = {n.name.rsplit("_Q", 1)[0]: onnx.helper.get_attribute_value(next(a for a in n.attribute if a.name == "bits"))
+             for n in quantized.graph.node if n.op_type == "MatMulNBits"}
+    head = next(name for name in nbits if name.startswith("lm_head"))
+    assert nbits.pop(head) == 8 and set(nbits.values()) == {4}
+    assert not any(n.op_type == "Transpose" and n.input[0].startswith("embed") for n in quantized.graph.node)
+    gather = next(n for n in quantized.graph.node if n.op_type == "Gather")
+    assert gather.input[0] in {i.name for i in quantized.graph.initializer}  # the table, still float, for the lookup
+    feeds = {"input_ids": np.random.default_rng(0).integers(0, 64, (1, 8))}
+    a = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"]).run(None, feeds)[0].ravel()
+    b = ort.InferenceSession(str(out), providers=["CPUExecutionProvider"]).run(None, feeds)[0].ravel()
+    assert np.dot(a, b) / (np.linalg.norm(a) * np.linalg.norm(b)) > 0.95
 
 
 def test_cnn_int8_is_static_and_keeps_first_conv_and_head(tmp_path):
@@ -128,10 +154,12 @@ def test_plans_apply_and_run_close_to_fp32(tmp_path, case):
     ops = {n.op_type for n in quantized.graph.node}
     expected = {"encoder-dynamic": "DynamicQuantizeLinear", "cnn-static": "QuantizeLinear", "decoder-int4": "MatMulNBits"}[case]
     assert expected in ops or (case == "encoder-dynamic" and "DynamicQuantizeMatMul" in ops), ops
-    if case == "decoder-int4":  # exactly the planned nodes: lm_head stays a float MatMul
-        planned = set(plan.nodes_at("int4"))
+    if case == "decoder-int4":  # exactly the planned nodes: the projections at 4 bits, lm_head at 8
+        planned = set(plan.nodes_at("int4")) | set(plan.nodes_at("int8-weight"))
+        assert [n.rsplit("_", 1)[0] for n in plan.nodes_at("int8-weight")] == ["lm_head"]
         assert {n.name.rsplit("_Q", 1)[0] for n in quantized.graph.node if n.op_type == "MatMulNBits"} == planned
-        assert any(n.op_type == "MatMul" and n.name.startswith("lm_head") for n in quantized.graph.node)
+        assert any(n.op_type == "MatMulNBits" and n.name.startswith("lm_head") and n.name.endswith("_Q8")
+                   for n in quantized.graph.node)
     if case == "cnn-static":  # the first conv was kept float: its weight is still a float initializer
         first = next(n for n in quantized.graph.node if n.op_type == "Conv")
         assert first.input[1] in {i.name for i in quantized.graph.initializer if i.data_type == onnx.TensorProto.FLOAT}
@@ -305,9 +333,9 @@ def test_tiny_lm_int4_keeps_perplexity_within_the_relative_budget_and_check_carr
     rel = next(b for b in report["budgets"] if b["budget"] == "accuracy_max_rel_drop")
     assert rel["verdict"] == "pass" and rel["measured"] < 0.05, rel  # perplexity within 5 % of FP32
     plan = {g["group"]: g["precision"] for g in report["quantization"]["plan"]["groups"]}
-    assert plan["lm_head"] == "fp32" and plan["embedding1"] == "fp32" and plan["block0.attn.qkv"] == "int4"
+    assert plan["lm_head"] == "int8-weight" and plan["embedding1"] == "fp32" and plan["block0.attn.qkv"] == "int4"
     artifact = onnx.load(out / "artifact" / "model.onnx")
-    assert sum(n.op_type == "MatMulNBits" for n in artifact.graph.node) == 28  # 4 blocks × 7 Linear layers
+    assert sum(n.op_type == "MatMulNBits" for n in artifact.graph.node) == 29  # 4 blocks × 7 Linear layers + head
     assert report["artifact"]["bytes"] <= 0.35 * report["quantization"]["fp32_bytes"]
     check = run_cli("check", out, "--json")
     assert check.code == 0, check.err
@@ -321,8 +349,9 @@ def test_gptq_follows_the_plan_and_keeps_stdout_clean(tmp_path, capfd):
     feeds = [{"input_ids": np.random.default_rng(i).integers(0, 64, (1, 8))} for i in range(4)]
     info = apply(plan, path, tmp_path / "q.onnx", feeds, max_ir_version=10)
     quantized = onnx.load(tmp_path / "q.onnx")
-    assert info["nodes"] == {"int4": len(plan.nodes_at("int4"))}
-    assert any(n.op_type == "MatMul" and n.name.startswith("lm_head") for n in quantized.graph.node)
+    assert info["nodes"] == {"int4": len(plan.nodes_at("int4")), "int8-weight": 1}
+    assert any(n.op_type == "MatMulNBits" and n.name.startswith("lm_head") and n.name.endswith("_Q8")
+               for n in quantized.graph.node)  # RTN at 8 bits
     assert "Progress" not in capfd.readouterr().out
 
 

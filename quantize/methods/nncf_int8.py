@@ -18,6 +18,9 @@ class NncfInt8(Method):
     model_suffix = ".xml"
     fixed_why = "OpenVINO models are quantized by NNCF (static, calibrated)"
 
+    def needs_calibration(self, plan) -> bool:
+        return True  # static: activation ranges come from the project's data
+
     def plan(self, draft, rule, analysis, settings, isa):
         model_type, preset = rule.options.get("model_type"), rule.options["preset"]
         if not any(g.precision != FLOAT for g in draft.groups):

@@ -17,6 +17,7 @@ BUILT_IN = {
     "fold-recurrent-weights": ("tapeout.quantize.passes.fold_recurrent:FoldRecurrentWeights", "export"),
     "gemm-as-matmul": ("tapeout.quantize.passes.gemm_as_matmul:GemmAsMatMul", "method"),
     "merge-repeated-casts": ("tapeout.quantize.passes.merge_casts:MergeRepeatedCasts", "method"),
+    "untie-transposed-weight": ("tapeout.quantize.passes.untie_transposed_weight:UntieTransposedWeight", "method"),
 }
 GROUP = "tapeout.graph_passes"
 

@@ -56,6 +56,11 @@ def quantize(setup: Setup, out_dir: Path, fp32_path: Path, analysis: Analysis, r
     plan = rules.first_plan(analysis, profile.target, setup.capabilities, profile.precision, settings,
                             isa=rules.isa_for(setup.device))
     calibration = None
+    if project.workload.kind == "generate" and methods.get(plan.method).needs_calibration(plan):
+        # [calibration] holds prompts; the graph quantized is one cache step, whose activations nothing samples yet
+        raise BadInput(f"{plan.method} quantization calibrates activations, and a generate workload's cache graph has "
+                       "no calibration samples yet", fix="use a weight-only precision (int4: cpu-int4, "
+                       "openvino-cpu-int4) or ONNX Runtime's dynamic INT8 (cpu-int8), which need none")
     if project.calibration is not None:
         calibration, _ = sample_inputs(project, settings.calibration_samples)
     elif methods.get(plan.method).needs_calibration(plan):
