@@ -14,8 +14,13 @@ Rows, each from fresh processes (`--repeats` of them), 2 threads:
 Decode roofline: bytes read per decode step (the artifact's weights + the KV cache at the mean decoded position)
 over the copy bandwidth this host measures (core.host_speed), and TPOT p50 as a multiple of it.
 
+  - ONNX Runtime GenAI (llama-40m, when `onnxruntime_genai` imports: `pip install onnxruntime-genai==0.18.0`):
+    its model builder's INT4 and FP32 CPU models made from the same Hugging Face directory
+    (`python -m onnxruntime_genai.models.builder -p int4|fp32 -e cpu`), run greedy by its own Generator in fresh
+    processes: TTFT = append_tokens (prefill) + the first generate_next_token; TPOT = each later one.
 Defaults: tiny-lm at prompt 64 + 64 new; llama-40m at the issue's prompt 128 + 128 new.
-Not here yet (see the issue's note): ONNX Runtime GenAI's model builder and OpenVINO GenAI rows.
+Not here (see the issue's note): OpenVINO GenAI, whose export path (optimum-intel 1.27) pins transformers 4.57
+where the rest of this stack runs transformers 5.
 """
 
 from __future__ import annotations
@@ -89,6 +94,71 @@ params = sum(p.numel() for p in decoder.parameters())
 print(json.dumps({"ttft_ms": ttft, "tpot_ms": tpot, "peak_rss_mb": peak, "weights_bytes": 4 * params,
                   "params": params}))
 """
+
+
+GENAI_LOOP = r"""
+import json, sys, time
+import numpy as np
+import onnxruntime_genai as og
+folder, prompt_len, new, trials = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4])
+model = og.Model(folder)
+vocab = json.load(open(folder + "/genai_config.json"))["model"]["vocab_size"]
+ids = np.random.default_rng(0).integers(0, vocab, (1, prompt_len)).astype(np.int32)
+ttft, tpot = [], []
+for trial in range(trials + 1):
+    params = og.GeneratorParams(model)
+    params.set_search_options(max_length=prompt_len + new, do_sample=False, min_length=prompt_len + new)
+    generator = og.Generator(model, params)
+    s = time.perf_counter()
+    generator.append_tokens(ids)
+    generator.generate_next_token()
+    first = time.perf_counter() - s
+    steps = []
+    for _ in range(new - 1):
+        s = time.perf_counter()
+        generator.generate_next_token()
+        steps.append(time.perf_counter() - s)
+    if trial:
+        ttft.append(first * 1e3)
+        tpot += [x * 1e3 for x in steps]
+    del generator
+peak = next(int(l.split()[1]) for l in open("/proc/self/status") if l.startswith("VmHWM")) / 1024
+print(json.dumps({"ttft_ms": ttft, "tpot_ms": tpot, "peak_rss_mb": peak}))
+"""
+
+
+def genai_rows(hf_dir: Path, prompt: int, new: int, trials: int, repeats: int) -> list[dict]:
+    """ONNX Runtime GenAI's builder models (INT4, FP32) run by its own Generator; none when it is not installed."""
+    try:
+        import onnxruntime_genai  # noqa: F401
+    except ImportError:
+        print("onnxruntime_genai is not installed: no ONNX Runtime GenAI rows (pip install onnxruntime-genai==0.18.0)",
+              file=sys.stderr)
+        return []
+    rows = []
+    for precision in ("int4", "fp32"):
+        folder = OUT / f"genai-{precision}"
+        if not (folder / "genai_config.json").is_file():
+            print(f"ONNX Runtime GenAI model builder, {precision} …", file=sys.stderr, flush=True)
+            built = subprocess.run([sys.executable, "-m", "onnxruntime_genai.models.builder", "-i", str(hf_dir),
+                                    "-o", str(folder), "-p", precision, "-e", "cpu", "-c", str(OUT / "genai-cache")],
+                                   capture_output=True, text=True)
+            if built.returncode != 0 or not (folder / "genai_config.json").is_file():
+                tail = (built.stderr or built.stdout).strip().splitlines()[-1:]
+                print(f"ONNX Runtime GenAI builder failed at {precision}: {tail}", file=sys.stderr)
+                continue
+        runs = []
+        for _ in range(repeats):
+            done = subprocess.run([sys.executable, "-c", GENAI_LOOP, str(folder), str(prompt), str(new), str(trials)],
+                                  capture_output=True, text=True, check=True)
+            runs.append(json.loads(done.stdout.strip().splitlines()[-1]))
+        ttft = np.concatenate([r["ttft_ms"] for r in runs])
+        tpot = np.concatenate([r["tpot_ms"] for r in runs])
+        weights = sum(f.stat().st_size for f in folder.glob("*.onnx*"))
+        rows.append({"name": f"ONNX Runtime GenAI {precision.upper()} (model builder)", "ttft": bounds(ttft),
+                     "tpot": bounds(tpot), "tpot_p50": float(np.median(tpot)), "tok_s": 1e3 / float(np.median(tpot)),
+                     "peak": max(r["peak_rss_mb"] for r in runs), "weights_bytes": weights})
+    return rows
 
 
 def project(sample: str, prompt: int, new: int, trials: int) -> Path:
@@ -178,6 +248,11 @@ def main() -> None:
                   else build(folder, profile, args.repeats))
         rows.append(tapeout_row(report, args.prompt))
     layout = CacheLayout.from_json(report["workload"]["layout"])
+    if args.sample == "llama-40m":
+        sys.path.insert(0, str(folder))
+        import model as llama  # the sample's own maker: the same config and seed as the builds'
+
+        rows += genai_rows(llama.directory(), args.prompt, args.new, args.trials, args.repeats)
     rows.append(torch_row(folder, args.prompt, args.new, args.trials, args.repeats))
     state = host_state()
     mean_position = args.prompt + args.new / 2

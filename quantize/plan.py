@@ -36,6 +36,7 @@ class Plan:
     calibration_method: str = "minmax"
     block_size: int = 32
     int4_algorithm: str = "rtn"         # rtn | gptq (ORT) | awq (NNCF)
+    accuracy_level: int | None = None   # ORT MatMulNBits: 4 = activations to int8 per block, integer dot products
     notes: tuple[str, ...] = field(default_factory=tuple)
     float_nodes: tuple[str, ...] = ()   # ungrouped nodes a full-integer plan keeps float (e.g. attention masks)
     float_ops: tuple[str, ...] = ()     # op types an FP16 plan keeps FP32 wherever they occur

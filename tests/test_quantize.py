@@ -53,6 +53,25 @@ def test_decoder_int4_puts_the_lm_head_at_8_bits_and_keeps_embeddings(tmp_path):
     assert "8-bit" in next(g.reason for g in plan.groups if g.group == "lm_head")
 
 
+def test_weight_only_compute_follows_the_instruction_set_and_never_starts_a_slow_8_bit_head(tmp_path):
+    """int8 compute (accuracy_level 4) where MLAS has integer kernels (x86-64 AVX2+, arm64); without it an 8-bit
+    MatMulNBits unpacks its weights every call (52 ms against FP32's 1.25 ms, measured), so the head stays FP32."""
+    from tapeout.quantize.rules import InstructionSet
+
+    path = tmp_path / "model.onnx"
+    onnx.save(graphs.transformer(causal=True, lm_head=True, swiglu=True), path)
+    analysis = analyze(path)
+    for isa, level, head in ((InstructionSet("x86_64", frozenset({"avx2", "fma"}), "test"), 4, "int8-weight"),
+                             (InstructionSet("arm64", frozenset(), "test"), 4, "int8-weight"),
+                             (InstructionSet("x86_64", frozenset({"sse4_2"}), "test"), None, "fp32")):
+        plan = rules.first_plan(analysis, "onnxruntime", targets.TARGETS["onnxruntime"].capabilities, "int4",
+                                QuantizationSettings(), isa=isa)
+        assert plan.accuracy_level == level and _by_precision(plan)["lm_head"] == head, isa
+        assert _by_precision(plan)["block0.ffn.in"] == "int4"
+        assert any("MatMulNBits compute" in n for n in plan.notes)
+    assert "without AVX2" in next(g.reason for g in plan.groups if g.group == "lm_head")
+
+
 def test_a_tied_lm_head_gets_its_own_8_bit_weight_and_the_embedding_keeps_the_table(tmp_path):
     """Tied embeddings export the head as MatMul(x, Transpose(table)); MatMulNBits takes constant weights only, so
     the untie pass gives the head its own transposed copy first (else the largest matmul of decode stays FP32)."""
@@ -67,6 +86,9 @@ def test_a_tied_lm_head_gets_its_own_8_bit_weight_and_the_embedding_keeps_the_ta
     quantized = onnx.load(out)
     nbits = {n.name.rsplit("_Q", 1)[0]: onnx.helper.get_attribute_value(next(a for a in n.attribute if a.name == "bits"))
              for n in quantized.graph.node if n.op_type == "MatMulNBits"}
+    levels = {a.i for n in quantized.graph.node if n.op_type == "MatMulNBits" for a in n.attribute
+              if a.name == "accuracy_level"}
+    assert levels == ({4} if plan.accuracy_level == 4 else set())
     head = next(name for name in nbits if name.startswith("lm_head"))
     assert nbits.pop(head) == 8 and set(nbits.values()) == {4}
     assert not any(n.op_type == "Transpose" and n.input[0].startswith("embed") for n in quantized.graph.node)

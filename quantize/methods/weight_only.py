@@ -21,7 +21,17 @@ class WeightOnly(Method):
     algorithms = ("rtn", "gptq")  # ORT's MatMulNBits quantizer has no AWQ
 
     def plan(self, draft, rule, analysis, settings, isa):
-        return cpu_plan(replace(draft, activation_type="uint8", reduce_range=False), rule, analysis, settings)
+        from tapeout.quantize.plan import FLOAT
+        from tapeout.quantize.rules import weight_only_compute
+
+        level, why = weight_only_compute(isa)
+        groups = draft.groups
+        if level is None:  # without int8 compute an 8-bit MatMulNBits is far slower than FP32: a rule's 8-bit start
+            groups = tuple(replace(g, precision=FLOAT, reason=f"{g.reason}; kept FP32 instead: {why}")
+                           if g.precision == "int8-weight" else g for g in groups)
+        notes = (*draft.notes, f"MatMulNBits compute from the CPU instruction set ({isa.origin}): {why}")
+        return cpu_plan(replace(draft, activation_type="uint8", reduce_range=False, groups=groups, accuracy_level=level,
+                                notes=notes), rule, analysis, settings)
 
     def needs_calibration(self, plan) -> bool:
         return plan.int4_algorithm != "rtn"
@@ -56,10 +66,10 @@ class WeightOnly(Method):
                                                        block_size=plan.block_size, percdamp=0.01, actorder=False)
             else:
                 algo = nbits.DefaultWeightOnlyQuantConfig(block_size=plan.block_size, is_symmetric=True,
-                                                          accuracy_level=None, bits=bits)
+                                                          accuracy_level=plan.accuracy_level, bits=bits)
             others = sorted(n.name for n in model.graph.node if n.name not in nodes)
             quantizer = planned_nbits()(model, bits=bits, block_size=plan.block_size, is_symmetric=True,
-                                         nodes_to_exclude=others, algo_config=algo)
+                                         accuracy_level=plan.accuracy_level, nodes_to_exclude=others, algo_config=algo)
             quantizer.process()
             model = quantizer.model.model if hasattr(quantizer.model, "model") else quantizer.model
             quantized = {n.name.rsplit("_Q", 1)[0] for n in model.graph.node

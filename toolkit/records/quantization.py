@@ -30,6 +30,7 @@ class PlanRecord(Record):
     calibration_method: str = "minmax"
     block_size: int = 32
     int4_algorithm: str = "rtn"
+    accuracy_level: int | None = None
     notes: list[str] = Field(default_factory=list)
     float_nodes: list[str] = Field(default_factory=list)
     float_ops: list[str] = Field(default_factory=list)
