@@ -11,8 +11,11 @@ Rows, each from fresh processes (`--repeats` of them), 2 threads:
   - torch eager FP32: the same decoder and its own KV cache (tiny-lm: forward(input_ids, *past); llama-40m:
     transformers' LlamaForCausalLM with its DynamicCache), greedy, in a fresh interpreter with
     torch.set_num_threads(2), timed the same way (prefill + argmax; each decode step).
-Decode roofline: bytes read per decode step (the artifact's weights + the KV cache at the mean decoded position)
-over the copy bandwidth this host measures (core.host_speed), and TPOT p50 as a multiple of it.
+Decode roofline: bytes read per decode step over the copy bandwidth this host measures (core.host_speed), and TPOT
+p50 as a multiple of it. Bytes read per step: every weight a decode step multiplies by, at its stored precision
+(tapeout: the build's plan per group, int4/int8 with one scale per block; ONNX Runtime GenAI: its ONNX
+initializers; torch: FP32 parameters), one row of an embedding table that only a lookup reads, and the KV cache
+at the mean decoded position.
 
   - ONNX Runtime GenAI (llama-40m, when `onnxruntime_genai` imports: `pip install onnxruntime-genai==0.18.0`):
     its model builder's INT4 and FP32 CPU models made from the same Hugging Face directory
@@ -91,7 +94,12 @@ with torch.inference_mode():
             tpot += [x * 1e3 for x in steps]
 peak = next(int(l.split()[1]) for l in open("/proc/self/status") if l.startswith("VmHWM")) / 1024
 params = sum(p.numel() for p in decoder.parameters())
-print(json.dumps({"ttft_ms": ttft, "tpot_ms": tpot, "peak_rss_mb": peak, "weights_bytes": 4 * params,
+# an embedding table only a lookup reads costs one row a step; a tied head reads it whole (counted once)
+table = decoder.get_input_embeddings().weight if hasattr(decoder, "get_input_embeddings") else decoder.embed.weight
+head = decoder.get_output_embeddings() if hasattr(decoder, "get_output_embeddings") else decoder.lm_head
+tied = head is not None and head.weight is table
+read = params - (0 if tied else table.numel() - table.shape[1])
+print(json.dumps({"ttft_ms": ttft, "tpot_ms": tpot, "peak_rss_mb": peak, "weights_bytes": 4 * read,
                   "params": params}))
 """
 
@@ -127,6 +135,34 @@ print(json.dumps({"ttft_ms": ttft, "tpot_ms": tpot, "peak_rss_mb": peak}))
 """
 
 
+def onnx_read_bytes(path: Path) -> int:
+    """Bytes of the initializers a decode step reads: whole, except a table only Gather reads (one row)."""
+    import onnx
+
+    model = onnx.load(str(path), load_external_data=False)
+    readers: dict[str, set[str]] = {}
+    for node in model.graph.node:
+        for name in node.input:
+            readers.setdefault(name, set()).add(node.op_type)
+    total = 0
+    for init in model.graph.initializer:
+        size = int(np.prod(init.dims)) * onnx.helper.tensor_dtype_to_np_dtype(init.data_type).itemsize
+        total += size // init.dims[0] if readers.get(init.name) == {"Gather"} and init.dims else size
+    return total
+
+
+def plan_read_bytes(report: dict) -> int:
+    """Bytes of weights a decode step reads, from the build's analysis (params per group) and its precision plan:
+    int4/int8 weights with one scale per block (FP32 scales on ONNX Runtime, FP16 in OpenVINO's NNCF)."""
+    plan = (report.get("quantization") or {}).get("plan") or {}
+    precision = {g["group"]: g["precision"] for g in plan.get("groups", [])}
+    block = plan.get("block_size", 32)
+    scale = 2 if report["target"]["name"] == "openvino" else 4
+    per_weight = {"fp32": 4.0, "int8": 1.0, "int4": 0.5 + scale / block, "int8-weight": 1.0 + scale / block}
+    return int(sum(g["params"] * per_weight.get(precision.get(g["name"], "fp32"), 4.0)
+                   for g in report["analysis"]["groups"] if g["role"] != "embedding"))
+
+
 def genai_rows(hf_dir: Path, prompt: int, new: int, trials: int, repeats: int) -> list[dict]:
     """ONNX Runtime GenAI's builder models (INT4, FP32) run by its own Generator; none when it is not installed."""
     try:
@@ -135,12 +171,24 @@ def genai_rows(hf_dir: Path, prompt: int, new: int, trials: int, repeats: int) -
         print("onnxruntime_genai is not installed: no ONNX Runtime GenAI rows (pip install onnxruntime-genai==0.18.0)",
               file=sys.stderr)
         return []
+    source = OUT / "genai-source"  # the builder insists on a tokenizer: a word-level one over the model's ids
+    if not (source / "tokenizer.json").is_file():
+        from tokenizers import Tokenizer, models, pre_tokenizers
+        from transformers import PreTrainedTokenizerFast
+
+        shutil.rmtree(source, ignore_errors=True)
+        shutil.copytree(hf_dir, source)
+        vocab = json.loads((hf_dir / "config.json").read_text())["vocab_size"]
+        words = Tokenizer(models.WordLevel({f"t{i}": i for i in range(vocab)}, unk_token="t0"))
+        words.pre_tokenizer = pre_tokenizers.WhitespaceSplit()
+        PreTrainedTokenizerFast(tokenizer_object=words, unk_token="t0", bos_token="t1",
+                                eos_token="t2").save_pretrained(source)
     rows = []
     for precision in ("int4", "fp32"):
         folder = OUT / f"genai-{precision}"
         if not (folder / "genai_config.json").is_file():
             print(f"ONNX Runtime GenAI model builder, {precision} …", file=sys.stderr, flush=True)
-            built = subprocess.run([sys.executable, "-m", "onnxruntime_genai.models.builder", "-i", str(hf_dir),
+            built = subprocess.run([sys.executable, "-m", "onnxruntime_genai.models.builder", "-i", str(source),
                                     "-o", str(folder), "-p", precision, "-e", "cpu", "-c", str(OUT / "genai-cache")],
                                    capture_output=True, text=True)
             if built.returncode != 0 or not (folder / "genai_config.json").is_file():
@@ -154,7 +202,7 @@ def genai_rows(hf_dir: Path, prompt: int, new: int, trials: int, repeats: int) -
             runs.append(json.loads(done.stdout.strip().splitlines()[-1]))
         ttft = np.concatenate([r["ttft_ms"] for r in runs])
         tpot = np.concatenate([r["tpot_ms"] for r in runs])
-        weights = sum(f.stat().st_size for f in folder.glob("*.onnx*"))
+        weights = onnx_read_bytes(folder / "model.onnx")
         rows.append({"name": f"ONNX Runtime GenAI {precision.upper()} (model builder)", "ttft": bounds(ttft),
                      "tpot": bounds(tpot), "tpot_p50": float(np.median(tpot)), "tok_s": 1e3 / float(np.median(tpot)),
                      "peak": max(r["peak_rss_mb"] for r in runs), "weights_bytes": weights})
@@ -220,7 +268,7 @@ def tapeout_row(report: dict, prompt: int) -> dict:
     return {"name": f"tapeout {report['profile']['name'].split('/')[-1]} ({report['profile']['precision']})",
             "ttft": f"{t['point']:.3f} [{t['lower']:.3f}, {t['upper']:.3f}]",
             "tpot": f"{p['point']:.3f} [{p['lower']:.3f}, {p['upper']:.3f}]", "tpot_p50": p["point"],
-            "tok_s": tok["point"], "peak": w["memory_mb"]["peak_rss"], "weights_bytes": report["artifact"]["bytes"],
+            "tok_s": tok["point"], "peak": w["memory_mb"]["peak_rss"], "weights_bytes": plan_read_bytes(report),
             "ppl": acc.get("artifact"), "agree": w["agreement"]["share"]}
 
 
@@ -274,8 +322,10 @@ def main() -> None:
     widths = [max(len(str(x)) for x in col) for col in zip(header, *table, strict=True)]
     for line in (header, ["-" * w for w in widths], *table):
         print("  ".join(str(x).ljust(w) for x, w in zip(line, widths, strict=True)))
-    print("\nroofline: the artifact's bytes (weights) + keys and values at the mean decoded position, read once per "
-          "decode step, over the copy bandwidth above (torch's: its FP32 parameters). Perplexity "
+    print("\nroofline: the weights a decode step reads at their stored precision (an embedding table only a lookup reads: "
+          "one row) + keys and values at the mean decoded position, over the copy bandwidth above (one thread's numpy copy, "
+          "read + write counted: a runtime reading with 2 threads can beat it, so TPOT/roofline below 1× means "
+          "faster than that copy, not faster than memory). Perplexity "
           "(per byte, held-out text, teacher-forced through the cache) and agreement are the builds' own.")
 
 
