@@ -17,7 +17,7 @@ p50 as a multiple of it. Bytes read per step: every weight a decode step multipl
 initializers; torch: FP32 parameters), one row of an embedding table that only a lookup reads, and the KV cache
 at the mean decoded position.
 
-  - ONNX Runtime GenAI (llama-40m, when `onnxruntime_genai` imports: `pip install onnxruntime-genai==0.18.0`):
+  - ONNX Runtime GenAI (llama-40m, when `onnxruntime_genai` imports: `pip install -e ".[bench]"`):
     its model builder's INT4 and FP32 CPU models made from the same Hugging Face directory
     (`python -m onnxruntime_genai.models.builder -p int4|fp32 -e cpu`), run greedy by its own Generator in fresh
     processes: TTFT = append_tokens (prefill) + the first generate_next_token; TPOT = each later one.
@@ -168,7 +168,7 @@ def genai_rows(hf_dir: Path, prompt: int, new: int, trials: int, repeats: int) -
     try:
         import onnxruntime_genai  # noqa: F401
     except ImportError:
-        print("onnxruntime_genai is not installed: no ONNX Runtime GenAI rows (pip install onnxruntime-genai==0.18.0)",
+        print("onnxruntime_genai is not installed: no ONNX Runtime GenAI rows (pip install -e \".[bench]\")",
               file=sys.stderr)
         return []
     source = OUT / "genai-source"  # the builder insists on a tokenizer: a word-level one over the model's ids

@@ -95,11 +95,11 @@ def transformer(causal: bool = False, layers: int = 2, d: int = 32, heads: int =
         else:
             inner = _gelu(b, b.linear(h, d, 4 * d, "fc1"))
         x = b.op("Add", [x, b.linear(inner, 4 * d, d, "fc2", bias=not causal)], "residual")
-    final = b.rmsnorm(x, d) if causal else b.layernorm(x, d)
-    if lm_head and tied:
-        out = b.op("MatMul", [final, b.op("Transpose", [table], perm=[1, 0])], "lm_head")
-    else:
-        out = b.linear(final, d, vocab, "lm_head", bias=False) if lm_head else x
+    out = x
+    if lm_head:
+        final = b.rmsnorm(x, d) if causal else b.layernorm(x, d)
+        out = (b.op("MatMul", [final, b.op("Transpose", [table], perm=[1, 0])], "lm_head") if tied
+               else b.linear(final, d, vocab, "lm_head", bias=False))
     y = b.op("Identity", [out], "output")
     return b.model([helper.make_tensor_value_info("input_ids", TensorProto.INT64, [1, seq])],
                    [helper.make_tensor_value_info(y, TensorProto.FLOAT, [])])
