@@ -195,17 +195,9 @@ def genai_rows(hf_dir: Path, prompt: int, new: int, trials: int, repeats: int) -
                 tail = (built.stderr or built.stdout).strip().splitlines()[-1:]
                 print(f"ONNX Runtime GenAI builder failed at {precision}: {tail}", file=sys.stderr)
                 continue
-        runs = []
-        for _ in range(repeats):
-            done = subprocess.run([sys.executable, "-c", GENAI_LOOP, str(folder), str(prompt), str(new), str(trials)],
-                                  capture_output=True, text=True, check=True)
-            runs.append(json.loads(done.stdout.strip().splitlines()[-1]))
-        ttft = np.concatenate([r["ttft_ms"] for r in runs])
-        tpot = np.concatenate([r["tpot_ms"] for r in runs])
-        weights = onnx_read_bytes(folder / "model.onnx")
-        rows.append({"name": f"ONNX Runtime GenAI {precision.upper()} (model builder)", "ttft": bounds(ttft),
-                     "tpot": bounds(tpot), "tpot_p50": float(np.median(tpot)), "tok_s": 1e3 / float(np.median(tpot)),
-                     "peak": max(r["peak_rss_mb"] for r in runs), "weights_bytes": weights})
+        row, _ = loop_row(f"ONNX Runtime GenAI {precision.upper()} (model builder)", GENAI_LOOP,
+                          [str(folder), str(prompt), str(new), str(trials)], repeats)
+        rows.append({**row, "weights_bytes": onnx_read_bytes(folder / "model.onnx")})
     return rows
 
 
@@ -245,18 +237,23 @@ def bounds(values: np.ndarray) -> str:
     return f"{q.point:.3f} [{q.lower:.3f}, {q.upper:.3f}]"
 
 
-def torch_row(folder: Path, prompt: int, new: int, trials: int, repeats: int) -> dict:
+def loop_row(name: str, loop: str, args: list[str], repeats: int) -> tuple[dict, dict]:
+    """A row from `repeats` fresh interpreters each running `loop` (a script printing its timings as JSON), and
+    the first run's own figures."""
     runs = []
     for _ in range(repeats):
-        done = subprocess.run([sys.executable, "-c", TORCH_LOOP, str(folder), str(prompt), str(new), str(trials)],
-                              capture_output=True, text=True, check=True)
+        done = subprocess.run([sys.executable, "-c", loop, *args], capture_output=True, text=True, check=True)
         runs.append(json.loads(done.stdout.strip().splitlines()[-1]))
     ttft = np.concatenate([r["ttft_ms"] for r in runs])
     tpot = np.concatenate([r["tpot_ms"] for r in runs])
-    return {"name": "torch eager FP32 (its own KV cache)", "ttft": bounds(ttft), "tpot": bounds(tpot),
-            "tpot_p50": float(np.median(tpot)), "tok_s": 1e3 / float(np.median(tpot)),
-            "peak": max(r["peak_rss_mb"] for r in runs), "weights_bytes": runs[0]["weights_bytes"],
-            "params": runs[0]["params"]}
+    return {"name": name, "ttft": bounds(ttft), "tpot": bounds(tpot), "tpot_p50": float(np.median(tpot)),
+            "tok_s": 1e3 / float(np.median(tpot)), "peak": max(r["peak_rss_mb"] for r in runs)}, runs[0]
+
+
+def torch_row(folder: Path, prompt: int, new: int, trials: int, repeats: int) -> dict:
+    row, first = loop_row("torch eager FP32 (its own KV cache)", TORCH_LOOP,
+                          [str(folder), str(prompt), str(new), str(trials)], repeats)
+    return {**row, "weights_bytes": first["weights_bytes"], "params": first["params"]}
 
 
 def tapeout_row(report: dict, prompt: int) -> dict:

@@ -48,11 +48,10 @@ def load(directory: Path, input_names: list[str], output_names: list[str] | None
             return out.logits if getattr(out, "logits", None) is not None else out.last_hidden_state
 
     weights = sorted(directory.glob("*.safetensors")) or sorted(directory.glob("*.bin"))
-    module = HuggingFaceOutputs(model, input_names).eval()
     return LoadedModel(
         "torch",
         f"Hugging Face {model.config.model_type} ({type(model).__name__}) from {directory}",
-        module=module,
+        module=HuggingFaceOutputs(model, input_names).eval(),
         output_names=output_names,
         weights_sha256=state_dict_sha256(model),
         files=[directory / "config.json", *weights],

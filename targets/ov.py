@@ -90,7 +90,7 @@ class OvSession(Session):
         self._model = _read(core, path)
         self.input_names = [i.get_any_name() for i in self._model.inputs]
         self.output_names = [o.get_any_name() for o in self._model.outputs]
-        self._compiled = self._request = None
+        self._compiled = self._request = self._stateful = None
 
     def _compile(self, model):
         try:
@@ -115,7 +115,9 @@ class OvSession(Session):
         return lambda: request.infer(feeds, share_inputs=True, share_outputs=True)
 
     def decoder(self, layout: CacheLayout) -> CachedDecoder:
-        return OvStatefulDecoder(self._compile(stateful(self._core.read_model(str(self._path)), layout)), layout)
+        if self._stateful is None:  # the model read for the names, made stateful in place (the plain one compiles
+            self._stateful = self._compile(stateful(self._model, layout))  # from the path), once per session
+        return OvStatefulDecoder(self._stateful, layout)
 
 
 def stateful(model, layout: CacheLayout):

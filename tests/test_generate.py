@@ -128,17 +128,11 @@ def test_int4_keeps_perplexity_within_one_percent_through_the_cache(tmp_path):
     assert report["workload"]["decode_tokens_per_s"]["point"] > 0
 
 
-def test_greedy_through_the_cache_is_the_plain_forwards_greedy(tmp_path):
-    """Both session decoders (host arrays; ONNX Runtime's bound OrtValues) reproduce greedy decoding by full
-    recomputation: a cache not fed back, or fed back shifted, diverges within a few tokens."""
-    import onnxruntime as ort
-    import torch
-
+def _tiny_cache_graph(tmp_path):
+    """tiny-lm's trained decoder, its cache layout at max_context 64, and its KV-cache graph exported to ONNX."""
     from tapeout.core.schemas import Project
     from tapeout.exporters import generation, torch_onnx
     from tapeout.exporters.sources import LoadedModel
-    from tapeout.targets.base import CachedDecoder
-    from tapeout.targets.ort_ep import OrtSession
 
     spec = importlib.util.spec_from_file_location("tiny_lm_model", TINY / "model.py")
     tiny = importlib.util.module_from_spec(spec)  # its own name: other samples' model.py are imported too
@@ -154,6 +148,19 @@ def test_greedy_through_the_cache_is_the_plain_forwards_greedy(tmp_path):
     torch_onnx.export(LoadedModel("torch", "tiny", module=generation.cache_graph(decoder), output_names=layout.outputs()),
                       graph.inputs, generation.export_dims(graph), path,
                       torch_onnx.ExportOptions.for_project(graph, 20, 10))
+    return decoder, layout, path
+
+
+def test_greedy_through_the_cache_is_the_plain_forwards_greedy(tmp_path):
+    """Both session decoders (host arrays; ONNX Runtime's bound OrtValues) reproduce greedy decoding by full
+    recomputation: a cache not fed back, or fed back shifted, diverges within a few tokens."""
+    import onnxruntime as ort
+    import torch
+
+    from tapeout.targets.base import CachedDecoder
+    from tapeout.targets.ort_ep import OrtSession
+
+    decoder, layout, path = _tiny_cache_graph(tmp_path)
     text = np.frombuffer((TINY / "data" / "heldout.txt").read_bytes(), dtype=np.uint8).astype(np.int64)
     prompt = text[None, 200:216]
     ids = torch.from_numpy(prompt)
@@ -307,9 +314,6 @@ def test_the_openvino_stateful_decoder_reproduces_the_stateless_loop(tmp_path):
     float noise, for two prompts in a row (a state not reset would carry the first into the second)."""
     import torch
 
-    from tapeout.core.schemas import Project
-    from tapeout.exporters import generation, torch_onnx
-    from tapeout.exporters.sources import LoadedModel
     from tapeout.targets.base import CachedDecoder
     from tapeout.targets.ov import OvSession, OvStatefulDecoder, _core
 
@@ -321,20 +325,7 @@ def test_the_openvino_stateful_decoder_reproduces_the_stateless_loop(tmp_path):
             out.append(int(token[0, 0]))
         return out
 
-    spec = importlib.util.spec_from_file_location("tiny_lm_model_ov", TINY / "model.py")
-    tiny = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(tiny)
-    decoder = tiny.build()
-    project = Project.model_validate({
-        "model": {"source": "model.py:build"}, "dims": {"batch": 1},
-        "inputs": [{"name": "input_ids", "shape": ["batch", 128], "dtype": "int64"}],
-        "workload": {"kind": "generate", "prompt_lengths": [16], "max_context": 64}})
-    layout = generation.layout_of(decoder, project.workload, "model.py:build")
-    graph = generation.graph_project(project, layout)
-    path = tmp_path / "model.onnx"
-    torch_onnx.export(LoadedModel("torch", "tiny", module=generation.cache_graph(decoder), output_names=layout.outputs()),
-                      graph.inputs, generation.export_dims(graph), path,
-                      torch_onnx.ExportOptions.for_project(graph, 20, 10))
+    decoder, layout, path = _tiny_cache_graph(tmp_path)
     session = OvSession(_core(), path, "CPU", {"INFERENCE_PRECISION_HINT": "f32"})
     stateful = session.decoder(layout)
     assert isinstance(stateful, OvStatefulDecoder)
