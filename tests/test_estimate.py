@@ -11,6 +11,7 @@ import json
 import math
 import os
 import shutil
+from pathlib import Path
 
 import numpy as np
 import onnx
@@ -22,7 +23,7 @@ from tapeout.builds.reader import open_build
 from tapeout.core.errors import BadInput
 from tapeout.core.schemas import Budgets
 from tapeout.core.verdict import Verdict
-from tapeout.estimation import cost_units, estimate, fit, roofline
+from tapeout.estimation import cost_units, estimate, fit, generation, roofline
 from tapeout.graph.analyze import analyze_view
 from tapeout.graph.view import GraphView
 
@@ -479,3 +480,103 @@ def test_a_build_in_progress_on_a_gpu_is_estimated_for_its_gpu_or_not_at_all():
     assert est.device == "h100-sxm" and est.roof.kind == "gpu"
     assert estimate.for_model(ctx, structure, None, "NVIDIA B200") is None
     assert estimate.for_model(ctx, structure, None, None) is None
+
+
+# ---------------------------------------------------------------- the generation loop (estimation/generation.py)
+
+KV_PER_POSITION = 64 * 1024  # bytes of keys and values one position adds to a synthetic decoder's cache
+
+
+def _decoder_phase(kind: str, seq: int, past: int) -> generation.Phase:
+    """A decoder whose projections read 100 MB of FP32 weights per call for 50 MFLOP per token, and whose attention
+    reads the whole cache (past + seq positions) for 1 kFLOP per position and token."""
+    proj = cost_units.Kernel("proj", "matmul", "fp32", 50_000_000 * seq, 100e6 + 8192 * seq, 1, lead="proj")
+    attn = cost_units.Kernel("attn", "elementwise", "fp32", 1000 * seq * (past + seq),
+                             KV_PER_POSITION * (past + seq), 1)
+    return generation.Phase(kind, seq, past, [proj, attn])
+
+
+def _decoder_phases(prompts=(16, 64), max_context=512) -> list[generation.Phase]:
+    return [_decoder_phase(kind, seq, past) for kind, seq, past in generation.shapes(list(prompts), 9, max_context)]
+
+
+def _workload(prompts=(16, 64), new_tokens=9, max_context=512, batch=1):
+    from types import SimpleNamespace
+
+    return SimpleNamespace(kind="generate", prompt_lengths=list(prompts), new_tokens=new_tokens,
+                           max_context=max_context, batch=batch)
+
+
+def test_decode_is_priced_at_its_bytes_over_the_bandwidth_and_a_long_prefill_at_its_flops():
+    roof = _h100()
+    phases = _decoder_phases(prompts=(16, 4096), max_context=8192)
+    est = generation.price(phases, roof, "tensorrt", "fp32", None, None, _workload((16, 4096), max_context=8192))
+    assert [(c.kind, c.seq, c.past) for c in est.decode] == [("decode", 1, 16), ("decode", 1, 8191)]
+    for step in est.decode:  # batch 1: every decode step is memory-bound on an H100
+        assert step.memory_bound_share == 1.0
+        assert math.isclose(step.lower_bound_s, step.bytes / roof.bandwidth, rel_tol=1e-12)
+    long = est.prefill[-1]
+    assert long.seq == 4096 and long.memory_bound_share < 0.05  # past the ridge: compute-bound
+    assert math.isclose(long.lower_bound_s, long.flops / roof.peak("fp32")[0], rel_tol=0.05)
+    # the tokens/s bound is the batch over the median step
+    data = est.to_json()
+    assert math.isclose(data["decode_tokens_per_s"]["upper_bound"], 1e3 / est.tpot_bound_ms("p50"))
+    assert data["tpot_ms"]["predicted"] is None and est.ttft_ms(16) is None  # no calibration: bounds only
+    assert "lower bounds" in est.line()
+
+
+def test_tpot_is_the_step_at_the_positions_the_loop_times_read_off_the_line_between_two_steps():
+    """A decode step's cost is affine in its position, so two priced steps give every other one exactly."""
+    roof = _h100()
+    est = generation.price(_decoder_phases(), roof, "tensorrt", "fp32", None, None, _workload())
+    positions = est.timed_positions()
+    assert list(positions) == [*range(16, 24), *range(64, 72)]  # new_tokens - 1 steps after each prompt
+    for q, share in (("p50", 0.5), ("p90", 0.9), ("p99", 0.99)):
+        at = float(np.quantile(positions, share))
+        direct = generation.price([_decoder_phase("decode", 1, at)], roof, "tensorrt", "fp32", None, None,
+                                  _workload()).decode[0]  # the synthetic step is affine at any real position too
+        assert math.isclose(est.tpot_bound_ms(q), direct.lower_bound_s * 1e3, rel_tol=1e-9)
+    assert est.tpot_bound_ms("p50") < est.tpot_bound_ms("p90") < est.tpot_bound_ms("p99")
+    # KV bytes make the difference: a step at max_context reads 496 more positions than one at 16
+    first, last = est.decode
+    assert math.isclose(last.bytes - first.bytes, (last.past - first.past) * KV_PER_POSITION)
+
+
+def test_a_quantized_plan_prices_the_decode_step_at_its_weights_precision():
+    roof = _h100()
+    plan = {"groups": [{"nodes": ["proj"], "precision": "int4"}]}
+    fp32 = generation.price(_decoder_phases(), roof, "tensorrt", "fp32", None, None, _workload())
+    int4 = generation.price(_decoder_phases(), roof, "tensorrt", "int4", plan, None, _workload())
+    # weights at half a byte: the 100 MB of projections read as 12.5 MB, the cache as before
+    assert int4.decode[0].bytes < fp32.decode[0].bytes / 4
+    assert int4.tpot_bound_ms("p50") < fp32.tpot_bound_ms("p50") / 4
+
+
+def test_a_calibration_predicts_each_phase_as_the_per_call_model_would_with_its_band_and_tails():
+    roof = _h100()
+    records = [_record(f"m{i}", TERMS, {"matmul": 1e-3 * (i + 1) ** 2, "elementwise": 2e-4 * (3 - i)},
+                       {"matmul": 4 + 7 * i, "elementwise": 9 - 2 * i}, 5e-6, 2e-6, share=0.08) for i in range(4)]
+    cal = fit.Calibration("h100-sxm", "tensorrt", "gpu", roof.to_json(), records, fit.fit(records),
+                          [{"model": "a", "error": -0.1}, {"model": "b", "error": 0.2}])
+    path = Path("h100-sxm__tensorrt.json")
+    phases = _decoder_phases()
+    est = generation.price(phases, roof, "tensorrt", "fp32", None, (cal, path), _workload())
+    for phase, cost in zip([p for p in phases if p.kind == "prefill"], est.prefill, strict=True):
+        single = estimate.estimate(phase.kernels, roof, "tensorrt", "fp32", (cal, path))
+        assert math.isclose(cost.predicted_s, single.predicted_s) and cost.predicted_s > cost.lower_bound_s
+    point, low, high = est.ttft_ms(64)
+    assert math.isclose(low, point / 1.2) and math.isclose(high, point / 0.9)  # the band read as Estimate reads it
+    p50, p90 = est.tpot_ms("p50"), est.tpot_ms("p90")
+    at90 = float(np.quantile(est.timed_positions(), 0.9))
+    assert math.isclose(p90[0], est.step_s(at90, True) * 1e3 * 1.2)  # the calibration's p90/p50 tail
+    assert p50[0] < p90[0]
+    data = generation.with_measured(est, {"ttft_ms": {"64": {"quantiles": {"p50": {"point": point * 2}}}},
+                                          "tpot_ms": {"quantiles": {"p50": {"point": p50[0] / 2}}}})
+    rows = {m["what"]: m for m in data["measured"]}
+    assert math.isclose(rows["TTFT@64 p50"]["error"], -0.5) and rows["TTFT@64 p50"]["of"] == "predicted"
+    assert math.isclose(rows["TPOT p50"]["error"], 1.0)
+    assert rows["TTFT@16 p50"]["measured_ms"] is None and rows["TTFT@16 p50"]["error"] is None
+    assert data["band"] == [-0.1, 0.2] and "no generate loop" in data["band_from"]
+    from tapeout.records.estimate import GenerationEstimateRecord
+
+    GenerationEstimateRecord.model_validate(data)  # what report.json keeps

@@ -4,6 +4,7 @@ budgets judged, `check` replaying the golden prompts; and every bad input one li
 from __future__ import annotations
 
 import importlib.util
+import json
 import shutil
 
 import numpy as np
@@ -99,6 +100,9 @@ def test_check_replays_the_golden_prompts_and_refuses_an_edited_workload_file(ge
     assert check.code == 1, check.err  # the same failing KV budget, judged again
     data = check.json()
     assert data["workload"]["agreement"]["share"] == 1.0
+    # check prices the loop again and sets its own measurement beside the estimate
+    measured = {m["what"]: m["measured_ms"] for m in data["estimate"]["generation"]["measured"]}
+    assert measured["TPOT p50"] == data["workload"]["tpot_ms"]["quantiles"]["p50"]["point"]
     assert {b["budget"] for b in data["budgets"] if b["verdict"] == "pass"} >= {"ttft_ms", "greedy_min_agreement"}
     data_file = out / "workload.npz"
     with np.load(data_file) as arrays:
@@ -107,6 +111,57 @@ def test_check_replays_the_golden_prompts_and_refuses_an_edited_workload_file(ge
     np.savez(data_file, **edited)
     line = one_line_error(run_cli("check", out))
     assert "workload file" in line and "sha256 mismatch" in line
+
+
+@pytest.mark.slow
+def test_the_loop_is_estimated_phase_by_phase_here_on_a_device_spec_and_calibrated(generated, digits_build,
+                                                                                     digits_int8_build):
+    tmp, out, result = generated
+    structure = json.loads((out / "structure.json").read_text())
+    assert [(p["kind"], p["seq"], p["past"]) for p in structure["phases"]] == [
+        ("prefill", 8, 0), ("prefill", 40, 0), ("decode", 1, 8), ("decode", 1, 127)]
+    report = result.json()
+    g, w = report["estimate"]["generation"], report["workload"]
+    assert g["device"].startswith("host-") and set(g["ttft_ms"]) == {"8", "40"}
+    first, last = g["decode_steps"]
+    kv_per_position = 2 * 4 * 6 * 32 * 4 / 2**20  # MB of keys and values per position, every layer
+    slope = (last["mb"] - first["mb"]) / (last["past"] - first["past"])
+    # the cache is read at least once per step (this unfused graph also copies it: Concat reads and writes)
+    assert kv_per_position <= slope <= 4.5 * kv_per_position
+    assert first["mb"] >= 0.9 * w["memory_mb"]["weights"]  # every weight read for one token
+    rows = {m["what"]: m for m in g["measured"]}
+    assert rows["TTFT@40 p50"]["measured_ms"] == w["ttft_ms"]["40"]["quantiles"]["p50"]["point"]
+    tpot = rows["TPOT p50"]
+    assert tpot["measured_ms"] == w["tpot_ms"]["quantiles"]["p50"]["point"] and tpot["of"] == "bound"
+    assert tpot["error"] == pytest.approx(tpot["estimated_ms"] / tpot["measured_ms"] - 1)
+    assert "### The generation loop on host-" in (out / "report.md").read_text()
+
+    # a device not at hand: at batch 1 each decode step is memory-bound, its bound the bytes over the bandwidth
+    from tapeout.core.config import load_device
+
+    h100 = run_cli("estimate", out, "--device", "h100-sxm", "--json")
+    assert h100.code == 0, h100.err
+    hg = h100.json()["generation"]
+    bandwidth = load_device("h100-sxm").memory_bandwidth_gbs.value * 1e9
+    assert hg["device"] == "h100-sxm" and hg["tpot_ms"]["predicted"] is None
+    for step in hg["decode_steps"]:
+        assert step["memory_bound_share"] == 1.0
+        assert step["lower_bound_ms"] == pytest.approx(step["mb"] * 2**20 / bandwidth * 1e3, rel=1e-6)
+    shown = run_cli("estimate", out, "--device", "h100-sxm")
+    assert "the generation loop on h100-sxm" in shown.out and "decode at position 127" in shown.out
+
+    # calibrated on this host's ONNX Runtime (from other models' single calls): each figure predicted
+    cal = tmp / "calibration"
+    assert run_cli("calibrate", digits_build, digits_int8_build, "--out", cal).code == 0
+    calibrated = run_cli("estimate", out, "--json", env={"TAPEOUT_CALIBRATION": str(cal)})
+    assert calibrated.code == 0, calibrated.err
+    cg = calibrated.json()["generation"]
+    assert cg["calibration"] and "calibrated roofline" in cg["method"]
+    assert all(entry["predicted"]["point"] > 0 for entry in cg["ttft_ms"].values())
+    # one model calibrated: nothing held out, so no band is claimed, and the report says why
+    assert cg["band"] is None and "no error band" in cg["calibration"]
+    assert cg["tpot_ms"]["predicted"]["p90"]["point"] >= cg["tpot_ms"]["predicted"]["p50"]["point"]
+    assert cg["decode_tokens_per_s"]["predicted"]["point"] > 0
 
 
 @pytest.mark.slow

@@ -132,6 +132,22 @@ class BuildDir:
     def workload(self) -> tuple[GenerateWorkload | StreamWorkload, CacheLayout | None, Path] | None:
         """A generate or stream build's workload: its settings, the cache layout (generate only) and workload.npz,
         verified; None for forward."""
+        settings = self.workload_settings()
+        if settings is None:
+            return None
+        rec = self.manifest.workload
+        layout = None
+        if settings.kind == "generate":
+            try:
+                layout = CacheLayout.from_json(rec.layout)
+            except (KeyError, TypeError) as exc:
+                raise BadInput(f"{self.directory / 'manifest.json'}: workload.layout is malformed ({exc})",
+                               fix=_RESTORE) from None
+        return settings, layout, verified(self.directory, rec.file, rec.sha256, "workload file")
+
+    def workload_settings(self) -> GenerateWorkload | StreamWorkload | None:
+        """The workload's settings alone (what the estimator prices), validated; None for forward. The replay data
+        is not read: that is `workload()`, for the commands that replay it."""
         rec = self.manifest.workload
         if rec is None:
             return None
@@ -139,15 +155,8 @@ class BuildDir:
         kind = rec.settings.get("kind")
         if kind not in ("generate", "stream"):
             raise BadInput(f"{where}: workload.settings.kind is {kind!r}, not generate or stream", fix=_RESTORE)
-        settings = validate(GenerateWorkload if kind == "generate" else StreamWorkload, rec.settings, where,
-                            "workload.settings.")
-        layout = None
-        if kind == "generate":
-            try:
-                layout = CacheLayout.from_json(rec.layout)
-            except (KeyError, TypeError) as exc:
-                raise BadInput(f"{where}: workload.layout is malformed ({exc})", fix=_RESTORE) from None
-        return settings, layout, verified(self.directory, rec.file, rec.sha256, "workload file")
+        return validate(GenerateWorkload if kind == "generate" else StreamWorkload, rec.settings, where,
+                        "workload.settings.")
 
     def structure(self) -> StructureRecord | None:
         """structure.json, verified: the kernel structure the build computed; None for a build dir from before it."""

@@ -36,7 +36,27 @@ def estimate(build_dir: Path, device: str | None, as_json: bool) -> int:
     ui.out.print(table)
     for note in est.notes:
         ui.out.print(f"note: {note}", markup=False)
+    if est.generation is not None:
+        _generation(ui, est.generation.to_json())
     return 0
+
+
+def _generation(ui: UI, g: dict) -> None:
+    """A generate build's loop: TTFT per prompt length, TPOT and decode tokens/s, and the calls they come from."""
+    from rich.table import Table
+
+    from tapeout.reports import generation
+
+    ui.out.print(f"\nthe generation loop on {g['device']}: {g['method']}", markup=False)
+    table = Table(*generation.ESTIMATE_HEADER[:3], title="time to first token and per output token")
+    for row in generation.estimate_rows(g):
+        table.add_row(*row[:3])
+    ui.out.print(table)
+    phases = Table(*generation.PHASE_HEADER, title="priced from these calls")
+    for row in generation.phase_rows(g):
+        phases.add_row(*row)
+    ui.out.print(phases)
+    ui.out.print(generation.estimate_note(g), markup=False)
 
 
 def calibrate(build_dirs: list[Path], out: Path | None, as_json: bool) -> int:

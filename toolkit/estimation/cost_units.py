@@ -17,7 +17,7 @@ from tapeout.graph.analysis import Analysis
 from tapeout.graph.analyze import node_cost
 from tapeout.graph.view import GraphView
 from tapeout.records.structure import SCHEMA as STRUCTURE_SCHEMA
-from tapeout.records.structure import CostUnitRecord, StructureRecord
+from tapeout.records.structure import CostUnitRecord, PhaseRecord, StructureRecord
 
 CLASSES = ("conv", "matmul", "recurrent", "reduce", "elementwise", "movement", "quantize")
 
@@ -236,15 +236,22 @@ def _steps(view: GraphView, node) -> int:
     return int(shape[axis]) if len(shape) == 3 and shape[axis] else 1
 
 
-def to_record(kernels: list[Kernel]) -> StructureRecord:
-    """The kernel structure as structure.json holds it."""
-    return StructureRecord(schema=STRUCTURE_SCHEMA, kernels=[
-        CostUnitRecord(name=k.name, cls=k.cls, precision=k.precision, flops=k.flops, bytes=k.bytes, nodes=k.nodes,
-                       launches=k.launches, lead=k.lead, quantized_input=k.quantized_input, reread=k.reread)
-        for k in kernels])
+def to_record(kernels: list[Kernel], phases: list[PhaseRecord] | None = None) -> StructureRecord:
+    """The kernel structure as structure.json holds it (with a generate workload's phases, where it has them)."""
+    return StructureRecord(schema=STRUCTURE_SCHEMA, kernels=unit_records(kernels), phases=phases or [])
+
+
+def unit_records(kernels: list[Kernel]) -> list[CostUnitRecord]:
+    return [CostUnitRecord(name=k.name, cls=k.cls, precision=k.precision, flops=k.flops, bytes=k.bytes, nodes=k.nodes,
+                           launches=k.launches, lead=k.lead, quantized_input=k.quantized_input, reread=k.reread)
+            for k in kernels]
+
+
+def from_units(units: list[CostUnitRecord]) -> list[Kernel]:
+    return [Kernel(name=k.name, cls=k.cls, precision=k.precision, flops=k.flops, bytes=k.bytes, nodes=k.nodes,
+                   launches=k.launches, lead=k.lead, quantized_input=k.quantized_input, reread=k.reread)
+            for k in units]
 
 
 def from_record(record: StructureRecord) -> list[Kernel]:
-    return [Kernel(name=k.name, cls=k.cls, precision=k.precision, flops=k.flops, bytes=k.bytes, nodes=k.nodes,
-                   launches=k.launches, lead=k.lead, quantized_input=k.quantized_input, reread=k.reread)
-            for k in record.kernels]
+    return from_units(record.kernels)

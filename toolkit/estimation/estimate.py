@@ -22,7 +22,7 @@ from tapeout.core.errors import BadInput
 from tapeout.core.host import host_fingerprint
 from tapeout.core.schemas import Budgets, InputSpec
 from tapeout.core.verdict import BudgetResult, Verdict
-from tapeout.estimation import bottleneck, roofline
+from tapeout.estimation import bottleneck, generation, roofline
 from tapeout.estimation import cost_units as kern
 from tapeout.estimation import fit as calib
 from tapeout.graph.analyze import analyze_view
@@ -47,6 +47,7 @@ class Estimate:
     calibration: str | None = None              # its summary and file
     per_kernel_s: list[float] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
+    generation: Any = None                      # a generate workload's TTFT and TPOT (generation.GenerationEstimate)
 
     @property
     def method(self) -> str:
@@ -86,6 +87,7 @@ class Estimate:
                              "compute_us": kern.roof_times(self.kernels[i], self.roof)[0] * 1e6,
                              "memory_us": kern.roof_times(self.kernels[i], self.roof)[1] * 1e6} for i in order[:top]],
             "notes": self.notes,
+            **({"generation": self.generation.to_json()} if self.generation is not None else {}),
         }
 
     def line(self) -> str:
@@ -210,6 +212,7 @@ def for_build(build: BuildDir, cal: tuple[calib.Calibration, Path] | bool | None
     host = host or report.host.model_dump()
     reported = reported or (report.device.reported if report.device else None)
     device_spec = spec_for_run(report.target.name, device_spec, reported)
+    workload = build.workload_settings()
     if device_spec is None and off_host(report.target.name):
         raise BadInput(f"{directory}: {report.target.name} ran on {reported or 'a device the meters did not name'}, "
                        "which no shipped device spec matches, and the profile names none",
@@ -218,7 +221,11 @@ def for_build(build: BuildDir, cal: tuple[calib.Calibration, Path] | bool | None
     plan = report.quantization.plan.model_dump(mode="json") if report.quantization else None
     precision = report.profile.precision
     kernels = kern.at_precision(structure, plan, kern.float_precision(precision, plan))
-    return estimate(kernels, roof, report.target.name, precision, cal or None)
+    est = estimate(kernels, roof, report.target.name, precision, cal or None)
+    phases = generation.from_record(build.structure())
+    if phases and workload is not None and workload.kind == "generate":
+        est.generation = generation.price(phases, roof, report.target.name, precision, plan, cal or None, workload)
+    return est
 
 
 def kernels_of(build: BuildDir) -> list[kern.Kernel] | None:
@@ -233,7 +240,8 @@ def kernels_of(build: BuildDir) -> list[kern.Kernel] | None:
     return model_kernels(build.exported_model(), man.project.inputs, man.project.dims)
 
 
-def for_model(setup, structure: list[kern.Kernel], plan: dict | None, reported: str | None = None) -> Estimate | None:
+def for_model(setup, structure: list[kern.Kernel], plan: dict | None, reported: str | None = None,
+              phases: list[generation.Phase] | None = None, workload: Any = None) -> Estimate | None:
     """The estimate for a build or check in progress (`setup`: its profile, target, device spec and emulation),
     from the kernels `cost_units.structure` found at analysis and the precision plan: the profile's device; for a
     GPU target, the shipped spec matching the device that ran it (`reported`); or this host's CPU where a CPU
@@ -247,15 +255,22 @@ def for_model(setup, structure: list[kern.Kernel], plan: dict | None, reported: 
     cal, roof = _device_roof(device, host, setup.target.options, setup.target.name, True)
     precision = setup.profile.precision
     kernels = kern.at_precision(structure, plan, kern.float_precision(precision, plan))
-    return estimate(kernels, roof, setup.target.name, precision, cal)
+    est = estimate(kernels, roof, setup.target.name, precision, cal)
+    if phases and workload is not None and workload.kind == "generate":
+        est.generation = generation.price(phases, roof, setup.target.name, precision, plan, cal, workload)
+    return est
 
 
-def with_measured(est: Estimate, measured_p50_ms: float | None) -> dict[str, Any]:
-    """The estimate's JSON, with the measured p50 and the prediction's error where this run measured it."""
+def with_measured(est: Estimate, measured_p50_ms: float | None, measured_generation: dict | None = None
+                  ) -> dict[str, Any]:
+    """The estimate's JSON, with the measured p50 and the prediction's error where this run measured it (and the
+    generation loop's, for a generate workload)."""
     data = est.to_json()
     predicted = est.quantile_ms("p50")
     data["measured_p50_ms"] = measured_p50_ms
     data["error"] = predicted[0] / measured_p50_ms - 1 if predicted and measured_p50_ms else None
+    if est.generation is not None:
+        data["generation"] = generation.with_measured(est.generation, measured_generation)
     return data
 
 

@@ -3,6 +3,8 @@
 
 from __future__ import annotations
 
+from typing import Literal
+
 from pydantic import Field
 
 from tapeout.records.record import Record
@@ -47,6 +49,56 @@ class KernelRecord(Record):
     memory_us: float
 
 
+class PhaseCostRecord(Record):
+    kind: str
+    seq: int
+    past: int
+    lower_bound_ms: float
+    predicted_ms: float | None = None
+    gflop: float
+    mb: float
+    memory_bound_share: float
+
+
+class PrefillEstimateRecord(Record):
+    lower_bound: float
+    predicted: PredictedRecord | None = None
+    phase: PhaseCostRecord
+
+
+class TpotEstimateRecord(Record):
+    lower_bound: dict[str, float | None]
+    predicted: dict[str, PredictedRecord | None] | None = None
+
+
+class TokensEstimateRecord(Record):
+    upper_bound: float | None = None
+    predicted: PredictedRecord | None = None
+
+
+class EstimateVsMeasured(Record):
+    what: str
+    estimated_ms: float
+    measured_ms: float | None = None
+    error: float | None = None
+    of: Literal["predicted", "bound"]
+
+
+class GenerationEstimateRecord(Record):
+    """A generate workload's loop priced phase by phase (estimation/generation.py)."""
+
+    device: str
+    method: str
+    calibration: str | None = None
+    band: list[float] | None = None
+    band_from: str | None = None
+    ttft_ms: dict[str, PrefillEstimateRecord]
+    tpot_ms: TpotEstimateRecord
+    decode_steps: list[PhaseCostRecord]
+    decode_tokens_per_s: TokensEstimateRecord
+    measured: list[EstimateVsMeasured] | None = None
+
+
 class EstimateRecord(Record):
     device: str
     target: str
@@ -63,6 +115,7 @@ class EstimateRecord(Record):
     notes: list[str] = Field(default_factory=list)
     measured_p50_ms: float | None = None
     error: float | None = None
+    generation: GenerationEstimateRecord | None = None
 
 
 class BoundShare(Record):

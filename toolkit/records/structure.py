@@ -1,6 +1,8 @@
 """structure.json: the model's kernel structure, the estimator's cost units at FP32 (each kernel's class, FLOPs,
 bytes, nodes, launches), computed once at build from the analysis and hashed by the manifest; check, estimate
-and calibrate price it at the build's precision plan instead of analysing the model again."""
+and calibrate price it at the build's precision plan instead of analysing the model again. A generate workload's
+build also keeps the structure of each phase of its loop at that phase's shapes (prefill per prompt length, decode
+steps): `kernels` is the decode step at max_context, the call every per-call figure describes."""
 
 from __future__ import annotations
 
@@ -26,6 +28,16 @@ class CostUnitRecord(Record):
     reread: float = 0.0
 
 
+class PhaseRecord(Record):
+    """A generate workload's call at its own shapes (estimation/generation.py): a prompt's prefill, a decode step."""
+
+    kind: Literal["prefill", "decode"]
+    seq: int = Field(ge=1)
+    past: int = Field(ge=0)
+    kernels: list[CostUnitRecord]
+
+
 class StructureRecord(Record):
     schema_id: Literal["tapeout.structure/1"] = Field(SCHEMA, alias="schema")
     kernels: list[CostUnitRecord]
+    phases: list[PhaseRecord] = Field(default_factory=list, description="generate workloads only")

@@ -54,3 +54,58 @@ def agreement_line(w: dict) -> str:
     return (f"Greedy agreement with the torch reference: **{a['share']:.1%}** of {a['tokens']} tokens × {a['prompts']} "
             f"prompts reproduced before the first divergence; {a['prompts'] - len(diverged)} prompts match throughout"
             + (f", first divergences at {diverged}" if diverged else "") + ".")
+
+
+# ---------------------------------------------------------------- the estimate of the loop (estimation/generation.py)
+
+ESTIMATE_HEADER = ["figure", "roofline bound", "predicted", "measured p50", "estimate's error"]
+PHASE_HEADER = ["call", "GFLOP", "MB read and written", "memory-bound share", "bound ms", "predicted ms"]
+
+
+def _triple(t: dict | None) -> str:
+    return "—" if not t else f"{t['point']:.4g} [{t['low']:.4g}, {t['high']:.4g}]"
+
+
+def estimate_rows(g: dict) -> list[list[str]]:
+    """Each priced figure: its roofline bound, the calibrated prediction with its band, and this run's measurement
+    with the estimate's error against it where the build measured the loop."""
+    measured = {m["what"]: m for m in g.get("measured") or []}
+
+    def seen(what: str) -> list[str]:
+        m = measured.get(what)
+        if not m or m.get("measured_ms") is None:
+            return ["—", "—"]
+        return [f"{m['measured_ms']:.4g}", "—" if m["error"] is None else f"{m['error']:+.1%} (of the {m['of']})"]
+
+    rows = [[f"TTFT@{n} ms", f"≥ {e['lower_bound']:.4g}", _triple(e["predicted"]), *seen(f"TTFT@{n} p50")]
+            for n, e in g["ttft_ms"].items()]
+    tpot = g["tpot_ms"]
+    for q in ("p50", "p90", "p99"):
+        bound = tpot["lower_bound"].get(q)
+        if bound is None:
+            continue
+        rows.append([f"TPOT {q} ms", f"≥ {bound:.4g}", _triple((tpot["predicted"] or {}).get(q)),
+                     *(seen("TPOT p50") if q == "p50" else ["—", "—"])])
+    tok = g["decode_tokens_per_s"]
+    if tok["upper_bound"]:
+        rows.append(["decode tokens/s", f"≤ {tok['upper_bound']:.0f}", _triple(tok["predicted"]), "—", "—"])
+    return rows
+
+
+def phase_rows(g: dict) -> list[list[str]]:
+    """The calls the loop was priced from: each prompt's prefill and the decode steps the line runs through."""
+    calls = [*(e["phase"] for e in g["ttft_ms"].values()), *g["decode_steps"]]
+    return [[f"prefill of {p['seq']}" if p["kind"] == "prefill" else f"decode at position {p['past']}",
+             f"{p['gflop']:.4g}", f"{p['mb']:.4g}", f"{p['memory_bound_share']:.0%}", f"{p['lower_bound_ms']:.4g}",
+             "—" if p["predicted_ms"] is None else f"{p['predicted_ms']:.4g}"] for p in calls]
+
+
+def estimate_note(g: dict) -> str:
+    """Where the band comes from, or that there is none."""
+    if g.get("band"):
+        lo, hi = g["band"]
+        return f"Band {lo:+.0%}…{hi:+.0%}: {g['band_from']}. {g['calibration']}."
+    if g.get("calibration"):
+        return f"{g['calibration']}; no band (too few models to hold one out)."
+    return ("No calibration for this device and target: the bounds alone, which a loop on the device can only be "
+            "slower than (unless its weights stay in a cache between calls).")

@@ -416,6 +416,12 @@ def _estimate_section(e: dict | None) -> list[str]:
                           us(c["roofline_us"]), us(c["predicted_us"])] for c in e["by_class"]])]
     for note in e.get("notes") or []:
         out.append(f"\nNote: {note}")
+    g = e.get("generation")
+    if g:
+        out += ["", f"### The generation loop on {g['device']}", "", f"Method: {g['method']}.", ""]
+        out += _table(generation.ESTIMATE_HEADER, generation.estimate_rows(g))
+        out += ["", generation.estimate_note(g), "", "Priced from these calls:", ""]
+        out += _table(generation.PHASE_HEADER, generation.phase_rows(g))
     return out
 
 

@@ -1,10 +1,12 @@
 """Step `analyze`: the model's architecture (families, roles, fusion groups), costs and peak activation memory
 at the build's shapes, and its kernel structure for the estimator — computed once, saved in the build dir
-(structure.json), and read back by check, estimate and calibrate."""
+(structure.json), and read back by check, estimate and calibrate. A generate workload's cache graph is also read
+at each phase's shapes (a prompt's prefill, the decode step at the first position timed), so its TTFT and TPOT can
+be estimated (estimation/generation.py)."""
 
 from __future__ import annotations
 
-from tapeout.estimation import cost_units
+from tapeout.estimation import cost_units, generation
 from tapeout.graph.analyze import analyze_view
 from tapeout.graph.view import GraphView
 from tapeout.steps.state import BuildState
@@ -22,7 +24,7 @@ def hints_of(loaded) -> dict:
 class Analyze(Step):
     name = "analyze"
     needs = ("loaded", "fp32_model")
-    adds = ("analysis", "kernels")
+    adds = ("analysis", "kernels", "phases")
 
     def run(self, state: BuildState) -> None:
         project = state.setup.project
@@ -31,6 +33,12 @@ class Analyze(Step):
             state.analysis = analyze_view(view, hints=hints_of(state.loaded))
             state.kernels = cost_units.structure(view, state.analysis)  # priced once the precision is planned
             del view  # the weights it holds are not needed again
+        state.phases = None
+        if project.workload.kind == "generate":
+            with state.ui.step("kernel structure of each phase of the generation loop (prefill per prompt length, "
+                               "decode steps)"):
+                state.phases = generation.structures(state.fp32_model, project.inputs, project.dims, project.workload,
+                                                     state.kernels, state.ui)
 
     def report(self, state: BuildState) -> dict[str, object]:
         return {"analysis": state.analysis.to_json()}

@@ -14,7 +14,7 @@ NO_DEVICE = ("no estimate: the profile names no device spec to estimate for, and
 
 class Estimate(Step):
     name = "estimate"
-    needs = ("kernels", "quantization", "measurement")
+    needs = ("kernels", "phases", "quantization", "measurement", "generation")
     adds = ("estimate",)
 
     def run(self, state: BuildState) -> str | None:
@@ -24,14 +24,25 @@ class Estimate(Step):
         plan = (state.quantization or {}).get("plan")
         reported = (state.measurement.device or {}).get("name")
         with state.ui.step("estimate latency on the device (roofline, calibrated where measured)"):
-            state.estimate = estimate.for_model(state.setup, state.kernels, plan, reported)
+            state.estimate = estimate.for_model(state.setup, state.kernels, plan, reported, state.phases,
+                                                workload_of(state))
         state.ui.note(state.estimate.line() if state.estimate else NO_DEVICE)
+        if state.estimate is not None and state.estimate.generation is not None:
+            state.ui.note(state.estimate.generation.line())
         return None if state.estimate else NO_DEVICE
 
     def report(self, state: BuildState) -> dict[str, object]:
         if state.estimate is None:
             return {"estimate": None}
-        return {"estimate": estimate.with_measured(state.estimate, measured_p50(state))}
+        measured = None if state.setup.emulated or state.generation is None else state.generation.to_json()
+        return {"estimate": estimate.with_measured(state.estimate, measured_p50(state), measured)}
+
+
+def workload_of(state: BuildState):
+    """The workload: the project's at build, the one the build dir recorded at check (verified)."""
+    if state.opened is not None:
+        return state.opened.workload_settings()
+    return state.setup.project.workload
 
 
 def measured_p50(state: BuildState) -> float | None:

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from tapeout.core.artifact import Artifact
 from tapeout.core.hashing import tree_size
+from tapeout.estimation import generation
 from tapeout.estimation.estimate import kernels_of
 from tapeout.records.report import ArtifactInfo, ProjectInfo
 from tapeout.steps.state import BuildState
@@ -15,7 +16,7 @@ from tapeout.steps.step import Step
 
 class Open(Step):
     name = "open"
-    adds = ("artifact", "artifact_info", "quantization", "kernels")
+    adds = ("artifact", "artifact_info", "quantization", "kernels", "phases")
 
     def run(self, state: BuildState) -> None:
         build = state.opened
@@ -28,6 +29,7 @@ class Open(Step):
                                            sha256=man.artifact.files[man.artifact.main_file], files=None, meta=None)
         state.quantization = built.quantization.model_dump(mode="json", exclude_unset=True) if built.quantization else None
         state.kernels = kernels_of(build)  # None for build dirs from before the estimator (no export/)
+        state.phases = generation.from_record(build.structure())
 
     def report(self, state: BuildState) -> dict[str, object]:
         project = state.opened.manifest.project

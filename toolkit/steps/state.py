@@ -22,6 +22,7 @@ if TYPE_CHECKING:  # annotations only: a step imports what it runs
     from tapeout.core.verdict import BudgetResult
     from tapeout.estimation.cost_units import Kernel
     from tapeout.estimation.estimate import Estimate
+    from tapeout.estimation.generation import Phase
     from tapeout.exporters.sources import LoadedModel
     from tapeout.graph.analysis import Analysis
     from tapeout.measurement.generation import GenerationMeasurement
@@ -98,6 +99,7 @@ class BuildState:
     fp32_model: Path = PENDING           # the prepared FP32 model: what the precision step starts from
     analysis: Analysis = PENDING
     kernels: list[Kernel] = PENDING      # the estimator's cost units at FP32, from the analysis
+    phases: list[Phase] | None = PENDING  # a generate workload's calls at their own shapes; None otherwise
     reference_metric: float | None = PENDING
     quantization: dict | None = PENDING  # the precision step's record; None at fp32
     model: Path = PENDING                # the model the target compiles

@@ -11,7 +11,7 @@ from tapeout.builds.staging import MANIFEST
 from tapeout.core.files import write_json, write_text
 from tapeout.core.hashing import sha256_file, tree_hashes
 from tapeout.core.host import package_versions
-from tapeout.estimation import cost_units
+from tapeout.estimation import cost_units, generation
 from tapeout.measurement.generation import WORKLOAD_FILE
 from tapeout.records.manifest import CHECK_SCHEMA, SCHEMA
 from tapeout.records.report import Report
@@ -43,13 +43,14 @@ def write_check(build_dir: Path, report: Report) -> None:
 class Write(Step):
     name = "write"
     needs = ("report",)
-    needs_at_build = ("kernels", "golden", "quantization", "generation")
+    needs_at_build = ("kernels", "phases", "golden", "quantization", "generation")
 
     def run(self, state: BuildState) -> None:
         if state.kind == "check":
             write_check(state.out, state.report)
             return
-        write_json(state.out / STRUCTURE, cost_units.to_record(state.kernels).model_dump(mode="json", by_alias=True))
+        structure = cost_units.to_record(state.kernels, generation.to_records(state.phases or []))
+        write_json(state.out / STRUCTURE, structure.model_dump(mode="json", by_alias=True))
         write_reports(state.out, "report", state.report)
         write_json(state.out / MANIFEST, manifest(state))
 
