@@ -5,6 +5,7 @@ from __future__ import annotations
 import atexit
 import json
 import os
+import re
 import select
 import signal
 import subprocess
@@ -12,6 +13,7 @@ import sys
 import tempfile
 import time
 from dataclasses import dataclass
+from html.parser import HTMLParser
 from pathlib import Path
 
 import pytest
@@ -193,3 +195,62 @@ def refused_build(tmp_path, project, *args) -> str:
     assert result.code == 2, result.err + result.out
     assert not (tmp_path / "b").exists()
     return one_line_error(result)
+
+
+_INLINE = {"code", "strong", "em", "b", "i", "span"}
+
+
+class HtmlText(HTMLParser):
+    """The page's visible text outside its figures' SVG, and its h2 headings."""
+
+    def __init__(self):
+        super().__init__()
+        self.parts: list[str] = []
+        self.headings: list[str] = []
+        self._svg = 0
+        self._h2: list[str] | None = None
+
+    def handle_starttag(self, tag, attrs):
+        self._svg += tag == "svg"
+        if tag == "h2":
+            self._h2 = []
+        if tag not in _INLINE:
+            self.parts.append(" ")
+
+    def handle_endtag(self, tag):
+        self._svg -= tag == "svg"
+        if tag == "h2" and self._h2 is not None:
+            self.headings.append(" ".join("".join(self._h2).split()))
+            self._h2 = None
+        if tag not in _INLINE:
+            self.parts.append(" ")
+
+    def handle_data(self, data):
+        if not self._svg:
+            self.parts.append(data)
+            if self._h2 is not None:
+                self._h2.append(data)
+
+
+def _plain(markdown: str) -> str:
+    """A line of report.md as a reader sees it rendered: no emphasis or code marks, no escapes."""
+    text = re.sub(r"^(#+ |- |\| )", "", markdown.strip()).replace("**", "").replace("`", "").replace("\\|", "|")
+    return " ".join(text.split())
+
+
+def html_shows_everything(build_dir: Path, report: str = "report") -> None:
+    """report.html shows every heading, table cell and line of text report.md does."""
+    md = (build_dir / f"{report}.md").read_text()
+    page = HtmlText()
+    page.feed((build_dir / f"{report}.html").read_text())
+    text = " ".join("".join(page.parts).split())
+    headings = [line[3:] for line in md.splitlines() if line.startswith("## ")]
+    assert page.headings == headings
+    for line in md.splitlines():
+        if not line.strip() or line.startswith("|---") or line.startswith("## "):
+            continue
+        if line.startswith("|"):  # a table row: each cell
+            for cell in re.split(r"(?<!\\)\|", line.strip().strip("|")):
+                assert _plain(cell) in text, (cell, line)
+        else:
+            assert _plain(line) in text, line

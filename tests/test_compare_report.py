@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import SAMPLES, one_line_error, reseal, run_cli
+from conftest import SAMPLES, HtmlText, html_shows_everything, one_line_error, reseal, run_cli
 from tapeout.reports.compare import recommend
 
 FIGURES = {"fig-latency", "fig-op-types", "fig-ops", "fig-roofline", "fig-estimate"}
@@ -79,6 +79,27 @@ def test_report_html_is_self_contained_with_every_figure(digits_build):
     assert "script" not in checker.tags and not checker.urls, checker.urls
     assert "<metadata>" not in page.read_text()
     assert checker.tags >= {"svg", "table", "figure"}
+
+
+def test_report_html_shows_everything_report_md_shows(digits_build):
+    html_shows_everything(digits_build)
+
+
+def test_text_from_the_users_model_stays_text_on_the_page(digits_build):
+    """Names come from the user's files: on the page they are text, never markup, a link or an image to fetch."""
+    from tapeout.builds.reader import open_build
+    from tapeout.reports import html_page
+
+    report = open_build(digits_build).report
+    hostile = "<script>alert(1)</script> ![x](http://example.invalid/x.png) [y](http://example.invalid/) <b>z</b>"
+    report = report.model_copy(update={"project": report.project.model_copy(update={"name": hostile})})
+    page = html_page.render(report)
+    checker = _Checker()
+    checker.feed(page)
+    assert "script" not in checker.tags and "b" not in checker.tags and not checker.urls, checker.urls
+    text = HtmlText()
+    text.feed(page)
+    assert hostile in "".join(text.parts)
 
 
 def test_compare_table_marks_every_figure_and_recommends(two_builds, tmp_path):

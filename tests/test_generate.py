@@ -10,7 +10,7 @@ import shutil
 import numpy as np
 import pytest
 
-from conftest import SAMPLES, one_line_error, refused_build, run_cli
+from conftest import SAMPLES, html_shows_everything, one_line_error, refused_build, run_cli
 
 TINY = SAMPLES / "tiny-lm"
 
@@ -78,6 +78,7 @@ def test_tiny_lm_generates_on_ort_cpu_with_its_budgets_judged(generated):
     assert "## Generation" in md and "Time per output token against the position" in md
     html = (out / "report.html").read_text()
     assert 'id="fig-generation"' in html and "KV cache at max_context" in html
+    html_shows_everything(out)  # the estimate of the loop and every generation table too
 
 
 @pytest.mark.slow

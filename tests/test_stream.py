@@ -12,7 +12,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from conftest import SAMPLES, one_line_error, refused_build, run_cli
+from conftest import SAMPLES, html_shows_everything, one_line_error, refused_build, run_cli
 from tapeout.measurement import streaming
 
 VAD = SAMPLES / "speech-vad"
@@ -156,6 +156,7 @@ def test_speech_vad_streams_on_ort_cpu_with_its_budgets_judged(streamed):
     assert "## Stream" in md and "state drift" in md and "one chunk, on the golden inputs' state" in md
     html = (out / "report.html").read_text()
     assert 'id="fig-stream"' in html and "carried state" in html
+    html_shows_everything(out)
     compared = run_cli("compare", out, "--json")
     assert compared.code == 0, compared.err
     s = compared.json()["rows"][0]["stream"]

@@ -5,8 +5,10 @@ sans-serif (selectable, a third of the size of glyph paths): no script, no font 
 no CDN; the file opens offline in any browser. Each figure is a <figure id="fig-…"> so
 tests (and readers' tools) can find it. Figures: the latency distribution with its percentiles,
 their bounds and the budgets; time by op type; the slowest ops by bound; the roofline of the ops;
-the estimate by kernel class; the sensitivity loop's steps. Tables: budgets, placement. The
-comparison page for `tapeout compare` has its table and the accuracy-latency Pareto chart.
+the estimate by kernel class; the sensitivity loop's steps; a generation's TTFT and TPOT; a stream's drift.
+The text and tables are report.md's own, section by section, so the page shows everything report.md does
+(markdown-it, which rich already brings, with raw HTML, links and images off). The comparison page for
+`tapeout compare` has its table and the accuracy-latency Pareto chart.
 """
 
 from __future__ import annotations
@@ -226,22 +228,6 @@ def generation_figure(w: dict | None) -> str:
                    "against the position it decodes (the KV cache grows with it).")
 
 
-def generation_tables(w: dict | None) -> str:
-    if not w or w.get("kind") != "generate":
-        return ""
-    from tapeout.reports import generation
-
-    cold = w["cold_start_ms"]
-    return ("<h3>Time to first token (ms)</h3>" + _table(["prompt tokens", "p50", "p90", "prefill tokens/s"],
-                                                          generation.ttft_rows(w))
-            + "<h3>Time per output token (ms)</h3>" + _table(["", "ms"], generation.tpot_rows(w))
-            + "<h3>Against position</h3>" + _table(["positions", "steps", "p50", "p90"], generation.position_rows(w))
-            + f"<p>Cold start ({html.escape(cold['what'])}): median {cold['median']:.4g} ms, worst {cold['max']:.4g} ms.</p>"
-            + "<h3>Memory (MB)</h3>" + _table(["part", "MB"], generation.memory_rows(w))
-            + f"<p class='note'>{html.escape(w['memory_mb']['scope'])}</p>"
-            + f"<p>{html.escape(generation.agreement_line(w).replace('**', ''))}</p>")
-
-
 def stream_figure(w: dict | None) -> str:
     """The streamed outputs' error against the chunk index (state drift shows as growth along the stream)."""
     if not w or w.get("kind") != "stream":
@@ -262,72 +248,59 @@ def stream_figure(w: dict | None) -> str:
                    "stream, state carried on both sides: a precision error stays flat, state drift grows.")
 
 
-def stream_tables(w: dict | None) -> str:
-    if not w or w.get("kind") != "stream":
-        return ""
-    from tapeout.reports import streaming
-
-    cold = w["cold_start_ms"]
-    return (f"<p>{html.escape(streaming.settings_line(w))}</p>"
-            + "<h3>Time per chunk (ms)</h3>" + _table(["", "ms"], streaming.chunk_rows(w))
-            + "<h3>Against the reference</h3>" + _table(["output", "max", "at chunk", "first quarter", "last quarter"],
-                                                        streaming.drift_rows(w))
-            + f"<p>Cold start ({html.escape(cold['what'])}): median {cold['median']:.4g} ms, worst {cold['max']:.4g} ms.</p>"
-            + "<h3>Memory (MB)</h3>" + _table(["part", "MB"], streaming.memory_rows(w))
-            + f"<p class='note'>{html.escape(w['memory_mb']['scope'])}</p>")
+# Which of report.md's sections (by the start of their heading) each figure belongs under.
+_FIGURES_UNDER = (("Generation", "generation"), ("Stream", "stream"), ("Latency", "latency"),
+                  ("Where the time goes", "op-types"), ("Bottlenecks", "ops"), ("Bottlenecks", "roofline"),
+                  ("Estimate", "estimate"), ("Precision", "sensitivity"))
 
 
-# ---------------------------------------------------------------- pages
+def _markdown():
+    """report.md's own text as HTML: tables on; raw HTML, links and images off, so a name from the user's model
+    is text and nothing on the page reaches the network."""
+    from markdown_it import MarkdownIt
+
+    return MarkdownIt("commonmark", {"html": False}).enable("table").disable(["link", "image", "autolink"])
+
+
+def _sections(markdown: str) -> list[tuple[str, str]]:
+    """report.md cut at its `## ` headings: (heading, body), the title and summary first with heading ""."""
+    out: list[tuple[str, list[str]]] = [("", [])]
+    for line in markdown.splitlines():
+        if line.startswith("## "):
+            out.append((line[3:], []))
+        else:
+            out[-1][1].append(line)
+    return [(heading, "\n".join(body)) for heading, body in out]
 
 
 def render(report: Report) -> str:
-    from tapeout.reports.markdown import budget_rows
+    """Everything report.md shows, section by section from its own text, with each figure under its section.
+    The budget table keeps its verdict colours."""
+    from tapeout.reports.markdown import budget_rows, render_markdown
 
     r = report.to_json()
     m = r.get("measurement") or {}
+    w = r.get("workload")
+    figures = {"generation": generation_figure(w), "stream": stream_figure(w),
+               "latency": latency_figure(m, r["budgets"]) if m else None,
+               "op-types": op_type_figure(m.get("op_profile")), "ops": ops_figure(r.get("bottlenecks")),
+               "roofline": roofline_figure(r.get("bottlenecks")), "estimate": estimate_figure(r.get("estimate")),
+               "sensitivity": sensitivity_figure(r.get("quantization"))}
+    md = _markdown()
     title = f"tapeout {r['kind']}: {r['project']['name']} → {r['profile']['name']}"
-    parts = [f"<h1>{html.escape(title)}</h1>",
-             f"<p>Target <b>{html.escape(r['target']['name'])}</b> {html.escape(str(r['target'].get('version') or ''))}"
-             f" · precision {r['profile']['precision']} · device {html.escape(r['profile'].get('device') or 'this machine')}"
-             f" · exit code <b>{r['exit_code']}</b> · {html.escape(r['created'])}</p>"]
-    if r["target"].get("emulated"):
-        parts.append(f"<p class='note'><b>Emulated</b>: {html.escape(r['target']['emulated'])}. Its timings are "
-                     "never judged against the budgets.</p>")
-    parts.append("<h2>Budgets</h2>")
-    parts.append(_table(["budget", "limit", "measured", "bound", "verdict", "why"], budget_rows(r["budgets"]),
-                        [b["verdict"] for b in r["budgets"]]) if r["budgets"] else "<p>No budgets declared.</p>")
-    sections = [("Generation", [generation_figure(r.get("workload")), generation_tables(r.get("workload"))]),
-                ("Stream", [stream_figure(r.get("workload")), stream_tables(r.get("workload"))]),
-                ("Latency", [latency_figure(m, r["budgets"])]),
-                ("Where the time goes", [op_type_figure(m.get("op_profile")), ops_figure(r.get("bottlenecks")),
-                                         roofline_figure(r.get("bottlenecks"))]),
-                ("Estimate", [estimate_figure(r.get("estimate"))]),
-                ("Precision loop", [sensitivity_figure(r.get("quantization"))])]
-    for heading, figures in sections:
-        figures = [f for f in figures if f]
-        if figures:
-            parts.append(f"<h2>{heading}</h2>" + "".join(figures))
-    b = r.get("bottlenecks")
-    if b and b.get("fusible_chains"):
-        parts.append("<h2>Chains a fused kernel would collapse</h2>")
-        parts.append(_table(["ops", "measured µs", "fused µs", "saving µs"],
-                            [[" → ".join(c["op_types"]), f"{c['measured_us']:.3g}", f"{c['fused_us']:.3g}",
-                              f"{c['saving_us']:.3g}"] for c in b["fusible_chains"][:10]]))
-    if r.get("passes"):
-        from tapeout.reports.markdown import PASSES_HEADER, passes_rows
-
-        parts.append("<h2>Graph passes</h2>" + _table(PASSES_HEADER, passes_rows(r["passes"])))
-    placement = r.get("placement")
-    if placement:
-        parts.append("<h2>Placement</h2>")
-        parts.append(f"<p>{placement['on_accelerator']}/{placement['total_nodes']} nodes on the "
-                     f"{html.escape(str(placement['accelerator']))}.</p>")
-        if placement.get("off"):
-            parts.append(_table(["node", "op type", "why off"],
-                                [[o["node"], o["op_type"], o["reason"]] for o in placement["off"][:100]]))
-    host = r["host"]
-    parts.append(f"<h2>Machine</h2><p>{html.escape(host['cpu'])} · {host['physical_cores']} physical cores · flags "
-                 f"{html.escape(' '.join(host['cpu_flags']) or 'none')}</p>")
+    parts = []
+    for heading, body in _sections(render_markdown(report)):
+        if heading == "Budgets" and r["budgets"]:
+            parts.append("<h2>Budgets</h2>" + _table(["budget", "limit", "measured", "bound", "verdict", "why"],
+                                                     budget_rows(r["budgets"]), [b["verdict"] for b in r["budgets"]]))
+            continue
+        parts.append((f"<h2>{html.escape(heading)}</h2>" if heading else "") + md.render(body))
+        for prefix, fid in _FIGURES_UNDER:
+            if heading.startswith(prefix) and figures.get(fid):
+                parts.append(figures.pop(fid))
+    leftover = [f for f in figures.values() if f]  # a figure whose section report.md did not write
+    if leftover:
+        parts.append("<h2>Figures</h2>" + "".join(leftover))
     return _page(title, parts)
 
 
