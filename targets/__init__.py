@@ -63,6 +63,9 @@ BUILT_IN: dict[str, TargetInfo] = {
             # Without CUPTI in the ORT build, node times are launch times; synchronous launches make each
             # node's time include its kernels (the profiling process only; timed runs stay asynchronous).
             op_profiler="ONNX Runtime profiler (CUDA EP)", op_profile_env={"CUDA_LAUNCH_BLOCKING": "1"},
+            workloads_not={w: f"its loop with the {what} resident in GPU memory is not built yet (the CPU loop would "
+                           f"copy the {what} to the host and back every step)"
+                           for w, what in (("generate", "KV cache"), ("stream", "carried state"))},
         ),
     ),
     "openvino": TargetInfo(
@@ -92,6 +95,9 @@ BUILT_IN: dict[str, TargetInfo] = {
             # HTP int8 tensors are laid out in 32-channel depth tiles (assumed from QNN's layouts; not measured here)
             channel_multiple={"int8": 32, "fp32": 32},
             workloads=("forward", "stream"),
+            workloads_not={"generate": "the HTP runs graphs of static shapes, and a KV-cache decoder's cache grows "
+                           "with every token: it needs a static-shape export (a fixed context and prefill chunk, the "
+                           "cache written in place), which tapeout does not build yet"},
         ),
     ),
     "tensorrt": TargetInfo(
@@ -109,6 +115,9 @@ BUILT_IN: dict[str, TargetInfo] = {
             device_memory=True, op_profiler="TensorRT IProfiler (per-layer GPU time)",
             # tensor-core tiles: FP16 MMA shapes take K and N in multiples of 8; INT8/FP8 in multiples of 16
             channel_multiple={"fp32": 8, "fp16": 8, "int8": 16, "fp8": 16},
+            workloads_not={"generate": "an engine is one static-profile network: decoding runs in TensorRT-LLM or "
+                           "TensorRT Edge-LLM, which tapeout does not drive",
+                           "stream": "the engine is built on the device, where no stream loop drives it yet"},
         ),
     ),
     "migraphx": TargetInfo(
@@ -121,6 +130,8 @@ BUILT_IN: dict[str, TargetInfo] = {
         capabilities=Capabilities(
             precisions={"fp32": ("fp32",), "fp16": ("fp16", "fp32"), "int8": ("int8", "fp16")},
             rules="gpu-qdq", compile_on="device", meters=("rss", "amdsmi"),
+            workloads_not={w: "the program is compiled on the device, where no generation or stream loop drives it "
+                           "yet" for w in ("generate", "stream")},
         ),
     ),
 }

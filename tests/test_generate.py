@@ -466,6 +466,7 @@ def test_bad_workload_fields_are_one_line(tmp_path, text, expect):
 def test_a_generate_workload_on_a_target_that_cannot_run_it_is_refused(tmp_path):
     line = refused_build(tmp_path, _project(tmp_path), "--profile", "qnn-sm8650")
     assert "target 'qnn' (profile qnn-sm8650) cannot run a generate workload" in line
+    assert "static shapes" in line  # the reason, not only that it cannot
     assert 'kind = \\"forward\\"' in line or 'kind = "forward"' in line
 
 

@@ -254,6 +254,7 @@ def test_a_state_fed_from_an_output_of_another_shape_is_refused_before_building(
 def test_a_stream_on_a_target_that_cannot_run_it_is_refused(tmp_path):
     line = refused_build(tmp_path, _project(tmp_path), "--profile", "tensorrt-fp16")
     assert "target 'tensorrt' (profile tensorrt-fp16) cannot run a stream workload" in line
+    assert "built on the device" in line  # the reason, not only that it cannot
     assert "onnxruntime" in line and "qnn" in line
 
 

@@ -26,6 +26,7 @@ def rows() -> list[dict]:
         found.append({"target": name, "available": probe.available and not reason, "version": probe.version,
                       "reason": reason, "install": install, "summary": info.summary,
                       "precisions": list(caps.precisions), "workloads": list(caps.workloads),
+                      "workloads_not": dict(caps.workloads_not),
                       "compile_on": caps.compile_on, "meters": list(caps.meters),
                       "emulated_here": caps.emulated_on.get(platform.machine().lower())})
     return found

@@ -29,3 +29,5 @@ class Capabilities:
     channel_multiple: Mapping[str, int] = field(default_factory=dict)  # precision -> channel count pruning keeps (default 8)
     # the [workload] kinds its sessions run: "generate" needs a session whose decoder() carries the KV cache
     workloads: tuple[str, ...] = ("forward",)
+    # a workload it does not run -> why, in words the refusal and `tapeout targets` show
+    workloads_not: Mapping[str, str] = field(default_factory=dict)

@@ -63,8 +63,9 @@ def for_build(project_dir: Path | str, profile_name: str, ui: UI) -> Setup:
     kind = project.workload.kind
     if kind not in target.capabilities.workloads:
         able = [name for name, entry in targets.TARGETS.items() if kind in entry.capabilities.workloads]
-        raise BadInput(f"target '{profile.target}' (profile {profile.name}) cannot run a {kind} workload: it runs "
-                       f"{', '.join(target.capabilities.workloads)}", fix=f"build {project.file.name}'s {kind} workload "
+        why = target.capabilities.workloads_not.get(kind)
+        raise BadInput(f"target '{profile.target}' (profile {profile.name}) cannot run a {kind} workload: "
+                       + (f"{why}; it runs " if why else "it runs ") + ", ".join(target.capabilities.workloads), fix=f"build {project.file.name}'s {kind} workload "
                        f"for a profile whose target runs it ({', '.join(able)}), or set [workload] kind = \"forward\"")
     _enough_generations(project, profile)
     _enough_chunks(project, profile)
