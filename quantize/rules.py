@@ -71,12 +71,16 @@ CPU_RULES: dict[tuple[str, str], Rule] = {
                                  "embedding": _KEEP_TRANSFORMER["embedding"]},
                                 why="attention/FFN Linears and resnet convs static INT8"),
     # ORT quantizes LSTM dynamically (DynamicQuantizeLSTM: int8 weights, float state and gates); it has
-    # no integer GRU or RNN, so those cells stay float.
-    ("speech-recurrent", "int8"): Rule("dynamic", LINEARS | {"linear", "recurrent_cell"},
-                                       {"head": _KEEP_TRANSFORMER["head"]},
+    # no integer GRU or RNN, so those cells stay float. A conv front-end's convs are INT8 too (ConvInteger;
+    # the first conv, over the raw signal, stays float as in a CNN): without them a Conv + GRU VAD whose only
+    # Linear is its head had nothing to quantize and was refused. Dynamic also reaches convs inside an If on
+    # the sample rate, as VADs export (static QDQ does not reach If bodies).
+    ("speech-recurrent", "int8"): Rule("dynamic", LINEARS | {"linear", "recurrent_cell", "conv", "depthwise_conv"},
+                                       {"head": _KEEP_TRANSFORMER["head"], "first_conv": _KEEP_CNN["first_conv"]},
                                        keep_ops=frozenset({"GRU", "RNN"}),
                                        keep_ops_why="ORT has no integer GRU/RNN kernel (only LSTM is quantized dynamically)",
-                                       why="projections and LSTM weights dynamic INT8; state and gates float"),
+                                       why="convs after the first, projections and LSTM weights INT8; the recurrent "
+                                           "state and gates float"),
     ("mlp", "int8"): Rule("dynamic", frozenset({"linear"}), {"head": _KEEP_TRANSFORMER["head"]},
                           why="Linear layers dynamic INT8"),
 }

@@ -175,9 +175,10 @@ def mlp(width: int = 64, layers: int = 4, planted: int | None = None, seed: int 
                    [helper.make_tensor_value_info(x, TensorProto.FLOAT, [1, width])])
 
 
-def conv_recurrent(channels: int, hidden: int, deep: bool = False, steps: int = 20, bins: int = 16) -> onnx.ModelProto:
-    """A keyword-spotter shape: conv front-end over a [1, 1, steps, bins] spectrogram, an LSTM over the
-    steps, a linear head. `deep` adds a second, channels×channels conv (a conv-dominated model)."""
+def conv_recurrent(channels: int, hidden: int, deep: bool = False, steps: int = 20, bins: int = 16,
+                   cell: str = "LSTM") -> onnx.ModelProto:
+    """A keyword-spotter shape: conv front-end over a [1, 1, steps, bins] spectrogram, an LSTM (or `cell`) over
+    the steps, a linear head. `deep` adds a second, channels×channels conv (a conv-dominated model)."""
     b = Builder()
 
     def conv(x: str, c_in: int, c_out: int) -> str:
@@ -190,9 +191,10 @@ def conv_recurrent(channels: int, hidden: int, deep: bool = False, steps: int = 
         x = conv(x, channels, channels)
     x = b.op("Transpose", [x], perm=[2, 0, 1, 3])  # [steps, 1, channels, bins]
     x = b.op("Reshape", [x, b.const(np.array([steps, 1, channels * bins], np.int64))])
-    w = b.const(b.rng.normal(0, 0.1, (1, 4 * hidden, channels * bins)).astype(np.float32))
-    r = b.const(b.rng.normal(0, 0.1, (1, 4 * hidden, hidden)).astype(np.float32))
-    out = b.op("LSTM", [x, w, r], "lstm", outputs=3, hidden_size=hidden)[0]
+    gates = {"LSTM": 4, "GRU": 3, "RNN": 1}[cell]
+    w = b.const(b.rng.normal(0, 0.1, (1, gates * hidden, channels * bins)).astype(np.float32))
+    r = b.const(b.rng.normal(0, 0.1, (1, gates * hidden, hidden)).astype(np.float32))
+    out = b.op(cell, [x, w, r], cell.lower(), outputs=3 if cell == "LSTM" else 2, hidden_size=hidden)[0]
     y = b.linear(b.op("Squeeze", [out, b.const(np.array([1], np.int64))]), hidden, 12, "head")
     return b.model([helper.make_tensor_value_info("spectrogram", TensorProto.FLOAT, [1, 1, steps, bins])],
                    [helper.make_tensor_value_info(y, TensorProto.FLOAT, [])])

@@ -144,6 +144,33 @@ def test_lstm_is_a_group_quantized_dynamically_gru_stays_float_and_diffusion_kee
     assert groups["timestep_embedding1"] == "fp32" and groups["first_conv"] == "fp32" and groups["conv1"] == "int8"
 
 
+@pytest.mark.parametrize("cell", ["LSTM", "GRU"])
+def test_a_speech_recurrent_models_convs_are_int8_after_the_first_and_static_keeps_the_recurrence_float(tmp_path,
+                                                                                                      cell):
+    """A conv front-end + recurrent cell + head: the convs after the first are INT8 (a Conv + GRU model's only
+    other weighted group is its head, so without them the rule found nothing and the build was refused)."""
+    model = graphs.conv_recurrent(channels=8, hidden=64, deep=True, cell=cell)
+    plan, path = _plan(tmp_path, model)
+    assert plan.family == "speech-recurrent" and plan.method == "dynamic"
+    groups = _by_precision(plan)
+    assert groups["first_conv"] == "fp32" and groups["conv1"] == "int8" and groups["head"] == "fp32"
+    assert groups["recurrent_cell1"] == ("int8" if cell == "LSTM" else "fp32")
+    # the override reaches the convs too; ORT's QDQ has no recurrent kernel, so the cell stays float, saying so
+    static, _ = _plan(tmp_path, model, method="static")
+    cell_plan = next(g for g in static.groups if g.role == "recurrent_cell")
+    assert static.method == "static" and _by_precision(static)["conv1"] == "int8"
+    assert cell_plan.precision == "fp32"
+    assert ("no LSTM/GRU kernel" if cell == "LSTM" else "no integer GRU") in cell_plan.reason
+    # and the artifact runs the planned conv in integers (ConvInteger), the first conv in float
+    from tapeout.quantize import methods
+
+    out = tmp_path / "int8.onnx"
+    methods.get("dynamic").apply(plan, path, out, None)
+    quantized = onnx.load(out)
+    assert [n.op_type for n in quantized.graph.node].count("ConvInteger") == 1
+    assert [n.op_type for n in quantized.graph.node].count("Conv") == 1
+
+
 def test_overrides_keep_float_and_method(tmp_path):
     plan, _ = _plan(tmp_path, graphs.transformer(), keep_float=["block1.ffn.out"], method="static")
     assert plan.method == "static" and _by_precision(plan)["block1.ffn.out"] == "fp32"

@@ -12,16 +12,23 @@ from tapeout.quantize.methods.base import Method
 from tapeout.quantize.methods.cpu import cpu_plan
 from tapeout.quantize.ort_tools import CALIBRATION, QTYPE, calibration_reader, check_quantized, op_types
 
+RECURRENCE_FLOAT = "static QDQ has no LSTM/GRU kernel in ORT: the recurrence stays float"
+
 
 class Static(Method):
     name = "static"
     stands_in_for = frozenset({"dynamic"})
 
     def plan(self, draft, rule, analysis, settings, isa):
+        from tapeout.quantize.plan import FLOAT
         from tapeout.quantize.rules import static_formats
 
         act, reduce_range, why = static_formats(isa)
-        return cpu_plan(replace(draft, activation_type=act, reduce_range=reduce_range,
+        # a rule whose own method is dynamic quantizes LSTM cells (DynamicQuantizeLSTM); ORT's QDQ has no LSTM or
+        # GRU kernel, so under static the recurrence stays float, saying so
+        groups = tuple(replace(g, precision=FLOAT, reason=RECURRENCE_FLOAT) if g.role == "recurrent_cell"
+                       and g.precision != FLOAT else g for g in draft.groups)
+        return cpu_plan(replace(draft, groups=groups, activation_type=act, reduce_range=reduce_range,
                                 notes=(f"CPU instruction set from {isa.origin}: {why}",)), rule, analysis, settings)
 
     def needs_calibration(self, plan) -> bool:
