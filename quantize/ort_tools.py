@@ -54,11 +54,18 @@ def calibration_reader(samples: list[dict]):
 
 
 def op_types(model_in: Path, nodes: list[str]) -> list[str]:
+    return planned_ops(model_in, nodes)[0]
+
+
+def planned_ops(model_in: Path, nodes: list[str]) -> tuple[list[str], bool]:
+    """The op types of the planned `nodes`, and whether any of them sits inside a control-flow body."""
     import onnx
 
     wanted = set(nodes)
     model = onnx.load(str(model_in), load_external_data=False)
-    return sorted({n.op_type for g in graphs_in(model.graph) for n in g.node if n.name in wanted})
+    types = sorted({n.op_type for g in graphs_in(model.graph) for n in g.node if n.name in wanted})
+    in_main = {n.name for n in model.graph.node} & wanted
+    return types, in_main != wanted
 
 
 def check_quantized(nodes: list[str], model_out: Path, what: str) -> None:

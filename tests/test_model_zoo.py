@@ -43,6 +43,9 @@ CASES = {
                  "cnn", [1, 16, 20]),
     "vad": ("zoo_models.py:vad", [("frame", [1, 64], "float32", [-1.0, 1.0]),
                                   ("sample_rate", [], "int64", [16000, 16000])], ["speech"], "mlp", [1, 1]),
+    "conv-gru-vad": ("zoo_models.py:conv_gru_vad", [("audio", [1, 512], "float32", [-1.0, 1.0]),
+                                                    ("sample_rate", [], "int64", [16000, 16000])], ["speech"],
+                     "speech-recurrent", [1, 1]),
 }
 INTEGER_OPS = {"DynamicQuantizeMatMul", "MatMulInteger", "MatMulIntegerToFloat", "DynamicQuantizeLSTM",
                "QLinearConv", "QLinearMatMul", "ConvInteger"}
@@ -106,6 +109,15 @@ def test_each_kind_is_detected_exported_and_really_quantized_for_the_cpu(tmp_pat
         main = {n.op_type for n in onnx.load(str(out / "artifact" / report["artifact"]["main_file"])).graph.node}
         assert all(g["precision"] == "int8" for g in groups.values())
         assert (ops - main) & INTEGER_OPS  # integer ops inside the branches, where the weights are used
+    if name == "conv-gru-vad":  # convs in the If's branches INT8 (their weights moved in), the first and GRU float
+        assert {g["group"]: g["precision"] for g in groups.values()} == {
+            "first_conv": "fp32", "conv1": "int8", "first_conv#2": "fp32", "conv2": "int8",
+            "recurrent_cell1": "fp32", "linear1": "int8"}
+        assert not report["quantization"].get("fallbacks")
+        main = {n.op_type for n in onnx.load(str(out / "artifact" / report["artifact"]["main_file"])).graph.node}
+        assert "ConvInteger" in ops - main
+        moved = next(p for p in report["passes"] if p["name"] == "localize-body-weights")
+        assert moved["outcome"] == "applied" and moved["rewrites"] == 4  # each branch's second conv: weight, bias
     if name == "unet":
         assert any(g["role"] == "timestep_embedding" and g["precision"] == "fp32" for g in groups.values())
 

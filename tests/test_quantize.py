@@ -171,6 +171,73 @@ def test_a_speech_recurrent_models_convs_are_int8_after_the_first_and_static_kee
     assert [n.op_type for n in quantized.graph.node].count("Conv") == 1
 
 
+def _rate_switched_convs() -> onnx.ModelProto:
+    """An If on a rate flag whose branches each run a Conv (+ bias) on weights of the main graph, as torch.cond
+    exports: each branch's own conv weights, a scale both branches read, and a bias the main graph reads too."""
+    from onnx import TensorProto, helper
+
+    rng = np.random.default_rng(3)
+
+    def init(name, shape):
+        return helper.make_tensor(name, TensorProto.FLOAT, shape, rng.normal(0, 0.3, shape).astype(np.float32).ravel())
+
+    def branch(tag):
+        nodes = [helper.make_node("Conv", ["x", f"w_{tag}", f"b_{tag}"], [f"c_{tag}"], name=f"conv_{tag}"),
+                 helper.make_node("Mul", [f"c_{tag}", "shared_scale"], [f"y_{tag}"], name=f"scale_{tag}")]
+        return helper.make_graph(nodes, tag, [], [helper.make_tensor_value_info(f"y_{tag}", TensorProto.FLOAT, None)])
+
+    nodes = [helper.make_node("If", ["wide"], ["y"], name="by_rate", then_branch=branch("then"),
+                              else_branch=branch("else")),
+             helper.make_node("Add", ["y", "main_bias"], ["out"], name="main_add")]
+    graph = helper.make_graph(
+        nodes, "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 4, 32]),
+                     helper.make_tensor_value_info("wide", TensorProto.BOOL, [])],
+        [helper.make_tensor_value_info("out", TensorProto.FLOAT, None)],
+        [init("w_then", [8, 4, 3]), init("b_then", [8]), init("w_else", [8, 4, 3]), init("b_else", [8]),
+         init("shared_scale", [1]), init("main_bias", [1])])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 10
+    return model
+
+
+def test_weights_only_a_branch_reads_move_into_it_so_ort_quantizes_the_branchs_convs(tmp_path):
+    import onnxruntime as ort
+    from onnxruntime.quantization import quantize_dynamic
+
+    from tapeout.quantize.passes.base import run_on_proto
+    from tapeout.quantize.passes.localize_body_weights import LocalizeBodyWeights
+
+    model = _rate_switched_convs()
+    before = tmp_path / "before.onnx"
+    onnx.save(model, before)
+    # the bug the pass works around: ORT's ConvInteger looks a branch's Conv weight up in the branch alone
+    with pytest.raises(ValueError, match="to be an initializer"):
+        quantize_dynamic(before, tmp_path / "q0.onnx", nodes_to_quantize=["conv_then", "conv_else"],
+                         op_types_to_quantize=["Conv"], extra_options={"EnableSubgraph": True})
+    graph_pass = LocalizeBodyWeights({"conv_then", "conv_else"})
+    moved, records = run_on_proto(model, [graph_pass])
+    assert records[0]["outcome"] == "applied" and records[0]["rewrites"] == 4
+    branches = {a.name: {i.name for i in a.g.initializer} for a in moved.graph.node[0].attribute}
+    assert branches == {"then_branch": {"w_then", "b_then"}, "else_branch": {"w_else", "b_else"}}
+    # read by both branches, or by the main graph too: stays where it is
+    assert {i.name for i in moved.graph.initializer} == {"shared_scale", "main_bias"}
+    after = tmp_path / "after.onnx"
+    onnx.save(moved, after)
+    x = np.random.default_rng(0).normal(size=(1, 4, 32)).astype(np.float32)
+    for wide in (True, False):
+        feeds = {"x": x, "wide": np.array(wide)}
+        run = [ort.InferenceSession(str(p), providers=["CPUExecutionProvider"]).run(None, feeds)[0]
+               for p in (before, after)]
+        np.testing.assert_array_equal(*run)
+    quantize_dynamic(after, tmp_path / "q.onnx", nodes_to_quantize=["conv_then", "conv_else"],
+                     op_types_to_quantize=["Conv"], extra_options={"EnableSubgraph": True})
+    quantized = onnx.load(tmp_path / "q.onnx")
+    assert all("ConvInteger" in {n.op_type for n in a.g.node} for a in quantized.graph.node[0].attribute)
+    # nothing planned in a body: says why it did not fire
+    _, skipped = run_on_proto(_rate_switched_convs(), [LocalizeBodyWeights({"main_add"})])
+    assert skipped[0]["outcome"] == "skipped" and "no planned node in a control-flow body" in skipped[0]["reason"]
+
+
 def test_overrides_keep_float_and_method(tmp_path):
     plan, _ = _plan(tmp_path, graphs.transformer(), keep_float=["block1.ffn.out"], method="static")
     assert plan.method == "static" and _by_precision(plan)["block1.ffn.out"] == "fp32"

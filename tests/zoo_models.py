@@ -209,6 +209,30 @@ def vad():
     return RateSwitchedVAD()
 
 
+class RateSwitchedConvGRU(nn.Module):
+    """A speech VAD as real ones export: a strided Conv1d front-end per sample rate, chosen by an If on the scalar
+    sample-rate input, and one GRU and head after it (dynamo cannot put a GRU inside torch.cond)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.fronts = nn.ModuleList(
+            nn.Sequential(nn.Conv1d(1, 16, 8, stride=4), nn.ReLU(), nn.Conv1d(16, 32, 4, stride=2), nn.ReLU())
+            for _ in range(2))
+        self.gru = nn.GRU(32, 96, batch_first=True)
+        self.head = nn.Linear(96, 1)
+
+    def forward(self, audio, sample_rate):
+        features = torch.cond(sample_rate > 12000, lambda a: self.fronts[0](a.unsqueeze(1)),
+                              lambda a: self.fronts[1](a.unsqueeze(1)), (audio,))
+        out, _ = self.gru(features.transpose(1, 2))
+        return torch.sigmoid(self.head(out[:, -1]))
+
+
+@_seeded
+def conv_gru_vad():
+    return RateSwitchedConvGRU()
+
+
 # Fidelity metrics: mean cosine between the torch model's first output and the artifact's on seeded
 # inputs (1.0 is exact). With random weights there is no task accuracy; this is what quantization costs.
 INPUTS = {

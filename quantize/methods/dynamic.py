@@ -9,7 +9,7 @@ from pathlib import Path
 
 from tapeout.quantize.methods.base import Method
 from tapeout.quantize.methods.cpu import cpu_plan
-from tapeout.quantize.ort_tools import QTYPE, check_quantized, op_types
+from tapeout.quantize.ort_tools import QTYPE, check_quantized, op_types, planned_ops
 
 
 class Dynamic(Method):
@@ -31,17 +31,22 @@ class Dynamic(Method):
 
         from tapeout.quantize.passes.base import run_on_proto
         from tapeout.quantize.passes.gemm_as_matmul import GemmAsMatMul
+        from tapeout.quantize.passes.localize_body_weights import LocalizeBodyWeights
 
         nodes = plan.nodes_at("int8")
         if not nodes:
             shutil.copyfile(model_in, model_out)
             return {"method": "dynamic", "nodes": 0}
-        # ORT's dynamic quantizer has no Gemm: a planned Gemm becomes MatMul (+ Add) first, under its own name; a
-        # model with no planned Gemm is passed through untouched (no second copy of 90 MB of MiniLM)
+        # ORT's dynamic quantizer has no Gemm: a planned Gemm becomes MatMul (+ Add) first, under its own name; and
+        # a weight only a control-flow body reads moves into it (ORT's ConvInteger finds no outer-scope weight). A
+        # model that needs neither is passed through untouched (no second copy of 90 MB of MiniLM)
         source, records = model_in, []
-        if "Gemm" in op_types(model_in, nodes):
-            model, records = run_on_proto(onnx.load(str(model_in)), [GemmAsMatMul(set(nodes))])
-            source = model_out.with_name(f"{model_out.stem}.gemm-as-matmul.onnx")
+        types, in_bodies = planned_ops(model_in, nodes)
+        passes = [*([GemmAsMatMul(set(nodes))] if "Gemm" in types else []),
+                  *([LocalizeBodyWeights(set(nodes))] if in_bodies else [])]
+        if passes:
+            model, records = run_on_proto(onnx.load(str(model_in)), passes)
+            source = model_out.with_name(f"{model_out.stem}.passes.onnx")
             onnx.save(model, str(source))
         try:
             quantize_dynamic(source, model_out, op_types_to_quantize=op_types(source, nodes), nodes_to_quantize=nodes,

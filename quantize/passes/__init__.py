@@ -16,6 +16,7 @@ from tapeout.core.errors import BadInput
 BUILT_IN = {
     "fold-recurrent-weights": ("tapeout.quantize.passes.fold_recurrent:FoldRecurrentWeights", "export"),
     "gemm-as-matmul": ("tapeout.quantize.passes.gemm_as_matmul:GemmAsMatMul", "method"),
+    "localize-body-weights": ("tapeout.quantize.passes.localize_body_weights:LocalizeBodyWeights", "method"),
     "merge-repeated-casts": ("tapeout.quantize.passes.merge_casts:MergeRepeatedCasts", "method"),
     "untie-transposed-weight": ("tapeout.quantize.passes.untie_transposed_weight:UntieTransposedWeight", "method"),
 }
