@@ -199,6 +199,35 @@ def test_speech_vad_int8_on_the_qnn_emulator_keeps_the_speech_probability_with_i
     assert report["workload"]["real_time_factor"]["streams"] == 1  # emulated: one timed stream, never judged
 
 
+def _lstm_project(tmp_path):
+    """speech-vad with an LSTM for its GRU (tests/data/speech-vad-lstm): the state is the audio context, h and c."""
+    project = _project(tmp_path, {
+        'outputs = ["probability", "context_out", "h_out"]': 'outputs = ["probability", "context_out", "h_out", "c_out"]',
+        'state = { context = "context_out", h = "h_out" }': 'state = { context = "context_out", h = "h_out", c = "c_out" }',
+        '[workload]': '[[inputs]]\nname = "c"\nshape = [1, 1, 48]\ndtype = "float32"\nrange = [-1.0, 1.0]\n\n[workload]'})
+    for name in ("model.py", "weights.npz", "calibration.py", "metric.py"):
+        shutil.copy(DATA / "speech-vad-lstm" / name, project / name)
+    return project
+
+
+@pytest.mark.slow
+def test_a_cnn_lstm_vad_keeps_the_speech_probability_on_the_qnn_emulator_with_h_and_c_carried(tmp_path):
+    """The LSTM carries two states; on the HTP it runs with 16-bit activations (A16W8 for the recurrent path), and
+    the streamed probability stays within 0.01 of torch's over the golden stream, state carried chunk by chunk."""
+    profile = tmp_path / "qnn.toml"
+    profile.write_text('extends = "qnn-sm8650"\n[budgets]\nstream_max_abs_error = 0.01\n'
+                       "[check]\niterations = 10\nrepeats = 1\nop_profile = false\n")
+    result = run_cli("build", _lstm_project(tmp_path), "--profile", profile, "--out", tmp_path / "b", "--json")
+    assert result.code == 0, result.err + result.out
+    report = result.json()
+    verdicts = {b["budget"]: b for b in report["budgets"]}
+    drift = verdicts["stream_max_abs_error"]
+    assert drift["verdict"] == "pass" and 0 < drift["measured"] <= 0.01, drift
+    assert set(report["workload"]["drift"]["outputs"]) == {"probability", "context_out", "h_out", "c_out"}
+    assert verdicts["placement_max_off_share"]["verdict"] == "pass"  # the LSTM on the HTP, not the CPU
+    assert verdicts["accuracy_max_drop"]["verdict"] == "pass"
+
+
 @pytest.mark.slow
 def test_speech_vad_streams_on_openvino_cpu(tmp_path):
     project = _project(tmp_path)
