@@ -552,6 +552,20 @@ def test_a_quantized_plan_prices_the_decode_step_at_its_weights_precision():
     assert int4.tpot_bound_ms("p50") < fp32.tpot_bound_ms("p50") / 4
 
 
+@pytest.mark.parametrize("rung, peak_of", [("int8-weight", "int8"), ("a16w8", "fp16")])
+def test_a_mixed_rung_moves_its_weights_at_their_width_and_computes_at_its_activations(rung, peak_of):
+    """An INT4 decoder's LM head at `int8-weight` (8-bit MatMulNBits) priced at FP32's 4 bytes put llama-40m's
+    TPOT bound at 3.2 ms where 2.4 ms was measured; an HTP group at A16W8 likewise."""
+    roof = _h100()
+    [kernel] = cost_units.at_precision([cost_units.Kernel("head", "matmul", "fp32", 2 * 512 * 32000,
+                                                          4 * 512 * 32000, 1, lead="head")],
+                                       {"groups": [{"nodes": ["head"], "precision": rung}]}, "fp32")
+    assert kernel.precision == rung and kernel.bytes == 512 * 32000
+    assert roof.peak(rung) == (roof.peaks[peak_of], peak_of)
+    est = estimate.estimate([kernel], roof, "onnxruntime", "int4", None)
+    assert not any("no peak" in n for n in est.notes)
+
+
 def test_a_calibration_predicts_each_phase_as_the_per_call_model_would_with_its_band_and_tails():
     roof = _h100()
     records = [_record(f"m{i}", TERMS, {"matmul": 1e-3 * (i + 1) ** 2, "elementwise": 2e-4 * (3 - i)},

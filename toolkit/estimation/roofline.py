@@ -20,11 +20,19 @@ import numpy as np
 from tapeout.core.host_speed import copy_rates, matmul_rates
 from tapeout.core.schemas import DeviceSpec
 
-# When a spec lists no peak for a precision, the kernels run in the nearest one it has.
+# When a spec lists no peak for a precision, the kernels run in the nearest one it has. The mixed rungs of the
+# precision ladders compute at their activations' width: ORT's 8-bit MatMulNBits (`int8-weight`) in int8 where
+# the plan gives it integer compute (accuracy_level 4; without it the plan keeps such a group FP32), the HTP's
+# A16W8 at its 16-bit rate.
 _FALLBACK = {"int4": ("int8",), "fp8": ("fp16", "int8"), "bf16": ("fp16",), "tf32": ("fp32",),
-             "fp16": ("bf16", "fp32"), "int8": ("fp16",), "fp32": ("tf32", "fp16")}
+             "fp16": ("bf16", "fp32"), "int8": ("fp16",), "fp32": ("tf32", "fp16"),
+             "int8-weight": ("int8", "fp32"), "a16w8": ("fp16", "int8")}
 
-BYTES_PER_ELEMENT = {"fp32": 4.0, "tf32": 4.0, "fp16": 2.0, "bf16": 2.0, "fp8": 1.0, "int8": 1.0, "int4": 0.5}
+# Bytes a kernel moves per FP32 element's 4. A mixed rung moves its weights at their width: in the memory-bound
+# kernels where bytes decide (a decode step's matmuls), weights are nearly all of them. Priced at 4 bytes, the
+# 8-bit LM head of llama-40m's cpu-int4 build (62.6 MB FP32) put the TPOT bound at 3.2 ms where 2.4 ms was measured.
+BYTES_PER_ELEMENT = {"fp32": 4.0, "tf32": 4.0, "fp16": 2.0, "bf16": 2.0, "fp8": 1.0, "int8": 1.0, "int4": 0.5,
+                     "int8-weight": 1.0, "a16w8": 1.0}
 
 
 @dataclass(frozen=True)
