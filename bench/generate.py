@@ -262,7 +262,10 @@ def tapeout_row(report: dict, prompt: int) -> dict:
     p = w["tpot_ms"]["quantiles"]["p50"]
     tok = w["decode_tokens_per_s"]
     acc = report.get("accuracy") or {}
-    return {"name": f"tapeout {report['profile']['name'].split('/')[-1]} ({report['profile']['precision']})",
+    est = (report.get("estimate") or {}).get("generation") or {}
+    return {"est_ttft": ((est.get("ttft_ms") or {}).get(str(prompt)) or {}).get("lower_bound"),
+            "est_tpot": ((est.get("tpot_ms") or {}).get("lower_bound") or {}).get("p50"),
+            "name": f"tapeout {report['profile']['name'].split('/')[-1]} ({report['profile']['precision']})",
             "ttft": f"{t['point']:.3f} [{t['lower']:.3f}, {t['upper']:.3f}]",
             "tpot": f"{p['point']:.3f} [{p['lower']:.3f}, {p['upper']:.3f}]", "tpot_p50": p["point"],
             "tok_s": tok["point"], "peak": w["memory_mb"]["peak_rss"], "weights_bytes": plan_read_bytes(report),
@@ -309,12 +312,14 @@ def main() -> None:
     print(f"copy bandwidth {state['bandwidth_gbs']:.1f} GB/s (range {state['bandwidth_gbs_range'][0]:.1f}–"
           f"{state['bandwidth_gbs_range'][1]:.1f}); times in ms, p50 [95 % bounds]\n")
     header = ["build", "TTFT p50", "TPOT p50", "decode tok/s", "peak RSS MB", "roofline ms", "TPOT/roofline",
-              "perplexity", "greedy agreement"]
+              "est. TTFT ≥", "est. TPOT ≥", "perplexity", "greedy agreement"]
     table = []
     for r in rows:
         roof = (r["weights_bytes"] + layout.kv_bytes(int(mean_position))) / (state["bandwidth_gbs"] * 1e9) * 1e3
         table.append([r["name"], r["ttft"], r["tpot"], f"{r['tok_s']:.0f}", f"{r['peak']:.0f}", f"{roof:.3f}",
-                      f"{r['tpot_p50'] / roof:.1f}×", "—" if r.get("ppl") is None else f"{r['ppl']:.4f}",
+                      f"{r['tpot_p50'] / roof:.1f}×", *("—" if r.get(k) is None else f"{r[k]:.3f}"
+                                                       for k in ("est_ttft", "est_tpot")),
+                      "—" if r.get("ppl") is None else f"{r['ppl']:.4f}",
                       "—" if r.get("agree") is None else f"{r['agree']:.0%}"])
     widths = [max(len(str(x)) for x in col) for col in zip(header, *table, strict=True)]
     for line in (header, ["-" * w for w in widths], *table):
@@ -322,7 +327,9 @@ def main() -> None:
     print("\nroofline: the weights a decode step reads at their stored precision (an embedding table only a lookup reads: "
           "one row) + keys and values at the mean decoded position, over the copy bandwidth above (one thread's numpy copy, "
           "read + write counted: a runtime reading with 2 threads can beat it, so TPOT/roofline below 1× means "
-          "faster than that copy, not faster than memory). Perplexity "
+          "faster than that copy, not faster than memory). est. TTFT/TPOT: the build's own estimate of its loop "
+          "(report.json estimate.generation: each phase's kernels at the roofline of this host, the graph's own bytes, "
+          "the cache's copies included; docs/estimator.md). Perplexity "
           "(per byte, held-out text, teacher-forced through the cache) and agreement are the builds' own.")
 
 
