@@ -14,7 +14,7 @@ from conftest import REPO
 from tapeout import targets
 from tapeout.core import vocabulary
 from tapeout.core.schemas import DeviceSpec, Profile
-from tapeout.estimation.roofline import BYTES_PER_ELEMENT
+from tapeout.estimation.roofline import BYTES_PER_ELEMENT, MIXED_RUNGS
 from tapeout.measurement import meters
 from tapeout.quantize import methods, passes, rules
 
@@ -36,6 +36,9 @@ def test_every_name_the_registries_and_tables_use_is_defined():
         assert caps.rules is None or caps.rules in vocabulary.RULE_SETS, name
         assert set(caps.meters) <= set(vocabulary.METERS) and set(caps.precisions) <= set(vocabulary.PRECISIONS)
     assert set(BYTES_PER_ELEMENT) == set(vocabulary.PEAK_FORMATS)
+    # every rung of a precision ladder is priced: a peak format, or a mixed rung of two peak formats
+    assert set(vocabulary.RUNGS) <= set(BYTES_PER_ELEMENT) | set(MIXED_RUNGS)
+    assert {f for pair in MIXED_RUNGS.values() for f in pair} <= set(vocabulary.PEAK_FORMATS)
     assert typing.get_args(Profile.model_fields["precision"].annotation) == vocabulary.PRECISIONS
     peaks = DeviceSpec.model_fields["peak_dense_tops"].annotation
     assert typing.get_args(typing.get_args(peaks)[0]) == vocabulary.PEAK_FORMATS

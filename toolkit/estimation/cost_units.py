@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 
-from tapeout.estimation.roofline import BYTES_PER_ELEMENT
+from tapeout.estimation.roofline import BYTES_PER_ELEMENT, bytes_per_element
 from tapeout.graph.analysis import Analysis
 from tapeout.graph.analyze import node_cost
 from tapeout.graph.view import GraphView
@@ -179,12 +179,12 @@ def at_precision(kernels: list[Kernel], plan: dict | None, default_precision: st
     out = []
     for k in kernels:
         precision = precisions.get(k.lead, default_precision) if k.lead else default_precision
-        scale = BYTES_PER_ELEMENT.get(precision, 4.0) / 4.0
+        scale = bytes_per_element(precision) / 4.0
         out.append(replace(k, precision=precision, bytes=k.bytes * scale, reread=k.reread * scale))
         if precision in ("int8", "int4", "fp8") and k.quantized_input:
             elements = k.quantized_input
             out.append(Kernel(f"{k.name}/quantize", "quantize", precision, 2 * elements,
-                              elements * (4 + BYTES_PER_ELEMENT.get(precision, 1.0)), 0))
+                              elements * (4 + bytes_per_element(precision, 1.0)), 0))
     return out
 
 

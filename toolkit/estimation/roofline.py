@@ -20,19 +20,23 @@ import numpy as np
 from tapeout.core.host_speed import copy_rates, matmul_rates
 from tapeout.core.schemas import DeviceSpec
 
-# When a spec lists no peak for a precision, the kernels run in the nearest one it has. The mixed rungs of the
-# precision ladders compute at their activations' width: ORT's 8-bit MatMulNBits (`int8-weight`) in int8 where
-# the plan gives it integer compute (accuracy_level 4; without it the plan keeps such a group FP32), the HTP's
-# A16W8 at its 16-bit rate.
+# When a spec lists no peak for a precision, the kernels run in the nearest one it has.
 _FALLBACK = {"int4": ("int8",), "fp8": ("fp16", "int8"), "bf16": ("fp16",), "tf32": ("fp32",),
-             "fp16": ("bf16", "fp32"), "int8": ("fp16",), "fp32": ("tf32", "fp16"),
-             "int8-weight": ("int8", "fp32"), "a16w8": ("fp16", "int8")}
+             "fp16": ("bf16", "fp32"), "int8": ("fp16",), "fp32": ("tf32", "fp16")}
 
-# Bytes a kernel moves per FP32 element's 4. A mixed rung moves its weights at their width: in the memory-bound
-# kernels where bytes decide (a decode step's matmuls), weights are nearly all of them. Priced at 4 bytes, the
-# 8-bit LM head of llama-40m's cpu-int4 build (62.6 MB FP32) put the TPOT bound at 3.2 ms where 2.4 ms was measured.
-BYTES_PER_ELEMENT = {"fp32": 4.0, "tf32": 4.0, "fp16": 2.0, "bf16": 2.0, "fp8": 1.0, "int8": 1.0, "int4": 0.5,
-                     "int8-weight": 1.0, "a16w8": 1.0}
+BYTES_PER_ELEMENT = {"fp32": 4.0, "tf32": 4.0, "fp16": 2.0, "bf16": 2.0, "fp8": 1.0, "int8": 1.0, "int4": 0.5}
+
+# The precision ladders' mixed rungs: (the format their weights move in, the format they compute in). ORT's 8-bit
+# MatMulNBits (`int8-weight`) computes in int8 where the plan gives it integer compute (accuracy_level 4; without
+# it the plan keeps such a group FP32); the HTP's A16W8 at its 16-bit rate. In the memory-bound kernels where
+# bytes decide (a decode step's matmuls) weights are nearly all the bytes. Priced as FP32, the 8-bit LM head of
+# llama-40m's cpu-int4 build (62.6 MB) put the TPOT bound at 3.2 ms where 2.4 ms was measured.
+MIXED_RUNGS = {"int8-weight": ("int8", "int8"), "a16w8": ("int8", "fp16")}
+
+
+def bytes_per_element(precision: str, default: float = 4.0) -> float:
+    """Bytes a kernel at `precision` moves per element: a peak format's, a mixed rung's weights'."""
+    return BYTES_PER_ELEMENT.get(MIXED_RUNGS.get(precision, (precision,))[0], default)
 
 
 @dataclass(frozen=True)
@@ -59,6 +63,7 @@ class Roof:
 
     def peak(self, precision: str) -> tuple[float | None, str]:
         """The peak a kernel at `precision` runs against, and which precision's peak that is."""
+        precision = MIXED_RUNGS.get(precision, (None, precision))[1]
         if precision in self.peaks:
             return self.peaks[precision], precision
         for other in _FALLBACK.get(precision, ()):
