@@ -305,6 +305,13 @@ def test_a_hugging_face_causal_lm_generates_through_its_cache(tmp_path, family, 
     assert workload["agreement"]["share"] == 1.0 and workload["agreement"]["prompts"] == 4
     assert workload["layout"]["kv_heads"] == kv_heads and workload["layout"]["layers"] == 2
     assert report["analysis"]["families"][0]["family"] == "decoder-llm"
+    # GQA's repeated key/value heads go (K and V in each of 2 layers), verified above; GPT-2 has none to remove
+    grouped = next(p for p in report["passes"] if p["name"] == "grouped-attention")
+    if family == "gpt2":
+        assert grouped["outcome"] == "skipped"
+    else:
+        assert grouped["outcome"] == "applied" and grouped["rewrites"] == 2 * 2
+        assert report["analysis"]["facts"]["heads"] == 4  # the query heads, not the key/value groups
 
 
 @pytest.mark.slow

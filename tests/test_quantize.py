@@ -238,6 +238,68 @@ def test_weights_only_a_branch_reads_move_into_it_so_ort_quantizes_the_branchs_c
     assert skipped[0]["outcome"] == "skipped" and "no planned node in a control-flow body" in skipped[0]["reason"]
 
 
+def _attention_block(kv_heads: int, heads: int = 4, seq: int = 3, total: int = 5, dim: int = 8) -> onnx.ModelProto:
+    """Attention as torch exports a GQA layer's: K and V repeated to the query heads by Unsqueeze → Expand →
+    Reshape, scores scaled and masked, Softmax, context."""
+    from onnx import TensorProto, helper, numpy_helper
+
+    rep = heads // kv_heads
+
+    def const(name, values):
+        return numpy_helper.from_array(np.asarray(values), name)
+
+    def repeat(x):
+        return [helper.make_node("Unsqueeze", [x, "axis2"], [f"{x}_u"], name=f"unsqueeze_{x}"),
+                helper.make_node("Expand", [f"{x}_u", "expanded"], [f"{x}_e"], name=f"expand_{x}"),
+                helper.make_node("Reshape", [f"{x}_e", "repeated"], [f"{x}_r"], name=f"reshape_{x}")]
+
+    nodes = [*repeat("k"), *repeat("v"),
+             helper.make_node("Transpose", ["k_r"], ["k_t"], name="transpose_k", perm=[0, 1, 3, 2]),
+             helper.make_node("MatMul", ["q", "k_t"], ["scores"], name="scores"),
+             helper.make_node("Mul", ["scores", "scale"], ["scaled"], name="scale"),
+             helper.make_node("Add", ["scaled", "mask"], ["masked"], name="mask_add"),
+             helper.make_node("Softmax", ["masked"], ["probs"], name="softmax", axis=-1),
+             helper.make_node("MatMul", ["probs", "v_r"], ["context"], name="context")]
+    mask = np.triu(np.full((seq, total), -1e9, np.float32), k=total - seq + 1)[None, None]
+    graph = helper.make_graph(
+        nodes, "attention",
+        [helper.make_tensor_value_info("q", TensorProto.FLOAT, [1, heads, seq, dim]),
+         *(helper.make_tensor_value_info(x, TensorProto.FLOAT, [1, kv_heads, total, dim]) for x in ("k", "v"))],
+        [helper.make_tensor_value_info("context", TensorProto.FLOAT, [1, heads, seq, dim])],
+        [const("axis2", np.array([2], np.int64)), const("expanded", np.array([1, kv_heads, rep, total, dim])),
+         const("repeated", np.array([1, heads, total, dim])), const("scale", np.array(dim ** -0.5, np.float32)),
+         const("mask", mask)])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 10
+    return model
+
+
+def test_grouped_attention_multiplies_the_key_value_heads_as_they_are_and_computes_the_same(tmp_path):
+    import onnxruntime as ort
+
+    from tapeout.quantize.passes.base import run_on_proto
+    from tapeout.quantize.passes.grouped_attention import GroupedAttention
+
+    model = _attention_block(kv_heads=2)
+    grouped, records = run_on_proto(model, [GroupedAttention()])
+    assert records[0]["outcome"] == "applied" and records[0]["rewrites"] == 2  # the scores and the context
+    ops = [n.op_type for n in grouped.graph.node]
+    assert "Expand" not in ops and "Unsqueeze" not in ops and ops.count("MatMul") == 2
+    assert {i.name for i in grouped.graph.initializer}.isdisjoint({"expanded", "repeated", "axis2"})  # no leftovers
+    rng = np.random.default_rng(0)
+    feeds = {"q": rng.normal(size=(1, 4, 3, 8)).astype(np.float32),
+             **{x: rng.normal(size=(1, 2, 5, 8)).astype(np.float32) for x in ("k", "v")}}
+    run = []
+    for m, name in ((model, "before"), (grouped, "after")):
+        onnx.save(m, tmp_path / f"{name}.onnx")
+        run.append(ort.InferenceSession(str(tmp_path / f"{name}.onnx"), providers=["CPUExecutionProvider"])
+                   .run(None, feeds)[0])
+    np.testing.assert_allclose(run[0], run[1], rtol=1e-6, atol=1e-6)
+    # multi-head attention (as many key/value heads as query heads) has no repeat to remove
+    _, same = run_on_proto(_attention_block(kv_heads=4), [GroupedAttention()])
+    assert same[0]["outcome"] == "skipped"
+
+
 def test_overrides_keep_float_and_method(tmp_path):
     plan, _ = _plan(tmp_path, graphs.transformer(), keep_float=["block1.ffn.out"], method="static")
     assert plan.method == "static" and _by_precision(plan)["block1.ffn.out"] == "fp32"

@@ -15,6 +15,7 @@ from tapeout.core.errors import BadInput
 # name -> (class, stage): the stage is data, so finding the export stage's passes imports none of the others
 BUILT_IN = {
     "fold-recurrent-weights": ("tapeout.quantize.passes.fold_recurrent:FoldRecurrentWeights", "export"),
+    "grouped-attention": ("tapeout.quantize.passes.grouped_attention:GroupedAttention", "export"),
     "gemm-as-matmul": ("tapeout.quantize.passes.gemm_as_matmul:GemmAsMatMul", "method"),
     "localize-body-weights": ("tapeout.quantize.passes.localize_body_weights:LocalizeBodyWeights", "method"),
     "merge-repeated-casts": ("tapeout.quantize.passes.merge_casts:MergeRepeatedCasts", "method"),

@@ -16,7 +16,9 @@ import numpy as np
 
 from tapeout.graph.analysis import FamilyScore, FusionGroup, NodeCost
 
-_SCORE_PATH = {"Add", "Where", "Mul", "Div", "Cast", "Sub", "Softcap", "Tanh"}
+# Reshape: grouped-query attention computed per key/value head (quantize/passes/grouped_attention.py) reshapes its
+# scores back to the query heads before the scale and mask, and the probabilities to the groups after the Softmax
+_SCORE_PATH = {"Add", "Where", "Mul", "Div", "Cast", "Sub", "Softcap", "Tanh", "Reshape"}
 _SHAPE_OPS = {"Transpose", "Reshape", "Squeeze", "Unsqueeze", "Flatten", "Cast", "Identity"}
 # rotary (Mul/Add/Neg/Slice/Concat), the cache (Concat with past), GQA's repeated key/value heads (Expand, Tile)
 _PROJ_PATH = _SHAPE_OPS | {"Mul", "Div", "Add", "Slice", "Concat", "Neg", "Split", "Gather", "RotaryEmbedding",
@@ -133,8 +135,8 @@ def _attention(view, found: Detected) -> list[dict]:
         if node.op_type != "Softmax":
             continue
         scores = _walk(view, node.input[0], _SCORE_PATH, lambda n: _is_act_matmul(view, n), depth=6)
-        context = _walk(view, node.output[0], {"Cast", "Dropout", "Where"}, lambda n: _is_act_matmul(view, n),
-                        forward=True, depth=4)
+        context = _walk(view, node.output[0], {"Cast", "Dropout", "Where", "Reshape"},
+                        lambda n: _is_act_matmul(view, n), forward=True, depth=4)
         if not scores or not context:
             continue
         causal = any(_is_causal_mask(view, t) for n in _score_path(view, node) for t in n.input if t)
@@ -142,7 +144,8 @@ def _attention(view, found: Detected) -> list[dict]:
         k = _walk(view, scores[0].input[1], _PROJ_PATH, lambda n: _is_weighted_matmul(view, n))
         v = _walk(view, context[0].input[1], _PROJ_PATH, lambda n: _is_weighted_matmul(view, n))
         o = _walk(view, context[0].output[0], _SHAPE_OPS, lambda n: _is_weighted_matmul(view, n), forward=True, depth=5)
-        shape = view.shapes.get(scores[0].output[0]) or ()
+        # the query heads: the softmax's input is [B, H, S, T] also where the score matmul runs per key/value group
+        shape = view.shapes.get(node.input[0]) or view.shapes.get(scores[0].output[0]) or ()
         blocks.append({"softmax": node, "scores": scores[0], "context": context[0], "q": q, "k": k, "v": v, "o": o,
                        "causal": causal, "heads": shape[1] if len(shape) == 4 else None, "fused": False})
         found.roles[scores[0].name] = "attn_scores"
