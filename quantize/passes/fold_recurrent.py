@@ -11,7 +11,7 @@ export is saved and verified against torch.
 
 from __future__ import annotations
 
-from tapeout.core.onnx_graphs import graphs_in
+from tapeout.core.onnx_graphs import drop_unused
 from tapeout.quantize.passes.base import GraphPass
 
 _RECURRENT = {"LSTM": (1, 2, 3), "GRU": (1, 2, 3), "RNN": (1, 2, 3)}
@@ -89,24 +89,5 @@ def fold_recurrent_weights(model) -> int:
     if not folded:
         return 0
     graph.initializer.extend(folded.values())
-    _drop_unused(graph)
+    drop_unused(graph)
     return len(folded)
-
-
-def _drop_unused(graph) -> None:
-    """Remove nodes whose outputs nothing reads (repeatedly), then initializers nothing reads; reads from
-    If/Loop/Scan bodies count (a body reads outer-scope tensors by name)."""
-    def read() -> set[str]:
-        return {t for g in graphs_in(graph) for n in g.node for t in n.input if t} | {o.name for o in graph.output}
-
-    while True:
-        used = read()
-        dead = [n for n in graph.node if not any(o in used for o in n.output)]
-        if not dead:
-            break
-        for node in dead:
-            graph.node.remove(node)
-    used = read()
-    keep = [i for i in graph.initializer if i.name in used]
-    del graph.initializer[:]
-    graph.initializer.extend(keep)

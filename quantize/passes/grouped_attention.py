@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from tapeout.core.onnx_graphs import drop_unused
 from tapeout.quantize.passes.base import GraphPass
 
 _SWAP_LAST = [0, 1, 3, 2]
@@ -95,7 +96,7 @@ class GroupedAttention(GraphPass):
             graph.node.remove(node)
             for offset, made in enumerate(new):
                 graph.node.insert(at + offset, made)
-        _drop_dead(graph)
+        drop_unused(graph)  # the repeats' Unsqueeze → Expand → Reshape → Transpose and their shape arithmetic
         return len(matches)
 
     def postcondition(self, model) -> str | None:
@@ -126,25 +127,3 @@ def _static_dims(model) -> dict[str, list[int | None]]:
         if info.type.HasField("tensor_type") and info.type.tensor_type.HasField("shape"):
             out[info.name] = [d.dim_value if d.HasField("dim_value") else None for d in shape.dim]
     return out
-
-
-def _drop_dead(graph) -> None:
-    """Remove the nodes nothing reads any more (the repeats' Unsqueeze → Expand → Reshape → Transpose and the shape
-    arithmetic that fed them), repeatedly, then the constants only they read; graph outputs are always read, and
-    so is what a control-flow body reads from outside it."""
-    from tapeout.core.onnx_graphs import graphs_in
-
-    def read() -> set[str]:
-        return {name for g in graphs_in(graph) for n in g.node for name in n.input} | {o.name for o in graph.output}
-
-    while True:
-        names = read()
-        dead = [n for n in graph.node if not any(o in names for o in n.output)]
-        if not dead:
-            break
-        for n in dead:
-            graph.node.remove(n)
-    names = read()
-    unread = [i for i in graph.initializer if i.name not in names]
-    for init in unread:
-        graph.initializer.remove(init)

@@ -2,7 +2,8 @@
 attributes; and the Q/DQ zero points a symmetric-only runtime refuses.
 
 Every walk that must see the whole model (analysis, the Gemm rewrite, postconditions, constant
-folding, external-data discovery) goes through these two functions, nested bodies included.
+folding, external-data discovery) goes through these two functions, nested bodies included; a pass that leaves
+nodes nothing reads cleans up with `drop_unused`.
 """
 
 from __future__ import annotations
@@ -44,3 +45,22 @@ def nonzero_zero_points(model) -> list[str]:
         if np.any(values.astype(np.float32) != 0):
             bad.append(node.name or zp)
     return bad
+
+
+def drop_unused(graph) -> None:
+    """Remove nodes whose outputs nothing reads (repeatedly), then initializers nothing reads; reads from
+    If/Loop/Scan bodies count (a body reads outer-scope tensors by name)."""
+    def read() -> set[str]:
+        return {t for g in graphs_in(graph) for n in g.node for t in n.input if t} | {o.name for o in graph.output}
+
+    while True:
+        used = read()
+        dead = [n for n in graph.node if not any(o in used for o in n.output)]
+        if not dead:
+            break
+        for node in dead:
+            graph.node.remove(node)
+    used = read()
+    keep = [i for i in graph.initializer if i.name in used]
+    del graph.initializer[:]
+    graph.initializer.extend(keep)
