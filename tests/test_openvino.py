@@ -131,6 +131,8 @@ def test_openvino_int8_plans_per_family_through_nncf(tmp_path):
         plan(graphs.cnn(), method="dynamic")
 
 
+# full suite only: the fast subset keeps OpenVINO's FP32 build and check; this is the NNCF INT8 build on top
+@pytest.mark.slow
 def test_digits_builds_int8_on_openvino_through_nncf_and_checks(tmp_path):
     import openvino as ov
 

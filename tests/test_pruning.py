@@ -441,6 +441,7 @@ def test_recovery_reads_its_own_data_when_the_profile_names_it(tmp_path):
     assert "on 150 inputs from [pruning] data data/recovery.npz, 16 a step." in (out / "report.md").read_text()
 
 
+@pytest.mark.slow  # several timed pruning steps; the fast subset keeps the ratio-driven pruning builds
 def test_latency_driven_search_stops_at_the_first_step_that_meets_the_budget(tmp_path):
     pruning = 'what = ["channels"]\nratio = 0.6\nuntil = "latency"\nstep = 0.3\ndistill_steps = 300'
     profile = tmp_path / "search.toml"
