@@ -49,7 +49,9 @@ class Dynamic(Method):
             source = model_out.with_name(f"{model_out.stem}.passes.onnx")
             onnx.save(model, str(source))
         try:
-            quantize_dynamic(source, model_out, op_types_to_quantize=op_types(source, nodes), nodes_to_quantize=nodes,
+            # a pass can change the planned op types (Gemm → MatMul); without one the model is read once
+            quantize_dynamic(source, model_out, op_types_to_quantize=op_types(source, nodes) if passes else types,
+                             nodes_to_quantize=nodes,
                              per_channel=plan.per_channel, reduce_range=plan.reduce_range,
                              weight_type=getattr(QuantType, QTYPE[plan.weight_type]),
                              # EnableSubgraph: planned nodes inside If/Loop/Scan bodies are quantized too

@@ -159,7 +159,12 @@ class BuildDir:
                         "workload.settings.")
 
     def structure(self) -> StructureRecord | None:
-        """structure.json, verified: the kernel structure the build computed; None for a build dir from before it."""
+        """structure.json, verified: the kernel structure the build computed; None for a build dir from before it.
+        Read once (the kernels and a generate build's phases are both taken from it)."""
+        return self._structure
+
+    @cached_property
+    def _structure(self) -> StructureRecord | None:
         rec = self.manifest.structure
         if rec is None:
             return None
