@@ -209,7 +209,10 @@ class Session(ABC):
 
 class CachedDecoder:
     """One sequence batch decoded over the KV cache: `prefill(ids)` then `step(token)`, each returning the last
-    position's logits [batch, vocab] on the host (what choosing the next token needs)."""
+    position's logits [batch, vocab] on the host (what choosing the next token needs). `description`, where a
+    runtime sets it, says how its loop runs (the report's notes carry it)."""
+
+    description = ""
 
     def __init__(self, run: Callable[[dict[str, np.ndarray]], dict[str, np.ndarray]], layout: CacheLayout):
         self._run, self.layout = run, layout

@@ -22,6 +22,7 @@ from tapeout.core.decoding import INPUT_IDS, CacheLayout
 from tapeout.core.errors import BadInput, TargetUnavailable, first_line, runtime_detail
 from tapeout.core.schemas import InputSpec
 from tapeout.targets.base import CachedDecoder, LintIssue, OpProfile, OpTime, Probe, Session, Target
+from tapeout.targets.ov_attention import BEAM_INDEX
 
 ARTIFACT_FILE = "model.xml"
 CACHE_DIR = "ov_cache"  # beside artifact/ in the build dir, so the artifact's hashes stay fixed
@@ -37,6 +38,10 @@ class Options(BaseModel):
     threads: int = Field(0, ge=0, le=4096, description="CPU inference threads (INFERENCE_NUM_THREADS); 0 = the "
                          "plugin's choice. CPU device only")
     inference_precision: Literal["default", "f32", "f16", "bf16"] = "default"
+    kv_cache_precision: Literal["default", "f32", "f16", "bf16", "u8"] = Field(
+        "default", description="the KV cache's element type in a generate loop's fused attention (KV_CACHE_PRECISION); "
+        "default: inference_precision where that is set (the CPU plugin's own default is u8, a quantized cache), "
+        "else the plugin's")
     pin_shapes: bool | None = Field(None, description="default: pinned for NPU, dynamic elsewhere")
 
     @model_validator(mode="after")
@@ -78,6 +83,9 @@ def _config(options: Options) -> dict:
         config["INFERENCE_NUM_THREADS"] = options.threads
     if options.inference_precision != "default":
         config["INFERENCE_PRECISION_HINT"] = options.inference_precision
+    kv_cache = options.kv_cache_precision if options.kv_cache_precision != "default" else options.inference_precision
+    if kv_cache != "default" and options.device == "CPU":
+        config["KV_CACHE_PRECISION"] = kv_cache
     return config
 
 
@@ -91,6 +99,7 @@ class OvSession(Session):
         self.input_names = [i.get_any_name() for i in self._model.inputs]
         self.output_names = [o.get_any_name() for o in self._model.outputs]
         self._compiled = self._request = self._stateful = None
+        self._fused = 0
 
     def _compile(self, model):
         try:
@@ -116,17 +125,21 @@ class OvSession(Session):
 
     def decoder(self, layout: CacheLayout) -> CachedDecoder:
         if self._stateful is None:  # the model read for the names, made stateful in place (the plain one compiles
-            self._stateful = self._compile(stateful(self._model, layout))  # from the path), once per session
-        return OvStatefulDecoder(self._stateful, layout)
+            model, fused = stateful(self._model, layout)  # from the path), once per session
+            self._stateful, self._fused = self._compile(model), fused
+        return OvStatefulDecoder(self._stateful, layout, self._fused)
 
 
 def stateful(model, layout: CacheLayout):
     """The cache graph as OpenVINO's stateful model: each past/present pair becomes one state variable the plugin
     keeps between calls (ReadValue/Assign), so only the token ids go in and the logits come out. A state starts as
     zeros of [batch of input_ids, kv_heads, 0, head_dim] after each reset (OpenVINO's default initial value would
-    take batch 0 from the variable's dynamic shape)."""
+    take batch 0 from the variable's dynamic shape). Attention over the state becomes the plugin's fused kernel
+    where the chain matches (targets/ov_attention.py); returns the model and how many layers were fused."""
     from openvino import opset13 as ops
     from openvino._offline_transformations import apply_make_stateful_transformation
+
+    from tapeout.targets import ov_attention
 
     apply_make_stateful_transformation(model, dict(zip(layout.past(), layout.outputs()[1:], strict=True)))
     shape = ops.shape_of(model.input(INPUT_IDS), output_type="i64")
@@ -137,24 +150,32 @@ def stateful(model, layout: CacheLayout):
             zeros = ops.broadcast(ops.constant(np.zeros((), np.dtype(layout.dtype))), ops.concat([batch, *empty], 0))
             op.set_arguments([zeros])
     model.validate_nodes_and_infer_types()
-    return model
+    fused = ov_attention.fuse(model)
+    ov_attention.with_beam_index(model)
+    return model, fused
 
 
 class OvStatefulDecoder(CachedDecoder):
     """The KV cache in OpenVINO's own state (the stateful model): prefill resets it, each step appends to it
     inside the plugin; nothing of the cache crosses to the host."""
 
-    def __init__(self, compiled, layout: CacheLayout):
+    def __init__(self, compiled, layout: CacheLayout, fused: int = 0):
         super().__init__(lambda feeds: {}, layout)
         self._request = compiled.create_infer_request()
         self._logits = compiled.outputs[0]
+        self._beams: np.ndarray | None = None
+        kernels = [op.get_rt_info()["layerType"].astype(str) for op in compiled.get_runtime_model().get_ops()]
+        in_place = kernels.count("ScaledDotProductAttention")
+        self.description = (f"OpenVINO stateful model; attention fused over the state in {fused} of "
+                            f"{layout.layers} layers ({in_place} fused attention kernels compiled)")
 
     def prefill(self, ids: np.ndarray) -> np.ndarray:
         self._request.reset_state()
+        self._beams = np.arange(ids.shape[0], dtype=np.int32)  # greedy: each row continues its own cache
         return self.step(ids)
 
     def step(self, ids: np.ndarray) -> np.ndarray:
-        results = self._request.infer({INPUT_IDS: np.ascontiguousarray(ids, dtype=np.int64)})
+        results = self._request.infer({INPUT_IDS: np.ascontiguousarray(ids, dtype=np.int64), BEAM_INDEX: self._beams})
         return np.array(results[self._logits])[:, -1]
 
 
@@ -223,6 +244,9 @@ class OpenVino(Target):
             "device": options.device, "pinned_shapes": options.pins(),
             "execution_devices": list(compiled.get_property("EXECUTION_DEVICES")),
             "inference_precision": compiled.get_property("INFERENCE_PRECISION_HINT").to_string(),
+            **({"kv_cache_precision": compiled.get_property("KV_CACHE_PRECISION").to_string(),
+                "dynamic_quantization_group_size": int(compiled.get_property("DYNAMIC_QUANTIZATION_GROUP_SIZE"))}
+               if options.device == "CPU" else {}),
             **({"inference_threads": int(compiled.get_property("INFERENCE_NUM_THREADS"))}
                if options.device == "CPU" else {}),
         })

@@ -389,9 +389,12 @@ def test_the_openvino_stateful_decoder_reproduces_the_stateless_loop(tmp_path):
         return out
 
     decoder, layout, path = _tiny_cache_graph(tmp_path)
-    session = OvSession(_core(), path, "CPU", {"INFERENCE_PRECISION_HINT": "f32"})
+    session = OvSession(_core(), path, "CPU", {"INFERENCE_PRECISION_HINT": "f32", "KV_CACHE_PRECISION": "f32"})
     stateful = session.decoder(layout)
     assert isinstance(stateful, OvStatefulDecoder)
+    # every layer's attention runs as the plugin's fused kernel over the state (targets/ov_attention.py)
+    assert f"fused over the state in {layout.layers} of {layout.layers} layers ({layout.layers} fused" \
+        in stateful.description
     text = np.frombuffer((TINY / "data" / "heldout.txt").read_bytes(), dtype=np.uint8).astype(np.int64)
     for start in (200, 900):
         prompt = text[None, start:start + 16]

@@ -81,7 +81,7 @@ def loop(decoder, layout: CacheLayout, workload: dict, prompts: dict[int, np.nda
                 ttft[str(length)].append(first / 1e6)
                 tpot += (steps / 1e6).tolist()
                 position += list(range(length, length + new_tokens - 1))
-    result: dict = {"ttft_ms": ttft, "tpot_ms": tpot, "tpot_position": position}
+    result: dict = {"ttft_ms": ttft, "tpot_ms": tpot, "tpot_position": position, "decoder": decoder.description}
     if want_tokens:
         compared = workload["compared_tokens"]
         tokens = []
@@ -200,6 +200,9 @@ def summarize(results: list[dict], workload: GenerateWorkload, layout: CacheLayo
         peak_rss_mb=[x["peak_rss_mb"] for x in rss], rss_start_mb=[x["rss_start_mb"] for x in rss],
         rss_after_session_mb=[x["rss_after_session_mb"] for x in rss], weights_mb=weights_bytes / 2**20,
         agreement=share, first_divergence=firsts)
+    described = results[0]["generate"].get("decoder")
+    if described:
+        m.notes.append(f"the loop: {described}")
     if tpot.cv_between_repeats > 0.05:
         m.notes.append(f"run-to-run spread of the time per token is high (CV of per-process medians "
                        f"{tpot.cv_between_repeats:.1%}): the machine is noisy; bounds are widened to cover it")
