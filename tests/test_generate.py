@@ -312,6 +312,22 @@ def test_a_hugging_face_causal_lm_generates_through_its_cache(tmp_path, family, 
     else:
         assert grouped["outcome"] == "applied" and grouped["rewrites"] == 2 * 2
         assert report["analysis"]["facts"]["heads"] == 4  # the query heads, not the key/value groups
+    # RMSNorm's rsqrt as a Div (2 per layer, Qwen3's query and key norms 2 more, and the final norm), which ORT
+    # then fuses: one kernel per norm
+    division = next(p for p in report["passes"] if p["name"] == "rms-norm-division")
+    if family == "gpt2":  # LayerNorm, exported as one op
+        assert division["outcome"] == "skipped"
+    else:
+        import onnx
+        import onnxruntime as ort
+
+        norms = 2 * (2 + 2 * (family == "qwen3")) + 1
+        assert division["outcome"] == "applied" and division["rewrites"] == norms
+        options = ort.SessionOptions()
+        options.optimized_model_filepath = str(tmp_path / "optimized.onnx")
+        ort.InferenceSession(str(out / "artifact" / "model.onnx"), options, providers=["CPUExecutionProvider"])
+        kernels = [n.op_type for n in onnx.load(tmp_path / "optimized.onnx").graph.node]
+        assert kernels.count("SimplifiedLayerNormalization") + kernels.count("SkipSimplifiedLayerNormalization") == norms
 
 
 @pytest.mark.slow

@@ -300,6 +300,59 @@ def test_grouped_attention_multiplies_the_key_value_heads_as_they_are_and_comput
     assert same[0]["outcome"] == "skipped"
 
 
+def _rms_norm(reciprocal: bool):
+    """y = w · x · rsqrt(mean(x²) + eps), with rsqrt as torch exports it (Sqrt → Reciprocal → Mul) or as a Div."""
+    from onnx import TensorProto, helper, numpy_helper
+
+    norm = ([helper.make_node("Reciprocal", ["root"], ["inverse"], name="rsqrt"),
+             helper.make_node("Mul", ["x", "inverse"], ["normed"], name="scale_x")] if reciprocal
+            else [helper.make_node("Div", ["x", "root"], ["normed"], name="divide_x")])
+    nodes = [helper.make_node("Pow", ["x", "two"], ["squared"], name="square"),
+             helper.make_node("ReduceMean", ["squared", "last"], ["mean"], name="mean", keepdims=1),
+             helper.make_node("Add", ["mean", "eps"], ["shifted"], name="eps_add"),
+             helper.make_node("Sqrt", ["shifted"], ["root"], name="sqrt"), *norm,
+             helper.make_node("Mul", ["weight", "normed"], ["y"], name="weigh")]
+    const = numpy_helper.from_array
+    rng = np.random.default_rng(1)
+    graph = helper.make_graph(
+        nodes, "rms", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 5, 16])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 5, 16])],
+        [const(np.array(2.0, np.float32), "two"), const(np.array([-1], np.int64), "last"),
+         const(np.array(1e-6, np.float32), "eps"), const(rng.normal(size=16).astype(np.float32), "weight")])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 18)])
+    model.ir_version = 10
+    return model
+
+
+def test_rms_norm_division_lets_onnx_runtime_fuse_the_norm_and_computes_the_same(tmp_path):
+    """Rewritten, ORT fuses the norm into one SimplifiedLayerNormalization, with the same output. (This lone norm
+    ORT fuses in its rsqrt form too; in transformers' exports it did not: the HF decoder test checks those.)"""
+    import onnxruntime as ort
+
+    from tapeout.quantize.passes.base import run_on_proto
+    from tapeout.quantize.passes.rms_norm_division import RmsNormDivision
+
+    model = _rms_norm(reciprocal=True)
+    rewritten, records = run_on_proto(model, [RmsNormDivision()])
+    assert records[0]["outcome"] == "applied" and records[0]["rewrites"] == 1
+    assert [n.op_type for n in rewritten.graph.node] == [n.op_type for n in _rms_norm(reciprocal=False).graph.node]
+    x = np.random.default_rng(0).normal(size=(1, 5, 16)).astype(np.float32)
+    fused, outputs = {}, {}
+    for m, name in ((model, "before"), (rewritten, "after")):
+        onnx.save(m, tmp_path / f"{name}.onnx")
+        options = ort.SessionOptions()
+        options.optimized_model_filepath = str(tmp_path / f"{name}.optimized.onnx")
+        session = ort.InferenceSession(str(tmp_path / f"{name}.onnx"), options, providers=["CPUExecutionProvider"])
+        outputs[name] = session.run(None, {"x": x})[0]
+        fused[name] = [n.op_type for n in onnx.load(tmp_path / f"{name}.optimized.onnx").graph.node]
+    assert fused["after"] == ["SimplifiedLayerNormalization"]
+    np.testing.assert_allclose(outputs["after"], outputs["before"], rtol=1e-5, atol=1e-6)
+    # a Reciprocal that something other than a Mul reads stays as it is
+    model.graph.output.append(onnx.helper.make_tensor_value_info("inverse", onnx.TensorProto.FLOAT, None))
+    _, kept = run_on_proto(model, [RmsNormDivision()])
+    assert kept[0]["outcome"] == "skipped"
+
+
 def test_overrides_keep_float_and_method(tmp_path):
     plan, _ = _plan(tmp_path, graphs.transformer(), keep_float=["block1.ffn.out"], method="static")
     assert plan.method == "static" and _by_precision(plan)["block1.ffn.out"] == "fp32"

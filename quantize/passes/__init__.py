@@ -16,6 +16,7 @@ from tapeout.core.errors import BadInput
 BUILT_IN = {
     "fold-recurrent-weights": ("tapeout.quantize.passes.fold_recurrent:FoldRecurrentWeights", "export"),
     "grouped-attention": ("tapeout.quantize.passes.grouped_attention:GroupedAttention", "export"),
+    "rms-norm-division": ("tapeout.quantize.passes.rms_norm_division:RmsNormDivision", "export"),
     "gemm-as-matmul": ("tapeout.quantize.passes.gemm_as_matmul:GemmAsMatMul", "method"),
     "localize-body-weights": ("tapeout.quantize.passes.localize_body_weights:LocalizeBodyWeights", "method"),
     "merge-repeated-casts": ("tapeout.quantize.passes.merge_casts:MergeRepeatedCasts", "method"),
