@@ -34,6 +34,24 @@ def _by_precision(plan):
     return {g.group: g.precision for g in plan.groups}
 
 
+def test_a_tied_lm_head_gets_its_8_bits_from_nncf_too(tmp_path):
+    """The same tied head on OpenVINO: NNCF leaves a constant the embedding Gather shares uncompressed (the plan's
+    postcondition then failed the build, as it did for samples/llama-40m), so the untie pass runs first there too."""
+    from tapeout.quantize.methods.nncf_weights import NncfWeights
+    from tapeout.quantize.openvino_nncf import check_written
+
+    model = graphs.transformer(causal=True, lm_head=True, swiglu=True, tied=True)
+    path = tmp_path / "model.onnx"
+    onnx.save(model, path)
+    plan = first_plan(analyze(path), "openvino", "int4", QuantizationSettings())
+    assert plan.method == "nncf-weights" and _by_precision(plan)["lm_head"] == "int8-weight"
+    out = tmp_path / "q" / "model.xml"
+    info = NncfWeights().apply(plan, path, out, None)
+    assert {r["name"]: r["rewrites"] for r in info["passes"]}["untie-transposed-weight"] == 1
+    assert info["nodes"]["int8-weight"] == 1 and not (out.parent / "untied").exists()
+    check_written(plan, path, out)  # every planned node at its rung, the embedding table float
+
+
 def test_encoder_int8_is_dynamic_on_the_linears_only(tmp_path):
     plan, _ = _plan(tmp_path, graphs.transformer())
     assert plan.method == "dynamic" and plan.per_channel and plan.ladder == ("int8", "fp32")

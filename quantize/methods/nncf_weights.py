@@ -1,5 +1,6 @@
 """Method `nncf-weights`: OpenVINO INT4 (and, a rung up, INT8) weight compression by NNCF, block-wise,
-symmetric; data-free (RTN) or data-aware (AWQ). Embeddings and the LM head stay float, as the plan says."""
+symmetric; data-free (RTN) or data-aware (AWQ). Embeddings stay float and a decoder's LM head goes to 8 bits, as the
+plan says."""
 
 from __future__ import annotations
 
@@ -32,9 +33,29 @@ class NncfWeights(Method):
         return plan.int4_algorithm != "rtn"
 
     def apply(self, plan, model_in: Path, model_out: Path, calibration) -> dict:
-        from tapeout.quantize import openvino_nncf
+        import onnx
 
-        return openvino_nncf.compress_weights(plan, model_in, model_out, calibration)
+        from tapeout.quantize import openvino_nncf
+        from tapeout.quantize.passes.base import run_on_proto
+        from tapeout.quantize.passes.untie_transposed_weight import UntieTransposedWeight
+
+        # A tied LM head (MatMul on the embedding table's Transpose, samples/llama-40m) shares its constant with the
+        # embedding Gather, and NNCF leaves a shared weight uncompressed: the head gets its own transposed copy first.
+        planned = {n for g in plan.groups if g.precision != FLOAT for n in g.nodes}
+        model, records = run_on_proto(onnx.load(str(model_in)), [UntieTransposedWeight(planned)])
+        source = model_in
+        if any(r["outcome"] == "applied" for r in records):
+            source = model_out.parent / "untied" / "model.onnx"
+            source.parent.mkdir(parents=True, exist_ok=True)
+            onnx.save(model, str(source), save_as_external_data=True, location="model.onnx.data")
+        try:
+            info = openvino_nncf.compress_weights(plan, source, model_out, calibration)
+        finally:
+            if source != model_in:
+                import shutil
+
+                shutil.rmtree(source.parent, ignore_errors=True)
+        return {**info, "passes": records}
 
     def postcondition(self, plan, model_in: Path, model_out: Path) -> None:
         from tapeout.quantize import openvino_nncf
