@@ -21,9 +21,15 @@ at the mean decoded position.
     its model builder's INT4 and FP32 CPU models made from the same Hugging Face directory
     (`python -m onnxruntime_genai.models.builder -p int4|fp32 -e cpu`), run greedy by its own Generator in fresh
     processes: TTFT = append_tokens (prefill) + the first generate_next_token; TPOT = each later one.
+  - OpenVINO GenAI (llama-40m, with --openvino-genai PYTHON): optimum-intel's INT4 export of the same directory
+    (`optimum-cli export openvino --weight-format int4 --group-size 32 --ratio 1.0 --sym`), run greedy by its
+    LLMPipeline in fresh processes of PYTHON, timed by its own PerfMetrics (TTFT; each later token), once with
+    its CPU defaults (bf16 activations on CPUs with them, a u8 KV cache) and once at f32 with an f32 cache, as
+    tapeout's openvino-cpu-int4 runs. optimum-intel 1.27 pins transformers 4.57 where this stack runs 5, so PYTHON
+    is a separate environment:
+        python3 -m venv /tmp/ovg && /tmp/ovg/bin/pip install torch==2.13.0 \
+            "optimum-intel[openvino]==1.27.*" openvino==2026.4.1 openvino-tokenizers==2026.4.1 openvino-genai==2026.4.1
 Defaults: tiny-lm at prompt 64 + 64 new; llama-40m at the issue's prompt 128 + 128 new.
-Not here (see the issue's note): OpenVINO GenAI, whose export path (optimum-intel 1.27) pins transformers 4.57
-where the rest of this stack runs transformers 5.
 """
 
 from __future__ import annotations
@@ -163,6 +169,31 @@ def plan_read_bytes(report: dict) -> int:
                    for g in report["analysis"]["groups"] if g["role"] != "embedding"))
 
 
+OV_GENAI_LOOP = r"""
+import json, sys
+import numpy as np
+import openvino as ov
+import openvino_genai as og
+folder, prompt_len, new, trials, settings = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4]), sys.argv[5]
+config = {"INFERENCE_NUM_THREADS": 2, **json.loads(settings)}
+pipe = og.LLMPipeline(folder, "CPU", **config)  # no tokenizer in the folder: token ids in, token ids out
+vocab = json.load(open(folder + "/config.json"))["vocab_size"]
+ids = np.random.default_rng(0).integers(0, vocab, (1, prompt_len)).astype(np.int64)
+inputs = og.TokenizedInputs(ov.Tensor(ids), ov.Tensor(np.ones_like(ids)))
+generation = og.GenerationConfig()
+generation.max_new_tokens = generation.min_new_tokens = new
+generation.do_sample, generation.ignore_eos = False, True
+ttft, tpot = [], []
+for trial in range(trials + 1):
+    raw = pipe.generate(inputs, generation).perf_metrics.raw_metrics  # its own clocks: TTFT and each later token
+    if trial:
+        ttft += [t / 1e3 for t in raw.m_times_to_first_token]
+        tpot += [t / 1e3 for t in raw.m_durations]
+peak = next(int(l.split()[1]) for l in open("/proc/self/status") if l.startswith("VmHWM")) / 1024
+print(json.dumps({"ttft_ms": ttft, "tpot_ms": tpot, "peak_rss_mb": peak}))
+"""
+
+
 def genai_rows(hf_dir: Path, prompt: int, new: int, trials: int, repeats: int) -> list[dict]:
     """ONNX Runtime GenAI's builder models (INT4, FP32) run by its own Generator; none when it is not installed."""
     try:
@@ -198,6 +229,39 @@ def genai_rows(hf_dir: Path, prompt: int, new: int, trials: int, repeats: int) -
         row, _ = loop_row(f"ONNX Runtime GenAI {precision.upper()} (model builder)", GENAI_LOOP,
                           [str(folder), str(prompt), str(new), str(trials)], repeats)
         rows.append({**row, "weights_bytes": onnx_read_bytes(folder / "model.onnx")})
+    return rows
+
+
+# OpenVINO GenAI's CPU settings per row: as it ships (bf16 activations where the CPU has them, a u8 KV cache), and
+# as tapeout's openvino-cpu-int4 profile runs (f32 activations, an f32 cache)
+OV_GENAI_SETTINGS = {"its defaults": {}, "f32, f32 cache": {"INFERENCE_PRECISION_HINT": "f32",
+                                                            "KV_CACHE_PRECISION": "f32"}}
+
+
+def ov_genai_rows(python: str, hf_dir: Path, prompt: int, new: int, trials: int, repeats: int) -> list[dict]:
+    """OpenVINO GenAI's LLMPipeline on optimum-intel's INT4 export of the same Hugging Face directory (symmetric
+    INT4 in groups of 32 like tapeout's profile; optimum puts the tied embedding/LM head at 8 bits), run by `python`:
+    an interpreter of its own environment, since optimum-intel 1.27 pins transformers 4.57."""
+    folder = OUT / "ov-genai-int4"
+    if not (folder / "openvino_model.xml").is_file():
+        print("optimum-intel export, int4 …", file=sys.stderr, flush=True)
+        cli = Path(python).parent / "optimum-cli"
+        done = subprocess.run([str(cli), "export", "openvino", "--model", str(hf_dir), "--task",
+                               "text-generation-with-past", "--weight-format", "int4", "--group-size", "32",
+                               "--ratio", "1.0", "--sym", str(folder)], capture_output=True, text=True)
+        if done.returncode != 0 or not (folder / "openvino_model.xml").is_file():
+            print(f"optimum-intel export failed: {(done.stderr or done.stdout).strip().splitlines()[-1:]}",
+                  file=sys.stderr)
+            return []
+    import openvino as ov
+
+    weights = sum(op.get_byte_size() for op in ov.Core().read_model(str(folder / "openvino_model.xml")).get_ops()
+                  if op.get_type_name() == "Constant")  # the tied table is the head's too: read whole per token
+    rows = []
+    for label, settings in OV_GENAI_SETTINGS.items():
+        row, _ = loop_row(f"OpenVINO GenAI INT4 (optimum-intel, {label})", OV_GENAI_LOOP,
+                          [str(folder), str(prompt), str(new), str(trials), json.dumps(settings)], repeats, python)
+        rows.append({**row, "weights_bytes": weights})
     return rows
 
 
@@ -237,12 +301,12 @@ def bounds(values: np.ndarray) -> str:
     return f"{q.point:.3f} [{q.lower:.3f}, {q.upper:.3f}]"
 
 
-def loop_row(name: str, loop: str, args: list[str], repeats: int) -> tuple[dict, dict]:
-    """A row from `repeats` fresh interpreters each running `loop` (a script printing its timings as JSON), and
-    the first run's own figures."""
+def loop_row(name: str, loop: str, args: list[str], repeats: int, python: str = sys.executable) -> tuple[dict, dict]:
+    """A row from `repeats` fresh interpreters (`python`) each running `loop` (a script printing its timings as
+    JSON), and the first run's own figures."""
     runs = []
     for _ in range(repeats):
-        done = subprocess.run([sys.executable, "-c", loop, *args], capture_output=True, text=True, check=True)
+        done = subprocess.run([python, "-c", loop, *args], capture_output=True, text=True, check=True)
         runs.append(json.loads(done.stdout.strip().splitlines()[-1]))
     ttft = np.concatenate([r["ttft_ms"] for r in runs])
     tpot = np.concatenate([r["tpot_ms"] for r in runs])
@@ -280,6 +344,8 @@ def main() -> None:
     parser.add_argument("--trials", type=int, default=5)
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--skip-build", action="store_true", help="reuse the builds under bench/builds/generate")
+    parser.add_argument("--openvino-genai", metavar="PYTHON", help="llama-40m: add OpenVINO GenAI rows, run by this "
+                        "interpreter of an environment with optimum-intel 1.27 and openvino-genai (see the docstring)")
     args = parser.parse_args()
     args.prompt = args.prompt or DEFAULTS[args.sample][0]
     args.new = args.new or DEFAULTS[args.sample][1]
@@ -301,6 +367,9 @@ def main() -> None:
         import model as llama  # the sample's own maker: the same config and seed as the builds'
 
         rows += genai_rows(llama.directory(), args.prompt, args.new, args.trials, args.repeats)
+        if args.openvino_genai:
+            rows += ov_genai_rows(args.openvino_genai, llama.directory(), args.prompt, args.new, args.trials,
+                                  args.repeats)
     rows.append(torch_row(folder, args.prompt, args.new, args.trials, args.repeats))
     state = host_state()
     mean_position = args.prompt + args.new / 2
