@@ -157,26 +157,38 @@ def stateful(model, layout: CacheLayout):
 
 class OvStatefulDecoder(CachedDecoder):
     """The KV cache in OpenVINO's own state (the stateful model): prefill resets it, each step appends to it
-    inside the plugin; nothing of the cache crosses to the host."""
+    inside the plugin; nothing of the cache crosses to the host. A step writes its token into an input tensor
+    bound once and reads the logits from the request's own output tensor: building the feed dict and the result
+    dict each call cost ~0.1 ms of a 1.9 ms llama-40m INT4 step."""
 
     def __init__(self, compiled, layout: CacheLayout, fused: int = 0):
         super().__init__(lambda feeds: {}, layout)
         self._request = compiled.create_infer_request()
-        self._logits = compiled.outputs[0]
-        self._beams: np.ndarray | None = None
+        self._ids = None
         kernels = [op.get_rt_info()["layerType"].astype(str) for op in compiled.get_runtime_model().get_ops()]
         in_place = kernels.count("ScaledDotProductAttention")
         self.description = (f"OpenVINO stateful model; attention fused over the state in {fused} of "
                             f"{layout.layers} layers ({in_place} fused attention kernels compiled)")
 
+    def _infer(self, ids: np.ndarray) -> np.ndarray:
+        if self._ids is None or self._ids.shape != ids.shape:
+            from openvino import Tensor
+
+            self._ids = Tensor(np.zeros(ids.shape, np.int64))
+            self._request.set_tensor(INPUT_IDS, self._ids)
+        self._ids.data[...] = ids
+        self._request.infer()
+        return self._request.get_output_tensor(0).data[:, -1].copy()  # the request reuses its buffer next call
+
     def prefill(self, ids: np.ndarray) -> np.ndarray:
-        self._request.reset_state()
-        self._beams = np.arange(ids.shape[0], dtype=np.int32)  # greedy: each row continues its own cache
-        return self.step(ids)
+        from openvino import Tensor
+
+        self._request.reset_state()  # greedy: each row continues its own cache
+        self._request.set_tensor(BEAM_INDEX, Tensor(np.arange(ids.shape[0], dtype=np.int32)))
+        return self._infer(ids)
 
     def step(self, ids: np.ndarray) -> np.ndarray:
-        results = self._request.infer({INPUT_IDS: np.ascontiguousarray(ids, dtype=np.int64), BEAM_INDEX: self._beams})
-        return np.array(results[self._logits])[:, -1]
+        return self._infer(ids)
 
 
 class OpenVino(Target):
