@@ -41,6 +41,10 @@ HF_CONFIGS = {
     "llama": ("LlamaForCausalLM", "LlamaConfig", dict(vocab_size=128, hidden_size=32, intermediate_size=64,
                                                       num_hidden_layers=2, num_attention_heads=4,
                                                       num_key_value_heads=2, max_position_embeddings=64)),
+    # the same with a head size of 16, which ORT's fused GroupQueryAttention needs (used by the generate tests)
+    "llama16": ("LlamaForCausalLM", "LlamaConfig", dict(vocab_size=128, hidden_size=64, intermediate_size=64,
+                                                        num_hidden_layers=2, num_attention_heads=4,
+                                                        num_key_value_heads=2, max_position_embeddings=64)),
     # q/k RMSNorm and an explicit head_dim (used by the generate tests, not the zoo's forward cases)
     "qwen3": ("Qwen3ForCausalLM", "Qwen3Config", dict(vocab_size=128, hidden_size=32, intermediate_size=64,
                                                       num_hidden_layers=2, num_attention_heads=4, head_dim=8,

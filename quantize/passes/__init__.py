@@ -1,6 +1,7 @@
 """Graph passes, one module each, found by name: built in (the table below) and from plug-ins (entry-point
 group `tapeout.graph_passes`, each naming a GraphPass subclass). A pass at the "export" stage runs on every
-torch export; a pass at the "method" stage runs where a quantization method names it.
+torch export; a pass at the "method" stage runs where a quantization method names it; a pass at the "target"
+stage where a target's compile names it.
 
 Adding a pass = one module with one `GraphPass` subclass, one entry, and its tests.
 """
@@ -17,6 +18,7 @@ BUILT_IN = {
     "fold-recurrent-weights": ("tapeout.quantize.passes.fold_recurrent:FoldRecurrentWeights", "export"),
     "grouped-attention": ("tapeout.quantize.passes.grouped_attention:GroupedAttention", "export"),
     "rms-norm-division": ("tapeout.quantize.passes.rms_norm_division:RmsNormDivision", "export"),
+    "group-query-attention": ("tapeout.quantize.passes.group_query_attention:GroupQueryAttention", "target"),
     "gemm-as-matmul": ("tapeout.quantize.passes.gemm_as_matmul:GemmAsMatMul", "method"),
     "localize-body-weights": ("tapeout.quantize.passes.localize_body_weights:LocalizeBodyWeights", "method"),
     "merge-repeated-casts": ("tapeout.quantize.passes.merge_casts:MergeRepeatedCasts", "method"),

@@ -4,7 +4,8 @@ torch's exporter already uses); a pass that repairs a model onnx-ir refuses to l
 repeated Casts) works on the protobuf instead and says so (`works_on = "proto"`).
 
 A pass runs at a stage: "export" (every FP32 model a torch export writes, before it is verified against
-torch) or "method" (run by the quantization method that names it, on that method's input or output). `run`
+torch), "method" (run by the quantization method that names it, on that method's input or output) or "target"
+(run by the target that names it on the model it compiles: a rewrite into that runtime's own fused ops). `run`
 applies passes in order and returns what each did, for the report's `passes` section.
 """
 
@@ -16,7 +17,7 @@ from typing import ClassVar, Literal
 
 from tapeout.core.errors import BadInput
 
-Stage = Literal["export", "method"]
+Stage = Literal["export", "method", "target"]
 
 
 class GraphPass(ABC):
