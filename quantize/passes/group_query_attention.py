@@ -15,7 +15,9 @@ are computed in the graph from the past's length and the ids' length. What it ma
     out = Reshape(Transpose(context)) [B, S, H · D]
     cos, sin = Cos/Sin(Concat(f, f)), f = positions · inv_freq (a constant of D / 2 frequencies)
 
-Anything else (interleaved rotary, scaled cos/sin, a mask that is not causal, a sliding window, norms between the
+The kernel masks causally; the graph's own mask is not read, since the generation signature (docs/workloads.md)
+makes every cache graph causal; a model that is not would fail the build's parity and greedy agreement. Anything
+else (interleaved rotary, scaled cos/sin, a masked_fill Select instead of the additive mask, norms between the
 projection and the rotation as in Qwen3, a head size that is not a multiple of 16, which ORT's kernel requires) is
 left as it is and the pass says so. The rewritten model is checked against the original by the build like every artifact
 (golden parity, the loop's greedy agreement); its own test compares greedy decoding through both.
