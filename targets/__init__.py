@@ -48,6 +48,7 @@ BUILT_IN: dict[str, TargetInfo] = {
             precisions={"fp32": ("fp32",), "int8": ("int8", "fp32"), "int4": ("int4", "int8-weight", "fp32")},
             rules="cpu-integer", meters=("rss", "rapl"), op_profiler="ONNX Runtime profiler (CPU EP node times)",
             workloads=("forward", "generate", "stream"),
+            graph_passes=("group-query-attention",),  # a cache graph's rotary attention as ORT's fused kernel
         ),
     ),
     "ort-cuda": TargetInfo(

@@ -5,7 +5,8 @@ repeated Casts) works on the protobuf instead and says so (`works_on = "proto"`)
 
 A pass runs at a stage: "export" (every FP32 model a torch export writes, before it is verified against
 torch), "method" (run by the quantization method that names it, on that method's input or output) or "target"
-(run by the target that names it on the model it compiles: a rewrite into that runtime's own fused ops). `run`
+(run by the compile step, for the target whose capabilities name it, on the model the target then compiles: a
+rewrite into that runtime's own fused ops; made as `cls(project inputs, project dims)`). `run`
 applies passes in order and returns what each did, for the report's `passes` section.
 """
 
@@ -82,6 +83,11 @@ def run_on_proto(proto, passes: Sequence[GraphPass]) -> tuple[object, list[dict]
             proto = ir.serde.serialize_model(model)
         records += found
     return proto, records
+
+
+def not_run(graph_pass: GraphPass, why: str) -> dict:
+    """The record of a pass whose precondition failed before the model was even loaded."""
+    return _record(graph_pass, "skipped", f"precondition not met: {why}")
 
 
 def _record(graph_pass: GraphPass, outcome: str, reason: str, rewrites: int = 0) -> dict:

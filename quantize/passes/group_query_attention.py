@@ -171,8 +171,12 @@ class GroupQueryAttention(GraphPass):
     nothing_matched = ("no rotary attention over a KV cache in the exported form (Transpose(Reshape(projection)), "
                        "rotate-half RoPE, Concat(past, new), Softmax(QKᵀ·scale + mask)V)")
 
-    def __init__(self, max_context: int):
-        self.max_context = max_context  # the cos/sin tables' rows: every position the cache can hold
+    def __init__(self, inputs: list, dims: dict[str, int]):
+        # a target-stage pass is made from the project's inputs and dims; a generate workload's graph has
+        # input_ids and past_* inputs, and dims["past"] = max_context - 1 (exporters/generation.py)
+        names = {spec.name for spec in inputs}
+        self.cache_graph = "input_ids" in names and "past_key_0" in names and "past" in dims
+        self.max_context = dims.get("past", 0) + 1  # the cos/sin tables' rows: every position the cache holds
 
     def match(self, model) -> list[dict]:
         g = _Graph(model.graph)
@@ -256,7 +260,8 @@ class GroupQueryAttention(GraphPass):
         return len(matches)
 
     def precondition(self, model) -> str | None:
-        return None if _input_ids(model) else "no input_ids input (not a KV-cache graph)"
+        """Decided from the project alone (the compile step asks before it loads the model)."""
+        return None if self.cache_graph else "not a KV-cache graph (no generate workload)"
 
     def postcondition(self, model) -> str | None:
         left = sum(1 for n in model.graph.node if n.op_type == "Softmax")

@@ -31,3 +31,6 @@ class Capabilities:
     workloads: tuple[str, ...] = ("forward",)
     # a workload it does not run -> why, in words the refusal and `tapeout targets` show
     workloads_not: Mapping[str, str] = field(default_factory=dict)
+    # target-stage graph passes (quantize/passes) the compile step runs on the ONNX model before this target
+    # compiles it: rewrites into this runtime's own fused ops; each decides from the model whether it applies
+    graph_passes: tuple[str, ...] = ()

@@ -1,7 +1,12 @@
 """Step `compile`: the target compiles the model it asks for — the ONNX file (the default), or the torch.export
-program — into the artifact; on a device-compiled target, everything but the engine."""
+program — into the artifact; on a device-compiled target, everything but the engine. The target-stage graph passes
+its capabilities name (rewrites into its runtime's own fused ops) run on the ONNX model first; the report's
+`passes` section lists what each did."""
 
 from __future__ import annotations
+
+import shutil
+from pathlib import Path
 
 from tapeout.core.hashing import tree_hashes, tree_size
 from tapeout.records.report import ArtifactInfo
@@ -23,11 +28,42 @@ class Compile(Step):
                 artifact = setup.target.compile_program(state.exported.program, state.out / "artifact",
                                                         project.inputs, project.dims, state.exported.info["output_names"])
             else:
-                artifact = setup.target.compile(state.model, state.out / "artifact", project.inputs, project.dims)
+                model = self._target_passes(state, caps.graph_passes)
+                try:
+                    artifact = setup.target.compile(model, state.out / "artifact", project.inputs, project.dims)
+                finally:
+                    if model != state.model:
+                        shutil.rmtree(model.parent, ignore_errors=True)
         files = tree_hashes(artifact.directory)  # hashed once: the report and the manifest share them
         state.artifact = artifact
         state.artifact_info = ArtifactInfo(main_file=artifact.main_file, bytes=tree_size(artifact.directory),
                                            sha256=files[artifact.main_file], files=files, meta=artifact.meta)
+
+    @staticmethod
+    def _target_passes(state: BuildState, names: tuple[str, ...]) -> Path:
+        """The model with the target's passes applied (in a folder of its own, removed after the compile), or the
+        model as it is where none applied."""
+        if not names:
+            return state.model
+        import onnx
+
+        from tapeout.quantize import passes
+        from tapeout.quantize.passes.base import not_run, run_on_proto
+
+        project = state.setup.project
+        made = [passes.get(name)(project.inputs, project.dims) for name in names]
+        ready = [p for p in made if p.precondition(None) is None]  # a target pass decides from the project
+        state.passes += [not_run(p, p.precondition(None)) for p in made if p not in ready]
+        if not ready:
+            return state.model
+        model, records = run_on_proto(onnx.load(str(state.model)), ready)
+        state.passes += records
+        if not any(r["outcome"] == "applied" for r in records):
+            return state.model
+        out = state.out / "target-passes" / state.model.name
+        out.parent.mkdir(parents=True, exist_ok=True)
+        onnx.save(model, str(out), save_as_external_data=True, location=out.name + ".data")
+        return out
 
     def report(self, state: BuildState) -> dict[str, object]:
         return {"artifact": state.artifact_info}
