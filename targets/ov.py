@@ -21,6 +21,7 @@ from tapeout.core.artifact import Artifact
 from tapeout.core.decoding import INPUT_IDS, CacheLayout
 from tapeout.core.errors import BadInput, TargetUnavailable, first_line, runtime_detail
 from tapeout.core.schemas import InputSpec
+from tapeout.targets import ov_attention
 from tapeout.targets.base import CachedDecoder, LintIssue, OpProfile, OpTime, Probe, Session, Target
 from tapeout.targets.ov_attention import BEAM_INDEX
 
@@ -138,8 +139,6 @@ def stateful(model, layout: CacheLayout):
     where the chain matches (targets/ov_attention.py); returns the model and how many layers were fused."""
     from openvino import opset13 as ops
     from openvino._offline_transformations import apply_make_stateful_transformation
-
-    from tapeout.targets import ov_attention
 
     apply_make_stateful_transformation(model, dict(zip(layout.past(), layout.outputs()[1:], strict=True)))
     shape = ops.shape_of(model.input(INPUT_IDS), output_type="i64")

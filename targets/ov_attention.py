@@ -63,8 +63,9 @@ def _present(output):
 
 
 def _masked(softmax):
-    """The scaled scores and the additive mask before the softmax: Add(scores, mask), or a Select that fills the
-    masked positions with a constant (torch's masked_fill) as the mask Select(cond, fill, 0)."""
+    """The scaled scores before the softmax and how to build the additive mask: Add(scores, mask) gives the mask
+    as it is; a Select that fills the masked positions with a constant (torch's masked_fill) gives
+    (condition, fill, which branch the scores take), built into Select(cond, fill, 0) only once the chain matches."""
     node = _node(softmax.input_value(0))
     if _type(node) == "Add":
         for at in (0, 1):
@@ -75,12 +76,19 @@ def _masked(softmax):
         for at in (1, 2):
             fill = _const(_node(node.input_value(3 - at)))
             if _type(_node(node.input_value(at))) in ("Multiply", "Divide") and fill is not None and fill.size == 1:
-                from openvino import opset13 as ops
-
-                fill, zero = ops.constant(fill.reshape(()).astype(np.float32)), ops.constant(np.float32(0))
-                mask = ops.select(node.input_value(0), *((fill, zero) if at == 2 else (zero, fill)))
-                return node.input_value(at), mask.output(0)
+                return node.input_value(at), (node.input_value(0), float(fill.ravel()[0]), at)
     return None
+
+
+def _additive(mask):
+    """The mask input of the fused op: the graph's own additive mask, or one made from a masked_fill Select."""
+    if not isinstance(mask, tuple):
+        return mask
+    from openvino import opset13 as ops
+
+    condition, fill, scores_at = mask
+    fill, zero = ops.constant(np.float32(fill)), ops.constant(np.float32(0))
+    return ops.select(condition, *((fill, zero) if scores_at == 2 else (zero, fill))).output(0)
 
 
 def _match(softmax) -> dict | None:
@@ -129,29 +137,32 @@ def _match(softmax) -> dict | None:
             "heads": heads, "kv_heads": kv_heads, "head_dim": head_dim}
 
 
+def _repeat(cache, n_rep: int, shape):
+    """GQA's key/value heads repeated n_rep times, as Unsqueeze → Broadcast → Reshape (what the plugin's fusion
+    recognises and then reads un-repeated); the cache itself when the heads match."""
+    from openvino import opset13 as ops
+
+    if n_rep == 1:
+        return cache
+    unsqueezed = ops.unsqueeze(cache, ops.constant(np.array([2], np.int64)))
+    spread = ops.broadcast(unsqueezed, ops.constant(np.array([1, 1, n_rep, 1, 1], np.int64)),
+                           broadcast_spec="BIDIRECTIONAL")
+    return ops.reshape(spread, shape, special_zero=True).output(0)
+
+
 def fuse(model) -> int:
     """Rewrite every matched attention chain of `model` (an ov.Model) in place; how many were rewritten."""
     from openvino import opset13 as ops
 
     matches = [m for m in (_match(op) for op in model.get_ordered_ops() if _type(op) == "Softmax") if m]
     for m in matches:
-        heads, head_dim = m["heads"], m["head_dim"]
-        shape = ops.constant(np.array([0, heads, -1, head_dim], np.int64))
-
-        def repeat(cache, m=m, shape=shape):
-            n_rep = m["heads"] // m["kv_heads"]
-            if n_rep == 1:
-                return cache
-            unsqueezed = ops.unsqueeze(cache, ops.constant(np.array([2], np.int64)))
-            spread = ops.broadcast(unsqueezed, ops.constant(np.array([1, 1, n_rep, 1, 1], np.int64)),
-                                   broadcast_spec="BIDIRECTIONAL")
-            return ops.reshape(spread, shape, special_zero=True).output(0)
-
+        shape = ops.constant(np.array([0, m["heads"], -1, m["head_dim"]], np.int64))
+        n_rep = m["heads"] // m["kv_heads"]
         query = ops.reshape(m["query"], shape, special_zero=True)
         scale = ops.constant(np.array(m["scale"], np.float32))
-        mask = m["mask"]
-        attention = ops.scaled_dot_product_attention(query, repeat(m["key"]), repeat(m["value"]),
-                                                     mask, scale, causal=False)
+        mask = _additive(m["mask"])
+        attention = ops.scaled_dot_product_attention(query, _repeat(m["key"], n_rep, shape),
+                                                     _repeat(m["value"], n_rep, shape), mask, scale, causal=False)
         for target in list(m["context"].get_target_inputs()):
             target.replace_source_output(attention.output(0))
     if matches:

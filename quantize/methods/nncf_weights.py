@@ -4,6 +4,7 @@ plan says."""
 
 from __future__ import annotations
 
+import shutil
 from dataclasses import replace
 from pathlib import Path
 
@@ -52,8 +53,6 @@ class NncfWeights(Method):
             info = openvino_nncf.compress_weights(plan, source, model_out, calibration)
         finally:
             if source != model_in:
-                import shutil
-
                 shutil.rmtree(source.parent, ignore_errors=True)
         return {**info, "passes": records}
 

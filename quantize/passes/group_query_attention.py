@@ -27,7 +27,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from tapeout.core.onnx_graphs import drop_unused
+from tapeout.core.onnx_graphs import attribute_ints, drop_unused, static_dims
 from tapeout.quantize.passes.base import GraphPass
 
 MS_DOMAIN = "com.microsoft"
@@ -65,13 +65,6 @@ class _Graph:
         return readers[0] if len(readers) == 1 and readers[0].op_type in types else None
 
 
-def _ints(node, name: str) -> list[int] | None:
-    for attr in node.attribute:
-        if attr.name == name:
-            return list(attr.ints)
-    return None
-
-
 def _skip(g: _Graph, name: str, op_type: str) -> str:
     node = g.op(name, op_type)
     return node.input[0] if node is not None else name
@@ -80,7 +73,7 @@ def _skip(g: _Graph, name: str, op_type: str) -> str:
 def _projection(g: _Graph, heads_first: str) -> str | None:
     """The [B, S, heads · D] projection output behind Transpose(Reshape(proj, [B, S, heads, D]), [0, 2, 1, 3])."""
     transpose = g.op(heads_first, "Transpose")
-    if transpose is None or _ints(transpose, "perm") != _HEADS_FIRST:
+    if transpose is None or attribute_ints(transpose, "perm") != _HEADS_FIRST:
         return None
     reshape = g.op(transpose.input[0], "Reshape")
     return reshape.input[0] if reshape is not None else None
@@ -147,7 +140,7 @@ def _core(g: _Graph, softmax) -> dict | None:
         return None
     query = _skip(g, scores.input[0], "Reshape")
     key_t = g.op(scores.input[1], "Transpose")
-    present_key = g.op(key_t.input[0], "Concat") if key_t is not None and _ints(key_t, "perm") == [0, 1, 3, 2] else None
+    present_key = g.op(key_t.input[0], "Concat") if key_t is not None and attribute_ints(key_t, "perm") == [0, 1, 3, 2] else None
     after = g.only_reader(softmax.output[0], "Reshape", "MatMul")
     context = g.only_reader(after.output[0], "MatMul") if after is not None and after.op_type == "Reshape" else after
     if present_key is None or context is None:
@@ -157,7 +150,7 @@ def _core(g: _Graph, softmax) -> dict | None:
     ungroup = g.only_reader(out, "Reshape")
     out = ungroup.output[0] if ungroup is not None else out
     back = g.only_reader(out, "Transpose")
-    flat = g.only_reader(back.output[0], "Reshape") if back is not None and _ints(back, "perm") == _HEADS_FIRST else None
+    flat = g.only_reader(back.output[0], "Reshape") if back is not None and attribute_ints(back, "perm") == _HEADS_FIRST else None
     if present_value is None or flat is None:
         return None
     return {"scale": float(scale.ravel()[0]), "query": query, "present_key": present_key,
@@ -181,7 +174,7 @@ class GroupQueryAttention(GraphPass):
     def match(self, model) -> list[dict]:
         g = _Graph(model.graph)
         inputs = {i.name for i in model.graph.input}
-        shapes = _value_shapes(model)
+        shapes = static_dims(model)
         found = []
         for softmax in [n for n in model.graph.node if n.op_type == "Softmax"]:
             core = _core(g, softmax)
@@ -270,17 +263,6 @@ class GroupQueryAttention(GraphPass):
 
 def _input_ids(model) -> str | None:
     return next((i.name for i in model.graph.input if i.name == "input_ids"), None)
-
-
-def _value_shapes(model) -> dict[str, list]:
-    import onnx
-
-    inferred = onnx.shape_inference.infer_shapes(model)
-    out = {}
-    for info in [*inferred.graph.value_info, *inferred.graph.input, *inferred.graph.output]:
-        if info.type.HasField("tensor_type") and info.type.tensor_type.HasField("shape"):
-            out[info.name] = [d.dim_value if d.HasField("dim_value") else None for d in info.type.tensor_type.shape.dim]
-    return out
 
 
 def _features(g: _Graph, shapes: dict, name: str) -> int | None:

@@ -23,17 +23,10 @@ from __future__ import annotations
 
 import numpy as np
 
-from tapeout.core.onnx_graphs import drop_unused
+from tapeout.core.onnx_graphs import attribute_ints, drop_unused, static_dims
 from tapeout.quantize.passes.base import GraphPass
 
 _SWAP_LAST = [0, 1, 3, 2]
-
-
-def _ints(node, name: str) -> list[int] | None:
-    for attr in node.attribute:
-        if attr.name == name:
-            return list(attr.ints)
-    return None
 
 
 class GroupedAttention(GraphPass):
@@ -46,13 +39,13 @@ class GroupedAttention(GraphPass):
         graph = model.graph
         producer = {o: n for n in graph.node for o in n.output}
         consts = {i.name: i for i in graph.initializer}
-        dims = _static_dims(model)
+        dims = static_dims(model)
         found = []
         for node in graph.node:
             if node.op_type != "MatMul":
                 continue
             right = producer.get(node.input[1])
-            transposed = right is not None and right.op_type == "Transpose" and _ints(right, "perm") == _SWAP_LAST
+            transposed = right is not None and right.op_type == "Transpose" and attribute_ints(right, "perm") == _SWAP_LAST
             reshape = producer.get(right.input[0]) if transposed else right
             expand = producer.get(reshape.input[0]) if reshape is not None and reshape.op_type == "Reshape" else None
             unsqueeze = producer.get(expand.input[0]) if expand is not None and expand.op_type == "Expand" else None
@@ -109,21 +102,4 @@ def _axes(unsqueeze, consts) -> list[int] | None:
 
     if len(unsqueeze.input) > 1 and unsqueeze.input[1] in consts:
         return [int(a) for a in numpy_helper.to_array(consts[unsqueeze.input[1]]).ravel()]
-    return _ints(unsqueeze, "axes")
-
-
-def _static_dims(model) -> dict[str, list[int | None]]:
-    """Each value's shape as far as it is static (None for a symbolic dim), from the graph's own value_info,
-    inputs and outputs, inferring shapes where the exporter wrote none."""
-    import onnx
-
-    graph = model.graph
-    infos = [*graph.value_info, *graph.input, *graph.output]
-    if not graph.value_info:
-        infos += list(onnx.shape_inference.infer_shapes(model).graph.value_info)
-    out = {}
-    for info in infos:
-        shape = info.type.tensor_type.shape
-        if info.type.HasField("tensor_type") and info.type.tensor_type.HasField("shape"):
-            out[info.name] = [d.dim_value if d.HasField("dim_value") else None for d in shape.dim]
-    return out
+    return attribute_ints(unsqueeze, "axes")

@@ -47,6 +47,31 @@ def nonzero_zero_points(model) -> list[str]:
     return bad
 
 
+def attribute_ints(node, name: str) -> list[int] | None:
+    """An ints attribute of `node` (a Transpose's perm, an old Unsqueeze's axes), or None."""
+    for attr in node.attribute:
+        if attr.name == name:
+            return list(attr.ints)
+    return None
+
+
+def static_dims(model) -> dict[str, list[int | None]]:
+    """Each value's shape as far as it is static (None for a symbolic dim), from the graph's own value_info,
+    inputs and outputs, inferring shapes where the exporter wrote none."""
+    import onnx
+
+    graph = model.graph
+    infos = [*graph.value_info, *graph.input, *graph.output]
+    if not graph.value_info:
+        infos += list(onnx.shape_inference.infer_shapes(model).graph.value_info)
+    out = {}
+    for info in infos:
+        shape = info.type.tensor_type.shape
+        if info.type.HasField("tensor_type") and info.type.tensor_type.HasField("shape"):
+            out[info.name] = [d.dim_value if d.HasField("dim_value") else None for d in shape.dim]
+    return out
+
+
 def drop_unused(graph) -> None:
     """Remove nodes whose outputs nothing reads (repeatedly), then initializers nothing reads; reads from
     If/Loop/Scan bodies count (a body reads outer-scope tensors by name)."""
