@@ -29,6 +29,11 @@ at the mean decoded position.
     is a separate environment:
         python3 -m venv /tmp/ovg && /tmp/ovg/bin/pip install torch==2.13.0 \
             "optimum-intel[openvino]==1.27.*" openvino==2026.4.1 openvino-tokenizers==2026.4.1 openvino-genai==2026.4.1
+  - --cuda (on an NVIDIA GPU with onnxruntime-gpu): the ort-cuda builds cuda-fp32 and cuda-fp16 (the KV cache bound
+    in GPU memory between steps, the logits alone copied to the host) against torch eager and torch.compile
+    (dynamic=True) on the GPU at FP32 and FP16, each synchronised before a token's clock stops; memory is the
+    process's GPU memory as NVML lists it (CUDA context included); the roofline is over the device-to-device copy
+    bandwidth measured there.
 Defaults: tiny-lm at prompt 64 + 64 new; llama-40m at the issue's prompt 128 + 128 new.
 """
 
@@ -47,27 +52,33 @@ import numpy as np
 REPO = Path(__file__).resolve().parents[1]
 OUT = REPO / "bench" / "builds" / "generate"
 PROFILES = ("cpu-fp32", "cpu-int8", "cpu-int4", "openvino-cpu", "openvino-cpu-int4")
+CUDA_PROFILES = ("cuda-fp32", "cuda-fp16")
 DEFAULTS = {"tiny-lm": (64, 64), "llama-40m": (128, 128)}  # prompt, new tokens
 
 TORCH_LOOP = r"""
-import json, sys, time
+import json, os, sys, time
 import numpy as np, torch
 torch.set_num_threads(2)
 sys.path.insert(0, sys.argv[1])
 import model as sample
 prompt_len, new, trials = int(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4])
+device, dtype, compiled = sys.argv[5], getattr(torch, sys.argv[6]), sys.argv[7] == "compile"
+cuda = device == "cuda"
 if hasattr(sample, "directory"):  # a Hugging Face directory: transformers' own model and cache
     import transformers
     decoder = transformers.AutoModelForCausalLM.from_pretrained(sample.directory()).eval()
     ids = torch.from_numpy(np.random.default_rng(0).integers(0, decoder.config.vocab_size, (1, prompt_len)))
 
+    import inspect
+    key = "cache" if "cache" in inspect.signature(decoder.forward).parameters else "past_key_values"  # renamed in 5.x
+
     def first_call(ids):
         out = decoder(input_ids=ids, use_cache=True)
-        return out.logits, out.cache
+        return out.logits, getattr(out, key)
 
     def next_call(token, cache):
-        out = decoder(input_ids=token, cache=cache, use_cache=True)
-        return out.logits, out.cache
+        out = decoder(input_ids=token, use_cache=True, **{key: cache})
+        return out.logits, getattr(out, key)
 else:  # tiny-lm: forward(input_ids, *past) -> (logits, *present)
     decoder = sample.build()
     text = np.frombuffer(open(sys.argv[1] + "/data/heldout.txt", "rb").read(), dtype=np.uint8).astype(np.int64)
@@ -82,31 +93,52 @@ else:  # tiny-lm: forward(input_ids, *past) -> (logits, *present)
     def next_call(token, past):
         logits, *past = decoder(token, *past)
         return logits, past
+params = sum(p.numel() for p in decoder.parameters())
+decoder = decoder.to(device=device, dtype=dtype)
+ids = ids.to(device)
+if not hasattr(sample, "directory"):
+    empty = [e.to(device=device, dtype=dtype) for e in empty]
+if compiled:  # symbolic lengths from the start: the cache grows every token
+    if hasattr(sample, "directory"):
+        decoder.forward = torch.compile(decoder.forward, dynamic=True)
+    else:
+        decoder = torch.compile(decoder, dynamic=True)
+sync = torch.cuda.synchronize if cuda else (lambda: None)
 ttft, tpot = [], []
+warm = 2 if compiled else 1  # torch.compile: compilations for prefill, then for decode's symbolic lengths
 with torch.inference_mode():
-    for trial in range(trials + 1):
+    for trial in range(trials + warm):
+        sync()
         s = time.perf_counter()
         logits, past = first_call(ids)
         token = logits[:, -1:].argmax(-1)
+        sync()
         first = time.perf_counter() - s
         steps = []
         for _ in range(new - 1):
             s = time.perf_counter()
             logits, past = next_call(token, past)
             token = logits[:, -1:].argmax(-1)
+            sync()  # the token is chosen when the device says so (tapeout's loop reads the logits on the host)
             steps.append(time.perf_counter() - s)
-        if trial:
+        if trial >= warm:
             ttft.append(first * 1e3)
             tpot += [x * 1e3 for x in steps]
 peak = next(int(l.split()[1]) for l in open("/proc/self/status") if l.startswith("VmHWM")) / 1024
-params = sum(p.numel() for p in decoder.parameters())
+gpu_peak = None
+if cuda:  # as tapeout's NVML meter reads it: this process's device memory (context, caching allocator's pool)
+    import pynvml
+    pynvml.nvmlInit()
+    handle = pynvml.nvmlDeviceGetHandleByIndex(torch.cuda.current_device())
+    mine = [p.usedGpuMemory for p in pynvml.nvmlDeviceGetComputeRunningProcesses(handle) if p.pid == os.getpid()]
+    gpu_peak = mine[0] / 2**20 if mine and mine[0] is not None else torch.cuda.max_memory_reserved() / 2**20
 # an embedding table only a lookup reads costs one row a step; a tied head reads it whole (counted once)
 table = decoder.get_input_embeddings().weight if hasattr(decoder, "get_input_embeddings") else decoder.embed.weight
 head = decoder.get_output_embeddings() if hasattr(decoder, "get_output_embeddings") else decoder.lm_head
 tied = head is not None and head.weight is table
 read = params - (0 if tied else table.numel() - table.shape[1])
-print(json.dumps({"ttft_ms": ttft, "tpot_ms": tpot, "peak_rss_mb": peak, "weights_bytes": 4 * read,
-                  "params": params}))
+print(json.dumps({"ttft_ms": ttft, "tpot_ms": tpot, "peak_rss_mb": peak, "gpu_peak_mb": gpu_peak,
+                  "weights_bytes": torch.finfo(dtype).bits // 8 * read, "params": params}))
 """
 
 
@@ -164,7 +196,7 @@ def plan_read_bytes(report: dict) -> int:
     precision = {g["group"]: g["precision"] for g in plan.get("groups", [])}
     block = plan.get("block_size", 32)
     scale = 2 if report["target"]["name"] == "openvino" else 4
-    per_weight = {"fp32": 4.0, "int8": 1.0, "int4": 0.5 + scale / block, "int8-weight": 1.0 + scale / block}
+    per_weight = {"fp32": 4.0, "fp16": 2.0, "int8": 1.0, "int4": 0.5 + scale / block, "int8-weight": 1.0 + scale / block}
     return int(sum(g["params"] * per_weight.get(precision.get(g["name"], "fp32"), 4.0)
                    for g in report["analysis"]["groups"] if g["role"] != "embedding"))
 
@@ -299,9 +331,11 @@ def build(folder: Path, profile: str, repeats: int) -> dict:
 
 def bounds(values: np.ndarray) -> str:
     from tapeout.measurement import stats
+    from tapeout.reports.generation import interval
 
     q = stats.summarize([values], 0.95, quantiles=(0.5,)).quantiles["p50"]
-    return f"{q.point:.3f} [{q.lower:.3f}, {q.upper:.3f}]"
+    return interval({"point": q.point, "lower": q.lower if np.isfinite(q.lower) else None,
+                     "upper": q.upper if np.isfinite(q.upper) else None})
 
 
 def loop_row(name: str, loop: str, args: list[str], repeats: int, python: str = sys.executable) -> tuple[dict, dict]:
@@ -317,13 +351,44 @@ def loop_row(name: str, loop: str, args: list[str], repeats: int, python: str = 
             "tok_s": 1e3 / float(np.median(tpot)), "peak": max(r["peak_rss_mb"] for r in runs)}, runs[0]
 
 
-def torch_row(folder: Path, prompt: int, new: int, trials: int, repeats: int) -> dict:
-    row, first = loop_row("torch eager FP32 (its own KV cache)", TORCH_LOOP,
-                          [str(folder), str(prompt), str(new), str(trials)], repeats)
+def torch_row(folder: Path, prompt: int, new: int, trials: int, repeats: int, device: str = "cpu",
+              dtype: str = "float32", mode: str = "eager") -> dict:
+    label = {"float32": "FP32", "float16": "FP16"}[dtype]
+    where = " on the GPU" if device == "cuda" else ""
+    name = f"torch {'eager' if mode == 'eager' else 'torch.compile (dynamic=True)'} {label}{where} (its own KV cache)"
+    row, first = loop_row(name, TORCH_LOOP, [str(folder), str(prompt), str(new), str(trials), device, dtype, mode],
+                          repeats)
+    if device == "cuda":
+        row["peak"] = first["gpu_peak_mb"]
+    row["kv_scale"] = 0.5 if dtype == "float16" else 1.0  # its cache in the model's dtype
     return {**row, "weights_bytes": first["weights_bytes"], "params": first["params"]}
 
 
+COPY_BANDWIDTH = r"""
+import json, torch
+x = torch.empty(2**28, dtype=torch.uint8, device="cuda")
+y = torch.empty_like(x)
+for _ in range(3):
+    y.copy_(x)
+start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+rates = []
+for _ in range(10):
+    start.record(); y.copy_(x); end.record(); end.synchronize()
+    rates.append(2 * x.numel() / (start.elapsed_time(end) * 1e-3) / 1e9)  # read + write
+print(json.dumps({"bandwidth_gbs": sorted(rates)[5], "bandwidth_gbs_range": [min(rates), max(rates)],
+                  "gpu": torch.cuda.get_device_name()}))
+"""
+
+
+def gpu_copy_bandwidth() -> dict:
+    """The GPU's device-to-device copy bandwidth (a 256 MiB copy, read + write counted, median of ten)."""
+    done = subprocess.run([sys.executable, "-c", COPY_BANDWIDTH], capture_output=True, text=True, check=True)
+    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
 def tapeout_row(report: dict, prompt: int) -> dict:
+    from tapeout.reports.generation import interval
+
     w = report["workload"]
     t = w["ttft_ms"][str(prompt)]["quantiles"]["p50"]
     p = w["tpot_ms"]["quantiles"]["p50"]
@@ -333,9 +398,10 @@ def tapeout_row(report: dict, prompt: int) -> dict:
     return {"est_ttft": ((est.get("ttft_ms") or {}).get(str(prompt)) or {}).get("lower_bound"),
             "est_tpot": ((est.get("tpot_ms") or {}).get("lower_bound") or {}).get("p50"),
             "name": f"tapeout {report['profile']['name'].split('/')[-1]} ({report['profile']['precision']})",
-            "ttft": f"{t['point']:.3f} [{t['lower']:.3f}, {t['upper']:.3f}]",
-            "tpot": f"{p['point']:.3f} [{p['lower']:.3f}, {p['upper']:.3f}]", "tpot_p50": p["point"],
-            "tok_s": tok["point"], "peak": w["memory_mb"]["peak_rss"], "weights_bytes": plan_read_bytes(report),
+            "ttft": interval(t), "tpot": interval(p), "tpot_p50": p["point"],
+            "tok_s": tok["point"], "weights_bytes": plan_read_bytes(report),
+            "peak": (w["memory_mb"].get("device") or {}).get("peak") if report["target"]["name"] == "ort-cuda"
+            else w["memory_mb"]["peak_rss"],
             "ppl": acc.get("artifact"), "agree": w["agreement"]["share"]}
 
 
@@ -347,6 +413,8 @@ def main() -> None:
     parser.add_argument("--trials", type=int, default=5)
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--skip-build", action="store_true", help="reuse the builds under bench/builds/generate")
+    parser.add_argument("--cuda", action="store_true", help="on an NVIDIA GPU: ort-cuda builds (cuda-fp32, cuda-fp16) "
+                        "against torch eager and torch.compile on the GPU, FP32 and FP16")
     parser.add_argument("--openvino-genai", metavar="PYTHON", help="llama-40m: add OpenVINO GenAI rows, run by this "
                         "interpreter of an environment with optimum-intel 1.27 and openvino-genai (see the docstring)")
     args = parser.parse_args()
@@ -359,13 +427,16 @@ def main() -> None:
     OUT.mkdir(parents=True, exist_ok=True)
     folder = project(args.sample, args.prompt, args.new, args.trials) if not args.skip_build else OUT / args.sample
     rows = []
-    for profile in PROFILES:
+    for profile in (CUDA_PROFILES if args.cuda else PROFILES):
         print(f"building {args.sample} for {profile} …", file=sys.stderr, flush=True)
         report = (json.loads((OUT / f"{args.sample}-{profile}" / "report.json").read_text()) if args.skip_build
                   else build(folder, profile, args.repeats))
         rows.append(tapeout_row(report, args.prompt))
     layout = CacheLayout.from_json(report["workload"]["layout"])
-    if args.sample == "llama-40m":
+    if args.cuda:
+        rows += [torch_row(folder, args.prompt, args.new, args.trials, args.repeats, "cuda", dtype, mode)
+                 for mode in ("eager", "compile") for dtype in ("float32", "float16")]
+    elif args.sample == "llama-40m":
         sys.path.insert(0, str(folder))
         import model as llama  # the sample's own maker: the same config and seed as the builds'
 
@@ -373,22 +444,30 @@ def main() -> None:
         if args.openvino_genai:
             rows += ov_genai_rows(args.openvino_genai, llama.directory(), args.prompt, args.new, args.trials,
                                   args.repeats)
-    rows.append(torch_row(folder, args.prompt, args.new, args.trials, args.repeats))
-    state = host_state()
+    if not args.cuda:
+        rows.append(torch_row(folder, args.prompt, args.new, args.trials, args.repeats))
+    state = gpu_copy_bandwidth() if args.cuda else host_state()
     mean_position = args.prompt + args.new / 2
     cpu, flags = cpu_info()
-    params = rows[-1].pop("params", 0)
+    params = next((r.pop("params") for r in rows if "params" in r), 0)
+    for r in rows:
+        r.pop("params", None)
     print(f"{args.sample} ({params / 1e6:.1f} M parameters), prompt {args.prompt}, {args.new} new tokens, batch 1, 2 threads, "
           f"{args.repeats} fresh processes × {args.trials} generations per row")
     print(f"host: {cpu} ({platform.machine()}), flags: {' '.join(sorted(flags))}")
-    print(f"copy bandwidth {state['bandwidth_gbs']:.1f} GB/s (range {state['bandwidth_gbs_range'][0]:.1f}–"
-          f"{state['bandwidth_gbs_range'][1]:.1f}); times in ms, p50 [95 % bounds]\n")
-    header = ["build", "TTFT p50", "TPOT p50", "decode tok/s", "peak RSS MB", "roofline ms", "TPOT/roofline",
+    if args.cuda:
+        print(f"GPU: {state['gpu']}")
+    print(f"{'device-to-device' if args.cuda else 'host'} copy bandwidth {state['bandwidth_gbs']:.1f} GB/s (range "
+          f"{state['bandwidth_gbs_range'][0]:.1f}–{state['bandwidth_gbs_range'][1]:.1f}); times in ms, p50 [95 % bounds]\n")
+    header = ["build", "TTFT p50", "TPOT p50", "decode tok/s", "peak GPU MB (NVML)" if args.cuda else "peak RSS MB",
+              "roofline ms", "TPOT/roofline",
               "est. TTFT ≥", "est. TPOT ≥", "perplexity", "greedy agreement"]
     table = []
     for r in rows:
-        roof = (r["weights_bytes"] + layout.kv_bytes(int(mean_position))) / (state["bandwidth_gbs"] * 1e9) * 1e3
-        table.append([r["name"], r["ttft"], r["tpot"], f"{r['tok_s']:.0f}", f"{r['peak']:.0f}", f"{roof:.3f}",
+        kv = layout.kv_bytes(int(mean_position)) * r.get("kv_scale", 1.0)
+        roof = (r["weights_bytes"] + kv) / (state["bandwidth_gbs"] * 1e9) * 1e3
+        table.append([r["name"], r["ttft"], r["tpot"], f"{r['tok_s']:.0f}",
+                      "—" if r.get("peak") is None else f"{r['peak']:.0f}", f"{roof:.3f}",
                       f"{r['tpot_p50'] / roof:.1f}×", *("—" if r.get(k) is None else f"{r[k]:.3f}"
                                                        for k in ("est_ttft", "est_tpot")),
                       "—" if r.get("ppl") is None else f"{r['ppl']:.4f}",
@@ -396,10 +475,12 @@ def main() -> None:
     widths = [max(len(str(x)) for x in col) for col in zip(header, *table, strict=True)]
     for line in (header, ["-" * w for w in widths], *table):
         print("  ".join(str(x).ljust(w) for x, w in zip(line, widths, strict=True)))
+    copy = ("the GPU's device-to-device copy, read + write counted; at batch 1 a small decoder's step is kernel "
+            "launches and the token's trip to the host, not bytes" if args.cuda else "one thread's numpy copy, read + "
+            "write counted: a runtime reading with 2 threads can beat it, so TPOT/roofline below 1× means faster than "
+            "that copy, not faster than memory")
     print("\nroofline: the weights a decode step reads at their stored precision (an embedding table only a lookup reads: "
-          "one row) + keys and values at the mean decoded position, over the copy bandwidth above (one thread's numpy copy, "
-          "read + write counted: a runtime reading with 2 threads can beat it, so TPOT/roofline below 1× means "
-          "faster than that copy, not faster than memory). est. TTFT/TPOT: the build's own estimate of its loop "
+          f"one row) + keys and values at the mean decoded position, over the copy bandwidth above ({copy}). est. TTFT/TPOT: the build's own estimate of its loop "
           "(report.json estimate.generation: each phase's kernels at the roofline of this host, the graph's own bytes, "
           "the cache's copies included; docs/estimator.md). Perplexity "
           "(per byte, held-out text, teacher-forced through the cache) and agreement are the builds' own.")

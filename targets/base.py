@@ -18,7 +18,7 @@ import platform
 import statistics
 import time
 from abc import ABC, abstractmethod
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, ClassVar, Literal
@@ -206,6 +206,11 @@ class Session(ABC):
         its own buffers (ONNX Runtime's IOBinding) overrides this."""
         return CachedDecoder(self._run, layout)
 
+    def carrier(self, state: Mapping[str, str]) -> StateCarrier:
+        """Chunks with their state carried (`[workload] kind = "stream"`). Default: host arrays through `run`'s
+        checks; a runtime that can keep the state in device memory (ONNX Runtime's IOBinding) overrides this."""
+        return StateCarrier(self.run, state)
+
 
 class CachedDecoder:
     """One sequence batch decoded over the KV cache: `prefill(ids)` then `step(token)`, each returning the last
@@ -230,6 +235,28 @@ class CachedDecoder:
         out = self._run({INPUT_IDS: ids, **past})
         self._past = feed_back(self.layout, out)
         return out[LOGITS][:, -1]
+
+
+class StateCarrier:
+    """A stream's chunks run with their state carried from one call to the next (`state`: state input → the output
+    that feeds it): `start(initial)`, then `chunk(feeds)` per chunk, the feeds without the state, returning the
+    chunk's outputs on the host (`with_state`: the state outputs too, which the golden stream compares). Default:
+    host arrays, each state output handed back as the next call's input without a copy on our side; a runtime that
+    keeps the state in device memory overrides `Session.carrier`. `description`, where set, reaches the notes."""
+
+    description = ""
+
+    def __init__(self, run: Callable[[dict[str, np.ndarray]], dict[str, np.ndarray]], state: Mapping[str, str]):
+        self._run, self.state = run, dict(state)
+        self._carried: dict[str, np.ndarray] = {}
+
+    def start(self, initial: dict[str, np.ndarray]) -> None:
+        self._carried = dict(initial)
+
+    def chunk(self, feeds: dict[str, np.ndarray], with_state: bool = True) -> dict[str, np.ndarray]:
+        out = self._run({**feeds, **self._carried})
+        self._carried = {name: out[output] for name, output in self.state.items()}
+        return out
 
 
 class Target(ABC):
@@ -292,6 +319,11 @@ class Target(ABC):
         """Before any work: raise TargetUnavailable if the profile's device is missing here."""
         return None  # most targets have nothing to check beyond probe()
 
+    def workload_problem(self, kind: str) -> str | None:
+        """Why this target, with its options, cannot run a workload of `kind` that its capabilities list (e.g. a
+        captured graph that replays one shape, for a cache that grows), or None. Asked before any work."""
+        return None
+
     def lint(self, model_path: Path, inputs: list[InputSpec], dims: dict[str, int]) -> list[LintIssue]:
         """Problems this target would hit, naming nodes. Default: the ONNX checks every target needs."""
         from tapeout.targets import onnx_lint
@@ -318,7 +350,7 @@ class Target(ABC):
 
 
 HOOKS = frozenset({"probe", "compile", "compile_program", "session", "limits", "preflight", "lint", "prepare", "build_engine",
-                   "op_profile", "emulated"})
+                   "op_profile", "emulated", "workload_problem"})
 
 __all__ = ["HOOKS", "CachedDecoder", "Capabilities", "EngineBuild", "LintIssue", "OpProfile", "OpTime",
-           "Probe", "RuntimeLimits", "Session", "Target", "TargetUnavailable", "warm_up"]
+           "Probe", "RuntimeLimits", "Session", "StateCarrier", "Target", "TargetUnavailable", "warm_up"]

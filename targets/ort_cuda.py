@@ -59,6 +59,13 @@ class OrtCuda(OrtTarget):
             raise TargetUnavailable(f"target 'ort-cuda' is not available here: the CUDA EP is built in but did not "
                                     f"load: {why}", fix=self.INSTALL)
 
+    def workload_problem(self, kind: str) -> str | None:
+        if self.options.cuda_graph:
+            grows = "the KV cache grows every token" if kind == "generate" else "each chunk feeds its state back"
+            return (f"[options] cuda_graph = true replays one captured run from fixed buffers, and {grows} "
+                    "(set cuda_graph = false)")
+        return None
+
     def _providers(self) -> list:
         o = self.options
         cuda = {"device_id": str(o.device_id), "use_tf32": "1" if o.tf32 else "0",

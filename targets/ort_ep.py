@@ -11,7 +11,7 @@ import os
 import re
 import sys
 import tempfile
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
 from typing import ClassVar, Literal
 
@@ -19,9 +19,9 @@ import numpy as np
 from pydantic import BaseModel, ConfigDict, Field
 
 from tapeout.core.artifact import Artifact
-from tapeout.core.decoding import INPUT_IDS, CacheLayout
+from tapeout.core.decoding import INPUT_IDS, LOGITS, CacheLayout
 from tapeout.core.errors import BadInput, TapeoutError, TargetUnavailable, first_line, runtime_detail
-from tapeout.targets.base import CachedDecoder, OpProfile, Probe, Session, Target
+from tapeout.targets.base import CachedDecoder, OpProfile, Probe, Session, StateCarrier, Target
 
 _LEVELS = ("disable", "basic", "extended", "all")
 
@@ -130,6 +130,11 @@ class OrtSession(Session):
     def decoder(self, layout: CacheLayout) -> CachedDecoder:
         return OrtCachedDecoder(self._sess, layout, self._device or ("cpu", 0))
 
+    def carrier(self, state: Mapping[str, str]) -> StateCarrier:
+        if self._device is None:  # host memory: the state arrays are handed back as they are
+            return super().carrier(state)
+        return OrtStateCarrier(self, state, self._device)
+
     def _put(self, feeds: dict[str, np.ndarray]) -> None:
         for name, value in self._inputs.items():
             value.update_inplace(np.ascontiguousarray(feeds[name]))  # same device address: CUDA graphs stay valid
@@ -176,8 +181,10 @@ class OrtSession(Session):
 class OrtCachedDecoder(CachedDecoder):
     """The KV cache kept in ONNX Runtime's own buffers (IOBinding): each call's present OrtValues are bound as the
     next call's past, never copied to numpy and back; on a GPU they stay in device memory. Only the token ids go
-    in and the last position's logits come out. (The graph's Concat still writes past + new into a fresh buffer
-    per step: a cache updated in place needs a fused attention op with a shared buffer.)"""
+    in (ORT copies them to the device) and the last position's logits come out, bound in host memory so that ORT
+    copies them alone. (The graph's Concat still writes past + new into a fresh buffer per step: a cache updated in
+    place needs a fused attention op with a shared buffer; and the growing cache changes shapes every step, so no
+    CUDA graph can replay a step.)"""
 
     def __init__(self, sess, layout: CacheLayout, device: tuple[str, int]):
         import onnxruntime as ort
@@ -186,7 +193,8 @@ class OrtCachedDecoder(CachedDecoder):
         self._sess, self._device, self._ort = sess, device, ort
         self._binding = sess.io_binding()
         self._present: list = []
-        self._outputs = layout.outputs()
+        self.description = ("KV cache in ONNX Runtime's buffers (IOBinding)" + (
+            f" resident in {device[0].upper()} memory, the logits alone copied to the host" if device[0] != "cpu" else ""))
 
     def prefill(self, ids: np.ndarray) -> np.ndarray:
         kind, index = self._device
@@ -199,15 +207,61 @@ class OrtCachedDecoder(CachedDecoder):
     def _call(self, ids: np.ndarray, past: list) -> np.ndarray:
         kind, index = self._device
         binding = self._binding
-        binding.bind_ortvalue_input(INPUT_IDS, self._ort.OrtValue.ortvalue_from_numpy(
-            np.ascontiguousarray(ids, dtype=np.int64), kind, index))
+        binding.bind_cpu_input(INPUT_IDS, np.ascontiguousarray(ids, dtype=np.int64))
         for name, value in zip(self.layout.past(), past, strict=True):
             binding.bind_ortvalue_input(name, value)
-        for name in self._outputs:  # fresh outputs each call: the previous present is this call's past
+        binding.bind_output(LOGITS, "cpu")
+        for name in self.layout.present():  # fresh outputs each call: the previous present is this call's past
             binding.bind_output(name, kind, index)
         self._sess.run_with_iobinding(binding)
         logits, *self._present = binding.get_outputs()
         return logits.numpy()[:, -1]
+
+
+class OrtStateCarrier(StateCarrier):
+    """A stream's state kept in device memory (IOBinding): in a timed stream each chunk's state outputs are bound as
+    the next chunk's state inputs, never copied to the host; the chunk's other inputs go in from host arrays and its
+    other outputs come back bound in host memory, so ORT copies only those. (The untimed golden pass brings the
+    state to the host too, where it is compared with the reference's.)"""
+
+    def __init__(self, session: OrtSession, state: Mapping[str, str], device: tuple[str, int]):
+        import onnxruntime as ort
+
+        super().__init__(session.run, state)
+        self._sess, self._device, self._ort = session._sess, device, ort
+        self._outputs = session.output_names
+        self._binding = self._sess.io_binding()
+        self.description = f"carried state resident in {device[0].upper()} memory (IOBinding), the other outputs copied to the host"
+
+    def start(self, initial: dict[str, np.ndarray]) -> None:
+        kind, index = self._device
+        self._carried = {name: self._ort.OrtValue.ortvalue_from_numpy(np.ascontiguousarray(initial[name]), kind, index)
+                         for name in self.state}
+
+    def chunk(self, feeds: dict[str, np.ndarray], with_state: bool = True) -> dict[str, np.ndarray]:
+        kind, index = self._device
+        binding, carried_out = self._binding, set(self.state.values())
+        for name, value in feeds.items():
+            binding.bind_cpu_input(name, np.ascontiguousarray(value))
+        for name, value in self._carried.items():
+            binding.bind_ortvalue_input(name, value)
+        for name in self._outputs:  # fresh state buffers each chunk: this chunk's input is the last one's output
+            if name in carried_out and not with_state:
+                binding.bind_output(name, kind, index)
+            else:
+                binding.bind_output(name, "cpu")
+        try:
+            self._sess.run_with_iobinding(binding)
+        except Exception as exc:
+            raise BadInput(f"the model rejected its inputs: {first_line(exc)}", detail=runtime_detail(exc),
+                           fix="make the project's [[inputs]] shapes and dtypes match the model (`tapeout lint`)") from None
+        produced = dict(zip(self._outputs, binding.get_outputs(), strict=True))
+        if with_state:  # the untimed golden pass: the state came to the host to be compared; it goes back as it was
+            self._carried = {name: self._ort.OrtValue.ortvalue_from_numpy(produced[output].numpy(), kind, index)
+                             for name, output in self.state.items()}
+        else:
+            self._carried = {name: produced[output] for name, output in self.state.items()}
+        return {name: value.numpy() for name, value in produced.items() if with_state or name not in carried_out}
 
 
 class OrtTarget(Target):

@@ -508,6 +508,26 @@ def test_a_generate_workload_on_a_target_that_cannot_run_it_is_refused(tmp_path)
     assert 'kind = \\"forward\\"' in line or 'kind = "forward"' in line
 
 
+def test_a_generate_workload_on_ort_cuda_with_a_captured_graph_is_refused(tmp_path):
+    """ort-cuda runs the loop (the cache in GPU memory), but a CUDA graph replays one shape and the cache grows: the
+    option is named before any work, here too, where the CUDA EP itself is missing."""
+    profile = tmp_path / "graph.toml"
+    profile.write_text('extends = "cuda-fp32"\n[options]\ncuda_graph = true\n')
+    line = refused_build(tmp_path, _project(tmp_path), "--profile", profile)
+    assert "cannot run this generate workload" in line and "cuda_graph = true" in line and "grows" in line
+
+
+def test_a_generate_workload_on_ort_cuda_without_the_cuda_ep_exits_4(tmp_path):
+    from tapeout import targets
+
+    if targets.target_class("ort-cuda").probe().available:
+        pytest.skip("this host has a CUDA EP: tests/gpu/ builds the workload there")
+    result = run_cli("build", _project(tmp_path), "--profile", "cuda-fp32", "--out", tmp_path / "b")
+    assert result.code == 4, result.err + result.out
+    assert not (tmp_path / "b").exists()
+    assert "onnxruntime-gpu" in one_line_error(result)
+
+
 def test_an_onnx_source_cannot_be_generated(tmp_path):
     project = _project(tmp_path, source="model.onnx")
     (project / "model.onnx").write_bytes(b"")

@@ -14,6 +14,7 @@ import pytest
 
 from conftest import SAMPLES, html_shows_everything, one_line_error, refused_build, run_cli
 from tapeout.measurement import streaming
+from tapeout.targets.base import StateCarrier
 
 VAD = SAMPLES / "speech-vad"
 DATA = Path(__file__).parent / "data"
@@ -81,7 +82,7 @@ def test_each_chunk_is_fed_the_state_the_previous_chunk_returned():
         return {"y": feeds["s"] * 2, "s_out": feeds["s"] + feeds["x"]}
 
     data = _data()
-    outputs = streaming.stacked(list(streaming.carry(run, data, {"s": "s_out"})))
+    outputs = streaming.stacked(list(streaming.carry(StateCarrier(run, {"s": "s_out"}), data)))
     running = np.cumsum(data.chunks["x"], axis=0)
     np.testing.assert_allclose(seen[0], 0)
     for t in range(1, len(seen)):
@@ -89,9 +90,38 @@ def test_each_chunk_is_fed_the_state_the_previous_chunk_returned():
     np.testing.assert_allclose(outputs["s_out"], running, rtol=1e-6)
 
     # the inference process's loop: the golden pass and every timed stream carry it the same way
-    timings, streamed = streaming.loop(run, {"state": {"s": "s_out"}, "trials": 2}, data)
+    timings, streamed = streaming.loop(StateCarrier(run, {"s": "s_out"}), {"state": {"s": "s_out"}, "trials": 2}, data)
     np.testing.assert_allclose(streamed["s_out"], running, rtol=1e-6)
     assert len(timings["chunk_ms"]) == 2 and all(len(s) == len(running) for s in timings["chunk_ms"])
+
+
+def test_onnx_runtime_keeps_the_state_in_its_own_buffers_and_carries_it():
+    """The device loop (ort-cuda's: state outputs bound as the next chunk's inputs, never copied to the host) run on
+    the CPU EP through the same IOBinding code: it carries the state exactly as the host loop does, and a timed
+    stream hands back only the outputs that are not state."""
+    import onnxruntime as ort
+    from onnx import TensorProto, helper
+
+    from tapeout.targets.ort_ep import OrtSession
+
+    x, s, y, out = (helper.make_tensor_value_info(n, TensorProto.FLOAT, [1, 4]) for n in ("x", "s", "y", "s_out"))
+    graph = helper.make_graph([helper.make_node("Add", ["s", "x"], ["s_out"]), helper.make_node("Add", ["s", "s"], ["y"])],
+                              "accumulator", [x, s], [y, out])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)])
+    model.ir_version = 8
+    sess = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
+    data = _data()
+    on_host = streaming.stacked(list(streaming.carry(OrtSession(sess).carrier({"s": "s_out"}), data)))
+    bound = OrtSession(sess, device=("cpu", 0)).carrier({"s": "s_out"})
+    assert "resident" in bound.description
+    in_buffers = streaming.stacked(list(streaming.carry(bound, data)))
+    running = np.cumsum(data.chunks["x"], axis=0)
+    for got in (on_host, in_buffers):
+        np.testing.assert_allclose(got["s_out"], running, rtol=1e-6)
+        np.testing.assert_allclose(got["y"][1:], 2 * running[:-1], rtol=1e-6)
+    timed = list(streaming.carry(bound, data, with_state=False))
+    assert all(set(o) == {"y"} for o in timed)
+    np.testing.assert_allclose(np.stack([o["y"] for o in timed]), in_buffers["y"])
 
 
 def test_drift_tells_a_state_that_is_not_carried_from_one_that_is():
@@ -112,9 +142,10 @@ def test_drift_tells_a_state_that_is_not_carried_from_one_that_is():
     initial = {"context": np.zeros((1, 256), np.float32), "h": np.zeros((1, 1, 48), np.float32)}
     data = streaming.StreamData({"audio": chunks}, {}, initial, {})
     state = {"context": "context_out", "h": "h_out"}
-    carried = streaming.stacked(list(streaming.carry(run, data, state)))
+    carried = streaming.stacked(list(streaming.carry(StateCarrier(run, state), data)))
     # a loop that never feeds the state back: every chunk from the initial state
-    forgetful = streaming.stacked(list(streaming.carry(lambda feeds: run({**feeds, **initial}), data, state)))
+    forgetful = streaming.stacked(list(streaming.carry(StateCarrier(lambda feeds: run({**feeds, **initial}), state),
+                                                       data)))
     same = streaming.drift(carried, carried)
     assert same["probability"]["max_abs"] == 0
     drift = streaming.drift(carried, forgetful)

@@ -101,3 +101,37 @@ def test_the_device_that_ran_is_compared_with_the_profile_device(tmp_path):
     assert device["spec"] == "h100-sxm" and device["matches"] == load_device("h100-sxm").matches(device["reported"])
     if not device["matches"]:
         assert device["reported"] in " ".join(result.json()["measurement"]["notes"])
+
+
+@pytest.mark.parametrize("base", ["cuda-fp32", "cuda-fp16"])
+def test_tiny_lm_generates_with_its_kv_cache_in_gpu_memory(tmp_path, base):
+    """The generate workload on the GPU: prefill and decode with the KV cache bound in device memory between steps
+    (the logits alone come back), greedy agreement with torch over the golden prompts, the device memory split."""
+    budgets = "accuracy_max_drop = 0.05" if base == "cuda-fp16" else ""
+    result = run_cli("build", SAMPLES / "tiny-lm", "--profile", _profile(tmp_path, base, base=base, budgets=budgets),
+                     "--out", tmp_path / "b", "--json")
+    assert result.code == 0, result.err
+    w = result.json()["workload"]
+    print(f"tiny-lm {base}: TTFT@64 p50 {w['ttft_ms']['64']['quantiles']['p50']['point']:.3f} ms, TPOT p50 "
+          f"{w['tpot_ms']['quantiles']['p50']['point']:.3f} ms, agreement {w['agreement']['share']:.0%}, device "
+          f"memory {w['memory_mb']['device']}")
+    assert any("resident in CUDA memory" in n for n in w["notes"])
+    assert w["agreement"]["share"] >= (0.9 if base == "cuda-fp32" else 0.5)
+    device = w["memory_mb"]["device"]
+    assert device["peak"] > device["weights"] > 0 and device["kv_cache"] > 0
+    check = run_cli("check", tmp_path / "b", "--json")
+    assert check.code == 0, check.err
+
+
+def test_speech_vad_streams_with_its_state_in_gpu_memory(tmp_path):
+    """The stream workload on the GPU: the GRU state and audio context stay in device memory between chunks, and
+    the streamed outputs follow the torch reference over the golden stream (state drift would show)."""
+    result = run_cli("build", SAMPLES / "speech-vad", "--profile", _profile(tmp_path, "fp32", base="cuda-fp32"),
+                     "--out", tmp_path / "b", "--json")
+    assert result.code == 0, result.err
+    w = result.json()["workload"]
+    print(f"speech-vad cuda-fp32: chunk p50 {w['chunk_ms']['quantiles']['p50']['point']:.4f} ms, drift "
+          f"{w['drift']['max_abs_error']:.2e}")
+    assert any("resident in CUDA memory" in n for n in w["notes"])
+    assert w["drift"]["max_abs_error"] < 1e-3
+    assert w["deadline"]["misses"] == 0 and w["memory_mb"]["device"]["peak"] > 0

@@ -124,6 +124,7 @@ class GenerationMeasurement:
     weights_mb: float
     agreement: float | None
     first_divergence: list[int | None]
+    device_memory: dict | None = None  # on a GPU target: its peak device memory split (stats.device_split)
     notes: list[str] = field(default_factory=list)
 
     @property
@@ -137,10 +138,13 @@ class GenerationMeasurement:
         return per / q.point, per / q.upper if np.isfinite(q.upper) else 0.0, per / q.lower if q.lower > 0 else float("inf")
 
     def memory(self) -> dict:
-        return stats.resident_split(
+        split = stats.resident_split(
             self.peak_rss_mb, self.rss_start_mb, self.weights_mb, "kv_cache", self.kv_cache_mb,
             "with one sequence filled to max_context; kv_cache is keys and values of every layer at max_context; rest "
             "is the runtime, its arenas and activations")
+        if self.device_memory is not None:  # the weights and the cache live there, not in the resident set
+            split["device"] = self.device_memory
+        return split
 
     def to_json(self) -> dict:
         tok_s, tok_low, tok_high = self.decode_tokens_per_s()
@@ -199,7 +203,9 @@ def summarize(results: list[dict], workload: GenerateWorkload, layout: CacheLayo
         cold_start_ms=[r["create_ms"] + r["first_ms"] for r in results],
         peak_rss_mb=[x["peak_rss_mb"] for x in rss], rss_start_mb=[x["rss_start_mb"] for x in rss],
         rss_after_session_mb=[x["rss_after_session_mb"] for x in rss], weights_mb=weights_bytes / 2**20,
-        agreement=share, first_divergence=firsts)
+        agreement=share, first_divergence=firsts,
+        device_memory=stats.device_split(results, weights_bytes / 2**20, "kv_cache",
+                                         layout.kv_bytes(workload.max_context, workload.batch) / 2**20))
     described = results[0]["generate"].get("decoder")
     if described:
         m.notes.append(f"the loop: {described}")

@@ -119,7 +119,9 @@ def _workload_frame(request: dict, make: Callable, first: Callable, rest: Callab
 
     target = targets.create(request["target"], request["options"])
     artifact = Artifact(request["target"], Path(request["artifact_dir"]), request["main_file"])
-    meters = metering.create(("rss",))
+    # the host's resident set always; on a GPU target NVML too, for the device memory the cache or state lives in
+    device = ("nvml",) if target.capabilities.device_memory and "nvml" in target.capabilities.meters else ()
+    meters = metering.create(("rss", *device), device_index=request.get("device_index", 0))
     for meter in meters:
         metering.safely(meter, "start")
     try:
@@ -127,7 +129,13 @@ def _workload_frame(request: dict, make: Callable, first: Callable, rest: Callab
         first_ms = first(made)
         for meter in meters:
             metering.safely(meter, "after_session")
+        gpu = [m for m in meters if m.name != "rss" and not m.unavailable]
+        for meter in gpu:
+            metering.safely(meter, "window_start")
+        t0 = time.perf_counter()
         result = {"import_ms": import_ms, "create_ms": create_ms, "first_ms": first_ms, **rest(made)}
+        for meter in gpu:  # samples the device memory after the workload (the cache filled to max_context)
+            metering.safely(meter, "window_end", 0, time.perf_counter() - t0)
     finally:
         for meter in meters:
             metering.safely(meter, "close")
@@ -156,14 +164,14 @@ def measure_stream(request: dict) -> dict:
 
     data = streaming.StreamData.load(Path(request["workload_data"]))
 
-    def streams(session) -> dict:
-        timings, outputs = streaming.loop(session.run, request["workload"], data)
+    def streams(carrier) -> dict:
+        timings, outputs = streaming.loop(carrier, request["workload"], data)
         if request.get("outputs_path"):
             np.savez(request["outputs_path"], **{f"0.{k}": v for k, v in outputs.items()})  # run_child's layout
-        return {"stream": timings}
+        return {"stream": {**timings, "carrier": carrier.description}}
 
-    return _workload_frame(request, lambda session: session, lambda session: streaming.first_chunk(session.run, data),
-                           streams)
+    return _workload_frame(request, lambda session: session.carrier(request["workload"]["state"]),
+                           lambda carrier: streaming.first_chunk(carrier, data), streams)
 
 
 MODES = {"generate": measure_generation, "stream": measure_stream}

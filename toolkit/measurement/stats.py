@@ -135,3 +135,19 @@ def resident_split(peak_rss_mb: list[float], rss_start_mb: list[float], weights_
     return {"peak_rss": peak, "process_baseline": baseline, "weights": weights_mb, held: held_mb,
             "rest": peak - baseline - weights_mb - held_mb,
             "scope": f"peak resident set of the measuring process {scope}; {_SPLIT_SCOPE}"}
+
+
+def device_split(results: list[dict], weights_mb: float, held: str, held_mb: float) -> dict | None:
+    """On a GPU target, where the weights and what the workload holds live in device memory: the measuring process's
+    peak device memory (NVML, over all processes) split into the weights, `held` and the rest (the CUDA context, the
+    runtime's arena, workspaces, activations); None where no process read it."""
+    peaks = [r["meters"].get("nvml", {}).get("device_memory_mb") for r in results]
+    peaks = [p for p in peaks if p is not None]
+    if not peaks:
+        return None
+    scope = next(r["meters"]["nvml"].get("device_memory_scope", "") for r in results
+                 if r["meters"].get("nvml", {}).get("device_memory_mb") is not None)
+    peak = max(peaks)
+    return {"peak": peak, "per_repeat": peaks, "weights": weights_mb, held: held_mb,
+            "rest": peak - weights_mb - held_mb, "scope": scope}
+

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import itertools
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -23,6 +23,7 @@ import numpy as np
 from tapeout.core.errors import BadInput
 from tapeout.core.schemas import Project, StreamWorkload
 from tapeout.measurement import stats
+from tapeout.targets.base import StateCarrier
 
 WORKLOAD_FILE = "workload.npz"
 DRIFT_BINS = 8
@@ -72,19 +73,19 @@ class StreamData:
         return cls(groups["chunk"], groups["constant"], groups["initial"], groups["reference"])
 
 
-def carry(run: Callable[[Feeds], Feeds], data: StreamData, state: dict[str, str],
-          timed: np.ndarray | None = None) -> Iterator[Feeds]:
-    """Every chunk's outputs, each chunk fed the state its predecessor's outputs carry (`state`: input → output).
-    With `timed`, each call's time in ns is written to it (the feeds are made outside the timed region)."""
-    carried = dict(data.initial)
+def carry(carrier: StateCarrier, data: StreamData, timed: np.ndarray | None = None,
+          with_state: bool = True) -> Iterator[Feeds]:
+    """Every chunk's outputs, each chunk fed the state its predecessor's outputs carry (the carrier keeps it, on the
+    host or in device memory). With `timed`, each call's time in ns is written to it (the feeds are made outside the
+    timed region); without `with_state`, a carrier that keeps the state on a device leaves it there."""
+    carrier.start(data.initial)
     clock = time.perf_counter_ns
     for t in range(data.length):
-        feeds = {**data.constants, **{name: chunk[t] for name, chunk in data.chunks.items()}, **carried}
+        feeds = {**data.constants, **{name: chunk[t] for name, chunk in data.chunks.items()}}
         t0 = clock()
-        out = run(feeds)
+        out = carrier.chunk(feeds, with_state)
         if timed is not None:
             timed[t] = clock() - t0
-        carried = {name: out[output] for name, output in state.items()}
         yield out
 
 
@@ -107,24 +108,25 @@ def check_state_shapes(project: Project, outputs: dict[str, np.ndarray]) -> None
 
 # ---------------------------------------------------------------- in the inference process
 
-def loop(run: Callable[[Feeds], Feeds], workload: dict, data: StreamData) -> tuple[dict, dict[str, np.ndarray]]:
-    """The golden stream once untimed (its outputs returned, for drift), then `trials` timed streams: each chunk's
-    time in ms, per stream."""
-    outputs = stacked(list(carry(run, data, workload["state"])))
+def loop(carrier: StateCarrier, workload: dict, data: StreamData) -> tuple[dict, dict[str, np.ndarray]]:
+    """The golden stream once untimed (its outputs returned, state outputs included, for drift), then `trials` timed
+    streams: each chunk's time in ms, per stream (the state stays where the carrier keeps it)."""
+    outputs = stacked(list(carry(carrier, data)))
     streams = []
     for _ in range(workload["trials"]):
         times = np.empty(data.length, dtype=np.float64)
-        for _ in carry(run, data, workload["state"], timed=times):
+        for _ in carry(carrier, data, timed=times, with_state=False):
             pass
         streams.append((times / 1e6).tolist())
     return {"chunk_ms": streams}, outputs
 
 
-def first_chunk(run: Callable[[Feeds], Feeds], data: StreamData) -> float:
+def first_chunk(carrier: StateCarrier, data: StreamData) -> float:
     """The first chunk from the initial state: the cold start's second half."""
-    feeds = {**data.constants, **{n: c[0] for n, c in data.chunks.items()}, **data.initial}
+    feeds = {**data.constants, **{n: c[0] for n, c in data.chunks.items()}}
+    carrier.start(data.initial)
     t0 = time.perf_counter()
-    run(feeds)
+    carrier.chunk(feeds, with_state=False)
     return (time.perf_counter() - t0) * 1e3
 
 
@@ -164,6 +166,7 @@ class StreamMeasurement:
     weights_mb: float
     state_bytes: int
     drift: dict[str, dict]
+    device_memory: dict | None = None  # on a GPU target: its peak device memory split (stats.device_split)
     notes: list[str] = field(default_factory=list)
 
     @property
@@ -181,9 +184,12 @@ class StreamMeasurement:
         return float(np.median(self.stream_rtf)), min(self.stream_rtf), max(self.stream_rtf)
 
     def memory(self) -> dict:
-        return stats.resident_split(
+        split = stats.resident_split(
             self.peak_rss_mb, self.rss_start_mb, self.weights_mb, "state", self.state_bytes / 2**20,
             "over the streams; state is the carried tensors; rest is the runtime, its arenas and activations")
+        if self.device_memory is not None:
+            split["device"] = self.device_memory
+        return split
 
     def to_json(self) -> dict:
         point, low, high = self.rtf()
@@ -219,7 +225,12 @@ def summarize(results: list[dict], outputs: dict[str, np.ndarray], data: StreamD
         cold_start_ms=[r["create_ms"] + r["first_ms"] for r in results],
         peak_rss_mb=[x["peak_rss_mb"] for x in rss], rss_start_mb=[x["rss_start_mb"] for x in rss],
         weights_mb=weights_bytes / 2**20, state_bytes=sum(v.nbytes for v in data.initial.values()),
-        drift=drift(data.reference, outputs))
+        drift=drift(data.reference, outputs),
+        device_memory=stats.device_split(results, weights_bytes / 2**20, "state",
+                                         sum(v.nbytes for v in data.initial.values()) / 2**20))
+    described = results[0]["stream"].get("carrier")
+    if described:
+        m.notes.append(f"the loop: {described}")
     if m.chunk.cv_between_repeats > 0.05:
         m.notes.append(f"run-to-run spread of the chunk time is high (CV of per-process medians "
                        f"{m.chunk.cv_between_repeats:.1%}): the machine is noisy; bounds are widened to cover it")

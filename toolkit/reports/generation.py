@@ -40,10 +40,16 @@ def position_rows(w: dict) -> list[list[str]]:
 
 def memory_rows(w: dict) -> list[list[str]]:
     mem = w["memory_mb"]
-    return [[name, f"{mem[key]:.2f}"] for name, key in (
+    rows = [[name, f"{mem[key]:.2f}"] for name, key in (
         ("peak RSS", "peak_rss"), ("process baseline (interpreter, numpy)", "process_baseline"),
         ("weights (artifact files)", "weights"), ("KV cache at max_context", "kv_cache"),
         ("rest (runtime, arenas, activations)", "rest"))]
+    device = mem.get("device")
+    if device:  # a GPU target: the weights and the KV cache at max_context are in device memory
+        rows += [[f"device: {name}", f"{device[key]:.2f}"] for name, key in (
+            ("peak GPU memory", "peak"), ("weights", "weights"), ("KV cache at max_context", "kv_cache"),
+            ("rest (CUDA context, arena, workspaces, activations)", "rest"))]
+    return rows
 
 
 def agreement_line(w: dict) -> str:

@@ -32,11 +32,17 @@ def drift_rows(w: dict) -> list[list[str]]:
 
 def memory_rows(w: dict) -> list[list[str]]:
     mem = w["memory_mb"]
-    return [[name, f"{mem[key]:.2f}" if abs(mem[key]) >= 0.01 else f"{mem[key]:.2g} ({mem[key] * 1024:.2g} KB)"]
+    rows = [[name, f"{mem[key]:.2f}" if abs(mem[key]) >= 0.01 else f"{mem[key]:.2g} ({mem[key] * 1024:.2g} KB)"]
             for name, key in (
         ("peak RSS", "peak_rss"), ("process baseline (interpreter, numpy)", "process_baseline"),
         ("weights (artifact files)", "weights"), ("carried state", "state"),
         ("rest (runtime, arenas, activations)", "rest"))]
+    device = mem.get("device")
+    if device:  # a GPU target: the weights and the carried state are in device memory
+        rows += [[f"device: {name}", f"{device[key]:.2f}"] for name, key in (
+            ("peak GPU memory", "peak"), ("weights", "weights"), ("carried state", "state"),
+            ("rest (CUDA context, arena, workspaces, activations)", "rest"))]
+    return rows
 
 
 def settings_line(w: dict) -> str:

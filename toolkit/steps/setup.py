@@ -67,6 +67,11 @@ def for_build(project_dir: Path | str, profile_name: str, ui: UI) -> Setup:
         raise BadInput(f"target '{profile.target}' (profile {profile.name}) cannot run a {kind} workload: "
                        + (f"{why}; it runs " if why else "it runs ") + ", ".join(target.capabilities.workloads), fix=f"build {project.file.name}'s {kind} workload "
                        f"for a profile whose target runs it ({', '.join(able)}), or set [workload] kind = \"forward\"")
+    problem = target.workload_problem(kind) if kind != "forward" else None
+    if problem:
+        raise BadInput(f"target '{profile.target}' (profile {profile.name}) cannot run this {kind} workload: {problem}",
+                       fix=f"set the option the message names in the profile's [options], or build the {kind} "
+                       "workload for another profile")
     _enough_generations(project, profile)
     _enough_chunks(project, profile)
     here = targets.readiness(target)

@@ -16,6 +16,7 @@ from tapeout.measurement import streaming
 from tapeout.measurement.measure import run_child
 from tapeout.steps.state import BuildState
 from tapeout.steps.step import Step
+from tapeout.targets.base import StateCarrier
 
 
 def golden_stream(project: Project) -> tuple[dict[str, np.ndarray], str]:
@@ -73,7 +74,7 @@ def make_stream_data(state: BuildState) -> tuple[streaming.StreamData, str]:
 
     with state.ui.step(f"reference over the golden stream: {workload.chunks} chunks, state carried "
                        f"({state.golden.reference})"):
-        data.reference = streaming.stacked(list(streaming.carry(reference, data, workload.state)))
+        data.reference = streaming.stacked(list(streaming.carry(StateCarrier(reference, workload.state), data)))
     return data, source
 
 
