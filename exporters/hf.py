@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import logging
 from pathlib import Path
 
 from tapeout.core.errors import BadInput, TargetUnavailable, first_line, runtime_detail
@@ -10,6 +11,9 @@ from tapeout.exporters.sources import LoadedModel, state_dict_sha256
 
 
 def load(directory: Path, input_names: list[str], output_names: list[str] | None) -> LoadedModel:
+    # transformers imports torchao where it is installed (ExecuTorch brings it), whose pytree registrations log a
+    # deprecation warning at import: not the user's to act on
+    logging.getLogger("torch.utils._pytree").setLevel(logging.ERROR)
     try:
         import torch
         import transformers

@@ -110,14 +110,17 @@ def _dynamic_shapes(module, inputs: list[InputSpec]):
     return per_input
 
 
-def _program_dims(shapes):
+def _program_dims(shapes, auto: bool = False):
     """The ONNX exporter takes a symbolic dim by name; torch.export wants a `Dim` object, one per name so that
-    inputs sharing a name (`batch`) are kept equal."""
+    inputs sharing a name (`batch`) are kept equal. `auto`: Dim.AUTO for each, export infers their ranges and
+    equalities (for a model whose code bounds a dim, e.g. by its position table)."""
     import torch
 
     made: dict[str, object] = {}
 
     def dim(name: str):
+        if auto:
+            return torch.export.Dim.AUTO
         if name not in made:
             safe = re.sub(r"\W", "_", name)
             made[name] = torch.export.Dim(safe if safe.isidentifier() else f"d_{safe}")
@@ -282,10 +285,15 @@ def export_program(loaded: LoadedModel, inputs: list[InputSpec], dims: dict[str,
     rng = np.random.default_rng(options.seed)
     feeds = random_feeds(inputs, _trace_dims(dims) if options.dynamic else dims, rng)
     args = tuple(torch.from_numpy(feeds[s.name]) for s in inputs)
+    shapes = _dynamic_shapes(module, inputs) if options.dynamic else None
     with _quiet() as noise:
         try:
-            return torch.export.export(module, args, dynamic_shapes=_program_dims(_dynamic_shapes(module, inputs))
-                                       if options.dynamic else None)
+            try:
+                return torch.export.export(module, args, dynamic_shapes=shapes and _program_dims(shapes))
+            except Exception as exc:  # the model's own code bounds a dim (MiniLM's sequence by its 512 positions)
+                if shapes is None or "Constraints violated" not in str(exc):
+                    raise
+                return torch.export.export(module, args, dynamic_shapes=_program_dims(shapes, auto=True))
         except Exception as exc:
             raise BadInput(f"torch.export could not capture the model: {_root_cause(exc)}",
                            detail=runtime_detail(exc),

@@ -82,6 +82,16 @@ BUILT_IN: dict[str, TargetInfo] = {
                                   # generate: the stateful model (the cache in the plugin's state)
                                   workloads=("forward", "generate", "stream")),
     ),
+    "executorch": TargetInfo(
+        name="executorch",
+        cls="tapeout.targets.executorch:ExecuTorch",
+        summary="ExecuTorch (PyTorch's edge runtime) with the XNNPACK delegate, for Arm and x86 CPUs (phones, boards); "
+                "the .pte program lowered from torch.export is the artifact",
+        device_classes=("cpu", "phone"),
+        install_hint='pip install "tapeout[executorch]" (the device side too: its runtime runs the .pte)',
+        capabilities=Capabilities(precisions={"fp32": ("fp32",)}, compiles_from="torch.export", meters=("rss",),
+                                  accelerator="XNNPACK"),
+    ),
     "qnn": TargetInfo(
         name="qnn",
         cls="tapeout.targets.qnn:Qnn",

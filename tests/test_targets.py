@@ -116,6 +116,20 @@ def _tiny(path):
     return lambda x: np.maximum(x @ weight + bias, 0)
 
 
+def _tiny_program(path):
+    """_tiny's model as a torch.export program, its weights read from the ONNX file."""
+    import torch
+    from onnx import numpy_helper
+
+    weights = {t.name: torch.from_numpy(numpy_helper.to_array(t).copy()) for t in onnx.load(path).graph.initializer}
+
+    class Tiny(torch.nn.Module):
+        def forward(self, x):
+            return torch.relu(x @ weights["w"] + weights["b"])
+
+    return torch.export.export(Tiny(), (torch.zeros(1, 8),))
+
+
 @pytest.mark.parametrize("name", NAMES)
 def test_every_available_target_runs_the_hook_sequence(name, tmp_path):
     cls = targets.target_class(name)
@@ -132,8 +146,12 @@ def test_every_available_target_runs_the_hook_sequence(name, tmp_path):
     lim = target.limits()
     assert lim.max_opset >= 17 and lim.max_ir_version >= 8
     assert not [i for i in target.lint(tmp_path / "tiny.onnx", inputs, {}) if i.severity == "error"]
-    prepared = target.prepare(tmp_path / "tiny.onnx", inputs, {})
-    artifact = target.compile(prepared, tmp_path / "artifact", inputs, {})
+    if target.capabilities.compiles_from == "torch.export":  # the same function, as the program it compiles from
+        artifact = target.compile_program(_tiny_program(tmp_path / "tiny.onnx"), tmp_path / "artifact", inputs, {},
+                                          ["y"])
+    else:
+        prepared = target.prepare(tmp_path / "tiny.onnx", inputs, {})
+        artifact = target.compile(prepared, tmp_path / "artifact", inputs, {})
     assert isinstance(artifact, Artifact) and artifact.path.is_file()
     session = target.session(artifact)
     assert isinstance(session, Session) and session.input_names == ["x"] and session.output_names == ["y"]

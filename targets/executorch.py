@@ -1,0 +1,198 @@
+"""ExecuTorch, PyTorch's edge runtime: the torch.export program lowered for XNNPACK into a `.pte`.
+
+compile = `to_edge_transform_and_lower(program, partitioner=[XnnpackPartitioner()])` → `to_executorch()` →
+model.pte, the program an Android, iOS or Linux app loads with ExecuTorch's C++ runtime. The partitioner hands
+XNNPACK every subgraph it has kernels for; what it leaves runs on ExecuTorch's portable kernels (plain C++,
+no vectorisation), so the delegation record (which ops ran in XNNPACK, which did not, and how many delegated
+subgraphs) is the artifact's placement, judged by `placement_max_off_share`. The session runs the `.pte` through
+`executorch.runtime`, the Python bindings of that same C++ runtime and its XNNPACK kernels (x86-64 and Arm).
+
+A `.pte` is a flatbuffer: loading one runs no code from the file (nothing is unpickled).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import json
+import warnings
+from collections import Counter
+from pathlib import Path
+
+import numpy as np
+from pydantic import BaseModel, ConfigDict, Field
+
+from tapeout.core.artifact import Artifact
+from tapeout.core.errors import BadInput, TapeoutError, first_line, runtime_detail
+from tapeout.core.schemas import InputSpec
+from tapeout.targets.base import Probe, Session, Target
+from tapeout.targets.ort_ep import native_output_captured
+
+ARTIFACT_FILE = "model.pte"
+IO_FILE = "io.json"
+BACKEND = "XnnpackBackend"
+INSTALL = 'pip install "tapeout[executorch]" (executorch 1.5 beside torch 2.13; the device side needs it too)'
+_PLUMBING = {"getitem", "output", "placeholder"}  # graph plumbing, not ops a kernel runs
+
+
+class Options(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    threads: int = Field(0, ge=0, le=4096, description="XNNPACK's thread pool; 0 = ExecuTorch's default (one per core)")
+
+
+class ExecuTorchSession(Session):
+    """The `.pte` loaded by ExecuTorch's runtime; inputs and outputs in the order io.json names them."""
+
+    def __init__(self, artifact: Artifact, threads: int):
+        with _quiet():
+            from executorch.runtime import Runtime
+
+        io = _read_io(artifact.directory)
+        self.input_names, self.output_names = io["inputs"], io["outputs"]
+        if threads:
+            from executorch.extension.pybindings import portable_lib
+
+            portable_lib._unsafe_reset_threadpool(threads)  # the one pool XNNPACK's kernels share
+        with _quiet():  # its cpuinfo probe prints to the process's stderr
+            program = Runtime.get().load_program(artifact.path)
+            self._method = program.load_method("forward")
+
+    def _tensors(self, feeds: dict[str, np.ndarray]) -> list:
+        import torch
+
+        return [torch.from_numpy(np.ascontiguousarray(feeds[name])) for name in self.input_names]
+
+    def _run(self, feeds: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+        outs = self._method.execute(self._tensors(feeds))
+        return {name: t.numpy().copy() for name, t in zip(self.output_names, outs, strict=True)}
+
+    def bind(self, feeds: dict[str, np.ndarray]):
+        return functools.partial(self._method.execute, self._tensors(feeds))
+
+
+class ExecuTorch(Target):
+    Options = Options
+
+    @classmethod
+    def probe(cls) -> Probe:
+        try:
+            with _quiet():
+                import executorch
+                from executorch.runtime import Runtime
+        except Exception as exc:  # ImportError, or its native library failing to load
+            return Probe(False, reason=f"executorch cannot be imported ({type(exc).__name__}: {str(exc)[:160]})",
+                         install_hint=INSTALL)
+        version = _version(executorch)
+        backends = list(Runtime.get().backend_registry.registered_backend_names)
+        if BACKEND not in backends:
+            return Probe(False, version, install_hint=INSTALL,
+                         reason=f"this executorch {version} runtime has no {BACKEND} (it has {', '.join(backends) or 'none'})")
+        return Probe(True, version, details={"backends": backends})
+
+    def compile_program(self, program, out_dir: Path, inputs: list[InputSpec], dims: dict[str, int],
+                        output_names: list[str]) -> Artifact:
+        """Lower for XNNPACK, write the `.pte` and its input/output names, and record what was delegated."""
+        out_dir.mkdir(parents=True, exist_ok=True)
+        try:
+            with _quiet():
+                from executorch.backends.xnnpack.partition.xnnpack_partitioner import XnnpackPartitioner
+                from executorch.devtools.backend_debug import get_delegation_info
+                from executorch.exir import to_edge_transform_and_lower
+
+                program, pinned = _static(program, inputs, dims)
+                edge = to_edge_transform_and_lower(program, partitioner=[XnnpackPartitioner()])
+                delegation = get_delegation_info(edge.exported_program().graph_module)
+                pte = edge.to_executorch()
+        except TapeoutError:
+            raise
+        except Exception as exc:  # the lowering's own errors name the op it could not take
+            raise BadInput(f"ExecuTorch could not lower the program for XNNPACK: {first_line(exc)}",
+                           detail=runtime_detail(exc), fix="replace the op it names, or use a target that takes ONNX "
+                           "(`tapeout targets`)") from None
+        (out_dir / ARTIFACT_FILE).write_bytes(pte.buffer)
+        (out_dir / IO_FILE).write_text(json.dumps({"inputs": [s.name for s in inputs], "outputs": list(output_names)}))
+        placement = _placement(delegation)
+        return Artifact(self.name, out_dir, ARTIFACT_FILE, meta={
+            "delegate": "XNNPACK", "placement": placement,
+            "shapes": (f"static at the project's dims ({', '.join(pinned)}): memory planned ahead, every view "
+                       "delegated" if pinned else "static, as exported"),
+            "delegated_subgraphs": delegation.num_delegated_subgraphs,
+            "portable_ops": sorted({o["op_type"] for o in placement["off"]}),
+            "runtime": "executorch.runtime (ExecuTorch's C++ runtime and its XNNPACK kernels)",
+        })
+
+    def session(self, artifact: Artifact) -> ExecuTorchSession:
+        try:
+            return ExecuTorchSession(artifact, self.options.threads)
+        except TapeoutError:
+            raise
+        except Exception as exc:  # a .pte from another ExecuTorch version, a truncated file
+            raise BadInput(f"ExecuTorch could not load {artifact.path}: {first_line(exc)}", detail=runtime_detail(exc),
+                           fix="rebuild with the executorch version the device runs") from None
+
+
+def _static(program, inputs: list[InputSpec], dims: dict[str, int]):
+    """The program re-exported at the project's dims where it has symbolic ones, and what was pinned. An edge
+    program runs the shapes its app feeds; static, ExecuTorch plans its memory ahead and XNNPACK takes the views a
+    dynamic batch leaves to the portable kernels (digits-cnn's flatten)."""
+    import torch
+
+    pinned = sorted({f"{d}={dims[d]}" for s in inputs for d in s.shape if isinstance(d, str)})
+    if not pinned:
+        return program, pinned
+    args = tuple(torch.zeros(s.concrete_shape(dims), dtype=getattr(torch, s.dtype)) for s in inputs)
+    return torch.export.export(program.module(), args), pinned
+
+
+def _placement(delegation) -> dict:
+    """The delegation record as a placement: ops inside XNNPACK's subgraphs against ops left to the portable
+    kernels (one entry per op type, its count in the reason)."""
+    on = off = 0
+    left: Counter[str] = Counter()
+    for name, row in delegation.delegation_by_operator.items():
+        if name in _PLUMBING or name.startswith("sym_"):  # graph plumbing, a dynamic dim's size: no kernel
+            continue
+        on += row.delegated
+        off += row.non_delegated
+        if row.non_delegated:
+            left[name] = row.non_delegated
+    total = on + off
+    return {"accelerator": "XNNPACK", "total_nodes": total, "on_accelerator": on,
+            "off_share": off / total if total else 0.0,
+            "off": [{"node": f"{count} node(s)", "op_type": op, "reason": "no XNNPACK kernel: ExecuTorch's portable "
+                     "kernel runs it"} for op, count in sorted(left.items())],
+            "subgraphs": delegation.num_delegated_subgraphs,
+            "source": "ExecuTorch's delegation record of the lowered program (XnnpackPartitioner)"}
+
+
+@contextlib.contextmanager
+def _quiet():
+    """ExecuTorch and torchao speak at import and load: deprecation warnings from their pytree registrations,
+    native lines on fd 2 (torchao's optional CUDA kernels, cpuinfo). None of it is the user's to act on."""
+    with warnings.catch_warnings(), native_output_captured():
+        warnings.simplefilter("ignore")
+        yield
+
+
+def _read_io(directory: Path) -> dict:
+    """io.json from a build dir (data: two lists of names), checked before use."""
+    try:
+        io = json.loads((directory / IO_FILE).read_text())
+    except (OSError, ValueError) as exc:
+        raise BadInput(f"{directory / IO_FILE} is missing or not JSON ({exc})",
+                       fix="copy the build dir to the device as built, or rebuild") from None
+    if not (isinstance(io, dict) and all(isinstance(io.get(k), list) and all(isinstance(n, str) for n in io[k])
+                                         for k in ("inputs", "outputs"))):
+        raise BadInput(f"{directory / IO_FILE} does not list the program's input and output names",
+                       fix="copy the build dir to the device as built, or rebuild")
+    return io
+
+
+def _version(module) -> str:
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version("executorch")
+    except PackageNotFoundError:
+        return getattr(module, "__version__", "unknown")

@@ -1,0 +1,77 @@
+"""The `executorch` target for real: digits-cnn lowered from its torch.export program for XNNPACK into a .pte,
+run by ExecuTorch's runtime in fresh processes, golden parity, the delegation record judged as placement, and
+`check` replaying it; a model torch.export cannot capture and an ONNX source each one line with exit 2 and no
+build dir."""
+
+from __future__ import annotations
+
+import json
+import shutil
+
+import pytest
+
+from conftest import SAMPLES, refused_build, run_cli
+from tapeout import targets
+
+PROBE = targets.target_class("executorch").probe()
+pytestmark = pytest.mark.skipif(not PROBE.available, reason=f"executorch is not usable here: {PROBE.reason}")
+
+PROFILE = """
+extends = "executorch-xnnpack-fp32"
+[check]
+iterations = 60
+repeats = 2
+warmup_min_s = 0.1
+"""
+
+
+def test_digits_cnn_lowers_to_xnnpack_runs_and_checks(tmp_path):
+    profile = tmp_path / "et.toml"
+    profile.write_text(PROFILE)
+    out = tmp_path / "b"
+    result = run_cli("build", SAMPLES / "digits-cnn", "--profile", profile, "--out", out, "--json")
+    assert result.code == 0, result.err
+    report = result.json()
+    assert report["target"]["name"] == "executorch"
+    artifact = report["artifact"]
+    assert artifact["main_file"] == "model.pte" and (out / "artifact" / "model.pte").read_bytes()[4:8] == b"ET12"
+    assert artifact["meta"]["delegate"] == "XNNPACK" and "batch=1" in artifact["meta"]["shapes"]
+    placement = report["placement"]
+    # static at the project's dims, every op of the CNN is in XNNPACK's subgraph (the flatten's view too)
+    assert placement["accelerator"] == "XNNPACK" and placement["off_share"] == 0 and placement["total_nodes"] >= 8
+    verdicts = {b["budget"]: b["verdict"] for b in report["budgets"]}
+    assert verdicts == {"placement_max_off_share": "pass", "parity_min_cosine": "pass", "accuracy_max_drop": "pass"}
+    assert report["measurement"]["latency_ms"]["quantiles"]["p50"]["point"] > 0
+    check = run_cli("check", out, "--json")
+    assert check.code == 0, check.err
+    checked = json.loads((out / "check.json").read_text())
+    assert checked["parity"][0]["within_tolerance"]
+
+
+def test_a_model_torch_export_cannot_capture_is_one_line(tmp_path):
+    """Data-dependent control flow: the ONNX exporter's TorchScript fallback traces the branch every input takes
+    (so the ONNX export verifies), torch.export refuses; the executorch target compiles from torch.export, so the
+    build stops there with the exporter's reason."""
+    project = tmp_path / "branchy"
+    project.mkdir()
+    (project / "model.py").write_text(
+        "import torch\n\nclass Branchy(torch.nn.Module):\n    def __init__(self):\n        super().__init__()\n"
+        "        self.fc = torch.nn.Linear(4, 4)\n\n    def forward(self, x):\n"
+        "        y = self.fc(x)\n        if (y * y).sum() >= 0:\n            return y * 2\n        return y - 1\n\n"
+        "def build():\n    return Branchy().eval()\n")
+    (project / "tapeout.toml").write_text('[model]\nname = "branchy"\nsource = "model.py:build"\n\n'
+                                          '[[inputs]]\nname = "x"\nshape = [1, 4]\n')
+    line = refused_build(tmp_path, project, "--profile", "executorch-xnnpack-fp32")
+    assert "torch.export could not capture the model" in line and "torch.cond" in line
+
+
+def test_an_onnx_source_is_refused_by_a_target_that_compiles_from_torch_export(tmp_path):
+    project = tmp_path / "onnx-source"
+    shutil.copytree(SAMPLES / "digits-cnn", project, ignore=shutil.ignore_patterns("build", "__pycache__"))
+    result = run_cli("build", SAMPLES / "digits-cnn", "--profile", "cpu-fp32", "--out", tmp_path / "fp32")
+    assert result.code in (0, 1), result.err
+    shutil.copy(tmp_path / "fp32" / "export" / "model.onnx", project / "model.onnx")
+    text = (project / "tapeout.toml").read_text()
+    (project / "tapeout.toml").write_text(text.replace('source = "model.py:build"', 'source = "model.onnx"'))
+    line = refused_build(tmp_path, project, "--profile", "executorch-xnnpack-fp32")
+    assert "compiles from a torch.export program" in line and "ONNX file" in line
