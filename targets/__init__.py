@@ -92,6 +92,15 @@ BUILT_IN: dict[str, TargetInfo] = {
         capabilities=Capabilities(precisions={"fp32": ("fp32",)}, compiles_from="torch.export", meters=("rss",),
                                   accelerator="XNNPACK"),
     ),
+    "aoti": TargetInfo(
+        name="aoti",
+        cls="tapeout.targets.aoti:Aoti",
+        summary="AOTInductor (CPU): the torch.export program compiled by Inductor into a .pt2 package of native "
+                "code, loaded by torch (the same version) on the device",
+        device_classes=("cpu",),
+        install_hint="pip install torch, and a C++ compiler on the building host (apt install g++)",
+        capabilities=Capabilities(precisions={"fp32": ("fp32",)}, compiles_from="torch.export", meters=("rss",)),
+    ),
     "qnn": TargetInfo(
         name="qnn",
         cls="tapeout.targets.qnn:Qnn",

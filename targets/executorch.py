@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import contextlib
 import functools
-import json
 import warnings
 from collections import Counter
 from pathlib import Path
@@ -27,9 +26,9 @@ from tapeout.core.errors import BadInput, TapeoutError, first_line, runtime_deta
 from tapeout.core.schemas import InputSpec
 from tapeout.targets.base import Probe, Session, Target
 from tapeout.targets.ort_ep import native_output_captured
+from tapeout.targets.program_io import read_io, write_io
 
 ARTIFACT_FILE = "model.pte"
-IO_FILE = "io.json"
 BACKEND = "XnnpackBackend"
 INSTALL = 'pip install "tapeout[executorch]" (executorch 1.5 beside torch 2.13; the device side needs it too)'
 _PLUMBING = {"getitem", "output", "placeholder"}  # graph plumbing, not ops a kernel runs
@@ -48,8 +47,8 @@ class ExecuTorchSession(Session):
         with _quiet():
             from executorch.runtime import Runtime
 
-        io = _read_io(artifact.directory)
-        self.input_names, self.output_names = io["inputs"], io["outputs"]
+        self._io = read_io(artifact.directory)
+        self.input_names, self.output_names = self._io.inputs, self._io.outputs
         if threads:
             from executorch.extension.pybindings import portable_lib
 
@@ -64,6 +63,7 @@ class ExecuTorchSession(Session):
         return [torch.from_numpy(np.ascontiguousarray(feeds[name])) for name in self.input_names]
 
     def _run(self, feeds: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+        self._io.check(feeds)
         outs = self._method.execute(self._tensors(feeds))
         return {name: t.numpy().copy() for name, t in zip(self.output_names, outs, strict=True)}
 
@@ -111,7 +111,7 @@ class ExecuTorch(Target):
                            detail=runtime_detail(exc), fix="replace the op it names, or use a target that takes ONNX "
                            "(`tapeout targets`)") from None
         (out_dir / ARTIFACT_FILE).write_bytes(pte.buffer)
-        (out_dir / IO_FILE).write_text(json.dumps({"inputs": [s.name for s in inputs], "outputs": list(output_names)}))
+        write_io(out_dir, inputs, output_names, dims if pinned else None)
         placement = _placement(delegation)
         return Artifact(self.name, out_dir, ARTIFACT_FILE, meta={
             "delegate": "XNNPACK", "placement": placement,
@@ -173,20 +173,6 @@ def _quiet():
     with warnings.catch_warnings(), native_output_captured():
         warnings.simplefilter("ignore")
         yield
-
-
-def _read_io(directory: Path) -> dict:
-    """io.json from a build dir (data: two lists of names), checked before use."""
-    try:
-        io = json.loads((directory / IO_FILE).read_text())
-    except (OSError, ValueError) as exc:
-        raise BadInput(f"{directory / IO_FILE} is missing or not JSON ({exc})",
-                       fix="copy the build dir to the device as built, or rebuild") from None
-    if not (isinstance(io, dict) and all(isinstance(io.get(k), list) and all(isinstance(n, str) for n in io[k])
-                                         for k in ("inputs", "outputs"))):
-        raise BadInput(f"{directory / IO_FILE} does not list the program's input and output names",
-                       fix="copy the build dir to the device as built, or rebuild")
-    return io
 
 
 def _version(module) -> str:

@@ -25,6 +25,7 @@ warmup_min_s = 0.1
 """
 
 
+@pytest.mark.slow
 def test_digits_cnn_lowers_to_xnnpack_runs_and_checks(tmp_path):
     profile = tmp_path / "et.toml"
     profile.write_text(PROFILE)
@@ -65,6 +66,7 @@ def test_a_model_torch_export_cannot_capture_is_one_line(tmp_path):
     assert "torch.export could not capture the model" in line and "torch.cond" in line
 
 
+@pytest.mark.slow
 def test_an_onnx_source_is_refused_by_a_target_that_compiles_from_torch_export(tmp_path):
     project = tmp_path / "onnx-source"
     shutil.copytree(SAMPLES / "digits-cnn", project, ignore=shutil.ignore_patterns("build", "__pycache__"))

@@ -130,7 +130,11 @@ def _tiny_program(path):
     return torch.export.export(Tiny(), (torch.zeros(1, 8),))
 
 
-@pytest.mark.parametrize("name", NAMES)
+# Inductor's C++ compile of even the tiny function takes ~20 s on 2 cores: in the full suite, not the fast subset
+SLOW_COMPILE = {"aoti"}
+
+
+@pytest.mark.parametrize("name", [pytest.param(n, marks=pytest.mark.slow) if n in SLOW_COMPILE else n for n in NAMES])
 def test_every_available_target_runs_the_hook_sequence(name, tmp_path):
     cls = targets.target_class(name)
     probe = cls.probe()

@@ -1,0 +1,184 @@
+"""AOTInductor: the torch.export program compiled ahead of time by Inductor into a `.pt2` package, on the CPU.
+
+compile = `torch._inductor.aoti_compile_and_package(program)`: Inductor fuses the graph into generated C++ kernels
+(OpenMP loops, vectorised for the compiling CPU's ISA) around oneDNN/MKL GEMMs, and the system C++ compiler builds
+them into a shared library inside the package. The session loads it with `aoti_load_package` and calls it with
+torch tensors: the device side needs torch (the same version: a package is tied to the torch that made it) and no
+compiler. The program keeps the project's symbolic dims dynamic.
+
+A package holds compiled native code: loading one runs it. Like an engine, it is only ever loaded from a build dir
+whose files match their manifest hashes (`check` verifies them first); never load a package from elsewhere.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import platform
+import shutil
+import subprocess
+import warnings
+from pathlib import Path
+
+import numpy as np
+from pydantic import BaseModel, ConfigDict, Field
+
+from tapeout.core.artifact import Artifact
+from tapeout.core.errors import BadInput, TapeoutError, TargetUnavailable, first_line, runtime_detail
+from tapeout.core.schemas import InputSpec
+from tapeout.targets.base import Probe, Session, Target
+from tapeout.targets.ort_ep import native_output_captured
+from tapeout.targets.program_io import read_io, write_io
+
+ARTIFACT_FILE = "model.pt2"
+ISA_FILE = "vec_isa.json"  # the vector ISA the kernels were generated for: checked before loading
+INSTALL = ("pip install torch (on the host a C++ compiler too: apt install g++, or set CXX); the device needs the "
+           "same torch version, no compiler")
+
+
+class Options(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    threads: int = Field(0, ge=0, le=4096, description="torch's intra-op threads (OpenMP); 0 = one per physical core")
+
+
+def _compiler() -> str | None:
+    """The C++ compiler Inductor would call: $CXX, else the first of its defaults found."""
+    for name in (os.environ.get("CXX"), "g++", "clang++", "c++"):
+        if name and shutil.which(name):
+            return shutil.which(name)
+    return None
+
+
+class AotiSession(Session):
+    """The package's compiled model, called with torch tensors in io.json's input order."""
+
+    def __init__(self, artifact: Artifact, threads: int):
+        import torch
+
+        self._io = read_io(artifact.directory)
+        self.input_names, self.output_names = self._io.inputs, self._io.outputs
+        self._torch = torch
+        if threads:
+            torch.set_num_threads(threads)
+        else:
+            import psutil
+
+            torch.set_num_threads(psutil.cpu_count(logical=False) or 1)
+        _require_isa(artifact.directory)
+        with _quiet():
+            self._model = torch._inductor.aoti_load_package(str(artifact.path))
+
+    def _tensors(self, feeds: dict[str, np.ndarray]) -> list:
+        return [self._torch.from_numpy(np.ascontiguousarray(feeds[name])) for name in self.input_names]
+
+    def _run(self, feeds: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+        self._io.check(feeds)  # the package itself does not: a wrong shape would read past its buffers
+        with self._torch.inference_mode():
+            out = self._model(*self._tensors(feeds))
+        outs = out if isinstance(out, tuple | list) else (out,)
+        return {name: t.numpy().copy() for name, t in zip(self.output_names, outs, strict=True)}
+
+    def bind(self, feeds: dict[str, np.ndarray]):
+        tensors = self._tensors(feeds)
+        model, mode = self._model, self._torch.inference_mode
+
+        def call():
+            with mode():
+                return model(*tensors)
+        return call
+
+
+class Aoti(Target):
+    Options = Options
+
+    @classmethod
+    def probe(cls) -> Probe:
+        try:
+            import torch
+        except ImportError as exc:
+            return Probe(False, reason=f"torch cannot be imported ({exc})", install_hint=INSTALL)
+        if not hasattr(torch._inductor, "aoti_load_package"):
+            return Probe(False, torch.__version__, install_hint="pip install 'torch>=2.6'",
+                         reason=f"torch {torch.__version__} has no AOTInductor packages (torch >= 2.6)")
+        return Probe(True, torch.__version__, details={"cxx": _compiler()})
+
+    def compile_program(self, program, out_dir: Path, inputs: list[InputSpec], dims: dict[str, int],
+                        output_names: list[str]) -> Artifact:
+        """Compile and package with Inductor (the C++ compiler runs here), and write the input/output names."""
+        import torch
+
+        cxx = _compiler()
+        if cxx is None:
+            raise BadInput("AOTInductor needs a C++ compiler on the building host and none was found (g++, clang++, "
+                           "c++ or $CXX)", fix="install one (apt install g++) or set CXX; the device needs none")
+        out_dir.mkdir(parents=True, exist_ok=True)
+        try:
+            with _quiet():
+                torch._inductor.aoti_compile_and_package(program, package_path=str(out_dir / ARTIFACT_FILE))
+        except TapeoutError:
+            raise
+        except Exception as exc:
+            raise BadInput(f"AOTInductor could not compile the program: {first_line(exc)}", detail=runtime_detail(exc),
+                           fix="`tapeout --debug …` prints Inductor's whole message; or use a target that takes "
+                           "ONNX (`tapeout targets`)") from None
+        write_io(out_dir, inputs, output_names, None)
+        isa = _vec_isa()
+        (out_dir / ISA_FILE).write_text(json.dumps({"vec_isa": isa}))
+        return Artifact(self.name, out_dir, ARTIFACT_FILE, meta={
+            "vec_isa": isa,
+            "compiler": f"Inductor (torch {torch.__version__}) → C++ built by {_compiler_version(cxx)}",
+            "compiled_for": f"{platform.machine()} CPUs with {isa} (Inductor vectorises for the building CPU's ISA; "
+                            "a CPU without it refuses the package at load)",
+            "dynamic_dims": sorted({d for s in inputs for d in s.shape if isinstance(d, str)}),
+            "loads_with": f"torch {torch.__version__} (torch._inductor.aoti_load_package); a package is tied to it",
+        })
+
+    def session(self, artifact: Artifact) -> AotiSession:
+        try:
+            return AotiSession(artifact, self.options.threads)
+        except TapeoutError:
+            raise
+        except Exception as exc:  # another torch version, another CPU's ISA, a truncated package
+            raise BadInput(f"torch could not load the AOTInductor package {artifact.path}: {first_line(exc)}",
+                           detail=runtime_detail(exc), fix="rebuild with the torch version the device runs") from None
+
+
+def _vec_isa() -> str:
+    """The vector ISA Inductor generates code for on this CPU ("avx512 avx512_vnni", "avx2", "neon", "" = scalar)."""
+    from torch._inductor import cpu_vec_isa
+
+    return str(cpu_vec_isa.pick_vec_isa())
+
+
+def _require_isa(directory: Path) -> None:
+    """A package built for AVX-512 dies of an illegal instruction on an AVX2-only CPU: refuse it first, exit 4."""
+    from torch._inductor import cpu_vec_isa
+
+    try:
+        built = json.loads((directory / ISA_FILE).read_text())["vec_isa"]
+    except (OSError, ValueError, KeyError, TypeError) as exc:
+        raise BadInput(f"{directory / ISA_FILE} is missing or malformed ({exc})",
+                       fix="copy the build dir to the device as built, or rebuild") from None
+    here = [str(isa) for isa in cpu_vec_isa.valid_vec_isa_list()]
+    if built and built not in here:
+        raise TargetUnavailable(f"the AOTInductor package was compiled for {built}, which this CPU lacks (it has: "
+                                f"{', '.join(here) or 'no vector ISA Inductor uses'})",
+                                fix="build on a machine of the device's CPU class (or on the device)")
+
+
+def _compiler_version(cxx: str) -> str:
+    try:
+        line = subprocess.run([cxx, "--version"], capture_output=True, text=True, timeout=10).stdout.splitlines()[0]
+    except (OSError, subprocess.SubprocessError, IndexError):
+        return cxx
+    return line.strip()
+
+
+@contextlib.contextmanager
+def _quiet():
+    """Inductor's compile prints warnings and the compiler's command lines; none are the user's to act on."""
+    with warnings.catch_warnings(), native_output_captured():
+        warnings.simplefilter("ignore")
+        yield

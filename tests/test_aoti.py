@@ -1,0 +1,94 @@
+"""The `aoti` target for real: digits-cnn compiled by AOTInductor into a .pt2 package (the system g++ builds
+Inductor's C++ kernels), loaded by torch in fresh processes, golden parity, `check` replaying it; a package for a
+vector ISA this CPU lacks refused before it is loaded (exit 4), and no C++ compiler one line at build."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from conftest import SAMPLES, run_cli
+from tapeout import targets
+from tapeout.core.artifact import Artifact
+from tapeout.core.errors import BadInput, TargetUnavailable
+
+PROBE = targets.target_class("aoti").probe()
+pytestmark = pytest.mark.skipif(not PROBE.available, reason=f"aoti is not usable here: {PROBE.reason}")
+
+PROFILE = """
+extends = "aoti-cpu-fp32"
+[check]
+iterations = 60
+repeats = 2
+warmup_min_s = 0.1
+"""
+
+
+@pytest.mark.slow
+def test_digits_cnn_compiles_with_aotinductor_runs_and_checks(tmp_path):
+    profile = tmp_path / "aoti.toml"
+    profile.write_text(PROFILE)
+    out = tmp_path / "b"
+    result = run_cli("build", SAMPLES / "digits-cnn", "--profile", profile, "--out", out, "--json")
+    assert result.code == 0, result.err
+    report = result.json()
+    meta = report["artifact"]["meta"]
+    assert report["artifact"]["main_file"] == "model.pt2" and meta["dynamic_dims"] == ["batch"]
+    assert meta["vec_isa"] == json.loads((out / "artifact" / "vec_isa.json").read_text())["vec_isa"]
+    assert "g++" in meta["compiler"] or "clang" in meta["compiler"] or "c++" in meta["compiler"]
+    verdicts = {b["budget"]: b["verdict"] for b in report["budgets"]}
+    assert verdicts == {"parity_min_cosine": "pass", "accuracy_max_drop": "pass"}
+    check = run_cli("check", out, "--json")
+    assert check.code == 0, check.err
+
+
+def test_a_package_for_an_isa_this_cpu_lacks_is_refused_before_loading(tmp_path):
+    """Loading it would run AVX-512 (or SVE) code on a CPU without it: an illegal instruction, not an error."""
+    (tmp_path / "io.json").write_text(json.dumps({"inputs": ["x"], "outputs": ["y"], "shapes": [[None, 2]],
+                                                  "dtypes": ["float32"]}))
+    (tmp_path / "vec_isa.json").write_text(json.dumps({"vec_isa": "sve256"}))
+    (tmp_path / "model.pt2").write_bytes(b"not loaded: refused before")
+    target = targets.create("aoti", {})
+    with pytest.raises(TargetUnavailable) as refused:
+        target.session(Artifact("aoti", tmp_path, "model.pt2"))
+    assert "compiled for sve256, which this CPU lacks" in str(refused.value)
+
+
+def test_without_a_cpp_compiler_the_build_is_one_line(tmp_path, monkeypatch):
+    import torch
+
+    monkeypatch.setenv("CXX", "")
+    monkeypatch.setattr("shutil.which", lambda name: None)
+    program = torch.export.export(torch.nn.Linear(2, 2), (torch.zeros(1, 2),))
+    with pytest.raises(BadInput) as refused:
+        targets.create("aoti", {}).compile_program(program, tmp_path / "a", [], {}, ["y"])
+    assert "needs a C++ compiler" in str(refused.value) and "apt install g++" in refused.value.fix
+
+
+@pytest.mark.parametrize("text", ['{"inputs": ["x"]}', "not json", '{"inputs": ["x"], "outputs": ["y"], '
+                                  '"shapes": [["1"]], "dtypes": ["float32"]}'])
+def test_a_malformed_io_file_is_one_line(tmp_path, text):
+    from tapeout.targets.program_io import read_io
+
+    (tmp_path / "io.json").write_text(text)
+    with pytest.raises(BadInput) as refused:
+        read_io(tmp_path)
+    assert "io.json" in str(refused.value) and "\n" not in str(refused.value)
+
+
+def test_the_checked_call_names_an_input_the_program_does_not_take(tmp_path):
+    """An AOTInductor package reads whatever it is handed: the session's checked call compares first."""
+    import numpy as np
+
+    from tapeout.core.schemas import InputSpec
+    from tapeout.targets.program_io import read_io, write_io
+
+    write_io(tmp_path, [InputSpec(name="x", shape=["batch", 8])], ["y"], None)
+    io = read_io(tmp_path)
+    io.check({"x": np.zeros((3, 8), np.float32)})  # any batch: the dim is dynamic
+    for bad, said in ((np.zeros((1, 3), np.float32), "the program takes float32 [any, 8]"),
+                      (np.zeros((1, 8), np.float64), "is float64"), (np.zeros(8, np.float32), "[8]")):
+        with pytest.raises(ValueError, match="input 'x'") as refused:
+            io.check({"x": bad})
+        assert said in str(refused.value)
