@@ -92,6 +92,18 @@ BUILT_IN: dict[str, TargetInfo] = {
         capabilities=Capabilities(precisions={"fp32": ("fp32",)}, compiles_from="torch.export", meters=("rss",),
                                   accelerator="XNNPACK"),
     ),
+    "executorch-coreml": TargetInfo(
+        name="executorch-coreml",
+        cls="tapeout.targets.executorch:ExecuTorchCoreML",
+        summary="ExecuTorch with the Core ML delegate (Apple Neural Engine, GPU, CPU): the .pte is lowered here with "
+                "coremltools and runs on macOS and iOS only",
+        device_classes=("npu", "phone"),
+        install_hint='host: pip install "tapeout[executorch]"; device: macOS or iOS with the ExecuTorch runtime',
+        # Core ML compiles the model for the device when the program loads there: off Apple hardware the build
+        # goes on with its verdicts estimated, and `check` exits 4
+        capabilities=Capabilities(precisions={"fp32": ("fp32",)}, compiles_from="torch.export", compile_on="device",
+                                  meters=("rss",), accelerator="Core ML"),
+    ),
     "aoti": TargetInfo(
         name="aoti",
         cls="tapeout.targets.aoti:Aoti",

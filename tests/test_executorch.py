@@ -10,7 +10,7 @@ import shutil
 
 import pytest
 
-from conftest import SAMPLES, refused_build, run_cli
+from conftest import SAMPLES, one_line_error, refused_build, run_cli
 from tapeout import targets
 
 PROBE = targets.target_class("executorch").probe()
@@ -77,3 +77,24 @@ def test_an_onnx_source_is_refused_by_a_target_that_compiles_from_torch_export(t
     (project / "tapeout.toml").write_text(text.replace('source = "model.py:build"', 'source = "model.onnx"'))
     line = refused_build(tmp_path, project, "--profile", "executorch-xnnpack-fp32")
     assert "compiles from a torch.export program" in line and "ONNX file" in line
+
+
+CORE_ML = targets.target_class("executorch-coreml")
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(CORE_ML.probe().available, reason="this host runs Core ML: the device-side path, not tested here")
+def test_a_core_ml_build_lowers_here_and_check_exits_4_naming_what_is_missing(tmp_path):
+    """coremltools converts on Linux, so the .pte with its Core ML subgraph is built here; ExecuTorch's runtime
+    here has no Core ML backend, so the build's timings are the ONNX stand-in's (never judged) and `check` exits 4."""
+    out = tmp_path / "b"
+    result = run_cli("build", SAMPLES / "digits-cnn", "--profile", "executorch-coreml-fp16", "--out", out, "--json")
+    assert result.code == 0, result.err
+    report = result.json()
+    assert report["artifact"]["meta"]["delegate"] == "Core ML" and report["artifact"]["meta"]["compute_precision"] == "float16"
+    assert report["placement"]["accelerator"] == "Core ML" and report["placement"]["off_share"] == 0
+    assert "CoreMLBackend" in report["target"]["emulated"] and (out / "artifact" / "model.pte").is_file()
+    check = run_cli("check", out)
+    assert check.code == 4, check.err
+    line = one_line_error(check)
+    assert "no CoreMLBackend: Core ML runs on macOS and iOS only" in line and "pip install executorch" in line

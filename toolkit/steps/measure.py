@@ -17,16 +17,19 @@ from tapeout.steps.state import BuildState
 from tapeout.steps.step import Step
 
 
-def measure_target(setup: Setup, artifact: Artifact, golden_path: Path,
-                   settings: CheckSettings) -> tuple[measuring.Measurement, CheckSettings]:
-    """Fresh-process measurement, and the settings it ran with (an emulator's are cut to what parity needs)."""
+def measure_target(setup: Setup, artifact: Artifact, golden_path: Path, settings: CheckSettings,
+                   stand_in: Path | None = None) -> tuple[measuring.Measurement, CheckSettings]:
+    """Fresh-process measurement, and the settings it ran with (an emulator's are cut to what parity needs).
+    `stand_in`: the ONNX model that runs on ORT's CPU EP where the target's program cannot run here (deferred),
+    when the artifact is not itself ONNX (a target that compiles from torch.export)."""
     emulated = setup.emulated
     if emulated:
         settings = measuring.for_emulator(settings)
     target = setup.target
     if setup.deferred:  # no engine here: the ONNX it is compiled from runs on ORT's CPU EP, for parity only
         target = targets.create("onnxruntime", {"graph_optimization": "basic"})
-        artifact = Artifact("onnxruntime", artifact.directory, artifact.main_file)
+        artifact = (Artifact("onnxruntime", stand_in.parent, stand_in.name) if stand_in is not None
+                    else Artifact("onnxruntime", artifact.directory, artifact.main_file))
     with setup.ui.step(f"measure {artifact.target} in fresh inference processes" + (" (emulated: parity only)" if emulated else "")):
         m = measuring.measure(target, artifact, golden_path, settings, progress=setup.ui.detail,
                               **({} if emulated else {"undecided": verdicts.latency_undecided(setup.profile.budgets, settings)}))
@@ -53,10 +56,13 @@ def device_match(setup: Setup, m: measuring.Measurement) -> DeviceMatch | None:
 class Measure(Step):
     name = "measure"
     needs = ("artifact", "golden", "engine")
+    needs_at_build = ("model",)  # the ONNX that stands in where a torch.export program cannot run here
     adds = ("measurement",)
 
     def run(self, state: BuildState) -> None:
-        m, state.settings = measure_target(state.setup, state.artifact, state.golden.path, state.settings)
+        program = state.setup.capabilities.compiles_from == "torch.export" and state.opened is None
+        m, state.settings = measure_target(state.setup, state.artifact, state.golden.path, state.settings,
+                                           stand_in=state.model if program else None)
         if state.opened is not None:  # a check on another CPU: parity is that CPU's, and the report says so
             host, built_on = host_fingerprint(), state.opened.manifest.host
             if (host["cpu"], host["cpu_flags"]) != (built_on.cpu, built_on.cpu_flags):
