@@ -90,7 +90,8 @@ BUILT_IN: dict[str, TargetInfo] = {
         device_classes=("cpu", "phone"),
         install_hint='pip install "tapeout[executorch]" (the device side too: its runtime runs the .pte)',
         capabilities=Capabilities(precisions={"fp32": ("fp32",)}, compiles_from="torch.export", meters=("rss",),
-                                  accelerator="XNNPACK"),
+                                  accelerator="XNNPACK",
+                                  op_profiler="ExecuTorch ETDump (XNNPACK's kernels inside the delegate, portable ops)"),
     ),
     "executorch-coreml": TargetInfo(
         name="executorch-coreml",

@@ -28,7 +28,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from tapeout.core.artifact import Artifact
 from tapeout.core.errors import BadInput, TapeoutError, TargetUnavailable, first_line, runtime_detail
 from tapeout.core.schemas import InputSpec
-from tapeout.targets.base import Probe, Session, Target
+from tapeout.targets.base import OpProfile, OpTime, Probe, Session, Target
 from tapeout.targets.ort_ep import native_output_captured
 from tapeout.targets.program_io import read_io, write_io
 
@@ -153,6 +153,28 @@ class ExecuTorch(Target):
                            fix="rebuild with the executorch version the device runs") from None
 
 
+    def op_profile(self, artifact: Artifact, feeds: dict[str, np.ndarray], iterations: int) -> OpProfile:
+        """A separate pass with ExecuTorch's event tracer on (ETDump): every XNNPACK kernel inside the delegate (its
+        own profiler's names: "Convolution (NHWC, F32) IGEMM") and every op on the portable kernels, timed per run."""
+        import tempfile
+
+        with _quiet():
+            import torch
+            from executorch.devtools import Inspector
+            from executorch.runtime import Runtime
+
+            io = read_io(artifact.directory)
+            tensors = [torch.from_numpy(np.ascontiguousarray(feeds[name])) for name in io.inputs]
+            with tempfile.TemporaryDirectory(prefix="tapeout-etdump-") as tmp:
+                program = Runtime.get().load_program(artifact.path, enable_etdump=True)
+                method = program.load_method("forward")
+                for _ in range(3 + iterations):  # the last `iterations` runs are kept: the rest is warm-up
+                    method.execute(tensors)
+                program.write_etdump_result_to_file(str(Path(tmp) / "run.etdp"), str(Path(tmp) / "debug.bin"))
+                events = Inspector(etdump_path=str(Path(tmp) / "run.etdp")).to_dataframe()
+        return _etdump_profile(events, iterations, self.capabilities.op_profiler or "ExecuTorch ETDump", self.DELEGATE)
+
+
 class CoreMLOptions(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
@@ -198,6 +220,30 @@ class ExecuTorchCoreML(ExecuTorch):
         return {"runtime": "ExecuTorch's runtime with the Core ML backend (macOS, iOS); Core ML compiles the model "
                            "for the device at load", "compute_units": o.compute_units,
                 "compute_precision": o.compute_precision, "minimum_deployment_target": o.minimum_deployment_target}
+
+
+_AGGREGATES = {"DELEGATE_CALL", "OPERATOR_CALL", "Method::execute"}  # sums of the rows that are ops
+
+
+def _etdump_profile(events, iterations: int, method: str, delegate: str) -> OpProfile:
+    """ETDump's Execute events as an OpProfile: one row per op instance, its last `iterations` times (ms)."""
+    ops, run_total = [], 0.0
+    for row in events.itertuples():
+        if row.event_block_name != "Execute":
+            continue
+        times = list(row.raw)[-iterations:]
+        if row.event_name == "Method::execute":
+            run_total = sum(times) * 1e3
+        if row.event_name in _AGGREGATES:
+            continue
+        # a portable kernel's event is "native_call_<op>.out"; every other op event comes from inside the delegate,
+        # named by its own profiler ("Convolution (NHWC, F32) IGEMM #2": the kernel and its instance)
+        portable = row.event_name.startswith("native_call_")
+        op_type = (row.event_name.removeprefix("native_call_").removesuffix(".out") if portable
+                   else row.event_name.rsplit(" #", 1)[0])
+        ops.append(OpTime(node=row.event_name, op_type=op_type, provider="portable" if portable else delegate,
+                          calls=len(times), total_us=sum(times) * 1e3))
+    return OpProfile(runs=iterations, run_total_us=run_total, ops=ops, method=method)
 
 
 def _static(program, inputs: list[InputSpec], dims: dict[str, int]):

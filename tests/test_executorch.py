@@ -43,6 +43,9 @@ def test_digits_cnn_lowers_to_xnnpack_runs_and_checks(tmp_path):
     verdicts = {b["budget"]: b["verdict"] for b in report["budgets"]}
     assert verdicts == {"placement_max_off_share": "pass", "parity_min_cosine": "pass", "accuracy_max_drop": "pass"}
     assert report["measurement"]["latency_ms"]["quantiles"]["p50"]["point"] > 0
+    # ETDump: XNNPACK's own kernels inside the delegate, by its profiler's names
+    kernels = {(o["op_type"], o["provider"]) for o in report["measurement"]["op_profile"]["op_types"]}
+    assert ("Convolution (NHWC, F32) IGEMM", "XNNPACK") in kernels and all(p == "XNNPACK" for _, p in kernels)
     check = run_cli("check", out, "--json")
     assert check.code == 0, check.err
     checked = json.loads((out / "check.json").read_text())
