@@ -152,6 +152,25 @@ def digits_build(tmp_path_factory, fast_profile) -> Path:
     return out
 
 
+EXECUTORCH_PROFILE = """
+extends = "executorch-xnnpack-fp32"
+[check]
+iterations = 60
+repeats = 2
+warmup_min_s = 0.1
+"""
+
+
+@pytest.fixture(scope="session")
+def executorch_digits_build(tmp_path_factory):
+    """digits-cnn lowered for ExecuTorch's XNNPACK with short timing runs: its test and the device-side install
+    test share it. The build's Result and its folder."""
+    profile = tmp_path_factory.mktemp("profiles") / "et.toml"
+    profile.write_text(EXECUTORCH_PROFILE)
+    out = tmp_path_factory.mktemp("builds") / "digits-et"
+    return run_cli("build", SAMPLES / "digits-cnn", "--profile", profile, "--out", out, "--json"), out
+
+
 @pytest.fixture(scope="session")
 def digits_int8_build(tmp_path_factory) -> Path:
     """digits-cnn at cpu-int8 with short timing runs: the second build compare, diff and calibrate need."""

@@ -16,21 +16,10 @@ from tapeout import targets
 PROBE = targets.target_class("executorch").probe()
 pytestmark = pytest.mark.skipif(not PROBE.available, reason=f"executorch is not usable here: {PROBE.reason}")
 
-PROFILE = """
-extends = "executorch-xnnpack-fp32"
-[check]
-iterations = 60
-repeats = 2
-warmup_min_s = 0.1
-"""
-
 
 @pytest.mark.slow
-def test_digits_cnn_lowers_to_xnnpack_runs_and_checks(tmp_path):
-    profile = tmp_path / "et.toml"
-    profile.write_text(PROFILE)
-    out = tmp_path / "b"
-    result = run_cli("build", SAMPLES / "digits-cnn", "--profile", profile, "--out", out, "--json")
+def test_digits_cnn_lowers_to_xnnpack_runs_and_checks(executorch_digits_build):
+    result, out = executorch_digits_build
     assert result.code == 0, result.err
     report = result.json()
     assert report["target"]["name"] == "executorch"
