@@ -52,11 +52,11 @@ class ExecuTorchSession(Session):
 
         self._io = read_io(artifact.directory)
         self.input_names, self.output_names = self._io.inputs, self._io.outputs
-        if threads:
-            from executorch.extension.pybindings import portable_lib
+        with _quiet():  # its cpuinfo probe and the pool's reset print to the process's stderr
+            if threads:
+                from executorch.extension.pybindings import portable_lib
 
-            portable_lib._unsafe_reset_threadpool(threads)  # the one pool XNNPACK's kernels share
-        with _quiet():  # its cpuinfo probe prints to the process's stderr
+                portable_lib._unsafe_reset_threadpool(threads)  # the one pool XNNPACK's kernels share
             program = Runtime.get().load_program(artifact.path)
             self._method = program.load_method("forward")
 
