@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 
+import numpy as np
 import pytest
 
 from conftest import SAMPLES, run_cli
@@ -20,7 +21,7 @@ PROFILE = """
 extends = "aoti-cpu-fp32"
 [check]
 iterations = 60
-repeats = 2
+repeats = 1
 warmup_min_s = 0.1
 """
 
@@ -41,6 +42,19 @@ def test_digits_cnn_compiles_with_aotinductor_runs_and_checks(tmp_path):
     assert verdicts == {"parity_min_cosine": "pass", "accuracy_max_drop": "pass"}
     check = run_cli("check", out, "--json")
     assert check.code == 0, check.err
+    # the contract's hook sequence on this package (tests/test_targets.py leaves aoti to this test)
+    target = targets.create("aoti", {"threads": 1})
+    session = target.session(Artifact("aoti", out / "artifact", "model.pt2"))
+    assert session.input_names == ["image"] and session.output_names == report["export"]["output_names"]
+    with np.load(out / "golden.npz") as golden:
+        feeds = {"image": golden["input.image"][0]}
+        expected = golden[f"output.{session.output_names[0]}"][0]
+    np.testing.assert_allclose(session.run(feeds)[session.output_names[0]], expected, atol=1e-4, rtol=1e-3)
+    session.bind(feeds)()
+    session.synchronize()
+    assert session.bind_with_copies(feeds) is None and target.capabilities.op_profiler is None
+    with pytest.raises(BadInput, match="rejected its inputs"):
+        session.run({"image": np.zeros((1, 3), np.float32)})
 
 
 def test_a_package_for_an_isa_this_cpu_lacks_is_refused_before_loading(tmp_path):
