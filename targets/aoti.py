@@ -12,13 +12,12 @@ whose files match their manifest hashes (`check` verifies them first); never loa
 
 from __future__ import annotations
 
-import contextlib
+import functools
 import json
 import os
 import platform
 import shutil
 import subprocess
-import warnings
 from pathlib import Path
 
 import numpy as np
@@ -27,9 +26,9 @@ from pydantic import BaseModel, ConfigDict, Field
 from tapeout.core.artifact import Artifact
 from tapeout.core.errors import BadInput, TapeoutError, TargetUnavailable, first_line, runtime_detail
 from tapeout.core.schemas import InputSpec
-from tapeout.targets.base import Probe, Session, Target
-from tapeout.targets.ort_ep import native_output_captured
-from tapeout.targets.program_io import read_io, write_io
+from tapeout.targets.base import Probe, Target
+from tapeout.targets.native_output import quieted
+from tapeout.targets.program_io import ProgramSession, write_io
 
 ARTIFACT_FILE = "model.pt2"
 ISA_FILE = "vec_isa.json"  # the vector ISA the kernels were generated for: checked before loading
@@ -51,43 +50,29 @@ def _compiler() -> str | None:
     return None
 
 
-class AotiSession(Session):
-    """The package's compiled model, called with torch tensors in io.json's input order."""
+class AotiSession(ProgramSession):
+    """The package's compiled model, called under inference mode."""
 
     def __init__(self, artifact: Artifact, threads: int):
         import torch
 
-        self._io = read_io(artifact.directory)
-        self.input_names, self.output_names = self._io.inputs, self._io.outputs
+        super().__init__(artifact)
         self._torch = torch
-        if threads:
-            torch.set_num_threads(threads)
-        else:
+        if not threads:
             import psutil
 
-            torch.set_num_threads(psutil.cpu_count(logical=False) or 1)
+            threads = psutil.cpu_count(logical=False) or 1
+        torch.set_num_threads(threads)
         _require_isa(artifact.directory)
-        with _quiet():
+        with quieted():
             self._model = torch._inductor.aoti_load_package(str(artifact.path))
 
-    def _tensors(self, feeds: dict[str, np.ndarray]) -> list:
-        return [self._torch.from_numpy(np.ascontiguousarray(feeds[name])) for name in self.input_names]
-
-    def _run(self, feeds: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
-        self._io.check(feeds)  # the package itself does not: a wrong shape would read past its buffers
+    def _call(self, tensors: list):
         with self._torch.inference_mode():
-            out = self._model(*self._tensors(feeds))
-        outs = out if isinstance(out, tuple | list) else (out,)
-        return {name: t.numpy().copy() for name, t in zip(self.output_names, outs, strict=True)}
+            return self._model(*tensors)
 
     def bind(self, feeds: dict[str, np.ndarray]):
-        tensors = self._tensors(feeds)
-        model, mode = self._model, self._torch.inference_mode
-
-        def call():
-            with mode():
-                return model(*tensors)
-        return call
+        return functools.partial(self._call, self._tensors(feeds))
 
 
 class Aoti(Target):
@@ -115,7 +100,7 @@ class Aoti(Target):
                            "c++ or $CXX)", fix="install one (apt install g++) or set CXX; the device needs none")
         out_dir.mkdir(parents=True, exist_ok=True)
         try:
-            with _quiet():
+            with quieted():
                 torch._inductor.aoti_compile_and_package(program, package_path=str(out_dir / ARTIFACT_FILE))
         except TapeoutError:
             raise
@@ -174,11 +159,3 @@ def _compiler_version(cxx: str) -> str:
     except (OSError, subprocess.SubprocessError, IndexError):
         return cxx
     return line.strip()
-
-
-@contextlib.contextmanager
-def _quiet():
-    """Inductor's compile prints warnings and the compiler's command lines; none are the user's to act on."""
-    with warnings.catch_warnings(), native_output_captured():
-        warnings.simplefilter("ignore")
-        yield

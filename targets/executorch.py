@@ -15,9 +15,7 @@ A `.pte` is a flatbuffer: loading one runs no code from the file (nothing is unp
 
 from __future__ import annotations
 
-import contextlib
 import functools
-import warnings
 from collections import Counter
 from pathlib import Path
 from typing import ClassVar, Literal
@@ -28,9 +26,9 @@ from pydantic import BaseModel, ConfigDict, Field
 from tapeout.core.artifact import Artifact
 from tapeout.core.errors import BadInput, TapeoutError, TargetUnavailable, first_line, runtime_detail
 from tapeout.core.schemas import InputSpec
-from tapeout.targets.base import OpProfile, OpTime, Probe, Session, Target
-from tapeout.targets.ort_ep import native_output_captured
-from tapeout.targets.program_io import read_io, write_io
+from tapeout.targets.base import OpProfile, OpTime, Probe, Target
+from tapeout.targets.native_output import quieted
+from tapeout.targets.program_io import ProgramSession, read_io, write_io
 
 ARTIFACT_FILE = "model.pte"
 INSTALL = 'pip install "tapeout[executorch]" (executorch 1.5 beside torch 2.13; the device side needs it too)'
@@ -43,16 +41,14 @@ class Options(BaseModel):
     threads: int = Field(0, ge=0, le=4096, description="XNNPACK's thread pool; 0 = ExecuTorch's default (one per core)")
 
 
-class ExecuTorchSession(Session):
-    """The `.pte` loaded by ExecuTorch's runtime; inputs and outputs in the order io.json names them."""
+class ExecuTorchSession(ProgramSession):
+    """The `.pte` loaded by ExecuTorch's runtime."""
 
     def __init__(self, artifact: Artifact, threads: int):
-        with _quiet():
+        super().__init__(artifact)
+        with quieted():  # its import, its cpuinfo probe and the pool's reset print to the process's stderr
             from executorch.runtime import Runtime
 
-        self._io = read_io(artifact.directory)
-        self.input_names, self.output_names = self._io.inputs, self._io.outputs
-        with _quiet():  # its cpuinfo probe and the pool's reset print to the process's stderr
             if threads:
                 from executorch.extension.pybindings import portable_lib
 
@@ -60,15 +56,8 @@ class ExecuTorchSession(Session):
             program = Runtime.get().load_program(artifact.path)
             self._method = program.load_method("forward")
 
-    def _tensors(self, feeds: dict[str, np.ndarray]) -> list:
-        import torch
-
-        return [torch.from_numpy(np.ascontiguousarray(feeds[name])) for name in self.input_names]
-
-    def _run(self, feeds: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
-        self._io.check(feeds)
-        outs = self._method.execute(self._tensors(feeds))
-        return {name: t.numpy().copy() for name, t in zip(self.output_names, outs, strict=True)}
+    def _call(self, tensors: list):
+        return self._method.execute(tensors)
 
     def bind(self, feeds: dict[str, np.ndarray]):
         return functools.partial(self._method.execute, self._tensors(feeds))
@@ -85,7 +74,7 @@ class ExecuTorch(Target):
     @classmethod
     def probe(cls) -> Probe:
         try:
-            with _quiet():
+            with quieted():
                 import executorch
                 from executorch.runtime import Runtime
         except Exception as exc:  # ImportError, or its native library failing to load
@@ -114,7 +103,7 @@ class ExecuTorch(Target):
         """Lower for the delegate, write the `.pte` and its signature, and record what was delegated."""
         out_dir.mkdir(parents=True, exist_ok=True)
         try:
-            with _quiet():
+            with quieted():
                 from executorch.devtools.backend_debug import get_delegation_info
                 from executorch.exir import to_edge_transform_and_lower
 
@@ -158,7 +147,7 @@ class ExecuTorch(Target):
         own profiler's names: "Convolution (NHWC, F32) IGEMM") and every op on the portable kernels, timed per run."""
         import tempfile
 
-        with _quiet():
+        with quieted():
             import torch
             from executorch.devtools import Inspector
             from executorch.runtime import Runtime
@@ -278,15 +267,6 @@ def _placement(delegation, delegate: str) -> dict:
                      "portable kernel runs it"} for op, count in sorted(left.items())],
             "subgraphs": delegation.num_delegated_subgraphs,
             "source": f"ExecuTorch's delegation record of the lowered program ({delegate} partitioner)"}
-
-
-@contextlib.contextmanager
-def _quiet():
-    """ExecuTorch and torchao speak at import and load: deprecation warnings from their pytree registrations,
-    native lines on fd 2 (torchao's optional CUDA kernels, cpuinfo). None of it is the user's to act on."""
-    with warnings.catch_warnings(), native_output_captured():
-        warnings.simplefilter("ignore")
-        yield
 
 
 def _version(module) -> str:

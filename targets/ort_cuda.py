@@ -25,7 +25,8 @@ from tapeout.core.artifact import Artifact
 from tapeout.core.errors import BadInput, TargetUnavailable, first_line, runtime_detail
 from tapeout.core.paths import copy_onnx
 from tapeout.core.schemas import InputSpec
-from tapeout.targets.ort_ep import OrtOptions, OrtTarget, native_output_captured, ort_complaint
+from tapeout.targets.native_output import native_output_captured
+from tapeout.targets.ort_ep import OrtOptions, OrtTarget, ort_complaint
 
 ARTIFACT_FILE = "model.onnx"
 _SEARCH = {"exhaustive": "EXHAUSTIVE", "heuristic": "HEURISTIC", "default": "DEFAULT"}

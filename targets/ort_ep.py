@@ -5,13 +5,10 @@ ORT profiler pass. The CPU EP, QNN and CUDA (and later MIGraphX and TensorRT EPs
 
 from __future__ import annotations
 
-import contextlib
 import functools
-import os
 import re
-import sys
 import tempfile
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import ClassVar, Literal
 
@@ -22,6 +19,7 @@ from tapeout.core.artifact import Artifact
 from tapeout.core.decoding import INPUT_IDS, LOGITS, CacheLayout
 from tapeout.core.errors import BadInput, TapeoutError, TargetUnavailable, first_line, runtime_detail
 from tapeout.targets.base import CachedDecoder, OpProfile, Probe, Session, StateCarrier, Target
+from tapeout.targets.native_output import native_output_captured
 
 _LEVELS = ("disable", "basic", "extended", "all")
 
@@ -38,33 +36,6 @@ class OrtOptions(BaseModel):
     execution_mode: Literal["sequential", "parallel"] = "sequential"
     allow_spinning: bool = True
     memory_arena: bool = True
-
-
-@contextlib.contextmanager
-def native_output_captured() -> Iterator[list[str]]:
-    """Native libraries print to fd 1 and 2 through C stdio (QNN's banner; ORT's 'failed to load
-    libonnxruntime_providers_cuda.so' warning). Keep `--json` stdout clean, and hand back what they
-    said (the list is filled when the block ends) so a failure can quote it."""
-    import ctypes
-
-    sys.stdout.flush()
-    sys.stderr.flush()
-    said: list[str] = []
-    saved = (os.dup(1), os.dup(2))
-    with tempfile.TemporaryFile(mode="w+b") as sink:
-        os.dup2(sink.fileno(), 1)
-        os.dup2(sink.fileno(), 2)
-        try:
-            yield said
-        finally:
-            with contextlib.suppress(Exception):
-                ctypes.CDLL(None).fflush(None)
-            os.dup2(saved[0], 1)
-            os.dup2(saved[1], 2)
-            os.close(saved[0])
-            os.close(saved[1])
-            sink.seek(0)
-            said.extend(line for line in sink.read().decode(errors="replace").splitlines() if line.strip())
 
 
 _LOG_PREFIX = re.compile(r"^.*?\[[EW]:onnxruntime:[^\]]*\]\s*")

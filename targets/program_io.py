@@ -1,8 +1,9 @@
-"""io.json beside a program compiled from torch.export (ExecuTorch's .pte, AOTInductor's .pt2): its inputs' names,
-shapes (None where a dim is dynamic) and dtypes, and its outputs' names, in call order. The compiled programs take
-and return positional tensors, and an AOTInductor package does not check what it is given (a wrong shape reads
-past its buffers), so the checked call compares the feeds with this first. Read from a build dir, so checked as
-data."""
+"""The interface of a program compiled from torch.export (ExecuTorch's .pte, AOTInductor's .pt2) on our side:
+io.json beside it (its inputs' names, shapes, None where a dim is dynamic, and dtypes; its outputs' names, in call
+order) and the session shape both targets share (`ProgramSession`). The compiled programs take and return
+positional tensors, and an AOTInductor package does not check what it is given (a wrong shape reads past its
+buffers), so the checked call compares the feeds with io.json first. io.json is read from a build dir, so it is
+checked as data."""
 
 from __future__ import annotations
 
@@ -12,8 +13,10 @@ from pathlib import Path
 
 import numpy as np
 
+from tapeout.core.artifact import Artifact
 from tapeout.core.errors import BadInput
 from tapeout.core.schemas import InputSpec
+from tapeout.targets.base import Session
 
 IO_FILE = "io.json"
 _FIX = "copy the build dir to the device as built, or rebuild"
@@ -59,3 +62,27 @@ def read_io(directory: Path) -> ProgramIO:
     if not (shapes and len(io["shapes"]) == len(io["inputs"]) == len(io["dtypes"])):
         raise BadInput(f"{directory / IO_FILE} does not describe the program's inputs and outputs", fix=_FIX)
     return ProgramIO(io["inputs"], io["outputs"], io["shapes"], io["dtypes"])
+
+
+class ProgramSession(Session):
+    """A compiled program called with torch tensors in io.json's input order, its outputs named in io.json's. A
+    subclass loads the program and implements `_call(tensors)` (and a `bind` without Python in the timed call)."""
+
+    def __init__(self, artifact: Artifact):
+        self._io = read_io(artifact.directory)
+        self.input_names, self.output_names = self._io.inputs, self._io.outputs
+
+    def _call(self, tensors: list):
+        raise NotImplementedError
+
+    def _tensors(self, feeds: dict[str, np.ndarray]) -> list:
+        import torch
+
+        return [torch.from_numpy(np.ascontiguousarray(feeds[name])) for name in self.input_names]
+
+    def _run(self, feeds: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+        self._io.check(feeds)
+        out = self._call(self._tensors(feeds))
+        outs = out if isinstance(out, tuple | list) else (out,)
+        return {name: t.numpy().copy() for name, t in zip(self.output_names, outs, strict=True)}
+

@@ -26,7 +26,8 @@ from tapeout.core.errors import BadInput, TargetUnavailable, first_line, runtime
 from tapeout.core.schemas import InputSpec
 from tapeout.targets import onnx_lint
 from tapeout.targets.base import LintIssue, Probe
-from tapeout.targets.ort_ep import OrtOptions, OrtTarget, native_output_captured
+from tapeout.targets.native_output import native_output_captured
+from tapeout.targets.ort_ep import OrtOptions, OrtTarget
 
 ARTIFACT_FILE = "model_ctx.onnx"
 
