@@ -166,6 +166,12 @@ def warm_up(call: Callable[[], object], min_iters: int, min_s: float, max_s: flo
                 return len(times)
 
 
+def rejected_inputs(exc: Exception) -> BadInput:
+    """A runtime's complaint about the inputs a call was given, as the user's one line (exit 2)."""
+    return BadInput(f"the model rejected its inputs: {first_line(exc)}", detail=runtime_detail(exc),
+                    fix="make the project's [[inputs]] shapes and dtypes match the model (`tapeout lint`)")
+
+
 class Session(ABC):
     """One loaded artifact. `run` is the checked call; `bind` is what the latency loop times."""
 
@@ -180,8 +186,7 @@ class Session(ABC):
         except TapeoutError:
             raise
         except Exception as exc:  # runtimes raise their own types (pybind, OpenVINO's RuntimeError, ...)
-            raise BadInput(f"the model rejected its inputs: {first_line(exc)}",
-                           detail=runtime_detail(exc), fix="make the project's [[inputs]] shapes and dtypes match the model (`tapeout lint`)") from None
+            raise rejected_inputs(exc) from None
 
     @abstractmethod
     def _run(self, feeds: dict[str, np.ndarray]) -> dict[str, np.ndarray]: ...

@@ -18,7 +18,15 @@ from pydantic import BaseModel, ConfigDict, Field
 from tapeout.core.artifact import Artifact
 from tapeout.core.decoding import INPUT_IDS, LOGITS, CacheLayout
 from tapeout.core.errors import BadInput, TapeoutError, TargetUnavailable, first_line, runtime_detail
-from tapeout.targets.base import CachedDecoder, OpProfile, Probe, Session, StateCarrier, Target
+from tapeout.targets.base import (
+    CachedDecoder,
+    OpProfile,
+    Probe,
+    Session,
+    StateCarrier,
+    Target,
+    rejected_inputs,
+)
 from tapeout.targets.native_output import native_output_captured
 
 _LEVELS = ("disable", "basic", "extended", "all")
@@ -223,9 +231,8 @@ class OrtStateCarrier(StateCarrier):
                 binding.bind_output(name, "cpu")
         try:
             self._sess.run_with_iobinding(binding)
-        except Exception as exc:
-            raise BadInput(f"the model rejected its inputs: {first_line(exc)}", detail=runtime_detail(exc),
-                           fix="make the project's [[inputs]] shapes and dtypes match the model (`tapeout lint`)") from None
+        except Exception as exc:  # as Session.run says it: the carrier's chunks are the stream's checked calls
+            raise rejected_inputs(exc) from None
         produced = dict(zip(self._outputs, binding.get_outputs(), strict=True))
         if with_state:  # the untimed golden pass: the state came to the host to be compared; it goes back as it was
             self._carried = {name: self._ort.OrtValue.ortvalue_from_numpy(produced[output].numpy(), kind, index)

@@ -122,6 +122,11 @@ def test_onnx_runtime_keeps_the_state_in_its_own_buffers_and_carries_it():
     timed = list(streaming.carry(bound, data, with_state=False))
     assert all(set(o) == {"y"} for o in timed)
     np.testing.assert_allclose(np.stack([o["y"] for o in timed]), in_buffers["y"])
+    from tapeout.core.errors import BadInput
+
+    bound.start(data.initial)
+    with pytest.raises(BadInput, match="the model rejected its inputs"):  # the user's one line, as Session.run's
+        bound.chunk({"x": np.zeros((1, 3), np.float32)})
 
 
 def test_drift_tells_a_state_that_is_not_carried_from_one_that_is():
