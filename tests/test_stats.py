@@ -70,3 +70,15 @@ def test_summary_json_has_no_infinities():
     assert data["quantiles"]["p99"]["upper"] is None  # 50 samples cannot bound p99 from above
     assert data["count"] == 50 and data["repeats"] == 1
     assert 1.0 <= data["quantiles"]["p50"]["point"] <= 2.0
+
+
+def test_a_gpu_workloads_memory_is_split_from_the_device_memory_nvml_read():
+    """The weights and the KV cache of an ort-cuda loop live in GPU memory: the split is of NVML's per-process
+    figure, its peak over the processes; a host target's results carry no NVML reading and get none."""
+    nvml = {"device_memory_mb": 680.0, "device_memory_scope": "this process's GPU memory (NVML, per process)"}
+    results = [{"meters": {"rss": {}, "nvml": nvml}}, {"meters": {"rss": {}, "nvml": {**nvml, "device_memory_mb": 690.0}}}]
+    split = stats.device_split(results, 7.5, "kv_cache", 0.75)
+    assert split == {"peak": 690.0, "per_repeat": [680.0, 690.0], "weights": 7.5, "kv_cache": 0.75,
+                     "rest": 690.0 - 7.5 - 0.75, "scope": nvml["device_memory_scope"]}
+    assert stats.device_split([{"meters": {"rss": {}}}], 7.5, "kv_cache", 0.75) is None
+    assert stats.device_split([{"meters": {"rss": {}, "nvml": {"unavailable": "no driver"}}}], 1, "state", 0) is None

@@ -129,13 +129,10 @@ def _workload_frame(request: dict, make: Callable, first: Callable, rest: Callab
         first_ms = first(made)
         for meter in meters:
             metering.safely(meter, "after_session")
-        gpu = [m for m in meters if m.name != "rss" and not m.unavailable]
-        for meter in gpu:
-            metering.safely(meter, "window_start")
-        t0 = time.perf_counter()
         result = {"import_ms": import_ms, "create_ms": create_ms, "first_ms": first_ms, **rest(made)}
-        for meter in gpu:  # samples the device memory after the workload (the cache filled to max_context)
-            metering.safely(meter, "window_end", 0, time.perf_counter() - t0)
+        for meter in meters:  # NVML samples the device memory again, the cache filled to max_context (its peak kept)
+            if meter.name != "rss":
+                metering.safely(meter, "after_session")
     finally:
         for meter in meters:
             metering.safely(meter, "close")

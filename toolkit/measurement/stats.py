@@ -141,13 +141,9 @@ def device_split(results: list[dict], weights_mb: float, held: str, held_mb: flo
     """On a GPU target, where the weights and what the workload holds live in device memory: the measuring process's
     peak device memory (NVML, over all processes) split into the weights, `held` and the rest (the CUDA context, the
     runtime's arena, workspaces, activations); None where no process read it."""
-    peaks = [r["meters"].get("nvml", {}).get("device_memory_mb") for r in results]
-    peaks = [p for p in peaks if p is not None]
-    if not peaks:
+    read = [r["meters"]["nvml"] for r in results if r["meters"].get("nvml", {}).get("device_memory_mb") is not None]
+    if not read:
         return None
-    scope = next(r["meters"]["nvml"].get("device_memory_scope", "") for r in results
-                 if r["meters"].get("nvml", {}).get("device_memory_mb") is not None)
-    peak = max(peaks)
-    return {"peak": peak, "per_repeat": peaks, "weights": weights_mb, held: held_mb,
-            "rest": peak - weights_mb - held_mb, "scope": scope}
-
+    peaks = [m["device_memory_mb"] for m in read]
+    return {"peak": max(peaks), "per_repeat": peaks, "weights": weights_mb, held: held_mb,
+            "rest": max(peaks) - weights_mb - held_mb, "scope": read[0].get("device_memory_scope", "")}

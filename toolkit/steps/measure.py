@@ -28,8 +28,8 @@ def measure_target(setup: Setup, artifact: Artifact, golden_path: Path, settings
     target = setup.target
     if setup.deferred:  # no engine here: the ONNX it is compiled from runs on ORT's CPU EP, for parity only
         target = targets.create("onnxruntime", {"graph_optimization": "basic"})
-        artifact = (Artifact("onnxruntime", stand_in.parent, stand_in.name) if stand_in is not None
-                    else Artifact("onnxruntime", artifact.directory, artifact.main_file))
+        onnx = stand_in or artifact.path
+        artifact = Artifact("onnxruntime", onnx.parent, onnx.name)
     with setup.ui.step(f"measure {artifact.target} in fresh inference processes" + (" (emulated: parity only)" if emulated else "")):
         m = measuring.measure(target, artifact, golden_path, settings, progress=setup.ui.detail,
                               **({} if emulated else {"undecided": verdicts.latency_undecided(setup.profile.budgets, settings)}))
