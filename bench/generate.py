@@ -436,15 +436,15 @@ def main() -> None:
     if args.cuda:
         rows += [torch_row(folder, args.prompt, args.new, args.trials, args.repeats, "cuda", dtype, mode)
                  for mode in ("eager", "compile") for dtype in ("float32", "float16")]
-    elif args.sample == "llama-40m":
-        sys.path.insert(0, str(folder))
-        import model as llama  # the sample's own maker: the same config and seed as the builds'
+    else:
+        if args.sample == "llama-40m":
+            sys.path.insert(0, str(folder))
+            import model as llama  # the sample's own maker: the same config and seed as the builds'
 
-        rows += genai_rows(llama.directory(), args.prompt, args.new, args.trials, args.repeats)
-        if args.openvino_genai:
-            rows += ov_genai_rows(args.openvino_genai, llama.directory(), args.prompt, args.new, args.trials,
-                                  args.repeats)
-    if not args.cuda:
+            rows += genai_rows(llama.directory(), args.prompt, args.new, args.trials, args.repeats)
+            if args.openvino_genai:
+                rows += ov_genai_rows(args.openvino_genai, llama.directory(), args.prompt, args.new, args.trials,
+                                      args.repeats)
         rows.append(torch_row(folder, args.prompt, args.new, args.trials, args.repeats))
     state = gpu_copy_bandwidth() if args.cuda else host_state()
     mean_position = args.prompt + args.new / 2
