@@ -62,7 +62,7 @@ def load_path(path: Path, input_names: list[str], output_names: list[str] | None
 
 
 def _load_pt2(path: Path, output_names: list[str] | None) -> LoadedModel:
-    from tapeout.exporters import pt2
+    from tapeout.core import pt2
 
     program = pt2.load(path)  # never unpickles: a model file from someone else is data
     loaded = _from_module(program.module(), f"ExportedProgram {path.name}", output_names)

@@ -99,7 +99,7 @@ def test_a_target_that_compiles_from_the_torch_export_program_is_handed_it(tmp_p
     assert all(p["within_tolerance"] for p in report["parity"]) and report["parity"][0]["cosine"] > 0.99999
     assert "export the torch.export program" in result.err
     # the symbolic `batch` stays dynamic in the program the target was handed
-    from tapeout.exporters import pt2
+    from tapeout.core import pt2
 
     program = pt2.load(tmp_path / "b" / "artifact" / "model.pt2").module()
     assert tuple(program(torch.rand(3, 1, 8, 8)).shape) == (3, 10)

@@ -83,7 +83,7 @@ def test_a_hostile_pt2_is_refused_and_its_payload_never_runs(tmp_path, kind):
 
 
 def test_a_plain_pt2_still_loads(tmp_path):
-    from tapeout.exporters import pt2
+    from tapeout.core import pt2
 
     _plain_pt2(tmp_path / "m.pt2")
     assert pt2.pickled_entries(tmp_path / "m.pt2") == []

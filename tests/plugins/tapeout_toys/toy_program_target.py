@@ -23,7 +23,7 @@ class Options(BaseModel):
 
 class ProgramSession(Session):
     def __init__(self, artifact: Artifact):
-        from tapeout.exporters import pt2
+        from tapeout.core import pt2
 
         self._module = pt2.load(artifact.path).module()  # the safe loader: a .pt2 from a build dir is data
         io = json.loads((artifact.directory / "io.json").read_text())
