@@ -3,15 +3,15 @@ Runtime and OpenVINO, from the same sample.
 
     python bench/torch_targets.py [--samples minilm digits-cnn] [--skip-build] [--blocks 8] [--runs 40]
 
-For each sample, `tapeout build` for cpu-fp32, cpu-int8, openvino-cpu-int8, executorch-xnnpack-fp32 and
-aoti-cpu-fp32 (2 threads each, the profile's other settings), then, in this one process, each build's artifact
+For each sample, `tapeout build` for cpu-fp32, cpu-int8, openvino-cpu-int8, executorch-xnnpack-fp32,
+executorch-xnnpack-int8 and aoti-cpu-fp32 (2 threads each, the profile's other settings), then, in this one process, each build's artifact
 through its own target's session (the code `tapeout check` runs) against the cpu-fp32 artifact: blocks of
 --runs runs alternating A B A B, --blocks blocks, the figure the median of the per-block ratios ORT FP32 time /
 its time, with their range, and its median ms per run. Quality: the sample's own metric through the same session
 (MiniLM: mean cosine to the FP32 torch embeddings and top-1 neighbour agreement over its held-out sentences;
 digits-cnn: top-1). "Why" is each build's own record: the executorch build's delegation (ops left to ExecuTorch's
-portable kernels), AOTInductor's vector ISA, the ORT/OpenVINO builds' heaviest op types from their profiles.
-`executorch-xnnpack-int8` does not exist yet (PT2E quantization is not built): no row.
+portable kernels) and its heaviest XNNPACK kernels from ETDump, AOTInductor's vector ISA, the ORT/OpenVINO
+builds' heaviest op types from their profiles.
 """
 
 from __future__ import annotations
@@ -29,7 +29,8 @@ from quantization import cpu_line, load_sample, neighbours  # the same folder: t
 
 REPO = Path(__file__).resolve().parents[1]
 OUT = REPO / "bench" / "builds" / "torch-targets"
-PROFILES = ("cpu-fp32", "cpu-int8", "openvino-cpu-int8", "executorch-xnnpack-fp32", "aoti-cpu-fp32")
+PROFILES = ("cpu-fp32", "cpu-int8", "openvino-cpu-int8", "executorch-xnnpack-fp32", "executorch-xnnpack-int8",
+            "aoti-cpu-fp32")
 
 
 def build(sample: str, profile: str, skip: bool) -> Path:
@@ -94,16 +95,17 @@ def quality(sample: str, metric, predict) -> str:
 def why(report: dict) -> str:
     meta = report["artifact"]["meta"] or {}
     placement = report.get("placement") or {}
+    ops = ((report.get("measurement") or {}).get("op_profile") or {}).get("op_types") or []
+    top = sorted(ops, key=lambda o: -o.get("share", 0))[:3]
+    heaviest = "heaviest: " + ", ".join(f"{o['op_type']} {o.get('share', 0):.0%}" for o in top) if top else ""
     if meta.get("delegate") == "XNNPACK":
         off = ", ".join(f"{o['op_type'].removeprefix('aten_').removesuffix('_default')} ×{o['node'].split()[0]}"
                         for o in placement.get("off", [])[:6])
-        return (f"{placement.get('on_accelerator')}/{placement.get('total_nodes')} ops in XNNPACK"
-                + (f"; portable kernels: {off}" if off else ""))
+        return "; ".join(x for x in (f"{placement.get('on_accelerator')}/{placement.get('total_nodes')} ops in XNNPACK",
+                                     f"portable kernels: {off}" if off else "", heaviest) if x)
     if "vec_isa" in meta:
         return f"Inductor C++ kernels for {meta['vec_isa'] or 'scalar'}"
-    ops = ((report.get("measurement") or {}).get("op_profile") or {}).get("op_types") or []
-    top = sorted(ops, key=lambda o: -o.get("share", 0))[:3]
-    return "heaviest: " + ", ".join(f"{o['op_type']} {o.get('share', 0):.0%}" for o in top) if top else ""
+    return heaviest
 
 
 def run(sample: str, skip: bool, blocks: int, runs: int) -> list[list[str]]:

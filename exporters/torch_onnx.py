@@ -299,3 +299,12 @@ def export_program(loaded: LoadedModel, inputs: list[InputSpec], dims: dict[str,
                            detail=runtime_detail(exc),
                            fix="make the model traceable by torch.export (data-dependent control flow as torch.cond, "
                                f"see the exportdb docs), or build for a target that compiles from ONNX{_tail(noise)}") from None
+
+
+def save_program(program, path: Path) -> None:
+    """The program as a .pt2 archive beside the ONNX: what a PT2E quantization starts from, read back by the safe
+    reader (core/pt2.py) like any other .pt2."""
+    import torch
+
+    with _quiet():
+        torch.export.save(program, str(path))

@@ -19,6 +19,7 @@ class GroupPlan:
     nodes: tuple[str, ...]      # the weighted nodes a quantizer touches
     precision: str              # a rung of the target's ladder: "int8", "int4", "fp32", ...
     reason: str                 # the rule (or loop step) that put it there
+    modules: tuple[str, ...] = ()   # the torch modules its nodes came from (PT2E methods quantize the program by module)
 
 
 @dataclass(frozen=True)

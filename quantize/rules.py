@@ -198,6 +198,23 @@ TRT_QDQ_RULES: dict[tuple[str, str], Rule] = {
     )},
 }
 
+# ExecuTorch's XNNPACK delegate at INT8, quantized on the torch program by PT2E with XNNPACK's quantizer (its
+# patterns: conv and Linear, with their ReLU, and the adds, muls, concats and pools between quantized ops). CNNs
+# are static (calibrated per-tensor activations: the QS8 kernels, convs and pools run integer end to end), like
+# the CPU rule; transformers are dynamic on their Linear layers (QD8: activations quantized per token at run time,
+# ExecuTorch's own recipe for transformers), which keeps LayerNorm, softmax and the residual stream float as the
+# CPU rule does. XNNPACK's quantizer has no recurrent-cell pattern.
+XNNPACK_RULES: dict[tuple[str, str], Rule] = {
+    ("cnn", "int8"): Rule("pt2e-xnnpack", frozenset({"conv", "depthwise_conv", "linear"}),
+                          {**_KEEP_CNN, "recurrent_cell": "XNNPACK's quantizer has no recurrent-cell pattern"},
+                          why="static INT8 (XNNPACK QS8): per-channel weights, calibrated per-tensor activations"),
+    ("mlp", "int8"): Rule("pt2e-xnnpack", frozenset({"linear"}), {"head": _KEEP_TRANSFORMER["head"]},
+                          why="static INT8 (XNNPACK QS8) on the Linear layers"),
+    ("transformer-encoder", "int8"): Rule("pt2e-xnnpack-dynamic", LINEARS, _KEEP_TRANSFORMER,
+                                          why="dynamic INT8 (XNNPACK QD8) on the six Linear layers per block: "
+                                              "per-channel weights, activations per token at run time"),
+}
+
 RULE_SETS: dict[str, dict[tuple[str, str], Rule]] = {
     "cpu-integer": CPU_RULES,
     "npu-integer": {key: replace(rule, options={"activation_type": act}) for key, (rule, act) in NPU_RULES.items()},
@@ -205,6 +222,7 @@ RULE_SETS: dict[str, dict[tuple[str, str], Rule]] = {
     "ov-integer": {key: replace(rule, options={"model_type": model_type, "preset": preset})
                    for key, (rule, model_type, preset) in OV_RULES.items()},
     "gpu-qdq": {**GPU_FLOAT_RULES, **TRT_QDQ_RULES},
+    "xnnpack-integer": XNNPACK_RULES,
 }
 
 

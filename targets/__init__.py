@@ -89,8 +89,9 @@ BUILT_IN: dict[str, TargetInfo] = {
                 "the .pte program lowered from torch.export is the artifact",
         device_classes=("cpu", "phone"),
         install_hint='pip install "tapeout[executorch]" (the device side too: its runtime runs the .pte)',
-        capabilities=Capabilities(precisions={"fp32": ("fp32",)}, compiles_from="torch.export", meters=("rss",),
-                                  accelerator="XNNPACK",
+        # INT8 by PT2E on the program (XNNPACK's quantizer); a group the loop moves up runs in FP32 in XNNPACK
+        capabilities=Capabilities(precisions={"fp32": ("fp32",), "int8": ("int8", "fp32")}, rules="xnnpack-integer",
+                                  compiles_from="torch.export", meters=("rss",), accelerator="XNNPACK",
                                   op_profiler="ExecuTorch ETDump (XNNPACK's kernels inside the delegate, portable ops)"),
     ),
     "executorch-coreml": TargetInfo(

@@ -153,7 +153,7 @@ def digits_build(tmp_path_factory, fast_profile) -> Path:
 
 
 EXECUTORCH_PROFILE = """
-extends = "executorch-xnnpack-fp32"
+extends = "executorch-xnnpack-int8"
 [check]
 iterations = 60
 repeats = 1
@@ -164,8 +164,9 @@ op_profile = false  # its test runs the ETDump pass in-process on this artifact:
 
 @pytest.fixture(scope="session")
 def executorch_digits_build(tmp_path_factory):
-    """digits-cnn lowered for ExecuTorch's XNNPACK with short timing runs: its test and the device-side install
-    test share it. The build's Result and its folder."""
+    """digits-cnn at executorch-xnnpack-int8 (PT2E, static: its first conv and head stay FP32, so the .pte runs both
+    XNNPACK's float and integer kernels) with short timing runs: the ExecuTorch tests and the device-side install
+    test share it (one build, not one per precision, for the suite's time). The build's Result and its folder."""
     profile = tmp_path_factory.mktemp("profiles") / "et.toml"
     profile.write_text(EXECUTORCH_PROFILE)
     out = tmp_path_factory.mktemp("builds") / "digits-et"

@@ -1,7 +1,7 @@
-"""The `executorch` target for real: digits-cnn lowered from its torch.export program for XNNPACK into a .pte,
-run by ExecuTorch's runtime in fresh processes, golden parity, the delegation record judged as placement, and
-`check` replaying it; a model torch.export cannot capture and an ONNX source each one line with exit 2 and no
-build dir."""
+"""The `executorch` target for real: digits-cnn quantized on its torch.export program (PT2E) and lowered for XNNPACK
+into a .pte, run by ExecuTorch's runtime in fresh processes, golden parity, the delegation record judged as
+placement, the sensitivity loop over lowered candidates, and `check` replaying it; a model torch.export cannot
+capture and an ONNX source each one line with exit 2 and no build dir."""
 
 from __future__ import annotations
 
@@ -93,3 +93,74 @@ def test_a_core_ml_build_lowers_here_and_check_exits_4_naming_what_is_missing(tm
     assert check.code == 4, check.err
     line = one_line_error(check)
     assert "no CoreMLBackend: Core ML runs on macOS and iOS only" in line and "pip install executorch" in line
+
+
+@pytest.mark.slow
+def test_digits_cnn_int8_is_quantized_on_the_program_and_runs_integer_kernels(executorch_digits_build):
+    """PT2E with XNNPACK's quantizer at the CNN rule's groups: the .pte's own kernels are integer where the plan says
+    int8 (QC8 convolutions, QS8 fully connected) and float where it keeps float (the first conv, the head)."""
+    import numpy as np
+
+    from tapeout.core.artifact import Artifact
+
+    result, out = executorch_digits_build
+    assert result.code == 0, result.err
+    report = result.json()
+    quantization = report["quantization"]
+    plan = {g["group"]: (g["precision"], tuple(g["modules"])) for g in quantization["plan"]["groups"]}
+    assert quantization["plan"]["method"] == "pt2e-xnnpack" and quantization["evaluated_on"] == "executorch, on this host"
+    assert plan["conv1"] == ("int8", ("features.2", "features.3")) and plan["linear1"][0] == "int8"
+    assert plan["first_conv"][0] == "fp32" and plan["head"][0] == "fp32"
+    assert quantization["quantized_bytes"] < quantization["fp32_bytes"]  # int8 weights, the float copies dropped
+    assert (out / "quantized" / "model.pt2").is_file() and not (out / "quantized" / ".compiled").exists()
+    assert report["placement"]["off_share"] == 0
+    verdicts = {b["budget"]: b["verdict"] for b in report["budgets"]}
+    assert verdicts == {"placement_max_off_share": "pass", "parity_min_cosine": "pass", "accuracy_max_drop": "pass"}
+    with np.load(out / "golden.npz") as golden:
+        feeds = {"image": golden["input.image"][0]}
+    profile = targets.create("executorch", {}).op_profile(Artifact("executorch", out / "artifact", "model.pte"), feeds, 3)
+    kernels = {o["op_type"] for o in profile.by_op_type()}
+    assert "Convolution (NHWC, QC8) IGEMM" in kernels and "Convolution (NHWC, F32) IGEMM" in kernels
+    assert any("Fully Connected" in k and "QS8" in k for k in kernels), kernels
+
+
+@pytest.mark.slow
+def test_the_sensitivity_loop_ranks_and_moves_program_groups_through_executorch(tmp_path, executorch_digits_build):
+    """The loop over .pt2 candidates, each lowered and run in ExecuTorch: with a budget only the float program meets
+    (outputs equal to the FP32 .pte's), both INT8 groups are ranked, then moved to FP32 one step at a time."""
+    import itertools
+
+    import numpy as np
+
+    from tapeout.core import pt2
+    from tapeout.core.feeds import npz_feeds
+    from tapeout.core.schemas import InputSpec, QuantizationSettings
+    from tapeout.graph.analyze import analyze
+    from tapeout.quantize import rules, sensitivity
+
+    _, out = executorch_digits_build
+    target, spec = targets.create("executorch", {}), [InputSpec(name="image", shape=[1, 1, 8, 8], dtype="float32")]
+    made = itertools.count()
+
+    def session(path):
+        artifact = target.compile_program(pt2.load(path), tmp_path / f"c{next(made)}", spec, {}, ["logits"])
+        return target.session(artifact).run
+
+    samples = npz_feeds(SAMPLES / "digits-cnn" / "data" / "calibration.npz", spec, {}, "test")[:8]
+    fp32 = session(out / "export" / "model.pt2")
+    expected = [fp32(f)["logits"] for f in samples]
+
+    def error(predict) -> float:
+        return max(float(np.abs(predict(f)["logits"] - e).max()) for f, e in zip(samples, expected, strict=True))
+
+    plan = rules.first_plan(analyze(out / "export" / "model.onnx"), "executorch",
+                            targets.TARGETS["executorch"].capabilities, "int8", QuantizationSettings())
+    candidates = sensitivity.Candidates(session=session, evaluate=error, judge=lambda e: (e, e == 0.0),
+                                        calibration=samples, rank_samples=samples[:2], latency_feeds=samples[0],
+                                        log=lambda _msg: None)
+    result = sensitivity.search(plan, out / "export" / "model.pt2", tmp_path / "q" / "model.pt2", candidates,
+                                sensitivity.Limits(max_evaluations=6))
+    assert {r["group"] for r in result.ranking} == {"conv1", "linear1"} and result.steps[0].drop > 0
+    assert [s.precision for s in result.steps[1:]] == ["fp32", "fp32"] and result.steps[-1].meets_accuracy
+    assert result.stopped == "accuracy budget met after 2 step(s)" and not result.plan.quantized()
+    assert sorted(p.name for p in (tmp_path / "q").iterdir()) == ["model.pt2"]  # candidates and ranking files gone

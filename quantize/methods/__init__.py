@@ -22,6 +22,8 @@ BUILT_IN = {
     "nncf": "tapeout.quantize.methods.nncf_int8:NncfInt8",
     "nncf-weights": "tapeout.quantize.methods.nncf_weights:NncfWeights",
     "modelopt": "tapeout.quantize.methods.modelopt:ModelOpt",
+    "pt2e-xnnpack": "tapeout.quantize.methods.pt2e_xnnpack:Pt2eXnnpack",
+    "pt2e-xnnpack-dynamic": "tapeout.quantize.methods.pt2e_xnnpack:Pt2eXnnpackDynamic",
 }
 GROUP = "tapeout.quantization_methods"
 

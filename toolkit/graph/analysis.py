@@ -67,6 +67,7 @@ class Analysis:
     costs: list[NodeCost] = field(default_factory=list)
     facts: dict[str, Any] = field(default_factory=dict)   # heads, causal, vocab, depthwise, ...
     unmatched: list[str] = field(default_factory=list)    # detectors that did not fire, and why
+    scopes: dict[str, str] = field(default_factory=dict)  # node name -> the torch module it was exported from
 
     @property
     def family(self) -> str:
@@ -86,7 +87,7 @@ class Analysis:
         data["family"] = self.family
         data["costs"] = [asdict(c) for c in sorted(self.costs, key=lambda c: -c.flops)[:top_costs]]
         data["role_counts"] = _count(self.roles.values())
-        del data["roles"]  # per-node roles are in the groups; the full map is long
+        del data["roles"], data["scopes"]  # per-node roles are in the groups; the full maps are long
         return data
 
 

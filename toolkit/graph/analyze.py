@@ -6,6 +6,7 @@ shape the build measures. Architecture detection (families, roles, fusion groups
 
 from __future__ import annotations
 
+import ast
 from collections import Counter
 from dataclasses import replace
 from pathlib import Path
@@ -163,5 +164,27 @@ def analyze_view(view: GraphView, hints: dict | None = None) -> Analysis:
         op_census=dict(Counter(n.op_type for n in view.nodes).most_common()),
         params=params, weight_bytes=int(weight_bytes), flops=sum(c.flops for c in costs),
         bytes_moved=sum(c.bytes_moved for c in costs), peak_activation_bytes=peak, peak_activation_at=peak_at,
-        costs=costs, facts=found.facts, unmatched=found.unmatched,
+        costs=costs, facts=found.facts, unmatched=found.unmatched, scopes=module_scopes(view.nodes),
     )
+
+
+_SCOPES_KEY = "pkg.torch.onnx.name_scopes"
+
+
+def module_scopes(nodes) -> dict[str, str]:
+    """Node name -> the torch module it was exported from, where the exporter recorded one: torch.onnx's dynamo
+    exporter writes each node's module path and op (`['', 'features', 'features.2', 'conv2d_1']`) into its
+    metadata. What maps a plan's groups back to the torch program (PT2E quantization). Read as data: a literal list
+    of strings, bounded in length, or nothing."""
+    scopes = {}
+    for node in nodes:
+        raw = next((p.value for p in node.metadata_props if p.key == _SCOPES_KEY), None)
+        if raw is None or len(raw) > 4096:
+            continue
+        try:
+            path = ast.literal_eval(raw)
+        except (ValueError, SyntaxError, MemoryError, RecursionError):
+            continue
+        if isinstance(path, list) and len(path) >= 2 and all(isinstance(p, str) for p in path):
+            scopes[node.name] = path[-2]
+    return scopes

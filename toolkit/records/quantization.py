@@ -14,6 +14,7 @@ class GroupPlanRecord(Record):
     nodes: list[str]
     precision: str
     reason: str
+    modules: list[str] = Field(default_factory=list)  # the torch modules its nodes came from (PT2E methods)
 
 
 class PlanRecord(Record):

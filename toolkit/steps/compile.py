@@ -8,6 +8,7 @@ from __future__ import annotations
 import shutil
 from pathlib import Path
 
+from tapeout.core import pt2
 from tapeout.core.hashing import tree_hashes, tree_size
 from tapeout.records.report import ArtifactInfo
 from tapeout.steps.state import BuildState
@@ -25,7 +26,9 @@ class Compile(Step):
         on_device = " (all but the engine: it is compiled on the device)" if caps.compile_on == "device" else ""
         with state.ui.step(f"compile for {setup.profile.target}{on_device}"):
             if caps.compiles_from == "torch.export":
-                artifact = setup.target.compile_program(state.exported.program, state.out / "artifact",
+                # the quantized program where the precision step wrote one (PT2E), else the exported one
+                program = pt2.load(state.model) if state.model.suffix == ".pt2" else state.exported.program
+                artifact = setup.target.compile_program(program, state.out / "artifact",
                                                         project.inputs, project.dims, state.exported.info["output_names"])
             else:
                 model = self._target_passes(state, caps.graph_passes)

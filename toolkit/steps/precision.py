@@ -8,7 +8,9 @@ target's capabilities.
 
 from __future__ import annotations
 
+import shutil
 import statistics
+from collections.abc import Callable
 from pathlib import Path
 
 from tapeout import targets
@@ -27,7 +29,7 @@ from tapeout.steps.step import Step
 
 class Precision(Step):
     name = "precision"
-    needs = ("fp32_model", "analysis", "reference_metric", "pruning")
+    needs = ("fp32_model", "analysis", "reference_metric", "pruning", "exported")
     adds = ("quantization", "model")
 
     def run(self, state: BuildState) -> str | None:
@@ -35,8 +37,13 @@ class Precision(Step):
             state.quantization, state.model = None, state.fp32_model
             return "fp32: nothing to quantize"
         ceiling = (state.pruning or {}).get("metric_fp32")
-        state.model, state.quantization = quantize(state.setup, state.out, state.fp32_model, state.analysis,
-                                                   state.reference_metric, ceiling)
+        # a target that compiles from torch.export is quantized on the program (PT2E), not on the ONNX
+        program = state.setup.capabilities.compiles_from == "torch.export"
+        source = state.exported.program_path if program else state.fp32_model
+        with ScratchDir(state.out) as scratch:
+            state.model, state.quantization = quantize(state.setup, state.out, source, state.analysis,
+                                                       state.reference_metric, ceiling,
+                                                       compiled=ProgramCandidates(state, scratch) if program else None)
         state.passes += state.quantization.pop("passes")  # the report lists them with the export's
         return None
 
@@ -44,10 +51,43 @@ class Precision(Step):
         return {"quantization": state.quantization}
 
 
+class ScratchDir:
+    """A folder in the build dir for what the precision step compiles on the way, removed when it ends."""
+
+    def __init__(self, out: Path):
+        self.path = out / "quantized" / ".compiled"
+
+    def __enter__(self) -> Path:
+        self.path.mkdir(parents=True, exist_ok=True)
+        return self.path
+
+    def __exit__(self, *_exc) -> None:
+        shutil.rmtree(self.path, ignore_errors=True)
+
+
+class ProgramCandidates:
+    """Candidate programs (.pt2) of a target that compiles from torch.export, compiled by that target so the loop's
+    metric is the artifact's: a PT2E model runs nowhere until it is lowered."""
+
+    def __init__(self, state: BuildState, scratch: Path):
+        self.state, self.scratch, self.count = state, scratch, 0
+
+    def __call__(self, path: Path) -> Artifact:
+        from tapeout.core import pt2
+
+        setup = self.state.setup
+        self.count += 1
+        return setup.target.compile_program(pt2.load(path), self.scratch / str(self.count), setup.project.inputs,
+                                            setup.project.dims, self.state.exported.info["output_names"])
+
+
 def quantize(setup: Setup, out_dir: Path, fp32_path: Path, analysis: Analysis, reference_metric: float | None,
-             float_metric: float | None = None) -> tuple[Path, dict]:
+             float_metric: float | None = None, compiled: Callable[[Path], Artifact] | None = None
+             ) -> tuple[Path, dict]:
     """`float_metric`: the metric of the FP32 model being quantized where it differs from the reference (a pruned
-    model): when it already misses the accuracy budget, no precision can meet it, and the loop is not run."""
+    model): when it already misses the accuracy budget, no precision can meet it, and the loop is not run.
+    `compiled`: how a candidate becomes the target's artifact, where the model quantized is not what the target
+    runs (a torch.export program); None: the target runs the quantized model itself."""
     from tapeout.quantize import methods, rules, sensitivity
     from tapeout.quantize.apply import apply_with_fallback
 
@@ -75,12 +115,14 @@ def quantize(setup: Setup, out_dir: Path, fp32_path: Path, analysis: Analysis, r
     def session(path: Path):
         if emulated:  # same QDQ graph, integer semantics on the CPU EP: the emulator is ~25-400× slower
             return targets.reference_session(path).run
+        if compiled is not None:
+            return target.session(compiled(path)).run
         return target.session(Artifact(profile.target, path.parent, path.name)).run
 
     def vet(path: Path) -> None:
         """An accelerator compiles the first plan (lint: what it would not take, and why) before any time goes
         into ranking and evaluating it: a plan the compiler refuses fails here, naming the node."""
-        if not setup.capabilities.accelerator:
+        if not setup.capabilities.accelerator or compiled is not None:  # a program is vetted by compiling it
             return
         errors = [i for i in target.lint(path, project.inputs, project.dims) if i.severity == "error"]
         if errors:
