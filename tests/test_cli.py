@@ -184,6 +184,7 @@ def test_unavailable_target_exits_4(monkeypatch, capsys):
     monkeypatch.setattr(ort_cpu.OrtCpu, "probe",
                         classmethod(lambda cls: Probe(False, reason="runtime missing", install_hint="pip install onnxruntime")))
     monkeypatch.setattr(sys, "argv", ["tapeout", "build", str(SAMPLES / "digits-cnn"), "--profile", "cpu-fp32"])
+    monkeypatch.setattr(sys, "unraisablehook", sys.unraisablehook)  # restored after: main installs its own
     with pytest.raises(SystemExit) as exit_info:
         cli.main()
     assert exit_info.value.code == 4
@@ -318,6 +319,32 @@ def test_a_ctrl_c_that_python_drops_is_raised_at_the_next_step_boundary():
             cli._after_ctrl_c()
         assert stopped.value.code == 130
     finally:
+        console._interrupt_pending = False
+
+
+def test_a_dropped_ctrl_c_prints_no_traceback_and_other_unraisables_still_print(capfd):
+    """The Ctrl-C Python drops inside a finalizer (importlib's module-lock callback, in a build's first seconds) was
+    printed as "Exception ignored in … Traceback", then the one line: the line alone now."""
+    import signal
+
+    class Lands:
+        def __init__(self, exc):
+            self.exc = exc
+
+        def __del__(self):
+            if self.exc is KeyboardInterrupt:
+                on_sigint(signal.SIGINT, None)
+            raise self.exc("a finalizer's own error")
+
+    saved = sys.unraisablehook
+    sys.unraisablehook = console.quiet_dropped_interrupt
+    try:
+        Lands(KeyboardInterrupt)
+        assert "Traceback" not in capfd.readouterr().err
+        Lands(ValueError)
+        assert "ValueError: a finalizer's own error" in capfd.readouterr().err
+    finally:
+        sys.unraisablehook = saved
         console._interrupt_pending = False
 
 

@@ -127,10 +127,12 @@ def test_digits_cnn_int8_is_quantized_on_the_program_and_runs_integer_kernels(ex
 @pytest.mark.slow
 def test_the_sensitivity_loop_ranks_and_moves_program_groups_through_executorch(tmp_path, executorch_digits_build):
     """The loop over .pt2 candidates, each lowered and run in ExecuTorch: with a budget only the float program meets
-    (outputs equal to the FP32 .pte's), both INT8 groups are ranked, then moved to FP32 one step at a time."""
+    (outputs within XNNPACK's float rounding of torch's), the largest INT8 group is ranked (one, for the suite's
+    time: each candidate is a lowering), then both are moved to FP32 one step at a time, ranked first."""
     import itertools
 
     import numpy as np
+    import torch
 
     from tapeout.core import pt2
     from tapeout.core.feeds import npz_feeds
@@ -147,20 +149,22 @@ def test_the_sensitivity_loop_ranks_and_moves_program_groups_through_executorch(
         return target.session(artifact).run
 
     samples = npz_feeds(SAMPLES / "digits-cnn" / "data" / "calibration.npz", spec, {}, "test")[:8]
-    fp32 = session(out / "export" / "model.pt2")
-    expected = [fp32(f)["logits"] for f in samples]
+    program = pt2.load(out / "export" / "model.pt2").module()
+    expected = [program(torch.from_numpy(f["image"])).detach().numpy() for f in samples]
 
     def error(predict) -> float:
         return max(float(np.abs(predict(f)["logits"] - e).max()) for f, e in zip(samples, expected, strict=True))
 
     plan = rules.first_plan(analyze(out / "export" / "model.onnx"), "executorch",
                             targets.TARGETS["executorch"].capabilities, "int8", QuantizationSettings())
-    candidates = sensitivity.Candidates(session=session, evaluate=error, judge=lambda e: (e, e == 0.0),
+    candidates = sensitivity.Candidates(session=session, evaluate=error, judge=lambda e: (e, e < 1e-4),
                                         calibration=samples, rank_samples=samples[:2], latency_feeds=samples[0],
                                         log=lambda _msg: None)
     result = sensitivity.search(plan, out / "export" / "model.pt2", tmp_path / "q" / "model.pt2", candidates,
-                                sensitivity.Limits(max_evaluations=6))
-    assert {r["group"] for r in result.ranking} == {"conv1", "linear1"} and result.steps[0].drop > 0
-    assert [s.precision for s in result.steps[1:]] == ["fp32", "fp32"] and result.steps[-1].meets_accuracy
+                                sensitivity.Limits(max_evaluations=6, max_ranked_groups=1))
+    assert [r["group"] for r in result.ranking] == ["conv1"] and result.unranked[0]["group"] == "linear1"
+    assert result.steps[0].drop > 1e-3  # INT8 logits, not float rounding
+    assert [s.action for s in result.steps[1:]] == ["conv1: int8 → fp32", "linear1: int8 → fp32"]
+    assert result.steps[-1].meets_accuracy
     assert result.stopped == "accuracy budget met after 2 step(s)" and not result.plan.quantized()
     assert sorted(p.name for p in (tmp_path / "q").iterdir()) == ["model.pt2"]  # candidates and ranking files gone

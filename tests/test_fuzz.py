@@ -50,6 +50,7 @@ def run_main(*args) -> Result:
     """`tapeout ARGS` through the real entry point, in this process."""
     out, err = io.StringIO(), io.StringIO()
     argv, on_term, on_int = sys.argv, signal.getsignal(signal.SIGTERM), signal.getsignal(signal.SIGINT)
+    unraisable = sys.unraisablehook  # main installs its own with its Ctrl-C handler
     sys.argv = ["tapeout", *map(str, args)]
     try:
         with redirect_stdout(out), redirect_stderr(err):
@@ -62,6 +63,7 @@ def run_main(*args) -> Result:
         sys.argv = argv
         signal.signal(signal.SIGTERM, on_term)
         signal.signal(signal.SIGINT, on_int)
+        sys.unraisablehook = unraisable
     return Result(code, out.getvalue(), err.getvalue())
 
 

@@ -254,9 +254,10 @@ def main() -> None:
     sys.argv = [a for a in sys.argv if a != "--debug"]
     signal.signal(signal.SIGTERM, _on_sigterm)
     if signal.getsignal(signal.SIGINT) is signal.default_int_handler:  # left alone where started ignored (nohup, &)
-        from tapeout.core.console import on_sigint
+        from tapeout.core.console import on_sigint, quiet_dropped_interrupt
 
         signal.signal(signal.SIGINT, on_sigint)
+        sys.unraisablehook = quiet_dropped_interrupt
     try:
         code = app(standalone_mode=False)
     except TapeoutError as exc:

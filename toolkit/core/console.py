@@ -6,6 +6,7 @@ Progress goes to stderr so that `--json` output on stdout stays machine-readable
 from __future__ import annotations
 
 import contextlib
+import sys
 import time
 from collections.abc import Iterator
 
@@ -22,6 +23,15 @@ def on_sigint(_signum, _frame) -> None:
     global _interrupt_pending
     _interrupt_pending = True
     raise KeyboardInterrupt
+
+
+def quiet_dropped_interrupt(unraisable) -> None:
+    """sys.unraisablehook while on_sigint is installed: the Ctrl-C Python dropped is not printed as "Exception
+    ignored in … Traceback …" (the next step boundary raises it, and the user sees one line); anything else
+    unraisable goes to Python's own hook."""
+    if isinstance(unraisable.exc_value, KeyboardInterrupt) and _interrupt_pending:
+        return
+    sys.__unraisablehook__(unraisable)
 
 
 def interrupt_pending() -> bool:

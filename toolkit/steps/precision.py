@@ -70,15 +70,19 @@ class ProgramCandidates:
     metric is the artifact's: a PT2E model runs nowhere until it is lowered."""
 
     def __init__(self, state: BuildState, scratch: Path):
-        self.state, self.scratch, self.count = state, scratch, 0
+        self.state, self.scratch = state, scratch
+        self.compiled: dict[str, Artifact] = {}  # by the program's sha256: the model kept is asked for again
 
     def __call__(self, path: Path) -> Artifact:
         from tapeout.core import pt2
 
-        setup = self.state.setup
-        self.count += 1
-        return setup.target.compile_program(pt2.load(path), self.scratch / str(self.count), setup.project.inputs,
-                                            setup.project.dims, self.state.exported.info["output_names"])
+        digest = sha256_file(path)
+        if digest not in self.compiled:
+            setup = self.state.setup
+            self.compiled[digest] = setup.target.compile_program(
+                pt2.load(path), self.scratch / str(len(self.compiled)), setup.project.inputs, setup.project.dims,
+                self.state.exported.info["output_names"])
+        return self.compiled[digest]
 
 
 def quantize(setup: Setup, out_dir: Path, fp32_path: Path, analysis: Analysis, reference_metric: float | None,
