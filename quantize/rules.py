@@ -201,9 +201,9 @@ TRT_QDQ_RULES: dict[tuple[str, str], Rule] = {
 # ExecuTorch's XNNPACK delegate at INT8, quantized on the torch program by PT2E with XNNPACK's quantizer (its
 # patterns: conv and Linear, with their ReLU, and the adds, muls, concats and pools between quantized ops). CNNs
 # are static (calibrated per-tensor activations: the QS8 kernels, convs and pools run integer end to end), like
-# the CPU rule; transformers are dynamic on their Linear layers (QD8: activations quantized per token at run time,
-# ExecuTorch's own recipe for transformers), which keeps LayerNorm, softmax and the residual stream float as the
-# CPU rule does. XNNPACK's quantizer has no recurrent-cell pattern.
+# the CPU rule; transformers are dynamic on their Linear layers alone (QD8: activations quantized at run time),
+# which keeps LayerNorm, softmax and the residual stream float as the CPU rule does. XNNPACK's quantizer has no
+# recurrent-cell pattern.
 XNNPACK_RULES: dict[tuple[str, str], Rule] = {
     ("cnn", "int8"): Rule("pt2e-xnnpack", frozenset({"conv", "depthwise_conv", "linear"}),
                           {**_KEEP_CNN, "recurrent_cell": "XNNPACK's quantizer has no recurrent-cell pattern"},
@@ -212,7 +212,7 @@ XNNPACK_RULES: dict[tuple[str, str], Rule] = {
                           why="static INT8 (XNNPACK QS8) on the Linear layers"),
     ("transformer-encoder", "int8"): Rule("pt2e-xnnpack-dynamic", LINEARS, _KEEP_TRANSFORMER,
                                           why="dynamic INT8 (XNNPACK QD8) on the six Linear layers per block: "
-                                              "per-channel weights, activations per token at run time"),
+                                              "per-channel weights, activations quantized at run time"),
 }
 
 RULE_SETS: dict[str, dict[tuple[str, str], Rule]] = {

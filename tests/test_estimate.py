@@ -393,6 +393,23 @@ def test_ort_profile_args_give_flops_bytes_and_precision():
     assert bound.bound == "overhead" and bound.roof_share == 0.0 and bound.achieved_gbs == 0.0
 
 
+def test_executorch_kernel_names_fall_in_their_classes():
+    """ETDump names XNNPACK's kernels with their layout and formats, and portable ops by their ATen name: each in its
+    kernel class, so a calibration from an ExecuTorch build fits convolutions as convolutions, not as elementwise."""
+    from tapeout.estimation.cost_units import op_class
+
+    assert {name: op_class(name) for name in (
+        "Convolution (NHWC, QC8) IGEMM", "Convolution (NHWC, F32) IGEMM", "Fully Connected (NC, QDU8, F32, QC8W) GEMM",
+        "Batch Matrix Multiply (NC, F32) GEMM", "Max Pooling (NHWC, S8)", "Transpose (ND, X32)",
+        "Static Reshape (NC)", "expand_copy", "native_layer_norm", "embedding", "Add (ND, F32)")} == {
+        "Convolution (NHWC, QC8) IGEMM": "conv", "Convolution (NHWC, F32) IGEMM": "conv",
+        "Fully Connected (NC, QDU8, F32, QC8W) GEMM": "matmul", "Batch Matrix Multiply (NC, F32) GEMM": "matmul",
+        "Max Pooling (NHWC, S8)": "reduce", "Transpose (ND, X32)": "movement", "Static Reshape (NC)": "movement",
+        "expand_copy": "movement", "native_layer_norm": "reduce", "embedding": "movement",
+        "Add (ND, F32)": "elementwise"}
+    assert op_class("Conv") == "conv" and op_class("Relu") == "elementwise"  # ONNX names as before
+
+
 def test_bottlenecks_classify_ops_and_price_the_fusible_chains():
     from tapeout.estimation import bottleneck
 

@@ -1,8 +1,8 @@
 """Methods `pt2e-xnnpack` and `pt2e-xnnpack-dynamic`: INT8 of the torch.export program for ExecuTorch's XNNPACK
 delegate, by PT2E (torchao's prepare_pt2e / convert_pt2e) with ExecuTorch's XNNPACKQuantizer. Weights are int8,
-symmetric, per output channel; activations int8 per tensor, either calibrated on the project's data (static: the
-delegate's QS8 kernels, what the CNN rule uses) or quantized per token at run time (dynamic: its QD8 kernels for
-Linear layers, what the transformer rule uses, as ORT's CPU rule does).
+symmetric, per output channel; activations int8, either calibrated per tensor on the project's data (static: the
+delegate's QS8 kernels, what the CNN rule uses) or quantized at run time (dynamic: its QD8 kernels for Linear
+layers, what the transformer rule uses, as ORT's CPU rule does).
 
 The plan's groups are ONNX nodes; the program is torch's. Each group is mapped to the torch modules its nodes came
 from (the exporter's name scopes, `Analysis.scopes`: `features.2`, `inner.encoder.layer.0.attention.self.query`),
@@ -110,7 +110,7 @@ class Pt2eXnnpack(Method):
     tool = "PT2E (ExecuTorch's XNNPACKQuantizer)"
     model_suffix = ".pt2"
     fixed_why = "ExecuTorch programs are quantized in PT2E by XNNPACK's quantizer"
-    dynamic: ClassVar[bool] = False     # activations quantized per token at run time (no calibration)
+    dynamic: ClassVar[bool] = False     # activations quantized at run time (no calibration)
 
     def plan(self, draft, rule, analysis, settings, isa):
         nodes = {g.name: g.nodes for g in analysis.groups}
@@ -128,7 +128,7 @@ class Pt2eXnnpack(Method):
             raise BadInput(f"the {draft.family} rule found nothing to quantize in this model's torch program (roles: "
                            f"{', '.join(sorted({g.role for g in analysis.groups})) or 'none'})",
                            fix="use precision = \"fp32\", or check `tapeout analyze` for the roles found")
-        activations = ("int8 per token, quantized at run time (XNNPACK QD8)" if self.dynamic else
+        activations = ("int8, quantized at run time (XNNPACK QD8)" if self.dynamic else
                        "int8 per tensor, calibrated with a histogram observer (XNNPACK QS8)")
         return replace(draft, groups=tuple(groups), activation_type="int8", weight_type="int8",
                        activation_symmetric=False, calibration_method="dynamic" if self.dynamic else "histogram",

@@ -44,7 +44,21 @@ _CLASS_OF = {
                  "MemcpyFromHost", "ShapeOf"},
     "quantize": {"QuantizeLinear", "DequantizeLinear", "DynamicQuantizeLinear", "FakeQuantize"},
 }
-_BY_NAME = {name: cls for cls, names in _CLASS_OF.items() for name in names}
+# ExecuTorch's ETDump names: XNNPACK's own kernel names inside its delegate, whose layout and number formats follow
+# in parentheses ("Convolution (NHWC, QC8) IGEMM", "Fully Connected (NC, QDU8, F32, QC8W) GEMM": the part before
+# " (" is the kernel), and the ATen ops on ExecuTorch's portable kernels ("expand_copy", "native_layer_norm").
+_CLASS_OF_EXECUTORCH = {
+    "conv": {"Deconvolution", "convolution"},
+    "matmul": {"Fully Connected", "Batch Matrix Multiply", "mm", "bmm", "addmm", "linear"},
+    "reduce": {"Max Pooling", "Average Pooling", "Global Average Pooling", "Softmax", "native_layer_norm", "_softmax",
+               "mean", "sum", "amax", "max_pool2d_with_indices", "_native_batch_norm_legit_no_training"},
+    "movement": {"Static Reshape", "Static Transpose", "Static Slice", "Static Constant Pad", "Constant Pad",
+                 "Concatenate", "Copy", "Even Split", "expand_copy", "permute_copy", "view_copy", "slice_copy",
+                 "select_copy", "unsqueeze_copy", "squeeze_copy", "cat", "embedding", "index", "clone", "_to_copy"},
+    "quantize": {"quantize_per_tensor", "dequantize_per_tensor", "quantize_per_channel", "dequantize_per_channel",
+                 "choose_qparams"},
+}
+_BY_NAME = {name: cls for table in (_CLASS_OF, _CLASS_OF_EXECUTORCH) for cls, names in table.items() for name in names}
 
 # Ops that give their input a new shape without touching it: every runtime here aliases the buffer
 # (the bottleneck view counts them the same way), so they cost a dispatch and no traffic.
@@ -56,7 +70,7 @@ _SHAPE_OPS = {"Shape", "Size", "Constant", "ConstantOfShape", "Range"}
 
 
 def op_class(op_type: str) -> str:
-    return _BY_NAME.get(op_type, "elementwise")
+    return _BY_NAME.get(op_type) or _BY_NAME.get(op_type.split(" (", 1)[0], "elementwise")
 
 
 @dataclass(frozen=True)
