@@ -302,8 +302,8 @@ def export_program(loaded: LoadedModel, inputs: list[InputSpec], dims: dict[str,
 
 
 def save_program(program, path: Path) -> None:
-    """The program as a .pt2 archive beside the ONNX: what a PT2E quantization starts from, read back by the safe
-    reader (core/pt2.py) like any other .pt2."""
+    """The program as a .pt2 archive: what a PT2E quantization starts from, read back by the safe reader
+    (core/pt2.py) like any other .pt2."""
     import torch
 
     with _quiet():

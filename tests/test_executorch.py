@@ -151,7 +151,7 @@ def test_the_sensitivity_loop_ranks_and_moves_program_groups_through_executorch(
         return target.session(artifact).run
 
     samples = npz_feeds(SAMPLES / "digits-cnn" / "data" / "calibration.npz", spec, {}, "test")[:8]
-    program = pt2.load(out / "export" / "model.pt2").module()
+    program = pt2.load(out / "quantized" / "fp32.pt2").module()
     expected = [program(torch.from_numpy(f["image"])).detach().numpy() for f in samples]
 
     def error(predict) -> float:
@@ -162,7 +162,7 @@ def test_the_sensitivity_loop_ranks_and_moves_program_groups_through_executorch(
     candidates = sensitivity.Candidates(session=session, evaluate=error, judge=lambda e: (e, e < 1e-4),
                                         calibration=samples, rank_samples=samples[:2], latency_feeds=samples[0],
                                         log=lambda _msg: None)
-    result = sensitivity.search(plan, out / "export" / "model.pt2", tmp_path / "q" / "model.pt2", candidates,
+    result = sensitivity.search(plan, out / "quantized" / "fp32.pt2", tmp_path / "q" / "model.pt2", candidates,
                                 sensitivity.Limits(max_evaluations=2, max_ranked_groups=1))
     assert [r["group"] for r in result.ranking] == ["conv1"] and result.unranked[0]["group"] == "linear1"
     assert result.steps[0].drop > 1e-3  # INT8 logits, not float rounding

@@ -126,7 +126,7 @@ class Export(Step):
             shutil.copytree(folder, out.parent, dirs_exist_ok=True)
             state.ui.note(f"export shared with candidate {first} (same opset {options.opset}, IR version "
                           f"{options.max_ir_version} and tolerances)")
-            return dataclasses.replace(exported, path=out, program_path=exported.program_path and out.with_suffix(".pt2"))
+            return dataclasses.replace(exported, path=out)
         records: list[dict] = []
         generate = project.workload.kind == "generate"
         dims = project.dims
@@ -141,12 +141,10 @@ class Export(Step):
         if generate:
             with state.ui.step("verify the KV-cache graph by greedy decoding against torch"):
                 verification = _verify_decoding(project, loaded.module, out, options)
-        program = program_path = None
+        program = None
         if program_wanted:
             with state.ui.step("export the torch.export program"):
                 program = torch_onnx.export_program(loaded, project.inputs, project.dims, options)
-                program_path = out.with_suffix(".pt2")
-                torch_onnx.save_program(program, program_path)
         info = {
             "exporter": result.exporter, "fallback_reason": result.fallback_reason, "opset": result.opset,
             "ir_version": result.ir_version, "seconds": result.seconds, "dynamic_dims": result.dynamic_dims,
@@ -159,7 +157,7 @@ class Export(Step):
         def reference(feeds):
             return torch_onnx.torch_outputs(loaded.module, feeds, names, result.output_names)
 
-        exported = Exported(out, info, reference, program=program, program_path=program_path, passes=records)
+        exported = Exported(out, info, reference, program=program, passes=records)
         if share is not None:
             share.put(key, exported, setup.profile.name)
         return exported

@@ -29,7 +29,7 @@ from tapeout.steps.step import Step
 
 class Precision(Step):
     name = "precision"
-    needs = ("fp32_model", "analysis", "reference_metric", "pruning", "exported")
+    needs = ("fp32_model", "analysis", "reference_metric", "pruning", "exported")  # exported: its program
     adds = ("quantization", "model")
 
     def run(self, state: BuildState) -> str | None:
@@ -37,13 +37,18 @@ class Precision(Step):
             state.quantization, state.model = None, state.fp32_model
             return "fp32: nothing to quantize"
         ceiling = (state.pruning or {}).get("metric_fp32")
-        # a target that compiles from torch.export is quantized on the program (PT2E), not on the ONNX
-        program = state.setup.capabilities.compiles_from == "torch.export"
-        source = state.exported.program_path if program else state.fp32_model
-        with ScratchDir(state.out) as scratch:
-            state.model, state.quantization = quantize(state.setup, state.out, source, state.analysis,
-                                                       state.reference_metric, ceiling,
-                                                       compiled=ProgramCandidates(state, scratch) if program else None)
+        if state.setup.capabilities.compiles_from != "torch.export":
+            state.model, state.quantization = quantize(state.setup, state.out, state.fp32_model, state.analysis,
+                                                       state.reference_metric, ceiling)
+        else:  # quantized on the program (PT2E), not on the ONNX: saved where the method reads it
+            from tapeout.exporters.torch_onnx import save_program
+
+            source = state.out / "quantized" / "fp32.pt2"
+            source.parent.mkdir(parents=True, exist_ok=True)
+            save_program(state.exported.program, source)
+            with ProgramCandidates(state) as compiled:
+                state.model, state.quantization = quantize(state.setup, state.out, source, state.analysis,
+                                                           state.reference_metric, ceiling, compiled=compiled)
         state.passes += state.quantization.pop("passes")  # the report lists them with the export's
         return None
 
@@ -51,27 +56,21 @@ class Precision(Step):
         return {"quantization": state.quantization}
 
 
-class ScratchDir:
-    """A folder in the build dir for what the precision step compiles on the way, removed when it ends."""
-
-    def __init__(self, out: Path):
-        self.path = out / "quantized" / ".compiled"
-
-    def __enter__(self) -> Path:
-        self.path.mkdir(parents=True, exist_ok=True)
-        return self.path
-
-    def __exit__(self, *_exc) -> None:
-        shutil.rmtree(self.path, ignore_errors=True)
-
-
 class ProgramCandidates:
     """Candidate programs (.pt2) of a target that compiles from torch.export, compiled by that target so the loop's
-    metric is the artifact's: a PT2E model runs nowhere until it is lowered."""
+    metric is the artifact's: a PT2E model runs nowhere until it is lowered. The compiled candidates live in a
+    scratch folder of the build dir, removed when the step ends."""
 
-    def __init__(self, state: BuildState, scratch: Path):
-        self.state, self.scratch = state, scratch
+    def __init__(self, state: BuildState):
+        self.state, self.scratch = state, state.out / "quantized" / ".compiled"
         self.compiled: dict[str, Artifact] = {}  # by the program's sha256: the model kept is asked for again
+
+    def __enter__(self) -> ProgramCandidates:
+        self.scratch.mkdir(parents=True, exist_ok=True)
+        return self
+
+    def __exit__(self, *_exc) -> None:
+        shutil.rmtree(self.scratch, ignore_errors=True)
 
     def __call__(self, path: Path) -> Artifact:
         from tapeout.core import pt2

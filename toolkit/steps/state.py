@@ -56,7 +56,6 @@ class Exported:
     reference: Predict | None            # the FP32 reference: torch, the pruned torch module, or ORT on an ONNX source
     lint: list[LintIssue] | None = None  # an ONNX source is linted before it is copied: its findings
     program: Any = None                  # the torch.export ExportedProgram, where the target compiles from it
-    program_path: Path | None = None     # that program as saved (model.pt2): what a PT2E quantization starts from
     passes: list[dict] = field(default_factory=list)  # the export stage's graph passes: what each did
 
 
