@@ -303,12 +303,36 @@ def _manifest_paths(doc, prefix=()):
         yield from _manifest_paths(doc[0], (*prefix, 0))
 
 
+LEAN_PROFILE = """
+extends = "cpu-fp32"
+[check]
+iterations = 10
+repeats = 1
+warmup_min_iters = 1
+warmup_min_s = 0.0
+op_profile = false
+"""
+
+
 @pytest.fixture(scope="module")
-def manifest_doc(digits_build):
-    return json.loads((digits_build / "manifest.json").read_text())
+def lean_digits_build(tmp_path_factory) -> Path:
+    """digits-cnn with the leanest check a build allows (one timed process, no warm-up floor, no op-profile pass):
+    each mutated manifest that verifies is then checked in one short process, not two. What is fuzzed is what
+    `check` reads and verifies before it measures anything."""
+    profile = tmp_path_factory.mktemp("profiles") / "lean.toml"
+    profile.write_text(LEAN_PROFILE)
+    out = tmp_path_factory.mktemp("builds") / "digits-lean"
+    result = run_cli("build", SAMPLES / "digits-cnn", "--profile", profile, "--out", out)
+    assert result.code == 0, result.err + result.out
+    return out
 
 
-def test_fuzzed_manifests_verify_or_say_one_line(digits_build, tmp_path_factory, secret, manifest_doc):
+@pytest.fixture(scope="module")
+def manifest_doc(lean_digits_build):
+    return json.loads((lean_digits_build / "manifest.json").read_text())
+
+
+def test_fuzzed_manifests_verify_or_say_one_line(lean_digits_build, tmp_path_factory, secret, manifest_doc):
     paths = sorted(set(_manifest_paths(manifest_doc)), key=str)
     tricky = st.sampled_from([f"../../{secret.name}", str(secret), "../manifest.json", "artifact/../../x", "link",
                               _sha(secret), {}, [], {"model.onnx": _sha(secret)},
@@ -319,7 +343,7 @@ def test_fuzzed_manifests_verify_or_say_one_line(digits_build, tmp_path_factory,
     @fuzz(60)
     @given(edits(paths, manifest_doc, extra=tricky))
     def run(changes):
-        build = _fresh_copy(digits_build, work)
+        build = _fresh_copy(lean_digits_build, work)
         (build / "artifact" / "link").symlink_to(secret)
         (build / "manifest.json").write_text(json.dumps(mutated(manifest_doc, changes), default=str))
         result = run_main("check", build, "--iterations", "10", "--repeats", "1", "--json")
@@ -332,12 +356,12 @@ def test_fuzzed_manifests_verify_or_say_one_line(digits_build, tmp_path_factory,
 
 
 @pytest.mark.parametrize("part", ["report", "golden"])
-def test_fuzzed_reports_and_golden_files_with_matching_hashes_are_one_line(digits_build, tmp_path_factory, part,
-                                                                           manifest_doc):
+def test_fuzzed_reports_and_golden_files_with_matching_hashes_are_one_line(lean_digits_build, tmp_path_factory,
+                                                                           part, manifest_doc):
     work = tmp_path_factory.mktemp(f"fuzz-{part}") / "b"
     marker = work.parent / "pwned"
-    report_doc = json.loads((digits_build / "report.json").read_text())
-    golden = dict(np.load(digits_build / "golden.npz"))
+    report_doc = json.loads((lean_digits_build / "report.json").read_text())
+    golden = dict(np.load(lean_digits_build / "golden.npz"))
     report_paths = sorted(set(_manifest_paths(report_doc)), key=str)
     golden_edit = st.sampled_from(["drop-inputs", "drop-outputs", "zero-d", "strings", "counts", "empty",
                                    "pickle", "not-a-zip", "extra", "nan"])
@@ -372,7 +396,7 @@ def test_fuzzed_reports_and_golden_files_with_matching_hashes_are_one_line(digit
     @given(edits(report_paths, report_doc)
            if part == "report" else golden_edit)
     def run(change):
-        build = _fresh_copy(digits_build, work)
+        build = _fresh_copy(lean_digits_build, work)
         target = build / ("report.json" if part == "report" else "golden.npz")
         if part == "report":
             target.write_text(json.dumps(mutated(report_doc, change), default=str))

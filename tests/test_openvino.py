@@ -295,7 +295,8 @@ def test_op_profile_times_each_node_over_the_timed_runs_not_its_running_mean():
 
 def test_op_profile_on_the_cpu_device_is_the_timed_runs_not_the_first(tmp_path):
     """On the real plugin: a 1x8 by 8x8 FullyConnected takes 1-2 µs a run here. Its counter read as the run's
-    time (a running mean holding the first run's one-time cost) made it ~80 µs a run, in a 37 µs run."""
+    time (a running mean holding the first run's one-time cost) made it ~80 µs a run, in a 37 µs run. The bound
+    sits between the two: a busy host has stretched the real op to ~6 µs a run (CI, 039241b), never near 80."""
     import numpy as np
     from test_targets import _profile_for, _tiny
 
@@ -309,4 +310,4 @@ def test_op_profile_on_the_cpu_device_is_the_timed_runs_not_the_first(tmp_path):
     profile = target.op_profile(artifact, {"x": np.ones((1, 8), np.float32)}, iterations=5)
     in_ops = sum(op.total_us for op in profile.ops)
     assert profile.runs == 5 and [op.op_type for op in profile.ops] == ["FullyConnected"]
-    assert 0 < in_ops / profile.runs <= 5.0
+    assert 0 < in_ops / profile.runs <= 20.0
