@@ -113,6 +113,7 @@ def test_digits_cnn_int8_is_quantized_on_the_program_and_runs_integer_kernels(ex
     assert plan["first_conv"][0] == "fp32" and plan["head"][0] == "fp32"
     assert quantization["quantized_bytes"] < quantization["fp32_bytes"]  # int8 weights, the float copies dropped
     assert (out / "quantized" / "model.pt2").is_file() and not (out / "quantized" / ".compiled").exists()
+    assert not (out / "quantized" / ".kept").exists()  # the kept candidate's .pte became the artifact, not lowered again
     assert report["placement"]["off_share"] == 0
     verdicts = {b["budget"]: b["verdict"] for b in report["budgets"]}
     assert verdicts == {"placement_max_off_share": "pass", "parity_min_cosine": "pass", "accuracy_max_drop": "pass"}
@@ -140,7 +141,7 @@ def test_the_sensitivity_loop_ranks_and_moves_program_groups_through_executorch(
     from tapeout.core.schemas import InputSpec, QuantizationSettings
     from tapeout.graph.analyze import analyze
     from tapeout.quantize import rules, sensitivity
-    from tapeout.quantize.methods.pt2e_xnnpack import int8_modules
+    from tapeout.quantize.methods.pt2e import int8_modules
 
     _, out = executorch_digits_build
     target, spec = targets.create("executorch", {}), [InputSpec(name="image", shape=[1, 1, 8, 8], dtype="float32")]

@@ -6,6 +6,7 @@ its capabilities name (rewrites into its runtime's own fused ops) run on the ONN
 from __future__ import annotations
 
 import shutil
+from dataclasses import replace
 from pathlib import Path
 
 from tapeout.core import pt2
@@ -17,7 +18,7 @@ from tapeout.steps.step import Step
 
 class Compile(Step):
     name = "compile"
-    needs = ("model", "exported")
+    needs = ("model", "exported", "compiled")
     adds = ("artifact", "artifact_info")
 
     def run(self, state: BuildState) -> None:
@@ -25,7 +26,10 @@ class Compile(Step):
         caps, project = setup.capabilities, setup.project
         on_device = " (all but the engine: it is compiled on the device)" if caps.compile_on == "device" else ""
         with state.ui.step(f"compile for {setup.profile.target}{on_device}"):
-            if caps.compiles_from == "torch.export":
+            if state.compiled is not None:  # the precision step compiled the program it kept: not twice
+                shutil.move(state.compiled.directory, state.out / "artifact")
+                artifact = replace(state.compiled, directory=state.out / "artifact")
+            elif caps.compiles_from == "torch.export":
                 # the quantized program where the precision step wrote one (PT2E), else the exported one
                 program = pt2.load(state.model) if state.model.suffix == ".pt2" else state.exported.program
                 artifact = setup.target.compile_program(program, state.out / "artifact",

@@ -11,6 +11,7 @@ from __future__ import annotations
 import shutil
 import statistics
 from collections.abc import Callable
+from dataclasses import replace
 from pathlib import Path
 
 from tapeout import targets
@@ -30,9 +31,10 @@ from tapeout.steps.step import Step
 class Precision(Step):
     name = "precision"
     needs = ("fp32_model", "analysis", "reference_metric", "pruning", "exported")  # exported: its program
-    adds = ("quantization", "model")
+    adds = ("quantization", "model", "compiled")
 
     def run(self, state: BuildState) -> str | None:
+        state.compiled = None
         if state.setup.profile.precision == "fp32":
             state.quantization, state.model = None, state.fp32_model
             return "fp32: nothing to quantize"
@@ -49,6 +51,7 @@ class Precision(Step):
             with ProgramCandidates(state) as compiled:
                 state.model, state.quantization = quantize(state.setup, state.out, source, state.analysis,
                                                            state.reference_metric, ceiling, compiled=compiled)
+                state.compiled = compiled.keep(state.model)
         state.passes += state.quantization.pop("passes")  # the report lists them with the export's
         return None
 
@@ -71,6 +74,17 @@ class ProgramCandidates:
 
     def __exit__(self, *_exc) -> None:
         shutil.rmtree(self.scratch, ignore_errors=True)
+
+    def keep(self, path: Path) -> Artifact | None:
+        """The artifact compiled from the program at `path`, moved out of the scratch folder for the compile step
+        (compiling a program is the slow part: an ExecuTorch lowering, an Inductor build); None if none was."""
+        done = self.compiled.get(sha256_file(path))
+        if done is None:
+            return None
+        kept = self.scratch.parent / ".kept"
+        shutil.rmtree(kept, ignore_errors=True)
+        shutil.move(done.directory, kept)
+        return replace(done, directory=kept)
 
     def __call__(self, path: Path) -> Artifact:
         from tapeout.core import pt2

@@ -103,6 +103,7 @@ class BuildState:
     reference_metric: float | None = PENDING
     quantization: dict | None = PENDING  # the precision step's record; None at fp32
     model: Path = PENDING                # the model the target compiles
+    compiled: Artifact | None = PENDING  # `model` already compiled by the precision step (a program's kept candidate)
     artifact: Artifact = PENDING
     artifact_info: ArtifactInfo = PENDING  # its size and hashes, taken once
     engine: EngineBuild | None = PENDING
