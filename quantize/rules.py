@@ -215,6 +215,22 @@ XNNPACK_RULES: dict[tuple[str, str], Rule] = {
                                               "per-channel weights, activations quantized at run time"),
 }
 
+# AOTInductor on x86 CPUs at INT8, quantized on the torch program by PT2E with Inductor's x86 quantizer, whose
+# patterns Inductor lowers to oneDNN's integer convolutions and Linear layers. The same split as XNNPACK's: CNNs
+# and MLPs static (calibrated activations), transformers dynamic on their Linear layers (LayerNorm, softmax and the
+# residual stream float, as the CPU rule keeps them). The recipe has no recurrent-cell pattern.
+X86_INDUCTOR_RULES: dict[tuple[str, str], Rule] = {
+    ("cnn", "int8"): Rule("pt2e-x86-inductor", frozenset({"conv", "depthwise_conv", "linear"}),
+                          {**_KEEP_CNN, "recurrent_cell": "Inductor's x86 quantizer has no recurrent-cell pattern"},
+                          why="static INT8 (oneDNN qconv/qlinear): per-channel weights, calibrated per-tensor "
+                              "activations"),
+    ("mlp", "int8"): Rule("pt2e-x86-inductor", frozenset({"linear"}), {"head": _KEEP_TRANSFORMER["head"]},
+                          why="static INT8 (oneDNN qlinear) on the Linear layers"),
+    ("transformer-encoder", "int8"): Rule("pt2e-x86-inductor-dynamic", LINEARS, _KEEP_TRANSFORMER,
+                                          why="dynamic INT8 (oneDNN qlinear) on the six Linear layers per block: "
+                                              "per-channel weights, activations quantized at run time"),
+}
+
 RULE_SETS: dict[str, dict[tuple[str, str], Rule]] = {
     "cpu-integer": CPU_RULES,
     "npu-integer": {key: replace(rule, options={"activation_type": act}) for key, (rule, act) in NPU_RULES.items()},
@@ -223,6 +239,7 @@ RULE_SETS: dict[str, dict[tuple[str, str], Rule]] = {
                    for key, (rule, model_type, preset) in OV_RULES.items()},
     "gpu-qdq": {**GPU_FLOAT_RULES, **TRT_QDQ_RULES},
     "xnnpack-integer": XNNPACK_RULES,
+    "x86-inductor-integer": X86_INDUCTOR_RULES,
 }
 
 

@@ -99,15 +99,26 @@ class Aoti(Target):
             raise BadInput("AOTInductor needs a C++ compiler on the building host and none was found (g++, clang++, "
                            "c++ or $CXX)", fix="install one (apt install g++) or set CXX; the device needs none")
         out_dir.mkdir(parents=True, exist_ok=True)
+        quantized = _quantized_ops(program)
         try:
-            with quieted():
-                torch._inductor.aoti_compile_and_package(program, package_path=str(out_dir / ARTIFACT_FILE))
+            # freezing folds the weights into the package as constants, which lets Inductor hand Linear layers to
+            # oneDNN's packed GEMMs and lower PT2E's quantize/dequantize patterns to integer kernels; without it (or
+            # outside no_grad) an INT8 program compiles to dequantize + float GEMM (pytorch/ao#4566)
+            with quieted(), torch.no_grad():
+                torch._inductor.aoti_compile_and_package(program, package_path=str(out_dir / ARTIFACT_FILE),
+                                                         inductor_configs={"freezing": True})
         except TapeoutError:
             raise
         except Exception as exc:
             raise BadInput(f"AOTInductor could not compile the program: {first_line(exc)}", detail=runtime_detail(exc),
                            fix="`tapeout --debug …` prints Inductor's whole message; or use a target that takes "
                            "ONNX (`tapeout targets`)") from None
+        kernels = integer_kernels(out_dir / ARTIFACT_FILE)
+        if quantized and not sum(kernels.values()):
+            raise BadInput(f"Inductor compiled the INT8 program ({quantized} quantize/dequantize ops) without one "
+                           "integer kernel: its convolutions and Linear layers would dequantize and run in float, "
+                           "slower than FP32", fix="use precision = \"fp32\" for aoti with this torch, or report it "
+                           "with `tapeout --debug …`'s output")
         write_io(out_dir, inputs, output_names, None)
         isa = _vec_isa()
         (out_dir / ISA_FILE).write_text(json.dumps({"vec_isa": isa}))
@@ -118,6 +129,8 @@ class Aoti(Target):
                             "a CPU without it refuses the package at load)",
             "dynamic_dims": sorted({d for s in inputs for d in s.shape if isinstance(d, str)}),
             "loads_with": f"torch {torch.__version__} (torch._inductor.aoti_load_package); a package is tied to it",
+            "freezing": True,
+            **({"integer_kernels": kernels} if quantized else {}),
         })
 
     def session(self, artifact: Artifact) -> AotiSession:
@@ -128,6 +141,27 @@ class Aoti(Target):
         except Exception as exc:  # another torch version, another CPU's ISA, a truncated package
             raise BadInput(f"torch could not load the AOTInductor package {artifact.path}: {first_line(exc)}",
                            detail=runtime_detail(exc), fix="rebuild with the torch version the device runs") from None
+
+
+def _quantized_ops(program) -> int:
+    """How many PT2E quantize/dequantize ops the program holds (0: a float program)."""
+    return sum(1 for n in program.graph.nodes
+               if n.op == "call_function" and str(n.target).startswith("quantized_decomposed."))
+
+
+def integer_kernels(package: Path) -> dict[str, int]:
+    """The oneDNN integer kernels the package's generated code calls, by kind: what Inductor really lowered the
+    quantized convolutions and Linear layers to (our own just-written package, read as text)."""
+    import re
+    import zipfile
+
+    calls = {"qconv": 0, "qlinear": 0}
+    with zipfile.ZipFile(package) as archive:
+        for name in archive.namelist():
+            if name.endswith("wrapper.cpp"):
+                for kind in re.findall(r"aoti_torch_cpu__(qconv|qlinear)\w*\(", archive.read(name).decode("utf-8", "replace")):
+                    calls[kind] += 1
+    return calls
 
 
 def _vec_isa() -> str:

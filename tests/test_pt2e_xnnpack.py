@@ -123,7 +123,7 @@ def test_exactly_the_planned_modules_are_quantized_and_the_program_lowers(tmp_pa
 
     from tapeout.core import pt2
     from tapeout.quantize import methods
-    from tapeout.quantize.methods.pt2e_xnnpack import int8_modules
+    from tapeout.quantize.methods.pt2e import int8_modules
 
     module, source = tiny_program
     quantizer, plan, out = methods.get(method), _plan(method, ("fc1", "act")), tmp_path / "q.pt2"

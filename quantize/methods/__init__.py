@@ -24,6 +24,8 @@ BUILT_IN = {
     "modelopt": "tapeout.quantize.methods.modelopt:ModelOpt",
     "pt2e-xnnpack": "tapeout.quantize.methods.pt2e_xnnpack:Pt2eXnnpack",
     "pt2e-xnnpack-dynamic": "tapeout.quantize.methods.pt2e_xnnpack:Pt2eXnnpackDynamic",
+    "pt2e-x86-inductor": "tapeout.quantize.methods.pt2e_x86_inductor:Pt2eX86Inductor",
+    "pt2e-x86-inductor-dynamic": "tapeout.quantize.methods.pt2e_x86_inductor:Pt2eX86InductorDynamic",
 }
 GROUP = "tapeout.quantization_methods"
 
