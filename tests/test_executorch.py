@@ -114,6 +114,8 @@ def test_digits_cnn_int8_is_quantized_on_the_program_and_runs_integer_kernels(ex
     assert quantization["quantized_bytes"] < quantization["fp32_bytes"]  # int8 weights, the float copies dropped
     assert (out / "quantized" / "model.pt2").is_file() and not (out / "quantized" / ".compiled").exists()
     assert not (out / "quantized" / ".kept").exists()  # the kept candidate's .pte became the artifact, not lowered again
+    assert report["accuracy"]["artifact"] == quantization["search"]["metric"]  # and its evaluation stands
+    assert "loop's evaluation" in report["accuracy"]["where"]
     assert report["placement"]["off_share"] == 0
     verdicts = {b["budget"]: b["verdict"] for b in report["budgets"]}
     assert verdicts == {"placement_max_off_share": "pass", "parity_min_cosine": "pass", "accuracy_max_drop": "pass"}

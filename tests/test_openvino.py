@@ -149,6 +149,8 @@ def test_digits_builds_int8_on_openvino_through_nncf_and_checks(tmp_path):
     assert groups == {"first_conv": "fp32", "conv1": "int8", "linear1": "int8", "head": "fp32"}
     accuracy = next(b for b in report["budgets"] if b["budget"] == "accuracy_max_drop")
     assert accuracy["verdict"] == "pass"
+    # the artifact is the kept candidate's IR byte for byte: the loop's evaluation of it stands, not repeated
+    assert report["accuracy"]["artifact"] == q["search"]["metric"] and "loop's evaluation" in report["accuracy"]["where"]
     assert report["artifact"]["meta"]["inference_precision"] == "f32"  # what the compiled model used
     assert "compiled for CPU with inference precision **f32**" in (out / "report.md").read_text()
     # the artifact holds INT8 weights for the planned convs and linears (and float ones for the rest)

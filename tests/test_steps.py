@@ -83,3 +83,32 @@ def test_the_heap_is_frozen_after_the_first_step_and_given_back_when_the_list_en
     with pytest.raises(BadInput):
         run((Probe(), Fails()), state())
     assert gc.get_freeze_count() == 0
+
+
+def test_the_loops_evaluation_stands_for_the_artifact_only_where_it_ran_the_artifacts_own_bytes(tmp_path):
+    """The accuracy step skips re-evaluating the artifact only where the sensitivity loop scored exactly those files
+    (an IR the compile step copied) or compiled the very artifact (a torch.export target's kept candidate)."""
+    from types import SimpleNamespace
+
+    from tapeout.core.artifact import Artifact
+    from tapeout.steps.accuracy import _scored_by_the_loop
+
+    quantized, artifact = tmp_path / "quantized", tmp_path / "artifact"
+    for folder in (quantized, artifact):
+        folder.mkdir()
+        (folder / "model.xml").write_text("<net/>")
+        (folder / "model.bin").write_bytes(b"\x01\x02")
+
+    def state(metric=0.97, compiled=None):
+        search = {"metric": metric} if metric is not None else {}
+        return SimpleNamespace(quantization={"search": search}, model=quantized / "model.xml", compiled=compiled,
+                               artifact=Artifact("openvino", artifact, "model.xml"))
+
+    assert _scored_by_the_loop(state()) == 0.97
+    assert _scored_by_the_loop(state(metric=None)) is None  # no loop ran: nothing to stand for it
+    (artifact / "model.bin").write_bytes(b"\x01\x03")       # one byte of the weights differs
+    assert _scored_by_the_loop(state()) is None
+    (artifact / "model.bin").write_bytes(b"\x01\x02")
+    (artifact / "cache.blob").write_bytes(b"")             # a file the loop's session never read
+    assert _scored_by_the_loop(state()) is None
+    assert _scored_by_the_loop(state(compiled=Artifact("aoti", artifact, "model.pt2"))) == 0.97

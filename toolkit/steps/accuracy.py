@@ -5,6 +5,7 @@ build's verdicts are carried."""
 from __future__ import annotations
 
 from tapeout import targets
+from tapeout.core.hashing import sha256_file
 from tapeout.core.metric import evaluate
 from tapeout.records.report import AccuracyInfo
 from tapeout.steps.precision import evaluated_on
@@ -14,7 +15,7 @@ from tapeout.steps.step import Step
 
 class Accuracy(Step):
     name = "accuracy"
-    needs_at_build = ("model", "artifact", "quantization", "reference_metric")
+    needs_at_build = ("model", "artifact", "quantization", "reference_metric", "compiled")
     adds = ("accuracy",)
 
     def run(self, state: BuildState) -> str | None:
@@ -27,6 +28,16 @@ class Accuracy(Step):
             state.accuracy = None
             return "the project has no [evaluation] metric"
         emulated = setup.emulated
+        scored = None if emulated else _scored_by_the_loop(state)
+        where = evaluated_on(setup) if emulated else "at build, on this host"
+        if scored is not None:
+            state.ui.note(f"{project.evaluation.name} on the artifact: the sensitivity loop's evaluation of these same "
+                          f"files on {setup.target.name} ({scored:.6g}), not repeated")
+            state.accuracy = AccuracyInfo(metric=project.evaluation.name, direction=project.evaluation.direction,
+                                          reference=state.reference_metric, artifact=scored,
+                                          where=f"{where} (the sensitivity loop's evaluation of the artifact's own "
+                                                "files, by the same target and options)")
+            return None
         with state.ui.step(f"evaluate {project.evaluation.name} on the artifact"
                            + (" (CPU EP: emulated target)" if emulated else "")):
             if emulated:  # the metric on the graph the artifact was compiled from; golden parity covers the rest
@@ -36,9 +47,25 @@ class Accuracy(Step):
             else:
                 metric = evaluate(project, setup.target.session(state.artifact).run)
         state.accuracy = AccuracyInfo(metric=project.evaluation.name, direction=project.evaluation.direction,
-                                      reference=state.reference_metric, artifact=metric,
-                                      where=evaluated_on(setup) if emulated else "at build, on this host")
+                                      reference=state.reference_metric, artifact=metric, where=where)
         return None
 
     def report(self, state: BuildState) -> dict[str, object]:
         return {"accuracy": state.accuracy}
+
+
+def _scored_by_the_loop(state: BuildState) -> float | None:
+    """The sensitivity loop's metric of the model it kept, where the artifact is that model's files byte for byte (an
+    OpenVINO IR the compile step copies) or the very artifact the loop compiled it into (a torch.export target's):
+    the same target with the same options would repeat the same computation. None where it is anything else."""
+    metric = ((state.quantization or {}).get("search") or {}).get("metric")
+    if metric is None:
+        return None
+    if state.compiled is not None:  # the compile step took the loop's own compiled artifact of `model`
+        return metric
+    model = state.model
+    files = [model, *([model.with_suffix(".bin")] if model.suffix == ".xml" else [])]
+    artifact = state.artifact.directory
+    if sorted(p.name for p in artifact.iterdir()) != sorted(f.name for f in files):
+        return None
+    return metric if all(sha256_file(f) == sha256_file(artifact / f.name) for f in files) else None
