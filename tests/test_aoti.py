@@ -84,6 +84,17 @@ def test_a_package_for_an_isa_this_cpu_lacks_is_refused_before_loading(tmp_path)
     assert "compiled for sve256, which this CPU lacks" in str(refused.value)
 
 
+def test_an_int8_program_without_freezing_is_refused_before_inductor_runs(tmp_path, monkeypatch):
+    import torch
+
+    program = torch.export.export(torch.nn.Linear(2, 2), (torch.zeros(1, 2),))
+    monkeypatch.setattr("tapeout.targets.aoti._quantized_ops", lambda _program: 4)
+    monkeypatch.setattr(torch._inductor, "aoti_compile_and_package", lambda *a, **k: pytest.fail("compiled"))
+    with pytest.raises(BadInput) as refused:
+        targets.create("aoti", {"freezing": False}).compile_program(program, tmp_path / "a", [], {}, ["y"])
+    assert "needs Inductor's freezing" in str(refused.value) and "freezing = false" in refused.value.fix
+
+
 def test_without_a_cpp_compiler_the_build_is_one_line(tmp_path, monkeypatch):
     import torch
 
