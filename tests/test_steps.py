@@ -112,3 +112,41 @@ def test_the_loops_evaluation_stands_for_the_artifact_only_where_it_ran_the_arti
     (artifact / "cache.blob").write_bytes(b"")             # a file the loop's session never read
     assert _scored_by_the_loop(state()) is None
     assert _scored_by_the_loop(state(compiled=Artifact("aoti", artifact, "model.pt2"))) == 0.97
+
+
+def test_the_reference_metric_is_remembered_for_the_same_export_and_project_files_only(tmp_path):
+    """Within one process the FP32 reference metric is computed once per export and project state: a project file
+    edited, or another export, computes it again; the project's build outputs do not count."""
+    import os
+    import shutil
+    from types import SimpleNamespace
+
+    from conftest import SAMPLES
+    from tapeout.core.config import load_project
+    from tapeout.steps.reference import _inputs_key
+
+    project_dir = tmp_path / "digits"
+    shutil.copytree(SAMPLES / "digits-cnn", project_dir, ignore=shutil.ignore_patterns("build"))
+    export = tmp_path / "export" / "model.onnx"
+    export.parent.mkdir()
+    export.write_bytes(b"onnx")
+    out = project_dir / "build" / "cpu-fp32"
+    out.mkdir(parents=True)
+
+    def key():
+        setup = SimpleNamespace(project=load_project(project_dir))
+        return _inputs_key(SimpleNamespace(setup=setup, exported=SimpleNamespace(path=export), out=out))
+
+    first = key()
+    (out / "report.json").write_text("{}")            # a build's own output
+    (project_dir / "build" / "other").mkdir()
+    assert key() == first
+    metric = project_dir / "metric.py"
+    metric.write_text(metric.read_text() + "\n")      # the metric's code edited
+    assert key() != first
+    edited = key()
+    os.utime(project_dir / "weights.npz", ns=(1, 1))  # data touched
+    assert key() != edited
+    touched = key()
+    export.write_bytes(b"onnx, another export")
+    assert key() != touched
