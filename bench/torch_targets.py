@@ -4,7 +4,7 @@ Runtime and OpenVINO, from the same sample.
     python bench/torch_targets.py [--samples minilm digits-cnn] [--skip-build] [--blocks 8] [--runs 40]
 
 For each sample, `tapeout build` for cpu-fp32, cpu-int8, openvino-cpu-int8, executorch-xnnpack-fp32,
-executorch-xnnpack-int8, aoti-cpu-fp32 and aoti-cpu-int8 (2 threads each, the profile's other settings), then, in this one process, each build's artifact
+executorch-xnnpack-int8, aoti-cpu-fp32, aoti-cpu-int8 and aoti-cpu-bf16 (2 threads each, the profile's other settings), then, in this one process, each build's artifact
 through its own target's session (the code `tapeout check` runs) against the cpu-fp32 artifact: blocks of
 --runs runs alternating A B A B, --blocks blocks, the figure the median of the per-block ratios ORT FP32 time /
 its time, with their range, and its median ms per run. Quality: the sample's own metric through the same session
@@ -30,7 +30,7 @@ from quantization import cpu_line, load_sample, neighbours  # the same folder: t
 REPO = Path(__file__).resolve().parents[1]
 OUT = REPO / "bench" / "builds" / "torch-targets"
 PROFILES = ("cpu-fp32", "cpu-int8", "openvino-cpu-int8", "executorch-xnnpack-fp32", "executorch-xnnpack-int8",
-            "aoti-cpu-fp32", "aoti-cpu-int8")
+            "aoti-cpu-fp32", "aoti-cpu-int8", "aoti-cpu-bf16")
 
 
 def build(sample: str, profile: str, skip: bool) -> Path:

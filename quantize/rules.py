@@ -215,6 +215,11 @@ XNNPACK_RULES: dict[tuple[str, str], Rule] = {
                                               "per-channel weights, activations quantized at run time"),
 }
 
+_BF16_ROLES = LINEARS | frozenset({"conv", "depthwise_conv", "first_conv", "linear", "head", "lm_head"})
+_KEEP_BF16 = {"embedding": "embeddings: a table lookup, no GEMM to run in BF16",
+              "norm": "LayerNorm/RMSNorm: no GEMM; statistics stay FP32",
+              "recurrent_cell": "recurrent cells: the cast is defined for convs and Linear layers only"}
+
 # AOTInductor on x86 CPUs at INT8, quantized on the torch program by PT2E with Inductor's x86 quantizer, whose
 # patterns Inductor lowers to oneDNN's integer convolutions and Linear layers. The same split as XNNPACK's: CNNs
 # and MLPs static (calibrated activations), transformers dynamic on their Linear layers (LayerNorm, softmax and the
@@ -229,6 +234,11 @@ X86_INDUCTOR_RULES: dict[tuple[str, str], Rule] = {
     ("transformer-encoder", "int8"): Rule("pt2e-x86-inductor-dynamic", LINEARS, _KEEP_TRANSFORMER,
                                           why="dynamic INT8 (oneDNN qlinear) on the six Linear layers per block: "
                                               "per-channel weights, activations quantized at run time"),
+    # BF16 (program-bf16): every convolution and Linear layer computes in BF16, as autocast would; embeddings (a
+    # lookup) and norms (FP32 statistics) are no GEMM and stay FP32, as does everything between the planned ops
+    **{(family, "bf16"): Rule("program-bf16", _BF16_ROLES, _KEEP_BF16,
+                              why="BF16 convs and Linear layers on oneDNN's BF16 kernels, FP32 elsewhere")
+       for family in ("cnn", "mlp", "transformer-encoder")},
 }
 
 RULE_SETS: dict[str, dict[tuple[str, str], Rule]] = {
@@ -239,7 +249,7 @@ RULE_SETS: dict[str, dict[tuple[str, str], Rule]] = {
                    for key, (rule, model_type, preset) in OV_RULES.items()},
     "gpu-qdq": {**GPU_FLOAT_RULES, **TRT_QDQ_RULES},
     "xnnpack-integer": XNNPACK_RULES,
-    "x86-inductor-integer": X86_INDUCTOR_RULES,
+    "x86-inductor": X86_INDUCTOR_RULES,
 }
 
 

@@ -113,9 +113,10 @@ BUILT_IN: dict[str, TargetInfo] = {
                 "code, loaded by torch (the same version) on the device",
         device_classes=("cpu",),
         install_hint="pip install torch, and a C++ compiler on the building host (apt install g++)",
-        # INT8 by PT2E on the program (Inductor's x86 quantizer; oneDNN's integer kernels, x86 CPUs only)
-        capabilities=Capabilities(precisions={"fp32": ("fp32",), "int8": ("int8", "fp32")},
-                                  rules="x86-inductor-integer", compiles_from="torch.export", meters=("rss",)),
+        # INT8 by PT2E on the program (Inductor's x86 quantizer; oneDNN's integer kernels, x86 CPUs only); BF16 by
+        # casts around the program's convs and Linear layers (a CPU with BF16 arithmetic)
+        capabilities=Capabilities(precisions={"fp32": ("fp32",), "int8": ("int8", "fp32"), "bf16": ("bf16", "fp32")},
+                                  rules="x86-inductor", compiles_from="torch.export", meters=("rss",)),
     ),
     "qnn": TargetInfo(
         name="qnn",

@@ -36,7 +36,7 @@ def test_the_cnn_rule_plans_uint8_activations_per_channel_weights_and_7_bits_bef
     assert groups["first_conv"].precision == "fp32" and groups["head"].precision == "fp32"
     assert any("oneDNN" in note for note in plan.notes)
     assert _aoti_plan(analysis, flags=frozenset({"avx2"})).reduce_range  # u8 × s8 pair sums saturate pre-VNNI
-    assert rules.RULE_SETS["x86-inductor-integer"][("transformer-encoder", "int8")].method == "pt2e-x86-inductor-dynamic"
+    assert rules.RULE_SETS["x86-inductor"][("transformer-encoder", "int8")].method == "pt2e-x86-inductor-dynamic"
 
 
 @pytest.mark.parametrize(("settings", "said"), [({"arch": "arm64"}, "this build's CPU is arm64"),

@@ -26,6 +26,7 @@ BUILT_IN = {
     "pt2e-xnnpack-dynamic": "tapeout.quantize.methods.pt2e_xnnpack:Pt2eXnnpackDynamic",
     "pt2e-x86-inductor": "tapeout.quantize.methods.pt2e_x86_inductor:Pt2eX86Inductor",
     "pt2e-x86-inductor-dynamic": "tapeout.quantize.methods.pt2e_x86_inductor:Pt2eX86InductorDynamic",
+    "program-bf16": "tapeout.quantize.methods.bf16_program:ProgramBf16",
 }
 GROUP = "tapeout.quantization_methods"
 

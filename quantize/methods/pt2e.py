@@ -75,6 +75,36 @@ def quiet_export():
         logger.setLevel(level)
 
 
+def with_modules(draft, analysis) -> tuple:
+    """The draft plan's groups, each with the torch modules its nodes came from; a group no module maps to stays
+    float, saying why. Refused where nothing is left to change (no scopes: not a torch.export source's graph)."""
+    nodes = {g.name: g.nodes for g in analysis.groups}
+    groups = []
+    for g in draft.groups:
+        # every node of the fusion group (its activation too, so conv + ReLU is annotated as one pattern);
+        # the root module ("") would name the whole model
+        members = nodes.get(g.group, g.nodes)
+        mapped = all(n in analysis.scopes for n in g.nodes)
+        modules = tuple(sorted({analysis.scopes[n] for n in members if n in analysis.scopes} - {""})) if mapped else ()
+        if g.precision != FLOAT and not modules:
+            g = replace(g, precision=FLOAT, reason=_UNMAPPED)
+        groups.append(replace(g, modules=modules))
+    if not any(g.precision != FLOAT for g in groups):
+        raise BadInput(f"the {draft.family} rule found nothing to quantize in this model's torch program (roles: "
+                       f"{', '.join(sorted({g.role for g in analysis.groups})) or 'none'})",
+                       fix="use precision = \"fp32\", or check `tapeout analyze` for the roles found")
+    return tuple(groups)
+
+
+def reexport(module, example, path: Path) -> None:
+    """`module` exported again with the program's dims as they were (Dim.AUTO keeps what the graph leaves dynamic,
+    specialises the rest) and saved at `path`."""
+    import torch
+
+    auto = tuple({i: torch.export.Dim.AUTO for i in range(t.ndim)} for t in example)
+    torch.export.save(torch.export.export(module, example, dynamic_shapes=auto), str(path))
+
+
 class Pt2eMethod(Method):
     """A PT2E method: the plan mapped to modules, the backend's quantizer confined to them, prepare → calibrate (or
     one run, dynamic) → convert → re-export, and a check that every planned group reads int8 weights."""
@@ -90,24 +120,10 @@ class Pt2eMethod(Method):
         """The backend's quantizer for `plan`, annotating only `modules` (and the constants their ops read)."""
 
     def plan(self, draft, rule, analysis, settings, isa):
-        nodes = {g.name: g.nodes for g in analysis.groups}
-        groups = []
-        for g in draft.groups:
-            # every node of the fusion group (its activation too, so conv + ReLU is annotated as one pattern);
-            # the root module ("") would name the whole model
-            members = nodes.get(g.group, g.nodes)
-            mapped = all(n in analysis.scopes for n in g.nodes)
-            modules = tuple(sorted({analysis.scopes[n] for n in members if n in analysis.scopes} - {""})) if mapped else ()
-            if g.precision != FLOAT and not modules:
-                g = replace(g, precision=FLOAT, reason=_UNMAPPED)
-            groups.append(replace(g, modules=modules))
-        if not any(g.precision != FLOAT for g in groups):
-            raise BadInput(f"the {draft.family} rule found nothing to quantize in this model's torch program (roles: "
-                           f"{', '.join(sorted({g.role for g in analysis.groups})) or 'none'})",
-                           fix="use precision = \"fp32\", or check `tapeout analyze` for the roles found")
+        groups = with_modules(draft, analysis)
         activations = (f"{self.activations}, quantized at run time ({self.kernels})" if self.dynamic else
                        f"{self.activations} per tensor, calibrated with a histogram observer ({self.kernels})")
-        return replace(draft, groups=tuple(groups), activation_type=self.activations, weight_type="int8",
+        return replace(draft, groups=groups, activation_type=self.activations, weight_type="int8",
                        activation_symmetric=False, calibration_method="dynamic" if self.dynamic else "histogram",
                        per_channel=rule.per_channel if settings.per_channel is None else settings.per_channel,
                        notes=(f"PT2E with {self.quantizer_name}, confined to the "
@@ -142,11 +158,7 @@ class Pt2eMethod(Method):
             # the weights' observers see their weights when the model runs: dynamic runs it once, on the example
             for args in ([tuple(torch.from_numpy(v) for v in feeds.values()) for feeds in samples] or [example]):
                 prepared(*args)  # a sample's values are in the project's input order (check_feeds builds them so)
-            converted = _without_unused_weights(convert_pt2e(prepared))
-            # dims stay as the program had them: Dim.AUTO keeps what the graph leaves dynamic, specialises the rest
-            auto = tuple({i: torch.export.Dim.AUTO for i in range(t.ndim)} for t in example)
-            quantized = torch.export.export(converted, example, dynamic_shapes=auto)
-            torch.export.save(quantized, str(model_out))
+            reexport(_without_unused_weights(convert_pt2e(prepared)), example, model_out)
         info = {"method": self.name, "groups": len(plan.quantized()), "modules": len(modules),
                 "activations": "dynamic" if self.dynamic else "static", "per_channel": plan.per_channel}
         if samples:
