@@ -134,3 +134,22 @@ def test_placement_from_the_op_profile_names_what_ran_off_the_targets_provider(d
     verdict = verdicts.judge_placement(Budgets(placement_max_off_share=0.2), on_gpu)[0]
     assert verdict.verdict is Verdict.FAIL and "Conv" in verdict.reason
     assert placement_from_profile(None, "CUDAExecutionProvider") is None
+
+
+def test_the_op_profile_runs_in_the_last_timing_process_after_its_timed_runs(digits_build, monkeypatch):
+    """One process fewer per measurement: the last timing process runs the profiled pass after its timed runs, in
+    a session of its own; its profile is reported, and it is not among the timing figures."""
+    from tapeout import targets
+    from tapeout.core.artifact import Artifact
+    from tapeout.measurement import measure
+
+    requests = []
+    real = measure.run_child
+    monkeypatch.setattr(measure, "run_child", lambda request, *a, **k: requests.append(request) or real(request, *a, **k))
+    settings = CheckSettings(iterations=10, repeats=2, warmup_min_s=0.0, op_profile_iterations=3)
+    target = targets.create("onnxruntime", {})
+    m = measure.measure(target, Artifact("onnxruntime", digits_build / "artifact", "model.onnx"),
+                        digits_build / "golden.npz", settings)
+    assert [r.get("then_op_profile") for r in requests] == [None, 3] and not any("mode" in r for r in requests)
+    assert m.op_profile["runs"] == 3 and {t["op_type"] for t in m.op_profile["op_types"]} >= {"Conv"}
+    assert all("op_profile" not in p for p in m.processes) and m.latency.count == 20

@@ -148,11 +148,16 @@ def _unflatten(flat: dict[str, np.ndarray]) -> list[dict[str, np.ndarray]]:
 
 
 def _run_processes(base: dict, count: int, progress: Callable[[str], None], timeout_s: float,
-                   want_outputs: bool) -> list[dict]:
+                   want_outputs: bool, op_profile_last: int = 0) -> list[dict]:
+    """`count` fresh timing processes; the last also runs the per-op profile (`op_profile_last` runs) after its
+    timed runs, where asked."""
     results = []
     for r in range(count):
-        progress(f"timing: process {r + 1}/{count}, {base['iterations']} runs")
-        results.append(run_child({**base, "want_outputs": want_outputs and r == 0}, timeout_s))
+        last = op_profile_last if r == count - 1 else 0
+        progress(f"timing: process {r + 1}/{count}, {base['iterations']} runs"
+                 + (", then the per-op profile (profiler on, a session of its own)" if last else ""))
+        request = {**base, "want_outputs": want_outputs and r == 0, **({"then_op_profile": last} if last else {})}
+        results.append(run_child(request, timeout_s))
     return results
 
 
@@ -235,8 +240,9 @@ def measure(
     progress: Callable[[str], None] = lambda _msg: None,
     timeout_s: float = 900,
 ) -> Measurement:
-    """Time `settings.repeats` fresh processes; if `undecided(m)`, double the samples once
-    (DESIGN §4: an inconclusive latency is re-measured before it is reported); then the op profile."""
+    """Time `settings.repeats` fresh processes, the last of which then runs the op profile (a profiler needing a
+    process environment of its own gets a process of its own, after); if `undecided(m)`, double the samples once
+    (DESIGN §4: an inconclusive latency is re-measured before it is reported)."""
     caps = target.capabilities
     options = target.options.model_dump(mode="json")
     base = {
@@ -246,14 +252,21 @@ def measure(
         "warmup_max_s": settings.warmup_max_s, "energy_window_s": settings.energy_window_s,
         "device_index": options.get("device_id", 0),  # GPU targets name their device `device_id`
     }
-    results = _run_processes(base, settings.repeats, progress, timeout_s, want_outputs=True)
+    profiled = settings.op_profile and caps.op_profiler
+    # the op profile runs in the last timing process after its timed runs, unless the profiler needs a process
+    # environment of its own (CUDA_LAUNCH_BLOCKING for the CUDA EP's per-kernel times)
+    inline = settings.op_profile_iterations if profiled and not caps.op_profile_env else 0
+    results = _run_processes(base, settings.repeats, progress, timeout_s, want_outputs=True, op_profile_last=inline)
+    inline_profile = results[-1].pop("op_profile", None)
     m = _summarize(results, settings, caps.meters)
     if undecided(m):
         more = _run_processes(base, settings.repeats, progress, timeout_s, want_outputs=False)
         m = _summarize(results + more, settings, caps.meters)
         m.notes.append("latency was inconclusive; sampling was doubled once")
     m.host_state = host_state()
-    if settings.op_profile and caps.op_profiler:
+    if inline_profile is not None:
+        m.op_profile = inline_profile
+    elif profiled:
         progress("per-op profile (separate pass, profiler on)")
         prof = run_child({**base, "mode": "op_profile", "iterations": settings.op_profile_iterations}, timeout_s,
                           env=dict(caps.op_profile_env))
