@@ -42,6 +42,10 @@ def test_the_fastest_passing_build_is_chosen_and_every_candidate_is_reported(tmp
     assert "export shared with candidate ort-int8" in result.err
     exported = [(out / r["profile"] / "export" / "model.onnx").read_bytes() for r in timed]
     assert exported[0] == exported[1]
+    # and one FP32 reference metric: the same export and project files give the same figure, computed once
+    assert result.err.count("evaluate top1 on the FP32 reference") == 1, result.err
+    assert result.err.count("as this process computed it for the same export and project files") == 2, result.err
+    assert rows["ort-int8"]["accuracy"]["reference"] == rows["ov-int8"]["accuracy"]["reference"]
     assert not any("different budgets" in n for n in choice["notes"])  # same budget given to both
     md = (out / "choice.md").read_text()
     assert f"Chosen: **{fastest['profile']}**" in md and "| ort-int8 | onnxruntime | int8 |" in md
