@@ -179,6 +179,24 @@ def diff(
 
 
 @app.command()
+def farm(
+    what: str = typer.Argument(..., metavar="PLAN.toml|worker", help="A farm plan to run, or `worker` to start a Ray "
+                               "node here that advertises its devices."),
+    address: str | None = typer.Option(None, "--address", help="The Ray cluster (HEAD:PORT). Left out: a plan runs on "
+                                       "a local Ray instance; a worker starts a cluster's head."),
+    out: Path | None = typer.Option(None, "--out", "-o", help="Plan: the farm's out dir (default: the plan's [farm] out)."),
+    devices: str | None = typer.Option(None, "--devices", help="Worker: the devices it advertises, comma-separated "
+                                       "(host-cpu, device spec names); default: every device found here."),
+    dry_run: bool = typer.Option(False, "--dry-run", help="Worker: print what it would advertise; start nothing."),
+    as_json: bool = JSON,
+) -> None:
+    """Build and check many projects × profiles on a Ray cluster, each check on a node holding its device."""
+    from tapeout.commands import farm as command
+
+    _done(command.farm(what, address, out, devices, dry_run, as_json))
+
+
+@app.command()
 def targets(as_json: bool = JSON) -> None:
     """Which backends work on this host, and why not."""
     from tapeout.commands import targets as command

@@ -315,7 +315,29 @@ def render_compare(result: dict) -> str:
     return _page("tapeout compare", parts)
 
 
-def pareto_figure(result: dict) -> str | None:
+def render_farm(data: dict) -> str:
+    """The farm's page: its rows (where each step ran, how it ended), then per model the builds side by side, the
+    Pareto front and the recommendation."""
+    from tapeout.reports import farm
+    from tapeout.reports.compare import HEADER, table_rows
+
+    parts = ["<h1>tapeout farm</h1>",
+             f"<p>{len(data['rows'])} rows on {len(data['nodes'])} node(s) in {data['seconds']:.0f} s; exit "
+             f"{data['exit_code']}. Every figure below was read from a build dir verified against its manifest on the "
+             "head.</p>", "<h2>Rows</h2>", _table(farm.HEADER, farm.table_rows(data))]
+    result = data.get("compare")
+    if result:
+        parts.append(f"<h2>Builds side by side</h2><p>Recommendation: {html.escape(result['why'])}.</p>")
+        for i, project in enumerate(dict.fromkeys(r["project"] for r in result["rows"])):
+            group = {**result, "rows": [r for r in result["rows"] if r["project"] == project]}
+            parts.append(f"<h3>{html.escape(project)}</h3>" + _table(HEADER, table_rows(group)))
+            fig = pareto_figure(group, f"pareto-{i}")
+            if fig:
+                parts.append(fig)
+    return _page("tapeout farm", parts)
+
+
+def pareto_figure(result: dict, fid: str = "pareto") -> str | None:
     rows = [r for r in result["rows"] if r["accuracy"] and r["accuracy"]["artifact"] is not None
             and (r["latency_ms"].get("p50") or {}).get("point")]
     if not rows:
@@ -334,7 +356,7 @@ def pareto_figure(result: dict) -> str | None:
     _log(ax, "x")
     ax.set_xlabel("p50 latency, ms (log; bars: bounds)")
     ax.set_ylabel("accuracy metric")
-    return _figure("pareto", _svg(fig), "Each build at its p50 (o measured, ▲ estimated, x emulated) and its "
+    return _figure(fid, _svg(fig), "Each build at its p50 (o measured, ▲ estimated, x emulated) and its "
                    "metric; red: on the Pareto front.")
 
 

@@ -1,0 +1,107 @@
+"""What runs on a worker: a build, or a check, each in a fresh `tapeout` process in a scratch folder of its own,
+and the files it wrote sent back as data. The head verifies them; nothing here is trusted there.
+
+The `tapeout` process dies with the Ray worker that started it (PR_SET_PDEATHSIG): a task the head cancels, or a
+worker killed, leaves no build running on unseen.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import ctypes
+import os
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+from tapeout import __version__
+from tapeout.core.files import write_text
+from tapeout.farm.bundle import pack_build, unpack
+
+CHECK_FILES = ("check.json", "check.md", "check.html", "check-manifest.json")
+_PR_SET_PDEATHSIG = 1
+
+
+class Tracker:
+    """A Ray actor on the head's node: each task says where it started, so the head can print it and name the node
+    a lost task was on."""
+
+    def __init__(self) -> None:
+        self.events: list[dict[str, Any]] = []
+
+    def started(self, key: str, stage: str, attempt: int, node: str, host: str) -> None:
+        self.events.append({"key": key, "stage": stage, "attempt": attempt, "node": node, "host": host,
+                            "at": time.time()})
+
+    def since(self, index: int) -> list[dict[str, Any]]:
+        return self.events[index:]
+
+
+def _die_with_parent() -> None:
+    with contextlib.suppress(OSError, AttributeError):  # not Linux: it outlives a killed worker until it ends
+        ctypes.CDLL(None, use_errno=True).prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
+
+
+def _tapeout(args: list[str], cwd: Path) -> tuple[int, str]:
+    """`python -m tapeout ARGS`: its exit code and the line that says why it failed (its last `tapeout:` line)."""
+    env = {**os.environ, "COLUMNS": "160"}
+    proc = subprocess.run([sys.executable, "-m", "tapeout", *args], cwd=cwd, env=env, stdout=subprocess.DEVNULL,
+                          stderr=subprocess.PIPE, text=True, errors="replace", preexec_fn=_die_with_parent)
+    lines = [line for line in proc.stderr.splitlines() if line.strip()]
+    said = [line for line in lines if line.startswith("tapeout:")]
+    return proc.returncode, (said or lines or [""])[-1][:600]
+
+
+def _where(tracker, key: str, stage: str, attempt: int) -> dict[str, Any]:
+    import ray
+
+    node = ray.get_runtime_context().get_node_id()
+    host = socket.gethostname()
+    ray.get(tracker.started.remote(key, stage, attempt, node, host))
+    return {"node": node, "host": host, "tapeout": __version__}
+
+
+def build(tracker, job: dict[str, Any]) -> dict[str, Any]:
+    """Build the project for the profile: the build dir's files, or the line that says why there is none."""
+    result = _where(tracker, job["key"], "build", job["attempt"])
+    if job["tapeout"] != __version__:
+        return {**result, "exit_code": 4, "error": f"this worker runs tapeout {__version__}, the head {job['tapeout']}"}
+    started = time.perf_counter()
+    with tempfile.TemporaryDirectory(prefix="tapeout-farm-") as scratch:
+        root = Path(scratch)
+        unpack(job["project"], root / "project", "project bundle")
+        profile = root / "profiles" / f"{job['profile']}.toml"
+        write_text(profile, job["profile_toml"])
+        out = root / "build"
+        code, said = _tapeout(["build", str(root / "project" / job["project_file"]), "-p", str(profile),
+                               "-o", str(out)], root)
+        result.update(exit_code=code, seconds=time.perf_counter() - started)
+        if (out / "manifest.json").is_file():
+            result["files"] = pack_build(out)
+        else:
+            result["error"] = said or f"tapeout build exited {code} and wrote no build dir"
+    return result
+
+
+def check(tracker, job: dict[str, Any]) -> dict[str, Any]:
+    """Check the build on this node's device: the check's files, or the line that says why there are none."""
+    result = _where(tracker, job["key"], "check", job["attempt"])
+    if job["tapeout"] != __version__:
+        return {**result, "exit_code": 4, "error": f"this worker runs tapeout {__version__}, the head {job['tapeout']}"}
+    started = time.perf_counter()
+    with tempfile.TemporaryDirectory(prefix="tapeout-farm-") as scratch:
+        build_dir = Path(scratch) / "build"
+        unpack(job["build"], build_dir, "build bundle")
+        code, said = _tapeout(["check", str(build_dir)], Path(scratch))
+        result.update(exit_code=code, seconds=time.perf_counter() - started)
+        if (build_dir / "check-manifest.json").is_file():
+            result["files"] = {name: (build_dir / name).read_bytes() for name in CHECK_FILES
+                               if (build_dir / name).is_file()}
+        else:
+            result["error"] = said or f"tapeout check exited {code} and wrote no check"
+    return result
