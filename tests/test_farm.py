@@ -127,6 +127,7 @@ def test_each_check_runs_on_a_node_holding_its_device(matrix):
         assert r["status"] == "checked" and r["exit_code"] == 0, r
         expected = {nodes["npu"]} if r["profile"] == "lean-ov" else {nodes["cpu-a"], nodes["cpu-b"]}
         assert r["nodes"]["check"] in expected, (name, r["nodes"])
+        assert r["machines"]["check"]["cpu_flags"] and r["machines"]["build"]["logical_cores"] >= 1
         check = json.loads((Path(r["build_dir"]) / "check.json").read_text())
         assert check["measurement"]["latency_ms"]["quantiles"]["p50"]["point"] > 0
 
@@ -249,7 +250,9 @@ def test_a_bad_plan_is_one_line_and_exit_2_before_anything_starts(tmp_path, plan
 def test_a_worker_advertises_only_devices_it_can_run(tmp_path):
     result = run_cli("farm", "worker", "--dry-run", "--json")
     assert result.code == 0, result.err
-    assert result.json()["resources"]["device:host-cpu"] == 1.0 and result.json()["resources"]["tapeout-host"] == 1.0
+    shown = result.json()
+    assert shown["resources"]["device:host-cpu"] == 1.0 and shown["resources"]["tapeout-host"] == 1.0
+    assert shown["command"][1:3] == ["start", "--head"] and shown["machine"]["logical_cores"] >= 1
     gpu = run_cli("farm", "worker", "--devices", "host-cpu,h100-sxm", "--dry-run")
     assert gpu.code == 4 and "cannot advertise h100-sxm" in one_line_error(gpu)
     phone = run_cli("farm", "worker", "--devices", "snapdragon-8-gen3", "--dry-run")

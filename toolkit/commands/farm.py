@@ -76,11 +76,18 @@ def worker(address: str | None, devices: str | None, dry_run: bool, as_json: boo
     command = [ray_cli, "start", *(["--address", address] if address else ["--head"]),
                "--resources", json.dumps(resources), "--block"]
     if as_json or dry_run:
-        description = {"devices": names, "resources": resources, "command": command}
+        from tapeout.farm.tasks import machine_state
+
+        description = {"devices": names, "resources": resources, "command": command, "machine": machine_state()}
         if as_json:
             print_json(description)
         else:
-            UI().out.print(f"devices: {', '.join(names)}\nray: {' '.join(command)}", markup=False)
+            import shlex
+
+            m = description["machine"]
+            UI().out.print(f"devices: {', '.join(names)}\nmachine: {m['cpu']}, {m['logical_cores']} logical cores, "
+                           f"{m['memory_gb']} GB, flags {' '.join(m['cpu_flags'])}\nray: {shlex.join(command)}",
+                           markup=False)
         if dry_run:
             return 0
     if not Path(ray_cli).exists():

@@ -71,6 +71,7 @@ class Row:
     check_exit: int | None = None
     nodes: dict[str, str] = field(default_factory=dict)     # stage -> node id
     hosts: dict[str, str] = field(default_factory=dict)     # stage -> host name
+    machines: dict[str, dict] = field(default_factory=dict)  # stage -> the machine as the task started on it
     attempts: dict[str, int] = field(default_factory=dict)  # stage -> tries so far
     seconds: dict[str, float] = field(default_factory=dict)
     skipped: bool = False
@@ -80,7 +81,7 @@ class Row:
         return {"project": self.job.project.model.name, "profile": self.job.profile, "device": self.job.device,
                 "key": self.key, "status": self.status, "reason": self.reason, "build_dir": self.build_dir,
                 "exit_code": self.exit_code, "build_exit_code": self.build_exit, "check_exit_code": self.check_exit,
-                "nodes": self.nodes, "hosts": self.hosts, "attempts": self.attempts,
+                "nodes": self.nodes, "hosts": self.hosts, "machines": self.machines, "attempts": self.attempts,
                 "seconds": {k: round(v, 2) for k, v in self.seconds.items()}, "skipped": self.skipped}
 
 
@@ -94,6 +95,8 @@ class Farm:
         self.scratch = plan.out / ".farm-scratch"
         self.progress = None
         self.task_id = None
+        self.remote_build = self.ray.remote(tasks.build)  # registered once: each .remote() reuses it
+        self.remote_check = self.ray.remote(tasks.check)
 
     # ------------------------------------------------------------------ progress
 
@@ -127,10 +130,10 @@ class Farm:
             share = 1.0 / self.plan.settings.builds_per_node
             job.update(project=self.projects[row.job.project.root], profile_toml=self.profiles[row.key],
                        project_file=row.job.project.file.relative_to(row.job.project.root).as_posix())
-            remote = self.ray.remote(tasks.build).options(num_cpus=0, resources={HOST: share}, max_retries=0)
+            remote = self.remote_build.options(num_cpus=0, resources={HOST: share}, max_retries=0)
         else:
             job["build"] = row.files
-            remote = self.ray.remote(tasks.check).options(
+            remote = self.remote_check.options(
                 num_cpus=0, resources={HOST: 1.0, device_resource(row.job.device): 1.0}, max_retries=0)
         self.pending[remote.remote(self.tracker, job)] = (row, stage)
         row.status = f"{stage} queued"
@@ -186,6 +189,7 @@ class Farm:
             self.lost(row, stage, exc)
             return
         row.nodes[stage], row.hosts[stage] = result["node"], result["host"]
+        row.machines[stage] = result.get("machine", {})
         if "seconds" in result:
             row.seconds[stage] = result["seconds"]
         if stage == "build":
@@ -253,6 +257,7 @@ class Farm:
                         row.skipped, row.build_dir = True, str(folder)
                         row.status, row.reason, row.exit_code = old["status"], old.get("reason"), old.get("exit_code")
                         row.nodes, row.hosts = old.get("nodes", {}), old.get("hosts", {})
+                        row.machines = old.get("machines", {})
                         self.say(row, f"unchanged since the last run ({row.status}): skipped")
                         self._advance()
                     else:

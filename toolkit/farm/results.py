@@ -50,8 +50,11 @@ def verify(folder: Path, job: Job, checked: bool) -> None:
     report = opened.report
     opened.artifact()
     opened.golden()
+    opened.structure()
     if opened.manifest.workload is not None:
         opened.workload()
+    if (folder / "export" / "model.onnx").exists():
+        opened.exported_model()
     built = (opened.manifest.project.name, opened.profile.name)
     if built != (job.project.model.name, job.profile):
         raise BadInput(f"{_FROM_WORKER} is the build of {built[0]}/{built[1]}, not of {job.name}",

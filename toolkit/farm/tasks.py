@@ -63,7 +63,17 @@ def _where(tracker, key: str, stage: str, attempt: int) -> dict[str, Any]:
     node = ray.get_runtime_context().get_node_id()
     host = socket.gethostname()
     ray.get(tracker.started.remote(key, stage, attempt, node, host))
-    return {"node": node, "host": host, "tapeout": __version__}
+    return {"node": node, "host": host, "tapeout": __version__, "machine": machine_state()}
+
+
+def machine_state() -> dict[str, Any]:
+    """The worker's machine as a task starts on it: what it is (CPU, flags, cores, memory) and how busy it is."""
+    import psutil
+
+    from tapeout.core.host import host_fingerprint
+
+    return {**host_fingerprint(), "load_1m": round(os.getloadavg()[0], 2),
+            "memory_available_gb": round(psutil.virtual_memory().available / 2**30, 1)}
 
 
 def build(tracker, job: dict[str, Any]) -> dict[str, Any]:
