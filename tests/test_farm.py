@@ -204,9 +204,43 @@ def test_a_rerun_skips_what_did_not_change_and_rebuilds_what_did(matrix, cluster
     c, _ = cluster
     root, projects = matrix["root"], matrix["projects"]
     plan_path = _plan(root, projects[:1], ["lean.toml", "lean-ov.toml"], devices=f'lean-ov = "{NPU}"\n')
+    lean = root / "lean.toml"
+    lean.write_text(lean.read_text().replace("iterations = 20", "iterations = 24"))  # this profile's inputs change
     data = head.run(load_plan(plan_path), c.address, UI())
-    assert [r["skipped"] for r in data["rows"]] == [True, True] and data["exit_code"] == 0
-    assert all(r["status"] == "checked" for r in data["rows"])
+    rows = _rows(data)
+    assert rows["toy-a/lean-ov"]["skipped"] and not rows["toy-a/lean"]["skipped"], rows
+    assert all(r["status"] == "checked" for r in data["rows"]) and data["exit_code"] == 0
+    check = json.loads((Path(rows["toy-a/lean"]["build_dir"]) / "check.json").read_text())
+    assert check["measurement"]["latency_ms"]["count"] == 24
+
+
+def test_with_no_tries_left_a_lost_check_is_marked_with_its_node_and_nothing_half_written(matrix, cluster, tmp_path):
+    """retries = 0: the node running the check is removed; the row says `not measured: worker lost on …`, its build
+    (verified when it came back) is written without a check, and no staging dir is left. Runs after the others: it
+    removes a node."""
+    from tapeout.builds.reader import open_build
+    from tapeout.core.console import UI
+    from tapeout.farm import head
+    from tapeout.farm.plan import load_plan
+
+    c, nodes = cluster
+    spare = c.add_node(num_cpus=1, resources={"device:spare-cpu": 1.0, "tapeout-host": 1.0})
+    c.wait_for_nodes()
+    plan_path = _plan(tmp_path, _projects(tmp_path)[:1], ["lean.toml"], devices='lean = "spare-cpu"\n', out="lost")
+    plan_path.write_text(plan_path.read_text().replace("retries = 1", "retries = 0"))
+
+    def watch(event: dict) -> None:
+        if event.get("started") and event["stage"] == "check":
+            c.remove_node(spare, allow_graceful=False)
+
+    data = head.run(load_plan(plan_path), c.address, UI(), watch=watch)
+    (row,) = data["rows"]
+    assert row["status"] == "not measured" and row["reason"].startswith("worker lost on ") and spare.node_id[:8] in \
+        row["reason"] and "no other live node holds device:spare-cpu" in row["reason"], row
+    opened = open_build(row["build_dir"])
+    assert opened.report is not None and opened.check_report is None
+    assert not [p for p in (tmp_path / "lost").rglob(".*")]
+    assert data["exit_code"] == 3
 
 
 def test_ctrl_c_on_the_head_cancels_and_leaves_no_build(tmp_path):

@@ -168,16 +168,17 @@ class Farm:
         attempt = row.attempts[stage]
         where = self.started.get((row.key, stage, attempt))
         node = f"{where['host']} (node {where['node'][:8]})" if where else "a node that never started it"
-        alive = self.cluster.holders(row.job.device) if stage == "check" else [n["id"] for n in self.cluster.nodes()
-                                                                              if n["resources"].get(HOST)]
-        if attempt <= self.plan.settings.retries and alive:
+        candidates = self.cluster.holders(row.job.device) if stage == "check" else [
+            n["id"] for n in self.cluster.nodes() if n["resources"].get(HOST)]
+        others = [n for n in candidates if where is None or n != where["node"]]  # Ray may not know it is gone yet
+        if attempt <= self.plan.settings.retries and others:
             self.say(row, f"{stage} lost with the worker on {node} ({type(exc).__name__}); trying another node")
             self.submit(row, stage)
-        elif stage == "build":
-            self.finish(row, "build failed", f"worker lost on {node}")
-        else:
-            self.finish(row, "not measured", f"worker lost on {node}" + ("" if alive else
-                        f"; no other live node holds {device_resource(row.job.device)}"))
+            return
+        why = (f"no tries left (retries = {self.plan.settings.retries})" if others else
+               f"no other live node holds {device_resource(row.job.device)}" if stage == "check" else
+               "no other live node takes builds")
+        self.finish(row, "build failed" if stage == "build" else "not measured", f"worker lost on {node}; {why}")
 
     def collect(self, ref) -> None:
         row, stage = self.pending.pop(ref)
@@ -185,7 +186,12 @@ class Farm:
             result = self.ray.get(ref)
         except self.ray.exceptions.TaskCancelledError:
             return  # cancelled by the head, which has already said why
-        except self.ray.exceptions.RayError as exc:
+        except self.ray.exceptions.RayTaskError as exc:  # the task's own code raised: another try would too
+            cause = exc.cause if isinstance(getattr(exc, "cause", None), BaseException) else exc
+            self.finish(row, "build failed" if stage == "build" else "not measured",
+                        f"the {stage} task raised {type(cause).__name__}: {first_line(cause)}")
+            return
+        except self.ray.exceptions.RayError as exc:  # the worker or its node is gone
             self.lost(row, stage, exc)
             return
         row.nodes[stage], row.hosts[stage] = result["node"], result["host"]
