@@ -223,7 +223,7 @@ def test_with_no_tries_left_a_lost_check_is_marked_with_its_node_and_nothing_hal
     from tapeout.farm import head
     from tapeout.farm.plan import load_plan
 
-    c, nodes = cluster
+    c, _ = cluster
     spare = c.add_node(num_cpus=1, resources={"device:spare-cpu": 1.0, "tapeout-host": 1.0})
     c.wait_for_nodes()
     plan_path = _plan(tmp_path, _projects(tmp_path)[:1], ["lean.toml"], devices='lean = "spare-cpu"\n', out="lost")
