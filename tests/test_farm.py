@@ -243,6 +243,40 @@ def test_with_no_tries_left_a_lost_check_is_marked_with_its_node_and_nothing_hal
     assert data["exit_code"] == 3
 
 
+def test_a_cluster_whose_nodes_take_no_farm_tasks_is_one_line_not_a_hang(cluster, tmp_path):
+    """Nodes started by a plain `ray start` advertise no tapeout-host: nothing could run, so the farm says so."""
+    from ray.cluster_utils import Cluster
+
+    from tapeout.core.console import UI
+    from tapeout.core.errors import TargetUnavailable
+    from tapeout.farm import head
+    from tapeout.farm.plan import load_plan
+
+    bare = Cluster(initialize_head=True, head_node_args={"num_cpus": 1})
+    try:
+        plan = load_plan(_plan(tmp_path, _projects(tmp_path)[:1], ["lean.toml"]))
+        with pytest.raises(TargetUnavailable, match="no node of this Ray cluster advertises tapeout-host"):
+            head.run(plan, bare.address, UI())
+    finally:
+        bare.shutdown()
+
+
+def test_the_scratch_of_a_killed_worker_is_removed_by_the_next_task_on_its_machine():
+    import tempfile
+
+    import psutil
+
+    from tapeout.farm import tasks
+
+    pid = next(p for p in range(4_000_000, 4_100_000) if not psutil.pid_exists(p))
+    dead = Path(tempfile.gettempdir()) / f"tapeout-farm-{pid}-abc"
+    (dead / "project").mkdir(parents=True)
+    alive = Path(tempfile.mkdtemp(prefix=f"tapeout-farm-{os.getpid()}-"))
+    with tasks._scratch() as scratch:
+        assert Path(scratch).is_dir() and not dead.exists() and alive.is_dir()
+    alive.rmdir()
+
+
 def test_ctrl_c_on_the_head_cancels_and_leaves_no_build(tmp_path):
     projects = _projects(tmp_path)
     plan = _plan(tmp_path, projects[:1], ["lean.toml"])

@@ -21,7 +21,7 @@ from rich.markup import escape
 
 from tapeout import __version__
 from tapeout.core.console import UI
-from tapeout.core.errors import BadInput, first_line
+from tapeout.core.errors import BadInput, TargetUnavailable, first_line
 from tapeout.farm import results, tasks
 from tapeout.farm.bundle import Bundle, pack
 from tapeout.farm.plan import Job, Plan
@@ -222,14 +222,20 @@ class Farm:
             self.finish(row, "checked", None, check_files=result["files"])
 
     def unplaceable(self) -> None:
-        """Queued checks whose device no live node holds any more (a node removed): cancelled, said so."""
+        """Queued tasks no live node can take any more (nodes removed): cancelled, and said so. A check needs a node
+        holding its device; a build any node with `tapeout-host`."""
+        builders = any(n["resources"].get(HOST) for n in self.cluster.nodes())
         for ref, (row, stage) in list(self.pending.items()):
-            if stage != "check" or (row.key, stage, row.attempts[stage]) in self.started:
+            if (row.key, stage, row.attempts[stage]) in self.started:
                 continue
-            if not self.cluster.holders(row.job.device):
+            if stage == "check" and not self.cluster.holders(row.job.device):
                 self.pending.pop(ref)
                 self.ray.cancel(ref, force=False)
                 self.finish(row, "not measured", f"no live node holds {device_resource(row.job.device)} any more")
+            elif stage == "build" and not builders:
+                self.pending.pop(ref)
+                self.ray.cancel(ref, force=False)
+                self.finish(row, "build failed", f"no live node takes builds any more (none advertises {HOST})")
 
     # ------------------------------------------------------------------ the run
 
@@ -249,6 +255,11 @@ class Farm:
             key = results.inputs_key(job, self.projects[job.project.root], self.plan.settings.check)
             self.profiles[key] = _profile_toml(job.profile_data)
             self.rows.append(Row(job, key, i))
+        if not any(n["resources"].get(HOST) for n in self.cluster.nodes()):
+            raise TargetUnavailable(f"no node of this Ray cluster advertises {HOST}, so none takes a farm's tasks (its "
+                                    "nodes were started by `ray start` without tapeout's resources)",
+                                    fix="start each node with `tapeout farm worker`, or give it --resources "
+                                    f"'{{\"{HOST}\": 1, \"device:NAME\": 1}}' (docs/farm.md)")
         self.tracker = self.ray.remote(tasks.Tracker).options(
             num_cpus=0, scheduling_strategy=self._on_head()).remote()
         self.scratch.mkdir(parents=True, exist_ok=True)

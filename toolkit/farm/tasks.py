@@ -57,6 +57,24 @@ def _tapeout(args: list[str], cwd: Path) -> tuple[int, str]:
     return proc.returncode, (said or lines or [""])[-1][:600]
 
 
+_SCRATCH_PREFIX = "tapeout-farm-"
+
+
+def _scratch() -> tempfile.TemporaryDirectory:
+    """A scratch folder named by this worker's PID; those of workers that died (kill -9: no clean-up ran) are
+    removed first."""
+    import shutil
+
+    import psutil
+
+    root = Path(tempfile.gettempdir())
+    for old in root.glob(f"{_SCRATCH_PREFIX}*-*"):
+        pid = old.name[len(_SCRATCH_PREFIX):].split("-", 1)[0]
+        if pid.isdigit() and not psutil.pid_exists(int(pid)):
+            shutil.rmtree(old, ignore_errors=True)
+    return tempfile.TemporaryDirectory(prefix=f"{_SCRATCH_PREFIX}{os.getpid()}-")
+
+
 def _where(tracker, key: str, stage: str, attempt: int) -> dict[str, Any]:
     import ray
 
@@ -82,7 +100,7 @@ def build(tracker, job: dict[str, Any]) -> dict[str, Any]:
     if job["tapeout"] != __version__:
         return {**result, "exit_code": 4, "error": f"this worker runs tapeout {__version__}, the head {job['tapeout']}"}
     started = time.perf_counter()
-    with tempfile.TemporaryDirectory(prefix="tapeout-farm-") as scratch:
+    with _scratch() as scratch:
         root = Path(scratch)
         unpack(job["project"], root / "project", "project bundle")
         profile = root / "profiles" / f"{job['profile']}.toml"
@@ -104,7 +122,7 @@ def check(tracker, job: dict[str, Any]) -> dict[str, Any]:
     if job["tapeout"] != __version__:
         return {**result, "exit_code": 4, "error": f"this worker runs tapeout {__version__}, the head {job['tapeout']}"}
     started = time.perf_counter()
-    with tempfile.TemporaryDirectory(prefix="tapeout-farm-") as scratch:
+    with _scratch() as scratch:
         build_dir = Path(scratch) / "build"
         unpack(job["build"], build_dir, "build bundle")
         code, said = _tapeout(["check", str(build_dir)], Path(scratch))
