@@ -170,6 +170,8 @@ def test_the_farm_writes_one_verified_table_and_page(matrix):
     assert [part.split(":")[0] for part in compare["why"].split("; ")] == ["toy-a", "toy-b", "toy-c"]
     page = (out / "farm.html").read_text()
     assert page.count("<h3>") == 3 and "not measured" in page and "h100-sxm" in page
+    markdown = (out / "farm.md").read_text()
+    assert markdown.count("| toy-") == 18 and "Recommendation: toy-a:" in markdown
 
 
 def test_a_forged_report_from_a_worker_is_refused_and_nothing_is_written(matrix, tmp_path):

@@ -93,6 +93,9 @@ def worker(address: str | None, devices: str | None, dry_run: bool, as_json: boo
     if not Path(ray_cli).exists():
         raise TargetUnavailable("Ray's `ray` command is not installed here", fix='pip install "tapeout[farm]"')
     hide_broken_amdsmi()  # the node's Ray processes inherit PYTHONPATH from here
+    # token authentication on every node tapeout starts (Ray's default for `ray start --head` since 2.59, and for
+    # every cluster from 2.61): a worker joins with the head's token (~/.ray/auth_token or RAY_AUTH_TOKEN)
+    os.environ.setdefault("RAY_AUTH_MODE", "token")
     UI().note(f"starting a Ray node advertising {', '.join(names)} (Ctrl-C stops it)")
     os.execv(ray_cli, command)
     return 0  # not reached

@@ -135,7 +135,9 @@ def exit_code(rows: list[dict[str, Any]]) -> int:
 
 def write_summary(plan: Plan, data: dict[str, Any]) -> None:
     from tapeout.core.files import write_text
+    from tapeout.reports.farm import render_markdown
     from tapeout.reports.html_page import render_farm
 
     write_json(plan.out / SUMMARY, data)
+    write_text(plan.out / "farm.md", render_markdown(data))
     write_text(plan.out / PAGE, render_farm(data))

@@ -64,12 +64,19 @@ def import_ray():
     return ray
 
 
+# Ray 2.59+ starts `ray start --head` clusters with token authentication; a client that does not send the token
+# (RAY_AUTH_MODE unset) is refused with nothing but a timeout, so the line says what to set
+_AUTH_FIX = ("a cluster started with token authentication (`ray start --head` and `tapeout farm worker` do so) needs "
+             "RAY_AUTH_MODE=token here, and its token: the head's ~/.ray/auth_token copied to this machine, or "
+             "RAY_AUTH_TOKEN (docs/farm.md)")
+
+
 class Cluster:
     """The Ray the farm runs on: a cluster at `address`, or a local instance holding this host's devices."""
 
     def __init__(self, address: str | None, local_devices: list[str] | None = None):
-        self.ray = import_ray()
         self.address = address
+        self.ray = import_ray()
         quiet: dict[str, Any] = {"logging_level": logging.ERROR, "log_to_driver": False, "configure_logging": True}
         try:
             if address:
@@ -79,8 +86,9 @@ class Cluster:
                               resources=node_resources(local_devices or []), **quiet)
         except (ConnectionError, TimeoutError, ValueError, RuntimeError) as exc:
             where = f"the Ray cluster at {address}" if address else "a local Ray instance"
-            fix = ("start the head with `ray start --head` (or `tapeout farm worker --devices …` without --address) "
-                   "and give its address" if address else "see `ray start --head` for what Ray needs on this machine")
+            fix = ("check the address (`tapeout farm worker` without --address starts a head and prints it); "
+                   + _AUTH_FIX if address else "see `ray start --head` for what Ray needs on this machine")
+            self.close()
             raise TargetUnavailable(f"cannot reach {where}: {first_line(exc)}", fix=fix) from None
 
     def nodes(self) -> list[dict[str, Any]]:
