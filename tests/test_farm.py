@@ -216,6 +216,23 @@ def test_a_rerun_skips_what_did_not_change_and_rebuilds_what_did(matrix, cluster
     assert check["measurement"]["latency_ms"]["count"] == 24
 
 
+def test_a_task_whose_own_code_raises_is_a_failed_row_not_a_lost_worker(matrix, cluster, tmp_path, monkeypatch):
+    """The worker's unpacking refuses a project bundle with a name that climbs out of its folder: the task raises,
+    and the row says so once (no retry: another node would raise the same)."""
+    from tapeout.core.console import UI
+    from tapeout.farm import head
+    from tapeout.farm.plan import load_plan
+
+    c, _ = cluster
+    plan = load_plan(_plan(tmp_path, _projects(tmp_path)[:1], ["lean.toml"], out="raised"))
+    monkeypatch.setattr(head, "pack", lambda root, skip=(): {"../outside.py": b"x", "tapeout.toml": b""})
+    data = head.run(plan, c.address, UI())
+    (row,) = data["rows"]
+    assert row["status"] == "build failed" and row["attempts"] == {"build": 1}, row
+    assert "the build task raised BadInput" in row["reason"] and "not a plain relative path" in row["reason"]
+    assert not (tmp_path / "outside.py").exists() and not (tmp_path / "raised" / "toy-a").exists()
+
+
 def test_with_no_tries_left_a_lost_check_is_marked_with_its_node_and_nothing_half_written(matrix, cluster, tmp_path):
     """retries = 0: the node running the check is removed; the row says `not measured: worker lost on …`, its build
     (verified when it came back) is written without a check, and no staging dir is left. Runs after the others: it
