@@ -27,30 +27,14 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from quantization import cpu_line  # the same folder: the shared helpers
 
-MODEL = """import torch
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
+from farm_matrix import lean_profiles, toy_projects  # the matrix tests/test_farm.py runs
 
-def build():
-    torch.manual_seed({seed})
-    return torch.nn.Sequential(torch.nn.Linear(16, {width}), torch.nn.ReLU(), torch.nn.Linear({width}, 4))
-"""
-PROJECT = '[model]\nname = "{name}"\nsource = "model.py:build"\n\n[[inputs]]\nname = "x"\nshape = [1, 16]\n'
-LEAN = 'extends = "{base}"\n[check]\niterations = 20\nrepeats = 1\nwarmup_min_s = 0.02\nop_profile = false\n'
 PROFILES = {"lean": "cpu-fp32", "lean-int8": "cpu-int8", "lean-ov": "openvino-cpu"}
 
 
 def setup(root: Path) -> tuple[list[Path], list[Path]]:
-    projects = []
-    for i, (name, width) in enumerate((("toy-a", 32), ("toy-b", 48), ("toy-c", 24))):
-        folder = root / name
-        folder.mkdir(parents=True)
-        (folder / "model.py").write_text(MODEL.format(seed=i, width=width))
-        (folder / "tapeout.toml").write_text(PROJECT.format(name=name))
-        projects.append(folder)
-    profiles = []
-    for name, base in PROFILES.items():
-        (root / f"{name}.toml").write_text(LEAN.format(base=base))
-        profiles.append(root / f"{name}.toml")
-    return projects, profiles
+    return toy_projects(root), lean_profiles(root, PROFILES)
 
 
 def plan(root: Path, projects: list[Path], profiles: list[Path], out: str) -> Path:

@@ -18,42 +18,17 @@ import time
 from pathlib import Path
 
 import pytest
+from farm_matrix import lean_profiles, toy_projects
 
 from conftest import one_line_error, run_cli
 
 pytestmark = pytest.mark.farm
 
-MODEL = """import torch
-
-def build():
-    torch.manual_seed({seed})
-    return torch.nn.Sequential(torch.nn.Linear(16, {width}), torch.nn.ReLU(), torch.nn.Linear({width}, 4))
-"""
-PROJECT = '[model]\nname = "{name}"\nsource = "model.py:build"\n\n[[inputs]]\nname = "x"\nshape = [1, 16]\n'
-LEAN = """extends = "{base}"
-[check]
-iterations = 20
-repeats = 1
-warmup_min_s = 0.02
-op_profile = false
-"""
 NPU = "intel-core-ultra-200v"  # a device spec one test node holds (all nodes are this host; the node is the device)
 
 
-def _projects(root: Path) -> list[Path]:
-    found = []
-    for i, (name, width) in enumerate((("toy-a", 32), ("toy-b", 48), ("toy-c", 24))):
-        folder = root / name
-        folder.mkdir(parents=True)
-        (folder / "model.py").write_text(MODEL.format(seed=i, width=width))
-        (folder / "tapeout.toml").write_text(PROJECT.format(name=name))
-        found.append(folder)
-    return found
-
-
 def _plan(root: Path, projects: list[Path], profiles: list[str], devices: str = "", out: str = "out") -> Path:
-    for name, base in (("lean", "cpu-fp32"), ("lean-ov", "openvino-cpu"), ("lean-trt", "tensorrt-fp16")):
-        (root / f"{name}.toml").write_text(LEAN.format(base=base))
+    lean_profiles(root, {"lean": "cpu-fp32", "lean-ov": "openvino-cpu", "lean-trt": "tensorrt-fp16"})
     builds = "".join(f'[[build]]\nproject = "{p}"\nprofiles = {json.dumps(profiles)}\n\n' for p in projects)
     plan = root / "plan.toml"
     plan.write_text(f'[farm]\nout = "{out}"\nretries = 1\n\n{builds}[devices]\n{devices}')
@@ -97,7 +72,7 @@ def matrix(cluster, tmp_path_factory):
 
     c, nodes = cluster
     root = tmp_path_factory.mktemp("farm")
-    projects = _projects(root)
+    projects = toy_projects(root)
     plan_path = _plan(root, projects, ["lean.toml", "lean-ov.toml", "lean-trt.toml"],
                       devices=f'lean-ov = "{NPU}"\nlean-trt = "h100-sxm"\n')
     killed: dict[str, str] = {}
@@ -183,7 +158,15 @@ def test_a_forged_report_from_a_worker_is_refused_and_nothing_is_written(matrix,
     plan = load_plan(matrix["plan"])
     job = next(j for j in plan.jobs if j.name == "toy-a/lean")
     files = pack_build(results.build_dir(plan, job))
+    checked = {k: v for k, v in files.items() if k.startswith("check")}
     files = {k: v for k, v in files.items() if not k.startswith("check")}
+    forged_check = json.loads(checked["check.json"])
+    forged_check["measurement"]["latency_ms"]["quantiles"]["p50"]["point"] /= 10
+    with pytest.raises(BadInput, match="sha256 mismatch"):  # a build verified on arrival: its check still is
+        results.write(tmp_path / "checked", files, {**checked, "check.json": json.dumps(forged_check).encode()}, job,
+                      received_before=True)
+    assert not (tmp_path / "checked").exists()
+    assert (results.write(tmp_path / "checked", files, checked, job, received_before=True) / "check.json").is_file()
     report = json.loads(files["report.json"])
     report["measurement"]["latency_ms"]["quantiles"]["p50"]["point"] /= 10  # ten times faster, on paper
     forged = {**files, "report.json": json.dumps(report).encode()}
@@ -224,7 +207,7 @@ def test_a_task_whose_own_code_raises_is_a_failed_row_not_a_lost_worker(matrix, 
     from tapeout.farm.plan import load_plan
 
     c, _ = cluster
-    plan = load_plan(_plan(tmp_path, _projects(tmp_path)[:1], ["lean.toml"], out="raised"))
+    plan = load_plan(_plan(tmp_path, toy_projects(tmp_path)[:1], ["lean.toml"], out="raised"))
     monkeypatch.setattr(head, "pack", lambda root, skip=(): {"../outside.py": b"x", "tapeout.toml": b""})
     data = head.run(plan, c.address, UI())
     (row,) = data["rows"]
@@ -245,7 +228,7 @@ def test_with_no_tries_left_a_lost_check_is_marked_with_its_node_and_nothing_hal
     c, _ = cluster
     spare = c.add_node(num_cpus=1, resources={"device:spare-cpu": 1.0, "tapeout-host": 1.0})
     c.wait_for_nodes()
-    plan_path = _plan(tmp_path, _projects(tmp_path)[:1], ["lean.toml"], devices='lean = "spare-cpu"\n', out="lost")
+    plan_path = _plan(tmp_path, toy_projects(tmp_path)[:1], ["lean.toml"], devices='lean = "spare-cpu"\n', out="lost")
     plan_path.write_text(plan_path.read_text().replace("retries = 1", "retries = 0"))
 
     def watch(event: dict) -> None:
@@ -273,7 +256,7 @@ def test_a_cluster_whose_nodes_take_no_farm_tasks_is_one_line_not_a_hang(cluster
 
     bare = Cluster(initialize_head=True, head_node_args={"num_cpus": 1})
     try:
-        plan = load_plan(_plan(tmp_path, _projects(tmp_path)[:1], ["lean.toml"]))
+        plan = load_plan(_plan(tmp_path, toy_projects(tmp_path)[:1], ["lean.toml"]))
         with pytest.raises(TargetUnavailable, match="no node of this Ray cluster advertises tapeout-host"):
             head.run(plan, bare.address, UI())
     finally:
@@ -297,7 +280,7 @@ def test_the_scratch_of_a_killed_worker_is_removed_by_the_next_task_on_its_machi
 
 
 def test_ctrl_c_on_the_head_cancels_and_leaves_no_build(tmp_path):
-    projects = _projects(tmp_path)
+    projects = toy_projects(tmp_path)
     plan = _plan(tmp_path, projects[:1], ["lean.toml"])
     env = {**os.environ, "COLUMNS": "200"}
     proc = subprocess.Popen([sys.executable, "-m", "tapeout", "farm", str(plan)], stderr=subprocess.PIPE,
@@ -328,7 +311,7 @@ def test_ctrl_c_on_the_head_cancels_and_leaves_no_build(tmp_path):
      "twice"),
 ])
 def test_a_bad_plan_is_one_line_and_exit_2_before_anything_starts(tmp_path, plan, says):
-    _projects(tmp_path)
+    toy_projects(tmp_path)
     (tmp_path / "plan.toml").write_text(plan)
     result = run_cli("farm", tmp_path / "plan.toml")
     assert result.code == 2 and says in one_line_error(result), result.err

@@ -30,34 +30,6 @@ from tapeout.farm.runtime import HOST, Cluster, device_resource
 _POLL_S = 0.5
 
 
-def _profile_toml(data: dict[str, Any]) -> str:
-    """The resolved profile as TOML (what a worker builds with), verified to read back as the same data."""
-    from tapeout.core.config import tomllib
-
-    def value(v: Any) -> str:
-        if isinstance(v, bool):
-            return "true" if v else "false"
-        if isinstance(v, int | float):
-            return repr(v)
-        if isinstance(v, str):
-            return json_string(v)
-        if isinstance(v, list):
-            return "[" + ", ".join(value(x) for x in v) + "]"
-        if isinstance(v, dict):
-            return "{" + ", ".join(f"{json_string(k)} = {value(x)}" for k, x in v.items()) + "}"
-        raise BadInput(f"profile value {v!r} cannot be sent to a worker", fix="use TOML's plain types")
-
-    def json_string(s: str) -> str:
-        import json
-
-        return json.dumps(s)
-
-    text = "".join(f"{json_string(k)} = {value(v)}\n" for k, v in data.items())
-    if tomllib.loads(text) != data:
-        raise BadInput(f"profile {data.get('name')} does not survive being written as TOML", fix="report this")
-    return text
-
-
 @dataclass
 class Row:
     job: Job
@@ -128,7 +100,7 @@ class Farm:
         job = {"key": row.key, "attempt": attempt, "tapeout": __version__, "profile": row.job.profile}
         if stage == "build":
             share = 1.0 / self.plan.settings.builds_per_node
-            job.update(project=self.projects[row.job.project.root], profile_toml=self.profiles[row.key],
+            job.update(project=self.projects[row.job.project.root], profile_toml=row.job.profile_toml,
                        project_file=row.job.project.file.relative_to(row.job.project.root).as_posix())
             remote = self.remote_build.options(num_cpus=0, resources={HOST: share}, max_retries=0)
         else:
@@ -151,13 +123,13 @@ class Farm:
         final = results.build_dir(self.plan, row.job)
         if row.files is not None:
             try:
-                row.build_dir = str(results.write(final, row.files, check_files, row.job))
+                row.build_dir = str(results.write(final, row.files, check_files, row.job, received_before=True))
             except BadInput as exc:
                 status, reason = "refused", first_line(exc)
                 if check_files is not None:  # the build itself was verified on arrival: keep it, uncheck
                     reason = f"the check that came back: {reason}"
                     with contextlib.suppress(BadInput):
-                        row.build_dir = str(results.write(final, row.files, None, row.job))
+                        row.build_dir = str(results.write(final, row.files, None, row.job, received_before=True))
         row.status, row.reason, row.files = status, reason, None
         row.exit_code = row.check_exit if status == "checked" else row.build_exit if status == "built" else None
         self.say(row, status + (f": {reason}" if reason else "") + (f" (exit {row.exit_code})"
@@ -249,11 +221,9 @@ class Farm:
         for job in self.plan.jobs:
             if job.project.root not in self.projects:
                 self.projects[job.project.root] = pack(job.project.root, skip={self.plan.out})
-        self.profiles = {}
         self.rows = []
         for i, job in enumerate(self.plan.jobs):
             key = results.inputs_key(job, self.projects[job.project.root], self.plan.settings.check)
-            self.profiles[key] = _profile_toml(job.profile_data)
             self.rows.append(Row(job, key, i))
         if not any(n["resources"].get(HOST) for n in self.cluster.nodes()):
             raise TargetUnavailable(f"no node of this Ray cluster advertises {HOST}, so none takes a farm's tasks (its "

@@ -78,7 +78,8 @@ class Job:
 
     project: Project
     profile: str             # the profile's resolved name (a build dir's folder name)
-    profile_data: dict[str, Any]  # the profile with `extends` merged: what a worker builds with
+    profile_data: dict[str, Any]  # the profile with `extends` merged
+    profile_toml: str        # the same as TOML: what a worker builds with
     device: str
 
     @property
@@ -126,7 +127,7 @@ def load_plan(path: Path, out: Path | None = None) -> Plan:
                 raise BadInput(f"{path}: profile {profile.name} names no device spec, and its target "
                                f"({profile.target}) does not run on a host CPU", fix=f"say which device its check "
                                f"needs: [devices] {profile.name} = \"h100-sxm\" (a device spec name)")
-            jobs.append(Job(project, profile.name, data, device or HOST_CPU))
+            jobs.append(Job(project, profile.name, data, profile_toml(data), device or HOST_CPU))
     unknown = sorted(set(plan.devices) - used_profiles - {p for e in plan.build for p in e.profiles})
     if unknown:
         raise BadInput(f"{path}: [devices] names profile {unknown[0]!r}, which no [[build]] entry builds",
@@ -137,6 +138,31 @@ def load_plan(path: Path, out: Path | None = None) -> Plan:
             raise BadInput(f"the farm's out dir {where} holds project {job.project.root}",
                            fix="choose an out dir outside every project (--out, or [farm] out)")
     return Plan(path.resolve(), plan.farm, jobs, where)
+
+
+def profile_toml(data: dict[str, Any]) -> str:
+    """A resolved profile as TOML (a worker reads it as `tapeout build` reads any profile), checked to read back as
+    the same data."""
+    import json
+
+    from tapeout.core.config import tomllib
+
+    def value(v: Any) -> str:
+        if isinstance(v, bool):
+            return "true" if v else "false"
+        if isinstance(v, int | float | str):
+            return json.dumps(v)  # JSON's numbers and quoted strings are TOML's too (NaN and inf never pass the schema)
+        if isinstance(v, list):
+            return "[" + ", ".join(value(x) for x in v) + "]"
+        if isinstance(v, dict):
+            return "{" + ", ".join(f"{json.dumps(k)} = {value(x)}" for k, x in v.items()) + "}"
+        raise BadInput(f"profile value {v!r} cannot be sent to a worker", fix="use TOML's plain types")
+
+    text = "".join(f"{json.dumps(k)} = {value(v)}\n" for k, v in data.items())
+    if tomllib.loads(text) != data:
+        raise BadInput(f"profile {data.get('name')} does not read back the same once written as TOML for a worker",
+                       fix="report this, with the profile")
+    return text
 
 
 def _runs_on_host_cpu(target: str) -> bool:

@@ -75,13 +75,18 @@ def _scratch() -> tempfile.TemporaryDirectory:
     return tempfile.TemporaryDirectory(prefix=f"{_SCRATCH_PREFIX}{os.getpid()}-")
 
 
-def _where(tracker, key: str, stage: str, attempt: int) -> dict[str, Any]:
+def _where(tracker, job: dict[str, Any], stage: str) -> dict[str, Any]:
+    """Tell the head where this task started; the result's first fields, with an error where this worker's tapeout
+    is not the head's."""
     import ray
 
     node = ray.get_runtime_context().get_node_id()
     host = socket.gethostname()
-    ray.get(tracker.started.remote(key, stage, attempt, node, host))
-    return {"node": node, "host": host, "tapeout": __version__, "machine": machine_state()}
+    ray.get(tracker.started.remote(job["key"], stage, job["attempt"], node, host))
+    result = {"node": node, "host": host, "tapeout": __version__, "machine": machine_state()}
+    if job["tapeout"] != __version__:
+        result.update(exit_code=4, error=f"this worker runs tapeout {__version__}, the head {job['tapeout']}")
+    return result
 
 
 def machine_state() -> dict[str, Any]:
@@ -96,9 +101,9 @@ def machine_state() -> dict[str, Any]:
 
 def build(tracker, job: dict[str, Any]) -> dict[str, Any]:
     """Build the project for the profile: the build dir's files, or the line that says why there is none."""
-    result = _where(tracker, job["key"], "build", job["attempt"])
-    if job["tapeout"] != __version__:
-        return {**result, "exit_code": 4, "error": f"this worker runs tapeout {__version__}, the head {job['tapeout']}"}
+    result = _where(tracker, job, "build")
+    if "error" in result:
+        return result
     started = time.perf_counter()
     with _scratch() as scratch:
         root = Path(scratch)
@@ -118,9 +123,9 @@ def build(tracker, job: dict[str, Any]) -> dict[str, Any]:
 
 def check(tracker, job: dict[str, Any]) -> dict[str, Any]:
     """Check the build on this node's device: the check's files, or the line that says why there are none."""
-    result = _where(tracker, job["key"], "check", job["attempt"])
-    if job["tapeout"] != __version__:
-        return {**result, "exit_code": 4, "error": f"this worker runs tapeout {__version__}, the head {job['tapeout']}"}
+    result = _where(tracker, job, "check")
+    if "error" in result:
+        return result
     started = time.perf_counter()
     with _scratch() as scratch:
         build_dir = Path(scratch) / "build"
