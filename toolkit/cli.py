@@ -23,6 +23,8 @@ app = typer.Typer(add_completion=False, no_args_is_help=True, rich_markup_mode=N
                   help="Take a trained model to a deployable artifact for a named device, under budgets, with evidence.")
 profiles_app = typer.Typer(no_args_is_help=True, help="List build profiles, or show one as resolved.")
 app.add_typer(profiles_app, name="profiles")
+kernels_app = typer.Typer(no_args_is_help=True, help="The fused Triton kernels: list them, verify them, time them.")
+app.add_typer(kernels_app, name="kernels")
 
 JSON = typer.Option(False, "--json", help="Print machine-readable JSON on stdout; progress stays on stderr.")
 STRICT = typer.Option(False, "--strict", help="Count unmeasured and estimated verdicts as failures (exit 1).")
@@ -218,6 +220,47 @@ def profiles_show(name: str = typer.Argument(..., help="Profile or device spec n
     from tapeout.commands import profiles as command
 
     _done(command.show(name))
+
+
+KERNEL_NAMES = typer.Argument(None, metavar="[KERNEL]...", help="Kernels by name (`tapeout kernels list`); default: all.")
+
+
+@kernels_app.command("list")
+def kernels_list(as_json: bool = JSON) -> None:
+    """The kernels, what each replaces and its dtypes."""
+    from tapeout.commands import kernels as command
+
+    _done(command.listing(as_json))
+
+
+@kernels_app.command("verify")
+def kernels_verify(
+    names: list[str] | None = KERNEL_NAMES,
+    dtype: str | None = typer.Option(None, "--dtype", help="float32, float16, bfloat16 (comma-separated); default: all."),
+    all_configs: bool = typer.Option(False, "--all-configs", help="Every config of each tuning space, not the default."),
+    as_json: bool = JSON,
+) -> None:
+    """Each kernel against its PyTorch reference on fresh inputs (on the GPU, else in Triton's interpreter); exit 1
+    when one fails."""
+    from tapeout.commands import kernels as command
+
+    _done(command.verify(names, dtype, all_configs, as_json))
+
+
+@kernels_app.command("bench")
+def kernels_bench(
+    names: list[str] | None = KERNEL_NAMES,
+    dtype: str | None = typer.Option(None, "--dtype", help="float32, float16, bfloat16 (comma-separated); default: float16."),
+    calls: int = typer.Option(100, "--calls", help="Timed calls per kernel and case."),
+    max_autotune: bool = typer.Option(False, "--max-autotune", help="Also time torch.compile(mode='max-autotune')."),
+    retune: bool = typer.Option(False, "--retune", help="Autotune again even where this GPU's choice is cached."),
+    as_json: bool = JSON,
+) -> None:
+    """Time each kernel at the sample models' shapes on this GPU beside eager PyTorch and Inductor (exit 4 without
+    a GPU); the timings the substitution pass decides from."""
+    from tapeout.commands import kernels as command
+
+    _done(command.bench(names, dtype, calls, max_autotune, retune, as_json))
 
 
 _INTERRUPTED = "tapeout: interrupted (Ctrl-C); a build in progress leaves the build dir as it was"

@@ -1,0 +1,149 @@
+"""Residual add + LayerNorm / RMSNorm in one pass: h = x + residual is written once (the residual stream goes on)
+and normalised from registers, where the unfused chain writes h, reads it back for the statistics and again to
+normalise. One program per row; the row must fit one block (hidden sizes up to 16 K)."""
+
+from __future__ import annotations
+
+import triton
+import triton.language as tl
+
+from tapeout.targets.kernels.base import Case, Config, Kernel, Match, itemsize, torch_dtype
+
+MAX_WIDTH = 16384
+
+
+def _add_norm(x_ptr, res_ptr, w_ptr, b_ptr, out_ptr, sum_ptr, width, eps,
+              RMS: tl.constexpr, HAS_BIAS: tl.constexpr, BLOCK: tl.constexpr):
+    row = tl.program_id(0).to(tl.int64)
+    cols = tl.arange(0, BLOCK)
+    inside = cols < width
+    x = tl.load(x_ptr + row * width + cols, mask=inside, other=0.0)
+    h = x.to(tl.float32) + tl.load(res_ptr + row * width + cols, mask=inside, other=0.0).to(tl.float32)
+    tl.store(sum_ptr + row * width + cols, h.to(x.dtype), mask=inside)
+    centred = h if RMS else tl.where(inside, h - tl.sum(h, axis=0) / width, 0.0)
+    var = tl.sum(centred * centred, axis=0) / width
+    y = centred * tl.math.rsqrt(var + eps) * tl.load(w_ptr + cols, mask=inside, other=0.0).to(tl.float32)
+    if HAS_BIAS:
+        y += tl.load(b_ptr + cols, mask=inside, other=0.0).to(tl.float32)
+    tl.store(out_ptr + row * width + cols, y.to(x.dtype), mask=inside)
+
+
+class _AddNorm(Kernel):
+    source = _add_norm
+    shrinkable = ("rows",)
+    rms: bool
+
+    def cases(self) -> list[Case]:
+        return [Case.of("MiniLM batch 1 (seq 128)", rows=128, width=384),
+                Case.of("MiniLM batch 32 (seq 128)", rows=4096, width=384),
+                Case.of("Whisper-tiny encoder (1500 frames)", rows=1500, width=384),
+                Case.of("Llama-style decode step", rows=1, width=2048),
+                Case.of("edge: width not a power of two", rows=3, width=200),
+                Case.of("edge: one element", rows=2, width=1)]
+
+    def configs(self, case: Case) -> list[Config]:
+        return [Config.of(num_warps=w) for w in (4, 1, 2, 8, 16) if w * 32 <= max(32, _block(case["width"]))]
+
+    def inputs(self, case, dtype, generator, device):
+        import torch
+
+        shape, t = (case["rows"], case["width"]), torch_dtype(dtype)
+        draw = {"x": torch.randn(shape, generator=generator).to(device, t),
+                "residual": torch.randn(shape, generator=generator).to(device, t),
+                "weight": (1 + 0.1 * torch.randn(case["width"], generator=generator)).to(device, t),
+                "eps": 1e-5}
+        if not self.rms:
+            draw["bias"] = (0.1 * torch.randn(case["width"], generator=generator)).to(device, t)
+        return draw
+
+    def outputs(self, case, dtype, inputs, device):
+        import torch
+
+        return {"out": torch.empty_like(inputs["x"]), "sum": torch.empty_like(inputs["x"])}
+
+    def eager(self, x, residual, weight, eps, bias=None):
+        import torch.nn.functional as F
+
+        h = x + residual
+        if self.rms:
+            return {"out": F.rms_norm(h, (h.shape[-1],), weight, eps), "sum": h}
+        return {"out": F.layer_norm(h, (h.shape[-1],), weight, bias, eps), "sum": h}
+
+    def run(self, inputs, outputs, config):
+        x = inputs["x"]
+        width = x.shape[-1]
+        if width > MAX_WIDTH:
+            raise ValueError(f"{self.name}: a row of {width} does not fit one block (at most {MAX_WIDTH})")
+        bias = inputs.get("bias", x)
+        self.launcher()[(x.numel() // width,)](
+            x, inputs["residual"], inputs["weight"], bias, outputs["out"], outputs["sum"], width, inputs["eps"],
+            RMS=self.rms, HAS_BIAS="bias" in inputs, BLOCK=_block(width), **config.launch())
+
+    def traffic(self, case, dtype):
+        elems, size = case["rows"] * case["width"], itemsize(dtype)
+        return 4 * elems * size + (1 if self.rms else 2) * case["width"] * size, 8.0 * elems
+
+    def call(self, x, residual, weight, bias, eps):
+        import torch
+
+        out, total = torch.empty_like(x), torch.empty_like(x)
+        inputs = {"x": x.contiguous(), "residual": residual.contiguous(), "weight": weight, "eps": eps}
+        if bias is not None:
+            inputs["bias"] = bias
+        self.run(inputs, {"out": out, "sum": total}, self.configs(Case.of(rows=1, width=x.shape[-1]))[0])
+        return out, total
+
+    def match(self, node):
+        import torch
+
+        aten = torch.ops.aten
+        norm = aten.rms_norm.default if self.rms else aten.layer_norm.default
+        if node.op != "call_function" or node.target != norm:
+            return None
+        args = list(node.args) + [None] * 5
+        added, shape, weight = args[0], args[1], args[2]
+        bias, eps = (None, args[3]) if self.rms else (args[3], args[4])
+        if not (hasattr(added, "target") and added.target == aten.add.Tensor and len(added.args) == 2
+                and len(added.kwargs) == 0 and weight is not None and len(shape) == 1):
+            return None
+        a, b = added.args
+        vals = [getattr(v, "meta", {}).get("val") for v in (a, b, added)]
+        if any(v is None for v in vals) or vals[0].shape != vals[2].shape or vals[1].shape != vals[2].shape:
+            return None  # a broadcast add is not a residual
+        if eps is None:
+            eps = 1e-5 if not self.rms else _default_rms_eps(vals[2].dtype)
+        width = int(vals[2].shape[-1])
+        rows = int(vals[2].numel() // width) if width else 0
+        return Match(self.name, [added, node], (a, b, weight, bias, float(eps)),
+                     Case.of(rows=rows, width=width), str(vals[2].dtype).removeprefix("torch."))
+
+    def launcher(self):
+        from torch.library import wrap_triton
+
+        return wrap_triton(self.compiled)
+
+
+def _default_rms_eps(dtype) -> float:
+    import torch
+
+    return float(torch.finfo(dtype).eps)
+
+
+def _block(width: int) -> int:
+    return triton.next_power_of_2(max(width, 1))
+
+
+class AddLayerNorm(_AddNorm):
+    name = "add-layernorm"
+    summary = "residual add + LayerNorm, the sum written once and normalised in registers"
+    replaces = "aten.add → aten.layer_norm (last dim)"
+    op_schema = "tapeout::add_layernorm"
+    rms = False
+
+
+class AddRmsNorm(_AddNorm):
+    name = "add-rmsnorm"
+    summary = "residual add + RMSNorm, the sum written once and normalised in registers"
+    replaces = "aten.add → aten.rms_norm (last dim)"
+    op_schema = "tapeout::add_rmsnorm"
+    rms = True
