@@ -117,6 +117,20 @@ class _AddNorm(Kernel):
         return Match(self.name, [added, node], (a, b, weight, bias, float(eps)),
                      Case.of(rows=rows, width=width), str(vals[2].dtype).removeprefix("torch."))
 
+    def rewrite(self, graph, match, op):
+        import operator
+
+        added, norm = match.nodes
+        with graph.inserting_before(norm):
+            fused = graph.call_function(op, match.args)
+            out = graph.call_function(operator.getitem, (fused, 0))
+            total = graph.call_function(operator.getitem, (fused, 1))
+        fused.meta["val"] = (norm.meta["val"], added.meta["val"])
+        out.meta["val"], total.meta["val"] = norm.meta["val"], added.meta["val"]
+        norm.replace_all_uses_with(out)
+        added.replace_all_uses_with(total)
+        return [(norm, out), (added, total)]
+
     def launcher(self):
         from torch.library import wrap_triton
 
@@ -138,6 +152,7 @@ class AddLayerNorm(_AddNorm):
     summary = "residual add + LayerNorm, the sum written once and normalised in registers"
     replaces = "aten.add → aten.layer_norm (last dim)"
     op_schema = "tapeout::add_layernorm"
+    op_signature = "(Tensor x, Tensor residual, Tensor weight, Tensor? bias, float eps) -> (Tensor, Tensor)"
     rms = False
 
 
@@ -146,4 +161,5 @@ class AddRmsNorm(_AddNorm):
     summary = "residual add + RMSNorm, the sum written once and normalised in registers"
     replaces = "aten.add → aten.rms_norm (last dim)"
     op_schema = "tapeout::add_rmsnorm"
+    op_signature = "(Tensor x, Tensor residual, Tensor weight, Tensor? bias, float eps) -> (Tensor, Tensor)"
     rms = True

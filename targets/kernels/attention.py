@@ -63,6 +63,7 @@ class ShortAttention(Kernel):
     summary = "short-sequence attention (online softmax; additive or boolean mask, causal), batch 1–32"
     replaces = "aten.scaled_dot_product_attention (no dropout, same heads for q, k and v)"
     op_schema = "tapeout::attention"
+    op_signature = "(Tensor q, Tensor k, Tensor v, Tensor? mask, bool causal, float scale) -> Tensor"
     source = _attention
     shrinkable = ("batch", "heads", "seq")
     # seen with Triton 3.9: its interpreter's tl.dot on two bfloat16 tiles is off by 1e10 (numpy has no bfloat16)
@@ -134,7 +135,7 @@ class ShortAttention(Kernel):
         out = torch.empty(q.shape, dtype=q.dtype, device=q.device)
         config = self.configs(None)[0]
         self.run({"q": q, "k": k, "v": v, "mask": mask, "causal": causal, "scale": scale}, {"out": out}, config)
-        return (out,)
+        return out
 
     def match(self, node):
         import torch

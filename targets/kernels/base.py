@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import functools
 from abc import ABC, abstractmethod
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
@@ -88,6 +88,7 @@ class Kernel(ABC):
     replaces: ClassVar[str]                       # the chain of ops, in words, for the report
     dtypes: ClassVar[tuple[str, ...]] = ("float32", "float16", "bfloat16")
     op_schema: ClassVar[str]                      # the torch.library op it is registered as ("tapeout::name")
+    op_signature: ClassVar[str] = ""              # its schema, "(Tensor x, …) -> Tensor"; empty: not substituted
     source: ClassVar[Callable]                    # the undecorated Triton kernel function
     shrinkable: ClassVar[tuple[str, ...]] = ()     # dims the interpreter may cut to keep a case quick
     interpreter_limits: ClassVar[dict[str, str]] = {}  # dtype -> why Triton's interpreter cannot verify it
@@ -153,10 +154,20 @@ class Kernel(ABC):
         """The chain ending at `node` (an FX node of a torch.export program) this kernel replaces, or None."""
         return None
 
-    def call(self, *args) -> Sequence:
+    def call(self, *args):
         """The kernel as a function of the matched arguments (what the registered op runs): outputs allocated here,
         launched with the default config."""
         raise NotImplementedError(f"{self.name} is not a substitution kernel")
+
+    def rewrite(self, graph, match: Match, op) -> list[tuple]:
+        """Put a call of `op` in the program's graph where `match` was; the (old node, new node) pairs whose uses
+        moved (the chain's other nodes are left for dead-code elimination)."""
+        last = match.nodes[-1]
+        with graph.inserting_before(last):
+            new = graph.call_function(op, match.args)
+        new.meta.update({k: v for k, v in last.meta.items() if k in ("val", "tensor_meta", "stack_trace")})
+        last.replace_all_uses_with(new)
+        return [(last, new)]
 
 
 def itemsize(dtype: str) -> int:

@@ -28,6 +28,7 @@ class BiasGelu(Kernel):
     summary = "bias add + GELU (erf or tanh) on a Linear layer's output"
     replaces = "aten.linear (with bias) → aten.gelu: the Linear without its bias, then this kernel"
     op_schema = "tapeout::bias_gelu"
+    op_signature = "(Tensor y, Tensor bias, str approximate) -> Tensor"
     source = _bias_gelu
     shrinkable = ("rows",)
 
@@ -72,7 +73,19 @@ class BiasGelu(Kernel):
 
         out = torch.empty_like(y)
         self.run({"y": y.contiguous(), "bias": bias, "approximate": approximate}, {"out": out}, self.configs(None)[0])
-        return (out,)
+        return out
+
+    def rewrite(self, graph, match, op):
+        import torch
+
+        linear, gelu = match.nodes
+        with graph.inserting_before(gelu):
+            bare = graph.call_function(torch.ops.aten.linear.default, tuple(linear.args[:2]))
+            new = graph.call_function(op, (bare, *match.args))
+        bare.meta["val"] = linear.meta["val"]
+        new.meta["val"] = gelu.meta["val"]
+        gelu.replace_all_uses_with(new)
+        return [(gelu, new)]
 
     def match(self, node):
         import torch

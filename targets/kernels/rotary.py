@@ -37,6 +37,7 @@ class Rotary(Kernel):
     summary = "rotary embedding on a Q or K projection's output (halves rotated), cos/sin broadcast"
     replaces = "x·cos + cat(−x[…, d/2:], x[…, :d/2])·sin (HF's apply_rotary_pos_emb)"
     op_schema = "tapeout::rotary"
+    op_signature = "(Tensor x, Tensor cos, Tensor sin) -> Tensor"
     source = _rotary
     shrinkable = ("heads", "seq", "batch")
 
@@ -92,7 +93,7 @@ class Rotary(Kernel):
 
         out = torch.empty(x.shape, dtype=x.dtype, device=x.device)
         self.run({"x": x, "cos": cos, "sin": sin}, {"out": out}, self.configs(None)[0])
-        return (out,)
+        return out
 
     def match(self, node):
         """add(mul(x, cos), mul(cat([neg(slice(x, -1, d/2, end)), slice(x, -1, 0, d/2)], -1), sin)), either order."""

@@ -24,6 +24,7 @@ class SiluMul(Kernel):
     summary = "silu(gate) * up, the SiLU-gated MLP's epilogue"
     replaces = "aten.silu → aten.mul (same shapes)"
     op_schema = "tapeout::silu_mul"
+    op_signature = "(Tensor gate, Tensor up) -> Tensor"
     source = _silu_mul
     shrinkable = ("rows",)
 
@@ -67,7 +68,7 @@ class SiluMul(Kernel):
 
         out = torch.empty_like(gate)
         self.run({"gate": gate.contiguous(), "up": up.contiguous()}, {"out": out}, self.configs(None)[0])
-        return (out,)
+        return out
 
     def match(self, node):
         import torch

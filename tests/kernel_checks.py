@@ -1,0 +1,112 @@
+"""Kernel checks that must run in a fresh process: Triton's interpreter has to be on before triton is imported,
+and the test worker may have imported it already (Inductor does). `python tests/kernel_checks.py SCENARIO` prints
+one JSON object; tests/test_kernels.py runs it."""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+import tempfile
+from pathlib import Path
+
+os.environ["TRITON_INTERPRET"] = "1"
+
+
+def planted() -> dict:
+    """Three kernels that must fail verification: an off-by-one in a mask, a cached result, an aliased output."""
+    import importlib.util
+
+    from tapeout.measurement import kernel_harness as harness
+    from tapeout.targets.kernels import add_norm, silu_mul
+
+    source = Path(add_norm.__file__).read_text()
+    assert "inside = cols < width\n" in source
+    folder = Path(tempfile.mkdtemp())
+    (folder / "off_by_one.py").write_text(source.replace("inside = cols < width\n", "inside = cols < width - 1\n"))
+    spec = importlib.util.spec_from_file_location("off_by_one", folder / "off_by_one.py")
+    mutated = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mutated)
+
+    class OffByOne(add_norm.AddLayerNorm):
+        source = mutated._add_norm
+
+    class Cached(silu_mul.SiluMul):
+        kept = None
+
+        def run(self, inputs, outputs, config):
+            if self.kept is None:
+                super().run(inputs, outputs, config)
+                self.kept = outputs["out"].clone()
+            outputs["out"].copy_(self.kept)
+
+    class Aliased(silu_mul.SiluMul):
+        def outputs(self, case, dtype, inputs, device):
+            return {"out": inputs["gate"]}
+
+    found = {}
+    for name, kernel in (("off_by_one", OffByOne()), ("cached", Cached()), ("aliased", Aliased()), ("honest", silu_mul.SiluMul())):
+        checks = harness.verify(kernel, "interpreter", ("float32",))
+        found[name] = [{"case": c.case, "ok": c.ok, "problem": c.problem, "unwritten": c.unwritten} for c in checks]
+    return found
+
+
+def substitution() -> dict:
+    """A block with every chain the kernels replace, exported; a stand-in timing table (the kernel faster than
+    Inductor everywhere but silu·mul); the rewritten program run in the interpreter against the original."""
+    import torch
+    import torch.nn.functional as F
+    from torch import nn
+
+    from tapeout.targets.kernels import substitute, timings
+
+    class Block(nn.Module):
+        def __init__(self, d=64, heads=4):
+            super().__init__()
+            self.heads = heads
+            self.qkv, self.ln = nn.Linear(d, 3 * d), nn.LayerNorm(d)
+            self.up, self.down = nn.Linear(d, 4 * d), nn.Linear(4 * d, d)
+            self.gate, self.up2 = nn.Linear(d, 2 * d, bias=False), nn.Linear(d, 2 * d, bias=False)
+            self.rms, self.out = nn.RMSNorm(d, eps=1e-6), nn.Linear(2 * d, d)
+
+        def forward(self, x, mask, cos, sin):
+            b, n, d = x.shape
+            q, k, v = self.qkv(x).view(b, n, 3, self.heads, d // self.heads).permute(2, 0, 3, 1, 4)
+            half = q.shape[-1] // 2
+
+            def rotate(t):
+                return t * cos + torch.cat([-t[..., half:], t[..., :half]], dim=-1) * sin
+
+            a = F.scaled_dot_product_attention(rotate(q), rotate(k), v, attn_mask=mask).transpose(1, 2).reshape(b, n, d)
+            h = self.ln(a + x)
+            h2 = self.down(F.gelu(self.up(h)))
+            r = self.rms(h2 + h)
+            return self.out(F.silu(self.gate(r)) * self.up2(r))
+
+    torch.manual_seed(0)
+    model = Block().eval()
+    x, mask = torch.randn(2, 8, 64), torch.zeros(2, 1, 1, 8)
+    mask[1, ..., 6:] = torch.finfo(torch.float32).min
+    angle = torch.rand(1, 1, 8, 8)
+    cos, sin = torch.cat([angle, angle], -1).cos(), torch.cat([angle, angle], -1).sin()
+    inputs = (x, mask, cos, sin)
+    with torch.no_grad():
+        want = model(*inputs)
+        on_cpu = torch.export.export(model, inputs)
+        _, cpu_decisions = substitute.substitute(on_cpu, {}, None)
+        program = torch.export.export(model, inputs)
+        matches = substitute.find(program)
+        table = {timings.entry_key(m.kernel, m.case.key, m.dtype): timings.Timing(
+            config="stand-in", kernel_ms=1.0, kernel_p90_ms=1.1, inductor_ms=0.5 if m.kernel == "silu-mul" else 2.0,
+            calls=10) for m in matches}
+        replaced, decisions = substitute.substitute(program, table, "stand-in GPU")
+        got = program.module()(*inputs)
+    ops = sorted(str(n.target) for n in program.graph_module.graph.nodes if str(n.target).startswith("tapeout."))
+    return {"replaced": replaced, "decisions": [d.row() for d in decisions], "ops": ops,
+            "cpu": [d.row() for d in cpu_decisions], "max_abs": float((got - want).abs().max()),
+            "sdpa_left": sum(str(n.target) == "aten.scaled_dot_product_attention.default"
+                             for n in program.graph_module.graph.nodes)}
+
+
+if __name__ == "__main__":
+    print(json.dumps({"planted": planted, "substitution": substitution}[sys.argv[1]]()))

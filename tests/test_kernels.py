@@ -1,0 +1,151 @@
+"""The fused Triton kernels (targets/kernels/): every kernel against its reference in Triton's interpreter, the
+harness refusing kernels that cheat, and the substitution pass deciding from measured timings. Kernels run in
+fresh processes (tests/kernel_checks.py, the CLI): the interpreter must be on before triton is imported.
+Timing needs a GPU: tests/gpu/test_kernels_gpu.py."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+pytest.importorskip("triton")
+
+HERE = Path(__file__).parent
+ENV = {**os.environ, "TRITON_INTERPRET": "1", "CUDA_VISIBLE_DEVICES": ""}
+
+
+def _scenario(name: str) -> dict:
+    done = subprocess.run([sys.executable, str(HERE / "kernel_checks.py"), name], capture_output=True, text=True,
+                          env=ENV, timeout=600)
+    assert done.returncode == 0, done.stderr[-3000:]
+    return json.loads(done.stdout)
+
+
+def _tapeout(*args: str, env=ENV) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "tapeout", *args], capture_output=True, text=True, env=env, timeout=900)
+
+
+def test_kernels_verify_in_the_interpreter_float32_and_float16():
+    done = _tapeout("kernels", "verify", "add-layernorm", "add-rmsnorm", "silu-mul", "rotary", "gemv-int4",
+                    "--dtype", "float32,float16", "--json")
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-2000:]
+    found = json.loads(done.stdout)
+    assert found["backend"] == "interpreter" and found["failed"] == 0
+    kernels = {c["kernel"] for c in found["checks"] if c["ok"]}
+    assert kernels == {"add-layernorm", "add-rmsnorm", "silu-mul", "rotary", "gemv-int4"}
+    # the model's own shapes and the edge cases both ran; big ones were cut and say from what
+    cases = {c["case"] for c in found["checks"] if c["kernel"] == "add-layernorm"}
+    assert {"rows=3,width=200", "rows=2,width=1", "rows=1,width=2048"} <= cases
+    assert any(c["cut_from"] == "rows=4096,width=384" for c in found["checks"])
+    assert "in Triton's interpreter" in done.stderr
+
+
+@pytest.mark.slow
+def test_every_kernel_verifies_in_the_interpreter_and_every_config_of_one():
+    configs = _tapeout("kernels", "verify", "silu-mul", "--all-configs", "--dtype", "float32", "--json")
+    assert configs.returncode == 0, configs.stdout[-3000:]
+    assert len({c["config"] for c in json.loads(configs.stdout)["checks"]}) == 4
+    done = _tapeout("kernels", "verify", "--json")
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-2000:]
+    found = json.loads(done.stdout)
+    from tapeout.targets import kernels
+
+    assert {c["kernel"] for c in found["checks"] if c["ok"]} == set(kernels.names())
+    # what the interpreter cannot verify is said, not passed: attention's bfloat16 tl.dot
+    skipped = [c for c in found["checks"] if c["ok"] is None]
+    assert skipped and {(c["kernel"], c["dtype"]) for c in skipped} == {("attention", "bfloat16")}
+    assert all("interpreter" in c["problem"] for c in skipped)
+
+
+def test_the_harness_refuses_an_off_by_one_a_cached_result_and_an_aliased_output():
+    found = _scenario("planted")
+    # the honest kernel passes the same checks the planted ones fail
+    assert all(c["ok"] for c in found["honest"])
+    assert all(c["ok"] is False and "unwritten" in c["problem"] and c["unwritten"] > 0 for c in found["off_by_one"])
+    assert found["cached"][0]["ok"] is False and "earlier call" in found["cached"][0]["problem"]
+    assert all(c["ok"] is False for c in found["cached"])
+    assert all(c["ok"] is False and "shares memory with an input" in c["problem"] for c in found["aliased"])
+
+
+def test_substitution_replaces_only_where_the_kernel_was_faster_and_keeps_the_result():
+    found = _scenario("substitution")
+    by_kernel = {}
+    for d in found["decisions"]:
+        by_kernel.setdefault(d["kernel"], []).append(d)
+    assert set(by_kernel) == {"rotary", "attention", "add-layernorm", "bias-gelu", "add-rmsnorm", "silu-mul"}
+    assert len(by_kernel["rotary"]) == 2  # q and k
+    # silu·mul measured slower than Inductor's code: kept, with both timings in the reason
+    (silu,) = by_kernel["silu-mul"]
+    assert not silu["substituted"] and "slower than Inductor" in silu["reason"] and "1.0000 vs 0.5000" in silu["reason"]
+    assert found["replaced"] == 6 and all(d["substituted"] for d in found["decisions"] if d["kernel"] != "silu-mul")
+    assert found["ops"].count("tapeout.rotary.default") == 2 and "tapeout.silu_mul.default" not in found["ops"]
+    assert found["sdpa_left"] == 0
+    # the rewritten program, its kernels run in the interpreter, computes what the model does
+    assert found["max_abs"] < 1e-4
+    # a program for the CPU keeps Inductor's code everywhere, and says why
+    assert found["cpu"] and not any(d["substituted"] for d in found["cpu"])
+    assert all("CUDA GPUs" in d["reason"] for d in found["cpu"])
+
+
+def test_decisions_without_a_timing_keep_inductor_and_say_how_to_measure():
+    pytest.importorskip("torch")
+    from tapeout.targets.kernels import substitute, timings
+    from tapeout.targets.kernels.base import Case, Match
+
+    matches = [Match("add-layernorm", [], (), Case.of(rows=128, width=384), "float16"),
+               Match("attention", [], (), Case.of(batch=1, heads=12, seq=128, dim=32), "float16"),
+               Match("bias-gelu", [], (), Case.of(rows=128, width=1536), "float16")]
+    table = {timings.entry_key("attention", "batch=1,heads=12,seq=128,dim=32", "float16"):
+             timings.Timing(config="c", kernel_ms=0.02, kernel_p90_ms=0.03, inductor_ms=None, calls=50),
+             timings.entry_key("bias-gelu", "rows=128,width=1536", "float16"):
+             timings.Timing(config="c", kernel_ms=0.004, kernel_p90_ms=0.005, inductor_ms=0.004, calls=50)}
+    first, second, third = substitute.decide(matches, table, "H100")
+    assert not first.substituted and "tapeout kernels bench add-layernorm" in first.reason
+    assert not second.substituted and "not timed" in second.reason
+    assert not third.substituted and "slower than Inductor" in third.reason  # a tie is not a win
+
+
+def test_bench_without_a_gpu_is_one_line_exit_4():
+    done = _tapeout("kernels", "bench", "silu-mul")
+    assert done.returncode == 4, done.stderr
+    assert done.stderr.strip().count("\n") == 0 and "needs an NVIDIA GPU" in done.stderr
+    assert "tapeout kernels verify" in done.stderr
+
+
+def test_bad_names_and_dtypes_are_one_line_exit_2():
+    for args, words in ((("kernels", "verify", "layernorm"), "unknown kernel 'layernorm'"),
+                        (("kernels", "verify", "silu-mul", "--dtype", "fp8"), "unknown dtype 'fp8'")):
+        done = _tapeout(*args)
+        assert done.returncode == 2 and words in done.stderr and "Traceback" not in done.stderr, done.stderr
+
+
+def test_a_malformed_timings_file_is_one_line(tmp_path):
+    from tapeout.core.errors import BadInput
+    from tapeout.targets.kernels import timings
+
+    key = timings.device_key("NVIDIA H100 80GB HBM3", (9, 0), "3.9.0", "2.13.0")
+    saved = timings.save(key, {"silu-mul | rows=1,width=5632 | float16": timings.Timing(
+        config="BLOCK=1024,warps=4,stages=2", kernel_ms=0.003, kernel_p90_ms=0.004, inductor_ms=0.005, calls=100)}, tmp_path)
+    assert timings.load(key, tmp_path)["silu-mul | rows=1,width=5632 | float16"].inductor_ms == 0.005
+    # another GPU or toolchain never reads these timings
+    assert timings.load(timings.device_key("NVIDIA H200", (9, 0), "3.9.0", "2.13.0"), tmp_path) == {}
+    for body in ("{not json", json.dumps({"schema": "tapeout.kernel-timings/1", "device": key, "entries": {"x": {"config": 1}}})):
+        saved.write_text(body)
+        with pytest.raises(BadInput, match="malformed") as caught:
+            timings.load(key, tmp_path)
+        assert "\n" not in str(caught.value)
+
+
+def test_kernels_list_names_every_kernel_and_what_it_replaces():
+    done = _tapeout("kernels", "list", "--json")
+    assert done.returncode == 0, done.stderr
+    found = json.loads(done.stdout)
+    from tapeout.targets import kernels
+
+    assert found["available"] and [k["kernel"] for k in found["kernels"]] == kernels.names()
+    assert all(k["replaces"] and k["dtypes"] for k in found["kernels"])
