@@ -149,3 +149,27 @@ def test_kernels_list_names_every_kernel_and_what_it_replaces():
 
     assert found["available"] and [k["kernel"] for k in found["kernels"]] == kernels.names()
     assert all(k["replaces"] and k["dtypes"] for k in found["kernels"])
+
+
+def test_the_samples_chains_match_and_minilm_substituted_whole_keeps_its_output():
+    found = _scenario("samples")
+    from collections import Counter
+
+    # MiniLM (real weights): per layer two residual add + LayerNorms, attention (the eager BERT path: matmul, scale,
+    # mask, softmax, matmul), bias + GELU; the embeddings' LayerNorm follows a broadcast add and is left
+    assert Counter(found["minilm"]["matches"]) == {"add-layernorm float32": 12, "attention float32": 6,
+                                                   "bias-gelu float32": 6}
+    assert found["minilm"]["replaced"] == 24 and found["minilm"]["left"] == ["aten.layer_norm.default"]
+    assert found["minilm"]["max_abs"] < 1e-4
+    # llama-40m: rotary on q and k, Llama's decomposed RMSNorm after each residual add, eager attention, silu·mul
+    assert Counter(found["llama-40m"]["matches"]) == {"rotary float32": 16, "add-rmsnorm float32": 16,
+                                                      "attention float32": 8, "silu-mul float32": 8}
+    # priced at the project's dims (MiniLM batch 1), not the batch-2 example the dynamic program was traced with,
+    # and every such shape is one `tapeout kernels bench` times: a bench on a GPU covers the samples' decisions
+    assert "add-layernorm rows=128,width=384" in found["minilm"]["cases"]
+    assert "add-layernorm rows=256,width=384" in found["minilm"]["traced_at"]
+    from tapeout.targets import kernels
+
+    timed = {f"{name} {case.key}" for name in kernels.names() for case in kernels.get(name).bench_cases()}
+    for sample in ("minilm", "llama-40m"):
+        assert set(found[sample]["cases"]) <= timed, set(found[sample]["cases"]) - timed

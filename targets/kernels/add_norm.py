@@ -7,7 +7,16 @@ from __future__ import annotations
 import triton
 import triton.language as tl
 
-from tapeout.targets.kernels.base import Case, Config, Kernel, Match, itemsize, torch_dtype
+from tapeout.targets.kernels.base import (
+    Case,
+    Config,
+    Kernel,
+    Match,
+    concrete,
+    itemsize,
+    same_shape,
+    torch_dtype,
+)
 
 MAX_WIDTH = 16384
 
@@ -38,6 +47,7 @@ class _AddNorm(Kernel):
                 Case.of("MiniLM batch 32 (seq 128)", rows=4096, width=384),
                 Case.of("Whisper-tiny encoder (1500 frames)", rows=1500, width=384),
                 Case.of("Llama-style decode step", rows=1, width=2048),
+                Case.of("llama-40m prefill (seq 256)", rows=256, width=512),
                 Case.of("edge: width not a power of two", rows=3, width=200),
                 Case.of("edge: one element", rows=2, width=1)]
 
@@ -97,6 +107,8 @@ class _AddNorm(Kernel):
         import torch
 
         aten = torch.ops.aten
+        if self.rms and getattr(node, "target", None) == aten.mul.Tensor:
+            return self._match_decomposed(node, aten)
         norm = aten.rms_norm.default if self.rms else aten.layer_norm.default
         if node.op != "call_function" or node.target != norm:
             return None
@@ -108,19 +120,36 @@ class _AddNorm(Kernel):
             return None
         a, b = added.args
         vals = [getattr(v, "meta", {}).get("val") for v in (a, b, added)]
-        if any(v is None for v in vals) or vals[0].shape != vals[2].shape or vals[1].shape != vals[2].shape:
+        if any(v is None for v in vals) or not same_shape(vals[0].shape, vals[1].shape, vals[2].shape):
             return None  # a broadcast add is not a residual
         if eps is None:
             eps = 1e-5 if not self.rms else _default_rms_eps(vals[2].dtype)
-        width = int(vals[2].shape[-1])
-        rows = int(vals[2].numel() // width) if width else 0
+        width = concrete(vals[2].shape[-1])
+        rows = concrete(vals[2].numel()) // width if width else 0
         return Match(self.name, [added, node], (a, b, weight, bias, float(eps)),
                      Case.of(rows=rows, width=width), str(vals[2].dtype).removeprefix("torch."))
+
+    def _match_decomposed(self, node, aten):
+        found = _decomposed_rms(node, aten)
+        if found is None:
+            return None
+        h, weight, eps, chain = found
+        if getattr(h, "target", None) != aten.add.Tensor or len(h.args) != 2:
+            return None
+        a, b = h.args
+        vals = [getattr(v, "meta", {}).get("val") for v in (a, b, h, node)]
+        if any(v is None for v in vals) or not same_shape(*(v.shape for v in vals)) \
+                or not (vals[0].dtype == vals[1].dtype == vals[3].dtype):
+            return None  # a broadcast add is not a residual; a norm that changes dtype is not this kernel's
+        width = concrete(vals[2].shape[-1])
+        return Match(self.name, [h, *chain], (a, b, weight, None, float(eps)),
+                     Case.of(rows=concrete(vals[2].numel()) // max(width, 1), width=width),
+                     str(vals[2].dtype).removeprefix("torch."))
 
     def rewrite(self, graph, match, op):
         import operator
 
-        added, norm = match.nodes
+        added, norm = match.nodes[0], match.nodes[-1]
         with graph.inserting_before(norm):
             fused = graph.call_function(op, match.args)
             out = graph.call_function(operator.getitem, (fused, 0))
@@ -135,6 +164,38 @@ class _AddNorm(Kernel):
         from torch.library import wrap_triton
 
         return wrap_triton(self.compiled)
+
+
+def _decomposed_rms(node, aten):
+    """weight · to(x·rsqrt(mean(x², −1, keepdim) + eps)) with x = to(h, float32), as Llama/Qwen/Gemma's RMSNorm
+    module writes it: (h, weight, eps, the chain's nodes) or None."""
+    def target(n):
+        return getattr(n, "target", None)
+
+    weight, scaled = node.args
+    if target(scaled) != aten.to.dtype:
+        weight, scaled = scaled, weight
+    chain = [node]
+    if target(scaled) == aten.to.dtype:
+        chain.append(scaled)
+        scaled = scaled.args[0]
+    if target(scaled) != aten.mul.Tensor or getattr(weight, "op", None) != "placeholder":
+        return None
+    x, root = scaled.args
+    if target(root) != aten.rsqrt.default:
+        x, root = root, x
+    if target(root) != aten.rsqrt.default or target(root.args[0]) != aten.add.Tensor:
+        return None
+    mean, eps = root.args[0].args
+    if target(mean) != aten.mean.dim or not isinstance(eps, float) or list(mean.args[1]) not in ([-1],) or not (
+            len(mean.args) > 2 and mean.args[2]):
+        return None
+    square = mean.args[0]
+    if target(square) != aten.pow.Tensor_Scalar or square.args[0] is not x or square.args[1] != 2:
+        return None
+    h = x.args[0] if target(x) == aten.to.dtype else x
+    chain += [scaled, root, root.args[0], mean, square] + ([x] if x is not h else [])
+    return h, weight, eps, chain[::-1]
 
 
 def _default_rms_eps(dtype) -> float:

@@ -10,7 +10,16 @@ from typing import ClassVar
 
 import triton.language as tl
 
-from tapeout.targets.kernels.base import Case, Config, Kernel, Match, itemsize, torch_dtype
+from tapeout.targets.kernels.base import (
+    Case,
+    Config,
+    Kernel,
+    Match,
+    concrete,
+    itemsize,
+    same_shape,
+    torch_dtype,
+)
 
 MAX_HEAD_DIM = 128
 
@@ -73,6 +82,7 @@ class ShortAttention(Kernel):
         return [Case.of("MiniLM batch 1", batch=1, heads=12, seq=128, dim=32),
                 Case.of("MiniLM batch 32", batch=32, heads=12, seq=128, dim=32),
                 Case.of("Whisper-tiny encoder", batch=1, heads=6, seq=1500, dim=64),
+                Case.of("llama-40m prefill (seq 256)", batch=1, heads=8, seq=256, dim=64),
                 Case.of("edge: seq 77, head_dim 40, causal", batch=2, heads=3, seq=77, dim=40, causal=1),
                 Case.of("edge: one position", batch=1, heads=2, seq=1, dim=16)]
 
@@ -141,6 +151,8 @@ class ShortAttention(Kernel):
         import torch
 
         aten = torch.ops.aten
+        if node.op == "call_function" and node.target == aten.matmul.default:
+            return self._match_eager(node, aten)
         if node.op != "call_function" or node.target != aten.scaled_dot_product_attention.default:
             return None
         args = list(node.args) + [None] * 4
@@ -152,10 +164,69 @@ class ShortAttention(Kernel):
         vals = [getattr(t, "meta", {}).get("val") for t in (q, k, v)]
         if dropout or node.kwargs.get("enable_gqa") or any(t is None or t.dim() != 4 for t in vals):
             return None
-        if vals[0].shape[1] != vals[1].shape[1] or vals[1].shape != vals[2].shape or vals[0].shape[-1] > MAX_HEAD_DIM:
+        if not same_shape(vals[0].shape[1:2], vals[1].shape[1:2]) or not same_shape(vals[1].shape, vals[2].shape) \
+                or concrete(vals[0].shape[-1]) > MAX_HEAD_DIM:
             return None
         if mask is not None and getattr(mask, "meta", {}).get("val") is None:
             return None
-        b, h, s, d = (int(x) for x in vals[0].shape)
+        b, h, s, d = (concrete(x) for x in vals[0].shape)
         return Match(self.name, [node], (q, k, v, mask, bool(causal), float(scale if scale is not None else d ** -0.5)),
                      Case.of(batch=b, heads=h, seq=s, dim=d), str(vals[0].dtype).removeprefix("torch."))
+
+    def _match_eager(self, out, aten):
+        """The attention transformers' eager path writes (BERT, Llama, …): matmul(q, kᵀ) · scale + mask →
+        softmax(−1) [→ to(dtype)] [→ dropout(p=0 or eval)] → matmul(·, v); kᵀ a transpose of k's last two dims."""
+        chain = [out]
+        probs, v = out.args
+        probs = _through(probs, chain, aten)
+        if _target(probs) != aten.softmax.int or len(probs.args) < 2 or probs.args[1] not in (-1, 3):
+            return None
+        chain.append(probs)
+        scores, mask = probs.args[0], None
+        if _target(scores) == aten.add.Tensor and _only_user(scores, probs):
+            scores, mask = scores.args
+            chain.append(probs.args[0])
+        scale = None
+        if _target(scores) in (aten.mul.Tensor, aten.div.Tensor) and isinstance(scores.args[1], float) \
+                and _only_user(scores, chain[-1]):
+            scale = scores.args[1] if _target(scores) == aten.mul.Tensor else 1 / scores.args[1]
+            chain.append(scores)
+            scores = scores.args[0]
+        if _target(scores) != aten.matmul.default or not _only_user(scores, chain[-1]):
+            return None
+        chain.append(scores)
+        q, kt = scores.args
+        if _target(kt) != aten.transpose.int or sorted(a % 4 for a in kt.args[1:3]) != [2, 3]:
+            return None
+        chain.append(kt)
+        k = kt.args[0]
+        vals = [getattr(t, "meta", {}).get("val") for t in (q, k, v, out)]
+        if any(t is None or t.dim() != 4 for t in vals) or not same_shape(vals[0].shape, vals[1].shape, vals[2].shape):
+            return None
+        if concrete(vals[0].shape[-1]) > MAX_HEAD_DIM or (mask is not None and getattr(mask, "meta", {}).get("val") is None):
+            return None
+        b, h, s, d = (concrete(x) for x in vals[0].shape)
+        return Match(self.name, chain[::-1], (q, k, v, mask, False, float(scale if scale is not None else 1.0)),
+                     Case.of(batch=b, heads=h, seq=s, dim=d), str(vals[0].dtype).removeprefix("torch."))
+
+
+def _target(node):
+    return getattr(node, "target", None)
+
+
+def _only_user(node, user) -> bool:
+    """`user` is the one consumer of `node` (torch.export's dtype assertions aside)."""
+    return [u for u in node.users if "_assert_tensor_metadata" not in str(u.target)] == [user]
+
+
+def _through(node, chain: list, aten):
+    """Past a dropout that drops nothing (p = 0 or eval) and the cast after a softmax, collecting them in `chain`."""
+    while True:
+        idle_dropout = _target(node) == aten.dropout.default and (node.args[1] == 0.0 or node.args[2] is False)
+        # softmax computed in float32 and cast back: the kernel does the same
+        cast_back = _target(node) == aten.to.dtype and _target(node.args[0]) == aten.softmax.int
+        if (idle_dropout or cast_back) and _only_user(node, chain[-1]):
+            chain.append(node)
+            node = node.args[0]
+        else:
+            return node

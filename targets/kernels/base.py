@@ -13,6 +13,7 @@ from __future__ import annotations
 import functools
 from abc import ABC, abstractmethod
 from collections.abc import Callable
+from contextvars import ContextVar
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
@@ -168,6 +169,31 @@ class Kernel(ABC):
         new.meta.update({k: v for k, v in last.meta.items() if k in ("val", "tensor_meta", "stack_trace")})
         last.replace_all_uses_with(new)
         return [(last, new)]
+
+
+# symbol -> size: what a dynamic program's symbolic dims stand for while a pass prices its matches (the project's dims)
+SIZES: ContextVar[dict | None] = ContextVar("SIZES", default=None)
+
+
+def concrete(size) -> int:
+    """A size from a program's shapes as a number: a symbolic one at the sizes `SIZES` gives its symbols, else at
+    the example the program was traced with. Never `int()` on a symbolic size: that specializes it in the program's
+    shape environment, a change to the program a matcher must not make."""
+    node = getattr(size, "node", None)
+    if node is None:
+        return int(size)
+    if SIZES.get():
+        resolved = node.expr.xreplace(SIZES.get())
+        if resolved.is_number:
+            return int(resolved)
+    return int(node.hint)
+
+
+def same_shape(*shapes) -> bool:
+    """Whether the shapes are provably equal (symbolic sizes by their expressions), without guarding on them."""
+    first = [getattr(getattr(s, "node", None), "expr", s) for s in shapes[0]]
+    return all(len(s) == len(first) and [getattr(getattr(d, "node", None), "expr", d) for d in s] == first
+               for s in shapes[1:])
 
 
 def itemsize(dtype: str) -> int:

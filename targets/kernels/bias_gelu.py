@@ -6,7 +6,7 @@ from __future__ import annotations
 import triton.language as tl
 
 from tapeout.targets.kernels import elementwise
-from tapeout.targets.kernels.base import Kernel, Match, itemsize, torch_dtype
+from tapeout.targets.kernels.base import Kernel, Match, concrete, itemsize, torch_dtype
 
 
 def _bias_gelu(y_ptr, bias_ptr, out_ptr, width, TANH: tl.constexpr, BLOCK: tl.constexpr):
@@ -100,7 +100,7 @@ class BiasGelu(Kernel):
         val = linear.meta.get("val")
         if val is None:
             return None
-        width = int(val.shape[-1])
+        width = concrete(val.shape[-1])
         return Match(self.name, [linear, node], (linear.args[2], node.kwargs.get("approximate", "none")),
-                     elementwise.Case.of(rows=int(val.numel() // max(width, 1)), width=width),
+                     elementwise.Case.of(rows=concrete(val.numel()) // max(width, 1), width=width),
                      str(val.dtype).removeprefix("torch."), extra={"linear": linear})

@@ -11,6 +11,7 @@ def cases() -> list[Case]:
     return [Case.of("MiniLM batch 1 (seq 128, MLP 1536)", rows=128, width=1536),
             Case.of("MiniLM batch 32 (seq 128, MLP 1536)", rows=4096, width=1536),
             Case.of("Llama-style decode step (MLP 5632)", rows=1, width=5632),
+            Case.of("llama-40m prefill (seq 256, MLP 1536)", rows=256, width=1536),
             Case.of("edge: width not a multiple of the block", rows=5, width=1000),
             Case.of("edge: one element", rows=1, width=1)]
 

@@ -7,7 +7,16 @@ from __future__ import annotations
 
 import triton.language as tl
 
-from tapeout.targets.kernels.base import Case, Config, Kernel, Match, itemsize, torch_dtype
+from tapeout.targets.kernels.base import (
+    Case,
+    Config,
+    Kernel,
+    Match,
+    concrete,
+    itemsize,
+    same_shape,
+    torch_dtype,
+)
 
 
 def _rotary(x_ptr, cos_ptr, sin_ptr, out_ptr, heads, seq, half,
@@ -44,7 +53,8 @@ class Rotary(Kernel):
     def cases(self):
         return [Case.of("Llama-style prefill (seq 128)", batch=1, heads=32, seq=128, dim=64),
                 Case.of("Llama-style decode step", batch=1, heads=32, seq=1, dim=64),
-                Case.of("tiny-lm prefill", batch=1, heads=4, seq=64, dim=32),
+                Case.of("llama-40m prefill: q", batch=1, heads=8, seq=256, dim=64),
+                Case.of("llama-40m prefill: k (GQA, 4 heads)", batch=1, heads=4, seq=256, dim=64),
                 Case.of("edge: batch 3, head_dim 24 (half not a power of two)", batch=3, heads=2, seq=5, dim=24)]
 
     def configs(self, case):
@@ -107,9 +117,9 @@ class Rotary(Kernel):
             if found:
                 x, cos, sin, chain = found
                 val = node.meta.get("val")
-                if val is None or val.dim() != 4 or tuple(val.shape) != tuple(x.meta["val"].shape):
+                if val is None or val.dim() != 4 or not same_shape(val.shape, x.meta["val"].shape):
                     return None
-                b, h, s, d = (int(v) for v in val.shape)
+                b, h, s, d = (concrete(v) for v in val.shape)
                 return Match(self.name, [*chain, node], (x, cos, sin), Case.of(batch=b, heads=h, seq=s, dim=d),
                              str(val.dtype).removeprefix("torch."))
         return None
@@ -136,7 +146,7 @@ def _rotation(plain, turned, aten):
     xval = getattr(x, "meta", {}).get("val")
     if xval is None or xval.dim() != 4:
         return None
-    half = int(xval.shape[-1]) // 2
+    half = concrete(xval.shape[-1]) // 2
     if _slice_of(high, x, half, None, aten) and _slice_of(low, x, 0, half, aten):
         return x, cos, sin, [high, neg, low, cat, plain, turned]
     if _slice_of(high, cos, half, None, aten) and _slice_of(low, cos, 0, half, aten):

@@ -6,7 +6,7 @@ from __future__ import annotations
 import triton.language as tl
 
 from tapeout.targets.kernels import elementwise
-from tapeout.targets.kernels.base import Kernel, Match, itemsize, torch_dtype
+from tapeout.targets.kernels.base import Kernel, Match, concrete, itemsize, same_shape, torch_dtype
 
 
 def _silu_mul(gate_ptr, up_ptr, out_ptr, width, BLOCK: tl.constexpr):
@@ -82,10 +82,10 @@ class SiluMul(Kernel):
         if getattr(silu, "target", None) != aten.silu.default or len(silu.users) != 1:
             return None
         vals = [getattr(v, "meta", {}).get("val") for v in (silu, up, node)]
-        if any(v is None for v in vals) or not (vals[0].shape == vals[1].shape == vals[2].shape) \
+        if any(v is None for v in vals) or not same_shape(vals[0].shape, vals[1].shape, vals[2].shape) \
                 or vals[0].dtype != vals[1].dtype:
             return None
-        width = int(vals[2].shape[-1])
+        width = concrete(vals[2].shape[-1])
         return Match(self.name, [silu, node], (silu.args[0], up),
-                     elementwise.Case.of(rows=int(vals[2].numel() // max(width, 1)), width=width),
+                     elementwise.Case.of(rows=concrete(vals[2].numel()) // max(width, 1), width=width),
                      str(vals[2].dtype).removeprefix("torch."))

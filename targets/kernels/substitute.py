@@ -13,7 +13,7 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass
 
 from tapeout.targets.kernels import BUILT_IN, get, timings
-from tapeout.targets.kernels.base import Kernel, Match
+from tapeout.targets.kernels.base import SIZES, Kernel, Match
 
 _REGISTERED: dict[str, object] = {}
 
@@ -72,17 +72,38 @@ def substitutable() -> list[Kernel]:
     return [k for k in (get(name) for name in BUILT_IN) if k.op_signature]
 
 
-def find(program, kernels: list[Kernel] | None = None) -> list[Match]:
-    """Every chain in `program`'s graph a kernel replaces, in graph order; a node is claimed by one match at most."""
+def find(program, kernels: list[Kernel] | None = None, inputs=None, dims: dict[str, int] | None = None) -> list[Match]:
+    """Every chain in `program`'s graph a kernel replaces, in graph order; a node is claimed by one match at most.
+    A dynamic program's shapes are priced at `dims` (the project's), its inputs' symbolic sizes named by `inputs`
+    (InputSpecs in the program's input order); without them, at the example it was traced with."""
     claimed: set = set()
     found = []
-    for node in program.graph_module.graph.nodes:
-        for kernel in kernels or substitutable():
-            match = kernel.match(node)
-            if match and not claimed.intersection(match.nodes):
-                claimed.update(match.nodes)
-                found.append(match)
-                break
+    token = SIZES.set(_symbols(program, inputs, dims) if inputs and dims else {})
+    try:
+        for node in program.graph_module.graph.nodes:
+            for kernel in kernels or substitutable():
+                match = kernel.match(node)
+                if match and not claimed.intersection(match.nodes):
+                    claimed.update(match.nodes)
+                    found.append(match)
+                    break
+    finally:
+        SIZES.reset(token)
+    return found
+
+
+def _symbols(program, inputs, dims: dict[str, int]) -> dict:
+    """symbol -> the project's size, read off the user inputs' symbolic shapes and the InputSpecs' dim names."""
+    import sympy
+
+    nodes = {n.name: n for n in program.graph_module.graph.nodes if n.op == "placeholder"}
+    found = {}
+    for spec, name in zip(inputs, program.graph_signature.user_inputs, strict=False):
+        val = nodes[name].meta.get("val") if name in nodes else None
+        for size, dim in zip(getattr(val, "shape", ()), spec.shape, strict=False):
+            expr = getattr(getattr(size, "node", None), "expr", None)
+            if isinstance(dim, str) and dim in dims and isinstance(expr, sympy.Symbol):
+                found[expr] = sympy.Integer(dims[dim])
     return found
 
 
@@ -124,7 +145,9 @@ def apply(program, matches: list[Match], decisions: list[Decision]) -> int:
         for old, new in kernel.rewrite(graph, match, op(kernel)):
             moved[old] = new
             program.graph_signature.replace_all_uses(old.name, new.name)
-        for old in reversed(match.nodes):  # the chain's replaced ends; DCE keeps ops it deems impure (SDPA)
+        for old in reversed(match.nodes):  # DCE keeps what it deems impure: SDPA, export's dtype assertions
+            for check in [u for u in old.users if "_assert_tensor_metadata" in str(u.target)]:
+                graph.erase_node(check)
             if not old.users:
                 graph.erase_node(old)
         done += 1
@@ -135,8 +158,9 @@ def apply(program, matches: list[Match], decisions: list[Decision]) -> int:
     return done
 
 
-def substitute(program, table: dict[str, timings.Timing], device: str | None) -> tuple[int, list[Decision]]:
+def substitute(program, table: dict[str, timings.Timing], device: str | None, inputs=None,
+               dims: dict[str, int] | None = None) -> tuple[int, list[Decision]]:
     """find → decide → apply on `program` (rewritten in place); the count replaced and every decision."""
-    matches = find(program)
+    matches = find(program, inputs=inputs, dims=dims)
     decisions = decide(matches, table, device)
     return apply(program, matches, decisions), decisions
