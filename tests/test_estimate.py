@@ -293,15 +293,92 @@ def test_a_one_thread_build_is_not_estimated_with_the_all_core_calibration(digit
 
 
 def test_estimate_for_another_device_and_bad_input(digits_build, tmp_path):
-    got = run_cli("estimate", digits_build, "--device", "jetson-orin-nano-super", "--json")
+    # a CPU build is not priced at a GPU's peaks (it was: the Jetson's GPU priced an ONNX Runtime CPU build)
+    refused = run_cli("estimate", digits_build, "--device", "jetson-orin-nano-super")
+    assert refused.code == 2 and "onnxruntime runs on a cpu" in one_line_error(refused)
+    assert "jetson-orin-nano-super's spec gives the peaks of its gpu only" in refused.err and "--target" in refused.err
+    got = run_cli("estimate", digits_build, "--device", "jetson-orin-nano-super", "--target", "ort-cuda", "--json")
     assert got.code == 0 and got.json()["device"] == "jetson-orin-nano-super"
-    assert "lower bound" in got.json()["method"]
+    assert "lower bound" in got.json()["method"] and "priced as ort-cuda" in got.json()["notes"][-1]
+    for args, words in ((("--target", "ort-cuda"), "it needs --device"),
+                        (("--device", "l4", "--target", "tpu"), "unknown target 'tpu'")):
+        wrong = run_cli("estimate", digits_build, *args)
+        assert wrong.code == 2 and words in one_line_error(wrong), wrong.err
     bad = run_cli("estimate", digits_build, "--device", "no-such-gpu")
     assert bad.code == 2 and "no-such-gpu" in one_line_error(bad)
     missing = run_cli("estimate", tmp_path)
     assert missing.code == 2 and "report.json" in one_line_error(missing)
     none = run_cli("calibrate", tmp_path / "nowhere")
     assert none.code == 2
+
+
+def test_a_spec_prices_only_the_targets_that_run_on_its_priced_units():
+    from tapeout.core.config import load_device
+
+    def why(target, device):
+        return estimate.why_not_priced(target, load_device(device))
+
+    assert why("onnxruntime", "jetson-orin-nano-super") and why("onnxruntime", "h100-sxm")
+    assert why("onnxruntime", "intel-core-ultra-200v")      # its CPU rules read the spec; its peaks are the NPU's
+    assert why("executorch", "snapdragon-8-gen3")           # XNNPACK runs on the phone's CPU, the peaks are the HTP's
+    for target, device in (("ort-cuda", "jetson-orin-nano-super"), ("tensorrt", "l4"), ("qnn", "snapdragon-8-gen3"),
+                           ("openvino", "intel-core-ultra-200v"), ("executorch-coreml", "apple-m4"),
+                           ("migraphx", "mi300x")):
+        assert why(target, device) is None, (target, device)
+    assert estimate.why_not_priced("onnxruntime", None) is None   # the host's CPU
+
+
+def test_the_same_build_estimated_twice_gives_the_figure_it_was_built_with(digits_build, tmp_path, monkeypatch):
+    """The host's roof is measured once and kept; a build's uncalibrated estimate reuses the roof it recorded (it
+    was re-measured on every call: one digits-cnn build read 0.0026 ms, then 0.0068 ms minutes later)."""
+    from tapeout.core.host import host_fingerprint
+    from tapeout.estimation import host_roof
+
+    built = json.loads((digits_build / "report.json").read_text())["estimate"]
+    folder = tmp_path / "calibration"  # no calibration: the bound, at the recorded roof
+    runs = [run_cli("estimate", digits_build, "--json", env={"TAPEOUT_CALIBRATION": str(folder)}) for _ in range(2)]
+    assert all(r.code == 0 for r in runs), runs[0].err
+    assert [r.json()["lower_bound_ms"] for r in runs] == [built["lower_bound_ms"]] * 2
+    assert runs[0].json()["roof"] == runs[1].json()["roof"]
+    assert "the roof this build recorded when it was built" in runs[0].json()["roof"]["notes"]
+    # a build in progress prices at the kept measurement: measured once, then read back
+    monkeypatch.setenv("TAPEOUT_CALIBRATION", str(folder))
+    host = host_fingerprint()
+    first = estimate.roof_for(None, host)
+    kept = host_roof.load(host)
+    assert kept is not None and kept.path.parent == folder and kept.bandwidth_bytes == first.bandwidth
+    data = json.loads(kept.path.read_text())
+    data["bandwidth_bytes"] = 1e9   # as if the machine had been measured slow: every estimate here follows it
+    kept.path.write_text(json.dumps(data))
+    assert estimate.roof_for(None, host).bandwidth == 1e9
+    assert any(kept.measured_at in note for note in estimate.roof_for(None, host).notes)
+    again = run_cli("estimate", digits_build, "--json", env={"TAPEOUT_CALIBRATION": str(folder)})
+    assert again.json()["lower_bound_ms"] == built["lower_bound_ms"]   # the build keeps the roof it recorded
+    # a kept file that is not one is measured again and replaced, not trusted
+    kept.path.write_text("{not json")
+    assert estimate.roof_for(None, host).bandwidth != 1e9 and host_roof.load(host) is not None
+
+
+def test_another_cpus_build_is_priced_at_its_recorded_roof_or_refused(digits_build, tmp_path):
+    other = tmp_path / "other"
+    shutil.copytree(digits_build, other)
+    report = json.loads((other / "report.json").read_text())
+    report["host"]["cpu"] = "Some Other CPU"
+    (other / "report.json").write_text(json.dumps(report))
+    reseal(other)
+    recorded = report["estimate"]["roof"]
+    # its recorded roof was named for the CPU it ran on; renamed with it, that roof prices it, nothing measured here
+    name = estimate.device_name(None, report["host"], None)
+    report["estimate"]["roof"]["name"] = name
+    (other / "report.json").write_text(json.dumps(report))
+    reseal(other)
+    est = estimate.for_build(open_build(other), cal=None)
+    assert est.device == name and est.roof.bandwidth == pytest.approx(recorded["bandwidth_gbs"] * 1e9)
+    report["estimate"] = None
+    (other / "report.json").write_text(json.dumps(report))
+    reseal(other)
+    with pytest.raises(BadInput, match=r"ran on another CPU .*its report records no roof"):
+        estimate.for_build(open_build(other), cal=None)
 
 
 def test_a_malformed_calibration_file_is_one_clear_error(tmp_path):

@@ -140,7 +140,7 @@ def test_the_loop_is_estimated_phase_by_phase_here_on_a_device_spec_and_calibrat
     # a device not at hand: at batch 1 each decode step is memory-bound, its bound the bytes over the bandwidth
     from tapeout.core.config import load_device
 
-    h100 = run_cli("estimate", out, "--device", "h100-sxm", "--json")
+    h100 = run_cli("estimate", out, "--device", "h100-sxm", "--target", "ort-cuda", "--json")
     assert h100.code == 0, h100.err
     hg = h100.json()["generation"]
     bandwidth = load_device("h100-sxm").memory_bandwidth_gbs.value * 1e9
@@ -148,7 +148,7 @@ def test_the_loop_is_estimated_phase_by_phase_here_on_a_device_spec_and_calibrat
     for step in hg["decode_steps"]:
         assert step["memory_bound_share"] == 1.0
         assert step["lower_bound_ms"] == pytest.approx(step["mb"] * 2**20 / bandwidth * 1e3, rel=1e-6)
-    shown = run_cli("estimate", out, "--device", "h100-sxm")
+    shown = run_cli("estimate", out, "--device", "h100-sxm", "--target", "ort-cuda")
     assert "the generation loop on h100-sxm" in shown.out and "decode at position 127" in shown.out
 
     # calibrated on this host's ONNX Runtime (from other models' single calls): each figure predicted

@@ -134,12 +134,14 @@ def estimate(
     build_dir: Path = typer.Argument(..., help="A build dir written by `tapeout build`."),
     device: str | None = typer.Option(None, "--device", help="Estimate for this device spec instead of the "
                                       "profile's (`tapeout profiles list` shows the specs)."),
+    target: str | None = typer.Option(None, "--target", help="With --device: price the model as this target would "
+                                      "run it there (a device the build's own target does not run on)."),
     as_json: bool = JSON,
 ) -> None:
     """Latency estimate on the profile's device: roofline per kernel, calibrated where measured, with its error band."""
     from tapeout.commands import estimate as command
 
-    _done(command.estimate(build_dir, device, as_json))
+    _done(command.estimate(build_dir, device, as_json, target))
 
 
 @app.command()

@@ -10,7 +10,7 @@ from tapeout.core.console import UI
 from tapeout.core.errors import BadInput
 
 
-def estimate(build_dir: Path, device: str | None, as_json: bool) -> int:
+def estimate(build_dir: Path, device: str | None, as_json: bool, target: str | None = None) -> int:
     from tapeout.builds.reader import open_build
     from tapeout.estimation import estimate as estimating
 
@@ -19,7 +19,15 @@ def estimate(build_dir: Path, device: str | None, as_json: bool) -> int:
         from tapeout.core.config import load_device
 
         spec = load_device(device)
-    est = estimating.for_build(open_build(build_dir), device_spec=spec)
+    if target is not None:
+        from tapeout import targets
+
+        if target not in targets.TARGETS:
+            raise BadInput(f"unknown target '{target}' for --target", fix=f"use one of: {', '.join(targets.TARGETS)}")
+        if spec is None:
+            raise BadInput("--target prices the build as another target would run it, on a device: it needs --device",
+                           fix="add --device NAME (tapeout profiles list shows the device specs)")
+    est = estimating.for_build(open_build(build_dir), device_spec=spec, target=target)
     if as_json:
         print_json(est.to_json(top=30))
         return 0
@@ -67,7 +75,11 @@ def calibrate(build_dirs: list[Path], out: Path | None, as_json: bool) -> int:
     from tapeout.estimation import fit, roofline
 
     ui = UI()
+    from tapeout.estimation import host_roof
+
     here = roofline.host_key(host_fingerprint())
+    kept = host_roof.measure(host_fingerprint())  # once per calibration: its records and later estimates price alike
+    ui.note(f"this host's roof measured and kept: {kept.path}")
     found = []
     for d in build_dirs:
         got = estimating.measured_record(open_build(d))

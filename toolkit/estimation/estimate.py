@@ -22,7 +22,7 @@ from tapeout.core.errors import BadInput
 from tapeout.core.host import host_fingerprint
 from tapeout.core.schemas import Budgets, InputSpec
 from tapeout.core.verdict import BudgetResult, Verdict
-from tapeout.estimation import bottleneck, generation, roofline
+from tapeout.estimation import bottleneck, generation, host_roof, roofline
 from tapeout.estimation import cost_units as kern
 from tapeout.estimation import fit as calib
 from tapeout.graph.analyze import analyze_view
@@ -110,7 +110,10 @@ def roof_for(device_spec, host: dict, cal: calib.Calibration | None = None, thre
     fp32 = ((cal.roof.get("peaks_tops") or {}).get("fp32") or 0) * 1e12 if cal else None
     # a calibration from before the cache was measured priced its records without it: so do its estimates
     cache = tuple((size, rate * 1e9) for size, rate in cal.roof.get("cache_bandwidth_gbs", ())) if cal else None
-    return roofline.for_host(host, bandwidth or None, fp32 or None, threads, cache)
+    # without a calibration: what was measured on this host once and kept, so every estimate prices alike (another
+    # CPU's build is priced at the roof it recorded, `for_build`; anything else measures here, now)
+    kept = host_roof.kept_or_measured(host) if cal is None and host_roof.is_here(host) else None
+    return roofline.for_host(host, bandwidth or None, fp32 or None, threads, cache, kept)
 
 
 def host_threads(host: dict, options: Any) -> int | None:
@@ -148,6 +151,23 @@ def spec_for_run(target: str, device_spec, reported: str | None):
     if device_spec is None and off_host(target):
         return device_matching(reported)
     return device_spec
+
+
+def why_not_priced(target: str, device_spec) -> str | None:
+    """Why `device_spec` cannot price a build of `target`, or None: a spec's peaks are those of its accelerator
+    (a GPU's; an SoC's GPU, NPU or DLA), so a target that runs elsewhere on the device (on its CPU) is not priced
+    by them."""
+    from tapeout import targets
+
+    if device_spec is None:
+        return None
+    priced = {"cpu"} if device_spec.kind == "cpu" else {"gpu"} if device_spec.kind == "gpu" else \
+        set(device_spec.compute_units) - {"cpu"}
+    runs_on = set(targets.info(target).device_classes) - {"phone"}  # a form factor, not a compute unit
+    if runs_on & priced:
+        return None
+    return (f"{target} runs on a {' or '.join(sorted(runs_on))}, and {device_spec.name}'s spec gives the peaks of its "
+            f"{', '.join(sorted(priced))} only")
 
 
 def nothing_to_estimate(target: str, device_spec, emulated) -> bool:
@@ -198,34 +218,71 @@ def estimate(kernels: list[kern.Kernel], roof: roofline.Roof, target: str, preci
 
 
 def for_build(build: BuildDir, cal: tuple[calib.Calibration, Path] | bool | None = True, host: dict | None = None,
-              device_spec=None, reported: str | None = None) -> Estimate:
+              device_spec=None, reported: str | None = None, target: str | None = None,
+              recorded_roof: bool = True) -> Estimate:
     """The estimate for a build dir's model on its profile's device, or on `device_spec`. Where neither names
     one: for a GPU target, the shipped spec matching the device that ran it (`reported`, by default the build's);
-    for a CPU target, the CPU of `host` (by default the one the build ran on). Everything is read through the
+    for a CPU target, the CPU of `host` (by default the one the build ran on), at the roof the build recorded
+    when no calibration applies (`recorded_roof`), so a build estimated twice gives one figure. `target`: price it
+    as that target would run it (a device the build's own target cannot run on). Everything is read through the
     verified reader. `cal=True` looks the calibration up; pass one (or None) instead."""
     report, man, directory = build.report, build.manifest, build.directory
+    explicit = device_spec is not None
     device_spec = device_spec or build.device_spec
+    target = target or report.target.name
+    why = why_not_priced(target, device_spec)
+    if why and explicit:
+        raise BadInput(f"{directory}: {why}: they cannot price this build",
+                       fix="add --target T to price the model as a target that runs there would (`tapeout targets` "
+                           "lists them), or leave --device out for the build's own device")
+    if why:
+        raise BadInput(f"{directory}: {why}: the profile's device cannot price this build",
+                       fix="name a device its target runs on: tapeout estimate BUILD_DIR --device NAME")
     structure = kernels_of(build)
     if structure is None:
         raise BadInput(f"{directory} holds neither structure.json nor export/model.onnx",
                        fix="point at a folder `tapeout build` wrote")
     host = host or report.host.model_dump()
     reported = reported or (report.device.reported if report.device else None)
-    device_spec = spec_for_run(report.target.name, device_spec, reported)
+    device_spec = spec_for_run(target, device_spec, reported)
     workload = build.workload_settings()
-    if device_spec is None and off_host(report.target.name):
-        raise BadInput(f"{directory}: {report.target.name} ran on {reported or 'a device the meters did not name'}, "
+    if device_spec is None and off_host(target):
+        raise BadInput(f"{directory}: {target} ran on {reported or 'a device the meters did not name'}, "
                        "which no shipped device spec matches, and the profile names none",
                        fix="name the device: tapeout estimate BUILD_DIR --device NAME (tapeout profiles show lists them)")
-    cal, roof = _device_roof(device_spec, host, (man.profile or {}).get("options"), report.target.name, cal)
+    options = (man.profile or {}).get("options")
+    if cal is True:
+        cal = calib.find(device_name(device_spec, host, options), target)
+    kept = _recorded_roof(report, device_name(device_spec, host, options)) if recorded_roof and not cal else None
+    if device_spec is None and not cal and kept is None and not host_roof.is_here(host):
+        raise BadInput(f"{directory} ran on another CPU ({roofline.host_key(host)}), its report records no roof, and "
+                       "no calibration for it is here", fix="estimate it on that machine, or name a device (--device)")
+    if kept is not None:
+        roof = kept
+    else:
+        cal, roof = _device_roof(device_spec, host, options, target, cal)
     plan = report.quantization.plan.model_dump(mode="json") if report.quantization else None
     precision = report.profile.precision
     kernels = kern.at_precision(structure, plan, kern.float_precision(precision, plan))
-    est = estimate(kernels, roof, report.target.name, precision, cal or None)
+    est = estimate(kernels, roof, target, precision, cal or None)
+    if target != report.target.name:
+        est.notes.append(f"priced as {target} would run the model (the build is for {report.target.name})")
     phases = generation.from_record(build.structure())
     if phases and workload is not None and workload.kind == "generate":
-        est.generation = generation.price(phases, roof, report.target.name, precision, plan, cal or None, workload)
+        est.generation = generation.price(phases, roof, target, precision, plan, cal or None, workload)
     return est
+
+
+def _recorded_roof(report, device: str) -> roofline.Roof | None:
+    """The host roof the build's own estimate priced at, where it was for `device` (this CPU, this thread count)."""
+    recorded = report.estimate.roof if report.estimate is not None else None
+    if recorded is None or recorded.name != device or recorded.kind != "cpu" or not recorded.name.startswith("host-"):
+        return None
+    return roofline.Roof(name=recorded.name, kind=recorded.kind,
+                         peaks={k: v * 1e12 for k, v in recorded.peaks_tops.items()},
+                         bandwidth=recorded.bandwidth_gbs * 1e9 if recorded.bandwidth_gbs else None,
+                         source=recorded.source, notes=[*recorded.notes, "the roof this build recorded when it was built"],
+                         cache=tuple((int(s), r * 1e9) for s, r in recorded.cache_bandwidth_gbs or ()))
 
 
 def kernels_of(build: BuildDir) -> list[kern.Kernel] | None:
@@ -249,7 +306,7 @@ def for_model(setup, structure: list[kern.Kernel], plan: dict | None, reported: 
     spec matches, on a profile naming no device."""
 
     device = spec_for_run(setup.target.name, setup.device, reported)
-    if nothing_to_estimate(setup.target.name, device, setup.emulated):
+    if nothing_to_estimate(setup.target.name, device, setup.emulated) or why_not_priced(setup.target.name, device):
         return None
     host = host_fingerprint()
     cal, roof = _device_roof(device, host, setup.target.options, setup.target.name, True)
@@ -336,7 +393,7 @@ def measured_record(build: BuildDir) -> tuple[calib.Record, dict] | str:
     for row in profile["op_types"]:
         cls = kern.op_class(row["op_type"])
         measured_s[cls] = measured_s.get(cls, 0.0) + row["total_us"] / profile["runs"] * scale * 1e-6
-    est = for_build(build, cal=None, host=measured.host.model_dump(),
+    est = for_build(build, cal=None, host=measured.host.model_dump(), recorded_roof=False,  # the calibration's roof
                     reported=measured.device.reported if measured.device else None)  # a GPU: the one that ran
     record = calib.Record(model=report.project.name, precision=report.profile.precision, source=str(directory),
                           created=measured.created, p50_s=p50 / 1e3, tails=tails,

@@ -108,10 +108,12 @@ def host_name(host: dict) -> str:
 
 
 def for_host(host: dict, bandwidth: float | None = None, fp32_peak: float | None = None,
-             threads: int | None = None, cache: tuple[tuple[int, float], ...] | None = None) -> Roof:
+             threads: int | None = None, cache: tuple[tuple[int, float], ...] | None = None,
+             measured=None) -> Roof:
     """This host's CPU as a roof. `host` is manifest.host_fingerprint() (or a report's `host`);
     `bandwidth` and `fp32_peak`, where given (a calibration's, already the peak of the device it was
-    made for), replace what is measured here. `threads` fewer than the cores: the compute peaks are
+    made for), replace what was measured. `measured` (host_roof.Measured) is the measurement kept for this
+    host; without it, this process measures. `threads` fewer than the cores: the compute peaks are
     those of that many cores (the bandwidth is a one-thread copy's either way)."""
     flags = set(host.get("cpu_flags") or [])
     cores = host.get("cpu_affinity") or host.get("physical_cores") or os.cpu_count() or 1
@@ -123,9 +125,9 @@ def for_host(host: dict, bandwidth: float | None = None, fp32_peak: float | None
     if fp32_peak is None:
         # The derivation assumes one FMA pipe and the reported clock; a core with two pipes, or boosting
         # past the clock /proc/cpuinfo reports, runs faster, and a "lower bound" must not be beaten.
-        measured = measured_fp32_peak()
-        fp32_peak = max(derived, measured)
-        notes.append(f"FP32 matrix multiply measured here: {measured / 1e9:.0f} GFLOP/s (numpy, 1536², best of 4); "
+        rate = measured.fp32_flops if measured else measured_fp32_peak()
+        fp32_peak = max(derived, rate)
+        notes.append(f"FP32 matrix multiply measured here: {rate / 1e9:.0f} GFLOP/s (numpy, 1536², best of 4); "
                      f"the peak is the higher of the two")
         if threads and threads < cores:
             # inference on `threads` cores: the others' FMA pipes are not this device's
@@ -138,18 +140,22 @@ def for_host(host: dict, bandwidth: float | None = None, fp32_peak: float | None
     if "avx512_bf16" in flags or "amx_bf16" in flags:
         peaks["bf16"] = fp32_peak * 2
     if bandwidth is None:
-        bandwidth = measured_bandwidth()
+        bandwidth = measured.bandwidth_bytes if measured else measured_bandwidth()
         notes.append(f"memory bandwidth measured here: {bandwidth / 1e9:.1f} GB/s (array copy, best of 30)")
     notes.append("bytes are priced at DRAM bandwidth: a model whose weights stay in the last-level cache "
                  "between runs can beat its memory roof")
     if cache is None:
-        cache = measured_cache_bandwidth()
+        cache = measured.cache if measured else measured_cache_bandwidth()
         notes.append("a recurrent cell's weights, read again every time step, are priced at the copy bandwidth "
                      "measured for their size: " + ", ".join(f"{size // 1024} KiB {rate / 1e9:.0f} GB/s"
                                                              for size, rate in cache))
+    if measured:
+        notes.append(f"the figures measured here were kept on {measured.measured_at} ({measured.path}); every "
+                     "estimate on this host uses them until `tapeout calibrate` measures again")
     return Roof(name=host_name(host), kind="cpu", peaks=peaks, bandwidth=bandwidth,
                 source=f"this host's CPU ({host.get('cpu', '?')}): peak from its flags or a measured matrix "
-                       "multiply, bandwidth measured", notes=notes, cache=tuple(cache))
+                       "multiply, bandwidth measured" + (f" on {measured.measured_at}" if measured else ""),
+                notes=notes, cache=tuple(cache))
 
 
 def _max_mhz() -> float:

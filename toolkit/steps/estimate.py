@@ -26,10 +26,12 @@ class Estimate(Step):
         with state.ui.step("estimate latency on the device (roofline, calibrated where measured)"):
             state.estimate = estimate.for_model(state.setup, state.kernels, plan, reported, state.phases,
                                                 workload_of(state))
-        state.ui.note(state.estimate.line() if state.estimate else NO_DEVICE)
+        unpriced = estimate.why_not_priced(state.setup.target.name, state.setup.device)
+        none = f"no estimate: {unpriced}" if unpriced else NO_DEVICE
+        state.ui.note(state.estimate.line() if state.estimate else none)
         if state.estimate is not None and state.estimate.generation is not None:
             state.ui.note(state.estimate.generation.line())
-        return None if state.estimate else NO_DEVICE
+        return None if state.estimate else none
 
     def report(self, state: BuildState) -> dict[str, object]:
         if state.estimate is None:

@@ -207,8 +207,12 @@ def _estimate_method(setup: Setup) -> str:
     """Where the target cannot be timed here, each step is estimated for the profile's device: only with a
     calibration, since a roofline bound alone is a floor, not a prediction to stop on."""
     from tapeout.estimation import fit
-    from tapeout.estimation.estimate import device_name
+    from tapeout.estimation.estimate import device_name, why_not_priced
 
+    unpriced = why_not_priced(setup.target.name, setup.device)
+    if unpriced:
+        raise BadInput(f"[pruning] until = \"latency\": this host cannot time {setup.profile.target} ({setup.emulated}), "
+                       f"and {unpriced}", fix="name the device its target runs on, prune by ratio, or build on the device")
     if setup.device is None:
         raise BadInput(f"[pruning] until = \"latency\": this host cannot time {setup.profile.target} ({setup.emulated}), "
                        "and the profile names no device to estimate each step for",

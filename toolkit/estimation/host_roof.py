@@ -1,0 +1,90 @@
+"""This host's CPU roof, measured once and kept: its FP32 matrix-multiply rate, copy bandwidth and cache
+bandwidths, written beside the calibrations (`<calibration folder>/<host name>.roof.json`, schema
+`tapeout.host-roof/1`) the first time an estimate needs them and read back by every later one, so the same
+model estimated twice on this host prices at the same roof. `tapeout calibrate` measures again (once per
+calibration) and its calibration keeps the roof its records were priced at.
+
+Measured every time instead, one digits-cnn build's uncalibrated estimate read 0.0026 ms at build time and 0.0068
+ms minutes later on the same shared 2-core VM (the copy bandwidth swings 24.6–33.4 GB/s within seconds).
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from tapeout.core.errors import BadInput
+from tapeout.core.host import host_fingerprint, now
+from tapeout.estimation import roofline
+
+SCHEMA = "tapeout.host-roof/1"
+
+
+class _File(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    schema_: str = Field(alias="schema")
+    host: str                                       # roofline.host_key of the CPU it was measured on
+    measured_at: str
+    fp32_flops: float = Field(gt=0)                 # numpy matrix multiply, best of 4
+    bandwidth_bytes: float = Field(gt=0)            # array copy, best of 30
+    cache: list[tuple[int, float]] = Field(min_length=1)  # (working-set bytes, copy bytes/s)
+
+
+@dataclass(frozen=True)
+class Measured:
+    fp32_flops: float
+    bandwidth_bytes: float
+    cache: tuple[tuple[int, float], ...]
+    measured_at: str
+    path: Path
+
+
+def is_here(host: dict) -> bool:
+    """Whether `host` (a fingerprint or a report's `host`) is this machine's CPU."""
+    return roofline.host_key(host) == roofline.host_key(host_fingerprint())
+
+
+def path_for(host: dict) -> Path:
+    from tapeout.estimation.fit import user_folder
+
+    return user_folder() / f"{roofline.host_name(host)}.roof.json"
+
+
+def load(host: dict) -> Measured | None:
+    """What was kept for `host`; None where nothing was, or where the file is unreadable, of another format or for
+    another CPU (a cache: it is measured again and replaced, never trusted as it is)."""
+    path = path_for(host)
+    try:
+        found = _File.model_validate(json.loads(path.read_text()))
+    except (OSError, ValueError, ValidationError):
+        return None
+    if found.schema_ != SCHEMA or found.host != roofline.host_key(host):
+        return None
+    return Measured(found.fp32_flops, found.bandwidth_bytes, tuple((int(s), float(r)) for s, r in found.cache),
+                    found.measured_at, path)
+
+
+def measure(host: dict) -> Measured:
+    """Measure this host (~1 s, once per process) and keep the figures, replacing what was kept."""
+    if not is_here(host):
+        raise BadInput(f"cannot measure the CPU {roofline.host_key(host)}: it is not this machine's",
+                       fix="estimate it on that machine, or name a device spec (--device)")
+    body = _File.model_validate({"schema": SCHEMA, "host": roofline.host_key(host), "measured_at": now(),
+                                 "fp32_flops": roofline.measured_fp32_peak(),
+                                 "bandwidth_bytes": roofline.measured_bandwidth(),
+                                 "cache": [list(c) for c in roofline.measured_cache_bandwidth()]})
+    path = path_for(host)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    temp = path.with_suffix(f".{id(body)}.tmp")
+    temp.write_text(json.dumps(body.model_dump(by_alias=True), indent=1))
+    temp.replace(path)  # whole or not at all: two builds measuring at once each write a complete file
+    return load(host)
+
+
+def kept_or_measured(host: dict) -> Measured:
+    """What was kept for this host, else measured now and kept."""
+    return load(host) or measure(host)
