@@ -25,12 +25,15 @@ from tapeout.core.verdict import BudgetResult, Verdict
 from tapeout.estimation import bottleneck, generation, host_roof, roofline
 from tapeout.estimation import cost_units as kern
 from tapeout.estimation import fit as calib
+from tapeout.estimation import predictor as predictors
 from tapeout.graph.analyze import analyze_view
 from tapeout.graph.view import GraphView
 
 METHOD_BOUND = "roofline lower bound: Σ max(FLOPs / peak, bytes / bandwidth) per kernel, no overhead"
 METHOD_CALIBRATED = ("calibrated roofline: per kernel, a fitted cost per kernel of its class plus a fitted "
                      "multiple of its roofline time; plus the fitted time outside the ops")
+METHOD_PREDICTED = ("kernel predictors: per kernel, its class's predictor trained on a sweep of the device (never under "
+                    "its roofline time); plus the runtime's time per run with no kernel")
 
 
 @dataclass
@@ -49,13 +52,17 @@ class Estimate:
     notes: list[str] = field(default_factory=list)
     generation: Any = None                      # a generate workload's TTFT and TPOT (generation.GenerationEstimate)
 
+    predictor: str | None = None                # its summary and file, where kernel predictors priced it
+
     @property
     def method(self) -> str:
+        if self.predictor:
+            return METHOD_PREDICTED
         return METHOD_CALIBRATED if self.predicted_s is not None else METHOD_BOUND
 
     def quantile_ms(self, q: str) -> tuple[float, float, float] | None:
         """(point, low, high) for p50/p90/p99 in ms, or None without a calibration."""
-        if self.predicted_s is None:
+        if self.predicted_s is None or (q != "p50" and q not in self.tails):  # predictors without a tail: p50 only
             return None
         point = self.predicted_s * (1.0 if q == "p50" else self.tails.get(q, 1.0)) * 1e3
         lo, hi = self.band or (0.0, 0.0)
@@ -96,6 +103,9 @@ class Estimate:
                     f"({len(self.kernels)} kernels); no calibration for {self.device} × {self.target}")
         p50 = self.quantile_ms("p50")
         band = f" [{p50[1]:.4g}, {p50[2]:.4g}]" if self.band else " (no error band: too few models)"
+        if self.predictor:
+            return (f"estimate for {self.device}: p50 {p50[0]:.4g} ms{band}; roofline lower bound "
+                    f"{self.lower_bound_s * 1e3:.4g} ms; {self.predictor}")
         return (f"estimate for {self.device}: p50 {p50[0]:.4g} ms{band}; roofline lower bound "
                 f"{self.lower_bound_s * 1e3:.4g} ms; {self.calibration}")
 
@@ -194,7 +204,7 @@ def model_kernels(model_path: Path, inputs: list[InputSpec], dims: dict[str, int
 
 
 def estimate(kernels: list[kern.Kernel], roof: roofline.Roof, target: str, precision: str,
-             cal: tuple[calib.Calibration, Path] | None) -> Estimate:
+             cal: tuple[calib.Calibration, Path] | None, pred: predictors.Predictor | None = None) -> Estimate:
     bound = sum(max(kern.roof_times(k, roof)) for k in kernels)
     est = Estimate(roof.name, target, precision, roof, kernels, bound)
     if roof.bandwidth is None:
@@ -205,6 +215,8 @@ def estimate(kernels: list[kern.Kernel], roof: roofline.Roof, target: str, preci
     missing = sorted({k.precision for k in kernels if roof.peak(k.precision)[0] is None})
     if missing:
         est.notes.append(f"the device spec gives no peak for {', '.join(missing)}: those kernels count bandwidth only")
+    if pred is not None:
+        return _predicted(est, kernels, roof, pred, cal)
     if cal is None:
         est.per_kernel_s = [max(kern.roof_times(k, roof)) for k in kernels]
         return est
@@ -214,6 +226,33 @@ def estimate(kernels: list[kern.Kernel], roof: roofline.Roof, target: str, preci
     est.predicted_s = f.fixed_s + sum(est.per_kernel_s)
     est.band, est.tails = c.band, f.tails
     est.calibration = f"calibration {path.name}: {c.summary()}"
+    return est
+
+
+def _predicted(est: Estimate, kernels: list[kern.Kernel], roof: roofline.Roof, pred: predictors.Predictor,
+               cal: tuple[calib.Calibration, Path] | None) -> Estimate:
+    """Each FP32 kernel at its class's predictor; a kernel no predictor covers (another precision, a class the
+    sweep has too few points of) at the calibration's fit where there is one, else its roofline time."""
+    per, left = [], set()
+    for k in kernels:
+        roof_s = max(kern.roof_times(k, roof))
+        seconds = pred.kernel_s(k.cls, k.flops, k.bytes, roof_s, k.launches, k.nodes) if k.precision == "fp32" else None
+        if seconds is None:
+            left.add(f"{k.cls}@{k.precision}")
+            seconds = cal[0].fit.kernel_s(k.cls, k.precision, roof_s, k.launches) if cal else roof_s
+        per.append(seconds)
+    est.per_kernel_s = per
+    est.predicted_s = pred.data.baseline_s + sum(per)
+    est.band = pred.band({k.cls for k in kernels})
+    est.tails = cal[0].fit.tails if cal else {}
+    est.predictor = (f"kernel predictors {pred.path.name}: {len(pred.data.classes)} classes from {pred.data.points} "
+                     f"swept points ({pred.data.created})")
+    est.calibration = est.predictor
+    if left:
+        est.notes.append(f"no predictor for {', '.join(sorted(left))}: " + (
+            "priced by the calibration's fit" if cal else "priced at the roofline (a bound)"))
+    if not cal:
+        est.notes.append("p90 and p99 are not predicted: the sweep times single kernels, not a model's tail")
     return est
 
 
@@ -251,9 +290,13 @@ def for_build(build: BuildDir, cal: tuple[calib.Calibration, Path] | bool | None
                        "which no shipped device spec matches, and the profile names none",
                        fix="name the device: tapeout estimate BUILD_DIR --device NAME (tapeout profiles show lists them)")
     options = (man.profile or {}).get("options")
+    name = device_name(device_spec, host, options)
+    pred = predictors.find(name, target) if cal is True and device_spec is None else None
     if cal is True:
-        cal = calib.find(device_name(device_spec, host, options), target)
-    kept = _recorded_roof(report, device_name(device_spec, host, options)) if recorded_roof and not cal else None
+        cal = calib.find(name, target)
+    kept = _recorded_roof(report, name) if recorded_roof and not cal else None
+    if pred is not None:
+        kept = dataclasses.replace(pred.roof(), name=name)  # its roofline feature is only comparable at its roof
     if device_spec is None and not cal and kept is None and not host_roof.is_here(host):
         raise BadInput(f"{directory} ran on another CPU ({roofline.host_key(host)}), its report records no roof, and "
                        "no calibration for it is here", fix="estimate it on that machine, or name a device (--device)")
@@ -264,7 +307,7 @@ def for_build(build: BuildDir, cal: tuple[calib.Calibration, Path] | bool | None
     plan = report.quantization.plan.model_dump(mode="json") if report.quantization else None
     precision = report.profile.precision
     kernels = kern.at_precision(structure, plan, kern.float_precision(precision, plan))
-    est = estimate(kernels, roof, target, precision, cal or None)
+    est = estimate(kernels, roof, target, precision, cal or None, pred)
     if target != report.target.name:
         est.notes.append(f"priced as {target} would run the model (the build is for {report.target.name})")
     phases = generation.from_record(build.structure())
@@ -310,9 +353,12 @@ def for_model(setup, structure: list[kern.Kernel], plan: dict | None, reported: 
         return None
     host = host_fingerprint()
     cal, roof = _device_roof(device, host, setup.target.options, setup.target.name, True)
+    pred = predictors.find(roof.name, setup.target.name) if device is None else None
+    if pred is not None:
+        roof = dataclasses.replace(pred.roof(), name=roof.name)
     precision = setup.profile.precision
     kernels = kern.at_precision(structure, plan, kern.float_precision(precision, plan))
-    est = estimate(kernels, roof, setup.target.name, precision, cal)
+    est = estimate(kernels, roof, setup.target.name, precision, cal, pred)
     if phases and workload is not None and workload.kind == "generate":
         est.generation = generation.price(phases, roof, setup.target.name, precision, plan, cal, workload)
     return est
@@ -348,6 +394,12 @@ def judge(budgets: Budgets, est: Estimate, why_not_measured: str) -> list[Budget
                                         f"{bound:.4g} ms > limit"))
             continue
         value = est.quantile_ms(key)
+        if value is None and est.predictor:
+            results.append(BudgetResult(name, limit, "ms", Verdict.UNMEASURED, None, None,
+                                        f"{why_not_measured}; the roofline lower bound on {est.device} is {bound:.4g} ms"
+                                        f" (under the limit); the kernel predictors predict the p50 only, and no "
+                                        f"calibration for {est.device} × {est.target} gives its tail"))
+            continue
         if value is None:
             results.append(BudgetResult(name, limit, "ms", Verdict.UNMEASURED, None, None,
                                         f"{why_not_measured}; the roofline lower bound on {est.device} is {bound:.4g} ms"
@@ -366,7 +418,8 @@ def judge(budgets: Budgets, est: Estimate, why_not_measured: str) -> list[Budget
             verdict = Verdict.ESTIMATED_PASS if point <= limit else Verdict.ESTIMATED_FAIL
             how = f"band [{low:.4g}, {high:.4g}] ms straddles the limit: decided on the point"
         results.append(BudgetResult(name, limit, "ms", verdict, point, (low, high) if est.band else None,
-                                    f"{why_not_measured}; estimated {key} {point:.4g} ms on {est.device}, {how}; "
+                                    f"{why_not_measured}; estimated {key} {point:.4g} ms on {est.device}"
+                                    f"{' by its kernel predictors' if est.predictor else ''}, {how}; "
                                     "`tapeout check` on the device measures it"))
     return results
 

@@ -1,0 +1,167 @@
+"""`tapeout calibrate --sweep DEVICE [--minutes N] [--threads N]`: sample each kernel class's configurations,
+measure them on the device in fresh processes until the time budget is spent (resuming a sweep stopped before),
+then train the kernel predictors from every point measured so far (docs/estimator.md, "Sweeps")."""
+
+from __future__ import annotations
+
+import itertools
+import json
+import random
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+from tapeout.commands.output import print_json
+from tapeout.core.console import UI
+from tapeout.core.errors import BadInput, TargetUnavailable
+
+TARGET = "onnxruntime"
+CHUNK = 12            # configurations per timing process
+MIN_S = 0.08          # of runs per configuration (at least 5)
+HERE = ("host", "host-cpu")
+
+
+def sweep(device: str, minutes: float, threads: int, out: Path | None, as_json: bool,
+          classes: str | None = None) -> int:
+    from tapeout import __version__
+    from tapeout.core.host import host_fingerprint, now
+    from tapeout.core.host_speed import host_state
+    from tapeout.estimation import estimate, fit, predictor, roofline
+    from tapeout.estimation import sweep as sweeping
+
+    if device not in HERE:
+        raise TargetUnavailable(f"a sweep runs on the device it measures, and {device!r} is not this machine",
+                                fix="run `tapeout calibrate --sweep host` on the device (or a farm worker holding it); "
+                                    "here, this host's CPU is `host`")
+    if not 0 < minutes <= 24 * 60:
+        raise BadInput(f"--minutes {minutes} is out of range", fix="give the sweep's time budget in minutes, e.g. 30")
+    if threads < 0:
+        raise BadInput(f"--threads {threads} is negative", fix="give the inference threads (0: one per core)")
+    chosen = tuple(c.strip() for c in (classes or ",".join(sweeping.CLASSES)).split(",") if c.strip())
+    unknown = [c for c in chosen if c not in sweeping.CLASSES]
+    if unknown or not chosen:
+        raise BadInput(f"unknown kernel class {unknown[0] if unknown else '(none)'!r} for --classes",
+                       fix=f"use some of: {', '.join(sweeping.CLASSES)} (comma-separated)")
+    ui = UI()
+    host = host_fingerprint()
+    options = {"threads": threads}
+    name = estimate.device_name(None, host, options)
+    folder = out or fit.user_folder()
+    path = sweeping.path_for(name, TARGET, folder)
+    found = sweeping.load(path)
+    if found is not None and found.host != roofline.host_key(host):
+        raise BadInput(f"the sweep file {path} was measured on another CPU ({found.host})",
+                       fix="move it away and sweep again on this machine")
+    if found is None:
+        roof = estimate.roof_for(None, host, None, estimate.host_threads(host, options))
+        found = sweeping.SweepFile(schema=sweeping.SCHEMA, device=name, target=TARGET, host=roofline.host_key(host),
+                                   threads=threads, roof=roof.to_json())
+    roof = _roof(found.roof, name)
+    done = {p.key for p in found.points}
+    rng = random.Random(len(found.points))  # a resumed sweep draws new configurations, not the same ones again
+    cycle = itertools.cycle(chosen)
+    deadline = time.monotonic() + minutes * 60
+    ui.note(f"sweeping {name} × {TARGET} for {minutes:g} min ({len(found.points)} points measured before) → {path}")
+    with tempfile.TemporaryDirectory(prefix="tapeout-sweep-") as scratch:
+        chunk_no = 0
+        while time.monotonic() < deadline - 2:
+            chunk_no += 1
+            chunk, started = [], time.monotonic()
+            while len(chunk) < CHUNK:
+                config = sweeping.sample(next(cycle), rng)
+                if config.key in done:
+                    continue
+                done.add(config.key)
+                proto, inputs = sweeping.model(config, len(done))
+                feats = sweeping.features_of(proto, inputs, roof)
+                if feats is None or feats["cls"] != config.cls:
+                    continue  # not one kernel of its class to the estimator: it would teach the wrong class
+                chunk.append((config, proto, inputs, feats))
+            got = _time_chunk(Path(scratch) / f"c{chunk_no}", chunk, threads, deadline)
+            if got is None:
+                continue
+            baseline, results = got
+            found.host_speed.append(host_state(3))
+            for config, _, _, feats in chunk:
+                r = results.get(config.key)
+                if r is None or "error" in r:
+                    continue
+                found.points.append(sweeping.Point(
+                    key=config.key, cls=config.cls, op=config.op, config=dict(config.sizes), flops=feats["flops"],
+                    bytes=feats["bytes"], nodes=feats["nodes"], launches=feats["launches"], roof_s=feats["roof_s"],
+                    kernel_s=r["p50"] - baseline, run_s=r["p50"], baseline_s=baseline,
+                    spread=(r["p90"] - r["p10"]) / r["p50"], runs=r["runs"]))
+            found.seconds += time.monotonic() - started
+            sweeping.save(found, path)
+            ui.note(f"  {len(found.points)} points ({', '.join(f'{c} {n}' for c, n in _counts(found).items())}); "
+                    f"{max(0.0, deadline - time.monotonic()) / 60:.1f} min left")
+    trained = predictor.train([p.model_dump() for p in found.points])
+    if not trained:
+        raise BadInput(f"the sweep has too few points per class to train a predictor ({_counts(found)})",
+                       fix=f"sweep longer (each class needs {predictor.MIN_POINTS}); the points are kept and resumed")
+    baseline = sorted(p.baseline_s for p in found.points)[len(found.points) // 2]
+    data = predictor.PredictorFile(schema=predictor.SCHEMA, device=name, target=TARGET, host=found.host,
+                                   threads=threads, created=now(), baseline_s=baseline, roof=found.roof,
+                                   points=len(found.points), classes=trained)
+    saved = predictor.save(data, folder)
+    rows = [{"class": c, "points": m.points, "band": list(m.band), "held_out_within_15": m.held_out_within_15}
+            for c, m in trained.items()]
+    if as_json:
+        print_json({"device": name, "target": TARGET, "predictor": str(saved), "sweep": str(path),
+                    "points": len(found.points), "seconds": found.seconds, "classes": rows, "version": __version__})
+        return 0
+    for r in rows:
+        ui.out.print(f"{r['class']}: {r['points']} points, held out within ±15 %: {r['held_out_within_15']:.0%}, "
+                     f"band [{r['band'][0]:+.0%}, {r['band'][1]:+.0%}]", markup=False)
+    ui.out.print(f"predictor for {name} × {TARGET} → {saved}", markup=False)
+    return 0
+
+
+def _counts(found) -> dict[str, int]:
+    counts: dict[str, int] = {}
+    for p in found.points:
+        counts[p.cls] = counts.get(p.cls, 0) + 1
+    return counts
+
+
+def _roof(data: dict, name: str):
+    from tapeout.estimation import roofline
+
+    return roofline.Roof(name=name, kind=data["kind"], peaks={k: v * 1e12 for k, v in data["peaks_tops"].items()},
+                         bandwidth=(data.get("bandwidth_gbs") or 0) * 1e9 or None, source=data["source"],
+                         notes=list(data.get("notes", [])),
+                         cache=tuple((int(s), r * 1e9) for s, r in data.get("cache_bandwidth_gbs", ())))
+
+
+def _time_chunk(folder: Path, chunk: list, threads: int, deadline: float) -> tuple[float, dict] | None:
+    """The chunk's configurations timed in one fresh process, the Identity model first and last: (its mean p50,
+    results by key); None where the process failed or ran past the budget."""
+    import onnx
+
+    from tapeout.estimation import sweep as sweeping
+
+    folder.mkdir(parents=True)
+    models = []
+    for i, (config, proto, inputs) in enumerate([(sweeping.IDENTITY, *sweeping.model(sweeping.IDENTITY)),
+                                                  *((c, p, ins) for c, p, ins, _ in chunk),
+                                                  (sweeping.IDENTITY, *sweeping.model(sweeping.IDENTITY))]):
+        path = folder / f"m{i}.onnx"
+        onnx.save(proto, str(path))
+        models.append({"key": config.key if 0 < i <= len(chunk) else f"identity-{i}", "path": str(path),
+                       "inputs": inputs, **({"vocab": config["vocab"]} if config.op == "Gather" else {})})
+    request, result = folder / "request.json", folder / "result.json"
+    request.write_text(json.dumps({"target": TARGET, "options": {"threads": threads}, "min_s": MIN_S, "models": models}))
+    try:
+        done = subprocess.run([sys.executable, "-m", "tapeout.measurement.kernel_timer", str(request), str(result)],
+                              capture_output=True, text=True, timeout=max(10.0, deadline - time.monotonic() + 30))
+    except subprocess.TimeoutExpired:
+        return None
+    if done.returncode != 0 or not result.is_file():
+        return None
+    rows = {r["key"]: r for r in json.loads(result.read_text())}
+    ends = [rows[k]["p50"] for k in rows if k.startswith("identity-") and "p50" in rows[k]]
+    if not ends:
+        return None
+    return sum(ends) / len(ends), rows

@@ -1,0 +1,209 @@
+"""Kernel predictors: per kernel class and device, a gradient-boosted regression of a kernel's time on the
+estimator's own features of it (FLOPs, bytes, roofline time, launches, nodes), trained on a sweep of that
+device (`sweep.py`), with the roofline as a feature and as a floor.
+
+Trained with scikit-learn and kept as data: each tree's split features, thresholds, children and leaf values in
+JSON (schema `tapeout.predictor/1`), walked here; nothing is unpickled. A predictor is for one device (its name
+carries the host's CPU and thread count) and one target, and is never read for another. Its band per class is the
+range (10th–90th percentile) of its errors on sweep points held out of its training (5 folds).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from tapeout.core.errors import BadInput
+
+SCHEMA = "tapeout.predictor/1"
+FEATURES = ("log_flops", "log_bytes", "log_roof", "log_launches", "nodes")
+MIN_POINTS = 12          # a class with fewer measured points gets no predictor
+FLOOR_S = 5e-8           # what a kernel's time is clamped to before the log (a difference of two p50s can be ≤ 0)
+
+
+def features(flops: float, bytes_: float, roof_s: float, launches: int, nodes: int) -> list[float]:
+    return [math.log(flops + 1), math.log(bytes_ + 1), math.log(max(roof_s, 1e-12)), math.log(max(launches, 1)),
+            float(nodes)]
+
+
+class Tree(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    feature: list[int]
+    threshold: list[float]
+    left: list[int]
+    right: list[int]
+    value: list[float]
+
+
+class ClassModel(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    init: float
+    rate: float = Field(gt=0)
+    trees: list[Tree] = Field(min_length=1)
+    band: tuple[float, float]              # held-out relative error, 10th and 90th percentile
+    points: int = Field(ge=1)
+    held_out_within_15: float = Field(ge=0, le=1)  # share of held-out points predicted within ±15 %
+
+
+class PredictorFile(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    schema_: str = Field(alias="schema")
+    device: str
+    target: str
+    host: str
+    threads: int = Field(ge=0)
+    created: str
+    baseline_s: float = Field(ge=0)        # a run of the runtime with no kernel (the Identity model)
+    roof: dict                             # Roof.to_json() the sweep priced its points at: estimates use the same
+    points: int = Field(ge=1)
+    classes: dict[str, ClassModel]
+
+
+@dataclass
+class Predictor:
+    data: PredictorFile
+    path: Path
+
+    def kernel_s(self, cls: str, flops: float, bytes_: float, roof_s: float, launches: int, nodes: int) -> float | None:
+        """The kernel's predicted seconds (never under its roofline time), or None where the class has no model."""
+        found = self.data.classes.get(cls)
+        if found is None:
+            return None
+        x = features(flops, bytes_, roof_s, launches, nodes)
+        return max(math.exp(_predict(found, x)), roof_s)
+
+    def roof(self):
+        """The roof the sweep's points were priced at (a predictor's roofline feature is only comparable at it)."""
+        from tapeout.estimation import roofline
+
+        r = self.data.roof
+        return roofline.Roof(name=self.data.device, kind=r["kind"], peaks={k: v * 1e12 for k, v in r["peaks_tops"].items()},
+                             bandwidth=(r.get("bandwidth_gbs") or 0) * 1e9 or None, source=r["source"],
+                             notes=[*r.get("notes", []), f"the roof the sweep behind {self.path.name} was priced at"],
+                             cache=tuple((int(s), v * 1e9) for s, v in r.get("cache_bandwidth_gbs", ())))
+
+    def band(self, classes: set[str]) -> tuple[float, float]:
+        """The widest held-out band over the classes a model's kernels fall in."""
+        bands = [self.data.classes[c].band for c in classes if c in self.data.classes] or [(0.0, 0.0)]
+        return min(b[0] for b in bands), max(b[1] for b in bands)
+
+
+def _predict(model: ClassModel, x: list[float]) -> float:
+    total = 0.0
+    for tree in model.trees:
+        node = 0
+        while tree.left[node] != -1:
+            node = tree.left[node] if x[tree.feature[node]] <= tree.threshold[node] else tree.right[node]
+        total += tree.value[node]
+    return model.init + model.rate * total
+
+
+def _export(regressor) -> ClassModel:
+    trees = []
+    for (estimator,) in regressor.estimators_:
+        t = estimator.tree_
+        trees.append(Tree(feature=[int(f) for f in t.feature], threshold=[float(v) for v in t.threshold],
+                          left=[int(v) for v in t.children_left], right=[int(v) for v in t.children_right],
+                          value=[float(v) for v in t.value[:, 0, 0]]))
+    return ClassModel(init=float(regressor.init_.constant_.ravel()[0]), rate=regressor.learning_rate, trees=trees,
+                      band=(0.0, 0.0), points=1, held_out_within_15=0.0)
+
+
+def _regressor():
+    from sklearn.ensemble import GradientBoostingRegressor
+
+    return GradientBoostingRegressor(n_estimators=150, max_depth=3, learning_rate=0.08, subsample=0.9, random_state=0)
+
+
+def train(points: list[dict], folds: int = 5) -> dict[str, ClassModel]:
+    """A model per class with at least MIN_POINTS points, each with its held-out band."""
+    by_class: dict[str, list[dict]] = {}
+    for p in points:
+        by_class.setdefault(p["cls"], []).append(p)
+    out = {}
+    for cls, rows in sorted(by_class.items()):
+        if len(rows) < MIN_POINTS:
+            continue
+        x = np.array([features(r["flops"], r["bytes"], r["roof_s"], r["launches"], r["nodes"]) for r in rows])
+        y = np.log(np.maximum([max(r["kernel_s"], FLOOR_S) for r in rows], [r["roof_s"] for r in rows]))
+        errors = np.empty(len(rows))
+        order = np.random.default_rng(0).permutation(len(rows))
+        for fold in range(folds):
+            held = order[fold::folds]
+            kept = np.setdiff1d(order, held)
+            fitted = _export(_regressor().fit(x[kept], y[kept]))
+            for i in held:
+                predicted = max(math.exp(_predict(fitted, list(x[i]))), rows[i]["roof_s"])
+                errors[i] = predicted / math.exp(y[i]) - 1
+        model = _export(_regressor().fit(x, y))
+        model.band = (float(np.percentile(errors, 10)), float(np.percentile(errors, 90)))
+        model.points = len(rows)
+        model.held_out_within_15 = float(np.mean(np.abs(errors) <= 0.15))
+        out[cls] = model
+    return out
+
+
+def file_name(device: str, target: str) -> str:
+    return f"{device}--{target}.predictor.json"
+
+
+def save(data: PredictorFile, folder: Path) -> Path:
+    path = folder / file_name(data.device, data.target)
+    folder.mkdir(parents=True, exist_ok=True)
+    temp = path.with_suffix(".tmp")
+    temp.write_text(json.dumps(data.model_dump(by_alias=True)))
+    temp.replace(path)
+    return path
+
+
+def load(path: Path, device: str | None = None, target: str | None = None) -> Predictor:
+    try:
+        data = PredictorFile.model_validate(json.loads(path.read_text()))
+    except (OSError, ValueError, ValidationError, RecursionError) as exc:
+        raise BadInput(f"the predictor file {path} is malformed ({str(exc).splitlines()[0]})",
+                       fix="delete it and sweep again (tapeout calibrate --sweep)") from None
+    if data.schema_ != SCHEMA:
+        raise BadInput(f"the predictor file {path} has schema {data.schema_!r}, not {SCHEMA}", fix="sweep again")
+    if (device and data.device != device) or (target and data.target != target):
+        raise BadInput(f"the predictor file {path} is for {data.device} × {data.target}, not {device} × {target}",
+                       fix="a predictor is used only for the device and target it was swept on: sweep this one")
+    for cls, model in data.classes.items():
+        if any(not _well_formed(tree) for tree in model.trees):
+            raise BadInput(f"the predictor file {path}: a tree of class {cls} is malformed",
+                           fix="delete it and sweep again (tapeout calibrate --sweep)")
+    try:
+        Predictor(data, path).roof()
+    except (KeyError, TypeError, ValueError, AttributeError) as exc:
+        raise BadInput(f"the predictor file {path}: its roof is malformed ({exc})", fix="delete it and sweep again") from None
+    return Predictor(data, path)
+
+
+def _well_formed(tree: Tree) -> bool:
+    """Every node's children come after it (so a walk ends), a split reads a feature there is, a leaf has none."""
+    size = len(tree.left)
+    if not size or any(len(v) != size for v in (tree.right, tree.feature, tree.threshold, tree.value)):
+        return False
+    for i in range(size):
+        left, right = tree.left[i], tree.right[i]
+        if left == -1 or right == -1:
+            if left != right:
+                return False
+        elif not (i < left < size and i < right < size and 0 <= tree.feature[i] < len(FEATURES)):
+            return False
+    return True
+
+
+def find(device: str, target: str) -> Predictor | None:
+    """The user's predictor for (device, target), or None."""
+    from tapeout.estimation.fit import user_folder
+
+    path = user_folder() / file_name(device, target)
+    return load(path, device, target) if path.is_file() else None

@@ -1,0 +1,264 @@
+"""Sweeps: sampled configurations of each kernel class, measured on the device, as what the kernel predictors
+learn from (`tapeout calibrate --sweep DEVICE`, docs/estimator.md).
+
+A configuration is one small ONNX model holding one kernel as the estimator sees it (`cost_units.structure`: a
+MatMul with its bias, a Conv with its bias and activation, a LayerNormalization, an Add, a Transpose, an LSTM…),
+drawn from a log-uniform range of sizes per class. Each is measured on the target as a build measures a model
+(fresh processes, `measurement/kernel_timer.py`), beside a one-Identity model whose time is what the runtime
+costs per run with no kernel at all; the kernel's time is the difference. The estimator's features of the same
+kernel (FLOPs, bytes, roofline time at the device's roof) go beside it, so the predictors learn from what they
+will be asked about.
+
+The sweep file (`<calibration folder>/sweeps/<device>--<target>.json`, schema `tapeout.sweep/1`) is rewritten
+after every chunk: a sweep stopped by its time budget, Ctrl-C or a lost process goes on where it stopped.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import random
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from tapeout.core.errors import BadInput
+
+SCHEMA = "tapeout.sweep/1"
+CLASSES = ("matmul", "conv", "reduce", "elementwise", "movement", "recurrent")
+OPSET = 17
+
+
+class Point(BaseModel):
+    """One measured configuration."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    key: str                               # the configuration, as a stable string
+    cls: str
+    op: str
+    config: dict[str, int | str]
+    flops: float = Field(ge=0)
+    bytes: float = Field(ge=0)
+    nodes: int = Field(ge=1)
+    launches: int = Field(ge=1)
+    roof_s: float = Field(ge=0)            # the kernel's roofline time at the sweep's roof
+    kernel_s: float                        # p50 of the model's run minus p50 of the Identity model's, same process
+    run_s: float = Field(gt=0)
+    baseline_s: float = Field(gt=0)
+    spread: float = Field(ge=0)            # (p90 − p10) / p50 of the model's runs
+    runs: int = Field(ge=1)
+
+
+class SweepFile(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    schema_: str = Field(alias="schema")
+    device: str
+    target: str
+    host: str                              # roofline.host_key of the CPU it ran on
+    threads: int = Field(ge=0)
+    roof: dict[str, Any]                   # Roof.to_json() the roofline times are priced at
+    host_speed: list[dict[str, Any]] = Field(default_factory=list)  # host_speed.host_state() before each chunk
+    seconds: float = Field(0.0, ge=0)      # measuring time spent so far
+    points: list[Point] = Field(default_factory=list)
+
+
+@dataclass(frozen=True)
+class Config:
+    cls: str
+    op: str
+    sizes: tuple[tuple[str, int | str], ...]
+
+    @property
+    def key(self) -> str:
+        return f"{self.op}:" + ",".join(f"{k}={v}" for k, v in self.sizes)
+
+    def __getitem__(self, name: str):
+        return dict(self.sizes)[name]
+
+
+def _log(rng: random.Random, low: int, high: int) -> int:
+    return round(math.exp(rng.uniform(math.log(low), math.log(high))))
+
+
+MAX_FLOPS = 2e9   # a configuration's kernel at most this: ~10-20 ms on a 2-core host, so a sweep covers many
+
+
+def sample(cls: str, rng: random.Random) -> Config:
+    """One configuration of `cls`, sizes log-uniform over what the sample models and the zoo run (redrawn until
+    its FLOPs are under MAX_FLOPS)."""
+    while True:
+        config = _draw(cls, rng)
+        if _rough_flops(config) <= MAX_FLOPS:
+            return config
+
+
+def _rough_flops(config: Config) -> float:
+    s = dict(config.sizes)
+    if config.op == "MatMul":
+        return 2.0 * s["m"] * s["k"] * s["n"]
+    if config.op == "Conv":
+        out = (s["hw"] // s["stride"]) ** 2
+        return 2.0 * out * s["co"] * (s["c"] // s["groups"]) * s["k"] ** 2
+    if config.op in ("LSTM", "GRU"):
+        return 8.0 * s["steps"] * s["hidden"] * (s["input"] + s["hidden"])
+    return 0.0
+
+
+def _draw(cls: str, rng: random.Random) -> Config:
+    if cls == "matmul":
+        return Config(cls, "MatMul", (("m", _log(rng, 1, 4096)), ("k", _log(rng, 16, 4096)), ("n", _log(rng, 16, 4096)),
+                                      ("bias", rng.choice((0, 1)))))
+    if cls == "conv":
+        c = _log(rng, 3, 512)
+        depthwise = c >= 8 and rng.random() < 0.3
+        return Config(cls, "Conv", (("c", c), ("co", c if depthwise else _log(rng, 8, 512)), ("hw", _log(rng, 7, 128)),
+                                    ("k", rng.choice((1, 3, 3, 5, 7))), ("stride", rng.choice((1, 1, 2))),
+                                    ("groups", c if depthwise else 1), ("relu", rng.choice((0, 1)))))
+    if cls == "reduce":
+        op = rng.choice(("LayerNormalization", "Softmax", "GlobalAveragePool", "MaxPool"))
+        if op in ("GlobalAveragePool", "MaxPool"):
+            return Config(cls, op, (("c", _log(rng, 8, 512)), ("hw", _log(rng, 4, 112))))
+        return Config(cls, op, (("rows", _log(rng, 1, 8192)), ("width", _log(rng, 16, 4096))))
+    if cls == "elementwise":
+        return Config(cls, rng.choice(("Add", "Mul", "Relu", "Sigmoid", "Tanh", "Erf")), (("size", _log(rng, 64, 1 << 23)),))
+    if cls == "movement":
+        op = rng.choice(("Transpose", "Concat", "Gather"))
+        if op == "Gather":
+            return Config(cls, op, (("vocab", _log(rng, 256, 65536)), ("width", _log(rng, 16, 1024)),
+                                    ("rows", _log(rng, 1, 2048))))
+        return Config(cls, op, (("a", _log(rng, 1, 512)), ("b", _log(rng, 8, 1024)), ("c", _log(rng, 8, 1024))))
+    if cls == "recurrent":
+        return Config(cls, rng.choice(("LSTM", "GRU")), (("steps", _log(rng, 1, 256)), ("input", _log(rng, 8, 512)),
+                                                         ("hidden", _log(rng, 8, 512))))
+    raise BadInput(f"unknown kernel class '{cls}'", fix=f"use one of: {', '.join(CLASSES)}")
+
+
+def model(config: Config, rng_seed: int = 0):
+    """(onnx ModelProto, [(input name, shape)]) holding the configuration's one kernel."""
+    import numpy as np
+    from onnx import TensorProto, helper, numpy_helper
+
+    rng = np.random.default_rng(rng_seed)
+    inits, nodes = [], []
+
+    def weight(name: str, shape) -> str:
+        inits.append(numpy_helper.from_array((rng.standard_normal(shape) * 0.05).astype(np.float32), name))
+        return name
+
+    op, s = config.op, dict(config.sizes)
+    if op == "MatMul":
+        shape = [s["m"], s["k"]]
+        nodes.append(helper.make_node("MatMul", ["x", weight("w", (s["k"], s["n"]))], ["mm" if s["bias"] else "y"]))
+        if s["bias"]:
+            nodes.append(helper.make_node("Add", ["mm", weight("b", (s["n"],))], ["y"]))
+        inputs = [("x", shape)]
+    elif op == "Conv":
+        shape = [1, s["c"], s["hw"], s["hw"]]
+        pad = s["k"] // 2
+        nodes.append(helper.make_node("Conv", ["x", weight("w", (s["co"], s["c"] // s["groups"], s["k"], s["k"])),
+                                               weight("b", (s["co"],))], ["cv" if s["relu"] else "y"],
+                                      pads=[pad] * 4, strides=[s["stride"]] * 2, group=s["groups"]))
+        if s["relu"]:
+            nodes.append(helper.make_node("Relu", ["cv"], ["y"]))
+        inputs = [("x", shape)]
+    elif op in ("GlobalAveragePool", "MaxPool"):
+        extra = {"kernel_shape": [3, 3], "strides": [2, 2], "pads": [1, 1, 1, 1]} if op == "MaxPool" else {}
+        nodes.append(helper.make_node(op, ["x"], ["y"], **extra))
+        inputs = [("x", [1, s["c"], s["hw"], s["hw"]])]
+    elif op == "LayerNormalization":
+        nodes.append(helper.make_node(op, ["x", weight("g", (s["width"],)), weight("b", (s["width"],))], ["y"], axis=-1))
+        inputs = [("x", [s["rows"], s["width"]])]
+    elif op == "Softmax":
+        nodes.append(helper.make_node(op, ["x"], ["y"], axis=-1))
+        inputs = [("x", [s["rows"], s["width"]])]
+    elif op in ("Add", "Mul"):
+        nodes.append(helper.make_node(op, ["x", "x2"], ["y"]))
+        inputs = [("x", [s["size"]]), ("x2", [s["size"]])]
+    elif op in ("Relu", "Sigmoid", "Tanh", "Erf"):
+        nodes.append(helper.make_node(op, ["x"], ["y"]))
+        inputs = [("x", [s["size"]])]
+    elif op == "Transpose":
+        nodes.append(helper.make_node(op, ["x"], ["y"], perm=[1, 0, 2]))
+        inputs = [("x", [s["a"], s["b"], s["c"]])]
+    elif op == "Concat":
+        nodes.append(helper.make_node(op, ["x", "x2"], ["y"], axis=1))
+        inputs = [("x", [s["a"], s["b"], s["c"]]), ("x2", [s["a"], s["b"], s["c"]])]
+    elif op == "Gather":
+        nodes.append(helper.make_node(op, [weight("table", (s["vocab"], s["width"])), "ids"], ["y"], axis=0))
+        inputs = [("ids", [s["rows"]])]
+    elif op in ("LSTM", "GRU"):
+        gates = 4 if op == "LSTM" else 3
+        h = s["hidden"]
+        nodes.append(helper.make_node(op, ["x", weight("W", (1, gates * h, s["input"])), weight("R", (1, gates * h, h)),
+                                           weight("B", (1, 2 * gates * h))], ["y"], hidden_size=h))
+        inputs = [("x", [s["steps"], 1, s["input"]])]
+    elif op == "Identity":
+        nodes.append(helper.make_node(op, ["x"], ["y"]))
+        inputs = [("x", [1])]
+    else:
+        raise BadInput(f"no sweep model for op {op}", fix="report it: the sweep's ops are listed in sweep.sample")
+    kinds = {"ids": TensorProto.INT64}
+    graph = helper.make_graph(nodes, config.key.replace(":", "_")[:60],
+                              [helper.make_tensor_value_info(n, kinds.get(n, TensorProto.FLOAT), shape) for n, shape in inputs],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)], initializer=inits)
+    proto = helper.make_model(graph, opset_imports=[helper.make_opsetid("", OPSET)])
+    proto.ir_version = 8
+    return proto, inputs
+
+
+IDENTITY = Config("baseline", "Identity", ())
+
+
+def features_of(proto, inputs, roof) -> dict[str, float] | None:
+    """The estimator's view of the model's kernel: FLOPs, bytes, nodes, launches and roofline seconds (None where
+    the model is not one kernel to the estimator)."""
+    import tempfile
+
+    import onnx
+
+    from tapeout.core.schemas import InputSpec
+    from tapeout.estimation import cost_units as kern
+    from tapeout.graph.analyze import analyze_view
+    from tapeout.graph.view import GraphView
+
+    with tempfile.TemporaryDirectory() as folder:
+        path = Path(folder) / "m.onnx"
+        onnx.save(proto, str(path))
+        specs = [InputSpec(name=n, shape=shape, dtype="int64" if n == "ids" else "float32") for n, shape in inputs]
+        view = GraphView.load(path, specs, {})
+        kernels = kern.structure(view, analyze_view(view))
+    if len(kernels) != 1:
+        return None
+    k = kernels[0]
+    return {"cls": k.cls, "flops": float(k.flops), "bytes": float(k.bytes), "nodes": k.nodes, "launches": k.launches,
+            "roof_s": max(kern.roof_times(k, roof))}
+
+
+def path_for(device: str, target: str, folder: Path | None = None) -> Path:
+    from tapeout.estimation.fit import user_folder
+
+    return (folder or user_folder()) / "sweeps" / f"{device}--{target}.json"
+
+
+def load(path: Path) -> SweepFile | None:
+    if not path.is_file():
+        return None
+    try:
+        found = SweepFile.model_validate(json.loads(path.read_text()))
+    except (OSError, ValueError, ValidationError) as exc:
+        raise BadInput(f"the sweep file {path} is malformed ({str(exc).splitlines()[0]})",
+                       fix="delete it and sweep again") from None
+    if found.schema_ != SCHEMA:
+        raise BadInput(f"the sweep file {path} has schema {found.schema_!r}, not {SCHEMA}", fix="delete it and sweep again")
+    return found
+
+
+def save(sweep: SweepFile, path: Path) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    temp = path.with_suffix(".tmp")
+    temp.write_text(json.dumps(sweep.model_dump(by_alias=True)))
+    temp.replace(path)

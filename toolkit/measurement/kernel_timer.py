@@ -1,0 +1,58 @@
+"""The sweep's timing process: `python -m tapeout.measurement.kernel_timer REQUEST.json RESULT.json`.
+
+A fresh interpreter per chunk of a sweep, as every measurement is: it loads each configuration's model on the
+target with the sweep's options (ONNX Runtime's CPU EP at the device's thread count), runs it on random inputs
+after a warm-up until `min_s` of runs (at least 5), and writes each model's p10/p50/p90 seconds. The Identity
+model is timed first and last: what a run costs with no kernel, subtracted from each model's p50 by the caller.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+
+
+def _time(call, min_s: float) -> np.ndarray:
+    for _ in range(3):
+        call()
+    clock, samples, start = time.perf_counter_ns, [], time.perf_counter()
+    while len(samples) < 5 or (time.perf_counter() - start < min_s and len(samples) < 2000):
+        t0 = clock()
+        call()
+        samples.append(clock() - t0)
+    return np.array(samples, dtype=np.float64) / 1e9
+
+
+def main(request_path: str, result_path: str) -> int:
+    from tapeout import targets
+    from tapeout.core.schemas import InputSpec
+
+    request = json.loads(Path(request_path).read_text())
+    target = targets.create(request["target"], request["options"])
+    rng = np.random.default_rng(0)
+    out = []
+    for item in request["models"]:
+        specs = [InputSpec(name=n, shape=shape, dtype="int64" if n == "ids" else "float32") for n, shape in item["inputs"]]
+        folder = Path(item["path"]).parent / (Path(item["path"]).stem + "-compiled")
+        try:
+            artifact = target.compile(Path(item["path"]), folder, specs, {})
+            session = target.session(artifact)
+            feeds = {s.name: (rng.integers(0, item.get("vocab", 2), size=s.shape) if s.dtype == "int64"
+                              else rng.standard_normal(s.shape).astype(np.float32)) for s in specs}
+            times = _time(session.bind(feeds), request["min_s"])
+        except Exception as exc:  # one configuration the runtime refuses is that point's loss, not the chunk's
+            out.append({"key": item["key"], "error": f"{type(exc).__name__}: {str(exc).splitlines()[0][:300]}"})
+            continue
+        out.append({"key": item["key"], "p10": float(np.percentile(times, 10)), "p50": float(np.median(times)),
+                    "p90": float(np.percentile(times, 90)), "runs": int(times.size)})
+        del session
+    Path(result_path).write_text(json.dumps(out))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1], sys.argv[2]))
