@@ -113,6 +113,8 @@ def main() -> int:
                         "against itself, and the predictions against the second measurement")
     parser.add_argument("--threads", type=int, help="inference threads for every build (default: the profiles', one "
                         "per core)")
+    parser.add_argument("--predictors", type=Path, help="a calibration folder holding kernel predictors from "
+                        "`tapeout calibrate --sweep host` (at the same --threads): score them beside the calibration")
     args = parser.parse_args()
 
     from tapeout.builds.reader import open_build
@@ -165,12 +167,67 @@ def main() -> int:
         if errors:
             hit = sum(abs(e) <= 0.15 for e in errors)
             print(f"  {group}: {hit}/{len(errors)} within ±15 %; |error| median {sorted(map(abs, errors))[len(errors) // 2]:.0%}")
+    if args.predictors:
+        predictor_scores(dirs, predicted, found, args.predictors, groups)
     start = time.perf_counter()
     subprocess.run([sys.executable, "-m", "tapeout", "compare", *map(str, dirs)], capture_output=True)
     print(f"`tapeout compare` of {len(dirs)} builds: {time.perf_counter() - start:.2f} s (target < 5 s)")
     if args.repeat:
         repeat(predicted, groups)
     return 0
+
+
+def predictor_scores(dirs: list[Path], predicted: dict[str, tuple[str, float, float]], found: list,
+                     folder: Path, groups: dict[str, set[str]]) -> None:
+    """Every FP32 build whose device and target have a kernel predictor in `folder`, estimated by it (a sweep of
+    toy kernels: no model was fitted on, so every one is held out), beside the calibration's held-out prediction;
+    then per kernel class, the predicted seconds against the profiler's, which says where the error sits."""
+    import os
+
+    from tapeout.builds.reader import open_build
+    from tapeout.estimation import estimate
+
+    os.environ["TAPEOUT_CALIBRATION"] = str(folder)
+    measured_by_class = {r.source: r.measured_s for r, _ in found}
+    rows, classes = [], {}
+    for d in dirs:
+        build = open_build(d)
+        if build.report.profile.precision != "fp32":
+            continue
+        est = estimate.for_build(build)
+        if not est.predictor:
+            continue
+        model, measured_ms, cal_ms = predicted.get(str(d), (build.report.project.name, None, None))
+        measured_ms = measured_ms or build.report.measurement.latency_ms.quantiles["p50"].point
+        rows.append((model, d.name, measured_ms, cal_ms, est.predicted_s * 1e3, est.quantile_ms("p50")))
+        for c in est.by_class():
+            got = measured_by_class.get(str(d), {}).get(c["class"])
+            if got:
+                classes.setdefault(c["class"], []).append(c["predicted_us"] * 1e-6 / got)
+    if not rows:
+        print(f"\nkernel predictors: none in {folder} for these builds' devices")
+        return
+    print(f"\nkernel predictors ({folder}): every model held out (trained on a sweep of toy kernels)")
+    print(f"{'model':<12} {'profile':<18} {'measured p50 ms':>15} {'calibration':>12} {'error':>8} {'predictors':>11} "
+          f"{'error':>8} {'band':>22}")
+    for model, profile, measured, cal, pred, (_, low, high) in sorted(rows):
+        cal_text = f"{cal:>12.4g} {cal / measured - 1:>+8.1%}" if cal else f"{'—':>12} {'':>8}"
+        print(f"{model:<12} {profile:<18} {measured:>15.4g} {cal_text} {pred:>11.4g} {pred / measured - 1:>+8.1%} "
+              f"{f'[{low:.4g}, {high:.4g}]':>22}")
+    hit = sum(abs(r[4] / r[2] - 1) <= 0.15 for r in rows)
+    cal_rows = [r for r in rows if r[3]]
+    cal_hit = sum(abs(r[3] / r[2] - 1) <= 0.15 for r in cal_rows)
+    inside = sum(r[5][1] <= r[2] <= r[5][2] for r in rows)
+    print(f"predictors: {hit}/{len(rows)} within ±15 %; the calibration's held-out predictions on the same pairs: "
+          f"{cal_hit}/{len(cal_rows)}; the measured p50 inside the predictors' band: {inside}/{len(rows)}")
+    for group, members in groups.items():
+        mine = [r for r in rows if r[0] in members]
+        if mine:
+            print(f"  {group}: predictors {sum(abs(r[4] / r[2] - 1) <= 0.15 for r in mine)}/{len(mine)} within ±15 %")
+    print("where the error sits — per kernel class, predicted seconds / the profiler's seconds (median, range):")
+    for cls, ratios in sorted(classes.items()):
+        ratios.sort()
+        print(f"  {cls:<12} {ratios[len(ratios) // 2]:>6.2f}×  [{ratios[0]:.2f}, {ratios[-1]:.2f}] over {len(ratios)} builds")
 
 
 def repeat(predicted: dict[str, tuple[str, float, float]], groups: dict[str, set[str]]) -> None:
