@@ -11,6 +11,16 @@ from tapeout.core.errors import EXIT_BUDGET_FAILED, BadInput
 DTYPES = ("float32", "float16", "bfloat16")
 
 
+def _available() -> None:
+    """Exit 4 with the install line where torch or triton cannot be imported, before either is touched."""
+    from tapeout.core.errors import TargetUnavailable
+    from tapeout.targets import kernels as registry
+
+    why = registry.probe()
+    if why:
+        raise TargetUnavailable(f"the kernels need Triton and torch: {why}", fix=registry.INSTALL)
+
+
 def _chosen(names: list[str] | None) -> list:
     from tapeout.targets import kernels as registry
 
@@ -58,6 +68,7 @@ def verify(names: list[str] | None, dtype: str | None, all_configs: bool, as_jso
     from tapeout.measurement import kernel_harness as harness
 
     dtypes = _dtypes(dtype)
+    _available()
     where = harness.backend()  # before triton is imported: it reads TRITON_INTERPRET once
     chosen = _chosen(names)
     how = "on the GPU" if where == "cuda" else "in Triton's interpreter (no GPU here: cases cut to a quick size)"
@@ -98,6 +109,7 @@ def bench(names: list[str] | None, dtype: str | None, calls: int, max_autotune: 
     if calls < 10:
         raise BadInput(f"--calls {calls} is too few to give a p90", fix="use --calls 10 or more (default 100)")
     dtypes = _dtypes(dtype) or ("float16",)
+    _available()
     where = harness.gpu()  # exit 4 here without a GPU, before anything else
     spec = device_matching(where["name"])
     print(f"timing on {where['name']} ({where['key']}); roof from "
