@@ -31,13 +31,13 @@ def _tapeout(*args: str, env=ENV) -> subprocess.CompletedProcess:
 
 
 def test_kernels_verify_in_the_interpreter_float32_and_float16():
-    done = _tapeout("kernels", "verify", "add-layernorm", "add-rmsnorm", "silu-mul", "rotary", "gemv-int4",
-                    "--dtype", "float32,float16", "--json")
+    # two kernels here; every kernel in every dtype is the slow test's
+    done = _tapeout("kernels", "verify", "add-layernorm", "gemv-int4", "--dtype", "float32,float16", "--json")
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-2000:]
     found = json.loads(done.stdout)
     assert found["backend"] == "interpreter" and found["failed"] == 0
     kernels = {c["kernel"] for c in found["checks"] if c["ok"]}
-    assert kernels == {"add-layernorm", "add-rmsnorm", "silu-mul", "rotary", "gemv-int4"}
+    assert kernels == {"add-layernorm", "gemv-int4"} and len(found["checks"]) == 26
     # the model's own shapes and the edge cases both ran; big ones were cut and say from what
     cases = {c["case"] for c in found["checks"] if c["kernel"] == "add-layernorm"}
     assert {"rows=3,width=200", "rows=2,width=1", "rows=1,width=2048"} <= cases
