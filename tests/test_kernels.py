@@ -134,7 +134,8 @@ def test_a_malformed_timings_file_is_one_line(tmp_path):
     assert timings.load(key, tmp_path)["silu-mul | rows=1,width=5632 | float16"].inductor_ms == 0.005
     # another GPU or toolchain never reads these timings
     assert timings.load(timings.device_key("NVIDIA H200", (9, 0), "3.9.0", "2.13.0"), tmp_path) == {}
-    for body in ("{not json", json.dumps({"schema": "tapeout.kernel-timings/1", "device": key, "entries": {"x": {"config": 1}}})):
+    for body in ("{not json", "[" * 100_000 + "]" * 100_000,
+                 json.dumps({"schema": "tapeout.kernel-timings/1", "device": key, "entries": {"x": {"config": 1}}})):
         saved.write_text(body)
         with pytest.raises(BadInput, match="malformed") as caught:
             timings.load(key, tmp_path)

@@ -66,7 +66,7 @@ def load(device: str, folder: Path | None = None) -> dict[str, Timing]:
         return {}
     try:
         found = TimingFile.model_validate(json.loads(path.read_text()))
-    except (OSError, ValueError, ValidationError) as exc:
+    except (OSError, ValueError, ValidationError, RecursionError) as exc:
         raise BadInput(f"the kernel timings file {path} is malformed ({str(exc).splitlines()[0]})",
                        fix="delete it; `tapeout kernels bench` measures again") from None
     if found.schema_ != SCHEMA or found.device != device:

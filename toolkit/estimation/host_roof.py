@@ -60,7 +60,7 @@ def load(host: dict) -> Measured | None:
     path = path_for(host)
     try:
         found = _File.model_validate(json.loads(path.read_text()))
-    except (OSError, ValueError, ValidationError):
+    except (OSError, ValueError, ValidationError, RecursionError):
         return None
     if found.schema_ != SCHEMA or found.host != roofline.host_key(host):
         return None

@@ -249,7 +249,7 @@ def load(path: Path) -> SweepFile | None:
         return None
     try:
         found = SweepFile.model_validate(json.loads(path.read_text()))
-    except (OSError, ValueError, ValidationError) as exc:
+    except (OSError, ValueError, ValidationError, RecursionError) as exc:
         raise BadInput(f"the sweep file {path} is malformed ({str(exc).splitlines()[0]})",
                        fix="delete it and sweep again") from None
     if found.schema_ != SCHEMA:
