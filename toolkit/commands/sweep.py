@@ -80,7 +80,8 @@ def sweep(device: str, minutes: float, threads: int, out: Path | None, as_json: 
                     continue  # not one kernel of its class to the estimator: it would teach the wrong class
                 chunk.append((config, proto, inputs, feats))
             got = _time_chunk(Path(scratch) / f"c{chunk_no}", chunk, threads, deadline)
-            if got is None:
+            if isinstance(got, str):
+                ui.note(f"  a timing process gave nothing ({got}); its {len(chunk)} configurations are skipped")
                 continue
             baseline, results = got
             found.host_speed.append(host_state(3))
@@ -135,9 +136,9 @@ def _roof(data: dict, name: str):
                          cache=tuple((int(s), r * 1e9) for s, r in data.get("cache_bandwidth_gbs", ())))
 
 
-def _time_chunk(folder: Path, chunk: list, threads: int, deadline: float) -> tuple[float, dict] | None:
+def _time_chunk(folder: Path, chunk: list, threads: int, deadline: float) -> tuple[float, dict] | str:
     """The chunk's configurations timed in one fresh process, the Identity model first and last: (its mean p50,
-    results by key); None where the process failed or ran past the budget."""
+    results by key); or why not, where the process failed or ran past the budget."""
     import onnx
 
     from tapeout.estimation import sweep as sweeping
@@ -157,11 +158,11 @@ def _time_chunk(folder: Path, chunk: list, threads: int, deadline: float) -> tup
         done = subprocess.run([sys.executable, "-m", "tapeout.measurement.kernel_timer", str(request), str(result)],
                               capture_output=True, text=True, timeout=max(10.0, deadline - time.monotonic() + 30))
     except subprocess.TimeoutExpired:
-        return None
+        return "it ran past the sweep's time budget"
     if done.returncode != 0 or not result.is_file():
-        return None
+        return f"exit {done.returncode}: {(done.stderr.strip().splitlines() or ['no message'])[-1][:200]}"
     rows = {r["key"]: r for r in json.loads(result.read_text())}
     ends = [rows[k]["p50"] for k in rows if k.startswith("identity-") and "p50" in rows[k]]
     if not ends:
-        return None
+        return "the runtime could not run the Identity model the kernels' times are measured against"
     return sum(ends) / len(ends), rows
