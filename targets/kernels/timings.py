@@ -17,6 +17,7 @@ from pathlib import Path
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from tapeout.core.errors import BadInput
+from tapeout.core.files import write_json
 
 SCHEMA = "tapeout.kernel-timings/1"
 
@@ -76,12 +77,9 @@ def load(device: str, folder: Path | None = None) -> dict[str, Timing]:
 
 
 def save(device: str, entries: dict[str, Timing], folder: Path | None = None) -> Path:
-    """Merge `entries` into the device's file (written whole, then renamed: never half a file)."""
+    """Merge `entries` into the device's file (written whole: never half a file)."""
     path = path_for(device, folder)
     merged = {**load(device, folder), **entries}
-    path.parent.mkdir(parents=True, exist_ok=True)
     body = TimingFile.model_validate({"schema": SCHEMA, "device": device, "entries": merged})
-    temp = path.with_suffix(".tmp")
-    temp.write_text(json.dumps(body.model_dump(by_alias=True), indent=1, sort_keys=True))
-    temp.replace(path)
+    write_json(path, body.model_dump(by_alias=True))
     return path

@@ -58,7 +58,7 @@ def sweep(device: str, minutes: float, threads: int, out: Path | None, as_json: 
         roof = estimate.roof_for(None, host, None, estimate.host_threads(host, options))
         found = sweeping.SweepFile(schema=sweeping.SCHEMA, device=name, target=TARGET, host=roofline.host_key(host),
                                    threads=threads, roof=roof.to_json())
-    roof = _roof(found.roof, name)
+    roof = roofline.Roof.from_json(found.roof, name)
     done = {p.key for p in found.points}
     rng = random.Random(len(found.points))  # a resumed sweep draws new configurations, not the same ones again
     cycle = itertools.cycle(chosen)
@@ -125,15 +125,6 @@ def _counts(found) -> dict[str, int]:
     for p in found.points:
         counts[p.cls] = counts.get(p.cls, 0) + 1
     return counts
-
-
-def _roof(data: dict, name: str):
-    from tapeout.estimation import roofline
-
-    return roofline.Roof(name=name, kind=data["kind"], peaks={k: v * 1e12 for k, v in data["peaks_tops"].items()},
-                         bandwidth=(data.get("bandwidth_gbs") or 0) * 1e9 or None, source=data["source"],
-                         notes=list(data.get("notes", [])),
-                         cache=tuple((int(s), r * 1e9) for s, r in data.get("cache_bandwidth_gbs", ())))
 
 
 def _time_chunk(folder: Path, chunk: list, threads: int, deadline: float) -> tuple[float, dict] | str:

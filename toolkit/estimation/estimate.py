@@ -321,11 +321,7 @@ def _recorded_roof(report, device: str) -> roofline.Roof | None:
     recorded = report.estimate.roof if report.estimate is not None else None
     if recorded is None or recorded.name != device or recorded.kind != "cpu" or not recorded.name.startswith("host-"):
         return None
-    return roofline.Roof(name=recorded.name, kind=recorded.kind,
-                         peaks={k: v * 1e12 for k, v in recorded.peaks_tops.items()},
-                         bandwidth=recorded.bandwidth_gbs * 1e9 if recorded.bandwidth_gbs else None,
-                         source=recorded.source, notes=[*recorded.notes, "the roof this build recorded when it was built"],
-                         cache=tuple((int(s), r * 1e9) for s, r in recorded.cache_bandwidth_gbs or ()))
+    return roofline.Roof.from_json(recorded.model_dump(), note="the roof this build recorded when it was built")
 
 
 def kernels_of(build: BuildDir) -> list[kern.Kernel] | None:

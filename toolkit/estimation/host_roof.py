@@ -17,6 +17,7 @@ from pathlib import Path
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from tapeout.core.errors import BadInput
+from tapeout.core.files import write_json
 from tapeout.core.host import host_fingerprint, now
 from tapeout.estimation import roofline
 
@@ -77,11 +78,7 @@ def measure(host: dict) -> Measured:
                                  "fp32_flops": roofline.measured_fp32_peak(),
                                  "bandwidth_bytes": roofline.measured_bandwidth(),
                                  "cache": [list(c) for c in roofline.measured_cache_bandwidth()]})
-    path = path_for(host)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    temp = path.with_suffix(f".{id(body)}.tmp")
-    temp.write_text(json.dumps(body.model_dump(by_alias=True), indent=1))
-    temp.replace(path)  # whole or not at all: two builds measuring at once each write a complete file
+    write_json(path_for(host), body.model_dump(by_alias=True))  # two builds measuring at once: each file whole
     return load(host)
 
 

@@ -19,6 +19,7 @@ import numpy as np
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from tapeout.core.errors import BadInput
+from tapeout.core.files import write_text
 
 SCHEMA = "tapeout.predictor/1"
 FEATURES = ("log_flops", "log_bytes", "log_roof", "log_launches", "nodes")
@@ -84,11 +85,8 @@ class Predictor:
         """The roof the sweep's points were priced at (a predictor's roofline feature is only comparable at it)."""
         from tapeout.estimation import roofline
 
-        r = self.data.roof
-        return roofline.Roof(name=self.data.device, kind=r["kind"], peaks={k: v * 1e12 for k, v in r["peaks_tops"].items()},
-                             bandwidth=(r.get("bandwidth_gbs") or 0) * 1e9 or None, source=r["source"],
-                             notes=[*r.get("notes", []), f"the roof the sweep behind {self.path.name} was priced at"],
-                             cache=tuple((int(s), v * 1e9) for s, v in r.get("cache_bandwidth_gbs", ())))
+        return roofline.Roof.from_json(self.data.roof, self.data.device,
+                                       f"the roof the sweep behind {self.path.name} was priced at")
 
     def band(self, classes: set[str]) -> tuple[float, float]:
         """The widest held-out band over the classes a model's kernels fall in."""
@@ -157,10 +155,7 @@ def file_name(device: str, target: str) -> str:
 
 def save(data: PredictorFile, folder: Path) -> Path:
     path = folder / file_name(data.device, data.target)
-    folder.mkdir(parents=True, exist_ok=True)
-    temp = path.with_suffix(".tmp")
-    temp.write_text(json.dumps(data.model_dump(by_alias=True)))
-    temp.replace(path)
+    write_text(path, json.dumps(data.model_dump(by_alias=True)))
     return path
 
 

@@ -82,6 +82,15 @@ class Roof:
                 "notes": self.notes,
                 **({"cache_bandwidth_gbs": [[size, rate / 1e9] for size, rate in self.cache]} if self.cache else {})}
 
+    @classmethod
+    def from_json(cls, data: dict, name: str | None = None, note: str | None = None) -> Roof:
+        """The roof `to_json` wrote (a build's report, a sweep, a predictor), under `name`, with `note` added."""
+        return cls(name=name or data["name"], kind=data["kind"],
+                   peaks={k: v * 1e12 for k, v in data["peaks_tops"].items()},
+                   bandwidth=(data.get("bandwidth_gbs") or 0) * 1e9 or None, source=data["source"],
+                   notes=[*data.get("notes", []), *([note] if note else [])],
+                   cache=tuple((int(s), r * 1e9) for s, r in data.get("cache_bandwidth_gbs") or ()))
+
 
 def from_spec(spec: DeviceSpec) -> Roof:
     return Roof(

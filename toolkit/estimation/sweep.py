@@ -25,6 +25,7 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from tapeout.core.errors import BadInput
+from tapeout.core.files import write_text
 
 SCHEMA = "tapeout.sweep/1"
 CLASSES = ("matmul", "conv", "reduce", "elementwise", "movement", "recurrent")
@@ -258,7 +259,4 @@ def load(path: Path) -> SweepFile | None:
 
 
 def save(sweep: SweepFile, path: Path) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    temp = path.with_suffix(".tmp")
-    temp.write_text(json.dumps(sweep.model_dump(by_alias=True)))
-    temp.replace(path)
+    write_text(path, json.dumps(sweep.model_dump(by_alias=True)))  # compact: rewritten after every chunk
