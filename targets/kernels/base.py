@@ -14,7 +14,7 @@ import functools
 from abc import ABC, abstractmethod
 from collections.abc import Callable
 from contextvars import ContextVar
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any, ClassVar
 
 # per dtype: (absolute, relative) tolerance against the float32 reference; a kernel may widen its own
@@ -76,7 +76,6 @@ class Match:
     args: tuple
     case: Case
     dtype: str
-    extra: dict[str, Any] = field(default_factory=dict)   # what the rewrite needs beyond args (a second output's user)
 
     @property
     def where(self) -> str:

@@ -6,7 +6,7 @@ from __future__ import annotations
 import triton.language as tl
 
 from tapeout.targets.kernels import elementwise
-from tapeout.targets.kernels.base import Kernel, Match, concrete, itemsize, torch_dtype
+from tapeout.targets.kernels.base import Match, itemsize, torch_dtype
 
 
 def _bias_gelu(y_ptr, bias_ptr, out_ptr, width, TANH: tl.constexpr, BLOCK: tl.constexpr):
@@ -23,20 +23,13 @@ def _bias_gelu(y_ptr, bias_ptr, out_ptr, width, TANH: tl.constexpr, BLOCK: tl.co
     tl.store(out_ptr + row * width + cols, g.to(y.dtype), mask=inside)
 
 
-class BiasGelu(Kernel):
+class BiasGelu(elementwise.Epilogue):
     name = "bias-gelu"
     summary = "bias add + GELU (erf or tanh) on a Linear layer's output"
     replaces = "aten.linear (with bias) → aten.gelu: the Linear without its bias, then this kernel"
     op_schema = "tapeout::bias_gelu"
     op_signature = "(Tensor y, Tensor bias, str approximate) -> Tensor"
     source = _bias_gelu
-    shrinkable = ("rows",)
-
-    def cases(self):
-        return elementwise.cases()
-
-    def configs(self, case):
-        return elementwise.configs(case)
 
     def inputs(self, case, dtype, generator, device):
         import torch
@@ -100,7 +93,5 @@ class BiasGelu(Kernel):
         val = linear.meta.get("val")
         if val is None:
             return None
-        width = concrete(val.shape[-1])
         return Match(self.name, [linear, node], (linear.args[2], node.kwargs.get("approximate", "none")),
-                     elementwise.Case.of(rows=concrete(val.numel()) // max(width, 1), width=width),
-                     str(val.dtype).removeprefix("torch."), extra={"linear": linear})
+                     elementwise.case_of(val), str(val.dtype).removeprefix("torch."))

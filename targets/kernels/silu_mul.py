@@ -6,7 +6,7 @@ from __future__ import annotations
 import triton.language as tl
 
 from tapeout.targets.kernels import elementwise
-from tapeout.targets.kernels.base import Kernel, Match, concrete, itemsize, same_shape, torch_dtype
+from tapeout.targets.kernels.base import Match, itemsize, same_shape, torch_dtype
 
 
 def _silu_mul(gate_ptr, up_ptr, out_ptr, width, BLOCK: tl.constexpr):
@@ -19,20 +19,13 @@ def _silu_mul(gate_ptr, up_ptr, out_ptr, width, BLOCK: tl.constexpr):
     tl.store(out_ptr + row * width + cols, (g * tl.sigmoid(g) * up).to(gate.dtype), mask=inside)
 
 
-class SiluMul(Kernel):
+class SiluMul(elementwise.Epilogue):
     name = "silu-mul"
     summary = "silu(gate) * up, the SiLU-gated MLP's epilogue"
     replaces = "aten.silu → aten.mul (same shapes)"
     op_schema = "tapeout::silu_mul"
     op_signature = "(Tensor gate, Tensor up) -> Tensor"
     source = _silu_mul
-    shrinkable = ("rows",)
-
-    def cases(self):
-        return elementwise.cases()
-
-    def configs(self, case):
-        return elementwise.configs(case)
 
     def inputs(self, case, dtype, generator, device):
         import torch
@@ -85,7 +78,5 @@ class SiluMul(Kernel):
         if any(v is None for v in vals) or not same_shape(vals[0].shape, vals[1].shape, vals[2].shape) \
                 or vals[0].dtype != vals[1].dtype:
             return None
-        width = concrete(vals[2].shape[-1])
-        return Match(self.name, [silu, node], (silu.args[0], up),
-                     elementwise.Case.of(rows=concrete(vals[2].numel()) // max(width, 1), width=width),
+        return Match(self.name, [silu, node], (silu.args[0], up), elementwise.case_of(vals[2]),
                      str(vals[2].dtype).removeprefix("torch."))
