@@ -53,11 +53,13 @@ def planted() -> dict:
 
 def substitution() -> dict:
     """A block with every chain the kernels replace, exported; a stand-in timing table (the kernel faster than
-    Inductor everywhere but silu·mul); the rewritten program run in the interpreter against the original."""
+    Inductor everywhere but silu·mul, each timed with the last config of its tuning space, not the default); the
+    rewritten program run in the interpreter against the original."""
     import torch
     import torch.nn.functional as F
     from torch import nn
 
+    from tapeout.targets import kernels
     from tapeout.targets.kernels import substitute, timings
 
     class Block(nn.Module):
@@ -96,13 +98,17 @@ def substitution() -> dict:
         _, cpu_decisions = substitute.substitute(on_cpu, {}, None)
         program = torch.export.export(model, inputs)
         matches = substitute.find(program)
+        tuned = {m.kernel: kernels.get(m.kernel).configs(m.case)[-1].key for m in matches}
         table = {timings.entry_key(m.kernel, m.case.key, m.dtype): timings.Timing(
-            config="stand-in", kernel_ms=1.0, kernel_p90_ms=1.1, inductor_ms=0.5 if m.kernel == "silu-mul" else 2.0,
-            calls=10) for m in matches}
+            config=tuned[m.kernel], kernel_ms=1.0, kernel_p90_ms=1.1,
+            inductor_ms=0.5 if m.kernel == "silu-mul" else 2.0, calls=10) for m in matches}
         replaced, decisions = substitute.substitute(program, table, "stand-in GPU")
         got = program.module()(*inputs)
-    ops = sorted(str(n.target) for n in program.graph_module.graph.nodes if str(n.target).startswith("tapeout."))
-    return {"replaced": replaced, "decisions": [d.row() for d in decisions], "ops": ops,
+    calls = [n for n in program.graph_module.graph.nodes if str(n.target).startswith("tapeout.")]
+    ops = sorted(str(n.target) for n in calls)
+    launched = sorted({(str(n.target), n.args[-1]) for n in calls})
+    return {"replaced": replaced, "decisions": [d.row() for d in decisions], "ops": ops, "tuned": tuned,
+            "launched": [list(pair) for pair in launched],
             "cpu": [d.row() for d in cpu_decisions], "max_abs": float((got - want).abs().max()),
             "sdpa_left": sum(str(n.target) == "aten.scaled_dot_product_attention.default"
                              for n in program.graph_module.graph.nodes)}
@@ -115,7 +121,7 @@ def samples() -> dict:
 
     from tapeout.core.config import load_project
     from tapeout.exporters import sources, torch_onnx
-    from tapeout.targets.kernels import substitute, timings
+    from tapeout.targets.kernels import get, substitute, timings
 
     repo = Path(__file__).resolve().parents[1]
     found = {}
@@ -139,7 +145,8 @@ def samples() -> dict:
         with torch.no_grad():
             want = program.module()(*inputs)
             table = {timings.entry_key(m.kernel, m.case.key, m.dtype): timings.Timing(
-                config="stand-in", kernel_ms=1.0, kernel_p90_ms=1.0, inductor_ms=2.0, calls=10) for m in matches}
+                config=get(m.kernel).configs(m.case)[-1].key, kernel_ms=1.0, kernel_p90_ms=1.0, inductor_ms=2.0,
+                calls=10) for m in matches}
             replaced, _ = substitute.substitute(program, table, "stand-in GPU", project.inputs, project.dims)
             got = program.module()(*inputs)
         want, got = (t[0] if isinstance(t, (tuple, list)) else t for t in (want, got))

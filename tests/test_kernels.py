@@ -84,6 +84,11 @@ def test_substitution_replaces_only_where_the_kernel_was_faster_and_keeps_the_re
     assert not silu["substituted"] and "slower than Inductor" in silu["reason"] and "1.0000 vs 0.5000" in silu["reason"]
     assert found["replaced"] == 6 and all(d["substituted"] for d in found["decisions"] if d["kernel"] != "silu-mul")
     assert found["ops"].count("tapeout.rotary.default") == 2 and "tapeout.silu_mul.default" not in found["ops"]
+    # each call launches with the config that was timed (here the last of its tuning space), not the default
+    launched = {op.removeprefix("tapeout.").removesuffix(".default").replace("_", "-"): config
+                for op, config in found["launched"]}
+    assert launched == {k: v for k, v in found["tuned"].items() if k != "silu-mul"}
+    assert all(d["config"] == found["tuned"][d["kernel"]] for d in found["decisions"])
     assert found["sdpa_left"] == 0
     # the rewritten program, its kernels run in the interpreter, computes what the model does
     assert found["max_abs"] < 1e-4
@@ -99,15 +104,23 @@ def test_decisions_without_a_timing_keep_inductor_and_say_how_to_measure():
 
     matches = [Match("add-layernorm", [], (), Case.of(rows=128, width=384), "float16"),
                Match("attention", [], (), Case.of(batch=1, heads=12, seq=128, dim=32), "float16"),
-               Match("bias-gelu", [], (), Case.of(rows=128, width=1536), "float16")]
+               Match("bias-gelu", [], (), Case.of(rows=128, width=1536), "float16"),
+               Match("silu-mul", [], (), Case.of(rows=1, width=5632), "float16")]
+    block = "BLOCK=1024,warps=4,stages=2"
     table = {timings.entry_key("attention", "batch=1,heads=12,seq=128,dim=32", "float16"):
-             timings.Timing(config="c", kernel_ms=0.02, kernel_p90_ms=0.03, inductor_ms=None, calls=50),
+             timings.Timing(config="BLOCK_M=64,BLOCK_N=64,warps=4,stages=2", kernel_ms=0.02, kernel_p90_ms=0.03,
+                            inductor_ms=None, calls=50),
              timings.entry_key("bias-gelu", "rows=128,width=1536", "float16"):
-             timings.Timing(config="c", kernel_ms=0.004, kernel_p90_ms=0.005, inductor_ms=0.004, calls=50)}
-    first, second, third = substitute.decide(matches, table, "H100")
+             timings.Timing(config=block, kernel_ms=0.004, kernel_p90_ms=0.005, inductor_ms=0.004, calls=50),
+             # faster, but timed with a config this kernel no longer has (a timings file from an older tapeout)
+             timings.entry_key("silu-mul", "rows=1,width=5632", "float16"):
+             timings.Timing(config="BLOCK=512,warps=4,stages=2", kernel_ms=0.002, kernel_p90_ms=0.003, inductor_ms=0.004,
+                            calls=50)}
+    first, second, third, fourth = substitute.decide(matches, table, "H100")
     assert not first.substituted and "tapeout kernels bench add-layernorm" in first.reason
     assert not second.substituted and "not timed" in second.reason
     assert not third.substituted and "slower than Inductor" in third.reason  # a tie is not a win
+    assert not fourth.substituted and "'BLOCK=512,warps=4,stages=2'" in fourth.reason and "does not have" in fourth.reason
 
 
 def test_bench_without_a_gpu_is_one_line_exit_4():

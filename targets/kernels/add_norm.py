@@ -93,14 +93,14 @@ class _AddNorm(Kernel):
         elems, size = case["rows"] * case["width"], itemsize(dtype)
         return 4 * elems * size + (1 if self.rms else 2) * case["width"] * size, 8.0 * elems
 
-    def call(self, x, residual, weight, bias, eps):
+    def call(self, x, residual, weight, bias, eps, config):
         import torch
 
         out, total = torch.empty_like(x), torch.empty_like(x)
         inputs = {"x": x.contiguous(), "residual": residual.contiguous(), "weight": weight, "eps": eps}
         if bias is not None:
             inputs["bias"] = bias
-        self.run(inputs, {"out": out, "sum": total}, self.configs(Case.of(rows=1, width=x.shape[-1]))[0])
+        self.run(inputs, {"out": out, "sum": total}, self.config_named(config, Case.of(rows=1, width=x.shape[-1])))
         return out, total
 
     def match(self, node):
@@ -213,7 +213,7 @@ class AddLayerNorm(_AddNorm):
     summary = "residual add + LayerNorm, the sum written once and normalised in registers"
     replaces = "aten.add → aten.layer_norm (last dim)"
     op_schema = "tapeout::add_layernorm"
-    op_signature = "(Tensor x, Tensor residual, Tensor weight, Tensor? bias, float eps) -> (Tensor, Tensor)"
+    op_signature = "(Tensor x, Tensor residual, Tensor weight, Tensor? bias, float eps, str config) -> (Tensor, Tensor)"
     rms = False
 
 
@@ -222,5 +222,5 @@ class AddRmsNorm(_AddNorm):
     summary = "residual add + RMSNorm, the sum written once and normalised in registers"
     replaces = "aten.add → aten.rms_norm (last dim)"
     op_schema = "tapeout::add_rmsnorm"
-    op_signature = "(Tensor x, Tensor residual, Tensor weight, Tensor? bias, float eps) -> (Tensor, Tensor)"
+    op_signature = "(Tensor x, Tensor residual, Tensor weight, Tensor? bias, float eps, str config) -> (Tensor, Tensor)"
     rms = True

@@ -72,7 +72,7 @@ class ShortAttention(Kernel):
     summary = "short-sequence attention (online softmax; additive or boolean mask, causal), batch 1–32"
     replaces = "aten.scaled_dot_product_attention (no dropout, same heads for q, k and v)"
     op_schema = "tapeout::attention"
-    op_signature = "(Tensor q, Tensor k, Tensor v, Tensor? mask, bool causal, float scale) -> Tensor"
+    op_signature = "(Tensor q, Tensor k, Tensor v, Tensor? mask, bool causal, float scale, str config) -> Tensor"
     source = _attention
     shrinkable = ("batch", "heads", "seq")
     # seen with Triton 3.9: its interpreter's tl.dot on two bfloat16 tiles is off by 1e10 (numpy has no bfloat16)
@@ -139,11 +139,11 @@ class ShortAttention(Kernel):
         b, h, s, d = case["batch"], case["heads"], case["seq"], case["dim"]
         return (4 * b * h * s * d + b * s * s) * itemsize(dtype), 4.0 * b * h * s * s * d
 
-    def call(self, q, k, v, mask, causal, scale):
+    def call(self, q, k, v, mask, causal, scale, config):
         import torch
 
         out = torch.empty(q.shape, dtype=q.dtype, device=q.device)
-        config = self.configs(None)[0]
+        config = self.config_named(config, None)
         self.run({"q": q, "k": k, "v": v, "mask": mask, "causal": causal, "scale": scale}, {"out": out}, config)
         return out
 

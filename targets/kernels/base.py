@@ -155,9 +155,20 @@ class Kernel(ABC):
         return None
 
     def call(self, *args):
-        """The kernel as a function of the matched arguments (what the registered op runs): outputs allocated here,
-        launched with the default config."""
+        """The kernel as a function of the matched arguments and, last, the key of the config to launch with (the one
+        `tapeout kernels bench` tuned for this shape on this GPU; "" for the default): what the registered op runs,
+        outputs allocated here."""
         raise NotImplementedError(f"{self.name} is not a substitution kernel")
+
+    def config_named(self, key: str, case: Case | None) -> Config:
+        """The config of `case`'s tuning space named `key` ("" → the default)."""
+        configs = self.configs(case)
+        if not key:
+            return configs[0]
+        for config in configs:
+            if config.key == key:
+                return config
+        raise ValueError(f"kernel {self.name} has no config {key!r}" + (f" for {case.key}" if case else ""))
 
     def rewrite(self, graph, match: Match, op) -> list[tuple]:
         """Put a call of `op` in the program's graph where `match` was; the (old node, new node) pairs whose uses

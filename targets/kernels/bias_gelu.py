@@ -28,7 +28,7 @@ class BiasGelu(elementwise.Epilogue):
     summary = "bias add + GELU (erf or tanh) on a Linear layer's output"
     replaces = "aten.linear (with bias) → aten.gelu: the Linear without its bias, then this kernel"
     op_schema = "tapeout::bias_gelu"
-    op_signature = "(Tensor y, Tensor bias, str approximate) -> Tensor"
+    op_signature = "(Tensor y, Tensor bias, str approximate, str config) -> Tensor"
     source = _bias_gelu
 
     def inputs(self, case, dtype, generator, device):
@@ -61,11 +61,11 @@ class BiasGelu(elementwise.Epilogue):
         elems = case["rows"] * case["width"]
         return (2 * elems + case["width"]) * itemsize(dtype), 10.0 * elems
 
-    def call(self, y, bias, approximate):
+    def call(self, y, bias, approximate, config):
         import torch
 
         out = torch.empty_like(y)
-        self.run({"y": y.contiguous(), "bias": bias, "approximate": approximate}, {"out": out}, self.configs(None)[0])
+        self.run({"y": y.contiguous(), "bias": bias, "approximate": approximate}, {"out": out}, self.config_named(config, None))
         return out
 
     def rewrite(self, graph, match, op):

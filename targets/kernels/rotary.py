@@ -46,7 +46,7 @@ class Rotary(Kernel):
     summary = "rotary embedding on a Q or K projection's output (halves rotated), cos/sin broadcast"
     replaces = "x·cos + cat(−x[…, d/2:], x[…, :d/2])·sin (HF's apply_rotary_pos_emb)"
     op_schema = "tapeout::rotary"
-    op_signature = "(Tensor x, Tensor cos, Tensor sin) -> Tensor"
+    op_signature = "(Tensor x, Tensor cos, Tensor sin, str config) -> Tensor"
     source = _rotary
     shrinkable = ("heads", "seq", "batch")
 
@@ -98,11 +98,11 @@ class Rotary(Kernel):
         table = case["batch"] * case["seq"] * case["dim"]
         return (2 * elems + 2 * table) * itemsize(dtype), 3.0 * elems
 
-    def call(self, x, cos, sin):
+    def call(self, x, cos, sin, config):
         import torch
 
         out = torch.empty(x.shape, dtype=x.dtype, device=x.device)
-        self.run({"x": x, "cos": cos, "sin": sin}, {"out": out}, self.configs(None)[0])
+        self.run({"x": x, "cos": cos, "sin": sin}, {"out": out}, self.config_named(config, None))
         return out
 
     def match(self, node):

@@ -24,7 +24,7 @@ class SiluMul(elementwise.Epilogue):
     summary = "silu(gate) * up, the SiLU-gated MLP's epilogue"
     replaces = "aten.silu → aten.mul (same shapes)"
     op_schema = "tapeout::silu_mul"
-    op_signature = "(Tensor gate, Tensor up) -> Tensor"
+    op_signature = "(Tensor gate, Tensor up, str config) -> Tensor"
     source = _silu_mul
 
     def inputs(self, case, dtype, generator, device):
@@ -56,11 +56,11 @@ class SiluMul(elementwise.Epilogue):
         elems = case["rows"] * case["width"]
         return 3 * elems * itemsize(dtype), 6.0 * elems
 
-    def call(self, gate, up):
+    def call(self, gate, up, config):
         import torch
 
         out = torch.empty_like(gate)
-        self.run({"gate": gate.contiguous(), "up": up.contiguous()}, {"out": out}, self.configs(None)[0])
+        self.run({"gate": gate.contiguous(), "up": up.contiguous()}, {"out": out}, self.config_named(config, None))
         return out
 
     def match(self, node):

@@ -1,7 +1,8 @@
 """The substitution pass: in a torch.export program, each chain a kernel replaces (a residual add + norm, an MLP
 epilogue, rotary, attention) becomes a call of that kernel's `torch.library.triton_op` — only where
 `tapeout kernels bench` measured the kernel faster than Inductor's own code for that shape, dtype and GPU. Every
-match is listed with both timings and the decision, substituted or not and why. A `triton_op` is traced through by
+match is listed with both timings and the decision, substituted or not and why. The substituted call launches with
+the config bench tuned and timed for that shape (passed to the op by name). A `triton_op` is traced through by
 torch.export and Inductor, so the kernel ends up inside the AOTInductor package.
 
 Triton kernels run on CUDA GPUs (here, on the CPU, only in Triton's interpreter, which times nothing): a program
@@ -28,6 +29,7 @@ class Decision:
     kernel_ms: float | None
     inductor_ms: float | None
     reason: str
+    config: str | None = None     # the config bench tuned and timed, which the substituted call launches with
 
     def row(self) -> dict:
         return asdict(self)
@@ -114,11 +116,15 @@ def decide(matches: list[Match], table: dict[str, timings.Timing], device: str |
     for m in matches:
         timing = table.get(timings.entry_key(m.kernel, m.case.key, m.dtype)) if device else None
         kernel_ms, inductor_ms = (timing.kernel_ms, timing.inductor_ms) if timing else (None, None)
+        known = {c.key for c in get(m.kernel).configs(m.case)}
         if device is None:
             ok, why = False, "Triton kernels run on CUDA GPUs; this program is compiled for the CPU: Inductor's code kept"
         elif timing is None:
             ok, why = False, (f"not timed on {device} at {m.case.key} {m.dtype}: Inductor's code kept "
                               f"(`tapeout kernels bench {m.kernel}` on this GPU measures it)")
+        elif timing.config not in known:
+            ok, why = False, (f"timed with config {timing.config!r}, which this version of the kernel does not have: "
+                              f"Inductor's code kept (`tapeout kernels bench {m.kernel}` times it again)")
         elif inductor_ms is None:
             ok, why = False, "Inductor's code for this chain was not timed (torch.compile failed there): kept as is"
         elif kernel_ms < inductor_ms:
@@ -126,7 +132,8 @@ def decide(matches: list[Match], table: dict[str, timings.Timing], device: str |
         else:
             ok, why = False, (f"slower than Inductor's code ({kernel_ms:.4f} vs {inductor_ms:.4f} ms, "
                               f"{kernel_ms / inductor_ms:.2f}×): Inductor's code kept")
-        decisions.append(Decision(m.kernel, m.where, m.case.key, m.dtype, ok, kernel_ms, inductor_ms, why))
+        decisions.append(Decision(m.kernel, m.where, m.case.key, m.dtype, ok, kernel_ms, inductor_ms, why,
+                                  timing.config if timing else None))
     return decisions
 
 
@@ -141,7 +148,8 @@ def apply(program, matches: list[Match], decisions: list[Decision]) -> int:
         if not decision.substituted:
             continue
         kernel = get(match.kernel)
-        match.args = tuple(moved.get(a, a) if isinstance(a, torch.fx.Node) else a for a in match.args)
+        # the call launches with the config that was timed (the op's last argument, fixed when Inductor compiles it)
+        match.args = (*(moved.get(a, a) if isinstance(a, torch.fx.Node) else a for a in match.args), decision.config)
         for old, new in kernel.rewrite(graph, match, op(kernel)):
             moved[old] = new
             program.graph_signature.replace_all_uses(old.name, new.name)

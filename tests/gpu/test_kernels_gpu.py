@@ -11,15 +11,22 @@ pytest.importorskip("triton")
 pytestmark = [pytest.mark.gpu, pytest.mark.skipif(not torch.cuda.is_available(), reason="no CUDA GPU here")]
 
 
-def test_every_kernel_verifies_on_the_gpu_in_every_dtype_and_config():
+def _names() -> list[str]:
+    from tapeout.targets import kernels
+
+    return kernels.names()
+
+
+# one test per kernel, so `pytest -n 8` compiles the kernels' configs in parallel (each is a Triton compile)
+@pytest.mark.parametrize("name", _names())
+def test_the_kernel_verifies_on_the_gpu_in_every_dtype_and_config(name):
     from tapeout.measurement import kernel_harness as harness
     from tapeout.targets import kernels
 
     assert harness.backend() == "cuda"
-    for name in kernels.names():
-        checks = harness.verify(kernels.get(name), "cuda", all_configs=True)
-        failed = [c for c in checks if not c.ok]
-        assert not failed, failed[:3]
+    checks = harness.verify(kernels.get(name), "cuda", all_configs=True)
+    failed = [c for c in checks if not c.ok]
+    assert checks and not failed, failed[:3]
 
 
 def test_bench_times_each_kernel_and_saves_what_substitution_reads(tmp_path, monkeypatch):

@@ -281,6 +281,9 @@ def _compiled_times(kernel: Kernel, mode: str, pairs: list, calls: int, flush, n
     it does not compile here."""
     import torch
 
+    # Dynamo keys its cache on the code object, shared by every case of a kernel: past its recompile limit it
+    # would quietly run the eager chain and call that Inductor's time. Each case starts from an empty cache.
+    torch._dynamo.reset()
     compiled = torch.compile(kernel.eager, mode=None if mode == "default" else mode, dynamic=False)
     try:
         return time_calls(lambda p: compiled(**p[0]), pairs, calls, flush)
