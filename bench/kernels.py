@@ -6,7 +6,8 @@ CUDA EP; time, achieved bandwidth and the fraction of the device spec's roof.
 
 Each kernel is verified on this GPU first (`tapeout kernels verify`); a kernel that fails is not timed. Timing is
 the harness's (toolkit/measurement/kernel_harness.py): CUDA events around the call alone, a warm-up, inputs rotated
-over a pool, L2 flushed before each call where the working set would fit it, p50 and p90 over the calls. The
+over a pool, L2 flushed before each call where the working set would fit it, the GPU spinning until the host has
+enqueued the call (device time; the Python launch's host time is its own column), p50 and p90 over the calls. The
 tuned configs and times go to the device's kernel timings file, which the substitution pass decides from.
 Exits 4 without a CUDA GPU.
 
@@ -101,7 +102,7 @@ def minilm_rows(dtype: str, calls: int, device_key: str) -> None:
         try:
             with torch.no_grad():
                 out = fn(*pool[0])
-                times = harness.time_calls(lambda p: fn(*p), pool, calls)
+                times = harness.time_calls(lambda p: fn(*p), pool, calls, device_only=False)
         except Exception as exc:  # a path that does not run here is a row saying why, not the end of the bench
             rows.append((label, None, None, f"did not run: {type(exc).__name__}: {str(exc).splitlines()[0][:160]}"))
             return None
@@ -161,8 +162,8 @@ def main() -> int:
           f"torch {torch.__version__}, triton {triton.__version__}; roof from "
           f"{spec.name if spec else 'no device spec names this GPU'}; host {platform.processor() or platform.machine()}")
     print("| kernel | case | dtype | kernel p50 (p90) ms | eager ms | Inductor ms | max-autotune ms | best other / kernel "
-          "| GB/s | roof | MatMulNBits (CUDA EP) |")
-    print("|---|---|---|---|---|---|---|---|---|---|---|")
+          "| GB/s | roof | host launch µs | MatMulNBits (CUDA EP) |")
+    print("|---|---|---|---|---|---|---|---|---|---|---|---|")
     failed = 0
     for name in [] if args.model_only else args.kernels or registry.names():
         kernel = registry.get(name)
@@ -189,7 +190,8 @@ def main() -> int:
             autotuned = f"{row.max_autotune_ms:.4f}" if row.max_autotune_ms else "not compiled (--max-autotune-cases)"
             print(f"| {name} | {row.case} ({row.label}) | {row.dtype} | {row.kernel_ms:.4f} ({row.kernel_p90_ms:.4f}) | "
                   f"{row.eager_ms:.4f} | {inductor} | {autotuned} | {min(others) / row.kernel_ms:.2f}× | "
-                  f"{row.achieved_gbs:.0f} | {f'{row.roof_fraction:.0%}' if row.roof_fraction else '—'} | {ort_row} |"
+                  f"{row.achieved_gbs:.0f} | {f'{row.roof_fraction:.0%}' if row.roof_fraction else '—'} | "
+                  f"{row.launch_us:.0f} | {ort_row} |"
                   + "".join(f" {n}" for n in row.notes), flush=True)
     sys.stdout.flush()
     if args.model == "minilm":

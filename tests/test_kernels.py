@@ -105,7 +105,9 @@ def test_decisions_without_a_timing_keep_inductor_and_say_how_to_measure():
     matches = [Match("add-layernorm", [], (), Case.of(rows=128, width=384), "float16"),
                Match("attention", [], (), Case.of(batch=1, heads=12, seq=128, dim=32), "float16"),
                Match("bias-gelu", [], (), Case.of(rows=128, width=1536), "float16"),
-               Match("silu-mul", [], (), Case.of(rows=1, width=5632), "float16")]
+               Match("silu-mul", [], (), Case.of(rows=1, width=5632), "float16"),
+               Match("add-layernorm", [], (), Case.of(rows=1, width=2048), "float16"),
+               Match("add-layernorm", [], (), Case.of(rows=256, width=512), "float16")]
     block = "BLOCK=1024,warps=4,stages=2"
     table = {timings.entry_key("attention", "batch=1,heads=12,seq=128,dim=32", "float16"):
              timings.Timing(config="BLOCK_M=64,BLOCK_N=64,warps=4,stages=2", kernel_ms=0.02, kernel_p90_ms=0.03,
@@ -115,12 +117,20 @@ def test_decisions_without_a_timing_keep_inductor_and_say_how_to_measure():
              # faster, but timed with a config this kernel no longer has (a timings file from an older tapeout)
              timings.entry_key("silu-mul", "rows=1,width=5632", "float16"):
              timings.Timing(config="BLOCK=512,warps=4,stages=2", kernel_ms=0.002, kernel_p90_ms=0.003, inductor_ms=0.004,
-                            calls=50)}
-    first, second, third, fourth = substitute.decide(matches, table, "H100")
+                            calls=50),
+             # H100 figures: faster at the median, but its p90 is above Inductor's p50 (noise at 5 µs) ...
+             timings.entry_key("add-layernorm", "rows=1,width=2048", "float16"):
+             timings.Timing(config="warps=4,stages=2", kernel_ms=0.0048, kernel_p90_ms=0.0057, inductor_ms=0.0049, calls=100),
+             # ... and faster beyond its spread
+             timings.entry_key("add-layernorm", "rows=256,width=512", "float16"):
+             timings.Timing(config="warps=4,stages=2", kernel_ms=0.0040, kernel_p90_ms=0.0045, inductor_ms=0.0049, calls=100)}
+    first, second, third, fourth, fifth, sixth = substitute.decide(matches, table, "H100")
     assert not first.substituted and "tapeout kernels bench add-layernorm" in first.reason
     assert not second.substituted and "not timed" in second.reason
     assert not third.substituted and "slower than Inductor" in third.reason  # a tie is not a win
     assert not fourth.substituted and "'BLOCK=512,warps=4,stages=2'" in fourth.reason and "does not have" in fourth.reason
+    assert not fifth.substituted and "within its own spread" in fifth.reason and "p90 0.0057" in fifth.reason
+    assert sixth.substituted and "1.22× faster" in sixth.reason and sixth.config == "warps=4,stages=2"
 
 
 def test_bench_without_a_gpu_is_one_line_exit_4():

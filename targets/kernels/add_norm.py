@@ -85,7 +85,7 @@ class _AddNorm(Kernel):
         if width > MAX_WIDTH:
             raise ValueError(f"{self.name}: a row of {width} does not fit one block (at most {MAX_WIDTH})")
         bias = inputs.get("bias", x)
-        self.launcher()[(x.numel() // width,)](
+        self.launcher(x)[(x.numel() // width,)](
             x, inputs["residual"], inputs["weight"], bias, outputs["out"], outputs["sum"], width, inputs["eps"],
             RMS=self.rms, HAS_BIAS="bias" in inputs, BLOCK=_block(width), **config.launch())
 
@@ -159,11 +159,6 @@ class _AddNorm(Kernel):
         norm.replace_all_uses_with(out)
         added.replace_all_uses_with(total)
         return [(norm, out), (added, total)]
-
-    def launcher(self):
-        from torch.library import wrap_triton
-
-        return wrap_triton(self.compiled)
 
 
 def _decomposed_rms(node, aten):

@@ -117,7 +117,6 @@ class ShortAttention(Kernel):
 
     def run(self, inputs, outputs, config):
         import triton
-        from torch.library import wrap_triton
 
         q, k, v, mask = inputs["q"], inputs["k"], inputs["v"], inputs["mask"]
         b, h, s, d = q.shape
@@ -130,7 +129,7 @@ class ShortAttention(Kernel):
         strides = mask.expand(b, h, s, k.shape[2]).stride() if mask is not None else (0, 0, 0, 0)
         block_d = max(16, triton.next_power_of_2(d))
         grid = (-(-s // config["BLOCK_M"]), b * h)
-        wrap_triton(self.compiled)[grid](
+        self.launcher(q)[grid](
             q, k, v, mask if mask is not None else q, outputs["out"], h, s, k.shape[2], d, float(inputs["scale"]),
             *q.stride(), *k.stride(), *v.stride(), *strides, HAS_MASK=mask is not None, CAUSAL=bool(inputs["causal"]),
             BLOCK_D=block_d, **config.launch())

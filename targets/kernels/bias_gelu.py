@@ -50,11 +50,9 @@ class BiasGelu(elementwise.Epilogue):
         return {"out": F.gelu(y + bias, approximate=approximate)}
 
     def run(self, inputs, outputs, config):
-        from torch.library import wrap_triton
-
         y = inputs["y"]
         width = y.shape[-1]
-        wrap_triton(self.compiled)[elementwise.grid(y.numel() // width, width, config["BLOCK"])](
+        self.launcher(y)[elementwise.grid(y.numel() // width, width, config["BLOCK"])](
             y, inputs["bias"], outputs["out"], width, TANH=inputs["approximate"] == "tanh", **config.launch())
 
     def traffic(self, case, dtype):

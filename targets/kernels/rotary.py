@@ -84,12 +84,11 @@ class Rotary(Kernel):
 
     def run(self, inputs, outputs, config):
         import triton
-        from torch.library import wrap_triton
 
         x = inputs["x"]
         b, h, s, d = x.shape
         cos, sin = (inputs[n].expand(x.shape) for n in ("cos", "sin"))
-        wrap_triton(self.compiled)[(b * h * s,)](
+        self.launcher(x)[(b * h * s,)](
             x, cos, sin, outputs["out"], h, s, d // 2, *x.stride(), *cos.stride(), *sin.stride(),
             HALF=triton.next_power_of_2(max(d // 2, 1)), **config.launch())
 

@@ -45,11 +45,9 @@ class SiluMul(elementwise.Epilogue):
         return {"out": F.silu(gate) * up}
 
     def run(self, inputs, outputs, config):
-        from torch.library import wrap_triton
-
         gate = inputs["gate"]
         width = gate.shape[-1]
-        wrap_triton(self.compiled)[elementwise.grid(gate.numel() // width, width, config["BLOCK"])](
+        self.launcher(gate)[elementwise.grid(gate.numel() // width, width, config["BLOCK"])](
             gate, inputs["up"], outputs["out"], width, **config.launch())
 
     def traffic(self, case, dtype):

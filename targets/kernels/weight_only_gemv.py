@@ -122,11 +122,9 @@ class _Gemv(Kernel):
         return {"out": x @ self.dequantize(weight, scales, zero_points, k, group).to(x.dtype).T}
 
     def run(self, inputs, outputs, config):
-        from torch.library import wrap_triton
-
         x, weight, zp = inputs["x"], inputs["weight"], inputs["zero_points"]
         m, n = outputs["out"].shape
-        wrap_triton(self.compiled)[(m, -(-n // config["BLOCK_N"]))](
+        self.launcher(x)[(m, -(-n // config["BLOCK_N"]))](
             x.contiguous(), weight, inputs["scales"], zp if zp is not None else weight, outputs["out"], n,
             inputs["k"], weight.shape[1], zp.shape[1] if zp is not None else 0, BITS=self.bits, GROUP=inputs["group"],
             HAS_ZP=zp is not None, **config.launch())

@@ -128,13 +128,13 @@ def bench(names: list[str] | None, dtype: str | None, calls: int, max_autotune: 
     from rich.table import Table
 
     table = Table("kernel", "case", "dtype", "kernel p50 (p90) ms", "eager ms", "Inductor ms", "max-autotune ms",
-                  "vs best other", "GB/s", "roof", "config")
+                  "vs best other", "GB/s", "roof", "host launch µs", "config")
     for r in rows:
         others = [t for t in (r.eager_ms, r.inductor_ms, r.max_autotune_ms) if t]
         table.add_row(r.kernel, escape(f"{r.case} ({r.label})"), r.dtype, f"{r.kernel_ms:.4f} ({r.kernel_p90_ms:.4f})",
                       _ms(r.eager_ms), _ms(r.inductor_ms), _ms(r.max_autotune_ms),
                       f"{min(others) / r.kernel_ms:.2f}×" if others else "—", f"{r.achieved_gbs:.0f}",
-                      f"{r.roof_fraction:.0%}" if r.roof_fraction else "—", r.config)
+                      f"{r.roof_fraction:.0%}" if r.roof_fraction else "—", f"{r.launch_us:.0f}", r.config)
     Console(width=None if Console().is_terminal else 220).print(table)
     return 0
 

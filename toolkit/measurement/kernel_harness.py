@@ -9,8 +9,9 @@ it runs there; without one in Triton's interpreter (CPU tensors, cases cut to a 
 bench (a GPU only): every config of the tuning space timed, the fastest kept (cached per device); then the kernel,
 the eager PyTorch chain and Inductor's code for it (torch.compile) each timed with CUDA events around the call
 alone, after a warm-up, inputs rotated over a pool (a result cached by pointer cannot pass), L2 flushed before
-each call when the working set would fit it; p50 and p90, achieved bandwidth and FLOP/s, and the fraction of the
-device spec's roof.
+each call when the working set would fit it, the GPU held in a spin until the host has enqueued the call (device
+time: a Python launch slower than the kernel is not timed as the kernel; the launch's host time is its own
+column); p50 and p90, achieved bandwidth and FLOP/s, and the fraction of the device spec's roof.
 """
 
 from __future__ import annotations
@@ -25,6 +26,8 @@ from tapeout.targets.kernels.base import Case, Config, Kernel
 INTERPRETER_WORK = 1 << 16      # product of a case's dims the interpreter runs at (it is ~1e4× slower than a GPU)
 POOL = 4                        # input sets a timed loop rotates over
 FLUSH_BYTES = 256 << 20         # written between timed calls to evict L2 (H100: 50 MB, H200: 60 MB)
+SPIN_CYCLES = 2_000_000         # a GPU spin (~1 ms at 2 GHz) ahead of each timed call: the host enqueues the call
+                                # and both events while the GPU waits, so its Python launch cost is not timed
 
 
 @dataclass
@@ -152,6 +155,7 @@ class BenchRow:
     calls: int
     kernel_ms: float
     kernel_p90_ms: float
+    launch_us: float                  # host time of the kernel's Python launch (p50): what eager PyTorch would pay
     eager_ms: float | None
     inductor_ms: float | None
     max_autotune_ms: float | None
@@ -201,9 +205,17 @@ def roof_ms(spec, nbytes: float, flops: float, dtype: str) -> float | None:
     return bound * 1e3
 
 
-def time_calls(call, pool: list, calls: int, flush=None) -> list[float]:
+def time_calls(call, pool: list, calls: int, flush=None, device_only: bool = True,
+               host_us: list | None = None) -> list[float]:
     """Milliseconds of `call(inputs)` per call, CUDA events around the call alone; inputs rotated over `pool`;
-    `flush` (a tensor) zeroed before each call, outside the events."""
+    `flush` (a tensor) zeroed before each call, outside the events.
+
+    `device_only`: the GPU spins before each call's start event, so the host has enqueued the call before the GPU
+    reaches it and the events time the GPU's work, not the Python launch (a launch slower than the kernel would
+    otherwise be timed as the kernel). Without it, consecutive calls are timed as a program runs them, host cost
+    included. `host_us` collects each call's host time (µs, without a sync)."""
+    import time
+
     import torch
 
     for i in range(max(3, len(pool))):
@@ -214,9 +226,16 @@ def time_calls(call, pool: list, calls: int, flush=None) -> list[float]:
     for i in range(calls):
         if flush is not None:
             flush.zero_()
+        if device_only:
+            torch.cuda._sleep(SPIN_CYCLES)
         starts[i].record()
+        began = time.perf_counter()
         call(pool[i % len(pool)])
+        if host_us is not None:
+            host_us.append((time.perf_counter() - began) * 1e6)
         ends[i].record()
+        if device_only and i % 16 == 15:
+            torch.cuda.synchronize()  # keep the queue short: spins are not to pile up behind a slow host
     torch.cuda.synchronize()
     return [s.elapsed_time(e) for s, e in zip(starts, ends, strict=False)]
 
@@ -257,14 +276,18 @@ def bench(kernel: Kernel, dtype: str, calls: int = 100, cases: list[Case] | None
                 raise TargetUnavailable(f"no config of kernel {kernel.name} launches for {case.key} on {where['name']}",
                                         fix="run `tapeout kernels verify` on this GPU for the error")
             best = configs[min(tried, key=tried.get)]
-        times = time_calls(lambda p, c=best: kernel.run(p[0], p[1], c), pairs, calls, use_flush)
+        host: list[float] = []
+        times = time_calls(lambda p, c=best: kernel.run(p[0], p[1], c), pairs, calls, use_flush, host_us=host)
         eager = time_calls(lambda p: kernel.eager(**p[0]), pairs, calls, use_flush)
         notes = []
         inductor = _compiled_times(kernel, "default", pairs, calls, use_flush, notes)
-        autotuned = _compiled_times(kernel, "max-autotune", pairs, calls, use_flush, notes) if max_autotune else None
+        # without CUDA graphs: a graph replay copies fresh inputs into its static buffers, which would be timed as
+        # Inductor's kernel (seen on an H100: 18.5 µs against 4.9 µs for the default mode's same chain)
+        autotuned = (_compiled_times(kernel, "max-autotune-no-cudagraphs", pairs, calls, use_flush, notes)
+                     if max_autotune else None)
         p50 = float(np.median(times))
         row = BenchRow(kernel.name, case.key, case.label, dtype, best.key, calls, p50, float(np.percentile(times, 90)),
-                       float(np.median(eager)), float(np.median(inductor)) if inductor else None,
+                       float(np.median(host)), float(np.median(eager)), float(np.median(inductor)) if inductor else None,
                        float(np.median(autotuned)) if autotuned else None, nbytes, flops,
                        roof_ms(spec, nbytes, flops, dtype), nbytes / (p50 * 1e-3) / 1e9, flops / (p50 * 1e-3) / 1e12,
                        flushed, where["name"], notes)
