@@ -218,8 +218,11 @@ def predictor_scores(dirs: list[Path], predicted: dict[str, tuple[str, float, fl
     cal_rows = [r for r in rows if r[3]]
     cal_hit = sum(abs(r[3] / r[2] - 1) <= 0.15 for r in cal_rows)
     inside = sum(r[5][1] <= r[2] <= r[5][2] for r in rows)
-    print(f"predictors: {hit}/{len(rows)} within ±15 %; the calibration's held-out predictions on the same pairs: "
-          f"{cal_hit}/{len(cal_rows)}; the measured p50 inside the predictors' band: {inside}/{len(rows)}")
+    mean = sum(abs(r[4] / r[2] - 1) for r in rows) / len(rows)
+    cal_mean = sum(abs(r[3] / r[2] - 1) for r in cal_rows) / max(len(cal_rows), 1)
+    print(f"predictors: {hit}/{len(rows)} within ±15 %, mean |error| {mean:.1%}; the calibration's held-out predictions "
+          f"on the same pairs: {cal_hit}/{len(cal_rows)}, mean |error| {cal_mean:.1%}; the measured p50 inside the "
+          f"predictors' band: {inside}/{len(rows)}")
     for group, members in groups.items():
         mine = [r for r in rows if r[0] in members]
         if mine:

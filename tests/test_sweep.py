@@ -35,6 +35,10 @@ def test_a_sweep_bounded_to_seconds_trains_a_predictor_per_class_and_resumes(swe
     points = sweep["points"]
     assert len(points) == first["points"] and {p["cls"] for p in points} == {"matmul", "elementwise"}
     assert all(p["roof_s"] > 0 and p["runs"] >= 5 and p["run_s"] > 0 for p in points)
+    # each kernel keeps its own dispatch: its time is the run's less the run's cost without any node
+    assert all(p["dispatch_s"] > 0 for p in points)
+    assert all(p["kernel_s"] == pytest.approx(p["run_s"] - (p["baseline_s"] - p["dispatch_s"])) for p in points)
+    assert data["baseline_s"] < sorted(p["baseline_s"] for p in points)[len(points) // 2]
     assert sweep["host_speed"] and "bandwidth_gbs" in sweep["host_speed"][0]
     # the same configuration is never measured twice, and a second run goes on from the first
     assert len({p["key"] for p in points}) == len(points)
@@ -68,6 +72,58 @@ def test_the_estimate_uses_the_predictor_and_its_band_reaches_the_verdicts(swept
     assert p50_verdict.verdict == Verdict.ESTIMATED_PASS and p50_verdict.bound == (low, high)
     assert "by its kernel predictors" in p50_verdict.reason and f"band [{low:.4g}, {high:.4g}]" in p50_verdict.reason
     assert p90_verdict.verdict == Verdict.UNMEASURED and "predict the p50 only" in p90_verdict.reason
+
+
+def test_the_dispatch_chain_survives_onnx_runtimes_optimizer(tmp_path):
+    """The per-node dispatch is measured on Neg chains because ONNX Runtime removes Identity nodes: the long chain
+    must still run nine kernels after the optimizer, or the difference would measure nothing."""
+    import onnx
+    import onnxruntime as ort
+
+    from tapeout.estimation import sweep
+
+    for config, want in zip(sweep.NEGS, sweep.NEG_CHAIN, strict=True):
+        proto, _ = sweep.model(config)
+        options = ort.SessionOptions()
+        options.optimized_model_filepath = str(tmp_path / f"neg{want}.onnx")
+        ort.InferenceSession(proto.SerializeToString(), options, providers=["CPUExecutionProvider"])
+        kept = onnx.load(options.optimized_model_filepath).graph.node
+        assert [n.op_type for n in kept] == ["Neg"] * want
+    assert sweep.dispatch_s(10e-6, 18e-6) == pytest.approx(1e-6) and sweep.dispatch_s(10e-6, 9e-6) == 0.0
+
+
+def test_the_timer_reports_the_layout_reorders_the_runtime_put_around_a_lone_conv(tmp_path):
+    """A lone Conv on ONNX Runtime's CPU EP pays reorders into and out of its NCHWc layout (on x86 with AVX2 or
+    AVX-512), which a CNN pays once: the timer's profiled pass reports their time so the sweep takes it out. What it
+    reports must be what ONNX Runtime's optimized graph holds: no reorder where there is none."""
+    import subprocess
+    import sys
+
+    import onnx
+    import onnxruntime as ort
+
+    from tapeout.commands.sweep import INSERTED
+    from tapeout.estimation import sweep
+
+    config = sweep.Config("conv", "Conv", (("c", 40), ("co", 40), ("hw", 63), ("k", 7), ("stride", 1), ("groups", 40),
+                                           ("relu", 0)))
+    proto, inputs = sweep.model(config)
+    onnx.save(proto, str(tmp_path / "conv.onnx"))
+    options = ort.SessionOptions()
+    options.optimized_model_filepath = str(tmp_path / "optimized.onnx")
+    options.intra_op_num_threads = 1
+    ort.InferenceSession(str(tmp_path / "conv.onnx"), options, providers=["CPUExecutionProvider"])
+    planted = {n.op_type for n in onnx.load(options.optimized_model_filepath).graph.node} & set(INSERTED)
+    request = {"target": "onnxruntime", "options": {"threads": 1}, "min_s": 0.02, "inserted": INSERTED,
+               "profile_runs": 5, "models": [{"key": config.key, "path": str(tmp_path / "conv.onnx"), "inputs": inputs,
+                                              "profile": True}]}
+    (tmp_path / "request.json").write_text(json.dumps(request))
+    done = subprocess.run([sys.executable, "-m", "tapeout.measurement.kernel_timer", str(tmp_path / "request.json"),
+                           str(tmp_path / "result.json")], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    [row] = json.loads((tmp_path / "result.json").read_text())
+    assert set(row["inserted"]) == planted, (row, planted)
+    assert all(0 <= s < row["p50"] for s in row["inserted"].values())
 
 
 def test_a_predictor_is_never_read_for_another_device_or_target(swept, tmp_path):

@@ -20,6 +20,7 @@ from tapeout.core.errors import BadInput, TargetUnavailable
 TARGET = "onnxruntime"
 CHUNK = 12            # configurations per timing process
 MIN_S = 0.08          # of runs per configuration (at least 5)
+INSERTED = ("ReorderInput", "ReorderOutput")  # ONNX Runtime's NCHWc layout reorders: a lone Conv pays two, a CNN one
 HERE = ("host", "host-cpu")
 
 
@@ -83,7 +84,7 @@ def sweep(device: str, minutes: float, threads: int, out: Path | None, as_json: 
             if isinstance(got, str):
                 ui.note(f"  a timing process gave nothing ({got}); its {len(chunk)} configurations are skipped")
                 continue
-            baseline, results = got
+            baseline, dispatch, results = got
             found.host_speed.append(host_state(3))
             for config, _, _, feats in chunk:
                 r = results.get(config.key)
@@ -92,7 +93,8 @@ def sweep(device: str, minutes: float, threads: int, out: Path | None, as_json: 
                 found.points.append(sweeping.Point(
                     key=config.key, cls=config.cls, op=config.op, config=dict(config.sizes), flops=feats["flops"],
                     bytes=feats["bytes"], nodes=feats["nodes"], launches=feats["launches"], roof_s=feats["roof_s"],
-                    kernel_s=r["p50"] - baseline, run_s=r["p50"], baseline_s=baseline,
+                    kernel_s=r["p50"] - (baseline - dispatch) - sum(r["inserted"].values()), run_s=r["p50"],
+                    baseline_s=baseline, dispatch_s=dispatch, inserted_s=r["inserted"],
                     spread=(r["p90"] - r["p10"]) / r["p50"], runs=r["runs"]))
             found.seconds += time.monotonic() - started
             sweeping.save(found, path)
@@ -102,7 +104,8 @@ def sweep(device: str, minutes: float, threads: int, out: Path | None, as_json: 
     if not trained:
         raise BadInput(f"the sweep has too few points per class to train a predictor ({_counts(found)})",
                        fix=f"sweep longer (each class needs {predictor.MIN_POINTS}); the points are kept and resumed")
-    baseline = sorted(p.baseline_s for p in found.points)[len(found.points) // 2]
+    # the run's cost without a node: what an estimate adds once to the sum of its kernels (each has its dispatch)
+    baseline = sorted(p.baseline_s - p.dispatch_s for p in found.points)[len(found.points) // 2]
     data = predictor.PredictorFile(schema=predictor.SCHEMA, device=name, target=TARGET, host=found.host,
                                    threads=threads, created=now(), baseline_s=baseline, roof=found.roof,
                                    points=len(found.points), classes=trained)
@@ -127,24 +130,29 @@ def _counts(found) -> dict[str, int]:
     return counts
 
 
-def _time_chunk(folder: Path, chunk: list, threads: int, deadline: float) -> tuple[float, dict] | str:
-    """The chunk's configurations timed in one fresh process, the Identity model first and last: (its mean p50,
-    results by key); or why not, where the process failed or ran past the budget."""
+def _time_chunk(folder: Path, chunk: list, threads: int, deadline: float) -> tuple[float, float, dict] | str:
+    """The chunk's configurations timed in one fresh process between the baselines, timed before and after them
+    (the Identity model, the short and the long Neg chain): (Identity's mean p50, one node's dispatch, results by
+    key); or why not, where the process failed or ran past the budget."""
     import onnx
 
     from tapeout.estimation import sweep as sweeping
 
     folder.mkdir(parents=True)
+    baselines = [(f"base-{c.op}-{dict(c.sizes).get('nodes', 1)}", c) for c in (sweeping.IDENTITY, *sweeping.NEGS)]
     models = []
-    for i, (config, proto, inputs) in enumerate([(sweeping.IDENTITY, *sweeping.model(sweeping.IDENTITY)),
-                                                  *((c, p, ins) for c, p, ins, _ in chunk),
-                                                  (sweeping.IDENTITY, *sweeping.model(sweeping.IDENTITY))]):
+    order = [*baselines, *((c.key, c) for c, _, _, _ in chunk), *reversed(baselines)]
+    protos = {c.key: (p, ins) for c, p, ins, _ in chunk}
+    for i, (key, config) in enumerate(order):
+        proto, inputs = protos.get(key) or sweeping.model(config)
         path = folder / f"m{i}.onnx"
         onnx.save(proto, str(path))
-        models.append({"key": config.key if 0 < i <= len(chunk) else f"identity-{i}", "path": str(path),
-                       "inputs": inputs, **({"vocab": config["vocab"]} if config.op == "Gather" else {})})
+        models.append({"key": key if key in protos else f"{key}#{i}", "path": str(path), "inputs": inputs,
+                       "profile": key in protos and config.op == "Conv",
+                       **({"vocab": config["vocab"]} if config.op == "Gather" else {})})
     request, result = folder / "request.json", folder / "result.json"
-    request.write_text(json.dumps({"target": TARGET, "options": {"threads": threads}, "min_s": MIN_S, "models": models}))
+    request.write_text(json.dumps({"target": TARGET, "options": {"threads": threads}, "min_s": MIN_S, "models": models,
+                                   "inserted": INSERTED, "profile_runs": 10}))
     try:
         done = subprocess.run([sys.executable, "-m", "tapeout.measurement.kernel_timer", str(request), str(result)],
                               capture_output=True, text=True, timeout=max(10.0, deadline - time.monotonic() + 30))
@@ -153,7 +161,12 @@ def _time_chunk(folder: Path, chunk: list, threads: int, deadline: float) -> tup
     if done.returncode != 0 or not result.is_file():
         return f"exit {done.returncode}: {(done.stderr.strip().splitlines() or ['no message'])[-1][:200]}"
     rows = {r["key"]: r for r in json.loads(result.read_text())}
-    ends = [rows[k]["p50"] for k in rows if k.startswith("identity-") and "p50" in rows[k]]
-    if not ends:
-        return "the runtime could not run the Identity model the kernels' times are measured against"
-    return sum(ends) / len(ends), rows
+
+    def mean_p50(name: str) -> float | None:
+        got = [r["p50"] for k, r in rows.items() if k.startswith(name + "#") and "p50" in r]
+        return sum(got) / len(got) if got else None
+
+    identity, short, long = (mean_p50(key) for key, _ in baselines)
+    if identity is None or short is None or long is None:
+        return "the runtime could not run the Identity and Neg models the kernels' times are measured against"
+    return identity, sweeping.dispatch_s(short, long), rows

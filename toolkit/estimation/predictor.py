@@ -62,7 +62,7 @@ class PredictorFile(BaseModel):
     host: str
     threads: int = Field(ge=0)
     created: str
-    baseline_s: float = Field(ge=0)        # a run of the runtime with no kernel (the Identity model)
+    baseline_s: float = Field(ge=0)        # a run's cost without any node (Identity's, less one node's dispatch)
     roof: dict                             # Roof.to_json() the sweep priced its points at: estimates use the same
     points: int = Field(ge=1)
     classes: dict[str, ClassModel]

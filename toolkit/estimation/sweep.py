@@ -4,10 +4,12 @@ learn from (`tapeout calibrate --sweep DEVICE`, docs/estimator.md).
 A configuration is one small ONNX model holding one kernel as the estimator sees it (`cost_units.structure`: a
 MatMul with its bias, a Conv with its bias and activation, a LayerNormalization, an Add, a Transpose, an LSTM…),
 drawn from a log-uniform range of sizes per class. Each is measured on the target as a build measures a model
-(fresh processes, `measurement/kernel_timer.py`), beside a one-Identity model whose time is what the runtime
-costs per run with no kernel at all; the kernel's time is the difference. The estimator's features of the same
-kernel (FLOPs, bytes, roofline time at the device's roof) go beside it, so the predictors learn from what they
-will be asked about.
+(fresh processes, `measurement/kernel_timer.py`), beside a one-Identity model, whose time is what the runtime
+costs per run with one trivial node, and chains of one and nine Neg nodes on one element, whose difference is
+what each node costs the runtime to dispatch. The kernel's time is the model's less the run's cost without any
+node (Identity's less one dispatch), so it keeps its own dispatch: a model of many kernels pays one per kernel,
+and an estimate sums them on the run's cost. The estimator's features of the same kernel (FLOPs, bytes, roofline
+time at the device's roof) go beside it, so the predictors learn from what they will be asked about.
 
 The sweep file (`<calibration folder>/sweeps/<device>--<target>.json`, schema `tapeout.sweep/1`) is rewritten
 after every chunk: a sweep stopped by its time budget, Ctrl-C or a lost process goes on where it stopped.
@@ -15,6 +17,7 @@ after every chunk: a sweep stopped by its time budget, Ctrl-C or a lost process 
 
 from __future__ import annotations
 
+import itertools
 import json
 import math
 import random
@@ -46,9 +49,14 @@ class Point(BaseModel):
     nodes: int = Field(ge=1)
     launches: int = Field(ge=1)
     roof_s: float = Field(ge=0)            # the kernel's roofline time at the sweep's roof
-    kernel_s: float                        # p50 of the model's run minus p50 of the Identity model's, same process
+    kernel_s: float                        # p50 of the model's run less the run's cost without a node, same process
     run_s: float = Field(gt=0)
-    baseline_s: float = Field(gt=0)
+    baseline_s: float = Field(gt=0)        # p50 of the one-Identity model, same process
+    dispatch_s: float = Field(0.0, ge=0)   # one node's dispatch (Neg×9 − Neg×1)/8; 0 in sweeps made before it was
+    # seconds per run of the nodes the runtime inserted around the kernel (layout reorders), by op type, from a
+    # profiled pass: taken out of kernel_s (a lone Conv pays reorders on both sides, a CNN once for the graph)
+    inserted_s: dict[str, float] = Field(default_factory=dict)
+
     spread: float = Field(ge=0)            # (p90 − p10) / p50 of the model's runs
     runs: int = Field(ge=1)
 
@@ -200,6 +208,10 @@ def model(config: Config, rng_seed: int = 0):
     elif op == "Identity":
         nodes.append(helper.make_node(op, ["x"], ["y"]))
         inputs = [("x", [1])]
+    elif op == "Neg":
+        names = ["x", *(f"n{i}" for i in range(1, s["nodes"])), "y"]
+        nodes += [helper.make_node(op, [a], [b]) for a, b in itertools.pairwise(names)]
+        inputs = [("x", [1])]
     else:
         raise BadInput(f"no sweep model for op {op}", fix="report it: the sweep's ops are listed in sweep.sample")
     kinds = {"ids": TensorProto.INT64}
@@ -212,6 +224,14 @@ def model(config: Config, rng_seed: int = 0):
 
 
 IDENTITY = Config("baseline", "Identity", ())
+NEG_CHAIN = (1, 9)   # Neg nodes on one element: their difference / 8 is one node's dispatch (Identity chains would
+                     # be optimized away: ONNX Runtime eliminates Identity nodes)
+NEGS = tuple(Config("baseline", "Neg", (("nodes", n),)) for n in NEG_CHAIN)
+
+
+def dispatch_s(short_s: float, long_s: float) -> float:
+    """One node's dispatch from the p50s of the short and the long Neg chain (never below 0)."""
+    return max(0.0, (long_s - short_s) / (NEG_CHAIN[1] - NEG_CHAIN[0]))
 
 
 def features_of(proto, inputs, roof) -> dict[str, float] | None:

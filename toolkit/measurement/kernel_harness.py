@@ -281,8 +281,8 @@ def bench(kernel: Kernel, dtype: str, calls: int = 100, cases: list[Case] | None
         eager = time_calls(lambda p: kernel.eager(**p[0]), pairs, calls, use_flush)
         notes = []
         inductor = _compiled_times(kernel, "default", pairs, calls, use_flush, notes)
-        # without CUDA graphs: a graph replay copies fresh inputs into its static buffers, which would be timed as
-        # Inductor's kernel (seen on an H100: 18.5 µs against 4.9 µs for the default mode's same chain)
+        # without CUDA graphs: a replay first copies fresh inputs into the graph's static buffers, which is not the
+        # chain's work (on an H100, max-autotune with graphs read 18.5 µs where the default mode read 4.9 µs)
         autotuned = (_compiled_times(kernel, "max-autotune-no-cudagraphs", pairs, calls, use_flush, notes)
                      if max_autotune else None)
         p50 = float(np.median(times))

@@ -2,8 +2,14 @@
 
 A fresh interpreter per chunk of a sweep, as every measurement is: it loads each configuration's model on the
 target with the sweep's options (ONNX Runtime's CPU EP at the device's thread count), runs it on random inputs
-after a warm-up until `min_s` of runs (at least 5), and writes each model's p10/p50/p90 seconds. The Identity
-model is timed first and last: what a run costs with no kernel, subtracted from each model's p50 by the caller.
+after a warm-up until `min_s` of runs (at least 5), and writes each model's p10/p50/p90 seconds. The baselines
+(an Identity model and Neg chains) are timed first and last: what a run costs without the kernel, subtracted from
+each model's p50 by the caller.
+
+Then, where the target has a per-node profiler, one profiled pass of `profile_runs` runs: the time of the nodes
+the runtime inserted around the kernel (`inserted`: ONNX Runtime's layout reorders into and out of its blocked
+NCHWc format, which a lone Conv pays on each side and a CNN pays once) is reported per run, and the caller takes
+it out of the kernel's time.
 """
 
 from __future__ import annotations
@@ -27,6 +33,20 @@ def _time(call, min_s: float) -> np.ndarray:
     return np.array(samples, dtype=np.float64) / 1e9
 
 
+def _inserted_s(target, artifact, feeds: dict, request: dict) -> dict[str, float]:
+    """Seconds per run of each op type the runtime inserted (`request["inserted"]`), from a profiled pass; {} where
+    the target has no per-node profiler."""
+    try:
+        profile = target.op_profile(artifact, feeds, request.get("profile_runs", 10))
+    except NotImplementedError:
+        return {}
+    found: dict[str, float] = {}
+    for op in profile.ops:
+        if op.op_type in request.get("inserted", ()) and profile.runs:
+            found[op.op_type] = found.get(op.op_type, 0.0) + op.total_us / profile.runs * 1e-6
+    return found
+
+
 def main(request_path: str, result_path: str) -> int:
     from tapeout import targets
     from tapeout.core.schemas import InputSpec
@@ -44,12 +64,13 @@ def main(request_path: str, result_path: str) -> int:
             feeds = {s.name: (rng.integers(0, item.get("vocab", 2), size=s.shape) if s.dtype == "int64"
                               else rng.standard_normal(s.shape).astype(np.float32)) for s in specs}
             times = _time(session.bind(feeds), request["min_s"])
+            del session
+            inserted = _inserted_s(target, artifact, feeds, request) if item.get("profile") else {}
         except Exception as exc:  # one configuration the runtime refuses is that point's loss, not the chunk's
             out.append({"key": item["key"], "error": f"{type(exc).__name__}: {str(exc).splitlines()[0][:300]}"})
             continue
         out.append({"key": item["key"], "p10": float(np.percentile(times, 10)), "p50": float(np.median(times)),
-                    "p90": float(np.percentile(times, 90)), "runs": int(times.size)})
-        del session
+                    "p90": float(np.percentile(times, 90)), "runs": int(times.size), "inserted": inserted})
     Path(result_path).write_text(json.dumps(out))
     return 0
 
