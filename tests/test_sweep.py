@@ -150,13 +150,49 @@ def test_a_malformed_predictor_file_is_one_line(swept, tmp_path):
     wrong_feature["classes"]["matmul"]["trees"][0]["feature"][0] = 99
     short = json.loads(json.dumps(data))
     short["classes"]["matmul"]["trees"][0]["value"] = tree["value"][:1]
+    unknown_features = json.loads(json.dumps(data))     # features this tapeout does not compute for the class
+    unknown_features["classes"]["matmul"]["features"] = [*predictor.FEATURES, "groups"]
     for body in ("{nope", json.dumps({**data, "schema": "tapeout.predictor/0"}), json.dumps(cyclic),
-                 json.dumps(wrong_feature), json.dumps(short), json.dumps({**data, "roof": {}})):
+                 json.dumps(wrong_feature), json.dumps(short), json.dumps({**data, "roof": {}}),
+                 json.dumps(unknown_features)):
         path = tmp_path / "p.json"
         path.write_text(body)
         with pytest.raises(BadInput) as caught:
             predictor.load(path)
         assert "\n" not in str(caught.value) and str(path) in str(caught.value)
+
+
+def test_a_conv_predictor_reads_the_kernels_shape_from_the_sweep_and_the_build(digits_build):
+    """FLOPs and bytes do not tell a 7×7 depthwise conv from a 1×1 dense one: the conv predictor also reads the
+    kernel's shape, which the sweep's points and a build's structure.json both carry; a conv kernel without one (a
+    build made before) gets no prediction rather than a wrong one."""
+    import random
+
+    from tapeout.estimation import sweep
+    from tapeout.estimation.roofline import Roof
+
+    structure = json.loads((digits_build / "structure.json").read_text())
+    convs = [k for k in structure["kernels"] if k["class"] == "conv"]
+    assert convs and all(set(k["shape"]) == set(predictor.SHAPE_FEATURES["conv"]) for k in convs)
+    assert all(k["shape"]["per_group"] >= 1 and k["shape"]["area"] == 9 for k in convs)  # digits-cnn: 3×3 convs
+    roof = Roof(name="test", kind="cpu", peaks={"fp32": 1e11}, bandwidth=2e10, source="a stand-in roof")
+    rng, rows = random.Random(0), []
+    while len(rows) < predictor.MIN_POINTS + 4:
+        proto, inputs = sweep.model(sweep.sample("conv", rng))
+        feats = sweep.features_of(proto, inputs, roof)
+        if feats and feats["cls"] == "conv":
+            # a time that depends on the kernel area, which FLOPs alone would not give
+            rows.append({**feats, "kernel_s": feats["roof_s"] * (1 + feats["shape"]["area"])})
+    model = predictor.train(rows)["conv"]
+    assert model.features == [*predictor.FEATURES, *predictor.SHAPE_FEATURES["conv"]]
+    pred = predictor.Predictor(predictor.PredictorFile(schema=predictor.SCHEMA, device="d", target="t", host="h",
+                                                       threads=1, created="now", baseline_s=1e-6,
+                                                       roof=roof.to_json(), points=len(rows), classes={"conv": model}),
+                               digits_build)
+    first = rows[0]
+    args = (first["flops"], first["bytes"], first["roof_s"], first["launches"], first["nodes"])
+    assert pred.kernel_s("conv", *args, first["shape"]) > 0
+    assert pred.kernel_s("conv", *args) is None and pred.kernel_s("conv", *args, {"area": 9}) is None
 
 
 def test_sweep_refusals_are_one_line():

@@ -93,6 +93,7 @@ def sweep(device: str, minutes: float, threads: int, out: Path | None, as_json: 
                 found.points.append(sweeping.Point(
                     key=config.key, cls=config.cls, op=config.op, config=dict(config.sizes), flops=feats["flops"],
                     bytes=feats["bytes"], nodes=feats["nodes"], launches=feats["launches"], roof_s=feats["roof_s"],
+                    shape=feats["shape"],
                     kernel_s=r["p50"] - (baseline - dispatch) - sum(r["inserted"].values()), run_s=r["p50"],
                     baseline_s=baseline, dispatch_s=dispatch, inserted_s=r["inserted"],
                     spread=(r["p90"] - r["p10"]) / r["p50"], runs=r["runs"]))

@@ -85,6 +85,9 @@ class Kernel:
     lead: str = ""     # the node the plan's precision is looked up by (a group's first weighted node)
     quantized_input: int = 0  # a fusion group's input elements: quantized too where the group is
     reread: float = 0.0  # bytes read again on every launch after the first: a recurrent cell's weights
+    # what FLOPs and bytes do not say about the kernel's shape, where a predictor reads it: a conv's channels per
+    # group, output channels, output positions, kernel area and groups (a 7×7 depthwise is not a 1×1 dense conv)
+    shape: tuple[tuple[str, int], ...] = ()
 
     def to_json(self) -> dict:
         return {"name": self.name, "class": self.cls, "precision": self.precision, "flops": self.flops,
@@ -144,7 +147,8 @@ def structure(view: GraphView, analysis: Analysis) -> list[Kernel]:
             moved = 0 if node.op_type in VIEW_OPS else cost.bytes_moved
             kernels.append(Kernel(node.name, cls, "fp32", cost.flops, moved, 1,
                                   _steps(view, node) if cls == "recurrent" else 1, node.name,
-                                  reread=_recurrent_weights(view, node) if cls == "recurrent" else 0))
+                                  reread=_recurrent_weights(view, node) if cls == "recurrent" else 0,
+                                  shape=_conv_shape(view, node)))
             continue
         if group.name in seen_groups:
             continue
@@ -158,7 +162,8 @@ def structure(view: GraphView, analysis: Analysis) -> list[Kernel]:
                               _steps(view, lead) if cls == "recurrent" and lead is not None else 1,
                               group.weighted[0] if group.weighted else "",
                               (view.size(lead.input[0]) or 0) if lead is not None and group.weighted else 0,
-                              _recurrent_weights(view, lead) if cls == "recurrent" and lead is not None else 0))
+                              _recurrent_weights(view, lead) if cls == "recurrent" and lead is not None else 0,
+                              _conv_shape(view, lead) if lead is not None else ()))
     return _add_norm_fused(view, kernels)
 
 
@@ -243,6 +248,20 @@ def _recurrent_weights(view: GraphView, node) -> float:
     return float(weights.size * 4) if weights is not None else 0.0
 
 
+def _conv_shape(view: GraphView, node) -> tuple[tuple[str, int], ...]:
+    """A 2-D Conv's (channels per group, output channels, output positions, kernel area, groups), from its weight
+    and output shapes; () for anything else or where a size is unknown."""
+    if node.op_type != "Conv" or len(node.input) < 2:
+        return ()
+    weights = view.const_array(node.input[1])
+    weight = tuple(weights.shape) if weights is not None else view.shapes.get(node.input[1]) or ()
+    out = view.shapes.get(node.output[0]) or ()
+    if len(weight) != 4 or len(out) != 4 or not all(isinstance(d, int) and d > 0 for d in (*weight, *out[1:])):
+        return ()
+    return (("per_group", weight[1]), ("out_channels", weight[0]), ("positions", out[2] * out[3]),
+            ("area", weight[2] * weight[3]), ("groups", int(view.attr(node, "group", 1))))
+
+
 def _steps(view: GraphView, node) -> int:
     """Time steps of an LSTM/GRU/RNN (its input's sequence axis: 0, or 1 with layout=1)."""
     shape = view.shapes.get(node.input[0]) or ()
@@ -257,13 +276,15 @@ def to_record(kernels: list[Kernel], phases: list[PhaseRecord] | None = None) ->
 
 def unit_records(kernels: list[Kernel]) -> list[CostUnitRecord]:
     return [CostUnitRecord(name=k.name, cls=k.cls, precision=k.precision, flops=k.flops, bytes=k.bytes, nodes=k.nodes,
-                           launches=k.launches, lead=k.lead, quantized_input=k.quantized_input, reread=k.reread)
+                           launches=k.launches, lead=k.lead, quantized_input=k.quantized_input, reread=k.reread,
+                           shape=dict(k.shape))
             for k in kernels]
 
 
 def from_units(units: list[CostUnitRecord]) -> list[Kernel]:
     return [Kernel(name=k.name, cls=k.cls, precision=k.precision, flops=k.flops, bytes=k.bytes, nodes=k.nodes,
-                   launches=k.launches, lead=k.lead, quantized_input=k.quantized_input, reread=k.reread)
+                   launches=k.launches, lead=k.lead, quantized_input=k.quantized_input, reread=k.reread,
+                   shape=tuple(k.shape.items()))
             for k in units]
 
 

@@ -236,7 +236,8 @@ def _predicted(est: Estimate, kernels: list[kern.Kernel], roof: roofline.Roof, p
     per, left = [], set()
     for k in kernels:
         roof_s = max(kern.roof_times(k, roof))
-        seconds = pred.kernel_s(k.cls, k.flops, k.bytes, roof_s, k.launches, k.nodes) if k.precision == "fp32" else None
+        seconds = (pred.kernel_s(k.cls, k.flops, k.bytes, roof_s, k.launches, k.nodes, dict(k.shape))
+                   if k.precision == "fp32" else None)
         if seconds is None:
             left.add(f"{k.cls}@{k.precision}")
             seconds = cal[0].fit.kernel_s(k.cls, k.precision, roof_s, k.launches) if cal else roof_s

@@ -1,6 +1,7 @@
 """Kernel predictors: per kernel class and device, a gradient-boosted regression of a kernel's time on the
-estimator's own features of it (FLOPs, bytes, roofline time, launches, nodes), trained on a sweep of that
-device (`sweep.py`), with the roofline as a feature and as a floor.
+estimator's own features of it (FLOPs, bytes, roofline time, launches, nodes, and for a conv its shape: channels
+per group, output channels, output positions, kernel area, groups), trained on a sweep of that device
+(`sweep.py`), with the roofline as a feature and as a floor.
 
 Trained with scikit-learn and kept as data: each tree's split features, thresholds, children and leaf values in
 JSON (schema `tapeout.predictor/1`), walked here; nothing is unpickled. A predictor is for one device (its name
@@ -23,13 +24,23 @@ from tapeout.core.files import write_text
 
 SCHEMA = "tapeout.predictor/1"
 FEATURES = ("log_flops", "log_bytes", "log_roof", "log_launches", "nodes")
+# per class, the kernel's shape beside them (log of each; cost_units.Kernel.shape): FLOPs and bytes do not tell a
+# 7×7 depthwise conv from a 1×1 dense one, and NCHWc kernels differ in speed by both
+SHAPE_FEATURES = {"conv": ("per_group", "out_channels", "positions", "area", "groups")}
 MIN_POINTS = 12          # a class with fewer measured points gets no predictor
 FLOOR_S = 5e-8           # what a kernel's time is clamped to before the log (a difference of two p50s can be ≤ 0)
 
 
-def features(flops: float, bytes_: float, roof_s: float, launches: int, nodes: int) -> list[float]:
-    return [math.log(flops + 1), math.log(bytes_ + 1), math.log(max(roof_s, 1e-12)), math.log(max(launches, 1)),
+def features(flops: float, bytes_: float, roof_s: float, launches: int, nodes: int, cls: str = "",
+             shape: dict | None = None) -> list[float] | None:
+    """The feature vector of a kernel of class `cls`; None where the class reads a shape the kernel lacks (a build
+    made before shapes were kept)."""
+    base = [math.log(flops + 1), math.log(bytes_ + 1), math.log(max(roof_s, 1e-12)), math.log(max(launches, 1)),
             float(nodes)]
+    names = SHAPE_FEATURES.get(cls, ())
+    if names and not all((shape or {}).get(n, 0) > 0 for n in names):
+        return None
+    return base + [math.log(shape[n]) for n in names]
 
 
 class Tree(BaseModel):
@@ -51,6 +62,7 @@ class ClassModel(BaseModel):
     band: tuple[float, float]              # held-out relative error, 10th and 90th percentile
     points: int = Field(ge=1)
     held_out_within_15: float = Field(ge=0, le=1)  # share of held-out points predicted within ±15 %
+    features: list[str] = Field(default_factory=lambda: list(FEATURES))  # what each tree's feature index names
 
 
 class PredictorFile(BaseModel):
@@ -73,13 +85,16 @@ class Predictor:
     data: PredictorFile
     path: Path
 
-    def kernel_s(self, cls: str, flops: float, bytes_: float, roof_s: float, launches: int, nodes: int) -> float | None:
-        """The kernel's predicted seconds (never under its roofline time), or None where the class has no model."""
+    def kernel_s(self, cls: str, flops: float, bytes_: float, roof_s: float, launches: int, nodes: int,
+                 shape: dict | None = None) -> float | None:
+        """The kernel's predicted seconds (never under its roofline time), or None where the class has no model or
+        the model reads a shape the kernel lacks."""
         found = self.data.classes.get(cls)
         if found is None:
             return None
-        x = features(flops, bytes_, roof_s, launches, nodes)
-        return max(math.exp(_predict(found, x)), roof_s)
+        x = features(flops, bytes_, roof_s, launches, nodes, cls, shape) if len(found.features) > len(FEATURES) \
+            else features(flops, bytes_, roof_s, launches, nodes)
+        return None if x is None else max(math.exp(_predict(found, x)), roof_s)
 
     def roof(self):
         """The roof the sweep's points were priced at (a predictor's roofline feature is only comparable at it)."""
@@ -130,7 +145,13 @@ def train(points: list[dict], folds: int = 5) -> dict[str, ClassModel]:
     for cls, rows in sorted(by_class.items()):
         if len(rows) < MIN_POINTS:
             continue
-        x = np.array([features(r["flops"], r["bytes"], r["roof_s"], r["launches"], r["nodes"]) for r in rows])
+        names = SHAPE_FEATURES.get(cls, ())
+        rows = [r for r in rows if features(r["flops"], r["bytes"], r["roof_s"], r["launches"], r["nodes"], cls,
+                                            r.get("shape")) is not None]
+        if len(rows) < MIN_POINTS:
+            continue
+        x = np.array([features(r["flops"], r["bytes"], r["roof_s"], r["launches"], r["nodes"], cls, r.get("shape"))
+                      for r in rows])
         y = np.log(np.maximum([max(r["kernel_s"], FLOOR_S) for r in rows], [r["roof_s"] for r in rows]))
         errors = np.empty(len(rows))
         order = np.random.default_rng(0).permutation(len(rows))
@@ -145,6 +166,7 @@ def train(points: list[dict], folds: int = 5) -> dict[str, ClassModel]:
         model.band = (float(np.percentile(errors, 10)), float(np.percentile(errors, 90)))
         model.points = len(rows)
         model.held_out_within_15 = float(np.mean(np.abs(errors) <= 0.15))
+        model.features = [*FEATURES, *names]
         out[cls] = model
     return out
 
@@ -171,7 +193,11 @@ def load(path: Path, device: str | None = None, target: str | None = None) -> Pr
         raise BadInput(f"the predictor file {path} is for {data.device} × {data.target}, not {device} × {target}",
                        fix="a predictor is used only for the device and target it was swept on: sweep this one")
     for cls, model in data.classes.items():
-        if any(not _well_formed(tree) for tree in model.trees):
+        if model.features != [*FEATURES, *SHAPE_FEATURES.get(cls, ())][: len(model.features)] or \
+                len(model.features) not in (len(FEATURES), len(FEATURES) + len(SHAPE_FEATURES.get(cls, ()))):
+            raise BadInput(f"the predictor file {path}: class {cls} reads features {model.features}, which this "
+                           "tapeout does not compute", fix="delete it and sweep again (tapeout calibrate --sweep)")
+        if any(not _well_formed(tree, len(model.features)) for tree in model.trees):
             raise BadInput(f"the predictor file {path}: a tree of class {cls} is malformed",
                            fix="delete it and sweep again (tapeout calibrate --sweep)")
     try:
@@ -181,7 +207,7 @@ def load(path: Path, device: str | None = None, target: str | None = None) -> Pr
     return Predictor(data, path)
 
 
-def _well_formed(tree: Tree) -> bool:
+def _well_formed(tree: Tree, width: int) -> bool:
     """Every node's children come after it (so a walk ends), a split reads a feature there is, a leaf has none."""
     size = len(tree.left)
     if not size or any(len(v) != size for v in (tree.right, tree.feature, tree.threshold, tree.value)):
@@ -191,7 +217,7 @@ def _well_formed(tree: Tree) -> bool:
         if left == -1 or right == -1:
             if left != right:
                 return False
-        elif not (i < left < size and i < right < size and 0 <= tree.feature[i] < len(FEATURES)):
+        elif not (i < left < size and i < right < size and 0 <= tree.feature[i] < width):
             return False
     return True
 

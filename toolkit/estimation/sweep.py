@@ -49,6 +49,7 @@ class Point(BaseModel):
     nodes: int = Field(ge=1)
     launches: int = Field(ge=1)
     roof_s: float = Field(ge=0)            # the kernel's roofline time at the sweep's roof
+    shape: dict[str, int] = Field(default_factory=dict)  # cost_units.Kernel.shape: a conv's, as the estimator sees it
     kernel_s: float                        # p50 of the model's run less the run's cost without a node, same process
     run_s: float = Field(gt=0)
     baseline_s: float = Field(gt=0)        # p50 of the one-Identity model, same process
@@ -256,7 +257,7 @@ def features_of(proto, inputs, roof) -> dict[str, float] | None:
         return None
     k = kernels[0]
     return {"cls": k.cls, "flops": float(k.flops), "bytes": float(k.bytes), "nodes": k.nodes, "launches": k.launches,
-            "roof_s": max(kern.roof_times(k, roof))}
+            "roof_s": max(kern.roof_times(k, roof)), "shape": dict(k.shape)}
 
 
 def path_for(device: str, target: str, folder: Path | None = None) -> Path:

@@ -26,6 +26,7 @@ class CostUnitRecord(Record):
     lead: str = ""
     quantized_input: int = 0
     reread: float = 0.0
+    shape: dict[str, int] = Field(default_factory=dict)   # a conv's shape beyond FLOPs and bytes (cost_units)
 
 
 class PhaseRecord(Record):
