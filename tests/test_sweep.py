@@ -195,6 +195,21 @@ def test_a_conv_predictor_reads_the_kernels_shape_from_the_sweep_and_the_build(d
     assert pred.kernel_s("conv", *args) is None and pred.kernel_s("conv", *args, {"area": 9}) is None
 
 
+def test_a_sweep_file_of_the_first_definition_is_not_resumed(swept, tmp_path):
+    """Its points took a kernel's time as the run less Identity's: mixed with new points, one class would learn two
+    definitions at once. Refused in one line, before anything is measured."""
+    folder, first = swept
+    shutil.copytree(folder / "sweeps", tmp_path / "sweeps")
+    path = tmp_path / "sweeps" / f"{first['device']}--onnxruntime.json"
+    old = json.loads(path.read_text())
+    assert old["definition"] == 2
+    del old["definition"]
+    path.write_text(json.dumps(old))
+    done = run_cli("calibrate", "--sweep", "host", "--minutes", "0.1", "--classes", "matmul", "--out", tmp_path)
+    assert done.code == 2 and "earlier definition (1" in one_line_error(done), done.err
+    assert json.loads(path.read_text()) == old
+
+
 def test_sweep_refusals_are_one_line():
     for args, code, words in ((("--sweep", "jetson-orin-nano-super"), 4, "is not this machine"),
                               (("--sweep", "host", "--classes", "tensor"), 2, "unknown kernel class 'tensor'"),

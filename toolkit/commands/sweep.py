@@ -55,9 +55,15 @@ def sweep(device: str, minutes: float, threads: int, out: Path | None, as_json: 
     if found is not None and found.host != roofline.host_key(host):
         raise BadInput(f"the sweep file {path} was measured on another CPU ({found.host})",
                        fix="move it away and sweep again on this machine")
+    if found is not None and found.definition != sweeping.DEFINITION:
+        raise BadInput(f"the sweep file {path} takes a kernel's time by an earlier definition ({found.definition}; this "
+                       f"tapeout's is {sweeping.DEFINITION}: each kernel keeps its dispatch, a lone conv's layout "
+                       "reorders are left out), and its points cannot be mixed with new ones",
+                       fix="move it away and sweep again")
     if found is None:
         roof = estimate.roof_for(None, host, None, estimate.host_threads(host, options))
-        found = sweeping.SweepFile(schema=sweeping.SCHEMA, device=name, target=TARGET, host=roofline.host_key(host),
+        found = sweeping.SweepFile(schema=sweeping.SCHEMA, definition=sweeping.DEFINITION, device=name, target=TARGET,
+                                   host=roofline.host_key(host),
                                    threads=threads, roof=roof.to_json())
     roof = roofline.Roof.from_json(found.roof, name)
     done = {p.key for p in found.points}

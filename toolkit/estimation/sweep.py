@@ -31,6 +31,9 @@ from tapeout.core.errors import BadInput
 from tapeout.core.files import write_text
 
 SCHEMA = "tapeout.sweep/1"
+# how a point's kernel time is taken: 1, the run's p50 less Identity's (the first sweeps); 2, less the run's cost
+# without any node and the reorders the runtime put around the kernel, with a conv's shape. Never mixed in a file.
+DEFINITION = 2
 CLASSES = ("matmul", "conv", "reduce", "elementwise", "movement", "recurrent")
 OPSET = 17
 
@@ -66,6 +69,7 @@ class SweepFile(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     schema_: str = Field(alias="schema")
+    definition: int = 1                    # DEFINITION of its points' kernel times (absent: the first sweeps')
     device: str
     target: str
     host: str                              # roofline.host_key of the CPU it ran on
