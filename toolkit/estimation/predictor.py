@@ -92,8 +92,8 @@ class Predictor:
         found = self.data.classes.get(cls)
         if found is None:
             return None
-        x = features(flops, bytes_, roof_s, launches, nodes, cls, shape) if len(found.features) > len(FEATURES) \
-            else features(flops, bytes_, roof_s, launches, nodes)
+        reads_shape = len(found.features) > len(FEATURES)  # a file from before shapes: the generic features only
+        x = features(flops, bytes_, roof_s, launches, nodes, cls if reads_shape else "", shape)
         return None if x is None else max(math.exp(_predict(found, x)), roof_s)
 
     def roof(self):
@@ -146,12 +146,12 @@ def train(points: list[dict], folds: int = 5) -> dict[str, ClassModel]:
         if len(rows) < MIN_POINTS:
             continue
         names = SHAPE_FEATURES.get(cls, ())
-        rows = [r for r in rows if features(r["flops"], r["bytes"], r["roof_s"], r["launches"], r["nodes"], cls,
-                                            r.get("shape")) is not None]
+        vectors = [features(r["flops"], r["bytes"], r["roof_s"], r["launches"], r["nodes"], cls, r.get("shape"))
+                   for r in rows]
+        rows = [r for r, v in zip(rows, vectors, strict=True) if v is not None]
         if len(rows) < MIN_POINTS:
             continue
-        x = np.array([features(r["flops"], r["bytes"], r["roof_s"], r["launches"], r["nodes"], cls, r.get("shape"))
-                      for r in rows])
+        x = np.array([v for v in vectors if v is not None])
         y = np.log(np.maximum([max(r["kernel_s"], FLOOR_S) for r in rows], [r["roof_s"] for r in rows]))
         errors = np.empty(len(rows))
         order = np.random.default_rng(0).permutation(len(rows))
