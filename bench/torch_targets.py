@@ -1,7 +1,7 @@
 """PyTorch-native targets against the ONNX ones, on this CPU: ExecuTorch (XNNPACK) and AOTInductor beside ONNX
 Runtime and OpenVINO, from the same sample.
 
-    python bench/torch_targets.py [--samples minilm digits-cnn] [--skip-build] [--blocks 8] [--runs 40]
+    python bench/torch_targets.py [--samples minilm digits-cnn] [--profiles …] [--skip-build] [--blocks 8] [--runs 40]
 
 For each sample, `tapeout build` for cpu-fp32, cpu-int8, openvino-cpu-int8, executorch-xnnpack-fp32,
 executorch-xnnpack-int8, aoti-cpu-fp32, aoti-cpu-int8 and aoti-cpu-bf16 (2 threads each, the profile's other settings), then, in this one process, each build's artifact
@@ -11,7 +11,8 @@ its time, with their range, and its median ms per run. Quality: the sample's own
 (MiniLM: mean cosine to the FP32 torch embeddings and top-1 neighbour agreement over its held-out sentences;
 digits-cnn: top-1). "Why" is each build's own record: the executorch build's delegation (ops left to ExecuTorch's
 portable kernels) and its heaviest XNNPACK kernels from ETDump, AOTInductor's vector ISA, the ORT/OpenVINO
-builds' heaviest op types from their profiles.
+builds' heaviest op types from their profiles. An AOTInductor build gets a second row: its instrumented package
+(artifact/profiling/, a RecordFunction around each kernel), timed the same way, which is what shipping one would cost.
 """
 
 from __future__ import annotations
@@ -47,15 +48,21 @@ def build(sample: str, profile: str, skip: bool) -> Path:
     return out
 
 
-def open_session(folder: Path):
-    """The build's artifact through its target's own session, read through the verified reader (manifest hashes)."""
+def open_session(folder: Path, profiling: bool = False):
+    """The build's artifact through its target's own session, read through the verified reader (manifest hashes).
+    `profiling`: an AOTInductor build's instrumented package (artifact/profiling/), which only its op profile loads."""
     from tapeout import targets
     from tapeout.builds.reader import open_build
     from tapeout.core.artifact import Artifact
+    from tapeout.targets.aoti import AotiSession
+    from tapeout.targets.base import PROFILING_DIR
 
     opened = open_build(folder)
     target = targets.create(opened.profile.target, opened.profile.options)
-    return target.session(Artifact(opened.profile.target, opened.artifact(), opened.manifest.artifact.main_file))
+    artifact = Artifact(opened.profile.target, opened.artifact(), opened.manifest.artifact.main_file)
+    if profiling:
+        return AotiSession(artifact, target.options.threads, package=artifact.directory / PROFILING_DIR / artifact.main_file)
+    return target.session(artifact)
 
 
 def blocks_against(base, other, feeds: dict, blocks: int, runs: int) -> tuple[float, float, float, float]:
@@ -105,14 +112,15 @@ def why(report: dict) -> str:
                                      f"portable kernels: {off}" if off else "", heaviest) if x)
     if "vec_isa" in meta:
         integer = ", ".join(f"{kind} ×{n}" for kind, n in (meta.get("integer_kernels") or {}).items() if n)
-        return f"Inductor C++ kernels for {meta['vec_isa'] or 'scalar'}" + (f"; oneDNN {integer}" if integer else "")
+        return "; ".join(x for x in (f"Inductor C++ kernels for {meta['vec_isa'] or 'scalar'}",
+                                     f"oneDNN {integer}" if integer else "", heaviest) if x)
     return heaviest
 
 
-def run(sample: str, skip: bool, blocks: int, runs: int) -> list[list[str]]:
+def run(sample: str, profiles: list[str], skip: bool, blocks: int, runs: int) -> list[list[str]]:
     import json
 
-    folders = {p: build(sample, p, skip) for p in PROFILES}
+    folders = {p: build(sample, p, skip) for p in dict.fromkeys(["cpu-fp32", *profiles])}
     metric = load_sample(sample)
     with np.load(folders["cpu-fp32"] / "golden.npz") as data:
         feeds = {k[len("input."):]: data[k][0] for k in data.files if k.startswith("input.")}
@@ -128,18 +136,24 @@ def run(sample: str, skip: bool, blocks: int, runs: int) -> list[list[str]]:
         size = report["artifact"]["bytes"] / 2**20
         rows.append([sample, profile, f"{ms:.3f}", f"{ratio:.2f}× [{low:.2f}, {high:.2f}]", f"{size:.1f}",
                      quality(sample, metric, session.run), why(report)])
+        if (folder / "artifact" / "profiling").is_dir():  # what instrumenting every kernel call would cost if shipped
+            ratio, low, high, ms = blocks_against(base, open_session(folder, profiling=True), feeds, blocks, runs)
+            rows.append([sample, f"{profile}, its profiling/ package", f"{ms:.3f}", f"{ratio:.2f}× [{low:.2f}, {high:.2f}]",
+                         "—", "", "a RecordFunction around each kernel: loaded for the op profile only"])
     return rows
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--samples", nargs="+", default=["minilm", "digits-cnn"])
+    parser.add_argument("--profiles", nargs="+", default=PROFILES, choices=PROFILES,
+                        help="which builds (cpu-fp32, the base, is always built)")
     parser.add_argument("--skip-build", action="store_true")
     parser.add_argument("--blocks", type=int, default=8)
     parser.add_argument("--runs", type=int, default=40)
     args = parser.parse_args()
     OUT.mkdir(parents=True, exist_ok=True)
-    rows = [row for sample in args.samples for row in run(sample, args.skip_build, args.blocks, args.runs)]
+    rows = [row for sample in args.samples for row in run(sample, args.profiles, args.skip_build, args.blocks, args.runs)]
     print(cpu_line())
     print(f"2 threads per runtime; {args.blocks} blocks, A/B against the cpu-fp32 artifact in this process\n")
     header = ["sample", "build", "ms/run", "speed vs ORT FP32", "artifact MB", "quality", "why (the build's record)"]

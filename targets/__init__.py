@@ -116,7 +116,10 @@ BUILT_IN: dict[str, TargetInfo] = {
         # INT8 by PT2E on the program (Inductor's x86 quantizer; oneDNN's integer kernels, x86 CPUs only); BF16 by
         # casts around the program's convs and Linear layers (a CPU with BF16 arithmetic)
         capabilities=Capabilities(precisions={"fp32": ("fp32",), "int8": ("int8", "fp32"), "bf16": ("bf16", "fp32")},
-                                  rules="x86-inductor", compiles_from="torch.export", meters=("rss",)),
+                                  rules="x86-inductor", compiles_from="torch.export", meters=("rss",),
+                                  # a second package with a RecordFunction around each kernel, loaded for it alone
+                                  op_profiler="torch profiler over Inductor's kernel records (an instrumented "
+                                              "package beside the shipped one)"),
     ),
     "qnn": TargetInfo(
         name="qnn",

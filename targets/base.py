@@ -31,6 +31,10 @@ from tapeout.core.decoding import CacheLayout
 from tapeout.core.errors import BadInput, TapeoutError, TargetUnavailable, first_line, runtime_detail
 from tapeout.core.schemas import InputSpec
 
+# A folder of the artifact that holds what only its op profile loads (an instrumented build of the same program):
+# hashed and verified with the artifact, not counted in its size, not deployed
+PROFILING_DIR = "profiling"
+
 if TYPE_CHECKING:
     from pydantic import BaseModel
 
@@ -345,6 +349,12 @@ class Target(ABC):
         the cached one. `build` calls it where the device is here, `check` always. Default: nothing to do."""
         return None
 
+    def instrument(self, program, artifact: Artifact) -> Artifact:
+        """For a target that compiles from torch.export and whose op profiler needs code of its own (a RecordFunction
+        compiled around each kernel): that build, written into `artifact.directory / PROFILING_DIR`, for the
+        artifact kept only (the compile step calls it once). Default: nothing to add."""
+        return artifact
+
     def op_profile(self, artifact: Artifact, feeds: dict[str, np.ndarray], iterations: int) -> OpProfile:
         """Per-node times from a separate, instrumented pass; only called when `capabilities.op_profiler`."""
         raise NotImplementedError(f"target '{self.name}' declares no op profiler")
@@ -355,7 +365,7 @@ class Target(ABC):
 
 
 HOOKS = frozenset({"probe", "compile", "compile_program", "session", "limits", "preflight", "lint", "prepare", "build_engine",
-                   "op_profile", "emulated", "workload_problem"})
+                   "instrument", "op_profile", "emulated", "workload_problem"})
 
-__all__ = ["HOOKS", "CachedDecoder", "Capabilities", "EngineBuild", "LintIssue", "OpProfile", "OpTime",
+__all__ = ["HOOKS", "PROFILING_DIR", "CachedDecoder", "Capabilities", "EngineBuild", "LintIssue", "OpProfile", "OpTime",
            "Probe", "RuntimeLimits", "Session", "StateCarrier", "Target", "TargetUnavailable", "warm_up"]

@@ -55,6 +55,25 @@ def test_digits_cnn_int8_compiles_to_integer_kernels_runs_and_checks(tmp_path):
     assert verdicts == {"parity_min_cosine": "pass", "accuracy_max_drop": "pass"}
     check = run_cli("check", out, "--json")
     assert check.code == 0, check.err
+    # the op profile: Inductor's kernels and the integer oneDNN calls, each named, timed and in its kernel class, from
+    # the instrumented package beside the shipped one (hashed with it, not in its size); the shipped one has no records
+    files = report["artifact"]["files"]
+    assert set(files) == {"model.pt2", "io.json", "vec_isa.json", "profiling/model.pt2"}
+    assert report["artifact"]["bytes"] == sum((out / "artifact" / f).stat().st_size for f in files
+                                              if not f.startswith("profiling/"))
+    assert "RecordFunction" not in _wrapper(out / "artifact" / "model.pt2")
+    assert "RecordFunction" in _wrapper(out / "artifact" / "profiling" / "model.pt2")
+    for measured in (report, check.json()):
+        profile = measured["measurement"]["op_profile"]
+        assert profile["runs"] > 0 and profile["method"].startswith("torch profiler")
+        types = {op["op_type"]: op for op in profile["ops"]}
+        assert {"aoti_torch_cpu__qconv_pointwise_tensor", "aoti_torch_cpu__qlinear_pointwise_tensor"} <= set(types)
+        assert types["aoti_torch_cpu__qconv_pointwise_tensor"]["precision"] == "int8"
+        assert all(op["total_us"] > 0 and op["calls"] == profile["runs"] for op in profile["ops"])
+        assert 0 < profile["mean_kernel_us"] < profile["mean_run_us"]
+    classes = {row["op_type"]: row["class"] for row in report["bottlenecks"]["ops"]}
+    assert classes["aoti_torch_cpu__qconv_pointwise_tensor"] == "conv"
+    assert classes["aoti_torch_cpu__qlinear_pointwise_tensor"] == "matmul"
     # the contract's hook sequence on this package (tests/test_targets.py leaves aoti to this test)
     target = targets.create("aoti", {"threads": 1})
     session = target.session(Artifact("aoti", out / "artifact", "model.pt2"))
@@ -67,9 +86,50 @@ def test_digits_cnn_int8_compiles_to_integer_kernels_runs_and_checks(tmp_path):
     feeds = {"image": images[0]}
     session.bind(feeds)()
     session.synchronize()
-    assert session.bind_with_copies(feeds) is None and target.capabilities.op_profiler is None
+    assert session.bind_with_copies(feeds) is None
     with pytest.raises(BadInput, match="rejected its inputs"):
         session.run({"image": np.zeros((1, 3), np.float32)})
+
+
+def _wrapper(package) -> str:
+    import zipfile
+
+    with zipfile.ZipFile(package) as archive:
+        return "".join(archive.read(n).decode("utf-8", "replace") for n in archive.namelist() if n.endswith("wrapper.cpp"))
+
+
+def test_kernel_records_become_one_row_per_call_site_at_their_median():
+    """A kernel Inductor reuses (one LayerNorm kernel for every layer) is a row per call in a run, each its median call
+    times the runs, so a stalled call does not stand for every run; the graph prefix and the kernel's index go."""
+    from tapeout.targets.aoti import kernel_profile
+
+    spans = []
+    for run, stall in ((1, 1.0), (2, 50.0), (3, 1.0)):
+        spans += [("aoti_torch_cpu__linear_pointwise", run, 10.0 * stall), ("graph_0_cpp_fused_native_layer_norm_0", run, 2.0),
+                  ("aoti_torch_cpu__linear_pointwise", run, 20.0), ("graph_0_cpp_fused_native_layer_norm_0", run, 3.0)]
+    profile = kernel_profile(spans, [40.0, 500.0, 41.0], "m")
+    rows = {op.node: (op.op_type, op.provider, op.calls, op.total_us) for op in profile.ops}
+    assert rows == {"aoti_torch_cpu__linear_pointwise #1": ("aoti_torch_cpu__linear_pointwise", "oneDNN/ATen", 3, 30.0),
+                    "cpp_fused_native_layer_norm_0 #1": ("cpp_fused_native_layer_norm", "Inductor C++", 3, 6.0),
+                    "aoti_torch_cpu__linear_pointwise #2": ("aoti_torch_cpu__linear_pointwise", "oneDNN/ATen", 3, 60.0),
+                    "cpp_fused_native_layer_norm_0 #2": ("cpp_fused_native_layer_norm", "Inductor C++", 3, 9.0)}
+    assert [op.node for op in profile.ops][0] == "aoti_torch_cpu__linear_pointwise #1"  # execution order
+    assert profile.runs == 3 and profile.run_total_us == 123.0
+
+
+def test_without_the_profiling_package_there_is_no_op_profiler_and_no_second_compile(tmp_path, monkeypatch):
+    import torch
+
+    target = targets.create("aoti", {"op_profile_package": False})
+    assert target.capabilities.op_profiler is None and targets.create("aoti", {}).capabilities.op_profiler
+    monkeypatch.setattr(torch._inductor, "aoti_compile_and_package", lambda *a, **k: pytest.fail("compiled"))
+    artifact = Artifact("aoti", tmp_path, "model.pt2")
+    assert target.instrument(None, artifact) is artifact and not (tmp_path / "profiling").exists()
+    (tmp_path / "io.json").write_text(json.dumps({"inputs": ["x"], "outputs": ["y"], "shapes": [[2]],
+                                                  "dtypes": ["float32"]}))
+    with pytest.raises(BadInput) as refused:  # a build dir without it, profiled anyway: one line
+        targets.create("aoti", {}).op_profile(artifact, {"x": np.zeros(2, np.float32)}, 3)
+    assert "no op-profiling package" in str(refused.value) and "op_profile_package = true" in refused.value.fix
 
 
 def test_a_package_for_an_isa_this_cpu_lacks_is_refused_before_loading(tmp_path):

@@ -487,6 +487,30 @@ def test_executorch_kernel_names_fall_in_their_classes():
     assert op_class("Conv") == "conv" and op_class("Relu") == "elementwise"  # ONNX names as before
 
 
+def test_aotinductor_kernel_names_fall_in_their_classes():
+    """An AOTInductor package's kernel records: generated kernels named after the ATen ops fused into them (a
+    reduction among them makes a reduce; copies and views alone, movement), calls out of the package by their C shim."""
+    from tapeout.estimation.cost_units import op_class
+
+    assert {name: op_class(name) for name in (
+        "aoti_torch_cpu_mkldnn__convolution_pointwise", "aoti_torch_cpu__qconv_pointwise_tensor",
+        "aoti_torch_cpu__linear_pointwise", "aoti_torch_cpu__qlinear_pointwise_tensor", "aoti_torch_cpu_bmm_out",
+        "aoti_torch_cpu__scaled_dot_product_flash_attention_for_cpu", "cpp_fused_add_native_layer_norm",
+        "cpp_fused__softmax", "cpp_fused_max_pool2d_with_indices_relu_view", "cpp_fused_clone_permute",
+        "cpp_fused_embedding", "cpp_fused_gelu_view", "cpp_fused_relu", "cpp_fused_quantize_per_tensor",
+        "triton_per_fused__softmax", "triton_poi_fused_cat", "triton_tem_fused_addmm")} == {
+        "aoti_torch_cpu_mkldnn__convolution_pointwise": "conv", "aoti_torch_cpu__qconv_pointwise_tensor": "conv",
+        "aoti_torch_cpu__linear_pointwise": "matmul", "aoti_torch_cpu__qlinear_pointwise_tensor": "matmul",
+        "aoti_torch_cpu_bmm_out": "matmul", "aoti_torch_cpu__scaled_dot_product_flash_attention_for_cpu": "matmul",
+        "cpp_fused_add_native_layer_norm": "reduce", "cpp_fused__softmax": "reduce",
+        "cpp_fused_max_pool2d_with_indices_relu_view": "reduce", "cpp_fused_clone_permute": "movement",
+        "cpp_fused_embedding": "movement", "cpp_fused_gelu_view": "elementwise", "cpp_fused_relu": "elementwise",
+        "cpp_fused_quantize_per_tensor": "quantize", "triton_per_fused__softmax": "reduce",
+        "triton_poi_fused_cat": "movement", "triton_tem_fused_addmm": "matmul"}
+    # an ONNX or OpenVINO name that happens to share a word is not read as Inductor's
+    assert op_class("MatMul") == "matmul" and op_class("Softmax") == "reduce" and op_class("Gelu") == "elementwise"
+
+
 def test_bottlenecks_classify_ops_and_price_the_fusible_chains():
     from tapeout.estimation import bottleneck
 

@@ -10,6 +10,7 @@ FLOPs, and bytes at that precision.
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, replace
 
 from tapeout.estimation.roofline import BYTES_PER_ELEMENT, bytes_per_element
@@ -60,6 +61,43 @@ _CLASS_OF_EXECUTORCH = {
 }
 _BY_NAME = {name: cls for table in (_CLASS_OF, _CLASS_OF_EXECUTORCH) for cls, names in table.items() for name in names}
 
+# AOTInductor's kernel records: a generated kernel is named after the ATen ops fused into it ("cpp_fused_add_native_
+# layer_norm", Triton's "triton_per_fused__softmax"), a call out of the package after its C shim
+# ("aoti_torch_cpu__linear_pointwise", "aoti_torch_cpu__qconv_pointwise_tensor"). A generated kernel with a reduction
+# among its ops is a reduce (the elementwise ops around it ride along); one of copies and views alone is movement.
+_INDUCTOR_REDUCE = re.compile(r"layer_norm|softmax|_mean|_sum|amax|amin|max_pool|avg_pool|var_mean|_norm|_var|argmax|"
+                              r"cumsum|logsumexp|^triton_(red|per)_")
+_INDUCTOR_MATMUL = re.compile(r"linear|_mm|addmm|bmm|baddbmm|scaled_dot_product|_gemm|^triton_tem_fused_(mm|bmm|addmm)")
+_INDUCTOR_MOVEMENT = {"cat", "clone", "permute", "view", "index", "embedding", "slice", "select", "expand", "transpose",
+                      "copy", "unsqueeze", "squeeze", "to", "constant", "pad", "nd", "stack", "split", "unbind", "t",
+                      "narrow", "as", "strided", "reshape", "repeat", "roll", "flip", "_unsafe", "unsafe"}
+_INDUCTOR_NAME = re.compile(r"^(cpp|triton_(poi|red|per|tem))_fused_?(?P<ops>.*)$")
+
+
+def _inductor_class(name: str) -> str | None:
+    """The kernel class of an AOTInductor kernel record's name, or None for a name that is not one."""
+    if name.startswith("aoti_torch_"):
+        call = name.split("_", 3)[-1]  # aoti_torch_<device>_<op>
+        if "conv" in call:
+            return "conv"
+        if "quantize" in call:
+            return "quantize"
+        return "matmul" if _INDUCTOR_MATMUL.search(call) else "elementwise"
+    found = _INDUCTOR_NAME.match(name)
+    if found is None:
+        return None
+    ops = found["ops"]
+    if "convolution" in ops:
+        return "conv"
+    if _INDUCTOR_MATMUL.search(ops):
+        return "matmul"
+    if _INDUCTOR_REDUCE.search(name):
+        return "reduce"
+    if "quantize" in ops:
+        return "quantize"
+    words = [w for w in ops.split("_") if w and not w.isdigit()]
+    return "movement" if all(w in _INDUCTOR_MOVEMENT for w in words) else "elementwise"
+
 # Ops that give their input a new shape without touching it: every runtime here aliases the buffer
 # (the bottleneck view counts them the same way), so they cost a dispatch and no traffic.
 VIEW_OPS = {"Reshape", "Squeeze", "Unsqueeze", "Flatten", "Identity"}
@@ -70,7 +108,8 @@ _SHAPE_OPS = {"Shape", "Size", "Constant", "ConstantOfShape", "Range"}
 
 
 def op_class(op_type: str) -> str:
-    return _BY_NAME.get(op_type) or _BY_NAME.get(op_type.split(" (", 1)[0], "elementwise")
+    return (_BY_NAME.get(op_type) or _inductor_class(op_type)
+            or _BY_NAME.get(op_type.split(" (", 1)[0], "elementwise"))
 
 
 @dataclass(frozen=True)

@@ -13,6 +13,7 @@ from tapeout.core import pt2
 from tapeout.core.hashing import tree_hashes, tree_size
 from tapeout.records.report import ArtifactInfo
 from tapeout.steps.state import BuildState
+from tapeout.targets.base import PROFILING_DIR
 from tapeout.steps.step import Step
 
 
@@ -26,14 +27,16 @@ class Compile(Step):
         caps, project = setup.capabilities, setup.project
         on_device = " (all but the engine: it is compiled on the device)" if caps.compile_on == "device" else ""
         with state.ui.step(f"compile for {setup.profile.target}{on_device}"):
-            if state.compiled is not None:  # the precision step compiled the program it kept: not twice
-                shutil.move(state.compiled.directory, state.out / "artifact")
-                artifact = replace(state.compiled, directory=state.out / "artifact")
-            elif caps.compiles_from == "torch.export":
+            if caps.compiles_from == "torch.export":
                 # the quantized program where the precision step wrote one (PT2E), else the exported one
                 program = pt2.load(state.model) if state.model.suffix == ".pt2" else state.exported.program
-                artifact = setup.target.compile_program(program, state.out / "artifact",
-                                                        project.inputs, project.dims, state.exported.info["output_names"])
+                if state.compiled is not None:  # the precision step compiled the program it kept: not twice
+                    shutil.move(state.compiled.directory, state.out / "artifact")
+                    artifact = replace(state.compiled, directory=state.out / "artifact")
+                else:
+                    artifact = setup.target.compile_program(program, state.out / "artifact", project.inputs,
+                                                            project.dims, state.exported.info["output_names"])
+                artifact = setup.target.instrument(program, artifact)
             else:
                 model = self._target_passes(state, caps.graph_passes)
                 try:
@@ -43,7 +46,10 @@ class Compile(Step):
                         shutil.rmtree(model.parent, ignore_errors=True)
         files = tree_hashes(artifact.directory)  # hashed once: the report and the manifest share them
         state.artifact = artifact
-        state.artifact_info = ArtifactInfo(main_file=artifact.main_file, bytes=tree_size(artifact.directory),
+        # what the op profile alone loads is hashed with the artifact but not deployed: not in its size
+        profiling = artifact.directory / PROFILING_DIR
+        size = tree_size(artifact.directory) - (tree_size(profiling) if profiling.is_dir() else 0)
+        state.artifact_info = ArtifactInfo(main_file=artifact.main_file, bytes=size,
                                            sha256=files[artifact.main_file], files=files, meta=artifact.meta)
 
     @staticmethod
