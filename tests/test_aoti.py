@@ -113,7 +113,7 @@ def test_kernel_records_become_one_row_per_call_site_at_their_median():
                     "cpp_fused_native_layer_norm_0 #1": ("cpp_fused_native_layer_norm", "Inductor C++", 3, 6.0),
                     "aoti_torch_cpu__linear_pointwise #2": ("aoti_torch_cpu__linear_pointwise", "oneDNN/ATen", 3, 60.0),
                     "cpp_fused_native_layer_norm_0 #2": ("cpp_fused_native_layer_norm", "Inductor C++", 3, 9.0)}
-    assert [op.node for op in profile.ops][0] == "aoti_torch_cpu__linear_pointwise #1"  # execution order
+    assert profile.ops[0].node == "aoti_torch_cpu__linear_pointwise #1"  # execution order
     assert profile.runs == 3 and profile.run_total_us == 123.0
 
 

@@ -13,8 +13,8 @@ from tapeout.core import pt2
 from tapeout.core.hashing import tree_hashes, tree_size
 from tapeout.records.report import ArtifactInfo
 from tapeout.steps.state import BuildState
-from tapeout.targets.base import PROFILING_DIR
 from tapeout.steps.step import Step
+from tapeout.targets.base import PROFILING_DIR
 
 
 class Compile(Step):
