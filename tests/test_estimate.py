@@ -357,6 +357,25 @@ def test_the_same_build_estimated_twice_gives_the_figure_it_was_built_with(digit
     # a kept file that is not one is measured again and replaced, not trusted
     kept.path.write_text("{not json")
     assert estimate.roof_for(None, host).bandwidth != 1e9 and host_roof.load(host) is not None
+    # and one of the first format (numpy's multiply alone, which ONNX Runtime's kernels beat) likewise
+    kept.path.write_text(json.dumps({**data, "schema": "tapeout.host-roof/1"}))
+    assert host_roof.load(host) is None and estimate.roof_for(None, host).bandwidth != 1e9
+
+
+def test_the_fp32_peak_is_the_faster_of_numpy_and_onnx_runtime_multiplying(monkeypatch):
+    """numpy's BLAS may run narrower kernels than ONNX Runtime's MLAS (OpenBLAS 250 GFLOP/s against MLAS 440 on a
+    2-core Zen 4), and a roof the bounded kernels beat floors every kernel prediction too high: a numpy that
+    multiplies at 1 FLOP/s still leaves the peak at ONNX Runtime's rate."""
+    from tapeout.core import host_speed
+    from tapeout.estimation import roofline
+
+    monkeypatch.setattr(roofline, "matmul_rates", lambda n, runs: [1.0] * runs)
+    roofline.measured_fp32_peak.cache_clear()
+    try:
+        peak = roofline.measured_fp32_peak()
+    finally:
+        roofline.measured_fp32_peak.cache_clear()
+    assert peak > 1e9 and peak >= 0.5 * max(host_speed.ort_matmul_rates(512, 3))
 
 
 def test_another_cpus_build_is_priced_at_its_recorded_roof_or_refused(digits_build, tmp_path):

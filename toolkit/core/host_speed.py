@@ -24,6 +24,33 @@ def matmul_rates(n: int, runs: int) -> list[float]:
     return rates
 
 
+def ort_matmul_rates(n: int, runs: int) -> list[float]:
+    """FP32 FLOP/s of each of `runs` n x n matrix multiplies in ONNX Runtime's CPU EP on all this host's cores
+    (MLAS: the GEMM the CPU targets run), after one warm-up. numpy's BLAS may run narrower kernels than the CPU
+    has: on a 2-core AMD EPYC (Zen 4) OpenBLAS reached 127 GFLOP/s on one thread where ONNX Runtime ran MiniLM at
+    164 on one thread, so a roof from numpy alone was beaten by the kernels it bounds."""
+    import onnxruntime as ort
+    from onnx import TensorProto, helper
+
+    graph = helper.make_graph([helper.make_node("MatMul", ["a", "b"], ["c"])], "matmul",
+                              [helper.make_tensor_value_info(x, TensorProto.FLOAT, [n, n]) for x in "ab"],
+                              [helper.make_tensor_value_info("c", TensorProto.FLOAT, [n, n])])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)])
+    model.ir_version = 8  # what every onnxruntime this supports reads
+    options = ort.SessionOptions()
+    options.log_severity_level = 3
+    session = ort.InferenceSession(model.SerializeToString(), options, providers=["CPUExecutionProvider"])
+    a = np.random.default_rng(0).random((n, n), dtype=np.float32)
+    feeds = {"a": a, "b": a.copy()}
+    session.run(None, feeds)
+    rates = []
+    for _ in range(runs):
+        start = time.perf_counter()
+        session.run(None, feeds)
+        rates.append(2 * n**3 / (time.perf_counter() - start))
+    return rates
+
+
 def copy_rates(mib: float, copies: int, repeat: int = 1) -> list[float]:
     """Copy bandwidth (read + write bytes per second) of each of `copies` timings of `repeat` copies of a
     `mib` array into one already written (its pages mapped: a fresh one pays page faults on the first copy)."""
