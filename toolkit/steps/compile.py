@@ -5,6 +5,7 @@ its capabilities name (rewrites into its runtime's own fused ops) run on the ONN
 
 from __future__ import annotations
 
+import functools
 import shutil
 from dataclasses import replace
 from pathlib import Path
@@ -14,7 +15,7 @@ from tapeout.core.hashing import tree_hashes, tree_size
 from tapeout.records.report import ArtifactInfo
 from tapeout.steps.state import BuildState
 from tapeout.steps.step import Step
-from tapeout.targets.base import PROFILING_DIR
+from tapeout.targets.base import PROFILING_DIR, Target
 
 
 class Compile(Step):
@@ -28,15 +29,18 @@ class Compile(Step):
         on_device = " (all but the engine: it is compiled on the device)" if caps.compile_on == "device" else ""
         with state.ui.step(f"compile for {setup.profile.target}{on_device}"):
             if caps.compiles_from == "torch.export":
-                # the quantized program where the precision step wrote one (PT2E), else the exported one
-                program = pt2.load(state.model) if state.model.suffix == ".pt2" else state.exported.program
+                @functools.cache
+                def program():  # the quantized program where the precision step wrote one (PT2E), else the exported
+                    return pt2.load(state.model) if state.model.suffix == ".pt2" else state.exported.program
+
                 if state.compiled is not None:  # the precision step compiled the program it kept: not twice
                     shutil.move(state.compiled.directory, state.out / "artifact")
                     artifact = replace(state.compiled, directory=state.out / "artifact")
                 else:
-                    artifact = setup.target.compile_program(program, state.out / "artifact", project.inputs,
+                    artifact = setup.target.compile_program(program(), state.out / "artifact", project.inputs,
                                                             project.dims, state.exported.info["output_names"])
-                artifact = setup.target.instrument(program, artifact)
+                if type(setup.target).instrument is not Target.instrument:  # loaded again only for a target that uses it
+                    artifact = setup.target.instrument(program(), artifact)
             else:
                 model = self._target_passes(state, caps.graph_passes)
                 try:
