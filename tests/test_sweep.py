@@ -220,3 +220,42 @@ def test_sweep_refusals_are_one_line():
                               ((), 2, "needs build dirs measured on the device, or --sweep")):
         done = run_cli("calibrate", *args)
         assert done.code == code and words in one_line_error(done), done.err
+
+
+def test_nodes_onnx_runtimes_optimized_graph_runs_beyond_the_kernels_each_cost_a_dispatch(swept, digits_build,
+                                                                                         tmp_path):
+    """ONNX Runtime's optimizer adds nodes the cost units do not count (a Reshape on each side of a Gemm it fused from
+    a 3-D MatMul and Add): each priced as a view, the movement predictor's time for a kernel moving nothing; the
+    artifact (ORT's own optimized graph) says how many run. Counted for FP32 onnxruntime builds only."""
+    import math
+
+    import onnx
+
+    from tapeout.builds.reader import open_build
+    from tapeout.estimation import cost_units as kern
+
+    folder, first = swept
+    path = folder / predictor.file_name(first["device"], "onnxruntime")
+    data = json.loads(path.read_text())
+    view_s = 3e-7  # a one-leaf movement model: every movement kernel 0.3 µs
+    data["classes"]["movement"] = {**data["classes"]["matmul"], "init": math.log(view_s), "rate": 1.0,
+                                   "trees": [{"feature": [-2], "threshold": [-2.0], "left": [-1], "right": [-1],
+                                              "value": [0.0]}]}
+    made = tmp_path / path.name
+    made.write_text(json.dumps(data))
+    pred = predictor.load(made)
+    build = open_build(digits_build)
+    artifact = build.artifact() / build.manifest.artifact.main_file
+    graph = onnx.load(str(artifact), load_external_data=False).graph
+    ran = sum(1 for n in graph.node if n.op_type not in ("Shape", "Size", "Constant"))
+    assert estimate.executed_nodes("onnxruntime", "fp32", artifact) == ran
+    assert estimate.executed_nodes("onnxruntime", "int8", artifact) is None
+    assert estimate.executed_nodes("openvino", "fp32", artifact) is None
+    kernels = kern.at_precision(estimate.kernels_of(build), None, "fp32")
+    roof = pred.roof()
+    plain = estimate.estimate(kernels, roof, "onnxruntime", "fp32", None, pred)
+    more = estimate.estimate(kernels, roof, "onnxruntime", "fp32", None, pred, executed=len(kernels) + 10)
+    assert more.predicted_s == pytest.approx(plain.predicted_s + 10 * view_s)
+    assert any("runs" in n and "the 10 more are priced as one dispatch each" in n for n in more.notes)
+    fewer = estimate.estimate(kernels, roof, "onnxruntime", "fp32", None, pred, executed=len(kernels) - 1)
+    assert fewer.predicted_s == plain.predicted_s and not any("more are priced" in n for n in fewer.notes)

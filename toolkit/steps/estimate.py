@@ -14,7 +14,7 @@ NO_DEVICE = ("no estimate: the profile names no device spec to estimate for, and
 
 class Estimate(Step):
     name = "estimate"
-    needs = ("kernels", "phases", "quantization", "measurement", "generation")
+    needs = ("kernels", "phases", "quantization", "measurement", "generation", "artifact")
     adds = ("estimate",)
 
     def run(self, state: BuildState) -> str | None:
@@ -25,7 +25,7 @@ class Estimate(Step):
         reported = (state.measurement.device or {}).get("name")
         with state.ui.step("estimate latency on the device (roofline, calibrated where measured)"):
             state.estimate = estimate.for_model(state.setup, state.kernels, plan, reported, state.phases,
-                                                workload_of(state))
+                                                workload_of(state), artifact=state.artifact.path)
         unpriced = estimate.why_not_priced(state.setup.target.name, state.setup.device)
         none = f"no estimate: {unpriced}" if unpriced else NO_DEVICE
         state.ui.note(state.estimate.line() if state.estimate else none)
