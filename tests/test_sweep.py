@@ -223,7 +223,7 @@ def test_sweep_refusals_are_one_line():
 
 
 def test_nodes_onnx_runtimes_optimized_graph_runs_beyond_the_kernels_each_cost_a_dispatch(swept, digits_build,
-                                                                                         tmp_path):
+                                                                                         tmp_path, monkeypatch):
     """ONNX Runtime's optimizer adds nodes the cost units do not count (a Reshape on each side of a Gemm it fused from
     a 3-D MatMul and Add): each priced as a view, the movement predictor's time for a kernel moving nothing; the
     artifact (ORT's own optimized graph) says how many run. Counted for FP32 onnxruntime builds only."""
@@ -259,3 +259,17 @@ def test_nodes_onnx_runtimes_optimized_graph_runs_beyond_the_kernels_each_cost_a
     assert any("runs" in n and "the 10 more are priced as one dispatch each" in n for n in more.notes)
     fewer = estimate.estimate(kernels, roof, "onnxruntime", "fp32", None, pred, executed=len(kernels) - 1)
     assert fewer.predicted_s == plain.predicted_s and not any("more are priced" in n for n in fewer.notes)
+
+    # `tapeout estimate`'s path reads the verified artifact's graph: here its count stands for ORT adding ten nodes
+    counted = []
+    real = estimate.executed_nodes
+
+    def ten_more(target, precision, path):
+        counted.append(path)
+        found = real(target, precision, path)
+        return None if found is None else len(kernels) + 10
+
+    monkeypatch.setattr(estimate, "executed_nodes", ten_more)
+    monkeypatch.setattr(predictor, "find", lambda device, target: pred if target == "onnxruntime" else None)
+    made = estimate.for_build(build)
+    assert counted == [artifact] and any("the 10 more are priced as one dispatch each" in n for n in made.notes)

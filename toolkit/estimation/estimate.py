@@ -203,11 +203,17 @@ def model_kernels(model_path: Path, inputs: list[InputSpec], dims: dict[str, int
     return kern.structure(view, analyze_view(view))
 
 
+def counts_executed(target: str, precision: str, main_file: str) -> bool:
+    """Whether the artifact is a graph whose nodes `executed_nodes` counts: an FP32 `onnxruntime` build's ONNX, which
+    is the graph as ONNX Runtime's own optimizer left it (fusions made, a Reshape put on each side of a Gemm it fused
+    from a MatMul and an Add on a 3-D activation)."""
+    return target == "onnxruntime" and precision == "fp32" and main_file.endswith(".onnx")
+
+
 def executed_nodes(target: str, precision: str, artifact: Path | None) -> int | None:
-    """How many nodes ONNX Runtime runs for an FP32 `onnxruntime` build: its artifact is the graph as ONNX Runtime's
-    own optimizer left it (fusions made, a Reshape put on each side of a Gemm it fused from a MatMul and an Add on a
-    3-D activation), which the kernel predictors read beside the cost units; None for any other build."""
-    if target != "onnxruntime" or precision != "fp32" or artifact is None or artifact.suffix != ".onnx":
+    """How many nodes ONNX Runtime runs for such a build (`counts_executed`), which the kernel predictors read beside
+    the cost units; None for any other build."""
+    if artifact is None or not counts_executed(target, precision, artifact.name):
         return None
     import onnx
 
@@ -331,8 +337,10 @@ def for_build(build: BuildDir, cal: tuple[calib.Calibration, Path] | bool | None
     plan = report.quantization.plan.model_dump(mode="json") if report.quantization else None
     precision = report.profile.precision
     kernels = kern.at_precision(structure, plan, kern.float_precision(precision, plan))
+    # the artifact is verified (every file hashed) only where its graph is read
     executed = (executed_nodes(target, precision, build.artifact() / man.artifact.main_file)
-                if pred is not None and target == report.target.name else None)
+                if pred is not None and target == report.target.name
+                and counts_executed(target, precision, man.artifact.main_file) else None)
     est = estimate(kernels, roof, target, precision, cal or None, pred, executed)
     if target != report.target.name:
         est.notes.append(f"priced as {target} would run the model (the build is for {report.target.name})")
