@@ -23,9 +23,10 @@ at the mean decoded position.
     processes: TTFT = append_tokens (prefill) + the first generate_next_token; TPOT = each later one.
   - OpenVINO GenAI (llama-40m, with --openvino-genai PYTHON): optimum-intel's INT4 export of the same directory
     (`optimum-cli export openvino --weight-format int4 --group-size 32 --ratio 1.0 --sym`), run greedy by its
-    LLMPipeline in fresh processes of PYTHON, timed by its own PerfMetrics (TTFT; each later token), once with
-    its CPU defaults (bf16 activations on CPUs with them, a u8 KV cache) and once at f32 with an f32 cache, as
-    tapeout's openvino-cpu-int4 runs. optimum-intel 1.27 pins transformers 4.57 where this stack runs 5, so PYTHON
+    LLMPipeline in fresh processes of PYTHON, timed by its own PerfMetrics (TTFT; each later token), three times:
+    its CPU defaults (bf16 activations on CPUs with them, a u8 KV cache, the PagedAttention backend); f32 with an
+    f32 cache, as tapeout's openvino-cpu-int4 runs; and that on its SDPA backend (ATTENTION_BACKEND=SDPA: the
+    stateful model with the fused attention over the state, the form tapeout's loop runs). optimum-intel 1.27 pins transformers 4.57 where this stack runs 5, so PYTHON
     is a separate environment:
         python3 -m venv /tmp/ovg && /tmp/ovg/bin/pip install torch==2.13.0 \
             "optimum-intel[openvino]==1.27.*" openvino==2026.4.1 openvino-tokenizers==2026.4.1 openvino-genai==2026.4.1
@@ -267,10 +268,14 @@ def genai_rows(hf_dir: Path, prompt: int, new: int, trials: int, repeats: int) -
     return rows
 
 
-# OpenVINO GenAI's CPU settings per row: as it ships (bf16 activations where the CPU has them, a u8 KV cache), and
-# as tapeout's openvino-cpu-int4 profile runs (f32 activations, an f32 cache)
-OV_GENAI_SETTINGS = {"its defaults": {}, "f32, f32 cache": {"INFERENCE_PRECISION_HINT": "f32",
-                                                            "KV_CACHE_PRECISION": "f32"}}
+# OpenVINO GenAI's CPU settings per row: as it ships (bf16 activations where the CPU has them, a u8 KV cache, and
+# its PagedAttention backend: the continuous-batching scheduler over a block-paged cache), as tapeout's
+# openvino-cpu-int4 profile runs (f32 activations, an f32 cache), and that again on its SDPA backend: the stateful
+# model with the plugin's fused attention over the state, the form tapeout's own loop drives
+OV_GENAI_SETTINGS = {"its defaults: bf16, u8 cache, PagedAttention": {},
+                     "f32, f32 cache, PagedAttention": {"INFERENCE_PRECISION_HINT": "f32", "KV_CACHE_PRECISION": "f32"},
+                     "f32, f32 cache, SDPA backend": {"INFERENCE_PRECISION_HINT": "f32", "KV_CACHE_PRECISION": "f32",
+                                                      "ATTENTION_BACKEND": "SDPA"}}
 
 
 def ov_genai_rows(python: str, hf_dir: Path, prompt: int, new: int, trials: int, repeats: int) -> list[dict]:
