@@ -359,6 +359,39 @@ def choose_method(rule: Rule, target: str, precision: str, settings: Quantizatio
     return method
 
 
+def _overrides(overrides: Mapping[str, str], analysis: Analysis, rule: Rule, target: str, precision: str,
+               ladder: tuple[str, ...]) -> dict[str, str]:
+    """`[quantization] overrides`, checked against this model and ladder: every key names a fusion group, a node or a
+    role of the model, every rung is on the ladder, and a quantized rung goes only to a role the rule's method
+    quantizes (an embedding's Gather, say, is no MatMul a weight-only quantizer rewrites)."""
+    fix = "see the names and roles with `tapeout analyze --groups`"
+    roles = {g.role for g in analysis.groups}
+    for key, rung in overrides.items():
+        matched = [g for g in analysis.groups if key in (g.name, g.role) or key in g.nodes]
+        if not matched:
+            raise BadInput(f"[quantization] overrides: '{key}' is no fusion group, node or role of this model "
+                           f"(roles: {', '.join(sorted(roles))})", fix=fix)
+        if rung not in ladder:
+            raise BadInput(f"[quantization] overrides: {key} = \"{rung}\" is not on {target}'s {precision} ladder "
+                           f"({', '.join(ladder)})", fix=f"use one of: {', '.join(ladder)}")
+        refused = sorted({g.role for g in matched if g.role not in rule.quantize and g.role not in rule.start})
+        if rung != FLOAT and refused:
+            quantized = ", ".join(sorted(rule.quantize | set(rule.start)))
+            raise BadInput(f"[quantization] overrides: {key} = \"{rung}\": the {analysis.family} rule at {precision} "
+                           f"on {target} does not quantize role '{refused[0]}' "
+                           f"({rule.keep.get(refused[0], 'no rule for it')})",
+                           fix=f"override only groups of the roles it quantizes ({quantized}), or keep it float")
+    return dict(overrides)
+
+
+def _override_of(group, overrides: Mapping[str, str]) -> tuple[str, str] | None:
+    """The override that applies to `group`, most specific key first: its name, one of its nodes, its role."""
+    for key in (group.name, *group.nodes, group.role):
+        if key in overrides:
+            return key, overrides[key]
+    return None
+
+
 def first_plan(analysis: Analysis, target: str, caps: Capabilities, precision: str,
                settings: QuantizationSettings, isa: InstructionSet | None = None) -> Plan:
     """The rule table's plan for this model on this target, finished by the rule's quantization method; settings
@@ -367,8 +400,15 @@ def first_plan(analysis: Analysis, target: str, caps: Capabilities, precision: s
     rule = rule_for(family, target, caps, precision)
     method = choose_method(rule, target, precision, settings)
     keep = set(settings.keep_float)
+    unknown = sorted(keep - {g.name for g in analysis.groups} - {n for g in analysis.groups for n in g.nodes})
+    if unknown:  # a typo would otherwise leave the group quantized without a word
+        raise BadInput(f"[quantization] keep_float: '{unknown[0]}' is no fusion group or node of this model",
+                       fix="see the group and node names with `tapeout analyze --groups`")
+    ladder = caps.precisions[precision]
+    overrides = _overrides(settings.overrides, analysis, rule, target, precision, ladder)
     groups = []
     for g in analysis.groups:
+        chosen = _override_of(g, overrides)
         if g.name in keep or keep & set(g.nodes):
             groups.append(GroupPlan(g.name, g.role, g.weighted, FLOAT, "kept float by [quantization] keep_float"))
         elif not method.reaches_bodies and any(analysis.body_of(n) for n in g.weighted):
@@ -377,7 +417,10 @@ def first_plan(analysis: Analysis, target: str, caps: Capabilities, precision: s
                                     "does not reach into If/Loop/Scan bodies (dynamic INT8 does)"))
         elif rule.keep_ops_why and {analysis.op_type(n) for n in g.weighted} & rule.keep_ops:
             groups.append(GroupPlan(g.name, g.role, g.weighted, FLOAT, rule.keep_ops_why))
-        elif g.role in rule.start and rule.start[g.role][0] in caps.precisions[precision]:
+        elif chosen is not None:
+            key, rung = chosen
+            groups.append(GroupPlan(g.name, g.role, g.weighted, rung, f"[quantization] overrides: {key} = \"{rung}\""))
+        elif g.role in rule.start and rule.start[g.role][0] in ladder:
             rung, why = rule.start[g.role]
             groups.append(GroupPlan(g.name, g.role, g.weighted, rung, f"rule {family}/{target}/{precision}: {why}"))
         elif g.role in rule.quantize and g.role not in rule.keep:  # a rule's keep wins (FP16 recurrent cells)
@@ -385,6 +428,6 @@ def first_plan(analysis: Analysis, target: str, caps: Capabilities, precision: s
         else:
             why = rule.keep.get(g.role, f"role '{g.role}' is not quantized by the {family} rule")
             groups.append(GroupPlan(g.name, g.role, g.weighted, FLOAT, why))
-    draft = Plan(method=method.name, family=family, target=target, ladder=caps.precisions[precision],
+    draft = Plan(method=method.name, family=family, target=target, ladder=ladder,
                  groups=tuple(groups))
     return method.plan(draft, rule, analysis, settings, isa or host_isa())

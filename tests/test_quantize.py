@@ -376,6 +376,45 @@ def test_overrides_keep_float_and_method(tmp_path):
     assert plan.method == "static" and _by_precision(plan)["block1.ffn.out"] == "fp32"
 
 
+def test_overrides_start_a_group_on_another_rung_and_it_is_applied(tmp_path):
+    """`overrides` by role puts the decoder's LM head at 4 bits where the rule starts it at 8, the plan says why,
+    and the quantized graph has the head as a 4-bit MatMulNBits (bits = 4), not the 8-bit one the rule writes."""
+    model = graphs.transformer(causal=True, lm_head=True, swiglu=True)
+    ruled, _ = _plan(tmp_path, model, "int4")
+    plan, path = _plan(tmp_path, model, "int4", overrides={"lm_head": "int4"})
+    head = next(g for g in plan.groups if g.role == "lm_head")
+    assert _by_precision(ruled)[head.group] == "int8-weight"
+    assert head.precision == "int4" and head.reason == '[quantization] overrides: lm_head = "int4"'
+    assert {g.group: g.precision for g in plan.groups if g.role != "lm_head"} == \
+        {g.group: g.precision for g in ruled.groups if g.role != "lm_head"}
+    out = tmp_path / "q.onnx"
+    apply(plan, path, out, [{"input_ids": np.zeros((1, 8), np.int64)}], max_ir_version=10)
+    bits = {n.name: next(a.i for a in n.attribute if a.name == "bits")
+            for n in onnx.load(out).graph.node if n.op_type == "MatMulNBits"}
+    assert [b for name, b in bits.items() if name.startswith("lm_head")] == [4]
+    # a group's own name wins over its role; "fp32" keeps it float like keep_float
+    named, _ = _plan(tmp_path, model, "int4", overrides={"lm_head": "int4", head.group: "fp32"})
+    assert _by_precision(named)[head.group] == "fp32"
+
+
+@pytest.mark.parametrize("overrides, message", [
+    ({"lm_haed": "int4"}, "'lm_haed' is no fusion group, node or role of this model"),
+    ({"lm_head": "int8"}, "lm_head = \"int8\" is not on onnxruntime's int4 ladder \\(int4, int8-weight, fp32\\)"),
+    ({"embedding": "int4"}, "does not quantize role 'embedding'"),
+    ({}, "keep_float: 'block9.ffn.out' is no fusion group or node of this model"),
+])
+def test_overrides_and_keep_float_the_model_or_ladder_cannot_take_are_one_line(tmp_path, overrides, message):
+    with pytest.raises(BadInput, match=message) as caught:
+        _plan(tmp_path, graphs.transformer(causal=True, lm_head=True, swiglu=True), "int4", overrides=overrides,
+              keep_float=[] if overrides else ["block9.ffn.out"])
+    assert "\n" not in caught.value.problem and caught.value.fix
+
+
+def test_an_override_that_is_no_rung_is_refused_by_the_schema():
+    with pytest.raises(ValueError, match="overrides: lm_head = \"int3\" is not a precision rung"):
+        QuantizationSettings(overrides={"lm_head": "int3"})
+
+
 def test_targets_and_precisions_without_rules_are_bad_input(tmp_path):
     path = tmp_path / "m.onnx"
     onnx.save(graphs.cnn(), path)

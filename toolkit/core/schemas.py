@@ -12,7 +12,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, field_validator, model_validator
 
-from tapeout.core.vocabulary import PEAK_FORMATS, PRECISIONS
+from tapeout.core.vocabulary import PEAK_FORMATS, PRECISIONS, RUNGS
 
 DType = Literal["float32", "float16", "float64", "int64", "int32", "int8", "uint8", "bool"]
 
@@ -391,6 +391,9 @@ class QuantizationSettings(_Strict):
     calibration_samples: int = Field(64, ge=1, le=4096, description="bounds calibration memory and time")
     per_channel: bool | None = Field(None, description="None: the rule decides")
     keep_float: list[str] = Field(default_factory=list, description="fusion-group or node names kept in float")
+    overrides: dict[str, str] = Field(default_factory=dict, description="fusion-group name, node name or role → the "
+                                      "rung its groups start on instead of the rule's, e.g. lm_head = \"int4\" (a rung "
+                                      "of the profile's precision ladder; the sensitivity loop may still move it up)")
     block_size: int = Field(32, ge=16, le=256, description="INT4 weight-only block size (a power of two)")
     int4_algorithm: Literal["rtn", "gptq", "awq"] = "rtn"  # gptq: ORT only; awq: OpenVINO (NNCF) only
     sensitivity: bool = Field(True, description="run the sensitivity loop when the accuracy budget is missed")
@@ -400,6 +403,14 @@ class QuantizationSettings(_Strict):
                                    "the rest, smallest by MACs, follow them unranked")
     max_search_s: float = Field(900, gt=0, le=86_400, description="wall time for ranking and the loop together; "
                                 "what is left when it runs out is reported as skipped")
+
+    @field_validator("overrides")
+    @classmethod
+    def _rungs(cls, value: dict[str, str]) -> dict[str, str]:
+        for name, rung in value.items():
+            if rung not in RUNGS:
+                raise ValueError(f"overrides: {name} = \"{rung}\" is not a precision rung (one of: {', '.join(RUNGS)})")
+        return value
 
     @field_validator("block_size")
     @classmethod
