@@ -1,7 +1,7 @@
 """Generation benchmark: tapeout's generate builds against torch eager on the same model, prompt and lengths.
 
     python bench/generate.py [--sample tiny-lm|llama-40m] [--prompt N] [--new N] [--trials 5] [--repeats 3]
-                             [--skip-build]
+                             [--skip-build] [--rounds N]
 
 Rows, each from fresh processes (`--repeats` of them), 2 threads:
   - tapeout: `tapeout build samples/<sample> --profile` cpu-fp32, cpu-int8, cpu-int4 (ONNX Runtime, the cache
@@ -13,6 +13,11 @@ Rows, each from fresh processes (`--repeats` of them), 2 threads:
   - torch eager FP32: the same decoder and its own KV cache (tiny-lm: forward(input_ids, *past); llama-40m:
     transformers' LlamaForCausalLM with its DynamicCache), greedy, in a fresh interpreter with
     torch.set_num_threads(2), timed the same way (prefill + argmax; each decode step).
+--rounds N then measures every row but torch's again, interleaved: N rounds of one fresh process per row (a
+tapeout row: `tapeout check BUILD --repeats 1`), the order rotated each round, and prints each row's median of its
+per-round p50s, and each tapeout row's TTFT and TPOT over the best other row's in the same round. The first table's
+rows are measured one after another, minutes apart, on a host whose speed drifts by 10–30 % over minutes; the
+per-round ratios are the comparison that drift does not decide.
 Decode roofline: bytes read per decode step over the copy bandwidth this host measures (core.host_speed), and TPOT
 p50 as a multiple of it. Bytes read per step: every weight a decode step multiplies by, at its stored precision
 (tapeout: the build's plan per group, int4/int8 with one scale per block; ONNX Runtime GenAI: its ONNX
@@ -360,7 +365,8 @@ def loop_row(name: str, loop: str, args: list[str], repeats: int, python: str = 
     ttft = np.concatenate([r["ttft_ms"] for r in runs])
     tpot = np.concatenate([r["tpot_ms"] for r in runs])
     return {"name": name, "ttft": bounds(ttft), "tpot": bounds(tpot), "tpot_p50": float(np.median(tpot)),
-            "tok_s": 1e3 / float(np.median(tpot)), "peak": max(r["peak_rss_mb"] for r in runs)}, runs[0]
+            "tok_s": 1e3 / float(np.median(tpot)), "peak": max(r["peak_rss_mb"] for r in runs),
+            "again": [python, "-c", loop, *args]}, runs[0]
 
 
 def torch_row(folder: Path, prompt: int, new: int, trials: int, repeats: int, device: str = "cpu",
@@ -410,11 +416,58 @@ def tapeout_row(report: dict, prompt: int) -> dict:
     return {"est_ttft": ((est.get("ttft_ms") or {}).get(str(prompt)) or {}).get("lower_bound"),
             "est_tpot": ((est.get("tpot_ms") or {}).get("lower_bound") or {}).get("p50"),
             "name": f"tapeout {report['profile']['name'].split('/')[-1]} ({report['profile']['precision']})",
+            "again": [sys.executable, "-m", "tapeout", "check", report["build_dir"], "--repeats", "1", "--json"],
             "ttft": interval(t), "tpot": interval(p), "tpot_p50": p["point"],
             "tok_s": tok["point"], "weights_bytes": plan_read_bytes(report),
             "peak": (w["memory_mb"].get("device") or {}).get("peak") if report["target"]["name"] == "ort-cuda"
             else w["memory_mb"]["peak_rss"],
             "ppl": acc.get("artifact"), "agree": w["agreement"]["share"]}
+
+
+def one_process(command: list[str], prompt: int) -> tuple[float, float]:
+    """TTFT and TPOT medians (ms) of one more fresh process of a row: its loop again, or `tapeout check` of the
+    build with one process (exit 1 is a missed budget: the figures still stand)."""
+    done = subprocess.run(command, capture_output=True, text=True)
+    if done.returncode not in (0, 1):
+        sys.exit(f"{' '.join(command[:4])} … failed: {(done.stderr or done.stdout).strip().splitlines()[-1:]}")
+    out = json.loads(done.stdout.strip().splitlines()[-1] if "tapeout" not in command[:3] else done.stdout)
+    if "ttft_ms" in out:  # a peer's loop: its raw timings
+        return float(np.median(out["ttft_ms"])), float(np.median(out["tpot_ms"]))
+    w = out["workload"]
+    return w["ttft_ms"][str(prompt)]["quantiles"]["p50"]["point"], w["tpot_ms"]["quantiles"]["p50"]["point"]
+
+
+def interleaved(rows: list[dict], rounds: int, prompt: int) -> None:
+    """Every row again in `rounds` rounds, one fresh process per row per round, the order rotated each round, so
+    that a host whose speed drifts over minutes moves every row of a round alike; then each tapeout row against the
+    best other row, per round."""
+    rows = [r for r in rows if r.get("again") and not r["name"].startswith("torch")]
+    got: dict[str, list[tuple[float, float]]] = {r["name"]: [] for r in rows}
+    for k in range(rounds):
+        print(f"round {k + 1} of {rounds} …", file=sys.stderr, flush=True)
+        for r in rows[k % len(rows):] + rows[:k % len(rows)]:
+            got[r["name"]].append(one_process(r["again"], prompt))
+    ours = [n for n in got if n.startswith("tapeout")]
+    peers = [n for n in got if not n.startswith("tapeout")]
+
+    def spread(values) -> str:
+        return f"{np.median(values):.3f} [{min(values):.3f}, {max(values):.3f}]"
+
+    print(f"\nInterleaved: {rounds} rounds, one fresh process per row per round (order rotated); median of the "
+          "per-round p50s [min, max], ms\n")
+    header = ["build", "TTFT", "TPOT", "TTFT / best other's, per round", "TPOT / best other's, per round"]
+    table = []
+    for name in got:
+        ttft, tpot = np.array(got[name]).T
+        row = [name, spread(ttft), spread(tpot), "", ""]
+        if name in ours and peers:  # per round, against the best of the others in that round
+            best = np.array([[min(got[p][k][m] for p in peers) for m in (0, 1)] for k in range(rounds)])
+            row[3], row[4] = spread(ttft / best[:, 0]), spread(tpot / best[:, 1])
+        table.append(row)
+    widths = [max(len(str(x)) for x in col) for col in zip(header, *table, strict=True)]
+    for line in (header, ["-" * w for w in widths], *table):
+        print("  ".join(str(x).ljust(w) for x, w in zip(line, widths, strict=True)))
+    print("\nA ratio below 1 is tapeout's build ahead in that round (a shorter time).")
 
 
 def main() -> None:
@@ -425,6 +478,8 @@ def main() -> None:
     parser.add_argument("--trials", type=int, default=5)
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--skip-build", action="store_true", help="reuse the builds under bench/builds/generate")
+    parser.add_argument("--rounds", type=int, default=0, help="then every row but torch's again, interleaved: this "
+                        "many rounds of one fresh process per row (CPU only)")
     parser.add_argument("--cuda", action="store_true", help="on an NVIDIA GPU: ort-cuda builds (cuda-fp32, cuda-fp16) "
                         "against torch eager and torch.compile on the GPU, FP32 and FP16")
     parser.add_argument("--openvino-genai", metavar="PYTHON", help="llama-40m: add OpenVINO GenAI rows, run by this "
@@ -496,6 +551,8 @@ def main() -> None:
           "(report.json estimate.generation: each phase's kernels at the roofline of this host, the graph's own bytes, "
           "the cache's copies included; docs/estimator.md). Perplexity "
           "(per byte, held-out text, teacher-forced through the cache) and agreement are the builds' own.")
+    if args.rounds and not args.cuda:
+        interleaved(rows, args.rounds, args.prompt)
 
 
 if __name__ == "__main__":
