@@ -33,8 +33,8 @@ at the mean decoded position.
     LLMPipeline in fresh processes of PYTHON, timed by its own PerfMetrics (TTFT; each later token), three times:
     its CPU defaults (bf16 activations on CPUs with them, a u8 KV cache, the PagedAttention backend); f32 with an
     f32 cache, as tapeout's openvino-cpu-int4 runs; and that on its SDPA backend (ATTENTION_BACKEND=SDPA: the
-    stateful model with the fused attention over the state, the form tapeout's loop runs). optimum-intel 1.27 pins transformers 4.57 where this stack runs 5, so PYTHON
-    is a separate environment:
+    stateful model with the fused attention over the state, the form tapeout's loop runs). optimum-intel 1.27
+    pins transformers 4.57 where this stack runs 5, so PYTHON is a separate environment:
         python3 -m venv /tmp/ovg && /tmp/ovg/bin/pip install torch==2.13.0 \
             "optimum-intel[openvino]==1.27.*" openvino==2026.4.1 openvino-tokenizers==2026.4.1 openvino-genai==2026.4.1
   - --cuda (on an NVIDIA GPU with onnxruntime-gpu): the ort-cuda builds cuda-fp32 and cuda-fp16 (the KV cache bound

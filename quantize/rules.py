@@ -359,14 +359,19 @@ def choose_method(rule: Rule, target: str, precision: str, settings: Quantizatio
     return method
 
 
-def _overrides(overrides: Mapping[str, str], analysis: Analysis, rule: Rule, target: str, precision: str,
-               ladder: tuple[str, ...]) -> dict[str, str]:
-    """`[quantization] overrides`, checked against this model and ladder: every key names a fusion group, a node or a
-    role of the model, every rung is on the ladder, and a quantized rung goes only to a role the rule's method
+def _check_names(settings: QuantizationSettings, analysis: Analysis, rule: Rule, target: str, precision: str,
+                 ladder: tuple[str, ...]) -> None:
+    """`keep_float` and `overrides` checked against this model and ladder, so that a typo is one line, not a group
+    left as the rule has it without a word: every name is a fusion group or node (or, for an override, a role) of the
+    model, every override's rung is on the ladder, and a quantized rung goes only to a role the rule's method
     quantizes (an embedding's Gather, say, is no MatMul a weight-only quantizer rewrites)."""
-    fix = "see the names and roles with `tapeout analyze --groups`"
+    fix = "see the group and node names and the roles with `tapeout analyze --groups`"
+    names = {g.name for g in analysis.groups} | {n for g in analysis.groups for n in g.nodes}
+    unknown = sorted(set(settings.keep_float) - names)
+    if unknown:
+        raise BadInput(f"[quantization] keep_float: '{unknown[0]}' is no fusion group or node of this model", fix=fix)
     roles = {g.role for g in analysis.groups}
-    for key, rung in overrides.items():
+    for key, rung in settings.overrides.items():
         matched = [g for g in analysis.groups if key in (g.name, g.role) or key in g.nodes]
         if not matched:
             raise BadInput(f"[quantization] overrides: '{key}' is no fusion group, node or role of this model "
@@ -381,7 +386,6 @@ def _overrides(overrides: Mapping[str, str], analysis: Analysis, rule: Rule, tar
                            f"on {target} does not quantize role '{refused[0]}' "
                            f"({rule.keep.get(refused[0], 'no rule for it')})",
                            fix=f"override only groups of the roles it quantizes ({quantized}), or keep it float")
-    return dict(overrides)
 
 
 def _override_of(group, overrides: Mapping[str, str]) -> tuple[str, str] | None:
@@ -399,16 +403,12 @@ def first_plan(analysis: Analysis, target: str, caps: Capabilities, precision: s
     family = analysis.family
     rule = rule_for(family, target, caps, precision)
     method = choose_method(rule, target, precision, settings)
-    keep = set(settings.keep_float)
-    unknown = sorted(keep - {g.name for g in analysis.groups} - {n for g in analysis.groups for n in g.nodes})
-    if unknown:  # a typo would otherwise leave the group quantized without a word
-        raise BadInput(f"[quantization] keep_float: '{unknown[0]}' is no fusion group or node of this model",
-                       fix="see the group and node names with `tapeout analyze --groups`")
     ladder = caps.precisions[precision]
-    overrides = _overrides(settings.overrides, analysis, rule, target, precision, ladder)
+    _check_names(settings, analysis, rule, target, precision, ladder)
+    keep = set(settings.keep_float)
     groups = []
     for g in analysis.groups:
-        chosen = _override_of(g, overrides)
+        chosen = _override_of(g, settings.overrides)
         if g.name in keep or keep & set(g.nodes):
             groups.append(GroupPlan(g.name, g.role, g.weighted, FLOAT, "kept float by [quantization] keep_float"))
         elif not method.reaches_bodies and any(analysis.body_of(n) for n in g.weighted):

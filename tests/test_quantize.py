@@ -397,16 +397,16 @@ def test_overrides_start_a_group_on_another_rung_and_it_is_applied(tmp_path):
     assert _by_precision(named)[head.group] == "fp32"
 
 
-@pytest.mark.parametrize("overrides, message", [
-    ({"lm_haed": "int4"}, "'lm_haed' is no fusion group, node or role of this model"),
-    ({"lm_head": "int8"}, "lm_head = \"int8\" is not on onnxruntime's int4 ladder \\(int4, int8-weight, fp32\\)"),
-    ({"embedding": "int4"}, "does not quantize role 'embedding'"),
-    ({}, "keep_float: 'block9.ffn.out' is no fusion group or node of this model"),
+@pytest.mark.parametrize("settings, message", [
+    ({"overrides": {"lm_haed": "int4"}}, "'lm_haed' is no fusion group, node or role of this model"),
+    ({"overrides": {"lm_head": "int8"}},
+     "lm_head = \"int8\" is not on onnxruntime's int4 ladder \\(int4, int8-weight, fp32\\)"),
+    ({"overrides": {"embedding": "int4"}}, "does not quantize role 'embedding'"),
+    ({"keep_float": ["block9.ffn.out"]}, "keep_float: 'block9.ffn.out' is no fusion group or node of this model"),
 ])
-def test_overrides_and_keep_float_the_model_or_ladder_cannot_take_are_one_line(tmp_path, overrides, message):
+def test_overrides_and_keep_float_the_model_or_ladder_cannot_take_are_one_line(tmp_path, settings, message):
     with pytest.raises(BadInput, match=message) as caught:
-        _plan(tmp_path, graphs.transformer(causal=True, lm_head=True, swiglu=True), "int4", overrides=overrides,
-              keep_float=[] if overrides else ["block9.ffn.out"])
+        _plan(tmp_path, graphs.transformer(causal=True, lm_head=True, swiglu=True), "int4", **settings)
     assert "\n" not in caught.value.problem and caught.value.fix
 
 
