@@ -1,15 +1,20 @@
-"""NVIDIA GPU figures: tapeout's ort-cuda builds beside torch on the same GPU, in one process.
+"""NVIDIA GPU figures: tapeout's GPU builds (ort-cuda, aoti-cuda, tensorrt) beside torch on the same GPU, in one process.
 
     python bench/gpu.py [--skip-build] [--blocks 10] [--runs 40] [--samples minilm digits-cnn tiny-lm]
+                        [--max-autotune]
 
-Per case (MiniLM at batch 1 and 32, seq 128; digits-cnn; tiny-lm at 128 bytes): `tapeout build`
-with cuda-fp32 and cuda-fp16 makes the artifacts; then this process times, in interleaved blocks
-(A B C D E, A B C D E, ...), every variant on the same inputs:
+Per case (MiniLM at batch 1 and 32, seq 128; digits-cnn; tiny-lm at 128 bytes): `tapeout build` makes the
+artifacts; then this process times, in interleaved blocks (A B C D E, A B C D E, ...), every variant on the same
+inputs:
 
-  tapeout cuda-fp32 / cuda-fp16   the build's artifact through tapeout's own session: IOBinding,
-                                  inputs and outputs resident on the GPU, a device sync per run
-  torch eager FP32 / FP16         the sample's torch module (FP16: .half()), a device sync per run
+  tapeout cuda-fp32 / cuda-fp16   where the CUDA EP is installed (onnxruntime-gpu): the build's artifact through
+                                  tapeout's own session: IOBinding, inputs and outputs resident on the GPU, a sync per run
+  tapeout aoti-cuda-fp32 / -bf16  the build's AOTInductor package, compiled on this GPU by the build, through
+                                  tapeout's session: inputs resident on the GPU, a device sync per run
+  torch eager FP32 / FP16 / BF16  the sample's torch module (.half() / .bfloat16()), a device sync per run
   torch.compile FP16              torch.compile of the FP16 module (default mode), a sync per run
+  torch.compile max-autotune FP16 with --max-autotune: mode "max-autotune" (Inductor benchmarks GEMM configs while
+                                  compiling, and replays CUDA graphs: each call copies its inputs into the graph's)
 
   tapeout tensorrt-fp16 / -int8   where TensorRT is installed, batch-1 cases: the build's ONNX, its engine
                                   built here (build time printed) and run through tapeout's TensorRT session
@@ -17,8 +22,8 @@ with cuda-fp32 and cuda-fp16 makes the artifacts; then this process times, in in
 
 p50/p90 over all timed runs; energy per inference from NVML's total-energy counter over each block
 (median of the blocks; the counter updates every few ms to 100 ms, so blocks last ≥ 0.5 s); output
-cosine against torch eager FP32 on the same inputs. Exits 4 without a CUDA GPU, the CUDA EP
-(onnxruntime-gpu) and torch with CUDA; without TensorRT it says so and prints the other rows.
+cosine against torch eager FP32 on the same inputs. Compile and build times are printed after the table. Exits 4
+without a CUDA GPU and torch with CUDA; a missing runtime (the CUDA EP, TensorRT) is said and its rows left out.
 """
 
 from __future__ import annotations
@@ -44,6 +49,8 @@ def _project(sample: str) -> Path:
     return folder / "forward.toml" if (folder / "forward.toml").is_file() else folder
 
 OUT = REPO / "bench" / "builds" / "gpu"
+BUILD_SECONDS: dict[str, float] = {}
+COMPILE_SECONDS: dict[str, float] = {}
 CASES = (("minilm", 1), ("minilm", 32), ("digits-cnn", 1), ("tiny-lm", 1))
 PROFILE = """extends = "{base}"
 [check]
@@ -55,12 +62,8 @@ op_profile = false
 
 
 def _require_gpu():
-    from tapeout import targets
 
     torch = cuda_torch("run it on an NVIDIA GPU with the device-side install from the README")
-    probe = targets.target_class("ort-cuda").probe()
-    if not probe.available:
-        fail(f"ort-cuda is not available: {probe.reason} — {probe.install_hint}")
     try:
         import pynvml
 
@@ -71,6 +74,7 @@ def _require_gpu():
 
 
 def build(sample: str, precision: str, skip: bool, base: str = "cuda") -> Path:
+    """`tapeout build` of the sample for profile `{base}-{precision}`; its time is recorded in BUILD_SECONDS."""
     out = OUT / f"{sample}-{base}-{precision}"
     if skip and (out / "manifest.json").is_file():
         return out
@@ -82,6 +86,7 @@ def build(sample: str, precision: str, skip: bool, base: str = "cuda") -> Path:
                              str(profile), "--out", str(out), "--json"], capture_output=True, text=True)
     if result.returncode not in (0, 1):
         fail(f"build {sample} {precision} exited {result.returncode}: {result.stderr.strip().splitlines()[-1:]}")
+    BUILD_SECONDS[f"{sample} {base}-{precision}"] = time.perf_counter() - started
     print(f"built {sample} {base}-{precision} in {time.perf_counter() - started:.0f} s (exit {result.returncode})",
           file=sys.stderr)
     return out
@@ -98,30 +103,40 @@ def _inputs(sample: str, batch: int) -> dict[str, np.ndarray]:
     return {name: np.concatenate([s[name] for s in samples], axis=0) for name in samples[0]}
 
 
-def _torch_variants(torch, sample: str, feeds: dict[str, np.ndarray]) -> dict:
+def _torch_variants(torch, sample: str, feeds: dict[str, np.ndarray], max_autotune: bool) -> dict:
     from tapeout.core.config import load_project
     from tapeout.exporters import sources
 
     project = load_project(_project(sample))
     names = [s.name for s in project.inputs]
     module = sources.load(project.model.source, project.root, names, project.model.outputs).module.eval().cuda()
-    half = copy.deepcopy(module).half()
-    compiled = torch.compile(half)
+    half, bf16 = copy.deepcopy(module).half(), copy.deepcopy(module).bfloat16()
 
     def tensors(dtype):
         moved = [torch.from_numpy(np.ascontiguousarray(feeds[n])).cuda() for n in names]
         return [t.to(dtype) if t.is_floating_point() else t for t in moved]  # token ids stay int64
 
-    def runner(model, args):
+    def runner(model, args, label=None):
         def call():
             with torch.inference_mode():
                 result = model(*args)
             torch.cuda.synchronize()
             return result
+        if label:  # the first call compiles: timed apart, so the table's warm-up is not the compile
+            started = time.perf_counter()
+            call()
+            COMPILE_SECONDS[f"{sample} {label}"] = time.perf_counter() - started
         return call
 
-    return {"torch eager FP32": runner(module, tensors(torch.float32)), "torch eager FP16": runner(half, tensors(torch.float16)),
-            "torch.compile FP16": runner(compiled, tensors(torch.float16))}
+    variants = {"torch eager FP32": runner(module, tensors(torch.float32)),
+                "torch eager FP16": runner(half, tensors(torch.float16)),
+                "torch eager BF16": runner(bf16, tensors(torch.bfloat16)),
+                "torch.compile FP16": runner(torch.compile(half), tensors(torch.float16), "torch.compile FP16")}
+    if max_autotune:
+        variants["torch.compile max-autotune FP16"] = runner(
+            torch.compile(copy.deepcopy(half), mode="max-autotune"), tensors(torch.float16),
+            "torch.compile max-autotune FP16")
+    return variants
 
 
 def _first_output(result) -> np.ndarray:
@@ -148,6 +163,26 @@ def _ort_variant(build_dir: Path, feeds: dict[str, np.ndarray]):
         session.synchronize()
 
     return call, lambda: next(iter(session.run(feeds).values()))
+
+
+def _aoti_variant(build_dir: Path, feeds: dict[str, np.ndarray]):
+    """The aoti-cuda build's package (compiled on this GPU by the build, or now if the build had no GPU) through
+    tapeout's session: inputs resident on the GPU, a device sync per run."""
+    from tapeout import targets
+    from tapeout.core.artifact import Artifact
+
+    manifest = json.loads((build_dir / "manifest.json").read_text())
+    target = targets.create("aoti-cuda", manifest["options_resolved"])
+    artifact = Artifact("aoti-cuda", build_dir / "artifact", manifest["artifact"]["main_file"])
+    engine = target.build_engine(artifact, lambda line: print(line, file=sys.stderr))
+    session = target.session(artifact)
+    bound = session.bind(feeds)
+
+    def call():
+        bound()
+        session.synchronize()
+
+    return call, lambda: next(iter(session.run(feeds).values())), engine
 
 
 def _trt_variant(build_dir: Path, feeds: dict[str, np.ndarray]):
@@ -194,31 +229,47 @@ def main() -> None:
     parser.add_argument("--blocks", type=int, default=10)
     parser.add_argument("--runs", type=int, default=40, help="runs per block (a block also lasts at least 0.5 s)")
     parser.add_argument("--samples", nargs="+", choices=sorted({s for s, _ in CASES}), help="only these samples' cases")
+    parser.add_argument("--max-autotune", action="store_true",
+                        help="add torch.compile mode max-autotune (tens of seconds to minutes of compile per case)")
     args = parser.parse_args()
     torch, nvml, handle = _require_gpu()
-    import onnxruntime as ort
+    import triton
 
+    from tapeout import targets
     from tapeout.core.parity import cosine
 
-    print(f"GPU {nvml.nvmlDeviceGetName(handle)} · driver {nvml.nvmlSystemGetDriverVersion()} · torch {torch.__version__} "
-          f"(CUDA {torch.version.cuda}) · onnxruntime-gpu {ort.__version__} · CPU {platform.processor() or platform.machine()}")
-    from tapeout import targets
+    no_ort, no_aoti, no_trt = (targets.why_not_here(t) for t in ("ort-cuda", "aoti-cuda", "tensorrt"))
+    import onnxruntime as ort
 
-    no_trt = targets.why_not_here("tensorrt")
-    if no_trt:
-        print(f"TensorRT rows: not measured, TensorRT is not usable here ({no_trt})")
+    print(f"GPU {nvml.nvmlDeviceGetName(handle)} · driver {nvml.nvmlSystemGetDriverVersion()} · torch {torch.__version__} "
+          f"(CUDA {torch.version.cuda}) · Triton {triton.__version__} · onnxruntime {ort.__version__} · "
+          f"CPU {platform.processor() or platform.machine()}")
+    for name, why in (("ort-cuda", no_ort), ("aoti-cuda", no_aoti), ("TensorRT", no_trt)):
+        if why:
+            print(f"{name} rows: not measured, {name} is not usable here ({why})")
     print("| case | variant | p50 ms | p90 ms | p50 vs torch eager FP16 | mJ / inference | cosine vs FP32 |")
     print("|---|---|---|---|---|---|---|")
     engines = []
     for sample, batch in [(s, b) for s, b in CASES if not args.samples or s in args.samples]:
-        builds = {p: build(sample, p, args.skip_build) for p in ("fp32", "fp16")}
         feeds = _inputs(sample, batch)
-        variants = _torch_variants(torch, sample, feeds)
+        variants = _torch_variants(torch, sample, feeds, args.max_autotune)
         outputs = {}
-        for precision, build_dir in builds.items():
-            call, run = _ort_variant(build_dir, feeds)
-            variants[f"tapeout cuda-{precision}"] = call
-            outputs[f"tapeout cuda-{precision}"] = run()
+        if not no_ort:
+            for precision in ("fp32", "fp16"):
+                call, run = _ort_variant(build(sample, precision, args.skip_build), feeds)
+                variants[f"tapeout cuda-{precision}"] = call
+                outputs[f"tapeout cuda-{precision}"] = run()
+        if not no_aoti:  # the package is dynamic in the batch: one build serves both MiniLM cases
+            for precision in ("fp32", "bf16"):
+                built = build(sample, precision, args.skip_build or batch > 1, base="aoti-cuda")
+                call, run, engine = _aoti_variant(built, feeds)
+                variants[f"tapeout aoti-cuda-{precision}"] = call
+                outputs[f"tapeout aoti-cuda-{precision}"] = run()
+                if batch == 1:
+                    engines.append(f"{sample} aoti-cuda-{precision}: package {engine.action} "
+                                   f"({engine.summary.get('build_seconds', 0):.1f} s to compile; "
+                                   f"{engine.summary.get('triton_kernels')} Triton kernels, "
+                                   f"{engine.summary.get('library_calls')} library calls)")
         if not no_trt and batch == 1:  # the shipped profiles' engines are built for [dims] batch = 1
             for precision in ("fp16", "int8"):
                 call, run, engine = _trt_variant(build(sample, precision, args.skip_build, base="tensorrt"), feeds)
@@ -233,9 +284,11 @@ def main() -> None:
         base = results["torch eager FP16"]["p50"]
         for name, r in results.items():
             print(f"| {sample} batch {batch} | {name} | {r['p50']:.4f} | {r['p90']:.4f} | {base / r['p50']:.2f}× | "
-                  f"{r['mj']:.4g} | {cosine(outputs[name], reference):.6f} |")
+                  f"{r['mj']:.4g} | {cosine(outputs[name], reference):.6f} |", flush=True)
     for line in engines:
         print(line)
+    for what, seconds in {**BUILD_SECONDS, **COMPILE_SECONDS}.items():
+        print(f"{what}: {seconds:.1f} s ({'tapeout build' if what in BUILD_SECONDS else 'first call, compiling'})")
 
 
 if __name__ == "__main__":

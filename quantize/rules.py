@@ -241,6 +241,14 @@ X86_INDUCTOR_RULES: dict[tuple[str, str], Rule] = {
        for family in ("cnn", "mlp", "transformer-encoder")},
 }
 
+# AOTInductor on NVIDIA GPUs at BF16: the same casts around every convolution and Linear layer, run on the tensor
+# cores by cuBLAS/cuDNN (or Inductor's Triton GEMMs); BF16 keeps FP32's exponent range, so nothing overflows that
+# FP16 would (no decomposed-norm or Pow exceptions as in gpu-float). The method reads `device` from the rule.
+GPU_INDUCTOR_RULES: dict[tuple[str, str], Rule] = {
+    (family, "bf16"): Rule("program-bf16", _BF16_ROLES, _KEEP_BF16, options={"device": "cuda"},
+                           why="BF16 convs and Linear layers on the GPU's tensor cores, FP32 elsewhere")
+    for family in ("cnn", "mlp", "transformer-encoder")}
+
 RULE_SETS: dict[str, dict[tuple[str, str], Rule]] = {
     "cpu-integer": CPU_RULES,
     "npu-integer": {key: replace(rule, options={"activation_type": act}) for key, (rule, act) in NPU_RULES.items()},
@@ -250,6 +258,7 @@ RULE_SETS: dict[str, dict[tuple[str, str], Rule]] = {
     "gpu-qdq": {**GPU_FLOAT_RULES, **TRT_QDQ_RULES},
     "xnnpack-integer": XNNPACK_RULES,
     "x86-inductor": X86_INDUCTOR_RULES,
+    "gpu-inductor": GPU_INDUCTOR_RULES,
 }
 
 

@@ -121,6 +121,20 @@ BUILT_IN: dict[str, TargetInfo] = {
                                   op_profiler="torch profiler over Inductor's kernel records (an instrumented "
                                               "package beside the shipped one)"),
     ),
+    "aoti-cuda": TargetInfo(
+        name="aoti-cuda",
+        cls="tapeout.targets.aoti_cuda:AotiCuda",
+        summary="AOTInductor on NVIDIA GPUs: the torch.export program is the artifact; Inductor compiles it into a "
+                ".pt2 package of Triton kernels on the device at the first check, cached per GPU and toolchain",
+        device_classes=("gpu",),
+        install_hint="on the device: torch with CUDA (its wheels bring Triton) and a C++ compiler (apt install g++)",
+        # BF16 by casts around the program's convs and Linear layers (tensor cores; no FP16 overflow to keep from)
+        capabilities=Capabilities(precisions={"fp32": ("fp32",), "bf16": ("bf16", "fp32")}, rules="gpu-inductor",
+                                  compiles_from="torch.export", compile_on="device", meters=("rss", "nvml"),
+                                  timing_sync="device", device_memory=True,
+                                  op_profiler="torch profiler (CUPTI): device time of Inductor's Triton kernels and "
+                                              "the cuBLAS/cuDNN calls between them"),
+    ),
     "qnn": TargetInfo(
         name="qnn",
         cls="tapeout.targets.qnn:Qnn",

@@ -1,4 +1,4 @@
-"""The engine cache of device-compiled targets (TensorRT, MIGraphX): `engines/` beside `artifact/` in the
+"""The engine cache of device-compiled targets (TensorRT, MIGraphX, AOTInductor on CUDA): `engines/` beside `artifact/` in the
 build dir, one engine per key (device, compute capability, toolchain version, driver, ONNX hash,
 settings hash), each with a JSON record of its sha256, when it was built and what it is made of.
 
@@ -22,7 +22,7 @@ SETTINGS_FILE = "engine-settings.json"   # beside the ONNX in artifact/: what th
 MAX_RECORD_BYTES = 64 << 20
 MAX_SETTINGS_BYTES = 1 << 20
 LABELS = {"gpu": "GPU", "compute_capability": "compute capability", "toolchain": "toolchain",
-          "driver": "driver", "onnx_sha256": "ONNX", "settings_sha256": "settings"}
+          "driver": "driver", "onnx_sha256": "ONNX", "program_sha256": "program", "settings_sha256": "settings"}
 
 
 @dataclass(frozen=True)

@@ -2,7 +2,8 @@
 autocast does it: each planned op's float inputs (activation, weight, bias) are cast to bfloat16 and its output back
 to float32, so everything between them (norms, softmax, residual adds, the I/O) stays FP32. Inductor folds the
 weights' casts into BF16 constants when it compiles with freezing, and runs the ops on oneDNN's BF16 kernels (AVX-512
-BF16, AMX). What the `x86-inductor` rule set plans at `precision = "bf16"` for `aoti`.
+BF16, AMX). What the `x86-inductor` rule set plans at `precision = "bf16"` for `aoti`, and `gpu-inductor` for
+`aoti-cuda` (the casts run on the GPU's tensor cores; the rule's `device = "cuda"` skips the CPU's BF16 check).
 
 The plan's groups are mapped to the torch modules their nodes came from, as for the PT2E methods (`pt2e.py`).
 """
@@ -67,6 +68,10 @@ class ProgramBf16(Method):
     fixed_why = "{precision} on a torch.export program is a float cast around the planned ops, not a quantizer"
 
     def plan(self, draft, rule, analysis, settings, isa):
+        if rule.options.get("device") == "cuda":  # the GPU's tensor cores run it; the host CPU is not asked
+            return replace(draft, groups=with_modules(draft, analysis),
+                           notes=(f"BF16 compute for the planned convs and Linear layers, FP32 between them "
+                                  f"({rule.why})",))
         if not isa.flags & BF16_FLAGS:
             raise BadInput(f"BF16 needs a CPU with BF16 arithmetic (AVX-512 BF16, AMX or Arm BF16), and {isa.origin} "
                            f"has none ({isa.arch}): oneDNN would emulate it through FP32, slower than FP32",

@@ -67,6 +67,7 @@ class ProgramCandidates:
     def __init__(self, state: BuildState):
         self.state, self.scratch = state, state.out / "quantized" / ".compiled"
         self.compiled: dict[str, Artifact] = {}  # by the program's sha256: the model kept is asked for again
+        self.engine_programs: dict[Path, str] = {}  # a device-compiled candidate's folder -> its program's sha256
 
     def __enter__(self) -> ProgramCandidates:
         self.scratch.mkdir(parents=True, exist_ok=True)
@@ -84,7 +85,24 @@ class ProgramCandidates:
         kept = self.scratch.parent / ".kept"
         shutil.rmtree(kept, ignore_errors=True)
         shutil.move(done.directory, kept)
+        self._keep_engine(done)
         return replace(done, directory=kept)
+
+    def _keep_engine(self, done: Artifact) -> None:
+        """A device-compiled candidate's engine (compiled to score it) goes where the build's engine step looks, so
+        the kept program is not compiled twice; the other candidates' engines go with the scratch folder."""
+        from tapeout.targets.engine_cache import ENGINES_DIR, read_record
+
+        engines, digest = self.scratch / ENGINES_DIR, self.engine_programs.get(done.directory)
+        if digest is None or not engines.is_dir():
+            return
+        target = self.state.out / ENGINES_DIR
+        for record_path in engines.glob("*.json"):
+            record = read_record(record_path)
+            if record and record["key"].get("program_sha256") == digest:
+                target.mkdir(parents=True, exist_ok=True)
+                for path in engines.glob(f"{record_path.stem}.*"):
+                    shutil.move(path, target / path.name)
 
     def __call__(self, path: Path) -> Artifact:
         from tapeout.core import pt2
@@ -92,9 +110,13 @@ class ProgramCandidates:
         digest = sha256_file(path)
         if digest not in self.compiled:
             setup = self.state.setup
-            self.compiled[digest] = setup.target.compile_program(
+            artifact = setup.target.compile_program(
                 pt2.load(path), self.scratch / str(len(self.compiled)), setup.project.inputs, setup.project.dims,
                 self.state.exported.info["output_names"])
+            if setup.capabilities.compile_on == "device":  # the device is here (a deferred build is fp32 only)
+                setup.target.build_engine(artifact, self.state.ui.detail)
+                self.engine_programs[artifact.directory] = sha256_file(artifact.path)
+            self.compiled[digest] = artifact
         return self.compiled[digest]
 
 

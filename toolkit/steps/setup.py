@@ -14,7 +14,7 @@ from tapeout.builds.reader import BuildDir
 from tapeout.core.capabilities import Capabilities
 from tapeout.core.config import find_profile, load_device, load_project, resolve_extends, validate
 from tapeout.core.console import UI
-from tapeout.core.errors import BadInput
+from tapeout.core.errors import BadInput, TargetUnavailable
 from tapeout.core.schemas import DeviceSpec, Profile, Project, min_samples_for_bound
 from tapeout.quantize import methods
 from tapeout.targets.base import Probe, Target
@@ -81,6 +81,13 @@ def for_build(project_dir: Path | str, profile_name: str, ui: UI) -> Setup:
             here.require()
         # the host-side part still builds here; `check` on the device compiles the engine
         deferred = here.probe.reason if not here.probe.available else here.problem.problem
+        if target.capabilities.compiles_from == "torch.export" and profile.precision != "fp32":
+            # a lower-precision program is scored by compiling each candidate, which needs the device; there is
+            # no ONNX twin of a cast program to stand in for it here
+            raise TargetUnavailable(f"profile {profile.name} builds {profile.precision} for '{profile.target}', "
+                                    f"whose candidates are compiled and scored on the device, and it is not here "
+                                    f"({deferred})", fix=f"build {profile.name} on the device (or a host of its "
+                                    "class), or build the fp32 profile here: the device compiles it at the first check")
     return Setup(profile, target, here.probe, ui, project=project, device=device, deferred=deferred)
 
 
