@@ -1,7 +1,7 @@
 """NVIDIA GPU figures: tapeout's GPU builds (ort-cuda, aoti-cuda, tensorrt) beside torch on the same GPU, in one process.
 
     python bench/gpu.py [--skip-build] [--blocks 10] [--runs 40] [--samples minilm digits-cnn tiny-lm]
-                        [--max-autotune]
+                        [--batches 1 32] [--max-autotune]
 
 Per case (MiniLM at batch 1 and 32, seq 128; digits-cnn; tiny-lm at 128 bytes): `tapeout build` makes the
 artifacts; then this process times, in interleaved blocks (A B C D E, A B C D E, ...), every variant on the same
@@ -229,6 +229,7 @@ def main() -> None:
     parser.add_argument("--blocks", type=int, default=10)
     parser.add_argument("--runs", type=int, default=40, help="runs per block (a block also lasts at least 0.5 s)")
     parser.add_argument("--samples", nargs="+", choices=sorted({s for s, _ in CASES}), help="only these samples' cases")
+    parser.add_argument("--batches", nargs="+", type=int, help="only the cases at these batch sizes")
     parser.add_argument("--max-autotune", action="store_true",
                         help="add torch.compile mode max-autotune (tens of seconds to minutes of compile per case)")
     args = parser.parse_args()
@@ -250,7 +251,9 @@ def main() -> None:
     print("| case | variant | p50 ms | p90 ms | p50 vs torch eager FP16 | mJ / inference | cosine vs FP32 |")
     print("|---|---|---|---|---|---|---|")
     engines = []
-    for sample, batch in [(s, b) for s, b in CASES if not args.samples or s in args.samples]:
+    cases = [(s, b) for s, b in CASES if (not args.samples or s in args.samples)
+             and (not args.batches or b in args.batches)]
+    for sample, batch in cases:
         feeds = _inputs(sample, batch)
         variants = _torch_variants(torch, sample, feeds, args.max_autotune)
         outputs = {}
