@@ -65,8 +65,10 @@ class AotiCudaSession(ProgramSession):
         super().__init__(artifact)
         self._torch, self._device = torch, torch.device("cuda", device_id)
         torch.cuda.set_device(self._device)
-        with quieted():
-            self._model = torch._inductor.aoti_load_package(str(package))
+        torch.empty(1, device=self._device)  # the primary context made current before the package's code loads
+        # Not quieted: on the H200 a fresh process crashed inside this call (SIGSEGV; the only GPU run so far), and
+        # the runtime's own output is what tells why.
+        self._model = torch._inductor.aoti_load_package(str(package), device_index=device_id)
 
     def _tensors(self, feeds: dict[str, np.ndarray]) -> list:
         return [t.to(self._device) for t in super()._tensors(feeds)]
@@ -307,9 +309,15 @@ def _kernel_counts(package: Path) -> dict[str, int]:
 
 
 def _driver(index: int) -> str:
+    """The driver's version from NVML, where nvidia-ml-py is installed: the key's other fields name the GPU and the
+    toolchain, and a package's cubins run on any newer driver."""
     try:
-        from tapeout.targets import cuda_rt
+        import pynvml
 
-        return f"CUDA {cuda_rt.gpu(index).driver}"
-    except Exception:  # no libcudart by soname: the key still names the GPU and toolchain
-        return "unknown"
+        pynvml.nvmlInit()
+        try:
+            return f"{pynvml.nvmlSystemGetDriverVersion()}"
+        finally:
+            pynvml.nvmlShutdown()
+    except Exception:  # no NVML here: not part of the key
+        return "not read (no NVML)"

@@ -117,6 +117,23 @@ def histogram(samples: list[np.ndarray], bins: int = 40) -> dict | None:
             "counts": [np.histogram(np.asarray(s, dtype=float), edges)[0].tolist() for s in samples]}
 
 
+def death(code: int, output: str) -> str:
+    """How an inference process ended, in one line: the signal that killed it, with the innermost Python frame of the
+    faulthandler dump the runner prints on a crash (native code crashed under that call), or its last line."""
+    import signal
+
+    lines = output.strip().splitlines()
+    if code < 0:
+        try:
+            how = f"killed by {signal.Signals(-code).name}"
+        except ValueError:
+            how = f"killed by signal {-code}"
+        # faulthandler's dump: "Fatal Python error: Segmentation fault", then frames, innermost first
+        frames = [line.strip() for line in lines if line.strip().startswith('File "')]
+        return f"{how}, in {frames[0]}" if frames else f"{how}: {lines[-1] if lines else 'no output'}"
+    return f"exit {code}: {lines[-1] if lines else 'no output'}"
+
+
 def run_child(request: dict, timeout_s: float, env: dict[str, str] | None = None) -> dict:
     with tempfile.TemporaryDirectory(prefix="tapeout-run-") as tmp:
         req, res = Path(tmp) / "request.json", Path(tmp) / "result.json"
@@ -128,8 +145,7 @@ def run_child(request: dict, timeout_s: float, env: dict[str, str] | None = None
         proc = subprocess.run([sys.executable, *flags, "-m", "tapeout.measurement.runner", str(req), str(res)],
                               capture_output=True, text=True, timeout=timeout_s, env={**os.environ, **(env or {})})
         if proc.returncode != 0 or not res.is_file():
-            tail = (proc.stderr or proc.stdout).strip().splitlines()[-1:] or ["no output"]
-            raise RuntimeError(f"the inference process died (exit {proc.returncode}): {tail[0]}")
+            raise RuntimeError(f"the inference process died ({death(proc.returncode, proc.stderr or proc.stdout)})")
         result = json.loads(res.read_text())
         if "error" in result:
             raise _ERRORS.get(result["kind"], TapeoutError)(result["error"])

@@ -179,7 +179,18 @@ def measure_stream(request: dict) -> dict:
 MODES = {"generate": measure_generation, "stream": measure_stream}
 
 
+_CRASH_LOG = None  # kept open for faulthandler: it writes to the file's descriptor when the process crashes
+
+
 def main(argv: list[str]) -> int:
+    import faulthandler
+    import os
+
+    # A crash in a runtime's native code leaves the Python frame it happened under on stderr; on a copy of fd 2,
+    # since sessions redirect fd 2 while a runtime loads (native_output), and a crash there would go to the sink.
+    global _CRASH_LOG
+    _CRASH_LOG = os.fdopen(os.dup(2), "w")
+    faulthandler.enable(file=_CRASH_LOG)
     request_path, result_path = Path(argv[0]), Path(argv[1])
     try:
         request = json.loads(request_path.read_text())
