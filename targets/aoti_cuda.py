@@ -43,6 +43,10 @@ class Options(BaseModel):
                            "so constant subgraphs fold and weight layouts are chosen once")
     max_autotune: bool = Field(False, description="Inductor's max-autotune: GEMM and kernel configs benchmarked on "
                                "the device while the package is compiled (minutes more, once per cache key)")
+    kernels: bool = Field(True, description="substitute tapeout's fused Triton kernels (`tapeout kernels`) for the "
+                          "chains they replace, only where `tapeout kernels bench` measured them faster than "
+                          "Inductor's code on this GPU; every decision goes to the engine record. false: Inductor's "
+                          "code everywhere")
 
 
 class EngineSettings(BaseModel):
@@ -54,6 +58,11 @@ class EngineSettings(BaseModel):
     max_autotune: bool
     precision: str
     built_with_torch: str
+    kernels: bool = True
+    # the inputs' shapes with the project's dim names, and the dims' values: the substitution pass prices a dynamic
+    # program's chains at the project's shapes, as `tapeout kernels bench` timed them
+    input_shapes: list[list[int | str]] = []
+    dims: dict[str, int] = {}
 
 
 class AotiCudaSession(ProgramSession):
@@ -145,7 +154,8 @@ class AotiCuda(Target):
         write_io(out_dir, inputs, output_names, None)
         precision = "bf16" if bf16_modules(program) else "fp32"
         settings = EngineSettings(freezing=self.options.freezing, max_autotune=self.options.max_autotune,
-                                  precision=precision, built_with_torch=torch.__version__)
+                                  precision=precision, built_with_torch=torch.__version__, kernels=self.options.kernels,
+                                  input_shapes=[list(s.shape) for s in inputs], dims=dict(dims))
         (out_dir / SETTINGS_FILE).write_text(json.dumps(settings.model_dump(), indent=1))
         return Artifact(self.name, out_dir, ARTIFACT_FILE, meta={
             "compiler": "Inductor (AOTInductor, CUDA): Triton kernels and cuBLAS calls, compiled on the device",
@@ -168,14 +178,18 @@ class AotiCuda(Target):
 
         from tapeout.core.hashing import sha256_file
         from tapeout.targets import engine_cache
+        from tapeout.targets.kernels import timings
 
         index = self.options.device_id
         props = torch.cuda.get_device_properties(index)
         settings = self._settings(artifact)
+        gpu = timings.device_key(props.name, (props.major, props.minor), triton.__version__, torch.__version__)
         key = {"gpu": props.name, "compute_capability": f"{props.major}.{props.minor}",
                "toolchain": f"torch {torch.__version__}, Triton {triton.__version__}, CUDA {torch.version.cuda}",
                "driver": _driver(index), "program_sha256": sha256_file(artifact.path),
-               "settings_sha256": engine_cache.settings_hash(settings.model_dump())}
+               "settings_sha256": engine_cache.settings_hash(settings.model_dump()),
+               # new kernel timings may change what is substituted: another package
+               "kernel_timings": kernel_timings_digest(gpu) if settings.kernels else "off"}
         return props, settings, engine_cache.entry(artifact.directory, key, ".pt2"), key
 
     def build_engine(self, artifact: Artifact, progress: Callable[[str], None]) -> EngineBuild:
@@ -201,26 +215,42 @@ class AotiCuda(Target):
             raise TargetUnavailable(f"torch {torch.__version__} here cannot load the program saved with torch "
                                     f"{settings.built_with_torch}: {first_line(exc)}",
                                     fix="build with the torch version the device runs, or on the device") from None
+        import triton
         from torch.export.passes import move_to_device_pass
 
-        device = f"cuda:{self.options.device_id}"
+        from tapeout.targets.kernels import timings
+
+        program = move_to_device_pass(program, f"cuda:{self.options.device_id}")
+        substitution = None
+        if settings.kernels:
+            gpu = timings.device_key(props.name, (props.major, props.minor), triton.__version__, torch.__version__)
+            substitution = substitute_kernels(program, settings, gpu)
+            progress(f"fused kernels: {substitution['substituted']} of {len(substitution['decisions'])} chains "
+                     f"substituted ({substitution['timings']})")
         try:
-            with quieted(), torch.no_grad(), tempfile.TemporaryDirectory() as tmp:
-                program = move_to_device_pass(program, device)
-                package = Path(tmp) / "model.pt2"
-                torch._inductor.aoti_compile_and_package(program, package_path=str(package), inductor_configs={
-                    "freezing": settings.freezing, "max_autotune": settings.max_autotune})
-                data = package.read_bytes()
-                kernels = _kernel_counts(package)
-        except TapeoutError:
-            raise
+            data, kernels = _compile(program, settings)
         except Exception as exc:
-            raise BadInput(f"AOTInductor could not compile the program for {props.name}: {first_line(exc)}",
-                           detail=runtime_detail(exc), fix="`tapeout --debug check …` prints Inductor's whole "
-                           "message; or build for ort-cuda") from None
+            if not substitution or not substitution["substituted"]:
+                raise BadInput(f"AOTInductor could not compile the program for {props.name}: {first_line(exc)}",
+                               detail=runtime_detail(exc), fix="`tapeout --debug check …` prints Inductor's whole "
+                               "message; or build for ort-cuda") from None
+            # the kernels' program did not compile: Inductor's code everywhere, and every decision says why
+            reason = f"Inductor could not compile the program with the kernels ({first_line(exc)}): its code kept"
+            substitution = {**substitution, "substituted": 0, "compile_failed": first_line(exc),
+                            "decisions": [{**d, "substituted": False, "reason": reason} if d["substituted"] else d
+                                          for d in substitution["decisions"]]}
+            progress(reason)
+            try:
+                unsubstituted = move_to_device_pass(pt2.load(artifact.path), f"cuda:{self.options.device_id}")
+                data, kernels = _compile(unsubstituted, settings)
+            except Exception as again:
+                raise BadInput(f"AOTInductor could not compile the program for {props.name}: {first_line(again)}",
+                               detail=runtime_detail(again), fix="`tapeout --debug check …` prints Inductor's whole "
+                               "message; or build for ort-cuda") from None
         seconds = time.perf_counter() - t0
         summary = {"build_seconds": round(seconds, 3), "package_bytes": len(data), **kernels,
-                   "freezing": settings.freezing, "max_autotune": settings.max_autotune}
+                   "freezing": settings.freezing, "max_autotune": settings.max_autotune,
+                   **({"fused_kernels": substitution} if substitution is not None else {})}
         engine_cache.store(entry, data, key, seconds=seconds, summary=summary)
         return EngineBuild("built", reason, entry.relative, key, seconds, [], summary)
 
@@ -265,6 +295,42 @@ class AotiCuda(Target):
             spans += [(e.name, run, e.time_range.elapsed_us()) for e in prof.events()
                       if e.device_type == DeviceType.CUDA]
         return gpu_kernel_profile(spans, walls, self.capabilities.op_profiler or "torch profiler (CUDA)")
+
+
+def _compile(program, settings: EngineSettings) -> tuple[bytes, dict[str, int]]:
+    """The program (on the GPU) compiled into a package: its bytes and what it launches."""
+    import torch
+
+    with quieted(), torch.no_grad(), tempfile.TemporaryDirectory() as tmp:
+        package = Path(tmp) / "model.pt2"
+        torch._inductor.aoti_compile_and_package(program, package_path=str(package), inductor_configs={
+            "freezing": settings.freezing, "max_autotune": settings.max_autotune})
+        return package.read_bytes(), _kernel_counts(package)
+
+
+def substitute_kernels(program, settings: EngineSettings, gpu: str, folder: Path | None = None) -> dict:
+    """The substitution pass on `program` (rewritten in place) with the kernel timings measured on `gpu` (the
+    `tapeout kernels bench` file; `folder` overrides where it is read): how many chains were replaced, and every
+    decision with its two timings."""
+    from types import SimpleNamespace
+
+    from tapeout.targets.kernels import substitute, timings
+
+    table = timings.load(gpu, folder)
+    specs = [SimpleNamespace(shape=shape) for shape in settings.input_shapes]
+    replaced, decisions = substitute.substitute(program, table, gpu, specs or None, settings.dims or None)
+    return {"gpu": gpu, "timings": f"{len(table)} timed kernel case(s) for this GPU" if table else
+            "no kernel timings for this GPU: `tapeout kernels bench` measures them", "substituted": replaced,
+            "decisions": [d.row() for d in decisions]}
+
+
+def kernel_timings_digest(gpu: str, folder: Path | None = None) -> str:
+    """The sha256 of the kernel timings file for `gpu` ("none" without one): part of the package's cache key."""
+    from tapeout.core.hashing import sha256_file
+    from tapeout.targets.kernels import timings
+
+    path = timings.path_for(gpu, folder)
+    return sha256_file(path) if path.is_file() else "none"
 
 
 def gpu_kernel_profile(spans: list[tuple[str, int, float]], walls: list[float], method: str) -> OpProfile:

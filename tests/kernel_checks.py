@@ -157,5 +157,42 @@ def samples() -> dict:
     return found
 
 
+def aoti_cuda() -> dict:
+    """aoti-cuda's use of the pass (targets/aoti_cuda.substitute_kernels) on a dynamic program, our side: the chains
+    priced at the project's dims the build recorded, decided from the timings file of the GPU named (a stand-in
+    file here), and that file's digest in the package's cache key."""
+    import torch
+
+    from tapeout.targets.aoti_cuda import EngineSettings, kernel_timings_digest, substitute_kernels
+    from tapeout.targets.kernels import get, substitute, timings
+
+    class AddNorm(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.ln = torch.nn.LayerNorm(384)
+
+        def forward(self, x, y):
+            return self.ln(x + y)
+
+    batch = torch.export.Dim("batch", min=1, max=64)
+    args = (torch.randn(2, 128, 384), torch.randn(2, 128, 384))
+    program = torch.export.export(AddNorm().eval(), args, dynamic_shapes=({0: batch}, {0: batch}))
+    settings = EngineSettings(freezing=True, max_autotune=False, precision="fp32", built_with_torch=torch.__version__,
+                              input_shapes=[["batch", 128, 384], ["batch", 128, 384]], dims={"batch": 4})
+    folder, gpu = Path(tempfile.mkdtemp()), "stand-in GPU | sm90 | triton x | torch y"
+    before = kernel_timings_digest(gpu, folder)
+    untimed = substitute_kernels(program, settings, gpu, folder)
+    (match,) = substitute.find(program, inputs=[type("S", (), {"shape": s})() for s in settings.input_shapes],
+                               dims=settings.dims)
+    config = get(match.kernel).configs(match.case)[-1].key
+    timings.save(gpu, {timings.entry_key(match.kernel, match.case.key, match.dtype): timings.Timing(
+        config=config, kernel_ms=0.004, kernel_p90_ms=0.0045, inductor_ms=0.006, calls=100)}, folder)
+    timed = substitute_kernels(program, settings, gpu, folder)
+    return {"untimed": untimed, "timed": timed, "case": match.case.key, "digest_before": before,
+            "digest_after": kernel_timings_digest(gpu, folder),
+            "ops": sorted(str(n.target) for n in program.graph_module.graph.nodes if str(n.target).startswith("tapeout."))}
+
+
 if __name__ == "__main__":
-    print(json.dumps({"planted": planted, "substitution": substitution, "samples": samples}[sys.argv[1]]()))
+    print(json.dumps({"planted": planted, "substitution": substitution, "samples": samples,
+                      "aoti_cuda": aoti_cuda}[sys.argv[1]]()))

@@ -33,8 +33,9 @@ def test_fp32_build_writes_the_program_and_leaves_the_package_to_the_device(tmp_
     assert report["artifact"]["main_file"] == "program.pt2"
     assert sorted(p.name for p in (out / "artifact").iterdir()) == ["engine-settings.json", "io.json", "program.pt2"]
     settings = json.loads((out / "artifact" / "engine-settings.json").read_text())
-    assert settings == {"freezing": True, "max_autotune": False, "precision": "fp32",
-                        "built_with_torch": settings["built_with_torch"]}
+    assert settings == {"freezing": True, "max_autotune": False, "precision": "fp32", "kernels": True,
+                        "built_with_torch": settings["built_with_torch"], "dims": {"batch": 1},
+                        "input_shapes": [["batch", 1, 8, 8]]}  # what the substitution pass prices chains at
     assert report["engine"] is None and "sees no CUDA GPU" in report["target"]["emulated"]
     assert pt2.pickled_entries(out / "artifact" / "program.pt2") == []
     pt2.load(out / "artifact" / "program.pt2")  # the device opens it the same way: never unpickled
@@ -108,3 +109,23 @@ def test_gpu_kernel_profile_keeps_one_row_per_call_site_and_types_inductor_kerne
     gemm = rows["sm90_xmma_gemm_bf16bf16<128,64>(params) #1"]
     assert gemm.op_type == "sm90_xmma_gemm_bf16bf16" and gemm.provider == "cuBLAS/cuDNN/ATen"
     assert profile.runs == 3 and profile.run_total_us == pytest.approx(31.0 * 3)
+
+
+def test_report_lists_every_fused_kernel_decision_with_both_timings():
+    from tapeout.reports.markdown import _engine_section
+
+    decision = {"kernel": "add-layernorm", "where": "add → layer_norm", "case": "rows=128,width=384", "dtype": "float16",
+                "config": "warps=4,stages=2"}
+    engine = {"action": "built", "reason": "no engine cached in this build dir yet", "file": "engines/x.pt2",
+              "seconds": 42.0, "layers": [],
+              "key": {"gpu": "NVIDIA H200", "program_sha256": "a" * 64, "kernel_timings": "none"},
+              "summary": {"fused_kernels": {"gpu": "NVIDIA H200 | sm90", "timings": "1 timed kernel case(s)",
+                                            "substituted": 1, "decisions": [
+                  {**decision, "substituted": True, "kernel_ms": 0.0041, "inductor_ms": 0.0062, "reason": "1.51× faster"},
+                  {**decision, "case": "rows=4096,width=384", "substituted": False, "kernel_ms": 0.0097,
+                   "inductor_ms": 0.0089, "reason": "slower than Inductor's code"}]}}}
+    text = "\n".join(_engine_section(engine))
+    assert "Fused kernels: 1 of 2 chains substituted (1 timed kernel case(s))" in text
+    assert "| add-layernorm | add → layer_norm | rows=128,width=384 | float16 | 0.0041 | 0.0062 | yes | 1.51× faster |" in text
+    assert "| 0.0097 | 0.0089 | no | slower than Inductor's code |" in text
+    assert "program aaaaaaaaaaaa" in text and "a" * 13 not in text  # hashes shortened in the key line

@@ -197,3 +197,16 @@ def test_the_samples_chains_match_and_minilm_substituted_whole_keeps_its_output(
     timed = {f"{name} {case.key}" for name in kernels.names() for case in kernels.get(name).bench_cases()}
     for sample in ("minilm", "llama-40m"):
         assert set(found[sample]["cases"]) <= timed, set(found[sample]["cases"]) - timed
+
+
+def test_aoti_cuda_substitutes_from_the_gpus_timings_at_the_projects_shapes():
+    """What aoti-cuda's package compile runs on the device (targets/aoti_cuda.substitute_kernels), here on a stand-in
+    timings file: untimed, Inductor's code stays and the decision says how to time it; timed faster beyond its
+    spread, the chain becomes the kernel's op; the chain is priced at the recorded dims (batch 4 × 128 rows), not at
+    the traced example (2 × 128); a new timings file changes the package's cache key."""
+    found = _scenario("aoti_cuda")
+    untimed, timed = found["untimed"], found["timed"]
+    assert untimed["substituted"] == 0 and "`tapeout kernels bench add-layernorm`" in untimed["decisions"][0]["reason"]
+    assert timed["substituted"] == 1 and timed["decisions"][0]["config"] and timed["timings"].startswith("1 timed")
+    assert found["case"] == "rows=512,width=384" and found["ops"] == ["tapeout.add_layernorm.default"]
+    assert found["digest_before"] == "none" and len(found["digest_after"]) == 64

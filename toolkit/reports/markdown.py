@@ -366,9 +366,20 @@ def _engine_section(e: dict | None) -> list[str]:
     out = ["", "## Engine", "",
            (f"**Built** in {e['seconds']:.1f} s: {e['reason']}" if e["action"] == "built"
             else f"**Reused**: {e['reason']}") + f". File `{e['file']}`.", "",
-           "Cache key: " + " · ".join(f"{k} {v}" for k, v in key.items() if k not in ("onnx_sha256", "settings_sha256"))
-           + f" · ONNX {str(key.get('onnx_sha256', ''))[:12]} · settings {str(key.get('settings_sha256', ''))[:12]}"]
+           "Cache key: " + " · ".join(f"{k.removesuffix('_sha256')} {_short_hash(v)}" for k, v in key.items())]
     summary = e.get("summary") or {}
+    fused = summary.get("fused_kernels")
+    if fused:  # aoti-cuda: the substitution pass's decisions on this GPU
+        out += ["", f"Fused kernels: {fused['substituted']} of {len(fused['decisions'])} chains substituted "
+                f"({fused['timings']})" + (f"; Inductor failed on the kernels' program: {fused['compile_failed']}"
+                                           if fused.get("compile_failed") else "")]
+        rows = [[d["kernel"], d["where"][:50], d["case"], d["dtype"],
+                 "—" if d["kernel_ms"] is None else f"{d['kernel_ms']:.4f}",
+                 "—" if d["inductor_ms"] is None else f"{d['inductor_ms']:.4f}",
+                 "yes" if d["substituted"] else "no", d["reason"]] for d in fused["decisions"][:25]]
+        if rows:
+            out += ["", *_table(["kernel", "where", "case", "dtype", "kernel ms", "Inductor ms", "substituted", "why"],
+                                rows)]
     if summary.get("precisions"):
         out += ["", "Layers by precision: " + ", ".join(f"{k} {v}" for k, v in summary["precisions"].items())
                 + (f" ({summary['layers']} layers after fusion)" if summary.get("layers") else "")]
@@ -383,6 +394,11 @@ def _engine_section(e: dict | None) -> list[str]:
         if len(e["layers"]) > 25:
             out += ["", f"… and {len(e['layers']) - 25} more in report.json"]
     return out
+
+
+def _short_hash(value) -> str:
+    text = str(value)
+    return text[:12] if len(text) == 64 and all(c in "0123456789abcdef" for c in text) else text
 
 
 def _placement_section(p: dict | None) -> list[str]:
