@@ -145,14 +145,13 @@ class AotiCuda(Target):
         """The program and engine-settings.json; the package is compiled by build_engine, on the GPU."""
         import torch
 
-        from tapeout.exporters.torch_onnx import save_program
-        from tapeout.quantize.methods.bf16_program import bf16_modules
         from tapeout.targets.engine_cache import SETTINGS_FILE
 
         out_dir.mkdir(parents=True, exist_ok=True)
-        save_program(program, out_dir / ARTIFACT_FILE)
+        with quieted():
+            torch.export.save(program, str(out_dir / ARTIFACT_FILE))  # plain tensors: core/pt2 opens it unpickled
         write_io(out_dir, inputs, output_names, None)
-        precision = "bf16" if bf16_modules(program) else "fp32"
+        precision = "bf16" if _computes_in_bf16(program) else "fp32"
         settings = EngineSettings(freezing=self.options.freezing, max_autotune=self.options.max_autotune,
                                   precision=precision, built_with_torch=torch.__version__, kernels=self.options.kernels,
                                   input_shapes=[list(s.shape) for s in inputs], dims=dict(dims))
@@ -357,6 +356,14 @@ def gpu_kernel_profile(spans: list[tuple[str, int, float]], walls: list[float], 
                           calls=len(times[node]), total_us=float(np.median(times[node])) * len(times[node])))
     total = float(np.median(walls)) * len(walls) if walls else 0.0
     return OpProfile(runs=len(walls), run_total_us=total, ops=ops, method=method)
+
+
+def _computes_in_bf16(program) -> bool:
+    """Whether any op of the program takes a bfloat16 tensor (the precision step's casts): the record's precision."""
+    import torch
+
+    return any(getattr(getattr(a, "meta", {}).get("val"), "dtype", None) == torch.bfloat16
+               for node in program.graph.nodes if node.op == "call_function" for a in node.args)
 
 
 def _kernel_counts(package: Path) -> dict[str, int]:

@@ -13,6 +13,7 @@ pass, turned into failures by `--strict`, replaced by measured verdicts at `tape
 from __future__ import annotations
 
 import dataclasses
+import math
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -224,7 +225,9 @@ def executed_nodes(target: str, precision: str, artifact: Path | None) -> int | 
 def estimate(kernels: list[kern.Kernel], roof: roofline.Roof, target: str, precision: str,
              cal: tuple[calib.Calibration, Path] | None, pred: predictors.Predictor | None = None,
              executed: int | None = None) -> Estimate:
-    bound = sum(max(kern.roof_times(k, roof)) for k in kernels)
+    # fsum: correctly rounded whatever the kernels' order, which a build dir's reader need not keep (a set's order
+    # changes with the hash seed), so the same build estimated twice gives the same figure to the last bit
+    bound = math.fsum(max(kern.roof_times(k, roof)) for k in kernels)
     est = Estimate(roof.name, target, precision, roof, kernels, bound)
     if roof.bandwidth is None:
         est.notes.append("the device spec gives no memory bandwidth: the bound counts compute only")
@@ -242,7 +245,7 @@ def estimate(kernels: list[kern.Kernel], roof: roofline.Roof, target: str, preci
     c, path = cal
     f = c.fit
     est.per_kernel_s = [f.kernel_s(k.cls, precision, max(kern.roof_times(k, roof)), k.launches) for k in kernels]
-    est.predicted_s = f.fixed_s + sum(est.per_kernel_s)
+    est.predicted_s = f.fixed_s + math.fsum(est.per_kernel_s)
     est.band, est.tails = c.band, f.tails
     est.calibration = f"calibration {path.name}: {c.summary()}"
     return est
@@ -265,7 +268,7 @@ def _predicted(est: Estimate, kernels: list[kern.Kernel], roof: roofline.Roof, p
             seconds = cal[0].fit.kernel_s(k.cls, k.precision, roof_s, k.launches) if cal else roof_s
         per.append(seconds)
     est.per_kernel_s = per
-    est.predicted_s = pred.data.baseline_s + sum(per)
+    est.predicted_s = pred.data.baseline_s + math.fsum(per)
     extra = (executed or 0) - len(kernels)
     view = pred.kernel_s("movement", 0, 0, 0.0, 1, 1) if extra > 0 else None
     if view is not None:
