@@ -53,6 +53,9 @@ _KEEP_CNN = {
 _LM_HEAD_8BIT = ("LM head: 8-bit block-wise weights (MatMulNBits, 8 bits): a vocabulary-sized matmul read whole every "
                  "decode step, too sensitive for 4 bits")
 
+_LM_HEAD_INT8 = ("LM head: dynamic INT8, per-channel weights: a vocabulary-sized matmul read whole for every token "
+                 "(FP32, a quarter of its bytes per step); the loop moves it to FP32 if the budget is missed")
+
 _LM_HEAD_8BIT_NNCF = ("LM head: 8-bit weights (NNCF INT8_ASYM, per output channel): a vocabulary-sized matmul read "
                       "whole every decode step, too sensitive for 4 bits")
 
@@ -62,7 +65,8 @@ _LM_HEAD_8BIT_NNCF = ("LM head: 8-bit weights (NNCF INT8_ASYM, per output channe
 CPU_RULES: dict[tuple[str, str], Rule] = {
     ("transformer-encoder", "int8"): Rule("dynamic", LINEARS, _KEEP_TRANSFORMER,
                                           why="the six Linear layers per block, per-channel weights, activations per inference"),
-    ("decoder-llm", "int8"): Rule("dynamic", LINEARS, _KEEP_TRANSFORMER, why="Linear layers dynamic INT8; lm_head, embeddings float"),
+    ("decoder-llm", "int8"): Rule("dynamic", LINEARS, _KEEP_TRANSFORMER, why="Linear layers dynamic INT8; embeddings float",
+                                  start={"lm_head": ("int8", _LM_HEAD_INT8)}),
     ("decoder-llm", "int4"): Rule("weight-only", LINEARS, _KEEP_TRANSFORMER,
                                   why="INT4 block-wise weight-only (MatMulNBits): decode is memory-bound (research §2.4)",
                                   start={"lm_head": ("int8-weight", _LM_HEAD_8BIT)}),

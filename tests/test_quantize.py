@@ -71,6 +71,31 @@ def test_decoder_int4_puts_the_lm_head_at_8_bits_and_keeps_embeddings(tmp_path):
     assert "8-bit" in next(g.reason for g in plan.groups if g.group == "lm_head")
 
 
+def test_decoder_int8_quantizes_a_tied_lm_head_untied_and_a_float_head_left_behind_is_refused(tmp_path):
+    """cpu-int8 starts the LM head at dynamic INT8 (read whole for every token: FP32 it was most of a decode step).
+    A tied head reads the embedding table through a Transpose, which ORT's dynamic quantizer skips (it takes constant
+    weights only): the untie pass gives it a weight of its own first. And the postcondition now counts a float weight
+    read through a Transpose as float, so a head left FP32 under an INT8 plan is refused, not reported as INT8."""
+    from tapeout.quantize.methods.dynamic import Dynamic
+    from tapeout.quantize.ort_tools import check_quantized
+
+    plan, path = _plan(tmp_path, graphs.transformer(causal=True, lm_head=True, swiglu=True, tied=True))
+    groups = _by_precision(plan)
+    assert plan.method == "dynamic" and groups["lm_head"] == "int8" and groups["embedding1"] == "fp32"
+    assert "read whole for every token" in next(g.reason for g in plan.groups if g.role == "lm_head")
+    head = next(g for g in plan.groups if g.role == "lm_head").nodes
+    with pytest.raises(BadInput, match="left 1 of .* planned node\\(s\\) in float"):
+        check_quantized(head, path, "dynamic INT8")  # the unquantized model: the tied head is float
+    out = tmp_path / "q" / "model.onnx"
+    out.parent.mkdir()
+    info = Dynamic().apply(plan, path, out, None)
+    assert {r["name"]: r["rewrites"] for r in info["passes"]}["untie-transposed-weight"] == 1
+    Dynamic().postcondition(plan, path, out)
+    written = onnx.load(str(out))
+    assert not [n for n in written.graph.node if n.name in head and n.op_type == "MatMul"]
+    assert "Gather" in {n.op_type for n in written.graph.node}  # the table itself stays for the embedding lookup
+
+
 def test_weight_only_compute_follows_the_instruction_set_and_never_starts_a_slow_8_bit_head(tmp_path):
     """int8 compute (accuracy_level 4) where MLAS has integer kernels (x86-64 AVX2+, arm64); without it an 8-bit
     MatMulNBits unpacks its weights every call (52 ms against FP32's 1.25 ms, measured), so the head stays FP32."""

@@ -32,6 +32,7 @@ class Dynamic(Method):
         from tapeout.quantize.passes.base import run_on_proto
         from tapeout.quantize.passes.gemm_as_matmul import GemmAsMatMul
         from tapeout.quantize.passes.localize_body_weights import LocalizeBodyWeights
+        from tapeout.quantize.passes.untie_transposed_weight import UntieTransposedWeight, tied_nodes
 
         nodes = plan.nodes_at("int8")
         if not nodes:
@@ -42,8 +43,11 @@ class Dynamic(Method):
         # model that needs neither is passed through untouched (no second copy of 90 MB of MiniLM)
         source, records = model_in, []
         types, in_bodies = planned_ops(model_in, nodes)
+        # a tied LM head (MatMul on the embedding table's Transpose) gets its weight as a constant of its own: the
+        # dynamic quantizer takes constant weights only (MatMulConstBOnly) and would leave it FP32 without a word
         passes = [*([GemmAsMatMul(set(nodes))] if "Gemm" in types else []),
-                  *([LocalizeBodyWeights(set(nodes))] if in_bodies else [])]
+                  *([LocalizeBodyWeights(set(nodes))] if in_bodies else []),
+                  *([UntieTransposedWeight(set(nodes))] if tied_nodes(model_in, set(nodes)) else [])]
         if passes:
             model, records = run_on_proto(onnx.load(str(model_in)), passes)
             source = model_out.with_name(f"{model_out.stem}.passes.onnx")

@@ -28,6 +28,18 @@ def _transposed_constant(value: ir.Value | None) -> np.ndarray | None:
     return np.ascontiguousarray(np.transpose(table, perm) if perm is not None else table.T)
 
 
+def tied_nodes(model_path, nodes: set[str]) -> list[str]:
+    """The planned MatMuls of the model at `model_path` whose weight is a Transpose of an initializer (read without
+    the weights): whether a method needs this pass before its quantizer."""
+    import onnx
+
+    graph = onnx.load(str(model_path), load_external_data=False).graph
+    initializers = {i.name for i in graph.initializer}
+    transposed = {n.output[0] for n in graph.node if n.op_type == "Transpose" and n.input and n.input[0] in initializers}
+    return [n.name for n in graph.node
+            if n.op_type == "MatMul" and n.name in nodes and len(n.input) == 2 and n.input[1] in transposed]
+
+
 class UntieTransposedWeight(GraphPass):
     name = "untie-transposed-weight"
     stage = "method"
