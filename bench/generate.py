@@ -477,7 +477,7 @@ def main() -> None:
     parser.add_argument("--new", type=int, help="default: 64 (tiny-lm), 128 (llama-40m)")
     parser.add_argument("--trials", type=int, default=5)
     parser.add_argument("--repeats", type=int, default=3)
-    parser.add_argument("--skip-build", action="store_true", help="reuse the builds under bench/builds/generate")
+    parser.add_argument("--skip-build", action="store_true", help="reuse the builds under bench/builds/generate (building what is missing)")
     parser.add_argument("--rounds", type=int, default=0, help="then every row but torch's again, interleaved: this "
                         "many rounds of one fresh process per row (CPU only)")
     parser.add_argument("--cuda", action="store_true", help="on an NVIDIA GPU: ort-cuda builds (cuda-fp32, cuda-fp16) "
@@ -495,9 +495,12 @@ def main() -> None:
     folder = project(args.sample, args.prompt, args.new, args.trials) if not args.skip_build else OUT / args.sample
     rows = []
     for profile in (CUDA_PROFILES if args.cuda else PROFILES):
-        print(f"building {args.sample} for {profile} …", file=sys.stderr, flush=True)
-        report = (json.loads((OUT / f"{args.sample}-{profile}" / "report.json").read_text()) if args.skip_build
-                  else build(folder, profile, args.repeats))
+        kept = OUT / f"{args.sample}-{profile}" / "report.json"
+        if args.skip_build and kept.is_file():
+            report = json.loads(kept.read_text())
+        else:  # --skip-build builds what is missing
+            print(f"building {args.sample} for {profile} …", file=sys.stderr, flush=True)
+            report = build(folder, profile, args.repeats)
         rows.append(tapeout_row(report, args.prompt))
     layout = CacheLayout.from_json(report["workload"]["layout"])
     if args.cuda:

@@ -84,7 +84,7 @@ def test_decoder_int8_quantizes_a_tied_lm_head_untied_and_a_float_head_left_behi
     assert plan.method == "dynamic" and groups["lm_head"] == "int8" and groups["embedding1"] == "fp32"
     assert "read whole for every token" in next(g.reason for g in plan.groups if g.role == "lm_head")
     head = next(g for g in plan.groups if g.role == "lm_head").nodes
-    with pytest.raises(BadInput, match="left 1 of .* planned node\\(s\\) in float"):
+    with pytest.raises(BadInput, match=r"left 1 of .* planned node\(s\) in float"):
         check_quantized(head, path, "dynamic INT8")  # the unquantized model: the tied head is float
     out = tmp_path / "q" / "model.onnx"
     out.parent.mkdir()
