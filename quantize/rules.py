@@ -53,8 +53,8 @@ _KEEP_CNN = {
 _LM_HEAD_8BIT = ("LM head: 8-bit block-wise weights (MatMulNBits, 8 bits): a vocabulary-sized matmul read whole every "
                  "decode step, too sensitive for 4 bits")
 
-_LM_HEAD_INT8 = ("LM head: dynamic INT8, per-channel weights: a vocabulary-sized matmul read whole for every token "
-                 "(FP32, a quarter of its bytes per step); the loop moves it to FP32 if the budget is missed")
+_LM_HEAD_INT8 = ("LM head: dynamic INT8, per-channel weights: a vocabulary-sized matmul read whole for every token, "
+                 "at a quarter of FP32's bytes; the loop moves it to FP32 if the budget is missed")
 
 _LM_HEAD_8BIT_NNCF = ("LM head: 8-bit weights (NNCF INT8_ASYM, per output channel): a vocabulary-sized matmul read "
                       "whole every decode step, too sensitive for 4 bits")

@@ -5,7 +5,9 @@ Why on the device: a package holds cubins for one compute capability, autotuned 
 loads only in the torch that built it. So the build dir carries the program (`program.pt2`, FP32 or with the
 precision step's BF16 casts in it) and `engine-settings.json`; `build_engine` compiles it on the GPU it runs on,
 into `engines/`, keyed by GPU, compute capability, torch/Triton/CUDA versions, driver, program hash and settings.
-A build on a host with a CUDA GPU compiles it at build time, the same way.
+A build on a host with a CUDA GPU compiles it at build time, the same way. Before Inductor compiles, the fused-kernel
+substitution pass (`targets/kernels/substitute.py`) replaces a chain only where that GPU's kernel timings file says
+the kernel beat Inductor's code; every decision goes to the engine record (`[options] kernels`).
 
 The program is opened with `tapeout.core.pt2.load`, which never unpickles; the package is native code and GPU code,
 loaded only when its bytes match the record tapeout wrote (`engine_cache`), from a build dir `check` verified first.
@@ -193,9 +195,12 @@ class AotiCuda(Target):
 
     def build_engine(self, artifact: Artifact, progress: Callable[[str], None]) -> EngineBuild:
         import torch
+        import triton
+        from torch.export.passes import move_to_device_pass
 
         from tapeout.core import pt2
         from tapeout.targets import engine_cache
+        from tapeout.targets.kernels import timings
 
         props, settings, entry, key = self._device(artifact)
         record = engine_cache.cached(entry)
@@ -214,11 +219,6 @@ class AotiCuda(Target):
             raise TargetUnavailable(f"torch {torch.__version__} here cannot load the program saved with torch "
                                     f"{settings.built_with_torch}: {first_line(exc)}",
                                     fix="build with the torch version the device runs, or on the device") from None
-        import triton
-        from torch.export.passes import move_to_device_pass
-
-        from tapeout.targets.kernels import timings
-
         program = move_to_device_pass(program, f"cuda:{self.options.device_id}")
         substitution = None
         if settings.kernels:

@@ -22,7 +22,8 @@ SETTINGS_FILE = "engine-settings.json"   # beside the ONNX in artifact/: what th
 MAX_RECORD_BYTES = 64 << 20
 MAX_SETTINGS_BYTES = 1 << 20
 LABELS = {"gpu": "GPU", "compute_capability": "compute capability", "toolchain": "toolchain",
-          "driver": "driver", "onnx_sha256": "ONNX", "program_sha256": "program", "settings_sha256": "settings"}
+          "driver": "driver", "onnx_sha256": "ONNX", "program_sha256": "program", "settings_sha256": "settings",
+          "kernel_timings": "kernel timings"}
 
 
 @dataclass(frozen=True)
