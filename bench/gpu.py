@@ -165,34 +165,15 @@ def _ort_variant(build_dir: Path, feeds: dict[str, np.ndarray]):
     return call, lambda: next(iter(session.run(feeds).values()))
 
 
-def _aoti_variant(build_dir: Path, feeds: dict[str, np.ndarray]):
-    """The aoti-cuda build's package (compiled on this GPU by the build, or now if the build had no GPU) through
-    tapeout's session: inputs resident on the GPU, a device sync per run."""
+def _engine_variant(target_name: str, build_dir: Path, feeds: dict[str, np.ndarray]):
+    """A device-compiled build (tensorrt, aoti-cuda) through tapeout's session: its engine or package built here
+    (or reused from the build), device buffers, a device sync per run; and the engine record (its build time)."""
     from tapeout import targets
     from tapeout.core.artifact import Artifact
 
     manifest = json.loads((build_dir / "manifest.json").read_text())
-    target = targets.create("aoti-cuda", manifest["options_resolved"])
-    artifact = Artifact("aoti-cuda", build_dir / "artifact", manifest["artifact"]["main_file"])
-    engine = target.build_engine(artifact, lambda line: print(line, file=sys.stderr))
-    session = target.session(artifact)
-    bound = session.bind(feeds)
-
-    def call():
-        bound()
-        session.synchronize()
-
-    return call, lambda: next(iter(session.run(feeds).values())), engine
-
-
-def _trt_variant(build_dir: Path, feeds: dict[str, np.ndarray]):
-    """The tensorrt build's engine, built (or reused) here, run through tapeout's session; and its build time."""
-    from tapeout import targets
-    from tapeout.core.artifact import Artifact
-
-    manifest = json.loads((build_dir / "manifest.json").read_text())
-    target = targets.create("tensorrt", manifest["options_resolved"])
-    artifact = Artifact("tensorrt", build_dir / "artifact", manifest["artifact"]["main_file"])
+    target = targets.create(target_name, manifest["options_resolved"])
+    artifact = Artifact(target_name, build_dir / "artifact", manifest["artifact"]["main_file"])
     engine = target.build_engine(artifact, lambda line: print(line, file=sys.stderr))
     session = target.session(artifact)
     bound = session.bind(feeds)
@@ -265,7 +246,7 @@ def main() -> None:
         if not no_aoti:  # the package is dynamic in the batch: one build serves both MiniLM cases
             for precision in ("fp32", "bf16"):
                 built = build(sample, precision, args.skip_build or batch > 1, base="aoti-cuda")
-                call, run, engine = _aoti_variant(built, feeds)
+                call, run, engine = _engine_variant("aoti-cuda", built, feeds)
                 variants[f"tapeout aoti-cuda-{precision}"] = call
                 outputs[f"tapeout aoti-cuda-{precision}"] = run()
                 if batch == 1:
@@ -275,7 +256,8 @@ def main() -> None:
                                    f"{engine.summary.get('library_calls')} library calls)")
         if not no_trt and batch == 1:  # the shipped profiles' engines are built for [dims] batch = 1
             for precision in ("fp16", "int8"):
-                call, run, engine = _trt_variant(build(sample, precision, args.skip_build, base="tensorrt"), feeds)
+                call, run, engine = _engine_variant("tensorrt", build(sample, precision, args.skip_build, base="tensorrt"),
+                                                     feeds)
                 variants[f"tapeout tensorrt-{precision}"] = call
                 outputs[f"tapeout tensorrt-{precision}"] = run()
                 engines.append(f"{sample} tensorrt-{precision}: engine {engine.action} in {engine.seconds:.1f} s "

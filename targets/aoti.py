@@ -59,6 +59,19 @@ class Options(BaseModel):
                                      "stays without: 1.4 µs a kernel call here); false: one compile, no op profile")
 
 
+def torch_with_aoti(install: str):
+    """(torch, None) where torch imports and has AOTInductor packages, else (None, the Probe saying why): the
+    first checks of both AOTInductor targets' probes."""
+    try:
+        import torch
+    except ImportError as exc:
+        return None, Probe(False, reason=f"torch cannot be imported ({exc})", install_hint=install)
+    if not hasattr(torch._inductor, "aoti_load_package"):
+        return None, Probe(False, torch.__version__, install_hint="pip install 'torch>=2.6'",
+                           reason=f"torch {torch.__version__} has no AOTInductor packages (torch >= 2.6)")
+    return torch, None
+
+
 def _compiler() -> str | None:
     """The C++ compiler Inductor would call: $CXX, else the first of its defaults found."""
     for name in (os.environ.get("CXX"), "g++", "clang++", "c++"):
@@ -102,13 +115,9 @@ class Aoti(Target):
 
     @classmethod
     def probe(cls) -> Probe:
-        try:
-            import torch
-        except ImportError as exc:
-            return Probe(False, reason=f"torch cannot be imported ({exc})", install_hint=INSTALL)
-        if not hasattr(torch._inductor, "aoti_load_package"):
-            return Probe(False, torch.__version__, install_hint="pip install 'torch>=2.6'",
-                         reason=f"torch {torch.__version__} has no AOTInductor packages (torch >= 2.6)")
+        torch, missing = torch_with_aoti(INSTALL)
+        if missing:
+            return missing
         return Probe(True, torch.__version__, details={"cxx": _compiler()})
 
     def compile_program(self, program, out_dir: Path, inputs: list[InputSpec], dims: dict[str, int],

@@ -120,13 +120,11 @@ class AotiCuda(Target):
 
     @classmethod
     def probe(cls) -> Probe:
-        try:
-            import torch
-        except ImportError as exc:
-            return Probe(False, reason=f"torch cannot be imported ({exc})", install_hint=INSTALL)
-        if not hasattr(torch._inductor, "aoti_load_package"):
-            return Probe(False, torch.__version__, install_hint=INSTALL,
-                         reason=f"torch {torch.__version__} has no AOTInductor packages (torch >= 2.6)")
+        from tapeout.targets.aoti import torch_with_aoti
+
+        torch, missing = torch_with_aoti(INSTALL)
+        if missing:
+            return missing
         if not torch.cuda.is_available():
             cuda = f"CUDA {torch.version.cuda}" if torch.version.cuda else "a CPU-only build"
             return Probe(False, torch.__version__, install_hint=INSTALL,
