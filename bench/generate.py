@@ -6,7 +6,8 @@
 Rows, each from fresh processes (`--repeats` of them), 2 threads:
   - tapeout: `tapeout build samples/<sample> --profile` cpu-fp32, cpu-int8, cpu-int4 (ONNX Runtime, the cache
     bound in its buffers), cpu-int4 with `[quantization] overrides = { lm_head = "int4" }` (the LM head at 4 bits,
-    as ONNX Runtime GenAI's builder writes it; the profile's rule starts it at 8), openvino-cpu, openvino-cpu-int4
+    as ONNX Runtime GenAI's builder writes it; the profile's rule starts it at 8), cpu-int8 with the same override
+    (the body dynamic INT8 for prefill, the head 4-bit MatMulNBits for decode), openvino-cpu, openvino-cpu-int4
     (OpenVINO's stateful model) with [workload] set to one
     prompt length (--prompt) and --new new tokens; the figures are the build's own report (TTFT and TPOT medians
     over all processes, with their 95 % order-statistic bounds; decode tok/s; peak RSS);
@@ -59,11 +60,13 @@ import numpy as np
 
 REPO = Path(__file__).resolve().parents[1]
 OUT = REPO / "bench" / "builds" / "generate"
-PROFILES = ("cpu-fp32", "cpu-int8", "cpu-int4", "cpu-int4-lm-head-int4", "openvino-cpu", "openvino-cpu-int4")
+PROFILES = ("cpu-fp32", "cpu-int8", "cpu-int8-lm-head-int4", "cpu-int4", "cpu-int4-lm-head-int4", "openvino-cpu",
+            "openvino-cpu-int4")
 # rows that are a shipped profile with one setting changed: cpu-int4 with its LM head at 4 bits, as ONNX Runtime
 # GenAI's model builder writes it (the rule starts the head at 8: on llama-40m that is about half the bytes a
 # decode step reads), so the two decode at the same precision
-VARIANTS = {"cpu-int4-lm-head-int4": ("cpu-int4", '[quantization]\noverrides = { lm_head = "int4" }\n')}
+VARIANTS = {"cpu-int4-lm-head-int4": ("cpu-int4", '[quantization]\noverrides = { lm_head = "int4" }\n'),
+            "cpu-int8-lm-head-int4": ("cpu-int8", '[quantization]\noverrides = { lm_head = "int4" }\n')}
 CUDA_PROFILES = ("cuda-fp32", "cuda-fp16")
 DEFAULTS = {"tiny-lm": (64, 64), "llama-40m": (128, 128)}  # prompt, new tokens
 

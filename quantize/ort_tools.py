@@ -68,6 +68,23 @@ def planned_ops(model_in: Path, nodes: list[str]) -> tuple[list[str], bool]:
     return types, in_main != wanted
 
 
+def check_nbits(nodes: list[str], bits: int, model_out: Path) -> None:
+    """Postcondition: every planned node is a MatMulNBits of `bits` bits in the written model (ORT's quantizer names
+    it `<node>_Q<bits>`), not a MatMul that kept its float weight."""
+    import onnx
+
+    if not nodes:
+        return
+    model = onnx.load(str(model_out), load_external_data=False)
+    written = {n.name.rsplit("_Q", 1)[0] for g in graphs_in(model.graph) for n in g.node
+               if n.op_type == "MatMulNBits" and n.name.endswith(f"_Q{bits}")}
+    left = sorted(set(nodes) - written)
+    if left:
+        raise BadInput(f"{bits}-bit weight-only: onnxruntime left {len(left)} of {len(nodes)} planned node(s) without "
+                       f"MatMulNBits: {', '.join(left[:3])}{' …' if len(left) > 3 else ''}",
+                       fix="keep them at a higher rung with [quantization] overrides, or report the model's pattern")
+
+
 def check_quantized(nodes: list[str], model_out: Path, what: str) -> None:
     """Postcondition: no planned node is left computing with a float weight straight from an initializer
     (dynamic quantization replaces the node; static QDQ feeds its weight through DequantizeLinear)."""

@@ -54,7 +54,8 @@ def test_a_tied_lm_head_gets_its_8_bits_from_nncf_too(tmp_path):
 
 def test_encoder_int8_is_dynamic_on_the_linears_only(tmp_path):
     plan, _ = _plan(tmp_path, graphs.transformer())
-    assert plan.method == "dynamic" and plan.per_channel and plan.ladder == ("int8", "fp32")
+    # int4 sits below int8 on ORT CPU's int8 ladder for a decoder's LM head; no rule starts an encoder there
+    assert plan.method == "dynamic" and plan.per_channel and plan.ladder == ("int4", "int8", "fp32")
     groups = _by_precision(plan)
     assert groups.pop("embedding1") == "fp32"
     assert set(groups.values()) == {"int8"}  # qkv, out, ffn.in, ffn.out of both blocks
@@ -94,6 +95,57 @@ def test_decoder_int8_quantizes_a_tied_lm_head_untied_and_a_float_head_left_behi
     written = onnx.load(str(out))
     assert not [n for n in written.graph.node if n.name in head and n.op_type == "MatMul"]
     assert "Gather" in {n.op_type for n in written.graph.node}  # the table itself stays for the embedding lookup
+
+
+def test_cpu_int8_takes_a_4_bit_lm_head_when_asked_the_body_stays_dynamic_int8(tmp_path):
+    """`overrides = { lm_head = "int4" }` on cpu-int8: the head (tied) becomes a 4-bit MatMulNBits with integer
+    compute, every other planned linear dynamic INT8, and the loop's next rung for the head is INT8. The
+    postcondition refuses a model whose planned 4-bit head is not a MatMulNBits."""
+    import onnxruntime as ort
+
+    from tapeout.quantize.methods.dynamic import Dynamic
+    from tapeout.quantize.ort_tools import check_nbits
+    from tapeout.quantize.rules import InstructionSet
+
+    plan, path = _plan(tmp_path, graphs.transformer(causal=True, lm_head=True, swiglu=True, tied=True),
+                       overrides={"lm_head": "int4"})
+    groups = _by_precision(plan)
+    head = next(g for g in plan.groups if g.role == "lm_head").nodes
+    assert plan.method == "dynamic" and groups["lm_head"] == "int4" and groups["block0.ffn.in"] == "int8"
+    assert plan.next_rung("lm_head") == "int8" and plan.next_rung("block0.ffn.in") == "fp32"
+    with pytest.raises(BadInput, match=r"left 1 of 1 planned node\(s\) without MatMulNBits"):
+        check_nbits(head, 4, path)
+    out = tmp_path / "q" / "model.onnx"
+    out.parent.mkdir()
+    info = Dynamic().apply(plan, path, out, None)
+    assert info["matmul_nbits"]["nodes"] == 1 and info["nodes"] == len(plan.nodes_at("int8"))
+    Dynamic().postcondition(plan, path, out)
+    written = onnx.load(str(out))
+    nbits = [n for n in written.graph.node if n.op_type == "MatMulNBits"]
+    assert [n.name.rsplit("_Q", 1)[0] for n in nbits] == list(head)
+    assert {a.name: a.i for a in nbits[0].attribute}["bits"] == 4
+    assert {a.name: a.i for a in nbits[0].attribute}.get("accuracy_level") == plan.accuracy_level
+    assert not [n for n in written.graph.node if n.op_type == "MatMul" and n.name in plan.nodes_at("int8")]
+    assert not list(out.parent.glob("*.nbits.onnx"))  # the staged model is gone
+    feeds = {"input_ids": np.random.default_rng(0).integers(0, 64, (1, 8))}
+    a = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"]).run(None, feeds)[0].ravel()
+    b = ort.InferenceSession(str(out), providers=["CPUExecutionProvider"]).run(None, feeds)[0].ravel()
+    assert np.dot(a, b) / (np.linalg.norm(a) * np.linalg.norm(b)) > 0.95
+    # without AVX2, MatMulNBits unpacks its weights every call: the head goes to INT8, saying why
+    onnx.save(graphs.transformer(causal=True, lm_head=True, swiglu=True), tmp_path / "plain.onnx")
+    slow = rules.first_plan(analyze(tmp_path / "plain.onnx"), "onnxruntime", targets.TARGETS["onnxruntime"].capabilities,
+                            "int8", QuantizationSettings(overrides={"lm_head": "int4"}),
+                            isa=InstructionSet("x86_64", frozenset({"sse4_2"}), "test"))
+    assert _by_precision(slow)["lm_head"] == "int8" and slow.accuracy_level is None
+    assert "without AVX2" in next(g.reason for g in slow.groups if g.group == "lm_head")
+
+
+def test_a_4_bit_override_where_the_method_writes_only_int8_is_one_line(tmp_path):
+    """cpu-int8's ladder has an int4 rung for the dynamic method's LM head; static QDQ (a CNN's method) has no
+    4-bit form, so a 4-bit override there is refused in one line, not written as INT8 without a word."""
+    with pytest.raises(BadInput, match=r'conv1 = "int4": the static method does not write int4') as err:
+        _plan(tmp_path, graphs.cnn(), overrides={"conv1": "int4"})
+    assert "int8, fp32" in err.value.fix
 
 
 def test_weight_only_compute_follows_the_instruction_set_and_never_starts_a_slow_8_bit_head(tmp_path):

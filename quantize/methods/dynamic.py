@@ -1,5 +1,7 @@
 """Method `dynamic`: ORT's dynamic INT8 — weights quantized per channel, activations per inference (no
-calibration). What the CPU rules use for transformers, decoders and LSTMs (DynamicQuantizeLSTM)."""
+calibration). What the CPU rules use for transformers, decoders and LSTMs (DynamicQuantizeLSTM). Groups a plan
+puts at `int4` (a decoder's LM head) become 4-bit block-wise MatMulNBits first, as the weight-only method writes
+them."""
 
 from __future__ import annotations
 
@@ -9,23 +11,51 @@ from pathlib import Path
 
 from tapeout.quantize.methods.base import Method
 from tapeout.quantize.methods.cpu import cpu_plan
-from tapeout.quantize.ort_tools import QTYPE, check_quantized, op_types, planned_ops
+from tapeout.quantize.ort_tools import QTYPE, check_nbits, check_quantized, op_types, planned_ops
 
 
 class Dynamic(Method):
     name = "dynamic"
     reaches_bodies = True    # EnableSubgraph: planned nodes inside If/Loop/Scan bodies are quantized too
+    rungs = frozenset({"int8", "int4"})
     stands_in_for = frozenset({"static"})
 
     def plan(self, draft, rule, analysis, settings, isa):
+        from tapeout.quantize.rules import weight_only_compute
+
         # ORT's dynamic activations are uint8; reduce_range measured no better on AVX2, and per-channel as fast
         # as per-tensor and far more accurate on AVX512-VNNI (MiniLM 2.08× at cosine 0.9935 vs 2.08× at 0.9633)
-        note = (f"CPU instruction set from {isa.origin} ({isa.arch}{', VNNI' if isa.vnni else ''}): dynamic INT8, "
-                "uint8 activations, 8-bit per-channel weights (measured best with and without VNNI)")
-        return cpu_plan(replace(draft, activation_type="uint8", reduce_range=False, notes=(note,)), rule, analysis,
-                        settings)
+        notes = [f"CPU instruction set from {isa.origin} ({isa.arch}{', VNNI' if isa.vnni else ''}): dynamic INT8, "
+                 "uint8 activations, 8-bit per-channel weights (measured best with and without VNNI)"]
+        groups, level = draft.groups, None
+        if any(g.precision == "int4" for g in groups):
+            level, why = weight_only_compute(isa)
+            if level is None:  # unpacked to float on every call, a 4-bit MatMulNBits is slower than dynamic INT8
+                groups = tuple(replace(g, precision="int8", reason=f"{g.reason}; INT8 instead: {why}")
+                               if g.precision == "int4" else g for g in groups)
+            notes.append(f"4-bit groups as MatMulNBits, compute from the CPU instruction set ({isa.origin}): {why}")
+        return cpu_plan(replace(draft, activation_type="uint8", reduce_range=False, groups=groups,
+                                accuracy_level=level, notes=tuple(notes)), rule, analysis, settings)
 
     def apply(self, plan, model_in: Path, model_out: Path, calibration) -> dict:
+        import onnx
+
+        nodes, staged, nbits = plan.nodes_at("int8"), None, {}
+        if plan.nodes_at("int4"):  # MatMulNBits first; the dynamic quantizer then leaves those nodes alone
+            from tapeout.quantize.methods.weight_only import to_matmul_nbits
+
+            model, done, _ = to_matmul_nbits(onnx.load(str(model_in)), plan, ("int4",))
+            nbits = {"nodes": done["int4"], "block_size": plan.block_size, "accuracy_level": plan.accuracy_level}
+            staged = model_out.with_name(f"{model_out.stem}.nbits.onnx")
+            onnx.save(model, str(staged))
+            model_in = staged
+        try:
+            return {**self._dynamic(plan, nodes, model_in, model_out), **({"matmul_nbits": nbits} if nbits else {})}
+        finally:
+            if staged is not None:
+                staged.unlink(missing_ok=True)
+
+    def _dynamic(self, plan, nodes: list[str], model_in: Path, model_out: Path) -> dict:
         import onnx
         from onnxruntime.quantization import QuantType, quantize_dynamic
 
@@ -34,7 +64,6 @@ class Dynamic(Method):
         from tapeout.quantize.passes.localize_body_weights import LocalizeBodyWeights
         from tapeout.quantize.passes.untie_transposed_weight import UntieTransposedWeight, tied_nodes
 
-        nodes = plan.nodes_at("int8")
         if not nodes:
             shutil.copyfile(model_in, model_out)
             return {"method": "dynamic", "nodes": 0}
@@ -69,3 +98,4 @@ class Dynamic(Method):
 
     def postcondition(self, plan, model_in: Path, model_out: Path) -> None:
         check_quantized(plan.nodes_at("int8"), model_out, "dynamic INT8")
+        check_nbits(plan.nodes_at("int4"), 4, model_out)

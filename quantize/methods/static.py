@@ -18,6 +18,7 @@ RECURRENCE_FLOAT = "static QDQ has no LSTM/GRU kernel in ORT: the recurrence sta
 class Static(Method):
     name = "static"
     stands_in_for = frozenset({"dynamic"})
+    rungs = frozenset({"int8"})
 
     def plan(self, draft, rule, analysis, settings, isa):
         from tapeout.quantize.plan import FLOAT
