@@ -1,7 +1,7 @@
 """Predicted vs measured latency: the estimator scored on models it was not fitted to.
 
     python bench/estimator.py [--out DIR] [--skip-build] [--models a,b,...] [--profiles p,q,...] [--repeat]
-                              [--threads N]
+                              [--threads N] [--predictors DIR] [--workloads]
 
 Builds every (model, profile) pair that runs here, each with its per-op profile: the three samples,
 the toy model zoo of tests/zoo_models.py and the same kinds at working sizes
@@ -13,6 +13,11 @@ With --repeat, every build is measured once more (`tapeout check` on this host) 
 scored against itself: how many pairs' second p50 is within ±15 % of the first (the first is what the
 calibration used: the build's check.json where an earlier --repeat left one, else its report.json). On a shared VM that
 is the ceiling for any estimate scored against one measurement.
+With --workloads, the loops too: tiny-lm and llama-40m as they are deployed (their `generate` workloads: time to
+first token per prompt length, time per output token) and speech-vad's `stream` (the chunk p50, each chunk one
+call with its state carried) are built at cpu-fp32 and their measured figures set beside the estimate's: by the
+calibration fitted without that model (leave-one-model-out, as above) and, with --predictors, by the kernel
+predictors. Each phase of a loop is priced as one call at its shapes (toolkit/estimation/generation.py).
 With --threads N every build runs N inference threads (both runtimes' `threads` option) instead of the
 profiles' default (one per core): on a shared 2-core VM one thread's timings drift far less than two
 threads', whose speed can flip between two levels from one process to the next, so it separates the
@@ -37,6 +42,7 @@ sys.path[:0] = [str(REPO / "tests"), str(REPO / "bench")]
 from estimator_models import CASES as MEDIUM  # noqa: E402
 
 SAMPLES = ("digits-cnn", "minilm", "tiny-lm")
+WORKLOADS = {"tiny-lm": "generate", "llama-40m": "generate", "speech-vad": "stream"}  # the samples' own workloads
 ZOO = ("resnet", "vit", "distilbert", "gpt2", "whisper", "unet", "lstm", "cnn-lstm")   # toy sizes: 15-170 µs a run here
 PROFILES = ("cpu-fp32", "cpu-int8", "openvino-cpu", "openvino-cpu-int8")
 # Every build keeps its per-op profile; the INT8 builds skip the sensitivity loop (the rules' plan is
@@ -115,6 +121,8 @@ def main() -> int:
                         "per core)")
     parser.add_argument("--predictors", type=Path, help="a calibration folder holding kernel predictors from "
                         "`tapeout calibrate --sweep host` (at the same --threads): score them beside the calibration")
+    parser.add_argument("--workloads", action="store_true", help="also score the generate and stream loops of the "
+                        "samples that have one (cpu-fp32)")
     args = parser.parse_args()
 
     from tapeout.builds.reader import open_build
@@ -169,6 +177,8 @@ def main() -> int:
             print(f"  {group}: {hit}/{len(errors)} within ±15 %; |error| median {sorted(map(abs, errors))[len(errors) // 2]:.0%}")
     if args.predictors:
         predictor_scores(dirs, predicted, found, args.predictors, groups)
+    if args.workloads:
+        workload_scores(args.out, args.skip_build, args.threads, found, args.predictors)
     start = time.perf_counter()
     subprocess.run([sys.executable, "-m", "tapeout", "compare", *map(str, dirs)], capture_output=True)
     print(f"`tapeout compare` of {len(dirs)} builds: {time.perf_counter() - start:.2f} s (target < 5 s)")
@@ -231,6 +241,67 @@ def predictor_scores(dirs: list[Path], predicted: dict[str, tuple[str, float, fl
     for cls, ratios in sorted(classes.items()):
         ratios.sort()
         print(f"  {cls:<12} {ratios[len(ratios) // 2]:>6.2f}×  [{ratios[0]:.2f}, {ratios[-1]:.2f}] over {len(ratios)} builds")
+
+
+def workload_scores(out: Path, skip: bool, threads: int | None, found: list, folder: Path | None) -> None:
+    """The samples' generate and stream loops at cpu-fp32, each measured figure beside the estimate's: the
+    calibration fitted on the single-call builds of every other model, and the kernel predictors in `folder`."""
+    import os
+
+    from tapeout.builds.reader import open_build
+    from tapeout.core.host import now
+    from tapeout.estimation import estimate, fit, generation
+
+    rows = []
+    for name, kind in WORKLOADS.items():
+        build_dir = out / "builds" / f"{name}-{kind}" / "cpu-fp32"
+        if not (skip and (build_dir / "report.json").is_file()):
+            start = time.perf_counter()
+            run = subprocess.run([sys.executable, "-m", "tapeout", "build", str(REPO / "samples" / name), "-p",
+                                  str(_profile_file(out, "cpu-fp32", threads)), "-o", str(build_dir)],
+                                 capture_output=True, text=True)
+            print(f"  built {name} ({kind}) × cpu-fp32: exit {run.returncode} in {time.perf_counter() - start:.0f} s",
+                  flush=True)
+            if not (build_dir / "report.json").is_file():
+                print(run.stderr[-2000:], flush=True)
+                continue
+        build = open_build(build_dir)
+        report = json.loads((build_dir / "report.json").read_text())
+        others = [(r, m) for r, m in found if r.model != name]
+        cal = next((c for c in fit.make(others, now(), "bench") if c.target == "onnxruntime"), None)
+        estimates = []
+        if cal is not None:
+            estimates.append(("calibration", estimate.for_build(build, cal=(cal, Path("held-out")))))
+        if folder:
+            os.environ["TAPEOUT_CALIBRATION"] = str(folder)
+            est = estimate.for_build(build)
+            if est.predictor:
+                estimates.append(("predictors", est))
+        for way, est in estimates:
+            if kind == "generate":
+                for m in generation.with_measured(est.generation, report["workload"])["measured"]:
+                    if m["measured_ms"]:
+                        rows.append((name, m["what"], way, m["measured_ms"], m["estimated_ms"], m["of"]))
+            else:
+                chunk = report["workload"]["chunk_ms"]["quantiles"]["p50"]["point"]
+                predicted = est.quantile_ms("p50")
+                if predicted:
+                    rows.append((name, "chunk p50", way, chunk, predicted[0], "predicted"))
+    if not rows:
+        print("\nworkloads: nothing scored")
+        return
+    print("\nthe loops (cpu-fp32): each measured figure beside its estimate; every model held out")
+    print(f"{'model':<11} {'figure':<13} {'estimated by':<12} {'measured ms':>12} {'estimated ms':>13} {'error':>8}")
+    for name, what, way, measured, est_ms, of in rows:
+        flag = "" if abs(est_ms / measured - 1) <= 0.15 else "  ✗"
+        print(f"{name:<11} {what:<13} {way:<12} {measured:>12.4g} {est_ms:>13.4g} {est_ms / measured - 1:>+8.1%}"
+              f"{'' if of == 'predicted' else ' (bound)'}{flag}")
+    for way in ("calibration", "predictors"):
+        mine = [r for r in rows if r[2] == way and r[5] == "predicted"]
+        if mine:
+            hit = sum(abs(r[4] / r[3] - 1) <= 0.15 for r in mine)
+            print(f"  {way}: {hit}/{len(mine)} within ±15 %, mean |error| "
+                  f"{sum(abs(r[4] / r[3] - 1) for r in mine) / len(mine):.1%}")
 
 
 def repeat(predicted: dict[str, tuple[str, float, float]], groups: dict[str, set[str]]) -> None:

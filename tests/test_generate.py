@@ -166,6 +166,42 @@ def test_the_loop_is_estimated_phase_by_phase_here_on_a_device_spec_and_calibrat
 
 
 @pytest.mark.slow
+def test_a_generate_builds_loop_is_priced_by_the_hosts_kernel_predictors_where_it_has_them(generated, monkeypatch):
+    """`estimate.for_build` hands the device's kernel predictors to the loop's phases as to the single call, with the
+    count of nodes ONNX Runtime's optimized graph runs. The predictor here is data (a one-leaf model per class: every
+    kernel 2 µs, or its roofline time where longer), so each phase's figure is known exactly."""
+    import math
+
+    from tapeout.builds.reader import open_build
+    from tapeout.estimation import cost_units as kern
+    from tapeout.estimation import estimate, generation, predictor
+
+    _, out, _ = generated
+    build = open_build(out)
+    roof = estimate.for_build(build, cal=None).roof
+    leaf = {"init": math.log(2e-6), "rate": 1.0, "band": [-0.25, 0.3], "points": 12, "held_out_within_15": 0.5,
+            "trees": [{"feature": [-2], "threshold": [-2.0], "left": [-1], "right": [-1], "value": [0.0]}]}
+    data = predictor.PredictorFile.model_validate({
+        "schema": predictor.SCHEMA, "device": roof.name, "target": "onnxruntime", "host": "test", "threads": 2,
+        "created": "test", "baseline_s": 1e-5, "roof": roof.to_json(), "points": 12,
+        "classes": {c: leaf for c in ("matmul", "elementwise", "movement", "reduce", "conv", "recurrent")}})
+    pred = predictor.Predictor(data, out / "made.predictor.json")
+    monkeypatch.setattr(predictor, "find", lambda device, target: pred if target == "onnxruntime" else None)
+    est = estimate.for_build(build)
+    assert est.predictor and est.generation is not None and est.generation.how == "kernel predictors"
+    executed = estimate.executed_nodes("onnxruntime", "fp32", build.artifact() / build.manifest.artifact.main_file)
+    for phase, cost in zip(generation.from_record(build.structure()), est.generation.prefill + est.generation.decode,
+                           strict=True):
+        kernels = kern.at_precision(phase.kernels, None, "fp32")
+        extra = max(executed - len(kernels), 0) * 2e-6  # each node beyond the kernels: one view
+        expected = 1e-5 + math.fsum(max(2e-6, max(kern.roof_times(k, pred.roof()))) for k in kernels) + extra
+        assert cost.predicted_s == pytest.approx(expected, rel=1e-9)
+    assert est.generation.band == (-0.25, 0.3)
+    shown = est.generation.to_json()
+    assert shown["ttft_ms"]["40"]["predicted"]["point"] > 0 and shown["tpot_ms"]["predicted"]["p50"]["point"] > 0
+
+
+@pytest.mark.slow
 def test_int4_keeps_perplexity_within_one_percent_through_the_cache(tmp_path):
     profile = tmp_path / "int4.toml"
     profile.write_text('extends = "cpu-int4"\n[budgets]\naccuracy_max_rel_drop = 0.01\n'

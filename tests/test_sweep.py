@@ -273,3 +273,38 @@ def test_nodes_onnx_runtimes_optimized_graph_runs_beyond_the_kernels_each_cost_a
     monkeypatch.setattr(predictor, "find", lambda device, target: pred if target == "onnxruntime" else None)
     made = estimate.for_build(build)
     assert counted == [artifact] and any("the 10 more are priced as one dispatch each" in n for n in made.notes)
+
+
+def test_a_generation_loop_is_priced_by_the_predictors_phase_by_phase_with_their_band(swept):
+    """Each phase of a generate loop (prefill per prompt length, the decode step at two positions) is priced as one
+    call by the device's kernel predictors, as a forward build is, and the loop's TTFT and TPOT carry their band."""
+    from types import SimpleNamespace
+
+    from tapeout.estimation import cost_units as kern
+    from tapeout.estimation import generation
+
+    folder, first = swept
+    pred = predictor.load(folder / predictor.file_name(first["device"], "onnxruntime"))
+    roof = pred.roof()
+
+    def phase(kind, seq, past):  # a small decoder: 4 projections of 256 × 256 and an attention over the cache
+        proj = kern.Kernel("proj", "matmul", "fp32", 2 * 256 * 256 * seq * 4, 4 * (4 * 256 * 256 + 2 * 256 * seq), 4,
+                           lead="proj")
+        attn = kern.Kernel("attn", "elementwise", "fp32", 4 * 256 * seq * (past + seq), 4 * 512 * (past + seq), 1)
+        return generation.Phase(kind, seq, past, [proj, attn])
+
+    workload = SimpleNamespace(kind="generate", prompt_lengths=[16, 64], new_tokens=9, max_context=128, batch=1)
+    phases = [phase(*s) for s in generation.shapes(workload.prompt_lengths, workload.new_tokens, workload.max_context)]
+    est = generation.price(phases, roof, "onnxruntime", "fp32", None, None, workload, pred)
+    for p, cost in zip(phases, est.prefill + est.decode, strict=True):
+        single = estimate.estimate(p.kernels, roof, "onnxruntime", "fp32", None, pred)
+        assert cost.predicted_s == single.predicted_s and cost.predicted_s >= cost.lower_bound_s
+    assert est.how == "kernel predictors" and est.band == pred.band({"matmul", "elementwise"})
+    point, low, high = est.ttft_ms(64)
+    assert low <= point <= high and est.tpot_ms("p50") is not None
+    data = est.to_json()
+    assert "kernel predictors" in data["method"] and "predictors' spread" in data["band_from"]
+    assert est.line().endswith("(kernel predictors)")
+    # without them, the same phases are roofline bounds: nothing predicted, nothing claimed
+    bare = generation.price(phases, roof, "onnxruntime", "fp32", None, None, workload)
+    assert bare.how == "roofline lower bound" and bare.ttft_ms(64) is None and bare.tpot_ms("p50") is None

@@ -349,7 +349,7 @@ def for_build(build: BuildDir, cal: tuple[calib.Calibration, Path] | bool | None
         est.notes.append(f"priced as {target} would run the model (the build is for {report.target.name})")
     phases = generation.from_record(build.structure())
     if phases and workload is not None and workload.kind == "generate":
-        est.generation = generation.price(phases, roof, target, precision, plan, cal or None, workload)
+        est.generation = generation.price(phases, roof, target, precision, plan, cal or None, workload, pred, executed)
     return est
 
 
@@ -395,7 +395,8 @@ def for_model(setup, structure: list[kern.Kernel], plan: dict | None, reported: 
     executed = executed_nodes(setup.target.name, precision, artifact) if pred is not None else None
     est = estimate(kernels, roof, setup.target.name, precision, cal, pred, executed)
     if phases and workload is not None and workload.kind == "generate":
-        est.generation = generation.price(phases, roof, setup.target.name, precision, plan, cal, workload)
+        est.generation = generation.price(phases, roof, setup.target.name, precision, plan, cal, workload, pred,
+                                          executed)
     return est
 
 

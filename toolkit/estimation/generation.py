@@ -15,9 +15,11 @@ line between the two. TPOT's quantiles are those of the positions the loop times
 new_tokens - 1 steps after its prompt), times the calibration's tails (p90/p50, p99/p50) where there is one;
 TTFT is one prefill (the loop's choice of the token is an argmax over one row: not priced).
 
-The band is the calibration's: its held-out error on single calls of other models on this device and target. No
-generate loop went into it, so it is the band of the per-call model the phases are priced with, and the report
-says so; where this run measured the loop, the estimate's error against it is shown beside it.
+Each phase is priced as one call is (`estimate.estimate`): by the device's kernel predictors where a sweep trained
+them, else by the calibration. The band is theirs: the predictors' spread over the swept kernels, or the
+calibration's held-out error on single calls of other models on this device and target. No generate loop went
+into either, so it is the band of the per-call model the phases are priced with, and the report says so; where
+this run measured the loop, the estimate's error against it is shown beside it (bench/estimator.py scores it).
 """
 
 from __future__ import annotations
@@ -124,6 +126,13 @@ class GenerationEstimate:
     def calibrated(self) -> bool:
         return self.calibration is not None
 
+    @property
+    def how(self) -> str:
+        """What priced the phases: the device's kernel predictors, its calibration, or the roofline alone."""
+        if self.calibration is None:
+            return "roofline lower bound"
+        return "kernel predictors" if self.calibration.startswith("kernel predictors") else "calibrated roofline"
+
     def _range(self, point: float) -> tuple[float, float, float]:
         lo, hi = self.band or (0.0, 0.0)
         return point, point / (1 + hi), point / max(1 + lo, 0.01)  # as Estimate.quantile_ms
@@ -170,11 +179,12 @@ class GenerationEstimate:
         predicted = self.tpot_ms("p50")
         return {
             "device": self.device,
-            "method": ("each phase's kernels priced as one call at its shapes (" + ("calibrated roofline" if
-                       self.calibrated else "roofline lower bound") + "); a decode step's time is the line between "
+            "method": (f"each phase's kernels priced as one call at its shapes ({self.how}); a decode step's time "
+                       "is the line between "
                        "the steps at the first timed position and at max_context; TPOT over the positions timed"),
             "calibration": self.calibration, "band": list(self.band) if self.band else None,
-            "band_from": "the calibration's held-out error on single calls (no generate loop went into it)"
+            "band_from": (("the kernel predictors' spread over the swept kernels" if self.how == "kernel predictors"
+                           else "the calibration's held-out error on single calls") + " (no generate loop went into it)")
                          if self.band else None,
             "ttft_ms": {str(p.seq): {"lower_bound": p.lower_bound_s * 1e3,
                                      "predicted": _triple(self.ttft_ms(p.seq)), "phase": p.to_json()}
@@ -199,7 +209,7 @@ class GenerationEstimate:
                     + " (roofline lower bounds; no calibration)")
         return (f"generation estimate for {self.device}: TTFT@{longest} p50 {ttft[0]:.4g} ms"
                 + (f" · TPOT p50 {tpot[0]:.4g} ms" if tpot else "")
-                + (f" [{tpot[1]:.4g}, {tpot[2]:.4g}]" if tpot and self.band else "") + " (calibrated roofline)")
+                + (f" [{tpot[1]:.4g}, {tpot[2]:.4g}]" if tpot and self.band else "") + f" ({self.how})")
 
 
 def _triple(value: tuple[float, float, float] | None) -> dict | None:
@@ -207,24 +217,28 @@ def _triple(value: tuple[float, float, float] | None) -> dict | None:
 
 
 def price(phases: list[Phase], roof: roofline.Roof, target: str, precision: str, plan: dict | None, cal,
-          workload) -> GenerationEstimate:
-    """The loop's phases on `roof` at the plan's precisions, calibrated with `cal` ((Calibration, path) or None)."""
+          workload, pred=None, executed: int | None = None) -> GenerationEstimate:
+    """The loop's phases on `roof` at the plan's precisions, priced as `estimate.estimate` prices one call: by the
+    kernel predictors `pred` where the device has them (`executed`: the nodes ONNX Runtime's optimized graph runs,
+    the same graph at every phase), else calibrated with `cal` ((Calibration, path) or None)."""
     from tapeout.estimation.estimate import estimate
 
-    costs = []
+    costs, first = [], None
     for phase in phases:
         kernels = kern.at_precision(phase.kernels, plan, kern.float_precision(precision, plan))
-        est = estimate(kernels, roof, target, precision, cal)
+        est = estimate(kernels, roof, target, precision, cal, pred, executed)
+        first = first or est
         times = [kern.roof_times(k, roof) for k in kernels]
         total = sum(max(t) for t in times) or 1.0
         costs.append(PhaseCost(phase.kind, phase.seq, phase.past, est.lower_bound_s, est.predicted_s,
                                sum(k.flops for k in kernels), sum(k.bytes for k in kernels),
                                sum(max(t) for t in times if t[1] >= t[0]) / total))
-    calibration = f"calibration {cal[1].name}: {cal[0].summary()}" if cal else None
+    # the predictors' band covers the classes of every phase's kernels: the phases share one graph's classes
     return GenerationEstimate(
         roof.name, [c for c in costs if c.kind == PREFILL], [c for c in costs if c.kind == DECODE],
         sorted(workload.prompt_lengths), workload.new_tokens, workload.batch,
-        band=cal[0].band if cal else None, tails=cal[0].fit.tails if cal else {}, calibration=calibration)
+        band=first.band if first else None, tails=first.tails if first else {},
+        calibration=first.calibration if first else None)
 
 
 def with_measured(est: GenerationEstimate, measured: dict | None) -> dict[str, Any]:
