@@ -432,7 +432,8 @@ def first_plan(analysis: Analysis, target: str, caps: Capabilities, precision: s
     family = analysis.family
     rule = rule_for(family, target, caps, precision)
     method = choose_method(rule, target, precision, settings)
-    ladder = caps.precisions[precision]
+    # the rungs an override may name: the ladder, and those under it the target offers
+    ladder = (*caps.below.get(precision, ()), *caps.precisions[precision])
     _check_names(settings, analysis, rule, target, precision, ladder, method)
     keep = set(settings.keep_float)
     groups = []
@@ -457,6 +458,9 @@ def first_plan(analysis: Analysis, target: str, caps: Capabilities, precision: s
         else:
             why = rule.keep.get(g.role, f"role '{g.role}' is not quantized by the {family} rule")
             groups.append(GroupPlan(g.name, g.role, g.weighted, FLOAT, why))
+    # a rung under the precision stays on the plan's ladder only where a group is there: the ladder starts at the
+    # precision itself otherwise (a method reads plan.ladder[0] as the precision it quantizes to)
+    ladder = tuple(r for r in ladder if r in caps.precisions[precision] or any(g.precision == r for g in groups))
     draft = Plan(method=method.name, family=family, target=target, ladder=ladder,
                  groups=tuple(groups))
     return method.plan(draft, rule, analysis, settings, isa or host_isa())

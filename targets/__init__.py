@@ -44,9 +44,9 @@ BUILT_IN: dict[str, TargetInfo] = {
         device_classes=("cpu",),
         install_hint="pip install onnxruntime",
         capabilities=Capabilities(
-            # No FP16 or 16-bit rung on the CPU EP: both run emulated there, slower than FP32. int8's int4 rung is a
-            # decoder's LM head (4-bit MatMulNBits, read only at the last position), written by the dynamic method.
-            precisions={"fp32": ("fp32",), "int8": ("int4", "int8", "fp32"), "int4": ("int4", "int8-weight", "fp32")},
+            # No FP16 or 16-bit rung on the CPU EP: both run emulated there, slower than FP32.
+            precisions={"fp32": ("fp32",), "int8": ("int8", "fp32"), "int4": ("int4", "int8-weight", "fp32")},
+            below={"int8": ("int4",)},  # a decoder's LM head at 4 bits, on request (quantize/rules.py)
             rules="cpu-integer", meters=("rss", "rapl"), op_profiler="ONNX Runtime profiler (CPU EP node times)",
             workloads=("forward", "generate", "stream"),
             graph_passes=("group-query-attention",),  # a cache graph's rotary attention as ORT's fused kernel

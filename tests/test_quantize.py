@@ -54,8 +54,7 @@ def test_a_tied_lm_head_gets_its_8_bits_from_nncf_too(tmp_path):
 
 def test_encoder_int8_is_dynamic_on_the_linears_only(tmp_path):
     plan, _ = _plan(tmp_path, graphs.transformer())
-    # int4 sits below int8 on ORT CPU's int8 ladder for a decoder's LM head; no rule starts an encoder there
-    assert plan.method == "dynamic" and plan.per_channel and plan.ladder == ("int4", "int8", "fp32")
+    assert plan.method == "dynamic" and plan.per_channel and plan.ladder == ("int8", "fp32")
     groups = _by_precision(plan)
     assert groups.pop("embedding1") == "fp32"
     assert set(groups.values()) == {"int8"}  # qkv, out, ffn.in, ffn.out of both blocks
@@ -112,6 +111,8 @@ def test_cpu_int8_takes_a_4_bit_lm_head_when_asked_the_body_stays_dynamic_int8(t
     groups = _by_precision(plan)
     head = next(g for g in plan.groups if g.role == "lm_head").nodes
     assert plan.method == "dynamic" and groups["lm_head"] == "int4" and groups["block0.ffn.in"] == "int8"
+    # the plan's ladder starts under the precision where a group is there, so the loop moves the head up through it
+    assert plan.ladder == ("int4", "int8", "fp32")
     assert plan.next_rung("lm_head") == "int8" and plan.next_rung("block0.ffn.in") == "fp32"
     with pytest.raises(BadInput, match=r"left 1 of 1 planned node\(s\) without MatMulNBits"):
         check_nbits(head, 4, path)
@@ -136,13 +137,13 @@ def test_cpu_int8_takes_a_4_bit_lm_head_when_asked_the_body_stays_dynamic_int8(t
     slow = rules.first_plan(analyze(tmp_path / "plain.onnx"), "onnxruntime", targets.TARGETS["onnxruntime"].capabilities,
                             "int8", QuantizationSettings(overrides={"lm_head": "int4"}),
                             isa=InstructionSet("x86_64", frozenset({"sse4_2"}), "test"))
-    assert _by_precision(slow)["lm_head"] == "int8" and slow.accuracy_level is None
+    assert _by_precision(slow)["lm_head"] == "int8" and slow.accuracy_level is None and slow.ladder == ("int8", "fp32")
     assert "without AVX2" in next(g.reason for g in slow.groups if g.group == "lm_head")
 
 
 def test_a_4_bit_override_where_the_method_writes_only_int8_is_one_line(tmp_path):
-    """cpu-int8's ladder has an int4 rung for the dynamic method's LM head; static QDQ (a CNN's method) has no
-    4-bit form, so a 4-bit override there is refused in one line, not written as INT8 without a word."""
+    """cpu-int8 offers an int4 rung under its ladder for the dynamic method's LM head; static QDQ (a CNN's method)
+    has no 4-bit form, so a 4-bit override there is refused in one line, not written as INT8 without a word."""
     with pytest.raises(BadInput, match=r'conv1 = "int4": the static method does not write int4') as err:
         _plan(tmp_path, graphs.cnn(), overrides={"conv1": "int4"})
     assert "int8, fp32" in err.value.fix

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import shutil
+from pathlib import Path
 
 import pytest
 
@@ -295,7 +296,7 @@ def test_a_generation_loop_is_priced_by_the_predictors_phase_by_phase_with_their
 
     workload = SimpleNamespace(kind="generate", prompt_lengths=[16, 64], new_tokens=9, max_context=128, batch=1)
     phases = [phase(*s) for s in generation.shapes(workload.prompt_lengths, workload.new_tokens, workload.max_context)]
-    est = generation.price(phases, roof, "onnxruntime", "fp32", None, None, workload, pred)
+    est = generation.price(phases, roof, "onnxruntime", "fp32", None, None, workload, (pred, None))
     for p, cost in zip(phases, est.prefill + est.decode, strict=True):
         single = estimate.estimate(p.kernels, roof, "onnxruntime", "fp32", None, pred)
         assert cost.predicted_s == single.predicted_s and cost.predicted_s >= cost.lower_bound_s
@@ -308,3 +309,32 @@ def test_a_generation_loop_is_priced_by_the_predictors_phase_by_phase_with_their
     # without them, the same phases are roofline bounds: nothing predicted, nothing claimed
     bare = generation.price(phases, roof, "onnxruntime", "fp32", None, None, workload)
     assert bare.how == "roofline lower bound" and bare.ttft_ms(64) is None and bare.tpot_ms("p50") is None
+
+
+def test_a_models_kernels_are_floored_at_the_cache_level_its_traffic_fits_in():
+    """The floor under a predicted kernel is its roofline time with its bytes at the rate of the cache level the
+    whole call's traffic fits in: a small model's matmuls are not priced at DRAM bandwidth (the sweep's one-kernel
+    models, which the predictors learned from, ran cache-hot), a model moving more than the largest cache is."""
+    import math
+
+    from tapeout.estimation import cost_units as kern
+    from tapeout.estimation import roofline
+
+    # DRAM 100 GB/s; up to 32 MB re-read at 500 GB/s
+    roof = roofline.Roof("test", "cpu", {"fp32": 1e15}, 1e11, "test", cache=((32 << 20, 5e11),))
+    leaf = {"init": math.log(1e-6), "rate": 1.0, "band": [-0.1, 0.1], "points": 12, "held_out_within_15": 1.0,
+            "trees": [{"feature": [-2], "threshold": [-2.0], "left": [-1], "right": [-1], "value": [0.0]}]}
+    data = predictor.PredictorFile.model_validate({
+        "schema": predictor.SCHEMA, "device": "test", "target": "onnxruntime", "host": "test", "threads": 1,
+        "created": "test", "baseline_s": 0.0, "roof": roof.to_json(), "points": 12, "classes": {"matmul": leaf}})
+    pred = predictor.Predictor(data, Path("made.predictor.json"))
+    mib = 1 << 20
+
+    def model(n: int) -> list:
+        return [kern.Kernel(f"mm{i}", "matmul", "fp32", 1000, mib, 1) for i in range(n)]
+
+    small = estimate.estimate(model(4), pred.roof(), "onnxruntime", "fp32", None, pred)        # 4 MB a call
+    assert small.predicted_s == pytest.approx(4 * mib / 5e11)         # each at the cache's rate, over the 1 µs leaf
+    assert small.lower_bound_s == pytest.approx(4 * mib / 1e11)       # the bound stays DRAM's
+    large = estimate.estimate(model(40), pred.roof(), "onnxruntime", "fp32", None, pred)       # 40 MB: past the cache
+    assert large.predicted_s == pytest.approx(40 * mib / 1e11)

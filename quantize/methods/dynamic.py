@@ -34,7 +34,9 @@ class Dynamic(Method):
                 groups = tuple(replace(g, precision="int8", reason=f"{g.reason}; INT8 instead: {why}")
                                if g.precision == "int4" else g for g in groups)
             notes.append(f"4-bit groups as MatMulNBits, compute from the CPU instruction set ({isa.origin}): {why}")
-        return cpu_plan(replace(draft, activation_type="uint8", reduce_range=False, groups=groups,
+        # the ladder keeps its rung under INT8 only while a group is there
+        ladder = tuple(r for r in draft.ladder if r != "int4" or any(g.precision == "int4" for g in groups))
+        return cpu_plan(replace(draft, activation_type="uint8", reduce_range=False, groups=groups, ladder=ladder,
                                 accuracy_level=level, notes=tuple(notes)), rule, analysis, settings)
 
     def apply(self, plan, model_in: Path, model_out: Path, calibration) -> dict:

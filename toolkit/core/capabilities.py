@@ -13,8 +13,12 @@ from typing import Literal
 class Capabilities:
     """What differs between targets, as data the rest of tapeout reads."""
 
-    # precision -> its ladder for the sensitivity loop, lowest rung first, the last rung float
+    # precision -> its ladder for the sensitivity loop, lowest rung first (the precision itself), the last rung float
     precisions: Mapping[str, tuple[str, ...]]
+    # precision -> rungs under the ladder's first that a profile's [quantization] overrides may put a group at, where
+    # the rule's method writes them (ORT CPU's int8: a decoder's LM head at 4 bits); a plan with a group there has
+    # its ladder start at that rung, so the loop moves the group up through the precision itself
+    below: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
     rules: str | None = None            # the rule set that plans non-fp32 precisions (quantize/rules.py)
     compile_on: Literal["host", "device"] = "host"   # device: engines tied to the GPU and toolchain
     # what `compile` is handed: the verified ONNX file, or the torch.export ExportedProgram (`compile_program`)

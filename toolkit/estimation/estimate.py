@@ -259,9 +259,15 @@ def _predicted(est: Estimate, kernels: list[kern.Kernel], roof: roofline.Roof, p
     priced as a view (a movement kernel moving nothing) — on the toy transformers here, ONNX Runtime ran 67–77 nodes
     for 43–48 kernels, and leaving them out under-predicted those models by a third."""
     per, left = [], set()
+    # the floor under a prediction: the kernel's roofline time with its bytes at the rate of the cache level the
+    # whole call's traffic fits in (DRAM past the last level). The sweep's one-kernel models run cache-hot, and the
+    # predictors learned that; a floor at DRAM bandwidth put every small model's matmuls on it (tiny-lm's decode
+    # step: 25 matmuls priced at 175 µs of a 190 µs step whose matmuls the profiler put at about a fifth)
+    rate = roof.bandwidth_at(math.fsum(k.bytes for k in kernels))
     for k in kernels:
-        roof_s = max(kern.roof_times(k, roof))
-        seconds = (pred.kernel_s(k.cls, k.flops, k.bytes, roof_s, k.launches, k.nodes, dict(k.shape))
+        roof_s = max(kern.roof_times(k, roof))  # the feature, as the sweep priced its points
+        seconds = (pred.kernel_s(k.cls, k.flops, k.bytes, roof_s, k.launches, k.nodes, dict(k.shape),
+                                 _floor_s(k, roof, rate))
                    if k.precision == "fp32" else None)
         if seconds is None:
             left.add(f"{k.cls}@{k.precision}")
@@ -287,6 +293,15 @@ def _predicted(est: Estimate, kernels: list[kern.Kernel], roof: roofline.Roof, p
     if not cal:
         est.notes.append("p90 and p99 are not predicted: the sweep times single kernels, not a model's tail")
     return est
+
+
+def _floor_s(kernel: kern.Kernel, roof: roofline.Roof, rate: float | None) -> float:
+    """The kernel's roofline time with its bytes moved at `rate` (the cache level its model's traffic fits in) where
+    that is faster than the roof's DRAM bandwidth; else its roofline time."""
+    compute, memory = kern.roof_times(kernel, roof)
+    if rate and roof.bandwidth and rate > roof.bandwidth:
+        memory -= kernel.bytes / roof.bandwidth - kernel.bytes / rate
+    return max(compute, memory)
 
 
 def for_build(build: BuildDir, cal: tuple[calib.Calibration, Path] | bool | None = True, host: dict | None = None,
@@ -349,7 +364,8 @@ def for_build(build: BuildDir, cal: tuple[calib.Calibration, Path] | bool | None
         est.notes.append(f"priced as {target} would run the model (the build is for {report.target.name})")
     phases = generation.from_record(build.structure())
     if phases and workload is not None and workload.kind == "generate":
-        est.generation = generation.price(phases, roof, target, precision, plan, cal or None, workload, pred, executed)
+        est.generation = generation.price(phases, roof, target, precision, plan, cal or None, workload,
+                                          (pred, executed) if pred else None)
     return est
 
 
@@ -395,8 +411,8 @@ def for_model(setup, structure: list[kern.Kernel], plan: dict | None, reported: 
     executed = executed_nodes(setup.target.name, precision, artifact) if pred is not None else None
     est = estimate(kernels, roof, setup.target.name, precision, cal, pred, executed)
     if phases and workload is not None and workload.kind == "generate":
-        est.generation = generation.price(phases, roof, setup.target.name, precision, plan, cal, workload, pred,
-                                          executed)
+        est.generation = generation.price(phases, roof, setup.target.name, precision, plan, cal, workload,
+                                          (pred, executed) if pred else None)
     return est
 
 

@@ -217,11 +217,13 @@ def _triple(value: tuple[float, float, float] | None) -> dict | None:
 
 
 def price(phases: list[Phase], roof: roofline.Roof, target: str, precision: str, plan: dict | None, cal,
-          workload, pred=None, executed: int | None = None) -> GenerationEstimate:
+          workload, predictors: tuple[Any, int | None] | None = None) -> GenerationEstimate:
     """The loop's phases on `roof` at the plan's precisions, priced as `estimate.estimate` prices one call: by the
-    kernel predictors `pred` where the device has them (`executed`: the nodes ONNX Runtime's optimized graph runs,
-    the same graph at every phase), else calibrated with `cal` ((Calibration, path) or None)."""
+    kernel predictors where the device has them (`predictors`: the Predictor and the nodes ONNX Runtime's optimized
+    graph runs, the same graph at every phase), else calibrated with `cal` ((Calibration, path) or None)."""
     from tapeout.estimation.estimate import estimate
+
+    pred, executed = predictors or (None, None)
 
     costs, first = [], None
     for phase in phases:

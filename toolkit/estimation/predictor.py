@@ -86,15 +86,15 @@ class Predictor:
     path: Path
 
     def kernel_s(self, cls: str, flops: float, bytes_: float, roof_s: float, launches: int, nodes: int,
-                 shape: dict | None = None) -> float | None:
-        """The kernel's predicted seconds (never under its roofline time), or None where the class has no model or
-        the model reads a shape the kernel lacks."""
+                 shape: dict | None = None, floor_s: float | None = None) -> float | None:
+        """The kernel's predicted seconds (never under its roofline time, or `floor_s` where given), or None where
+        the class has no model or the model reads a shape the kernel lacks."""
         found = self.data.classes.get(cls)
         if found is None:
             return None
         reads_shape = len(found.features) > len(FEATURES)  # a file from before shapes: the generic features only
         x = features(flops, bytes_, roof_s, launches, nodes, cls if reads_shape else "", shape)
-        return None if x is None else max(math.exp(_predict(found, x)), roof_s)
+        return None if x is None else max(math.exp(_predict(found, x)), roof_s if floor_s is None else floor_s)
 
     def roof(self):
         """The roof the sweep's points were priced at (a predictor's roofline feature is only comparable at it)."""
