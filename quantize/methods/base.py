@@ -24,8 +24,8 @@ class Method(ABC):
     precisions: ClassVar[frozenset[str]] = frozenset({"int8"})   # the profile precisions it makes
     algorithms: ClassVar[tuple[str, ...]] = ()     # the int4_algorithm values it takes (int4 methods only)
     reaches_bodies: ClassVar[bool] = False         # quantizes nodes inside If/Loop/Scan bodies
-    # the quantized rungs it writes, where a target's ladder has more than it (ORT CPU's int8 ladder has the
-    # dynamic method's 4-bit LM head); None: every rung of the ladder
+    # the quantized rungs it writes, where a target offers more than it (ORT CPU's int8 offers int4 under its ladder,
+    # which the dynamic method writes and static QDQ does not); None: every rung the target offers
     rungs: ClassVar[frozenset[str] | None] = None
     honours_float_nodes: ClassVar[bool] = False    # keeps the plan's ungrouped float nodes out of the quantizer
     # the rule methods a profile may replace with this one ([quantization] method = "<name>")
