@@ -57,7 +57,7 @@ def test_the_estimate_uses_the_predictor_and_its_band_reaches_the_verdicts(swept
     est = got.json()
     assert est["device"] == first["device"] and est["method"] == estimate.METHOD_PREDICTED
     p50 = est["predicted_ms"]["p50"]
-    assert p50["low"] <= p50["point"] <= p50["high"] and p50["point"] >= est["lower_bound_ms"]
+    assert p50["low"] <= p50["point"] <= p50["high"]
     assert "p90" not in est["predicted_ms"]   # single kernels give no tail: not claimed
     # the digits model's conv and reduce kernels have no predictor in this sweep: said, and priced at the bound
     assert any("no predictor for conv@fp32" in n for n in est["notes"])
@@ -67,6 +67,10 @@ def test_the_estimate_uses_the_predictor_and_its_band_reaches_the_verdicts(swept
     monkeypatch.setenv("TAPEOUT_CALIBRATION", str(folder))
     made = estimate.for_build(open_build(digits_build))
     assert made.predictor and made.band
+    # never under its floor: each kernel's roofline time, its bytes at the cache level the call's traffic fits in
+    rate = made.roof.bandwidth_at(sum(k.bytes for k in made.kernels))
+    assert made.predicted_s >= sum(estimate.floor_s(k, made.roof, rate) for k in made.kernels) * (1 - 1e-9)
+    assert made.predicted_s * 1e3 == pytest.approx(p50["point"])
     _, low, high = made.quantile_ms("p50")
     [p50_verdict, p90_verdict] = estimate.judge(Budgets(latency_p50_ms=high * 2, latency_p90_ms=high * 2), made,
                                                 "not measured here")
@@ -299,7 +303,9 @@ def test_a_generation_loop_is_priced_by_the_predictors_phase_by_phase_with_their
     est = generation.price(phases, roof, "onnxruntime", "fp32", None, None, workload, (pred, None))
     for p, cost in zip(phases, est.prefill + est.decode, strict=True):
         single = estimate.estimate(p.kernels, roof, "onnxruntime", "fp32", None, pred)
-        assert cost.predicted_s == single.predicted_s and cost.predicted_s >= cost.lower_bound_s
+        rate = roof.bandwidth_at(sum(k.bytes for k in p.kernels))  # the floor: the cache level the call fits in
+        floor = sum(estimate.floor_s(k, roof, rate) for k in p.kernels)
+        assert cost.predicted_s == single.predicted_s and cost.predicted_s >= floor * (1 - 1e-9)
     assert est.how == "kernel predictors" and est.band == pred.band({"matmul", "elementwise"})
     point, low, high = est.ttft_ms(64)
     assert low <= point <= high and est.tpot_ms("p50") is not None

@@ -267,7 +267,7 @@ def _predicted(est: Estimate, kernels: list[kern.Kernel], roof: roofline.Roof, p
     for k in kernels:
         roof_s = max(kern.roof_times(k, roof))  # the feature, as the sweep priced its points
         seconds = (pred.kernel_s(k.cls, k.flops, k.bytes, roof_s, k.launches, k.nodes, dict(k.shape),
-                                 _floor_s(k, roof, rate))
+                                 floor_s(k, roof, rate))
                    if k.precision == "fp32" else None)
         if seconds is None:
             left.add(f"{k.cls}@{k.precision}")
@@ -295,7 +295,7 @@ def _predicted(est: Estimate, kernels: list[kern.Kernel], roof: roofline.Roof, p
     return est
 
 
-def _floor_s(kernel: kern.Kernel, roof: roofline.Roof, rate: float | None) -> float:
+def floor_s(kernel: kern.Kernel, roof: roofline.Roof, rate: float | None) -> float:
     """The kernel's roofline time with its bytes moved at `rate` (the cache level its model's traffic fits in) where
     that is faster than the roof's DRAM bandwidth; else its roofline time."""
     compute, memory = kern.roof_times(kernel, roof)
