@@ -309,6 +309,7 @@ def test_a_generation_loop_is_priced_by_the_predictors_phase_by_phase_with_their
     assert est.how == "kernel predictors" and est.band == pred.band({"matmul", "elementwise"})
     point, low, high = est.ttft_ms(64)
     assert low <= point <= high and est.tpot_ms("p50") is not None
+    assert est.tpot_ms("p90") is None and est.tpot_ms("p99") is None  # single kernels give no tail: not claimed
     data = est.to_json()
     assert "kernel predictors" in data["method"] and "predictors' spread" in data["band_from"]
     assert est.line().endswith("(kernel predictors)")

@@ -161,10 +161,12 @@ class GenerationEstimate:
 
     def tpot_ms(self, q: str) -> tuple[float, float, float] | None:
         """(point, low, high) of the time per output token's quantile `q` over the timed positions, predicted; None
-        without a calibration or with no decode step timed (new_tokens = 1)."""
+        without a calibration, with no decode step timed (new_tokens = 1), or for a tail the predictors cannot give."""
         positions = self.timed_positions()
         if not self.calibrated or positions.size == 0:
             return None
+        if q != "p50" and q not in self.tails and self.how == "kernel predictors":
+            return None  # the sweep times single kernels: no runtime tail, so p90/p99 are not claimed
         at = float(np.quantile(positions, {"p50": 0.5, "p90": 0.9, "p99": 0.99}[q]))
         return self._range(self.step_s(at, True) * 1e3 * (1.0 if q == "p50" else self.tails.get(q, 1.0)))
 
