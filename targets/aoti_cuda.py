@@ -171,7 +171,8 @@ class AotiCuda(Target):
         return read_settings(artifact.directory, EngineSettings, "aoti-cuda engine settings")
 
     def _device(self, artifact: Artifact):
-        """(GPU description, settings, cache entry, key): the key names everything a package is tied to."""
+        """(GPU description, its kernel-timings key, settings, cache entry, key): the key names everything a package
+        is tied to."""
         import torch
         import triton
 
@@ -189,18 +190,16 @@ class AotiCuda(Target):
                "settings_sha256": engine_cache.settings_hash(settings.model_dump()),
                # new kernel timings may change what is substituted: another package
                "kernel_timings": kernel_timings_digest(gpu) if settings.kernels else "off"}
-        return props, settings, engine_cache.entry(artifact.directory, key, ".pt2"), key
+        return props, gpu, settings, engine_cache.entry(artifact.directory, key, ".pt2"), key
 
     def build_engine(self, artifact: Artifact, progress: Callable[[str], None]) -> EngineBuild:
         import torch
-        import triton
         from torch.export.passes import move_to_device_pass
 
         from tapeout.core import pt2
         from tapeout.targets import engine_cache
-        from tapeout.targets.kernels import timings
 
-        props, settings, entry, key = self._device(artifact)
+        props, gpu, settings, entry, key = self._device(artifact)
         record = engine_cache.cached(entry)
         if record is not None:
             return EngineBuild("reused", f"built {record.get('built', '?')} for this GPU, toolchain, driver, program "
@@ -220,7 +219,6 @@ class AotiCuda(Target):
         program = move_to_device_pass(program, f"cuda:{self.options.device_id}")
         substitution = None
         if settings.kernels:
-            gpu = timings.device_key(props.name, (props.major, props.minor), triton.__version__, torch.__version__)
             substitution = substitute_kernels(program, settings, gpu)
             progress(f"fused kernels: {substitution['substituted']} of {len(substitution['decisions'])} chains "
                      f"substituted ({substitution['timings']})")
@@ -228,9 +226,7 @@ class AotiCuda(Target):
             data, kernels = _compile(program, settings)
         except Exception as exc:
             if not substitution or not substitution["substituted"]:
-                raise BadInput(f"AOTInductor could not compile the program for {props.name}: {first_line(exc)}",
-                               detail=runtime_detail(exc), fix="`tapeout --debug check …` prints Inductor's whole "
-                               "message; or build for ort-cuda") from None
+                raise _not_compiled(props.name, exc) from None
             # the kernels' program did not compile: Inductor's code everywhere, and every decision says why
             reason = f"Inductor could not compile the program with the kernels ({first_line(exc)}): its code kept"
             substitution = {**substitution, "substituted": 0, "compile_failed": first_line(exc),
@@ -241,9 +237,7 @@ class AotiCuda(Target):
                 unsubstituted = move_to_device_pass(pt2.load(artifact.path), f"cuda:{self.options.device_id}")
                 data, kernels = _compile(unsubstituted, settings)
             except Exception as again:
-                raise BadInput(f"AOTInductor could not compile the program for {props.name}: {first_line(again)}",
-                               detail=runtime_detail(again), fix="`tapeout --debug check …` prints Inductor's whole "
-                               "message; or build for ort-cuda") from None
+                raise _not_compiled(props.name, again) from None
         seconds = time.perf_counter() - t0
         summary = {"build_seconds": round(seconds, 3), "package_bytes": len(data), **kernels,
                    "freezing": settings.freezing, "max_autotune": settings.max_autotune,
@@ -254,7 +248,7 @@ class AotiCuda(Target):
     def _package(self, artifact: Artifact) -> Path:
         from tapeout.targets import engine_cache
 
-        _, _, entry, _ = self._device(artifact)
+        _, _, _, entry, _ = self._device(artifact)
         engine_cache.load(entry)  # its bytes against the record tapeout wrote: a package is native code
         return entry.engine
 
@@ -292,6 +286,12 @@ class AotiCuda(Target):
             spans += [(e.name, run, e.time_range.elapsed_us()) for e in prof.events()
                       if e.device_type == DeviceType.CUDA]
         return gpu_kernel_profile(spans, walls, self.capabilities.op_profiler or "torch profiler (CUDA)")
+
+
+def _not_compiled(gpu_name: str, exc: Exception) -> BadInput:
+    return BadInput(f"AOTInductor could not compile the program for {gpu_name}: {first_line(exc)}",
+                    detail=runtime_detail(exc), fix="`tapeout --debug check …` prints Inductor's whole message; or "
+                    "build for ort-cuda")
 
 
 def _compile(program, settings: EngineSettings) -> tuple[bytes, dict[str, int]]:

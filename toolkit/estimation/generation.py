@@ -121,6 +121,7 @@ class GenerationEstimate:
     band: tuple[float, float] | None = None
     tails: dict[str, float] = field(default_factory=dict)
     calibration: str | None = None
+    by_predictors: bool = False   # priced by the device's kernel predictors (`calibration` then names them)
 
     @property
     def calibrated(self) -> bool:
@@ -131,7 +132,7 @@ class GenerationEstimate:
         """What priced the phases: the device's kernel predictors, its calibration, or the roofline alone."""
         if self.calibration is None:
             return "roofline lower bound"
-        return "kernel predictors" if self.calibration.startswith("kernel predictors") else "calibrated roofline"
+        return "kernel predictors" if self.by_predictors else "calibrated roofline"
 
     def _range(self, point: float) -> tuple[float, float, float]:
         lo, hi = self.band or (0.0, 0.0)
@@ -242,7 +243,7 @@ def price(phases: list[Phase], roof: roofline.Roof, target: str, precision: str,
         roof.name, [c for c in costs if c.kind == PREFILL], [c for c in costs if c.kind == DECODE],
         sorted(workload.prompt_lengths), workload.new_tokens, workload.batch,
         band=first.band if first else None, tails=first.tails if first else {},
-        calibration=first.calibration if first else None)
+        calibration=first.calibration if first else None, by_predictors=bool(first and first.predictor))
 
 
 def with_measured(est: GenerationEstimate, measured: dict | None) -> dict[str, Any]:

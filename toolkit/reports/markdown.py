@@ -380,6 +380,8 @@ def _engine_section(e: dict | None) -> list[str]:
         if rows:
             out += ["", *_table(["kernel", "where", "case", "dtype", "kernel ms", "Inductor ms", "substituted", "why"],
                                 rows)]
+        if len(fused["decisions"]) > len(rows):
+            out += ["", f"(the first {len(rows)} of {len(fused['decisions'])} decisions; report.json holds them all)"]
     if summary.get("precisions"):
         out += ["", "Layers by precision: " + ", ".join(f"{k} {v}" for k, v in summary["precisions"].items())
                 + (f" ({summary['layers']} layers after fusion)" if summary.get("layers") else "")]
