@@ -49,7 +49,8 @@ BUILT_IN: dict[str, TargetInfo] = {
             below={"int8": ("int4",)},  # a decoder's LM head at 4 bits, on request (quantize/rules.py)
             rules="cpu-integer", meters=("rss", "rapl"), op_profiler="ONNX Runtime profiler (CPU EP node times)",
             workloads=("forward", "generate", "stream"),
-            graph_passes=("group-query-attention",),  # a cache graph's rotary attention as ORT's fused kernel
+            # a cache graph's rotary attention as ORT's fused kernel, then its sibling projections as one product
+            graph_passes=("group-query-attention", "pack-projections"),
         ),
     ),
     "ort-cuda": TargetInfo(

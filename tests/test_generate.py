@@ -218,7 +218,13 @@ def test_int4_keeps_perplexity_within_one_percent_through_the_cache(tmp_path):
     import onnx
 
     artifact = onnx.load(tmp_path / "b" / "artifact" / "model.onnx")
-    assert sum(n.op_type == "MatMulNBits" for n in artifact.graph.node) == 28 + 1  # 4 blocks × 7 Linears + the head
+    # 4 blocks × 7 Linears + the head, every one a MatMulNBits (none left float); each block's Q/K/V and gate/up
+    # packed into one product each (pack-projections): 4 per block
+    packing = next(p for p in report["passes"] if p["name"] == "pack-projections")
+    assert (packing["outcome"], packing["rewrites"]) == ("applied", 4 * 2)
+    assert sum(n.op_type == "MatMulNBits" for n in artifact.graph.node) == 4 * 4 + 1
+    weights = {i.name for i in artifact.graph.initializer}
+    assert not [n.name for n in artifact.graph.node if n.op_type == "MatMul" and n.input[1] in weights]
     assert report["workload"]["decode_tokens_per_s"]["point"] > 0
 
 
@@ -376,8 +382,14 @@ def test_a_hugging_face_causal_lm_generates_through_its_cache(tmp_path, family, 
         import onnx
 
         artifact = onnx.load(out / "artifact" / "model.onnx", load_external_data=False)
-        assert [n.op_type for n in artifact.graph.node].count("GroupQueryAttention") == 2
+        attention = [n for n in artifact.graph.node if n.op_type == "GroupQueryAttention"]
+        assert len(attention) == 2
         assert not any(n.op_type == "Softmax" for n in artifact.graph.node)
+        # each layer's Q, K and V projections are one product, the kernel's packed QKV input (key, value empty),
+        # and its gate and up another: the greedy agreement of 1.0 above was decoded through them
+        packing = next(p for p in report["passes"] if p["name"] == "pack-projections")
+        assert (packing["outcome"], packing["rewrites"]) == ("applied", 2 * 2)
+        assert all(list(n.input[1:3]) == ["", ""] for n in attention)
 
 
 @pytest.mark.slow
@@ -396,7 +408,11 @@ def test_int4_quantizes_every_projection_of_a_gqa_decoder(tmp_path):
     qkv = [g for g in groups if g["role"] == "attn_qkv"]
     assert len(qkv) == 2 and all(len(g["nodes"]) == 3 and g["precision"] == "int4" for g in qkv)
     artifact = onnx.load(out / "artifact" / "model.onnx", load_external_data=False)
-    assert sum(n.op_type == "MatMulNBits" for n in artifact.graph.node) == 2 * 7 + 1
+    # 2 layers × 7 projections + the head, every one a MatMulNBits (none left float), each layer's Q/K/V packed
+    # into its GroupQueryAttention's input and its gate/up into one product (pack-projections): 4 per layer
+    assert sum(n.op_type == "MatMulNBits" for n in artifact.graph.node) == 2 * 4 + 1
+    weights = {i.name for i in artifact.graph.initializer}
+    assert not [n.name for n in artifact.graph.node if n.op_type == "MatMul" and n.input[1] in weights]
 
 
 def test_a_hugging_face_model_that_is_not_a_causal_lm_cannot_generate(tmp_path):

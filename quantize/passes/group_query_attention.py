@@ -27,50 +27,19 @@ from __future__ import annotations
 
 import numpy as np
 
-from tapeout.core.onnx_graphs import attribute_ints, drop_unused, static_dims
+from tapeout.core.onnx_graphs import GraphIndex, attribute_ints, drop_unused, static_dims
 from tapeout.quantize.passes.base import GraphPass
 
 MS_DOMAIN = "com.microsoft"
 _HEADS_FIRST = [0, 2, 1, 3]
 
 
-class _Graph:
-    """Lookups over one ONNX graph: producers, readers, constants."""
-
-    def __init__(self, graph):
-        from onnx import numpy_helper
-
-        self.graph = graph
-        self.producer = {o: n for n in graph.node for o in n.output}
-        self.readers: dict[str, list] = {}
-        for node in graph.node:
-            for name in node.input:
-                self.readers.setdefault(name, []).append(node)
-        self.consts = {i.name: i for i in graph.initializer}
-        self._array = numpy_helper.to_array
-        for node in graph.node:
-            if node.op_type == "Constant" and node.attribute and node.attribute[0].name == "value":
-                self.consts[node.output[0]] = node.attribute[0].t
-
-    def const(self, name: str) -> np.ndarray | None:
-        tensor = self.consts.get(name)
-        return None if tensor is None else self._array(tensor)
-
-    def op(self, name: str, *types: str):
-        node = self.producer.get(name)
-        return node if node is not None and node.op_type in types else None
-
-    def only_reader(self, name: str, *types: str):
-        readers = self.readers.get(name, [])
-        return readers[0] if len(readers) == 1 and readers[0].op_type in types else None
-
-
-def _skip(g: _Graph, name: str, op_type: str) -> str:
+def _skip(g: GraphIndex, name: str, op_type: str) -> str:
     node = g.op(name, op_type)
     return node.input[0] if node is not None else name
 
 
-def _projection(g: _Graph, heads_first: str) -> str | None:
+def _projection(g: GraphIndex, heads_first: str) -> str | None:
     """The [B, S, heads · D] projection output behind Transpose(Reshape(proj, [B, S, heads, D]), [0, 2, 1, 3])."""
     transpose = g.op(heads_first, "Transpose")
     if transpose is None or attribute_ints(transpose, "perm") != _HEADS_FIRST:
@@ -79,7 +48,7 @@ def _projection(g: _Graph, heads_first: str) -> str | None:
     return reshape.input[0] if reshape is not None else None
 
 
-def _rotary(g: _Graph, rotated: str) -> dict | None:
+def _rotary(g: GraphIndex, rotated: str) -> dict | None:
     """x·cos + Concat(-x[D/2:], x[:D/2])·sin: x, and the cos and sin tensors."""
     add = g.op(rotated, "Add")
     if add is None:
@@ -106,7 +75,7 @@ def _rotary(g: _Graph, rotated: str) -> dict | None:
     return None
 
 
-def _frequencies(g: _Graph, cos: str, sin: str) -> np.ndarray | None:
+def _frequencies(g: GraphIndex, cos: str, sin: str) -> np.ndarray | None:
     """The rotary frequencies [D / 2] behind cos = Unsqueeze(Cos(Concat(f, f))), f = positions · inv_freq, and the
     same f behind sin; None for any other form (a scaling after Cos, interleaved halves)."""
     roots = []
@@ -126,7 +95,7 @@ def _frequencies(g: _Graph, cos: str, sin: str) -> np.ndarray | None:
     return None if freqs is None else np.asarray(freqs, np.float32).ravel()
 
 
-def _core(g: _Graph, softmax) -> dict | None:
+def _core(g: GraphIndex, softmax) -> dict | None:
     """Softmax(scores · scale + mask) between the score MatMul (on present_key) and the context MatMul (on
     present_value), grouped or not."""
     add = g.op(softmax.input[0], "Add")
@@ -172,7 +141,7 @@ class GroupQueryAttention(GraphPass):
         self.max_context = dims.get("past", 0) + 1  # the cos/sin tables' rows: every position the cache holds
 
     def match(self, model) -> list[dict]:
-        g = _Graph(model.graph)
+        g = GraphIndex(model.graph)
         inputs = {i.name for i in model.graph.input}
         shapes = static_dims(model)
         found = []
@@ -265,7 +234,7 @@ def _input_ids(model) -> str | None:
     return next((i.name for i in model.graph.input if i.name == "input_ids"), None)
 
 
-def _features(g: _Graph, shapes: dict, name: str) -> int | None:
+def _features(g: GraphIndex, shapes: dict, name: str) -> int | None:
     """The last dim of a projection's output: MatMulNBits' N, a MatMul's constant weight's columns, or inferred."""
     node = g.producer.get(name)
     if node is not None and node.op_type == "MatMulNBits":
@@ -278,7 +247,7 @@ def _features(g: _Graph, shapes: dict, name: str) -> int | None:
     return shape[-1] if shape else None
 
 
-def _heads(g: _Graph, shapes: dict, m: dict) -> tuple[int, int] | None:
+def _heads(g: GraphIndex, shapes: dict, m: dict) -> tuple[int, int] | None:
     """Query and key/value head counts: the projections' widths over the head size of the past [B, KVH, P, D]."""
     past = shapes.get(m["past_key"])
     q, k = _features(g, shapes, m["q"]), _features(g, shapes, m["k"])

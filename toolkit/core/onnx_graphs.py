@@ -1,4 +1,4 @@
-"""Walking ONNX graphs. The control-flow bodies of a graph: the graphs an If, Loop or Scan node holds as
+"""Walking ONNX graphs, and `GraphIndex`, the lookups a protobuf pass matches with. The control-flow bodies of a graph: the graphs an If, Loop or Scan node holds as
 attributes; and the Q/DQ zero points a symmetric-only runtime refuses.
 
 Every walk that must see the whole model (analysis, the Gemm rewrite, postconditions, constant
@@ -89,3 +89,34 @@ def drop_unused(graph) -> None:
     keep = [i for i in graph.initializer if i.name in used]
     del graph.initializer[:]
     graph.initializer.extend(keep)
+
+
+class GraphIndex:
+    """Lookups over one ONNX graph (protobuf): producers, readers, constants (initializers and Constant nodes)."""
+
+    def __init__(self, graph):
+        from onnx import numpy_helper
+
+        self.graph = graph
+        self.producer = {o: n for n in graph.node for o in n.output}
+        self.readers: dict[str, list] = {}
+        for node in graph.node:
+            for name in node.input:
+                self.readers.setdefault(name, []).append(node)
+        self.consts = {i.name: i for i in graph.initializer}
+        self._array = numpy_helper.to_array
+        for node in graph.node:
+            if node.op_type == "Constant" and node.attribute and node.attribute[0].name == "value":
+                self.consts[node.output[0]] = node.attribute[0].t
+
+    def const(self, name: str):
+        tensor = self.consts.get(name)
+        return None if tensor is None else self._array(tensor)
+
+    def op(self, name: str, *types: str):
+        node = self.producer.get(name)
+        return node if node is not None and node.op_type in types else None
+
+    def only_reader(self, name: str, *types: str):
+        readers = self.readers.get(name, [])
+        return readers[0] if len(readers) == 1 and readers[0].op_type in types else None
