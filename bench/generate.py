@@ -456,6 +456,9 @@ def interleaved(rows: list[dict], rounds: int, prompt: int) -> None:
     def spread(values) -> str:
         return f"{np.median(values):.3f} [{min(values):.3f}, {max(values):.3f}]"
 
+    def ahead(ratios) -> str:  # the per-round ratios, and in how many rounds the tapeout row was ahead
+        return f"{spread(ratios)}, ahead {int(np.sum(ratios < 1))}/{len(ratios)}"
+
     print(f"\nInterleaved: {rounds} rounds, one fresh process per row per round (order rotated); median of the "
           "per-round p50s [min, max], ms\n")
     header = ["build", "TTFT", "TPOT", "TTFT / best other's, per round", "TPOT / best other's, per round"]
@@ -465,7 +468,7 @@ def interleaved(rows: list[dict], rounds: int, prompt: int) -> None:
         row = [name, spread(ttft), spread(tpot), "", ""]
         if name in ours and peers:  # per round, against the best of the others in that round
             best = np.array([[min(got[p][k][m] for p in peers) for m in (0, 1)] for k in range(rounds)])
-            row[3], row[4] = spread(ttft / best[:, 0]), spread(tpot / best[:, 1])
+            row[3], row[4] = ahead(ttft / best[:, 0]), ahead(tpot / best[:, 1])
         table.append(row)
     widths = [max(len(str(x)) for x in col) for col in zip(header, *table, strict=True)]
     for line in (header, ["-" * w for w in widths], *table):

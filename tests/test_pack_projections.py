@@ -122,3 +122,47 @@ def test_it_runs_on_cache_graphs_only_and_packs_only_siblings_of_one_form(tmp_pa
     mixed = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17), helper.make_opsetid("com.microsoft", 1)])
     _, records = run_on_proto(mixed, [pack_projections.PackProjections(CACHE_INPUTS, {})])
     assert records[0]["outcome"] == "skipped" and records[0]["reason"] == pack_projections.PackProjections.nothing_matched
+
+
+def _attention_and_mlp_on_one_activation():
+    """Phi-2's layout in small: Q, K, V and the MLP's first projection read one activation; Q, K, V feed a
+    GroupQueryAttention (4 query heads, 2 key/value heads of 16), whose key and value start empty."""
+    from onnx import TensorProto, helper, numpy_helper
+
+    rng = np.random.default_rng(5)
+    widths = {"q": 64, "k": 32, "v": 32, "fc": 64}
+    inits = [numpy_helper.from_array((rng.standard_normal((64, n)) * 0.1).astype(np.float32), f"w_{p}")
+             for p, n in widths.items()]
+    inits += [numpy_helper.from_array(np.array([5], np.int32), "seqlens_k"),
+              numpy_helper.from_array(np.array(6, np.int32), "total")]
+    nodes = [helper.make_node("MatMul", ["x", f"w_{p}"], [p], name=f"{p}_proj") for p in widths]
+    nodes.append(helper.make_node("GroupQueryAttention", ["q", "k", "v", "past_key_0", "past_value_0", "seqlens_k", "total"],
+                                  ["attn", "present_key_0", "present_value_0"], name="gqa", domain="com.microsoft",
+                                  num_heads=4, kv_num_heads=2))
+    past = [helper.make_tensor_value_info(n, TensorProto.FLOAT, [1, 2, 0, 16]) for n in ("past_key_0", "past_value_0")]
+    graph = helper.make_graph(nodes, "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 6, 64]), *past],
+                              [helper.make_tensor_value_info(n, TensorProto.FLOAT, None)
+                               for n in ("attn", "fc", "present_key_0", "present_value_0")], inits)
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17), helper.make_opsetid("com.microsoft", 1)])
+    model.ir_version = 10
+    return model
+
+
+def test_qkv_becomes_the_attentions_packed_input_and_a_sibling_left_over_stays(tmp_path):
+    """Q, K, V packed into GroupQueryAttention's query input (key and value empty) compute the same attention and
+    cache; the MLP's projection of the same activation is left alone, and the check after the rewrite accepts
+    the packed QKV and it as siblings."""
+    import onnxruntime as ort
+
+    model = _attention_and_mlp_on_one_activation()
+    packed, records = _packed(model)
+    assert (records[0]["outcome"], records[0]["rewrites"]) == ("applied", 1)
+    attention = next(n for n in packed.graph.node if n.op_type == "GroupQueryAttention")
+    assert list(attention.input[1:3]) == ["", ""]
+    assert [n.op_type for n in packed.graph.node].count("MatMul") == 2 and not any(n.op_type == "Split" for n in packed.graph.node)
+    feeds = {"x": np.random.default_rng(2).standard_normal((1, 6, 64)).astype(np.float32),
+             "past_key_0": np.zeros((1, 2, 0, 16), np.float32), "past_value_0": np.zeros((1, 2, 0, 16), np.float32)}
+    runs = [ort.InferenceSession(m.SerializeToString(), providers=["CPUExecutionProvider"]).run(None, feeds)
+            for m in (model, packed)]
+    for separate, together in zip(*runs, strict=True):
+        np.testing.assert_allclose(together, separate, rtol=1e-5, atol=1e-6)
