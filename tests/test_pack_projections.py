@@ -1,6 +1,7 @@
-"""The `pack-projections` target pass: sibling projections of one activation as one product, in each form ONNX
-Runtime's CPU target compiles (FP32 MatMul, dynamic INT8, 4-bit MatMulNBits), computing exactly what the separate
-projections did. Its GroupQueryAttention form (packed QKV) runs in the Hugging Face Llama build of test_generate."""
+"""The `pack-projections` target pass: sibling quantized projections of one activation as one product, in each
+form ONNX Runtime's CPU target compiles them (dynamic INT8, 4-bit MatMulNBits), computing exactly what the separate
+projections did; FP32 left as exported. Its GroupQueryAttention form (packed QKV) runs here on a small graph and in
+the Hugging Face Llama INT4 build of test_generate."""
 
 from __future__ import annotations
 
@@ -61,11 +62,10 @@ def _projections(model) -> int:
     return sum(n.op_type in PROJECTION_OPS and (n.op_type != "MatMul" or n.input[1] in weights) for n in model.graph.node)
 
 
-@pytest.mark.parametrize("precision", ["fp32", "int8", "int4"])
+@pytest.mark.parametrize("precision", ["int8", "int4"])
 def test_packed_projections_compute_what_the_separate_ones_did(tmp_path, precision):
     """Per layer Q/K/V become one product and gate/up another (7 projections → 4), each split back; the outputs
-    are bit-identical for the integer forms (per-column scales and zero points concatenated) and equal to float
-    rounding for FP32."""
+    are bit-identical (per-column scales and zero points concatenated)."""
     model = _decoder(tmp_path, precision)
     before = _projections(model)
     packed, records = _packed(model)
@@ -77,10 +77,7 @@ def test_packed_projections_compute_what_the_separate_ones_did(tmp_path, precisi
     if precision == "int8":  # one activation quantizer per packed product, as before per activation
         assert ops["DynamicQuantizeLinear"] == collections.Counter(n.op_type for n in model.graph.node)["DynamicQuantizeLinear"]
     for separate, together in zip(_outputs(model), _outputs(packed), strict=True):
-        if precision == "fp32":
-            np.testing.assert_allclose(together, separate, rtol=1e-5, atol=1e-5)
-        else:
-            np.testing.assert_array_equal(together, separate)
+        np.testing.assert_array_equal(together, separate)
 
 
 def test_a_planted_error_in_the_packing_changes_the_outputs(tmp_path, monkeypatch):
@@ -98,13 +95,15 @@ def test_a_planted_error_in_the_packing_changes_the_outputs(tmp_path, monkeypatc
                    for separate, together in zip(_outputs(model), _outputs(packed), strict=True))
 
 
-def test_it_runs_on_cache_graphs_only_and_packs_only_siblings_of_one_form(tmp_path):
-    """A forward workload keeps its projections (the pass is priced for one-row decode); projections of one
-    activation at different bit widths are not one product."""
-    model = _decoder(tmp_path, "fp32")
+def test_it_runs_on_cache_graphs_only_and_packs_only_quantized_siblings_of_one_form(tmp_path):
+    """A forward workload keeps its projections (the pass is priced for one-row decode); FP32 projections stay as
+    exported (packing them was measured mixed); projections of one activation at different bit widths are not one
+    product."""
     forward = [InputSpec(name="input_ids", shape=[1, 8], dtype="int64")]
-    _, records = run_on_proto(model, [pack_projections.PackProjections(forward, {})])
+    _, records = run_on_proto(_decoder(tmp_path, "int4"), [pack_projections.PackProjections(forward, {})])
     assert records[0]["outcome"] == "skipped" and "not a KV-cache graph" in records[0]["reason"]
+    _, records = _packed(_decoder(tmp_path, "fp32"))
+    assert records[0]["outcome"] == "skipped" and "FP32 MatMuls are left as exported" in records[0]["reason"]
 
     from onnx import TensorProto, helper
 
@@ -126,8 +125,13 @@ def test_it_runs_on_cache_graphs_only_and_packs_only_siblings_of_one_form(tmp_pa
 
 def _attention_and_mlp_on_one_activation():
     """Phi-2's layout in small: Q, K, V and the MLP's first projection read one activation; Q, K, V feed a
-    GroupQueryAttention (4 query heads, 2 key/value heads of 16), whose key and value start empty."""
+    GroupQueryAttention (4 query heads, 2 key/value heads of 16), whose key and value start empty. The four
+    projections are 4-bit MatMulNBits, as ORT's quantizer writes them."""
     from onnx import TensorProto, helper, numpy_helper
+    from onnxruntime.quantization.matmul_nbits_quantizer import (
+        DefaultWeightOnlyQuantConfig,
+        MatMulNBitsQuantizer,
+    )
 
     rng = np.random.default_rng(5)
     widths = {"q": 64, "k": 32, "v": 32, "fc": 64}
@@ -145,7 +149,9 @@ def _attention_and_mlp_on_one_activation():
                                for n in ("attn", "fc", "present_key_0", "present_value_0")], inits)
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17), helper.make_opsetid("com.microsoft", 1)])
     model.ir_version = 10
-    return model
+    quantizer = MatMulNBitsQuantizer(model, algo_config=DefaultWeightOnlyQuantConfig(block_size=32, is_symmetric=True))
+    quantizer.process()
+    return quantizer.model.model
 
 
 def test_qkv_becomes_the_attentions_packed_input_and_a_sibling_left_over_stays(tmp_path):
@@ -159,7 +165,9 @@ def test_qkv_becomes_the_attentions_packed_input_and_a_sibling_left_over_stays(t
     assert (records[0]["outcome"], records[0]["rewrites"]) == ("applied", 1)
     attention = next(n for n in packed.graph.node if n.op_type == "GroupQueryAttention")
     assert list(attention.input[1:3]) == ["", ""]
-    assert [n.op_type for n in packed.graph.node].count("MatMul") == 2 and not any(n.op_type == "Split" for n in packed.graph.node)
+    assert [n.op_type for n in model.graph.node].count("MatMulNBits") == 4
+    assert [n.op_type for n in packed.graph.node].count("MatMulNBits") == 2
+    assert not any(n.op_type == "Split" for n in packed.graph.node)
     feeds = {"x": np.random.default_rng(2).standard_normal((1, 6, 64)).astype(np.float32),
              "past_key_0": np.zeros((1, 2, 0, 16), np.float32), "past_value_0": np.zeros((1, 2, 0, 16), np.float32)}
     runs = [ort.InferenceSession(m.SerializeToString(), providers=["CPUExecutionProvider"]).run(None, feeds)

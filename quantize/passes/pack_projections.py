@@ -1,23 +1,26 @@
-"""Pass `pack-projections`: the projections that read one activation (a layer's Q, K and V; its MLP's gate and up)
-as one matrix multiply, for the ONNX Runtime CPU target's KV-cache graphs.
+"""Pass `pack-projections`: the quantized projections that read one activation (a layer's Q, K and V; its MLP's
+gate and up) as one matrix multiply, for the ONNX Runtime CPU target's KV-cache graphs.
 
 Decoding multiplies one row at a time, so each projection is a matrix-vector product whose cost is the weight it
 reads plus a fixed price per kernel: ONNX Runtime quantizes the activation, dispatches to its threads and joins
 them once per node. A Llama-style layer pays that seven times; packed, four (Q/K/V, O, gate/up, down). Measured
-on the first token and decode of samples/llama-40m (bench/generate.py), 2 threads: a packed 512 → 1024 dynamic
-INT8 product takes 7 µs where the three it replaces take 11, and a 512 → 3072 one 15 µs where two 512 → 1536
-take 22 (docs/workloads.md has the model-level figures).
+on samples/llama-40m's shapes, 2 threads: a packed 512 → 1024 dynamic INT8 product takes 7 µs where the three it
+replaces take 11, and a 512 → 3072 one 15 µs where two 512 → 1536 take 22 (docs/workloads.md has the model-level
+figures).
 
 Packing is exact: every quantized form here keeps its scales and zero points per output column (a per-tensor
 scale is repeated across its columns), so the packed product computes each column as its own projection did.
 What it packs, when every member reads the same activation and shares the packing key:
 
-    MatMul(x, W)                        W an initializer [K, N]        packed along N (columns)
     MatMulNBits(x, B, scales[, zp])     same K, bits, block size,      packed along N (B's rows, the
                                         accuracy level                  scales' and zero points' rows)
     MatMulInteger(DynamicQuantizeLinear(x), Wq, x_zp, w_zp) → Cast → Mul(·, x_scale · w_scale)
                                         (ONNX Runtime's dynamic INT8)   packed along N, w_zp and w_scale
                                                                         per column
+
+FP32 MatMuls are left as exported: their time is the weights they read, which packing does not change, and on
+llama-40m (old and new builds alternated in fresh processes, four rounds) packing them made decode 0–13 % faster
+at 2 threads but up to 7 % slower at 1, and prefill 2–3 % slower (the Split's copy).
 
 Three that feed a GroupQueryAttention's query, key and value, in that order, become its packed QKV input (the
 kernel splits it by its head counts); any other group is followed by a Split back into the members' outputs, so
@@ -61,14 +64,6 @@ def _input(node, i: int) -> str:
     return node.input[i] if len(node.input) > i else ""
 
 
-def _matmul(g: GraphIndex, node) -> _Projection | None:
-    weight = g.const(node.input[1])
-    if weight is None or weight.ndim != 2 or not np.issubdtype(weight.dtype, np.floating):
-        return None
-    return _Projection("matmul", node.input[0], node.output[0], [node], ("matmul", str(weight.dtype), weight.shape[0]),
-                       weight.shape[1], {"W": weight})
-
-
 def _nbits(g: GraphIndex, node) -> _Projection | None:
     if node.domain != MS_DOMAIN or _input(node, 4):  # a g_idx reorders K per projection: not packed
         return None
@@ -109,7 +104,7 @@ def _dynamic(g: GraphIndex, node) -> _Projection | None:
                        {"W": weight, **column, "quantizer": quantizer})
 
 
-_READERS = {"MatMul": _matmul, "MatMulNBits": _nbits, "MatMulInteger": _dynamic}
+_READERS = {"MatMulNBits": _nbits, "MatMulInteger": _dynamic}
 
 
 def projections(g: GraphIndex) -> list[_Projection]:
@@ -150,7 +145,8 @@ class PackProjections(GraphPass):
     name = "pack-projections"
     stage = "target"
     works_on = "proto"
-    nothing_matched = "no two projections (MatMul, MatMulNBits or dynamic INT8) of one activation with the same form"
+    nothing_matched = ("no two quantized projections (MatMulNBits, dynamic INT8) of one activation with the same form "
+                       "(FP32 MatMuls are left as exported)")
 
     def __init__(self, inputs: list, dims: dict[str, int]):
         # decided from the project, like group-query-attention: only a generate workload's cache graph, whose
@@ -209,9 +205,6 @@ def _packed(members: list[_Projection], output: str, tag: str) -> tuple[list, li
         return numpy_helper.from_array(np.ascontiguousarray(np.concatenate([m.weights[role] for m in members], axis)),
                                        f"{tag}/{name}")
 
-    if first.kind == "matmul":
-        weight = joined("W", 1, "weight")
-        return [weight], [helper.make_node("MatMul", [first.source, weight.name], [output], name=f"{tag}/MatMul")]
     if first.kind == "nbits":
         inits = {role: joined(role, 0, role) for role in first.weights}
         inputs = [first.source, inits["B"].name, inits["scales"].name, inits["zero_points"].name if "zero_points" in inits
