@@ -107,6 +107,46 @@ def test_a_residual_add_and_its_layer_norm_are_one_kernel_and_a_reshape_moves_no
     assert only["norm"].bytes == 2 * act + 2 * d * 4 + act
 
 
+def test_an_rms_norm_and_a_silu_are_one_kernel_each_as_the_runtimes_fuse_them(tmp_path):
+    """Pow → ReduceMean → Add → Sqrt → Div → Mul(weight) (an RMSNorm after the `rms-norm-division` pass) is one
+    reduce kernel, as ONNX Runtime's SimplifiedLayerNormalization and OpenVINO's RMS run it: x read and the result
+    written once, the weight read. x · Sigmoid(x) is one kernel (QuickGelu, Swish). The Reciprocal form, which ONNX
+    Runtime does not fuse, stays six kernels."""
+    d, rows = 64, 16
+    act = rows * d * 4
+
+    def model(divide: bool):
+        nodes = [helper.make_node("Pow", ["x", "two"], ["sq"], name="pow"),
+                 helper.make_node("ReduceMean", ["sq"], ["ms"], name="mean", axes=[-1], keepdims=1),
+                 helper.make_node("Add", ["ms", "eps"], ["var"], name="eps_add"),
+                 helper.make_node("Sqrt", ["var"], ["rms"], name="sqrt")]
+        if divide:
+            nodes.append(helper.make_node("Div", ["x", "rms"], ["normed"], name="divide"))
+        else:
+            nodes += [helper.make_node("Reciprocal", ["rms"], ["inv"], name="reciprocal"),
+                      helper.make_node("Mul", ["x", "inv"], ["normed"], name="times_inv")]
+        nodes += [helper.make_node("Mul", ["normed", "g"], ["n"], name="scale"),
+                  helper.make_node("Sigmoid", ["n"], ["sig"], name="sigmoid"),
+                  helper.make_node("Mul", ["n", "sig"], ["y"], name="silu")]
+        inits = [helper.make_tensor("g", TensorProto.FLOAT, [d], [1.0] * d),
+                 helper.make_tensor("two", TensorProto.FLOAT, [], [2.0]), helper.make_tensor("eps", TensorProto.FLOAT, [], [1e-6])]
+        graph = helper.make_graph(nodes, "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [rows, d])],
+                                  [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)], inits)
+        m = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+        m.ir_version = 10
+        path = tmp_path / f"{divide}.onnx"
+        onnx.save(m, path)
+        view = GraphView.load(path)
+        return cost_units.of(view, analyze_view(view), None, "fp32")
+
+    fused = {k.name: k for k in model(divide=True)}
+    assert sorted(fused) == ["scale", "silu"]
+    assert fused["scale"].cls == "reduce" and fused["scale"].nodes == 6 and fused["scale"].bytes == act + d * 4 + act
+    assert fused["silu"].nodes == 2 and fused["silu"].bytes == 2 * act
+    written_out = model(divide=False)  # the form ORT leaves as it is
+    assert len(written_out) == 8 and "reciprocal" in {k.name for k in written_out}  # the SiLU still one
+
+
 def test_a_recurrent_cell_reads_its_recurrent_weights_again_every_step_from_the_cache_they_fit(tmp_path):
     import graphs
 

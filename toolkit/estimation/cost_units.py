@@ -203,7 +203,80 @@ def structure(view: GraphView, analysis: Analysis) -> list[Kernel]:
                               (view.size(lead.input[0]) or 0) if lead is not None and group.weighted else 0,
                               _recurrent_weights(view, lead) if cls == "recurrent" and lead is not None else 0,
                               _conv_shape(view, lead) if lead is not None else ()))
-    return _add_norm_fused(view, kernels)
+    return _add_norm_fused(view, _silu_fused(view, _rms_norm_fused(view, kernels)))
+
+
+def _only_reader(view: GraphView, tensor: str, *op_types: str):
+    readers = view.consumers.get(tensor, [])
+    return readers[0] if len(readers) == 1 and readers[0].op_type in op_types and tensor not in view.outputs else None
+
+
+def _rms_norm_chain(view: GraphView, divide) -> list | None:
+    """The nodes of an RMSNorm ending in `divide`, Div(x, Sqrt(Add(ReduceMean(Pow(x, 2) or Mul(x, x)), eps))),
+    with the Mul by its weight after it where there is one; None if `divide` is not such a norm."""
+    if divide.op_type != "Div" or len(divide.input) != 2:
+        return None
+    x = divide.input[0]
+    sqrt = view.producer.get(divide.input[1])
+    add = view.producer.get(sqrt.input[0]) if sqrt is not None and sqrt.op_type == "Sqrt" else None
+    mean = next((view.producer.get(i) for i in add.input if i in view.producer), None) if add is not None and add.op_type == "Add" else None
+    square = view.producer.get(mean.input[0]) if mean is not None and mean.op_type == "ReduceMean" else None
+    if square is None or not ((square.op_type == "Pow" and square.input[0] == x) or
+                              (square.op_type == "Mul" and list(square.input) == [x, x])):
+        return None
+    chain = [square, mean, add, sqrt, divide]
+    if any(_only_reader(view, n.output[0], "ReduceMean", "Add", "Sqrt", "Div") is None for n in chain[:-1]):
+        return None
+    scale = _only_reader(view, divide.output[0], "Mul")
+    if scale is not None and any(view.is_const(i) for i in scale.input):
+        chain.append(scale)
+    return chain
+
+
+def _rms_norm_fused(view: GraphView, kernels: list[Kernel]) -> list[Kernel]:
+    """An RMSNorm written out (Pow → ReduceMean → Add → Sqrt → Div → Mul by its weight, as tiny-lm, Llama and Qwen
+    export after the `rms-norm-division` pass) runs as one kernel on every runtime here: ONNX Runtime's
+    SimplifiedLayerNormalization, OpenVINO's RMS, TensorRT's normalization. Priced as six kernels, each paying its
+    dispatch, a decode step of tiny-lm was predicted 26 % slow (bench/estimator.py --workloads). One reduce kernel:
+    x read and the result written once, the weight read."""
+    index = {k.name: i for i, k in enumerate(kernels)}
+    fused: dict[int, Kernel] = {}
+    dropped: set[int] = set()
+    for node in view.nodes:
+        chain = _rms_norm_chain(view, node) if node.op_type == "Div" else None
+        if chain is None or not all(n.name in index for n in chain):
+            continue
+        x, out = chain[0].input[0], chain[-1].output[0]
+        elements = view.size(x) or 0
+        weight = next((view.size(i) or 0 for i in chain[-1].input if view.is_const(i)), 0) if len(chain) == 6 else 0
+        parts = [kernels[index[n.name]] for n in chain]
+        fused[index[chain[-1].name]] = Kernel(chain[-1].name, "reduce", "fp32", sum(k.flops for k in parts),
+                                              float(elements * view.elem_bytes(x) + weight * 4 +
+                                                    (view.size(out) or 0) * view.elem_bytes(out)),
+                                              sum(k.nodes for k in parts), 1, chain[-1].name)
+        dropped.update(index[n.name] for n in chain[:-1])
+    return [fused.get(i, k) for i, k in enumerate(kernels) if i not in dropped]
+
+
+def _silu_fused(view: GraphView, kernels: list[Kernel]) -> list[Kernel]:
+    """x · Sigmoid(x) (SiLU, as torch exports it) runs as one kernel on every runtime here (ONNX Runtime's
+    QuickGelu, OpenVINO's Swish): x read and the result written once."""
+    index = {k.name: i for i, k in enumerate(kernels)}
+    fused: dict[int, Kernel] = {}
+    dropped: set[int] = set()
+    for node in view.nodes:
+        if node.op_type != "Sigmoid" or node.name not in index:
+            continue
+        mul = _only_reader(view, node.output[0], "Mul")
+        if mul is None or mul.name not in index or sorted(mul.input) != sorted([node.input[0], node.output[0]]):
+            continue
+        x, out = node.input[0], mul.output[0]
+        parts = [kernels[index[node.name]], kernels[index[mul.name]]]
+        fused[index[mul.name]] = replace(parts[1], flops=sum(k.flops for k in parts), nodes=sum(k.nodes for k in parts),
+                                         bytes=float((view.size(x) or 0) * view.elem_bytes(x)
+                                                     + (view.size(out) or 0) * view.elem_bytes(out)))
+        dropped.add(index[node.name])
+    return [fused.get(i, k) for i, k in enumerate(kernels) if i not in dropped]
 
 
 def _add_norm_fused(view: GraphView, kernels: list[Kernel]) -> list[Kernel]:
