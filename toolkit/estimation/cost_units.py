@@ -219,8 +219,9 @@ def _rms_norm_chain(view: GraphView, divide) -> list | None:
     x = divide.input[0]
     sqrt = view.producer.get(divide.input[1])
     add = view.producer.get(sqrt.input[0]) if sqrt is not None and sqrt.op_type == "Sqrt" else None
-    mean = next((view.producer.get(i) for i in add.input if i in view.producer), None) if add is not None and add.op_type == "Add" else None
-    square = view.producer.get(mean.input[0]) if mean is not None and mean.op_type == "ReduceMean" else None
+    mean = (next((p for p in map(view.producer.get, add.input) if p is not None and p.op_type == "ReduceMean"), None)
+            if add is not None and add.op_type == "Add" else None)  # eps may be a Constant node's output
+    square = view.producer.get(mean.input[0]) if mean is not None else None
     if square is None or not ((square.op_type == "Pow" and square.input[0] == x) or
                               (square.op_type == "Mul" and list(square.input) == [x, x])):
         return None
