@@ -19,6 +19,14 @@ from typing import ClassVar, Literal
 from tapeout.core.errors import BadInput
 
 Stage = Literal["export", "method", "target"]
+NOT_A_CACHE_GRAPH = "not a KV-cache graph (no generate workload)"
+
+
+def cache_graph(inputs: Sequence) -> bool:
+    """Whether the project's inputs are a generate workload's cache graph (exporters/generation.py's signature:
+    input_ids and a past per layer): what a target-stage pass for decoding decides from before it loads the model."""
+    names = {spec.name for spec in inputs}
+    return "input_ids" in names and "past_key_0" in names
 
 
 class GraphPass(ABC):

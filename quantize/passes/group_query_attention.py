@@ -28,7 +28,7 @@ from __future__ import annotations
 import numpy as np
 
 from tapeout.core.onnx_graphs import GraphIndex, attribute_ints, drop_unused, static_dims
-from tapeout.quantize.passes.base import GraphPass
+from tapeout.quantize.passes.base import NOT_A_CACHE_GRAPH, GraphPass, cache_graph
 
 MS_DOMAIN = "com.microsoft"
 _HEADS_FIRST = [0, 2, 1, 3]
@@ -136,8 +136,7 @@ class GroupQueryAttention(GraphPass):
     def __init__(self, inputs: list, dims: dict[str, int]):
         # a target-stage pass is made from the project's inputs and dims; a generate workload's graph has
         # input_ids and past_* inputs, and dims["past"] = max_context - 1 (exporters/generation.py)
-        names = {spec.name for spec in inputs}
-        self.cache_graph = "input_ids" in names and "past_key_0" in names and "past" in dims
+        self.cache_graph = cache_graph(inputs) and "past" in dims
         self.max_context = dims.get("past", 0) + 1  # the cos/sin tables' rows: every position the cache holds
 
     def match(self, model) -> list[dict]:
@@ -223,7 +222,7 @@ class GroupQueryAttention(GraphPass):
 
     def precondition(self, model) -> str | None:
         """Decided from the project alone (the compile step asks before it loads the model)."""
-        return None if self.cache_graph else "not a KV-cache graph (no generate workload)"
+        return None if self.cache_graph else NOT_A_CACHE_GRAPH
 
     def postcondition(self, model) -> str | None:
         left = sum(1 for n in model.graph.node if n.op_type == "Softmax")

@@ -35,7 +35,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from tapeout.core.onnx_graphs import GraphIndex, drop_unused
-from tapeout.quantize.passes.base import GraphPass
+from tapeout.quantize.passes.base import NOT_A_CACHE_GRAPH, GraphPass, cache_graph
 
 MS_DOMAIN = "com.microsoft"
 _FLOAT = 1  # TensorProto.FLOAT
@@ -151,12 +151,11 @@ class PackProjections(GraphPass):
     def __init__(self, inputs: list, dims: dict[str, int]):
         # decided from the project, like group-query-attention: only a generate workload's cache graph, whose
         # one-row decode pays the per-kernel price this saves (exporters/generation.py's signature)
-        names = {spec.name for spec in inputs}
-        self.cache_graph = "input_ids" in names and "past_key_0" in names
+        self.cache_graph = cache_graph(inputs)
         self.packed: dict[str, int] = {}  # packed output -> the width it must have
 
     def precondition(self, model) -> str | None:
-        return None if self.cache_graph else "not a KV-cache graph (no generate workload)"
+        return None if self.cache_graph else NOT_A_CACHE_GRAPH
 
     def match(self, model) -> list:
         return _groups(GraphIndex(model.graph))

@@ -256,7 +256,7 @@ def _rms_norm_fused(view: GraphView, kernels: list[Kernel]) -> list[Kernel]:
                                                     (view.size(out) or 0) * view.elem_bytes(out)),
                                               sum(k.nodes for k in parts), 1, chain[-1].name)
         dropped.update(index[n.name] for n in chain[:-1])
-    return [fused.get(i, k) for i, k in enumerate(kernels) if i not in dropped]
+    return _replaced(kernels, fused, dropped)
 
 
 def _silu_fused(view: GraphView, kernels: list[Kernel]) -> list[Kernel]:
@@ -277,6 +277,11 @@ def _silu_fused(view: GraphView, kernels: list[Kernel]) -> list[Kernel]:
                                          bytes=float((view.size(x) or 0) * view.elem_bytes(x)
                                                      + (view.size(out) or 0) * view.elem_bytes(out)))
         dropped.add(index[node.name])
+    return _replaced(kernels, fused, dropped)
+
+
+def _replaced(kernels: list[Kernel], fused: dict[int, Kernel], dropped: set[int]) -> list[Kernel]:
+    """`kernels` with the fused kernels in place of the ones at their index and the dropped ones gone."""
     return [fused.get(i, k) for i, k in enumerate(kernels) if i not in dropped]
 
 
@@ -301,7 +306,7 @@ def _add_norm_fused(view: GraphView, kernels: list[Kernel]) -> list[Kernel]:
         fused[index[node.name]] = replace(norm_k, flops=norm_k.flops + add_k.flops, bytes=max(moved, 0),
                                           nodes=norm_k.nodes + add_k.nodes)
         dropped.add(index[add.name])
-    return [fused.get(i, k) for i, k in enumerate(kernels) if i not in dropped]
+    return _replaced(kernels, fused, dropped)
 
 
 def at_precision(kernels: list[Kernel], plan: dict | None, default_precision: str) -> list[Kernel]:
