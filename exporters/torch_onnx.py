@@ -105,8 +105,8 @@ def _dynamic_shapes(module, inputs: list[InputSpec]):
     per_input = tuple({axis: dim for axis, dim in enumerate(spec.shape) if isinstance(dim, str)} or None for spec in inputs)
     params = [p for p in inspect.signature(module.forward).parameters.values()]
     star = next((i for i, p in enumerate(params) if p.kind is inspect.Parameter.VAR_POSITIONAL), None)
-    if star is not None:  # forward(a, *rest): torch.export wants the shapes nested as the arguments are
-        return (*per_input[:star], per_input[star:])
+    if star is not None and len(per_input) > star:  # forward(a, *rest) given rest: torch.export wants the shapes
+        return (*per_input[:star], per_input[star:])  # nested as the arguments are (none given: nothing to nest)
     return per_input
 
 
