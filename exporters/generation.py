@@ -10,7 +10,15 @@ A user module follows this signature (samples/tiny-lm/model.py is one):
     forward(input_ids) -> logits           (no past: the plain forward over the whole sequence)
     module.generation = {"layers": L, "kv_heads": H, "head_dim": D, "vocab": V, "max_context": C}
 
-Positions are past_len .. past_len + seq - 1. A Hugging Face causal LM (transformers' Llama, Qwen, Phi, Gemma,
+Positions are past_len .. past_len + seq - 1. For a runtime that pads prompts to static shapes and masks the padding
+itself (OpenVINO's NPU pipeline) the graph also takes the positions and the mask (core/decoding.py); a user module
+serves it by accepting them as keywords:
+
+    forward(input_ids, *past, attention_mask=None, position_ids=None)
+        attention_mask  int64 [batch, past_len + seq], 0 where a position is padding
+        position_ids    int64 [batch, seq]
+
+A Hugging Face causal LM (transformers' Llama, Qwen, Phi, Gemma,
 GPT-2 classes) is wrapped into the same signature around transformers' own DynamicCache. tapeout exports one
 graph for prefill and decode (core/decoding.py names its inputs and outputs) with logits for the last position
 only, and verifies it against torch by greedy decoding several prompts and comparing every step's logits with
@@ -25,7 +33,15 @@ from pathlib import Path
 
 import numpy as np
 
-from tapeout.core.decoding import INPUT_IDS, LOGITS, CacheLayout, feed_back, greedy
+from tapeout.core.decoding import (
+    ATTENTION_MASK,
+    INPUT_IDS,
+    LOGITS,
+    POSITION_IDS,
+    CacheLayout,
+    feed_back,
+    greedy,
+)
 from tapeout.core.errors import BadInput, ExportMismatch, user_code
 from tapeout.core.schemas import GenerateWorkload, InputSpec, Project
 
@@ -34,17 +50,27 @@ FIX_SIGNATURE = ("follow the generation signature in the docs (docs/workloads.md
                  "(logits, *present) and module.generation = {layers, kv_heads, head_dim, vocab, max_context}")
 
 
-def decoder_of(module, source: str):
+def decoder_of(module, source: str, masked: bool = False, target: str = ""):
     """The decoder in the generation signature: a user module as it is; a Hugging Face causal LM wrapped around
-    transformers' cache (exporters/hf.py)."""
-    if not getattr(module, "hugging_face", False):
-        return module
-    from tapeout.exporters import hf
+    transformers' cache (exporters/hf.py). `masked`: the target feeds the mask and the positions, so the module must
+    take them."""
+    if getattr(module, "hugging_face", False):
+        from tapeout.exporters import hf
 
-    return hf.decoder(module.inner, source)
+        return hf.decoder(module.inner, source)
+    if masked:
+        import inspect
+
+        parameters = inspect.signature(module.forward).parameters
+        if not {ATTENTION_MASK, POSITION_IDS} <= set(parameters):
+            raise BadInput(f"target '{target}' pads prompts to static shapes and feeds attention_mask and position_ids, "
+                           f"and [model] source {source} takes neither",
+                           fix="add the keywords attention_mask=None, position_ids=None to its forward "
+                               "(docs/workloads.md), or use a target with dynamic shapes")
+    return module
 
 
-def layout_of(module, workload: GenerateWorkload, source: str) -> CacheLayout:
+def layout_of(module, workload: GenerateWorkload, source: str, masked: bool = False) -> CacheLayout:
     """The decoder's cache layout from its `generation` attribute (a user module) or its config (Hugging Face)."""
     config = getattr(module, "generation", None)
     if not isinstance(config, dict):
@@ -59,11 +85,13 @@ def layout_of(module, workload: GenerateWorkload, source: str) -> CacheLayout:
         raise BadInput(f"[workload] max_context = {workload.max_context} is longer than the model's own context "
                        f"({layout.max_context} tokens, from {source})",
                        fix=f"set [workload] max_context <= {layout.max_context} and shorten prompt_lengths/new_tokens")
-    return CacheLayout(layout.layers, layout.kv_heads, layout.head_dim, layout.vocab, workload.max_context)
+    return CacheLayout(layout.layers, layout.kv_heads, layout.head_dim, layout.vocab, workload.max_context,
+                       masked=masked, max_prompt=workload.longest_prompt)
 
 
-def cache_graph(decoder):
-    """The module exported: the decoder's step with logits for the last position only (all that decoding reads)."""
+def cache_graph(decoder, masked: bool = False):
+    """The module exported: the decoder's step with logits for the last position only (all that decoding reads);
+    `masked`, with the mask and the positions as inputs after the token ids."""
     import torch
 
     class CacheGraph(torch.nn.Module):
@@ -75,7 +103,12 @@ def cache_graph(decoder):
             logits, *present = self.inner(input_ids, *past)
             return (logits[:, -1:, :], *present)
 
-    return CacheGraph(decoder).eval()
+    class MaskedCacheGraph(CacheGraph):
+        def forward(self, input_ids, attention_mask, position_ids, *past):
+            logits, *present = self.inner(input_ids, *past, attention_mask=attention_mask, position_ids=position_ids)
+            return (logits[:, -1:, :], *present)
+
+    return (MaskedCacheGraph if masked else CacheGraph)(decoder).eval()
 
 
 def graph_inputs(spec: InputSpec, layout: CacheLayout) -> list[InputSpec]:
@@ -84,7 +117,13 @@ def graph_inputs(spec: InputSpec, layout: CacheLayout) -> list[InputSpec]:
                     dtype="int64", range=(0, layout.vocab - 1))
     cache = [InputSpec(name=n, shape=[ids.shape[0], layout.kv_heads, "past", layout.head_dim], dtype=layout.dtype)
              for n in layout.past()]
-    return [ids, *cache]
+    if not layout.masked:
+        return [ids, *cache]
+    # what random samples of them hold is what decoding feeds: every position real, positions within the context
+    mask = InputSpec(name=ATTENTION_MASK, shape=[ids.shape[0], "context"], dtype="int64", range=(1, 1))
+    positions = InputSpec(name=POSITION_IDS, shape=[ids.shape[0], "seq"], dtype="int64",
+                          range=(0, layout.max_context - 1))
+    return [ids, mask, positions, *cache]
 
 
 def graph_project(project: Project, layout: CacheLayout) -> Project:
@@ -94,13 +133,14 @@ def graph_project(project: Project, layout: CacheLayout) -> Project:
     assert isinstance(workload, GenerateWorkload)
     inputs = graph_inputs(project.inputs[0], layout)
     batch_dim = inputs[0].shape[0]
-    dims = {**project.dims, batch_dim: workload.batch, "seq": 1, "past": workload.max_context - 1}
+    dims = {**project.dims, batch_dim: workload.batch, "seq": 1, "past": workload.max_context - 1,
+            **({"context": workload.max_context} if layout.masked else {})}
     return project.model_copy(update={"inputs": inputs, "dims": dims, "calibration": None})
 
 
 def export_dims(graph: Project) -> dict[str, int]:
     """Small shapes to trace and spot-check the export at (the verification by decoding covers real lengths)."""
-    return {**graph.dims, "seq": 3, "past": 5}
+    return {**graph.dims, "seq": 3, "past": 5, **({"context": 8} if "context" in graph.dims else {})}
 
 
 @dataclass
@@ -120,7 +160,7 @@ def torch_step(graph_module, layout: CacheLayout) -> Callable:
     """The torch cache graph as a one-step callable on feeds named as the ONNX graph's (core/decoding.py's loops)."""
     import torch
 
-    names = [INPUT_IDS, *layout.past()]
+    names = layout.inputs()
 
     def step(feeds):
         args = [torch.from_numpy(np.ascontiguousarray(feeds[n])) for n in names]
@@ -151,7 +191,7 @@ def verify(decoder, onnx_path: Path, layout: CacheLayout, prompts: list[np.ndarr
     worst, ties = 0.0, 0
     for p, prompt in enumerate(prompts):
         ids = prompt[None].astype(np.int64)
-        out = onnx_step({INPUT_IDS: ids, **layout.empty_past(1)})
+        out = onnx_step(layout.feeds(ids, layout.empty_past(1)))
         for t in range(tokens):
             with torch.inference_mode(), user_code("the decoder's plain forward (no cache)"):
                 full = decoder(torch.from_numpy(ids))
@@ -175,7 +215,7 @@ def verify(decoder, onnx_path: Path, layout: CacheLayout, prompts: list[np.ndarr
                 token = int(ref[0].argmax())  # follow the reference so the comparison stays on its sequence
             ids = np.concatenate([ids, [[token]]], axis=1)
             if t + 1 < tokens:
-                out = onnx_step({INPUT_IDS: ids[:, -1:], **feed_back(layout, out)})
+                out = onnx_step(layout.feeds(ids[:, -1:], feed_back(layout, out)))
     return Verification(len(prompts), tokens, worst, ties)
 
 
@@ -217,8 +257,8 @@ def decode_feeds(step: Callable, layout: CacheLayout, sequences: list[np.ndarray
     feeds = []
     for seq in sequences:
         ids = np.repeat(seq[None].astype(np.int64), batch, axis=0)
-        out = step({INPUT_IDS: ids[:, :-1], **layout.empty_past(batch)})
-        feeds.append({INPUT_IDS: ids[:, -1:], **feed_back(layout, out)})
+        out = step(layout.feeds(ids[:, :-1], layout.empty_past(batch)))
+        feeds.append(layout.feeds(ids[:, -1:], feed_back(layout, out)))
     return feeds
 
 

@@ -119,7 +119,8 @@ def decoder(model, source: str):
 
     class HuggingFaceDecoder(torch.nn.Module):
         """The causal LM with its KV cache as tensors: past → DynamicCache → the model → present, positions
-        past_len … past_len + seq - 1 (the causal mask transformers derives from them)."""
+        past_len … past_len + seq - 1 (the causal mask transformers derives from them) unless given, with the
+        padding mask where given."""
 
         def __init__(self, inner) -> None:
             super().__init__()
@@ -127,16 +128,20 @@ def decoder(model, source: str):
             self.config = inner.config  # the model_type and architectures back the graph's family evidence
             self.generation = layout
 
-        def forward(self, input_ids, *past):
+        def forward(self, input_ids, *past, attention_mask=None, position_ids=None):
             if not past:
                 return self.inner(input_ids=input_ids, use_cache=False, return_dict=True).logits
             cache = DynamicCache()
             for layer in range(len(past) // 2):
                 cache.update(past[2 * layer], past[2 * layer + 1], layer)
-            start = past[0].shape[2]
-            positions = torch.arange(start, start + input_ids.shape[1], device=input_ids.device)
-            out = self.inner(input_ids=input_ids, position_ids=positions.unsqueeze(0).expand(input_ids.shape[0], -1),
-                             use_cache=True, return_dict=True, **{cache_arg: cache}, **last_only)
+            if position_ids is None:
+                start = past[0].shape[2]
+                positions = torch.arange(start, start + input_ids.shape[1], device=input_ids.device)
+                position_ids = positions.unsqueeze(0).expand(input_ids.shape[0], -1)
+            # a mask given (a static-shape runtime pads): transformers combines it with the causal mask
+            masked = {} if attention_mask is None else {"attention_mask": attention_mask}
+            out = self.inner(input_ids=input_ids, position_ids=position_ids, use_cache=True, return_dict=True,
+                             **masked, **{cache_arg: cache}, **last_only)
             present = []
             for layer in getattr(out, cache_arg).layers:
                 present += [layer.keys, layer.values]

@@ -81,7 +81,8 @@ BUILT_IN: dict[str, TargetInfo] = {
         capabilities=Capabilities(precisions={"int8": ("int8", "fp32"), "int4": ("int4", "int8-weight", "fp32"),
                                               "fp32": ("fp32",)}, rules="ov-integer",
                                   meters=("rss", "rapl"), op_profiler="OpenVINO PERF_COUNT (per-node real time)",
-                                  # generate: the stateful model (the cache in the plugin's state)
+                                  # generate: the stateful model (the cache in the plugin's state); on the NPU the
+                                  # plugin's static-shape LLM pipeline (NPUW_LLM), prompts padded to max_prompt
                                   workloads=("forward", "generate", "stream")),
     ),
     "executorch": TargetInfo(

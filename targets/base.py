@@ -239,9 +239,9 @@ class CachedDecoder:
         return self._call(ids, self._past)
 
     def _call(self, ids: np.ndarray, past: dict[str, np.ndarray]) -> np.ndarray:
-        from tapeout.core.decoding import INPUT_IDS, LOGITS, feed_back
+        from tapeout.core.decoding import LOGITS, feed_back
 
-        out = self._run({INPUT_IDS: ids, **past})
+        out = self._run(self.layout.feeds(ids, past))
         self._past = feed_back(self.layout, out)
         return out[LOGITS][:, -1]
 
@@ -333,6 +333,19 @@ class Target(ABC):
         captured graph that replays one shape, for a cache that grows), or None. Asked before any work."""
         return None
 
+    def pads_prompts(self) -> bool:
+        """Whether this target, with its options, decodes through a runtime compiled to static shapes that pads each
+        prompt and masks the padding (OpenVINO's NPU pipeline): then a generate workload's cache graph takes
+        attention_mask and position_ids (core/decoding.py). Default: no, positions follow from the cache."""
+        return False
+
+    def scorer(self) -> Target | None:
+        """Where the sensitivity loop scores a generate workload's candidates when this target's runtime runs no single
+        call of the cache graph (a static-shape pipeline that `pads_prompts`): another target on this host that runs
+        the same artifact with dynamic shapes. The built artifact is still judged on this target's own loop. Default:
+        none needed."""
+        return None
+
     def lint(self, model_path: Path, inputs: list[InputSpec], dims: dict[str, int]) -> list[LintIssue]:
         """Problems this target would hit, naming nodes. Default: the ONNX checks every target needs."""
         from tapeout.targets import onnx_lint
@@ -365,7 +378,7 @@ class Target(ABC):
 
 
 HOOKS = frozenset({"probe", "compile", "compile_program", "session", "limits", "preflight", "lint", "prepare", "build_engine",
-                   "instrument", "op_profile", "emulated", "workload_problem"})
+                   "instrument", "op_profile", "emulated", "workload_problem", "pads_prompts", "scorer"})
 
 __all__ = ["HOOKS", "PROFILING_DIR", "CachedDecoder", "Capabilities", "EngineBuild", "LintIssue", "OpProfile", "OpTime",
            "Probe", "RuntimeLimits", "Session", "StateCarrier", "Target", "TargetUnavailable", "warm_up"]

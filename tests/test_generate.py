@@ -549,6 +549,8 @@ def test_a_decoder_without_the_generation_signature_is_refused(tmp_path):
     ('kind = "generate"\nmax_context = 128', "prompt_lengths"),
     ('kind = "generation"\nprompt_lengths = [16]\nmax_context = 128', "workload"),
     ('kind = "generate"\nprompt_lengths = [16]\nmax_context = 128\nnew_tokns = 3', "new_tokns"),
+    ('kind = "generate"\nprompt_lengths = [16, 64]\nmax_context = 128\nmax_prompt = 32',
+     "max_prompt = 32 must hold the longest prompt measured (64)"),
 ])
 def test_bad_workload_fields_are_one_line(tmp_path, text, expect):
     line = refused_build(tmp_path, _project(tmp_path, text))
@@ -588,3 +590,93 @@ def test_an_onnx_source_cannot_be_generated(tmp_path):
     line = refused_build(tmp_path, project)
     assert "is ONNX" in line and "torch decoder" in line
 
+
+
+# ---------------------------------------------------------------- the NPU's static-shape pipeline (OpenVINO NPUW_LLM)
+
+NPU_ON_CPU = ('extends = "{base}"\n[options]\nnpuw_devices = "CPU"\n{extra}[check]\niterations = 30\nrepeats = 1\n'
+              'warmup_min_s = 0.05\nop_profile = false\n')
+
+
+def _npu_profile(tmp_path, base: str = "openvino-npu", extra: str = ""):
+    profile = tmp_path / f"npu-{base}.toml"
+    profile.write_text(NPU_ON_CPU.format(base=base, extra=extra))
+    return profile
+
+
+@pytest.mark.slow
+def test_the_npu_pipeline_decodes_a_hugging_face_llama_padded_to_static_shapes(tmp_path):
+    """openvino-npu with npuw_devices = "CPU": the NPU plugin's own LLM pipeline (static prefill padded to 64 tokens,
+    static one-token model over the cache) runs here on the CPU. The cache graph takes the mask and the positions;
+    every greedy token of torch is reproduced through the padded prefill (FP16 there: a float32 mask fill would be
+    -inf and NaN the padded rows), the build is marked emulated, and `check` replays it."""
+    import onnx
+
+    project = _hf_project(tmp_path, "llama16")
+    out = tmp_path / "b"
+    result = run_cli("build", project, "--profile", _npu_profile(tmp_path), "--out", out, "--json")
+    assert result.code == 0, result.err + result.out
+    report = result.json()
+    graph = onnx.load(out / "export" / "model.onnx", load_external_data=False).graph
+    assert [i.name for i in graph.input][:3] == ["input_ids", "attention_mask", "position_ids"]
+    workload = report["workload"]
+    assert workload["agreement"]["share"] == 1.0 and workload["layout"]["masked"] is True
+    assert workload["layout"]["max_prompt"] == 24
+    assert any("NPUW_LLM" in n and "static prefill of 64 tokens" in n and "128-token cache" in n
+               for n in workload["notes"]), workload["notes"]
+    assert report["artifact"]["meta"]["npuw_devices"] == "CPU" and report["artifact"]["meta"]["pinned_shapes"] is False
+    check = run_cli("check", out, "--json")
+    assert check.code == 0, check.err + check.out
+    assert check.json()["workload"]["agreement"]["share"] == 1.0
+
+
+@pytest.mark.slow
+def test_tiny_lm_int4_keeps_its_perplexity_through_the_npu_pipelines_own_loop(tmp_path):
+    """A user module in the masked signature (tiny-lm takes attention_mask and position_ids as keywords), NNCF INT4
+    (symmetric, groups of 64), perplexity scored through the pipeline's decode loop, each window started over an
+    empty cache (a one-token start would otherwise continue the last window: 32.7 instead of 4.16)."""
+    profile = _npu_profile(tmp_path, "openvino-npu-int4", "[budgets]\naccuracy_max_rel_drop = 0.01\n"
+                           "[quantization]\nblock_size = 64\n")
+    out = tmp_path / "b"
+    result = run_cli("build", TINY, "--profile", profile, "--out", out, "--json")
+    assert result.code == 0, result.err + result.out
+    report = result.json()
+    assert report["accuracy"]["reference"] == pytest.approx(4.149, abs=0.01)
+    assert report["accuracy"]["artifact"] < 4.149 * 1.01
+    assert "decode loop" in report["accuracy"]["where"]
+    assert "OpenVINO CPU" in report["quantization"]["evaluated_on"]
+
+
+def test_the_npu_pipeline_sizes_its_static_shapes_to_hold_max_context():
+    from tapeout.core.decoding import CacheLayout
+    from tapeout.targets.ov import npu_static_sizes
+
+    def sizes(prompt, context):
+        return npu_static_sizes(CacheLayout(2, 2, 16, 128, context, max_prompt=prompt))
+
+    # both parts round up to 64 tokens; the cache holds one token fewer than its size
+    assert sizes(24, 64) == (64, 128)
+    assert sizes(128, 256) == (128, 320)
+    assert sizes(64, 128) == (64, 192)
+
+
+def test_a_generate_workload_for_the_npu_without_its_driver_exits_4(tmp_path):
+    result = run_cli("build", _project(tmp_path), "--profile", "openvino-npu-int4", "--out", tmp_path / "b")
+    assert result.code == 4, result.err + result.out
+    assert not (tmp_path / "b").exists()
+    assert "NPU driver" in one_line_error(result)
+
+
+def test_a_module_without_the_mask_keywords_cannot_decode_on_the_npu_pipeline(tmp_path):
+    plain = ("import torch\n\nclass Plain(torch.nn.Module):\n    def __init__(self):\n        super().__init__()\n"
+             "        self.generation = {'layers': 1, 'kv_heads': 1, 'head_dim': 4, 'vocab': 256, 'max_context': 128}\n\n"
+             "    def forward(self, input_ids, *past):\n        return input_ids\n\ndef build():\n    return Plain()\n")
+    project = _project(tmp_path, model=plain, source="big.py:build")
+    line = refused_build(tmp_path, project, "--profile", _npu_profile(tmp_path))
+    assert "feeds attention_mask and position_ids" in line and "attention_mask=None, position_ids=None" in line
+
+
+def test_the_npu_pipeline_refuses_a_batch(tmp_path):
+    project = _project(tmp_path, 'kind = "generate"\nprompt_lengths = [16]\nmax_context = 128\nbatch = 2')
+    line = refused_build(tmp_path, project, "--profile", _npu_profile(tmp_path))
+    assert "pads one prompt at a time" in line and "[workload] batch = 2" in line

@@ -43,7 +43,7 @@ class Block(nn.Module):
         self.up_proj = nn.Linear(WIDTH, HIDDEN, bias=False)
         self.down_proj = nn.Linear(HIDDEN, WIDTH, bias=False)
 
-    def forward(self, x: torch.Tensor, past_k: torch.Tensor, past_v: torch.Tensor):
+    def forward(self, x: torch.Tensor, past_k: torch.Tensor, past_v: torch.Tensor, keep: torch.Tensor | None = None):
         b, t, _ = x.shape
         h = self.attn_norm(x)
         q, k, v = (p(h).view(b, t, HEADS, WIDTH // HEADS).transpose(1, 2) for p in (self.q_proj, self.k_proj, self.v_proj))
@@ -51,6 +51,8 @@ class Block(nn.Module):
         start = past_k.shape[2]
         # query i sits at position start + i and sees keys 0 .. start + i
         visible = torch.arange(k.shape[2])[None, :] <= torch.arange(start, start + t)[:, None]
+        if keep is not None:  # and no key a padding mask drops
+            visible = visible & keep
         scores = (q @ k.transpose(-2, -1)) * (WIDTH // HEADS) ** -0.5
         attn = torch.softmax(scores.masked_fill(~visible, float("-inf")), dim=-1) @ v
         x = x + self.o_proj(attn.transpose(1, 2).reshape(b, t, WIDTH))
@@ -70,16 +72,22 @@ class TinyLM(nn.Module):
         self.norm = RMSNorm(WIDTH)
         self.lm_head = nn.Linear(WIDTH, VOCAB, bias=False)
 
-    def forward(self, input_ids: torch.Tensor, *past: torch.Tensor):
+    def forward(self, input_ids: torch.Tensor, *past: torch.Tensor, attention_mask: torch.Tensor | None = None,
+                position_ids: torch.Tensor | None = None):
+        """The generation signature (docs/workloads.md); the mask and the positions are given only by a runtime that
+        pads prompts to static shapes (OpenVINO's NPU pipeline), else positions follow the cache's length."""
         b, t = input_ids.shape
         cached = bool(past)
         if not cached:
             past = tuple(torch.zeros(b, HEADS, 0, WIDTH // HEADS) for _ in range(2 * LAYERS))
         start = past[0].shape[2]
-        x = self.embed(input_ids) + self.positions(torch.arange(start, start + t, device=input_ids.device))
+        if position_ids is None:
+            position_ids = torch.arange(start, start + t, device=input_ids.device)[None]
+        x = self.embed(input_ids) + self.positions(position_ids)
+        keep = None if attention_mask is None else attention_mask.bool()[:, None, None, :]
         present = []
         for i, block in enumerate(self.blocks):
-            x, k, v = block(x, past[2 * i], past[2 * i + 1])
+            x, k, v = block(x, past[2 * i], past[2 * i + 1], keep)
             present += [k, v]
         logits = self.lm_head(self.norm(x))
         return (logits, *present) if cached else logits

@@ -7,6 +7,10 @@ The graph (exporters/generation.py makes it):
     outputs  logits [batch, 1, vocab] (the last position: all that decoding reads), present_key_i, present_value_i
              [batch, kv_heads, past + seq, head_dim]
 Positions are past .. past + seq - 1; one graph serves prefill (past = 0) and decode (seq = 1).
+
+A masked graph (for a runtime that pads to static shapes and masks the padding itself: OpenVINO's NPU pipeline)
+also takes attention_mask [batch, past + seq] int64 (1: a real token) and position_ids [batch, seq] int64, after
+input_ids; the loops here feed them as ones and past .. past + seq - 1.
 """
 
 from __future__ import annotations
@@ -20,6 +24,8 @@ Feeds = dict[str, np.ndarray]
 Step = Callable[[Feeds], dict[str, np.ndarray]]
 
 INPUT_IDS = "input_ids"
+ATTENTION_MASK = "attention_mask"
+POSITION_IDS = "position_ids"
 LOGITS = "logits"
 
 
@@ -31,6 +37,25 @@ class CacheLayout:
     vocab: int
     max_context: int
     dtype: str = "float32"
+    masked: bool = False     # the graph takes attention_mask and position_ids (module docstring)
+    max_prompt: int = 0      # the longest prompt a static-shape runtime is compiled for ([workload] max_prompt)
+
+    def inputs(self) -> list[str]:
+        return [INPUT_IDS, *((ATTENTION_MASK, POSITION_IDS) if self.masked else ()), *self.past()]
+
+    def positions(self, batch: int, past: int, seq: int) -> Feeds:
+        """A masked graph's attention_mask and position_ids for `seq` new tokens after `past` cached ones; none
+        for the plain graph (it derives positions from the cache's length)."""
+        if not self.masked:
+            return {}
+        return {ATTENTION_MASK: np.ones((batch, past + seq), np.int64),
+                POSITION_IDS: np.repeat(np.arange(past, past + seq, dtype=np.int64)[None], batch, axis=0)}
+
+    def feeds(self, ids: np.ndarray, past: Feeds) -> Feeds:
+        """One call's inputs: the token ids, the positions where the graph takes them, and the cache."""
+        ids = np.asarray(ids).astype(np.int64)
+        length = past[self.past()[0]].shape[2]
+        return {INPUT_IDS: ids, **self.positions(ids.shape[0], length, ids.shape[1]), **past}
 
     def past(self) -> list[str]:
         return [f"past_{kind}_{i}" for i in range(self.layers) for kind in ("key", "value")]
@@ -53,15 +78,18 @@ class CacheLayout:
 
     @classmethod
     def from_json(cls, data: dict) -> CacheLayout:
-        return cls(**{k: data[k] for k in ("layers", "kv_heads", "head_dim", "vocab", "max_context", "dtype")})
+        return cls(**{k: data[k] for k in ("layers", "kv_heads", "head_dim", "vocab", "max_context", "dtype")},
+                   masked=bool(data.get("masked", False)), max_prompt=int(data.get("max_prompt", 0)))
 
 
-def graph_layout(inputs: list, max_context: int) -> CacheLayout:
-    """The layout of a cache graph read off its input specs (exporters/generation.graph_inputs made them)."""
+def graph_layout(inputs: list, workload) -> CacheLayout:
+    """The layout of a cache graph read off its input specs (exporters/generation.graph_inputs made them), sized
+    by the generate workload."""
     past = [s for s in inputs if s.name.startswith("past_")]
     ids = next(s for s in inputs if s.name == INPUT_IDS)
     return CacheLayout(layers=len(past) // 2, kv_heads=past[0].shape[1], head_dim=past[0].shape[3],
-                       vocab=int(ids.range[1]) + 1, max_context=max_context, dtype=past[0].dtype)
+                       vocab=int(ids.range[1]) + 1, max_context=workload.max_context, dtype=past[0].dtype,
+                       masked=any(s.name == ATTENTION_MASK for s in inputs), max_prompt=workload.longest_prompt)
 
 
 def feed_back(layout: CacheLayout, outputs: dict[str, np.ndarray]) -> Feeds:
@@ -71,13 +99,13 @@ def feed_back(layout: CacheLayout, outputs: dict[str, np.ndarray]) -> Feeds:
 
 def greedy(step: Step, layout: CacheLayout, prompt: np.ndarray, new_tokens: int) -> np.ndarray:
     """Greedy continuation [batch, new_tokens] of `prompt` [batch, length]: prefill, then one token per call."""
-    out = step({INPUT_IDS: prompt.astype(np.int64), **layout.empty_past(prompt.shape[0])})
+    out = step(layout.feeds(prompt, layout.empty_past(prompt.shape[0])))
     tokens = []
     for i in range(new_tokens):
         token = out[LOGITS][:, -1].argmax(-1).astype(np.int64)[:, None]
         tokens.append(token)
         if i + 1 < new_tokens:
-            out = step({INPUT_IDS: token, **feed_back(layout, out)})
+            out = step(layout.feeds(token, feed_back(layout, out)))
     return np.concatenate(tokens, axis=1)
 
 
@@ -90,10 +118,27 @@ def teacher_forced(step: Step, layout: CacheLayout) -> Callable[[Feeds], dict[st
         past = layout.empty_past(ids.shape[0])
         logits = []
         for t in range(ids.shape[1]):
-            out = step({INPUT_IDS: ids[:, t:t + 1], **past})
+            out = step(layout.feeds(ids[:, t:t + 1], past))
             logits.append(out[LOGITS][:, -1])
             past = feed_back(layout, out)
         return {LOGITS: np.stack(logits, axis=1)}
+
+    return predict
+
+
+def teacher_forced_loop(decoder) -> Callable[[Feeds], dict[str, np.ndarray]]:
+    """The same predict through a runtime's own decode loop (a targets.base.CachedDecoder): its first token
+    prefilled, each next one a step. For a runtime that runs no single call of the cache graph on its own (OpenVINO's
+    NPU pipeline compiles its prefill and decode shapes, nothing else)."""
+
+    def predict(feeds: Feeds) -> dict[str, np.ndarray]:
+        ids = np.asarray(feeds[INPUT_IDS]).astype(np.int64)
+        rows = []
+        for row in ids:
+            logits = [decoder.prefill(row[None, :1])]
+            logits += [decoder.step(row[None, t:t + 1]) for t in range(1, ids.shape[1])]
+            rows.append(np.concatenate(logits, axis=0))
+        return {LOGITS: np.stack(rows)}
 
     return predict
 

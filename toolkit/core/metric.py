@@ -14,14 +14,17 @@ from tapeout.core.schemas import Project
 Predict = Callable[[Feeds], dict[str, np.ndarray]]
 
 
-def evaluate(project: Project, predict: Predict) -> float:
-    """The project's metric for one model: its callable receives `predict(feeds) -> outputs`."""
+def evaluate(project: Project, predict: Predict, through_cache: bool = True) -> float:
+    """The project's metric for one model: its callable receives `predict(feeds) -> outputs`. For a generate workload
+    `predict` is one call of the cache graph, run through the cache here, unless `through_cache` is False (it returns
+    every position's logits itself: core/decoding.teacher_forced_loop)."""
     assert project.evaluation is not None
     ref = project.evaluation.metric
-    if project.workload.kind == "generate":  # the metric sees full-sequence logits, computed through the cache
+    # the metric sees full-sequence logits, computed through the cache
+    if project.workload.kind == "generate" and through_cache:
         from tapeout.core.decoding import graph_layout, teacher_forced
 
-        predict = teacher_forced(predict, graph_layout(project.inputs, project.workload.max_context))
+        predict = teacher_forced(predict, graph_layout(project.inputs, project.workload))
     from tapeout.core.user_code import resolve_callable
 
     metric = resolve_callable(ref, project.root, "[evaluation] metric")

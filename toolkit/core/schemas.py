@@ -134,6 +134,9 @@ class GenerateWorkload(_Strict):
     agreement_tokens: int | None = Field(None, ge=1, le=65_536, description="greedy tokens compared per prompt "
                                          "(default: new_tokens)")
     trials: int = Field(5, ge=1, le=1000, description="generations per prompt length in each measuring process")
+    max_prompt: int | None = Field(None, ge=1, le=MAX_CONTEXT, description="the longest prompt the deployment accepts, "
+                                   "for a runtime compiled to static shapes (OpenVINO's NPU pipeline pads every "
+                                   "prompt to it); default: the longest of prompt_lengths")
 
     @field_validator("prompt_lengths")
     @classmethod
@@ -151,7 +154,15 @@ class GenerateWorkload(_Strict):
             raise ValueError(f"prompt of {max(self.prompt_lengths)} tokens + {max(self.new_tokens, self.agreement_tokens or 0)} "
                              f"new tokens = {longest} is longer than max_context = {self.max_context}: shorten the "
                              "prompt or new_tokens, or raise max_context")
+        if self.max_prompt is not None and not max(self.prompt_lengths) <= self.max_prompt < self.max_context:
+            raise ValueError(f"max_prompt = {self.max_prompt} must hold the longest prompt measured "
+                             f"({max(self.prompt_lengths)}) and leave room for a token within max_context = "
+                             f"{self.max_context}")
         return self
+
+    @property
+    def longest_prompt(self) -> int:
+        return self.max_prompt or max(self.prompt_lengths)
 
     @property
     def compared_tokens(self) -> int:

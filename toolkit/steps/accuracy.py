@@ -27,9 +27,11 @@ class Accuracy(Step):
         if project.evaluation is None:
             state.accuracy = None
             return "the project has no [evaluation] metric"
-        emulated = setup.emulated
-        scored = None if emulated else _scored_by_the_loop(state)
-        where = evaluated_on(setup) if emulated else "at build, on this host"
+        # a static-shape decode pipeline (OpenVINO's NPU, also on this host's CPU) scores the artifact through its loop
+        pipeline = project.workload.kind == "generate" and setup.target.pads_prompts()
+        emulated = setup.emulated and not pipeline
+        scored = None if emulated or pipeline else _scored_by_the_loop(state)
+        where = evaluated_on(setup) if emulated or pipeline else "at build, on this host"
         if scored is not None:
             state.ui.note(f"{project.evaluation.name} on the artifact: the sensitivity loop's evaluation of these same "
                           f"files on {setup.target.name} ({scored:.6g}), not repeated")
@@ -44,6 +46,11 @@ class Accuracy(Step):
                 metric = ((state.quantization or {}).get("search") or {}).get("metric")  # the loop scored it already
                 if metric is None:
                     metric = evaluate(project, targets.reference_session(state.model).run)
+            elif pipeline:  # it runs no single call of the cache graph: the metric goes through its loop
+                from tapeout.core.decoding import graph_layout, teacher_forced_loop
+
+                decoder = setup.target.session(state.artifact).decoder(graph_layout(project.inputs, project.workload))
+                metric = evaluate(project, teacher_forced_loop(decoder), through_cache=False)
             else:
                 metric = evaluate(project, setup.target.session(state.artifact).run)
         state.accuracy = AccuracyInfo(metric=project.evaluation.name, direction=project.evaluation.direction,

@@ -72,7 +72,7 @@ def _verify_decoding(project, graph_module, path: Path, options):
     from tapeout.exporters import generation
 
     workload = project.workload
-    layout = graph_layout(project.inputs, workload.max_context)
+    layout = graph_layout(project.inputs, workload)
     tokens = min(VERIFY_TOKENS, workload.max_context - min(workload.prompt_lengths))
     prompts, _ = generation.prompt_tokens(project, layout, VERIFY_PROMPTS, min(workload.prompt_lengths))
     return generation.verify(graph_module.inner, path, layout, prompts, tokens, options.atol, options.rtol)

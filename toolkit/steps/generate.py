@@ -52,7 +52,7 @@ class Generate(Step):
             if workload.kind != "generate":
                 state.generation = None
                 return f"the project's workload is {workload.kind}"
-            layout = graph_layout(setup.project.inputs, workload.max_context)
+            layout = graph_layout(setup.project.inputs, workload)
             make_workload_data(state, layout)
             data = state.out / generation.WORKLOAD_FILE
         settings = state.settings

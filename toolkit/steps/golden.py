@@ -19,7 +19,7 @@ def decode_steps(state: BuildState):
     from tapeout.exporters import generation
 
     project = state.setup.project
-    layout = graph_layout(project.inputs, project.workload.max_context)
+    layout = graph_layout(project.inputs, project.workload)
     try:
         sequences, source = generation.prompt_tokens(project, layout, project.golden_samples, layout.max_context)
     except BadInput:

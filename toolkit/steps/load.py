@@ -53,10 +53,17 @@ class Load(Step):
         if state.setup.profile.pruning is not None:
             raise BadInput("[pruning] does not run on a generate workload yet (it prunes one forward call)",
                            fix="remove [pruning] from the profile, or use [workload] kind = \"forward\"")
-        decoder = generation.decoder_of(loaded.module, project.model.source)
-        layout = generation.layout_of(decoder, project.workload, project.model.source)
+        target = state.setup.target
+        masked = target.pads_prompts()
+        if masked and project.workload.batch != 1:
+            raise BadInput(f"profile '{state.setup.profile.name}' decodes through a static-shape pipeline that pads one "
+                           f"prompt at a time, and [workload] batch = {project.workload.batch}",
+                           fix="set [workload] batch = 1")
+        decoder = generation.decoder_of(loaded.module, project.model.source, masked, target.name)
+        layout = generation.layout_of(decoder, project.workload, project.model.source, masked)
         fits(state, decoder, layout)
-        loaded = dataclasses.replace(loaded, module=generation.cache_graph(decoder), output_names=layout.outputs())
+        loaded = dataclasses.replace(loaded, module=generation.cache_graph(decoder, masked),
+                                     output_names=layout.outputs())
         state.setup = dataclasses.replace(state.setup, project=generation.graph_project(project, layout))
         state.ui.note(f"generate: {layout.layers} layers, {layout.kv_heads} KV heads × {layout.head_dim}, vocabulary "
                       f"{layout.vocab}; KV cache {layout.kv_bytes(layout.max_context, project.workload.batch) / 2**20:.1f} MB "
