@@ -114,6 +114,18 @@ def test_check_replays_the_golden_prompts_and_refuses_an_edited_workload_file(ge
     assert "workload file" in line and "sha256 mismatch" in line
 
 
+def test_a_malformed_cache_layout_in_the_manifest_is_one_line(generated, tmp_path):
+    _, out, _ = generated
+    copy = tmp_path / "b"
+    shutil.copytree(out, copy)
+    manifest = json.loads((copy / "manifest.json").read_text())
+    manifest["workload"]["layout"]["masked"] = "yes"
+    (copy / "manifest.json").write_text(json.dumps(manifest))
+    result = run_cli("check", copy)
+    assert result.code == 2, result.err + result.out
+    assert "workload.layout is malformed" in one_line_error(result)
+
+
 @pytest.mark.slow
 def test_the_loop_is_estimated_phase_by_phase_here_on_a_device_spec_and_calibrated(generated, digits_build,
                                                                                      digits_int8_build):

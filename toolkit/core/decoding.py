@@ -78,8 +78,11 @@ class CacheLayout:
 
     @classmethod
     def from_json(cls, data: dict) -> CacheLayout:
+        masked, max_prompt = data.get("masked", False), data.get("max_prompt", 0)  # absent from older builds
+        if not isinstance(masked, bool) or type(max_prompt) is not int or max_prompt < 0:
+            raise TypeError(f"masked = {masked!r}, max_prompt = {max_prompt!r}: a bool and a whole number expected")
         return cls(**{k: data[k] for k in ("layers", "kv_heads", "head_dim", "vocab", "max_context", "dtype")},
-                   masked=bool(data.get("masked", False)), max_prompt=int(data.get("max_prompt", 0)))
+                   masked=masked, max_prompt=max_prompt)
 
 
 def graph_layout(inputs: list, workload) -> CacheLayout:

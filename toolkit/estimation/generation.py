@@ -70,7 +70,8 @@ def structures(model: Path, inputs: list, dims: dict[str, int], workload, at_max
             continue
         if ui is not None:
             ui.detail(f"kernel structure of the {kind} call at seq {seq}, past {past}")
-        view = GraphView.load(model, inputs, {**dims, "seq": seq, "past": past})
+        context = {"context": past + seq} if "context" in dims else {}  # a masked graph's mask spans the cache
+        view = GraphView.load(model, inputs, {**dims, "seq": seq, "past": past, **context})
         phases.append(Phase(kind, seq, past, kern.structure(view, analyze_view(view))))
         del view
     return phases
