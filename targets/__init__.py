@@ -150,10 +150,9 @@ BUILT_IN: dict[str, TargetInfo] = {
             rules="npu-integer", meters=("rss",), emulated_on={"x86_64": _X86, "amd64": _X86}, accelerator="HTP",
             # HTP int8 tensors are laid out in 32-channel depth tiles (assumed from QNN's layouts; not measured here)
             channel_multiple={"int8": 32, "fp32": 32},
-            workloads=("forward", "stream"),
-            workloads_not={"generate": "the HTP runs graphs of static shapes, and a KV-cache decoder's cache grows "
-                           "with every token: it needs a static-shape export (a fixed context and prefill chunk, the "
-                           "cache written in place), which tapeout does not build yet"},
+            # generate: the cache graph pinned to one decode step over a cache of max_context slots, each token's
+            # key and value written into its slot (StaticCachedDecoder); prompts fed one token per call
+            workloads=("forward", "generate", "stream"),
         ),
     ),
     "tensorrt": TargetInfo(

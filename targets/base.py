@@ -246,6 +246,48 @@ class CachedDecoder:
         return out[LOGITS][:, -1]
 
 
+class StaticCachedDecoder(CachedDecoder):
+    """A cache of fixed size for a cache graph pinned to one decode step (seq 1, past = max_context - 1 slots): each
+    call feeds the whole buffer with the mask marking the slots filled so far and the new token, and writes the
+    token's key and value into its slot, in place (the rest of the graph's present output is not read). The prompt
+    goes in one token per call: there is no prefill graph of its own."""
+
+    def __init__(self, run: Callable[[dict[str, np.ndarray]], dict[str, np.ndarray]], layout: CacheLayout):
+        super().__init__(run, layout)
+        self._cache: dict[str, np.ndarray] = {}
+        self._mask = np.zeros((0, 0), np.int64)
+        self._length = 0
+        self.description = (f"static cache of {layout.max_context - 1} slots plus the new token, each token's key and "
+                            "value written into its slot; prompts fed one token per call (no prefill graph)")
+
+    def prefill(self, ids: np.ndarray) -> np.ndarray:
+        layout, batch = self.layout, ids.shape[0]
+        self._cache = {name: np.zeros((batch, layout.kv_heads, layout.max_context - 1, layout.head_dim), layout.dtype)
+                       for name in layout.past()}
+        self._mask = np.zeros((batch, layout.max_context), np.int64)
+        self._mask[:, -1] = 1  # the new token's own slot, after the cache
+        self._length = 0
+        for t in range(ids.shape[1]):
+            logits = self.step(ids[:, t:t + 1])
+        return logits
+
+    def step(self, ids: np.ndarray) -> np.ndarray:
+        from tapeout.core.decoding import ATTENTION_MASK, INPUT_IDS, LOGITS, POSITION_IDS
+
+        n, layout = self._length, self.layout
+        if n >= layout.max_context:
+            raise BadInput(f"the static cache holds {layout.max_context} tokens and a step asked for one more",
+                           fix="raise [workload] max_context and build again")
+        out = self._run({INPUT_IDS: np.ascontiguousarray(ids, dtype=np.int64), ATTENTION_MASK: self._mask,
+                         POSITION_IDS: np.full((ids.shape[0], 1), n, np.int64), **self._cache})
+        if n < layout.max_context - 1:  # the last token's key and value are never read
+            for past, present in zip(layout.past(), layout.present(), strict=True):
+                self._cache[past][:, :, n] = out[present][:, :, -1]
+            self._mask[:, n] = 1
+        self._length = n + 1
+        return out[LOGITS][:, -1]
+
+
 class StateCarrier:
     """A stream's chunks run with their state carried from one call to the next (`state`: state input → the output
     that feeds it): `start(initial)`, then `chunk(feeds)` per chunk, the feeds without the state, returning the
@@ -333,17 +375,18 @@ class Target(ABC):
         captured graph that replays one shape, for a cache that grows), or None. Asked before any work."""
         return None
 
-    def pads_prompts(self) -> bool:
-        """Whether this target, with its options, decodes through a runtime compiled to static shapes that pads each
-        prompt and masks the padding (OpenVINO's NPU pipeline): then a generate workload's cache graph takes
-        attention_mask and position_ids (core/decoding.py). Default: no, positions follow from the cache."""
+    def static_decode(self) -> bool:
+        """Whether this target, with its options, decodes through graphs of static shapes (OpenVINO's NPU pipeline pads
+        each prompt; the QNN HTP's graph holds a cache of fixed size): then a generate workload's cache graph takes
+        attention_mask and position_ids (core/decoding.py), which mask what is not a real token. Default: no,
+        positions follow from the cache's length."""
         return False
 
     def scorer(self) -> Target | None:
         """Where the sensitivity loop scores a generate workload's candidates when this target's runtime runs no single
-        call of the cache graph (a static-shape pipeline that `pads_prompts`): another target on this host that runs
-        the same artifact with dynamic shapes. The built artifact is still judged on this target's own loop. Default:
-        none needed."""
+        call of the cache graph (OpenVINO's NPU pipeline runs only its own loop): another target on this host that
+        runs the same artifact with dynamic shapes. The built artifact's metric still goes through this target's own
+        loop. Default: none needed."""
         return None
 
     def lint(self, model_path: Path, inputs: list[InputSpec], dims: dict[str, int]) -> list[LintIssue]:
@@ -378,7 +421,8 @@ class Target(ABC):
 
 
 HOOKS = frozenset({"probe", "compile", "compile_program", "session", "limits", "preflight", "lint", "prepare", "build_engine",
-                   "instrument", "op_profile", "emulated", "workload_problem", "pads_prompts", "scorer"})
+                   "instrument", "op_profile", "emulated", "workload_problem", "static_decode", "scorer"})
 
 __all__ = ["HOOKS", "PROFILING_DIR", "CachedDecoder", "Capabilities", "EngineBuild", "LintIssue", "OpProfile", "OpTime",
-           "Probe", "RuntimeLimits", "Session", "StateCarrier", "Target", "TargetUnavailable", "warm_up"]
+           "Probe", "RuntimeLimits", "Session", "StateCarrier", "StaticCachedDecoder", "Target", "TargetUnavailable",
+           "warm_up"]

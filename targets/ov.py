@@ -368,7 +368,7 @@ class OpenVino(Target):
         """Before any work: the profile's device must exist here (exit 4 with the driver to install)."""
         self._require_device()
 
-    def pads_prompts(self) -> bool:
+    def static_decode(self) -> bool:
         return self.options.device == "NPU"
 
     def scorer(self) -> OpenVino | None:

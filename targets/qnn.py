@@ -180,6 +180,11 @@ class Qnn(OrtTarget):
             self._load(model, self._session_options(trace_dir=Path(tmp), fallback=True), model.name)
             return _read_trace(Path(tmp))
 
+    def static_decode(self) -> bool:
+        """The HTP compiles static graphs: a generate workload's cache graph is pinned to one decode step over a cache
+        of fixed size, with the mask marking the slots filled (targets/base.StaticCachedDecoder)."""
+        return True
+
     def prepare(self, model_path: Path, inputs: list[InputSpec], dims: dict[str, int]) -> Path:
         """The HTP compiles static graphs: pin every dim once, before quantization and compile."""
         return pin_shapes(model_path, model_path.with_name(model_path.stem + ".static.onnx"), inputs, dims)[0]

@@ -570,10 +570,15 @@ def test_bad_workload_fields_are_one_line(tmp_path, text, expect):
 
 
 def test_a_generate_workload_on_a_target_that_cannot_run_it_is_refused(tmp_path):
-    line = refused_build(tmp_path, _project(tmp_path), "--profile", "qnn-sm8650")
-    assert "target 'qnn' (profile qnn-sm8650) cannot run a generate workload" in line
-    assert "static shapes" in line  # the reason, not only that it cannot
+    line = refused_build(tmp_path, _project(tmp_path), "--profile", "tensorrt-fp16")
+    assert "target 'tensorrt' (profile tensorrt-fp16) cannot run a generate workload" in line
+    assert "TensorRT-LLM" in line  # the reason, not only that it cannot
     assert 'kind = \\"forward\\"' in line or 'kind = "forward"' in line
+
+
+def test_full_integer_int8_on_the_htp_is_refused_for_a_cache_graph_with_the_precision_that_runs(tmp_path):
+    line = refused_build(tmp_path, _project(tmp_path), "--profile", "qnn-sm8650")
+    assert "cache graph has no calibration samples yet" in line and 'precision = "fp32"' in line
 
 
 def test_a_generate_workload_on_ort_cuda_with_a_captured_graph_is_refused(tmp_path):
@@ -692,3 +697,41 @@ def test_the_npu_pipeline_refuses_a_batch(tmp_path):
     project = _project(tmp_path, 'kind = "generate"\nprompt_lengths = [16]\nmax_context = 128\nbatch = 2')
     line = refused_build(tmp_path, project, "--profile", _npu_profile(tmp_path))
     assert "pads one prompt at a time" in line and "[workload] batch = 2" in line
+
+
+@pytest.mark.slow
+def test_tiny_lm_decodes_on_the_htp_emulator_over_a_static_cache_written_in_place(tmp_path):
+    """qnn at fp32 (FP16 on the HTP): the cache graph pinned to one decode step over max_context - 1 slots, every
+    node on the HTP; each token's key and value written into its slot (a loop that dropped them would lose the
+    greedy tokens); the metric through the same static loop on the CPU EP; `check` replays it."""
+    from tapeout import targets
+    from tapeout.core.decoding import CacheLayout, teacher_forced, teacher_forced_loop
+    from tapeout.targets.base import StaticCachedDecoder
+
+    project = tmp_path / "tiny-lm"
+    shutil.copytree(TINY, project, ignore=shutil.ignore_patterns("build", "__pycache__"))
+    text = (project / "tapeout.toml").read_text().replace("prompt_lengths = [16, 64]", "prompt_lengths = [8]")
+    (project / "tapeout.toml").write_text(text.replace("new_tokens = 32", "new_tokens = 8\ntrials = 2\n"
+                                                                         "agreement_prompts = 2"))
+    profile = tmp_path / "qnn32.toml"
+    profile.write_text('extends = "qnn-sm8650"\nprecision = "fp32"\n[check]\niterations = 20\nrepeats = 1\n'
+                       'warmup_min_s = 0.05\nop_profile = false\n')
+    out = tmp_path / "b"
+    result = run_cli("build", project, "--profile", profile, "--out", out, "--json")
+    assert result.code == 0, result.err + result.out
+    report = result.json()
+    verdicts = {b["budget"]: b for b in report["budgets"]}
+    assert verdicts["placement_max_off_share"]["measured"] == 0.0
+    assert report["workload"]["agreement"]["share"] == 1.0 and report["workload"]["layout"]["masked"] is True
+    assert any("static cache of 127 slots" in n for n in report["workload"]["notes"])
+    assert report["accuracy"]["artifact"] == pytest.approx(report["accuracy"]["reference"], rel=1e-4)
+    check = run_cli("check", out, "--json")
+    assert check.code == 0, check.err + check.out
+    assert check.json()["workload"]["agreement"]["share"] == 1.0
+    # the static loop against the growing cache on the exported graph itself (CPU EP): the same logits
+    session = targets.reference_session(out / "export" / "model.onnx")
+    layout = CacheLayout(4, 6, 32, 256, 128, masked=True, max_prompt=8)
+    row = {"input_ids": np.arange(40, 80, dtype=np.int64)[None]}
+    static = teacher_forced_loop(StaticCachedDecoder(session.run, layout))(row)["logits"]
+    growing = teacher_forced(session.run, layout)(row)["logits"]
+    np.testing.assert_allclose(static, growing, atol=1e-4)

@@ -17,6 +17,9 @@ class NpuStatic(Method):
     honours_float_nodes = True
     fixed_why = "the NPU runs full-integer static QDQ graphs"
 
+    def needs_calibration(self, plan) -> bool:
+        return True  # full-integer: every activation's range comes from the project's data
+
     def plan(self, draft, rule, analysis, settings, isa):
         act = rule.options["activation_type"]
         rung = "a16w8" if act == "uint16" else "int8"

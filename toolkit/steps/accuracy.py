@@ -27,8 +27,10 @@ class Accuracy(Step):
         if project.evaluation is None:
             state.accuracy = None
             return "the project has no [evaluation] metric"
-        # a static-shape decode pipeline (OpenVINO's NPU, also on this host's CPU) scores the artifact through its loop
-        pipeline = project.workload.kind == "generate" and setup.target.pads_prompts()
+        # a graph of static shapes is scored through a decode loop; a pipeline that runs nothing else (OpenVINO's NPU,
+        # also on this host's CPU) through its own, even where its timings are emulated
+        static = project.workload.kind == "generate" and setup.target.static_decode()
+        pipeline = static and setup.target.scorer() is not None
         emulated = setup.emulated and not pipeline
         scored = None if emulated or pipeline else _scored_by_the_loop(state)
         where = evaluated_on(setup) if emulated or pipeline else "at build, on this host"
@@ -45,20 +47,26 @@ class Accuracy(Step):
             if emulated:  # the metric on the graph the artifact was compiled from; golden parity covers the rest
                 metric = ((state.quantization or {}).get("search") or {}).get("metric")  # the loop scored it already
                 if metric is None:
-                    metric = evaluate(project, targets.reference_session(state.model).run)
-            elif pipeline:  # it runs no single call of the cache graph: the metric goes through its loop
-                from tapeout.core.decoding import graph_layout, teacher_forced_loop
-
-                decoder = setup.target.session(state.artifact).decoder(graph_layout(project.inputs, project.workload))
-                metric = evaluate(project, teacher_forced_loop(decoder), through_cache=False)
+                    metric = _metric(project, targets.reference_session(state.model), static)
             else:
-                metric = evaluate(project, setup.target.session(state.artifact).run)
+                metric = _metric(project, setup.target.session(state.artifact), static)
         state.accuracy = AccuracyInfo(metric=project.evaluation.name, direction=project.evaluation.direction,
                                       reference=state.reference_metric, artifact=metric, where=where)
         return None
 
     def report(self, state: BuildState) -> dict[str, object]:
         return {"accuracy": state.accuracy}
+
+
+def _metric(project, session, static: bool) -> float:
+    """The project's metric on a session; a cache graph of static shapes (pinned to one decode step, or run only by
+    its pipeline) through the session's decode loop, one token at a time (core/decoding.teacher_forced_loop)."""
+    if not static:
+        return evaluate(project, session.run)
+    from tapeout.core.decoding import graph_layout, teacher_forced_loop
+
+    decoder = session.decoder(graph_layout(project.inputs, project.workload))
+    return evaluate(project, teacher_forced_loop(decoder), through_cache=False)
 
 
 def _scored_by_the_loop(state: BuildState) -> float | None:

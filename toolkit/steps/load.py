@@ -54,7 +54,7 @@ class Load(Step):
             raise BadInput("[pruning] does not run on a generate workload yet (it prunes one forward call)",
                            fix="remove [pruning] from the profile, or use [workload] kind = \"forward\"")
         target = state.setup.target
-        masked = target.pads_prompts()
+        masked = target.static_decode()
         if masked and project.workload.batch != 1:
             raise BadInput(f"profile '{state.setup.profile.name}' decodes through a static-shape pipeline that pads one "
                            f"prompt at a time, and [workload] batch = {project.workload.batch}",

@@ -139,7 +139,8 @@ def quantize(setup: Setup, out_dir: Path, fp32_path: Path, analysis: Analysis, r
         # [calibration] holds prompts; the graph quantized is one cache step, whose activations nothing samples yet
         raise BadInput(f"{plan.method} quantization calibrates activations, and a generate workload's cache graph has "
                        "no calibration samples yet", fix="use a weight-only precision (int4: cpu-int4, "
-                       "openvino-cpu-int4) or ONNX Runtime's dynamic INT8 (cpu-int8), which need none")
+                       "openvino-cpu-int4), ONNX Runtime's dynamic INT8 (cpu-int8), which need none, or on the HTP "
+                       "precision = \"fp32\" (it runs FP16 there)")
     if project.calibration is not None:
         calibration, _ = sample_inputs(project, settings.calibration_samples)
     elif methods.get(plan.method).needs_calibration(plan):
