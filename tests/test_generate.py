@@ -696,7 +696,7 @@ def test_a_module_without_the_mask_keywords_cannot_decode_on_the_npu_pipeline(tm
 def test_the_npu_pipeline_refuses_a_batch(tmp_path):
     project = _project(tmp_path, 'kind = "generate"\nprompt_lengths = [16]\nmax_context = 128\nbatch = 2')
     line = refused_build(tmp_path, project, "--profile", _npu_profile(tmp_path))
-    assert "pads one prompt at a time" in line and "[workload] batch = 2" in line
+    assert "built for one sequence at a time" in line and "[workload] batch = 2" in line
 
 
 @pytest.mark.slow

@@ -56,8 +56,8 @@ class Load(Step):
         target = state.setup.target
         masked = target.static_decode()
         if masked and project.workload.batch != 1:
-            raise BadInput(f"profile '{state.setup.profile.name}' decodes through a static-shape pipeline that pads one "
-                           f"prompt at a time, and [workload] batch = {project.workload.batch}",
+            raise BadInput(f"profile '{state.setup.profile.name}' decodes through graphs of static shapes, built for one "
+                           f"sequence at a time, and [workload] batch = {project.workload.batch}",
                            fix="set [workload] batch = 1")
         decoder = generation.decoder_of(loaded.module, project.model.source, masked, target.name)
         layout = generation.layout_of(decoder, project.workload, project.model.source, masked)
