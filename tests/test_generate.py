@@ -338,6 +338,13 @@ def _hf_project(tmp_path, family: str, context: int = 64):
     return project
 
 
+def _built(project, profile, out) -> dict:
+    """`tapeout build --json` that must succeed: its report."""
+    result = run_cli("build", project, "--profile", profile, "--out", out, "--json")
+    assert result.code == 0, result.err + result.out
+    return result.json()
+
+
 def _fast(tmp_path, base: str):
     profile = tmp_path / f"fast-{base}.toml"
     profile.write_text(FAST_GENERATE.format(base=base))
@@ -352,9 +359,7 @@ def test_a_hugging_face_causal_lm_generates_through_its_cache(tmp_path, family, 
     every greedy token of the torch model reproduced."""
     project = _hf_project(tmp_path, family)
     out = tmp_path / "b"
-    result = run_cli("build", project, "--profile", _fast(tmp_path, "cpu-fp32"), "--out", out, "--json")
-    assert result.code == 0, result.err + result.out
-    report = result.json()
+    report = _built(project, _fast(tmp_path, "cpu-fp32"), out)
     verified = report["export"]["generation"]
     assert verified["prompts"] == 3 and verified["tokens_per_prompt"] == 16 and verified["max_abs_logit_diff"] < 1e-3
     workload = report["workload"]
@@ -454,9 +459,7 @@ def test_tiny_lm_generates_on_openvino_int4_with_the_cache_in_the_plugins_state(
                        'decode_tokens_per_s = 10\n[check]\niterations = 30\nrepeats = 1\nwarmup_min_s = 0.05\n'
                        'op_profile = false\n')
     out = tmp_path / "b"
-    result = run_cli("build", TINY, "--profile", profile, "--out", out, "--json")
-    assert result.code == 0, result.err + result.out
-    report = result.json()
+    report = _built(TINY, profile, out)
     verdicts = {b["budget"]: b for b in report["budgets"]}
     assert verdicts["accuracy_max_rel_drop"]["verdict"] == "pass" and verdicts["decode_tokens_per_s"]["verdict"] == "pass"
     assert report["accuracy"]["reference"] == pytest.approx(4.149, abs=0.01)  # FP32 torch perplexity
@@ -631,9 +634,7 @@ def test_the_npu_pipeline_decodes_a_hugging_face_llama_padded_to_static_shapes(t
 
     project = _hf_project(tmp_path, "llama16")
     out = tmp_path / "b"
-    result = run_cli("build", project, "--profile", _npu_profile(tmp_path), "--out", out, "--json")
-    assert result.code == 0, result.err + result.out
-    report = result.json()
+    report = _built(project, _npu_profile(tmp_path), out)
     graph = onnx.load(out / "export" / "model.onnx", load_external_data=False).graph
     assert [i.name for i in graph.input][:3] == ["input_ids", "attention_mask", "position_ids"]
     workload = report["workload"]
@@ -655,11 +656,10 @@ def test_tiny_lm_int4_keeps_its_perplexity_through_the_npu_pipelines_own_loop(tm
     profile = _npu_profile(tmp_path, "openvino-npu-int4", "[budgets]\naccuracy_max_rel_drop = 0.01\n"
                            "[quantization]\nblock_size = 64\n")
     out = tmp_path / "b"
-    result = run_cli("build", TINY, "--profile", profile, "--out", out, "--json")
-    assert result.code == 0, result.err + result.out
-    report = result.json()
+    report = _built(TINY, profile, out)
     assert report["accuracy"]["reference"] == pytest.approx(4.149, abs=0.01)
     assert report["accuracy"]["artifact"] < 4.149 * 1.01
+    assert any("NPUW_LLM" in n for n in report["workload"]["notes"])  # the loop ran in the NPU plugin's pipeline
     assert "decode loop" in report["accuracy"]["where"]
     assert "OpenVINO CPU" in report["quantization"]["evaluated_on"]
 
@@ -717,9 +717,7 @@ def test_tiny_lm_decodes_on_the_htp_emulator_over_a_static_cache_written_in_plac
     profile.write_text('extends = "qnn-sm8650"\nprecision = "fp32"\n[check]\niterations = 20\nrepeats = 1\n'
                        'warmup_min_s = 0.05\nop_profile = false\n')
     out = tmp_path / "b"
-    result = run_cli("build", project, "--profile", profile, "--out", out, "--json")
-    assert result.code == 0, result.err + result.out
-    report = result.json()
+    report = _built(project, profile, out)
     verdicts = {b["budget"]: b for b in report["budgets"]}
     assert verdicts["placement_max_off_share"]["measured"] == 0.0
     assert report["workload"]["agreement"]["share"] == 1.0 and report["workload"]["layout"]["masked"] is True
