@@ -21,11 +21,8 @@ from __future__ import annotations
 
 import functools
 import json
-import os
 import platform
 import re
-import shutil
-import subprocess
 import time
 from collections import Counter
 from dataclasses import replace
@@ -37,6 +34,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from tapeout.core.artifact import Artifact
 from tapeout.core.errors import BadInput, TapeoutError, TargetUnavailable, first_line, runtime_detail
 from tapeout.core.schemas import InputSpec
+from tapeout.targets import cxx_compiler
 from tapeout.targets.base import PROFILING_DIR, OpProfile, OpTime, Probe, Target
 from tapeout.targets.native_output import quieted
 from tapeout.targets.program_io import ProgramSession, write_io
@@ -70,14 +68,6 @@ def torch_with_aoti(install: str):
         return None, Probe(False, torch.__version__, install_hint="pip install 'torch>=2.6'",
                            reason=f"torch {torch.__version__} has no AOTInductor packages (torch >= 2.6)")
     return torch, None
-
-
-def _compiler() -> str | None:
-    """The C++ compiler Inductor would call: $CXX, else the first of its defaults found."""
-    for name in (os.environ.get("CXX"), "g++", "clang++", "c++"):
-        if name and shutil.which(name):
-            return shutil.which(name)
-    return None
 
 
 class AotiSession(ProgramSession):
@@ -118,14 +108,14 @@ class Aoti(Target):
         torch, missing = torch_with_aoti(INSTALL)
         if missing:
             return missing
-        return Probe(True, torch.__version__, details={"cxx": _compiler()})
+        return Probe(True, torch.__version__, details={"cxx": cxx_compiler.inductor_default()})
 
     def compile_program(self, program, out_dir: Path, inputs: list[InputSpec], dims: dict[str, int],
                         output_names: list[str]) -> Artifact:
         """Compile and package with Inductor (the C++ compiler runs here), and write the input/output names."""
         import torch
 
-        cxx = _compiler()
+        cxx = cxx_compiler.choose()
         if cxx is None:
             raise BadInput("AOTInductor needs a C++ compiler on the building host and none was found (g++, clang++, "
                            "c++ or $CXX)", fix="install one (apt install g++) or set CXX; the device needs none")
@@ -135,7 +125,7 @@ class Aoti(Target):
                            "it the quantized layers compile to dequantize + float GEMM",
                            fix="drop [options] freezing = false, or use precision = \"fp32\"")
         out_dir.mkdir(parents=True, exist_ok=True)
-        self._package(program, out_dir / ARTIFACT_FILE, kernel_profile=False)
+        self._package(program, out_dir / ARTIFACT_FILE, cxx, kernel_profile=False)
         kernels = integer_kernels(out_dir / ARTIFACT_FILE)
         if quantized and not sum(kernels.values()):
             raise BadInput(f"Inductor compiled the INT8 program ({quantized} quantize/dequantize ops) without one "
@@ -147,7 +137,7 @@ class Aoti(Target):
         (out_dir / ISA_FILE).write_text(json.dumps({"vec_isa": isa}))
         return Artifact(self.name, out_dir, ARTIFACT_FILE, meta={
             "vec_isa": isa,
-            "compiler": f"Inductor (torch {torch.__version__}) → C++ built by {_compiler_version(cxx)}",
+            "compiler": f"Inductor (torch {torch.__version__}) → C++ built by {cxx.describe()}",
             "compiled_for": f"{platform.machine()} CPUs with {isa} (Inductor vectorises for the building CPU's ISA; "
                             "a CPU without it refuses the package at load)",
             "dynamic_dims": sorted({d for s in inputs for d in s.shape if isinstance(d, str)}),
@@ -160,12 +150,13 @@ class Aoti(Target):
         """The op profile's package: the program compiled again with a RecordFunction around every kernel call."""
         if not self.options.op_profile_package:
             return artifact
-        self._package(program, artifact.directory / PROFILING_DIR / ARTIFACT_FILE, kernel_profile=True)
+        self._package(program, artifact.directory / PROFILING_DIR / ARTIFACT_FILE, cxx_compiler.choose(),
+                      kernel_profile=True)
         return replace(artifact, meta={**artifact.meta, "op_profile_package": f"{PROFILING_DIR}/{ARTIFACT_FILE}: "
                                        "the same program with a RecordFunction around each kernel, loaded only for "
                                        "the op profile (not deployed)"})
 
-    def _package(self, program, path: Path, kernel_profile: bool) -> None:
+    def _package(self, program, path: Path, cxx: cxx_compiler.Compiler, kernel_profile: bool) -> None:
         import torch
 
         path.parent.mkdir(parents=True, exist_ok=True)
@@ -175,7 +166,8 @@ class Aoti(Target):
             # outside no_grad) an INT8 program compiles to dequantize + float GEMM (pytorch/ao#4566)
             with quieted(), torch.no_grad():
                 torch._inductor.aoti_compile_and_package(program, package_path=str(path), inductor_configs={
-                    "freezing": self.options.freezing, "cpp.enable_kernel_profile": kernel_profile})
+                    "freezing": self.options.freezing, "cpp.enable_kernel_profile": kernel_profile,
+                    **cxx.inductor_configs()})
         except TapeoutError:
             raise
         except Exception as exc:
@@ -290,11 +282,3 @@ def _require_isa(directory: Path) -> None:
         raise TargetUnavailable(f"the AOTInductor package was compiled for {built}, which this CPU lacks (it has: "
                                 f"{', '.join(here) or 'no vector ISA Inductor uses'})",
                                 fix="build on a machine of the device's CPU class (or on the device)")
-
-
-def _compiler_version(cxx: str) -> str:
-    try:
-        line = subprocess.run([cxx, "--version"], capture_output=True, text=True, timeout=10).stdout.splitlines()[0]
-    except (OSError, subprocess.SubprocessError, IndexError):
-        return cxx
-    return line.strip()

@@ -28,6 +28,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from tapeout.core.artifact import Artifact
 from tapeout.core.errors import BadInput, TapeoutError, TargetUnavailable, first_line, runtime_detail
 from tapeout.core.schemas import InputSpec
+from tapeout.targets import cxx_compiler
 from tapeout.targets.base import EngineBuild, OpProfile, OpTime, Probe, Target
 from tapeout.targets.native_output import quieted
 from tapeout.targets.program_io import ProgramSession, write_io
@@ -205,8 +206,9 @@ class AotiCuda(Target):
             return EngineBuild("reused", f"built {record.get('built', '?')} for this GPU, toolchain, driver, program "
                                "and settings", entry.relative, key, 0.0, [], record.get("summary", {}))
         reason = engine_cache.why_build(entry.engine.parent, key)
+        cxx = _wrapper_compiler()
         progress(f"compiling the AOTInductor package for {props.name} (sm_{props.major}{props.minor}), "
-                 f"{key['toolchain']}: {reason}")
+                 f"{key['toolchain']}, wrapper built by {cxx.describe()}: {reason}")
         t0 = time.perf_counter()
         try:
             program = pt2.load(artifact.path)
@@ -223,7 +225,7 @@ class AotiCuda(Target):
             progress(f"fused kernels: {substitution['substituted']} of {len(substitution['decisions'])} chains "
                      f"substituted ({substitution['timings']})")
         try:
-            data, kernels = _compile(program, settings)
+            data, kernels = _compile(program, settings, cxx)
         except Exception as exc:
             if not substitution or not substitution["substituted"]:
                 raise _not_compiled(props.name, exc) from None
@@ -235,7 +237,7 @@ class AotiCuda(Target):
             progress(reason)
             try:
                 unsubstituted = move_to_device_pass(pt2.load(artifact.path), f"cuda:{self.options.device_id}")
-                data, kernels = _compile(unsubstituted, settings)
+                data, kernels = _compile(unsubstituted, settings, cxx)
             except Exception as again:
                 raise _not_compiled(props.name, again) from None
         seconds = time.perf_counter() - t0
@@ -294,15 +296,25 @@ def _not_compiled(gpu_name: str, exc: Exception) -> BadInput:
                     "build for ort-cuda")
 
 
-def _compile(program, settings: EngineSettings) -> tuple[bytes, dict[str, int]]:
-    """The program (on the GPU) compiled into a package: its bytes and what it launches."""
+def _wrapper_compiler() -> cxx_compiler.Compiler:
+    """The C++ compiler for the package's wrapper (`cxx_compiler`: on the H200 image, $CXX linked libstdc++
+    statically and every package it built crashed when torch loaded it)."""
+    cxx = cxx_compiler.choose()
+    if cxx is None:
+        raise TargetUnavailable("AOTInductor needs a C++ compiler on the device to build the package's wrapper, and "
+                                "none was found (g++, c++, clang++ or $CXX)", fix="apt install g++ on the device")
+    return cxx
+
+
+def _compile(program, settings: EngineSettings, cxx: cxx_compiler.Compiler) -> tuple[bytes, dict]:
+    """The program (on the GPU) compiled into a package: its bytes, what it launches and which compiler built it."""
     import torch
 
     with quieted(), torch.no_grad(), tempfile.TemporaryDirectory() as tmp:
         package = Path(tmp) / "model.pt2"
         torch._inductor.aoti_compile_and_package(program, package_path=str(package), inductor_configs={
-            "freezing": settings.freezing, "max_autotune": settings.max_autotune})
-        return package.read_bytes(), _kernel_counts(package)
+            "freezing": settings.freezing, "max_autotune": settings.max_autotune, **cxx.inductor_configs()})
+        return package.read_bytes(), {**_kernel_counts(package), "compiler": cxx.describe()}
 
 
 def substitute_kernels(program, settings: EngineSettings, gpu: str, folder: Path | None = None) -> dict:

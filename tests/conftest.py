@@ -7,6 +7,7 @@ import json
 import os
 import re
 import select
+import shutil
 import signal
 import subprocess
 import sys
@@ -65,6 +66,18 @@ class Result:
 
     def json(self):
         return json.loads(self.out)
+
+
+def static_libstdcxx_compiler(folder: Path, name: str = "g++-static") -> Path:
+    """A C++ compiler that links libstdc++ and libgcc statically into every shared library it builds: g++ behind a
+    wrapper, as the H200 image's CXX=/opt/gcc/bin/g++ was (a package built by it crashes when torch loads it)."""
+    gxx = shutil.which("g++")
+    folder.mkdir(parents=True, exist_ok=True)
+    path = folder / name
+    path.write_text(f'#!/bin/sh\nexport PATH="{os.environ["PATH"]}"\ncase " $* " in *" -shared "*) exec {gxx} "$@" '
+                    f'-static-libstdc++ -static-libgcc ;; esac\nexec {gxx} "$@"\n')
+    path.chmod(0o755)
+    return path
 
 
 def run_cli(*args: str | Path, cwd: Path | None = None, env: dict | None = None) -> Result:
