@@ -78,8 +78,8 @@ class AotiCudaSession(ProgramSession):
         self._torch, self._device = torch, torch.device("cuda", device_id)
         torch.cuda.set_device(self._device)
         torch.empty(1, device=self._device)  # the primary context made current before the package's code loads
-        # Not quieted: on the H200 a fresh process crashed inside this call (SIGSEGV; the only GPU run so far), and
-        # the runtime's own output is what tells why.
+        # Not quieted: a package that cannot load says why on stderr (on the H200, packages built by a compiler that
+        # linked libstdc++ statically crashed in this call: `cxx_compiler` now chooses the compiler).
         self._model = torch._inductor.aoti_load_package(str(package), device_index=device_id)
 
     def _tensors(self, feeds: dict[str, np.ndarray]) -> list:
