@@ -12,39 +12,43 @@ from tapeout.targets.kernels.base import Case, Config, Kernel, itemsize, torch_d
 
 
 def _gemv(x_ptr, w_ptr, scale_ptr, zp_ptr, out_ptr, n, k, blocks, zp_cols,
-          BITS: tl.constexpr, GROUP: tl.constexpr, HAS_ZP: tl.constexpr, BLOCK_N: tl.constexpr):
+          BITS: tl.constexpr, GROUP: tl.constexpr, HAS_ZP: tl.constexpr, BLOCK_N: tl.constexpr,
+          BLOCK_KB: tl.constexpr):
+    # One program: BLOCK_N outputs of one row of x, over a row's packed bytes BLOCK_KB at a time, whatever the group
+    # (each byte's group is q // width). A tile of many groups keeps many loads in flight per program, and a small
+    # BLOCK_N gives a decode GEMV (m = 1) enough programs for the GPU: one group per iteration and 8-64 programs
+    # left an H200 at 1-7 % of its bandwidth (docs/kernels.md).
     m = tl.program_id(0).to(tl.int64)
     cols = tl.program_id(1) * BLOCK_N + tl.arange(0, BLOCK_N)
     col_in = cols < n
     acc = tl.zeros([BLOCK_N], tl.float32)
     per_byte: tl.constexpr = 8 // BITS
     width: tl.constexpr = GROUP // per_byte          # bytes per block
-    j = tl.arange(0, width)
-    for blk in range(0, blocks):
-        raw = tl.load(w_ptr + cols[:, None] * blocks * width + blk * width + j[None, :],
-                      mask=col_in[:, None], other=0).to(tl.int32)
-        scale = tl.load(scale_ptr + cols * blocks + blk, mask=col_in, other=0.0).to(tl.float32)
+    row_bytes = blocks * width
+    for start in range(0, row_bytes, BLOCK_KB):
+        q = start + tl.arange(0, BLOCK_KB)
+        both = col_in[:, None] & (q < row_bytes)[None, :]
+        raw = tl.load(w_ptr + cols[:, None] * row_bytes + q[None, :], mask=both, other=0).to(tl.int32)
+        group = q // width
+        scale = tl.load(scale_ptr + cols[:, None] * blocks + group[None, :], mask=both, other=0.0).to(tl.float32)
         if HAS_ZP:
             if BITS == 4:
-                zbyte = tl.load(zp_ptr + cols * zp_cols + blk // 2, mask=col_in, other=0).to(tl.int32)
-                zero = ((zbyte >> ((blk % 2) * 4)) & 15).to(tl.float32)
+                zbyte = tl.load(zp_ptr + cols[:, None] * zp_cols + group[None, :] // 2, mask=both, other=0).to(tl.int32)
+                zero = ((zbyte >> ((group[None, :] % 2) * 4)) & 15).to(tl.float32)
             else:
-                zero = tl.load(zp_ptr + cols * zp_cols + blk, mask=col_in, other=0).to(tl.float32)
+                zero = tl.load(zp_ptr + cols[:, None] * zp_cols + group[None, :], mask=both, other=0).to(tl.float32)
         else:
-            zero = tl.full([BLOCK_N], 2 ** (BITS - 1), tl.float32)
-        base = blk * GROUP
+            zero = tl.full([BLOCK_N, BLOCK_KB], 2 ** (BITS - 1), tl.float32)
         if BITS == 4:
-            k_even = base + 2 * j
+            k_even = 2 * q                               # byte q holds positions 2q (low nibble) and 2q + 1
             x_even = tl.load(x_ptr + m * k + k_even, mask=k_even < k, other=0.0).to(tl.float32)
             x_odd = tl.load(x_ptr + m * k + k_even + 1, mask=k_even + 1 < k, other=0.0).to(tl.float32)
-            low = (raw & 15).to(tl.float32) - zero[:, None]
-            high = (raw >> 4).to(tl.float32) - zero[:, None]
-            part = tl.sum(low * x_even[None, :] + high * x_odd[None, :], axis=1)
+            low = (raw & 15).to(tl.float32) - zero
+            high = (raw >> 4).to(tl.float32) - zero
+            acc += tl.sum((low * x_even[None, :] + high * x_odd[None, :]) * scale, axis=1)
         else:
-            kk = base + j
-            xs = tl.load(x_ptr + m * k + kk, mask=kk < k, other=0.0).to(tl.float32)
-            part = tl.sum((raw.to(tl.float32) - zero[:, None]) * xs[None, :], axis=1)
-        acc += part * scale
+            xs = tl.load(x_ptr + m * k + q, mask=q < k, other=0.0).to(tl.float32)
+            acc += tl.sum((raw.to(tl.float32) - zero) * xs[None, :] * scale, axis=1)
     tl.store(out_ptr + m * n + cols, acc.to(out_ptr.dtype.element_ty), mask=col_in)
 
 
@@ -66,8 +70,11 @@ class _Gemv(Kernel):
         return case["m"] * case["n"] * case["k"]
 
     def configs(self, case):
-        return [Config.of(num_warps=4, BLOCK_N=64), Config.of(num_warps=2, BLOCK_N=32),
-                Config.of(num_warps=4, BLOCK_N=128), Config.of(num_warps=8, BLOCK_N=256)]
+        # small BLOCK_N with wide byte tiles first (a decode GEMV's shape); the last is the first kernel's shape of
+        # work, one 16-byte group of 64 outputs per iteration
+        return [Config.of(num_warps=4, BLOCK_N=16, BLOCK_KB=256), Config.of(num_warps=4, BLOCK_N=8, BLOCK_KB=512),
+                Config.of(num_warps=4, BLOCK_N=32, BLOCK_KB=128), Config.of(num_warps=8, BLOCK_N=16, BLOCK_KB=512),
+                Config.of(num_warps=2, BLOCK_N=4, BLOCK_KB=512), Config.of(num_warps=4, BLOCK_N=64, BLOCK_KB=16)]
 
     def inputs(self, case, dtype, generator, device):
         import torch
