@@ -723,6 +723,7 @@ def test_tiny_lm_decodes_on_the_htp_emulator_over_a_static_cache_written_in_plac
     assert report["workload"]["agreement"]["share"] == 1.0 and report["workload"]["layout"]["masked"] is True
     assert any("static cache of 127 slots" in n for n in report["workload"]["notes"])
     assert report["accuracy"]["artifact"] == pytest.approx(report["accuracy"]["reference"], rel=1e-4)
+    assert "running the model the qnn artifact" in report["accuracy"]["where"]  # fp32: nothing was quantized
     check = run_cli("check", out, "--json")
     assert check.code == 0, check.err + check.out
     assert check.json()["workload"]["agreement"]["share"] == 1.0

@@ -255,13 +255,14 @@ def _compare_latency(fp32, quantized, feeds: dict, rounds: int = 5) -> tuple[flo
 
 
 def evaluated_on(setup: Setup) -> str:
+    model = "model" if setup.profile.precision == "fp32" else "quantized model"
     if setup.project.workload.kind == "generate" and setup.target.scorer() is not None:
         return (f"{setup.target.name}'s own decode loop for the artifact; the sensitivity loop's candidates on OpenVINO "
                 "CPU (the same IR, dynamic shapes): the static-shape pipeline runs no single call of the cache graph")
     if setup.deferred:
-        return (f"ONNX Runtime CPU EP running the quantized model the {setup.target.name} engine is compiled from (no "
+        return (f"ONNX Runtime CPU EP running the {model} the {setup.target.name} engine is compiled from (no "
                 "engine on this host); the engine's numerics are checked by golden parity at `tapeout check`")
     if setup.emulated:
-        return (f"ONNX Runtime CPU EP running the quantized model the {setup.target.name} artifact is compiled from "
+        return (f"ONNX Runtime CPU EP running the {model} the {setup.target.name} artifact is compiled from "
                 f"({setup.emulated}; too slow for the metric); the device's numerics are checked by golden parity")
     return f"{setup.target.name}, on this host"
