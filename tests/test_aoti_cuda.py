@@ -129,3 +129,18 @@ def test_report_lists_every_fused_kernel_decision_with_both_timings():
     assert "| add-layernorm | add → layer_norm | rows=128,width=384 | float16 | 0.0041 | 0.0062 | yes | 1.51× faster |" in text
     assert "| 0.0097 | 0.0089 | no | slower than Inductor's code |" in text
     assert "program aaaaaaaaaaaa" in text and "a" * 13 not in text  # hashes shortened in the key line
+
+
+def test_the_device_compile_names_its_wrapper_compiler_or_says_in_one_line_that_there_is_none(monkeypatch):
+    """Our side of the device compile's first step, here: the package's wrapper is built by the compiler
+    `cxx_compiler` chooses (tests/test_cxx_compiler.py: one linking libstdc++ statically is passed over), and with
+    none the engine step stops with one line naming what to install."""
+    from tapeout.core.errors import TargetUnavailable
+    from tapeout.targets import aoti_cuda, cxx_compiler
+
+    chosen = aoti_cuda._wrapper_compiler()
+    assert chosen.path and chosen.inductor_configs() == {"cpp.cxx": (chosen.path,)}
+    monkeypatch.setattr(cxx_compiler, "choose", lambda: None)
+    with pytest.raises(TargetUnavailable) as refused:
+        aoti_cuda._wrapper_compiler()
+    assert "needs a C++ compiler on the device" in str(refused.value) and refused.value.fix == "apt install g++ on the device"
