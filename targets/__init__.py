@@ -151,7 +151,8 @@ BUILT_IN: dict[str, TargetInfo] = {
             # HTP int8 tensors are laid out in 32-channel depth tiles (assumed from QNN's layouts; not measured here)
             channel_multiple={"int8": 32, "fp32": 32},
             # generate: the cache graph pinned to one decode step over a cache of max_context slots, each token's
-            # key and value written into its slot (StaticCachedDecoder); prompts fed one token per call
+            # key and value written into its slot (StaticCachedDecoder); prompts through a second context binary
+            # pinned to [options] prefill_chunk tokens, their first length mod chunk tokens one per call
             workloads=("forward", "generate", "stream"),
         ),
     ),

@@ -249,16 +249,23 @@ class CachedDecoder:
 class StaticCachedDecoder(CachedDecoder):
     """A cache of fixed size for a cache graph pinned to one decode step (seq 1, past = max_context - 1 slots): each
     call feeds the whole buffer with the mask marking the slots filled so far and the new token, and writes the
-    token's key and value into its slot, in place (the rest of the graph's present output is not read). The prompt
-    goes in one token per call: there is no prefill graph of its own."""
+    token's key and value into its slot, in place (the rest of the graph's present output is not read). A prompt
+    goes through `prefill`, a second graph of the same cache pinned to `chunk` tokens (the AR-N graphs of Qualcomm's
+    Genie), where the runtime has one: the first `length mod chunk` tokens one per call, then whole chunks, so the
+    last chunk ends on the prompt's last token and no token is padding. Without it, one token per call."""
 
-    def __init__(self, run: Callable[[dict[str, np.ndarray]], dict[str, np.ndarray]], layout: CacheLayout):
+    def __init__(self, run: Callable[[dict[str, np.ndarray]], dict[str, np.ndarray]], layout: CacheLayout,
+                 prefill: tuple[Callable[[dict[str, np.ndarray]], dict[str, np.ndarray]], int] | None = None):
         super().__init__(run, layout)
+        self._prefill_run, self._chunk = prefill if prefill is not None else (None, 0)
         self._cache: dict[str, np.ndarray] = {}
         self._mask = np.zeros((0, 0), np.int64)
         self._length = 0
         self.description = (f"static cache of {layout.max_context - 1} slots plus the new token, each token's key and "
-                            "value written into its slot; prompts fed one token per call (no prefill graph)")
+                            "value written into its slot; " + (
+                                f"prompts through a second graph of {self._chunk} tokens, their first length mod "
+                                f"{self._chunk} tokens one per call" if self._chunk else
+                                "prompts fed one token per call (no prefill graph)"))
 
     def prefill(self, ids: np.ndarray) -> np.ndarray:
         layout, batch = self.layout, ids.shape[0]
@@ -267,24 +274,36 @@ class StaticCachedDecoder(CachedDecoder):
         self._mask = np.zeros((batch, layout.max_context), np.int64)
         self._mask[:, -1] = 1  # the new token's own slot, after the cache
         self._length = 0
-        for t in range(ids.shape[1]):
+        head = ids.shape[1] % self._chunk if self._chunk else ids.shape[1]
+        for t in range(head):
             logits = self.step(ids[:, t:t + 1])
+        for start in range(head, ids.shape[1], self._chunk or 1):  # (none where head is the whole prompt)
+            logits = self._call(self._prefill_run, ids[:, start:start + self._chunk])
         return logits
 
     def step(self, ids: np.ndarray) -> np.ndarray:
+        return self._call(self._run, ids)
+
+    def _call(self, run: Callable[[dict[str, np.ndarray]], dict[str, np.ndarray]], ids: np.ndarray) -> np.ndarray:
+        """`ids` [batch, n] after the cache's filled slots: the mask is the filled slots then n ones (causal among
+        the new tokens: the graph's own), their keys and values written into the next n slots."""
         from tapeout.core.decoding import ATTENTION_MASK, INPUT_IDS, LOGITS, POSITION_IDS
 
-        n, layout = self._length, self.layout
-        if n >= layout.max_context:
-            raise BadInput(f"the static cache holds {layout.max_context} tokens and a step asked for one more",
+        n, new, layout = self._length, ids.shape[1], self.layout
+        if n + new > layout.max_context:
+            raise BadInput(f"the static cache holds {layout.max_context} tokens and a call asked for {n + new}",
                            fix="raise [workload] max_context and build again")
-        out = self._run({INPUT_IDS: np.ascontiguousarray(ids, dtype=np.int64), ATTENTION_MASK: self._mask,
-                         POSITION_IDS: np.full((ids.shape[0], 1), n, np.int64), **self._cache})
-        if n < layout.max_context - 1:  # the last token's key and value are never read
+        mask = self._mask if new == 1 else np.concatenate(
+            [self._mask[:, :-1], np.ones((ids.shape[0], new), np.int64)], axis=1)
+        out = run({INPUT_IDS: np.ascontiguousarray(ids, dtype=np.int64), ATTENTION_MASK: mask,
+                   POSITION_IDS: np.repeat(np.arange(n, n + new, dtype=np.int64)[None], ids.shape[0], axis=0),
+                   **self._cache})
+        kept = min(n + new, layout.max_context - 1) - n  # the last slot's key and value are never read
+        if kept > 0:
             for past, present in zip(layout.past(), layout.present(), strict=True):
-                self._cache[past][:, :, n] = out[present][:, :, -1]
-            self._mask[:, n] = 1
-        self._length = n + 1
+                self._cache[past][:, :, n:n + kept] = out[present][:, :, layout.max_context - 1:][:, :, :kept]
+            self._mask[:, n:n + kept] = 1
+        self._length = n + new
         return out[LOGITS][:, -1]
 
 

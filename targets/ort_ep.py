@@ -75,6 +75,8 @@ class OrtSession(Session):
         self._sess = sess
         self._device = device
         self._fixed_shapes = fixed_shapes
+        # a static-shape cache graph's prompt graph, (its checked run, the tokens it takes): the QNN HTP's
+        self.prefill_graph: tuple[Callable, int] | None = None
         self._binding = None
         self._inputs: dict = {}
         self._shapes: dict[str, tuple[int, ...]] = {}
@@ -109,7 +111,7 @@ class OrtSession(Session):
 
     def decoder(self, layout: CacheLayout) -> CachedDecoder:
         if layout.masked:  # a graph pinned to one decode step (the QNN HTP's): the cache is a fixed buffer
-            return StaticCachedDecoder(self.run, layout)
+            return StaticCachedDecoder(self.run, layout, self.prefill_graph)
         return OrtCachedDecoder(self._sess, layout, self._device or ("cpu", 0))
 
     def carrier(self, state: Mapping[str, str]) -> StateCarrier:

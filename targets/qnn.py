@@ -27,9 +27,10 @@ from tapeout.core.schemas import InputSpec
 from tapeout.targets import onnx_lint
 from tapeout.targets.base import LintIssue, Probe
 from tapeout.targets.native_output import native_output_captured
-from tapeout.targets.ort_ep import OrtOptions, OrtTarget
+from tapeout.targets.ort_ep import OrtOptions, OrtSession, OrtTarget
 
 ARTIFACT_FILE = "model_ctx.onnx"
+PREFILL_FILE = "prefill_ctx.onnx"  # a generate workload's prompt graph (Options.prefill_chunk), beside the decode graph
 
 
 class Options(OrtOptions):
@@ -41,6 +42,10 @@ class Options(OrtOptions):
                                   "extreme_power_saver"] = "burst"
     enable_htp_fp16_precision: bool = Field(True, description="float (unquantized) nodes run in FP16 on the HTP")
     context_embed: bool = Field(False, description="embed the context binary in the .onnx instead of a sidecar .bin")
+    prefill_chunk: int = Field(32, ge=0, le=4096, description="a generate workload's prompts go through a second "
+                               "context binary, the cache graph pinned to this many new tokens (Genie's AR-N graphs), "
+                               "the first length mod chunk tokens one per call; 0: every prompt token through the "
+                               "one-token decode graph")
 
 
 @functools.cache
@@ -80,9 +85,11 @@ def placement(trace: dict) -> dict:
             "subgraphs": summary.get("qnn_subgraphs"), "source": "the QNN EP's op trace at compile"}
 
 
-def pin_shapes(model_path: Path, out_path: Path, inputs: list[InputSpec], dims: dict[str, int]) -> tuple[Path, list[str]]:
+def pin_shapes(model_path: Path, out_path: Path, inputs: list[InputSpec], dims: dict[str, int],
+               repin: bool = False) -> tuple[Path, list[str]]:
     """The model with every input dim fixed to the build's value, and what was pinned. A copy is written to
-    `out_path` only when a dim was symbolic; an already static model is returned as it is."""
+    `out_path` only when a dim was symbolic; an already static model is returned as it is. `repin`: every input
+    dim set from `dims`, pinned or not (a pinned cache graph pinned again to another number of new tokens)."""
     import onnx
 
     model = onnx.load(str(model_path))
@@ -93,7 +100,7 @@ def pin_shapes(model_path: Path, out_path: Path, inputs: list[InputSpec], dims: 
         if spec is None:
             continue
         for axis, (dim, value) in enumerate(zip(graph_input.type.tensor_type.shape.dim, spec.concrete_shape(dims), strict=False)):
-            if not dim.HasField("dim_value"):
+            if not dim.HasField("dim_value") or (repin and dim.dim_value != value):
                 pinned.append(f"{graph_input.name}[{axis}] {dim.dim_param or '?'} = {value}")
                 dim.ClearField("dim_param")
                 dim.dim_value = value
@@ -234,30 +241,70 @@ class Qnn(OrtTarget):
         return issues
 
     def compile(self, model_path: Path, out_dir: Path, inputs: list[InputSpec], dims: dict[str, int]) -> Artifact:
-        """Pin shapes, prepare the graph for the SoC, write the EPContext model and its context binary.
+        """Pin shapes, prepare the graph for the SoC, write the EPContext model and its context binary; for a
+        generate workload's cache graph, a second one pinned to `prefill_chunk` new tokens (`prefill_ctx.onnx`)."""
+        out_dir.mkdir(parents=True, exist_ok=True)
+        with tempfile.TemporaryDirectory(prefix="tapeout-qnn-") as tmp:
+            static, pinned = pin_shapes(model_path, Path(tmp) / "model.onnx", inputs, dims)
+            place = self._context(static, out_dir, ARTIFACT_FILE, Path(tmp))
+            prefill = self._prefill_context(model_path, out_dir, inputs, dims, Path(tmp))
+        return Artifact(self.name, out_dir, ARTIFACT_FILE,
+                        meta={"htp_arch": self.options.htp_arch, "soc_model": self.options.soc_model, "pinned": pinned,
+                              "placement": place, "emulated": self.emulated(),
+                              **({"prefill": prefill} if prefill else {}),
+                              "context_files": sorted(p.name for p in out_dir.iterdir())})
+
+    def _context(self, static: Path, out_dir: Path, name: str, tmp: Path) -> dict:
+        """One static model prepared for the SoC into `out_dir/name` and its context binary; its placement.
 
         One session does it all: the op trace (placement) and the context come from the same graph
         preparation. It runs with fallback allowed so the trace sees every node; the context is kept
         only if the placement is what the profile allows (with no node off the HTP, the context is the
         one a strict session writes)."""
-        out_dir.mkdir(parents=True, exist_ok=True)
-        with tempfile.TemporaryDirectory(prefix="tapeout-qnn-") as tmp:
-            static, pinned = pin_shapes(model_path, Path(tmp) / "model.onnx", inputs, dims)
-            context = Path(tmp) / "context"
-            context.mkdir()
-            so = self._session_options(trace_dir=Path(tmp) / "trace", context_path=context / ARTIFACT_FILE, fallback=True)
-            self._load(static, so, static.name)
-            place = placement(_read_trace(Path(tmp) / "trace"))
-            if place["off"] and not self.options.allow_cpu_fallback:
-                first = place["off"][0]
-                raise BadInput(f"{len(place['off'])} node(s) cannot run on the HTP and CPU fallback is off; first: "
-                               f"{first['node']} ({first['op_type']}): {first['reason']}",
-                               fix="see `tapeout lint --profile` for every node; or allow_cpu_fallback = true with a placement budget")
-            if not (context / ARTIFACT_FILE).is_file():
-                raise BadInput("the QNN EP wrote no EPContext model", fix="check the profile's htp_arch and soc_model")
-            for file in context.iterdir():  # the .onnx names its .bin by file name: they move together
-                shutil.move(str(file), out_dir / file.name)
-        return Artifact(self.name, out_dir, ARTIFACT_FILE,
-                        meta={"htp_arch": self.options.htp_arch, "soc_model": self.options.soc_model, "pinned": pinned,
-                              "placement": place, "emulated": self.emulated(),
-                              "context_files": sorted(p.name for p in out_dir.iterdir())})
+        work = tmp / name.removesuffix(".onnx")
+        context = work / "context"
+        context.mkdir(parents=True)
+        so = self._session_options(trace_dir=work / "trace", context_path=context / name, fallback=True)
+        self._load(static, so, static.name)
+        place = placement(_read_trace(work / "trace"))
+        if place["off"] and not self.options.allow_cpu_fallback:
+            first = place["off"][0]
+            raise BadInput(f"{len(place['off'])} node(s) of {name} cannot run on the HTP and CPU fallback is off; "
+                           f"first: {first['node']} ({first['op_type']}): {first['reason']}",
+                           fix="see `tapeout lint --profile` for every node; or allow_cpu_fallback = true with a placement budget")
+        if not (context / name).is_file():
+            raise BadInput("the QNN EP wrote no EPContext model", fix="check the profile's htp_arch and soc_model")
+        for file in context.iterdir():  # the .onnx names its .bin by file name: they move together
+            shutil.move(str(file), out_dir / file.name)
+        return place
+
+    def _prefill_context(self, model_path: Path, out_dir: Path, inputs: list[InputSpec], dims: dict[str, int],
+                         tmp: Path) -> dict | None:
+        """A cache graph's prompt graph: the same model pinned to `prefill_chunk` new tokens over the same cache
+        (input_ids and position_ids [batch, chunk], attention_mask [batch, past + chunk]), its own context binary.
+        None for a forward model, or where the option is 0 or the chunk does not fit the cache."""
+        from tapeout.core.decoding import ATTENTION_MASK
+
+        chunk = self.options.prefill_chunk
+        if not chunk or not any(s.name == ATTENTION_MASK for s in inputs) or not {"seq", "past", "context"} <= set(dims):
+            return None
+        if chunk > dims["past"]:
+            return {"chunk": 0, "why_none": f"prefill_chunk = {chunk} is more than the cache's {dims['past']} slots: "
+                    "prompts go one token per call"}
+        static, _ = pin_shapes(model_path, tmp / "prefill.onnx", inputs,
+                               {**dims, "seq": chunk, "context": dims["past"] + chunk}, repin=True)
+        place = self._context(static, out_dir, PREFILL_FILE, tmp)
+        return {"chunk": chunk, "file": PREFILL_FILE, "on_accelerator": place["on_accelerator"],
+                "total_nodes": place["total_nodes"]}
+
+    def session(self, artifact: Artifact) -> OrtSession:
+        """The decode graph's session; with a prompt graph beside it, that one too (the decoder's `prefill`)."""
+        session = super().session(artifact)
+        prefill = artifact.directory / PREFILL_FILE
+        if prefill.is_file():
+            from tapeout.core.decoding import INPUT_IDS
+
+            sess = self._load(prefill, self._session_options(), f"artifact {prefill}")
+            chunk = next(i.shape[1] for i in sess.get_inputs() if i.name == INPUT_IDS)  # [batch, chunk], pinned
+            session.prefill_graph = (OrtSession(sess).run, int(chunk))
+        return session

@@ -701,9 +701,12 @@ def test_the_npu_pipeline_refuses_a_batch(tmp_path):
 
 @pytest.mark.slow
 def test_tiny_lm_decodes_on_the_htp_emulator_over_a_static_cache_written_in_place(tmp_path):
-    """qnn at fp32 (FP16 on the HTP): the cache graph pinned to one decode step over max_context - 1 slots, every
-    node on the HTP; each token's key and value written into its slot (a loop that dropped them would lose the
-    greedy tokens); the metric through the same static loop on the CPU EP; `check` replays it."""
+    """qnn at fp32 (FP16 on the HTP): the cache graph pinned to one decode step over max_context - 1 slots, and a
+    second context pinned to 4 new tokens for prompts, every node of both on the HTP; each token's key and value
+    written into its slot (a loop that dropped them would lose the greedy tokens); the golden prompts (8 tokens: two
+    chunks) reproduce torch's greedy tokens; the metric through the same static loop on the CPU EP; `check` replays
+    it. On the exported graph itself, a chunked prompt (4 tokens one per call, then two chunks of 8) gives the growing
+    cache's logits, and so do the steps after it."""
     from tapeout import targets
     from tapeout.core.decoding import CacheLayout, teacher_forced, teacher_forced_loop
     from tapeout.targets.base import StaticCachedDecoder
@@ -714,14 +717,17 @@ def test_tiny_lm_decodes_on_the_htp_emulator_over_a_static_cache_written_in_plac
     (project / "tapeout.toml").write_text(text.replace("new_tokens = 32", "new_tokens = 8\ntrials = 2\n"
                                                                          "agreement_prompts = 2"))
     profile = tmp_path / "qnn32.toml"
-    profile.write_text('extends = "qnn-sm8650"\nprecision = "fp32"\n[check]\niterations = 20\nrepeats = 1\n'
-                       'warmup_min_s = 0.05\nop_profile = false\n')
+    profile.write_text('extends = "qnn-sm8650"\nprecision = "fp32"\n[options]\nprefill_chunk = 4\n[check]\n'
+                       'iterations = 20\nrepeats = 1\nwarmup_min_s = 0.05\nop_profile = false\n')
     out = tmp_path / "b"
     report = _built(project, profile, out)
+    prefill = report["artifact"]["meta"]["prefill"]
+    assert prefill["chunk"] == 4 and prefill["on_accelerator"] == prefill["total_nodes"] > 100
+    assert {"prefill_ctx.onnx", "prefill_ctx_qnn.bin"} <= set(report["artifact"]["files"])  # hashed with the artifact
     verdicts = {b["budget"]: b for b in report["budgets"]}
     assert verdicts["placement_max_off_share"]["measured"] == 0.0
     assert report["workload"]["agreement"]["share"] == 1.0 and report["workload"]["layout"]["masked"] is True
-    assert any("static cache of 127 slots" in n for n in report["workload"]["notes"])
+    assert any("static cache of 127 slots" in n and "second graph of 4 tokens" in n for n in report["workload"]["notes"])
     assert report["accuracy"]["artifact"] == pytest.approx(report["accuracy"]["reference"], rel=1e-4)
     assert "running the model the qnn artifact" in report["accuracy"]["where"]  # fp32: nothing was quantized
     check = run_cli("check", out, "--json")
@@ -734,3 +740,7 @@ def test_tiny_lm_decodes_on_the_htp_emulator_over_a_static_cache_written_in_plac
     static = teacher_forced_loop(StaticCachedDecoder(session.run, layout))(row)["logits"]
     growing = teacher_forced(session.run, layout)(row)["logits"]
     np.testing.assert_allclose(static, growing, atol=1e-4)
+    chunked = StaticCachedDecoder(session.run, layout, prefill=(session.run, 8))
+    np.testing.assert_allclose(chunked.prefill(row["input_ids"][:, :20]), growing[:, 19], atol=1e-4)
+    for t in range(20, 24):
+        np.testing.assert_allclose(chunked.step(row["input_ids"][:, t:t + 1]), growing[:, t], atol=1e-4)
