@@ -65,14 +65,12 @@ def choose() -> Compiler | None:
         seen.add(os.path.realpath(path))
         usable, why = probe(path)
         if usable:
-            note = (f"used instead of {'; '.join(tried)}: a package with a second libstdc++ crashes in a torch "
-                    "process") if tried else ""
+            note = f"used instead of {'; '.join(tried)}" if tried else ""
             return Compiler(path, version(path), note)
         tried.append(f"{path}, which {why}")
     if not tried:
         return None
-    raise TargetUnavailable(f"no C++ compiler here builds packages torch can load: {'; '.join(tried)} (a package "
-                            "with a second libstdc++ crashes in a torch process)",
+    raise TargetUnavailable(f"no C++ compiler here builds packages torch can load: {'; '.join(tried)}",
                             fix="install g++ (apt install g++) or point CXX at a compiler that links libstdc++ as a "
                                 "shared library")
 
@@ -99,7 +97,8 @@ def probe(path: str) -> tuple[bool, str]:
         return True, "not checked (not a 64-bit little-endian ELF)"
     if any(name.startswith(LIBSTDCXX) for name in needed):
         return True, ""
-    return False, (f"links libstdc++ statically (a shared library it builds needs only {', '.join(needed) or 'nothing'})")
+    return False, (f"links libstdc++ statically (a shared library it builds needs only {', '.join(needed) or 'nothing'}), "
+                   "so its packages would carry a second libstdc++ and crash in a torch process")
 
 
 def needed_libraries(path: Path) -> list[str] | None:
