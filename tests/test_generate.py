@@ -579,6 +579,7 @@ def test_a_generate_workload_on_a_target_that_cannot_run_it_is_refused(tmp_path)
     assert 'kind = \\"forward\\"' in line or 'kind = "forward"' in line
 
 
+@pytest.mark.slow  # the refusal comes at the precision step, after the export and the HTP's lint: ~20 s alone
 def test_full_integer_int8_on_the_htp_is_refused_for_a_cache_graph_with_the_precision_that_runs(tmp_path):
     line = refused_build(tmp_path, _project(tmp_path), "--profile", "qnn-sm8650")
     assert "cache graph has no calibration samples yet" in line and 'precision = "fp32"' in line
