@@ -14,7 +14,8 @@ os.environ["TRITON_INTERPRET"] = "1"
 
 
 def planted() -> dict:
-    """Three kernels that must fail verification: an off-by-one in a mask, a cached result, an aliased output."""
+    """Four kernels that must fail verification: an off-by-one in a mask, a write past the output's end, a cached
+    result, an aliased output."""
     import importlib.util
 
     from tapeout.measurement import kernel_harness as harness
@@ -31,6 +32,16 @@ def planted() -> dict:
     class OffByOne(add_norm.AddLayerNorm):
         source = mutated._add_norm
 
+    silu = Path(silu_mul.__file__).read_text()
+    assert "inside = cols < width\n" in silu
+    (folder / "past_the_end.py").write_text(silu.replace("inside = cols < width\n", "inside = cols < width + 1\n"))
+    spec = importlib.util.spec_from_file_location("past_the_end", folder / "past_the_end.py")
+    overrun = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(overrun)
+
+    class PastTheEnd(silu_mul.SiluMul):  # each row writes one element more: the last row's lands past the output
+        source = overrun._silu_mul
+
     class Cached(silu_mul.SiluMul):
         kept = None
 
@@ -45,7 +56,8 @@ def planted() -> dict:
             return {"out": inputs["gate"]}
 
     found = {}
-    for name, kernel in (("off_by_one", OffByOne()), ("cached", Cached()), ("aliased", Aliased()), ("honest", silu_mul.SiluMul())):
+    for name, kernel in (("off_by_one", OffByOne()), ("past_the_end", PastTheEnd()), ("cached", Cached()),
+                         ("aliased", Aliased()), ("honest", silu_mul.SiluMul())):
         checks = harness.verify(kernel, "interpreter", ("float32",))
         found[name] = [{"case": c.case, "ok": c.ok, "problem": c.problem, "unwritten": c.unwritten} for c in checks]
     return found

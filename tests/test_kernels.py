@@ -62,11 +62,14 @@ def test_every_kernel_verifies_in_the_interpreter_and_every_config_of_one():
     assert all("interpreter" in c["problem"] for c in skipped)
 
 
-def test_the_harness_refuses_an_off_by_one_a_cached_result_and_an_aliased_output():
+def test_the_harness_refuses_an_off_by_one_a_write_past_the_end_a_cached_result_and_an_aliased_output():
     found = _scenario("planted")
     # the honest kernel passes the same checks the planted ones fail
     assert all(c["ok"] for c in found["honest"])
     assert all(c["ok"] is False and "unwritten" in c["problem"] and c["unwritten"] > 0 for c in found["off_by_one"])
+    # one element past each row: the rows overwrite their neighbour's first element before it is written, and the
+    # last row's lands in the guard zone after the output (without the guards: memory the harness does not own)
+    assert all(c["ok"] is False and "wrote past the end of output out" in c["problem"] for c in found["past_the_end"])
     assert found["cached"][0]["ok"] is False and "earlier call" in found["cached"][0]["problem"]
     assert all(c["ok"] is False for c in found["cached"])
     assert all(c["ok"] is False and "shares memory with an input" in c["problem"] for c in found["aliased"])

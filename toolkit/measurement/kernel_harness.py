@@ -100,18 +100,25 @@ def _check(kernel: Kernel, case: Case, dtype: str, config: Config, device: str, 
         generator = torch.Generator().manual_seed(seed * 7919 + trial)
         inputs = kernel.inputs(case, dtype, generator, device)
         outputs = kernel.outputs(case, dtype, inputs, device)
-        for out in outputs.values():
-            out.fill_(float("nan"))
         shared = [name for name, out in outputs.items() if any(
             isinstance(t, torch.Tensor) and _overlap(out, t) for t in inputs.values())]
         if shared:
             return replace(base, ok=False, problem=f"output {shared[0]} shares memory with an input")
+        guarded = {name: _guarded(out) for name, out in outputs.items()}
+        outputs = {name: view for name, (view, _) in guarded.items()}
+        for out in outputs.values():
+            out.fill_(float("nan"))
         try:
             kernel.run(inputs, outputs, config)
             if device == "cuda":
                 torch.cuda.synchronize()
         except Exception as exc:  # the kernel's own failure (a compile error, a bad launch) is its verdict
             return replace(base, ok=False, problem=f"raised {type(exc).__name__}: {first_line(exc)}")
+        for name, (_, guards) in guarded.items():
+            spoiled = _spoiled(guards)
+            if spoiled:
+                return replace(base, ok=False, problem=f"wrote past the end of output {name}: {spoiled} element(s) of "
+                                                       f"the {GUARD}-element guard zones around it changed")
         ref = kernel.reference(**inputs)
         for name, out in outputs.items():
             got, want = out.float().cpu(), ref[name].float().cpu()
@@ -134,6 +141,32 @@ def _check(kernel: Kernel, case: Case, dtype: str, config: Config, device: str, 
         return replace(base, ok=False, worst=worst, max_abs=max_abs,
                        problem=f"off by {max_abs:.3g}, {worst:.3g}× the {dtype} tolerance (atol {atol}, rtol {rtol})")
     return replace(base, ok=True, worst=worst, max_abs=max_abs)
+
+
+GUARD = 16384  # elements of sentinel each side of a contiguous output
+
+
+def _guarded(out):
+    """(`out` moved into the middle of a buffer GUARD elements longer on each side, (the buffer, the guards as
+    filled)): a kernel's write past either end lands in a guard, where it is found, not in memory the harness does
+    not own (in the interpreter such a write corrupted the heap and killed the process). A strided output as it
+    is, unguarded."""
+    import torch
+
+    if not out.is_contiguous() or not out.is_floating_point():
+        return out, None
+    buffer = torch.empty(out.numel() + 2 * GUARD, dtype=out.dtype, device=out.device)
+    buffer.fill_(-7000.0)
+    view = buffer[GUARD:GUARD + out.numel()].view(out.shape)
+    return view, (buffer, buffer[:GUARD].clone(), buffer[-GUARD:].clone())
+
+
+def _spoiled(guards) -> int:
+    """How many guard elements a call changed (0: none, or no guards)."""
+    if guards is None:
+        return 0
+    buffer, low, high = guards
+    return int((buffer[:GUARD] != low).sum()) + int((buffer[-GUARD:] != high).sum())
 
 
 def _overlap(a, b) -> bool:
