@@ -295,8 +295,8 @@ class StaticCachedDecoder(CachedDecoder):
                            fix="raise [workload] max_context and build again")
         mask = self._mask if new == 1 else np.concatenate(
             [self._mask[:, :-1], np.ones((ids.shape[0], new), np.int64)], axis=1)
-        out = run({INPUT_IDS: np.ascontiguousarray(ids, dtype=np.int64), ATTENTION_MASK: mask,
-                   POSITION_IDS: np.repeat(np.arange(n, n + new, dtype=np.int64)[None], ids.shape[0], axis=0),
+        positions = layout.positions(ids.shape[0], n, new)[POSITION_IDS]
+        out = run({INPUT_IDS: np.ascontiguousarray(ids, dtype=np.int64), ATTENTION_MASK: mask, POSITION_IDS: positions,
                    **self._cache})
         kept = min(n + new, layout.max_context - 1) - n  # the last slot's key and value are never read
         if kept > 0:

@@ -75,8 +75,10 @@ class OrtSession(Session):
         self._sess = sess
         self._device = device
         self._fixed_shapes = fixed_shapes
-        # a static-shape cache graph's prompt graph, (its checked run, the tokens it takes): the QNN HTP's
-        self.prefill_graph: tuple[Callable, int] | None = None
+        # a static-shape cache graph's prompt graph, loaded when a decoder is first asked for (a process timing
+        # single calls never loads it): () -> (its checked run, the tokens it takes). The QNN HTP's
+        self.prefill_loader: Callable[[], tuple[Callable, int]] | None = None
+        self._prefill: tuple[Callable, int] | None = None
         self._binding = None
         self._inputs: dict = {}
         self._shapes: dict[str, tuple[int, ...]] = {}
@@ -111,7 +113,9 @@ class OrtSession(Session):
 
     def decoder(self, layout: CacheLayout) -> CachedDecoder:
         if layout.masked:  # a graph pinned to one decode step (the QNN HTP's): the cache is a fixed buffer
-            return StaticCachedDecoder(self.run, layout, self.prefill_graph)
+            if self._prefill is None and self.prefill_loader is not None:
+                self._prefill = self.prefill_loader()
+            return StaticCachedDecoder(self.run, layout, self._prefill)
         return OrtCachedDecoder(self._sess, layout, self._device or ("cpu", 0))
 
     def carrier(self, state: Mapping[str, str]) -> StateCarrier:

@@ -298,13 +298,16 @@ class Qnn(OrtTarget):
                 "total_nodes": place["total_nodes"]}
 
     def session(self, artifact: Artifact) -> OrtSession:
-        """The decode graph's session; with a prompt graph beside it, that one too (the decoder's `prefill`)."""
+        """The decode graph's session; with a prompt graph beside it, that one too, loaded for the first decoder."""
         session = super().session(artifact)
         prefill = artifact.directory / PREFILL_FILE
         if prefill.is_file():
-            from tapeout.core.decoding import INPUT_IDS
-
-            sess = self._load(prefill, self._session_options(), f"artifact {prefill}")
-            chunk = next(i.shape[1] for i in sess.get_inputs() if i.name == INPUT_IDS)  # [batch, chunk], pinned
-            session.prefill_graph = (OrtSession(sess).run, int(chunk))
+            session.prefill_loader = lambda: self._prefill_graph(prefill)
         return session
+
+    def _prefill_graph(self, path: Path) -> tuple:
+        from tapeout.core.decoding import INPUT_IDS
+
+        sess = self._load(path, self._session_options(), f"artifact {path}")
+        chunk = next(i.shape[1] for i in sess.get_inputs() if i.name == INPUT_IDS)  # [batch, chunk], pinned
+        return OrtSession(sess).run, int(chunk)

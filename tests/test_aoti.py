@@ -6,6 +6,7 @@ vector ISA this CPU lacks refused before it is loaded (exit 4), and no C++ compi
 from __future__ import annotations
 
 import json
+import zipfile
 
 import numpy as np
 import pytest
@@ -14,6 +15,7 @@ from conftest import SAMPLES, run_cli, static_libstdcxx_compiler
 from tapeout import targets
 from tapeout.core.artifact import Artifact
 from tapeout.core.errors import BadInput, TargetUnavailable
+from tapeout.targets import cxx_compiler
 
 PROBE = targets.target_class("aoti").probe()
 pytestmark = pytest.mark.skipif(not PROBE.available, reason=f"aoti is not usable here: {PROBE.reason}")
@@ -46,6 +48,10 @@ def test_digits_cnn_int8_compiles_to_integer_kernels_runs_and_checks(tmp_path):
     assert report["artifact"]["main_file"] == "model.pt2" and meta["dynamic_dims"] == ["batch"]
     assert meta["vec_isa"] == json.loads((out / "artifact" / "vec_isa.json").read_text())["vec_isa"]
     assert f"used instead of {cxx}, which links libstdc++ statically" in meta["compiler"]
+    with zipfile.ZipFile(out / "artifact" / "model.pt2") as package:  # the package's own native code: shared libstdc++
+        wrapper = next(n for n in package.namelist() if n.endswith(".so"))
+        (tmp_path / "wrapper.so").write_bytes(package.read(wrapper))
+    assert "libstdc++.so.6" in cxx_compiler.needed_libraries(tmp_path / "wrapper.so")
     quantization = report["quantization"]
     plan = {g["group"]: (g["precision"], tuple(g["modules"])) for g in quantization["plan"]["groups"]}
     assert quantization["plan"]["method"] == "pt2e-x86-inductor" and quantization["evaluated_on"] == "aoti, on this host"
