@@ -628,6 +628,7 @@ def test_a_gpu_run_is_estimated_for_the_device_spec_its_gpu_matches(digits_build
     from tapeout.core.config import device_matching
 
     assert device_matching("NVIDIA H100 80GB HBM3").name == "h100-sxm"
+    assert device_matching("NVIDIA H200").name == "h200-sxm"  # as the H200's driver names it
     assert device_matching("NVIDIA H100 PCIe").name == "h100-pcie"
     assert device_matching("NVIDIA GeForce RTX 4090").name == "rtx-4090"
     assert device_matching("NVIDIA B200") is None and device_matching(None) is None
