@@ -75,8 +75,10 @@ def test_kernels_count_fusion_groups_once_and_never_folded_shape_arithmetic(tmp_
 
 
 def test_a_residual_add_and_its_layer_norm_are_one_kernel_and_a_reshape_moves_nothing(tmp_path):
-    """x + h -> LayerNormalization -> Reshape, with the sum also used by the next residual (the Mul): the
-    norm reads x and h and writes its output and the sum (SkipLayerNormalization); the Reshape aliases."""
+    """x + h -> LayerNormalization -> Reshape, with the sum also used by the next residual (the Mul): ONNX Runtime
+    runs the Add and the norm apart (a pre-norm block), two kernels. With nothing else reading the sum (a post-norm
+    block) they are one (SkipLayerNormalization): the norm reads x and h and writes its output, never the sum. The
+    Reshape aliases."""
     d = 64
     nodes = [helper.make_node("Add", ["x", "h"], ["s"], name="residual"),
              helper.make_node("LayerNormalization", ["s", "g", "b"], ["n"], name="norm", axis=-1),
@@ -92,11 +94,11 @@ def test_a_residual_add_and_its_layer_norm_are_one_kernel_and_a_reshape_moves_no
     onnx.save(model, tmp_path / "m.onnx")
     view = GraphView.load(tmp_path / "m.onnx")
     ks = {k.name: k for k in cost_units.of(view, analyze_view(view), None, "fp32")}
-    assert sorted(ks) == ["next", "norm", "view"]
+    assert sorted(ks) == ["next", "norm", "residual", "view"]
     act = 16 * d * 4
     norm = ks["norm"]
-    assert norm.cls == "reduce" and norm.nodes == 2 and norm.launches == 1
-    assert norm.bytes == 2 * act + 2 * d * 4 + act + act     # x, h, its weights; the output; the sum, once
+    assert norm.cls == "reduce" and norm.nodes == 1 and ks["residual"].cls == "elementwise"
+    assert norm.bytes == act + 2 * d * 4 + act and ks["residual"].bytes == 3 * act
     assert ks["view"].bytes == 0 and ks["view"].cls == "movement"
     # a sum nothing else reads is never written
     model.graph.node.remove(model.graph.node[3])
@@ -104,7 +106,87 @@ def test_a_residual_add_and_its_layer_norm_are_one_kernel_and_a_reshape_moves_no
     onnx.save(model, tmp_path / "m2.onnx")
     view = GraphView.load(tmp_path / "m2.onnx")
     only = {k.name: k for k in cost_units.of(view, analyze_view(view), None, "fp32")}
-    assert only["norm"].bytes == 2 * act + 2 * d * 4 + act
+    assert sorted(only) == ["norm", "view"]
+    assert only["norm"].cls == "reduce" and only["norm"].nodes == 2 and only["norm"].launches == 1
+    assert only["norm"].bytes == 2 * act + 2 * d * 4 + act    # x, h, its weights; the output
+
+
+def test_a_tanh_gelu_written_out_is_one_kernel_as_onnx_runtime_fuses_it(tmp_path):
+    """GPT-2's GELU, 0.5 · x · (1 + Tanh(√(2/π) · (x + 0.044715 · x³))), eight nodes, is one elementwise kernel
+    (ONNX Runtime's FastGelu): x read and the result written once. Where a part is read from outside, it is not."""
+    import numpy as np
+
+    rows, d = 16, 64
+    act = rows * d * 4
+
+    def model(leak: bool):
+        consts = {"three": 3.0, "c": 0.044715, "k": math.sqrt(2 / math.pi), "one": 1.0, "half": 0.5}
+        nodes = [helper.make_node("Mul", ["x", "half"], ["halved"], name="half"),
+                 helper.make_node("Pow", ["x", "three"], ["cube"], name="pow"),
+                 helper.make_node("Mul", ["cube", "c"], ["cubic"], name="cubic"),
+                 helper.make_node("Add", ["x", "cubic"], ["inner"], name="inner"),
+                 helper.make_node("Mul", ["inner", "k"], ["scaled"], name="scaled"),
+                 helper.make_node("Tanh", ["scaled"], ["t"], name="tanh"),
+                 helper.make_node("Add", ["t", "one"], ["t1"], name="one"),
+                 helper.make_node("Mul", ["halved", "t1"], ["y"], name="gelu")]
+        outputs = [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)]
+        if leak:
+            nodes.append(helper.make_node("Neg", ["inner"], ["z"], name="leak"))
+            outputs.append(helper.make_tensor_value_info("z", TensorProto.FLOAT, None))
+        inits = [onnx.numpy_helper.from_array(np.array(v, np.float32), n) for n, v in consts.items()]
+        graph = helper.make_graph(nodes, "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [rows, d])],
+                                  outputs, inits)
+        proto = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+        proto.ir_version = 10
+        path = tmp_path / f"gelu{int(leak)}.onnx"
+        onnx.save(proto, path)
+        view = GraphView.load(path)
+        return cost_units.of(view, analyze_view(view), None, "fp32")
+
+    (gelu,) = model(leak=False)
+    assert gelu.cls == "elementwise" and gelu.nodes == 8 and gelu.bytes == 2 * act
+    assert gelu.flops == 8 * rows * d
+    assert len(model(leak=True)) == 9     # the inner sum is read by another node: eight kernels and the Neg
+
+
+def test_a_scalar_scale_on_a_matmul_runs_inside_it(tmp_path):
+    """Attention's 1/√d by a scalar constant, on the scores or on q where only the MatMul reads it, is part of the
+    MatMul's kernel (ONNX Runtime's FusedMatMul alpha), not a pass of its own; on scores something else also reads,
+    it stays a kernel."""
+    import numpy as np
+
+    s, d = 32, 16
+
+    def kernels(where: str):
+        scale = onnx.numpy_helper.from_array(np.array(0.25, np.float32), "scale")
+        if where == "q":
+            nodes = [helper.make_node("Mul", ["q", "scale"], ["qs"], name="scale_q"),
+                     helper.make_node("MatMul", ["qs", "k"], ["scores"], name="qk")]
+            last = "scores"
+        else:
+            nodes = [helper.make_node("MatMul", ["q", "k"], ["raw"], name="qk"),
+                     helper.make_node("Div" if where == "div" else "Mul", ["raw", "scale"], ["scores"], name="scaled")]
+            last = "scores"
+        nodes.append(helper.make_node("Softmax", [last], ["y"], name="softmax", axis=-1))
+        outputs = [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)]
+        if where == "leak":
+            outputs.append(helper.make_tensor_value_info("raw", TensorProto.FLOAT, None))
+        graph = helper.make_graph(nodes, "g", [helper.make_tensor_value_info("q", TensorProto.FLOAT, [s, d]),
+                                               helper.make_tensor_value_info("k", TensorProto.FLOAT, [d, s])],
+                                  outputs, [scale])
+        proto = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+        proto.ir_version = 10
+        path = tmp_path / f"{where}.onnx"
+        onnx.save(proto, path)
+        view = GraphView.load(path)
+        return {k.name: k for k in cost_units.of(view, analyze_view(view), None, "fp32")}
+
+    for where in ("mul", "div", "q"):
+        found = kernels(where)
+        assert sorted(found) == ["qk", "softmax"], (where, sorted(found))
+        assert found["qk"].cls == "matmul" and found["qk"].nodes == 2
+        assert found["qk"].flops == 2 * s * s * d + (s * d if where == "q" else s * s)
+    assert sorted(kernels("leak")) == ["qk", "scaled", "softmax"]    # the raw scores are an output too
 
 
 def test_an_rms_norm_and_a_silu_are_one_kernel_each_as_the_runtimes_fuse_them(tmp_path):

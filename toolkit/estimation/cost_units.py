@@ -203,7 +203,8 @@ def structure(view: GraphView, analysis: Analysis) -> list[Kernel]:
                               (view.size(lead.input[0]) or 0) if lead is not None and group.weighted else 0,
                               _recurrent_weights(view, lead) if cls == "recurrent" and lead is not None else 0,
                               _conv_shape(view, lead) if lead is not None else ()))
-    return _add_norm_fused(view, _silu_fused(view, _rms_norm_fused(view, kernels)))
+    kernels = _gelu_tanh_fused(view, _silu_fused(view, _rms_norm_fused(view, kernels)))
+    return _add_norm_fused(view, _matmul_scale_fused(view, kernels))
 
 
 def _only_reader(view: GraphView, tensor: str, *op_types: str):
@@ -285,10 +286,117 @@ def _replaced(kernels: list[Kernel], fused: dict[int, Kernel], dropped: set[int]
     return [fused.get(i, k) for i, k in enumerate(kernels) if i not in dropped]
 
 
+def _const_mul_input(view: GraphView, node) -> str | None:
+    """The other input of a Mul by a constant; None for anything else."""
+    if node is None or node.op_type != "Mul" or len(node.input) != 2:
+        return None
+    a, b = node.input
+    return a if view.is_const(b) else b if view.is_const(a) else None
+
+
+def _gelu_tanh_chain(view: GraphView, tanh) -> list | None:
+    """The nodes of a tanh GELU around `tanh`, 0.5 · x · (1 + Tanh(c · (x + 0.044715 · Pow(x, 3)))), as GPT-2's
+    NewGELU exports (with the 0.5 on x or on the product); None if it is not one."""
+    inner = view.producer.get(_const_mul_input(view, view.producer.get(tanh.input[0])) or "")
+    if inner is None or inner.op_type != "Add" or len(inner.input) != 2:
+        return None
+    scale = view.producer[tanh.input[0]]
+    for x, cubic in (inner.input, tuple(reversed(inner.input))):
+        cube_scale = view.producer.get(cubic)
+        power = view.producer.get(_const_mul_input(view, cube_scale) or "")
+        if power is not None and power.op_type == "Pow" and power.input[0] == x:
+            break
+    else:
+        return None
+    one = _only_reader(view, tanh.output[0], "Add")
+    product = _only_reader(view, one.output[0], "Mul") if one is not None else None
+    if product is None or not any(view.is_const(i) for i in one.input):
+        return None
+    other = next(i for i in product.input if i != one.output[0])
+    half = view.producer.get(other)
+    if other == x:                                   # x · (1 + tanh), then · 0.5
+        last = _only_reader(view, product.output[0], "Mul")
+        if _const_mul_input(view, last) != product.output[0]:
+            return None
+        chain = [power, cube_scale, inner, scale, tanh, one, product, last]
+    elif _const_mul_input(view, half) == x:          # (0.5 · x) · (1 + tanh)
+        chain = [power, cube_scale, inner, scale, tanh, one, half, product]
+    else:
+        return None
+    inside = {n.name for n in chain}
+    if any(c.name not in inside for n in chain[:-1] for c in view.consumers.get(n.output[0], [])):
+        return None  # a part read from outside the GELU: it is not one kernel
+    return chain
+
+
+def _gelu_tanh_fused(view: GraphView, kernels: list[Kernel]) -> list[Kernel]:
+    """A tanh GELU written out (eight nodes: GPT-2's MLP) runs as one kernel on ONNX Runtime (FastGelu) and
+    OpenVINO (Gelu, or one eltwise subgraph): x read and the result written once. Priced as eight kernels, GPT-2's
+    elementwise time was predicted at 3× what the profiler recorded."""
+    index = {k.name: i for i, k in enumerate(kernels)}
+    fused: dict[int, Kernel] = {}
+    dropped: set[int] = set()
+    for node in view.nodes:
+        chain = _gelu_tanh_chain(view, node) if node.op_type == "Tanh" else None
+        if chain is None or not all(n.name in index for n in chain):
+            continue
+        x, out = chain[0].input[0], chain[-1].output[0]
+        parts = [kernels[index[n.name]] for n in chain]
+        fused[index[chain[-1].name]] = replace(parts[-1], flops=sum(k.flops for k in parts),
+                                               nodes=sum(k.nodes for k in parts),
+                                               bytes=float((view.size(x) or 0) * view.elem_bytes(x)
+                                                           + (view.size(out) or 0) * view.elem_bytes(out)))
+        dropped.update(index[n.name] for n in chain[:-1])
+    return _replaced(kernels, fused, dropped)
+
+
+def _scaled_input(view: GraphView, node) -> str | None:
+    """The tensor `node` multiplies by a scalar constant (or divides by one); None for anything else."""
+    if node is None or node.op_type not in ("Mul", "Div") or len(node.input) != 2:
+        return None
+    a, b = node.input
+    if view.is_const(b) and (view.size(b) or 0) == 1:
+        return a
+    if node.op_type == "Mul" and view.is_const(a) and (view.size(a) or 0) == 1:
+        return b
+    return None
+
+
+def _matmul_scale_fused(view: GraphView, kernels: list[Kernel]) -> list[Kernel]:
+    """A Mul or Div by a scalar constant on a MatMul's output, or on an input only that MatMul reads (attention's
+    1/√d on the scores or on q), runs inside the MatMul on ONNX Runtime (MatMulScaleFusion: FusedMatMul with its
+    alpha): no pass of its own over the tensor. MiniLM's six score scalings were priced at 46 µs each apart."""
+    index = {k.name: i for i, k in enumerate(kernels)}
+    fused: dict[int, Kernel] = {}
+    dropped: set[int] = set()
+    for node in view.nodes:
+        if node.op_type != "MatMul" or node.name not in index or index[node.name] in fused:
+            continue
+        scales = []
+        after = _only_reader(view, node.output[0], "Mul", "Div")
+        if after is not None and after.name in index and _scaled_input(view, after) == node.output[0]:
+            scales.append(after)
+        for tensor in node.input:
+            before = view.producer.get(tensor)
+            reader = _only_reader(view, tensor, "MatMul")
+            if before is not None and before.name in index and reader is not None and reader.name == node.name and \
+                    _scaled_input(view, before) is not None:
+                scales.append(before)
+        if not scales or any(index[s.name] in fused or index[s.name] in dropped for s in scales):
+            continue
+        matmul = kernels[index[node.name]]
+        parts = [kernels[index[s.name]] for s in scales]
+        fused[index[node.name]] = replace(matmul, flops=matmul.flops + sum(k.flops for k in parts),
+                                          nodes=matmul.nodes + sum(k.nodes for k in parts))
+        dropped.update(index[s.name] for s in scales)
+    return _replaced(kernels, fused, dropped)
+
+
 def _add_norm_fused(view: GraphView, kernels: list[Kernel]) -> list[Kernel]:
-    """A residual Add feeding a LayerNormalization runs as one kernel on every runtime here (ONNX Runtime's
-    SkipLayerNormalization, OpenVINO's MVN with its eltwise, TensorRT's normalization fusion): the sum is
-    never read back, and is written once only where something else uses it (the next residual)."""
+    """A residual Add feeding a LayerNormalization and nothing else (a post-norm block: BERT, MiniLM) runs as one
+    kernel on ONNX Runtime (SkipLayerNormalization): the sum is never written. Where the sum is read again (a pre-norm
+    block's next residual: GPT-2, ViT, Whisper) or is an output, ONNX Runtime 1.32 runs the Add and the norm apart,
+    and so does OpenVINO 2026.4 in both cases (an eltwise subgraph, then MVN): they stay two kernels."""
     index = {k.name: i for i, k in enumerate(kernels)}
     fused: dict[int, Kernel] = {}
     dropped: set[int] = set()
@@ -300,9 +408,10 @@ def _add_norm_fused(view: GraphView, kernels: list[Kernel]) -> list[Kernel]:
             continue
         norm_k, add_k = kernels[index[node.name]], kernels[index[add.name]]
         total = node.input[0]
+        if total in view.outputs or any(c.name != node.name for c in view.consumers.get(total, [])):
+            continue
         between = (view.size(total) or 0) * view.elem_bytes(total)   # written by the Add, read by the norm
-        others = [c for c in view.consumers.get(total, []) if c.name != node.name]
-        moved = add_k.bytes + norm_k.bytes - 2 * between + (between if others or total in view.outputs else 0)
+        moved = add_k.bytes + norm_k.bytes - 2 * between
         fused[index[node.name]] = replace(norm_k, flops=norm_k.flops + add_k.flops, bytes=max(moved, 0),
                                           nodes=norm_k.nodes + add_k.nodes)
         dropped.add(index[add.name])
