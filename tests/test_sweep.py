@@ -38,7 +38,10 @@ def test_a_sweep_bounded_to_seconds_trains_a_predictor_per_class_and_resumes(swe
     assert all(p["roof_s"] > 0 and p["runs"] >= 5 and p["run_s"] > 0 for p in points)
     # each kernel keeps its own dispatch: its time is the run's less the run's cost without any node
     assert all(p["dispatch_s"] > 0 for p in points)
-    assert all(p["kernel_s"] == pytest.approx(p["run_s"] - (p["baseline_s"] - p["dispatch_s"])) for p in points)
+    # (less a view's dispatch where the model needed one beside its kernel: a GELU ONNX Runtime fuses)
+    assert all(p["kernel_s"] == pytest.approx(p["run_s"] - (p["baseline_s"] - p["dispatch_s"]) -
+                                              p["views"] * p["dispatch_s"]) for p in points)
+    assert all(p["views"] == (1 if p["op"] == "GeluTanh" else 0) for p in points)
     assert data["baseline_s"] < sorted(p["baseline_s"] for p in points)[len(points) // 2]
     assert sweep["host_speed"] and "bandwidth_gbs" in sweep["host_speed"][0]
     # the same configuration is never measured twice, and a second run goes on from the first
@@ -181,7 +184,9 @@ def test_a_conv_predictor_reads_the_kernels_shape_from_the_sweep_and_the_build(d
 
     structure = json.loads((digits_build / "structure.json").read_text())
     convs = [k for k in structure["kernels"] if k["class"] == "conv"]
-    assert convs and all(set(k["shape"]) == set(predictor.SHAPE_FEATURES["conv"]) for k in convs)
+    # the build keeps what the model says; what the runtime decides (the layout) is asked of it when priced
+    assert convs and all(set(k["shape"]) == set(predictor.SHAPE_FEATURES["conv"]) - set(predictor.DERIVED)
+                         for k in convs)
     assert all(k["shape"]["per_group"] >= 1 and k["shape"]["area"] == 9 for k in convs)  # digits-cnn: 3×3 convs
     roof = Roof(name="test", kind="cpu", peaks={"fp32": 1e11}, bandwidth=2e10, source="a stand-in roof")
     rng, rows = random.Random(0), []
@@ -280,6 +285,42 @@ def test_nodes_onnx_runtimes_optimized_graph_runs_beyond_the_kernels_each_cost_a
     assert counted == [artifact] and any("the 10 more are priced as one dispatch each" in n for n in made.notes)
 
 
+def test_the_layout_reorders_onnx_runtime_inserts_are_priced_as_kernels(swept, digits_build, tmp_path, monkeypatch):
+    """ONNX Runtime blocks digits-cnn's convs (NCHWc) and puts a ReorderOutput where its plain ops read them: a kernel
+    the model has none of and no one-kernel sweep point holds. The estimate asks the runtime for them (the graph it
+    optimizes on this host) and prices each as a movement kernel reading and writing its tensor."""
+    import math
+
+    from tapeout.builds.reader import open_build
+    from tapeout.core.host import host_fingerprint
+    from tapeout.estimation import runtime_kernels
+
+    if "avx2" not in host_fingerprint().get("cpu_flags", ""):
+        pytest.skip("ONNX Runtime blocks convs only on x86 with AVX2 or AVX-512")
+    build = open_build(digits_build)
+    artifact = build.artifact() / build.manifest.artifact.main_file
+    reorders = runtime_kernels.inserted_reorders(artifact, build.manifest.project.dims)
+    assert reorders and all(op in runtime_kernels.REORDERS and size > 0 for op, _, size in reorders)
+    assert estimate.inserted_kernels("onnxruntime", "int8", artifact, estimate.kernels_of(build), {}) == []
+
+    folder, first = swept
+    path = folder / predictor.file_name(first["device"], "onnxruntime")
+    data = json.loads(path.read_text())
+    move_s = 3e-7
+    data["classes"]["movement"] = {**data["classes"]["matmul"], "init": math.log(move_s), "rate": 1.0,
+                                   "trees": [{"feature": [-2], "threshold": [-2.0], "left": [-1], "right": [-1],
+                                              "value": [0.0]}]}
+    (tmp_path / path.name).write_text(json.dumps(data))
+    pred = predictor.load(tmp_path / path.name)
+    monkeypatch.setattr(predictor, "find", lambda device, target: pred if target == "onnxruntime" else None)
+    priced = estimate.for_build(build)
+    names = [k.name for k in priced.kernels if k.name.startswith(runtime_kernels.REORDERS)]
+    assert len(names) == len(reorders) and any("layout reorder" in n for n in priced.notes)
+    monkeypatch.setattr(runtime_kernels, "inserted_reorders", lambda model, dims, threads=1: [])
+    without = estimate.for_build(build)
+    assert priced.predicted_s == pytest.approx(without.predicted_s + len(reorders) * move_s)
+
+
 def test_a_generation_loop_is_priced_by_the_predictors_phase_by_phase_with_their_band(swept):
     """Each phase of a generate loop (prefill per prompt length, the decode step at two positions) is priced as one
     call by the device's kernel predictors, as a forward build is, and the loop's TTFT and TPOT carry their band."""
@@ -345,3 +386,96 @@ def test_a_models_kernels_are_floored_at_the_cache_level_its_traffic_fits_in():
     assert small.lower_bound_s == pytest.approx(4 * mib / 1e11)       # the bound stays DRAM's
     large = estimate.estimate(model(40), pred.roof(), "onnxruntime", "fp32", None, pred)       # 40 MB: past the cache
     assert large.predicted_s == pytest.approx(40 * mib / 1e11)
+
+
+def test_onnx_runtime_itself_says_which_convs_it_runs_blocked():
+    """The conv's layout is the installed runtime's decision on this CPU, read from the graph it optimizes: a conv
+    whose input channels are not a multiple of 4 (past the block) runs plain everywhere; a 16 → 32 channel conv and
+    a depthwise one run blocked (NCHWc) on every x86 CPU with AVX2, which every machine here has."""
+    from tapeout.core.host import host_fingerprint
+    from tapeout.estimation import runtime_kernels as rk
+
+    plain = {"per_group": 17, "out_channels": 32, "positions": 64, "area": 9, "groups": 1}
+    assert rk.conv_layout(plain) == rk.PLAIN
+    assert rk.conv_layout({"per_group": 17, "area": 9}) is None
+    if "avx2" not in host_fingerprint().get("cpu_flags", ""):
+        pytest.skip("ONNX Runtime blocks convs only on x86 with AVX2 or AVX-512")
+    assert rk.conv_layout({**plain, "per_group": 16}) == rk.BLOCKED
+    assert rk.conv_layout({"per_group": 1, "out_channels": 32, "positions": 64, "area": 9, "groups": 32}) == rk.BLOCKED
+
+
+def test_the_conv_predictor_tells_a_blocked_conv_from_a_plain_one():
+    """Trained on points whose time depends on the layout alone, the predictor prices two convs of one shape but
+    for their input channels apart by the layout ONNX Runtime runs them in; a kernel's layout and channel fill are
+    filled in when it is priced (a build's structure does not keep them), and a predictor file from before them
+    still reads convs."""
+    import random
+
+    from tapeout.core.host import host_fingerprint
+    from tapeout.estimation import runtime_kernels as rk
+    from tapeout.estimation import sweep
+    from tapeout.estimation.roofline import Roof
+
+    if "avx2" not in host_fingerprint().get("cpu_flags", ""):
+        pytest.skip("ONNX Runtime blocks convs only on x86 with AVX2 or AVX-512")
+    roof = Roof(name="test", kind="cpu", peaks={"fp32": 1e11}, bandwidth=2e10, source="a stand-in roof")
+    rng, rows = random.Random(1), []
+    while len(rows) < 80:
+        proto, inputs = sweep.model(sweep.sample("conv", rng))
+        feats = sweep.features_of(proto, inputs, roof)
+        if feats and feats["cls"] == "conv":
+            assert feats["shape"]["layout"] in (rk.BLOCKED, rk.PLAIN)
+            rows.append({**feats, "kernel_s": feats["roof_s"] * (1.0 if feats["shape"]["layout"] == rk.BLOCKED else 3.0)})
+    assert {r["shape"]["layout"] for r in rows} == {rk.BLOCKED, rk.PLAIN}
+    model = predictor.train(rows)["conv"]
+    assert model.features[-2:] == ["layout", "fill"]
+
+    def priced(classes, per_group):
+        pred = predictor.Predictor(predictor.PredictorFile(
+            schema=predictor.SCHEMA, device="d", target="t", host="h", threads=1, created="now", baseline_s=1e-6,
+            roof=roof.to_json(), points=len(rows), classes=classes), Path("p.json"))
+        shape = {"per_group": per_group, "out_channels": 64, "positions": 256, "area": 9, "groups": 1}
+        flops = 2 * 64 * 256 * 9 * per_group
+        return pred.kernel_s("conv", flops, 4 * (per_group * 324 + 64 * 256), flops / 1e11, 1, 2, shape)
+
+    assert priced({"conv": model}, 33) / priced({"conv": model}, 32) > 1.8  # 33 channels run plain, 32 blocked
+    old = model.model_copy(update={"features": model.features[:-2]}, deep=True)
+    for tree in old.trees:  # a file from before the layout: its trees never read the derived features
+        tree.feature = [f if f < len(old.features) else 0 for f in tree.feature]
+    assert priced({"conv": old}, 33) > 0
+
+
+def test_the_sweep_measures_the_kernels_onnx_runtime_fuses_as_one(tmp_path):
+    """A residual Add feeding a LayerNormalization, a MatMul with its bias and Gelu, and GPT-2's tanh GELU written
+    out are one kernel each to the estimator, and ONNX Runtime runs the first as one SkipLayerNormalization and the
+    last as one FastGelu: the sweep measures them as such, not only their parts (whose times are not theirs:
+    SkipLayerNormalization ran 8× LayerNormalization's here). The GELU needs a view after it (ONNX Runtime fuses
+    none that writes a graph output), whose dispatch its point leaves out."""
+    import random
+
+    import onnx
+    import onnxruntime as ort
+
+    from tapeout.estimation import sweep
+    from tapeout.estimation.roofline import Roof
+
+    roof = Roof(name="test", kind="cpu", peaks={"fp32": 1e11}, bandwidth=2e10, source="a stand-in roof")
+    rng, seen = random.Random(3), {}
+    while len(seen) < 3:
+        config = sweep.sample(rng.choice(("reduce", "matmul", "elementwise")), rng)
+        kind = {"Add+LayerNormalization": "skip", "GeluTanh": "fast"}.get(config.op)
+        kind = kind or ("gelu" if dict(config.sizes).get("act") else None)
+        if kind and kind not in seen and sweep._rough_flops(config) < 5e7:
+            seen[kind] = config
+    expected = {"skip": (2, ["SkipLayerNormalization"]), "gelu": (3, None), "fast": (8, ["FastGelu", "Reshape"])}
+    for kind, config in seen.items():
+        proto, inputs = sweep.model(config)
+        feats = sweep.features_of(proto, inputs, roof)
+        assert feats is not None and feats["cls"] == config.cls
+        nodes, ops = expected[kind]
+        assert feats["nodes"] == nodes and feats["views"] == (1 if kind == "fast" else 0)
+        if ops:
+            options = ort.SessionOptions()
+            options.optimized_model_filepath = str(tmp_path / f"{kind}.onnx")
+            ort.InferenceSession(proto.SerializeToString(), options, providers=["CPUExecutionProvider"])
+            assert [n.op_type for n in onnx.load(options.optimized_model_filepath).graph.node] == ops

@@ -152,7 +152,7 @@ def calibrate(
     sweep: str | None = typer.Option(None, "--sweep", metavar="DEVICE", help="Instead: sweep each kernel class's "
                                      "configurations on this device (`host`: this machine's CPU) and train the kernel "
                                      "predictors; resumes a sweep stopped before."),
-    minutes: float = typer.Option(30.0, "--minutes", help="With --sweep: the time budget."),
+    minutes: float = typer.Option(30.0, "--minutes", help="With --sweep: the time budget (0: measure nothing, train again from the points measured before)."),
     threads: int = typer.Option(0, "--threads", help="With --sweep: inference threads (0: one per core); each count "
                                 "is its own device."),
     classes: str | None = typer.Option(None, "--classes", help="With --sweep: the kernel classes to sweep "

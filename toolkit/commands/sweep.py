@@ -36,8 +36,9 @@ def sweep(device: str, minutes: float, threads: int, out: Path | None, as_json: 
         raise TargetUnavailable(f"a sweep runs on the device it measures, and {device!r} is not this machine",
                                 fix="run `tapeout calibrate --sweep host` on the device (or a farm worker holding it); "
                                     "here, this host's CPU is `host`")
-    if not 0 < minutes <= 24 * 60:
-        raise BadInput(f"--minutes {minutes} is out of range", fix="give the sweep's time budget in minutes, e.g. 30")
+    if not 0 <= minutes <= 24 * 60:
+        raise BadInput(f"--minutes {minutes} is out of range", fix="give the sweep's time budget in minutes, e.g. 30 "
+                       "(0: measure nothing, train again from the points measured before)")
     if threads < 0:
         raise BadInput(f"--threads {threads} is negative", fix="give the inference threads (0: one per core)")
     chosen = tuple(c.strip() for c in (classes or ",".join(sweeping.CLASSES)).split(",") if c.strip())
@@ -60,6 +61,9 @@ def sweep(device: str, minutes: float, threads: int, out: Path | None, as_json: 
                        f"tapeout's is {sweeping.DEFINITION}: each kernel keeps its dispatch, a lone conv's layout "
                        "reorders are left out), and its points cannot be mixed with new ones",
                        fix="move it away and sweep again")
+    if found is None and minutes == 0:
+        raise BadInput(f"--minutes 0 trains from a sweep measured before, and there is none at {path}",
+                       fix="give the sweep a time budget, e.g. --minutes 30")
     if found is None:
         roof = estimate.roof_for(None, host, None, estimate.host_threads(host, options))
         found = sweeping.SweepFile(schema=sweeping.SCHEMA, definition=sweeping.DEFINITION, device=name, target=TARGET,
@@ -70,10 +74,13 @@ def sweep(device: str, minutes: float, threads: int, out: Path | None, as_json: 
     rng = random.Random(len(found.points))  # a resumed sweep draws new configurations, not the same ones again
     cycle = itertools.cycle(chosen)
     deadline = time.monotonic() + minutes * 60
-    ui.note(f"sweeping {name} × {TARGET} for {minutes:g} min ({len(found.points)} points measured before) → {path}")
+    if minutes:
+        ui.note(f"sweeping {name} × {TARGET} for {minutes:g} min ({len(found.points)} points measured before) → {path}")
+    else:
+        ui.note(f"training from the {len(found.points)} points measured before ({path}); measuring nothing")
     with tempfile.TemporaryDirectory(prefix="tapeout-sweep-") as scratch:
         chunk_no = 0
-        while time.monotonic() < deadline - 2:
+        while minutes and time.monotonic() < deadline - 2:
             chunk_no += 1
             chunk, started = [], time.monotonic()
             while len(chunk) < CHUNK:
@@ -100,8 +107,9 @@ def sweep(device: str, minutes: float, threads: int, out: Path | None, as_json: 
                     key=config.key, cls=config.cls, op=config.op, config=dict(config.sizes), flops=feats["flops"],
                     bytes=feats["bytes"], nodes=feats["nodes"], launches=feats["launches"], roof_s=feats["roof_s"],
                     shape=feats["shape"],
-                    kernel_s=r["p50"] - (baseline - dispatch) - sum(r["inserted"].values()), run_s=r["p50"],
-                    baseline_s=baseline, dispatch_s=dispatch, inserted_s=r["inserted"],
+                    kernel_s=r["p50"] - (baseline - dispatch) - sum(r["inserted"].values()) - feats["views"] * dispatch,
+                    run_s=r["p50"],
+                    baseline_s=baseline, dispatch_s=dispatch, inserted_s=r["inserted"], views=feats["views"],
                     spread=(r["p90"] - r["p10"]) / r["p50"], runs=r["runs"]))
             found.seconds += time.monotonic() - started
             sweeping.save(found, path)

@@ -23,7 +23,7 @@ from tapeout.core.errors import BadInput
 from tapeout.core.host import host_fingerprint
 from tapeout.core.schemas import Budgets, InputSpec
 from tapeout.core.verdict import BudgetResult, Verdict
-from tapeout.estimation import bottleneck, generation, host_roof, roofline
+from tapeout.estimation import bottleneck, generation, host_roof, roofline, runtime_kernels
 from tapeout.estimation import cost_units as kern
 from tapeout.estimation import fit as calib
 from tapeout.estimation import predictor as predictors
@@ -222,6 +222,24 @@ def executed_nodes(target: str, precision: str, artifact: Path | None) -> int | 
     return sum(1 for node in graph.node if node.op_type not in ("Shape", "Size", "Constant"))
 
 
+def inserted_kernels(target: str, precision: str, artifact: Path | None, kernels: list[kern.Kernel],
+                     dims: dict[str, int]) -> list[kern.Kernel]:
+    """The kernels ONNX Runtime adds to such a build's graph (`counts_executed`) on this host that the model has none
+    of: the layout reorders around its blocked (NCHWc) convs (`runtime_kernels.inserted_reorders`), each a movement
+    kernel reading and writing its tensor. [] for any other build, or a model without a conv."""
+    if artifact is None or not counts_executed(target, precision, artifact.name) or \
+            not any(k.cls == "conv" for k in kernels):
+        return []
+    return [kern.Kernel(f"{op} {tensor}", "movement", "fp32", 0, 2.0 * size, 1)
+            for op, tensor, size in runtime_kernels.inserted_reorders(artifact, dims)]
+
+
+def with_inserted(kernels: list[kern.Kernel], executed: int | None, inserted: list[kern.Kernel]
+                  ) -> tuple[list[kern.Kernel], int | None]:
+    """The kernels to price and the nodes the runtime runs, with the kernels it inserts among both."""
+    return [*kernels, *inserted], (executed + len(inserted) if executed is not None else None)
+
+
 def estimate(kernels: list[kern.Kernel], roof: roofline.Roof, target: str, precision: str,
              cal: tuple[calib.Calibration, Path] | None, pred: predictors.Predictor | None = None,
              executed: int | None = None) -> Estimate:
@@ -359,7 +377,11 @@ def for_build(build: BuildDir, cal: tuple[calib.Calibration, Path] | bool | None
     executed = (executed_nodes(target, precision, build.artifact() / man.artifact.main_file)
                 if pred is not None and target == report.target.name
                 and counts_executed(target, precision, man.artifact.main_file) else None)
+    inserted = (inserted_kernels(target, precision, build.artifact() / man.artifact.main_file, kernels,
+                                 man.project.dims) if executed is not None else [])
+    kernels, executed = with_inserted(kernels, executed, inserted)
     est = estimate(kernels, roof, target, precision, cal or None, pred, executed)
+    _note_inserted(est, inserted)
     if target != report.target.name:
         est.notes.append(f"priced as {target} would run the model (the build is for {report.target.name})")
     phases = generation.from_record(build.structure())
@@ -367,6 +389,12 @@ def for_build(build: BuildDir, cal: tuple[calib.Calibration, Path] | bool | None
         est.generation = generation.price(phases, roof, target, precision, plan, cal or None, workload,
                                           (pred, executed) if pred else None)
     return est
+
+
+def _note_inserted(est: Estimate, inserted: list[kern.Kernel]) -> None:
+    if inserted:
+        est.notes.append(f"ONNX Runtime inserts {len(inserted)} layout reorder(s) around its blocked (NCHWc) convs on "
+                         "this host: priced as movement kernels")
 
 
 def _recorded_roof(report, device: str) -> roofline.Roof | None:
@@ -409,7 +437,11 @@ def for_model(setup, structure: list[kern.Kernel], plan: dict | None, reported: 
     precision = setup.profile.precision
     kernels = kern.at_precision(structure, plan, kern.float_precision(precision, plan))
     executed = executed_nodes(setup.target.name, precision, artifact) if pred is not None else None
+    inserted = (inserted_kernels(setup.target.name, precision, artifact, kernels, setup.project.dims)
+                if executed is not None else [])
+    kernels, executed = with_inserted(kernels, executed, inserted)
     est = estimate(kernels, roof, setup.target.name, precision, cal, pred, executed)
+    _note_inserted(est, inserted)
     if phases and workload is not None and workload.kind == "generate":
         est.generation = generation.price(phases, roof, setup.target.name, precision, plan, cal, workload,
                                           (pred, executed) if pred else None)

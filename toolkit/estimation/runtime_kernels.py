@@ -1,0 +1,111 @@
+"""Which kernel a runtime runs for a cost unit, where the cost unit's own features do not say: ONNX Runtime's CPU EP
+runs a 2-D Conv in its blocked NCHWc layout or in plain NCHW (im2col and a GEMM) by the conv's channel counts and
+groups, and the two differ in speed by up to 2× at the same FLOPs (docs/estimator.md, "Sweeps").
+
+The answer is the runtime's own: a one-Conv model of the kernel's shape is optimized by the installed ONNX Runtime
+at the level a build runs it (all optimizations, this host's instruction set deciding the block size), and its
+graph is read back. No rule about channel multiples is kept here: ONNX Runtime 1.32 blocks a conv whose input
+channels are a multiple of 4 or fewer than the block, earlier versions only multiples of the block, and a CPU
+without AVX2 blocks nothing.
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+import tempfile
+from pathlib import Path
+
+BLOCKED, PLAIN = 2, 1   # a conv's `layout` shape feature (positive: the predictors read the log of each)
+NCHWC_DOMAIN = "com.microsoft.nchwc"
+
+
+def conv_layout(shape: dict) -> int | None:
+    """BLOCKED where ONNX Runtime's CPU EP on this host runs a conv of this shape (`cost_units` conv shape: channels
+    per group, output channels, groups, kernel area) in NCHWc, else PLAIN; None where the shape is incomplete."""
+    found = _asked(shape)
+    return found[0] if found else None
+
+
+def conv_fill(shape: dict) -> int | None:
+    """The percentage of the output channels the runtime computes that are the conv's own: a blocked conv pads its
+    output channels up to the block (16 with AVX-512, 8 with AVX2), so 18 channels cost 32's; 100 for a plain one."""
+    found = _asked(shape)
+    return max(1, round(100 * int(shape["out_channels"]) / found[1])) if found else None
+
+
+def _asked(shape: dict) -> tuple[int, int] | None:
+    try:
+        key = (int(shape["per_group"]), int(shape["out_channels"]), int(shape["groups"]), int(shape["area"]))
+    except (KeyError, TypeError, ValueError):
+        return None
+    return _layout(*key) if all(v > 0 for v in key) else None
+
+
+@functools.lru_cache(maxsize=4096)
+def _layout(per_group: int, out_channels: int, groups: int, area: int) -> tuple[int, int]:
+    """(layout, output channels computed) of ONNX Runtime's optimized one-Conv model of this shape."""
+    import numpy as np
+    import onnx
+    import onnxruntime as ort
+    from onnx import TensorProto, helper, numpy_helper
+
+    side = math.isqrt(area)
+    kernel = (side, side) if side * side == area else (1, area)
+    channels = per_group * groups
+    weight = numpy_helper.from_array(np.zeros((out_channels, per_group, *kernel), np.float32), "w")
+    bias = numpy_helper.from_array(np.zeros(out_channels, np.float32), "b")
+    node = helper.make_node("Conv", ["x", "w", "b"], ["y"], group=groups, kernel_shape=list(kernel))
+    graph = helper.make_graph([node], "conv", [helper.make_tensor_value_info("x", TensorProto.FLOAT,
+                                                                             [1, channels, kernel[0] + 7, kernel[1] + 7])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)], initializer=[weight, bias])
+    proto = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    proto.ir_version = 8
+    options = ort.SessionOptions()
+    options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
+    options.intra_op_num_threads = 1
+    options.log_severity_level = 3  # its warning that an NCHWc graph is for this machine only: that is the point
+    with tempfile.TemporaryDirectory(prefix="tapeout-layout-") as folder:
+        options.optimized_model_filepath = str(Path(folder) / "optimized.onnx")
+        ort.InferenceSession(proto.SerializeToString(), options, providers=["CPUExecutionProvider"])
+        optimized = onnx.load(options.optimized_model_filepath, load_external_data=False)
+    blocked = next((n for n in optimized.graph.node if n.domain == NCHWC_DOMAIN and n.op_type == "Conv"), None)
+    if blocked is None:
+        return PLAIN, out_channels
+    weights = {t.name: list(t.dims) for t in optimized.graph.initializer}
+    return BLOCKED, max(out_channels, (weights.get(blocked.input[1]) or [out_channels])[0])
+
+
+REORDERS = ("ReorderInput", "ReorderOutput")
+
+
+def inserted_reorders(model: Path, dims: dict[str, int], threads: int = 1) -> list[tuple[str, str, int]]:
+    """The layout reorders ONNX Runtime's CPU EP inserts into this model's graph on this host (its NCHWc transformer:
+    a ReorderInput before a blocked conv whose input is plain, a ReorderOutput where a plain op reads a blocked
+    output), as (op type, tensor, bytes of the plain tensor), from the graph it optimizes at the level a build runs.
+    A real CNN pays them between its blocked convs and the ops that have no blocked kernel (unet here: seven, 2 µs
+    each in a 46 µs run), which no one-kernel point of a sweep holds. [] where it inserts none."""
+    import onnx
+    import onnxruntime as ort
+
+    options = ort.SessionOptions()
+    options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
+    options.intra_op_num_threads = threads
+    options.log_severity_level = 3
+    with tempfile.TemporaryDirectory(prefix="tapeout-executed-") as folder:
+        options.optimized_model_filepath = str(Path(folder) / "optimized.onnx")
+        ort.InferenceSession(str(model), options, providers=["CPUExecutionProvider"])
+        graph = onnx.load(options.optimized_model_filepath, load_external_data=False).graph
+    shapes = {v.name: v.type.tensor_type for v in (*graph.value_info, *graph.input, *graph.output)}
+    found = []
+    for node in graph.node:
+        if node.op_type not in REORDERS:
+            continue
+        tensor = node.input[0] if node.op_type == "ReorderInput" else node.output[0]
+        kind = shapes.get(tensor)
+        if kind is None:
+            continue
+        sizes = [d.dim_value if d.HasField("dim_value") else dims.get(d.dim_param, 0) for d in kind.shape.dim]
+        if sizes and all(s > 0 for s in sizes):
+            found.append((node.op_type, tensor, math.prod(sizes) * 4))  # FP32: only FP32 convs are blocked
+    return found
