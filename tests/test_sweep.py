@@ -446,9 +446,9 @@ def test_the_conv_predictor_tells_a_blocked_conv_from_a_plain_one():
 
 
 def test_the_sweep_measures_the_kernels_onnx_runtime_fuses_as_one(tmp_path):
-    """A residual Add feeding a LayerNormalization, a MatMul with its bias and Gelu, and GPT-2's tanh GELU written
-    out are one kernel each to the estimator, and ONNX Runtime runs the first as one SkipLayerNormalization and the
-    last as one FastGelu: the sweep measures them as such, not only their parts (whose times are not theirs:
+    """A residual Add feeding a LayerNormalization, a MatMul with its bias and Gelu, an RMSNorm and GPT-2's tanh GELU
+    written out are one kernel each to the estimator, and ONNX Runtime runs them as one SkipLayerNormalization, a
+    Gemm and a Gelu, one SimplifiedLayerNormalization and one FastGelu: the sweep measures them as such, not only their parts (whose times are not theirs:
     SkipLayerNormalization ran 8× LayerNormalization's here). The GELU needs a view after it (ONNX Runtime fuses
     none that writes a graph output), whose dispatch its point leaves out."""
     import random
@@ -461,13 +461,14 @@ def test_the_sweep_measures_the_kernels_onnx_runtime_fuses_as_one(tmp_path):
 
     roof = Roof(name="test", kind="cpu", peaks={"fp32": 1e11}, bandwidth=2e10, source="a stand-in roof")
     rng, seen = random.Random(3), {}
-    while len(seen) < 3:
+    while len(seen) < 4:
         config = sweep.sample(rng.choice(("reduce", "matmul", "elementwise")), rng)
-        kind = {"Add+LayerNormalization": "skip", "GeluTanh": "fast"}.get(config.op)
+        kind = {"Add+LayerNormalization": "skip", "GeluTanh": "fast", "RMSNorm": "rms"}.get(config.op)
         kind = kind or ("gelu" if dict(config.sizes).get("act") else None)
         if kind and kind not in seen and sweep._rough_flops(config) < 5e7:
             seen[kind] = config
-    expected = {"skip": (2, ["SkipLayerNormalization"]), "gelu": (3, None), "fast": (8, ["FastGelu", "Reshape"])}
+    expected = {"skip": (2, ["SkipLayerNormalization"]), "gelu": (3, None), "fast": (8, ["FastGelu", "Reshape"]),
+                "rms": (6, ["SimplifiedLayerNormalization"])}
     for kind, config in seen.items():
         proto, inputs = sweep.model(config)
         feats = sweep.features_of(proto, inputs, roof)

@@ -115,7 +115,7 @@ def sweep(device: str, minutes: float, threads: int, out: Path | None, as_json: 
             sweeping.save(found, path)
             ui.note(f"  {len(found.points)} points ({', '.join(f'{c} {n}' for c, n in _counts(found).items())}); "
                     f"{max(0.0, deadline - time.monotonic()) / 60:.1f} min left")
-    trained = predictor.train([p.model_dump() for p in found.points])
+    trained = predictor.train([p.model_dump() for p in found.points], roof=roof)
     if not trained:
         raise BadInput(f"the sweep has too few points per class to train a predictor ({_counts(found)})",
                        fix=f"sweep longer (each class needs {predictor.MIN_POINTS}); the points are kept and resumed")

@@ -153,7 +153,10 @@ def _draw(cls: str, rng: random.Random) -> Config:
         # Add+LayerNormalization: the residual add feeding a norm, one kernel to the estimator and to ONNX Runtime
         # (SkipLayerNormalization), whose kernel is not its LayerNormalization's: 203 against 25 µs on a
         # 128 × 384 activation here (ONNX Runtime 1.32, one thread)
-        op = rng.choice(("LayerNormalization", "Add+LayerNormalization", "Softmax", "GlobalAveragePool", "MaxPool"))
+        # RMSNorm: written out as Llama, Qwen and tiny-lm export it (Pow, ReduceMean, Add, Sqrt, Div, Mul by the
+        # weight), one kernel to the estimator and to ONNX Runtime (SimplifiedLayerNormalization)
+        op = rng.choice(("LayerNormalization", "Add+LayerNormalization", "RMSNorm", "Softmax", "GlobalAveragePool",
+                         "MaxPool"))
         if op in ("GlobalAveragePool", "MaxPool"):
             return Config(cls, op, (("c", _log(rng, 8, 512)), ("hw", _log(rng, 4, 112))))
         return Config(cls, op, (("rows", _log(rng, 1, 8192)), ("width", _log(rng, 16, 4096))))
@@ -184,6 +187,10 @@ def model(config: Config, rng_seed: int = 0):
 
     def weight(name: str, shape) -> str:
         inits.append(numpy_helper.from_array((rng.standard_normal(shape) * 0.05).astype(np.float32), name))
+        return name
+
+    def scalar(name: str, value: float) -> str:
+        inits.append(numpy_helper.from_array(np.array(value, np.float32), name))
         return name
 
     def weight_int(name: str, values) -> str:
@@ -223,6 +230,14 @@ def model(config: Config, rng_seed: int = 0):
         nodes.append(helper.make_node("LayerNormalization", ["sum", weight("g", (s["width"],)),
                                                              weight("b", (s["width"],))], ["y"], axis=-1))
         inputs = [("x", [1, s["rows"], s["width"]]), ("x2", [1, s["rows"], s["width"]])]  # 3-D, as ORT fuses it
+    elif op == "RMSNorm":
+        nodes += [helper.make_node("Pow", ["x", scalar("two", 2.0)], ["squared"]),
+                  helper.make_node("ReduceMean", ["squared"], ["mean"], axes=[-1], keepdims=1),
+                  helper.make_node("Add", ["mean", scalar("eps", 1e-6)], ["var"]),
+                  helper.make_node("Sqrt", ["var"], ["rms"]),
+                  helper.make_node("Div", ["x", "rms"], ["normed"]),
+                  helper.make_node("Mul", ["normed", weight("g", (s["width"],))], ["y"])]
+        inputs = [("x", [1, s["rows"], s["width"]])]
     elif op == "Softmax":
         nodes.append(helper.make_node(op, ["x"], ["y"], axis=-1))
         inputs = [("x", [s["rows"], s["width"]])]
@@ -233,10 +248,7 @@ def model(config: Config, rng_seed: int = 0):
         nodes.append(helper.make_node(op, ["x"], ["y"]))
         inputs = [("x", [s["size"]])]
     elif op == "GeluTanh":
-        def const(name: str, value: float) -> str:
-            inits.append(numpy_helper.from_array(np.array(value, np.float32), name))
-            return name
-
+        const = scalar
         nodes += [helper.make_node("Pow", ["x", const("three", 3.0)], ["cube"]),
                   helper.make_node("Mul", ["cube", const("c", 0.044715)], ["cubic"]),
                   helper.make_node("Add", ["x", "cubic"], ["inner"]),
