@@ -248,14 +248,13 @@ def model(config: Config, rng_seed: int = 0):
         nodes.append(helper.make_node(op, ["x"], ["y"]))
         inputs = [("x", [s["size"]])]
     elif op == "GeluTanh":
-        const = scalar
-        nodes += [helper.make_node("Pow", ["x", const("three", 3.0)], ["cube"]),
-                  helper.make_node("Mul", ["cube", const("c", 0.044715)], ["cubic"]),
+        nodes += [helper.make_node("Pow", ["x", scalar("three", 3.0)], ["cube"]),
+                  helper.make_node("Mul", ["cube", scalar("c", 0.044715)], ["cubic"]),
                   helper.make_node("Add", ["x", "cubic"], ["inner"]),
-                  helper.make_node("Mul", ["inner", const("k", math.sqrt(2 / math.pi))], ["scaled"]),
+                  helper.make_node("Mul", ["inner", scalar("k", math.sqrt(2 / math.pi))], ["scaled"]),
                   helper.make_node("Tanh", ["scaled"], ["t"]),
-                  helper.make_node("Add", ["t", const("one", 1.0)], ["t1"]),
-                  helper.make_node("Mul", ["x", const("half", 0.5)], ["halved"]),
+                  helper.make_node("Add", ["t", scalar("one", 1.0)], ["t1"]),
+                  helper.make_node("Mul", ["x", scalar("half", 0.5)], ["halved"]),
                   helper.make_node("Mul", ["halved", "t1"], ["gelu"]),
                   # ONNX Runtime fuses no GELU whose last node writes a graph output: a view after it, whose
                   # dispatch the point's time leaves out (`features_of`: "views")
