@@ -283,8 +283,11 @@ def test_ctrl_c_on_the_head_cancels_and_leaves_no_build(tmp_path):
     projects = toy_projects(tmp_path)
     plan = _plan(tmp_path, projects[:1], ["lean.toml"])
     env = {**os.environ, "COLUMNS": "200"}
+    # as from a terminal: a suite started in the background (nohup, `&`) passes SIGINT down ignored, and tapeout
+    # leaves an ignored SIGINT ignored
     proc = subprocess.Popen([sys.executable, "-m", "tapeout", "farm", str(plan)], stderr=subprocess.PIPE,
-                            stdout=subprocess.DEVNULL, text=True, env=env)
+                            stdout=subprocess.DEVNULL, text=True, env=env,
+                            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
     seen = []
     for line in proc.stderr:
         seen.append(line)
