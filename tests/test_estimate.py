@@ -111,6 +111,15 @@ def test_a_residual_add_and_its_layer_norm_are_one_kernel_and_a_reshape_moves_no
     assert only["norm"].bytes == 2 * act + 2 * d * 4 + act    # x, h, its weights; the output
 
 
+def _cost_units(path, graph) -> list:
+    """The cost units of a graph saved at `path` (opset 17), as a build reads them."""
+    proto = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    proto.ir_version = 10
+    onnx.save(proto, path)
+    view = GraphView.load(path)
+    return cost_units.of(view, analyze_view(view), None, "fp32")
+
+
 def test_a_tanh_gelu_written_out_is_one_kernel_as_onnx_runtime_fuses_it(tmp_path):
     """GPT-2's GELU, 0.5 · x · (1 + Tanh(√(2/π) · (x + 0.044715 · x³))), eight nodes, is one elementwise kernel
     (ONNX Runtime's FastGelu): x read and the result written once. Where a part is read from outside, it is not."""
@@ -136,12 +145,7 @@ def test_a_tanh_gelu_written_out_is_one_kernel_as_onnx_runtime_fuses_it(tmp_path
         inits = [onnx.numpy_helper.from_array(np.array(v, np.float32), n) for n, v in consts.items()]
         graph = helper.make_graph(nodes, "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [rows, d])],
                                   outputs, inits)
-        proto = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
-        proto.ir_version = 10
-        path = tmp_path / f"gelu{int(leak)}.onnx"
-        onnx.save(proto, path)
-        view = GraphView.load(path)
-        return cost_units.of(view, analyze_view(view), None, "fp32")
+        return _cost_units(tmp_path / f"gelu{int(leak)}.onnx", graph)
 
     (gelu,) = model(leak=False)
     assert gelu.cls == "elementwise" and gelu.nodes == 8 and gelu.bytes == 2 * act
@@ -174,12 +178,7 @@ def test_a_scalar_scale_on_a_matmul_runs_inside_it(tmp_path):
         graph = helper.make_graph(nodes, "g", [helper.make_tensor_value_info("q", TensorProto.FLOAT, [s, d]),
                                                helper.make_tensor_value_info("k", TensorProto.FLOAT, [d, s])],
                                   outputs, [scale])
-        proto = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
-        proto.ir_version = 10
-        path = tmp_path / f"{where}.onnx"
-        onnx.save(proto, path)
-        view = GraphView.load(path)
-        return {k.name: k for k in cost_units.of(view, analyze_view(view), None, "fp32")}
+        return {k.name: k for k in _cost_units(tmp_path / f"{where}.onnx", graph)}
 
     for where in ("mul", "div", "q"):
         found = kernels(where)
@@ -214,12 +213,7 @@ def test_an_rms_norm_and_a_silu_are_one_kernel_each_as_the_runtimes_fuse_them(tm
                  helper.make_tensor("two", TensorProto.FLOAT, [], [2.0]), helper.make_tensor("eps", TensorProto.FLOAT, [], [1e-6])]
         graph = helper.make_graph(nodes, "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [rows, d])],
                                   [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)], inits)
-        m = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
-        m.ir_version = 10
-        path = tmp_path / f"{divide}.onnx"
-        onnx.save(m, path)
-        view = GraphView.load(path)
-        return cost_units.of(view, analyze_view(view), None, "fp32")
+        return _cost_units(tmp_path / f"{divide}.onnx", graph)
 
     fused = {k.name: k for k in model(divide=True)}
     assert sorted(fused) == ["scale", "silu"]
