@@ -85,7 +85,7 @@ class AotiSession(ProgramSession):
         torch.set_num_threads(threads)
         _require_isa(artifact.directory)
         with quieted():
-            self._model = torch._inductor.aoti_load_package(str(package or artifact.path))
+            self._model = load_package(torch, package or artifact.path)
 
     def _call(self, tensors: list):
         with self._torch.inference_mode():
@@ -259,6 +259,22 @@ def integer_kernels(package: Path) -> dict[str, int]:
                 for kind in re.findall(r"aoti_torch_cpu__(qconv|qlinear)\w*\(", archive.read(name).decode("utf-8", "replace")):
                     calls[kind] += 1
     return calls
+
+
+def load_package(torch, path: Path, device_index: int = -1):
+    """The package's compiled model, loaded as `aoti_load_package` loads it less the CPU-ISA comparison before it.
+
+    That comparison only warns, and to make it Inductor proves each vector ISA cold: a C++ compile and a child Python
+    that dlopens it, per ISA. On torch 2.11 the child imports torch: ~50 s of every fresh process on the H200 machine,
+    most of a three-process measurement. The loader itself (`AOTIModelPackageLoader`, wrapped as torch wraps it) is
+    the same; the `aoti` target refuses a package for an ISA the CPU lacks first (`_require_isa`)."""
+    from torch._inductor.package import AOTICompiledModel
+
+    try:
+        loader = torch._C._aoti.AOTIModelPackageLoader(str(path), "model", False, 1, device_index)
+    except (AttributeError, TypeError):  # a torch whose loader differs: its own public call, probe and all
+        return torch._inductor.aoti_load_package(str(path), device_index=device_index)
+    return AOTICompiledModel(loader)
 
 
 def _vec_isa() -> str:

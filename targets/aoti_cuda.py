@@ -29,6 +29,7 @@ from tapeout.core.artifact import Artifact
 from tapeout.core.errors import BadInput, TapeoutError, TargetUnavailable, first_line, runtime_detail
 from tapeout.core.schemas import InputSpec
 from tapeout.targets import cxx_compiler
+from tapeout.targets.aoti import load_package
 from tapeout.targets.base import EngineBuild, OpProfile, OpTime, Probe, Target
 from tapeout.targets.native_output import quieted
 from tapeout.targets.program_io import ProgramSession, write_io
@@ -80,7 +81,7 @@ class AotiCudaSession(ProgramSession):
         torch.empty(1, device=self._device)  # the primary context made current before the package's code loads
         # Not quieted: a package that cannot load says why on stderr (on the H200, packages built by a compiler that
         # linked libstdc++ statically crashed in this call: `cxx_compiler` now chooses the compiler).
-        self._model = torch._inductor.aoti_load_package(str(package), device_index=device_id)
+        self._model = load_package(torch, package, device_index=device_id)
 
     def _tensors(self, feeds: dict[str, np.ndarray]) -> list:
         return [t.to(self._device) for t in super()._tensors(feeds)]

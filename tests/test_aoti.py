@@ -6,6 +6,8 @@ vector ISA this CPU lacks refused before it is loaded (exit 4), and no C++ compi
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
 import zipfile
 
 import numpy as np
@@ -100,6 +102,28 @@ def test_digits_cnn_int8_compiles_to_integer_kernels_runs_and_checks(tmp_path):
     assert session.bind_with_copies(feeds) is None
     with pytest.raises(BadInput, match="rejected its inputs"):
         session.run({"image": np.zeros((1, 3), np.float32)})
+    # a fresh process loads it (as aoti-cuda loads its packages) without Inductor's ISA probe: a compile and a child
+    # Python per ISA, ~50 s of each fresh process on torch 2.11; and the loaded model answers as torch's loader's does
+    loaded = subprocess.run([sys.executable, "-c", LOAD_COUNTING_CHILDREN, str(out / "artifact" / "model.pt2")],
+                            capture_output=True, text=True, timeout=120)
+    assert loaded.returncode == 0, loaded.stderr
+    assert loaded.stdout.split() == ["children", "0", "classes", str(expected.shape[-1])]
+
+
+LOAD_COUNTING_CHILDREN = """
+import subprocess, sys
+from pathlib import Path
+started = []
+popen = subprocess.Popen.__init__
+def counted(self, args, *rest, **kwargs):
+    started.append(args)
+    popen(self, args, *rest, **kwargs)
+subprocess.Popen.__init__ = counted
+import torch
+from tapeout.targets.aoti import load_package
+model = load_package(torch, Path(sys.argv[1]))
+print("children", len(started), "classes", model(torch.zeros(1, 1, 8, 8))[0].shape[-1])
+"""
 
 
 def _wrapper(package) -> str:
