@@ -1,7 +1,7 @@
 """NVIDIA GPU figures: tapeout's GPU builds (ort-cuda, aoti-cuda, tensorrt) beside torch on the same GPU, in one process.
 
     python bench/gpu.py [--skip-build] [--blocks 10] [--runs 40] [--samples minilm digits-cnn tiny-lm]
-                        [--batches 1 32] [--max-autotune]
+                        [--batches 1 32] [--precisions fp32 bf16] [--max-autotune]
 
 Per case (MiniLM at batch 1 and 32, seq 128; digits-cnn; tiny-lm at 128 bytes): `tapeout build` makes the
 artifacts; then this process times, in interleaved blocks (A B C D E, A B C D E, ...), every variant on the same
@@ -51,6 +51,7 @@ def _project(sample: str) -> Path:
 OUT = REPO / "bench" / "builds" / "gpu"
 BUILD_SECONDS: dict[str, float] = {}
 COMPILE_SECONDS: dict[str, float] = {}
+PRECISIONS = ("fp32", "fp16", "bf16", "int8")  # of the tapeout builds: ort-cuda fp32/fp16, aoti-cuda fp32/bf16, TensorRT fp16/int8
 CASES = (("minilm", 1), ("minilm", 32), ("digits-cnn", 1), ("tiny-lm", 1))
 PROFILE = """extends = "{base}"
 [check]
@@ -211,6 +212,8 @@ def main() -> None:
     parser.add_argument("--runs", type=int, default=40, help="runs per block (a block also lasts at least 0.5 s)")
     parser.add_argument("--samples", nargs="+", choices=sorted({s for s, _ in CASES}), help="only these samples' cases")
     parser.add_argument("--batches", nargs="+", type=int, help="only the cases at these batch sizes")
+    parser.add_argument("--precisions", nargs="+", choices=PRECISIONS, default=PRECISIONS,
+                        help="only tapeout builds at these precisions (each aoti-cuda build compiles on the GPU: ~2 min)")
     parser.add_argument("--max-autotune", action="store_true",
                         help="add torch.compile mode max-autotune (tens of seconds to minutes of compile per case)")
     args = parser.parse_args()
@@ -239,12 +242,12 @@ def main() -> None:
         variants = _torch_variants(torch, sample, feeds, args.max_autotune)
         outputs = {}
         if not no_ort:
-            for precision in ("fp32", "fp16"):
+            for precision in [p for p in ("fp32", "fp16") if p in args.precisions]:
                 call, run = _ort_variant(build(sample, precision, args.skip_build), feeds)
                 variants[f"tapeout cuda-{precision}"] = call
                 outputs[f"tapeout cuda-{precision}"] = run()
         if not no_aoti:  # the package is dynamic in the batch: one build serves both MiniLM cases
-            for precision in ("fp32", "bf16"):
+            for precision in [p for p in ("fp32", "bf16") if p in args.precisions]:
                 built = build(sample, precision, args.skip_build or batch > 1, base="aoti-cuda")
                 call, run, engine = _engine_variant("aoti-cuda", built, feeds)
                 variants[f"tapeout aoti-cuda-{precision}"] = call
@@ -255,7 +258,7 @@ def main() -> None:
                                    f"{engine.summary.get('triton_kernels')} Triton kernels, "
                                    f"{engine.summary.get('library_calls')} library calls)")
         if not no_trt and batch == 1:  # the shipped profiles' engines are built for [dims] batch = 1
-            for precision in ("fp16", "int8"):
+            for precision in [p for p in ("fp16", "int8") if p in args.precisions]:
                 call, run, engine = _engine_variant("tensorrt", build(sample, precision, args.skip_build, base="tensorrt"),
                                                      feeds)
                 variants[f"tapeout tensorrt-{precision}"] = call
