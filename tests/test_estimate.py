@@ -120,6 +120,28 @@ def _cost_units(path, graph) -> list:
     return cost_units.of(view, analyze_view(view), None, "fp32")
 
 
+def test_a_conv_kernel_carries_its_shape_and_a_conv1d_its_rank(tmp_path):
+    """FLOPs and bytes do not tell a conv's shape; the predictor reads it: channels per group, output channels,
+    output positions, kernel area, groups, and for a 1-D conv (a speech model's front end) its rank, so the
+    runtime is asked about a 1-D conv and not a 2-D one of the same channels."""
+    import numpy as np
+    from onnx import numpy_helper
+
+    w2 = numpy_helper.from_array(np.zeros((32, 8, 3, 3), np.float32), "w2")
+    w1 = numpy_helper.from_array(np.zeros((24, 4, 5), np.float32), "w1")
+    graph = helper.make_graph(
+        [helper.make_node("Conv", ["x", "w2"], ["y2"], pads=[1, 1, 1, 1]),
+         helper.make_node("Conv", ["a", "w1"], ["y1"], group=2)], "convs",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 8, 16, 16]),
+         helper.make_tensor_value_info("a", TensorProto.FLOAT, [1, 8, 100])],
+        [helper.make_tensor_value_info("y2", TensorProto.FLOAT, None),
+         helper.make_tensor_value_info("y1", TensorProto.FLOAT, None)], initializer=[w2, w1])
+    shapes = {k.lead or k.name: dict(k.shape) for k in _cost_units(tmp_path / "convs.onnx", graph) if k.cls == "conv"}
+    assert sorted(shapes.values(), key=len) == [
+        {"per_group": 8, "out_channels": 32, "positions": 256, "area": 9, "groups": 1},
+        {"per_group": 4, "out_channels": 24, "positions": 96, "area": 5, "groups": 2, "rank": 1}]
+
+
 def test_a_tanh_gelu_written_out_is_one_kernel_as_onnx_runtime_fuses_it(tmp_path):
     """GPT-2's GELU, 0.5 · x · (1 + Tanh(√(2/π) · (x + 0.044715 · x³))), eight nodes, is one elementwise kernel
     (ONNX Runtime's FastGelu): x read and the result written once. Where a part is read from outside, it is not."""

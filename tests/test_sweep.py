@@ -391,7 +391,8 @@ def test_a_models_kernels_are_floored_at_the_cache_level_its_traffic_fits_in():
 def test_onnx_runtime_itself_says_which_convs_it_runs_blocked():
     """The conv's layout is the installed runtime's decision on this CPU, read from the graph it optimizes: a conv
     whose input channels are not a multiple of 4 (past the block) runs plain everywhere; a 16 → 32 channel conv and
-    a depthwise one run blocked (NCHWc) on every x86 CPU with AVX2, which every machine here has."""
+    a depthwise one run blocked (NCHWc) on every x86 CPU with AVX2, which every machine here has; ONNX Runtime 1.32
+    blocks no 1-D conv."""
     from tapeout.core.host import host_fingerprint
     from tapeout.estimation import runtime_kernels as rk
 
@@ -402,6 +403,8 @@ def test_onnx_runtime_itself_says_which_convs_it_runs_blocked():
         pytest.skip("ONNX Runtime blocks convs only on x86 with AVX2 or AVX-512")
     assert rk.conv_layout({**plain, "per_group": 16}) == rk.BLOCKED
     assert rk.conv_layout({"per_group": 1, "out_channels": 32, "positions": 64, "area": 9, "groups": 32}) == rk.BLOCKED
+    # the same channels as a Conv1d (speech models' front ends): asked as a 1-D conv, which it runs plain
+    assert rk.conv_layout({**plain, "per_group": 16, "rank": 1}) == rk.PLAIN
 
 
 def test_the_conv_predictor_tells_a_blocked_conv_from_a_plain_one():

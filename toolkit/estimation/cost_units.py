@@ -10,6 +10,7 @@ FLOPs, and bytes at that precision.
 
 from __future__ import annotations
 
+import math
 import re
 from dataclasses import dataclass, replace
 
@@ -476,17 +477,20 @@ def _recurrent_weights(view: GraphView, node) -> float:
 
 
 def _conv_shape(view: GraphView, node) -> tuple[tuple[str, int], ...]:
-    """A 2-D Conv's (channels per group, output channels, output positions, kernel area, groups), from its weight
-    and output shapes; () for anything else or where a size is unknown."""
+    """A 1-D or 2-D Conv's (channels per group, output channels, output positions, kernel area, groups), from its
+    weight and output shapes, and for a 1-D one its rank (the runtime runs it another way: `runtime_kernels`); ()
+    for anything else or where a size is unknown."""
     if node.op_type != "Conv" or len(node.input) < 2:
         return ()
     weights = view.const_array(node.input[1])
     weight = tuple(weights.shape) if weights is not None else view.shapes.get(node.input[1]) or ()
     out = view.shapes.get(node.output[0]) or ()
-    if len(weight) != 4 or len(out) != 4 or not all(isinstance(d, int) and d > 0 for d in (*weight, *out[1:])):
+    if len(weight) not in (3, 4) or len(out) != len(weight) or \
+            not all(isinstance(d, int) and d > 0 for d in (*weight, *out[1:])):
         return ()
-    return (("per_group", weight[1]), ("out_channels", weight[0]), ("positions", out[2] * out[3]),
-            ("area", weight[2] * weight[3]), ("groups", int(view.attr(node, "group", 1))))
+    shape = (("per_group", weight[1]), ("out_channels", weight[0]), ("positions", math.prod(out[2:])),
+             ("area", math.prod(weight[2:])), ("groups", int(view.attr(node, "group", 1))))
+    return (*shape, ("rank", 1)) if len(weight) == 3 else shape
 
 
 def _steps(view: GraphView, node) -> int:

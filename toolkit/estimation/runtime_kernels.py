@@ -36,28 +36,30 @@ def conv_fill(shape: dict) -> int | None:
 
 def _asked(shape: dict) -> tuple[int, int] | None:
     try:
-        key = (int(shape["per_group"]), int(shape["out_channels"]), int(shape["groups"]), int(shape["area"]))
+        key = (int(shape["per_group"]), int(shape["out_channels"]), int(shape["groups"]), int(shape["area"]),
+               int(shape.get("rank", 2)))
     except (KeyError, TypeError, ValueError):
         return None
-    return _layout(*key) if all(v > 0 for v in key) else None
+    return _layout(*key) if all(v > 0 for v in key) and key[-1] in (1, 2) else None
 
 
 @functools.lru_cache(maxsize=4096)
-def _layout(per_group: int, out_channels: int, groups: int, area: int) -> tuple[int, int]:
-    """(layout, output channels computed) of ONNX Runtime's optimized one-Conv model of this shape."""
+def _layout(per_group: int, out_channels: int, groups: int, area: int, rank: int = 2) -> tuple[int, int]:
+    """(layout, output channels computed) of ONNX Runtime's optimized one-Conv model of this shape: a 2-D conv
+    (`rank` 2, a square kernel where the area is one) or a 1-D one (`rank` 1, a Conv1d's `area` taps)."""
     import numpy as np
     import onnx
     import onnxruntime as ort
     from onnx import TensorProto, helper, numpy_helper
 
     side = math.isqrt(area)
-    kernel = (side, side) if side * side == area else (1, area)
+    kernel = (area,) if rank == 1 else (side, side) if side * side == area else (1, area)
     channels = per_group * groups
     weight = numpy_helper.from_array(np.zeros((out_channels, per_group, *kernel), np.float32), "w")
     bias = numpy_helper.from_array(np.zeros(out_channels, np.float32), "b")
     node = helper.make_node("Conv", ["x", "w", "b"], ["y"], group=groups, kernel_shape=list(kernel))
     graph = helper.make_graph([node], "conv", [helper.make_tensor_value_info("x", TensorProto.FLOAT,
-                                                                             [1, channels, kernel[0] + 7, kernel[1] + 7])],
+                                                                             [1, channels, *(k + 7 for k in kernel)])],
                               [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)], initializer=[weight, bias])
     proto = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
     proto.ir_version = 8
