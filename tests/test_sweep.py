@@ -411,7 +411,8 @@ def test_the_conv_predictor_tells_a_blocked_conv_from_a_plain_one():
     """Trained on points whose time depends on the layout alone, the predictor prices two convs of one shape but
     for their input channels apart by the layout ONNX Runtime runs them in; a kernel's layout and channel fill are
     filled in when it is priced (a build's structure does not keep them), and a predictor file from before them
-    still reads convs."""
+    still reads 2-D convs; a Conv1d is drawn too, runs plain, and a file trained before 1-D convs were swept leaves
+    them unpriced rather than price them as 2-D ones."""
     import random
 
     from tapeout.core.host import host_fingerprint
@@ -423,29 +424,34 @@ def test_the_conv_predictor_tells_a_blocked_conv_from_a_plain_one():
         pytest.skip("ONNX Runtime blocks convs only on x86 with AVX2 or AVX-512")
     roof = Roof(name="test", kind="cpu", peaks={"fp32": 1e11}, bandwidth=2e10, source="a stand-in roof")
     rng, rows = random.Random(1), []
-    while len(rows) < 80:
+    while len(rows) < 120:  # a quarter 1-D, all plain: 80 were too few 2-D convs to learn the layout from
         proto, inputs = sweep.model(sweep.sample("conv", rng))
         feats = sweep.features_of(proto, inputs, roof)
         if feats and feats["cls"] == "conv":
             assert feats["shape"]["layout"] in (rk.BLOCKED, rk.PLAIN)
             rows.append({**feats, "kernel_s": feats["roof_s"] * (1.0 if feats["shape"]["layout"] == rk.BLOCKED else 3.0)})
     assert {r["shape"]["layout"] for r in rows} == {rk.BLOCKED, rk.PLAIN}
+    assert {r["shape"]["rank"] for r in rows} == {1, 2}  # Conv1d drawn beside the 2-D convs, its rank kept
+    assert all(r["shape"]["layout"] == rk.PLAIN for r in rows if r["shape"]["rank"] == 1)
     model = predictor.train(rows)["conv"]
-    assert model.features[-2:] == ["layout", "fill"]
+    assert model.features[-3:] == ["layout", "fill", "rank"]
 
-    def priced(classes, per_group):
+    def priced(classes, per_group, rank=2):
         pred = predictor.Predictor(predictor.PredictorFile(
             schema=predictor.SCHEMA, device="d", target="t", host="h", threads=1, created="now", baseline_s=1e-6,
             roof=roof.to_json(), points=len(rows), classes=classes), Path("p.json"))
-        shape = {"per_group": per_group, "out_channels": 64, "positions": 256, "area": 9, "groups": 1}
+        shape = {"per_group": per_group, "out_channels": 64, "positions": 256, "area": 9, "groups": 1,
+                 **({"rank": 1} if rank == 1 else {})}
         flops = 2 * 64 * 256 * 9 * per_group
         return pred.kernel_s("conv", flops, 4 * (per_group * 324 + 64 * 256), flops / 1e11, 1, 2, shape)
 
     assert priced({"conv": model}, 33) / priced({"conv": model}, 32) > 1.8  # 33 channels run plain, 32 blocked
-    old = model.model_copy(update={"features": model.features[:-2]}, deep=True)
+    assert priced({"conv": model}, 32, rank=1) / priced({"conv": model}, 32) > 1.5  # a 1-D conv runs plain (3× here)
+    old = model.model_copy(update={"features": model.features[:-3]}, deep=True)
     for tree in old.trees:  # a file from before the layout: its trees never read the derived features
         tree.feature = [f if f < len(old.features) else 0 for f in tree.feature]
     assert priced({"conv": old}, 33) > 0
+    assert priced({"conv": old}, 32, rank=1) is None  # nor did it see a 1-D conv: it does not price one
 
 
 def test_the_sweep_measures_the_kernels_onnx_runtime_fuses_as_one(tmp_path):

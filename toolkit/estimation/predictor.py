@@ -28,11 +28,14 @@ FEATURES = ("log_flops", "log_bytes", "log_roof", "log_launches", "nodes")
 # per class, the kernel's shape beside them (log of each; cost_units.Kernel.shape): FLOPs and bytes do not tell a
 # 7×7 depthwise conv from a 1×1 dense one, and NCHWc kernels differ in speed by both. `layout`: whether ONNX
 # Runtime runs the conv blocked (NCHWc) or plain (im2col and a GEMM), asked of the runtime (`runtime_kernels`), not
-# kept in the cost units: at the same FLOPs the blocked kernel ran at ~270-290 GFLOP/s, the plain one at ~120-150
-SHAPE_FEATURES = {"conv": ("per_group", "out_channels", "positions", "area", "groups", "layout", "fill")}
-# shape features the runtime decides, filled in where missing. `fill`: the share of the output channels a blocked
-# conv computes that are its own (18 of a padded 32 ran at ~130 GFLOP/s, 32 of 32 at ~270)
-DERIVED = {"layout": runtime_kernels.conv_layout, "fill": runtime_kernels.conv_fill}
+# kept in the cost units: at the same FLOPs the blocked kernel ran at ~270-290 GFLOP/s, the plain one at ~120-150.
+# `rank`: 1 for a Conv1d (a speech model's front end: 64 taps on one channel is no 2-D conv's shape), 2 otherwise
+SHAPE_FEATURES = {"conv": ("per_group", "out_channels", "positions", "area", "groups", "layout", "fill", "rank")}
+# shape features filled in where missing: what the runtime decides, and a 2-D conv's rank (the cost units write it
+# for a 1-D conv only). `fill`: the share of the output channels a blocked conv computes that are its own (18 of a
+# padded 32 ran at ~130 GFLOP/s, 32 of 32 at ~270)
+DERIVED = {"layout": runtime_kernels.conv_layout, "fill": runtime_kernels.conv_fill,
+           "rank": lambda shape: 2 if "per_group" in shape else None}
 MIN_POINTS = 12          # a class with fewer measured points gets no predictor
 FLOOR_S = 5e-8           # what a kernel's time is clamped to before the log (a difference of two p50s can be ≤ 0)
 
@@ -109,10 +112,13 @@ class Predictor:
     def kernel_s(self, cls: str, flops: float, bytes_: float, roof_s: float, launches: int, nodes: int,
                  shape: dict | None = None, floor_s: float | None = None) -> float | None:
         """The kernel's predicted seconds (never under its roofline time, or `floor_s` where given), or None where
-        the class has no model or the model reads a shape the kernel lacks."""
+        the class has no model, the model reads a shape the kernel lacks, or it was trained on no kernel of its
+        rank."""
         found = self.data.classes.get(cls)
         if found is None:
             return None
+        if (shape or {}).get("rank", 2) != 2 and "rank" not in found.features:
+            return None  # a file trained before 1-D convs were swept: it knows 2-D convs only
         x = features(flops, bytes_, roof_s, launches, nodes, cls, shape, tuple(found.features[len(FEATURES):]))
         return None if x is None else max(math.exp(_predict(found, x)), roof_s if floor_s is None else floor_s)
 

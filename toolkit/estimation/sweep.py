@@ -121,6 +121,8 @@ def _rough_flops(config: Config) -> float:
     if config.op == "Conv":
         out = (s["hw"] // s["stride"]) ** 2
         return 2.0 * out * s["co"] * (s["c"] // s["groups"]) * s["k"] ** 2
+    if config.op == "Conv1d":
+        return 2.0 * (s["len"] // s["stride"]) * s["co"] * (s["c"] // s["groups"]) * s["k"]
     if config.op in ("LSTM", "GRU"):
         return 8.0 * s["steps"] * s["hidden"] * (s["input"] + s["hidden"])
     return 0.0
@@ -130,6 +132,18 @@ def _channels(rng: random.Random, low: int) -> int:
     """A channel count in [low, 512]: log-uniform, or half the time the multiple of 16 nearest to one."""
     count = _log(rng, low, 512)
     return max(16, round(count / 16) * 16) if rng.random() < 0.5 else count
+
+
+def _draw_conv1d(rng: random.Random) -> Config:
+    """A 1-D conv as speech models have them: a front end's many taps on a few channels over raw samples or frames
+    (speech-vad: 64 taps on one channel), Whisper's 3-tap convs over 1500-3000 frames, a conformer's depthwise ones."""
+    c = 1 if rng.random() < 0.15 else _channels(rng, 1)
+    depthwise = c >= 8 and rng.random() < 0.25
+    co = c if depthwise else _channels(rng, 8)
+    k = rng.choice((1, 3, 3, 5, 7, 15, 31)) if depthwise else rng.choice((1, 3, 3, 5, 8, 16, 32, 64))
+    return Config("conv", "Conv1d", (("c", c), ("co", co), ("len", _log(rng, max(k, 8), 4096)), ("k", k),
+                                     ("stride", rng.choice((1, 1, 2, max(1, k // 2)))), ("groups", c if depthwise else 1),
+                                     ("relu", rng.choice((0, 1)))))
 
 
 def _draw(cls: str, rng: random.Random) -> Config:
@@ -144,6 +158,8 @@ def _draw(cls: str, rng: random.Random) -> Config:
     if cls == "conv":
         # half the channel counts as models have them, multiples of 16 (ONNX Runtime blocks those without padding:
         # a log-uniform draw alone gave 1 conv in 20 such, and the predictor priced the samples' convs as padded ones)
+        if rng.random() < 0.25:
+            return _draw_conv1d(rng)
         c, co = _channels(rng, 3), _channels(rng, 8)
         depthwise = c >= 8 and rng.random() < 0.3
         return Config(cls, "Conv", (("c", c), ("co", c if depthwise else co), ("hw", _log(rng, 7, 128)),
@@ -218,6 +234,14 @@ def model(config: Config, rng_seed: int = 0):
         if s["relu"]:
             nodes.append(helper.make_node("Relu", ["cv"], ["y"]))
         inputs = [("x", shape)]
+    elif op == "Conv1d":
+        pad = s["k"] // 2 if s["k"] % 2 else 0
+        nodes.append(helper.make_node("Conv", ["x", weight("w", (s["co"], s["c"] // s["groups"], s["k"])),
+                                               weight("b", (s["co"],))], ["cv" if s["relu"] else "y"],
+                                      pads=[pad, pad], strides=[s["stride"]], group=s["groups"]))
+        if s["relu"]:
+            nodes.append(helper.make_node("Relu", ["cv"], ["y"]))
+        inputs = [("x", [1, s["c"], s["len"]])]
     elif op in ("GlobalAveragePool", "MaxPool"):
         extra = {"kernel_shape": [3, 3], "strides": [2, 2], "pads": [1, 1, 1, 1]} if op == "MaxPool" else {}
         nodes.append(helper.make_node(op, ["x"], ["y"], **extra))
