@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import shutil
+from collections import Counter
 from pathlib import Path
 
 import pytest
@@ -28,7 +29,11 @@ def swept(tmp_path_factory):
 
 def test_a_sweep_bounded_to_seconds_trains_a_predictor_per_class_and_resumes(swept):
     folder, first = swept
-    assert {c["class"] for c in first["classes"]} == {"matmul", "elementwise"}
+    points = json.loads((folder / "sweeps" / f"{first['device']}--onnxruntime.json").read_text())["points"]
+    keys = Counter(predictor.class_key(p["cls"], p["precision"]) for p in points)
+    # a predictor per class and precision with enough points: an INT8 MatMul is its own (`matmul@int8`)
+    assert {c["class"] for c in first["classes"]} == {k for k, n in keys.items() if n >= predictor.MIN_POINTS}
+    assert {"matmul", "elementwise"} <= set(keys) <= {"matmul", "matmul@int8", "elementwise"}
     assert first["seconds"] < 40 and all(c["points"] >= predictor.MIN_POINTS for c in first["classes"])
     data = json.loads((folder / predictor.file_name(first["device"], "onnxruntime")).read_text())
     assert data["schema"] == predictor.SCHEMA and data["device"] == first["device"] and data["baseline_s"] > 0
@@ -489,3 +494,63 @@ def test_the_sweep_measures_the_kernels_onnx_runtime_fuses_as_one(tmp_path):
             options.optimized_model_filepath = str(tmp_path / f"{kind}.onnx")
             ort.InferenceSession(proto.SerializeToString(), options, providers=["CPUExecutionProvider"])
             assert [n.op_type for n in onnx.load(options.optimized_model_filepath).graph.node] == ops
+
+
+def test_an_int8_matmul_is_swept_as_the_cpu_rules_quantize_it_and_priced_by_its_own_predictor(tmp_path):
+    """A transformer's cpu-int8 build runs its MatMuls dynamically quantized (weights int8 per channel, activations
+    per call), which ONNX Runtime runs as one DynamicQuantizeMatMul: the sweep times that, priced as the estimate
+    prices an INT8 kernel (a quarter of the bytes, the INT8 peak), and trains it apart from FP32 MatMuls. The
+    estimate prices an INT8 kernel by it and the activation quantization the plan adds beside it at nothing (inside
+    the kernel's time, as swept); an INT8 kernel of a class with no INT8 predictor is left to the calibration."""
+    import math
+    import random
+
+    import onnx
+    import onnxruntime as ort
+
+    from tapeout.estimation import cost_units as kern
+    from tapeout.estimation import sweep
+    from tapeout.estimation.roofline import Roof
+
+    roof = Roof(name="test", kind="cpu", peaks={"fp32": 1e11, "int8": 4e11}, bandwidth=2e10, source="a stand-in")
+    rng = random.Random(5)
+    config = next(c for c in iter(lambda: sweep.sample("matmul", rng), None)
+                  if sweep.precision(c) == "int8" and sweep._rough_flops(c) < 5e7)
+    proto, inputs = sweep.model(config)
+    fp32, int8 = sweep.features_of(proto, inputs, roof), sweep.features_of(proto, inputs, roof, "int8")
+    assert (fp32["precision"], int8["precision"], int8["cls"]) == ("fp32", "int8", "matmul")
+    assert int8["bytes"] == fp32["bytes"] / 4 and int8["flops"] == fp32["flops"]
+    assert int8["roof_s"] == max(int8["flops"] / 4e11, int8["bytes"] / 2e10)
+    options = ort.SessionOptions()
+    options.optimized_model_filepath = str(tmp_path / "int8.onnx")
+    ort.InferenceSession(sweep.timed_model(config, proto).SerializeToString(), options,
+                         providers=["CPUExecutionProvider"])
+    assert [n.op_type for n in onnx.load(options.optimized_model_filepath).graph.node] == ["DynamicQuantizeMatMul"]
+
+    rows = []
+    for i in range(30):  # FP32 MatMuls at twice their roofline, INT8 ones at five times
+        for precision, times in (("fp32", 2.0), ("int8", 5.0)):
+            flops, bytes_ = 2e5 * (1 + i), 4e4 * (1 + i) * (0.25 if precision == "int8" else 1.0)
+            roof_s = max(flops / roof.peak(precision)[0], bytes_ / 2e10)
+            rows.append({"cls": "matmul", "precision": precision, "flops": flops, "bytes": bytes_, "nodes": 1,
+                         "launches": 1, "roof_s": roof_s, "kernel_s": times * roof_s})
+    classes = predictor.train(rows)
+    assert set(classes) == {"matmul", "matmul@int8"}
+    pred = predictor.Predictor(predictor.PredictorFile(
+        schema=predictor.SCHEMA, device="d", target="onnxruntime", host="h", threads=1, created="now",
+        baseline_s=0.0, roof=roof.to_json(), points=len(rows), classes=classes), Path("p.json"))
+    plan = {"groups": [{"nodes": ["mm"], "precision": "int8"}, {"nodes": ["cv"], "precision": "int8"}]}
+    model = kern.at_precision([kern.Kernel("mm", "matmul", "fp32", 3e6, 6e5, 1, lead="mm", quantized_input=1000),
+                               kern.Kernel("cv", "conv", "fp32", 3e6, 6e5, 1, lead="cv", quantized_input=1000)],
+                              plan, "fp32")
+    assert [(k.cls, k.precision) for k in model] == [("matmul", "int8"), ("quantize", "int8"), ("conv", "int8"),
+                                                     ("quantize", "int8")]
+    est = estimate.estimate(model, roof, "onnxruntime", "int8", None, pred)
+    mm_roof = max(kern.roof_times(model[0], roof))
+    assert est.per_kernel_s[0] == pytest.approx(5.0 * mm_roof, rel=0.1)  # the INT8 predictor, not the FP32 one
+    assert est.per_kernel_s[1] == 0.0                                      # its quantization: inside it
+    assert est.per_kernel_s[2] == max(kern.roof_times(model[2], roof))     # no conv@int8: its roofline (no calibration)
+    assert est.per_kernel_s[3] > 0                                         # the conv's quantization stays priced
+    assert any("1 activation quantizations priced inside" in n for n in est.notes)
+    assert any(n.startswith("no predictor for conv@int8, quantize@int8") for n in est.notes)
+    assert math.isfinite(est.predicted_s)

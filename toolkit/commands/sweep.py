@@ -89,10 +89,10 @@ def sweep(device: str, minutes: float, threads: int, out: Path | None, as_json: 
                     continue
                 done.add(config.key)
                 proto, inputs = sweeping.model(config, len(done))
-                feats = sweeping.features_of(proto, inputs, roof)
+                feats = sweeping.features_of(proto, inputs, roof, sweeping.precision(config))
                 if feats is None or feats["cls"] != config.cls:
                     continue  # not one kernel of its class to the estimator: it would teach the wrong class
-                chunk.append((config, proto, inputs, feats))
+                chunk.append((config, sweeping.timed_model(config, proto), inputs, feats))
             got = _time_chunk(Path(scratch) / f"c{chunk_no}", chunk, threads, deadline)
             if isinstance(got, str):
                 ui.note(f"  a timing process gave nothing ({got}); its {len(chunk)} configurations are skipped")
@@ -104,7 +104,8 @@ def sweep(device: str, minutes: float, threads: int, out: Path | None, as_json: 
                 if r is None or "error" in r:
                     continue
                 found.points.append(sweeping.Point(
-                    key=config.key, cls=config.cls, op=config.op, config=dict(config.sizes), flops=feats["flops"],
+                    key=config.key, cls=config.cls, op=config.op, precision=feats["precision"],
+                    config=dict(config.sizes), flops=feats["flops"],
                     bytes=feats["bytes"], nodes=feats["nodes"], launches=feats["launches"], roof_s=feats["roof_s"],
                     shape=feats["shape"],
                     kernel_s=r["p50"] - (baseline - dispatch) - sum(r["inserted"].values()) - feats["views"] * dispatch,
@@ -139,9 +140,12 @@ def sweep(device: str, minutes: float, threads: int, out: Path | None, as_json: 
 
 
 def _counts(found) -> dict[str, int]:
+    from tapeout.estimation import predictor
+
     counts: dict[str, int] = {}
     for p in found.points:
-        counts[p.cls] = counts.get(p.cls, 0) + 1
+        key = predictor.class_key(p.cls, p.precision)
+        counts[key] = counts.get(key, 0) + 1
     return counts
 
 

@@ -271,12 +271,12 @@ def estimate(kernels: list[kern.Kernel], roof: roofline.Roof, target: str, preci
 
 def _predicted(est: Estimate, kernels: list[kern.Kernel], roof: roofline.Roof, pred: predictors.Predictor,
                cal: tuple[calib.Calibration, Path] | None, executed: int | None = None) -> Estimate:
-    """Each FP32 kernel at its class's predictor; a kernel no predictor covers (another precision, a class the
-    sweep has too few points of) at the calibration's fit where there is one, else its roofline time. `executed`:
+    """Each kernel at its class's predictor at its precision (`matmul@int8` for an INT8 MatMul); a kernel no
+    predictor covers (a precision or class the sweep has too few points of) at the calibration's fit where there is one, else its roofline time. `executed`:
     the nodes the runtime's optimized graph runs (`executed_nodes`); those beyond the kernels each cost a dispatch,
     priced as a view (a movement kernel moving nothing) — on the toy transformers here, ONNX Runtime ran 67–77 nodes
     for 43–48 kernels, and leaving them out under-predicted those models by a third."""
-    per, left = [], set()
+    per, left, priced, inside = [], set(), set(), 0
     # the floor under a prediction: the kernel's roofline time with its bytes at the rate of the cache level the
     # whole call's traffic fits in (DRAM past the last level). The sweep's one-kernel models run cache-hot, and the
     # predictors learned that; a floor at DRAM bandwidth put every small model's matmuls on it (tiny-lm's decode
@@ -284,12 +284,19 @@ def _predicted(est: Estimate, kernels: list[kern.Kernel], roof: roofline.Roof, p
     rate = roof.bandwidth_at(math.fsum(k.bytes for k in kernels))
     for k in kernels:
         roof_s = max(kern.roof_times(k, roof))  # the feature, as the sweep priced its points
-        seconds = (pred.kernel_s(k.cls, k.flops, k.bytes, roof_s, k.launches, k.nodes, dict(k.shape),
-                                 floor_s(k, roof, rate))
-                   if k.precision == "fp32" else None)
+        if k.cls == "quantize" and k.name.rsplit("/", 1)[0] in priced:
+            # a predicted INT8 kernel's activation quantization: swept inside its time (DynamicQuantizeMatMul)
+            per.append(0.0)
+            inside += 1
+            continue
+        key = predictors.class_key(k.cls, k.precision)
+        seconds = pred.kernel_s(key, k.flops, k.bytes, roof_s, k.launches, k.nodes, dict(k.shape),
+                                floor_s(k, roof, rate))
         if seconds is None:
             left.add(f"{k.cls}@{k.precision}")
             seconds = cal[0].fit.kernel_s(k.cls, k.precision, roof_s, k.launches) if cal else roof_s
+        elif k.precision != "fp32":
+            priced.add(k.name)
         per.append(seconds)
     est.per_kernel_s = per
     est.predicted_s = pred.data.baseline_s + math.fsum(per)
@@ -300,11 +307,14 @@ def _predicted(est: Estimate, kernels: list[kern.Kernel], roof: roofline.Roof, p
         est.notes.append(f"ONNX Runtime's optimized graph runs {executed} nodes for the model's {len(kernels)} "
                          f"kernels: the {extra} more are priced as one dispatch each ({view * 1e6:.2f} µs, the "
                          "movement predictor's time for a view), outside the per-class figures")
-    est.band = pred.band({k.cls for k in kernels})
+    est.band = pred.band({predictors.class_key(k.cls, k.precision) for k in kernels})
     est.tails = cal[0].fit.tails if cal else {}
     est.predictor = (f"kernel predictors {pred.path.name}: {len(pred.data.classes)} classes from {pred.data.points} "
                      f"swept points ({pred.data.created})")
     est.calibration = est.predictor
+    if inside:
+        est.notes.append(f"{inside} activation quantizations priced inside their INT8 kernels' predicted times, as "
+                         "the sweep timed them (ONNX Runtime's DynamicQuantizeMatMul quantizes its input itself)")
     if left:
         est.notes.append(f"no predictor for {', '.join(sorted(left))}: " + (
             "priced by the calibration's fit" if cal else "priced at the roofline (a bound)"))

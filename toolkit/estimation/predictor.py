@@ -40,6 +40,16 @@ MIN_POINTS = 12          # a class with fewer measured points gets no predictor
 FLOOR_S = 5e-8           # what a kernel's time is clamped to before the log (a difference of two p50s can be ≤ 0)
 
 
+def class_key(cls: str, precision: str = "fp32") -> str:
+    """A predictor's name for a kernel class at a precision: the class for FP32 (as every file has named them),
+    `class@precision` for another (`matmul@int8`): an INT8 kernel is not an FP32 one of a quarter of the bytes."""
+    return cls if precision == "fp32" else f"{cls}@{precision}"
+
+
+def base_class(key: str) -> str:
+    return key.split("@", 1)[0]
+
+
 def features(flops: float, bytes_: float, roof_s: float, launches: int, nodes: int, cls: str = "",
              shape: dict | None = None, names: tuple[str, ...] | None = None) -> list[float] | None:
     """The feature vector of a kernel of class `cls` (its shape features `names`, by default the class's now; a
@@ -47,7 +57,7 @@ def features(flops: float, bytes_: float, roof_s: float, launches: int, nodes: i
     were kept)."""
     base = [math.log(flops + 1), math.log(bytes_ + 1), math.log(max(roof_s, 1e-12)), math.log(max(launches, 1)),
             float(nodes)]
-    names = SHAPE_FEATURES.get(cls, ()) if names is None else names
+    names = SHAPE_FEATURES.get(base_class(cls), ()) if names is None else names
     shape = with_derived(shape, names)
     if names and not all((shape or {}).get(n, 0) > 0 for n in names):
         return None
@@ -112,7 +122,7 @@ class Predictor:
     def kernel_s(self, cls: str, flops: float, bytes_: float, roof_s: float, launches: int, nodes: int,
                  shape: dict | None = None, floor_s: float | None = None) -> float | None:
         """The kernel's predicted seconds (never under its roofline time, or `floor_s` where given), or None where
-        the class has no model, the model reads a shape the kernel lacks, or it was trained on no kernel of its
+        the class (`class_key`: with its precision) has no model, the model reads a shape the kernel lacks, or it was trained on no kernel of its
         rank."""
         found = self.data.classes.get(cls)
         if found is None:
@@ -164,11 +174,11 @@ def _regressor():
     return GradientBoostingRegressor(n_estimators=300, max_depth=4, learning_rate=0.05, subsample=0.9, random_state=0)
 
 
-def cache_floor_s(flops: float, bytes_: float, roof) -> float:
+def cache_floor_s(flops: float, bytes_: float, roof, precision: str = "fp32") -> float:
     """A point's roofline time with its bytes at the rate of the cache level they fit in (DRAM's past the last):
     the floor an estimate puts under a prediction (`estimate.floor_s`), for a one-kernel model whose working set is
     its own. `roof`: a roofline.Roof with the host's measured cache bandwidths (without them, its DRAM roofline)."""
-    peak = roof.peak("fp32")[0]
+    peak = roof.peak(precision)[0]
     rate = max(roof.bandwidth_at(bytes_) or 0.0, roof.bandwidth or 0.0)
     return max(flops / peak if peak else 0.0, bytes_ / rate if rate else 0.0)
 
@@ -179,19 +189,20 @@ def train(points: list[dict], folds: int = 5, roof=None) -> dict[str, ClassModel
     swept kernels run cache-hot, and GEMVs of ~340 KB measured at ~3 µs were learned at their DRAM roofline's 7.8."""
     by_class: dict[str, list[dict]] = {}
     for p in points:
-        by_class.setdefault(p["cls"], []).append(p)
+        by_class.setdefault(class_key(p["cls"], p.get("precision", "fp32")), []).append(p)
     out = {}
     for cls, rows in sorted(by_class.items()):
         if len(rows) < MIN_POINTS:
             continue
-        names = SHAPE_FEATURES.get(cls, ())
+        names = SHAPE_FEATURES.get(base_class(cls), ())
         vectors = [features(r["flops"], r["bytes"], r["roof_s"], r["launches"], r["nodes"], cls, r.get("shape"))
                    for r in rows]
         rows = [r for r, v in zip(rows, vectors, strict=True) if v is not None]
         if len(rows) < MIN_POINTS:
             continue
         x = np.array([v for v in vectors if v is not None])
-        floors = [cache_floor_s(r["flops"], r["bytes"], roof) if roof is not None else r["roof_s"] for r in rows]
+        floors = [cache_floor_s(r["flops"], r["bytes"], roof, r.get("precision", "fp32")) if roof is not None
+                  else r["roof_s"] for r in rows]
         y = np.log(np.maximum([max(r["kernel_s"], FLOOR_S) for r in rows], floors))
         errors = np.empty(len(rows))
         order = np.random.default_rng(0).permutation(len(rows))
@@ -235,7 +246,7 @@ def load(path: Path, device: str | None = None, target: str | None = None) -> Pr
     for cls, model in data.classes.items():
         # the generic features and a leading part of the class's shape features: a file trained before a shape
         # feature was added (a conv's layout) reads the ones it has
-        if model.features != [*FEATURES, *SHAPE_FEATURES.get(cls, ())][: len(model.features)] or \
+        if model.features != [*FEATURES, *SHAPE_FEATURES.get(base_class(cls), ())][: len(model.features)] or \
                 len(model.features) < len(FEATURES):
             raise BadInput(f"the predictor file {path}: class {cls} reads features {model.features}, which this "
                            "tapeout does not compute", fix="delete it and sweep again (tapeout calibrate --sweep)")

@@ -47,6 +47,10 @@ class Point(BaseModel):
     key: str                               # the configuration, as a stable string
     cls: str
     op: str
+    # what the kernel runs in, as a build's plan puts it: "int8", a MatMul quantized as the CPU rules' dynamic
+    # method writes it (weights per channel, activations per call), which ONNX Runtime runs as one
+    # DynamicQuantizeMatMul, its activation quantization inside
+    precision: str = "fp32"
     config: dict[str, int | str]
     flops: float = Field(ge=0)
     bytes: float = Field(ge=0)
@@ -154,6 +158,8 @@ def _draw(cls: str, rng: random.Random) -> Config:
         # as a GEMM and a Gelu (or a MatMul and a BiasGelu): the activation's time is the kernel's too
         if bias and rng.random() < 0.4:
             return Config(cls, "MatMul", (*sizes, ("bias", 1), ("act", "Gelu")))
+        if rng.random() < 0.3:  # dynamic INT8, as a transformer's or a decoder's cpu-int8 build runs its MatMuls
+            return Config(cls, "MatMul", (*sizes, ("bias", bias), ("precision", "int8")))
         return Config(cls, "MatMul", (*sizes, ("bias", bias)))
     if cls == "conv":
         # half the channel counts as models have them, multiples of 16 (ONNX Runtime blocks those without padding:
@@ -328,10 +334,37 @@ def dispatch_s(short_s: float, long_s: float) -> float:
     return max(0.0, (long_s - short_s) / (NEG_CHAIN[1] - NEG_CHAIN[0]))
 
 
-def features_of(proto, inputs, roof) -> dict[str, float] | None:
+def precision(config: Config) -> str:
+    return str(dict(config.sizes).get("precision", "fp32"))
+
+
+def timed_model(config: Config, proto):
+    """The model the configuration is timed as: its FP32 one-kernel model, or for an INT8 one that model quantized
+    as `quantize/methods/dynamic.py` writes a CPU plan's INT8 groups (ONNX Runtime's dynamic quantizer: weights
+    int8 per channel, activations uint8 per call, no reduced range, constant weights only)."""
+    if precision(config) == "fp32":
+        return proto
+    import tempfile
+
+    import onnx
+    from onnxruntime.quantization import QuantType, quantize_dynamic
+
+    from tapeout.quantize.ort_tools import quiet
+
+    with tempfile.TemporaryDirectory(prefix="tapeout-sweep-q-") as folder, quiet():
+        source, out = Path(folder) / "m.onnx", Path(folder) / "q.onnx"
+        onnx.save(proto, str(source))
+        quantize_dynamic(source, out, op_types_to_quantize=["MatMul"], per_channel=True, reduce_range=False,
+                         weight_type=QuantType.QInt8, extra_options={"MatMulConstBOnly": True})
+        return onnx.load(str(out))
+
+
+def features_of(proto, inputs, roof, precision: str = "fp32") -> dict[str, float] | None:
     """The estimator's view of the model's kernel: FLOPs, bytes, nodes, launches and roofline seconds, and how many
     views (a Reshape: no bytes, one dispatch) the model holds beside it (None where the model is not one kernel to the
-    estimator)."""
+    estimator). `precision`: the kernel as a plan putting it there prices it (bytes at that precision, its peak); the
+    activation quantization the plan adds beside an INT8 kernel is inside its time here, as inside ONNX Runtime's
+    DynamicQuantizeMatMul."""
     import tempfile
 
     import onnx
@@ -353,9 +386,11 @@ def features_of(proto, inputs, roof) -> dict[str, float] | None:
     if len(kernels) != 1:
         return None
     k = kernels[0]
+    if precision != "fp32":
+        k = kern.at_precision([k], {"groups": [{"nodes": [k.lead], "precision": precision}]}, "fp32")[0]
     shape = predictor.with_derived(dict(k.shape), predictor.SHAPE_FEATURES.get(k.cls, ()))  # a conv's layout too
-    return {"cls": k.cls, "flops": float(k.flops), "bytes": float(k.bytes), "nodes": k.nodes, "launches": k.launches,
-            "roof_s": max(kern.roof_times(k, roof)), "shape": shape, "views": len(views)}
+    return {"cls": k.cls, "precision": k.precision, "flops": float(k.flops), "bytes": float(k.bytes), "nodes": k.nodes,
+            "launches": k.launches, "roof_s": max(kern.roof_times(k, roof)), "shape": shape, "views": len(views)}
 
 
 def path_for(device: str, target: str, folder: Path | None = None) -> Path:
