@@ -501,7 +501,8 @@ def test_an_int8_matmul_is_swept_as_the_cpu_rules_quantize_it_and_priced_by_its_
     per call), which ONNX Runtime runs as one DynamicQuantizeMatMul: the sweep times that, priced as the estimate
     prices an INT8 kernel (a quarter of the bytes, the INT8 peak), and trains it apart from FP32 MatMuls. The
     estimate prices an INT8 kernel by it and the activation quantization the plan adds beside it at nothing (inside
-    the kernel's time, as swept); an INT8 kernel of a class with no INT8 predictor is left to the calibration."""
+    the kernel's time, as swept); an INT8 kernel of a class with no INT8 predictor, or of a statically quantized
+    build, is left to the calibration."""
     import math
     import random
 
@@ -554,3 +555,7 @@ def test_an_int8_matmul_is_swept_as_the_cpu_rules_quantize_it_and_priced_by_its_
     assert any("1 activation quantizations priced inside" in n for n in est.notes)
     assert any(n.startswith("no predictor for conv@int8, quantize@int8") for n in est.notes)
     assert math.isfinite(est.predicted_s)
+    # those INT8 classes are dynamic quantization's kernels: a statically quantized build (QLinearConv, QGemm) is
+    # not priced by them
+    assert estimate._for_plan(pred, {"method": "dynamic", **plan}) is pred
+    assert set(estimate._for_plan(pred, {"method": "static", **plan}).data.classes) == {"matmul"}

@@ -272,8 +272,8 @@ def estimate(kernels: list[kern.Kernel], roof: roofline.Roof, target: str, preci
 def _predicted(est: Estimate, kernels: list[kern.Kernel], roof: roofline.Roof, pred: predictors.Predictor,
                cal: tuple[calib.Calibration, Path] | None, executed: int | None = None) -> Estimate:
     """Each kernel at its class's predictor at its precision (`matmul@int8` for an INT8 MatMul); a kernel no
-    predictor covers (a precision or class the sweep has too few points of) at the calibration's fit where there is one, else its roofline time. `executed`:
-    the nodes the runtime's optimized graph runs (`executed_nodes`); those beyond the kernels each cost a dispatch,
+    predictor covers (a precision or class the sweep has too few points of) at the calibration's fit where there is
+    one, else its roofline time. `executed`: the nodes the runtime's optimized graph runs (`executed_nodes`); those beyond the kernels each cost a dispatch,
     priced as a view (a movement kernel moving nothing) — on the toy transformers here, ONNX Runtime ran 67–77 nodes
     for 43–48 kernels, and leaving them out under-predicted those models by a third."""
     per, left, priced, inside = [], set(), set(), 0
@@ -321,6 +321,15 @@ def _predicted(est: Estimate, kernels: list[kern.Kernel], roof: roofline.Roof, p
     if not cal:
         est.notes.append("p90 and p99 are not predicted: the sweep times single kernels, not a model's tail")
     return est
+
+
+def _for_plan(pred: predictors.Predictor | None, plan: dict | None) -> predictors.Predictor | None:
+    """The predictor for a build of this plan: its INT8 classes are the dynamic quantization's kernels (the sweep
+    times a DynamicQuantizeMatMul), so a model quantized another way (static QDQ: QLinearConv, QGemm) has its INT8
+    kernels priced by the calibration or their roofline instead."""
+    if pred is None or not plan or plan.get("method") == "dynamic":
+        return pred
+    return pred.float_only()
 
 
 def floor_s(kernel: kern.Kernel, roof: roofline.Roof, rate: float | None) -> float:
@@ -381,6 +390,7 @@ def for_build(build: BuildDir, cal: tuple[calib.Calibration, Path] | bool | None
     else:
         cal, roof = _device_roof(device_spec, host, options, target, cal)
     plan = report.quantization.plan.model_dump(mode="json") if report.quantization else None
+    pred = _for_plan(pred, plan)
     precision = report.profile.precision
     kernels = kern.at_precision(structure, plan, kern.float_precision(precision, plan))
     # the artifact is verified (every file hashed) only where its graph is read
@@ -441,7 +451,7 @@ def for_model(setup, structure: list[kern.Kernel], plan: dict | None, reported: 
         return None
     host = host_fingerprint()
     cal, roof = _device_roof(device, host, setup.target.options, setup.target.name, True)
-    pred = predictors.find(roof.name, setup.target.name) if device is None else None
+    pred = _for_plan(predictors.find(roof.name, setup.target.name) if device is None else None, plan)
     if pred is not None:
         roof = dataclasses.replace(pred.roof(), name=roof.name)
     precision = setup.profile.precision

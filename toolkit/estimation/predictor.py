@@ -122,8 +122,8 @@ class Predictor:
     def kernel_s(self, cls: str, flops: float, bytes_: float, roof_s: float, launches: int, nodes: int,
                  shape: dict | None = None, floor_s: float | None = None) -> float | None:
         """The kernel's predicted seconds (never under its roofline time, or `floor_s` where given), or None where
-        the class (`class_key`: with its precision) has no model, the model reads a shape the kernel lacks, or it was trained on no kernel of its
-        rank."""
+        the class (`class_key`: with its precision) has no model, the model reads a shape the kernel lacks, or it
+        was trained on no kernel of its rank."""
         found = self.data.classes.get(cls)
         if found is None:
             return None
@@ -131,6 +131,11 @@ class Predictor:
             return None  # a file trained before 1-D convs were swept: it knows 2-D convs only
         x = features(flops, bytes_, roof_s, launches, nodes, cls, shape, tuple(found.features[len(FEATURES):]))
         return None if x is None else max(math.exp(_predict(found, x)), roof_s if floor_s is None else floor_s)
+
+    def float_only(self) -> Predictor:
+        """This predictor without its classes at another precision than FP32 (`matmul@int8`)."""
+        kept = {k: m for k, m in self.data.classes.items() if k == base_class(k)}
+        return Predictor(self.data.model_copy(update={"classes": kept}), self.path)
 
     def roof(self):
         """The roof the sweep's points were priced at (a predictor's roofline feature is only comparable at it)."""
