@@ -323,7 +323,11 @@ def test_the_layout_reorders_onnx_runtime_inserts_are_priced_as_kernels(swept, d
     assert len(names) == len(reorders) and any("layout reorder" in n for n in priced.notes)
     monkeypatch.setattr(runtime_kernels, "inserted_reorders", lambda model, dims, threads=1: [])
     without = estimate.for_build(build)
-    assert priced.predicted_s == pytest.approx(without.predicted_s + len(reorders) * move_s)
+    each = dict(zip([k.name for k in priced.kernels], priced.per_kernel_s, strict=True))
+    assert all(each[n] == pytest.approx(move_s) for n in names)  # each reorder at the movement predictor
+    # and nothing else changes but through the call's traffic: the reorders' bytes can move the cache level every
+    # kernel's floor is priced at (a run of the suite saw 2e-5 of the whole from that)
+    assert priced.predicted_s == pytest.approx(without.predicted_s + len(reorders) * move_s, rel=1e-3)
 
 
 def test_a_generation_loop_is_priced_by_the_predictors_phase_by_phase_with_their_band(swept):
