@@ -206,9 +206,8 @@ def predictor_scores(dirs: list[Path], predicted: dict[str, tuple[str, float, fl
         est = estimate.for_build(build)
         if not est.predictor:
             continue
-        missing = [n for n in est.notes if n.startswith("no predictor for")]
-        if missing:  # a kernel no predictor covers sits at its roofline here (no calibration in the sweep's folder)
-            partial.append(f"{build.report.project.name} {d.name} ({missing[0].split(':')[0][len('no predictor for '):]})")
+        if est.unpredicted:  # a kernel no predictor covers sits at its roofline here (no calibration in the folder)
+            partial.append(f"{build.report.project.name} {d.name} ({', '.join(est.unpredicted)})")
             continue
         model, measured_ms, cal_ms = predicted.get(str(d), (build.report.project.name, None, None))
         measured_ms = measured_ms or build.report.measurement.latency_ms.quantiles["p50"].point

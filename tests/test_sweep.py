@@ -520,7 +520,7 @@ def test_an_int8_matmul_is_swept_as_the_cpu_rules_quantize_it_and_priced_by_its_
     roof = Roof(name="test", kind="cpu", peaks={"fp32": 1e11, "int8": 4e11}, bandwidth=2e10, source="a stand-in")
     rng = random.Random(5)
     config = next(c for c in iter(lambda: sweep.sample("matmul", rng), None)
-                  if sweep.precision(c) == "int8" and sweep._rough_flops(c) < 5e7)
+                  if sweep.precision_of(c) == "int8" and sweep._rough_flops(c) < 5e7)
     proto, inputs = sweep.model(config)
     fp32, int8 = sweep.features_of(proto, inputs, roof), sweep.features_of(proto, inputs, roof, "int8")
     assert (fp32["precision"], int8["precision"], int8["cls"]) == ("fp32", "int8", "matmul")
@@ -557,6 +557,7 @@ def test_an_int8_matmul_is_swept_as_the_cpu_rules_quantize_it_and_priced_by_its_
     assert est.per_kernel_s[2] == max(kern.roof_times(model[2], roof))     # no conv@int8: its roofline (no calibration)
     assert est.per_kernel_s[3] > 0                                         # the conv's quantization stays priced
     assert any("1 activation quantizations priced inside" in n for n in est.notes)
+    assert est.unpredicted == ["conv@int8", "quantize@int8"]
     assert any(n.startswith("no predictor for conv@int8, quantize@int8") for n in est.notes)
     assert math.isfinite(est.predicted_s)
     # those INT8 classes are dynamic quantization's kernels: a statically quantized build (QLinearConv, QGemm) is

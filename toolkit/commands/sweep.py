@@ -89,7 +89,7 @@ def sweep(device: str, minutes: float, threads: int, out: Path | None, as_json: 
                     continue
                 done.add(config.key)
                 proto, inputs = sweeping.model(config, len(done))
-                feats = sweeping.features_of(proto, inputs, roof, sweeping.precision(config))
+                feats = sweeping.features_of(proto, inputs, roof, sweeping.precision_of(config))
                 if feats is None or feats["cls"] != config.cls:
                     continue  # not one kernel of its class to the estimator: it would teach the wrong class
                 chunk.append((config, sweeping.timed_model(config, proto), inputs, feats))

@@ -420,6 +420,17 @@ def _add_norm_fused(view: GraphView, kernels: list[Kernel]) -> list[Kernel]:
     return _replaced(kernels, fused, dropped)
 
 
+QUANTIZE_SUFFIX = "/quantize"  # the activation-quantization kernel `at_precision` adds after a quantized kernel
+
+
+def quantized_kernel(kernel: Kernel) -> str | None:
+    """The name of the kernel whose input this activation-quantization kernel quantizes (`at_precision`); None for
+    any other kernel."""
+    if kernel.cls == "quantize" and kernel.name.endswith(QUANTIZE_SUFFIX):
+        return kernel.name[: -len(QUANTIZE_SUFFIX)]
+    return None
+
+
 def at_precision(kernels: list[Kernel], plan: dict | None, default_precision: str) -> list[Kernel]:
     """Each kernel at the precision the plan gives its lead node, bytes scaled to it; a quantized fusion
     group adds the activation quantization its input needs (read float, write 8 bits)."""
@@ -431,7 +442,7 @@ def at_precision(kernels: list[Kernel], plan: dict | None, default_precision: st
         out.append(replace(k, precision=precision, bytes=k.bytes * scale, reread=k.reread * scale))
         if precision in ("int8", "int4", "fp8") and k.quantized_input:
             elements = k.quantized_input
-            out.append(Kernel(f"{k.name}/quantize", "quantize", precision, 2 * elements,
+            out.append(Kernel(f"{k.name}{QUANTIZE_SUFFIX}", "quantize", precision, 2 * elements,
                               elements * (4 + bytes_per_element(precision, 1.0)), 0))
     return out
 

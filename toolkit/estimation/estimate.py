@@ -54,6 +54,7 @@ class Estimate:
     generation: Any = None                      # a generate workload's TTFT and TPOT (generation.GenerationEstimate)
 
     predictor: str | None = None                # its summary and file, where kernel predictors priced it
+    unpredicted: list[str] = field(default_factory=list)  # `class@precision` no predictor priced (kernel predictors)
 
     @property
     def method(self) -> str:
@@ -284,7 +285,7 @@ def _predicted(est: Estimate, kernels: list[kern.Kernel], roof: roofline.Roof, p
     rate = roof.bandwidth_at(math.fsum(k.bytes for k in kernels))
     for k in kernels:
         roof_s = max(kern.roof_times(k, roof))  # the feature, as the sweep priced its points
-        if k.cls == "quantize" and k.name.rsplit("/", 1)[0] in priced:
+        if kern.quantized_kernel(k) in priced:
             # a predicted INT8 kernel's activation quantization: swept inside its time (DynamicQuantizeMatMul)
             per.append(0.0)
             inside += 1
@@ -315,8 +316,9 @@ def _predicted(est: Estimate, kernels: list[kern.Kernel], roof: roofline.Roof, p
     if inside:
         est.notes.append(f"{inside} activation quantizations priced inside their INT8 kernels' predicted times, as "
                          "the sweep timed them (ONNX Runtime's DynamicQuantizeMatMul quantizes its input itself)")
+    est.unpredicted = sorted(left)
     if left:
-        est.notes.append(f"no predictor for {', '.join(sorted(left))}: " + (
+        est.notes.append(f"no predictor for {', '.join(est.unpredicted)}: " + (
             "priced by the calibration's fit" if cal else "priced at the roofline (a bound)"))
     if not cal:
         est.notes.append("p90 and p99 are not predicted: the sweep times single kernels, not a model's tail")

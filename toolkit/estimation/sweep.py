@@ -37,6 +37,7 @@ DEFINITION = 2
 CLASSES = ("matmul", "conv", "reduce", "elementwise", "movement", "recurrent")
 OPSET = 17
 GELU_OPSET = 20   # the ONNX Gelu op (as torch exports a transformer's MLP at opset 20)
+MATMUL_NODE = "mm"  # the MatMul's name: what an INT8 configuration's plan quantizes
 
 
 class Point(BaseModel):
@@ -224,7 +225,8 @@ def model(config: Config, rng_seed: int = 0):
     if op == "MatMul":
         shape = [s["m"], s["k"]]
         act = s.get("act")
-        nodes.append(helper.make_node("MatMul", ["x", weight("w", (s["k"], s["n"]))], ["mm" if s["bias"] else "y"]))
+        nodes.append(helper.make_node("MatMul", ["x", weight("w", (s["k"], s["n"]))], ["mm" if s["bias"] else "y"],
+                                      name=MATMUL_NODE))
         if s["bias"]:
             nodes.append(helper.make_node("Add", ["mm", weight("b", (s["n"],))], ["biased" if act else "y"]))
         if act:
@@ -334,28 +336,31 @@ def dispatch_s(short_s: float, long_s: float) -> float:
     return max(0.0, (long_s - short_s) / (NEG_CHAIN[1] - NEG_CHAIN[0]))
 
 
-def precision(config: Config) -> str:
+def precision_of(config: Config) -> str:
+    """What the configuration's kernel runs in: "fp32", or "int8" for a dynamically quantized MatMul."""
     return str(dict(config.sizes).get("precision", "fp32"))
 
 
 def timed_model(config: Config, proto):
     """The model the configuration is timed as: its FP32 one-kernel model, or for an INT8 one that model quantized
-    as `quantize/methods/dynamic.py` writes a CPU plan's INT8 groups (ONNX Runtime's dynamic quantizer: weights
-    int8 per channel, activations uint8 per call, no reduced range, constant weights only)."""
-    if precision(config) == "fp32":
+    by the CPU rules' own dynamic method (`quantize/methods/dynamic.py`, as a cpu-int8 build's plan runs it: weights
+    int8 per channel, activations uint8 per call, no reduced range)."""
+    if precision_of(config) == "fp32":
         return proto
     import tempfile
 
     import onnx
-    from onnxruntime.quantization import QuantType, quantize_dynamic
 
+    from tapeout.quantize import methods
     from tapeout.quantize.ort_tools import quiet
+    from tapeout.quantize.plan import GroupPlan, Plan
 
+    plan = Plan(method="dynamic", family="sweep", target="onnxruntime", ladder=("int8", "fp32"),
+                groups=(GroupPlan("matmul", "matmul", (MATMUL_NODE,), "int8", "swept"),))
     with tempfile.TemporaryDirectory(prefix="tapeout-sweep-q-") as folder, quiet():
         source, out = Path(folder) / "m.onnx", Path(folder) / "q.onnx"
         onnx.save(proto, str(source))
-        quantize_dynamic(source, out, op_types_to_quantize=["MatMul"], per_channel=True, reduce_range=False,
-                         weight_type=QuantType.QInt8, extra_options={"MatMulConstBOnly": True})
+        methods.get("dynamic").apply(plan, source, out, None)
         return onnx.load(str(out))
 
 
