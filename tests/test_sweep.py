@@ -312,9 +312,12 @@ def test_the_layout_reorders_onnx_runtime_inserts_are_priced_as_kernels(swept, d
     path = folder / predictor.file_name(first["device"], "onnxruntime")
     data = json.loads(path.read_text())
     move_s = 3e-7
-    data["classes"]["movement"] = {**data["classes"]["matmul"], "init": math.log(move_s), "rate": 1.0,
-                                   "trees": [{"feature": [-2], "threshold": [-2.0], "left": [-1], "right": [-1],
-                                              "value": [0.0]}]}
+    leaf = [{"feature": [-2], "threshold": [-2.0], "left": [-1], "right": [-1], "value": [0.0]}]
+    data["classes"]["movement"] = {**data["classes"]["matmul"], "init": math.log(move_s), "rate": 1.0, "trees": leaf}
+    # every other class at 0.1 ms a kernel, far over any floor: a floor moves with the whole call's traffic (its
+    # cache level), which the reorders' bytes add to, and a swept predictor's kernels can sit on theirs
+    for name in set(data["classes"]) - {"movement"}:
+        data["classes"][name] = {**data["classes"][name], "init": math.log(1e-4), "rate": 1.0, "trees": leaf}
     (tmp_path / path.name).write_text(json.dumps(data))
     pred = predictor.load(tmp_path / path.name)
     monkeypatch.setattr(predictor, "find", lambda device, target: pred if target == "onnxruntime" else None)
@@ -325,9 +328,7 @@ def test_the_layout_reorders_onnx_runtime_inserts_are_priced_as_kernels(swept, d
     without = estimate.for_build(build)
     each = dict(zip([k.name for k in priced.kernels], priced.per_kernel_s, strict=True))
     assert all(each[n] == pytest.approx(move_s) for n in names)  # each reorder at the movement predictor
-    # and nothing else changes but through the call's traffic: the reorders' bytes can move the cache level every
-    # kernel's floor is priced at (a run of the suite saw 2e-5 of the whole from that)
-    assert priced.predicted_s == pytest.approx(without.predicted_s + len(reorders) * move_s, rel=1e-3)
+    assert priced.predicted_s == pytest.approx(without.predicted_s + len(reorders) * move_s)
 
 
 def test_a_generation_loop_is_priced_by_the_predictors_phase_by_phase_with_their_band(swept):
