@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import one_line_error, run_cli
+from conftest import FAST_PROFILE, SAMPLES, one_line_error, run_cli
 from tapeout.core.errors import BadInput
 from tapeout.core.schemas import Budgets
 from tapeout.core.verdict import Verdict
@@ -30,10 +30,11 @@ def swept(tmp_path_factory):
 def test_a_sweep_bounded_to_seconds_trains_a_predictor_per_class_and_resumes(swept):
     folder, first = swept
     points = json.loads((folder / "sweeps" / f"{first['device']}--onnxruntime.json").read_text())["points"]
-    keys = Counter(predictor.class_key(p["cls"], p["precision"]) for p in points)
-    # a predictor per class and precision with enough points: an INT8 MatMul is its own (`matmul@int8`)
+    keys = Counter(predictor.class_key(p["cls"], p["precision"], p["quantization"]) for p in points)
+    # a predictor per class and precision with enough points: an INT8 MatMul is its own (`matmul@int8`), and a static
+    # one (a QGemm) its own again
     assert {c["class"] for c in first["classes"]} == {k for k, n in keys.items() if n >= predictor.MIN_POINTS}
-    assert {"matmul", "elementwise"} <= set(keys) <= {"matmul", "matmul@int8", "elementwise"}
+    assert {"matmul", "elementwise"} <= set(keys) <= {"matmul", "matmul@int8", "matmul@int8~static", "elementwise"}
     assert first["seconds"] < 40 and all(c["points"] >= predictor.MIN_POINTS for c in first["classes"])
     data = json.loads((folder / predictor.file_name(first["device"], "onnxruntime")).read_text())
     assert data["schema"] == predictor.SCHEMA and data["device"] == first["device"] and data["baseline_s"] > 0
@@ -563,5 +564,152 @@ def test_an_int8_matmul_is_swept_as_the_cpu_rules_quantize_it_and_priced_by_its_
     assert math.isfinite(est.predicted_s)
     # those INT8 classes are dynamic quantization's kernels: a statically quantized build (QLinearConv, QGemm) is
     # not priced by them
-    assert estimate._for_plan(pred, {"method": "dynamic", **plan}) is pred
+    assert set(estimate._for_plan(pred, {"method": "dynamic", **plan}).data.classes) == {"matmul", "matmul@int8"}
     assert set(estimate._for_plan(pred, {"method": "static", **plan}).data.classes) == {"matmul"}
+    # an LSTM's cpu-int8 build runs it dynamically quantized too, as one DynamicQuantizeLSTM (ONNX Runtime quantizes
+    # no GRU): swept so
+    cell = next(c for c in iter(lambda: sweep.sample("recurrent", rng), None) if sweep.precision_of(c) == "int8")
+    assert cell.op == "LSTM" and sweep.quantization_of(cell) == "dynamic"
+    assert [n.op_type for n in sweep.timed_model(cell, *sweep.model(cell)).graph.node] == ["DynamicQuantizeLSTM"]
+
+
+def test_a_static_int8_conv_is_swept_as_a_qlinearconv_and_a_static_build_is_priced_by_its_runtimes_graph(
+        tmp_path, digits_int8_build, monkeypatch):
+    """A CNN's cpu-int8 build quantizes its convs statically (QDQ), which ONNX Runtime runs as QLinearConvs in NHWC
+    with QuantizeLinear, DequantizeLinear and Transposes where its graph leaves INT8 or changes layout. The sweep times
+    a lone QDQ conv, taking the Q, DQ and Transposes around it out of its time as it takes a lone conv's reorders
+    (they are the graph's, not the conv's); the estimate of a static build reads those nodes from the graph ONNX
+    Runtime optimizes and prices each as a kernel (a `quantize` one, swept too), in place of the cost units' one
+    activation quantization per quantized kernel. conv@int8 is a static plan's, matmul@int8 a dynamic plan's."""
+    import random
+
+    import onnx
+    import onnxruntime as ort
+
+    from tapeout.builds.reader import open_build
+    from tapeout.estimation import cost_units as kern
+    from tapeout.estimation import sweep
+    from tapeout.estimation.roofline import Roof
+
+    rng = random.Random(3)
+    config = next(c for c in iter(lambda: sweep.sample("conv", rng), None)
+                  if sweep.precision_of(c) == "int8" and sweep._rough_flops(c) < 5e7)
+    assert config.op == "Conv" and config["relu"] == 0 and sweep.quantization_of(config) == "static"
+    proto, inputs = sweep.model(config)
+    options = ort.SessionOptions()
+    options.optimized_model_filepath = str(tmp_path / "int8.onnx")
+    options.log_severity_level = 3
+    ort.InferenceSession(sweep.timed_model(config, proto, inputs).SerializeToString(), options,
+                         providers=["CPUExecutionProvider"])
+    ran = [n.op_type for n in onnx.load(options.optimized_model_filepath).graph.node]
+    assert "QLinearConv" in ran and set(ran) <= {"QLinearConv", "QuantizeLinear", "DequantizeLinear", "Transpose"}
+    from tapeout.commands.sweep import TARGETS
+
+    assert {"QuantizeLinear", "DequantizeLinear", "Transpose"} <= set(TARGETS["onnxruntime"].inserted)
+    quantize = sweep.Config("quantize", "DequantizeLinear", (("size", 4096),))
+    q_proto, q_inputs = sweep.model(quantize)
+    roof = Roof(name="test", kind="cpu", peaks={"fp32": 1e11, "int8": 4e11}, bandwidth=2e10, source="a stand-in")
+    feats = sweep.features_of(q_proto, q_inputs, roof)
+    assert (feats["cls"], feats["precision"], feats["flops"]) == ("quantize", "fp32", 4096)
+    assert feats["bytes"] == pytest.approx(5 * 4096, abs=8)  # 1 byte in, 4 out: as the estimate prices a graph's DQ
+
+    # digits-cnn at cpu-int8 (this host's static QDQ): ONNX Runtime runs its int8 conv as Q → Transpose → QLinearConv
+    # → Transpose → DQ, and its Linear as a QGemm with a DQ after it
+    build = open_build(digits_int8_build)
+    executed, added = estimate.quantized_kernels(build.artifact() / build.manifest.artifact.main_file,
+                                                 build.exported_model(), build.manifest.project.dims)
+    ops = Counter(k.name.split(" ")[0] for k in added)
+    assert ops["QuantizeLinear"] >= 1 and ops["DequantizeLinear"] >= 1 and ops["Transpose"] == 2
+    assert all(k.bytes > 0 for k in added) and executed > len(added)
+    assert {k.cls for k in added if k.name.startswith("Transpose")} == {"movement"}
+    transposes = [k for k in added if k.name.startswith("Transpose")]
+    assert {k.bytes for k in transposes} == {2.0 * 16 * 8 * 8, 2.0 * 32 * 8 * 8}  # 8-bit: one byte an element
+
+    rows = [{"cls": cls, "precision": precision, "quantization": method, "flops": 2e5 * (1 + i),
+             "bytes": 4e4 * (1 + i), "nodes": 1, "launches": 1, "roof_s": 1e-6 * (1 + i), "kernel_s": times * (1 + i),
+             "shape": {"per_group": 16, "out_channels": 32, "positions": 64, "area": 9, "groups": 1, "layout": 2,
+                       "fill": 100, "rank": 2} if cls == "conv" else {}}
+            for i in range(20) for cls, precision, method, times in (
+                ("conv", "int8", "static", 3e-6), ("matmul", "int8", "dynamic", 3e-6),
+                ("matmul", "int8", "static", 9e-6), ("quantize", "fp32", None, 3e-6), ("conv", "fp32", None, 3e-6),
+                ("matmul", "fp32", None, 3e-6), ("movement", "fp32", None, 3e-6), ("reduce", "fp32", None, 3e-6),
+                ("elementwise", "fp32", None, 3e-6))]
+    classes = predictor.train(rows)
+    assert {"conv@int8", "matmul@int8", "matmul@int8~static"} <= set(classes)  # a static QGemm is its own class
+    pred = predictor.Predictor(predictor.PredictorFile(
+        schema=predictor.SCHEMA, device="d", target="onnxruntime", host="h", threads=1, created="now",
+        baseline_s=0.0, roof=roof.to_json(), points=len(rows), classes=classes), Path("p.json"))
+    plan = build.report.quantization.plan.model_dump(mode="json")
+    static = estimate._for_plan(pred, plan).data.classes
+    # a static plan's INT8 MatMul answers from the static QGemm's class, a dynamic plan's from the dynamic one's
+    assert "conv@int8" in static and static["matmul@int8"] is classes["matmul@int8~static"] and "quantize" in static
+    dynamic = estimate._for_plan(pred, {**plan, "method": "dynamic"}).data.classes
+    assert "conv@int8" not in dynamic and dynamic["matmul@int8"] is classes["matmul@int8"]
+    assert not any("~" in k for k in (*static, *dynamic))
+    kernels = kern.at_precision(kern.from_record(build.structure()), plan, "fp32")
+    assert any(kern.quantized_kernel(k) for k in kernels)  # the cost units' own guess, which the graph replaces
+    device = estimate.device_name(None, build.report.host.model_dump(), (build.manifest.profile or {}).get("options"))
+    predictor.save(pred.data.model_copy(update={"device": device}), tmp_path)
+    monkeypatch.setenv("TAPEOUT_CALIBRATION", str(tmp_path))
+    est = estimate.for_build(build)
+    assert est.predictor and not any(kern.quantized_kernel(k) for k in est.kernels)
+    assert Counter(k.name.split(" ")[0] for k in est.kernels if k.cls in ("quantize", "movement")) >= ops
+    assert any(f"runs {ops['QuantizeLinear'] + ops['DequantizeLinear']} QuantizeLinear/DequantizeLinear" in n
+               for n in est.notes)
+    assert est.unpredicted == []  # its QGemm priced by the static INT8 MatMul's class
+
+
+@pytest.mark.slow
+def test_an_openvino_sweep_times_its_kernels_on_openvino_and_prices_only_openvino_builds(tmp_path, monkeypatch):
+    """`--target openvino`: the kernels are timed as OpenVINO's CPU plugin runs them for an openvino-cpu build (f32
+    pinned, as its profile does: left alone it runs bf16 on this host; its Reorders around a lone conv taken out),
+    an INT8 conv or MatMul quantized by NNCF as the openvino-cpu-int8 rules do, into a predictor for (device,
+    openvino) that prices an OpenVINO build and never an ONNX Runtime one."""
+    folder = tmp_path / "cal"
+    done = run_cli("calibrate", "--sweep", "host", "--target", "openvino", "--minutes", "0.6", "--classes",
+                   "conv,matmul,reduce", "--out", folder, "--json")
+    assert done.code == 0, done.err
+    got = done.json()
+    assert got["target"] == "openvino" and {c["class"] for c in got["classes"]} >= {"conv", "matmul"}
+    points = json.loads((folder / "sweeps" / f"{got['device']}--openvino.json").read_text())["points"]
+    assert {p["precision"] for p in points} <= {"fp32", "int8"}
+    assert {p["cls"] for p in points if p["precision"] == "int8"} <= {"conv", "matmul"}
+    from tapeout.commands.sweep import TARGETS
+    from tapeout.estimation import sweep
+
+    assert TARGETS["openvino"].options(1)["inference_precision"] == "f32"
+    conv = sweep.Config("conv", "Conv", (("c", 16), ("co", 32), ("hw", 14), ("k", 3), ("stride", 1), ("groups", 1),
+                                         ("relu", 0), ("precision", "int8")))
+    ir = sweep.timed_model(conv, *sweep.model(conv), "openvino")
+    assert isinstance(ir, sweep.IrModel) and b"FakeQuantize" in ir.xml and ir.weights
+    lstm = sweep.Config("recurrent", "LSTM", (("steps", 4), ("input", 8), ("hidden", 8), ("precision", "int8")))
+    assert sweep.quantization_of(lstm, "openvino") is None and sweep.quantization_of(lstm) == "dynamic"
+    convs = [p for p in points if p["op"] == "Conv"]
+    assert convs and any(p["inserted_s"].get("Reorder", 0) > 0 for p in convs)
+    assert all(p["kernel_s"] == pytest.approx(p["run_s"] - (p["baseline_s"] - p["dispatch_s"]) -
+                                              sum(p["inserted_s"].values()) - p["views"] * p["dispatch_s"])
+               for p in points)
+    assert (folder / predictor.file_name(got["device"], "openvino")).is_file()
+    assert not (folder / predictor.file_name(got["device"], "onnxruntime")).exists()
+    # an ONNX Runtime sweep file is not resumed as an OpenVINO one
+    ort = folder / "sweeps" / f"{got['device']}--onnxruntime.json"
+    shutil.copy(folder / "sweeps" / f"{got['device']}--openvino.json", ort)
+    again = run_cli("calibrate", "--sweep", "host", "--minutes", "0", "--out", folder)
+    assert again.code == 2 and "was measured on openvino, not onnxruntime" in one_line_error(again), again.err
+    ort.unlink()
+    profile = tmp_path / "ov.toml"
+    profile.write_text(FAST_PROFILE.replace('extends = "cpu-fp32"', 'extends = "openvino-cpu"'))
+    ov_build = tmp_path / "ov"
+    built = run_cli("build", SAMPLES / "digits-cnn", "--profile", profile, "--out", ov_build)
+    assert built.code == 0, built.err
+    monkeypatch.setenv("TAPEOUT_CALIBRATION", str(folder))
+    from tapeout.builds.reader import open_build
+
+    est = estimate.for_build(open_build(ov_build))
+    assert est.predictor and "openvino" in est.predictor and est.band
+    assert est.predicted_s > est.lower_bound_s
+
+
+def test_a_sweep_on_a_target_it_cannot_time_is_one_line():
+    done = run_cli("calibrate", "--sweep", "host", "--target", "tensorrt", "--minutes", "0.1")
+    assert done.code == 2 and "cannot time kernels on target 'tensorrt'" in one_line_error(done), done.err

@@ -157,7 +157,9 @@ def calibrate(
                                 "is its own device."),
     classes: str | None = typer.Option(None, "--classes", help="With --sweep: the kernel classes to sweep "
                                        "(comma-separated; default all: matmul, conv, reduce, elementwise, movement, "
-                                       "recurrent)."),
+                                       "recurrent, quantize; OpenVINO: all but quantize)."),
+    sweep_target: str = typer.Option("onnxruntime", "--target", help="With --sweep: the target whose kernels are "
+                                     "timed (onnxruntime, openvino); each is its own predictor."),
     as_json: bool = JSON,
 ) -> None:
     """Fit the estimator (per kernel class: cost per launch, roofline multiple) from measured per-op profiles, or
@@ -167,7 +169,7 @@ def calibrate(
             raise TapeoutError("give build dirs or --sweep, not both", fix="run the two one after the other")
         from tapeout.commands import sweep as command
 
-        _done(command.sweep(sweep, minutes, threads, out, as_json, classes))
+        _done(command.sweep(sweep, minutes, threads, out, as_json, classes, sweep_target))
     if not build_dirs:
         raise TapeoutError("calibrate needs build dirs measured on the device, or --sweep DEVICE",
                            fix="tapeout calibrate BUILD_DIR…, or tapeout calibrate --sweep host --minutes 30")

@@ -1,6 +1,6 @@
-"""`tapeout calibrate --sweep DEVICE [--minutes N] [--threads N]`: sample each kernel class's configurations,
-measure them on the device in fresh processes until the time budget is spent (resuming a sweep stopped before),
-then train the kernel predictors from every point measured so far (docs/estimator.md, "Sweeps")."""
+"""`tapeout calibrate --sweep DEVICE [--minutes N] [--threads N] [--target T]`: sample each kernel class's
+configurations, measure them on the device in fresh processes until the time budget is spent (resuming a sweep
+stopped before), then train the kernel predictors from every point measured so far (docs/estimator.md, "Sweeps")."""
 
 from __future__ import annotations
 
@@ -11,6 +11,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from dataclasses import dataclass
 from pathlib import Path
 
 from tapeout.commands.output import print_json
@@ -20,12 +21,41 @@ from tapeout.core.errors import BadInput, TargetUnavailable
 TARGET = "onnxruntime"
 CHUNK = 12            # configurations per timing process
 MIN_S = 0.08          # of runs per configuration (at least 5)
-INSERTED = ("ReorderInput", "ReorderOutput")  # ONNX Runtime's NCHWc layout reorders: a lone Conv pays two, a CNN one
+# ONNX Runtime's NCHWc layout reorders (a lone FP32 Conv pays two, a CNN one), and around a lone static INT8 conv or
+# Gemm the activation's QuantizeLinear and DequantizeLinear and the Transposes into and out of its NHWC QLinearConv
+# (a CNN's graph runs those where it leaves INT8: the estimate counts them from the graph ONNX Runtime optimizes)
+INSERTED = ("ReorderInput", "ReorderOutput", "QuantizeLinear", "DequantizeLinear", "Transpose")
+
+
+@dataclass(frozen=True)
+class SweptTarget:
+    """What a sweep on one target takes out of a point's time: the op types of the nodes the runtime inserts around
+    a lone kernel (layout reorders, which a model pays once, not per kernel), and which ops' points a profiled pass
+    looks for them in (None: every point's)."""
+
+    profile: str  # the shipped FP32 CPU profile whose options its kernels are timed with (but its threads)
+    inserted: tuple[str, ...]
+    profiled: tuple[str, ...] | None
+    not_run: tuple[str, ...] = ()  # kernel classes the sweep draws that its builds do not run as drawn
+
+    def options(self, threads: int) -> dict:
+        """The target's options as its builds run: the profile's, at the sweep's thread count. OpenVINO's profile
+        pins f32: left to itself its CPU plugin runs FP32 models in bf16 on a CPU with AVX512-BF16, as this host."""
+        from tapeout.core.config import find_profile, resolve_extends
+
+        return {**resolve_extends(find_profile(self.profile)).get("options", {}), "threads": threads}
+
+
+# OpenVINO's CPU plugin puts a Reorder into and out of its blocked layouts around a lone conv (22 of a 98 µs 3×3
+# conv here) and, smaller, around a FullyConnected; a model reorders once at its edges. Its INT8 is NNCF's
+# (FakeQuantize), so it sweeps no QuantizeLinear.
+TARGETS = {"onnxruntime": SweptTarget("cpu-fp32", INSERTED, ("Conv", "Gemm")),
+           "openvino": SweptTarget("openvino-cpu", ("Reorder",), None, ("quantize",))}
 HERE = ("host", "host-cpu")
 
 
 def sweep(device: str, minutes: float, threads: int, out: Path | None, as_json: bool,
-          classes: str | None = None) -> int:
+          classes: str | None = None, target: str = TARGET) -> int:
     from tapeout import __version__
     from tapeout.core.host import host_fingerprint, now
     from tapeout.core.host_speed import host_state
@@ -41,17 +71,26 @@ def sweep(device: str, minutes: float, threads: int, out: Path | None, as_json: 
                        "(0: measure nothing, train again from the points measured before)")
     if threads < 0:
         raise BadInput(f"--threads {threads} is negative", fix="give the inference threads (0: one per core)")
-    chosen = tuple(c.strip() for c in (classes or ",".join(sweeping.CLASSES)).split(",") if c.strip())
-    unknown = [c for c in chosen if c not in sweeping.CLASSES]
+    if target not in TARGETS:
+        raise BadInput(f"a sweep cannot time kernels on target {target!r}",
+                       fix=f"sweep one of: {', '.join(TARGETS)} (--target)")
+    swept = TARGETS[target]
+    offered = tuple(c for c in sweeping.CLASSES if c not in swept.not_run)
+    chosen = tuple(c.strip() for c in (classes or ",".join(offered)).split(",") if c.strip())
+    unknown = [c for c in chosen if c not in offered]
     if unknown or not chosen:
-        raise BadInput(f"unknown kernel class {unknown[0] if unknown else '(none)'!r} for --classes",
-                       fix=f"use some of: {', '.join(sweeping.CLASSES)} (comma-separated)")
+        raise BadInput(f"unknown kernel class {unknown[0] if unknown else '(none)'!r} for --classes"
+                       + (f" on {target}" if target != TARGET else ""),
+                       fix=f"use some of: {', '.join(offered)} (comma-separated)")
+    from tapeout import targets
+
+    targets.target_class(target).probe().require(target)  # a runtime not installed is one line, not a chunk's failure
     ui = UI()
     host = host_fingerprint()
-    options = {"threads": threads}
+    options = swept.options(threads)
     name = estimate.device_name(None, host, options)
     folder = out or fit.user_folder()
-    path = sweeping.path_for(name, TARGET, folder)
+    path = sweeping.path_for(name, target, folder)
     found = sweeping.load(path)
     if found is not None and found.host != roofline.host_key(host):
         raise BadInput(f"the sweep file {path} was measured on another CPU ({found.host})",
@@ -66,16 +105,19 @@ def sweep(device: str, minutes: float, threads: int, out: Path | None, as_json: 
                        fix="give the sweep a time budget, e.g. --minutes 30")
     if found is None:
         roof = estimate.roof_for(None, host, None, estimate.host_threads(host, options))
-        found = sweeping.SweepFile(schema=sweeping.SCHEMA, definition=sweeping.DEFINITION, device=name, target=TARGET,
+        found = sweeping.SweepFile(schema=sweeping.SCHEMA, definition=sweeping.DEFINITION, device=name, target=target,
                                    host=roofline.host_key(host),
                                    threads=threads, roof=roof.to_json())
+    if found.target != target:
+        raise BadInput(f"the sweep file {path} was measured on {found.target}, not {target}",
+                       fix="move it away and sweep again")
     roof = roofline.Roof.from_json(found.roof, name)
     done = {p.key for p in found.points}
     rng = random.Random(len(found.points))  # a resumed sweep draws new configurations, not the same ones again
     cycle = itertools.cycle(chosen)
     deadline = time.monotonic() + minutes * 60
     if minutes:
-        ui.note(f"sweeping {name} × {TARGET} for {minutes:g} min ({len(found.points)} points measured before) → {path}")
+        ui.note(f"sweeping {name} × {target} for {minutes:g} min ({len(found.points)} points measured before) → {path}")
     else:
         ui.note(f"training from the {len(found.points)} points measured before ({path}); measuring nothing")
     with tempfile.TemporaryDirectory(prefix="tapeout-sweep-") as scratch:
@@ -85,15 +127,16 @@ def sweep(device: str, minutes: float, threads: int, out: Path | None, as_json: 
             chunk, started = [], time.monotonic()
             while len(chunk) < CHUNK:
                 config = sweeping.sample(next(cycle), rng)
-                if config.key in done:
-                    continue
+                if config.key in done or (sweeping.precision_of(config) != "fp32" and
+                                           sweeping.quantization_of(config, target) is None):
+                    continue  # an INT8 kernel this target's INT8 builds do not run (OpenVINO: no INT8 LSTM)
                 done.add(config.key)
                 proto, inputs = sweeping.model(config, len(done))
                 feats = sweeping.features_of(proto, inputs, roof, sweeping.precision_of(config))
                 if feats is None or feats["cls"] != config.cls:
                     continue  # not one kernel of its class to the estimator: it would teach the wrong class
-                chunk.append((config, sweeping.timed_model(config, proto), inputs, feats))
-            got = _time_chunk(Path(scratch) / f"c{chunk_no}", chunk, threads, deadline)
+                chunk.append((config, sweeping.timed_model(config, proto, inputs, target), inputs, feats))
+            got = _time_chunk(Path(scratch) / f"c{chunk_no}", chunk, options, deadline, target)
             if isinstance(got, str):
                 ui.note(f"  a timing process gave nothing ({got}); its {len(chunk)} configurations are skipped")
                 continue
@@ -105,6 +148,7 @@ def sweep(device: str, minutes: float, threads: int, out: Path | None, as_json: 
                     continue
                 found.points.append(sweeping.Point(
                     key=config.key, cls=config.cls, op=config.op, precision=feats["precision"],
+                    quantization=sweeping.quantization_of(config, target),
                     config=dict(config.sizes), flops=feats["flops"],
                     bytes=feats["bytes"], nodes=feats["nodes"], launches=feats["launches"], roof_s=feats["roof_s"],
                     shape=feats["shape"],
@@ -116,26 +160,26 @@ def sweep(device: str, minutes: float, threads: int, out: Path | None, as_json: 
             sweeping.save(found, path)
             ui.note(f"  {len(found.points)} points ({', '.join(f'{c} {n}' for c, n in _counts(found).items())}); "
                     f"{max(0.0, deadline - time.monotonic()) / 60:.1f} min left")
-    trained = predictor.train([p.model_dump() for p in found.points], roof=roof)
+    trained = predictor.train([p.model_dump() for p in found.points], roof=roof, target=target)
     if not trained:
         raise BadInput(f"the sweep has too few points per class to train a predictor ({_counts(found)})",
                        fix=f"sweep longer (each class needs {predictor.MIN_POINTS}); the points are kept and resumed")
     # the run's cost without a node: what an estimate adds once to the sum of its kernels (each has its dispatch)
     baseline = sorted(p.baseline_s - p.dispatch_s for p in found.points)[len(found.points) // 2]
-    data = predictor.PredictorFile(schema=predictor.SCHEMA, device=name, target=TARGET, host=found.host,
+    data = predictor.PredictorFile(schema=predictor.SCHEMA, device=name, target=target, host=found.host,
                                    threads=threads, created=now(), baseline_s=baseline, roof=found.roof,
                                    points=len(found.points), classes=trained)
     saved = predictor.save(data, folder)
     rows = [{"class": c, "points": m.points, "band": list(m.band), "held_out_within_15": m.held_out_within_15}
             for c, m in trained.items()]
     if as_json:
-        print_json({"device": name, "target": TARGET, "predictor": str(saved), "sweep": str(path),
+        print_json({"device": name, "target": target, "predictor": str(saved), "sweep": str(path),
                     "points": len(found.points), "seconds": found.seconds, "classes": rows, "version": __version__})
         return 0
     for r in rows:
         ui.out.print(f"{r['class']}: {r['points']} points, held out within ±15 %: {r['held_out_within_15']:.0%}, "
                      f"band [{r['band'][0]:+.0%}, {r['band'][1]:+.0%}]", markup=False)
-    ui.out.print(f"predictor for {name} × {TARGET} → {saved}", markup=False)
+    ui.out.print(f"predictor for {name} × {target} → {saved}", markup=False)
     return 0
 
 
@@ -144,34 +188,33 @@ def _counts(found) -> dict[str, int]:
 
     counts: dict[str, int] = {}
     for p in found.points:
-        key = predictor.class_key(p.cls, p.precision)
+        key = predictor.class_key(p.cls, p.precision, p.quantization, found.target)
         counts[key] = counts.get(key, 0) + 1
     return counts
 
 
-def _time_chunk(folder: Path, chunk: list, threads: int, deadline: float) -> tuple[float, float, dict] | str:
+def _time_chunk(folder: Path, chunk: list, options: dict, deadline: float,
+                target: str = TARGET) -> tuple[float, float, dict] | str:
     """The chunk's configurations timed in one fresh process between the baselines, timed before and after them
     (the Identity model, the short and the long Neg chain): (Identity's mean p50, one node's dispatch, results by
     key); or why not, where the process failed or ran past the budget."""
-    import onnx
-
     from tapeout.estimation import sweep as sweeping
 
     folder.mkdir(parents=True)
+    swept = TARGETS[target]
     baselines = [(f"base-{c.op}-{dict(c.sizes).get('nodes', 1)}", c) for c in (sweeping.IDENTITY, *sweeping.NEGS)]
     models = []
     order = [*baselines, *((c.key, c) for c, _, _, _ in chunk), *reversed(baselines)]
     protos = {c.key: (p, ins) for c, p, ins, _ in chunk}
     for i, (key, config) in enumerate(order):
         proto, inputs = protos.get(key) or sweeping.model(config)
-        path = folder / f"m{i}.onnx"
-        onnx.save(proto, str(path))
+        path = sweeping.save_model(proto, folder / f"m{i}")
         models.append({"key": key if key in protos else f"{key}#{i}", "path": str(path), "inputs": inputs,
-                       "profile": key in protos and config.op == "Conv",
+                       "profile": key in protos and (swept.profiled is None or config.op in swept.profiled),
                        **({"vocab": config["vocab"]} if config.op == "Gather" else {})})
     request, result = folder / "request.json", folder / "result.json"
-    request.write_text(json.dumps({"target": TARGET, "options": {"threads": threads}, "min_s": MIN_S, "models": models,
-                                   "inserted": INSERTED, "profile_runs": 10}))
+    request.write_text(json.dumps({"target": target, "options": options, "min_s": MIN_S, "models": models,
+                                   "inserted": swept.inserted, "profile_runs": 10}))
     try:
         done = subprocess.run([sys.executable, "-m", "tapeout.measurement.kernel_timer", str(request), str(result)],
                               capture_output=True, text=True, timeout=max(10.0, deadline - time.monotonic() + 30))

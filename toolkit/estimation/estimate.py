@@ -235,6 +235,25 @@ def inserted_kernels(target: str, precision: str, artifact: Path | None, kernels
             for op, tensor, size in runtime_kernels.inserted_reorders(artifact, dims)]
 
 
+def static_quantized(target: str, plan: dict | None, main_file: str) -> bool:
+    """Whether the build is a static QDQ model run by ONNX Runtime, whose graph says which activation quantizations
+    and layout Transposes run around its quantized kernels (`quantized_kernels`)."""
+    return target == "onnxruntime" and bool(plan) and plan.get("method") == "static" and main_file.endswith(".onnx")
+
+
+def quantized_kernels(artifact: Path, float_model: Path | None, dims: dict[str, int]
+                      ) -> tuple[int, list[kern.Kernel]]:
+    """(The nodes ONNX Runtime runs for a static QDQ build, and the kernels among them no cost unit holds): each
+    QuantizeLinear and DequantizeLinear left after its QDQ fusions, a `quantize` kernel reading 4 bytes an element
+    and writing 1 (or the reverse), as the sweep times one; each Transpose into or out of its NHWC QLinearConvs and
+    each layout reorder, a movement kernel reading and writing its tensor (`runtime_kernels.quantized_graph`)."""
+    executed, found = runtime_kernels.quantized_graph(artifact, dims, float_model)
+    return executed, [kern.Kernel(f"{op} {tensor}", "quantize", "fp32", count, 5.0 * count, 1)
+                      if op in runtime_kernels.QDQ_KERNELS else
+                      kern.Kernel(f"{op} {tensor}", "movement", "fp32", 0, 2.0 * count * width, 1)
+                      for op, tensor, count, width in found]
+
+
 def with_inserted(kernels: list[kern.Kernel], executed: int | None, inserted: list[kern.Kernel]
                   ) -> tuple[list[kern.Kernel], int | None]:
     """The kernels to price and the nodes the runtime runs, with the kernels it inserts among both."""
@@ -286,7 +305,8 @@ def _predicted(est: Estimate, kernels: list[kern.Kernel], roof: roofline.Roof, p
     for k in kernels:
         roof_s = max(kern.roof_times(k, roof))  # the feature, as the sweep priced its points
         if kern.quantized_kernel(k) in priced:
-            # a predicted INT8 kernel's activation quantization: swept inside its time (DynamicQuantizeMatMul)
+            # a predicted INT8 kernel's activation quantization: swept inside its time (DynamicQuantizeMatMul, an
+            # NNCF kernel's FakeQuantize); a static QDQ build's are its graph's Q and DQ nodes (`quantized_kernels`)
             per.append(0.0)
             inside += 1
             continue
@@ -315,7 +335,8 @@ def _predicted(est: Estimate, kernels: list[kern.Kernel], roof: roofline.Roof, p
     est.calibration = est.predictor
     if inside:
         est.notes.append(f"{inside} activation quantizations priced inside their INT8 kernels' predicted times, as "
-                         "the sweep timed them (ONNX Runtime's DynamicQuantizeMatMul quantizes its input itself)")
+                         "the sweep timed them (ONNX Runtime's DynamicQuantizeMatMul and DynamicQuantizeLSTM quantize "
+                         "their input themselves; OpenVINO fuses a FakeQuantize into the op before it)")
     est.unpredicted = sorted(left)
     if left:
         est.notes.append(f"no predictor for {', '.join(est.unpredicted)}: " + (
@@ -326,12 +347,13 @@ def _predicted(est: Estimate, kernels: list[kern.Kernel], roof: roofline.Roof, p
 
 
 def _for_plan(pred: predictors.Predictor | None, plan: dict | None) -> predictors.Predictor | None:
-    """The predictor for a build of this plan: its INT8 classes are the dynamic quantization's kernels (the sweep
-    times a DynamicQuantizeMatMul), so a model quantized another way (static QDQ: QLinearConv, QGemm) has its INT8
-    kernels priced by the calibration or their roofline instead."""
-    if pred is None or not plan or plan.get("method") == "dynamic":
+    """The predictor for a build of this plan: its INT8 classes are each the kernel one method makes on its target
+    (ONNX Runtime: a dynamic plan's DynamicQuantizeMatMul and DynamicQuantizeLSTM, a static plan's QLinearConv;
+    OpenVINO: NNCF's convs and MatMuls; `predictor.QUANTIZED_BY`), so a kernel a plan quantized another way (a static
+    plan's QGemm) is priced by the calibration or its roofline."""
+    if pred is None or not plan:
         return pred
-    return pred.float_only()
+    return pred.for_method(plan.get("method"))
 
 
 def floor_s(kernel: kern.Kernel, roof: roofline.Roof, rate: float | None) -> float:
@@ -402,6 +424,12 @@ def for_build(build: BuildDir, cal: tuple[calib.Calibration, Path] | bool | None
     inserted = (inserted_kernels(target, precision, build.artifact() / man.artifact.main_file, kernels,
                                  man.project.dims) if executed is not None else [])
     kernels, executed = with_inserted(kernels, executed, inserted)
+    if pred is not None and target == report.target.name and static_quantized(target, plan, man.artifact.main_file):
+        # its graph, not the cost units, says which activations are quantized where: the units' one quantization
+        # per quantized kernel gives way to the Q and DQ nodes the runtime runs, and the Transposes it adds
+        executed, inserted = quantized_kernels(build.artifact() / man.artifact.main_file, build.exported_model(),
+                                               man.project.dims)
+        kernels = [*(k for k in kernels if kern.quantized_kernel(k) is None), *inserted]
     est = estimate(kernels, roof, target, precision, cal or None, pred, executed)
     _note_inserted(est, inserted)
     if target != report.target.name:
@@ -414,7 +442,12 @@ def for_build(build: BuildDir, cal: tuple[calib.Calibration, Path] | bool | None
 
 
 def _note_inserted(est: Estimate, inserted: list[kern.Kernel]) -> None:
-    if inserted:
+    quantize = sum(k.cls == "quantize" for k in inserted)
+    if quantize:
+        est.notes.append(f"ONNX Runtime's graph of this static QDQ model runs {quantize} QuantizeLinear/DequantizeLinear "
+                         f"and {len(inserted) - quantize} Transposes and layout reorders around its quantized kernels: "
+                         "each priced as a kernel, in place of one activation quantization per quantized kernel")
+    elif inserted:
         est.notes.append(f"ONNX Runtime inserts {len(inserted)} layout reorder(s) around its blocked (NCHWc) convs on "
                          "this host: priced as movement kernels")
 

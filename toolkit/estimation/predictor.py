@@ -36,18 +36,37 @@ SHAPE_FEATURES = {"conv": ("per_group", "out_channels", "positions", "area", "gr
 # padded 32 ran at ~130 GFLOP/s, 32 of 32 at ~270)
 DERIVED = {"layout": runtime_kernels.conv_layout, "fill": runtime_kernels.conv_fill,
            "rank": lambda shape: 2 if "per_group" in shape else None}
+# per target, the rules' method each INT8 class is swept quantized by (`sweep.quantization_of`), as an INT8 build for
+# it quantizes such a kernel. ONNX Runtime (cpu-int8): a transformer's MatMuls and an LSTM dynamically (one
+# DynamicQuantizeMatMul or DynamicQuantizeLSTM, its activation quantization inside), a CNN's convs statically (QDQ:
+# a QLinearConv, the Q and DQ its graph keeps priced apart). OpenVINO (openvino-cpu-int8): convs and MatMuls by NNCF
+# (FakeQuantize on the input, which the point keeps: OpenVINO fuses a model's into the op before). A kernel of a plan
+# by another method is not the swept one
+QUANTIZED_BY = {"onnxruntime": {"matmul": "dynamic", "conv": "static", "recurrent": "dynamic"},
+                "openvino": {"matmul": "nncf", "conv": "nncf"}}
 MIN_POINTS = 12          # a class with fewer measured points gets no predictor
 FLOOR_S = 5e-8           # what a kernel's time is clamped to before the log (a difference of two p50s can be ≤ 0)
 
 
-def class_key(cls: str, precision: str = "fp32") -> str:
+def class_key(cls: str, precision: str = "fp32", method: str | None = None, target: str = "onnxruntime") -> str:
     """A predictor's name for a kernel class at a precision: the class for FP32 (as every file has named them),
-    `class@precision` for another (`matmul@int8`): an INT8 kernel is not an FP32 one of a quarter of the bytes."""
-    return cls if precision == "fp32" else f"{cls}@{precision}"
+    `class@precision` for another (`matmul@int8`): an INT8 kernel is not an FP32 one of a quarter of the bytes; and
+    `class@precision~method` for one quantized by another method than the one `QUANTIZED_BY` names for the class on
+    its target (ONNX Runtime's static QGemm, `matmul@int8~static`, is not its DynamicQuantizeMatMul)."""
+    if precision == "fp32":
+        return cls
+    usual = QUANTIZED_BY.get(target, {}).get(cls)
+    return f"{cls}@{precision}" + (f"~{method}" if method and method != usual else "")
 
 
 def base_class(key: str) -> str:
     return key.split("@", 1)[0]
+
+
+def _method(key: str, target: str) -> tuple[str, str | None]:
+    """(The key without its method, the method its kernels were quantized by) of a class key (`class_key`)."""
+    plain, _, method = key.partition("~")
+    return plain, (method or QUANTIZED_BY.get(target, {}).get(base_class(key))) if plain != base_class(key) else None
 
 
 def features(flops: float, bytes_: float, roof_s: float, launches: int, nodes: int, cls: str = "",
@@ -132,9 +151,14 @@ class Predictor:
         x = features(flops, bytes_, roof_s, launches, nodes, cls, shape, tuple(found.features[len(FEATURES):]))
         return None if x is None else max(math.exp(_predict(found, x)), roof_s if floor_s is None else floor_s)
 
-    def float_only(self) -> Predictor:
-        """This predictor without its classes at another precision than FP32 (`matmul@int8`)."""
-        kept = {k: m for k, m in self.data.classes.items() if k == base_class(k)}
+    def for_method(self, method: str | None) -> Predictor:
+        """This predictor with only the classes a plan of `method` runs as swept, under the keys an estimate asks for:
+        the FP32 ones, and the INT8 ones swept quantized by that method (`class_key`); None: FP32 only."""
+        kept = {}
+        for key, model in self.data.classes.items():
+            plain, swept_by = _method(key, self.data.target)
+            if swept_by is None or (method and swept_by == method):
+                kept[plain] = model   # `matmul@int8~static` answers as `matmul@int8` for a static plan
         return Predictor(self.data.model_copy(update={"classes": kept}), self.path)
 
     def roof(self):
@@ -188,13 +212,14 @@ def cache_floor_s(flops: float, bytes_: float, roof, precision: str = "fp32") ->
     return max(flops / peak if peak else 0.0, bytes_ / rate if rate else 0.0)
 
 
-def train(points: list[dict], folds: int = 5, roof=None) -> dict[str, ClassModel]:
+def train(points: list[dict], folds: int = 5, roof=None, target: str = "onnxruntime") -> dict[str, ClassModel]:
     """A model per class with at least MIN_POINTS points, each with its held-out band. Each point's time is floored
     at its roofline time (`roof_s`, DRAM's), or with the sweep's `roof` at its cache level's (`cache_floor_s`): the
     swept kernels run cache-hot, and GEMVs of ~340 KB measured at ~3 µs were learned at their DRAM roofline's 7.8."""
     by_class: dict[str, list[dict]] = {}
     for p in points:
-        by_class.setdefault(class_key(p["cls"], p.get("precision", "fp32")), []).append(p)
+        by_class.setdefault(class_key(p["cls"], p.get("precision", "fp32"), p.get("quantization"), target),
+                            []).append(p)
     out = {}
     for cls, rows in sorted(by_class.items()):
         if len(rows) < MIN_POINTS:

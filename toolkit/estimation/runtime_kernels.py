@@ -111,3 +111,97 @@ def inserted_reorders(model: Path, dims: dict[str, int], threads: int = 1) -> li
         if sizes and all(s > 0 for s in sizes):
             found.append((node.op_type, tensor, math.prod(sizes) * 4))  # FP32: only FP32 convs are blocked
     return found
+
+
+# what ONNX Runtime runs of a static QDQ model beside its quantized kernels: the activations' QuantizeLinear and
+# DequantizeLinear where the graph leaves INT8, and the Transposes into and out of its NHWC QLinearConvs
+QDQ_KERNELS = ("QuantizeLinear", "DequantizeLinear")
+_ELEMENT_BYTES = {1: 4, 2: 1, 3: 1, 6: 4, 7: 8, 10: 2, 16: 2}  # ONNX TensorProto types: float, uint8, int8, …
+
+
+def quantized_graph(model: Path, dims: dict[str, int], float_model: Path | None = None,
+                    threads: int = 1) -> tuple[int, list[tuple[str, str, int, int]]]:
+    """How ONNX Runtime's CPU EP runs a static QDQ model on this host: (the nodes its optimized graph runs, and of
+    them the ones no cost unit of the float model holds, as (op type, tensor, elements, bytes per element)): every
+    QuantizeLinear and DequantizeLinear left after its QDQ fusions (a QLinearConv takes the others in), and each
+    Transpose or layout reorder it inserted (a node the model does not name). A toy ResNet here ran 5 QLinearConvs
+    with 3 Q, 4 DQ and 5 Transposes around them: 24 of its 31 µs outside the convs. A node whose size cannot be
+    told is counted among the nodes, not listed. `float_model`: the model before quantization, whose nodes' names the
+    quantized kernels keep and whose shapes ONNX shape inference tells where the QLinear… graph's are not."""
+    import onnx
+    import onnxruntime as ort
+
+    source = onnx.load(str(model), load_external_data=False)
+    options = ort.SessionOptions()
+    options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
+    options.intra_op_num_threads = threads
+    options.log_severity_level = 3
+    with tempfile.TemporaryDirectory(prefix="tapeout-executed-") as folder:
+        options.optimized_model_filepath = str(Path(folder) / "optimized.onnx")
+        ort.InferenceSession(str(model), options, providers=["CPUExecutionProvider"])
+        graph = onnx.load(options.optimized_model_filepath, load_external_data=False).graph
+    sources = [source, *([onnx.load(str(float_model), load_external_data=False)] if float_model else [])]
+    elements = _elements(sources, graph, dims)
+    named = {n.name for n in source.graph.node}
+    executed, found = 0, []
+    for node in graph.node:
+        if node.op_type in ("Shape", "Size", "Constant"):
+            continue
+        executed += 1
+        if node.op_type in QDQ_KERNELS or (node.op_type in ("Transpose", *REORDERS) and node.name not in named):
+            tensor = node.input[0]
+            count = elements.get(tensor)
+            if count:
+                width = 4 if node.op_type in (*QDQ_KERNELS, *REORDERS) else _width(tensor, graph)
+                found.append((node.op_type, tensor, count, width))
+    return executed, found
+
+
+def _elements(sources: list, graph, dims: dict[str, int]) -> dict[str, int]:
+    """Elements per tensor of the optimized graph: from the QDQ model's inferred shapes (ONNX Runtime's saved graph
+    keeps few), a fused kernel's output as the source node it replaced (ONNX Runtime names that output after it:
+    a QLinearConv's `node_Conv_99` is the Conv `node_Conv_99`'s output, in NHWC), and across the nodes that keep
+    their input's count (Q, DQ, Transpose, reorders, Relu) both ways, until nothing changes."""
+    import onnx
+
+    counts: dict[str, int] = {}
+    by_node: dict[str, int] = {}
+    for source in sources:
+        known: dict[str, int] = {}
+        for g in (onnx.shape_inference.infer_shapes(source).graph, graph):
+            for v in (*g.value_info, *g.input, *g.output):
+                dims_ = v.type.tensor_type.shape.dim
+                sizes = [d.dim_value if d.HasField("dim_value") else dims.get(d.dim_param, 0) for d in dims_]
+                if dims_ and all(x > 0 for x in sizes):
+                    known[v.name] = math.prod(sizes)
+        counts = {**known, **counts}
+        for node in source.graph.node:
+            if node.name and node.output and node.output[0] in known:
+                by_node.setdefault(node.name, known[node.output[0]])
+    counts = {**by_node, **counts}
+    keeping = [n for n in graph.node if n.op_type in (*QDQ_KERNELS, "Transpose", *REORDERS, "Relu", "QLinearAdd")]
+    changed = True
+    while changed:
+        changed = False
+        for node in keeping:
+            a, b = node.input[0], node.output[0]
+            if (a in counts) != (b in counts):
+                counts[b if a in counts else a] = counts[a if a in counts else b]
+                changed = True
+    return counts
+
+
+def _width(tensor: str, graph) -> int:
+    """Bytes per element of a Transpose's input: 1 where a QuantizeLinear or a quantized kernel (QLinear…, QGemm)
+    wrote it, through ops that keep their input's type (a MaxPool on 8 bits, another Transpose), else 4."""
+    producers = {o: n for n in graph.node for o in n.output}
+    for _ in range(len(graph.node)):
+        producer = producers.get(tensor)
+        if producer is None:
+            return 4
+        if producer.op_type in ("QuantizeLinear", "QGemm") or producer.op_type.startswith("QLinear"):
+            return 1
+        if producer.op_type not in ("Transpose", "MaxPool", "Reshape") or not producer.input:
+            return 4
+        tensor = producer.input[0]
+    return 4

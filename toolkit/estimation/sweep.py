@@ -34,10 +34,14 @@ SCHEMA = "tapeout.sweep/1"
 # how a point's kernel time is taken: 1, the run's p50 less Identity's (the first sweeps); 2, less the run's cost
 # without any node and the reorders the runtime put around the kernel, with a conv's shape. Never mixed in a file.
 DEFINITION = 2
-CLASSES = ("matmul", "conv", "reduce", "elementwise", "movement", "recurrent")
+CLASSES = ("matmul", "conv", "reduce", "elementwise", "movement", "recurrent", "quantize")
 OPSET = 17
 GELU_OPSET = 20   # the ONNX Gelu op (as torch exports a transformer's MLP at opset 20)
 MATMUL_NODE = "mm"  # the MatMul's name: what an INT8 configuration's plan quantizes
+CELL_NODE = "cell"  # the LSTM's name: what an INT8 cell's plan quantizes (DynamicQuantizeLSTM)
+CONV_NODE = "cv"    # the Conv's name: what an INT8 conv's plan quantizes (its weighted node, as a CNN's plan lists it)
+# inputs that are not FP32: a Gather's indices, a DequantizeLinear's 8-bit input
+INPUT_DTYPES = {"ids": "int64", "q8": "uint8"}
 
 
 class Point(BaseModel):
@@ -50,8 +54,11 @@ class Point(BaseModel):
     op: str
     # what the kernel runs in, as a build's plan puts it: "int8", a MatMul quantized as the CPU rules' dynamic
     # method writes it (weights per channel, activations per call), which ONNX Runtime runs as one
-    # DynamicQuantizeMatMul, its activation quantization inside
+    # DynamicQuantizeMatMul, its activation quantization inside; or a Conv quantized as their static method writes
+    # it (QDQ, weights per channel), which it runs as a QLinearConv, the Q, DQ and NHWC Transposes around a lone
+    # one taken out (`inserted_s`): a model runs them where its graph needs them, and the estimate counts those
     precision: str = "fp32"
+    quantization: str | None = None        # the method an INT8 point was quantized by (`quantization_of`)
     config: dict[str, int | str]
     flops: float = Field(ge=0)
     bytes: float = Field(ge=0)
@@ -121,7 +128,7 @@ def sample(cls: str, rng: random.Random) -> Config:
 
 def _rough_flops(config: Config) -> float:
     s = dict(config.sizes)
-    if config.op == "MatMul":
+    if config.op in ("MatMul", "Gemm"):
         return 2.0 * s["m"] * s["k"] * s["n"]
     if config.op == "Conv":
         out = (s["hw"] // s["stride"]) ** 2
@@ -160,6 +167,8 @@ def _draw(cls: str, rng: random.Random) -> Config:
         if bias and rng.random() < 0.4:
             return Config(cls, "MatMul", (*sizes, ("bias", 1), ("act", "Gelu")))
         if rng.random() < 0.3:  # dynamic INT8, as a transformer's or a decoder's cpu-int8 build runs its MatMuls
+            if rng.random() < 0.3:  # static, as a CNN's or a UNet's Linear: a QDQ Gemm, which ONNX Runtime runs as
+                return Config(cls, "Gemm", (*sizes, ("precision", "int8"), ("quantization", "static")))  # a QGemm
             return Config(cls, "MatMul", (*sizes, ("bias", bias), ("precision", "int8")))
         return Config(cls, "MatMul", (*sizes, ("bias", bias)))
     if cls == "conv":
@@ -169,9 +178,14 @@ def _draw(cls: str, rng: random.Random) -> Config:
             return _draw_conv1d(rng)
         c, co = _channels(rng, 3), _channels(rng, 8)
         depthwise = c >= 8 and rng.random() < 0.3
-        return Config(cls, "Conv", (("c", c), ("co", c if depthwise else co), ("hw", _log(rng, 7, 128)),
-                                    ("k", rng.choice((1, 3, 3, 5, 7))), ("stride", rng.choice((1, 1, 2))),
-                                    ("groups", c if depthwise else 1), ("relu", rng.choice((0, 1)))))
+        sizes = (("c", c), ("co", c if depthwise else co), ("hw", _log(rng, 7, 128)),
+                 ("k", rng.choice((1, 3, 3, 5, 7))), ("stride", rng.choice((1, 1, 2))),
+                 ("groups", c if depthwise else 1), ("relu", rng.choice((0, 1))))
+        if rng.random() < 0.3:  # static INT8, as a CNN's cpu-int8 build runs its convs (QLinearConv)
+            # without a Relu: the plan quantizes the conv alone, and what runs of its activation (fused away between
+            # a DQ and a Q, or a float Relu after a DQ) is the model's graph's to say, which the estimate reads
+            return Config(cls, "Conv", (*sizes[:-1], ("relu", 0), ("precision", "int8")))
+        return Config(cls, "Conv", sizes)
     if cls == "reduce":
         # Add+LayerNormalization: the residual add feeding a norm, one kernel to the estimator and to ONNX Runtime
         # (SkipLayerNormalization), whose kernel is not its LayerNormalization's: 203 against 25 µs on a
@@ -194,9 +208,15 @@ def _draw(cls: str, rng: random.Random) -> Config:
             return Config(cls, op, (("vocab", _log(rng, 256, 65536)), ("width", _log(rng, 16, 1024)),
                                     ("rows", _log(rng, 1, 2048))))
         return Config(cls, op, (("a", _log(rng, 1, 512)), ("b", _log(rng, 8, 1024)), ("c", _log(rng, 8, 1024))))
+    if cls == "quantize":
+        # the activation (de)quantization a statically quantized model runs where its graph leaves INT8
+        return Config(cls, rng.choice(("QuantizeLinear", "DequantizeLinear")), (("size", _log(rng, 64, 1 << 23)),))
     if cls == "recurrent":
-        return Config(cls, rng.choice(("LSTM", "GRU")), (("steps", _log(rng, 1, 256)), ("input", _log(rng, 8, 512)),
-                                                         ("hidden", _log(rng, 8, 512))))
+        op = rng.choice(("LSTM", "GRU"))
+        sizes = (("steps", _log(rng, 1, 256)), ("input", _log(rng, 8, 512)), ("hidden", _log(rng, 8, 512)))
+        if op == "LSTM" and rng.random() < 0.3:  # dynamic INT8, as an LSTM's cpu-int8 build runs it (ONNX Runtime's
+            return Config(cls, op, (*sizes, ("precision", "int8")))  # DynamicQuantizeLSTM; it quantizes no GRU)
+        return Config(cls, op, sizes)
     raise BadInput(f"unknown kernel class '{cls}'", fix=f"use one of: {', '.join(CLASSES)}")
 
 
@@ -222,7 +242,11 @@ def model(config: Config, rng_seed: int = 0):
 
     op, s = config.op, dict(config.sizes)
     opset = OPSET
-    if op == "MatMul":
+    if op == "Gemm":  # a torch Linear as exported: its weight transposed, its bias inside
+        nodes.append(helper.make_node("Gemm", ["x", weight("w", (s["n"], s["k"])), weight("b", (s["n"],))], ["y"],
+                                      transB=1, name=MATMUL_NODE))
+        inputs = [("x", [s["m"], s["k"]])]
+    elif op == "MatMul":
         shape = [s["m"], s["k"]]
         act = s.get("act")
         nodes.append(helper.make_node("MatMul", ["x", weight("w", (s["k"], s["n"]))], ["mm" if s["bias"] else "y"],
@@ -238,7 +262,7 @@ def model(config: Config, rng_seed: int = 0):
         pad = s["k"] // 2
         nodes.append(helper.make_node("Conv", ["x", weight("w", (s["co"], s["c"] // s["groups"], s["k"], s["k"])),
                                                weight("b", (s["co"],))], ["cv" if s["relu"] else "y"],
-                                      pads=[pad] * 4, strides=[s["stride"]] * 2, group=s["groups"]))
+                                      pads=[pad] * 4, strides=[s["stride"]] * 2, group=s["groups"], name=CONV_NODE))
         if s["relu"]:
             nodes.append(helper.make_node("Relu", ["cv"], ["y"]))
         inputs = [("x", shape)]
@@ -301,11 +325,16 @@ def model(config: Config, rng_seed: int = 0):
     elif op == "Gather":
         nodes.append(helper.make_node(op, [weight("table", (s["vocab"], s["width"])), "ids"], ["y"], axis=0))
         inputs = [("ids", [s["rows"]])]
+    elif op in ("QuantizeLinear", "DequantizeLinear"):
+        inits.append(numpy_helper.from_array(np.array(128, np.uint8), "zero"))
+        source = "x" if op == "QuantizeLinear" else "q8"
+        nodes.append(helper.make_node(op, [source, scalar("scale", 0.02), "zero"], ["y"]))
+        inputs = [(source, [1, s["size"]])]
     elif op in ("LSTM", "GRU"):
         gates = 4 if op == "LSTM" else 3
         h = s["hidden"]
         nodes.append(helper.make_node(op, ["x", weight("W", (1, gates * h, s["input"])), weight("R", (1, gates * h, h)),
-                                           weight("B", (1, 2 * gates * h))], ["y"], hidden_size=h))
+                                           weight("B", (1, 2 * gates * h))], ["y"], hidden_size=h, name=CELL_NODE))
         inputs = [("x", [s["steps"], 1, s["input"]])]
     elif op == "Identity":
         nodes.append(helper.make_node(op, ["x"], ["y"]))
@@ -316,10 +345,12 @@ def model(config: Config, rng_seed: int = 0):
         inputs = [("x", [1])]
     else:
         raise BadInput(f"no sweep model for op {op}", fix="report it: the sweep's ops are listed in sweep.sample")
-    kinds = {"ids": TensorProto.INT64}
+    kinds = {"int64": TensorProto.INT64, "uint8": TensorProto.UINT8}
     graph = helper.make_graph(nodes, config.key.replace(":", "_")[:60],
-                              [helper.make_tensor_value_info(n, kinds.get(n, TensorProto.FLOAT), shape) for n, shape in inputs],
-                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)], initializer=inits)
+                              [helper.make_tensor_value_info(n, kinds.get(INPUT_DTYPES.get(n, ""), TensorProto.FLOAT),
+                                                             shape) for n, shape in inputs],
+                              [helper.make_tensor_value_info("y", TensorProto.UINT8 if op == "QuantizeLinear"
+                                                             else TensorProto.FLOAT, None)], initializer=inits)
     proto = helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)])
     proto.ir_version = 8 if opset == OPSET else 9
     return proto, inputs
@@ -337,30 +368,74 @@ def dispatch_s(short_s: float, long_s: float) -> float:
 
 
 def precision_of(config: Config) -> str:
-    """What the configuration's kernel runs in: "fp32", or "int8" for a dynamically quantized MatMul."""
+    """What the configuration's kernel runs in: "fp32", or "int8" for a dynamically quantized MatMul or LSTM or a
+    statically quantized Conv."""
     return str(dict(config.sizes).get("precision", "fp32"))
 
 
-def timed_model(config: Config, proto):
-    """The model the configuration is timed as: its FP32 one-kernel model, or for an INT8 one that model quantized
-    by the CPU rules' own dynamic method (`quantize/methods/dynamic.py`, as a cpu-int8 build's plan runs it: weights
-    int8 per channel, activations uint8 per call, no reduced range)."""
+def quantization_of(config: Config, target: str = "onnxruntime") -> str | None:
+    """The rules' method an INT8 configuration is quantized by on `target`, as an INT8 build for it quantizes such a
+    kernel (`predictor.QUANTIZED_BY`; ONNX Runtime: "dynamic" for a MatMul or an LSTM, "static" for a Conv); None for
+    an FP32 one, or a class the target's INT8 builds do not quantize (OpenVINO's NNCF leaves recurrent cells float)."""
+    from tapeout.estimation.predictor import QUANTIZED_BY
+
     if precision_of(config) == "fp32":
+        return None
+    chosen = dict(config.sizes).get("quantization")  # drawn as another method's kernel (a static QGemm)
+    return str(chosen) if chosen and target == "onnxruntime" else QUANTIZED_BY.get(target, {}).get(config.cls)
+
+
+@dataclass(frozen=True)
+class IrModel:
+    """An OpenVINO IR as NNCF writes one: the graph (.xml) and its weights (.bin)."""
+
+    xml: bytes
+    weights: bytes
+
+
+def save_model(model, stem: Path) -> Path:
+    """`model` (an ONNX ModelProto or an IrModel) written beside `stem`, as the file a target compiles."""
+    if isinstance(model, IrModel):
+        stem.with_suffix(".bin").write_bytes(model.weights)
+        stem.with_suffix(".xml").write_bytes(model.xml)
+        return stem.with_suffix(".xml")
+    import onnx
+
+    onnx.save(model, str(stem.with_suffix(".onnx")))
+    return stem.with_suffix(".onnx")
+
+
+def timed_model(config: Config, proto, inputs=(), target: str = "onnxruntime"):
+    """The model the configuration is timed as: its FP32 one-kernel model, or for an INT8 one that model quantized
+    by the rules' own method for `target` (`quantize/methods/`): dynamic (weights int8 per channel, activations uint8
+    per call), static (QDQ, weights int8 per channel, activations uint8) or NNCF's (an IrModel; a conv with the CNN
+    rule's performance preset, a MatMul with the transformer rule's mixed preset and model type), the static ones
+    calibrated on four random inputs."""
+    method = quantization_of(config, target)
+    if method is None:
         return proto
     import tempfile
 
+    import numpy as np
     import onnx
 
     from tapeout.quantize import methods
     from tapeout.quantize.ort_tools import quiet
     from tapeout.quantize.plan import GroupPlan, Plan
 
-    plan = Plan(method="dynamic", family="sweep", target="onnxruntime", ladder=("int8", "fp32"),
-                groups=(GroupPlan("matmul", "matmul", (MATMUL_NODE,), "int8", "swept"),))
+    nodes = {"matmul": (MATMUL_NODE,), "conv": (CONV_NODE,), "recurrent": (CELL_NODE,)}[config.cls]
+    nncf = {"conv": ("performance", None), "matmul": ("mixed", "transformer")}.get(config.cls, (None, None))
+    plan = Plan(method=method, family="sweep", target=target, ladder=("int8", "fp32"),
+                groups=(GroupPlan(config.cls, config.cls, nodes, "int8", "swept"),),
+                **({"preset": nncf[0], "model_type": nncf[1]} if method == "nncf" else {}))
+    rng = np.random.default_rng(0)
+    calibration = [{n: rng.standard_normal(shape).astype(np.float32) for n, shape in inputs} for _ in range(4)]
     with tempfile.TemporaryDirectory(prefix="tapeout-sweep-q-") as folder, quiet():
-        source, out = Path(folder) / "m.onnx", Path(folder) / "q.onnx"
+        source, out = Path(folder) / "m.onnx", Path(folder) / f"q{methods.get(method).model_suffix}"
         onnx.save(proto, str(source))
-        methods.get("dynamic").apply(plan, source, out, None)
+        methods.get(method).apply(plan, source, out, None if method == "dynamic" else calibration)
+        if out.suffix == ".xml":
+            return IrModel(out.read_bytes(), out.with_suffix(".bin").read_bytes())
         return onnx.load(str(out))
 
 
@@ -383,7 +458,7 @@ def features_of(proto, inputs, roof, precision: str = "fp32") -> dict[str, float
     with tempfile.TemporaryDirectory() as folder:
         path = Path(folder) / "m.onnx"
         onnx.save(proto, str(path))
-        specs = [InputSpec(name=n, shape=shape, dtype="int64" if n == "ids" else "float32") for n, shape in inputs]
+        specs = [InputSpec(name=n, shape=shape, dtype=INPUT_DTYPES.get(n, "float32")) for n, shape in inputs]
         view = GraphView.load(path, specs, {})
         kernels = kern.structure(view, analyze_view(view))
     views = [k for k in kernels if k.cls == "movement" and k.bytes == 0]

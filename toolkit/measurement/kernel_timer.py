@@ -50,19 +50,21 @@ def _inserted_s(target, artifact, feeds: dict, request: dict) -> dict[str, float
 def main(request_path: str, result_path: str) -> int:
     from tapeout import targets
     from tapeout.core.schemas import InputSpec
+    from tapeout.estimation.sweep import INPUT_DTYPES
 
     request = json.loads(Path(request_path).read_text())
     target = targets.create(request["target"], request["options"])
     rng = np.random.default_rng(0)
     out = []
     for item in request["models"]:
-        specs = [InputSpec(name=n, shape=shape, dtype="int64" if n == "ids" else "float32") for n, shape in item["inputs"]]
+        specs = [InputSpec(name=n, shape=shape, dtype=INPUT_DTYPES.get(n, "float32")) for n, shape in item["inputs"]]
         folder = Path(item["path"]).parent / (Path(item["path"]).stem + "-compiled")
         try:
             artifact = target.compile(Path(item["path"]), folder, specs, {})
             session = target.session(artifact)
-            feeds = {s.name: (rng.integers(0, item.get("vocab", 2), size=s.shape) if s.dtype == "int64"
-                              else rng.standard_normal(s.shape).astype(np.float32)) for s in specs}
+            feeds = {s.name: (rng.integers(0, item.get("vocab", 2), size=s.shape) if s.dtype == "int64" else
+                              rng.integers(0, 256, size=s.shape, dtype=np.uint8) if s.dtype == "uint8" else
+                              rng.standard_normal(s.shape).astype(np.float32)) for s in specs}
             times = _time(session.bind(feeds), request["min_s"])
             del session
             inserted = _inserted_s(target, artifact, feeds, request) if item.get("profile") else {}
