@@ -254,6 +254,25 @@ def quantized_kernels(artifact: Path, float_model: Path | None, dims: dict[str, 
                       for op, tensor, count, width in found]
 
 
+def runtime_graph(target: str, precision: str, plan: dict | None, artifact: Path | None, float_model: Path | None,
+                  kernels: list[kern.Kernel], dims: dict[str, int]
+                  ) -> tuple[list[kern.Kernel], int | None, list[kern.Kernel]]:
+    """(The kernels to price, the nodes the runtime runs, the kernels it adds) as the build's runtime graph says: an
+    FP32 ONNX Runtime artifact's nodes and the layout reorders around its blocked convs; a static QDQ build's Q, DQ
+    and Transposes from the graph ONNX Runtime optimizes, in place of the cost units' one activation quantization per
+    quantized kernel (its graph, not the units, says which activations are quantized where). Any other build: its
+    kernels as they are."""
+    if artifact is None:
+        return kernels, None, []
+    if static_quantized(target, plan, artifact.name):
+        executed, inserted = quantized_kernels(artifact, float_model, dims)
+        return [*(k for k in kernels if kern.quantized_kernel(k) is None), *inserted], executed, inserted
+    executed = executed_nodes(target, precision, artifact)
+    inserted = inserted_kernels(target, precision, artifact, kernels, dims) if executed is not None else []
+    kernels, executed = with_inserted(kernels, executed, inserted)
+    return kernels, executed, inserted
+
+
 def with_inserted(kernels: list[kern.Kernel], executed: int | None, inserted: list[kern.Kernel]
                   ) -> tuple[list[kern.Kernel], int | None]:
     """The kernels to price and the nodes the runtime runs, with the kernels it inserts among both."""
@@ -262,7 +281,7 @@ def with_inserted(kernels: list[kern.Kernel], executed: int | None, inserted: li
 
 def estimate(kernels: list[kern.Kernel], roof: roofline.Roof, target: str, precision: str,
              cal: tuple[calib.Calibration, Path] | None, pred: predictors.Predictor | None = None,
-             executed: int | None = None) -> Estimate:
+             executed: int | None = None, inputs: int = 1) -> Estimate:
     # fsum: correctly rounded whatever the kernels' order, which a build dir's reader need not keep (a set's order
     # changes with the hash seed), so the same build estimated twice gives the same figure to the last bit
     bound = math.fsum(max(kern.roof_times(k, roof)) for k in kernels)
@@ -276,7 +295,7 @@ def estimate(kernels: list[kern.Kernel], roof: roofline.Roof, target: str, preci
     if missing:
         est.notes.append(f"the device spec gives no peak for {', '.join(missing)}: those kernels count bandwidth only")
     if pred is not None:
-        return _predicted(est, kernels, roof, pred, cal, executed)
+        return _predicted(est, kernels, roof, pred, cal, (executed, inputs))
     if cal is None:
         est.per_kernel_s = [max(kern.roof_times(k, roof)) for k in kernels]
         return est
@@ -290,10 +309,11 @@ def estimate(kernels: list[kern.Kernel], roof: roofline.Roof, target: str, preci
 
 
 def _predicted(est: Estimate, kernels: list[kern.Kernel], roof: roofline.Roof, pred: predictors.Predictor,
-               cal: tuple[calib.Calibration, Path] | None, executed: int | None = None) -> Estimate:
+               cal: tuple[calib.Calibration, Path] | None, graph: tuple[int | None, int] = (None, 1)) -> Estimate:
     """Each kernel at its class's predictor at its precision (`matmul@int8` for an INT8 MatMul); a kernel no
     predictor covers (a precision or class the sweep has too few points of) at the calibration's fit where there is
-    one, else its roofline time. `executed`: the nodes the runtime's optimized graph runs (`executed_nodes`); those beyond the kernels each cost a dispatch,
+    one, else its roofline time. `graph`: (the nodes the runtime's optimized graph runs (`executed_nodes`), the model's
+    inputs); the nodes beyond the kernels each cost a dispatch,
     priced as a view (a movement kernel moving nothing) — on the toy transformers here, ONNX Runtime ran 67–77 nodes
     for 43–48 kernels, and leaving them out under-predicted those models by a third."""
     per, left, priced, inside = [], set(), set(), 0
@@ -320,7 +340,11 @@ def _predicted(est: Estimate, kernels: list[kern.Kernel], roof: roofline.Roof, p
             priced.add(k.name)
         per.append(seconds)
     est.per_kernel_s = per
-    est.predicted_s = pred.data.baseline_s + math.fsum(per)
+    executed, inputs = graph
+    est.predicted_s = pred.data.baseline_s + math.fsum(per) + max(0, inputs - 1) * pred.data.input_s
+    if inputs > 1 and pred.data.input_s:
+        est.notes.append(f"the model's {inputs} inputs: each beyond the first adds {pred.data.input_s * 1e6:.2f} µs a run "
+                         "(the runtime sets each input per call; swept apart)")
     extra = (executed or 0) - len(kernels)
     view = pred.kernel_s("movement", 0, 0, 0.0, 1, 1) if extra > 0 else None
     if view is not None:
@@ -417,20 +441,14 @@ def for_build(build: BuildDir, cal: tuple[calib.Calibration, Path] | bool | None
     pred = _for_plan(pred, plan)
     precision = report.profile.precision
     kernels = kern.at_precision(structure, plan, kern.float_precision(precision, plan))
-    # the artifact is verified (every file hashed) only where its graph is read
-    executed = (executed_nodes(target, precision, build.artifact() / man.artifact.main_file)
-                if pred is not None and target == report.target.name
-                and counts_executed(target, precision, man.artifact.main_file) else None)
-    inserted = (inserted_kernels(target, precision, build.artifact() / man.artifact.main_file, kernels,
-                                 man.project.dims) if executed is not None else [])
-    kernels, executed = with_inserted(kernels, executed, inserted)
-    if pred is not None and target == report.target.name and static_quantized(target, plan, man.artifact.main_file):
-        # its graph, not the cost units, says which activations are quantized where: the units' one quantization
-        # per quantized kernel gives way to the Q and DQ nodes the runtime runs, and the Transposes it adds
-        executed, inserted = quantized_kernels(build.artifact() / man.artifact.main_file, build.exported_model(),
-                                               man.project.dims)
-        kernels = [*(k for k in kernels if kern.quantized_kernel(k) is None), *inserted]
-    est = estimate(kernels, roof, target, precision, cal or None, pred, executed)
+    executed, inserted = None, []
+    main = man.artifact.main_file
+    if pred is not None and target == report.target.name and (counts_executed(target, precision, main)
+                                                              or static_quantized(target, plan, main)):
+        # the artifact is verified (every file hashed) only where its graph is read
+        kernels, executed, inserted = runtime_graph(target, precision, plan, build.artifact() / main,
+                                                    build.exported_model(), kernels, man.project.dims)
+    est = estimate(kernels, roof, target, precision, cal or None, pred, executed, len(man.project.inputs))
     _note_inserted(est, inserted)
     if target != report.target.name:
         est.notes.append(f"priced as {target} would run the model (the build is for {report.target.name})")
@@ -474,7 +492,7 @@ def kernels_of(build: BuildDir) -> list[kern.Kernel] | None:
 
 def for_model(setup, structure: list[kern.Kernel], plan: dict | None, reported: str | None = None,
               phases: list[generation.Phase] | None = None, workload: Any = None,
-              artifact: Path | None = None) -> Estimate | None:
+              artifact: Path | None = None, float_model: Path | None = None) -> Estimate | None:
     """The estimate for a build or check in progress (`setup`: its profile, target, device spec and emulation),
     from the kernels `cost_units.structure` found at analysis and the precision plan: the profile's device; for a
     GPU target, the shipped spec matching the device that ran it (`reported`); or this host's CPU where a CPU
@@ -491,11 +509,11 @@ def for_model(setup, structure: list[kern.Kernel], plan: dict | None, reported: 
         roof = dataclasses.replace(pred.roof(), name=roof.name)
     precision = setup.profile.precision
     kernels = kern.at_precision(structure, plan, kern.float_precision(precision, plan))
-    executed = executed_nodes(setup.target.name, precision, artifact) if pred is not None else None
-    inserted = (inserted_kernels(setup.target.name, precision, artifact, kernels, setup.project.dims)
-                if executed is not None else [])
-    kernels, executed = with_inserted(kernels, executed, inserted)
-    est = estimate(kernels, roof, setup.target.name, precision, cal, pred, executed)
+    executed, inserted = None, []
+    if pred is not None:
+        kernels, executed, inserted = runtime_graph(setup.target.name, precision, plan, artifact, float_model, kernels,
+                                                    setup.project.dims)
+    est = estimate(kernels, roof, setup.target.name, precision, cal, pred, executed, len(setup.project.inputs))
     _note_inserted(est, inserted)
     if phases and workload is not None and workload.kind == "generate":
         est.generation = generation.price(phases, roof, setup.target.name, precision, plan, cal, workload,

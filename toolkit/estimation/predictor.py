@@ -128,6 +128,7 @@ class PredictorFile(BaseModel):
     threads: int = Field(ge=0)
     created: str
     baseline_s: float = Field(ge=0)        # a run's cost without any node (Identity's, less one node's dispatch)
+    input_s: float = Field(0.0, ge=0)      # what each input of a model beyond the first adds (0: not timed apart)
     roof: dict                             # Roof.to_json() the sweep priced its points at: estimates use the same
     points: int = Field(ge=1)
     classes: dict[str, ClassModel]

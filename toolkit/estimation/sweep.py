@@ -76,6 +76,10 @@ class Point(BaseModel):
     # views (a Reshape) in the model beside its kernel, each a dispatch taken out of kernel_s: ONNX Runtime fuses no
     # GELU whose last node writes the graph's output
     views: int = Field(0, ge=0)
+    # the model's inputs beyond the first, each `input_s` taken out of kernel_s (`TWO_INPUTS`: a target that sets its
+    # inputs per call, OpenVINO); 0 in sweeps that did not take it out
+    inputs: int = Field(1, ge=1)
+    input_s: float = Field(0.0, ge=0)
 
     spread: float = Field(ge=0)            # (p90 − p10) / p50 of the model's runs
     runs: int = Field(ge=1)
@@ -360,6 +364,15 @@ IDENTITY = Config("baseline", "Identity", ())
 NEG_CHAIN = (1, 9)   # Neg nodes on one element: their difference / 8 is one node's dispatch (Identity chains would
                      # be optimized away: ONNX Runtime eliminates Identity nodes)
 NEGS = tuple(Config("baseline", "Neg", (("nodes", n),)) for n in NEG_CHAIN)
+# an Add on one element: less the one-Neg chain and a dispatch, what a model's second input costs a run. OpenVINO's
+# Python API sets each input's tensor on every call: 5.3 µs an input here (ONNX Runtime: ~0.3), which a lone Add's
+# point would otherwise count as the Add's, where a model's Adds read tensors already inside it
+TWO_INPUTS = Config("baseline", "Add", (("size", 1),))
+
+
+def input_s(two_inputs_s: float, short_s: float, dispatch: float) -> float:
+    """What a run's second input costs, from the p50s of the one-element Add and the one-Neg chain (never below 0)."""
+    return max(0.0, two_inputs_s - short_s - dispatch)
 
 
 def dispatch_s(short_s: float, long_s: float) -> float:
@@ -471,6 +484,32 @@ def features_of(proto, inputs, roof, precision: str = "fp32") -> dict[str, float
     shape = predictor.with_derived(dict(k.shape), predictor.SHAPE_FEATURES.get(k.cls, ()))  # a conv's layout too
     return {"cls": k.cls, "precision": k.precision, "flops": float(k.flops), "bytes": float(k.bytes), "nodes": k.nodes,
             "launches": k.launches, "roof_s": max(kern.roof_times(k, roof)), "shape": shape, "views": len(views)}
+
+
+# what ONNX Runtime runs around a lone static INT8 kernel, besides the kernel: a Q on its input, a DQ on its output,
+# and around a QLinearConv a Transpose into NHWC and one out of it
+QDQ_WRAPPER = ("QuantizeLinear", "DequantizeLinear", "Transpose")
+
+
+def wrapper_kernels(point: dict, target: str = "onnxruntime") -> list[tuple[str, float, float]]:
+    """(class, FLOPs, bytes) of the nodes ONNX Runtime runs around a swept static INT8 kernel (`QDQ_WRAPPER`), sized
+    from its configuration as the estimate sizes a model's (`estimate.quantized_kernels`): a Q or DQ a `quantize`
+    kernel of 5 bytes an element, a Transpose of 8-bit elements a movement kernel reading and writing them. [] for
+    any other point."""
+    from tapeout.estimation.predictor import QUANTIZED_BY
+
+    c = point["config"]
+    method = point.get("quantization") or QUANTIZED_BY.get(target, {}).get(point["cls"])  # a point before the field
+    if target != "onnxruntime" or point.get("precision") != "int8" or method != "static" or \
+            point["op"] not in ("Conv", "Gemm"):
+        return []
+    if point["op"] == "Gemm":
+        into, out = c["m"] * c["k"], c["m"] * c["n"]
+        return [("quantize", into, 5.0 * into), ("quantize", out, 5.0 * out)]
+    side = -(-c["hw"] // c["stride"])
+    into, out = c["c"] * c["hw"] ** 2, c["co"] * side * side
+    return [("quantize", into, 5.0 * into), ("movement", 0.0, 2.0 * into), ("movement", 0.0, 2.0 * out),
+            ("quantize", out, 5.0 * out)]
 
 
 def path_for(device: str, target: str, folder: Path | None = None) -> Path:

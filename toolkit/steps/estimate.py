@@ -25,7 +25,8 @@ class Estimate(Step):
         reported = (state.measurement.device or {}).get("name")
         with state.ui.step("estimate latency on the device (roofline, calibrated where measured)"):
             state.estimate = estimate.for_model(state.setup, state.kernels, plan, reported, state.phases,
-                                                workload_of(state), artifact=state.artifact.path)
+                                                workload_of(state), artifact=state.artifact.path,
+                                                float_model=state.exported.path if state.exported else None)
         unpriced = estimate.why_not_priced(state.setup.target.name, state.setup.device)
         none = f"no estimate: {unpriced}" if unpriced else NO_DEVICE
         state.ui.note(state.estimate.line() if state.estimate else none)
