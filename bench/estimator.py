@@ -1,7 +1,7 @@
 """Predicted vs measured latency: the estimator scored on models it was not fitted to.
 
     python bench/estimator.py [--out DIR] [--skip-build] [--models a,b,...] [--profiles p,q,...] [--repeat]
-                              [--threads N] [--predictors DIR] [--workloads]
+                              [--threads N] [--predictors DIR [--all-targets]] [--workloads]
 
 Builds every (model, profile) pair that runs here, each with its per-op profile: the three samples,
 the toy model zoo of tests/zoo_models.py and the same kinds at working sizes
@@ -123,6 +123,8 @@ def main() -> int:
                         "`tapeout calibrate --sweep host` (at the same --threads): score them beside the calibration")
     parser.add_argument("--workloads", action="store_true", help="also score the generate and stream loops of the "
                         "samples that have one (cpu-fp32)")
+    parser.add_argument("--all-targets", action="store_true", help="with --predictors: score every target's "
+                        "predictor, also those estimates do not use yet (OpenVINO's)")
     args = parser.parse_args()
 
     from tapeout.builds.reader import open_build
@@ -176,7 +178,7 @@ def main() -> int:
             hit = sum(abs(e) <= 0.15 for e in errors)
             print(f"  {group}: {hit}/{len(errors)} within ±15 %; |error| median {sorted(map(abs, errors))[len(errors) // 2]:.0%}")
     if args.predictors:
-        predictor_scores(dirs, predicted, found, args.predictors, groups)
+        predictor_scores(dirs, predicted, found, args.predictors, groups, args.all_targets)
     if args.workloads:
         workload_scores(args.out, args.skip_build, args.threads, found, args.predictors)
     start = time.perf_counter()
@@ -188,7 +190,7 @@ def main() -> int:
 
 
 def predictor_scores(dirs: list[Path], predicted: dict[str, tuple[str, float, float]], found: list,
-                     folder: Path, groups: dict[str, set[str]]) -> None:
+                     folder: Path, groups: dict[str, set[str]], all_targets: bool = False) -> None:
     """Every build whose device and target have kernel predictors in `folder` that price each of its kernels (every
     FP32 ONNX Runtime build; an INT8 one where its INT8 classes were swept), estimated by them (a sweep of toy
     kernels: no model was fitted on, so every one is held out), beside the calibration's held-out prediction;
@@ -203,7 +205,7 @@ def predictor_scores(dirs: list[Path], predicted: dict[str, tuple[str, float, fl
     rows, classes, by_dir, partial = [], {}, {}, []
     for d in dirs:
         build = open_build(d)
-        est = estimate.for_build(build)
+        est = estimate.for_build(build, any_predictor=all_targets)
         if not est.predictor:
             continue
         if est.unpredicted:  # a kernel no predictor covers sits at its roofline here (no calibration in the folder)

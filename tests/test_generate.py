@@ -198,7 +198,7 @@ def test_a_generate_builds_loop_is_priced_by_the_hosts_kernel_predictors_where_i
         "created": "test", "baseline_s": 1e-5, "roof": roof.to_json(), "points": 12,
         "classes": {c: leaf for c in ("matmul", "elementwise", "movement", "reduce", "conv", "recurrent")}})
     pred = predictor.Predictor(data, out / "made.predictor.json")
-    monkeypatch.setattr(predictor, "find", lambda device, target: pred if target == "onnxruntime" else None)
+    monkeypatch.setattr(predictor, "find", lambda device, target, *_: pred if target == "onnxruntime" else None)
     est = estimate.for_build(build)
     assert est.predictor and est.generation is not None and est.generation.how == "kernel predictors"
     executed = estimate.executed_nodes("onnxruntime", "fp32", build.artifact() / build.manifest.artifact.main_file)

@@ -46,8 +46,10 @@ def test_a_sweep_bounded_to_seconds_trains_a_predictor_per_class_and_resumes(swe
     assert all(p["dispatch_s"] > 0 for p in points)
     assert all(p["input_s"] == 0 for p in points)  # ONNX Runtime's points keep a second input's ~0.3 µs (definition 2)
     # (less a view's dispatch where the model needed one beside its kernel: a GELU ONNX Runtime fuses)
+    # (and the Q and DQ around a static INT8 Gemm, as profiled: the trainer prices them again, below)
     assert all(p["kernel_s"] == pytest.approx(p["run_s"] - (p["baseline_s"] - p["dispatch_s"]) -
-                                              p["views"] * p["dispatch_s"]) for p in points)
+                                              p["views"] * p["dispatch_s"] - sum(p["inserted_s"].values()))
+               for p in points)
     assert all(p["views"] == (1 if p["op"] == "GeluTanh" else 0) for p in points)
     assert data["baseline_s"] < sorted(p["baseline_s"] for p in points)[len(points) // 2]
     assert sweep["host_speed"] and "bandwidth_gbs" in sweep["host_speed"][0]
@@ -287,7 +289,7 @@ def test_nodes_onnx_runtimes_optimized_graph_runs_beyond_the_kernels_each_cost_a
         return None if found is None else len(kernels) + 10
 
     monkeypatch.setattr(estimate, "executed_nodes", ten_more)
-    monkeypatch.setattr(predictor, "find", lambda device, target: pred if target == "onnxruntime" else None)
+    monkeypatch.setattr(predictor, "find", lambda device, target, *_: pred if target == "onnxruntime" else None)
     made = estimate.for_build(build)
     assert counted == [artifact] and any("the 10 more are priced as one dispatch each" in n for n in made.notes)
 
@@ -322,7 +324,7 @@ def test_the_layout_reorders_onnx_runtime_inserts_are_priced_as_kernels(swept, d
         data["classes"][name] = {**data["classes"][name], "init": math.log(1e-4), "rate": 1.0, "trees": leaf}
     (tmp_path / path.name).write_text(json.dumps(data))
     pred = predictor.load(tmp_path / path.name)
-    monkeypatch.setattr(predictor, "find", lambda device, target: pred if target == "onnxruntime" else None)
+    monkeypatch.setattr(predictor, "find", lambda device, target, *_: pred if target == "onnxruntime" else None)
     priced = estimate.for_build(build)
     names = [k.name for k in priced.kernels if k.name.startswith(runtime_kernels.REORDERS)]
     assert len(names) == len(reorders) and any("layout reorder" in n for n in priced.notes)
@@ -709,7 +711,10 @@ def test_an_openvino_sweep_times_its_kernels_on_openvino_and_prices_only_openvin
     monkeypatch.setenv("TAPEOUT_CALIBRATION", str(folder))
     from tapeout.builds.reader import open_build
 
-    est = estimate.for_build(open_build(ov_build))
+    # estimates do not price OpenVINO builds by it yet (its fusions are not read from its graph): scored on request
+    assert not estimate.for_build(open_build(ov_build)).predictor
+    assert "estimates do not price openvino builds by this predictor yet" in done.err.replace("\n", " ")
+    est = estimate.for_build(open_build(ov_build), any_predictor=True)
     assert est.predictor and "openvino" in est.predictor and est.band
     assert est.predicted_s > est.lower_bound_s
 

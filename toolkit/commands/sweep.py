@@ -178,6 +178,10 @@ def sweep(device: str, minutes: float, threads: int, out: Path | None, as_json: 
     saved = predictor.save(data, folder)
     rows = [{"class": c, "points": m.points, "band": list(m.band), "held_out_within_15": m.held_out_within_15}
             for c, m in trained.items()]
+    if target not in predictor.PRICED:
+        ui.note(f"estimates do not price {target} builds by this predictor yet: its runtime's fusions are not read "
+                "from its compiled graph (docs/estimator.md); `python bench/estimator.py --predictors FOLDER "
+                "--all-targets` scores it")
     if as_json:
         print_json({"device": name, "target": target, "predictor": str(saved), "sweep": str(path),
                     "points": len(found.points), "seconds": found.seconds, "classes": rows, "version": __version__})

@@ -391,13 +391,14 @@ def floor_s(kernel: kern.Kernel, roof: roofline.Roof, rate: float | None) -> flo
 
 def for_build(build: BuildDir, cal: tuple[calib.Calibration, Path] | bool | None = True, host: dict | None = None,
               device_spec=None, reported: str | None = None, target: str | None = None,
-              recorded_roof: bool = True) -> Estimate:
+              recorded_roof: bool = True, any_predictor: bool = False) -> Estimate:
     """The estimate for a build dir's model on its profile's device, or on `device_spec`. Where neither names
     one: for a GPU target, the shipped spec matching the device that ran it (`reported`, by default the build's);
     for a CPU target, the CPU of `host` (by default the one the build ran on), at the roof the build recorded
     when no calibration applies (`recorded_roof`), so a build estimated twice gives one figure. `target`: price it
     as that target would run it (a device the build's own target cannot run on). Everything is read through the
-    verified reader. `cal=True` looks the calibration up; pass one (or None) instead."""
+    verified reader. `cal=True` looks the calibration up; pass one (or None) instead. `any_predictor`: use the
+    target's kernel predictor even where estimates do not yet (`predictor.PRICED`), to score it."""
     report, man, directory = build.report, build.manifest, build.directory
     explicit = device_spec is not None
     device_spec = device_spec or build.device_spec
@@ -424,7 +425,7 @@ def for_build(build: BuildDir, cal: tuple[calib.Calibration, Path] | bool | None
                        fix="name the device: tapeout estimate BUILD_DIR --device NAME (tapeout profiles show lists them)")
     options = (man.profile or {}).get("options")
     name = device_name(device_spec, host, options)
-    pred = predictors.find(name, target) if cal is True and device_spec is None else None
+    pred = predictors.find(name, target, any_predictor) if cal is True and device_spec is None else None
     if cal is True:
         cal = calib.find(name, target)
     kept = _recorded_roof(report, name) if recorded_roof and not cal else None
@@ -448,7 +449,7 @@ def for_build(build: BuildDir, cal: tuple[calib.Calibration, Path] | bool | None
         # the artifact is verified (every file hashed) only where its graph is read
         kernels, executed, inserted = runtime_graph(target, precision, plan, build.artifact() / main,
                                                     build.exported_model(), kernels, man.project.dims)
-    est = estimate(kernels, roof, target, precision, cal or None, pred, executed, len(man.project.inputs))
+    est = estimate(kernels, roof, target, precision, cal or None, pred, executed, _inputs(man.project))
     _note_inserted(est, inserted)
     if target != report.target.name:
         est.notes.append(f"priced as {target} would run the model (the build is for {report.target.name})")
@@ -457,6 +458,11 @@ def for_build(build: BuildDir, cal: tuple[calib.Calibration, Path] | bool | None
         est.generation = generation.price(phases, roof, target, precision, plan, cal or None, workload,
                                           (pred, executed) if pred else None)
     return est
+
+
+def _inputs(project) -> int:
+    """The model's inputs, as its project declares them (1 where it declares none: an ONNX file's own)."""
+    return max(1, len(getattr(project, "inputs", None) or ()))
 
 
 def _note_inserted(est: Estimate, inserted: list[kern.Kernel]) -> None:
@@ -513,7 +519,7 @@ def for_model(setup, structure: list[kern.Kernel], plan: dict | None, reported: 
     if pred is not None:
         kernels, executed, inserted = runtime_graph(setup.target.name, precision, plan, artifact, float_model, kernels,
                                                     setup.project.dims)
-    est = estimate(kernels, roof, setup.target.name, precision, cal, pred, executed, len(setup.project.inputs))
+    est = estimate(kernels, roof, setup.target.name, precision, cal, pred, executed, _inputs(getattr(setup, "project", None)))
     _note_inserted(est, inserted)
     if phases and workload is not None and workload.kind == "generate":
         est.generation = generation.price(phases, roof, setup.target.name, precision, plan, cal, workload,
