@@ -373,8 +373,8 @@ def _predicted(est: Estimate, kernels: list[kern.Kernel], roof: roofline.Roof, p
 def _for_plan(pred: predictors.Predictor | None, plan: dict | None) -> predictors.Predictor | None:
     """The predictor for a build of this plan: its INT8 classes are each the kernel one method makes on its target
     (ONNX Runtime: a dynamic plan's DynamicQuantizeMatMul and DynamicQuantizeLSTM, a static plan's QLinearConv;
-    OpenVINO: NNCF's convs and MatMuls; `predictor.QUANTIZED_BY`), so a kernel a plan quantized another way (a static
-    plan's QGemm) is priced by the calibration or its roofline."""
+    OpenVINO: NNCF's convs and MatMuls; `predictor.QUANTIZED_BY`; a static plan's QGemm from `matmul@int8~static`),
+    so a kernel a plan quantized as no swept one was is priced by the calibration or its roofline."""
     if pred is None or not plan:
         return pred
     return pred.for_method(plan.get("method"))
@@ -447,8 +447,9 @@ def for_build(build: BuildDir, cal: tuple[calib.Calibration, Path] | bool | None
     if pred is not None and target == report.target.name and (counts_executed(target, precision, main)
                                                               or static_quantized(target, plan, main)):
         # the artifact is verified (every file hashed) only where its graph is read
-        kernels, executed, inserted = runtime_graph(target, precision, plan, build.artifact() / main,
-                                                    build.exported_model(), kernels, man.project.dims)
+        float_model = build.exported_model() if static_quantized(target, plan, main) else None  # hashed if read
+        kernels, executed, inserted = runtime_graph(target, precision, plan, build.artifact() / main, float_model,
+                                                    kernels, man.project.dims)
     est = estimate(kernels, roof, target, precision, cal or None, pred, executed, _inputs(man.project))
     _note_inserted(est, inserted)
     if target != report.target.name:
