@@ -186,7 +186,7 @@ def test_a_generate_builds_loop_is_priced_by_the_hosts_kernel_predictors_where_i
 
     from tapeout.builds.reader import open_build
     from tapeout.estimation import cost_units as kern
-    from tapeout.estimation import estimate, generation, predictor
+    from tapeout.estimation import estimate, generation, predictor, runtime_graph
 
     _, out, _ = generated
     build = open_build(out)
@@ -201,7 +201,7 @@ def test_a_generate_builds_loop_is_priced_by_the_hosts_kernel_predictors_where_i
     monkeypatch.setattr(predictor, "find", lambda device, target, *_: pred if target == "onnxruntime" else None)
     est = estimate.for_build(build)
     assert est.predictor and est.generation is not None and est.generation.how == "kernel predictors"
-    executed = estimate.executed_nodes("onnxruntime", "fp32", build.artifact() / build.manifest.artifact.main_file)
+    executed = runtime_graph.executed_nodes("onnxruntime", "fp32", build.artifact() / build.manifest.artifact.main_file)
     for phase, cost in zip(generation.from_record(build.structure()), est.generation.prefill + est.generation.decode,
                            strict=True):
         kernels = kern.at_precision(phase.kernels, None, "fp32")

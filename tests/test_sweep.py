@@ -15,7 +15,7 @@ from conftest import FAST_PROFILE, SAMPLES, one_line_error, run_cli
 from tapeout.core.errors import BadInput
 from tapeout.core.schemas import Budgets
 from tapeout.core.verdict import Verdict
-from tapeout.estimation import estimate, predictor
+from tapeout.estimation import estimate, predictor, runtime_graph
 
 
 @pytest.fixture(scope="module")
@@ -267,9 +267,9 @@ def test_nodes_onnx_runtimes_optimized_graph_runs_beyond_the_kernels_each_cost_a
     artifact = build.artifact() / build.manifest.artifact.main_file
     graph = onnx.load(str(artifact), load_external_data=False).graph
     ran = sum(1 for n in graph.node if n.op_type not in ("Shape", "Size", "Constant"))
-    assert estimate.executed_nodes("onnxruntime", "fp32", artifact) == ran
-    assert estimate.executed_nodes("onnxruntime", "int8", artifact) is None
-    assert estimate.executed_nodes("openvino", "fp32", artifact) is None
+    assert runtime_graph.executed_nodes("onnxruntime", "fp32", artifact) == ran
+    assert runtime_graph.executed_nodes("onnxruntime", "int8", artifact) is None
+    assert runtime_graph.executed_nodes("openvino", "fp32", artifact) is None
     kernels = kern.at_precision(estimate.kernels_of(build), None, "fp32")
     roof = pred.roof()
     plain = estimate.estimate(kernels, roof, "onnxruntime", "fp32", None, pred)
@@ -281,14 +281,14 @@ def test_nodes_onnx_runtimes_optimized_graph_runs_beyond_the_kernels_each_cost_a
 
     # `tapeout estimate`'s path reads the verified artifact's graph: here its count stands for ORT adding ten nodes
     counted = []
-    real = estimate.executed_nodes
+    real = runtime_graph.executed_nodes
 
     def ten_more(target, precision, path):
         counted.append(path)
         found = real(target, precision, path)
         return None if found is None else len(kernels) + 10
 
-    monkeypatch.setattr(estimate, "executed_nodes", ten_more)
+    monkeypatch.setattr(runtime_graph, "executed_nodes", ten_more)
     monkeypatch.setattr(predictor, "find", lambda device, target, *_: pred if target == "onnxruntime" else None)
     made = estimate.for_build(build)
     assert counted == [artifact] and any("the 10 more are priced as one dispatch each" in n for n in made.notes)
@@ -310,7 +310,7 @@ def test_the_layout_reorders_onnx_runtime_inserts_are_priced_as_kernels(swept, d
     artifact = build.artifact() / build.manifest.artifact.main_file
     reorders = runtime_kernels.inserted_reorders(artifact, build.manifest.project.dims)
     assert reorders and all(op in runtime_kernels.REORDERS and size > 0 for op, _, size in reorders)
-    assert estimate.inserted_kernels("onnxruntime", "int8", artifact, estimate.kernels_of(build), {}) == []
+    assert runtime_graph.inserted_kernels("onnxruntime", "int8", artifact, estimate.kernels_of(build), {}) == []
 
     folder, first = swept
     path = folder / predictor.file_name(first["device"], "onnxruntime")
@@ -619,7 +619,7 @@ def test_a_static_int8_conv_is_swept_as_a_qlinearconv_and_a_static_build_is_pric
     # digits-cnn at cpu-int8 (this host's static QDQ): ONNX Runtime runs its int8 conv as Q → Transpose → QLinearConv
     # → Transpose → DQ, and its Linear as a QGemm with a DQ after it
     build = open_build(digits_int8_build)
-    executed, added = estimate.quantized_kernels(build.artifact() / build.manifest.artifact.main_file,
+    executed, added = runtime_graph.quantized_kernels(build.artifact() / build.manifest.artifact.main_file,
                                                  build.exported_model(), build.manifest.project.dims)
     ops = Counter(k.name.split(" ")[0] for k in added)
     assert ops["QuantizeLinear"] >= 1 and ops["DequantizeLinear"] >= 1 and ops["Transpose"] == 2

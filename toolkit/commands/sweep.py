@@ -252,6 +252,7 @@ def _time_chunk(folder: Path, chunk: list, options: dict, deadline: float,
         proto, inputs = protos.get(key) or sweeping.model(config)
         path = sweeping.save_model(proto, folder / f"m{i}")
         models.append({"key": key if key in protos else f"{key}#{i}", "path": str(path), "inputs": inputs,
+                       "dtypes": {n: sweeping.INPUT_DTYPES[n] for n, _ in inputs if n in sweeping.INPUT_DTYPES},
                        "profile": key in protos and (swept.profiled is None or config.op in swept.profiled),
                        **({"vocab": config["vocab"]} if config.op == "Gather" else {})})
     request, result = folder / "request.json", folder / "result.json"

@@ -23,10 +23,11 @@ from tapeout.core.errors import BadInput
 from tapeout.core.host import host_fingerprint
 from tapeout.core.schemas import Budgets, InputSpec
 from tapeout.core.verdict import BudgetResult, Verdict
-from tapeout.estimation import bottleneck, generation, host_roof, roofline, runtime_kernels
+from tapeout.estimation import bottleneck, generation, host_roof, roofline
 from tapeout.estimation import cost_units as kern
 from tapeout.estimation import fit as calib
 from tapeout.estimation import predictor as predictors
+from tapeout.estimation import runtime_graph as graphs
 from tapeout.graph.analyze import analyze_view
 from tapeout.graph.view import GraphView
 
@@ -205,80 +206,6 @@ def model_kernels(model_path: Path, inputs: list[InputSpec], dims: dict[str, int
     return kern.structure(view, analyze_view(view))
 
 
-def counts_executed(target: str, precision: str, main_file: str) -> bool:
-    """Whether the artifact is a graph whose nodes `executed_nodes` counts: an FP32 `onnxruntime` build's ONNX, which
-    is the graph as ONNX Runtime's own optimizer left it (fusions made, a Reshape put on each side of a Gemm it fused
-    from a MatMul and an Add on a 3-D activation)."""
-    return target == "onnxruntime" and precision == "fp32" and main_file.endswith(".onnx")
-
-
-def executed_nodes(target: str, precision: str, artifact: Path | None) -> int | None:
-    """How many nodes ONNX Runtime runs for such a build (`counts_executed`), which the kernel predictors read beside
-    the cost units; None for any other build."""
-    if artifact is None or not counts_executed(target, precision, artifact.name):
-        return None
-    import onnx
-
-    graph = onnx.load(str(artifact), load_external_data=False).graph
-    return sum(1 for node in graph.node if node.op_type not in ("Shape", "Size", "Constant"))
-
-
-def inserted_kernels(target: str, precision: str, artifact: Path | None, kernels: list[kern.Kernel],
-                     dims: dict[str, int]) -> list[kern.Kernel]:
-    """The kernels ONNX Runtime adds to such a build's graph (`counts_executed`) on this host that the model has none
-    of: the layout reorders around its blocked (NCHWc) convs (`runtime_kernels.inserted_reorders`), each a movement
-    kernel reading and writing its tensor. [] for any other build, or a model without a conv."""
-    if artifact is None or not counts_executed(target, precision, artifact.name) or \
-            not any(k.cls == "conv" for k in kernels):
-        return []
-    return [kern.Kernel(f"{op} {tensor}", "movement", "fp32", 0, 2.0 * size, 1)
-            for op, tensor, size in runtime_kernels.inserted_reorders(artifact, dims)]
-
-
-def static_quantized(target: str, plan: dict | None, main_file: str) -> bool:
-    """Whether the build is a static QDQ model run by ONNX Runtime, whose graph says which activation quantizations
-    and layout Transposes run around its quantized kernels (`quantized_kernels`)."""
-    return target == "onnxruntime" and bool(plan) and plan.get("method") == "static" and main_file.endswith(".onnx")
-
-
-def quantized_kernels(artifact: Path, float_model: Path | None, dims: dict[str, int]
-                      ) -> tuple[int, list[kern.Kernel]]:
-    """(The nodes ONNX Runtime runs for a static QDQ build, and the kernels among them no cost unit holds): each
-    QuantizeLinear and DequantizeLinear left after its QDQ fusions, a `quantize` kernel reading 4 bytes an element
-    and writing 1 (or the reverse), as the sweep times one; each Transpose into or out of its NHWC QLinearConvs and
-    each layout reorder, a movement kernel reading and writing its tensor (`runtime_kernels.quantized_graph`)."""
-    executed, found = runtime_kernels.quantized_graph(artifact, dims, float_model)
-    return executed, [kern.Kernel(f"{op} {tensor}", "quantize", "fp32", count, 5.0 * count, 1)
-                      if op in runtime_kernels.QDQ_KERNELS else
-                      kern.Kernel(f"{op} {tensor}", "movement", "fp32", 0, 2.0 * count * width, 1)
-                      for op, tensor, count, width in found]
-
-
-def runtime_graph(target: str, precision: str, plan: dict | None, artifact: Path | None, float_model: Path | None,
-                  kernels: list[kern.Kernel], dims: dict[str, int]
-                  ) -> tuple[list[kern.Kernel], int | None, list[kern.Kernel]]:
-    """(The kernels to price, the nodes the runtime runs, the kernels it adds) as the build's runtime graph says: an
-    FP32 ONNX Runtime artifact's nodes and the layout reorders around its blocked convs; a static QDQ build's Q, DQ
-    and Transposes from the graph ONNX Runtime optimizes, in place of the cost units' one activation quantization per
-    quantized kernel (its graph, not the units, says which activations are quantized where). Any other build: its
-    kernels as they are."""
-    if artifact is None:
-        return kernels, None, []
-    if static_quantized(target, plan, artifact.name):
-        executed, inserted = quantized_kernels(artifact, float_model, dims)
-        return [*(k for k in kernels if kern.quantized_kernel(k) is None), *inserted], executed, inserted
-    executed = executed_nodes(target, precision, artifact)
-    inserted = inserted_kernels(target, precision, artifact, kernels, dims) if executed is not None else []
-    kernels, executed = with_inserted(kernels, executed, inserted)
-    return kernels, executed, inserted
-
-
-def with_inserted(kernels: list[kern.Kernel], executed: int | None, inserted: list[kern.Kernel]
-                  ) -> tuple[list[kern.Kernel], int | None]:
-    """The kernels to price and the nodes the runtime runs, with the kernels it inserts among both."""
-    return [*kernels, *inserted], (executed + len(inserted) if executed is not None else None)
-
-
 def estimate(kernels: list[kern.Kernel], roof: roofline.Roof, target: str, precision: str,
              cal: tuple[calib.Calibration, Path] | None, pred: predictors.Predictor | None = None,
              executed: int | None = None, inputs: int = 1) -> Estimate:
@@ -312,7 +239,7 @@ def _predicted(est: Estimate, kernels: list[kern.Kernel], roof: roofline.Roof, p
                cal: tuple[calib.Calibration, Path] | None, graph: tuple[int | None, int] = (None, 1)) -> Estimate:
     """Each kernel at its class's predictor at its precision (`matmul@int8` for an INT8 MatMul); a kernel no
     predictor covers (a precision or class the sweep has too few points of) at the calibration's fit where there is
-    one, else its roofline time. `graph`: (the nodes the runtime's optimized graph runs (`executed_nodes`), the model's
+    one, else its roofline time. `graph`: (the nodes the runtime's optimized graph runs (`runtime_graph.executed_nodes`), the model's
     inputs); the nodes beyond the kernels each cost a dispatch,
     priced as a view (a movement kernel moving nothing) — on the toy transformers here, ONNX Runtime ran 67–77 nodes
     for 43–48 kernels, and leaving them out under-predicted those models by a third."""
@@ -326,7 +253,7 @@ def _predicted(est: Estimate, kernels: list[kern.Kernel], roof: roofline.Roof, p
         roof_s = max(kern.roof_times(k, roof))  # the feature, as the sweep priced its points
         if kern.quantized_kernel(k) in priced:
             # a predicted INT8 kernel's activation quantization: swept inside its time (DynamicQuantizeMatMul, an
-            # NNCF kernel's FakeQuantize); a static QDQ build's are its graph's Q and DQ nodes (`quantized_kernels`)
+            # NNCF kernel's FakeQuantize); a static QDQ build's are its graph's Q and DQ nodes (`runtime_graph.quantized_kernels`)
             per.append(0.0)
             inside += 1
             continue
@@ -444,12 +371,12 @@ def for_build(build: BuildDir, cal: tuple[calib.Calibration, Path] | bool | None
     kernels = kern.at_precision(structure, plan, kern.float_precision(precision, plan))
     executed, inserted = None, []
     main = man.artifact.main_file
-    if pred is not None and target == report.target.name and (counts_executed(target, precision, main)
-                                                              or static_quantized(target, plan, main)):
+    if pred is not None and target == report.target.name and (graphs.counts_executed(target, precision, main)
+                                                              or graphs.static_quantized(target, plan, main)):
         # the artifact is verified (every file hashed) only where its graph is read
-        float_model = build.exported_model() if static_quantized(target, plan, main) else None  # hashed if read
-        kernels, executed, inserted = runtime_graph(target, precision, plan, build.artifact() / main, float_model,
-                                                    kernels, man.project.dims)
+        float_model = build.exported_model() if graphs.static_quantized(target, plan, main) else None  # hashed if read
+        kernels, executed, inserted = graphs.runtime_graph(target, precision, plan, build.artifact() / main,
+                                                           float_model, kernels, man.project.dims)
     est = estimate(kernels, roof, target, precision, cal or None, pred, executed, _inputs(man.project))
     _note_inserted(est, inserted)
     if target != report.target.name:
@@ -518,8 +445,8 @@ def for_model(setup, structure: list[kern.Kernel], plan: dict | None, reported: 
     kernels = kern.at_precision(structure, plan, kern.float_precision(precision, plan))
     executed, inserted = None, []
     if pred is not None:
-        kernels, executed, inserted = runtime_graph(setup.target.name, precision, plan, artifact, float_model, kernels,
-                                                    setup.project.dims)
+        kernels, executed, inserted = graphs.runtime_graph(setup.target.name, precision, plan, artifact, float_model,
+                                                           kernels, setup.project.dims)
     est = estimate(kernels, roof, setup.target.name, precision, cal, pred, executed, _inputs(getattr(setup, "project", None)))
     _note_inserted(est, inserted)
     if phases and workload is not None and workload.kind == "generate":

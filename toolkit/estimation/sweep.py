@@ -493,7 +493,7 @@ QDQ_WRAPPER = ("QuantizeLinear", "DequantizeLinear", "Transpose")
 
 def wrapper_kernels(point: dict, target: str = "onnxruntime") -> list[tuple[str, float, float]]:
     """(class, FLOPs, bytes) of the nodes ONNX Runtime runs around a swept static INT8 kernel (`QDQ_WRAPPER`), sized
-    from its configuration as the estimate sizes a model's (`estimate.quantized_kernels`): a Q or DQ a `quantize`
+    from its configuration as the estimate sizes a model's (`runtime_graph.quantized_kernels`): a Q or DQ a `quantize`
     kernel of 5 bytes an element, a Transpose of 8-bit elements a movement kernel reading and writing them. [] for
     any other point."""
     from tapeout.estimation.predictor import QUANTIZED_BY

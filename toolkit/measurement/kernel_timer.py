@@ -50,14 +50,14 @@ def _inserted_s(target, artifact, feeds: dict, request: dict) -> dict[str, float
 def main(request_path: str, result_path: str) -> int:
     from tapeout import targets
     from tapeout.core.schemas import InputSpec
-    from tapeout.estimation.sweep import INPUT_DTYPES
 
     request = json.loads(Path(request_path).read_text())
     target = targets.create(request["target"], request["options"])
     rng = np.random.default_rng(0)
     out = []
     for item in request["models"]:
-        specs = [InputSpec(name=n, shape=shape, dtype=INPUT_DTYPES.get(n, "float32")) for n, shape in item["inputs"]]
+        dtypes = item.get("dtypes", {})  # an input not named there is FP32
+        specs = [InputSpec(name=n, shape=shape, dtype=dtypes.get(n, "float32")) for n, shape in item["inputs"]]
         folder = Path(item["path"]).parent / (Path(item["path"]).stem + "-compiled")
         try:
             artifact = target.compile(Path(item["path"]), folder, specs, {})

@@ -1,0 +1,84 @@
+"""What a build's runtime runs beside the cost units' kernels, read from its own graph (docs/estimator.md, "Sweeps
+and kernel predictors"): the nodes ONNX Runtime's optimized graph runs (each beyond the kernels a dispatch), the
+layout reorders it inserts around its blocked convs, and a static QDQ build's Q, DQ and NHWC Transposes."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from tapeout.estimation import cost_units as kern
+from tapeout.estimation import runtime_kernels
+
+
+def counts_executed(target: str, precision: str, main_file: str) -> bool:
+    """Whether the artifact is a graph whose nodes `executed_nodes` counts: an FP32 `onnxruntime` build's ONNX, which
+    is the graph as ONNX Runtime's own optimizer left it (fusions made, a Reshape put on each side of a Gemm it fused
+    from a MatMul and an Add on a 3-D activation)."""
+    return target == "onnxruntime" and precision == "fp32" and main_file.endswith(".onnx")
+
+
+def executed_nodes(target: str, precision: str, artifact: Path | None) -> int | None:
+    """How many nodes ONNX Runtime runs for such a build (`counts_executed`), which the kernel predictors read beside
+    the cost units; None for any other build."""
+    if artifact is None or not counts_executed(target, precision, artifact.name):
+        return None
+    import onnx
+
+    graph = onnx.load(str(artifact), load_external_data=False).graph
+    return sum(1 for node in graph.node if node.op_type not in ("Shape", "Size", "Constant"))
+
+
+def inserted_kernels(target: str, precision: str, artifact: Path | None, kernels: list[kern.Kernel],
+                     dims: dict[str, int]) -> list[kern.Kernel]:
+    """The kernels ONNX Runtime adds to such a build's graph (`counts_executed`) on this host that the model has none
+    of: the layout reorders around its blocked (NCHWc) convs (`runtime_kernels.inserted_reorders`), each a movement
+    kernel reading and writing its tensor. [] for any other build, or a model without a conv."""
+    if artifact is None or not counts_executed(target, precision, artifact.name) or \
+            not any(k.cls == "conv" for k in kernels):
+        return []
+    return [kern.Kernel(f"{op} {tensor}", "movement", "fp32", 0, 2.0 * size, 1)
+            for op, tensor, size in runtime_kernels.inserted_reorders(artifact, dims)]
+
+
+def static_quantized(target: str, plan: dict | None, main_file: str) -> bool:
+    """Whether the build is a static QDQ model run by ONNX Runtime, whose graph says which activation quantizations
+    and layout Transposes run around its quantized kernels (`quantized_kernels`)."""
+    return target == "onnxruntime" and bool(plan) and plan.get("method") == "static" and main_file.endswith(".onnx")
+
+
+def quantized_kernels(artifact: Path, float_model: Path | None, dims: dict[str, int]
+                      ) -> tuple[int, list[kern.Kernel]]:
+    """(The nodes ONNX Runtime runs for a static QDQ build, and the kernels among them no cost unit holds): each
+    QuantizeLinear and DequantizeLinear left after its QDQ fusions, a `quantize` kernel reading 4 bytes an element
+    and writing 1 (or the reverse), as the sweep times one; each Transpose into or out of its NHWC QLinearConvs and
+    each layout reorder, a movement kernel reading and writing its tensor (`runtime_kernels.quantized_graph`)."""
+    executed, found = runtime_kernels.quantized_graph(artifact, dims, float_model)
+    return executed, [kern.Kernel(f"{op} {tensor}", "quantize", "fp32", count, 5.0 * count, 1)
+                      if op in runtime_kernels.QDQ_KERNELS else
+                      kern.Kernel(f"{op} {tensor}", "movement", "fp32", 0, 2.0 * count * width, 1)
+                      for op, tensor, count, width in found]
+
+
+def runtime_graph(target: str, precision: str, plan: dict | None, artifact: Path | None, float_model: Path | None,
+                  kernels: list[kern.Kernel], dims: dict[str, int]
+                  ) -> tuple[list[kern.Kernel], int | None, list[kern.Kernel]]:
+    """(The kernels to price, the nodes the runtime runs, the kernels it adds) as the build's runtime graph says: an
+    FP32 ONNX Runtime artifact's nodes and the layout reorders around its blocked convs; a static QDQ build's Q, DQ
+    and Transposes from the graph ONNX Runtime optimizes, in place of the cost units' one activation quantization per
+    quantized kernel (its graph, not the units, says which activations are quantized where). Any other build: its
+    kernels as they are."""
+    if artifact is None:
+        return kernels, None, []
+    if static_quantized(target, plan, artifact.name):
+        executed, inserted = quantized_kernels(artifact, float_model, dims)
+        return [*(k for k in kernels if kern.quantized_kernel(k) is None), *inserted], executed, inserted
+    executed = executed_nodes(target, precision, artifact)
+    inserted = inserted_kernels(target, precision, artifact, kernels, dims) if executed is not None else []
+    kernels, executed = with_inserted(kernels, executed, inserted)
+    return kernels, executed, inserted
+
+
+def with_inserted(kernels: list[kern.Kernel], executed: int | None, inserted: list[kern.Kernel]
+                  ) -> tuple[list[kern.Kernel], int | None]:
+    """The kernels to price and the nodes the runtime runs, with the kernels it inserts among both."""
+    return [*kernels, *inserted], (executed + len(inserted) if executed is not None else None)
