@@ -81,12 +81,9 @@ def _layout(per_group: int, out_channels: int, groups: int, area: int, rank: int
 REORDERS = ("ReorderInput", "ReorderOutput")
 
 
-def inserted_reorders(model: Path, dims: dict[str, int], threads: int = 1) -> list[tuple[str, str, int]]:
-    """The layout reorders ONNX Runtime's CPU EP inserts into this model's graph on this host (its NCHWc transformer:
-    a ReorderInput before a blocked conv whose input is plain, a ReorderOutput where a plain op reads a blocked
-    output), as (op type, tensor, bytes of the plain tensor), from the graph it optimizes at the level a build runs.
-    A real CNN pays them between its blocked convs and the ops that have no blocked kernel (unet here: seven, 2 µs
-    each in a 46 µs run), which no one-kernel point of a sweep holds. [] where it inserts none."""
+def optimized_graph(model: Path, threads: int = 1):
+    """The graph ONNX Runtime's CPU EP runs for `model` on this host: optimized at every level, as a build runs it
+    (this host's instruction set deciding its layouts), saved and read back."""
     import onnx
     import onnxruntime as ort
 
@@ -98,6 +95,16 @@ def inserted_reorders(model: Path, dims: dict[str, int], threads: int = 1) -> li
         options.optimized_model_filepath = str(Path(folder) / "optimized.onnx")
         ort.InferenceSession(str(model), options, providers=["CPUExecutionProvider"])
         graph = onnx.load(options.optimized_model_filepath, load_external_data=False).graph
+    return graph
+
+
+def inserted_reorders(model: Path, dims: dict[str, int], threads: int = 1) -> list[tuple[str, str, int]]:
+    """The layout reorders ONNX Runtime's CPU EP inserts into this model's graph on this host (its NCHWc transformer:
+    a ReorderInput before a blocked conv whose input is plain, a ReorderOutput where a plain op reads a blocked
+    output), as (op type, tensor, bytes of the plain tensor), from the graph it optimizes at the level a build runs.
+    A real CNN pays them between its blocked convs and the ops that have no blocked kernel (unet here: seven, 2 µs
+    each in a 46 µs run), which no one-kernel point of a sweep holds. [] where it inserts none."""
+    graph = optimized_graph(model, threads)
     shapes = {v.name: v.type.tensor_type for v in (*graph.value_info, *graph.input, *graph.output)}
     found = []
     for node in graph.node:
@@ -129,20 +136,13 @@ def quantized_graph(model: Path, dims: dict[str, int], float_model: Path | None 
     told is counted among the nodes, not listed. `float_model`: the model before quantization, whose nodes' names the
     quantized kernels keep and whose shapes ONNX shape inference tells where the QLinear… graph's are not."""
     import onnx
-    import onnxruntime as ort
 
     source = onnx.load(str(model), load_external_data=False)
-    options = ort.SessionOptions()
-    options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
-    options.intra_op_num_threads = threads
-    options.log_severity_level = 3
-    with tempfile.TemporaryDirectory(prefix="tapeout-executed-") as folder:
-        options.optimized_model_filepath = str(Path(folder) / "optimized.onnx")
-        ort.InferenceSession(str(model), options, providers=["CPUExecutionProvider"])
-        graph = onnx.load(options.optimized_model_filepath, load_external_data=False).graph
+    graph = optimized_graph(model, threads)
     sources = [source, *([onnx.load(str(float_model), load_external_data=False)] if float_model else [])]
     elements = _elements(sources, graph, dims)
     named = {n.name for n in source.graph.node}
+    producers = {o: n for n in graph.node for o in n.output}  # a Transpose's input's writer: its element width
     executed, found = 0, []
     for node in graph.node:
         if node.op_type in ("Shape", "Size", "Constant"):
@@ -152,7 +152,7 @@ def quantized_graph(model: Path, dims: dict[str, int], float_model: Path | None 
             tensor = node.input[0]
             count = elements.get(tensor)
             if count:
-                width = 4 if node.op_type in (*QDQ_KERNELS, *REORDERS) else _width(tensor, graph)
+                width = 4 if node.op_type in (*QDQ_KERNELS, *REORDERS) else _width(tensor, producers)
                 found.append((node.op_type, tensor, count, width))
     return executed, found
 
@@ -191,11 +191,10 @@ def _elements(sources: list, graph, dims: dict[str, int]) -> dict[str, int]:
     return counts
 
 
-def _width(tensor: str, graph) -> int:
+def _width(tensor: str, producers: dict) -> int:
     """Bytes per element of a Transpose's input: 1 where a QuantizeLinear or a quantized kernel (QLinear…, QGemm)
     wrote it, through ops that keep their input's type (a MaxPool on 8 bits, another Transpose), else 4."""
-    producers = {o: n for n in graph.node for o in n.output}
-    for _ in range(len(graph.node)):
+    for _ in range(len(producers)):
         producer = producers.get(tensor)
         if producer is None:
             return 4
