@@ -89,11 +89,13 @@ def _read(core, model_path: Path):
                        detail=runtime_detail(exc), fix="check the model with `tapeout lint`, or export it again") from None
 
 
-def _pin(model, inputs: list[InputSpec], dims: dict[str, int]) -> None:
+def pin(model, inputs: list[InputSpec], dims: dict[str, int]) -> None:
     model.reshape({spec.name: list(spec.concrete_shape(dims)) for spec in inputs})
 
 
-def _config(options: Options) -> dict:
+def compile_config(options: Options) -> dict:
+    """The plugin's configuration for the profile's options, as a build compiles with it (and the estimator's
+    reading of the kernels it runs)."""
     config = {"PERFORMANCE_HINT": options.performance_hint}
     if options.num_streams is not None:
         config["NUM_STREAMS"] = str(options.num_streams)
@@ -413,7 +415,7 @@ class OpenVino(Target):
             issues.append(LintIssue("error", f"inputs {', '.join(dynamic)} have dynamic dims; the NPU compiler needs static "
                                     "shapes", "leave [options] pin_shapes unset (pinned to [dims]) or set it to true"))
         if options.pins():
-            _pin(model, inputs, dims)
+            pin(model, inputs, dims)
         # the NPU's pipeline on this host's CPU runs every subgraph on the CPU plugin, and the NPU compiler that
         # would answer for the NPU ships with its driver
         device = "CPU" if options.on_host_cpu() else options.device
@@ -435,17 +437,17 @@ class OpenVino(Target):
         # a masked cache graph stays dynamic: the NPU's LLM pipeline compiles its prefill and decode shapes itself
         pins = options.pins() and not any(spec.name == ATTENTION_MASK for spec in inputs)
         if pins:
-            _pin(model, inputs, dims)
+            pin(model, inputs, dims)
         out_dir.mkdir(parents=True, exist_ok=True)
         ov.save_model(model, str(out_dir / ARTIFACT_FILE), compress_to_fp16=False)
         # Compile once here: it proves the device accepts the model, and fills the blob cache
         # (build_dir/ov_cache) that sessions on this machine then load instead of compiling.
         compiled_from = str(out_dir / ARTIFACT_FILE)
         if options.device == "NPU" and not pins:  # the NPU compiler takes the one decode step the per-call
-            _pin(model, inputs, dims)  # figures time, as OvSession._plain does
+            pin(model, inputs, dims)  # figures time, as OvSession._plain does
             compiled_from = model
         compiled = core.compile_model(compiled_from, options.device,
-                                      {**_config(options), "CACHE_DIR": str(out_dir.parent / CACHE_DIR)})
+                                      {**compile_config(options), "CACHE_DIR": str(out_dir.parent / CACHE_DIR)})
         return Artifact(self.name, out_dir, ARTIFACT_FILE, meta={
             "device": options.device, "pinned_shapes": pins,
             "execution_devices": list(compiled.get_property("EXECUTION_DEVICES")),
@@ -465,7 +467,7 @@ class OpenVino(Target):
 
     def _session(self, artifact: Artifact, profile: bool = False) -> OvSession:
         core = self._require_device()
-        config = {**_config(self.options), "CACHE_DIR": str(artifact.directory.parent / CACHE_DIR)}
+        config = {**compile_config(self.options), "CACHE_DIR": str(artifact.directory.parent / CACHE_DIR)}
         if profile:
             config["PERF_COUNT"] = "YES"
         return OvSession(core, artifact.path, self.options.device, config)

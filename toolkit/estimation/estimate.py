@@ -26,6 +26,7 @@ from tapeout.core.verdict import BudgetResult, Verdict
 from tapeout.estimation import bottleneck, generation, host_roof, roofline
 from tapeout.estimation import cost_units as kern
 from tapeout.estimation import fit as calib
+from tapeout.estimation import openvino_graph as ov_graph
 from tapeout.estimation import predictor as predictors
 from tapeout.estimation import runtime_graph as graphs
 from tapeout.graph.analyze import analyze_view
@@ -371,6 +372,10 @@ def for_build(build: BuildDir, cal: tuple[calib.Calibration, Path] | bool | None
     kernels = kern.at_precision(structure, plan, kern.float_precision(precision, plan))
     executed, inserted = None, []
     main = man.artifact.main_file
+    found = None
+    if target == report.target.name == "openvino" and device_spec is None:  # the artifact hashed where it is read
+        found = ov_graph.kernels_for(build.artifact() / main, build.exported_model(), man.project, options, kernels)
+    units, kernels = len(kernels), found or kernels
     if pred is not None and target == report.target.name and (graphs.counts_executed(target, precision, main)
                                                               or graphs.static_quantized(target, plan, main)):
         # the artifact is verified (every file hashed) only where its graph is read
@@ -379,6 +384,8 @@ def for_build(build: BuildDir, cal: tuple[calib.Calibration, Path] | bool | None
                                                            float_model, kernels, man.project.dims)
     est = estimate(kernels, roof, target, precision, cal or None, pred, executed, _inputs(man.project))
     _note_inserted(est, inserted)
+    if found is not None:
+        est.notes.append(ov_graph.note(units, found))
     if target != report.target.name:
         est.notes.append(f"priced as {target} would run the model (the build is for {report.target.name})")
     phases = generation.from_record(build.structure())
@@ -444,11 +451,17 @@ def for_model(setup, structure: list[kern.Kernel], plan: dict | None, reported: 
     precision = setup.profile.precision
     kernels = kern.at_precision(structure, plan, kern.float_precision(precision, plan))
     executed, inserted = None, []
+    found = None
+    if setup.target.name == "openvino" and device is None and artifact is not None and float_model is not None:
+        found = ov_graph.kernels_for(artifact, float_model, setup.project, setup.target.options, kernels)
+    units, kernels = len(kernels), found or kernels
     if pred is not None:
         kernels, executed, inserted = graphs.runtime_graph(setup.target.name, precision, plan, artifact, float_model,
                                                            kernels, setup.project.dims)
     est = estimate(kernels, roof, setup.target.name, precision, cal, pred, executed, _inputs(getattr(setup, "project", None)))
     _note_inserted(est, inserted)
+    if found is not None:
+        est.notes.append(ov_graph.note(units, found))
     if phases and workload is not None and workload.kind == "generate":
         est.generation = generation.price(phases, roof, setup.target.name, precision, plan, cal, workload,
                                           (pred, executed) if pred else None)

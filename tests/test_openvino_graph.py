@@ -1,0 +1,103 @@
+"""The kernels OpenVINO's CPU plugin runs, read from the graph it compiles here (estimation/openvino_graph.py):
+the cost units it runs in place or at compile time dropped, the ones it fuses merged, its layout reorders added."""
+
+from __future__ import annotations
+
+import json
+from types import SimpleNamespace
+
+import numpy as np
+import onnx
+import pytest
+from onnx import TensorProto, helper
+
+from conftest import SAMPLES, run_cli
+from tapeout.core.schemas import InputSpec
+from tapeout.estimation import cost_units as kern
+from tapeout.estimation import openvino_graph as ov_graph
+from tapeout.graph.analyze import analyze_view
+from tapeout.graph.view import GraphView
+
+
+def _layer(name, kind, *originals, size=0.0):
+    return ov_graph.Layer(name, kind, tuple(originals), size)
+
+
+def test_one_layer_merges_the_kernels_it_holds_and_a_reorder_moves_its_tensor():
+    """Our side of the mapping, on layers as the runtime graph lists them: a FullyConnected holding a MatMul and a
+    Gelu is one matmul kernel with both kernels' FLOPs and the MatMul's bytes; a Reorder reads and writes its tensor;
+    a view the graph names only on a layer it does not run is dropped; a kernel it names nowhere (a norm it rebuilt
+    under a new name) stays."""
+    kernels = [kern.Kernel("mm", "matmul", "fp32", 1000, 400.0, 1, lead="mm"),
+               kern.Kernel("act", "elementwise", "fp32", 50, 200.0, 1),
+               kern.Kernel("view", "movement", "fp32", 0, 0.0, 1),
+               kern.Kernel("norm", "reduce", "fp32", 80, 300.0, 1)]
+    nodes = {"mm": "mm", "act": "act", "view": "view", "norm": "norm"}
+    layers = [_layer("fc", "FullyConnected", "mm", "act"), _layer("in_acdb", "Reorder", size=64.0),
+              _layer("MVN_7", "MVN", "MVN_7")]
+    out = {k.name: k for k in ov_graph.executed_kernels(kernels, nodes, layers, {"mm", "act", "view", "MVN_7"})}
+    assert sorted(out) == ["Reorder in_acdb", "mm", "norm"]
+    assert out["mm"].cls == "matmul" and out["mm"].flops == 1050 and out["mm"].bytes == 400.0 and out["mm"].nodes == 2
+    assert out["Reorder in_acdb"].cls == "movement" and out["Reorder in_acdb"].bytes == 128.0
+    assert out["norm"] == kernels[3]
+
+
+def test_attentions_two_matmuls_in_one_layer_keep_both_their_bytes():
+    parts = [kern.Kernel("qk", "matmul", "fp32", 800, 300.0, 1), kern.Kernel("soft", "reduce", "fp32", 90, 500.0, 1),
+             kern.Kernel("av", "matmul", "fp32", 800, 350.0, 1)]
+    fused = ov_graph.merged(parts)
+    assert fused.cls == "matmul" and fused.flops == 1690 and fused.bytes == 650.0 and fused.nodes == 3
+
+
+def _model(path):
+    """x @ W + b -> Relu (one fusion group), a Reshape, then a LayerNormalization: OpenVINO runs the first three as
+    one FullyConnected with its post-ops, the Reshape in place, the norm as an MVN it names anew."""
+    rng = np.random.default_rng(0)
+    w = helper.make_tensor("w", TensorProto.FLOAT, [32, 64], rng.standard_normal(32 * 64).tolist())
+    b = helper.make_tensor("b", TensorProto.FLOAT, [64], rng.standard_normal(64).tolist())
+    g = helper.make_tensor("g", TensorProto.FLOAT, [64], [1.0] * 64)
+    shape = helper.make_tensor("shape", TensorProto.INT64, [3], [1, 32, 64])
+    nodes = [helper.make_node("MatMul", ["x", "w"], ["m"], name="proj"),
+             helper.make_node("Add", ["m", "b"], ["a"], name="bias"),
+             helper.make_node("Relu", ["a"], ["r"], name="act"),
+             helper.make_node("Reshape", ["r", "shape"], ["v"], name="view"),
+             helper.make_node("LayerNormalization", ["v", "g", "b"], ["y"], name="norm", axis=-1)]
+    graph = helper.make_graph(nodes, "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [32, 32])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 32, 64])], [w, b, g, shape])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 10
+    onnx.save(model, str(path))
+    return path
+
+
+def test_the_kernels_openvino_compiles_a_model_into(tmp_path):
+    ov = pytest.importorskip("openvino", reason="OpenVINO is in the [openvino] extra")
+    source = _model(tmp_path / "m.onnx")
+    ov.save_model(ov.convert_model(str(source)), str(tmp_path / "model.xml"))
+    project = SimpleNamespace(inputs=[InputSpec(name="x", shape=[32, 32])], dims={})
+    view = GraphView.load(source, project.inputs, {})
+    units = kern.structure(view, analyze_view(view))
+    assert sorted(k.cls for k in units) == ["matmul", "movement", "reduce"]
+    found = ov_graph.kernels_for(tmp_path / "model.xml", source, project,
+                                 {"device": "CPU", "threads": 1, "inference_precision": "f32"}, units)
+    classes = sorted(k.cls for k in found)
+    assert "movement" not in [k.cls for k in found if not k.name.startswith("Reorder ")]  # the Reshape runs in place
+    assert classes.count("matmul") == 1 and classes.count("reduce") == 1
+    fc = next(k for k in found if k.cls == "matmul")
+    assert fc.flops == next(k for k in units if k.cls == "matmul").flops
+    assert ov_graph.kernels_for(tmp_path / "model.xml", source, project, {"device": "GPU"}, units) is None
+    note = ov_graph.note(len(units), found)
+    assert note.startswith(f"OpenVINO's compiled graph on this host runs {len(found)} kernels for the model's 3 ")
+
+
+def test_an_openvino_builds_estimate_prices_the_kernels_its_compiled_graph_runs(tmp_path, fast_profile):
+    pytest.importorskip("openvino", reason="OpenVINO is in the [openvino] extra")
+    profile = tmp_path / "ov.toml"
+    profile.write_text(fast_profile.read_text().replace('extends = "cpu-fp32"', 'extends = "openvino-cpu"'))
+    out = tmp_path / "b"
+    assert run_cli("build", SAMPLES / "digits-cnn", "--profile", profile, "--out", out).code == 0
+    report = json.loads((out / "report.json").read_text())
+    assert any(n.startswith("OpenVINO's compiled graph on this host runs") for n in report["estimate"]["notes"])
+    again = run_cli("estimate", out, "--json")
+    assert again.code == 0, again.err
+    assert again.json()["predicted_ms"] == report["estimate"]["predicted_ms"]  # the same figure, read again

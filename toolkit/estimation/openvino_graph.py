@@ -1,0 +1,145 @@
+"""The kernels OpenVINO's CPU plugin runs for a model, read from the graph it compiles on this host
+(`CompiledModel.get_runtime_model()`): each executed layer names the model's nodes it was made of
+(`originalLayersNames`), so the cost units' kernels are mapped onto it (docs/estimator.md, "OpenVINO's kernels").
+
+What the plugin does that the cost units do not see: it runs a Reshape, Squeeze or Unsqueeze in place and a layer on
+constants once at compile time (no kernel); it fuses an activation, a bias or a scale into the FullyConnected or
+Convolution before it, a chain of elementwise ops into one JIT "Subgraph", and attention's transposes, scaling, softmax
+and both matmuls into one (MHA); and it puts a Reorder into and out of its blocked layouts, which the model has no node
+for (a U-Net's group norms run in plain layout between blocked convs: six reorders of its 64×64 maps, 2 of 5 ms).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+from pathlib import Path
+
+from tapeout.estimation import cost_units as kern
+
+# layer types that run no kernel: the graph's edges, constants, and views the plugin runs in place
+NOT_RUN = frozenset({"Input", "Output", "Const", "Reshape", "Squeeze", "Unsqueeze"})
+FAKE_REORDER = "_fake"   # a Reorder the plugin names so changes only the layout's descriptor: it runs no kernel
+
+
+@dataclass(frozen=True)
+class Layer:
+    name: str
+    type: str
+    originals: tuple[str, ...]  # the model's nodes it was made of (empty for one the plugin made: a Reorder)
+    bytes: float                # its output's size: what a Reorder reads and writes
+
+
+def runtime_layers(model, config: dict) -> tuple[list[Layer], set[str]]:
+    """(The layers the CPU plugin runs for `model`, an `ov.Model` compiled with `config`, in its execution order;
+    every original node name its runtime graph holds, run or not)."""
+    import openvino as ov
+
+    runtime = ov.Core().compile_model(model, "CPU", config).get_runtime_model()
+    constant: set[str] = set()
+    layers: list[Layer] = []
+    named: set[str] = set()
+    for op in runtime.get_ordered_ops():
+        info = op.get_rt_info()
+        kind, name = info["layerType"].astype(str), op.get_friendly_name()
+        originals = tuple(n for n in info["originalLayersNames"].astype(str).split(",") if n)
+        named.update(originals)
+        sources = [op.input_value(i).get_node().get_friendly_name() for i in range(op.get_input_size())]
+        if kind == "Const" or (sources and all(s in constant for s in sources)):
+            constant.add(name)  # computed once when the model compiles
+            continue
+        if kind in NOT_RUN or (kind == "Reorder" and name.endswith(FAKE_REORDER)):
+            continue
+        layers.append(Layer(name, kind, originals, _output_bytes(op)))
+    return layers, named
+
+
+def _output_bytes(op) -> float:
+    shape = op.get_output_partial_shape(0)
+    if not shape.is_static:
+        return 0.0
+    elements = 1
+    for d in shape.to_shape():
+        elements *= int(d)
+    return float(elements * op.get_output_element_type(0).size)
+
+
+def node_kernels(view, analysis, kernels: list[kern.Kernel]) -> dict[str, str]:
+    """Node name -> the name of the kernel among `kernels` that holds it (a fusion group's every node, a lone node
+    itself); nodes a fusion of the cost units merged into another kernel are left out."""
+    names = {k.name for k in kernels}
+    out = {n.name: n.name for n in view.nodes if n.name in names}
+    for group in analysis.groups:
+        if group.name in names:
+            out.update({n: group.name for n in group.nodes})
+    return out
+
+
+def executed_kernels(kernels: list[kern.Kernel], node_kernel: dict[str, str], layers: list[Layer],
+                     named: set[str]) -> list[kern.Kernel]:
+    """The kernels the plugin runs, in its order: the cost units' kernels that one layer holds merged into one (the
+    costliest's class, shape and precision; every FLOP and node; the bytes of those of its class: a fused activation's
+    or softmax's pass over the tensor is not made), a Reorder a movement kernel reading and writing its tensor, and
+    the kernels the runtime graph names nowhere (a LayerNormalization the plugin rebuilt as MVN, an INT8 kernel's
+    activation quantization) kept as they are. A kernel whose nodes the graph names only on layers it does not run (a
+    view, a Transpose of a weight) is dropped."""
+    by_name = {k.name: k for k in kernels}
+    placed: set[str] = set()
+    out: list[kern.Kernel] = []
+    for layer in layers:
+        if layer.type == "Reorder":
+            out.append(kern.Kernel(f"Reorder {layer.name}", "movement", "fp32", 0, 2.0 * layer.bytes, 1))
+            continue
+        held = [node_kernel[n] for n in layer.originals if node_kernel.get(n) in by_name]
+        held = [name for i, name in enumerate(held) if name not in placed and name not in held[:i]]
+        if not held:
+            continue
+        placed.update(held)
+        out.append(merged([by_name[name] for name in held]))
+    known = {node_kernel.get(n) for n in named}
+    kept = [k for k in kernels if k.name not in placed and k.name not in known]
+    return out + kept
+
+
+def merged(parts: list[kern.Kernel]) -> kern.Kernel:
+    """One kernel of `parts`, which one layer runs: see `executed_kernels`."""
+    if len(parts) == 1:
+        return parts[0]
+    main = max(parts, key=lambda k: (k.flops, k.bytes))
+    return replace(main, flops=sum(k.flops for k in parts), nodes=sum(k.nodes for k in parts),
+                   bytes=sum(k.bytes for k in parts if k.cls == main.cls))
+
+
+def kernels_for(artifact: Path, exported: Path, project, options, kernels: list[kern.Kernel]
+                ) -> list[kern.Kernel] | None:
+    """The kernels OpenVINO runs for a build on this host: its IR (`artifact`) compiled with the build's options (the
+    target's, or a build dir's manifest's as a dict), mapped onto the cost units of its exported model (`kernels`, at
+    the plan's precisions). None for a build on another device than the CPU, or where OpenVINO is not installed
+    (`available`): the cost units stand."""
+    from tapeout.graph.analyze import analyze_view
+    from tapeout.graph.view import GraphView
+    from tapeout.targets import ov as ov_target
+
+    settings = options if isinstance(options, ov_target.Options) else ov_target.Options(**(options or {}))
+    if settings.device != "CPU" or not available():
+        return None
+    import openvino as ov
+
+    view = GraphView.load(exported, project.inputs, project.dims)
+    analysis = analyze_view(view)
+    node_kernel = node_kernels(view, analysis, kern.structure(view, analysis))
+    # a profile pinning shapes saved its IR pinned: read as it is, it compiles as the build's did
+    layers, named = runtime_layers(ov.Core().read_model(str(artifact)), ov_target.compile_config(settings))
+    return executed_kernels(kernels, node_kernel, layers, named)
+
+
+def note(units: int, kernels: list[kern.Kernel]) -> str:
+    """The estimate's line on what the runtime graph changed: `units` cost units became `kernels`."""
+    reorders = sum(1 for k in kernels if k.name.startswith("Reorder "))
+    return (f"OpenVINO's compiled graph on this host runs {len(kernels)} kernels for the model's {units} cost units "
+            f"({reorders} layout reorders among them; views, constant folds and fused ops run none): each priced as one")
+
+
+def available() -> bool:
+    import importlib.util
+
+    return importlib.util.find_spec("openvino") is not None
