@@ -26,13 +26,14 @@ def _layer(name, kind, *originals, size=0.0):
 def test_one_layer_merges_the_kernels_it_holds_and_a_reorder_moves_its_tensor():
     """Our side of the mapping, on layers as the runtime graph lists them: a FullyConnected holding a MatMul and a
     Gelu is one matmul kernel with both kernels' FLOPs and the MatMul's bytes; a Reorder reads and writes its tensor;
-    a view the graph names only on a layer it does not run is dropped; a kernel it names nowhere (a norm it rebuilt
-    under a new name) stays."""
+    a view the graph names only on a layer it does not run is dropped; of the kernels it names nowhere, a norm (rebuilt
+    under a new name) stays and an Add (fused into a neighbour as a post-op) goes."""
     kernels = [kern.Kernel("mm", "matmul", "fp32", 1000, 400.0, 1, lead="mm"),
                kern.Kernel("act", "elementwise", "fp32", 50, 200.0, 1),
                kern.Kernel("view", "movement", "fp32", 0, 0.0, 1),
-               kern.Kernel("norm", "reduce", "fp32", 80, 300.0, 1)]
-    nodes = {"mm": "mm", "act": "act", "view": "view", "norm": "norm"}
+               kern.Kernel("norm", "reduce", "fp32", 80, 300.0, 1),
+               kern.Kernel("add", "elementwise", "fp32", 64, 768.0, 1)]
+    nodes = {"mm": "mm", "act": "act", "view": "view", "norm": "norm", "add": "add"}
     layers = [_layer("fc", "FullyConnected", "mm", "act"), _layer("in_acdb", "Reorder", size=64.0),
               _layer("MVN_7", "MVN", "MVN_7")]
     out = {k.name: k for k in ov_graph.executed_kernels(kernels, nodes, layers, {"mm", "act", "view", "MVN_7"})}

@@ -18,7 +18,8 @@ from tapeout.estimation import cost_units as kern
 
 # layer types that run no kernel: the graph's edges, constants, and views the plugin runs in place
 NOT_RUN = frozenset({"Input", "Output", "Const", "Reshape", "Squeeze", "Unsqueeze"})
-FAKE_REORDER = "_fake"   # a Reorder the plugin names so changes only the layout's descriptor: it runs no kernel
+FAKE_REORDER = "_fake"
+KEPT = ("conv", "matmul", "recurrent", "reduce", "quantize")  # what a kernel the graph names nowhere is kept as   # a Reorder the plugin names so changes only the layout's descriptor: it runs no kernel
 
 
 @dataclass(frozen=True)
@@ -78,10 +79,12 @@ def executed_kernels(kernels: list[kern.Kernel], node_kernel: dict[str, str], la
                      named: set[str]) -> list[kern.Kernel]:
     """The kernels the plugin runs, in its order: the cost units' kernels that one layer holds merged into one (the
     costliest's class, shape and precision; every FLOP and node; the bytes of those of its class: a fused activation's
-    or softmax's pass over the tensor is not made), a Reorder a movement kernel reading and writing its tensor, and
-    the kernels the runtime graph names nowhere (a LayerNormalization the plugin rebuilt as MVN, an INT8 kernel's
-    activation quantization) kept as they are. A kernel whose nodes the graph names only on layers it does not run (a
-    view, a Transpose of a weight) is dropped."""
+    or softmax's pass over the tensor is not made), a Reorder a movement kernel reading and writing its tensor. A
+    kernel whose nodes the graph names only on layers it does not run (a view, a Transpose of a weight) is dropped.
+    One it names nowhere was rebuilt under a new name: kept as it is where it computes (`KEPT`: a LayerNormalization
+    the plugin runs as MVN, attention's first matmul inside its MHA subgraph, an INT8 kernel's activation
+    quantization), dropped where it only moved or combined elements (a Transpose the plugin folds into a MatMul's
+    layout, an Add it fuses as a post-op: on the toy ViT, 5 such kernels priced 2.3 µs that ran nowhere)."""
     by_name = {k.name: k for k in kernels}
     placed: set[str] = set()
     out: list[kern.Kernel] = []
@@ -96,7 +99,7 @@ def executed_kernels(kernels: list[kern.Kernel], node_kernel: dict[str, str], la
         placed.update(held)
         out.append(merged([by_name[name] for name in held]))
     known = {node_kernel.get(n) for n in named}
-    kept = [k for k in kernels if k.name not in placed and k.name not in known]
+    kept = [k for k in kernels if k.name not in placed and k.name not in known and k.cls in KEPT]
     return out + kept
 
 
