@@ -79,16 +79,20 @@ def test_the_kernels_openvino_compiles_a_model_into(tmp_path):
     view = GraphView.load(source, project.inputs, {})
     units = kern.structure(view, analyze_view(view))
     assert sorted(k.cls for k in units) == ["matmul", "movement", "reduce"]
-    found = ov_graph.kernels_for(tmp_path / "model.xml", source, project,
-                                 {"device": "CPU", "threads": 1, "inference_precision": "f32"}, units)
+    found, note = ov_graph.kernels_for(tmp_path / "model.xml", source, project,
+                                       {"device": "CPU", "threads": 1, "inference_precision": "f32"}, units)
     classes = sorted(k.cls for k in found)
     assert "movement" not in [k.cls for k in found if not k.name.startswith("Reorder ")]  # the Reshape runs in place
     assert classes.count("matmul") == 1 and classes.count("reduce") == 1
     fc = next(k for k in found if k.cls == "matmul")
     assert fc.flops == next(k for k in units if k.cls == "matmul").flops
-    assert ov_graph.kernels_for(tmp_path / "model.xml", source, project, {"device": "GPU"}, units) is None
-    note = ov_graph.note(len(units), found)
     assert note.startswith(f"OpenVINO's compiled graph on this host runs {len(found)} kernels for the model's 3 ")
+    assert ov_graph.kernels_for(tmp_path / "model.xml", source, project, {"device": "GPU"}, units) == (None, None)
+    # an IR it cannot compile here: the cost units stand, and the note says why
+    (tmp_path / "bad.xml").write_text("<net name='x' version='11'><layers>")
+    found, note = ov_graph.kernels_for(tmp_path / "bad.xml", source, project, {"threads": 1}, units)
+    assert found is None and note.startswith("OpenVINO could not compile the build's IR here (")
+    assert "tags mismatch" in note and "\n" not in note
 
 
 def test_an_openvino_builds_estimate_prices_the_kernels_its_compiled_graph_runs(tmp_path, fast_profile):

@@ -372,10 +372,11 @@ def for_build(build: BuildDir, cal: tuple[calib.Calibration, Path] | bool | None
     kernels = kern.at_precision(structure, plan, kern.float_precision(precision, plan))
     executed, inserted = None, []
     main = man.artifact.main_file
-    found = None
+    found, line = None, None
     if target == report.target.name == "openvino" and device_spec is None:  # the artifact hashed where it is read
-        found = ov_graph.kernels_for(build.artifact() / main, build.exported_model(), man.project, options, kernels)
-    units, kernels = len(kernels), found or kernels
+        found, line = ov_graph.kernels_for(build.artifact() / main, build.exported_model(), man.project, options,
+                                           kernels)
+    kernels = found or kernels
     if pred is not None and target == report.target.name and (graphs.counts_executed(target, precision, main)
                                                               or graphs.static_quantized(target, plan, main)):
         # the artifact is verified (every file hashed) only where its graph is read
@@ -384,8 +385,8 @@ def for_build(build: BuildDir, cal: tuple[calib.Calibration, Path] | bool | None
                                                            float_model, kernels, man.project.dims)
     est = estimate(kernels, roof, target, precision, cal or None, pred, executed, _inputs(man.project))
     _note_inserted(est, inserted)
-    if found is not None:
-        est.notes.append(ov_graph.note(units, found))
+    if line:
+        est.notes.append(line)
     if target != report.target.name:
         est.notes.append(f"priced as {target} would run the model (the build is for {report.target.name})")
     phases = generation.from_record(build.structure())
@@ -451,17 +452,17 @@ def for_model(setup, structure: list[kern.Kernel], plan: dict | None, reported: 
     precision = setup.profile.precision
     kernels = kern.at_precision(structure, plan, kern.float_precision(precision, plan))
     executed, inserted = None, []
-    found = None
+    found, line = None, None
     if setup.target.name == "openvino" and device is None and artifact is not None and float_model is not None:
-        found = ov_graph.kernels_for(artifact, float_model, setup.project, setup.target.options, kernels)
-    units, kernels = len(kernels), found or kernels
+        found, line = ov_graph.kernels_for(artifact, float_model, setup.project, setup.target.options, kernels)
+    kernels = found or kernels
     if pred is not None:
         kernels, executed, inserted = graphs.runtime_graph(setup.target.name, precision, plan, artifact, float_model,
                                                            kernels, setup.project.dims)
     est = estimate(kernels, roof, setup.target.name, precision, cal, pred, executed, _inputs(getattr(setup, "project", None)))
     _note_inserted(est, inserted)
-    if found is not None:
-        est.notes.append(ov_graph.note(units, found))
+    if line:
+        est.notes.append(line)
     if phases and workload is not None and workload.kind == "generate":
         est.generation = generation.price(phases, roof, setup.target.name, precision, plan, cal, workload,
                                           (pred, executed) if pred else None)

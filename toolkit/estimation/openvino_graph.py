@@ -6,7 +6,7 @@ What the plugin does that the cost units do not see: it runs a Reshape, Squeeze 
 constants once at compile time (no kernel); it fuses an activation, a bias or a scale into the FullyConnected or
 Convolution before it, a chain of elementwise ops into one JIT "Subgraph", and attention's transposes, scaling, softmax
 and both matmuls into one (MHA); and it puts a Reorder into and out of its blocked layouts, which the model has no node
-for (a U-Net's group norms run in plain layout between blocked convs: six reorders of its 64×64 maps, 2 of 5 ms).
+for (unet-m's group norms run in plain layout between blocked convs: seven reorders, 2 of its 5 ms).
 """
 
 from __future__ import annotations
@@ -14,12 +14,13 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 from pathlib import Path
 
+from tapeout.core.errors import first_line
 from tapeout.estimation import cost_units as kern
 
 # layer types that run no kernel: the graph's edges, constants, and views the plugin runs in place
 NOT_RUN = frozenset({"Input", "Output", "Const", "Reshape", "Squeeze", "Unsqueeze"})
-FAKE_REORDER = "_fake"
-KEPT = ("conv", "matmul", "recurrent", "reduce", "quantize")  # what a kernel the graph names nowhere is kept as   # a Reorder the plugin names so changes only the layout's descriptor: it runs no kernel
+FAKE_REORDER = "_fake"  # a Reorder the plugin names so changes only the layout's descriptor: it runs no kernel
+KEPT = ("conv", "matmul", "recurrent", "reduce", "quantize")  # the classes a kernel the graph names nowhere is kept in
 
 
 @dataclass(frozen=True)
@@ -77,7 +78,7 @@ def node_kernels(view, analysis, kernels: list[kern.Kernel]) -> dict[str, str]:
 
 def executed_kernels(kernels: list[kern.Kernel], node_kernel: dict[str, str], layers: list[Layer],
                      named: set[str]) -> list[kern.Kernel]:
-    """The kernels the plugin runs, in its order: the cost units' kernels that one layer holds merged into one (the
+    """The kernels the plugin runs, in its order, then those kept as they are: the cost units' kernels that one layer holds merged into one (the
     costliest's class, shape and precision; every FLOP and node; the bytes of those of its class: a fused activation's
     or softmax's pass over the tensor is not made), a Reorder a movement kernel reading and writing its tensor. A
     kernel whose nodes the graph names only on layers it does not run (a view, a Transpose of a weight) is dropped.
@@ -113,33 +114,34 @@ def merged(parts: list[kern.Kernel]) -> kern.Kernel:
 
 
 def kernels_for(artifact: Path, exported: Path, project, options, kernels: list[kern.Kernel]
-                ) -> list[kern.Kernel] | None:
-    """The kernels OpenVINO runs for a build on this host: its IR (`artifact`) compiled with the build's options (the
-    target's, or a build dir's manifest's as a dict), mapped onto the cost units of its exported model (`kernels`, at
-    the plan's precisions). None for a build on another device than the CPU, or where OpenVINO is not installed
-    (`available`): the cost units stand."""
+                ) -> tuple[list[kern.Kernel] | None, str | None]:
+    """(The kernels OpenVINO runs for a build on this host, the estimate's note on them): its IR (`artifact`) compiled
+    with the build's options (the target's, or a build dir's manifest's as a dict), mapped onto the cost units of its
+    exported model (`kernels`, at the plan's precisions). No kernels for a build on another device than the CPU, where
+    OpenVINO is not installed (`available`), or where it cannot compile the IR here (the note says why): the cost
+    units stand."""
     from tapeout.graph.analyze import analyze_view
     from tapeout.graph.view import GraphView
     from tapeout.targets import ov as ov_target
 
     settings = options if isinstance(options, ov_target.Options) else ov_target.Options(**(options or {}))
     if settings.device != "CPU" or not available():
-        return None
+        return None, None
     import openvino as ov
 
     view = GraphView.load(exported, project.inputs, project.dims)
     analysis = analyze_view(view)
     node_kernel = node_kernels(view, analysis, kern.structure(view, analysis))
-    # a profile pinning shapes saved its IR pinned: read as it is, it compiles as the build's did
-    layers, named = runtime_layers(ov.Core().read_model(str(artifact)), ov_target.compile_config(settings))
-    return executed_kernels(kernels, node_kernel, layers, named)
-
-
-def note(units: int, kernels: list[kern.Kernel]) -> str:
-    """The estimate's line on what the runtime graph changed: `units` cost units became `kernels`."""
-    reorders = sum(1 for k in kernels if k.name.startswith("Reorder "))
-    return (f"OpenVINO's compiled graph on this host runs {len(kernels)} kernels for the model's {units} cost units "
-            f"({reorders} layout reorders among them; views, constant folds and fused ops run none): each priced as one")
+    try:  # a profile pinning shapes saved its IR pinned: read as it is, it compiles as the build's did
+        layers, named = runtime_layers(ov.Core().read_model(str(artifact)), ov_target.compile_config(settings))
+    except RuntimeError as exc:
+        return None, (f"OpenVINO could not compile the build's IR here ({first_line(exc, 200)}): its kernels are the "
+                      "cost units as they are, not the plugin's")
+    found = executed_kernels(kernels, node_kernel, layers, named)
+    reorders = sum(1 for k in found if k.name.startswith("Reorder "))
+    return found, (f"OpenVINO's compiled graph on this host runs {len(found)} kernels for the model's {len(kernels)} "
+                   f"cost units ({reorders} layout reorders among them; views, constant folds and fused ops run none): "
+                   "each priced as one")
 
 
 def available() -> bool:
