@@ -62,8 +62,7 @@ def quantized_kernels(artifact: Path, float_model: Path | None, dims: dict[str, 
 
 def at_eight_bits(kernels: list[kern.Kernel], pools: set[str]) -> list[kern.Kernel]:
     """`kernels` with the pooling kernels ONNX Runtime runs on 8-bit tensors (`pools`, by node name) at INT8: their
-    bytes a quarter, their class `reduce@int8` (for a static plan, the sweep's `reduce@int8~static`: such a MaxPool
-    timed as a uint8 model)."""
+    bytes a quarter, their class `reduce@int8`, which the sweep times as such a MaxPool (a uint8 model)."""
     plan = {"groups": [{"nodes": sorted(pools), "precision": "int8"}]}
     return [kern.at_precision([k], plan, "fp32")[0] if k.cls == "reduce" and k.lead in pools else k for k in kernels]
 

@@ -201,8 +201,7 @@ def _draw(cls: str, rng: random.Random) -> Config:
         if op in ("GlobalAveragePool", "MaxPool"):
             sizes = (("c", _log(rng, 8, 512)), ("hw", _log(rng, 4, 112)))
             if op == "MaxPool" and rng.random() < 0.3:  # on uint8, as a static INT8 CNN's graph runs its MaxPool
-                # between a Q and a DQ (runtime_kernels.quantized_graph): a static plan's kernel, `reduce@int8~static`
-                return Config(cls, op, (*sizes, ("precision", "int8"), ("quantization", "static")))
+                return Config(cls, op, (*sizes, ("precision", "int8")))  # between a Q and a DQ (runtime_kernels)
             return Config(cls, op, sizes)
         return Config(cls, op, (("rows", _log(rng, 1, 8192)), ("width", _log(rng, 16, 4096))))
     if cls == "elementwise":
@@ -431,8 +430,8 @@ def timed_model(config: Config, proto, inputs=(), target: str = "onnxruntime"):
     rule's performance preset, a MatMul with the transformer rule's mixed preset and model type), the static ones
     calibrated on four random inputs."""
     method = quantization_of(config, target)
-    if method is None or any(INPUT_DTYPES.get(n) == "uint8" for n, _ in inputs):
-        return proto  # FP32, or 8-bit as built (a uint8 MaxPool): nothing to quantize
+    if method is None:
+        return proto
     import tempfile
 
     import numpy as np
