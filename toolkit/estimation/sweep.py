@@ -21,7 +21,7 @@ import itertools
 import json
 import math
 import random
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -199,10 +199,7 @@ def _draw(cls: str, rng: random.Random) -> Config:
         op = rng.choice(("LayerNormalization", "Add+LayerNormalization", "RMSNorm", "Softmax", "GlobalAveragePool",
                          "MaxPool"))
         if op in ("GlobalAveragePool", "MaxPool"):
-            sizes = (("c", _log(rng, 8, 512)), ("hw", _log(rng, 4, 112)))
-            if op == "MaxPool" and rng.random() < 0.3:  # on uint8, as a static INT8 CNN's graph runs its MaxPool
-                return Config(cls, op, (*sizes, ("precision", "int8")))  # between a Q and a DQ (runtime_kernels)
-            return Config(cls, op, sizes)
+            return Config(cls, op, (("c", _log(rng, 8, 512)), ("hw", _log(rng, 4, 112))))
         return Config(cls, op, (("rows", _log(rng, 1, 8192)), ("width", _log(rng, 16, 4096))))
     if cls == "elementwise":
         # GeluTanh: GPT-2's tanh GELU written out, eight nodes, one kernel to the estimator and to ONNX Runtime
@@ -283,9 +280,8 @@ def model(config: Config, rng_seed: int = 0):
         inputs = [("x", [1, s["c"], s["len"]])]
     elif op in ("GlobalAveragePool", "MaxPool"):
         extra = {"kernel_shape": [3, 3], "strides": [2, 2], "pads": [1, 1, 1, 1]} if op == "MaxPool" else {}
-        source = "q8" if s.get("precision") == "int8" else "x"  # a uint8 tensor in, a uint8 tensor out
-        nodes.append(helper.make_node(op, [source], ["y"], **extra))
-        inputs = [(source, [1, s["c"], s["hw"], s["hw"]])]
+        nodes.append(helper.make_node(op, ["x"], ["y"], **extra))
+        inputs = [("x", [1, s["c"], s["hw"], s["hw"]])]
     elif op == "LayerNormalization":
         nodes.append(helper.make_node(op, ["x", weight("g", (s["width"],)), weight("b", (s["width"],))], ["y"], axis=-1))
         inputs = [("x", [s["rows"], s["width"]])]
@@ -357,9 +353,8 @@ def model(config: Config, rng_seed: int = 0):
     graph = helper.make_graph(nodes, config.key.replace(":", "_")[:60],
                               [helper.make_tensor_value_info(n, kinds.get(INPUT_DTYPES.get(n, ""), TensorProto.FLOAT),
                                                              shape) for n, shape in inputs],
-                              [helper.make_tensor_value_info("y", TensorProto.UINT8 if op == "QuantizeLinear" or (
-                                  op == "MaxPool" and inputs[0][0] == "q8") else TensorProto.FLOAT, None)],
-                              initializer=inits)
+                              [helper.make_tensor_value_info("y", TensorProto.UINT8 if op == "QuantizeLinear"
+                                                             else TensorProto.FLOAT, None)], initializer=inits)
     proto = helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)])
     proto.ir_version = 8 if opset == OPSET else 9
     return proto, inputs
@@ -484,9 +479,7 @@ def features_of(proto, inputs, roof, precision: str = "fp32") -> dict[str, float
     if len(kernels) != 1:
         return None
     k = kernels[0]
-    if precision != "fp32" and any(INPUT_DTYPES.get(n) == "uint8" for n, _ in inputs):
-        k = replace(k, precision=precision)  # its tensors 8-bit already (a uint8 MaxPool): its bytes as counted
-    elif precision != "fp32":
+    if precision != "fp32":
         k = kern.at_precision([k], {"groups": [{"nodes": [k.lead], "precision": precision}]}, "fp32")[0]
     shape = predictor.with_derived(dict(k.shape), predictor.SHAPE_FEATURES.get(k.cls, ()))  # a conv's layout too
     return {"cls": k.cls, "precision": k.precision, "flops": float(k.flops), "bytes": float(k.bytes), "nodes": k.nodes,
