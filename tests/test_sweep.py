@@ -711,7 +711,7 @@ def test_an_openvino_sweep_times_its_kernels_on_openvino_and_prices_only_openvin
     monkeypatch.setenv("TAPEOUT_CALIBRATION", str(folder))
     from tapeout.builds.reader import open_build
 
-    # estimates do not price OpenVINO builds by it yet (its fusions are not read from its graph): scored on request
+    # estimates do not price OpenVINO builds by it yet (it over-predicts small models): scored on request
     assert not estimate.for_build(open_build(ov_build)).predictor
     assert "estimates do not price openvino builds by this predictor yet" in done.err.replace("\n", " ")
     est = estimate.for_build(open_build(ov_build), any_predictor=True)

@@ -130,8 +130,8 @@ def kernels_for(artifact: Path, exported: Path, project, options, kernels: list[
     import openvino as ov
 
     view = GraphView.load(exported, project.inputs, project.dims)
-    analysis = analyze_view(view)
-    node_kernel = node_kernels(view, analysis, kern.structure(view, analysis))
+    node_kernel = node_kernels(view, analyze_view(view), kernels)  # their names are the cost units' (and their
+    # plan's activation quantizations', which no node holds)
     try:  # a profile pinning shapes saved its IR pinned: read as it is, it compiles as the build's did
         layers, named = runtime_layers(ov.Core().read_model(str(artifact)), ov_target.compile_config(settings))
     except RuntimeError as exc:
