@@ -189,7 +189,7 @@ def structure(view: GraphView, analysis: Analysis) -> list[Kernel]:
             kernels.append(Kernel(node.name, cls, "fp32", cost.flops, moved, 1,
                                   _steps(view, node) if cls == "recurrent" else 1, node.name,
                                   reread=_recurrent_weights(view, node) if cls == "recurrent" else 0,
-                                  shape=_conv_shape(view, node)))
+                                  shape=_conv_shape(view, node) or _pool_shape(view, node)))
             continue
         if group.name in seen_groups:
             continue
@@ -503,6 +503,16 @@ def _conv_shape(view: GraphView, node) -> tuple[tuple[str, int], ...]:
     shape = (("per_group", weight[1]), ("out_channels", weight[0]), ("positions", math.prod(out[2:])),
              ("area", math.prod(weight[2:])), ("groups", int(view.attr(node, "group", 1))))
     return (*shape, ("rank", 1)) if len(weight) == 3 else shape
+
+
+def _pool_shape(view: GraphView, node) -> tuple[tuple[str, int], ...]:
+    """A MaxPool's or AveragePool's channels (ONNX Runtime blocks a pool by them: `runtime_kernels.pool_layout`);
+    () where unknown."""
+    shape = view.shapes.get(node.input[0]) if node.input else None
+    if node.op_type not in ("MaxPool", "AveragePool") or not shape or len(shape) < 3 or \
+            not isinstance(shape[1], int) or shape[1] <= 0:
+        return ()
+    return (("channels", shape[1]),)
 
 
 def _steps(view: GraphView, node) -> int:

@@ -30,12 +30,15 @@ FEATURES = ("log_flops", "log_bytes", "log_roof", "log_launches", "nodes")
 # Runtime runs the conv blocked (NCHWc) or plain (im2col and a GEMM), asked of the runtime (`runtime_kernels`), not
 # kept in the cost units: at the same FLOPs the blocked kernel ran at ~270-290 GFLOP/s, the plain one at ~120-150.
 # `rank`: 1 for a Conv1d (a speech model's front end: 64 taps on one channel is no 2-D conv's shape), 2 otherwise
-SHAPE_FEATURES = {"conv": ("per_group", "out_channels", "positions", "area", "groups", "layout", "fill", "rank")}
+# `pool_layout` (reduce): whether ONNX Runtime runs a MaxPool or AveragePool blocked (NCHWc), as after a blocked conv,
+# or plain (every other reduce kernel: 1). Asked of the runtime by the pool's channels, which the cost units keep
+SHAPE_FEATURES = {"conv": ("per_group", "out_channels", "positions", "area", "groups", "layout", "fill", "rank"),
+                  "reduce": ("pool_layout",)}
 # shape features filled in where missing: what the runtime decides, and a 2-D conv's rank (the cost units write it
 # for a 1-D conv only). `fill`: the share of the output channels a blocked conv computes that are its own (18 of a
 # padded 32 ran at ~130 GFLOP/s, 32 of 32 at ~270)
 DERIVED = {"layout": runtime_kernels.conv_layout, "fill": runtime_kernels.conv_fill,
-           "rank": lambda shape: 2 if "per_group" in shape else None}
+           "rank": lambda shape: 2 if "per_group" in shape else None, "pool_layout": runtime_kernels.pool_layout}
 # per target, the rules' method each INT8 class is swept quantized by (`sweep.quantization_of`), as an INT8 build for
 # it quantizes such a kernel. ONNX Runtime (cpu-int8): a transformer's MatMuls and an LSTM dynamically (one
 # DynamicQuantizeMatMul or DynamicQuantizeLSTM, its activation quantization inside), a CNN's convs statically (QDQ:
@@ -86,9 +89,9 @@ def features(flops: float, bytes_: float, roof_s: float, launches: int, nodes: i
 def with_derived(shape: dict | None, names: tuple[str, ...]) -> dict | None:
     """`shape` with the features in `names` that the runtime decides (`DERIVED`) filled in, where it has the rest."""
     missing = [n for n in names if n in DERIVED and n not in (shape or {})]
-    if not shape or not missing:
+    if not missing:
         return shape
-    filled = dict(shape)
+    filled = dict(shape or {})  # a kernel with no shape kept: a LayerNormalization's `pool_layout` is still 1
     for n in missing:
         value = DERIVED[n](filled)
         if value is not None:

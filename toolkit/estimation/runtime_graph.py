@@ -47,16 +47,25 @@ def static_quantized(target: str, plan: dict | None, main_file: str) -> bool:
 
 
 def quantized_kernels(artifact: Path, float_model: Path | None, dims: dict[str, int]
-                      ) -> tuple[int, list[kern.Kernel]]:
+                      ) -> tuple[int, list[kern.Kernel], set[str]]:
     """(The nodes ONNX Runtime runs for a static QDQ build, and the kernels among them no cost unit holds): each
     QuantizeLinear and DequantizeLinear left after its QDQ fusions, a `quantize` kernel reading 4 bytes an element
     and writing 1 (or the reverse), as the sweep times one; each Transpose into or out of its NHWC QLinearConvs and
-    each layout reorder, a movement kernel reading and writing its tensor (`runtime_kernels.quantized_graph`)."""
-    executed, found = runtime_kernels.quantized_graph(artifact, dims, float_model)
+    each layout reorder, a movement kernel reading and writing its tensor (`runtime_kernels.quantized_graph`); and the
+    pooling nodes it runs on 8-bit tensors."""
+    executed, found, eight_bit = runtime_kernels.quantized_graph(artifact, dims, float_model)
     return executed, [kern.Kernel(f"{op} {tensor}", "quantize", "fp32", count, 5.0 * count, 1)
                       if op in runtime_kernels.QDQ_KERNELS else
                       kern.Kernel(f"{op} {tensor}", "movement", "fp32", 0, 2.0 * count * width, 1)
-                      for op, tensor, count, width in found]
+                      for op, tensor, count, width in found], eight_bit
+
+
+def at_eight_bits(kernels: list[kern.Kernel], pools: set[str]) -> list[kern.Kernel]:
+    """`kernels` with the pooling kernels ONNX Runtime runs on 8-bit tensors (`pools`, by node name) at INT8: their
+    bytes a quarter, their class `reduce@int8` (for a static plan, the sweep's `reduce@int8~static`: such a MaxPool
+    timed as a uint8 model)."""
+    plan = {"groups": [{"nodes": sorted(pools), "precision": "int8"}]}
+    return [kern.at_precision([k], plan, "fp32")[0] if k.cls == "reduce" and k.lead in pools else k for k in kernels]
 
 
 def runtime_graph(target: str, precision: str, plan: dict | None, artifact: Path | None, float_model: Path | None,
@@ -70,8 +79,9 @@ def runtime_graph(target: str, precision: str, plan: dict | None, artifact: Path
     if artifact is None:
         return kernels, None, []
     if static_quantized(target, plan, artifact.name):
-        executed, inserted = quantized_kernels(artifact, float_model, dims)
-        return [*(k for k in kernels if kern.quantized_kernel(k) is None), *inserted], executed, inserted
+        executed, inserted, pools = quantized_kernels(artifact, float_model, dims)
+        kept = at_eight_bits([k for k in kernels if kern.quantized_kernel(k) is None], pools)
+        return [*kept, *inserted], executed, inserted
     executed = executed_nodes(target, precision, artifact)
     inserted = inserted_kernels(target, precision, artifact, kernels, dims) if executed is not None else []
     kernels, executed = with_inserted(kernels, executed, inserted)

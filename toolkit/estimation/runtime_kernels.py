@@ -78,6 +78,32 @@ def _layout(per_group: int, out_channels: int, groups: int, area: int, rank: int
     return BLOCKED, max(out_channels, (weights.get(blocked.input[1]) or [out_channels])[0])
 
 
+def pool_layout(shape: dict) -> int:
+    """BLOCKED where ONNX Runtime's CPU EP on this host runs a MaxPool or AveragePool of this many `channels`
+    (`cost_units` pool shape) in NCHWc, as it does after a blocked conv (cnn-lstm-m's FP32 pools: ~3.5 µs each, where
+    a plain one of its size ran ~15); PLAIN for a plain one and for every other reduce kernel (no `channels`)."""
+    channels = shape.get("channels")
+    return _pool_layout(int(channels)) if isinstance(channels, int | float) and channels > 0 else PLAIN
+
+
+@functools.lru_cache(maxsize=1024)
+def _pool_layout(channels: int) -> int:
+    """The layout of ONNX Runtime's optimized one-MaxPool model (2×2, stride 2) of `channels` channels."""
+    import onnx
+    from onnx import TensorProto, helper
+
+    node = helper.make_node("MaxPool", ["x"], ["y"], kernel_shape=[2, 2], strides=[2, 2])
+    graph = helper.make_graph([node], "pool", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, channels, 8, 8])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)])
+    proto = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    proto.ir_version = 8
+    with tempfile.TemporaryDirectory(prefix="tapeout-layout-") as folder:
+        path = Path(folder) / "pool.onnx"
+        onnx.save(proto, str(path))
+        graph = optimized_graph(path)
+    return BLOCKED if any(n.domain == NCHWC_DOMAIN and n.op_type == "MaxPool" for n in graph.node) else PLAIN
+
+
 REORDERS = ("ReorderInput", "ReorderOutput")
 
 
@@ -126,15 +152,21 @@ QDQ_KERNELS = ("QuantizeLinear", "DequantizeLinear")
 _ELEMENT_BYTES = {1: 4, 2: 1, 3: 1, 6: 4, 7: 8, 10: 2, 16: 2}  # ONNX TensorProto types: float, uint8, int8, …
 
 
+EIGHT_BIT_POOLS = ("MaxPool",)  # pooling ONNX Runtime runs on the 8-bit tensor a QDQ graph hands it
+
+
 def quantized_graph(model: Path, dims: dict[str, int], float_model: Path | None = None,
-                    threads: int = 1) -> tuple[int, list[tuple[str, str, int, int]]]:
+                    threads: int = 1) -> tuple[int, list[tuple[str, str, int, int]], set[str]]:
     """How ONNX Runtime's CPU EP runs a static QDQ model on this host: (the nodes its optimized graph runs, and of
     them the ones no cost unit of the float model holds, as (op type, tensor, elements, bytes per element)): every
     QuantizeLinear and DequantizeLinear left after its QDQ fusions (a QLinearConv takes the others in), and each
     Transpose or layout reorder it inserted (a node the model does not name). A toy ResNet here ran 5 QLinearConvs
     with 3 Q, 4 DQ and 5 Transposes around them: 24 of its 31 µs outside the convs. A node whose size cannot be
     told is counted among the nodes, not listed. `float_model`: the model before quantization, whose nodes' names the
-    quantized kernels keep and whose shapes ONNX shape inference tells where the QLinear… graph's are not."""
+    quantized kernels keep and whose shapes ONNX shape inference tells where the QLinear… graph's are not. Third:
+    the pooling nodes it runs on 8-bit tensors (a MaxPool between a Q and a DQ, which its QDQ fusions drop): not
+    MLAS's FP32 kernel but a generic one, which ran resnet-m's 3×3 stride-2 MaxPool here in 998 µs, against 33 µs
+    for the FP32 build's."""
     import onnx
 
     source = onnx.load(str(model), load_external_data=False)
@@ -143,18 +175,20 @@ def quantized_graph(model: Path, dims: dict[str, int], float_model: Path | None 
     elements = _elements(sources, graph, dims)
     named = {n.name for n in source.graph.node}
     producers = {o: n for n in graph.node for o in n.output}  # a Transpose's input's writer: its element width
-    executed, found = 0, []
+    executed, found, eight_bit = 0, [], set()
     for node in graph.node:
         if node.op_type in ("Shape", "Size", "Constant"):
             continue
         executed += 1
+        if node.op_type in EIGHT_BIT_POOLS and node.input and _width(node.input[0], producers) == 1:
+            eight_bit.add(node.name)
         if node.op_type in QDQ_KERNELS or (node.op_type in ("Transpose", *REORDERS) and node.name not in named):
             tensor = node.input[0]
             count = elements.get(tensor)
             if count:
                 width = 4 if node.op_type in (*QDQ_KERNELS, *REORDERS) else _width(tensor, producers)
                 found.append((node.op_type, tensor, count, width))
-    return executed, found
+    return executed, found, eight_bit
 
 
 def _elements(sources: list, graph, dims: dict[str, int]) -> dict[str, int]:

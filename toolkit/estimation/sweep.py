@@ -21,7 +21,7 @@ import itertools
 import json
 import math
 import random
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -32,8 +32,11 @@ from tapeout.core.files import write_text
 
 SCHEMA = "tapeout.sweep/1"
 # how a point's kernel time is taken: 1, the run's p50 less Identity's (the first sweeps); 2, less the run's cost
-# without any node and the reorders the runtime put around the kernel, with a conv's shape. Never mixed in a file.
-DEFINITION = 2
+# without any node and the reorders the runtime put around the kernel, with a conv's shape; 3, as 2 with a MaxPool's
+# FLOPs counting its window (an output per window element), its window and stride drawn, and the layout reorders ONNX
+# Runtime puts around a lone one taken out as a conv's are. Never mixed in a file:
+# a definition-2 file loads as a 3 without its MaxPool points (`load`), all of them 3×3 stride 2 counted as 1×1.
+DEFINITION = 3
 CLASSES = ("matmul", "conv", "reduce", "elementwise", "movement", "recurrent", "quantize")
 OPSET = 17
 GELU_OPSET = 20   # the ONNX Gelu op (as torch exports a transformer's MLP at opset 20)
@@ -199,7 +202,14 @@ def _draw(cls: str, rng: random.Random) -> Config:
         op = rng.choice(("LayerNormalization", "Add+LayerNormalization", "RMSNorm", "Softmax", "GlobalAveragePool",
                          "MaxPool"))
         if op in ("GlobalAveragePool", "MaxPool"):
-            return Config(cls, op, (("c", _log(rng, 8, 512)), ("hw", _log(rng, 4, 112))))
+            sizes = (("c", _log(rng, 8, 512)), ("hw", _log(rng, 4, 112)))
+            if op == "MaxPool":  # the windows CNNs pool over: 3×3 stride 2 (a ResNet's stem), 2×2 stride 2 and
+                # stride-1 ones; half the channel counts multiples of 16, which ONNX Runtime runs blocked (NCHWc)
+                sizes = (("c", _channels(rng, 8)), sizes[1], ("k", rng.choice((2, 3))), ("stride", rng.choice((1, 2, 2))))
+            if op == "MaxPool" and rng.random() < 0.3:  # on uint8, as a static INT8 CNN's graph runs its MaxPool
+                # between a Q and a DQ (runtime_kernels.quantized_graph): a static plan's kernel, `reduce@int8~static`
+                return Config(cls, op, (*sizes, ("precision", "int8"), ("quantization", "static")))
+            return Config(cls, op, sizes)
         return Config(cls, op, (("rows", _log(rng, 1, 8192)), ("width", _log(rng, 16, 4096))))
     if cls == "elementwise":
         # GeluTanh: GPT-2's tanh GELU written out, eight nodes, one kernel to the estimator and to ONNX Runtime
@@ -279,9 +289,12 @@ def model(config: Config, rng_seed: int = 0):
             nodes.append(helper.make_node("Relu", ["cv"], ["y"]))
         inputs = [("x", [1, s["c"], s["len"]])]
     elif op in ("GlobalAveragePool", "MaxPool"):
-        extra = {"kernel_shape": [3, 3], "strides": [2, 2], "pads": [1, 1, 1, 1]} if op == "MaxPool" else {}
-        nodes.append(helper.make_node(op, ["x"], ["y"], **extra))
-        inputs = [("x", [1, s["c"], s["hw"], s["hw"]])]
+        k, stride = s.get("k", 3), s.get("stride", 2)  # a window's size and step (3×3 stride 2 in definition 2)
+        pad = 1 if k == 3 else 0
+        extra = {"kernel_shape": [k, k], "strides": [stride, stride], "pads": [pad] * 4} if op == "MaxPool" else {}
+        source = "q8" if s.get("precision") == "int8" else "x"  # a uint8 tensor in, a uint8 tensor out
+        nodes.append(helper.make_node(op, [source], ["y"], **extra))
+        inputs = [(source, [1, s["c"], s["hw"], s["hw"]])]
     elif op == "LayerNormalization":
         nodes.append(helper.make_node(op, ["x", weight("g", (s["width"],)), weight("b", (s["width"],))], ["y"], axis=-1))
         inputs = [("x", [s["rows"], s["width"]])]
@@ -353,8 +366,9 @@ def model(config: Config, rng_seed: int = 0):
     graph = helper.make_graph(nodes, config.key.replace(":", "_")[:60],
                               [helper.make_tensor_value_info(n, kinds.get(INPUT_DTYPES.get(n, ""), TensorProto.FLOAT),
                                                              shape) for n, shape in inputs],
-                              [helper.make_tensor_value_info("y", TensorProto.UINT8 if op == "QuantizeLinear"
-                                                             else TensorProto.FLOAT, None)], initializer=inits)
+                              [helper.make_tensor_value_info("y", TensorProto.UINT8 if op == "QuantizeLinear" or (
+                                  op == "MaxPool" and inputs[0][0] == "q8") else TensorProto.FLOAT, None)],
+                              initializer=inits)
     proto = helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)])
     proto.ir_version = 8 if opset == OPSET else 9
     return proto, inputs
@@ -425,8 +439,8 @@ def timed_model(config: Config, proto, inputs=(), target: str = "onnxruntime"):
     rule's performance preset, a MatMul with the transformer rule's mixed preset and model type), the static ones
     calibrated on four random inputs."""
     method = quantization_of(config, target)
-    if method is None:
-        return proto
+    if method is None or any(INPUT_DTYPES.get(n) == "uint8" for n, _ in inputs):
+        return proto  # FP32, or 8-bit as built (a uint8 MaxPool): nothing to quantize
     import tempfile
 
     import numpy as np
@@ -479,7 +493,9 @@ def features_of(proto, inputs, roof, precision: str = "fp32") -> dict[str, float
     if len(kernels) != 1:
         return None
     k = kernels[0]
-    if precision != "fp32":
+    if precision != "fp32" and any(INPUT_DTYPES.get(n) == "uint8" for n, _ in inputs):
+        k = replace(k, precision=precision)  # its tensors 8-bit already (a uint8 MaxPool): its bytes as counted
+    elif precision != "fp32":
         k = kern.at_precision([k], {"groups": [{"nodes": [k.lead], "precision": precision}]}, "fp32")[0]
     shape = predictor.with_derived(dict(k.shape), predictor.SHAPE_FEATURES.get(k.cls, ()))  # a conv's layout too
     return {"cls": k.cls, "precision": k.precision, "flops": float(k.flops), "bytes": float(k.bytes), "nodes": k.nodes,
@@ -528,6 +544,8 @@ def load(path: Path) -> SweepFile | None:
                        fix="delete it and sweep again") from None
     if found.schema_ != SCHEMA:
         raise BadInput(f"the sweep file {path} has schema {found.schema_!r}, not {SCHEMA}", fix="delete it and sweep again")
+    if found.definition == 2:  # its other points are definition 3's; its pools' FLOPs did not count their window
+        found = found.model_copy(update={"definition": 3, "points": [p for p in found.points if p.op != "MaxPool"]})
     return found
 
 

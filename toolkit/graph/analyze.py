@@ -20,6 +20,7 @@ from tapeout.graph.analysis import Analysis, NodeCost
 from tapeout.graph.view import GraphView
 
 # Ops whose output is a view or a relabelling: no arithmetic.
+_WINDOWED = {"MaxPool", "AveragePool", "LpPool"}  # pools over a kernel_shape window
 _NO_FLOPS = {"Reshape", "Transpose", "Squeeze", "Unsqueeze", "Flatten", "Identity", "Shape", "Gather", "Slice",
              "Concat", "Split", "Cast", "Constant", "Expand", "ConstantOfShape", "Range", "GatherND", "Dropout"}
 
@@ -71,6 +72,10 @@ def node_cost(view: GraphView, node) -> NodeCost:
     elif op in ("Conv", "ConvTranspose") and out and weight is not None:
         per_output = int(np.prod(weight.shape[1:])) if op == "Conv" else int(np.prod(weight.shape[2:])) * weight.shape[0]
         flops = 2 * out * per_output
+    elif op in _WINDOWED and out:
+        # a comparison (or an add) per output per window element: a 3×3 pool does 9 per output, a 2×2 one 4, at the
+        # same output size, and ONNX Runtime's generic 8-bit MaxPool costs in proportion (estimator.md)
+        flops = out * int(np.prod(view.attr(node, "kernel_shape", [1])))
     elif op not in _NO_FLOPS and out:
         flops = out
     touched = [*node.input, *node.output]
