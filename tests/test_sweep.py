@@ -863,3 +863,58 @@ def test_a_pool_is_priced_in_the_layout_onnx_runtime_runs_it(tmp_path):
     drawn = [c["c"] for c in (sweep.sample("reduce", random.Random(i)) for i in range(400)) if c.op == "MaxPool"]
     assert 0.3 < sum(c % 16 == 0 for c in drawn) / len(drawn) < 0.7  # half of them counts ONNX Runtime blocks
 
+
+def test_a_dynamic_int8_builds_nodes_are_counted_from_the_graph_onnx_runtime_optimizes(tmp_path):
+    """A dynamically quantized model's artifact is not the graph ONNX Runtime runs: where three MatMuls read one
+    activation (attention's q, k and v), it quantizes it once (DynamicQuantizeLinear) and runs each MatMul as a
+    MatMulIntegerToFloat, four nodes for what the cost units price as three kernels with their quantization inside.
+    The nodes are counted from the optimized graph, and the extra ones each priced as a dispatch."""
+    import math
+
+    import numpy as np
+    import onnx
+    from onnx import TensorProto, helper, numpy_helper
+    from onnxruntime.quantization import QuantType, quantize_dynamic
+
+    from tapeout.estimation import cost_units as kern
+    from tapeout.estimation import runtime_kernels
+    from tapeout.estimation.roofline import Roof
+
+    rng = np.random.default_rng(0)
+    weights = [numpy_helper.from_array(rng.standard_normal((64, 64)).astype(np.float32), f"w{i}") for i in range(3)]
+    nodes = [helper.make_node("MatMul", ["x", f"w{i}"], [f"y{i}"], name=f"mm{i}") for i in range(3)]
+    graph = helper.make_graph(nodes, "qkv", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [8, 64])],
+                              [helper.make_tensor_value_info(f"y{i}", TensorProto.FLOAT, [8, 64]) for i in range(3)],
+                              initializer=weights)
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 8
+    onnx.save(model, tmp_path / "float.onnx")
+    quantize_dynamic(tmp_path / "float.onnx", tmp_path / "model.onnx", weight_type=QuantType.QInt8)
+    artifact = tmp_path / "model.onnx"
+    ran = runtime_kernels.optimized_graph(artifact)
+    ops = Counter(n.op_type for n in ran.node)
+    assert ops["DynamicQuantizeLinear"] == 1 and ops["MatMulIntegerToFloat"] == 3
+
+    plan = {"method": "dynamic", "groups": [{"nodes": [f"mm{i}"], "precision": "int8"} for i in range(3)]}
+    assert runtime_graph.dynamic_quantized("onnxruntime", plan, artifact.name)
+    assert not runtime_graph.dynamic_quantized("onnxruntime", {**plan, "method": "static"}, artifact.name)
+    assert not runtime_graph.dynamic_quantized("openvino", plan, artifact.name)
+    kernels = [kern.Kernel(f"mm{i}", "matmul", "fp32", 2 * 8 * 64 * 64, 4.0 * (8 * 64 * 2 + 64 * 64), 1, lead=f"mm{i}",
+                           quantized_input=8 * 64) for i in range(3)]
+    quantized = kern.at_precision(kernels, plan, "fp32")
+    priced, executed, inserted = runtime_graph.runtime_graph("onnxruntime", "int8", plan, artifact, None, quantized, {})
+    assert executed == runtime_kernels.node_count(ran) == 4 and inserted == [] and priced == quantized
+    assert sum(k.cls == "quantize" for k in quantized) == 3  # each priced inside its DynamicQuantizeMatMul's time
+
+    # priced: the three kernels (their quantization inside), and the one node beyond them as a dispatch
+    def flat(seconds: float) -> predictor.ClassModel:  # a one-leaf model: every kernel of the class `seconds`
+        return predictor.ClassModel(init=math.log(seconds), rate=1.0, band=(-0.1, 0.1), points=20,
+                                    held_out_within_15=1.0, trees=[predictor.Tree(feature=[-2], threshold=[-2.0],
+                                                                                  left=[-1], right=[-1], value=[0.0])])
+    roof = Roof(name="test", kind="cpu", peaks={"fp32": 1e11, "int8": 4e11}, bandwidth=2e10, source="a stand-in")
+    pred = predictor.Predictor(predictor.PredictorFile(
+        schema=predictor.SCHEMA, device="d", target="onnxruntime", host="h", threads=1, created="now", baseline_s=0.0,
+        roof=roof.to_json(), points=40, classes={"matmul@int8": flat(2e-6), "movement": flat(3e-7)}), tmp_path)
+    est = estimate.estimate(priced, roof, "onnxruntime", "int8", None, pred, executed)
+    assert est.predicted_s == pytest.approx(3 * 2e-6 + 1 * 3e-7)
+    assert any("runs 4 nodes for the model's 3 kernels: the 1 more" in n for n in est.notes)

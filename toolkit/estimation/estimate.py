@@ -273,13 +273,15 @@ def _predicted(est: Estimate, kernels: list[kern.Kernel], roof: roofline.Roof, p
     if inputs > 1 and pred.data.input_s:
         est.notes.append(f"the model's {inputs} inputs: each beyond the first adds {pred.data.input_s * 1e6:.2f} µs a run "
                          "(the runtime sets each input per call; swept apart)")
-    extra = (executed or 0) - len(kernels)
+    # a kernel's activation quantization priced inside it runs inside its node too (DynamicQuantizeMatMul)
+    extra = (executed or 0) - (len(kernels) - inside)
     view = pred.kernel_s("movement", 0, 0, 0.0, 1, 1) if extra > 0 else None
     if view is not None:
         est.predicted_s += extra * view
-        est.notes.append(f"ONNX Runtime's optimized graph runs {executed} nodes for the model's {len(kernels)} "
-                         f"kernels: the {extra} more are priced as one dispatch each ({view * 1e6:.2f} µs, the "
-                         "movement predictor's time for a view), outside the per-class figures")
+        est.notes.append(f"ONNX Runtime's optimized graph runs {executed} nodes for the model's "
+                         f"{len(kernels) - inside} kernels: the {extra} more are priced as one dispatch each "
+                         f"({view * 1e6:.2f} µs, the movement predictor's time for a view), outside the per-class "
+                         "figures")
     est.band = pred.band({predictors.class_key(k.cls, k.precision) for k in kernels})
     est.tails = cal[0].fit.tails if cal else {}
     est.predictor = (f"kernel predictors {pred.path.name}: {len(pred.data.classes)} classes from {pred.data.points} "
@@ -378,7 +380,8 @@ def for_build(build: BuildDir, cal: tuple[calib.Calibration, Path] | bool | None
                                            kernels)
     kernels = found or kernels
     if pred is not None and target == report.target.name and (graphs.counts_executed(target, precision, main)
-                                                              or graphs.static_quantized(target, plan, main)):
+                                                              or graphs.static_quantized(target, plan, main)
+                                                              or graphs.dynamic_quantized(target, plan, main)):
         # the artifact is verified (every file hashed) only where its graph is read
         float_model = build.exported_model() if graphs.static_quantized(target, plan, main) else None  # hashed if read
         kernels, executed, inserted = graphs.runtime_graph(target, precision, plan, build.artifact() / main,

@@ -130,7 +130,16 @@ def inserted_reorders(model: Path, dims: dict[str, int], threads: int = 1) -> li
     output), as (op type, tensor, bytes of the plain tensor), from the graph it optimizes at the level a build runs.
     A real CNN pays them between its blocked convs and the ops that have no blocked kernel (unet here: seven, 2 µs
     each in a 46 µs run), which no one-kernel point of a sweep holds. [] where it inserts none."""
-    graph = optimized_graph(model, threads)
+    return reorders_in(optimized_graph(model, threads), dims)
+
+
+def node_count(graph) -> int:
+    """The nodes a graph ONNX Runtime optimized runs (its shape queries and constants run none)."""
+    return sum(1 for node in graph.node if node.op_type not in ("Shape", "Size", "Constant"))
+
+
+def reorders_in(graph, dims: dict[str, int]) -> list[tuple[str, str, int]]:
+    """`inserted_reorders` of a graph ONNX Runtime optimized (`optimized_graph`)."""
     shapes = {v.name: v.type.tensor_type for v in (*graph.value_info, *graph.input, *graph.output)}
     found = []
     for node in graph.node:
