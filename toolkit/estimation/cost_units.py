@@ -127,7 +127,7 @@ class Kernel:
     reread: float = 0.0  # bytes read again on every launch after the first: a recurrent cell's weights
     # what FLOPs and bytes do not say about the kernel's shape, where a predictor reads it: a conv's channels per
     # group, output channels, output positions, kernel area and groups (a 7×7 depthwise is not a 1×1 dense conv),
-    # and `rank` 1 for a 1-D conv
+    # and `rank` 1 for a 1-D conv; a MaxPool's or AveragePool's `channels` (ONNX Runtime blocks a pool by them)
     shape: tuple[tuple[str, int], ...] = ()
 
     def to_json(self) -> dict:
