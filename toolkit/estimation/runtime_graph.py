@@ -35,8 +35,12 @@ def inserted_kernels(target: str, precision: str, artifact: Path | None, kernels
     if artifact is None or not counts_executed(target, precision, artifact.name) or \
             not any(k.cls == "conv" for k in kernels):
         return []
-    return [kern.Kernel(f"{op} {tensor}", "movement", "fp32", 0, 2.0 * size, 1)
-            for op, tensor, size in runtime_kernels.inserted_reorders(artifact, dims)]
+    return reorder_kernels(runtime_kernels.inserted_reorders(artifact, dims))
+
+
+def reorder_kernels(reorders: list[tuple[str, str, int]]) -> list[kern.Kernel]:
+    """Each layout reorder (op type, tensor, bytes of the plain tensor) as a movement kernel reading and writing it."""
+    return [kern.Kernel(f"{op} {tensor}", "movement", "fp32", 0, 2.0 * size, 1) for op, tensor, size in reorders]
 
 
 def dynamic_quantized(target: str, plan: dict | None, main_file: str) -> bool:
@@ -92,8 +96,7 @@ def runtime_graph(target: str, precision: str, plan: dict | None, artifact: Path
     if dynamic_quantized(target, plan, artifact.name):
         graph = runtime_kernels.optimized_graph(artifact)
         executed = runtime_kernels.node_count(graph)
-        inserted = [kern.Kernel(f"{op} {tensor}", "movement", "fp32", 0, 2.0 * size, 1)
-                    for op, tensor, size in runtime_kernels.reorders_in(graph, dims)]
+        inserted = reorder_kernels(runtime_kernels.reorders_in(graph, dims))
         kernels, executed = with_inserted(kernels, executed, inserted)
         return kernels, executed, inserted
     executed = executed_nodes(target, precision, artifact)
