@@ -106,3 +106,49 @@ def test_an_openvino_builds_estimate_prices_the_kernels_its_compiled_graph_runs(
     again = run_cli("estimate", out, "--json")
     assert again.code == 0, again.err
     assert again.json()["predicted_ms"] == report["estimate"]["predicted_ms"]  # the same figure, read again
+
+
+def _conv_then_norm(path, channels=64, side=32):
+    """A 1×1 conv (which OpenVINO runs channels-last), a Reshape and a group norm's MVN (plain): the plugin reorders
+    the conv's output back to plain between them."""
+    rng = np.random.default_rng(0)
+    w = helper.make_tensor("w", TensorProto.FLOAT, [channels, channels, 1, 1],
+                           (rng.standard_normal(channels * channels) * 0.1).tolist())
+    shape = helper.make_tensor("shape", TensorProto.INT64, [3], [1, 4, -1])
+    nodes = [helper.make_node("Conv", ["x", "w"], ["c"], name="conv"),
+             helper.make_node("Reshape", ["c", "shape"], ["r"], name="view"),
+             helper.make_node("ReduceMean", ["r"], ["y"], name="mean", axes=[2], keepdims=1)]
+    graph = helper.make_graph(nodes, "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT,
+                                                                         [1, channels, side, side])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 4, 1])], [w, shape])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 10
+    onnx.save(model, str(path))
+    return path
+
+
+def test_a_reorder_is_strided_where_the_plugin_runs_its_generic_one(tmp_path):
+    """Whichever reorder this CPU's plugin picks: oneDNN's generic one (element by element) is a `strided` kernel with
+    its channels a plane apart, any other a movement kernel of its bytes; each kernel names the layer it ran as."""
+    ov = pytest.importorskip("openvino", reason="OpenVINO is in the [openvino] extra")
+    source = _conv_then_norm(tmp_path / "m.onnx")
+    ov.save_model(ov.convert_model(str(source)), str(tmp_path / "model.xml"))
+    project = SimpleNamespace(inputs=[InputSpec(name="x", shape=[1, 64, 32, 32])], dims={})
+    view = GraphView.load(source, project.inputs, {})
+    config = {"device": "CPU", "threads": 1, "inference_precision": "f32"}
+    found, _ = ov_graph.kernels_for(tmp_path / "model.xml", source, project, config,
+                                    kern.structure(view, analyze_view(view)))
+    from tapeout.targets import ov as ov_target
+
+    layers, _ = ov_graph.runtime_layers(ov.Core().read_model(str(tmp_path / "model.xml")),
+                                        ov_target.compile_config(ov_target.Options(**config)))
+    reorders = [layer for layer in layers if layer.type == "Reorder"]
+    assert reorders  # the conv runs blocked or channels-last, the norm plain
+    by_layer = {k.runs_as: k for k in found}
+    assert all(k.runs_as for k in found if k.cls != "reduce")
+    for layer in reorders:
+        kernel = by_layer[layer.name]
+        generic = layer.primitive.startswith("reorder_") and "brgemm" not in layer.primitive
+        assert kernel.cls == ("strided" if generic else "movement"), layer
+        if generic:   # between channels-last and plain: 64 channels of a 32 × 32 plane
+            assert dict(kernel.shape) == {"elements": 65536, "lines": 64, "stride": 4096}

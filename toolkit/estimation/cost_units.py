@@ -21,7 +21,8 @@ from tapeout.graph.view import GraphView
 from tapeout.records.structure import SCHEMA as STRUCTURE_SCHEMA
 from tapeout.records.structure import CostUnitRecord, PhaseRecord, StructureRecord
 
-CLASSES = ("conv", "matmul", "recurrent", "reduce", "elementwise", "movement", "quantize")
+# `attention` and `strided` only where a runtime's compiled graph says (OpenVINO's MHA subgraphs, its generic reorders)
+CLASSES = ("conv", "matmul", "recurrent", "reduce", "elementwise", "movement", "quantize", "attention", "strided")
 
 # ONNX, ONNX Runtime contrib and OpenVINO executed-layer type names, by kernel class. A name not
 # listed is elementwise (arithmetic per element, bandwidth-bound on every device here).
@@ -108,7 +109,16 @@ NORM_OPS = {"LayerNormalization", "SimplifiedLayerNormalization", "RMSNormalizat
 _SHAPE_OPS = {"Shape", "Size", "Constant", "ConstantOfShape", "Range"}
 
 
-def op_class(op_type: str) -> str:
+# OpenVINO's executed type for oneDNN's generic reorder, which moves one element at a time ("CPU:reorder_f32"; its
+# JIT and brgemm reorders are "jit_uni_f32", "reorder_brgemm_f32"): a `strided` kernel (strided.py)
+_GENERIC_REORDER = re.compile(r"^(CPU:)?reorder_(?!brgemm)")
+
+
+def op_class(op_type: str, provider: str = "") -> str:
+    """The kernel class of a profiled op by its type, and by the implementation that ran it (`provider`, as an
+    OpenVINO profile records its executed type) where that decides it."""
+    if op_type == "Reorder" and _GENERIC_REORDER.match(provider or ""):
+        return "strided"
     return (_BY_NAME.get(op_type) or _inductor_class(op_type)
             or _BY_NAME.get(op_type.split(" (", 1)[0], "elementwise"))
 
@@ -127,8 +137,10 @@ class Kernel:
     reread: float = 0.0  # bytes read again on every launch after the first: a recurrent cell's weights
     # what FLOPs and bytes do not say about the kernel's shape, where a predictor reads it: a conv's channels per
     # group, output channels, output positions, kernel area and groups (a 7×7 depthwise is not a 1×1 dense conv),
-    # and `rank` 1 for a 1-D conv; a MaxPool's or AveragePool's `channels` (ONNX Runtime blocks a pool by them)
+    # and `rank` 1 for a 1-D conv; a MaxPool's or AveragePool's `channels` (ONNX Runtime blocks a pool by them); a
+    # `strided` reorder's `elements`, and the `lines` its strided side writes a `stride` bytes apart
     shape: tuple[tuple[str, int], ...] = ()
+    runs_as: str = ""  # the layer a runtime's profile names for it, where the runtime's compiled graph says (OpenVINO)
 
     def to_json(self) -> dict:
         return {"name": self.name, "class": self.cls, "precision": self.precision, "flops": self.flops,
@@ -452,6 +464,11 @@ def roof_times(kernel: Kernel, roof) -> tuple[float, float]:
     peak, _ = roof.peak(kernel.precision)
     compute = kernel.flops / peak if peak else 0.0
     memory = kernel.bytes / roof.bandwidth if roof.bandwidth else 0.0
+    if kernel.cls == "strided" and roof.strided and roof.strided.table:
+        # one element at a time: the host's strided loop at this reorder's conflicts, or its bytes where slower
+        shape = dict(kernel.shape)
+        memory = max(memory, roof.strided.seconds(shape.get("elements", 0), shape.get("lines", 1),
+                                                  shape.get("stride", 0)))
     if kernel.reread and kernel.launches > 1:
         # re-read from the cache level it fits in; a roof with no measured cache cannot price it, and a
         # lower bound must not guess: those reads are then left out

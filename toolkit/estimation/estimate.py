@@ -23,7 +23,7 @@ from tapeout.core.errors import BadInput
 from tapeout.core.host import host_fingerprint
 from tapeout.core.schemas import Budgets, InputSpec
 from tapeout.core.verdict import BudgetResult, Verdict
-from tapeout.estimation import bottleneck, generation, host_roof, roofline
+from tapeout.estimation import bottleneck, generation, host_roof, roofline, strided
 from tapeout.estimation import cost_units as kern
 from tapeout.estimation import fit as calib
 from tapeout.estimation import openvino_graph as ov_graph
@@ -126,8 +126,10 @@ def roof_for(device_spec, host: dict, cal: calib.Calibration | None = None, thre
     cache = tuple((size, rate * 1e9) for size, rate in cal.roof.get("cache_bandwidth_gbs", ())) if cal else None
     # without a calibration: what was measured on this host once and kept, so every estimate prices alike (another
     # CPU's build is priced at the roof it recorded, `for_build`; anything else measures here, now)
+    # and so its strided loop, or none where it was made before the loop was measured
+    looped = (strided.Strided.from_json(cal.roof.get("strided")) or strided.UNMEASURED) if cal else None
     kept = host_roof.kept_or_measured(host) if cal is None and host_roof.is_here(host) else None
-    return roofline.for_host(host, bandwidth or None, fp32 or None, threads, cache, kept)
+    return roofline.for_host(host, bandwidth or None, fp32 or None, threads, cache, kept, looped)
 
 
 def host_threads(host: dict, options: Any) -> int | None:
@@ -535,6 +537,18 @@ def judge(budgets: Budgets, est: Estimate, why_not_measured: str) -> list[Budget
 # ---------------------------------------------------------------- records for calibration
 
 
+def profiled_classes(profile: dict, kernels: list[kern.Kernel], scale: float = 1.0) -> dict[str, float]:
+    """Seconds per inference the profiler spent per kernel class (times `scale`): each profiled layer in the class of
+    the kernel the runtime's compiled graph says it ran (`Kernel.runs_as`: OpenVINO's MHA "Subgraph" is attention
+    where its type alone says elementwise), else by its type and the implementation that ran it."""
+    ran = {k.runs_as: k.cls for k in kernels if k.runs_as}
+    out: dict[str, float] = {}
+    for row in (profile.get("ops") if ran and profile.get("ops") else profile["op_types"]):
+        cls = ran.get(row.get("node", "")) or kern.op_class(row["op_type"], row.get("provider") or "")
+        out[cls] = out.get(cls, 0.0) + row["total_us"] / profile["runs"] * scale * 1e-6
+    return out
+
+
 def measured_record(build: BuildDir) -> tuple[calib.Record, dict] | str:
     """A build (or its check) measured on the device itself, as a calibration record with its device,
     target and host; or why it cannot be one."""
@@ -549,13 +563,9 @@ def measured_record(build: BuildDir) -> tuple[calib.Record, dict] | str:
         return f"{directory}: no measured latency with a per-op profile"
     p50 = q["p50"]["point"]
     tails = {k: q[k]["point"] / p50 for k in ("p90", "p99") if k in q and p50}
-    measured_s: dict[str, float] = {}
-    scale = bottleneck.profiler_scale(profile, p50)
-    for row in profile["op_types"]:
-        cls = kern.op_class(row["op_type"])
-        measured_s[cls] = measured_s.get(cls, 0.0) + row["total_us"] / profile["runs"] * scale * 1e-6
     est = for_build(build, cal=None, host=measured.host.model_dump(), recorded_roof=False,  # the calibration's roof
                     reported=measured.device.reported if measured.device else None)  # a GPU: the one that ran
+    measured_s = profiled_classes(profile, est.kernels, bottleneck.profiler_scale(profile, p50))
     record = calib.Record(model=report.project.name, precision=report.profile.precision, source=str(directory),
                           created=measured.created, p50_s=p50 / 1e3, tails=tails,
                           roof_s=kern.class_roofs(est.kernels, est.roof), measured_s=measured_s,

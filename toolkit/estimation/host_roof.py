@@ -1,6 +1,6 @@
-"""This host's CPU roof, measured once and kept: its FP32 matrix-multiply rate, copy bandwidth and cache
-bandwidths, written beside the calibrations (`<calibration folder>/<host name>.roof.json`, schema
-`tapeout.host-roof/2`) the first time an estimate needs them and read back by every later one, so the same
+"""This host's CPU roof, measured once and kept: its FP32 matrix-multiply rate, copy bandwidth, cache
+bandwidths and strided loop, written beside the calibrations (`<calibration folder>/<host name>.roof.json`, schema
+`tapeout.host-roof/3`) the first time an estimate needs them and read back by every later one, so the same
 model estimated twice on this host prices at the same roof. `tapeout calibrate` measures again (once per
 calibration) and its calibration keeps the roof its records were priced at.
 
@@ -19,11 +19,13 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from tapeout.core.errors import BadInput
 from tapeout.core.files import write_json
 from tapeout.core.host import host_fingerprint, now
-from tapeout.estimation import roofline
+from tapeout.estimation import roofline, strided
+from tapeout.estimation.strided import UNMEASURED, Strided
+from tapeout.records.estimate import StridedRecord
 
 # 2: the FP32 rate is the faster of numpy's and ONNX Runtime's multiply (1: numpy's alone, which ONNX Runtime's own
-# kernels beat on a Zen 4): a kept file of 1 is measured again, as any of another format is
-SCHEMA = "tapeout.host-roof/2"
+# kernels beat on a Zen 4); 3: the strided loop (`strided.py`). A kept file of another format is measured again
+SCHEMA = "tapeout.host-roof/3"
 
 
 class _File(BaseModel):
@@ -35,6 +37,7 @@ class _File(BaseModel):
     fp32_flops: float = Field(gt=0)                 # the faster of numpy's and ONNX Runtime's multiply
     bandwidth_bytes: float = Field(gt=0)            # array copy, best of 30
     cache: list[tuple[int, float]] = Field(min_length=1)  # (working-set bytes, copy bytes/s)
+    strided: StridedRecord | None = None            # strided.Strided.to_json; none where sysfs gives no L1
 
 
 @dataclass(frozen=True)
@@ -44,6 +47,7 @@ class Measured:
     cache: tuple[tuple[int, float], ...]
     measured_at: str
     path: Path
+    strided: Strided = UNMEASURED
 
 
 def is_here(host: dict) -> bool:
@@ -67,8 +71,9 @@ def load(host: dict) -> Measured | None:
         return None
     if found.schema_ != SCHEMA or found.host != roofline.host_key(host):
         return None
+    strided = Strided.from_json(found.strided) or UNMEASURED
     return Measured(found.fp32_flops, found.bandwidth_bytes, tuple((int(s), float(r)) for s, r in found.cache),
-                    found.measured_at, path)
+                    found.measured_at, path, strided)
 
 
 def measure(host: dict) -> Measured:
@@ -79,7 +84,8 @@ def measure(host: dict) -> Measured:
     body = _File.model_validate({"schema": SCHEMA, "host": roofline.host_key(host), "measured_at": now(),
                                  "fp32_flops": roofline.measured_fp32_peak(),
                                  "bandwidth_bytes": roofline.measured_bandwidth(),
-                                 "cache": [list(c) for c in roofline.measured_cache_bandwidth()]})
+                                 "cache": [list(c) for c in roofline.measured_cache_bandwidth()],
+                                 "strided": strided.measured().to_json()})
     write_json(path_for(host), body.model_dump(by_alias=True))  # two builds measuring at once: each file whole
     return load(host)
 

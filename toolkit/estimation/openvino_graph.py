@@ -6,16 +6,19 @@ What the plugin does that the cost units do not see: it runs a Reshape, Squeeze 
 constants once at compile time (no kernel); it fuses an activation, a bias or a scale into the FullyConnected or
 Convolution before it, a chain of elementwise ops into one JIT "Subgraph", and attention's transposes, scaling, softmax
 and both matmuls into one (MHA); and it puts a Reorder into and out of its blocked layouts, which the model has no node
-for (unet-m's group norms run in plain layout between blocked convs: seven reorders, 2 of its 5 ms).
+for (unet-m's group norms run in plain layout between blocked convs: seven reorders, 2 of its 5 ms, nearly all in the
+two oneDNN runs element by element: `strided` kernels).
 """
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, replace
 from pathlib import Path
 
 from tapeout.core.errors import first_line
 from tapeout.estimation import cost_units as kern
+from tapeout.estimation import strided
 
 # layer types that run no kernel: the graph's edges, constants, and views the plugin runs in place
 NOT_RUN = frozenset({"Input", "Output", "Const", "Reshape", "Squeeze", "Unsqueeze"})
@@ -29,6 +32,10 @@ class Layer:
     type: str
     originals: tuple[str, ...]  # the model's nodes it was made of (empty for one the plugin made: a Reorder)
     bytes: float                # its output's size: what a Reorder reads and writes
+    # a Reorder's: the implementation it runs ("reorder_f32": oneDNN's generic one, element by element), and the
+    # (elements, lines, stride) of its strided side (strided.layout_streams) where that one runs
+    primitive: str = ""
+    streams: tuple[int, int, int] = (0, 1, 0)
 
 
 def runtime_layers(model, config: dict) -> tuple[list[Layer], set[str]]:
@@ -51,8 +58,24 @@ def runtime_layers(model, config: dict) -> tuple[list[Layer], set[str]]:
             continue
         if kind in NOT_RUN or (kind == "Reorder" and name.endswith(FAKE_REORDER)):
             continue
-        layers.append(Layer(name, kind, originals, _output_bytes(op)))
+        layer = Layer(name, kind, originals, _output_bytes(op))
+        if kind == "Reorder":
+            layer = replace(layer, primitive=info["primitiveType"].astype(str), streams=_streams(op))
+        layers.append(layer)
     return layers, named
+
+
+def _streams(op) -> tuple[int, int, int]:
+    """(Elements, lines, stride in bytes) of a Reorder's strided side: see `strided.layout_streams`."""
+    shape = op.get_output_partial_shape(0)
+    if not shape.is_static:
+        return 0, 1, 0
+    dims = [int(d) for d in shape.to_shape()]
+    source = op.input_value(0).get_node().get_rt_info()
+    layout_in = source["outputLayouts"].astype(str) if "outputLayouts" in source else ""
+    layout_out = op.get_rt_info()["outputLayouts"].astype(str)
+    lines, stride = strided.layout_streams(dims, layout_in, layout_out, op.get_output_element_type(0).size)
+    return math.prod(dims), lines, stride
 
 
 def _output_bytes(op) -> float:
@@ -77,7 +100,7 @@ def node_kernels(view, analysis, kernels: list[kern.Kernel]) -> dict[str, str]:
 
 
 def executed_kernels(kernels: list[kern.Kernel], node_kernel: dict[str, str], layers: list[Layer],
-                     named: set[str]) -> list[kern.Kernel]:
+                     named: set[str], attention: frozenset[str] = frozenset()) -> list[kern.Kernel]:
     """The kernels the plugin runs, in its order, then those kept as they are: the cost units' kernels that one layer holds merged into one (the
     costliest's class, shape and precision; every FLOP and node; the bytes of those of its class: a fused activation's
     or softmax's pass over the tensor is not made), a Reorder a movement kernel reading and writing its tensor. A
@@ -91,17 +114,37 @@ def executed_kernels(kernels: list[kern.Kernel], node_kernel: dict[str, str], la
     out: list[kern.Kernel] = []
     for layer in layers:
         if layer.type == "Reorder":
-            out.append(kern.Kernel(f"Reorder {layer.name}", "movement", "fp32", 0, 2.0 * layer.bytes, 1))
+            out.append(reorder_kernel(layer))
             continue
         held = [node_kernel[n] for n in layer.originals if node_kernel.get(n) in by_name]
         held = [name for i, name in enumerate(held) if name not in placed and name not in held[:i]]
         if not held:
             continue
         placed.update(held)
-        out.append(merged([by_name[name] for name in held]))
+        kernel = replace(merged([by_name[name] for name in held]), runs_as=layer.name)
+        mha = layer.type == "Subgraph" and attention & set(held) and kernel.cls == "matmul"
+        out.append(replace(kernel, cls="attention") if mha else kernel)
     known = {node_kernel.get(n) for n in named}
     kept = [k for k in kernels if k.name not in placed and k.name not in known and k.cls in KEPT]
-    return out + kept
+    return out + [replace(k, cls="attention") if k.name in attention else k for k in kept]
+
+
+def reorder_kernel(layer: Layer) -> kern.Kernel:
+    """A Reorder as a kernel: one oneDNN runs element by element (`reorder_f32`, `reorder_I8`; not its JIT or brgemm
+    ones) is `strided`, priced by the conflicts of its strided side (strided.py); any other moves its bytes."""
+    if kern.op_class("Reorder", layer.primitive) == "strided":
+        elements, lines, stride = layer.streams
+        return kern.Kernel(f"Reorder {layer.name}", "strided", "fp32", 0, 2.0 * layer.bytes, 1,
+                           shape=(("elements", elements), ("lines", lines), ("stride", stride)), runs_as=layer.name)
+    return kern.Kernel(f"Reorder {layer.name}", "movement", "fp32", 0, 2.0 * layer.bytes, 1, runs_as=layer.name)
+
+
+def attention_kernels(view, node_kernel: dict[str, str]) -> frozenset[str]:
+    """The kernels holding a MatMul between two activations (attention's scores and their weighted sum): the plugin
+    runs them in an MHA subgraph with the softmax between, or as MatMuls of their own, well under the rate of a
+    FullyConnected of its weights (minilm: 180-220 µs a layer for 26 MFLOP, its FullyConnecteds near the roof)."""
+    return frozenset(node_kernel[n.name] for n in view.nodes if n.op_type == "MatMul" and n.name in node_kernel
+                     and not any(view.is_const(t) for t in n.input if t))
 
 
 def merged(parts: list[kern.Kernel]) -> kern.Kernel:
@@ -137,7 +180,7 @@ def kernels_for(artifact: Path, exported: Path, project, options, kernels: list[
     except RuntimeError as exc:
         return None, (f"OpenVINO could not compile the build's IR here ({first_line(exc, 200)}): its kernels are the "
                       "cost units as they are, not the plugin's")
-    found = executed_kernels(kernels, node_kernel, layers, named)
+    found = executed_kernels(kernels, node_kernel, layers, named, attention_kernels(view, node_kernel))
     reorders = sum(1 for k in found if k.name.startswith("Reorder "))
     return found, (f"OpenVINO's compiled graph on this host runs {len(found)} kernels for the model's {len(kernels)} "
                    f"cost units ({reorders} layout reorders among them; views, constant folds and fused ops run none): "

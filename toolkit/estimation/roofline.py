@@ -19,6 +19,8 @@ import numpy as np
 
 from tapeout.core.host_speed import copy_rates, matmul_rates, ort_matmul_rates
 from tapeout.core.schemas import DeviceSpec
+from tapeout.estimation.strided import Strided
+from tapeout.estimation.strided import measured as strided_measured
 
 # When a spec lists no peak for a precision, the kernels run in the nearest one it has.
 _FALLBACK = {"int4": ("int8",), "fp8": ("fp16", "int8"), "bf16": ("fp16",), "tf32": ("fp32",),
@@ -49,6 +51,8 @@ class Roof:
     notes: list[str] = field(default_factory=list)
     # (working-set bytes, bytes/s) measured for this host's caches, smallest first; none for a device spec
     cache: tuple[tuple[int, float], ...] = ()
+    # what an element of a strided scalar loop costs here (a reorder run element by element); none for a device spec
+    strided: Strided | None = None
 
     def bandwidth_at(self, working_set: float) -> float | None:
         """The bandwidth data re-read from a working set of this size moves at: the measured rate for that
@@ -80,7 +84,8 @@ class Roof:
         return {"name": self.name, "kind": self.kind, "peaks_tops": {k: v / 1e12 for k, v in self.peaks.items()},
                 "bandwidth_gbs": self.bandwidth / 1e9 if self.bandwidth else None, "source": self.source,
                 "notes": self.notes,
-                **({"cache_bandwidth_gbs": [[size, rate / 1e9] for size, rate in self.cache]} if self.cache else {})}
+                **({"cache_bandwidth_gbs": [[size, rate / 1e9] for size, rate in self.cache]} if self.cache else {}),
+                **({"strided": self.strided.to_json()} if self.strided and self.strided.table else {})}
 
     @classmethod
     def from_json(cls, data: dict, name: str | None = None, note: str | None = None) -> Roof:
@@ -89,7 +94,8 @@ class Roof:
                    peaks={k: v * 1e12 for k, v in data["peaks_tops"].items()},
                    bandwidth=(data.get("bandwidth_gbs") or 0) * 1e9 or None, source=data["source"],
                    notes=[*data.get("notes", []), *([note] if note else [])],
-                   cache=tuple((int(s), r * 1e9) for s, r in data.get("cache_bandwidth_gbs") or ()))
+                   cache=tuple((int(s), r * 1e9) for s, r in data.get("cache_bandwidth_gbs") or ()),
+                   strided=Strided.from_json(data.get("strided")))
 
 
 def from_spec(spec: DeviceSpec) -> Roof:
@@ -118,12 +124,14 @@ def host_name(host: dict) -> str:
 
 def for_host(host: dict, bandwidth: float | None = None, fp32_peak: float | None = None,
              threads: int | None = None, cache: tuple[tuple[int, float], ...] | None = None,
-             measured=None) -> Roof:
+             measured=None, strided: Strided | None = None) -> Roof:
     """This host's CPU as a roof. `host` is manifest.host_fingerprint() (or a report's `host`);
     `bandwidth` and `fp32_peak`, where given (a calibration's, already the peak of the device it was
     made for), replace what was measured. `measured` (host_roof.Measured) is the measurement kept for this
     host; without it, this process measures. `threads` fewer than the cores: the compute peaks are
-    those of that many cores (the bandwidth is a one-thread copy's either way)."""
+    those of that many cores (the bandwidth is a one-thread copy's either way). `strided`, where given (a
+    calibration's; `strided.UNMEASURED` for one made before it was measured), replaces the strided loop measured
+    here."""
     flags = set(host.get("cpu_flags") or [])
     cores = host.get("cpu_affinity") or host.get("physical_cores") or os.cpu_count() or 1
     mhz = _max_mhz()
@@ -158,13 +166,19 @@ def for_host(host: dict, bandwidth: float | None = None, fp32_peak: float | None
         notes.append("a recurrent cell's weights, read again every time step, are priced at the copy bandwidth "
                      "measured for their size: " + ", ".join(f"{size // 1024} KiB {rate / 1e9:.0f} GB/s"
                                                              for size, rate in cache))
+    if strided is None:
+        strided = measured.strided if measured else strided_measured()
+    if strided and strided.table:
+        notes.append("a reorder run element by element is priced at the strided loop measured here, by the cache "
+                     "lines its strided side keeps in one L1 set: " + ", ".join(
+                         f"{ratio:.1f}× the ways {seconds * 1e9:.1f} ns" for ratio, seconds in strided.table))
     if measured:
         notes.append(f"the figures measured here were kept on {measured.measured_at} ({measured.path}); every "
                      "estimate on this host uses them until `tapeout calibrate` measures again")
     return Roof(name=host_name(host), kind="cpu", peaks=peaks, bandwidth=bandwidth,
                 source=f"this host's CPU ({host.get('cpu', '?')}): peak from its flags or a measured matrix "
                        "multiply, bandwidth measured" + (f" on {measured.measured_at}" if measured else ""),
-                notes=notes, cache=tuple(cache))
+                notes=notes, cache=tuple(cache), strided=strided)
 
 
 def _max_mhz() -> float:

@@ -5,9 +5,20 @@ from __future__ import annotations
 
 from typing import Literal
 
-from pydantic import Field
+from pydantic import ConfigDict, Field, NonNegativeFloat, PositiveInt
 
 from tapeout.records.record import Record
+
+
+class StridedRecord(Record):
+    """This host's strided loop (estimation/strided.py): read back for arithmetic, so typed and finite."""
+
+    model_config = ConfigDict(**Record.model_config, allow_inf_nan=False)
+    sets: PositiveInt
+    ways: PositiveInt
+    line: PositiveInt
+    ns_per_element: list[tuple[NonNegativeFloat, NonNegativeFloat]] = Field(
+        min_length=1, description="[lines in the worst L1 set / its ways, ns per element], by ratio")
 
 
 class RoofRecord(Record):
@@ -19,6 +30,7 @@ class RoofRecord(Record):
     notes: list[str] = Field(default_factory=list)
     cache_bandwidth_gbs: list[tuple[int, float]] | None = Field(
         None, description="this host's CPU only: [working-set bytes, GB/s], smallest first")
+    strided: StridedRecord | None = Field(None, description="this host's CPU only, where its L1 was measured")
 
 
 class PredictedRecord(Record):
