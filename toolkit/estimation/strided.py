@@ -13,7 +13,7 @@ the copy bandwidth, unet-m's two such reorders were 85 µs against 2.0 ms measur
 The model: the worst set's lines over the cache's ways (the conflict ratio, from the layout's plane and channel
 count and the L1's geometry in sysfs) gives the seconds per element, read off what this host measured for the
 same loop (numpy's indexed assignment in the source's order, one set loaded at several ratios): over ten shapes
-of OpenVINO's reorder here, its times were those of the measured loop at the same shape within 0.1-2.4 ns an
+of OpenVINO's reorder here, its times were those of the measured loop at the same shape within 0.1-0.5 ns an
 element. A device spec has no such figure: there the reorder keeps its bytes.
 """
 
