@@ -16,7 +16,7 @@ from pathlib import Path
 
 from tapeout.commands.output import print_json
 from tapeout.core.console import UI
-from tapeout.core.errors import BadInput, TargetUnavailable
+from tapeout.core.errors import BadInput, TargetUnavailable, first_line
 
 TARGET = "onnxruntime"
 CHUNK = 12            # configurations per timing process
@@ -116,7 +116,11 @@ def sweep(device: str, minutes: float, threads: int, out: Path | None, as_json: 
     if found.target != target:
         raise BadInput(f"the sweep file {path} was measured on {found.target}, not {target}",
                        fix="move it away and sweep again")
-    roof = roofline.Roof.from_json(found.roof, name)
+    try:
+        roof = roofline.Roof.from_json(found.roof, name)
+    except (KeyError, TypeError, ValueError) as exc:  # a pydantic ValidationError is a ValueError
+        raise BadInput(f"the sweep file {path}: its roof is malformed ({first_line(exc, 200)})",
+                       fix="move it away and sweep again") from None
     done = {p.key for p in found.points}
     rng = random.Random(len(found.points))  # a resumed sweep draws new configurations, not the same ones again
     cycle = itertools.cycle(chosen)

@@ -103,12 +103,14 @@ def executed_kernels(kernels: list[kern.Kernel], node_kernel: dict[str, str], la
                      named: set[str], attention: frozenset[str] = frozenset()) -> list[kern.Kernel]:
     """The kernels the plugin runs, in its order, then those kept as they are: the cost units' kernels that one layer holds merged into one (the
     costliest's class, shape and precision; every FLOP and node; the bytes of those of its class: a fused activation's
-    or softmax's pass over the tensor is not made), a Reorder a movement kernel reading and writing its tensor. A
+    or softmax's pass over the tensor is not made; `attention` where an MHA subgraph holds a MatMul between two
+    activations, one of `attention`), a Reorder a kernel of its own (`reorder_kernel`). Each names its layer. A
     kernel whose nodes the graph names only on layers it does not run (a view, a Transpose of a weight) is dropped.
     One it names nowhere was rebuilt under a new name: kept as it is where it computes (`KEPT`: a LayerNormalization
     the plugin runs as MVN, attention's first matmul inside its MHA subgraph, an INT8 kernel's activation
     quantization), dropped where it only moved or combined elements (a Transpose the plugin folds into a MatMul's
-    layout, an Add it fuses as a post-op: on the toy ViT, 5 such kernels priced 2.3 µs that ran nowhere)."""
+    layout, an Add it fuses as a post-op: on the toy ViT, 5 such kernels priced 2.3 µs that ran nowhere); a kept MatMul
+    between two activations is attention's first, which an MHA subgraph absorbed unnamed."""
     by_name = {k.name: k for k in kernels}
     placed: set[str] = set()
     out: list[kern.Kernel] = []
