@@ -38,6 +38,10 @@ def test_a_sweep_bounded_to_seconds_trains_a_predictor_per_class_and_resumes(swe
     assert first["seconds"] < 40 and all(c["points"] >= predictor.MIN_POINTS for c in first["classes"])
     data = json.loads((folder / predictor.file_name(first["device"], "onnxruntime")).read_text())
     assert data["schema"] == predictor.SCHEMA and data["device"] == first["device"] and data["baseline_s"] > 0
+    # a view's price: the dispatch the points' views were taken out at, their median
+    dispatches = sorted(p["dispatch_s"] for p in json.loads(
+        (folder / "sweeps" / f"{first['device']}--onnxruntime.json").read_text())["points"])
+    assert data["dispatch_s"] == dispatches[len(dispatches) // 2] > 0
     sweep = json.loads((folder / "sweeps" / f"{first['device']}--onnxruntime.json").read_text())
     points = sweep["points"]
     assert len(points) == first["points"] and {p["cls"] for p in points} == {"matmul", "elementwise"}
@@ -244,8 +248,9 @@ def test_sweep_refusals_are_one_line():
 def test_nodes_onnx_runtimes_optimized_graph_runs_beyond_the_kernels_each_cost_a_dispatch(swept, digits_build,
                                                                                          tmp_path, monkeypatch):
     """ONNX Runtime's optimizer adds nodes the cost units do not count (a Reshape on each side of a Gemm it fused from
-    a 3-D MatMul and Add): each priced as a view, the movement predictor's time for a kernel moving nothing; the
-    artifact (ORT's own optimized graph) says how many run. Counted for FP32 onnxruntime builds only."""
+    a 3-D MatMul and Add): each priced as a view, one dispatch as the sweep measured it (a predictor file from before
+    it was kept: the movement predictor's time for a kernel moving nothing); the artifact (ORT's own optimized graph)
+    says how many run. Counted for FP32 onnxruntime builds only."""
     import math
 
     import onnx
@@ -261,7 +266,7 @@ def test_nodes_onnx_runtimes_optimized_graph_runs_beyond_the_kernels_each_cost_a
                                    "trees": [{"feature": [-2], "threshold": [-2.0], "left": [-1], "right": [-1],
                                               "value": [0.0]}]}
     made = tmp_path / path.name
-    made.write_text(json.dumps(data))
+    made.write_text(json.dumps({**data, "dispatch_s": 0.0}))   # as trained before the dispatch was kept
     pred = predictor.load(made)
     build = open_build(digits_build)
     artifact = build.artifact() / build.manifest.artifact.main_file
@@ -278,6 +283,18 @@ def test_nodes_onnx_runtimes_optimized_graph_runs_beyond_the_kernels_each_cost_a
     assert any("runs" in n and "the 10 more are priced as one dispatch each" in n for n in more.notes)
     fewer = estimate.estimate(kernels, roof, "onnxruntime", "fp32", None, pred, executed=len(kernels) - 1)
     assert fewer.predicted_s == plain.predicted_s and not any("more are priced" in n for n in fewer.notes)
+    # with the sweep's dispatch kept, an extra node and a view (a Reshape: one dispatch, ~0.18 µs here, as a Neg's)
+    # cost that, whatever the movement predictor says of a kernel of no bytes, which no sweep point is
+    kept = tmp_path / "kept" / path.name
+    kept.parent.mkdir()
+    kept.write_text(json.dumps({**data, "dispatch_s": 2e-7}))
+    timed = predictor.load(kept)
+    views = [kern.Kernel("v", "movement", "fp32", 0, 0.0, 1)] * 3
+    base = estimate.estimate(kernels, roof, "onnxruntime", "fp32", None, timed)
+    both = estimate.estimate(kernels + views, roof, "onnxruntime", "fp32", None, timed, executed=len(kernels) + 3 + 10)
+    assert both.predicted_s == pytest.approx(base.predicted_s + 13 * 2e-7)
+    assert any("priced as one dispatch each (0.20 µs, one node's dispatch as the sweep measured it)" in n
+               for n in both.notes)
 
     # `tapeout estimate`'s path reads the verified artifact's graph: here its count stands for ORT adding ten nodes
     counted = []

@@ -178,8 +178,10 @@ def sweep(device: str, minutes: float, threads: int, out: Path | None, as_json: 
     # the run's cost without a node: what an estimate adds once to the sum of its kernels (each has its dispatch)
     baseline = sorted(p.baseline_s - p.dispatch_s for p in found.points)[len(found.points) // 2]
     per_input = sorted(p.input_s for p in found.points)[len(found.points) // 2]  # what a model's 2nd input adds
+    dispatch = sorted(p.dispatch_s for p in found.points)[len(found.points) // 2]  # what a view costs a run
     data = predictor.PredictorFile(schema=predictor.SCHEMA, device=name, target=target, host=found.host,
                                    threads=threads, created=now(), baseline_s=baseline, input_s=per_input,
+                                   dispatch_s=dispatch,
                                    roof=found.roof,
                                    points=len(found.points), classes=trained)
     saved = predictor.save(data, folder)

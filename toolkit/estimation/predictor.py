@@ -132,6 +132,8 @@ class PredictorFile(BaseModel):
     created: str
     baseline_s: float = Field(ge=0)        # a run's cost without any node (Identity's, less one node's dispatch)
     input_s: float = Field(0.0, ge=0)      # what each input of a model beyond the first adds (0: not timed apart)
+    dispatch_s: float = Field(0.0, ge=0)   # one node's dispatch, as the sweep took it out of each point's views (the
+    # Neg chains' difference per node); 0 in a file trained before it was kept, whose views the movement predictor prices
     roof: dict                             # Roof.to_json() the sweep priced its points at: estimates use the same
     points: int = Field(ge=1)
     classes: dict[str, ClassModel]
