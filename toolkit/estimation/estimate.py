@@ -250,8 +250,8 @@ def _predicted(est: Estimate, kernels: list[kern.Kernel], roof: roofline.Roof, p
     """Each kernel at its class's predictor at its precision (`matmul@int8` for an INT8 MatMul); a kernel no
     predictor covers (a precision or class the sweep has too few points of) at the calibration's fit where there is
     one, else its roofline time. `graph`: (the nodes the runtime's optimized graph runs (`runtime_graph.executed_nodes`), the model's
-    inputs); the nodes beyond the kernels each cost a dispatch,
-    priced as a view (a movement kernel moving nothing) — on the toy transformers here, ONNX Runtime ran 67–77 nodes
+    inputs); the nodes beyond the kernels each cost a dispatch, as a view does (the sweep's measured `dispatch_s`;
+    for a file trained before it was kept, the movement predictor's time for a kernel moving nothing) — on the toy transformers here, ONNX Runtime ran 67–77 nodes
     for 43–48 kernels, and leaving them out under-predicted those models by a third."""
     per, left, priced, inside = [], set(), set(), 0
     # the floor under a prediction: the kernel's roofline time with its bytes at the rate of the cache level the

@@ -11,7 +11,8 @@ The fit:
   (a multiple of) the roofline seconds: small kernels cost their dispatch, large ones approach
   the roof (the class pooled over precisions where fewer than two models measured a precision);
   a class whose roof is a limit its kernels cannot beat (`MIN_MULTIPLE`: the recurrent cell, its
-  steps priced at the measured cache bandwidth) never fits a multiple under 1;
+  steps priced at the measured cache bandwidth) never fits a multiple under 1; a class whose roof is this host's own
+  measured time for its access pattern (`MEASURED`: a reorder run element by element) is not fitted at all;
 - outside the ops (framework time, and ops the runtime adds that the model has none of, such as
   layout reorders): a fixed part, a part per kernel, and a share of the time in ops (ONNX Runtime's
   CPU EP spends 4-13 % of a millisecond-scale run between its ops: thread-pool hand-offs and
