@@ -238,13 +238,6 @@ def estimate(kernels: list[kern.Kernel], roof: roofline.Roof, target: str, preci
     return est
 
 
-# where a view's and an extra node's dispatch is priced from: the sweep's own measure of it, or (a predictor file
-# trained before it was kept) the movement predictor asked about a kernel of no bytes, which no point has: it read a
-# leaf of the smallest points, 0.30 µs from one 30-minute sweep and 1.70 from the next (two outliers among them), and
-# a toy ViT's 21 views and 30 extra nodes took it from +3 % to +143 %
-_DISPATCH_FROM = {True: "one node's dispatch as the sweep measured it", False: "the movement predictor's time for a view"}
-
-
 def _predicted(est: Estimate, kernels: list[kern.Kernel], roof: roofline.Roof, pred: predictors.Predictor,
                cal: tuple[calib.Calibration, Path] | None, graph: tuple[int | None, int] = (None, 1)) -> Estimate:
     """Each kernel at its class's predictor at its precision (`matmul@int8` for an INT8 MatMul); a kernel no
@@ -287,12 +280,18 @@ def _predicted(est: Estimate, kernels: list[kern.Kernel], roof: roofline.Roof, p
                          "(the runtime sets each input per call; swept apart)")
     # a kernel's activation quantization priced inside it runs inside its node too (DynamicQuantizeMatMul)
     extra = (executed or 0) - (len(kernels) - inside)
+    # a view's and an extra node's dispatch: the sweep's own measure of it, or (a predictor file trained before it was
+    # kept) the movement predictor asked about a kernel of no bytes, which no point has: it read a leaf of the smallest
+    # points, 0.30 µs from one 30-minute sweep and 1.70 from the next (two outliers among them), and a toy ViT's 21
+    # views and 30 extra nodes took it from +3 % to +143 %
     view = (pred.data.dispatch_s or pred.kernel_s("movement", 0, 0, 0.0, 1, 1)) if extra > 0 else None
+    source = ("one node's dispatch as the sweep measured it" if pred.data.dispatch_s
+              else "the movement predictor's time for a view")
     if view is not None:
         est.predicted_s += extra * view
         est.notes.append(f"ONNX Runtime's optimized graph runs {executed} nodes for the model's "
                          f"{len(kernels) - inside} kernels: the {extra} more are priced as one dispatch each "
-                         f"({view * 1e6:.2f} µs, {_DISPATCH_FROM[bool(pred.data.dispatch_s)]}), outside the per-class "
+                         f"({view * 1e6:.2f} µs, {source}), outside the per-class "
                          "figures")
     est.band = pred.band({predictors.class_key(k.cls, k.precision) for k in kernels})
     est.tails = cal[0].fit.tails if cal else {}

@@ -8,7 +8,7 @@ flight. Where the plane is a multiple of the L1's set stride (64 sets × 64 B = 
 one set, and past the set's ways every write misses: on this 2-core AMD EPYC (48 KiB, 12 ways), 6.0 ns an element
 for C = 64 channels of a 64 × 64 plane, 2.4 for 64 channels of a 16 × 16 plane (1 KiB: 16 lines a set), 0.3 for a
 40 × 40 plane (6.4 KiB: 4 a set), where a copy moves an element in ~0.05. Its bytes say nothing of this: priced at
-the copy bandwidth, unet-m's two such reorders were 85 µs against 2.0 ms measured.
+the copy bandwidth, unet-m's two such reorders were 58 µs against 2.0 ms measured.
 
 The model: the worst set's lines over the cache's ways (the conflict ratio, from the layout's plane and channel
 count and the L1's geometry in sysfs) gives the seconds per element, read off what this host measured for the
