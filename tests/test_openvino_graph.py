@@ -152,3 +152,48 @@ def test_a_reorder_is_strided_where_the_plugin_runs_its_generic_one(tmp_path):
         assert kernel.cls == ("strided" if generic else "movement"), layer
         if generic:   # between channels-last and plain: 64 channels of a 32 × 32 plane
             assert dict(kernel.shape) == {"elements": 65536, "lines": 64, "stride": 4096}
+
+
+def test_a_conv_of_few_output_channels_costs_the_registers_its_isa_fills():
+    """Our side: a dense conv's FLOPs are its output channels rounded up to the registers of the ISA its primitive
+    names (16 with AVX-512, 8 with AVX2); a full register, a grouped conv, or a primitive naming no ISA keeps them."""
+    head = kern.Kernel("head", "conv", "fp32", 1000, 10.0, 1,
+                       shape=(("per_group", 32), ("out_channels", 4), ("groups", 1)))
+    assert ov_graph.lanes("brgconv_avx512_f32") == 16 and ov_graph.lanes("jit_avx2_I8") == 8
+    assert ov_graph.lanes("ref_any") == 1
+    assert ov_graph.padded_conv(head, "brgconv_avx512_f32").flops == 4000
+    assert ov_graph.padded_conv(head, "brgconv_avx2_f32").flops == 2000
+    assert ov_graph.padded_conv(head, "ref_any").flops == 1000
+    full = kern.Kernel("c", "conv", "fp32", 1000, 10.0, 1, shape=(("out_channels", 32), ("groups", 1)))
+    depthwise = kern.Kernel("d", "conv", "fp32", 1000, 10.0, 1, shape=(("out_channels", 4), ("groups", 4)))
+    assert ov_graph.padded_conv(full, "brgconv_avx512_f32") is full
+    assert ov_graph.padded_conv(depthwise, "brgconv_avx512_f32") is depthwise
+
+
+def test_a_conv_that_writes_the_models_output_is_found_and_priced_padded(tmp_path):
+    """The plugin names the layer that makes a model output after the output ("noise", unet's head), not the node:
+    the conv is still mapped onto it, and runs as the registers its primitive fills."""
+    ov = pytest.importorskip("openvino", reason="OpenVINO is in the [openvino] extra")
+    rng = np.random.default_rng(0)
+    w = helper.make_tensor("w", TensorProto.FLOAT, [4, 32, 3, 3], (rng.standard_normal(4 * 32 * 9) * 0.1).tolist())
+    graph = helper.make_graph([helper.make_node("Conv", ["x", "w"], ["noise"], name="head", pads=[1, 1, 1, 1])], "g",
+                              [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 32, 16, 16])],
+                              [helper.make_tensor_value_info("noise", TensorProto.FLOAT, [1, 4, 16, 16])], [w])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 10
+    onnx.save(model, str(tmp_path / "m.onnx"))
+    ov.save_model(ov.convert_model(str(tmp_path / "m.onnx")), str(tmp_path / "model.xml"))
+    project = SimpleNamespace(inputs=[InputSpec(name="x", shape=[1, 32, 16, 16])], dims={})
+    view = GraphView.load(tmp_path / "m.onnx", project.inputs, {})
+    units = kern.structure(view, analyze_view(view))
+    config = {"device": "CPU", "threads": 1, "inference_precision": "f32"}
+    found, _ = ov_graph.kernels_for(tmp_path / "model.xml", tmp_path / "m.onnx", project, config, units)
+    conv = next(k for k in found if k.cls == "conv")
+    assert conv.runs_as  # mapped onto its layer, which the profile times it by
+    from tapeout.targets import ov as ov_target
+
+    layers, _ = ov_graph.runtime_layers(ov.Core().read_model(str(tmp_path / "model.xml")),
+                                        ov_target.compile_config(ov_target.Options(**config)))
+    layer = next(layer for layer in layers if layer.name == conv.runs_as)
+    block = ov_graph.lanes(layer.primitive)
+    assert conv.flops == units[0].flops * max(block, 4) // 4
