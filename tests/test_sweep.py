@@ -263,7 +263,7 @@ def test_nodes_onnx_runtimes_optimized_graph_runs_beyond_the_kernels_each_cost_a
     data = json.loads(path.read_text())
     view_s = 3e-7  # a one-leaf movement model: every movement kernel 0.3 µs
     data["classes"]["movement"] = {**data["classes"]["matmul"], "init": math.log(view_s), "rate": 1.0,
-                                   "trees": [{"feature": [-2], "threshold": [-2.0], "left": [-1], "right": [-1],
+                                   "relative_to_roof_plus_s": None, "trees": [{"feature": [-2], "threshold": [-2.0], "left": [-1], "right": [-1],
                                               "value": [0.0]}]}
     made = tmp_path / path.name
     made.write_text(json.dumps({**data, "dispatch_s": 0.0}))   # as trained before the dispatch was kept
@@ -334,11 +334,13 @@ def test_the_layout_reorders_onnx_runtime_inserts_are_priced_as_kernels(swept, d
     data = json.loads(path.read_text())
     move_s = 3e-7
     leaf = [{"feature": [-2], "threshold": [-2.0], "left": [-1], "right": [-1], "value": [0.0]}]
-    data["classes"]["movement"] = {**data["classes"]["matmul"], "init": math.log(move_s), "rate": 1.0, "trees": leaf}
+    data["classes"]["movement"] = {**data["classes"]["matmul"], "init": math.log(move_s), "rate": 1.0, "trees": leaf,
+                                   "relative_to_roof_plus_s": None}  # seconds, not a ratio to the roofline
     # every other class at 0.1 ms a kernel, far over any floor: a floor moves with the whole call's traffic (its
     # cache level), which the reorders' bytes add to, and a swept predictor's kernels can sit on theirs
     for name in set(data["classes"]) - {"movement"}:
-        data["classes"][name] = {**data["classes"][name], "init": math.log(1e-4), "rate": 1.0, "trees": leaf}
+        data["classes"][name] = {**data["classes"][name], "init": math.log(1e-4), "rate": 1.0, "trees": leaf,
+                                 "relative_to_roof_plus_s": None}
     (tmp_path / path.name).write_text(json.dumps(data))
     pred = predictor.load(tmp_path / path.name)
     monkeypatch.setattr(predictor, "find", lambda device, target, *_: pred if target == "onnxruntime" else None)
@@ -649,7 +651,8 @@ def test_a_static_int8_conv_is_swept_as_a_qlinearconv_and_a_static_build_is_pric
     rows = [{"cls": cls, "precision": precision, "quantization": method, "flops": 2e5 * (1 + i),
              "bytes": 4e4 * (1 + i), "nodes": 1, "launches": 1, "roof_s": 1e-6 * (1 + i), "kernel_s": times * (1 + i),
              "shape": {"per_group": 16, "out_channels": 32, "positions": 64, "area": 9, "groups": 1, "layout": 2,
-                       "fill": 100, "rank": 2} if cls == "conv" else {}}
+                       "fill": 100, "rank": 2} if cls == "conv" else
+             {"function": 1} if cls in kern.FUNCTION_CLASSES else {}}
             for i in range(20) for cls, precision, method, times in (
                 ("conv", "int8", "static", 3e-6), ("matmul", "int8", "dynamic", 3e-6),
                 ("matmul", "int8", "static", 9e-6), ("quantize", "fp32", None, 3e-6), ("conv", "fp32", None, 3e-6),

@@ -211,8 +211,9 @@ def _train(found, roof, target: str) -> dict:
     from tapeout.estimation import predictor
     from tapeout.estimation import sweep as sweeping
 
-    points = [p.model_dump() for p in found.points]
-    first = predictor.train(points, roof=roof, target=target)
+    points = [{**p.model_dump(), "shape": sweeping.point_shape(p.model_dump())} for p in found.points]
+    dispatch = sorted(p["dispatch_s"] for p in points)[len(points) // 2]  # each class learns its time over roof + it
+    first = predictor.train(points, roof=roof, target=target, dispatch_s=dispatch)
     if not any(sweeping.wrapper_kernels(p, target) for p in points) or not {"quantize", "movement"} <= set(first):
         return first
     pred = predictor.Predictor(predictor.PredictorFile(
@@ -223,13 +224,14 @@ def _train(found, roof, target: str) -> dict:
         if not wrappers:
             continue
         around = 0.0
-        for cls, flops, bytes_ in wrappers:
+        for cls, flops, bytes_, op in wrappers:
             k = kern.Kernel("wrapper", cls, "fp32", int(flops), bytes_, 1)
             around += pred.kernel_s(cls, flops, bytes_, max(kern.roof_times(k, roof)), 1, 1,
+                                    dict(kern.function_shape(cls, [op])),
                                     floor_s=predictor.cache_floor_s(flops, bytes_, roof)) or 0.0
         profiled = sum(v for op, v in p["inserted_s"].items() if op in sweeping.QDQ_WRAPPER)
         p["kernel_s"] += profiled - around
-    return predictor.train(points, roof=roof, target=target)
+    return predictor.train(points, roof=roof, target=target, dispatch_s=dispatch)
 
 
 def _counts(found) -> dict[str, int]:

@@ -14,6 +14,10 @@ import math
 import re
 from dataclasses import dataclass, replace
 
+from tapeout.estimation.kernel_function import (  # the kernels' own, read as kern.*
+    FUNCTION_CLASSES,
+    function_shape,
+)
 from tapeout.estimation.roofline import BYTES_PER_ELEMENT, bytes_per_element
 from tapeout.graph.analysis import Analysis
 from tapeout.graph.analyze import node_cost
@@ -109,6 +113,14 @@ NORM_OPS = {"LayerNormalization", "SimplifiedLayerNormalization", "RMSNormalizat
 _SHAPE_OPS = {"Shape", "Size", "Constant", "ConstantOfShape", "Range"}
 
 
+def _with_function(kernel: Kernel, parts: list[Kernel]) -> Kernel:
+    """A fused kernel with its parts' costliest `function` (a SiLU's Sigmoid, not its Mul's)."""
+    found = [dict(k.shape).get("function", 0) for k in parts]
+    if kernel.cls not in FUNCTION_CLASSES or not any(found):
+        return kernel
+    return replace(kernel, shape=tuple({**dict(kernel.shape), "function": max(found)}.items()))
+
+
 # OpenVINO's executed type for oneDNN's generic reorder, which moves one element at a time ("CPU:reorder_f32"; its
 # JIT and brgemm reorders are "jit_uni_f32", "reorder_brgemm_f32"): a `strided` kernel (strided.py)
 _GENERIC_REORDER = re.compile(r"^(CPU:)?reorder_(?!brgemm)")
@@ -201,7 +213,8 @@ def structure(view: GraphView, analysis: Analysis) -> list[Kernel]:
             kernels.append(Kernel(node.name, cls, "fp32", cost.flops, moved, 1,
                                   _steps(view, node) if cls == "recurrent" else 1, node.name,
                                   reread=_recurrent_weights(view, node) if cls == "recurrent" else 0,
-                                  shape=_conv_shape(view, node) or _pool_shape(view, node)))
+                                  shape=(_conv_shape(view, node) or _pool_shape(view, node)
+                                         or function_shape(cls, [node.op_type]))))
             continue
         if group.name in seen_groups:
             continue
@@ -216,7 +229,8 @@ def structure(view: GraphView, analysis: Analysis) -> list[Kernel]:
                               group.weighted[0] if group.weighted else "",
                               (view.size(lead.input[0]) or 0) if lead is not None and group.weighted else 0,
                               _recurrent_weights(view, lead) if cls == "recurrent" and lead is not None else 0,
-                              _conv_shape(view, lead) if lead is not None else ()))
+                              (_conv_shape(view, lead) if lead is not None else ()) or
+                              function_shape(cls, [by_name[n].op_type for n in group.nodes if n in by_name])))
     kernels = _gelu_tanh_fused(view, _silu_fused(view, _rms_norm_fused(view, kernels)))
     return _add_norm_fused(view, _matmul_scale_fused(view, kernels))
 
@@ -288,9 +302,10 @@ def _silu_fused(view: GraphView, kernels: list[Kernel]) -> list[Kernel]:
             continue
         x, out = node.input[0], mul.output[0]
         parts = [kernels[index[node.name]], kernels[index[mul.name]]]
-        fused[index[mul.name]] = replace(parts[1], flops=sum(k.flops for k in parts), nodes=sum(k.nodes for k in parts),
-                                         bytes=float((view.size(x) or 0) * view.elem_bytes(x)
-                                                     + (view.size(out) or 0) * view.elem_bytes(out)))
+        fused[index[mul.name]] = _with_function(
+            replace(parts[1], flops=sum(k.flops for k in parts), nodes=sum(k.nodes for k in parts),
+                    bytes=float((view.size(x) or 0) * view.elem_bytes(x) + (view.size(out) or 0) * view.elem_bytes(out))),
+            parts)
         dropped.add(index[node.name])
     return _replaced(kernels, fused, dropped)
 
@@ -356,10 +371,10 @@ def _gelu_tanh_fused(view: GraphView, kernels: list[Kernel]) -> list[Kernel]:
             continue
         x, out = chain[0].input[0], chain[-1].output[0]
         parts = [kernels[index[n.name]] for n in chain]
-        fused[index[chain[-1].name]] = replace(parts[-1], flops=sum(k.flops for k in parts),
-                                               nodes=sum(k.nodes for k in parts),
-                                               bytes=float((view.size(x) or 0) * view.elem_bytes(x)
-                                                           + (view.size(out) or 0) * view.elem_bytes(out)))
+        fused[index[chain[-1].name]] = _with_function(
+            replace(parts[-1], flops=sum(k.flops for k in parts), nodes=sum(k.nodes for k in parts),
+                    bytes=float((view.size(x) or 0) * view.elem_bytes(x) + (view.size(out) or 0) * view.elem_bytes(out))),
+            parts)
         dropped.update(index[n.name] for n in chain[:-1])
     return _replaced(kernels, fused, dropped)
 
@@ -455,7 +470,8 @@ def at_precision(kernels: list[Kernel], plan: dict | None, default_precision: st
         if precision in ("int8", "int4", "fp8") and k.quantized_input:
             elements = k.quantized_input
             out.append(Kernel(f"{k.name}{QUANTIZE_SUFFIX}", "quantize", precision, 2 * elements,
-                              elements * (4 + bytes_per_element(precision, 1.0)), 0))
+                              elements * (4 + bytes_per_element(precision, 1.0)), 0,
+                              shape=function_shape("quantize", ["QuantizeLinear"])))
     return out
 
 

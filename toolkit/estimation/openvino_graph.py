@@ -165,7 +165,8 @@ def reorder_kernel(layer: Layer) -> kern.Kernel:
         elements, lines, stride = layer.streams
         return kern.Kernel(f"Reorder {layer.name}", "strided", "fp32", 0, 2.0 * layer.bytes, 1,
                            shape=(("elements", elements), ("lines", lines), ("stride", stride)), runs_as=layer.name)
-    return kern.Kernel(f"Reorder {layer.name}", "movement", "fp32", 0, 2.0 * layer.bytes, 1, runs_as=layer.name)
+    return kern.Kernel(f"Reorder {layer.name}", "movement", "fp32", 0, 2.0 * layer.bytes, 1,
+                       shape=kern.function_shape("movement", ["Reorder"]), runs_as=layer.name)
 
 
 def attention_kernels(view, node_kernel: dict[str, str]) -> frozenset[str]:

@@ -40,7 +40,8 @@ def inserted_kernels(target: str, precision: str, artifact: Path | None, kernels
 
 def reorder_kernels(reorders: list[tuple[str, str, int]]) -> list[kern.Kernel]:
     """Each layout reorder (op type, tensor, bytes of the plain tensor) as a movement kernel reading and writing it."""
-    return [kern.Kernel(f"{op} {tensor}", "movement", "fp32", 0, 2.0 * size, 1) for op, tensor, size in reorders]
+    return [kern.Kernel(f"{op} {tensor}", "movement", "fp32", 0, 2.0 * size, 1,
+                        shape=kern.function_shape("movement", [op])) for op, tensor, size in reorders]
 
 
 def dynamic_quantized(target: str, plan: dict | None, main_file: str) -> bool:
@@ -65,9 +66,11 @@ def quantized_kernels(artifact: Path, float_model: Path | None, dims: dict[str, 
     each layout reorder, a movement kernel reading and writing its tensor (`runtime_kernels.quantized_graph`); and the
     pooling nodes it runs on 8-bit tensors."""
     executed, found, eight_bit = runtime_kernels.quantized_graph(artifact, dims, float_model)
-    return executed, [kern.Kernel(f"{op} {tensor}", "quantize", "fp32", count, 5.0 * count, 1)
+    return executed, [kern.Kernel(f"{op} {tensor}", "quantize", "fp32", count, 5.0 * count, 1,
+                                  shape=kern.function_shape("quantize", [op]))
                       if op in runtime_kernels.QDQ_KERNELS else
-                      kern.Kernel(f"{op} {tensor}", "movement", "fp32", 0, 2.0 * count * width, 1)
+                      kern.Kernel(f"{op} {tensor}", "movement", "fp32", 0, 2.0 * count * width, 1,
+                                  shape=kern.function_shape("movement", [op]))
                       for op, tensor, count, width in found], eight_bit
 
 

@@ -510,8 +510,23 @@ def features_of(proto, inputs, roof, precision: str = "fp32") -> dict[str, float
 QDQ_WRAPPER = ("QuantizeLinear", "DequantizeLinear", "Transpose")
 
 
-def wrapper_kernels(point: dict, target: str = "onnxruntime") -> list[tuple[str, float, float]]:
-    """(class, FLOPs, bytes) of the nodes ONNX Runtime runs around a swept static INT8 kernel (`QDQ_WRAPPER`), sized
+# the ONNX ops a composite configuration's kernel is made of, where its name is not one (`point_shape`)
+_COMPOSITE_OPS = {"GeluTanh": ("Pow", "Mul", "Add", "Tanh")}
+
+
+def point_shape(point: dict) -> dict:
+    """A point's shape with the `function` its class's predictor reads (cost_units.function_shape), taken from its op
+    where it was swept before the shape kept it."""
+    from tapeout.estimation import cost_units as kern
+
+    shape = dict(point.get("shape") or {})
+    if point["cls"] in kern.FUNCTION_CLASSES and "function" not in shape:
+        shape.update(kern.function_shape(point["cls"], _COMPOSITE_OPS.get(point["op"], (point["op"],))))
+    return shape
+
+
+def wrapper_kernels(point: dict, target: str = "onnxruntime") -> list[tuple[str, float, float, str]]:
+    """(class, FLOPs, bytes, op) of the nodes ONNX Runtime runs around a swept static INT8 kernel (`QDQ_WRAPPER`), sized
     from its configuration as the estimate sizes a model's (`runtime_graph.quantized_kernels`): a Q or DQ a `quantize`
     kernel of 5 bytes an element, a Transpose of 8-bit elements a movement kernel reading and writing them. [] for
     any other point."""
@@ -524,11 +539,11 @@ def wrapper_kernels(point: dict, target: str = "onnxruntime") -> list[tuple[str,
         return []
     if point["op"] == "Gemm":
         into, out = c["m"] * c["k"], c["m"] * c["n"]
-        return [("quantize", into, 5.0 * into), ("quantize", out, 5.0 * out)]
+        return [("quantize", into, 5.0 * into, "QuantizeLinear"), ("quantize", out, 5.0 * out, "DequantizeLinear")]
     side = -(-c["hw"] // c["stride"])
     into, out = c["c"] * c["hw"] ** 2, c["co"] * side * side
-    return [("quantize", into, 5.0 * into), ("movement", 0.0, 2.0 * into), ("movement", 0.0, 2.0 * out),
-            ("quantize", out, 5.0 * out)]
+    return [("quantize", into, 5.0 * into, "QuantizeLinear"), ("movement", 0.0, 2.0 * into, "Transpose"),
+            ("movement", 0.0, 2.0 * out, "Transpose"), ("quantize", out, 5.0 * out, "DequantizeLinear")]
 
 
 def path_for(device: str, target: str, folder: Path | None = None) -> Path:

@@ -1,0 +1,160 @@
+"""What a kernel predictor reads beyond FLOPs and bytes (estimation/cost_units.py `function_shape`, predictor.py):
+the function an elementwise, movement, quantize or recurrent kernel computes, kept from the model's own ops and
+taken from the op of a point swept before it was kept; and what a class model's trees predict (a kernel's seconds,
+or its seconds over its roofline plus the sweep's dispatch)."""
+
+from __future__ import annotations
+
+import json
+import math
+import shutil
+
+import numpy as np
+import onnx
+import pytest
+from onnx import TensorProto, helper
+
+from tapeout.core.schemas import InputSpec
+from tapeout.estimation import cost_units as kern
+from tapeout.estimation import predictor, sweep
+from tapeout.graph.analyze import analyze_view
+from tapeout.graph.view import GraphView
+
+
+def _chain(path):
+    """Relu, Tanh, x·Sigmoid(x) (SiLU: one kernel), Erf, Transpose, Gather, a QuantizeLinear and a DequantizeLinear,
+    then a GRU over the result."""
+    t = TensorProto.FLOAT
+    inits = [helper.make_tensor("ids", TensorProto.INT64, [2], [0, 1]),
+             helper.make_tensor("scale", t, [], [0.05]), helper.make_tensor("zero", TensorProto.UINT8, [], [128]),
+             helper.make_tensor("W", t, [1, 24, 8], [0.01] * 192), helper.make_tensor("R", t, [1, 24, 8], [0.01] * 192)]
+    nodes = [helper.make_node("Relu", ["x"], ["r"], name="relu"),
+             helper.make_node("Tanh", ["r"], ["t"], name="tanh"),
+             helper.make_node("Sigmoid", ["t"], ["s"], name="sig"),
+             helper.make_node("Mul", ["t", "s"], ["silu"], name="silu"),
+             helper.make_node("Erf", ["silu"], ["e"], name="erf"),
+             helper.make_node("Transpose", ["e"], ["tr"], name="transpose", perm=[1, 0, 2]),
+             helper.make_node("Gather", ["tr", "ids"], ["g"], name="gather", axis=0),
+             helper.make_node("QuantizeLinear", ["g", "scale", "zero"], ["q"], name="q"),
+             helper.make_node("DequantizeLinear", ["q", "scale", "zero"], ["dq"], name="dq"),
+             helper.make_node("GRU", ["dq", "W", "R"], ["y"], name="gru", hidden_size=8)]
+    graph = helper.make_graph(nodes, "g", [helper.make_tensor_value_info("x", t, [4, 2, 8])],
+                              [helper.make_tensor_value_info("y", t, None)], inits)
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 10
+    onnx.save(model, str(path))
+    return path
+
+
+def test_each_kernel_keeps_the_function_it_computes(tmp_path):
+    view = GraphView.load(_chain(tmp_path / "m.onnx"), [InputSpec(name="x", shape=[4, 2, 8])], {})
+    found = {k.name: (k.cls, dict(k.shape).get("function")) for k in kern.structure(view, analyze_view(view))}
+    assert found["relu"] == ("elementwise", 1)
+    assert found["tanh"] == ("elementwise", 2)
+    assert found["silu"] == ("elementwise", 2)  # the fused SiLU: its Sigmoid's, not its Mul's
+    assert "sig" not in found
+    assert found["erf"] == ("elementwise", 3)
+    assert found["transpose"] == ("movement", 3) and found["gather"] == ("movement", 2)
+    assert found["q"] == ("quantize", 1) and found["dq"] == ("quantize", 2)
+    assert found["recurrent_cell1"] == ("recurrent", 2)  # the cell its fusion group names
+    assert kern.function_shape("conv", ["Conv"]) == ()
+    assert kern.function_shape("elementwise", ["Add", "Mul"]) == (("function", 1),)
+    assert kern.function_shape("elementwise", ["Div", "Erf", "Mul"]) == (("function", 3),)  # a GELU's chain: its Erf
+    assert kern.function_shape("elementwise", ["SomeNewOp"]) == (("function", 1),)
+    # an INT8 plan's activation quantization: into 8 bits
+    quantized = kern.at_precision([kern.Kernel("mm", "matmul", "fp32", 100, 40.0, 1, lead="mm", quantized_input=8)],
+                                  {"groups": [{"nodes": ["mm"], "precision": "int8"}]}, "fp32")
+    assert dict(quantized[1].shape) == {"function": 1}
+
+
+def test_a_point_swept_before_the_function_was_kept_takes_it_from_its_op():
+    old = {"cls": "elementwise", "op": "GeluTanh", "shape": {}}
+    assert sweep.point_shape(old) == {"function": 2}   # the composite's Tanh
+    assert sweep.point_shape({"cls": "quantize", "op": "DequantizeLinear"}) == {"function": 2}
+    assert sweep.point_shape({"cls": "recurrent", "op": "LSTM", "shape": {}}) == {"function": 1}
+    conv = {"cls": "conv", "op": "Conv", "shape": {"per_group": 3}}
+    assert sweep.point_shape(conv) == {"per_group": 3}
+    kept = {"cls": "movement", "op": "Transpose", "shape": {"function": 3}}
+    assert sweep.point_shape(kept) == {"function": 3}
+    # a swept model's kernel gets it from the same ops as a build's: the sweep's features name it
+    from tapeout.estimation.roofline import Roof
+
+    stand_in = Roof(name="test", kind="cpu", peaks={"fp32": 1e11}, bandwidth=2e10, source="a stand-in")
+    for op, function in (("Tanh", 2), ("Relu", 1), ("GeluTanh", 2), ("Erf", 3)):
+        proto, inputs = sweep.model(sweep.Config("elementwise", op, (("size", 4096),)))
+        assert sweep.features_of(proto, inputs, stand_in)["shape"] == {"function": function}, op
+
+
+def _leaf(value: float, relative: float | None) -> predictor.ClassModel:
+    return predictor.ClassModel(init=math.log(value), rate=1.0, band=(-0.1, 0.1), points=12, held_out_within_15=1.0,
+                                trees=[predictor.Tree(feature=[-2], threshold=[-2.0], left=[-1], right=[-1],
+                                                      value=[0.0])],
+                                relative_to_roof_plus_s=relative)
+
+
+def _predictor(classes: dict) -> predictor.Predictor:
+    from pathlib import Path
+
+    from tapeout.estimation.roofline import Roof
+
+    roof = Roof(name="test", kind="cpu", peaks={"fp32": 1e11}, bandwidth=2e10, source="a stand-in")
+    return predictor.Predictor(predictor.PredictorFile(
+        schema=predictor.SCHEMA, device="d", target="onnxruntime", host="h", threads=1, created="now",
+        baseline_s=0.0, roof=roof.to_json(), points=12, classes=classes), Path("p.json"))
+
+
+def test_a_class_model_predicts_seconds_or_a_ratio_to_its_roofline_plus_the_dispatch():
+    pred = _predictor({"matmul": _leaf(2e-6, None), "conv": _leaf(3.0, 2e-7)})
+    assert pred.kernel_s("matmul", 1e6, 1e4, 1e-6, 1, 1) == pytest.approx(2e-6)           # seconds
+    shape = {"per_group": 16, "out_channels": 16, "positions": 64, "area": 9, "groups": 1, "layout": 2,
+             "fill": 100, "rank": 2}
+    assert pred.kernel_s("conv", 1e6, 1e4, 1e-5, 1, 1, shape) == pytest.approx(3.0 * (1e-5 + 2e-7))  # a ratio
+    # a file without the field (trained before it) reads as seconds
+    data = _leaf(2e-6, None).model_dump()
+    del data["relative_to_roof_plus_s"]
+    assert predictor.ClassModel.model_validate(data).relative_to_roof_plus_s is None
+
+
+def test_training_learns_a_ratio_where_the_kernels_time_follows_its_roofline():
+    """A class whose time is 2.5 × (roofline + dispatch) over four decades: held out, the ratio is near exact and the
+    class keeps it; the band is its held-out errors."""
+    rng = np.random.default_rng(0)
+    dispatch = 2e-7
+    rows = []
+    for _ in range(200):
+        roof_s = 10 ** rng.uniform(-7, -3)
+        rows.append({"cls": "matmul", "precision": "fp32", "flops": roof_s * 1e11, "bytes": roof_s * 2e10 / 3,
+                     "nodes": 1, "launches": 1, "roof_s": roof_s, "kernel_s": 2.5 * (roof_s + dispatch)})
+    model = predictor.train(rows, dispatch_s=dispatch)["matmul"]
+    assert model.relative_to_roof_plus_s == dispatch
+    assert model.held_out_within_15 == 1.0 and -0.05 < model.band[0] <= model.band[1] < 0.05
+    assert predictor.train(rows)["matmul"].relative_to_roof_plus_s is None  # no dispatch given: seconds
+    pred = _predictor({"matmul": model})
+    assert pred.kernel_s("matmul", 1e7, 1e5, 1e-4, 1, 1) == pytest.approx(2.5 * (1e-4 + dispatch), rel=0.05)
+
+
+def test_a_structure_from_before_the_function_is_analysed_again(digits_build, tmp_path):
+    """A build dir whose structure.json predates `function` (and a single call's): its verified export is analysed
+    again, so the predictors that read it price every kernel."""
+    from tapeout.builds.reader import open_build
+    from tapeout.core.hashing import sha256_file
+    from tapeout.estimation import estimate
+
+    build = tmp_path / "old"
+    shutil.copytree(digits_build, build)
+    path = build / "structure.json"
+    data = json.loads(path.read_text())
+    stripped = 0
+    for k in data["kernels"]:
+        if "function" in k.get("shape", {}):
+            del k["shape"]["function"]
+            stripped += 1
+    assert stripped  # digits-cnn has elementwise and movement kernels
+    path.write_text(json.dumps(data))
+    manifest = json.loads((build / "manifest.json").read_text())
+    manifest["structure"]["sha256"] = sha256_file(path)
+    (build / "manifest.json").write_text(json.dumps(manifest))
+    again = estimate.kernels_of(open_build(build))
+    fresh = estimate.kernels_of(open_build(digits_build))
+    assert [(k.name, k.cls, dict(k.shape)) for k in again] == [(k.name, k.cls, dict(k.shape)) for k in fresh]
+    assert all("function" in dict(k.shape) for k in again if k.cls in kern.FUNCTION_CLASSES)
