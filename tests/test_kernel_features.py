@@ -104,8 +104,8 @@ def _predictor(classes: dict) -> predictor.Predictor:
 
 
 def test_a_class_model_predicts_seconds_or_a_ratio_to_its_roofline_plus_the_dispatch():
-    pred = _predictor({"matmul": _leaf(2e-6, None), "conv": _leaf(3.0, 2e-7)})
-    assert pred.kernel_s("matmul", 1e6, 1e4, 1e-6, 1, 1) == pytest.approx(2e-6)           # seconds
+    pred = _predictor({"reduce": _leaf(2e-6, None), "conv": _leaf(3.0, 2e-7)})
+    assert pred.kernel_s("reduce", 1e6, 1e4, 1e-6, 1, 1) == pytest.approx(2e-6)           # seconds
     shape = {"per_group": 16, "out_channels": 16, "positions": 64, "area": 9, "groups": 1, "layout": 2,
              "fill": 100, "rank": 2}
     assert pred.kernel_s("conv", 1e6, 1e4, 1e-5, 1, 1, shape) == pytest.approx(3.0 * (1e-5 + 2e-7))  # a ratio
@@ -124,13 +124,16 @@ def test_training_learns_a_ratio_where_the_kernels_time_follows_its_roofline():
     for _ in range(200):
         roof_s = 10 ** rng.uniform(-7, -3)
         rows.append({"cls": "matmul", "precision": "fp32", "flops": roof_s * 1e11, "bytes": roof_s * 2e10 / 3,
-                     "nodes": 1, "launches": 1, "roof_s": roof_s, "kernel_s": 2.5 * (roof_s + dispatch)})
+                     "nodes": 1, "launches": 1, "roof_s": roof_s, "kernel_s": 2.5 * (roof_s + dispatch),
+                     "shape": {"m": 64, "k": 64, "n": 64}})
     model = predictor.train(rows, dispatch_s=dispatch)["matmul"]
     assert model.relative_to_roof_plus_s == dispatch
     assert model.held_out_within_15 == 1.0 and -0.05 < model.band[0] <= model.band[1] < 0.05
     assert predictor.train(rows)["matmul"].relative_to_roof_plus_s is None  # no dispatch given: seconds
     pred = _predictor({"matmul": model})
-    assert pred.kernel_s("matmul", 1e7, 1e5, 1e-4, 1, 1) == pytest.approx(2.5 * (1e-4 + dispatch), rel=0.05)
+    assert pred.kernel_s("matmul", 1e7, 1e5, 1e-4, 1, 1, {"m": 64, "k": 64, "n": 64}) == \
+        pytest.approx(2.5 * (1e-4 + dispatch), rel=0.05)
+    assert pred.kernel_s("matmul", 1e7, 1e5, 1e-4, 1, 1) is None  # a MatMul whose shape is unknown: not priced
 
 
 def test_a_structure_from_before_the_function_is_analysed_again(digits_build, tmp_path):
@@ -158,3 +161,36 @@ def test_a_structure_from_before_the_function_is_analysed_again(digits_build, tm
     fresh = estimate.kernels_of(open_build(digits_build))
     assert [(k.name, k.cls, dict(k.shape)) for k in again] == [(k.name, k.cls, dict(k.shape)) for k in fresh]
     assert all("function" in dict(k.shape) for k in again if k.cls in kern.FUNCTION_CLASSES)
+
+
+def test_a_matmul_keeps_its_gemms_rows_depth_and_columns(tmp_path):
+    """A Linear's MatMul on a [1, 128, 256] activation is one 128 × 256 × 768 GEMM; a Gemm with its weight transposed
+    reads k and n off it; attention's batched scores stack their heads' rows (4 heads of 128 × 32 × 128: m 512)."""
+    t = TensorProto.FLOAT
+    rng = np.random.default_rng(0)
+    w = helper.make_tensor("w", t, [256, 768], rng.standard_normal(256 * 768).astype(np.float32).tolist())
+    g = helper.make_tensor("g", t, [64, 768], rng.standard_normal(64 * 768).astype(np.float32).tolist())
+    shape = helper.make_tensor("shape", TensorProto.INT64, [4], [1, 128, 4, 192])
+    perm_q = helper.make_node("Transpose", ["heads"], ["q"], name="tq", perm=[0, 2, 1, 3])
+    nodes = [helper.make_node("MatMul", ["x", "w"], ["h"], name="proj"),
+             helper.make_node("Reshape", ["h", "shape"], ["heads"], name="split"),
+             perm_q,
+             helper.make_node("Transpose", ["heads"], ["kt"], name="tk", perm=[0, 2, 3, 1]),
+             helper.make_node("MatMul", ["q", "kt"], ["scores"], name="scores"),
+             helper.make_node("Gemm", ["flat", "g"], ["y"], name="head", transB=1)]
+    graph = helper.make_graph(nodes, "g", [helper.make_tensor_value_info("x", t, [1, 128, 256]),
+                                           helper.make_tensor_value_info("flat", t, [10, 768])],
+                              [helper.make_tensor_value_info("scores", t, None),
+                               helper.make_tensor_value_info("y", t, None)], [w, g, shape])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 10
+    onnx.save(model, str(tmp_path / "m.onnx"))
+    view = GraphView.load(tmp_path / "m.onnx", [InputSpec(name="x", shape=[1, 128, 256]),
+                                                InputSpec(name="flat", shape=[10, 768])], {})
+    found = {k.name: dict(k.shape) for k in kern.structure(view, analyze_view(view)) if k.cls == "matmul"}
+    assert found["linear1"] == {"m": 128, "k": 256, "n": 768}  # its fusion group's name
+    assert found["scores"] == {"m": 4 * 128, "k": 192, "n": 128}
+    assert found["head"] == {"m": 10, "k": 768, "n": 64}
+    # a MatMul point swept before its shape was kept: from its configuration
+    point = {"cls": "matmul", "op": "MatMul", "config": {"m": 7, "k": 64, "n": 32, "bias": 1}, "shape": {}}
+    assert sweep.point_shape(point) == {"m": 7, "k": 64, "n": 32}

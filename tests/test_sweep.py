@@ -263,7 +263,7 @@ def test_nodes_onnx_runtimes_optimized_graph_runs_beyond_the_kernels_each_cost_a
     data = json.loads(path.read_text())
     view_s = 3e-7  # a one-leaf movement model: every movement kernel 0.3 µs
     data["classes"]["movement"] = {**data["classes"]["matmul"], "init": math.log(view_s), "rate": 1.0,
-                                   "relative_to_roof_plus_s": None, "trees": [{"feature": [-2], "threshold": [-2.0], "left": [-1], "right": [-1],
+                                   "relative_to_roof_plus_s": None, "features": list(predictor.FEATURES), "trees": [{"feature": [-2], "threshold": [-2.0], "left": [-1], "right": [-1],
                                               "value": [0.0]}]}
     made = tmp_path / path.name
     made.write_text(json.dumps({**data, "dispatch_s": 0.0}))   # as trained before the dispatch was kept
@@ -335,7 +335,8 @@ def test_the_layout_reorders_onnx_runtime_inserts_are_priced_as_kernels(swept, d
     move_s = 3e-7
     leaf = [{"feature": [-2], "threshold": [-2.0], "left": [-1], "right": [-1], "value": [0.0]}]
     data["classes"]["movement"] = {**data["classes"]["matmul"], "init": math.log(move_s), "rate": 1.0, "trees": leaf,
-                                   "relative_to_roof_plus_s": None}  # seconds, not a ratio to the roofline
+                                   "relative_to_roof_plus_s": None,  # seconds, not a ratio to the roofline
+                                   "features": list(predictor.FEATURES)}
     # every other class at 0.1 ms a kernel, far over any floor: a floor moves with the whole call's traffic (its
     # cache level), which the reorders' bytes add to, and a swept predictor's kernels can sit on theirs
     for name in set(data["classes"]) - {"movement"}:
@@ -550,6 +551,7 @@ def test_an_int8_matmul_is_swept_as_the_cpu_rules_quantize_it_and_priced_by_its_
     assert (fp32["precision"], int8["precision"], int8["cls"]) == ("fp32", "int8", "matmul")
     assert int8["bytes"] == fp32["bytes"] / 4 and int8["flops"] == fp32["flops"]
     assert int8["roof_s"] == max(int8["flops"] / 4e11, int8["bytes"] / 2e10)
+    assert int8["shape"] == {n: config[n] for n in ("m", "k", "n")}  # the GEMM's shape, as the predictor reads it
     options = ort.SessionOptions()
     options.optimized_model_filepath = str(tmp_path / "int8.onnx")
     ort.InferenceSession(sweep.timed_model(config, proto).SerializeToString(), options,
@@ -562,14 +564,16 @@ def test_an_int8_matmul_is_swept_as_the_cpu_rules_quantize_it_and_priced_by_its_
             flops, bytes_ = 2e5 * (1 + i), 4e4 * (1 + i) * (0.25 if precision == "int8" else 1.0)
             roof_s = max(flops / roof.peak(precision)[0], bytes_ / 2e10)
             rows.append({"cls": "matmul", "precision": precision, "flops": flops, "bytes": bytes_, "nodes": 1,
-                         "launches": 1, "roof_s": roof_s, "kernel_s": times * roof_s})
+                         "launches": 1, "roof_s": roof_s, "kernel_s": times * roof_s,
+                         "shape": {"m": 100, "k": 100, "n": 10 * (1 + i)}})
     classes = predictor.train(rows)
     assert set(classes) == {"matmul", "matmul@int8"}
     pred = predictor.Predictor(predictor.PredictorFile(
         schema=predictor.SCHEMA, device="d", target="onnxruntime", host="h", threads=1, created="now",
         baseline_s=0.0, roof=roof.to_json(), points=len(rows), classes=classes), Path("p.json"))
     plan = {"groups": [{"nodes": ["mm"], "precision": "int8"}, {"nodes": ["cv"], "precision": "int8"}]}
-    model = kern.at_precision([kern.Kernel("mm", "matmul", "fp32", 3e6, 6e5, 1, lead="mm", quantized_input=1000),
+    model = kern.at_precision([kern.Kernel("mm", "matmul", "fp32", 3e6, 6e5, 1, lead="mm", quantized_input=1000,
+                                           shape=(("m", 100), ("k", 100), ("n", 150))),
                                kern.Kernel("cv", "conv", "fp32", 3e6, 6e5, 1, lead="cv", quantized_input=1000)],
                               plan, "fp32")
     assert [(k.cls, k.precision) for k in model] == [("matmul", "int8"), ("quantize", "int8"), ("conv", "int8"),
@@ -652,7 +656,8 @@ def test_a_static_int8_conv_is_swept_as_a_qlinearconv_and_a_static_build_is_pric
              "bytes": 4e4 * (1 + i), "nodes": 1, "launches": 1, "roof_s": 1e-6 * (1 + i), "kernel_s": times * (1 + i),
              "shape": {"per_group": 16, "out_channels": 32, "positions": 64, "area": 9, "groups": 1, "layout": 2,
                        "fill": 100, "rank": 2} if cls == "conv" else
-             {"function": 1} if cls in kern.FUNCTION_CLASSES else {}}
+             {"function": 1} if cls in kern.FUNCTION_CLASSES else
+             {"m": 8, "k": 16 * (1 + i), "n": 32} if cls == "matmul" else {}}
             for i in range(20) for cls, precision, method, times in (
                 ("conv", "int8", "static", 3e-6), ("matmul", "int8", "dynamic", 3e-6),
                 ("matmul", "int8", "static", 9e-6), ("quantize", "fp32", None, 3e-6), ("conv", "fp32", None, 3e-6),

@@ -10,14 +10,14 @@ FLOPs, and bytes at that precision.
 
 from __future__ import annotations
 
-import math
 import re
 from dataclasses import dataclass, replace
 
-from tapeout.estimation.kernel_function import (  # the kernels' own, read as kern.*
+from tapeout.estimation.kernel_shape import (  # the kernels' own, read as kern.*
     FUNCTION_CLASSES,
     function_shape,
 )
+from tapeout.estimation.kernel_shape import of as shape_of
 from tapeout.estimation.roofline import BYTES_PER_ELEMENT, bytes_per_element
 from tapeout.graph.analysis import Analysis
 from tapeout.graph.analyze import node_cost
@@ -149,8 +149,9 @@ class Kernel:
     reread: float = 0.0  # bytes read again on every launch after the first: a recurrent cell's weights
     # what FLOPs and bytes do not say about the kernel's shape, where a predictor reads it: a conv's channels per
     # group, output channels, output positions, kernel area and groups (a 7×7 depthwise is not a 1×1 dense conv),
-    # and `rank` 1 for a 1-D conv; a MaxPool's or AveragePool's `channels` (ONNX Runtime blocks a pool by them); a
-    # `strided` reorder's `elements`, and the `lines` its strided side writes a `stride` bytes apart
+    # and `rank` 1 for a 1-D conv; a MatMul's `m`, `k`, `n`; a MaxPool's or AveragePool's `channels` (ONNX Runtime
+    # blocks a pool by them); what an elementwise, movement, quantize or recurrent kernel computes (`function`); a
+    # `strided` reorder's `elements`, and the `lines` its strided side writes a `stride` bytes apart (kernel_shape.py)
     shape: tuple[tuple[str, int], ...] = ()
     runs_as: str = ""  # the layer a runtime's profile names for it, where the runtime's compiled graph says (OpenVINO)
 
@@ -213,8 +214,7 @@ def structure(view: GraphView, analysis: Analysis) -> list[Kernel]:
             kernels.append(Kernel(node.name, cls, "fp32", cost.flops, moved, 1,
                                   _steps(view, node) if cls == "recurrent" else 1, node.name,
                                   reread=_recurrent_weights(view, node) if cls == "recurrent" else 0,
-                                  shape=(_conv_shape(view, node) or _pool_shape(view, node)
-                                         or function_shape(cls, [node.op_type]))))
+                                  shape=shape_of(view, node, cls, [node.op_type])))
             continue
         if group.name in seen_groups:
             continue
@@ -229,8 +229,7 @@ def structure(view: GraphView, analysis: Analysis) -> list[Kernel]:
                               group.weighted[0] if group.weighted else "",
                               (view.size(lead.input[0]) or 0) if lead is not None and group.weighted else 0,
                               _recurrent_weights(view, lead) if cls == "recurrent" and lead is not None else 0,
-                              (_conv_shape(view, lead) if lead is not None else ()) or
-                              function_shape(cls, [by_name[n].op_type for n in group.nodes if n in by_name])))
+                              shape_of(view, lead, cls, [by_name[n].op_type for n in group.nodes if n in by_name])))
     kernels = _gelu_tanh_fused(view, _silu_fused(view, _rms_norm_fused(view, kernels)))
     return _add_norm_fused(view, _matmul_scale_fused(view, kernels))
 
@@ -519,33 +518,6 @@ def _recurrent_weights(view: GraphView, node) -> float:
         return 0.0
     weights = view.const_array(node.input[2])
     return float(weights.size * 4) if weights is not None else 0.0
-
-
-def _conv_shape(view: GraphView, node) -> tuple[tuple[str, int], ...]:
-    """A 1-D or 2-D Conv's (channels per group, output channels, output positions, kernel area, groups), from its
-    weight and output shapes, and for a 1-D one its rank (the runtime runs it another way: `runtime_kernels`); ()
-    for anything else or where a size is unknown."""
-    if node.op_type != "Conv" or len(node.input) < 2:
-        return ()
-    weights = view.const_array(node.input[1])
-    weight = tuple(weights.shape) if weights is not None else view.shapes.get(node.input[1]) or ()
-    out = view.shapes.get(node.output[0]) or ()
-    if len(weight) not in (3, 4) or len(out) != len(weight) or \
-            not all(isinstance(d, int) and d > 0 for d in (*weight, *out[1:])):
-        return ()
-    shape = (("per_group", weight[1]), ("out_channels", weight[0]), ("positions", math.prod(out[2:])),
-             ("area", math.prod(weight[2:])), ("groups", int(view.attr(node, "group", 1))))
-    return (*shape, ("rank", 1)) if len(weight) == 3 else shape
-
-
-def _pool_shape(view: GraphView, node) -> tuple[tuple[str, int], ...]:
-    """A MaxPool's or AveragePool's channels (ONNX Runtime blocks a pool by them: `runtime_kernels.pool_layout`);
-    () where unknown."""
-    shape = view.shapes.get(node.input[0]) if node.input else None
-    if node.op_type not in ("MaxPool", "AveragePool") or not shape or len(shape) < 3 or \
-            not isinstance(shape[1], int) or shape[1] <= 0:
-        return ()
-    return (("channels", shape[1]),)
 
 
 def _steps(view: GraphView, node) -> int:

@@ -436,12 +436,13 @@ def _recorded_roof(report, device: str) -> roofline.Roof | None:
 
 def kernels_of(build: BuildDir) -> list[kern.Kernel] | None:
     """The build's kernel structure at FP32: structure.json (computed once at build, verified), or for a build dir
-    from before it, or one of a single call whose kernels predate their `function` (cost_units.FUNCTION_CLASSES),
-    the verified export analysed again; None where it has neither."""
+    from before it, or one of a single call whose kernels predate the shapes the predictors read (a kernel's
+    `function`, a MatMul's m, k, n: kernel_shape.py), the verified export analysed again; None where it has neither."""
     structure = build.structure()
     if structure is not None:
         kernels = kern.from_record(structure)
-        dated = any(k.cls in kern.FUNCTION_CLASSES and "function" not in dict(k.shape) for k in kernels)
+        dated = any((k.cls in kern.FUNCTION_CLASSES and "function" not in dict(k.shape)) or
+                    (k.cls == "matmul" and not k.shape) for k in kernels)
         if not dated or structure.phases or not (build.directory / "export" / "model.onnx").is_file():
             return kernels
     if not (build.directory / "export" / "model.onnx").is_file():

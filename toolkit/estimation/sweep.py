@@ -515,11 +515,13 @@ _COMPOSITE_OPS = {"GeluTanh": ("Pow", "Mul", "Add", "Tanh")}
 
 
 def point_shape(point: dict) -> dict:
-    """A point's shape with the `function` its class's predictor reads (cost_units.function_shape), taken from its op
-    where it was swept before the shape kept it."""
+    """A point's shape with what its class's predictor reads that a point swept before the shape kept it lacks: a
+    MatMul's m, k and n (from its configuration), a kernel's `function` (from its op; kernel_shape.function_shape)."""
     from tapeout.estimation import cost_units as kern
 
     shape = dict(point.get("shape") or {})
+    if point["op"] in ("MatMul", "Gemm") and "m" not in shape:
+        shape.update({n: int(point["config"][n]) for n in ("m", "k", "n")})
     if point["cls"] in kern.FUNCTION_CLASSES and "function" not in shape:
         shape.update(kern.function_shape(point["cls"], _COMPOSITE_OPS.get(point["op"], (point["op"],))))
     return shape
