@@ -138,8 +138,8 @@ def test_a_conv_kernel_carries_its_shape_and_a_conv1d_its_rank(tmp_path):
          helper.make_tensor_value_info("y1", TensorProto.FLOAT, None)], initializer=[w2, w1])
     shapes = {k.lead or k.name: dict(k.shape) for k in _cost_units(tmp_path / "convs.onnx", graph) if k.cls == "conv"}
     assert sorted(shapes.values(), key=len) == [
-        {"per_group": 8, "out_channels": 32, "positions": 256, "area": 9, "groups": 1},
-        {"per_group": 4, "out_channels": 24, "positions": 96, "area": 5, "groups": 2, "rank": 1}]
+        {"per_group": 8, "out_channels": 32, "positions": 256, "area": 9, "groups": 1, "width": 16},
+        {"per_group": 4, "out_channels": 24, "positions": 96, "area": 5, "groups": 2, "width": 96, "rank": 1}]
 
 
 def test_a_tanh_gelu_written_out_is_one_kernel_as_onnx_runtime_fuses_it(tmp_path):

@@ -215,6 +215,33 @@ def test_a_generate_builds_loop_is_priced_by_the_hosts_kernel_predictors_where_i
     assert shown["ttft_ms"]["40"]["predicted"]["point"] > 0 and shown["tpot_ms"]["predicted"]["p50"]["point"] > 0
 
 
+def test_a_generate_build_whose_structure_predates_the_predictors_shapes_is_analysed_again(generated, tmp_path):
+    """A generate build dir whose structure.json predates the shapes the predictors read (a MatMul's m, k, n; a
+    kernel's function): its phases and its kernels are read again from its verified export, the same as a fresh
+    build keeps them."""
+    from tapeout.builds.reader import open_build
+    from tapeout.core.hashing import sha256_file
+    from tapeout.estimation import build_structure, generation
+
+    _, out, _ = generated
+    old = tmp_path / "old"
+    shutil.copytree(out, old)
+    data = json.loads((old / "structure.json").read_text())
+    for unit in [*data["kernels"], *(k for phase in data["phases"] for k in phase["kernels"])]:
+        unit["shape"] = {}
+    (old / "structure.json").write_text(json.dumps(data))
+    manifest = json.loads((old / "manifest.json").read_text())
+    manifest["structure"]["sha256"] = sha256_file(old / "structure.json")
+    (old / "manifest.json").write_text(json.dumps(manifest))
+    dated, fresh = open_build(old), open_build(out)
+    assert build_structure.dated(generation.from_record(dated.structure())[0].kernels)
+    kernels = build_structure.kernels_of(dated)
+    assert kernels == build_structure.kernels_of(fresh)
+    again, kept = build_structure.phases_of(dated, kernels), generation.from_record(fresh.structure())
+    assert [(p.kind, p.seq, p.past, p.kernels) for p in again] == [(p.kind, p.seq, p.past, p.kernels) for p in kept]
+    assert not any(build_structure.dated(p.kernels) for p in again)
+
+
 @pytest.mark.slow
 def test_int4_keeps_perplexity_within_one_percent_through_the_cache(tmp_path):
     profile = tmp_path / "int4.toml"

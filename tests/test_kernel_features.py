@@ -71,11 +71,12 @@ def test_a_point_swept_before_the_function_was_kept_takes_it_from_its_op():
     old = {"cls": "elementwise", "op": "GeluTanh", "shape": {}}
     assert sweep.point_shape(old) == {"function": 2}   # the composite's Tanh
     assert sweep.point_shape({"cls": "quantize", "op": "DequantizeLinear"}) == {"function": 2}
-    assert sweep.point_shape({"cls": "recurrent", "op": "LSTM", "shape": {}}) == {"function": 1}
-    conv = {"cls": "conv", "op": "Conv", "shape": {"per_group": 3}}
-    assert sweep.point_shape(conv) == {"per_group": 3}
-    kept = {"cls": "movement", "op": "Transpose", "shape": {"function": 3}}
-    assert sweep.point_shape(kept) == {"function": 3}
+    lstm = {"cls": "recurrent", "op": "LSTM", "config": {"steps": 4, "input": 9, "hidden": 20}, "shape": {}}
+    assert sweep.point_shape(lstm) == {"input": 9, "hidden": 20, "function": 1}
+    conv = {"cls": "conv", "op": "Conv", "shape": {"per_group": 3, "width": 7}}
+    assert sweep.point_shape(conv) == {"per_group": 3, "width": 7}
+    kept = {"cls": "movement", "op": "Transpose", "shape": {"function": 3, "run": 5}}
+    assert sweep.point_shape(kept) == {"function": 3, "run": 5}
     # a swept model's kernel gets it from the same ops as a build's: the sweep's features name it
     from tapeout.estimation.roofline import Roof
 
@@ -141,7 +142,7 @@ def test_a_structure_from_before_the_function_is_analysed_again(digits_build, tm
     again, so the predictors that read it price every kernel."""
     from tapeout.builds.reader import open_build
     from tapeout.core.hashing import sha256_file
-    from tapeout.estimation import estimate
+    from tapeout.estimation import build_structure
 
     build = tmp_path / "old"
     shutil.copytree(digits_build, build)
@@ -157,8 +158,8 @@ def test_a_structure_from_before_the_function_is_analysed_again(digits_build, tm
     manifest = json.loads((build / "manifest.json").read_text())
     manifest["structure"]["sha256"] = sha256_file(path)
     (build / "manifest.json").write_text(json.dumps(manifest))
-    again = estimate.kernels_of(open_build(build))
-    fresh = estimate.kernels_of(open_build(digits_build))
+    again = build_structure.kernels_of(open_build(build))
+    fresh = build_structure.kernels_of(open_build(digits_build))
     assert [(k.name, k.cls, dict(k.shape)) for k in again] == [(k.name, k.cls, dict(k.shape)) for k in fresh]
     assert all("function" in dict(k.shape) for k in again if k.cls in kern.FUNCTION_CLASSES)
 
@@ -194,3 +195,51 @@ def test_a_matmul_keeps_its_gemms_rows_depth_and_columns(tmp_path):
     # a MatMul point swept before its shape was kept: from its configuration
     point = {"cls": "matmul", "op": "MatMul", "config": {"m": 7, "k": 64, "n": 32, "bias": 1}, "shape": {}}
     assert sweep.point_shape(point) == {"m": 7, "k": 64, "n": 32}
+
+
+def test_a_movement_kernel_keeps_its_runs_a_conv_its_width_a_cell_its_sizes(tmp_path):
+    """`run`: the elements each contiguous copy moves (a Transpose's trailing axes left in place, a Concat's what
+    follows its axis, a Gather's rows, a Slice's trailing axes it keeps whole); a conv's output width; an LSTM's
+    or GRU's input width and hidden size; a layout reorder a runtime adds moves runs of one element."""
+    t = TensorProto.FLOAT
+    rng = np.random.default_rng(0)
+    w = helper.make_tensor("w", t, [32, 16, 3, 3], (rng.standard_normal(32 * 16 * 9) * 0.1).tolist())
+    nodes = [helper.make_node("Conv", ["x", "w"], ["c"], name="conv", pads=[1, 1, 1, 1]),           # [1, 32, 8, 128]
+             helper.make_node("Transpose", ["c"], ["keep"], name="keep_last", perm=[0, 2, 1, 3]),  # runs of 128
+             helper.make_node("Transpose", ["c"], ["move"], name="move_last", perm=[0, 2, 3, 1]),  # runs of 1
+             helper.make_node("Concat", ["keep", "keep"], ["cat"], name="cat", axis=2),            # 32 × 128
+             helper.make_node("Slice", ["cat", "starts", "ends", "axes"], ["half"], name="slice")]
+    inits = [w, helper.make_tensor("starts", TensorProto.INT64, [1], [0]),
+             helper.make_tensor("ends", TensorProto.INT64, [1], [4]),
+             helper.make_tensor("axes", TensorProto.INT64, [1], [1])]
+    graph = helper.make_graph(nodes, "g", [helper.make_tensor_value_info("x", t, [1, 16, 8, 128])],
+                              [helper.make_tensor_value_info("move", t, None),
+                               helper.make_tensor_value_info("half", t, None)], inits)
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 10
+    onnx.save(model, str(tmp_path / "m.onnx"))
+    view = GraphView.load(tmp_path / "m.onnx", [InputSpec(name="x", shape=[1, 16, 8, 128])], {})
+    found = {k.name: dict(k.shape) for k in kern.structure(view, analyze_view(view))}
+    assert found["head"]["width"] == 128 and found["head"]["positions"] == 8 * 128  # a lone conv: "head"
+    assert found["keep_last"] == {"run": 128, "function": 3}
+    assert found["move_last"] == {"run": 1, "function": 3}
+    assert found["cat"] == {"run": 32 * 128, "function": 1}
+    assert found["slice"] == {"run": 64 * 128, "function": 1}   # [1, 8, 64, 128] → [1, 4, 64, 128]
+    from tapeout.estimation import kernel_shape
+
+    assert kernel_shape.inserted_shape("movement", "ReorderOutput") == (("run", 1), ("function", 3))
+    assert kernel_shape.inserted_shape("quantize", "DequantizeLinear") == (("function", 2),)
+    # the GRU of the chain above: its input width and hidden size
+    chain = GraphView.load(_chain(tmp_path / "chain.onnx"), [InputSpec(name="x", shape=[4, 2, 8])], {})
+    cell = next(k for k in kern.structure(chain, analyze_view(chain)) if k.cls == "recurrent")
+    assert dict(cell.shape) == {"input": 8, "hidden": 8, "function": 2}
+    # points swept before: a square conv's width is its positions' root, a Transpose's run its kept axis
+    assert sweep.point_shape({"cls": "conv", "op": "Conv", "shape": {"positions": 49}})["width"] == 7
+    assert sweep.point_shape({"cls": "conv", "op": "Conv1d", "shape": {"positions": 300}})["width"] == 300
+    old = {"cls": "movement", "op": "Transpose", "config": {"a": 2, "b": 8, "c": 24}, "shape": {}}
+    assert sweep.point_shape(old) == {"run": 24, "function": 3}
+    assert sweep.point_shape({**old, "config": {"a": 2, "b": 8, "c": 24, "inner": 1}})["run"] == 1
+    gather = {"cls": "movement", "op": "Gather", "config": {"vocab": 300, "width": 48, "rows": 5}, "shape": {}}
+    assert sweep.point_shape(gather) == {"run": 48, "function": 2}
+    concat = {"cls": "movement", "op": "Concat", "config": {"a": 2, "b": 8, "c": 24}, "shape": {}}
+    assert sweep.point_shape(concat)["run"] == 8 * 24

@@ -15,7 +15,7 @@ from conftest import FAST_PROFILE, SAMPLES, one_line_error, run_cli
 from tapeout.core.errors import BadInput
 from tapeout.core.schemas import Budgets
 from tapeout.core.verdict import Verdict
-from tapeout.estimation import estimate, predictor, runtime_graph
+from tapeout.estimation import build_structure, estimate, predictor, runtime_graph
 
 
 @pytest.fixture(scope="module")
@@ -275,7 +275,7 @@ def test_nodes_onnx_runtimes_optimized_graph_runs_beyond_the_kernels_each_cost_a
     assert runtime_graph.executed_nodes("onnxruntime", "fp32", artifact) == ran
     assert runtime_graph.executed_nodes("onnxruntime", "int8", artifact) is None
     assert runtime_graph.executed_nodes("openvino", "fp32", artifact) is None
-    kernels = kern.at_precision(estimate.kernels_of(build), None, "fp32")
+    kernels = kern.at_precision(build_structure.kernels_of(build), None, "fp32")
     roof = pred.roof()
     plain = estimate.estimate(kernels, roof, "onnxruntime", "fp32", None, pred)
     more = estimate.estimate(kernels, roof, "onnxruntime", "fp32", None, pred, executed=len(kernels) + 10)
@@ -327,7 +327,7 @@ def test_the_layout_reorders_onnx_runtime_inserts_are_priced_as_kernels(swept, d
     artifact = build.artifact() / build.manifest.artifact.main_file
     reorders = runtime_kernels.inserted_reorders(artifact, build.manifest.project.dims)
     assert reorders and all(op in runtime_kernels.REORDERS and size > 0 for op, _, size in reorders)
-    assert runtime_graph.inserted_kernels("onnxruntime", "int8", artifact, estimate.kernels_of(build), {}) == []
+    assert runtime_graph.inserted_kernels("onnxruntime", "int8", artifact, build_structure.kernels_of(build), {}) == []
 
     folder, first = swept
     path = folder / predictor.file_name(first["device"], "onnxruntime")
@@ -655,8 +655,8 @@ def test_a_static_int8_conv_is_swept_as_a_qlinearconv_and_a_static_build_is_pric
     rows = [{"cls": cls, "precision": precision, "quantization": method, "flops": 2e5 * (1 + i),
              "bytes": 4e4 * (1 + i), "nodes": 1, "launches": 1, "roof_s": 1e-6 * (1 + i), "kernel_s": times * (1 + i),
              "shape": {"per_group": 16, "out_channels": 32, "positions": 64, "area": 9, "groups": 1, "layout": 2,
-                       "fill": 100, "rank": 2} if cls == "conv" else
-             {"function": 1} if cls in kern.FUNCTION_CLASSES else
+                       "fill": 100, "rank": 2, "width": 8} if cls == "conv" else
+             {"function": 1, **({"run": 64} if cls == "movement" else {})} if cls in kern.FUNCTION_CLASSES else
              {"m": 8, "k": 16 * (1 + i), "n": 32} if cls == "matmul" else {}}
             for i in range(20) for cls, precision, method, times in (
                 ("conv", "int8", "static", 3e-6), ("matmul", "int8", "dynamic", 3e-6),
@@ -766,7 +766,8 @@ def test_a_static_int8_kernels_time_is_trained_less_its_wrappers_as_predicted_no
         common = {"flops": 1e3 * (1 + i), "nodes": 1, "launches": 1, "roof_s": 1e-9 * (1 + i), "baseline_s": baseline,
                   "dispatch_s": 0.0, "spread": 0.01, "runs": 10}
         for cls, op in (("quantize", "QuantizeLinear"), ("movement", "Transpose")):
-            points.append(sweep.Point(key=f"{op}{i}", cls=cls, op=op, config={"size": i}, bytes=50.0 * (1 + i),
+            points.append(sweep.Point(key=f"{op}{i}", cls=cls, op=op, config={"size": i, "a": 1, "b": 8, "c": 8},
+                                      bytes=50.0 * (1 + i),
                                       kernel_s=wrapper, run_s=baseline + wrapper, **common))
         true = 3e-6 * (1 + i / 24)
         run = baseline + true + 4 * wrapper
@@ -775,7 +776,8 @@ def test_a_static_int8_kernels_time_is_trained_less_its_wrappers_as_predicted_no
         points.append(sweep.Point(key=f"conv{i}", cls="conv", op="Conv", precision="int8", config=config,
                                   bytes=4e3 * (1 + i), kernel_s=run - baseline - sum(profiled.values()), run_s=run,
                                   inserted_s=profiled, shape={"per_group": 16, "out_channels": 16, "positions": 64 + i,
-                                                              "area": 9, "groups": 1, "layout": 2, "fill": 100},
+                                                              "area": 9, "groups": 1, "layout": 2, "fill": 100,
+                                                              "width": 8},
                                   **common))
     found = sweep.SweepFile(schema=sweep.SCHEMA, definition=sweep.DEFINITION, device="d", target="onnxruntime",
                             host="h", threads=1, roof=roof.to_json(), points=points)

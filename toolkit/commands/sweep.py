@@ -208,7 +208,7 @@ def _train(found, roof, target: str) -> dict:
     records each such node at 1-2 µs where it runs in ~0.3 (whole µs and its own cost), and taken out as profiled
     they left a small conv's time at nothing (a toy ResNet's QLinearConvs predicted at 0.06-0.33 µs)."""
     from tapeout.estimation import cost_units as kern
-    from tapeout.estimation import predictor
+    from tapeout.estimation import kernel_shape, predictor
     from tapeout.estimation import sweep as sweeping
 
     points = [{**p.model_dump(), "shape": sweeping.point_shape(p.model_dump())} for p in found.points]
@@ -227,7 +227,7 @@ def _train(found, roof, target: str) -> dict:
         for cls, flops, bytes_, op in wrappers:
             k = kern.Kernel("wrapper", cls, "fp32", int(flops), bytes_, 1)
             around += pred.kernel_s(cls, flops, bytes_, max(kern.roof_times(k, roof)), 1, 1,
-                                    dict(kern.function_shape(cls, [op])),
+                                    dict(kernel_shape.inserted_shape(cls, op)),
                                     floor_s=predictor.cache_floor_s(flops, bytes_, roof)) or 0.0
         profiled = sum(v for op, v in p["inserted_s"].items() if op in sweeping.QDQ_WRAPPER)
         p["kernel_s"] += profiled - around

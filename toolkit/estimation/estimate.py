@@ -21,7 +21,7 @@ from typing import Any
 from tapeout.builds.reader import BuildDir
 from tapeout.core.errors import BadInput
 from tapeout.core.host import host_fingerprint
-from tapeout.core.schemas import Budgets, InputSpec
+from tapeout.core.schemas import Budgets
 from tapeout.core.verdict import BudgetResult, Verdict
 from tapeout.estimation import bottleneck, generation, host_roof, roofline, strided
 from tapeout.estimation import cost_units as kern
@@ -29,8 +29,7 @@ from tapeout.estimation import fit as calib
 from tapeout.estimation import openvino_graph as ov_graph
 from tapeout.estimation import predictor as predictors
 from tapeout.estimation import runtime_graph as graphs
-from tapeout.graph.analyze import analyze_view
-from tapeout.graph.view import GraphView
+from tapeout.estimation.build_structure import kernels_of, phases_of
 
 METHOD_BOUND = "roofline lower bound: Σ max(FLOPs / peak, bytes / bandwidth) per kernel, no overhead"
 METHOD_CALIBRATED = ("calibrated roofline: per kernel, a fitted cost per kernel of its class plus a fitted "
@@ -201,12 +200,6 @@ def _device_roof(device_spec, host: dict, options: Any, target: str, cal) -> tup
         cal = calib.find(device, target)
     threads = None if device_spec is not None else host_threads(host, options)
     return cal, dataclasses.replace(roof_for(device_spec, host, cal[0] if cal else None, threads), name=device)
-
-
-def model_kernels(model_path: Path, inputs: list[InputSpec], dims: dict[str, int]) -> list[kern.Kernel]:
-    """The model's kernels as exported (`kernels.structure`): the graph is loaded, read, and let go."""
-    view = GraphView.load(model_path, inputs, dims)
-    return kern.structure(view, analyze_view(view))
 
 
 def estimate(kernels: list[kern.Kernel], roof: roofline.Roof, target: str, precision: str,
@@ -403,7 +396,7 @@ def for_build(build: BuildDir, cal: tuple[calib.Calibration, Path] | bool | None
         est.notes.append(line)
     if target != report.target.name:
         est.notes.append(f"priced as {target} would run the model (the build is for {report.target.name})")
-    phases = generation.from_record(build.structure())
+    phases = phases_of(build, structure)
     if phases and workload is not None and workload.kind == "generate":
         est.generation = generation.price(phases, roof, target, precision, plan, cal or None, workload,
                                           (pred, executed) if pred else None)
@@ -432,23 +425,6 @@ def _recorded_roof(report, device: str) -> roofline.Roof | None:
     if recorded is None or recorded.name != device or recorded.kind != "cpu" or not recorded.name.startswith("host-"):
         return None
     return roofline.Roof.from_json(recorded.model_dump(), note="the roof this build recorded when it was built")
-
-
-def kernels_of(build: BuildDir) -> list[kern.Kernel] | None:
-    """The build's kernel structure at FP32: structure.json (computed once at build, verified), or for a build dir
-    from before it, or one of a single call whose kernels predate the shapes the predictors read (a kernel's
-    `function`, a MatMul's m, k, n: kernel_shape.py), the verified export analysed again; None where it has neither."""
-    structure = build.structure()
-    if structure is not None:
-        kernels = kern.from_record(structure)
-        dated = any((k.cls in kern.FUNCTION_CLASSES and "function" not in dict(k.shape)) or
-                    (k.cls == "matmul" and not k.shape) for k in kernels)
-        if not dated or structure.phases or not (build.directory / "export" / "model.onnx").is_file():
-            return kernels
-    if not (build.directory / "export" / "model.onnx").is_file():
-        return None
-    man = build.manifest
-    return model_kernels(build.exported_model(), man.project.inputs, man.project.dims)
 
 
 def for_model(setup, structure: list[kern.Kernel], plan: dict | None, reported: str | None = None,

@@ -18,7 +18,7 @@ from pathlib import Path
 
 from tapeout.core.errors import first_line
 from tapeout.estimation import cost_units as kern
-from tapeout.estimation import strided
+from tapeout.estimation import kernel_shape, strided
 
 # layer types that run no kernel: the graph's edges, constants, and views the plugin runs in place
 NOT_RUN = frozenset({"Input", "Output", "Const", "Reshape", "Squeeze", "Unsqueeze"})
@@ -166,7 +166,7 @@ def reorder_kernel(layer: Layer) -> kern.Kernel:
         return kern.Kernel(f"Reorder {layer.name}", "strided", "fp32", 0, 2.0 * layer.bytes, 1,
                            shape=(("elements", elements), ("lines", lines), ("stride", stride)), runs_as=layer.name)
     return kern.Kernel(f"Reorder {layer.name}", "movement", "fp32", 0, 2.0 * layer.bytes, 1,
-                       shape=kern.function_shape("movement", ["Reorder"]), runs_as=layer.name)
+                       shape=kernel_shape.inserted_shape("movement", "Reorder"), runs_as=layer.name)
 
 
 def attention_kernels(view, node_kernel: dict[str, str]) -> frozenset[str]:

@@ -34,12 +34,16 @@ FEATURES = ("log_flops", "log_bytes", "log_roof", "log_launches", "nodes")
 # or plain (every other reduce kernel: 1). Asked of the runtime by the pool's channels, which the cost units keep.
 # `m`, `k`, `n` (matmul): the GEMM's rows, depth and columns (held out, the FP32 MatMul points within ±15 % rose from
 # 68 to 92 % knowing them, the dynamic INT8 ones from 70 to 89).
+# `width` (conv): its output rows' length (a spectrogram's 8 × 128 is not a 32 × 32 of its positions).
+# `run` (movement): the elements each contiguous copy moves (kernel_shape.movement_run).
+# `input`, `hidden` (recurrent): the cell's input width and hidden size (kernel_shape.recurrent_shape).
 # `function` (elementwise, movement, quantize, recurrent): what the kernel computes (cost_units.function_shape): a Tanh
 # is not a Relu of the same bytes, a DequantizeLinear a QuantizeLinear, nor a GRU an LSTM
-SHAPE_FEATURES = {"conv": ("per_group", "out_channels", "positions", "area", "groups", "layout", "fill", "rank"),
+SHAPE_FEATURES = {"conv": ("per_group", "out_channels", "positions", "area", "groups", "layout", "fill", "rank",
+                           "width"),
                   "matmul": ("m", "k", "n"), "reduce": ("pool_layout",), "elementwise": ("function",),
-                  "movement": ("function",),
-                  "quantize": ("function",), "recurrent": ("function",)}
+                  "movement": ("function", "run"),
+                  "quantize": ("function",), "recurrent": ("function", "input", "hidden")}
 # shape features filled in where missing: what the runtime decides, and a 2-D conv's rank (the cost units write it
 # for a 1-D conv only). `fill`: the share of the output channels a blocked conv computes that are its own (18 of a
 # padded 32 ran at ~130 GFLOP/s, 32 of 32 at ~270)

@@ -7,7 +7,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from tapeout.estimation import cost_units as kern
-from tapeout.estimation import runtime_kernels
+from tapeout.estimation import kernel_shape, runtime_kernels
 
 
 def counts_executed(target: str, precision: str, main_file: str) -> bool:
@@ -41,7 +41,7 @@ def inserted_kernels(target: str, precision: str, artifact: Path | None, kernels
 def reorder_kernels(reorders: list[tuple[str, str, int]]) -> list[kern.Kernel]:
     """Each layout reorder (op type, tensor, bytes of the plain tensor) as a movement kernel reading and writing it."""
     return [kern.Kernel(f"{op} {tensor}", "movement", "fp32", 0, 2.0 * size, 1,
-                        shape=kern.function_shape("movement", [op])) for op, tensor, size in reorders]
+                        shape=kernel_shape.inserted_shape("movement", op)) for op, tensor, size in reorders]
 
 
 def dynamic_quantized(target: str, plan: dict | None, main_file: str) -> bool:
@@ -67,10 +67,10 @@ def quantized_kernels(artifact: Path, float_model: Path | None, dims: dict[str, 
     pooling nodes it runs on 8-bit tensors."""
     executed, found, eight_bit = runtime_kernels.quantized_graph(artifact, dims, float_model)
     return executed, [kern.Kernel(f"{op} {tensor}", "quantize", "fp32", count, 5.0 * count, 1,
-                                  shape=kern.function_shape("quantize", [op]))
+                                  shape=kernel_shape.inserted_shape("quantize", op))
                       if op in runtime_kernels.QDQ_KERNELS else
                       kern.Kernel(f"{op} {tensor}", "movement", "fp32", 0, 2.0 * count * width, 1,
-                                  shape=kern.function_shape("movement", [op]))
+                                  shape=kernel_shape.inserted_shape("movement", op))
                       for op, tensor, count, width in found], eight_bit
 
 

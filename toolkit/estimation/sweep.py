@@ -138,7 +138,7 @@ def _rough_flops(config: Config) -> float:
     if config.op in ("MatMul", "Gemm"):
         return 2.0 * s["m"] * s["k"] * s["n"]
     if config.op == "Conv":
-        out = (s["hw"] // s["stride"]) ** 2
+        out = (s["hw"] // s["stride"]) ** 2 * s.get("wide", 1)
         return 2.0 * out * s["co"] * (s["c"] // s["groups"]) * s["k"] ** 2
     if config.op == "Conv1d":
         return 2.0 * (s["len"] // s["stride"]) * s["co"] * (s["c"] // s["groups"]) * s["k"]
@@ -188,7 +188,12 @@ def _draw(cls: str, rng: random.Random) -> Config:
             co = rng.choice((1, 2, 3, 4, 4, 6))  # computes a whole block of them (unet-m's 128 → 4 head: 0.84 ms,
             # the time of 16 outputs; the sweep drew 8 and up, so a fill under a half was never measured)
         depthwise = c >= 8 and rng.random() < 0.3
+        # one in four `wide`: a spectrogram's few rows of many frames (cnn-lstm-m's 8 × 128 and 4 × 128): ONNX
+        # Runtime's NCHWc kernel computes an output row at a time, and its 16 → 32 conv on 8 × 128 ran at ~270
+        # GFLOP/s profiled where the predictor, knowing square inputs of its 1,024 positions only, put ~215
+        wide = rng.choice((2, 4, 8, 16)) if rng.random() < 0.25 else 1
         sizes = (("c", c), ("co", c if depthwise else co), ("hw", _log(rng, 7, 128)),
+                 *((("wide", wide),) if wide > 1 else ()),
                  ("k", rng.choice((1, 3, 3, 5, 7))), ("stride", rng.choice((1, 1, 2))),
                  ("groups", c if depthwise else 1), ("relu", rng.choice((0, 1))))
         if rng.random() < 0.3:  # static INT8, as a CNN's cpu-int8 build runs its convs (QLinearConv)
@@ -224,7 +229,10 @@ def _draw(cls: str, rng: random.Random) -> Config:
         if op == "Gather":
             return Config(cls, op, (("vocab", _log(rng, 256, 65536)), ("width", _log(rng, 16, 1024)),
                                     ("rows", _log(rng, 1, 2048))))
-        return Config(cls, op, (("a", _log(rng, 1, 512)), ("b", _log(rng, 8, 1024)), ("c", _log(rng, 8, 1024))))
+        sizes = (("a", _log(rng, 1, 512)), ("b", _log(rng, 8, 1024)), ("c", _log(rng, 8, 1024)))
+        if op == "Transpose" and rng.random() < 0.4:  # `inner`: the last axis moved (perm 0, 2, 1), every run one
+            return Config(cls, op, (*sizes, ("inner", 1)))  # element, as a key's transpose or a layout reorder is
+        return Config(cls, op, sizes)
     if cls == "quantize":
         # the activation (de)quantization a statically quantized model runs where its graph leaves INT8
         return Config(cls, rng.choice(("QuantizeLinear", "DequantizeLinear")), (("size", _log(rng, 64, 1 << 23)),))
@@ -275,7 +283,7 @@ def model(config: Config, rng_seed: int = 0):
             opset = GELU_OPSET
         inputs = [("x", shape)]
     elif op == "Conv":
-        shape = [1, s["c"], s["hw"], s["hw"]]
+        shape = [1, s["c"], s["hw"], s["hw"] * s.get("wide", 1)]
         pad = s["k"] // 2
         nodes.append(helper.make_node("Conv", ["x", weight("w", (s["co"], s["c"] // s["groups"], s["k"], s["k"])),
                                                weight("b", (s["co"],))], ["cv" if s["relu"] else "y"],
@@ -337,7 +345,7 @@ def model(config: Config, rng_seed: int = 0):
                   helper.make_node("Reshape", ["gelu", weight_int("shape", [1, s["size"]])], ["y"])]
         inputs = [("x", [1, s["size"]])]
     elif op == "Transpose":
-        nodes.append(helper.make_node(op, ["x"], ["y"], perm=[1, 0, 2]))
+        nodes.append(helper.make_node(op, ["x"], ["y"], perm=[0, 2, 1] if s.get("inner") else [1, 0, 2]))
         inputs = [("x", [s["a"], s["b"], s["c"]])]
     elif op == "Concat":
         nodes.append(helper.make_node(op, ["x", "x2"], ["y"], axis=1))
@@ -516,12 +524,24 @@ _COMPOSITE_OPS = {"GeluTanh": ("Pow", "Mul", "Add", "Tanh")}
 
 def point_shape(point: dict) -> dict:
     """A point's shape with what its class's predictor reads that a point swept before the shape kept it lacks: a
-    MatMul's m, k and n (from its configuration), a kernel's `function` (from its op; kernel_shape.function_shape)."""
+    MatMul's m, k and n, a cell's input and hidden (from its configuration), a conv's output width, a kernel's
+    `function` (from its op; kernel_shape.function_shape)."""
     from tapeout.estimation import cost_units as kern
 
     shape = dict(point.get("shape") or {})
     if point["op"] in ("MatMul", "Gemm") and "m" not in shape:
         shape.update({n: int(point["config"][n]) for n in ("m", "k", "n")})
+    if point["op"] in ("Conv", "Conv1d") and "width" not in shape and shape.get("positions"):
+        # a point before the width was kept: a square 2-D conv's (its positions' root), a 1-D one's positions
+        shape["width"] = math.isqrt(shape["positions"]) if point["op"] == "Conv" else shape["positions"]
+    if point["cls"] == "movement" and "run" not in shape:
+        c = point["config"]  # Transpose [a, b, c] → [b, a, c] (or `inner`: [a, c, b]); Concat of two on axis 1
+        if point["op"] == "Transpose":
+            shape["run"] = 1 if c.get("inner") else int(c["c"])
+        else:  # a Concat's two [b, c] blocks, a Gather's rows
+            shape["run"] = int(c["b"] * c["c"] if point["op"] == "Concat" else c.get("width", 1))
+    if point["op"] in ("LSTM", "GRU") and "hidden" not in shape:
+        shape.update({n: int(point["config"][n]) for n in ("input", "hidden")})
     if point["cls"] in kern.FUNCTION_CLASSES and "function" not in shape:
         shape.update(kern.function_shape(point["cls"], _COMPOSITE_OPS.get(point["op"], (point["op"],))))
     return shape
@@ -542,8 +562,8 @@ def wrapper_kernels(point: dict, target: str = "onnxruntime") -> list[tuple[str,
     if point["op"] == "Gemm":
         into, out = c["m"] * c["k"], c["m"] * c["n"]
         return [("quantize", into, 5.0 * into, "QuantizeLinear"), ("quantize", out, 5.0 * out, "DequantizeLinear")]
-    side = -(-c["hw"] // c["stride"])
-    into, out = c["c"] * c["hw"] ** 2, c["co"] * side * side
+    wide = int(c.get("wide", 1))
+    into, out = c["c"] * c["hw"] ** 2 * wide, c["co"] * -(-c["hw"] // c["stride"]) * -(-c["hw"] * wide // c["stride"])
     return [("quantize", into, 5.0 * into, "QuantizeLinear"), ("movement", 0.0, 2.0 * into, "Transpose"),
             ("movement", 0.0, 2.0 * out, "Transpose"), ("quantize", out, 5.0 * out, "DequantizeLinear")]
 

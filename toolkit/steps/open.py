@@ -7,8 +7,7 @@ from __future__ import annotations
 
 from tapeout.core.artifact import Artifact
 from tapeout.core.hashing import tree_size
-from tapeout.estimation import generation
-from tapeout.estimation.estimate import kernels_of
+from tapeout.estimation.build_structure import kernels_of, phases_of
 from tapeout.records.report import ArtifactInfo, ProjectInfo
 from tapeout.steps.state import BuildState
 from tapeout.steps.step import Step
@@ -29,7 +28,7 @@ class Open(Step):
                                            sha256=man.artifact.files[man.artifact.main_file], files=None, meta=None)
         state.quantization = built.quantization.model_dump(mode="json", exclude_unset=True) if built.quantization else None
         state.kernels = kernels_of(build)  # None for build dirs from before the estimator (no export/)
-        state.phases = generation.from_record(build.structure())
+        state.phases = phases_of(build, state.kernels)
 
     def report(self, state: BuildState) -> dict[str, object]:
         project = state.opened.manifest.project

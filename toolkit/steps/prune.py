@@ -229,7 +229,7 @@ def _estimate_method(setup: Setup) -> str:
 
 
 def _estimated_ms(setup: Setup, path) -> float:
-    from tapeout.estimation import estimate
+    from tapeout.estimation import build_structure, estimate
 
-    est = estimate.for_model(setup, estimate.model_kernels(path, setup.project.inputs, setup.project.dims), None)
+    est = estimate.for_model(setup, build_structure.model_kernels(path, setup.project.inputs, setup.project.dims), None)
     return est.quantile_ms("p50")[0]
