@@ -301,7 +301,7 @@ def test_fit_recovers_known_per_kernel_costs_multiples_and_overheads():
     assert f.tails == {"p90": 1.2, "p99": 1.5}
     assert math.isclose(f.efficiency()["matmul"], 0.5)
     for r in records:
-        assert math.isclose(f.predict(r.roof_s, r.counts, "fp32"), r.p50_s, rel_tol=1e-9)
+        assert math.isclose(f.predict(r.roof_s, r.counts, "fp32", r.kernels), r.p50_s, rel_tol=1e-9)
 
 
 def test_a_recurrent_class_never_fits_under_its_cache_priced_roof():
@@ -314,7 +314,24 @@ def test_a_recurrent_class_never_fits_under_its_cache_priced_roof():
     _, multiple = f.terms("recurrent", "fp32")
     assert multiple >= 1.0
     big_roof = 12e-6 * 100                                   # 100 steps, 12 µs each at the roof
-    assert f.predict({"recurrent@fp32": big_roof}, {"recurrent": 100}, "fp32") >= big_roof
+    assert f.predict({"recurrent@fp32": big_roof}, {"recurrent": 100}, "fp32", 1) >= big_roof
+
+
+def test_the_time_outside_the_ops_is_per_kernel_not_per_time_step():
+    """A runtime dispatches an LSTM once however many steps it runs: the fit's part per kernel of the time outside
+    the ops counts kernels (an OpenVINO toy LSTM of 3 kernels and 49 steps had been priced 49 dispatches)."""
+    records = []
+    for i, steps in enumerate((16, 49, 128, 7)):
+        r = _record(f"lstm{i}", {"recurrent": (1e-6, 1.0), "matmul": (2e-6, 1.0)},
+                    {"recurrent": 1e-6 * steps, "matmul": 1e-6 * (i + 1)}, {"recurrent": steps, "matmul": 2 + i},
+                    0.0, 0.0)
+        kernels = 1 + 2 + i
+        records.append(r.model_copy(update={"p50_s": r.p50_s + 5e-6 + 3e-7 * kernels, "kernels": kernels}))
+    f = fit.fit(records)
+    assert math.isclose(f.fixed_s, 5e-6, rel_tol=1e-6) and math.isclose(f.per_kernel_s, 3e-7, rel_tol=1e-6)
+    for r in records:
+        assert math.isclose(f.predict(r.roof_s, r.counts, "fp32", r.kernels), r.p50_s, rel_tol=1e-9)
+    assert math.isclose(f.kernel_s("recurrent", "fp32", 49e-6, 49), 3e-7 + 49e-6 + 49e-6, rel_tol=1e-6)
 
 
 def test_the_band_comes_only_from_models_left_out():
