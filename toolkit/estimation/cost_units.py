@@ -148,10 +148,11 @@ class Kernel:
     quantized_input: int = 0  # a fusion group's input elements: quantized too where the group is
     reread: float = 0.0  # bytes read again on every launch after the first: a recurrent cell's weights
     # what FLOPs and bytes do not say about the kernel's shape, where a predictor reads it: a conv's channels per
-    # group, output channels, output positions, kernel area and groups (a 7×7 depthwise is not a 1×1 dense conv),
-    # and `rank` 1 for a 1-D conv; a MatMul's `m`, `k`, `n`; a MaxPool's or AveragePool's `channels` (ONNX Runtime
-    # blocks a pool by them); what an elementwise, movement, quantize or recurrent kernel computes (`function`); a
-    # `strided` reorder's `elements`, and the `lines` its strided side writes a `stride` bytes apart (kernel_shape.py)
+    # group, output channels, output positions, kernel area, groups and output `width` (a 7×7 depthwise is not a 1×1
+    # dense conv), and `rank` 1 for a 1-D conv; a MatMul's `m`, `k`, `n`; a cell's `input` and `hidden`; a movement
+    # kernel's `run`; a MaxPool's or AveragePool's `channels` (ONNX Runtime blocks a pool by them); what an
+    # elementwise, movement, quantize or recurrent kernel computes (`function`); a `strided` reorder's `elements`, and
+    # the `lines` its strided side writes a `stride` bytes apart (kernel_shape.py)
     shape: tuple[tuple[str, int], ...] = ()
     runs_as: str = ""  # the layer a runtime's profile names for it, where the runtime's compiled graph says (OpenVINO)
 

@@ -1,7 +1,8 @@
 """Kernel predictors: per kernel class and device, a gradient-boosted regression of a kernel's time on the
-estimator's own features of it (FLOPs, bytes, roofline time, launches, nodes, and for a conv its shape: channels
-per group, output channels, output positions, kernel area, groups, and the layout the runtime runs it in), trained
-on a sweep of that device (`sweep.py`), with the roofline as a feature and as a floor.
+estimator's own features of it (FLOPs, bytes, roofline time, launches, nodes, and what its class's shape says:
+a conv's channels, positions, area, groups, width and the layout the runtime runs it in, a MatMul's m, k, n, a
+cell's sizes, a movement kernel's runs, what an elementwise, movement, quantize or recurrent kernel computes:
+`SHAPE_FEATURES`), trained on a sweep of that device (`sweep.py`), with the roofline as a feature and as a floor.
 
 Trained with scikit-learn and kept as data: each tree's split features, thresholds, children and leaf values in
 JSON (schema `tapeout.predictor/1`), walked here; nothing is unpickled. A predictor is for one device (its name
@@ -33,11 +34,11 @@ FEATURES = ("log_flops", "log_bytes", "log_roof", "log_launches", "nodes")
 # `pool_layout` (reduce): whether ONNX Runtime runs a MaxPool or AveragePool blocked (NCHWc), as after a blocked conv,
 # or plain (every other reduce kernel: 1). Asked of the runtime by the pool's channels, which the cost units keep.
 # `m`, `k`, `n` (matmul): the GEMM's rows, depth and columns (held out, the FP32 MatMul points within ±15 % rose from
-# 68 to 92 % knowing them, the dynamic INT8 ones from 70 to 89).
+# 68 to 92 % knowing them, the dynamic INT8 ones from 39 to 82, the static QGemms from 28 to 74).
 # `width` (conv): its output rows' length (a spectrogram's 8 × 128 is not a 32 × 32 of its positions).
 # `run` (movement): the elements each contiguous copy moves (kernel_shape.movement_run).
 # `input`, `hidden` (recurrent): the cell's input width and hidden size (kernel_shape.recurrent_shape).
-# `function` (elementwise, movement, quantize, recurrent): what the kernel computes (cost_units.function_shape): a Tanh
+# `function` (elementwise, movement, quantize, recurrent): what the kernel computes (kernel_shape.function_shape): a Tanh
 # is not a Relu of the same bytes, a DequantizeLinear a QuantizeLinear, nor a GRU an LSTM
 SHAPE_FEATURES = {"conv": ("per_group", "out_channels", "positions", "area", "groups", "layout", "fill", "rank",
                            "width"),
