@@ -468,20 +468,20 @@ def test_the_conv_predictor_tells_a_blocked_conv_from_a_plain_one():
     assert {r["shape"]["rank"] for r in rows} == {1, 2}  # Conv1d drawn beside the 2-D convs, its rank kept
     assert all(r["shape"]["layout"] == rk.PLAIN for r in rows if r["shape"]["rank"] == 1)
     model = predictor.train(rows)["conv"]
-    assert model.features[-3:] == ["layout", "fill", "rank"]
+    assert model.features[-4:] == ["layout", "fill", "rank", "width"]
 
     def priced(classes, per_group, rank=2):
         pred = predictor.Predictor(predictor.PredictorFile(
             schema=predictor.SCHEMA, device="d", target="t", host="h", threads=1, created="now", baseline_s=1e-6,
             roof=roof.to_json(), points=len(rows), classes=classes), Path("p.json"))
         shape = {"per_group": per_group, "out_channels": 64, "positions": 256, "area": 9, "groups": 1,
-                 **({"rank": 1} if rank == 1 else {})}
+                 "width": 256 if rank == 1 else 16, **({"rank": 1} if rank == 1 else {})}
         flops = 2 * 64 * 256 * 9 * per_group
         return pred.kernel_s("conv", flops, 4 * (per_group * 324 + 64 * 256), flops / 1e11, 1, 2, shape)
 
     assert priced({"conv": model}, 33) / priced({"conv": model}, 32) > 1.8  # 33 channels run plain, 32 blocked
     assert priced({"conv": model}, 32, rank=1) / priced({"conv": model}, 32) > 1.5  # a 1-D conv runs plain (3× here)
-    old = model.model_copy(update={"features": model.features[:-3]}, deep=True)
+    old = model.model_copy(update={"features": model.features[:-4]}, deep=True)
     for tree in old.trees:  # a file from before the layout: its trees never read the derived features
         tree.feature = [f if f < len(old.features) else 0 for f in tree.feature]
     assert priced({"conv": old}, 33) > 0
