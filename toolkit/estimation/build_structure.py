@@ -10,9 +10,10 @@ from pathlib import Path
 from tapeout.builds.reader import BuildDir
 from tapeout.core.schemas import InputSpec
 from tapeout.estimation import cost_units as kern
-from tapeout.estimation import generation
+from tapeout.estimation import generation, kernel_shape
 from tapeout.graph.analyze import analyze_view
 from tapeout.graph.view import GraphView
+from tapeout.records.structure import StructureRecord
 
 
 def model_kernels(model_path: Path, inputs: list[InputSpec], dims: dict[str, int]) -> list[kern.Kernel]:
@@ -21,26 +22,20 @@ def model_kernels(model_path: Path, inputs: list[InputSpec], dims: dict[str, int
     return kern.structure(view, analyze_view(view))
 
 
-def dated(kernels: list[kern.Kernel]) -> bool:
-    """Whether kernels were kept before a shape their class's predictor reads was (a record from an older tapeout)."""
-    def lacks(k: kern.Kernel) -> bool:
-        shape = dict(k.shape)
-        return ((k.cls in kern.FUNCTION_CLASSES and "function" not in shape)
-                or (k.cls in ("matmul", "recurrent") and not {"m", "hidden"} & set(shape))
-                or (k.cls == "conv" and "positions" in shape and "width" not in shape)
-                or (k.cls == "movement" and bool(k.bytes) and "run" not in shape))
-    return any(lacks(k) for k in kernels)
+def dated(structure: StructureRecord) -> bool:
+    """Whether the record keeps an earlier version of the kernel shapes than this tapeout reads (kernel_shape.VERSION):
+    one written before a shape its class's predictor reads was kept."""
+    return structure.shapes < kernel_shape.VERSION
 
 
 def kernels_of(build: BuildDir) -> list[kern.Kernel] | None:
     """The build's kernel structure at FP32: structure.json, or for a build dir from before it or whose record is
-    `dated`, the verified export analysed again at the build's dims; None where it has neither."""
+    `dated`, the verified export analysed again at the build's dims; None where it has neither. A current record is
+    taken as it is, so a check on the device never loads the model to read it."""
     structure = build.structure()
     exported = (build.directory / "export" / "model.onnx").is_file()
-    if structure is not None:
-        kernels = kern.from_record(structure)
-        if not dated(kernels) or not exported:
-            return kernels
+    if structure is not None and (not dated(structure) or not exported):
+        return kern.from_record(structure)
     if not exported:
         return None
     man = build.manifest
@@ -51,9 +46,10 @@ def phases_of(build: BuildDir, kernels: list[kern.Kernel] | None) -> list[genera
     """A generate build's phases (prefill per prompt length, decode steps) as structure.json keeps them, or where
     they are `dated`, its verified export read again at each phase's shapes (`kernels`: the build's own, the decode
     step at max_context); None for a build that keeps none."""
-    phases = generation.from_record(build.structure())
+    structure = build.structure()
+    phases = generation.from_record(structure)
     workload = build.workload_settings()
-    if not phases or not any(dated(p.kernels) for p in phases) or kernels is None or workload is None or \
+    if not phases or not dated(structure) or kernels is None or workload is None or \
             not (build.directory / "export" / "model.onnx").is_file():
         return phases
     man = build.manifest

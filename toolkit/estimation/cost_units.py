@@ -17,6 +17,7 @@ from tapeout.estimation.kernel_shape import (  # the kernels' own, read as kern.
     FUNCTION_CLASSES,
     function_shape,
 )
+from tapeout.estimation.kernel_shape import VERSION as SHAPES_VERSION
 from tapeout.estimation.kernel_shape import of as shape_of
 from tapeout.estimation.roofline import BYTES_PER_ELEMENT, bytes_per_element
 from tapeout.graph.analysis import Analysis
@@ -530,7 +531,8 @@ def _steps(view: GraphView, node) -> int:
 
 def to_record(kernels: list[Kernel], phases: list[PhaseRecord] | None = None) -> StructureRecord:
     """The kernel structure as structure.json holds it (with a generate workload's phases, where it has them)."""
-    return StructureRecord(schema=STRUCTURE_SCHEMA, kernels=unit_records(kernels), phases=phases or [])
+    return StructureRecord(schema=STRUCTURE_SCHEMA, kernels=unit_records(kernels), phases=phases or [],
+                           shapes=SHAPES_VERSION)
 
 
 def unit_records(kernels: list[Kernel]) -> list[CostUnitRecord]:

@@ -9,6 +9,10 @@ import math
 
 from tapeout.graph.view import GraphView
 
+# the shapes a structure record keeps (StructureRecord.shapes): 1, every one below; a record of an earlier version is
+# read again from its build's export (build_structure.py)
+VERSION = 1
+
 
 def of(view: GraphView, node, cls: str, op_types) -> tuple[tuple[str, int], ...]:
     """The shape of a kernel of class `cls` led by `node` (None: a group with no weighted node) and made of nodes of

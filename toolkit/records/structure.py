@@ -42,3 +42,6 @@ class StructureRecord(Record):
     schema_id: Literal["tapeout.structure/1"] = Field(SCHEMA, alias="schema")
     kernels: list[CostUnitRecord]
     phases: list[PhaseRecord] = Field(default_factory=list, description="generate workloads only")
+    # which kernel shapes the record keeps (estimation/kernel_shape.py VERSION): 0, absent, a record from before the
+    # predictors read a MatMul's m, k, n, a kernel's function, a cell's sizes, a conv's width, a movement kernel's run
+    shapes: int = Field(0, ge=0)
