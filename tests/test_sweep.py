@@ -228,7 +228,7 @@ def test_a_sweep_file_of_the_first_definition_is_not_resumed(swept, tmp_path):
     shutil.copytree(folder / "sweeps", tmp_path / "sweeps")
     path = tmp_path / "sweeps" / f"{first['device']}--onnxruntime.json"
     old = json.loads(path.read_text())
-    assert old["definition"] == 3
+    assert old["definition"] == 4
     del old["definition"]
     path.write_text(json.dumps(old))
     done = run_cli("calibrate", "--sweep", "host", "--minutes", "0.1", "--classes", "matmul", "--out", tmp_path)
@@ -837,8 +837,45 @@ def test_a_definition_2_sweep_file_loads_without_its_maxpools_whose_flops_left_o
     from tapeout.estimation import sweep
 
     found = sweep.load(path)
-    assert found.definition == sweep.DEFINITION == 3
+    assert found.definition == sweep.DEFINITION == 4
     assert [p.key for p in found.points] == [p["key"] for p in data["points"]]
+
+
+def test_a_definition_3_sweep_file_loads_without_its_uint8_maxpools_timed_on_uniform_bytes(swept, tmp_path):
+    """Definition 4 times a uint8 MaxPool on quantized feature maps: a definition-3 file's uint8 MaxPools (uniform
+    bytes, a third to a half slower than a CNN's own maps) are left out, its FP32 MaxPools and every other point
+    kept."""
+    folder, first = swept
+    path = tmp_path / "sweep.json"
+    data = json.loads((folder / "sweeps" / f"{first['device']}--onnxruntime.json").read_text())
+    pool = {**data["points"][0], "key": "MaxPool:c=16,hw=9,k=3,stride=2", "cls": "reduce", "op": "MaxPool",
+            "config": {"c": 16, "hw": 9, "k": 3, "stride": 2}}
+    stale = {**pool, "key": pool["key"] + ",precision=int8", "precision": "int8", "quantization": "static"}
+    path.write_text(json.dumps({**data, "definition": 3, "points": [*data["points"], pool, stale]}))
+    from tapeout.estimation import sweep
+
+    found = sweep.load(path)
+    assert found.definition == sweep.DEFINITION
+    assert [p.key for p in found.points] == [p["key"] for p in data["points"]] + [pool["key"]]
+
+
+def test_a_uint8_image_is_timed_as_quantized_feature_maps():
+    """ONNX Runtime's 8-bit MaxPool follows its data (uniform bytes ran a third slower than a CNN's own maps): an
+    image-shaped uint8 input is a quantized conv's output, its channels anywhere from all 0 to none, neighbours
+    alike; any other uint8 input stays uniform bytes."""
+    import numpy as np
+
+    from tapeout.measurement import kernel_timer
+
+    maps = kernel_timer.feature_maps([1, 64, 32, 32], np.random.default_rng(0))
+    assert maps.shape == (1, 64, 32, 32) and maps.dtype == np.uint8 and maps.max() == 255
+    zeros = (maps[0] == 0).reshape(64, -1).mean(axis=1)
+    assert 0.3 < zeros.mean() < 0.7 and zeros.min() < 0.1 and zeros.max() > 0.9  # channels differ, as a CNN's do
+    live = maps[0][zeros < 0.1].astype(float)  # within a live channel, a pixel is like its neighbour (a 3×3 window)
+    assert np.corrcoef(live[:, :, 1:].ravel(), live[:, :, :-1].ravel())[0, 1] > 0.3
+    spec = type("Spec", (), {"dtype": "uint8", "shape": [1000]})
+    flat = kernel_timer._feed(spec, {}, np.random.default_rng(0))
+    assert flat.dtype == np.uint8 and abs(float(flat.mean()) - 127.5) < 10
 
 
 def test_a_pools_flops_count_its_window_and_the_sweep_draws_windows():

@@ -34,9 +34,11 @@ SCHEMA = "tapeout.sweep/1"
 # how a point's kernel time is taken: 1, the run's p50 less Identity's (the first sweeps); 2, less the run's cost
 # without any node and the reorders the runtime put around the kernel, with a conv's shape; 3, as 2 with a MaxPool's
 # FLOPs counting its window (an output per window element), its window and stride drawn, and the layout reorders ONNX
-# Runtime puts around a lone one taken out as a conv's are. Never mixed in a file:
-# a definition-2 file loads as a 3 without its MaxPool points (`load`), all of them 3×3 stride 2 counted as 1×1.
-DEFINITION = 3
+# Runtime puts around a lone one taken out as a conv's are; 4, as 3 with a uint8 MaxPool timed on quantized feature
+# maps, not uniform bytes (`kernel_timer.feature_maps`: its compare loop follows the data). Never mixed in a file: an
+# older file loads as a 4 without the points it took otherwise (`load`): a definition-2 file without its MaxPools (all
+# 3×3 stride 2 counted as 1×1), a definition-3 one without its uint8 MaxPools.
+DEFINITION = 4
 CLASSES = ("matmul", "conv", "reduce", "elementwise", "movement", "recurrent", "quantize")
 OPSET = 17
 GELU_OPSET = 20   # the ONNX Gelu op (as torch exports a transformer's MLP at opset 20)
@@ -584,9 +586,14 @@ def load(path: Path) -> SweepFile | None:
                        fix="delete it and sweep again") from None
     if found.schema_ != SCHEMA:
         raise BadInput(f"the sweep file {path} has schema {found.schema_!r}, not {SCHEMA}", fix="delete it and sweep again")
-    if found.definition == 2:  # its other points are definition 3's; its pools' FLOPs did not count their window
-        found = found.model_copy(update={"definition": 3, "points": [p for p in found.points if p.op != "MaxPool"]})
+    if found.definition in _TAKEN_OTHERWISE:  # its other points are this definition's
+        stale = _TAKEN_OTHERWISE[found.definition]
+        found = found.model_copy(update={"definition": DEFINITION, "points": [p for p in found.points if not stale(p)]})
     return found
+
+
+# the points an older definition took otherwise (a 2's MaxPool's FLOPs, a 3's uint8 MaxPool's data: see DEFINITION)
+_TAKEN_OTHERWISE = {2: lambda p: p.op == "MaxPool", 3: lambda p: p.op == "MaxPool" and p.precision == "int8"}
 
 
 def save(sweep: SweepFile, path: Path) -> None:

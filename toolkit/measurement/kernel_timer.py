@@ -2,7 +2,9 @@
 
 A fresh interpreter per chunk of a sweep, as every measurement is: it loads each configuration's model on the
 target with the sweep's options (ONNX Runtime's CPU EP at the device's thread count), runs it on random inputs
-after a warm-up until `min_s` of runs (at least 5), and writes each model's p10/p50/p90 seconds. The baselines
+after a warm-up until `min_s` of runs (at least 5), and writes each model's p10/p50/p90 seconds. A uint8 image-shaped
+input (a static INT8 CNN's MaxPool reads one) is a quantized feature map (`feature_maps`), not uniform bytes: ONNX
+Runtime's 8-bit MaxPool is a compare loop whose time follows the data. The baselines
 (an Identity model and Neg chains) are timed first and last: what a run costs without the kernel, subtracted from
 each model's p50 by the caller.
 
@@ -31,6 +33,37 @@ def _time(call, min_s: float) -> np.ndarray:
         call()
         samples.append(clock() - t0)
     return np.array(samples, dtype=np.float64) / 1e9
+
+
+def feature_maps(shape: list[int], rng: np.random.Generator) -> np.ndarray:
+    """uint8 maps [N, C, H, W] as a quantized CNN's pool reads them: a random 3×3 conv over three channels of noise
+    (an image's pixels), each channel at unit spread plus an offset of spread 2 (a conv's bias and batch norm), ReLU,
+    scaled so the 99.5th percentile is 255: as in resnet-m's and cnn-lstm-m's own maps, a channel is anywhere from
+    all 0 to none, and about one in ten is (nearly) all 0. ONNX Runtime's 8-bit MaxPool compares in a loop whose
+    branches follow the data: a 3×3 stride-2 pool of 64 × 64 × 64 here ran 1182 µs on uniform bytes, about as slow
+    on maps whose every channel is half 0, 917 on resnet-m's maps from its golden images and 927-1036 on these (three
+    seeds); a 2×2 one of 16 × 16 × 256 ran 142, 66 on cnn-lstm-m's and 78-96 on these. The sweep timed uniform
+    bytes before (definition 3) and over-priced both models' pools by a third to a half."""
+    n, channels, height, width = shape
+    noise = rng.random((n, 3, height + 2, width + 2), dtype=np.float32) - 0.5
+    patches = np.stack([noise[:, i, dy:dy + height, dx:dx + width] for i in range(3) for dy in range(3)
+                        for dx in range(3)], axis=1)  # [N, 27, H, W]: each output's 3×3×3 window
+    maps = np.einsum("ck,nkhw->nchw", rng.standard_normal((channels, 27)).astype(np.float32), patches)
+    maps /= maps.std(axis=(0, 2, 3), keepdims=True) + 1e-12
+    maps = np.maximum(maps + 2 * rng.standard_normal((1, channels, 1, 1)).astype(np.float32), 0)
+    scale = float(np.percentile(maps, 99.5)) / 255 or 1.0
+    return np.clip(np.rint(maps / scale), 0, 255).astype(np.uint8)
+
+
+def _feed(spec, item: dict, rng: np.random.Generator) -> np.ndarray:
+    """A random input for `spec`: token ids below the item's vocabulary, a uint8 image as quantized feature maps,
+    other uint8 tensors as uniform bytes, FP32 from a standard normal."""
+    if spec.dtype == "int64":
+        return rng.integers(0, item.get("vocab", 2), size=spec.shape)
+    if spec.dtype == "uint8":
+        return (feature_maps(list(spec.shape), rng) if len(spec.shape) == 4 else
+                rng.integers(0, 256, size=spec.shape, dtype=np.uint8))
+    return rng.standard_normal(spec.shape).astype(np.float32)
 
 
 def _inserted_s(target, artifact, feeds: dict, request: dict) -> dict[str, float]:
@@ -62,9 +95,7 @@ def main(request_path: str, result_path: str) -> int:
         try:
             artifact = target.compile(Path(item["path"]), folder, specs, {})
             session = target.session(artifact)
-            feeds = {s.name: (rng.integers(0, item.get("vocab", 2), size=s.shape) if s.dtype == "int64" else
-                              rng.integers(0, 256, size=s.shape, dtype=np.uint8) if s.dtype == "uint8" else
-                              rng.standard_normal(s.shape).astype(np.float32)) for s in specs}
+            feeds = {s.name: _feed(s, item, rng) for s in specs}
             times = _time(session.bind(feeds), request["min_s"])
             del session
             inserted = _inserted_s(target, artifact, feeds, request) if item.get("profile") else {}
