@@ -43,7 +43,7 @@ def feature_maps(shape: list[int], rng: np.random.Generator) -> np.ndarray:
     branches follow the data: a 3×3 stride-2 pool of 64 × 64 × 64 here ran 1182 µs on uniform bytes, about as slow
     on maps whose every channel is half 0, 917 on resnet-m's maps from its golden images and 927-1036 on these (three
     seeds); a 2×2 one of 16 × 16 × 256 ran 142, 66 on cnn-lstm-m's and 78-96 on these. The sweep timed uniform
-    bytes before (definition 3) and over-priced both models' pools by a third to a half."""
+    bytes before (definition 3) and over-priced the two models' pools by 40-70 %."""
     n, channels, height, width = shape
     noise = rng.random((n, 3, height + 2, width + 2), dtype=np.float32) - 0.5
     patches = np.stack([noise[:, i, dy:dy + height, dx:dx + width] for i in range(3) for dy in range(3)
