@@ -873,6 +873,10 @@ def test_a_uint8_image_is_timed_as_quantized_feature_maps():
     assert 0.3 < zeros.mean() < 0.7 and zeros.min() < 0.1 and zeros.max() > 0.9  # channels differ, as a CNN's do
     live = maps[0][zeros < 0.1].astype(float)  # within a live channel, a pixel is like its neighbour (a 3×3 window)
     assert np.corrcoef(live[:, :, 1:].ravel(), live[:, :, :-1].ravel())[0, 1] > 0.3
+    # what the timing process feeds a swept uint8 MaxPool ([1, C, H, W], `sweep.model`): those maps, not uniform bytes
+    image = type("Spec", (), {"dtype": "uint8", "shape": [1, 64, 32, 32]})
+    fed = kernel_timer._feed(image, {}, np.random.default_rng(0))
+    assert np.array_equal(fed, maps) and (fed == 0).mean() > 0.3  # uniform bytes: 1 in 256 is 0
     spec = type("Spec", (), {"dtype": "uint8", "shape": [1000]})
     flat = kernel_timer._feed(spec, {}, np.random.default_rng(0))
     assert flat.dtype == np.uint8 and abs(float(flat.mean()) - 127.5) < 10

@@ -99,7 +99,8 @@ def matmul_shape(view: GraphView, node) -> tuple[tuple[str, int], ...]:
 
 # A Relu and a Tanh read and write the same bytes at a FLOP an element, and at 1 MB the 1-thread sweep here ran Add and
 # Relu at ~105 GB/s, Tanh and Sigmoid at 35-39, Erf at 26 (held out, the elementwise predictor came within ±15 % on
-# 81 % of its points knowing this, 41 % not). A kernel takes its costliest node's. Elementwise: 1 arithmetic, 2 the exponential's kin, 3 erf's and the trigonometric.
+# 81 % of its points knowing this, 41 % not). A kernel takes its costliest node's. Elementwise: 1 arithmetic, 2 the
+# exponential's kin, 3 erf's and the trigonometric.
 # Movement: 1 a copy of contiguous runs, 2 a gather of rows, 3 a transpose (a layout reorder is one). Quantize: 1
 # into 8 bits, 2 out of them (DequantizeLinear ran at ~59 GB/s of its bytes where QuantizeLinear ran at ~91).
 # Recurrent: the cell, 1 an LSTM's, 2 a GRU's, 3 a plain RNN's (held out, 87 % of the recurrent points within ±15 %
