@@ -751,47 +751,6 @@ def test_a_sweep_on_a_target_it_cannot_time_is_one_line():
     assert done.code == 2 and "cannot time kernels on target 'tensorrt'" in one_line_error(done), done.err
 
 
-def test_a_static_int8_kernels_time_is_trained_less_its_wrappers_as_predicted_not_as_profiled():
-    """ONNX Runtime's profiler records each Q, DQ and Transpose around a lone QLinearConv at 1-2 µs (whole µs and its
-    own cost) where each runs in ~0.3 µs: taken out as profiled, a small conv's time came to nothing. The trainer
-    takes them out as the `quantize` and movement predictors price them, trained from the same sweep."""
-    from tapeout.commands.sweep import _train
-    from tapeout.estimation import sweep
-    from tapeout.estimation.roofline import Roof
-
-    roof = Roof(name="test", kind="cpu", peaks={"fp32": 1e11, "int8": 4e11}, bandwidth=2e10, source="a stand-in")
-    baseline, wrapper = 3e-6, 0.3e-6
-    points = []
-    for i in range(24):
-        common = {"flops": 1e3 * (1 + i), "nodes": 1, "launches": 1, "roof_s": 1e-9 * (1 + i), "baseline_s": baseline,
-                  "dispatch_s": 0.0, "spread": 0.01, "runs": 10}
-        for cls, op in (("quantize", "QuantizeLinear"), ("movement", "Transpose")):
-            points.append(sweep.Point(key=f"{op}{i}", cls=cls, op=op, config={"size": i, "a": 1, "b": 8, "c": 8},
-                                      bytes=50.0 * (1 + i),
-                                      kernel_s=wrapper, run_s=baseline + wrapper, **common))
-        true = 3e-6 * (1 + i / 24)
-        run = baseline + true + 4 * wrapper
-        profiled = {"QuantizeLinear": 2e-6, "Transpose": 4e-6, "DequantizeLinear": 2e-6}
-        config = {"c": 4, "co": 4, "hw": 4 + i % 3, "k": 3, "stride": 1, "groups": 1, "relu": 0, "precision": "int8"}
-        points.append(sweep.Point(key=f"conv{i}", cls="conv", op="Conv", precision="int8", config=config,
-                                  bytes=4e3 * (1 + i), kernel_s=run - baseline - sum(profiled.values()), run_s=run,
-                                  inserted_s=profiled, shape={"per_group": 16, "out_channels": 16, "positions": 64 + i,
-                                                              "area": 9, "groups": 1, "layout": 2, "fill": 100,
-                                                              "width": 8},
-                                  **common))
-    found = sweep.SweepFile(schema=sweep.SCHEMA, definition=sweep.DEFINITION, device="d", target="onnxruntime",
-                            host="h", threads=1, roof=roof.to_json(), points=points)
-    assert all(p.kernel_s < 0 for p in points if p.cls == "conv")  # as profiled: nothing left of the conv
-    classes = _train(found, roof, "onnxruntime")
-    pred = predictor.Predictor(predictor.PredictorFile(
-        schema=predictor.SCHEMA, device="d", target="onnxruntime", host="h", threads=1, created="now", baseline_s=0.0,
-        roof=roof.to_json(), points=len(points), classes=classes), Path("p.json"))
-    p = next(p for p in points if p.key == "conv12")
-    got = pred.kernel_s("conv@int8", p.flops, p.bytes, p.roof_s, 1, 1, dict(p.shape))
-    assert got == pytest.approx(3e-6 * (1 + 12 / 24), rel=0.2)
-    assert p.kernel_s < 0  # the sweep file's points keep what was measured; only the training sees the re-pricing
-
-
 def test_a_maxpool_a_static_graph_runs_on_8_bits_is_swept_and_priced_as_one():
     """ONNX Runtime runs a MaxPool between a Q and a DQ on uint8 with a generic kernel (resnet-m's: 998 µs, against 33
     µs in FP32): the sweep times such a MaxPool as a uint8 model, its bytes one an element, class `reduce@int8`; an

@@ -515,11 +515,6 @@ def features_of(proto, inputs, roof, precision: str = "fp32") -> dict[str, float
             "launches": k.launches, "roof_s": max(kern.roof_times(k, roof)), "shape": shape, "views": len(views)}
 
 
-# what ONNX Runtime runs around a lone static INT8 kernel, besides the kernel: a Q on its input, a DQ on its output,
-# and around a QLinearConv a Transpose into NHWC and one out of it
-QDQ_WRAPPER = ("QuantizeLinear", "DequantizeLinear", "Transpose")
-
-
 # the ONNX ops a composite configuration's kernel is made of, where its name is not one (`point_shape`)
 _COMPOSITE_OPS = {"GeluTanh": ("Pow", "Mul", "Add", "Tanh")}
 
@@ -547,27 +542,6 @@ def point_shape(point: dict) -> dict:
     if point["cls"] in kern.FUNCTION_CLASSES and "function" not in shape:
         shape.update(kern.function_shape(point["cls"], _COMPOSITE_OPS.get(point["op"], (point["op"],))))
     return shape
-
-
-def wrapper_kernels(point: dict, target: str = "onnxruntime") -> list[tuple[str, float, float, str]]:
-    """(class, FLOPs, bytes, op) of the nodes ONNX Runtime runs around a swept static INT8 kernel (`QDQ_WRAPPER`), sized
-    from its configuration as the estimate sizes a model's (`runtime_graph.quantized_kernels`): a Q or DQ a `quantize`
-    kernel of 5 bytes an element, a Transpose of 8-bit elements a movement kernel reading and writing them. [] for
-    any other point."""
-    from tapeout.estimation.predictor import QUANTIZED_BY
-
-    c = point["config"]
-    method = point.get("quantization") or QUANTIZED_BY.get(target, {}).get(point["cls"])  # a point before the field
-    if target != "onnxruntime" or point.get("precision") != "int8" or method != "static" or \
-            point["op"] not in ("Conv", "Gemm"):
-        return []
-    if point["op"] == "Gemm":
-        into, out = c["m"] * c["k"], c["m"] * c["n"]
-        return [("quantize", into, 5.0 * into, "QuantizeLinear"), ("quantize", out, 5.0 * out, "DequantizeLinear")]
-    wide = int(c.get("wide", 1))
-    into, out = c["c"] * c["hw"] ** 2 * wide, c["co"] * -(-c["hw"] // c["stride"]) * -(-c["hw"] * wide // c["stride"])
-    return [("quantize", into, 5.0 * into, "QuantizeLinear"), ("movement", 0.0, 2.0 * into, "Transpose"),
-            ("movement", 0.0, 2.0 * out, "Transpose"), ("quantize", out, 5.0 * out, "DequantizeLinear")]
 
 
 def path_for(device: str, target: str, folder: Path | None = None) -> Path:
