@@ -19,7 +19,9 @@ from tapeout.core.console import UI
 from tapeout.core.errors import BadInput, TargetUnavailable, first_line
 
 TARGET = "onnxruntime"
-CHUNK = 12            # configurations per timing process
+# configurations per timing process: a process's start and its baselines cost ~0.4 s, which 12 a chunk made a third
+# of a sweep's time
+CHUNK = 24
 MIN_S = 0.08          # of runs per configuration (at least 5)
 # ONNX Runtime's NCHWc layout reorders (a lone FP32 Conv pays two, a CNN one), and around a lone static INT8 conv or
 # Gemm the activation's QuantizeLinear and DequantizeLinear and the Transposes into and out of its NHWC QLinearConv
