@@ -327,7 +327,8 @@ def test_the_layout_reorders_onnx_runtime_inserts_are_priced_as_kernels(swept, d
     artifact = build.artifact() / build.manifest.artifact.main_file
     reorders = runtime_kernels.inserted_reorders(artifact, build.manifest.project.dims)
     assert reorders and all(op in runtime_kernels.REORDERS and size > 0 for op, _, size in reorders)
-    assert runtime_graph.inserted_kernels("onnxruntime", "int8", artifact, build_structure.kernels_of(build), {}) == []
+    kernels = build_structure.kernels_of(build)  # an INT8 build's graph is not read for them (no plan: as it is)
+    assert runtime_graph.runtime_graph("onnxruntime", "int8", None, artifact, None, kernels, {}) == (kernels, None, [])
 
     folder, first = swept
     path = folder / predictor.file_name(first["device"], "onnxruntime")
@@ -348,11 +349,58 @@ def test_the_layout_reorders_onnx_runtime_inserts_are_priced_as_kernels(swept, d
     priced = estimate.for_build(build)
     names = [k.name for k in priced.kernels if k.name.startswith(runtime_kernels.REORDERS)]
     assert len(names) == len(reorders) and any("layout reorder" in n for n in priced.notes)
-    monkeypatch.setattr(runtime_kernels, "inserted_reorders", lambda model, dims, threads=1: [])
+    monkeypatch.setattr(runtime_kernels, "reorders_in", lambda graph, dims: [])
     without = estimate.for_build(build)
     each = dict(zip([k.name for k in priced.kernels], priced.per_kernel_s, strict=True))
     assert all(each[n] == pytest.approx(move_s) for n in names)  # each reorder at the movement predictor
     assert priced.predicted_s == pytest.approx(without.predicted_s + len(reorders) * move_s)
+
+
+def test_a_residual_add_and_its_relu_a_blocked_conv_runs_inside_itself_are_no_kernels(tmp_path):
+    """ONNX Runtime's NCHWc transformer folds an Add of a conv's output (a residual) into the conv as its Sum input,
+    and the Relu after it as the conv's activation: a toy ResNet's profile lists neither, where a kernel each added
+    ~1 µs to its ~20. The estimate asks the runtime's own graph: those two are no kernels and no nodes it runs; an
+    Add of two plain tensors stays."""
+    import numpy as np
+    import onnx
+    from onnx import TensorProto, helper, numpy_helper
+
+    from tapeout.core.host import host_fingerprint
+    from tapeout.estimation import cost_units as kern
+    from tapeout.estimation import runtime_kernels
+
+    if "avx2" not in host_fingerprint().get("cpu_flags", ""):
+        pytest.skip("ONNX Runtime blocks convs only on x86 with AVX2 or AVX-512")
+    rng = np.random.default_rng(0)
+    weights = [numpy_helper.from_array((rng.standard_normal((16, 16, 3, 3)) * 0.1).astype(np.float32), f"w{i}")
+               for i in (0, 1, 2)]
+    # the residual's other side blocked too (a conv's output, as a ResNet block's input is): ONNX Runtime folds an
+    # Add of two blocked tensors only
+    nodes = [helper.make_node("Conv", ["x", "w0"], ["c0"], name="conv0", pads=[1] * 4),
+             helper.make_node("Conv", ["c0", "w1"], ["c1"], name="conv1", pads=[1] * 4),
+             helper.make_node("Add", ["c1", "c0"], ["sum"], name="residual"),
+             helper.make_node("Relu", ["sum"], ["act"], name="relu"),
+             helper.make_node("Conv", ["act", "w2"], ["c2"], name="conv2", pads=[1] * 4),
+             helper.make_node("Add", ["x", "x"], ["twice"], name="plain"),
+             helper.make_node("Concat", ["c2", "twice"], ["y"], name="cat", axis=1)]
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 16, 8, 8])
+    y = helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 32, 8, 8])
+    proto = helper.make_model(helper.make_graph(nodes, "g", [x], [y], weights),
+                              opset_imports=[helper.make_opsetid("", 17)])
+    proto.ir_version = 8
+    artifact = tmp_path / "model.onnx"
+    onnx.save(proto, str(artifact))
+    folded = runtime_kernels.folded_into_convs(proto.graph, runtime_kernels.optimized_graph(artifact))
+    assert folded == {"residual", "relu"}
+
+    kernels = [kern.Kernel("conv0", "conv", "fp32", 10**6, 1e4, 1), kern.Kernel("conv1", "conv", "fp32", 10**6, 1e4,
+               1), kern.Kernel("residual", "elementwise", "fp32",
+               1024, 12288.0, 1), kern.Kernel("relu", "elementwise", "fp32", 1024, 8192.0, 1),
+               kern.Kernel("conv2", "conv", "fp32", 10**6, 1e4, 1), kern.Kernel("plain", "elementwise", "fp32", 1024,
+               12288.0, 1), kern.Kernel("cat", "movement", "fp32", 0, 16384.0, 1)]
+    priced, executed, inserted = runtime_graph.runtime_graph("onnxruntime", "fp32", None, artifact, None, kernels, {})
+    assert [k.name for k in priced if k not in inserted] == ["conv0", "conv1", "conv2", "plain", "cat"]
+    assert executed == runtime_graph.executed_nodes("onnxruntime", "fp32", artifact) - 2 + len(inserted)
 
 
 def test_a_generation_loop_is_priced_by_the_predictors_phase_by_phase_with_their_band(swept):

@@ -27,17 +27,6 @@ def executed_nodes(target: str, precision: str, artifact: Path | None) -> int | 
     return runtime_kernels.node_count(onnx.load(str(artifact), load_external_data=False).graph)
 
 
-def inserted_kernels(target: str, precision: str, artifact: Path | None, kernels: list[kern.Kernel],
-                     dims: dict[str, int]) -> list[kern.Kernel]:
-    """The kernels ONNX Runtime adds to such a build's graph (`counts_executed`) on this host that the model has none
-    of: the layout reorders around its blocked (NCHWc) convs (`runtime_kernels.inserted_reorders`), each a movement
-    kernel reading and writing its tensor. [] for any other build, or a model without a conv."""
-    if artifact is None or not counts_executed(target, precision, artifact.name) or \
-            not any(k.cls == "conv" for k in kernels):
-        return []
-    return reorder_kernels(runtime_kernels.inserted_reorders(artifact, dims))
-
-
 def reorder_kernels(reorders: list[tuple[str, str, int]]) -> list[kern.Kernel]:
     """Each layout reorder (op type, tensor, bytes of the plain tensor) as a movement kernel reading and writing it."""
     return [kern.Kernel(f"{op} {tensor}", "movement", "fp32", 0, 2.0 * size, 1,
@@ -86,7 +75,8 @@ def runtime_graph(target: str, precision: str, plan: dict | None, artifact: Path
                   kernels: list[kern.Kernel], dims: dict[str, int]
                   ) -> tuple[list[kern.Kernel], int | None, list[kern.Kernel]]:
     """(The kernels to price, the nodes the runtime runs, the kernels it adds) as the build's runtime graph says: an
-    FP32 ONNX Runtime artifact's nodes and the layout reorders around its blocked convs; a static QDQ build's Q, DQ
+    FP32 ONNX Runtime artifact's nodes and the layout reorders around its blocked convs, less the Adds and
+    activations those convs run inside themselves (`runtime_kernels.folded_into_convs`); a static QDQ build's Q, DQ
     and Transposes from the graph ONNX Runtime optimizes, in place of the cost units' one activation quantization per
     quantized kernel (its graph, not the units, says which activations are quantized where). Any other build: its
     kernels as they are."""
@@ -103,8 +93,16 @@ def runtime_graph(target: str, precision: str, plan: dict | None, artifact: Path
         kernels, executed = with_inserted(kernels, executed, inserted)
         return kernels, executed, inserted
     executed = executed_nodes(target, precision, artifact)
-    inserted = inserted_kernels(target, precision, artifact, kernels, dims) if executed is not None else []
-    kernels, executed = with_inserted(kernels, executed, inserted)
+    if executed is None or not any(k.cls == "conv" for k in kernels):
+        return kernels, executed, []
+    import onnx
+
+    graph = runtime_kernels.optimized_graph(artifact)
+    inserted = reorder_kernels(runtime_kernels.reorders_in(graph, dims))
+    # the Adds and activations a blocked conv runs inside itself: no kernel, and not among the nodes it runs
+    folded = runtime_kernels.folded_into_convs(onnx.load(str(artifact), load_external_data=False).graph, graph)
+    kept = [k for k in kernels if not (k.cls == "elementwise" and k.nodes == 1 and k.name in folded)]
+    kernels, executed = with_inserted(kept, executed - (len(kernels) - len(kept)), inserted)
     return kernels, executed, inserted
 
 
