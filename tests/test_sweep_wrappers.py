@@ -55,8 +55,8 @@ def test_a_static_int8_kernels_time_is_trained_less_its_wrappers_as_predicted_no
 
 def test_a_blocked_fp32_convs_time_is_trained_less_its_layout_reorders_as_predicted_not_as_profiled():
     """ONNX Runtime runs a lone FP32 conv of a blocked channel count between a ReorderInput and a ReorderOutput,
-    which its profiler records at 2 µs each where a small one runs in ~0.3: taken out as profiled, a 16-channel
-    8 × 8 conv came to −1.3 µs, and a toy ResNet's convs were predicted 20 % under its measured run. The trainer
+    which its profiler records at 2 µs each where a small one runs in ~0.3: taken out as profiled, a 96-channel
+    8 × 8 depthwise conv came to −1.3 µs, and a toy ResNet's convs were predicted 20 % under its measured run. The trainer
     takes them out as the movement predictor prices them; a conv the runtime ran without them keeps its time."""
     from tapeout.commands.sweep import _train
     from tapeout.estimation import sweep

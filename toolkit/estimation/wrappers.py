@@ -5,7 +5,7 @@ these where its graph has them, and the estimate prices them there as kernels of
 (`runtime_graph.quantized_kernels`, `runtime_graph.reorder_kernels`); so a point is trained on its time less them as
 the predictors price them (`commands/sweep._train`), not as the profiler records them: it records each at whole
 microseconds and its own cost (1-2 µs where a small one runs in ~0.3), and taken out as profiled they left a small
-kernel's time at nothing or below it (a 16-channel 8 × 8 conv at −1.3 µs)."""
+kernel's time at nothing or below it (a 96-channel 8 × 8 depthwise conv at −1.3 µs)."""
 
 from __future__ import annotations
 
