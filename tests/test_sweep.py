@@ -300,9 +300,9 @@ def test_nodes_onnx_runtimes_optimized_graph_runs_beyond_the_kernels_each_cost_a
     counted = []
     real = runtime_graph.executed_nodes
 
-    def ten_more(target, precision, path):
+    def ten_more(target, precision, path, graph=None):
         counted.append(path)
-        found = real(target, precision, path)
+        found = real(target, precision, path, graph)
         return None if found is None else len(kernels) + 10
 
     monkeypatch.setattr(runtime_graph, "executed_nodes", ten_more)
@@ -393,11 +393,10 @@ def test_a_residual_add_and_its_relu_a_blocked_conv_runs_inside_itself_are_no_ke
     folded = runtime_kernels.folded_into_convs(proto.graph, runtime_kernels.optimized_graph(artifact))
     assert folded == {"residual", "relu"}
 
-    kernels = [kern.Kernel("conv0", "conv", "fp32", 10**6, 1e4, 1), kern.Kernel("conv1", "conv", "fp32", 10**6, 1e4,
-               1), kern.Kernel("residual", "elementwise", "fp32",
-               1024, 12288.0, 1), kern.Kernel("relu", "elementwise", "fp32", 1024, 8192.0, 1),
-               kern.Kernel("conv2", "conv", "fp32", 10**6, 1e4, 1), kern.Kernel("plain", "elementwise", "fp32", 1024,
-               12288.0, 1), kern.Kernel("cat", "movement", "fp32", 0, 16384.0, 1)]
+    kernels = [kern.Kernel(name, cls, "fp32", flops, bytes_, 1) for name, cls, flops, bytes_ in (
+        ("conv0", "conv", 10**6, 1e4), ("conv1", "conv", 10**6, 1e4), ("residual", "elementwise", 1024, 12288.0),
+        ("relu", "elementwise", 1024, 8192.0), ("conv2", "conv", 10**6, 1e4), ("plain", "elementwise", 1024, 12288.0),
+        ("cat", "movement", 0, 16384.0))]
     priced, executed, inserted = runtime_graph.runtime_graph("onnxruntime", "fp32", None, artifact, None, kernels, {})
     assert [k.name for k in priced if k not in inserted] == ["conv0", "conv1", "conv2", "plain", "cat"]
     assert executed == runtime_graph.executed_nodes("onnxruntime", "fp32", artifact) - 2 + len(inserted)

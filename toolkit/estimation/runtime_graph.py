@@ -17,14 +17,18 @@ def counts_executed(target: str, precision: str, main_file: str) -> bool:
     return target == "onnxruntime" and precision == "fp32" and main_file.endswith(".onnx")
 
 
-def executed_nodes(target: str, precision: str, artifact: Path | None) -> int | None:
+def executed_nodes(target: str, precision: str, artifact: Path | None, graph=None) -> int | None:
     """How many nodes ONNX Runtime runs for such a build (`counts_executed`), which the kernel predictors read beside
-    the cost units; None for any other build."""
+    the cost units; None for any other build. `graph`: the artifact's, where the caller has loaded it already."""
     if artifact is None or not counts_executed(target, precision, artifact.name):
         return None
+    return runtime_kernels.node_count(graph if graph is not None else _artifact_graph(artifact))
+
+
+def _artifact_graph(artifact: Path):
     import onnx
 
-    return runtime_kernels.node_count(onnx.load(str(artifact), load_external_data=False).graph)
+    return onnx.load(str(artifact), load_external_data=False).graph
 
 
 def reorder_kernels(reorders: list[tuple[str, str, int]]) -> list[kern.Kernel]:
@@ -92,15 +96,16 @@ def runtime_graph(target: str, precision: str, plan: dict | None, artifact: Path
         inserted = reorder_kernels(runtime_kernels.reorders_in(graph, dims))
         kernels, executed = with_inserted(kernels, executed, inserted)
         return kernels, executed, inserted
-    executed = executed_nodes(target, precision, artifact)
+    if not counts_executed(target, precision, artifact.name):
+        return kernels, None, []
+    model = _artifact_graph(artifact)  # read once: counted here, and asked below which nodes the convs fold in
+    executed = executed_nodes(target, precision, artifact, model)
     if executed is None or not any(k.cls == "conv" for k in kernels):
         return kernels, executed, []
-    import onnx
-
     graph = runtime_kernels.optimized_graph(artifact)
     inserted = reorder_kernels(runtime_kernels.reorders_in(graph, dims))
     # the Adds and activations a blocked conv runs inside itself: no kernel, and not among the nodes it runs
-    folded = runtime_kernels.folded_into_convs(onnx.load(str(artifact), load_external_data=False).graph, graph)
+    folded = runtime_kernels.folded_into_convs(model, graph)
     kept = [k for k in kernels if not (k.cls == "elementwise" and k.nodes == 1 and k.name in folded)]
     kernels, executed = with_inserted(kept, executed - (len(kernels) - len(kept)), inserted)
     return kernels, executed, inserted

@@ -133,6 +133,10 @@ def inserted_reorders(model: Path, dims: dict[str, int], threads: int = 1) -> li
     return reorders_in(optimized_graph(model, threads), dims)
 
 
+# the activations a blocked conv runs after its Sum (MLAS's: ONNX Runtime's NCHWc transformer folds these)
+_CONV_ACTIVATIONS = ("Relu", "LeakyRelu", "Sigmoid", "Tanh", "Clip", "HardSigmoid")
+
+
 def folded_into_convs(model_graph, graph) -> set[str]:
     """The nodes of `model_graph` (the artifact) that ONNX Runtime's NCHWc transformer folds into a blocked conv in
     `graph` (the one it runs, `optimized_graph`): an Add of a conv's output and another tensor, which the conv takes as
@@ -140,22 +144,16 @@ def folded_into_convs(model_graph, graph) -> set[str]:
     wrote no node of `graph` reads or writes. A toy ResNet's two residual Adds and their Relus run inside its convs
     (the profile lists none of them), where a kernel each would add ~1 µs to its ~20."""
     left = {t for node in graph.node for t in (*node.input, *node.output) if t}
+
+    def vanished(node) -> bool:
+        return all(t not in left for t in node.output)
+
     convs = {t for node in model_graph.node if node.op_type in ("Conv", "FusedConv") for t in node.output}
-    gone = set()
-    for node in model_graph.node:
-        vanished = all(t not in left for t in node.output)
-        if vanished and node.op_type == "Add" and any(t in convs for t in node.input):
-            gone.add(node.name)
-    sums = {t for node in model_graph.node if node.name in gone for t in node.output}
-    for node in model_graph.node:
-        if node.op_type in _CONV_ACTIVATIONS and node.input and node.input[0] in sums and \
-                all(t not in left for t in node.output):
-            gone.add(node.name)
-    return gone
-
-
-# the activations a blocked conv runs after its Sum (MLAS's: ONNX Runtime's NCHWc transformer folds these)
-_CONV_ACTIVATIONS = ("Relu", "LeakyRelu", "Sigmoid", "Tanh", "Clip", "HardSigmoid")
+    adds = [n for n in model_graph.node if n.op_type == "Add" and vanished(n) and any(t in convs for t in n.input)]
+    sums = {t for node in adds for t in node.output}
+    acts = [n for n in model_graph.node if n.op_type in _CONV_ACTIVATIONS and n.input and n.input[0] in sums and
+            vanished(n)]
+    return {node.name for node in (*adds, *acts)}
 
 
 def node_count(graph) -> int:
