@@ -541,6 +541,28 @@ def test_the_fp32_peak_is_the_faster_of_numpy_and_onnx_runtime_multiplying(monke
             roofline.measured_fp32_peak.cache_clear()
 
 
+def test_the_int8_peak_is_the_measured_int8_multiply_where_it_beats_the_flags(monkeypatch):
+    """AMX multiplies 8-bit matrices far past the four per FP32 lane VNNI does (ONNX Runtime's MatMulInteger ran
+    9.3 times its FP32 multiply on an Intel Xeon with amx_int8): the INT8 peak is the measured rate where that is
+    higher, else the flags' multiple of FP32; one inference thread of two gets half of either, and a calibration's
+    INT8 peak replaces both."""
+    from tapeout.estimation import roofline
+
+    assert roofline.measured_int8_peak() > 1e9  # ONNX Runtime's real multiply, whatever this machine's load
+    host = {"cpu": "test", "cpu_flags": ["avx2", "fma", "avx512f", "avx512_vnni"], "cpu_affinity": 2}
+    monkeypatch.setattr(roofline, "measured_fp32_peak", lambda: 1e12)
+    monkeypatch.setattr(roofline, "_max_mhz", lambda: 1000.0)
+    kwargs = {"bandwidth": 1e10, "cache": ((1 << 20, 1e11),), "strided": roofline.Strided(1, 1, 1, ())}
+    for measured_int8, expected in ((9e12, 9e12), (1e12, 4e12)):
+        monkeypatch.setattr(roofline, "measured_int8_peak", lambda r=measured_int8: r)
+        assert roofline.for_host(host, **kwargs).peaks["int8"] == expected
+        assert roofline.for_host(host, threads=1, **kwargs).peaks["int8"] == expected / 2
+    monkeypatch.setattr(roofline, "measured_int8_peak", lambda: 9e12)
+    assert roofline.for_host(host, fp32_peak=2e12, int8_peak=3e12, **kwargs).peaks["int8"] == 3e12
+    # a calibration made before the INT8 rate was measured kept its FP32 peak alone: the flags' multiple, as it priced
+    assert roofline.for_host(host, fp32_peak=2e12, **kwargs).peaks["int8"] == 8e12
+
+
 def test_another_cpus_build_is_priced_at_its_recorded_roof_or_refused(digits_build, tmp_path):
     other = tmp_path / "other"
     shutil.copytree(digits_build, other)

@@ -1,5 +1,5 @@
-"""This host's own speed, sampled: copy bandwidth and the FP32 matrix-multiply rate. The estimator prices
-the host's CPU with them (`estimation.roofline`), and every measurement records them beside its timings
+"""This host's own speed, sampled: copy bandwidth and the FP32 (and INT8) matrix-multiply rates. The estimator
+prices the host's CPU with them (`estimation.roofline`), and every measurement records them beside its timings
 (`host_state`), so that a diff can tell a machine that moved from a build that did.
 """
 
@@ -24,24 +24,31 @@ def matmul_rates(n: int, runs: int) -> list[float]:
     return rates
 
 
-def ort_matmul_rates(n: int, runs: int) -> list[float]:
+def ort_matmul_rates(n: int, runs: int, int8: bool = False) -> list[float]:
     """FP32 FLOP/s of each of `runs` n x n matrix multiplies in ONNX Runtime's CPU EP on all this host's cores
     (MLAS: the GEMM the CPU targets run), after one warm-up. numpy's BLAS may run narrower kernels than the CPU
     has: on a 2-core AMD EPYC (Zen 4) OpenBLAS reached 127 GFLOP/s on one thread where ONNX Runtime ran MiniLM at
-    164 on one thread, so a roof from numpy alone was beaten by the kernels it bounds."""
+    164 on one thread, so a roof from numpy alone was beaten by the kernels it bounds. `int8`: the rate of its
+    MatMulInteger with uint8 activations and int8 weights instead (what a dynamic INT8 plan runs; on a CPU with AMX
+    MLAS runs it on the tiles: 1,398 GOP/s on one thread of an Intel Xeon with amx_int8, 9.3 times its FP32)."""
     import onnxruntime as ort
     from onnx import TensorProto, helper
 
-    graph = helper.make_graph([helper.make_node("MatMul", ["a", "b"], ["c"])], "matmul",
-                              [helper.make_tensor_value_info(x, TensorProto.FLOAT, [n, n]) for x in "ab"],
-                              [helper.make_tensor_value_info("c", TensorProto.FLOAT, [n, n])])
+    kinds = (TensorProto.UINT8, TensorProto.INT8, TensorProto.INT32) if int8 else (TensorProto.FLOAT,) * 3
+    graph = helper.make_graph([helper.make_node("MatMulInteger" if int8 else "MatMul", ["a", "b"], ["c"])], "matmul",
+                              [helper.make_tensor_value_info(x, kind, [n, n]) for x, kind in zip("ab", kinds[:2], strict=True)],
+                              [helper.make_tensor_value_info("c", kinds[2], [n, n])])
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)])
     model.ir_version = 8  # what every onnxruntime this supports reads
     options = ort.SessionOptions()
     options.log_severity_level = 3
     session = ort.InferenceSession(model.SerializeToString(), options, providers=["CPUExecutionProvider"])
-    a = np.random.default_rng(0).random((n, n), dtype=np.float32)
-    feeds = {"a": a, "b": a.copy()}
+    rng = np.random.default_rng(0)
+    if int8:
+        feeds = {"a": rng.integers(0, 256, (n, n), dtype=np.uint8), "b": rng.integers(-128, 128, (n, n), dtype=np.int8)}
+    else:
+        a = rng.random((n, n), dtype=np.float32)
+        feeds = {"a": a, "b": a.copy()}
     session.run(None, feeds)
     rates = []
     for _ in range(runs):

@@ -121,6 +121,7 @@ def roof_for(device_spec, host: dict, cal: calib.Calibration | None = None, thre
     # a calibration's records were priced against its roof: estimates with it use the same one
     bandwidth = (cal.roof.get("bandwidth_gbs") or 0) * 1e9 if cal else None
     fp32 = ((cal.roof.get("peaks_tops") or {}).get("fp32") or 0) * 1e12 if cal else None
+    int8 = ((cal.roof.get("peaks_tops") or {}).get("int8") or 0) * 1e12 if cal else None
     # a calibration from before the cache was measured priced its records without it: so do its estimates
     cache = tuple((size, rate * 1e9) for size, rate in cal.roof.get("cache_bandwidth_gbs", ())) if cal else None
     # and so its strided loop, or none where it was made before the loop was measured
@@ -128,7 +129,7 @@ def roof_for(device_spec, host: dict, cal: calib.Calibration | None = None, thre
     # without a calibration: what was measured on this host once and kept, so every estimate prices alike (another
     # CPU's build is priced at the roof it recorded, `for_build`; anything else measures here, now)
     kept = host_roof.kept_or_measured(host) if cal is None and host_roof.is_here(host) else None
-    return roofline.for_host(host, bandwidth or None, fp32 or None, threads, cache, kept, looped)
+    return roofline.for_host(host, bandwidth or None, fp32 or None, threads, cache, kept, looped, int8 or None)
 
 
 def host_threads(host: dict, options: Any) -> int | None:

@@ -1,6 +1,6 @@
-"""This host's CPU roof, measured once and kept: its FP32 matrix-multiply rate, copy bandwidth, cache
+"""This host's CPU roof, measured once and kept: its FP32 and INT8 matrix-multiply rates, copy bandwidth, cache
 bandwidths and strided loop, written beside the calibrations (`<calibration folder>/<host name>.roof.json`, schema
-`tapeout.host-roof/3`) the first time an estimate needs them and read back by every later one, so the same
+`tapeout.host-roof/4`) the first time an estimate needs them and read back by every later one, so the same
 model estimated twice on this host prices at the same roof. `tapeout calibrate` measures again (once per
 calibration) and its calibration keeps the roof its records were priced at.
 
@@ -24,8 +24,9 @@ from tapeout.estimation.strided import UNMEASURED, Strided
 from tapeout.records.estimate import StridedRecord
 
 # 2: the FP32 rate is the faster of numpy's and ONNX Runtime's multiply (1: numpy's alone, which ONNX Runtime's own
-# kernels beat on a Zen 4); 3: the strided loop (`strided.py`). A kept file of another format is measured again
-SCHEMA = "tapeout.host-roof/3"
+# kernels beat on a Zen 4); 3: the strided loop (`strided.py`); 4: the INT8 multiply's rate (on a CPU with AMX, 9.3
+# times FP32 where the flags' 4 was beaten). A kept file of another format is measured again
+SCHEMA = "tapeout.host-roof/4"
 
 
 class _File(BaseModel):
@@ -35,6 +36,7 @@ class _File(BaseModel):
     host: str                                       # roofline.host_key of the CPU it was measured on
     measured_at: str
     fp32_flops: float = Field(gt=0)                 # the faster of numpy's and ONNX Runtime's multiply
+    int8_ops: float = Field(gt=0)                   # ONNX Runtime's uint8 x int8 MatMulInteger
     bandwidth_bytes: float = Field(gt=0)            # array copy, best of 30
     cache: list[tuple[int, float]] = Field(min_length=1)  # (working-set bytes, copy bytes/s)
     strided: StridedRecord | None = None            # strided.Strided.to_json; none where sysfs gives no L1
@@ -43,6 +45,7 @@ class _File(BaseModel):
 @dataclass(frozen=True)
 class Measured:
     fp32_flops: float
+    int8_ops: float
     bandwidth_bytes: float
     cache: tuple[tuple[int, float], ...]
     measured_at: str
@@ -72,7 +75,7 @@ def load(host: dict) -> Measured | None:
     if found.schema_ != SCHEMA or found.host != roofline.host_key(host):
         return None
     strided = Strided.from_json(found.strided) or UNMEASURED
-    return Measured(found.fp32_flops, found.bandwidth_bytes, tuple((int(s), float(r)) for s, r in found.cache),
+    return Measured(found.fp32_flops, found.int8_ops, found.bandwidth_bytes, tuple((int(s), float(r)) for s, r in found.cache),
                     found.measured_at, path, strided)
 
 
@@ -83,6 +86,7 @@ def measure(host: dict) -> Measured:
                        fix="estimate it on that machine, or name a device spec (--device)")
     body = _File.model_validate({"schema": SCHEMA, "host": roofline.host_key(host), "measured_at": now(),
                                  "fp32_flops": roofline.measured_fp32_peak(),
+                                 "int8_ops": roofline.measured_int8_peak(),
                                  "bandwidth_bytes": roofline.measured_bandwidth(),
                                  "cache": [list(c) for c in roofline.measured_cache_bandwidth()],
                                  "strided": strided.measured().to_json()})
