@@ -256,8 +256,11 @@ def test_a_recurrent_cell_reads_its_recurrent_weights_again_every_step_from_the_
     cached = roofline.Roof("host", "cpu", {"fp32": 1e15}, 20e9, "test", cache=((8_192, 80e9), (1 << 20, 60e9)))
     _, memory = cost_units.roof_times(cell, cached)
     assert math.isclose(memory, cell.bytes / 20e9 + 9 * cell.reread / cached.bandwidth_at(cell.reread))
-    assert 60e9 < cached.bandwidth_at(cell.reread) < 80e9                  # 16 KiB: between the sizes measured
-    assert cached.bandwidth_at(64 << 20) == 20e9                             # past the largest: DRAM
+    # a probe copies its array into another, so holds twice its size: a 16 KiB re-read moves at the 8 KiB probe's
+    # rate, 64 KiB between the two, and past the 1 MiB probe's 2 MiB at DRAM's
+    assert cached.bandwidth_at(cell.reread) == 80e9
+    assert 60e9 < cached.bandwidth_at(64 << 10) < 80e9
+    assert cached.bandwidth_at(2 << 20) == 60e9 and cached.bandwidth_at((2 << 20) + 1) == 20e9
     # a device spec measures no cache: the re-reads are left out of its bound, never guessed at
     assert cost_units.roof_times(cell, _h100())[1] == cell.bytes / 3350e9
     est = estimate.estimate([cell], _h100(), "tensorrt", "fp32", None)

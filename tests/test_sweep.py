@@ -865,6 +865,32 @@ def test_a_definition_3_sweep_file_loads_without_its_uint8_maxpools_timed_on_uni
     assert [p.key for p in found.points] == [p["key"] for p in data["points"]] + [pool["key"]]
 
 
+def test_a_sweep_file_priced_by_an_earlier_tapeout_is_priced_again_before_it_trains(swept, tmp_path):
+    """A predictor reads a point's roofline time as a feature, and an estimate prices a build's kernels by this
+    code: a file whose points an earlier tapeout priced otherwise (pricing 1, before a cache probe's working set
+    counted its copy's two arrays) gets every roof_s priced again from its configurations, once, and is kept so."""
+    from tapeout.estimation import sweep
+
+    folder, first = swept
+    name = f"{first['device']}--onnxruntime.json"
+    data = json.loads((folder / "sweeps" / name).read_text())
+    assert data["pricing"] == sweep.PRICING  # a new file is priced by this code
+    stale = [{**p, "roof_s": p["roof_s"] * 10} for p in data["points"]]
+    (tmp_path / "sweeps").mkdir()
+    old = {k: v for k, v in data.items() if k != "pricing"}  # absent in a file from before: the first pricing
+    (tmp_path / "sweeps" / name).write_text(json.dumps({**old, "points": stale}))
+    done = run_cli("calibrate", "--sweep", "host", "--minutes", "0", "--out", tmp_path)
+    assert done.code == 0, done.err
+    assert f"pricing the {len(stale)} points measured before again" in done.err
+    assert f"{len(stale)} points' roofline times moved" in done.err
+    again = json.loads((tmp_path / "sweeps" / name).read_text())
+    assert again["pricing"] == sweep.PRICING
+    for before, after in zip(data["points"], again["points"], strict=True):
+        assert after["roof_s"] == pytest.approx(before["roof_s"], rel=1e-6)
+    # once: the next training reads the file as it is
+    assert "pricing the" not in run_cli("calibrate", "--sweep", "host", "--minutes", "0", "--out", tmp_path).err
+
+
 def test_a_uint8_image_is_timed_as_quantized_feature_maps():
     """ONNX Runtime's 8-bit MaxPool follows its data (uniform bytes ran a third slower than a CNN's own maps): an
     image-shaped uint8 input is a quantized conv's output, its channels anywhere from all 0 to none, neighbours

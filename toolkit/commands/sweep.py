@@ -112,8 +112,8 @@ def sweep(device: str, minutes: float, threads: int, out: Path | None, as_json: 
                        fix="give the sweep a time budget, e.g. --minutes 30")
     if found is None:
         roof = estimate.roof_for(None, host, None, estimate.host_threads(host, options))
-        found = sweeping.SweepFile(schema=sweeping.SCHEMA, definition=sweeping.DEFINITION, device=name, target=target,
-                                   host=roofline.host_key(host),
+        found = sweeping.SweepFile(schema=sweeping.SCHEMA, definition=sweeping.DEFINITION, pricing=sweeping.PRICING,
+                                   device=name, target=target, host=roofline.host_key(host),
                                    threads=threads, roof=roof.to_json())
     if found.target != target:
         raise BadInput(f"the sweep file {path} was measured on {found.target}, not {target}",
@@ -123,6 +123,13 @@ def sweep(device: str, minutes: float, threads: int, out: Path | None, as_json: 
     except (KeyError, TypeError, ValueError) as exc:  # a pydantic ValidationError is a ValueError
         raise BadInput(f"the sweep file {path}: its roof is malformed ({first_line(exc, 200)})",
                        fix="move it away and sweep again") from None
+    if found.pricing != sweeping.PRICING:
+        # a predictor reads roof_s as a feature: priced one way in the file and another in an estimate, it would mislead
+        ui.note(f"pricing the {len(found.points)} points measured before again: an earlier tapeout priced their "
+                f"roofline times otherwise (~{len(found.points) / 100:.0f} s, once)")
+        found, moved = sweeping.repriced(found, roof)
+        sweeping.save(found, path)
+        ui.note(f"  {moved} points' roofline times moved")
     done = {p.key for p in found.points}
     rng = random.Random(len(found.points))  # a resumed sweep draws new configurations, not the same ones again
     cycle = itertools.cycle(chosen)

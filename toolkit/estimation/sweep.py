@@ -39,6 +39,10 @@ SCHEMA = "tapeout.sweep/1"
 # older file loads as a 4 without the points it took otherwise (`load`): a definition-2 file without its MaxPools (all
 # 3×3 stride 2 counted as 1×1), a definition-3 one without its uint8 MaxPools.
 DEFINITION = 4
+# how a point's roofline time (`roof_s`, a predictor's feature) is priced from its kernel at the sweep's roof: 1, the
+# first; 2, a cache probe's working set twice its array (`Roof.bandwidth_at`: a recurrent cell's re-read weights). A
+# file priced otherwise is priced again from its configurations before it is resumed or trained (`repriced`)
+PRICING = 2
 CLASSES = ("matmul", "conv", "reduce", "elementwise", "movement", "recurrent", "quantize")
 OPSET = 17
 GELU_OPSET = 20   # the ONNX Gelu op (as torch exports a transformer's MLP at opset 20)
@@ -95,6 +99,7 @@ class SweepFile(BaseModel):
 
     schema_: str = Field(alias="schema")
     definition: int = 1                    # DEFINITION of its points' kernel times (absent: the first sweeps')
+    pricing: int = 1                       # PRICING of its points' roof_s (absent: the first)
     device: str
     target: str
     host: str                              # roofline.host_key of the CPU it ran on
@@ -570,6 +575,19 @@ def load(path: Path) -> SweepFile | None:
 
 # the points an older definition took otherwise (a 2's MaxPool's FLOPs, a 3's uint8 MaxPool's data: see DEFINITION)
 _TAKEN_OTHERWISE = {2: lambda p: p.op == "MaxPool", 3: lambda p: p.op == "MaxPool" and p.precision == "int8"}
+
+
+def repriced(sweep: SweepFile, roof) -> tuple[SweepFile, int]:
+    """The sweep with each point's roof_s priced by this code at `roof` (its one-kernel model built again from its
+    configuration; ~10 ms a point), at this PRICING, and how many points' roof_s moved."""
+    moved, points = 0, []
+    for p in sweep.points:
+        proto, inputs = model(Config(p.cls, p.op, tuple(p.config.items())))
+        feats = features_of(proto, inputs, roof, p.precision)
+        roof_s = feats["roof_s"] if feats is not None else p.roof_s
+        moved += not math.isclose(roof_s, p.roof_s, rel_tol=1e-9)
+        points.append(p.model_copy(update={"roof_s": roof_s}))
+    return sweep.model_copy(update={"pricing": PRICING, "points": points}), moved
 
 
 def save(sweep: SweepFile, path: Path) -> None:
