@@ -95,6 +95,19 @@ def test_the_estimate_uses_the_predictor_and_its_band_reaches_the_verdicts(swept
     assert p90_verdict.verdict == Verdict.UNMEASURED and "predict the p50 only" in p90_verdict.reason
 
 
+def test_a_check_on_a_host_with_a_predictor_estimates_at_the_builds_recorded_dims(swept, digits_build, tmp_path):
+    """`tapeout check` has no project, only the build dir: the predictors read ONNX Runtime's graph at the dims the
+    manifest recorded (a check on a host holding a predictor file crashed with an internal error, exit 70)."""
+    import shutil
+
+    folder, first = swept
+    build = shutil.copytree(digits_build, tmp_path / "digits")  # the check writes beside the shared build
+    done = run_cli("check", build, "--json", env={"TAPEOUT_CALIBRATION": str(folder)})
+    assert done.code == 0, done.err
+    est = json.loads((build / "check.json").read_text())["estimate"]
+    assert est["method"] == estimate.METHOD_PREDICTED and est["device"] == first["device"]
+
+
 def test_the_dispatch_chain_survives_onnx_runtimes_optimizer(tmp_path):
     """The per-node dispatch is measured on Neg chains because ONNX Runtime removes Identity nodes: the long chain
     must still run nine kernels after the optimizer, or the difference would measure nothing."""

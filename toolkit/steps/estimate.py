@@ -4,6 +4,8 @@ GPU that ran it, or this host's CPU for a CPU target; none where there is no dev
 
 from __future__ import annotations
 
+import dataclasses
+
 from tapeout.estimation import estimate
 from tapeout.steps.state import BuildState
 from tapeout.steps.step import Step
@@ -23,8 +25,12 @@ class Estimate(Step):
             return "the build dir holds neither its kernel structure nor its exported model"
         plan = (state.quantization or {}).get("plan")
         reported = (state.measurement.device or {}).get("name")
+        # a check has no project: the build's inputs and dims, as its manifest recorded them, stand in for it (the
+        # predictors read the runtime's graph at those dims; without them a check on a host with a predictor crashed)
+        setup = (state.setup if state.opened is None or state.setup.project is not None
+                 else dataclasses.replace(state.setup, project=state.opened.manifest.project))
         with state.ui.step("estimate latency on the device (roofline, calibrated where measured)"):
-            state.estimate = estimate.for_model(state.setup, state.kernels, plan, reported, state.phases,
+            state.estimate = estimate.for_model(setup, state.kernels, plan, reported, state.phases,
                                                 workload_of(state), artifact=state.artifact.path,
                                                 float_model=state.exported.path if state.exported else None)
         unpriced = estimate.why_not_priced(state.setup.target.name, state.setup.device)
