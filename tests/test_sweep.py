@@ -882,7 +882,7 @@ def test_a_sweep_file_priced_by_an_earlier_tapeout_is_priced_again_before_it_tra
     """A predictor reads a point's roofline time as a feature, and an estimate prices a build's kernels by this
     code: a file whose points an earlier tapeout priced otherwise (pricing 1, before a cache probe's working set
     counted its copy's two arrays) gets every roof_s priced again from its configurations, once, and is kept so."""
-    from tapeout.estimation import sweep
+    from tapeout.estimation import sweep_pricing as sweep
 
     folder, first = swept
     name = f"{first['device']}--onnxruntime.json"

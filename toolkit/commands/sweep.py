@@ -66,7 +66,7 @@ def sweep(device: str, minutes: float, threads: int, out: Path | None, as_json: 
     from tapeout import __version__
     from tapeout.core.host import host_fingerprint, now
     from tapeout.core.host_speed import host_state
-    from tapeout.estimation import estimate, fit, predictor, roofline
+    from tapeout.estimation import estimate, fit, predictor, roofline, sweep_pricing
     from tapeout.estimation import sweep as sweeping
 
     if device not in HERE:
@@ -112,7 +112,7 @@ def sweep(device: str, minutes: float, threads: int, out: Path | None, as_json: 
                        fix="give the sweep a time budget, e.g. --minutes 30")
     if found is None:
         roof = estimate.roof_for(None, host, None, estimate.host_threads(host, options))
-        found = sweeping.SweepFile(schema=sweeping.SCHEMA, definition=sweeping.DEFINITION, pricing=sweeping.PRICING,
+        found = sweeping.SweepFile(schema=sweeping.SCHEMA, definition=sweeping.DEFINITION, pricing=sweep_pricing.PRICING,
                                    device=name, target=target, host=roofline.host_key(host),
                                    threads=threads, roof=roof.to_json())
     if found.target != target:
@@ -123,11 +123,11 @@ def sweep(device: str, minutes: float, threads: int, out: Path | None, as_json: 
     except (KeyError, TypeError, ValueError) as exc:  # a pydantic ValidationError is a ValueError
         raise BadInput(f"the sweep file {path}: its roof is malformed ({first_line(exc, 200)})",
                        fix="move it away and sweep again") from None
-    if found.pricing != sweeping.PRICING:
+    if found.pricing != sweep_pricing.PRICING:
         # a predictor reads roof_s as a feature: priced one way in the file and another in an estimate, it would mislead
         ui.note(f"pricing the {len(found.points)} points measured before again: an earlier tapeout priced their "
                 f"roofline times otherwise (~{len(found.points) / 100:.0f} s, once)")
-        found, moved = sweeping.repriced(found, roof)
+        found, moved = sweep_pricing.repriced(found, roof)
         sweeping.save(found, path)
         ui.note(f"  {moved} points' roofline times moved")
     done = {p.key for p in found.points}
@@ -278,7 +278,8 @@ def _time_chunk(folder: Path, chunk: list, options: dict, deadline: float,
         models.append({"key": key if key in protos else f"{key}#{i}", "path": str(path), "inputs": inputs,
                        "dtypes": {n: sweeping.INPUT_DTYPES[n] for n, _ in inputs if n in sweeping.INPUT_DTYPES},
                        "profile": key in protos and (swept.profiled is None or config.op in swept.profiled),
-                       **({"vocab": config["vocab"]} if config.op == "Gather" else {})})
+                       **({"vocab": config["vocab"]} if config.op == "Gather" else {}),
+                       **({"masked": config["masked"]} if "masked" in dict(config.sizes) else {})})
     request, result = folder / "request.json", folder / "result.json"
     request.write_text(json.dumps({"target": target, "options": options, "min_s": MIN_S, "models": models,
                                    "inserted": swept.inserted, "profile_runs": 10}))

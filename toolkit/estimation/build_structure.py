@@ -1,7 +1,7 @@
 """A build's kernel structure as an estimate reads it: structure.json (computed once at build, verified by the
 manifest), or its verified export analysed again where the record predates the shapes the predictors read
 (kernel_shape.py: a kernel's `function`, a MatMul's m, k, n, a cell's sizes, a conv's width, a movement kernel's
-run), so a build made before a feature was kept is priced with it, not left to the calibration."""
+run, a Softmax's masked share from its golden input), so a build made before a feature was kept is priced with it, not left to the calibration."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ from pathlib import Path
 from tapeout.builds.reader import BuildDir
 from tapeout.core.schemas import InputSpec
 from tapeout.estimation import cost_units as kern
-from tapeout.estimation import generation, kernel_shape
+from tapeout.estimation import generation, kernel_shape, softmax_masks
 from tapeout.graph.analyze import analyze_view
 from tapeout.graph.view import GraphView
 from tapeout.records.structure import StructureRecord
@@ -39,7 +39,23 @@ def kernels_of(build: BuildDir) -> list[kern.Kernel] | None:
     if not exported:
         return None
     man = build.manifest
-    return model_kernels(build.exported_model(), man.project.inputs, man.project.dims)
+    kernels = model_kernels(build.exported_model(), man.project.inputs, man.project.dims)
+    return softmax_masks.with_masks(kernels, _masked_percents(build))
+
+
+def _masked_percents(build: BuildDir) -> dict[str, float]:
+    """Each Softmax's masked percent on the build's first golden input (verified), as its build step reads it; {}
+    where the build keeps no golden file."""
+    from tapeout.core.errors import TapeoutError
+    from tapeout.records.golden import load_golden
+
+    if build.manifest.golden is None:
+        return {}
+    try:
+        inputs, _ = load_golden(build.golden())
+    except (TapeoutError, OSError, ValueError):
+        return {}
+    return softmax_masks.measured(build.exported_model(), inputs[0]) if inputs else {}
 
 
 def phases_of(build: BuildDir, kernels: list[kern.Kernel] | None) -> list[generation.Phase] | None:

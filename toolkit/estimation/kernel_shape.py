@@ -9,9 +9,10 @@ import math
 
 from tapeout.graph.view import GraphView
 
-# the shapes a structure record keeps (StructureRecord.shapes): 1, every one below; a record of an earlier version is
-# read again from its build's export (build_structure.py)
-VERSION = 1
+# the shapes a structure record keeps (StructureRecord.shapes): 1, every one below; 2, with a Softmax's `masked` share
+# (softmax_masks.py, from the build's golden input). A record of an earlier version is read again from its build's
+# export (build_structure.py)
+VERSION = 2
 
 
 def of(view: GraphView, node, cls: str, op_types) -> tuple[tuple[str, int], ...]:

@@ -22,7 +22,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from tapeout.core.errors import BadInput
 from tapeout.core.files import write_text
-from tapeout.estimation import runtime_kernels
+from tapeout.estimation import runtime_kernels, softmax_masks
 
 SCHEMA = "tapeout.predictor/1"
 FEATURES = ("log_flops", "log_bytes", "log_roof", "log_launches", "nodes")
@@ -33,6 +33,7 @@ FEATURES = ("log_flops", "log_bytes", "log_roof", "log_launches", "nodes")
 # `rank`: 1 for a Conv1d (a speech model's front end: 64 taps on one channel is no 2-D conv's shape), 2 otherwise
 # `pool_layout` (reduce): whether ONNX Runtime runs a MaxPool or AveragePool blocked (NCHWc), as after a blocked conv,
 # or plain (every other reduce kernel: 1). Asked of the runtime by the pool's channels, which the cost units keep.
+# `masked` (reduce): 1 + the percent of a Softmax's input a mask holds (softmax_masks.py; 1 for every other kernel).
 # `m`, `k`, `n` (matmul): the GEMM's rows, depth and columns (held out, the FP32 MatMul points within ±15 % rose from
 # 68 to 92 % knowing them, the dynamic INT8 ones from 39 to 82, the static QGemms from 28 to 74).
 # `width` (conv): its output rows' length (a spectrogram's 8 × 128 is not a 32 × 32 of its positions).
@@ -42,14 +43,15 @@ FEATURES = ("log_flops", "log_bytes", "log_roof", "log_launches", "nodes")
 # is not a Relu of the same bytes, a DequantizeLinear a QuantizeLinear, nor a GRU an LSTM
 SHAPE_FEATURES = {"conv": ("per_group", "out_channels", "positions", "area", "groups", "layout", "fill", "rank",
                            "width"),
-                  "matmul": ("m", "k", "n"), "reduce": ("pool_layout",), "elementwise": ("function",),
+                  "matmul": ("m", "k", "n"), "reduce": ("pool_layout", "masked"), "elementwise": ("function",),
                   "movement": ("function", "run"),
                   "quantize": ("function",), "recurrent": ("function", "input", "hidden")}
 # shape features filled in where missing: what the runtime decides, and a 2-D conv's rank (the cost units write it
 # for a 1-D conv only). `fill`: the share of the output channels a blocked conv computes that are its own (18 of a
 # padded 32 ran at ~130 GFLOP/s, 32 of 32 at ~270)
 DERIVED = {"layout": runtime_kernels.conv_layout, "fill": runtime_kernels.conv_fill,
-           "rank": lambda shape: 2 if "per_group" in shape else None, "pool_layout": runtime_kernels.pool_layout}
+           "rank": lambda shape: 2 if "per_group" in shape else None, "pool_layout": runtime_kernels.pool_layout,
+           "masked": lambda shape: softmax_masks.UNMASKED}
 # per target, the rules' method each INT8 class is swept quantized by (`sweep.quantization_of`), as an INT8 build for
 # it quantizes such a kernel. ONNX Runtime (cpu-int8): a transformer's MatMuls and an LSTM dynamically (one
 # DynamicQuantizeMatMul or DynamicQuantizeLSTM, its activation quantization inside), a CNN's convs statically (QDQ:

@@ -55,8 +55,9 @@ class Roof:
     strided: Strided | None = None
 
     def bandwidth_at(self, working_set: float) -> float | None:
-        """The bandwidth data re-read from a working set of this size moves at: the measured rate for that
-        size (log-interpolated, the DRAM bandwidth past the largest), or None where no cache was measured."""
+        """The bandwidth data re-read from a working set of this size moves at: the rate of the probe whose copy
+        holds that much (log-interpolated, the DRAM bandwidth past the largest), or None where no cache was
+        measured."""
         if not self.cache:
             return None
         # a probe copies an array of its size into another: it holds twice that in the cache (a 2 MiB probe, 4 MiB

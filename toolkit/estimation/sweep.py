@@ -39,10 +39,6 @@ SCHEMA = "tapeout.sweep/1"
 # older file loads as a 4 without the points it took otherwise (`load`): a definition-2 file without its MaxPools (all
 # 3×3 stride 2 counted as 1×1), a definition-3 one without its uint8 MaxPools.
 DEFINITION = 4
-# how a point's roofline time (`roof_s`, a predictor's feature) is priced from its kernel at the sweep's roof: 1, the
-# first; 2, a cache probe's working set twice its array (`Roof.bandwidth_at`: a recurrent cell's re-read weights). A
-# file priced otherwise is priced again from its configurations before it is resumed or trained (`repriced`)
-PRICING = 2
 CLASSES = ("matmul", "conv", "reduce", "elementwise", "movement", "recurrent", "quantize")
 OPSET = 17
 GELU_OPSET = 20   # the ONNX Gelu op (as torch exports a transformer's MLP at opset 20)
@@ -99,7 +95,7 @@ class SweepFile(BaseModel):
 
     schema_: str = Field(alias="schema")
     definition: int = 1                    # DEFINITION of its points' kernel times (absent: the first sweeps')
-    pricing: int = 1                       # PRICING of its points' roof_s (absent: the first)
+    pricing: int = 1                       # sweep_pricing.PRICING of its points' roof_s (absent: the first)
     device: str
     target: str
     host: str                              # roofline.host_key of the CPU it ran on
@@ -227,7 +223,10 @@ def _draw(cls: str, rng: random.Random) -> Config:
                 # between a Q and a DQ (runtime_kernels.quantized_graph): a static plan's kernel, `reduce@int8~static`
                 return Config(cls, op, (*sizes, ("precision", "int8"), ("quantization", "static")))
             return Config(cls, op, sizes)
-        return Config(cls, op, (("rows", _log(rng, 1, 8192)), ("width", _log(rng, 16, 4096))))
+        rows = (("rows", _log(rng, 1, 8192)), ("width", _log(rng, 16, 4096)))
+        if op == "Softmax" and rng.random() < 0.5:  # half masked: a mask's share of its input sets its time
+            return Config(cls, op, (*rows, ("masked", rng.randint(5, 95))))  # (softmax_masks.py), percent
+        return Config(cls, op, rows)
     if cls == "elementwise":
         # GeluTanh: GPT-2's tanh GELU written out, eight nodes, one kernel to the estimator and to ONNX Runtime
         # (FastGelu), whose time is not the sum of its parts'
@@ -529,8 +528,9 @@ _COMPOSITE_OPS = {"GeluTanh": ("Pow", "Mul", "Add", "Tanh")}
 def point_shape(point: dict) -> dict:
     """A point's shape with what its class's predictor reads that a point swept before the shape kept it lacks: a
     MatMul's m, k and n, a cell's input and hidden (from its configuration), a conv's output width, a kernel's
-    `function` (from its op; kernel_shape.function_shape)."""
+    `function` (from its op; kernel_shape.function_shape), a Softmax's masked share (its configuration's)."""
     from tapeout.estimation import cost_units as kern
+    from tapeout.estimation import softmax_masks
 
     shape = dict(point.get("shape") or {})
     if point["op"] in ("MatMul", "Gemm") and "m" not in shape:
@@ -546,6 +546,8 @@ def point_shape(point: dict) -> dict:
             shape["run"] = int(c["b"] * c["c"] if point["op"] == "Concat" else c.get("width", 1))
     if point["op"] in ("LSTM", "GRU") and "hidden" not in shape:
         shape.update({n: int(point["config"][n]) for n in ("input", "hidden")})
+    if point["op"] == "Softmax":  # what its feed masked (kernel_timer), in percent; its kept shape has the default
+        shape["masked"] = softmax_masks.feature(float(point["config"].get("masked", 0)))
     if point["cls"] in kern.FUNCTION_CLASSES and "function" not in shape:
         shape.update(kern.function_shape(point["cls"], _COMPOSITE_OPS.get(point["op"], (point["op"],))))
     return shape
@@ -575,19 +577,6 @@ def load(path: Path) -> SweepFile | None:
 
 # the points an older definition took otherwise (a 2's MaxPool's FLOPs, a 3's uint8 MaxPool's data: see DEFINITION)
 _TAKEN_OTHERWISE = {2: lambda p: p.op == "MaxPool", 3: lambda p: p.op == "MaxPool" and p.precision == "int8"}
-
-
-def repriced(sweep: SweepFile, roof) -> tuple[SweepFile, int]:
-    """The sweep with each point's roof_s priced by this code at `roof` (its one-kernel model built again from its
-    configuration; ~10 ms a point), at this PRICING, and how many points' roof_s moved."""
-    moved, points = 0, []
-    for p in sweep.points:
-        proto, inputs = model(Config(p.cls, p.op, tuple(p.config.items())))
-        feats = features_of(proto, inputs, roof, p.precision)
-        roof_s = feats["roof_s"] if feats is not None else p.roof_s
-        moved += not math.isclose(roof_s, p.roof_s, rel_tol=1e-9)
-        points.append(p.model_copy(update={"roof_s": roof_s}))
-    return sweep.model_copy(update={"pricing": PRICING, "points": points}), moved
 
 
 def save(sweep: SweepFile, path: Path) -> None:

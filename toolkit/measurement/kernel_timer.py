@@ -57,13 +57,18 @@ def feature_maps(shape: list[int], rng: np.random.Generator) -> np.ndarray:
 
 def _feed(spec, item: dict, rng: np.random.Generator) -> np.ndarray:
     """A random input for `spec`: token ids below the item's vocabulary, a uint8 image as quantized feature maps,
-    other uint8 tensors as uniform bytes, FP32 from a standard normal."""
+    other uint8 tensors as uniform bytes, FP32 from a standard normal (a Softmax's item may mask a share of it)."""
     if spec.dtype == "int64":
         return rng.integers(0, item.get("vocab", 2), size=spec.shape)
     if spec.dtype == "uint8":
         return (feature_maps(list(spec.shape), rng) if len(spec.shape) == 4 else
                 rng.integers(0, 256, size=spec.shape, dtype=np.uint8))
-    return rng.standard_normal(spec.shape).astype(np.float32)
+    values = rng.standard_normal(spec.shape).astype(np.float32)
+    if item.get("masked"):  # a Softmax's mask: the last `masked` percent of each row at float32's lowest, as a
+        # padded batch's attention mask puts there (softmax_masks.py)
+        width = values.shape[-1]
+        values[..., width - round(width * item["masked"] / 100):] = np.finfo(np.float32).min
+    return values
 
 
 def _inserted_s(target, artifact, feeds: dict, request: dict) -> dict[str, float]:

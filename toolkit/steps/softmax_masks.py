@@ -1,0 +1,26 @@
+"""Step `softmax masks`: each Softmax kernel's masked share, from one FP32 run on the first golden input, kept in its
+shape (`masked`) so that the kernel predictors price a masked attention as the device runs it
+(`estimation/softmax_masks.py`). A check reads the shares with the build's kernels."""
+
+from __future__ import annotations
+
+from tapeout.estimation import softmax_masks
+from tapeout.steps.state import BuildState
+from tapeout.steps.step import Step
+
+
+class SoftmaxMasks(Step):
+    name = "softmax masks"
+    needs = ("kernels", "golden")
+    needs_at_build = ("fp32_model",)
+    adds = ("kernels",)
+
+    def run(self, state: BuildState) -> str | None:
+        if state.opened is not None:
+            return "the build's kernels keep their Softmax masks"
+        if state.kernels is None or not any(k.cls == "reduce" for k in state.kernels) or not state.golden.inputs:
+            return "no Softmax to read a mask of"
+        with state.ui.step("the share of each Softmax's input its mask holds (one FP32 run on a golden input)"):
+            percents = softmax_masks.measured(state.fp32_model, state.golden.inputs[0])
+            state.kernels = softmax_masks.with_masks(state.kernels, percents)
+        return None if percents else "no Softmax to read a mask of"
