@@ -462,8 +462,8 @@ def test_a_models_kernels_are_floored_at_the_cache_level_its_traffic_fits_in():
     from tapeout.estimation import cost_units as kern
     from tapeout.estimation import roofline
 
-    # DRAM 100 GB/s; up to 32 MB re-read at 500 GB/s
-    roof = roofline.Roof("test", "cpu", {"fp32": 1e15}, 1e11, "test", cache=((32 << 20, 5e11),))
+    # DRAM 100 GB/s; up to 32 MB re-read at 500 GB/s (a 16 MB probe's copy: its two arrays)
+    roof = roofline.Roof("test", "cpu", {"fp32": 1e15}, 1e11, "test", cache=((16 << 20, 5e11),))
     leaf = {"init": math.log(1e-6), "rate": 1.0, "band": [-0.1, 0.1], "points": 12, "held_out_within_15": 1.0,
             "trees": [{"feature": [-2], "threshold": [-2.0], "left": [-1], "right": [-1], "value": [0.0]}]}
     data = predictor.PredictorFile.model_validate({
@@ -994,7 +994,8 @@ def test_a_pool_is_priced_in_the_layout_onnx_runtime_runs_it(tmp_path):
         layouts[c] = feats["shape"]["pool_layout"]
         assert layouts[c] == (runtime_kernels.BLOCKED if blocked else runtime_kernels.PLAIN)
     norm, _ = sweep.model(sweep.Config("reduce", "LayerNormalization", (("rows", 4), ("width", 64))))
-    assert sweep.features_of(norm, [("x", [4, 64])], roof)["shape"] == {"pool_layout": runtime_kernels.PLAIN}
+    assert sweep.features_of(norm, [("x", [4, 64])], roof)["shape"] == {"pool_layout": runtime_kernels.PLAIN,
+                                                                        "masked": 1}  # and unmasked: not a Softmax
     assert predictor.features(100, 400, 1e-8, 1, 1, "reduce", {})[-1] == 0.0  # log 1: plain, not missing
     drawn = [c["c"] for c in (sweep.sample("reduce", random.Random(i)) for i in range(400)) if c.op == "MaxPool"]
     assert 0.3 < sum(c % 16 == 0 for c in drawn) / len(drawn) < 0.7  # half of them counts ONNX Runtime blocks

@@ -4,6 +4,8 @@ shape (`masked`) so that the kernel predictors price a masked attention as the d
 
 from __future__ import annotations
 
+import dataclasses
+
 from tapeout.estimation import softmax_masks
 from tapeout.steps.state import BuildState
 from tapeout.steps.step import Step
@@ -11,9 +13,9 @@ from tapeout.steps.step import Step
 
 class SoftmaxMasks(Step):
     name = "softmax masks"
-    needs = ("kernels", "golden")
+    needs = ("kernels", "phases", "golden")
     needs_at_build = ("fp32_model",)
-    adds = ("kernels",)
+    adds = ("kernels", "phases")
 
     def run(self, state: BuildState) -> str | None:
         if state.opened is not None:
@@ -22,5 +24,8 @@ class SoftmaxMasks(Step):
             return "no Softmax to read a mask of"
         with state.ui.step("the share of each Softmax's input its mask holds (one FP32 run on a golden input)"):
             percents = softmax_masks.measured(state.fp32_model, state.golden.inputs[0])
-            state.kernels = softmax_masks.with_masks(state.kernels, percents)
+            analysed, state.kernels = state.kernels, softmax_masks.with_masks(state.kernels, percents)
+        if state.phases:  # a generate build's decode step at max_context is its own kernels (the golden input's call)
+            state.phases = [dataclasses.replace(p, kernels=state.kernels) if p.kernels is analysed else p
+                            for p in state.phases]
         return None if percents else "no Softmax to read a mask of"
