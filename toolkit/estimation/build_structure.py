@@ -1,7 +1,8 @@
 """A build's kernel structure as an estimate reads it: structure.json (computed once at build, verified by the
 manifest), or its verified export analysed again where the record predates the shapes the predictors read
 (kernel_shape.py: a kernel's `function`, a MatMul's m, k, n, a cell's sizes, a conv's width, a movement kernel's
-run, a Softmax's masked share from its golden input), so a build made before a feature was kept is priced with it, not left to the calibration."""
+run, a Softmax's masked share from its golden input), so a build made before a feature was kept is priced with it,
+not left to the calibration."""
 
 from __future__ import annotations
 
