@@ -56,8 +56,15 @@ def test_each_softmax_is_measured_on_the_models_own_inputs_and_kept_in_its_kerne
     by_lead = {k.lead: dict(k.shape).get("masked") for k in kernels if k.cls == "reduce"}
     assert by_lead == {"sm_masked": 45, "sm_plain": 1}
     # a run that cannot be made leaves the feature out (its kernels priced as unmasked), never a traceback
-    assert softmax_masks.measured(path, {"x": x[:, :4]}) == {}
-    assert softmax_masks.measured(tmp_path / "missing.onnx", {"x": x}) == {}
+    assert softmax_masks.measured(path, {"x": x[:, :4]}) is None
+    assert softmax_masks.measured(tmp_path / "missing.onnx", {"x": x}) is None
+    assert softmax_masks.with_masks(kernels, None) == kernels
+    # a model without a Softmax: nothing to read, said apart from a run that failed
+    onnx.save(helper.make_model(helper.make_graph(
+        [helper.make_node("Relu", ["x"], ["y"])], "plain", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [2])]), opset_imports=[helper.make_opsetid("", 17)],
+        ir_version=8), tmp_path / "relu.onnx")
+    assert softmax_masks.measured(tmp_path / "relu.onnx", {"x": np.ones(2, np.float32)}) == {}
 
 
 def test_the_sweep_draws_masked_softmaxes_and_feeds_them_masked():

@@ -44,9 +44,9 @@ def kernels_of(build: BuildDir) -> list[kern.Kernel] | None:
     return softmax_masks.with_masks(kernels, _masked_percents(build))
 
 
-def _masked_percents(build: BuildDir) -> dict[str, float]:
+def _masked_percents(build: BuildDir) -> dict[str, float] | None:
     """Each Softmax's masked percent on the build's first golden input (verified), as its build step reads it; {}
-    where the build keeps no golden file."""
+    where the build keeps no golden file, None where its export cannot be run on it."""
     from tapeout.core.errors import TapeoutError
     from tapeout.records.golden import load_golden
 

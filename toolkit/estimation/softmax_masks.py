@@ -33,10 +33,10 @@ def masked_percent(logits: np.ndarray) -> float:
     return float(below.mean() * 100)
 
 
-def measured(model: Path, feeds: dict[str, np.ndarray]) -> dict[str, float]:
+def measured(model: Path, feeds: dict[str, np.ndarray]) -> dict[str, float] | None:
     """Each Softmax node's masked percent in one run of `model` (ONNX, FP32, on this host's ONNX Runtime CPU EP,
-    unoptimized so each Softmax's input is the graph's own) on `feeds`; {} where the model has no Softmax or the run
-    fails (its kernels are then priced as unmasked, as before this was measured)."""
+    unoptimized so each Softmax's input is the graph's own) on `feeds`; {} where the model has no Softmax, None where
+    it cannot be loaded or run (its kernels are then priced as unmasked, as before this was measured)."""
     import onnx
     import onnxruntime as ort
     from google.protobuf.message import DecodeError
@@ -44,7 +44,7 @@ def measured(model: Path, feeds: dict[str, np.ndarray]) -> dict[str, float]:
     try:
         proto = onnx.load(str(model))
     except (OSError, ValueError, DecodeError):
-        return {}
+        return None
     softmaxes = [n for n in proto.graph.node if n.op_type == "Softmax" and n.input and n.input[0]]
     if not softmaxes:
         return {}
@@ -59,12 +59,13 @@ def measured(model: Path, feeds: dict[str, np.ndarray]) -> dict[str, float]:
         names = {i.name for i in session.get_inputs()}
         values = session.run(wanted, {k: v for k, v in feeds.items() if k in names})
     except Exception:  # ONNX Runtime's errors derive from Exception alone: the feature is then left out
-        return {}
+        return None
     by_tensor = {t: masked_percent(np.asarray(v, dtype=np.float32)) for t, v in zip(wanted, values, strict=True)}
     return {n.name: by_tensor[n.input[0]] for n in softmaxes}
 
 
-def with_masks(kernels: list, percents: dict[str, float]) -> list:
+def with_masks(kernels: list, percents: dict[str, float] | None) -> list:
     """`kernels` with each Softmax kernel (led by a node `percents` names) given its `masked` feature."""
+    percents = percents or {}
     return [replace(k, shape=tuple({**dict(k.shape), "masked": feature(percents[k.lead])}.items()))
             if k.cls == "reduce" and k.lead in percents else k for k in kernels]

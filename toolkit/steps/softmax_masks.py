@@ -28,4 +28,6 @@ class SoftmaxMasks(Step):
         if state.phases:  # a generate build's decode step at max_context is its own kernels (the golden input's call)
             state.phases = [dataclasses.replace(p, kernels=state.kernels) if p.kernels is analysed else p
                             for p in state.phases]
+        if percents is None:
+            return "the FP32 model could not be run on its golden input: its Softmaxes are priced as unmasked"
         return None if percents else "no Softmax to read a mask of"
