@@ -22,6 +22,16 @@ import pytest
 REPO = Path(__file__).resolve().parents[1]
 SAMPLES = REPO / "samples"
 
+# pytest-xdist's workers share the host's cores: each worker, and every process it starts, gets its share of OpenMP
+# threads (torch's and NumPy's BLAS) rather than one a core. Two workers with a thread a core each stall at every
+# parallel region's barrier waiting for a thread the other worker's threads have descheduled: on a 2-core host
+# tiny-lm's generate build took 157 s beside tests/test_stream.py, and 43 s with one OpenMP thread a worker.
+_WORKERS = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1"))
+if _WORKERS > 1 and "OMP_NUM_THREADS" not in os.environ:
+    os.environ["OMP_NUM_THREADS"] = str(max(1, len(os.sched_getaffinity(0)) // _WORKERS))
+    if "torch" in sys.modules:  # imported before this file (a plugin): its pool is sized already
+        sys.modules["torch"].set_num_threads(int(os.environ["OMP_NUM_THREADS"]))
+
 # The user's own calibrations (~/.local/share/tapeout/calibration) never reach a test's estimate.
 os.environ["TAPEOUT_CALIBRATION"] = tempfile.mkdtemp(prefix="tapeout-test-calibration-")
 
