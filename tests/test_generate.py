@@ -243,6 +243,20 @@ def test_a_generate_build_whose_structure_predates_the_predictors_shapes_is_anal
     assert all(p.kernels and any(k.shape for k in p.kernels) for p in again)
 
 
+def test_each_phase_of_the_loop_keeps_the_softmax_mask_share_of_its_own_shapes(generated):
+    """A prefill's causal mask holds the strict upper triangle of its scores (8 tokens: 28 of 64; 40 tokens: 780 of
+    1,600), a growing cache's decode step nothing: each phase's Softmaxes carry their own share, measured at its
+    shapes, which the reduce predictor prices (on an AMX Xeon a masked score cost ~8x an unmasked one)."""
+    from tapeout.builds.reader import open_build
+    from tapeout.estimation import generation
+
+    _, out, _ = generated
+    shares = {(p.kind, p.seq): {dict(k.shape)["masked"] for k in p.kernels if "masked" in dict(k.shape)}
+              for p in generation.from_record(open_build(out).structure())}
+    assert shares == {("prefill", 8): {1 + round(28 / 64 * 100)}, ("prefill", 40): {1 + round(780 / 1600 * 100)},
+                      ("decode", 1): {1}}
+
+
 @pytest.mark.slow
 def test_int4_keeps_perplexity_within_one_percent_through_the_cache(tmp_path):
     profile = tmp_path / "int4.toml"

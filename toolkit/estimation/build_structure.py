@@ -9,6 +9,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from tapeout.builds.reader import BuildDir
+from tapeout.core.decoding import graph_layout
 from tapeout.core.schemas import InputSpec
 from tapeout.estimation import cost_units as kern
 from tapeout.estimation import generation, kernel_shape, softmax_masks
@@ -61,8 +62,8 @@ def _masked_percents(build: BuildDir) -> dict[str, float] | None:
 
 def phases_of(build: BuildDir, kernels: list[kern.Kernel] | None) -> list[generation.Phase] | None:
     """A generate build's phases (prefill per prompt length, decode steps) as structure.json keeps them, or where
-    they are `dated`, its verified export read again at each phase's shapes (`kernels`: the build's own, the decode
-    step at max_context); None for a build that keeps none."""
+    they are `dated`, its verified export read again at each phase's shapes, its Softmaxes' masked shares with them
+    (`kernels`: the build's own, the decode step at max_context); None for a build that keeps none."""
     structure = build.structure()
     phases = generation.from_record(structure)
     workload = build.workload_settings()
@@ -70,4 +71,6 @@ def phases_of(build: BuildDir, kernels: list[kern.Kernel] | None) -> list[genera
             not (build.directory / "export" / "model.onnx").is_file():
         return phases
     man = build.manifest
-    return generation.structures(build.exported_model(), man.project.inputs, man.project.dims, workload, kernels)
+    phases = generation.structures(build.exported_model(), man.project.inputs, man.project.dims, workload, kernels)
+    return softmax_masks.masked_phases(build.exported_model(), phases, graph_layout(man.project.inputs, workload),
+                                       kernels)

@@ -10,9 +10,10 @@ import math
 from tapeout.graph.view import GraphView
 
 # the shapes a structure record keeps (StructureRecord.shapes): 1, every one below; 2, with a Softmax's `masked` share
-# (softmax_masks.py, from the build's golden input). A record of an earlier version is read again from its build's
+# (softmax_masks.py, from the build's golden input); 3, a generate build's every phase with its own Softmax shares (a
+# prefill's causal mask, measured at its shapes). A record of an earlier version is read again from its build's
 # export (build_structure.py)
-VERSION = 2
+VERSION = 3
 
 
 def of(view: GraphView, node, cls: str, op_types) -> tuple[tuple[str, int], ...]:

@@ -69,3 +69,22 @@ def with_masks(kernels: list, percents: dict[str, float] | None) -> list:
     percents = percents or {}
     return [replace(k, shape=tuple({**dict(k.shape), "masked": feature(percents[k.lead])}.items()))
             if k.cls == "reduce" and k.lead in percents else k for k in kernels]
+
+
+def phase_feeds(layout, seq: int, past: int, batch: int = 1) -> dict[str, np.ndarray]:
+    """One call of a cache graph at a generation phase's shapes (`layout`: core/decoding.CacheLayout): `seq` token
+    ids after a cache of `past` zero positions. The ids' values do not move a causal mask's share (nor the cache's:
+    its logits are zeros, never a mask's), so any serve."""
+    ids = (np.arange(batch * seq) % layout.vocab).reshape(batch, seq)
+    cache = {name: np.zeros((batch, layout.kv_heads, past, layout.head_dim), layout.dtype) for name in layout.past()}
+    return layout.feeds(ids, cache)
+
+
+def masked_phases(model: Path, phases: list, layout, own: list) -> list:
+    """A generate build's `phases` (estimation/generation.Phase) with each Softmax's masked share measured in one
+    run of `model` at that phase's shapes: a prefill's causal mask holds about half its scores (tiny-lm at 64
+    tokens: 49 %), a growing cache's decode step none. The phase whose kernels are `own` (the build's, masked on
+    its golden input already) is kept as it is."""
+    return [p if p.kernels is own else
+            replace(p, kernels=with_masks(p.kernels, measured(model, phase_feeds(layout, p.seq, p.past))))
+            for p in phases]
