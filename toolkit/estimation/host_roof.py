@@ -25,8 +25,9 @@ from tapeout.records.estimate import StridedRecord
 
 # 2: the FP32 rate is the faster of numpy's and ONNX Runtime's multiply (1: numpy's alone, which ONNX Runtime's own
 # kernels beat on a Zen 4); 3: the strided loop (`strided.py`); 4: the INT8 multiply's rate (on a CPU with AMX, 9.3
-# times FP32 where the flags' 4 was beaten). A kept file of another format is measured again
-SCHEMA = "tapeout.host-roof/4"
+# times FP32 where the flags' 4 was beaten); 5: the FP32 rate also a 3×3 convolution's (MLAS's NCHWc kernels beat its
+# multiply by a third on an AVX-512 Xeon). A kept file of another format is measured again
+SCHEMA = "tapeout.host-roof/5"
 
 
 class _File(BaseModel):
@@ -35,7 +36,7 @@ class _File(BaseModel):
     schema_: str = Field(alias="schema")
     host: str                                       # roofline.host_key of the CPU it was measured on
     measured_at: str
-    fp32_flops: float = Field(gt=0)                 # the faster of numpy's and ONNX Runtime's multiply
+    fp32_flops: float = Field(gt=0)                 # the fastest of numpy's and ONNX Runtime's multiply and a conv
     int8_ops: float = Field(gt=0)                   # ONNX Runtime's uint8 x int8 MatMulInteger
     bandwidth_bytes: float = Field(gt=0)            # array copy, best of 30
     cache: list[tuple[int, float]] = Field(min_length=1)  # (working-set bytes, copy bytes/s)

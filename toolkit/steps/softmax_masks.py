@@ -32,8 +32,8 @@ class SoftmaxMasks(Step):
             with state.ui.step("the same at each phase of the generation loop (one FP32 run at its shapes)"):
                 phases = [dataclasses.replace(p, kernels=state.kernels) if p.kernels is analysed else p
                           for p in state.phases]
-                state.phases = softmax_masks.masked_phases(state.fp32_model, phases,
-                                                           graph_layout(project.inputs, project.workload), state.kernels)
+                layout = graph_layout(project.inputs, project.workload)
+                state.phases = softmax_masks.masked_phases(state.fp32_model, phases, layout, state.kernels)
         if percents is None:
             return "the FP32 model could not be run on its golden input: its Softmaxes are priced as unmasked"
         return None if percents else "no Softmax to read a mask of"
