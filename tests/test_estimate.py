@@ -533,7 +533,6 @@ def test_the_fp32_peak_is_the_fastest_of_numpy_and_onnx_runtime_multiplying_and_
     finally:
         roofline.measured_fp32_peak.cache_clear()
     assert peak > 1e9  # ONNX Runtime's real multiply, whatever this machine's load
-    # and the faster of the two, either way round
     # and the fastest of the three, whichever it is: MLAS's NCHWc convolution beat its own multiply by a third on
     # an AVX-512 Xeon (a CNN's 3×3 convolutions 203 GFLOP/s on one thread, the 1536² multiply 151)
     assert max(roofline.ort_conv_rates(2)) > 1e9  # ONNX Runtime's real convolution
