@@ -31,31 +31,19 @@ def ort_matmul_rates(n: int, runs: int, int8: bool = False) -> list[float]:
     164 on one thread, so a roof from numpy alone was beaten by the kernels it bounds. `int8`: the rate of its
     MatMulInteger with uint8 activations and int8 weights instead (what a dynamic INT8 plan runs; on a CPU with AMX
     MLAS runs it on the tiles: 1,398 GOP/s on one thread of an Intel Xeon with amx_int8, 9.3 times its FP32)."""
-    import onnxruntime as ort
     from onnx import TensorProto, helper
 
     kinds = (TensorProto.UINT8, TensorProto.INT8, TensorProto.INT32) if int8 else (TensorProto.FLOAT,) * 3
     graph = helper.make_graph([helper.make_node("MatMulInteger" if int8 else "MatMul", ["a", "b"], ["c"])], "matmul",
                               [helper.make_tensor_value_info(x, kind, [n, n]) for x, kind in zip("ab", kinds[:2], strict=True)],
                               [helper.make_tensor_value_info("c", kinds[2], [n, n])])
-    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)])
-    model.ir_version = 8  # what every onnxruntime this supports reads
-    options = ort.SessionOptions()
-    options.log_severity_level = 3
-    session = ort.InferenceSession(model.SerializeToString(), options, providers=["CPUExecutionProvider"])
     rng = np.random.default_rng(0)
     if int8:
         feeds = {"a": rng.integers(0, 256, (n, n), dtype=np.uint8), "b": rng.integers(-128, 128, (n, n), dtype=np.int8)}
     else:
         a = rng.random((n, n), dtype=np.float32)
         feeds = {"a": a, "b": a.copy()}
-    session.run(None, feeds)
-    rates = []
-    for _ in range(runs):
-        start = time.perf_counter()
-        session.run(None, feeds)
-        rates.append(2 * n**3 / (time.perf_counter() - start))
-    return rates
+    return _ort_rates(graph, feeds, 2 * n**3, runs)
 
 
 def ort_conv_rates(runs: int) -> list[float]:
@@ -64,7 +52,6 @@ def ort_conv_rates(runs: int) -> list[float]:
     layout, whose register tiling can beat its own GEMM. On one thread of an Intel Xeon (AVX-512) a CNN's 3×3
     convolutions ran 203 GFLOP/s where its 1536² multiply ran 151, so a roof from the multiply alone floored every
     convolution's prediction ~20 % above its time."""
-    import onnxruntime as ort
     from onnx import TensorProto, helper, numpy_helper
 
     rng = np.random.default_rng(0)
@@ -72,19 +59,27 @@ def ort_conv_rates(runs: int) -> list[float]:
     graph = helper.make_graph([helper.make_node("Conv", ["x", "w"], ["y"], pads=[1, 1, 1, 1])], "conv",
                               [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 64, 56, 56])],
                               [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 64, 56, 56])], [weight])
+    feeds = {"x": rng.standard_normal((1, 64, 56, 56)).astype(np.float32)}
+    return _ort_rates(graph, feeds, 2 * 64 * 64 * 9 * 56 * 56, runs)
+
+
+def _ort_rates(graph, feeds: dict[str, np.ndarray], work: float, runs: int) -> list[float]:
+    """`work` (FLOPs or integer ops) per second of each of `runs` runs of the one-graph model in ONNX Runtime's CPU EP
+    on all this host's cores, after one warm-up."""
+    import onnxruntime as ort
+    from onnx import helper
+
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)])
     model.ir_version = 8  # what every onnxruntime this supports reads
     options = ort.SessionOptions()
     options.log_severity_level = 3
     session = ort.InferenceSession(model.SerializeToString(), options, providers=["CPUExecutionProvider"])
-    feeds = {"x": rng.standard_normal((1, 64, 56, 56)).astype(np.float32)}
-    flops = 2 * 64 * 64 * 9 * 56 * 56
     session.run(None, feeds)
     rates = []
     for _ in range(runs):
         start = time.perf_counter()
         session.run(None, feeds)
-        rates.append(flops / (time.perf_counter() - start))
+        rates.append(work / (time.perf_counter() - start))
     return rates
 
 

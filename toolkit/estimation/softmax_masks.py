@@ -37,6 +37,11 @@ def measured(model: Path, feeds: dict[str, np.ndarray]) -> dict[str, float] | No
     """Each Softmax node's masked percent in one run of `model` (ONNX, FP32, on this host's ONNX Runtime CPU EP,
     unoptimized so each Softmax's input is the graph's own) on `feeds`; {} where the model has no Softmax, None where
     it cannot be loaded or run (its kernels are then priced as unmasked, as before this was measured)."""
+    return measured_each(model, [feeds])[0]
+
+
+def measured_each(model: Path, runs: list[dict[str, np.ndarray]]) -> list[dict[str, float] | None]:
+    """`measured` for each of `runs` (one call's feeds each), the model loaded and its session made once."""
     import onnx
     import onnxruntime as ort
     from google.protobuf.message import DecodeError
@@ -44,10 +49,10 @@ def measured(model: Path, feeds: dict[str, np.ndarray]) -> dict[str, float] | No
     try:
         proto = onnx.load(str(model))
     except (OSError, ValueError, DecodeError):
-        return None
+        return [None] * len(runs)
     softmaxes = [n for n in proto.graph.node if n.op_type == "Softmax" and n.input and n.input[0]]
     if not softmaxes:
-        return {}
+        return [{} for _ in runs]
     outputs = {o.name for o in proto.graph.output}
     wanted = list(dict.fromkeys(n.input[0] for n in softmaxes))
     proto.graph.output.extend(onnx.ValueInfoProto(name=t) for t in wanted if t not in outputs)
@@ -56,12 +61,19 @@ def measured(model: Path, feeds: dict[str, np.ndarray]) -> dict[str, float] | No
     options.log_severity_level = 3
     try:
         session = ort.InferenceSession(proto.SerializeToString(), options, providers=["CPUExecutionProvider"])
-        names = {i.name for i in session.get_inputs()}
-        values = session.run(wanted, {k: v for k, v in feeds.items() if k in names})
     except Exception:  # ONNX Runtime's errors derive from Exception alone: the feature is then left out
-        return None
-    by_tensor = {t: masked_percent(np.asarray(v, dtype=np.float32)) for t, v in zip(wanted, values, strict=True)}
-    return {n.name: by_tensor[n.input[0]] for n in softmaxes}
+        return [None] * len(runs)
+    names = {i.name for i in session.get_inputs()}
+    found: list[dict[str, float] | None] = []
+    for feeds in runs:
+        try:
+            values = session.run(wanted, {k: v for k, v in feeds.items() if k in names})
+        except Exception:  # (as above) a run on feeds the graph refuses
+            found.append(None)
+            continue
+        by_tensor = {t: masked_percent(np.asarray(v, dtype=np.float32)) for t, v in zip(wanted, values, strict=True)}
+        found.append({n.name: by_tensor[n.input[0]] for n in softmaxes})
+    return found
 
 
 def with_masks(kernels: list, percents: dict[str, float] | None) -> list:
@@ -84,7 +96,7 @@ def masked_phases(model: Path, phases: list, layout, own: list) -> list:
     """A generate build's `phases` (estimation/generation.Phase) with each Softmax's masked share measured in one
     run of `model` at that phase's shapes: a prefill's causal mask holds about half its scores (tiny-lm at 64
     tokens: 49 %), a growing cache's decode step none. The phase whose kernels are `own` (the build's, masked on
-    its golden input already) is kept as it is."""
-    return [p if p.kernels is own else
-            replace(p, kernels=with_masks(p.kernels, measured(model, phase_feeds(layout, p.seq, p.past))))
-            for p in phases]
+    its golden input already) is kept as it is. The model is loaded once for all of them."""
+    others = [p for p in phases if p.kernels is not own]
+    percents = iter(measured_each(model, [phase_feeds(layout, p.seq, p.past) for p in others]))
+    return [p if p.kernels is own else replace(p, kernels=with_masks(p.kernels, next(percents))) for p in phases]

@@ -28,12 +28,13 @@ class SoftmaxMasks(Step):
             percents = softmax_masks.measured(state.fp32_model, state.golden.inputs[0])
             analysed, state.kernels = state.kernels, softmax_masks.with_masks(state.kernels, percents)
         if state.phases:  # a generate build's decode step at max_context is its own kernels (the golden input's call)
-            project = state.setup.project
-            with state.ui.step("the same at each phase of the generation loop (one FP32 run at its shapes)"):
-                phases = [dataclasses.replace(p, kernels=state.kernels) if p.kernels is analysed else p
-                          for p in state.phases]
-                layout = graph_layout(project.inputs, project.workload)
-                state.phases = softmax_masks.masked_phases(state.fp32_model, phases, layout, state.kernels)
+            state.phases = [dataclasses.replace(p, kernels=state.kernels) if p.kernels is analysed else p
+                            for p in state.phases]
+            if percents:  # (none where the model has no Softmax, or could not be run on its golden input)
+                project = state.setup.project
+                with state.ui.step("the same at each phase of the generation loop (one FP32 run at its shapes)"):
+                    layout = graph_layout(project.inputs, project.workload)
+                    state.phases = softmax_masks.masked_phases(state.fp32_model, state.phases, layout, state.kernels)
         if percents is None:
             return "the FP32 model could not be run on its golden input: its Softmaxes are priced as unmasked"
         return None if percents else "no Softmax to read a mask of"
