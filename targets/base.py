@@ -226,7 +226,7 @@ class CachedDecoder:
     position's logits [batch, vocab] on the host (what choosing the next token needs). `description`, where a
     runtime sets it, says how its loop runs (the report's notes carry it)."""
 
-    description = ""
+    description = "KV cache in host arrays, each call's present fed back as the next call's past"
 
     def __init__(self, run: Callable[[dict[str, np.ndarray]], dict[str, np.ndarray]], layout: CacheLayout):
         self._run, self.layout = run, layout
