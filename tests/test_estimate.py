@@ -520,6 +520,39 @@ def test_the_same_build_estimated_twice_gives_the_figure_it_was_built_with(digit
     assert host_roof.load(host) is None and estimate.roof_for(None, host).bandwidth != 1e9
 
 
+def test_bytes_past_the_caches_are_read_at_one_threads_stream_where_it_was_measured(tmp_path, monkeypatch):
+    """A decode step's weights stream from memory on one thread slower than an array copy runs (17.1 against 25.9 GB/s
+    on an Intel Xeon here; llama-40m's decode step floored at the copy's rate was predicted 26 % short): past the
+    caches, the floor reads them at the host's measured stream, kept with its roof; a roof without one (a device
+    spec, a roof kept before it was measured) keeps the copy bandwidth, and so does a device of more threads."""
+    from tapeout.core.host import host_fingerprint
+    from tapeout.estimation import host_roof
+
+    weights = cost_units.Kernel("fc", "matmul", "fp32", 2 * 4096 * 4096, 4 * 4096 * 4096, 1)
+    roof = roofline.Roof("host", "cpu", {"fp32": 1e11}, 25e9, "test", cache=((1 << 20, 60e9),), stream=16e9)
+    rate = roof.bandwidth_at(weights.bytes)
+    assert rate == 16e9 and roof.bandwidth_at(1 << 20) == 60e9  # inside the caches: their rates, as before
+    assert estimate.floor_s(weights, roof, rate) == pytest.approx(weights.bytes / 16e9)
+    copy_only = roofline.Roof("host", "cpu", {"fp32": 1e11}, 25e9, "test", cache=((1 << 20, 60e9),))
+    assert copy_only.bandwidth_at(weights.bytes) == 25e9
+    assert estimate.floor_s(weights, copy_only, 25e9) == pytest.approx(weights.bytes / 25e9)
+    again = roofline.Roof.from_json(roof.to_json())  # a sweep's and a predictor's roof keep it
+    assert again.stream == 16e9 and roofline.Roof.from_json(copy_only.to_json()).stream is None
+    # this host: measured once with its roof and kept; an estimate of one inference thread reads past the caches
+    # at it, one of every core (two streams) at the copy bandwidth
+    monkeypatch.setenv("TAPEOUT_CALIBRATION", str(tmp_path))
+    host = host_fingerprint()
+    one = estimate.roof_for(None, host, threads=1)
+    kept = host_roof.load(host)
+    assert kept is not None and 1e9 < kept.stream_bytes < 1e12 and one.stream == kept.stream_bytes
+    assert any("one thread's stream" in note for note in one.notes)
+    if (host.get("cpu_affinity") or host.get("physical_cores")) != 1:
+        assert estimate.roof_for(None, host).stream is None
+    data = json.loads(kept.path.read_text())
+    kept.path.write_text(json.dumps({**data, "schema": "tapeout.host-roof/5"}))  # kept before the stream: again
+    assert host_roof.load(host) is None and estimate.roof_for(None, host, threads=1).stream
+
+
 def test_the_fp32_peak_is_the_fastest_of_numpy_and_onnx_runtime_multiplying_and_convolving(monkeypatch):
     """numpy's BLAS may run narrower kernels than ONNX Runtime's MLAS (OpenBLAS 250 GFLOP/s against MLAS 440 on a
     2-core Zen 4), and a roof the bounded kernels beat floors every kernel prediction too high: a numpy that

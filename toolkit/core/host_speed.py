@@ -97,6 +97,18 @@ def copy_rates(mib: float, copies: int, repeat: int = 1) -> list[float]:
     return rates
 
 
+def read_rates(mib: float, reads: int) -> list[float]:
+    """Read bandwidth (bytes per second) of each of `reads` sums, on one thread, over an array of `mib` already
+    written: what one core streams from memory when the array is past its caches (a decode step's weights)."""
+    data = np.ones(int(mib * 2**20) // 8)
+    rates = []
+    for _ in range(reads):
+        start = time.perf_counter()
+        data.sum()
+        rates.append(data.nbytes / (time.perf_counter() - start))
+    return rates
+
+
 def host_state(samples: int = 5) -> dict[str, float | list[float]]:
     """The machine's own speed right now (~0.3 s), taken beside a measurement, as a median and the range
     of `samples` short samples (bandwidth: each the best of 6 copies): on a shared host the copy

@@ -129,7 +129,16 @@ def roof_for(device_spec, host: dict, cal: calib.Calibration | None = None, thre
     # without a calibration: what was measured on this host once and kept, so every estimate prices alike (another
     # CPU's build is priced at the roof it recorded, `for_build`; anything else measures here, now)
     kept = host_roof.kept_or_measured(host) if cal is None and host_roof.is_here(host) else None
-    return roofline.for_host(host, bandwidth or None, fp32 or None, threads, cache, kept, looped, int8 or None)
+    roof = roofline.for_host(host, bandwidth or None, fp32 or None, threads, cache, kept, looped, int8 or None)
+    # one thread's read stream past the caches: the calibration's, or the kept one's (never measured in passing,
+    # so an estimate prices as the one before it; none where neither has it, and DRAM's bandwidth stands in). Only
+    # for a device of one inference thread: more threads stream more, and that is not measured
+    stream = ((cal.roof.get("stream_gbs") or 0) * 1e9 or None) if cal else (kept.stream_bytes if kept else None)
+    if not stream or (threads or host.get("cpu_affinity") or host.get("physical_cores")) != 1:
+        return roof
+    note = (f"bytes past the caches are read at {stream / 1e9:.1f} GB/s, one thread's stream measured here (a "
+            "decode step's weights), not at the copy bandwidth")
+    return dataclasses.replace(roof, stream=stream, notes=[*roof.notes, note])
 
 
 def host_threads(host: dict, options: Any) -> int | None:
@@ -316,10 +325,11 @@ def _for_plan(pred: predictors.Predictor | None, plan: dict | None) -> predictor
 
 
 def floor_s(kernel: kern.Kernel, roof: roofline.Roof, rate: float | None) -> float:
-    """The kernel's roofline time with its bytes moved at `rate` (the cache level its model's traffic fits in) where
-    that is faster than the roof's DRAM bandwidth; else its roofline time."""
+    """The kernel's roofline time with its bytes moved at `rate` (the cache level its model's traffic fits in, or
+    past the caches one thread's read stream, where measured: slower than a copy, which the roof's bandwidth is)
+    in place of the roof's DRAM bandwidth."""
     compute, memory = kern.roof_times(kernel, roof)
-    if rate and roof.bandwidth and rate > roof.bandwidth:
+    if rate and roof.bandwidth and rate != roof.bandwidth:
         memory -= kernel.bytes / roof.bandwidth - kernel.bytes / rate
     return max(compute, memory)
 

@@ -275,6 +275,7 @@ class _RoofRecord(_FileModel):
     # absent from files written before the host's cache bandwidth was measured
     cache_bandwidth_gbs: list[tuple[PositiveInt, PositiveFloat]] | None = None
     strided: StridedRecord | None = None   # absent from files written before the strided loop was measured
+    stream_gbs: float | None = Field(None, gt=0)  # one thread's read stream; absent before it was measured
 
 
 class CalibrationFile(_FileModel):

@@ -1,6 +1,6 @@
-"""This host's CPU roof, measured once and kept: its FP32 and INT8 matrix-multiply rates, copy bandwidth, cache
+"""This host's CPU roof, measured once and kept: its FP32 and INT8 matrix-multiply rates, copy bandwidth, read stream, cache
 bandwidths and strided loop, written beside the calibrations (`<calibration folder>/<host name>.roof.json`, schema
-`tapeout.host-roof/4`) the first time an estimate needs them and read back by every later one, so the same
+`tapeout.host-roof/6`) the first time an estimate needs them and read back by every later one, so the same
 model estimated twice on this host prices at the same roof. `tapeout calibrate` measures again (once per
 calibration) and its calibration keeps the roof its records were priced at.
 
@@ -26,8 +26,9 @@ from tapeout.records.estimate import StridedRecord
 # 2: the FP32 rate is the faster of numpy's and ONNX Runtime's multiply (1: numpy's alone, which ONNX Runtime's own
 # kernels beat on a Zen 4); 3: the strided loop (`strided.py`); 4: the INT8 multiply's rate (on a CPU with AMX, 9.3
 # times FP32 where the flags' 4 was beaten); 5: the FP32 rate also a 3×3 convolution's (MLAS's NCHWc kernels beat its
-# multiply by a third on an AVX-512 Xeon). A kept file of another format is measured again
-SCHEMA = "tapeout.host-roof/5"
+# multiply by a third on an AVX-512 Xeon); 6: one thread's read stream past the caches (`roofline.measured_stream`). A
+# kept file of another format is measured again
+SCHEMA = "tapeout.host-roof/6"
 
 
 class _File(BaseModel):
@@ -39,6 +40,7 @@ class _File(BaseModel):
     fp32_flops: float = Field(gt=0)                 # the fastest of numpy's and ONNX Runtime's multiply and a conv
     int8_ops: float = Field(gt=0)                   # ONNX Runtime's uint8 x int8 MatMulInteger
     bandwidth_bytes: float = Field(gt=0)            # array copy, best of 30
+    stream_bytes: float = Field(gt=0)               # one thread's read of an array past the caches
     cache: list[tuple[int, float]] = Field(min_length=1)  # (working-set bytes, copy bytes/s)
     strided: StridedRecord | None = None            # strided.Strided.to_json; none where sysfs gives no L1
 
@@ -52,6 +54,7 @@ class Measured:
     measured_at: str
     path: Path
     strided: Strided = UNMEASURED
+    stream_bytes: float | None = None
 
 
 def is_here(host: dict) -> bool:
@@ -77,7 +80,7 @@ def load(host: dict) -> Measured | None:
         return None
     strided = Strided.from_json(found.strided) or UNMEASURED
     return Measured(found.fp32_flops, found.int8_ops, found.bandwidth_bytes, tuple((int(s), float(r)) for s, r in found.cache),
-                    found.measured_at, path, strided)
+                    found.measured_at, path, strided, found.stream_bytes)
 
 
 def measure(host: dict) -> Measured:
@@ -89,6 +92,7 @@ def measure(host: dict) -> Measured:
                                  "fp32_flops": roofline.measured_fp32_peak(),
                                  "int8_ops": roofline.measured_int8_peak(),
                                  "bandwidth_bytes": roofline.measured_bandwidth(),
+                                 "stream_bytes": roofline.measured_stream(),
                                  "cache": [list(c) for c in roofline.measured_cache_bandwidth()],
                                  "strided": strided.measured().to_json()})
     write_json(path_for(host), body.model_dump(by_alias=True))  # two builds measuring at once: each file whole

@@ -31,6 +31,8 @@ class RoofRecord(Record):
     cache_bandwidth_gbs: list[tuple[int, float]] | None = Field(
         None, description="this host's CPU only: [working-set bytes, GB/s], smallest first")
     strided: StridedRecord | None = Field(None, description="this host's CPU only, where its L1 was measured")
+    stream_gbs: float | None = Field(None, gt=0, description="this host's CPU at one inference thread only: what one "
+                                     "thread reads an array past the caches at (a decode step's weights)")
 
 
 class PredictedRecord(Record):
