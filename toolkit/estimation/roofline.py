@@ -234,7 +234,7 @@ def measured_int8_peak() -> float:
 
 @functools.lru_cache(maxsize=1)
 def measured_stream() -> float:
-    """What one thread reads an array past the caches at (256 MiB summed, best of 5, ~0.1 s): a decode step's
+    """What one thread reads an array past the caches at (256 MiB summed, best of 5, ~0.6 s with the array's writing): a decode step's
     weights stream so, and a copy does not price them. On a 2-core Intel Xeon here: 17.1 GB/s read, against 25.9 for
     the 64 MiB copy (read and write counted) and 16.2 for ONNX Runtime's one-thread GEMV over 256 MB of weights."""
     return max(read_rates(256, 5))
