@@ -1,8 +1,9 @@
 """This host's CPU roof, measured once and kept: its FP32 and INT8 matrix-multiply rates, copy bandwidth, one
 thread's read stream, cache bandwidths and strided loop, written beside the calibrations
 (`<calibration folder>/<host name>.roof.json`, schema `tapeout.host-roof/6`) the first time an estimate needs them
-and read back by every later one, so the same model estimated twice on this host prices at the same roof. `tapeout calibrate` measures again (once per
-calibration) and its calibration keeps the roof its records were priced at.
+and read back by every later one, so the same model estimated twice on this host prices at the same roof.
+`tapeout calibrate` measures again (once per calibration) and its calibration keeps the roof its records were
+priced at.
 
 Measured every time instead, one digits-cnn build's uncalibrated estimate read 0.0026 ms at build time and 0.0068
 ms minutes later on the same shared 2-core VM (the copy bandwidth swings 24.6–33.4 GB/s within seconds).
