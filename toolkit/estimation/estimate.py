@@ -134,7 +134,8 @@ def roof_for(device_spec, host: dict, cal: calib.Calibration | None = None, thre
     # so an estimate prices as the one before it; none where neither has it, and DRAM's bandwidth stands in). Only
     # for a device of one inference thread: more threads stream more, and that is not measured
     stream = ((cal.roof.get("stream_gbs") or 0) * 1e9 or None) if cal else (kept.stream_bytes if kept else None)
-    if not stream or (threads or host.get("cpu_affinity") or host.get("physical_cores")) != 1:
+    one_thread = threads == 1 or (threads is None and (host.get("cpu_affinity") or host.get("physical_cores")) == 1)
+    if not stream or not one_thread:
         return roof
     note = (f"bytes past the caches are read at {stream / 1e9:.1f} GB/s, one thread's stream measured here (a "
             "decode step's weights), not at the copy bandwidth")
