@@ -50,6 +50,49 @@ def test_attentions_two_matmuls_in_one_layer_keep_both_their_bytes():
     assert fused.cls == "matmul" and fused.flops == 1690 and fused.bytes == 650.0 and fused.nodes == 3
 
 
+def test_an_mha_subgraph_is_one_kernel_with_the_scores_it_absorbed_unnamed():
+    """OpenVINO's MHA subgraph is named after the weighted sum (P·V) and names no scores MatMul (Q·Kᵀ), which the
+    mapping keeps as a kernel of its own: it is merged into the MHA kernel whose shape it matches (rows, and depth
+    and columns swapped), so one executed subgraph is one kernel, as the sweep times one; a second MHA of another
+    shape keeps its own scores, and scores with no matching MHA stay as they are."""
+    def attention(name, m, k, n, runs_as=""):
+        return kern.Kernel(name, "matmul", "fp32", 2 * m * k * n, 4.0 * (m * k + k * n + m * n), 1,
+                           shape=(("m", m), ("k", k), ("n", n)), runs_as=runs_as)
+
+    kernels = [attention("pv0", 768, 128, 32), attention("qk0", 768, 32, 128), attention("pv1", 64, 16, 32),
+               attention("qk1", 64, 32, 16), attention("qk_lone", 10, 8, 8)]
+    nodes = {"pv0": "pv0", "pv1": "pv1"}
+    layers = [_layer("mha0", "Subgraph", "pv0"), _layer("mha1", "Subgraph", "pv1")]
+    out = ov_graph.executed_kernels(kernels, nodes, layers, {"pv0", "pv1"},
+                                    frozenset({"pv0", "qk0", "pv1", "qk1", "qk_lone"}))
+    assert [(k.name, k.cls, k.runs_as) for k in out] == [("pv0", "attention", "mha0"), ("pv1", "attention", "mha1"),
+                                                          ("qk_lone", "attention", "")]
+    assert out[0].flops == kernels[0].flops + kernels[1].flops and out[0].bytes == kernels[0].bytes + kernels[1].bytes
+    assert out[1].flops == kernels[2].flops + kernels[3].flops and out[0].nodes == 2
+    assert dict(out[0].shape) == {"m": 768, "k": 128, "n": 32}
+
+
+def test_a_swept_attention_is_one_mha_kernel_as_openvino_runs_it():
+    """The sweep's attention configuration (queries, keys and values of a few heads, scaled scores, an optional
+    causal mask, softmax, weighted sum) is one `attention` kernel to the estimator only as OpenVINO compiles it: its
+    cost units are a Transpose, two MatMuls and a Softmax; mapped through the plugin's graph, one kernel shaped as its
+    weighted sum, holding both MatMuls' FLOPs."""
+    from tapeout.commands.sweep import TARGETS, _ov_config
+    from tapeout.estimation import roofline, sweep
+
+    roof = roofline.Roof("t", "cpu", {"fp32": 1e11}, 1e10, "test")
+    for causal in (0, 1):
+        config = sweep.Config("attention", "Attention", (("heads", 4), ("q", 24), ("kv", 24), ("d", 16),
+                                                         ("causal", causal)))
+        proto, inputs = sweep.model(config)
+        assert sweep.features_of(proto, inputs, roof) is None  # several kernels as cost units
+        feats = sweep.features_of(proto, inputs, roof, "fp32", _ov_config(TARGETS["openvino"].options(1)))
+        assert feats is not None and feats["cls"] == "attention"
+        assert feats["shape"] == {"m": 4 * 24, "k": 24, "n": 16}
+        assert feats["flops"] >= 2 * (2 * 4 * 24 * 24 * 16)
+    assert "attention" in TARGETS["onnxruntime"].not_run
+
+
 def _model(path):
     """x @ W + b -> Relu (one fusion group), a Reshape, then a LayerNormalization: OpenVINO runs the first three as
     one FullyConnected with its post-ops, the Reshape in place, the norm as an MVN it names anew."""

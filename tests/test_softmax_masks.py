@@ -9,7 +9,7 @@ import onnx
 from onnx import TensorProto, helper, numpy_helper
 
 from tapeout.core.schemas import InputSpec
-from tapeout.estimation import cost_units, predictor, softmax_masks
+from tapeout.estimation import cost_units, predictor, softmax_masks, sweep_draws
 from tapeout.estimation import sweep as sweeping
 from tapeout.measurement import kernel_timer
 
@@ -69,7 +69,7 @@ def test_each_softmax_is_measured_on_the_models_own_inputs_and_kept_in_its_kerne
 
 def test_the_sweep_draws_masked_softmaxes_and_feeds_them_masked():
     rng = random.Random(0)
-    drawn = [c for c in (sweeping.sample("reduce", rng) for _ in range(700)) if c.op == "Softmax"]
+    drawn = [c for c in (sweep_draws.sample("reduce", rng) for _ in range(700)) if c.op == "Softmax"]
     masked = [c for c in drawn if "masked" in dict(c.sizes)]
     assert 0.3 < len(masked) / len(drawn) < 0.7 and all(5 <= c["masked"] <= 95 for c in masked)
     spec = InputSpec(name="x", shape=[3, 10], dtype="float32")

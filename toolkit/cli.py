@@ -156,8 +156,9 @@ def calibrate(
     threads: int = typer.Option(0, "--threads", help="With --sweep: inference threads (0: one per core); each count "
                                 "is its own device."),
     classes: str | None = typer.Option(None, "--classes", help="With --sweep: the kernel classes to sweep "
-                                       "(comma-separated; default all: matmul, conv, reduce, elementwise, movement, "
-                                       "recurrent, quantize; OpenVINO: all but quantize)."),
+                                       "(comma-separated, drawn in turn: one named twice is drawn twice as often; "
+                                       "default all: matmul, conv, reduce, elementwise, movement, recurrent, quantize "
+                                       "and on OpenVINO attention, not quantize)."),
     sweep_target: str = typer.Option("onnxruntime", "--target", help="With --sweep: the target whose kernels are "
                                      "timed (onnxruntime, openvino); each is its own predictor."),
     as_json: bool = JSON,

@@ -56,7 +56,7 @@ class SweptTarget:
 # A lone MaxPool whose channels ONNX Runtime blocks runs NCHWc between a ReorderInput and a ReorderOutput, as a lone
 # conv does; in a CNN it follows a blocked conv and pays none (cnn-lstm-m's two FP32 pools: ~7 µs profiled, priced
 # at 26 µs with them in)
-TARGETS = {"onnxruntime": SweptTarget("cpu-fp32", False, INSERTED, ("Conv", "Gemm", "MaxPool")),
+TARGETS = {"onnxruntime": SweptTarget("cpu-fp32", False, INSERTED, ("Conv", "Gemm", "MaxPool"), ("attention",)),
            "openvino": SweptTarget("openvino-cpu", True, ("Reorder",), None, ("quantize",))}
 HERE = ("host", "host-cpu")
 
@@ -66,7 +66,7 @@ def sweep(device: str, minutes: float, threads: int, out: Path | None, as_json: 
     from tapeout import __version__
     from tapeout.core.host import host_fingerprint, now
     from tapeout.core.host_speed import host_state
-    from tapeout.estimation import estimate, fit, predictor, roofline, sweep_pricing
+    from tapeout.estimation import estimate, fit, predictor, roofline, sweep_draws, sweep_pricing
     from tapeout.estimation import sweep as sweeping
 
     if device not in HERE:
@@ -102,22 +102,22 @@ def sweep(device: str, minutes: float, threads: int, out: Path | None, as_json: 
     if found is not None and found.host != roofline.host_key(host):
         raise BadInput(f"the sweep file {path} was measured on another CPU ({found.host})",
                        fix="move it away and sweep again on this machine")
-    if found is not None and found.definition != sweeping.DEFINITION:
-        raise BadInput(f"the sweep file {path} takes a kernel's time by an earlier definition ({found.definition}; this "
-                       f"tapeout's is {sweeping.DEFINITION}: each kernel keeps its dispatch, a lone conv's layout "
-                       "reorders are left out), and its points cannot be mixed with new ones",
+    if found is not None and found.target != target:
+        raise BadInput(f"the sweep file {path} was measured on {found.target}, not {target}",
                        fix="move it away and sweep again")
+    definition = sweeping.definition_for(target)
+    if found is not None and found.definition != definition:
+        raise BadInput(f"the sweep file {path} takes a kernel's time by another definition ({found.definition}; this "
+                       f"tapeout's on {target} is {definition}: see DEFINITION in estimation/sweep.py), and its points "
+                       "cannot be mixed with new ones", fix="move it away and sweep again")
     if found is None and minutes == 0:
         raise BadInput(f"--minutes 0 trains from a sweep measured before, and there is none at {path}",
                        fix="give the sweep a time budget, e.g. --minutes 30")
     if found is None:
         roof = estimate.roof_for(None, host, None, estimate.host_threads(host, options))
-        found = sweeping.SweepFile(schema=sweeping.SCHEMA, definition=sweeping.DEFINITION, pricing=sweep_pricing.PRICING,
+        found = sweeping.SweepFile(schema=sweeping.SCHEMA, definition=definition, pricing=sweep_pricing.PRICING,
                                    device=name, target=target, host=roofline.host_key(host),
                                    threads=threads, roof=roof.to_json())
-    if found.target != target:
-        raise BadInput(f"the sweep file {path} was measured on {found.target}, not {target}",
-                       fix="move it away and sweep again")
     try:
         roof = roofline.Roof.from_json(found.roof, name)
     except (KeyError, TypeError, ValueError) as exc:  # a pydantic ValidationError is a ValueError
@@ -130,6 +130,7 @@ def sweep(device: str, minutes: float, threads: int, out: Path | None, as_json: 
         found, moved = sweep_pricing.repriced(found, roof)
         sweeping.save(found, path)
         ui.note(f"  {moved} points' roofline times moved")
+    ov_config = _ov_config(options) if target == "openvino" else None  # its MHA: one kernel as the plugin runs it
     done = {p.key for p in found.points}
     rng = random.Random(len(found.points))  # a resumed sweep draws new configurations, not the same ones again
     cycle = itertools.cycle(chosen)
@@ -144,13 +145,13 @@ def sweep(device: str, minutes: float, threads: int, out: Path | None, as_json: 
             chunk_no += 1
             chunk, started = [], time.monotonic()
             while len(chunk) < CHUNK:
-                config = sweeping.sample(next(cycle), rng)
+                config = sweep_draws.sample(next(cycle), rng)
                 if config.key in done or (sweeping.precision_of(config) != "fp32" and
                                            sweeping.quantization_of(config, target) is None):
                     continue  # an INT8 kernel this target's INT8 builds do not run (OpenVINO: no INT8 LSTM)
                 done.add(config.key)
                 proto, inputs = sweeping.model(config, len(done))
-                feats = sweeping.features_of(proto, inputs, roof, sweeping.precision_of(config))
+                feats = sweeping.features_of(proto, inputs, roof, sweeping.precision_of(config), ov_config)
                 if feats is None or feats["cls"] != config.cls:
                     continue  # not one kernel of its class to the estimator: it would teach the wrong class
                 chunk.append((config, sweeping.timed_model(config, proto, inputs, target), inputs, feats))
@@ -162,19 +163,21 @@ def sweep(device: str, minutes: float, threads: int, out: Path | None, as_json: 
             found.host_speed.append(host_state(3))
             for config, _, inputs, feats in chunk:
                 r = results.get(config.key)
-                if r is None or "error" in r:
+                if r is None or "error" in r or (target in sweeping.PROFILED and "profiled" not in r):
                     continue
+                if "profiled" in r:  # its nodes as profiled and one dispatch (definition 5)
+                    kernel_s = r["profiled"] + dispatch
+                else:  # the run less the run's cost without a node, what was inserted, its views and 2nd inputs
+                    kernel_s = (r["p50"] - (baseline - dispatch) - sum(r["inserted"].values())
+                                - feats["views"] * dispatch - (len(inputs) - 1) * per_input)
                 found.points.append(sweeping.Point(
                     key=config.key, cls=config.cls, op=config.op, precision=feats["precision"],
                     quantization=sweeping.quantization_of(config, target),
                     config=dict(config.sizes), flops=feats["flops"],
                     bytes=feats["bytes"], nodes=feats["nodes"], launches=feats["launches"], roof_s=feats["roof_s"],
-                    shape=feats["shape"],
-                    kernel_s=r["p50"] - (baseline - dispatch) - sum(r["inserted"].values()) - feats["views"] * dispatch
-                    - (len(inputs) - 1) * per_input,
-                    run_s=r["p50"],
+                    shape=feats["shape"], kernel_s=kernel_s, run_s=r["p50"],
                     baseline_s=baseline, dispatch_s=dispatch, inserted_s=r["inserted"], views=feats["views"],
-                    inputs=len(inputs), input_s=per_input,
+                    inputs=len(inputs), input_s=per_input, profiled_s=r.get("profiled"),
                     spread=(r["p90"] - r["p10"]) / r["p50"], runs=r["runs"]))
             found.seconds += time.monotonic() - started
             sweeping.save(found, path)
@@ -209,6 +212,13 @@ def sweep(device: str, minutes: float, threads: int, out: Path | None, as_json: 
                      f"band [{r['band'][0]:+.0%}, {r['band'][1]:+.0%}]", markup=False)
     ui.out.print(f"predictor for {name} × {target} → {saved}", markup=False)
     return 0
+
+
+def _ov_config(options: dict) -> dict:
+    """OpenVINO's compile configuration for the sweep's options, as its builds compile with it."""
+    from tapeout.targets import ov as ov_target
+
+    return ov_target.compile_config(ov_target.Options(**options))
 
 
 def _train(found, roof, target: str) -> dict:
@@ -260,14 +270,16 @@ def _counts(found) -> dict[str, int]:
 def _time_chunk(folder: Path, chunk: list, options: dict, deadline: float,
                 target: str = TARGET) -> tuple[float, float, float, dict] | str:
     """The chunk's configurations timed in one fresh process between the baselines, timed before and after them
-    (the Identity model, the short and the long Neg chain, and where the target sets its inputs per call a
-    two-input Add): (Identity's mean p50, one node's dispatch, a second input's cost or 0, results by key); or why
-    not, where the process failed or ran past the budget."""
+    (the Identity model, the short and the long dispatch chain, and where the target sets its inputs per call a
+    two-input Add): (the run's cost without a node, one node's dispatch, a second input's cost or 0, results by key);
+    or why not, where the process failed or ran past the budget. Where the target's kernels are timed by its profiler
+    (`sweeping.PROFILED`), every model is profiled too, and the baselines' costs are their runs beyond their nodes'
+    profiled time: the one-node chain's is the run's cost (`Point.baseline_s`)."""
     from tapeout.estimation import sweep as sweeping
 
     folder.mkdir(parents=True)
-    swept = TARGETS[target]
-    kinds = (sweeping.IDENTITY, *sweeping.NEGS, *((sweeping.TWO_INPUTS,) if swept.per_input else ()))
+    swept, chain_op = TARGETS[target], sweeping.PROFILED.get(target)
+    kinds = (sweeping.IDENTITY, *sweeping.chain(chain_op or "Neg"), *((sweeping.TWO_INPUTS,) if swept.per_input else ()))
     baselines = [(f"base-{c.op}-{dict(c.sizes).get('nodes', 1)}", c) for c in kinds]
     models = []
     order = [*baselines, *((c.key, c) for c, _, _, _ in chunk), *reversed(baselines)]
@@ -277,12 +289,14 @@ def _time_chunk(folder: Path, chunk: list, options: dict, deadline: float,
         path = sweeping.save_model(proto, folder / f"m{i}")
         models.append({"key": key if key in protos else f"{key}#{i}", "path": str(path), "inputs": inputs,
                        "dtypes": {n: sweeping.INPUT_DTYPES[n] for n, _ in inputs if n in sweeping.INPUT_DTYPES},
-                       "profile": key in protos and (swept.profiled is None or config.op in swept.profiled),
+                       "profile": bool(chain_op) or (key in protos and (swept.profiled is None
+                                                                        or config.op in swept.profiled)),
                        **({"vocab": config["vocab"]} if config.op == "Gather" else {}),
                        **({"masked": config["masked"]} if "masked" in dict(config.sizes) else {})})
     request, result = folder / "request.json", folder / "result.json"
     request.write_text(json.dumps({"target": target, "options": options, "min_s": MIN_S, "models": models,
-                                   "inserted": swept.inserted, "profile_runs": 10}))
+                                   "inserted": swept.inserted, "profile_runs": 20 if chain_op else 10,
+                                   "layer_times": bool(chain_op)}))
     try:
         done = subprocess.run([sys.executable, "-m", "tapeout.measurement.kernel_timer", str(request), str(result)],
                               capture_output=True, text=True, timeout=max(10.0, deadline - time.monotonic() + 30))
@@ -293,11 +307,17 @@ def _time_chunk(folder: Path, chunk: list, options: dict, deadline: float,
     rows = {r["key"]: r for r in json.loads(result.read_text())}
 
     def mean_p50(name: str) -> float | None:
-        got = [r["p50"] for k, r in rows.items() if k.startswith(name + "#") and "p50" in r]
+        """The baseline's mean p50 over its two runs; where kernels are profiled, its run beyond its nodes' time."""
+        got = [r["p50"] - r.get("profiled", 0.0) for k, r in rows.items() if k.startswith(name + "#") and "p50" in r
+               and (not chain_op or "profiled" in r)]
         return sum(got) / len(got) if got else None
 
     identity, short, long, *two = (mean_p50(key) for key, _ in baselines)
     if identity is None or short is None or long is None or None in two:
-        return "the runtime could not run the Identity, Neg and Add models the kernels' times are measured against"
+        return (f"the runtime could not run the Identity, {chain_op or 'Neg'} and Add models the kernels' times are "
+                "measured against")
     dispatch = sweeping.dispatch_s(short, long)
-    return identity, dispatch, sweeping.input_s(two[0], short, dispatch) if two else 0.0, rows
+    per_input = sweeping.input_s(two[0], short, dispatch) if two else 0.0
+    if chain_op:  # the one-node chain's run beyond its node, and a second input's beyond that
+        return short, dispatch, max(0.0, two[0] - short) if two else 0.0, rows
+    return identity, dispatch, per_input, rows

@@ -31,6 +31,8 @@ from tapeout.estimation import predictor as predictors
 from tapeout.estimation import runtime_graph as graphs
 from tapeout.estimation.build_structure import kernels_of, phases_of
 
+# the classes whose kernels read weights: their floor is the whole call's traffic's cache level (`_predicted`)
+WEIGHTED = frozenset({"matmul", "conv", "recurrent"})
 METHOD_BOUND = "roofline lower bound: Σ max(FLOPs / peak, bytes / bandwidth) per kernel, no overhead"
 METHOD_CALIBRATED = ("calibrated roofline: per kernel, a fitted cost per kernel of its class plus a fitted "
                      "multiple of its roofline time; plus the fitted time outside the ops")
@@ -255,9 +257,13 @@ def _predicted(est: Estimate, kernels: list[kern.Kernel], roof: roofline.Roof, p
     # whole call's traffic fits in (DRAM past the last level). The sweep's one-kernel models run cache-hot, and the
     # predictors learned that; a floor at DRAM bandwidth put every small model's matmuls on it (tiny-lm's decode
     # step: 25 matmuls priced at 175 µs of a 190 µs step whose matmuls the profiler put at about a fifth)
+    # — for a kernel with weights. One of activations only (an elementwise op, a norm, a softmax, a reorder, OpenVINO's
+    # MHA) reads what the kernel before it just wrote: its floor is the cache level its own traffic fits in
+    # (distilbert-m on OpenVINO: each mask Where floored at 21 µs by the call's 39 MB, where it ran in 6.5)
     rate = roof.bandwidth_at(math.fsum(k.bytes for k in kernels))
     for k in kernels:
         roof_s = max(kern.roof_times(k, roof))  # the feature, as the sweep priced its points
+        own = rate if k.cls in WEIGHTED else roof.bandwidth_at(k.bytes)
         if kern.quantized_kernel(k) in priced:
             # a predicted INT8 kernel's activation quantization: swept inside its time (DynamicQuantizeMatMul, an
             # NNCF kernel's FakeQuantize); a static QDQ build's are its graph's Q and DQ nodes (`runtime_graph.quantized_kernels`)
@@ -269,7 +275,11 @@ def _predicted(est: Estimate, kernels: list[kern.Kernel], roof: roofline.Roof, p
             per.append(pred.data.dispatch_s * k.launches)  # a view: one dispatch, as the sweep took views out
             continue
         seconds = pred.kernel_s(key, k.flops, k.bytes, roof_s, k.launches, k.nodes, dict(k.shape),
-                                floor_s(k, roof, rate))
+                                floor_s(k, roof, own))
+        if seconds is None and k.cls == "strided" and roof.strided and roof.strided.table:
+            # no sweep draws OpenVINO's generic reorder: its time is the strided loop the host's roof measured at
+            # its conflicts (its roofline time), with a node's dispatch
+            seconds = roof_s + pred.data.dispatch_s
         if seconds is None:
             left.add(f"{k.cls}@{k.precision}")
             seconds = cal[0].fit.kernel_s(k.cls, k.precision, roof_s, k.launches) if cal else roof_s

@@ -135,7 +135,28 @@ def executed_kernels(kernels: list[kern.Kernel], node_kernel: dict[str, str], la
         out.append(replace(kernel, cls="attention") if mha else kernel)
     known = {node_kernel.get(n) for n in named}
     kept = [k for k in kernels if k.name not in placed and k.name not in known and k.cls in KEPT]
-    return out + [replace(k, cls="attention") if k.name in attention else k for k in kept]
+    return _scores_merged(out, [replace(k, cls="attention") if k.name in attention else k for k in kept])
+
+
+def _scores_merged(out: list[kern.Kernel], kept: list[kern.Kernel]) -> list[kern.Kernel]:
+    """`out` then `kept`, each kept attention MatMul (the scores, Q·Kᵀ, which an MHA subgraph absorbed unnamed)
+    merged into the MHA kernel it belongs to: the one whose weighted sum (P·V: rows m, depth k = the keys, columns
+    n = the head's width) matches its shape (rows m, depth n, columns k). One MHA subgraph is one kernel, as the
+    sweep times it; one with no such partner stays as it is."""
+    out, rest, taken = list(out), [], set()
+    for k in kept:
+        shape = dict(k.shape)
+        match = next((i for i, o in enumerate(out) if k.cls == o.cls == "attention" and o.runs_as
+                      and i not in taken and dict(o.shape).get("m") == shape.get("m")
+                      and dict(o.shape).get("k") == shape.get("n") and dict(o.shape).get("n") == shape.get("k")),
+                     None)
+        if match is None:
+            rest.append(k)
+            continue
+        o = out[match]
+        taken.add(match)
+        out[match] = replace(o, flops=o.flops + k.flops, bytes=o.bytes + k.bytes, nodes=o.nodes + k.nodes)
+    return out + rest
 
 
 # output channels a vector register holds in the ISA a oneDNN primitive names: a brgemm or JIT conv computes its
@@ -193,7 +214,6 @@ def kernels_for(artifact: Path, exported: Path, project, options, kernels: list[
     exported model (`kernels`, at the plan's precisions). No kernels for a build on another device than the CPU, where
     OpenVINO is not installed (`available`), or where it cannot compile the IR here (the note says why): the cost
     units stand."""
-    from tapeout.graph.analyze import analyze_view
     from tapeout.graph.view import GraphView
     from tapeout.targets import ov as ov_target
 
@@ -203,18 +223,27 @@ def kernels_for(artifact: Path, exported: Path, project, options, kernels: list[
     import openvino as ov
 
     view = GraphView.load(exported, project.inputs, project.dims)
-    node_kernel = node_kernels(view, analyze_view(view), kernels)  # their names are the cost units' (and their
-    # plan's activation quantizations', which no node holds)
     try:  # a profile pinning shapes saved its IR pinned: read as it is, it compiles as the build's did
-        layers, named = runtime_layers(ov.Core().read_model(str(artifact)), ov_target.compile_config(settings))
+        found = mapped(view, kernels, ov.Core().read_model(str(artifact)), ov_target.compile_config(settings))
     except RuntimeError as exc:
         return None, (f"OpenVINO could not compile the build's IR here ({first_line(exc, 200)}): its kernels are the "
                       "cost units as they are, not the plugin's")
-    found = executed_kernels(kernels, node_kernel, layers, named, attention_kernels(view, node_kernel))
     reorders = sum(1 for k in found if k.name.startswith("Reorder "))
     return found, (f"OpenVINO's compiled graph on this host runs {len(found)} kernels for the model's {len(kernels)} "
                    f"cost units ({reorders} layout reorders among them; views, constant folds and fused ops run none): "
                    "each priced as one")
+
+
+def mapped(view, kernels: list[kern.Kernel], model, config: dict) -> list[kern.Kernel]:
+    """The kernels the plugin runs for `model` (an `ov.Model`, or a path it reads) compiled with `config`, mapped
+    onto `kernels`, the cost units of `view` (its ONNX graph): `executed_kernels`. Raises RuntimeError where
+    OpenVINO cannot compile it."""
+    from tapeout.graph.analyze import analyze_view
+
+    node_kernel = node_kernels(view, analyze_view(view), kernels)  # their names are the cost units' (and their
+    # plan's activation quantizations', which no node holds)
+    layers, named = runtime_layers(model, config)
+    return executed_kernels(kernels, node_kernel, layers, named, attention_kernels(view, node_kernel))
 
 
 def available() -> bool:

@@ -35,7 +35,8 @@ FEATURES = ("log_flops", "log_bytes", "log_roof", "log_launches", "nodes")
 # or plain (every other reduce kernel: 1). Asked of the runtime by the pool's channels, which the cost units keep.
 # `masked` (reduce): 1 + the percent of a Softmax's input a mask holds (softmax_masks.py; 1 for every other kernel).
 # `m`, `k`, `n` (matmul): the GEMM's rows, depth and columns (held out, the FP32 MatMul points within ±15 % rose from
-# 68 to 92 % knowing them, the dynamic INT8 ones from 39 to 82, the static QGemms from 28 to 74).
+# 68 to 92 % knowing them, the dynamic INT8 ones from 39 to 82, the static QGemms from 28 to 74); (attention) its
+# weighted sum's: heads × queries, keys, a head's width (openvino_graph._scores_merged).
 # `width` (conv): its output rows' length (a spectrogram's 8 × 128 is not a 32 × 32 of its positions).
 # `run` (movement): the elements each contiguous copy moves (kernel_shape.movement_run).
 # `input`, `hidden` (recurrent): the cell's input width and hidden size (kernel_shape.recurrent_shape).
@@ -43,7 +44,8 @@ FEATURES = ("log_flops", "log_bytes", "log_roof", "log_launches", "nodes")
 # is not a Relu of the same bytes, a DequantizeLinear a QuantizeLinear, nor a GRU an LSTM
 SHAPE_FEATURES = {"conv": ("per_group", "out_channels", "positions", "area", "groups", "layout", "fill", "rank",
                            "width"),
-                  "matmul": ("m", "k", "n"), "reduce": ("pool_layout", "masked"), "elementwise": ("function",),
+                  "matmul": ("m", "k", "n"), "attention": ("m", "k", "n"),
+                  "reduce": ("pool_layout", "masked"), "elementwise": ("function",),
                   "movement": ("function", "run"),
                   "quantize": ("function",), "recurrent": ("function", "input", "hidden")}
 # shape features filled in where missing: what the runtime decides, and a 2-D conv's rank (the cost units write it

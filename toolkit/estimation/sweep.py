@@ -20,7 +20,6 @@ from __future__ import annotations
 import itertools
 import json
 import math
-import random
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
@@ -38,8 +37,16 @@ SCHEMA = "tapeout.sweep/1"
 # maps, not uniform bytes (`kernel_timer.feature_maps`: its compare loop follows the data). Never mixed in a file: an
 # older file loads as a 4 without the points it took otherwise (`load`): a definition-2 file without its MaxPools (all
 # 3×3 stride 2 counted as 1×1), a definition-3 one without its uint8 MaxPools.
+# 5 (a target whose kernels are timed by its own profiler, OpenVINO): a point's kernel time is its nodes' profiled
+# time a run plus one dispatch, and the run's cost without a kernel is what a one-node chain's run takes beyond its
+# node's profiled time (`PROFILED`). A lone kernel's run there costs more than the kernel does in a model: OpenVINO
+# ran a lone 128 × 1024 ReLU 40 µs past its profiled 21 and a one-Softmax model 7.6 µs past Identity's, where
+# distilbert-m's run took 2.5 % past its 68 layers' profiled sum, and its FullyConnecteds ran as profiled.
 DEFINITION = 4
-CLASSES = ("matmul", "conv", "reduce", "elementwise", "movement", "recurrent", "quantize")
+PROFILED_DEFINITION = 5
+# `attention`: the scores, softmax and weighted sum an OpenVINO MHA subgraph runs as one kernel (no other target's
+# kernel: ONNX Runtime's CPU EP runs a model's attention as its MatMuls and Softmax, each swept in its own class)
+CLASSES = ("matmul", "conv", "reduce", "elementwise", "movement", "recurrent", "quantize", "attention")
 OPSET = 17
 GELU_OPSET = 20   # the ONNX Gelu op (as torch exports a transformer's MLP at opset 20)
 MATMUL_NODE = "mm"  # the MatMul's name: what an INT8 configuration's plan quantizes
@@ -73,7 +80,9 @@ class Point(BaseModel):
     shape: dict[str, int] = Field(default_factory=dict)  # cost_units.Kernel.shape: a conv's, as the estimator sees it
     kernel_s: float                        # p50 of the model's run less the run's cost without a node, same process
     run_s: float = Field(gt=0)
-    baseline_s: float = Field(gt=0)        # p50 of the one-Identity model, same process
+    # p50 of the one-Identity model, same process; where the kernels are profiled (definition 5), the one-node chain's
+    # p50 less its node's profiled time
+    baseline_s: float = Field(gt=0)
     dispatch_s: float = Field(0.0, ge=0)   # one node's dispatch (Neg×9 − Neg×1)/8; 0 in sweeps made before it was
     # seconds per run of the nodes the runtime inserted around the kernel (layout reorders), by op type, from a
     # profiled pass: taken out of kernel_s (a lone Conv pays reorders on both sides, a CNN once for the graph)
@@ -88,6 +97,15 @@ class Point(BaseModel):
 
     spread: float = Field(ge=0)            # (p90 − p10) / p50 of the model's runs
     runs: int = Field(ge=1)
+    # the seconds a run its nodes took as the runtime's profiler timed them, the inserted ones left out: the kernel's
+    # time where its target's kernels are timed so (definition 5); None where they are not
+    profiled_s: float | None = Field(None, ge=0)
+
+
+def definition_for(target: str) -> int:
+    """How a sweep on `target` takes its points' kernel times (DEFINITION; PROFILED_DEFINITION for a target whose
+    kernels are timed by its profiler, `PROFILED`)."""
+    return PROFILED_DEFINITION if target in PROFILED else DEFINITION
 
 
 class SweepFile(BaseModel):
@@ -120,139 +138,6 @@ class Config:
         return dict(self.sizes)[name]
 
 
-def _log(rng: random.Random, low: int, high: int) -> int:
-    return round(math.exp(rng.uniform(math.log(low), math.log(high))))
-
-
-MAX_FLOPS = 2e9   # a configuration's kernel at most this: ~10-20 ms on a 2-core host, so a sweep covers many
-
-
-def sample(cls: str, rng: random.Random) -> Config:
-    """One configuration of `cls`, sizes log-uniform over what the sample models and the zoo run (redrawn until
-    its FLOPs are under MAX_FLOPS)."""
-    while True:
-        config = _draw(cls, rng)
-        if _rough_flops(config) <= MAX_FLOPS:
-            return config
-
-
-def _rough_flops(config: Config) -> float:
-    s = dict(config.sizes)
-    if config.op in ("MatMul", "Gemm"):
-        return 2.0 * s["m"] * s["k"] * s["n"]
-    if config.op == "Conv":
-        out = (s["hw"] // s["stride"]) ** 2 * s.get("wide", 1)
-        return 2.0 * out * s["co"] * (s["c"] // s["groups"]) * s["k"] ** 2
-    if config.op == "Conv1d":
-        return 2.0 * (s["len"] // s["stride"]) * s["co"] * (s["c"] // s["groups"]) * s["k"]
-    if config.op in ("LSTM", "GRU"):
-        return 8.0 * s["steps"] * s["hidden"] * (s["input"] + s["hidden"])
-    return 0.0
-
-
-def _channels(rng: random.Random, low: int) -> int:
-    """A channel count in [low, 512]: log-uniform, or half the time the multiple of 16 nearest to one."""
-    count = _log(rng, low, 512)
-    return max(16, round(count / 16) * 16) if rng.random() < 0.5 else count
-
-
-def _draw_conv1d(rng: random.Random) -> Config:
-    """A 1-D conv as speech models have them: a front end's many taps on a few channels over raw samples or frames
-    (speech-vad: 64 taps on one channel), Whisper's 3-tap convs over 1500-3000 frames, a conformer's depthwise ones."""
-    c = 1 if rng.random() < 0.15 else _channels(rng, 1)
-    depthwise = c >= 8 and rng.random() < 0.25
-    co = c if depthwise else _channels(rng, 8)
-    k = rng.choice((1, 3, 3, 5, 7, 15, 31)) if depthwise else rng.choice((1, 3, 3, 5, 8, 16, 32, 64))
-    return Config("conv", "Conv1d", (("c", c), ("co", co), ("len", _log(rng, max(k, 8), 4096)), ("k", k),
-                                     ("stride", rng.choice((1, 1, 2, max(1, k // 2)))), ("groups", c if depthwise else 1),
-                                     ("relu", rng.choice((0, 1)))))
-
-
-def _draw(cls: str, rng: random.Random) -> Config:
-    if cls == "matmul":
-        sizes = (("m", _log(rng, 1, 4096)), ("k", _log(rng, 16, 4096)), ("n", _log(rng, 16, 4096)))
-        bias = rng.choice((0, 1))
-        # a transformer's MLP input: MatMul, bias and Gelu are one kernel to the estimator, which ONNX Runtime runs
-        # as a GEMM and a Gelu (or a MatMul and a BiasGelu): the activation's time is the kernel's too
-        if bias and rng.random() < 0.4:
-            return Config(cls, "MatMul", (*sizes, ("bias", 1), ("act", "Gelu")))
-        if rng.random() < 0.3:  # dynamic INT8, as a transformer's or a decoder's cpu-int8 build runs its MatMuls
-            if rng.random() < 0.3:  # static, as a CNN's or a UNet's Linear: a QDQ Gemm, which ONNX Runtime runs as
-                return Config(cls, "Gemm", (*sizes, ("precision", "int8"), ("quantization", "static")))  # a QGemm
-            return Config(cls, "MatMul", (*sizes, ("bias", bias), ("precision", "int8")))
-        return Config(cls, "MatMul", (*sizes, ("bias", bias)))
-    if cls == "conv":
-        # half the channel counts as models have them, multiples of 16 (ONNX Runtime blocks those without padding:
-        # a log-uniform draw alone gave 1 conv in 20 such, and the predictor priced the samples' convs as padded ones)
-        if rng.random() < 0.25:
-            return _draw_conv1d(rng)
-        c, co = _channels(rng, 3), _channels(rng, 8)
-        if rng.random() < 0.12:  # a head's few outputs (a UNet's 4 noise channels, a mask's 1): ONNX Runtime still
-            co = rng.choice((1, 2, 3, 4, 4, 6))  # computes a whole block of them (unet-m's 128 → 4 head: 0.84 ms,
-            # the time of 16 outputs; the sweep drew 8 and up, so a fill under a half was never measured)
-        depthwise = c >= 8 and rng.random() < 0.3
-        # one in four `wide`: a spectrogram's few rows of many frames (cnn-lstm-m's 8 × 128 and 4 × 128): ONNX
-        # Runtime's NCHWc kernel computes an output row at a time, and its 16 → 32 conv on 8 × 128 ran at ~270
-        # GFLOP/s profiled where the predictor, knowing square inputs of its 1,024 positions only, put ~215
-        wide = rng.choice((2, 4, 8, 16)) if rng.random() < 0.25 else 1
-        sizes = (("c", c), ("co", c if depthwise else co), ("hw", _log(rng, 7, 128)),
-                 *((("wide", wide),) if wide > 1 else ()),
-                 ("k", rng.choice((1, 3, 3, 5, 7))), ("stride", rng.choice((1, 1, 2))),
-                 ("groups", c if depthwise else 1), ("relu", rng.choice((0, 1))))
-        if rng.random() < 0.3:  # static INT8, as a CNN's cpu-int8 build runs its convs (QLinearConv)
-            # without a Relu: the plan quantizes the conv alone, and what runs of its activation (fused away between
-            # a DQ and a Q, or a float Relu after a DQ) is the model's graph's to say, which the estimate reads
-            return Config(cls, "Conv", (*sizes[:-1], ("relu", 0), ("precision", "int8")))
-        return Config(cls, "Conv", sizes)
-    if cls == "reduce":
-        # Add+LayerNormalization: the residual add feeding a norm, one kernel to the estimator and to ONNX Runtime
-        # (SkipLayerNormalization), whose kernel is not its LayerNormalization's: 203 against 25 µs on a
-        # 128 × 384 activation here (ONNX Runtime 1.32, one thread)
-        # RMSNorm: written out as Llama, Qwen and tiny-lm export it (Pow, ReduceMean, Add, Sqrt, Div, Mul by the
-        # weight), one kernel to the estimator and to ONNX Runtime (SimplifiedLayerNormalization)
-        # MaxPool twice, half of them on uint8: that kernel's time follows its data, and a 30-minute sweep drawing
-        # one pool in six, 3 in 10 of them uint8, held ~100, too few to price a CNN's 8-bit pool within ±15 %
-        op = rng.choice(("LayerNormalization", "Add+LayerNormalization", "RMSNorm", "Softmax", "GlobalAveragePool",
-                         "MaxPool", "MaxPool"))
-        if op in ("GlobalAveragePool", "MaxPool"):
-            sizes = (("c", _log(rng, 8, 512)), ("hw", _log(rng, 4, 112)))
-            if op == "MaxPool":  # the windows CNNs pool over: 3×3 stride 2 (a ResNet's stem), 2×2 stride 2 and
-                # stride-1 ones; half the channel counts multiples of 16, which ONNX Runtime runs blocked (NCHWc)
-                sizes = (("c", _channels(rng, 8)), sizes[1], ("k", rng.choice((2, 3))), ("stride", rng.choice((1, 2, 2))))
-            if op == "MaxPool" and rng.random() < 0.5:  # on uint8, as a static INT8 CNN's graph runs its MaxPool
-                # between a Q and a DQ (runtime_kernels.quantized_graph): a static plan's kernel, `reduce@int8~static`
-                return Config(cls, op, (*sizes, ("precision", "int8"), ("quantization", "static")))
-            return Config(cls, op, sizes)
-        rows = (("rows", _log(rng, 1, 8192)), ("width", _log(rng, 16, 4096)))
-        if op == "Softmax" and rng.random() < 0.5:  # half masked: a mask's share of its input sets its time
-            return Config(cls, op, (*rows, ("masked", rng.randint(5, 95))))  # (softmax_masks.py), percent
-        return Config(cls, op, rows)
-    if cls == "elementwise":
-        # GeluTanh: GPT-2's tanh GELU written out, eight nodes, one kernel to the estimator and to ONNX Runtime
-        # (FastGelu), whose time is not the sum of its parts'
-        return Config(cls, rng.choice(("Add", "Mul", "Relu", "Sigmoid", "Tanh", "Erf", "GeluTanh")),
-                      (("size", _log(rng, 64, 1 << 23)),))
-    if cls == "movement":
-        op = rng.choice(("Transpose", "Concat", "Gather"))
-        if op == "Gather":
-            return Config(cls, op, (("vocab", _log(rng, 256, 65536)), ("width", _log(rng, 16, 1024)),
-                                    ("rows", _log(rng, 1, 2048))))
-        sizes = (("a", _log(rng, 1, 512)), ("b", _log(rng, 8, 1024)), ("c", _log(rng, 8, 1024)))
-        if op == "Transpose" and rng.random() < 0.4:  # `inner`: the last axis moved (perm 0, 2, 1), every run one
-            return Config(cls, op, (*sizes, ("inner", 1)))  # element, as a key's transpose or a layout reorder is
-        return Config(cls, op, sizes)
-    if cls == "quantize":
-        # the activation (de)quantization a statically quantized model runs where its graph leaves INT8
-        return Config(cls, rng.choice(("QuantizeLinear", "DequantizeLinear")), (("size", _log(rng, 64, 1 << 23)),))
-    if cls == "recurrent":
-        op = rng.choice(("LSTM", "GRU"))
-        sizes = (("steps", _log(rng, 1, 256)), ("input", _log(rng, 8, 512)), ("hidden", _log(rng, 8, 512)))
-        if op == "LSTM" and rng.random() < 0.3:  # dynamic INT8, as an LSTM's cpu-int8 build runs it (ONNX Runtime's
-            return Config(cls, op, (*sizes, ("precision", "int8")))  # DynamicQuantizeLSTM; it quantizes no GRU)
-        return Config(cls, op, sizes)
-    raise BadInput(f"unknown kernel class '{cls}'", fix=f"use one of: {', '.join(CLASSES)}")
-
-
 def model(config: Config, rng_seed: int = 0):
     """(onnx ModelProto, [(input name, shape)]) holding the configuration's one kernel."""
     import numpy as np
@@ -275,7 +160,12 @@ def model(config: Config, rng_seed: int = 0):
 
     op, s = config.op, dict(config.sizes)
     opset = OPSET
-    if op == "Gemm":  # a torch Linear as exported: its weight transposed, its bias inside
+    if config.cls == "baseline" and "nodes" in s:  # a dispatch chain (`chain`): Neg on one element, Softmax on 16
+        names = ["x", *(f"n{i}" for i in range(1, s["nodes"])), "y"]
+        nodes += [helper.make_node(op, [a], [b], **({"axis": -1} if op == "Softmax" else {}))
+                  for a, b in itertools.pairwise(names)]
+        inputs = [("x", [1] if op == "Neg" else [1, 16])]
+    elif op == "Gemm":  # a torch Linear as exported: its weight transposed, its bias inside
         nodes.append(helper.make_node("Gemm", ["x", weight("w", (s["n"], s["k"])), weight("b", (s["n"],))], ["y"],
                                       transB=1, name=MATMUL_NODE))
         inputs = [("x", [s["m"], s["k"]])]
@@ -372,15 +262,26 @@ def model(config: Config, rng_seed: int = 0):
         nodes.append(helper.make_node(op, ["x", weight("W", (1, gates * h, s["input"])), weight("R", (1, gates * h, h)),
                                            weight("B", (1, 2 * gates * h))], ["y"], hidden_size=h, name=CELL_NODE))
         inputs = [("x", [s["steps"], 1, s["input"]])]
+    elif op == "Attention":  # named as torch names a model's nodes: OpenVINO's compiled graph names its layers so
+        h, d, q, kv = s["heads"], s["d"], s["q"], s["kv"]
+        nodes += [helper.make_node("Transpose", ["k"], ["kt"], perm=[0, 1, 3, 2], name="keys_t"),
+                  helper.make_node("MatMul", ["q", "kt"], ["scores"], name="scores"),
+                  helper.make_node("Mul", ["scores", scalar("scale", d ** -0.5)], ["scaled"], name="scaled")]
+        last = "scaled"
+        if s["causal"]:  # each query sees the keys up to its own place, the last query all of them
+            mask = np.triu(np.full((q, kv), -1e9, np.float32), kv - q + 1)[None, None]
+            inits.append(numpy_helper.from_array(mask, "mask"))
+            nodes.append(helper.make_node("Add", ["scaled", "mask"], ["masked_scores"], name="masked"))
+            last = "masked_scores"
+        nodes += [helper.make_node("Softmax", [last], ["probs"], axis=-1, name="probs"),
+                  helper.make_node("MatMul", ["probs", "v"], ["y"], name="weighted")]
+        inputs = [("q", [1, h, q, d]), ("k", [1, h, kv, d]), ("v", [1, h, kv, d])]
     elif op == "Identity":
         nodes.append(helper.make_node(op, ["x"], ["y"]))
         inputs = [("x", [1])]
-    elif op == "Neg":
-        names = ["x", *(f"n{i}" for i in range(1, s["nodes"])), "y"]
-        nodes += [helper.make_node(op, [a], [b]) for a, b in itertools.pairwise(names)]
-        inputs = [("x", [1])]
+
     else:
-        raise BadInput(f"no sweep model for op {op}", fix="report it: the sweep's ops are listed in sweep.sample")
+        raise BadInput(f"no sweep model for op {op}", fix="report it: the sweep's ops are listed in sweep_draws.sample")
     kinds = {"int64": TensorProto.INT64, "uint8": TensorProto.UINT8}
     graph = helper.make_graph(nodes, config.key.replace(":", "_")[:60],
                               [helper.make_tensor_value_info(n, kinds.get(INPUT_DTYPES.get(n, ""), TensorProto.FLOAT),
@@ -396,7 +297,18 @@ def model(config: Config, rng_seed: int = 0):
 IDENTITY = Config("baseline", "Identity", ())
 NEG_CHAIN = (1, 9)   # Neg nodes on one element: their difference / 8 is one node's dispatch (Identity chains would
                      # be optimized away: ONNX Runtime eliminates Identity nodes)
-NEGS = tuple(Config("baseline", "Neg", (("nodes", n),)) for n in NEG_CHAIN)
+
+
+def chain(op: str) -> tuple[Config, ...]:
+    """The short and the long chain of `op` nodes on one small tensor a one-node dispatch is measured between."""
+    return tuple(Config("baseline", op, (("nodes", n),)) for n in NEG_CHAIN)
+
+
+NEGS = chain("Neg")
+# the targets whose kernels are timed by their own profiler (definition 5), and the op their dispatch is measured on:
+# OpenVINO's counters are in-process (a run's kernels summed to 97.5 % of distilbert-m's p50); its CPU plugin fuses
+# a Neg chain into one JIT subgraph (a dispatch of 0), and a Softmax chain it runs node by node (1.6 µs a node)
+PROFILED = {"openvino": "Softmax"}
 # an Add on one element: less the one-Neg chain and a dispatch, what a model's second input costs a run. OpenVINO's
 # Python API sets each input's tensor on every call: 5.3 µs an input here (ONNX Runtime: ~0.3), which a lone Add's
 # point would otherwise count as the Add's, where a model's Adds read tensors already inside it
@@ -485,12 +397,15 @@ def timed_model(config: Config, proto, inputs=(), target: str = "onnxruntime"):
         return onnx.load(str(out))
 
 
-def features_of(proto, inputs, roof, precision: str = "fp32") -> dict[str, float] | None:
+def features_of(proto, inputs, roof, precision: str = "fp32", ov_config: dict | None = None
+                ) -> dict[str, float] | None:
     """The estimator's view of the model's kernel: FLOPs, bytes, nodes, launches and roofline seconds, and how many
     views (a Reshape: no bytes, one dispatch) the model holds beside it (None where the model is not one kernel to the
     estimator). `precision`: the kernel as a plan putting it there prices it (bytes at that precision, its peak); the
     activation quantization the plan adds beside an INT8 kernel is inside its time here, as inside ONNX Runtime's
-    DynamicQuantizeMatMul."""
+    DynamicQuantizeMatMul. `ov_config`: OpenVINO's compile configuration, where a model of several cost units is one
+    kernel only as its CPU plugin runs it (an MHA subgraph): mapped as an estimate maps a build's
+    (`openvino_graph.mapped`)."""
     import tempfile
 
     import onnx
@@ -507,6 +422,10 @@ def features_of(proto, inputs, roof, precision: str = "fp32") -> dict[str, float
         specs = [InputSpec(name=n, shape=shape, dtype=INPUT_DTYPES.get(n, "float32")) for n, shape in inputs]
         view = GraphView.load(path, specs, {})
         kernels = kern.structure(view, analyze_view(view))
+        if ov_config is not None and len([k for k in kernels if k.cls != "movement" or k.bytes]) > 1:
+            from tapeout.estimation import openvino_graph
+
+            kernels = openvino_graph.mapped(view, kernels, str(path), ov_config)
     views = [k for k in kernels if k.cls == "movement" and k.bytes == 0]
     kernels = [k for k in kernels if k not in views]
     if len(kernels) != 1:
