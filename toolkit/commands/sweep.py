@@ -200,9 +200,9 @@ def sweep(device: str, minutes: float, threads: int, out: Path | None, as_json: 
     rows = [{"class": c, "points": m.points, "band": list(m.band), "held_out_within_15": m.held_out_within_15}
             for c, m in trained.items()]
     if target not in predictor.PRICED:
-        ui.note(f"estimates do not price {target} builds by this predictor yet: it over-predicts small models (a "
-                "lone kernel's point carries more of the runtime's per-call cost than a kernel in a model does; "
-                "docs/estimator.md); `python bench/estimator.py --predictors FOLDER --all-targets` scores it")
+        ui.note(f"estimates do not price {target} builds by this predictor yet: it over-predicts small models (their "
+                "sub-µs kernels read to the counters' whole µs, a lone model's run cost; docs/estimator.md); "
+                "`python bench/estimator.py --predictors FOLDER --all-targets` scores it")
     if as_json:
         print_json({"device": name, "target": target, "predictor": str(saved), "sweep": str(path),
                     "points": len(found.points), "seconds": found.seconds, "classes": rows, "version": __version__})
