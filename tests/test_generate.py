@@ -207,8 +207,10 @@ def test_a_generate_builds_loop_is_priced_by_the_hosts_kernel_predictors_where_i
         kernels = kern.at_precision(phase.kernels, None, "fp32")
         extra = max(executed - len(kernels), 0) * 2e-6  # each node beyond the kernels: one view
         roof = pred.roof()
-        rate = roof.bandwidth_at(math.fsum(k.bytes for k in kernels))  # the floor's: the cache the call fits in
-        expected = 1e-5 + math.fsum(max(2e-6, estimate.floor_s(k, roof, rate)) for k in kernels) + extra
+        rate = roof.bandwidth_at(math.fsum(k.bytes for k in kernels))  # the floor's: the cache the call fits in,
+        # for a kernel with weights; one of activations only, the cache its own traffic fits in
+        expected = 1e-5 + math.fsum(max(2e-6, estimate.floor_s(k, roof, rate if k.cls in estimate.WEIGHTED
+                                                                else roof.bandwidth_at(k.bytes))) for k in kernels) + extra
         assert cost.predicted_s == pytest.approx(expected, rel=1e-9)
     assert est.generation.band == (-0.25, 0.3)
     shown = est.generation.to_json()

@@ -117,7 +117,12 @@ class Estimate:
 
 def roof_for(device_spec, host: dict, cal: calib.Calibration | None = None, threads: int | None = None) -> roofline.Roof:
     """The device spec's roofs, or this host's CPU (with the bandwidth its calibration measured, if any) at
-    `threads` inference threads where that is fewer than its cores (`host_threads`)."""
+    `threads` inference threads where that is fewer than its cores (`host_threads`); as its JSON records it
+    (`Roof.as_recorded`), so a build priced again at the roof its report recorded gives the same figure."""
+    return _roof_for(device_spec, host, cal, threads).as_recorded()
+
+
+def _roof_for(device_spec, host: dict, cal: calib.Calibration | None, threads: int | None) -> roofline.Roof:
     if device_spec is not None:
         return roofline.from_spec(device_spec)
     # a calibration's records were priced against its roof: estimates with it use the same one

@@ -146,7 +146,7 @@ def _scores_merged(out: list[kern.Kernel], kept: list[kern.Kernel]) -> list[kern
     out, rest, taken = list(out), [], set()
     for k in kept:
         shape = dict(k.shape)
-        match = next((i for i, o in enumerate(out) if k.cls == o.cls == "attention" and o.runs_as
+        match = next((i for i, o in enumerate(out) if k.cls == o.cls == "attention" and o.runs_as and "m" in shape
                       and i not in taken and dict(o.shape).get("m") == shape.get("m")
                       and dict(o.shape).get("k") == shape.get("n") and dict(o.shape).get("n") == shape.get("k")),
                      None)

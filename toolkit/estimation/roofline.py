@@ -94,6 +94,13 @@ class Roof:
                 **({"strided": self.strided.to_json()} if self.strided and self.strided.table else {}),
                 **({"stream_gbs": self.stream / 1e9} if self.stream else {})}
 
+    def as_recorded(self) -> Roof:
+        """This roof as its JSON reads back: the JSON keeps GB/s and TOPS, and (x / 1e9) · 1e9 is not always x, so a
+        build priced at the roof it measured and priced again at the roof its report recorded could differ in the last
+        bit (one digits-cnn bound read 0.01096661545599755 ms, then ...7548). Once read back, a value reads back
+        unchanged."""
+        return Roof.from_json(self.to_json(), self.name)
+
     @classmethod
     def from_json(cls, data: dict, name: str | None = None, note: str | None = None) -> Roof:
         """The roof `to_json` wrote (a build's report, a sweep, a predictor), under `name`, with `note` added."""

@@ -8,7 +8,8 @@ drawn from a log-uniform range of sizes per class. Each is measured on the targe
 costs per run with one trivial node, and chains of one and nine Neg nodes on one element, whose difference is
 what each node costs the runtime to dispatch. The kernel's time is the model's less the run's cost without any
 node (Identity's less one dispatch), so it keeps its own dispatch: a model of many kernels pays one per kernel,
-and an estimate sums them on the run's cost. The estimator's features of the same kernel (FLOPs, bytes, roofline
+and an estimate sums them on the run's cost. On OpenVINO (definition 5, `PROFILED`) it is the kernel's layers as the
+plugin's own counters timed them, with a dispatch measured on a Softmax chain. The draws are `sweep_draws.py`'s. The estimator's features of the same kernel (FLOPs, bytes, roofline
 time at the device's roof) go beside it, so the predictors learn from what they will be asked about.
 
 The sweep file (`<calibration folder>/sweeps/<device>--<target>.json`, schema `tapeout.sweep/1`) is rewritten
