@@ -270,7 +270,7 @@ def _counts(found) -> dict[str, int]:
 def _time_chunk(folder: Path, chunk: list, options: dict, deadline: float,
                 target: str = TARGET) -> tuple[float, float, float, dict] | str:
     """The chunk's configurations timed in one fresh process between the baselines, timed before and after them
-    (the Identity model, the short and the long dispatch chain, and where the target sets its inputs per call a
+    (the Identity model where kernels are not profiled, the short and the long dispatch chain, and where the target sets its inputs per call a
     two-input Add): (the run's cost without a node, one node's dispatch, a second input's cost or 0, results by key);
     or why not, where the process failed or ran past the budget. Where the target's kernels are timed by its profiler
     (`sweeping.PROFILED`), every model is profiled too, and the baselines' costs are their runs beyond their nodes'
@@ -279,7 +279,9 @@ def _time_chunk(folder: Path, chunk: list, options: dict, deadline: float,
 
     folder.mkdir(parents=True)
     swept, chain_op = TARGETS[target], sweeping.PROFILED.get(target)
-    kinds = (sweeping.IDENTITY, *sweeping.chain(chain_op or "Neg"), *((sweeping.TWO_INPUTS,) if swept.per_input else ()))
+    # a profiled target's run cost is its one-node chain's (Identity's is not used there: not timed)
+    kinds = (*(() if chain_op else (sweeping.IDENTITY,)), *sweeping.chain(chain_op or "Neg"),
+             *((sweeping.TWO_INPUTS,) if swept.per_input else ()))
     baselines = [(f"base-{c.op}-{dict(c.sizes).get('nodes', 1)}", c) for c in kinds]
     models = []
     order = [*baselines, *((c.key, c) for c, _, _, _ in chunk), *reversed(baselines)]
@@ -312,12 +314,13 @@ def _time_chunk(folder: Path, chunk: list, options: dict, deadline: float,
                and (not chain_op or "profiled" in r)]
         return sum(got) / len(got) if got else None
 
-    identity, short, long, *two = (mean_p50(key) for key, _ in baselines)
-    if identity is None or short is None or long is None or None in two:
-        return (f"the runtime could not run the Identity, {chain_op or 'Neg'} and Add models the kernels' times are "
-                "measured against")
-    dispatch = sweeping.dispatch_s(short, long)
-    per_input = sweeping.input_s(two[0], short, dispatch) if two else 0.0
+    got = [mean_p50(key) for key, _ in baselines]
+    if None in got:
+        return (f"the runtime could not run the {'' if chain_op else 'Identity, '}{chain_op or 'Neg'} and Add models "
+                "the kernels' times are measured against")
     if chain_op:  # the one-node chain's run beyond its node, and a second input's beyond that
-        return short, dispatch, max(0.0, two[0] - short) if two else 0.0, rows
-    return identity, dispatch, per_input, rows
+        short, long, *two = got
+        return short, sweeping.dispatch_s(short, long), max(0.0, two[0] - short) if two else 0.0, rows
+    identity, short, long, *two = got
+    dispatch = sweeping.dispatch_s(short, long)
+    return identity, dispatch, sweeping.input_s(two[0], short, dispatch) if two else 0.0, rows
