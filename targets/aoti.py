@@ -175,7 +175,8 @@ class Aoti(Target):
                            fix="`tapeout --debug …` prints Inductor's whole message; or use a target that takes "
                            "ONNX (`tapeout targets`)") from None
 
-    def op_profile(self, artifact: Artifact, feeds: dict[str, np.ndarray], iterations: int) -> OpProfile:
+    def op_profile(self, artifact: Artifact, feeds: dict[str, np.ndarray], iterations: int,
+                   pace_s: float | None = None) -> OpProfile:
         """A separate pass of the instrumented package under torch's profiler: every kernel Inductor generated
         ("cpp_fused_gelu_view_1") and every call out to oneDNN or ATen ("aoti_torch_cpu__linear_pointwise"), timed
         per run (the median call, times the runs)."""

@@ -266,7 +266,8 @@ class AotiCuda(Target):
                            detail=runtime_detail(exc), fix=f"delete {package.parent} and run `tapeout check` "
                            "again: it compiles the package for this GPU") from None
 
-    def op_profile(self, artifact: Artifact, feeds: dict[str, np.ndarray], iterations: int) -> OpProfile:
+    def op_profile(self, artifact: Artifact, feeds: dict[str, np.ndarray], iterations: int,
+                   pace_s: float | None = None) -> OpProfile:
         """The GPU kernels of each run under torch's profiler (CUPTI): Inductor's Triton kernels ("triton_per_fused_
         native_layer_norm_3") and the library calls between them (cuBLAS GEMMs, cuDNN convs), device time per
         kernel call site, the median run's, times the runs. One profiler session per run, so each kernel belongs

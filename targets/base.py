@@ -93,6 +93,7 @@ class OpProfile:
     run_total_us: float
     ops: list[OpTime]
     method: str = ""     # what the times are: kernel time, or host-side time with synchronous launches, ...
+    median_run_us: float | None = None   # the pass's median run, where the profiler timed each run
 
     def by_op_type(self) -> list[dict]:
         totals: dict[tuple[str, str], list[float]] = {}
@@ -114,6 +115,7 @@ class OpProfile:
             "runs": self.runs,
             "method": self.method,
             "mean_run_us": self.run_total_us / self.runs if self.runs else None,
+            "median_run_us": self.median_run_us,
             "mean_kernel_us": kernel_total / self.runs if self.runs else None,
             "overhead_share": max(0.0, 1 - kernel_total / self.run_total_us) if self.run_total_us else None,
             "op_types": self.by_op_type(),
@@ -430,8 +432,11 @@ class Target(ABC):
         artifact kept only (the compile step calls it once). Default: nothing to add."""
         return artifact
 
-    def op_profile(self, artifact: Artifact, feeds: dict[str, np.ndarray], iterations: int) -> OpProfile:
-        """Per-node times from a separate, instrumented pass; only called when `capabilities.op_profiler`."""
+    def op_profile(self, artifact: Artifact, feeds: dict[str, np.ndarray], iterations: int,
+                   pace_s: float | None = None) -> OpProfile:
+        """Per-node times from a separate, instrumented pass; only called when `capabilities.op_profiler`. `pace_s`:
+        the p50 of the same model's uninstrumented runs where the caller timed them first, for a profiler that
+        reads running counters (OpenVINO's) to leave its warm-up and disturbed runs out; the others need not."""
         raise NotImplementedError(f"target '{self.name}' declares no op profiler")
 
     def emulated(self) -> str | None:

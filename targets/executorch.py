@@ -142,7 +142,8 @@ class ExecuTorch(Target):
                            fix="rebuild with the executorch version the device runs") from None
 
 
-    def op_profile(self, artifact: Artifact, feeds: dict[str, np.ndarray], iterations: int) -> OpProfile:
+    def op_profile(self, artifact: Artifact, feeds: dict[str, np.ndarray], iterations: int,
+                   pace_s: float | None = None) -> OpProfile:
         """A separate pass with ExecuTorch's event tracer on (ETDump): every XNNPACK kernel inside the delegate (its
         own profiler's names: "Convolution (NHWC, F32) IGEMM") and every op on the portable kernels, timed per run."""
         import tempfile

@@ -342,7 +342,8 @@ class OrtTarget(Target):
         so.profile_file_prefix = str(folder / "ort_profile")
         return OrtSession(self._load(artifact.path, so, f"artifact {artifact.path}"), device=self._io_device())
 
-    def op_profile(self, artifact: Artifact, feeds: dict[str, np.ndarray], iterations: int) -> OpProfile:
+    def op_profile(self, artifact: Artifact, feeds: dict[str, np.ndarray], iterations: int,
+                   pace_s: float | None = None) -> OpProfile:
         """A separate, instrumented pass: ORT's profiler slows runs down, so budgets never use it."""
         from tapeout.targets import ort_profile
 

@@ -17,7 +17,6 @@ path verified before the device, with the CPU's timings (not judged).
 from __future__ import annotations
 
 import functools
-import time
 from pathlib import Path
 from typing import Literal
 
@@ -28,7 +27,7 @@ from tapeout.core.artifact import Artifact
 from tapeout.core.decoding import ATTENTION_MASK, INPUT_IDS, CacheLayout
 from tapeout.core.errors import BadInput, TargetUnavailable, first_line, runtime_detail
 from tapeout.core.schemas import InputSpec
-from tapeout.targets import ov_attention
+from tapeout.targets import ov_attention, ov_profile
 from tapeout.targets.base import CachedDecoder, LintIssue, OpProfile, OpTime, Probe, Session, Target
 from tapeout.targets.ov_attention import BEAM_INDEX
 
@@ -472,42 +471,15 @@ class OpenVino(Target):
             config["PERF_COUNT"] = "YES"
         return OvSession(core, artifact.path, self.options.device, config)
 
-    def op_profile(self, artifact: Artifact, feeds: dict[str, np.ndarray], iterations: int) -> OpProfile:
-        """Per-node times from OpenVINO's counters (PERF_COUNT) over `iterations` runs after a warm-up.
-
-        The CPU plugin's counter is not the last run's time: it is the running mean, in whole µs, of every
-        run since compile (PerfCount::avg(), total / count), so summing it per run counts the first run's
-        one-time costs again and again (a toy ResNet's last FullyConnected read 60 µs after the warm-up
-        and 18 µs twelve runs later, settling at ~3). Each node's mean over the timed runs is taken from
-        its running totals instead: (count · mean after them - count · mean before them) / runs."""
+    def op_profile(self, artifact: Artifact, feeds: dict[str, np.ndarray], iterations: int,
+                   pace_s: float | None = None) -> OpProfile:
+        """Per-node times from OpenVINO's counters (PERF_COUNT) over a window of at least `iterations` runs after a
+        warm-up: each node's mean over the window from its running totals (ov_profile.py). Where the caller timed
+        the model already (`pace_s`), the warm-up and the window keep to that pace."""
         sess = self._session(artifact, profile=True)
         call = sess.bind(feeds)
-        warmup = 3
-        for _ in range(warmup):
-            call()
-        before = _executed(sess)
-        run_total = 0.0
-        for _ in range(iterations):
-            start = time.perf_counter()
-            call()
-            run_total += (time.perf_counter() - start) * 1e6
-        after = _executed(sess)
-        ops = [OpTime(name, node_type, f"{self.options.device}:{exec_type}", iterations,
-                      timed_total_us(before[name][2] if name in before else None, mean_after, warmup, iterations))
-               for name, (node_type, exec_type, mean_after) in after.items()]
-        return OpProfile(iterations, run_total, ops,
-                         method=self.capabilities.op_profiler or "")
-
-
-def timed_total_us(mean_before: float | None, mean_after: float, warmup: int, iterations: int) -> float:
-    """A node's total µs over the timed runs, from its running mean (whole µs, floored) after the `warmup`
-    runs and after the timed ones: the difference of the running totals. Floored, each mean stands for the
-    middle of its µs. A node the last warm-up run did not execute has no total before."""
-    before = warmup * (mean_before + 0.5) if mean_before is not None else 0.0
-    return max((warmup + iterations) * (mean_after + 0.5) - before, 0.0)
-
-
-def _executed(sess) -> dict[str, tuple[str, str, float]]:
-    """node -> (type, kernel, running mean µs) for the nodes the last run executed."""
-    return {info.node_name: (info.node_type, info.exec_type, info.real_time.total_seconds() * 1e6)
-            for info in sess._request.get_profiling_info() if str(info.status) == "Status.EXECUTED"}
+        window = ov_profile.paced_window(call, lambda: ov_profile.executed_nodes(sess._request), iterations, pace_s)
+        ops = [OpTime(name, node_type, f"{self.options.device}:{exec_type}", window.runs, total_us)
+               for name, (node_type, exec_type, total_us) in window.nodes.items()]
+        return OpProfile(window.runs, window.run_total_us, ops, method=self.capabilities.op_profiler or "",
+                         median_run_us=window.median_s * 1e6)

@@ -381,7 +381,8 @@ class TensorRT(Target):
         trt, engine, _ = self._engine(artifact)
         return TrtSession(trt, engine, self.options.cuda_graph)
 
-    def op_profile(self, artifact: Artifact, feeds: dict[str, np.ndarray], iterations: int) -> OpProfile:
+    def op_profile(self, artifact: Artifact, feeds: dict[str, np.ndarray], iterations: int,
+                   pace_s: float | None = None) -> OpProfile:
         """Per-layer GPU times from IProfiler (layers after fusion; their types from the inspector)."""
         from tapeout.targets.tensorrt_engine import profile_layers
 

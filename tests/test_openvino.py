@@ -285,7 +285,7 @@ def test_the_int8_weight_rung_and_the_int4_postcondition(tmp_path, tiny_lm_int4)
 def test_op_profile_times_each_node_over_the_timed_runs_not_its_running_mean():
     """OpenVINO's CPU counters report each node's running mean (whole µs, floored) since compile: a first
     run 300 µs long, then 4 µs runs, reads 104 µs after three warm-ups and 17 µs after twenty more."""
-    from tapeout.targets.ov import timed_total_us
+    from tapeout.targets.ov_profile import timed_total_us
 
     runs = [300, 7, 5] + [4] * 20                       # per-run µs, as the plugin truncates them
     mean = lambda k: sum(runs[:k]) // k                 # noqa: E731  PerfCount::avg()
@@ -293,6 +293,43 @@ def test_op_profile_times_each_node_over_the_timed_runs_not_its_running_mean():
     assert abs(got - 4) <= 1.0
     assert 20 * mean(23) / 20 > 3 * got                 # what reading the counter as the last run's time gave
     assert timed_total_us(None, mean(23), 3, 20) == pytest.approx(23 * (mean(23) + 0.5))  # no reading before
+
+
+class _Counted:
+    """A session's run as OpenVINO's counters see it, on a clock of its own: run i takes `node_us(i)` in its one
+    node and 30 µs around it; the counter keeps the node's whole-µs total and count, and reads their floored mean."""
+
+    def __init__(self, node_us):
+        self.node_us, self.now, self.total, self.count = node_us, 0.0, 0, 0
+
+    def __call__(self):
+        us = self.node_us(self.count)
+        self.total, self.count, self.now = self.total + us, self.count + 1, self.now + (us + 30) * 1e-6
+
+    def executed(self):
+        return {"gru": ("GRUSequence", "ref_any_f32", float(self.total // self.count))}
+
+
+def test_a_profiled_window_keeps_the_pace_of_the_timed_runs():
+    """A fresh profiled session of a lone GRU ran its first ~18 runs at ~300 µs and ~200 after (as its timed runs
+    had); a busy host can slow a window too. Given the timed runs' pace, the warm-up lasts until the runs keep it,
+    a window that did not keep it is taken again (longer, for the counters' floored means), and the quickest kept;
+    without it, three warm-ups and a window of 20 read the warm-up's pace (the old pass: 302 µs for a 200 µs GRU)."""
+    from tapeout.targets.ov_profile import paced_window
+
+    def node_us(i):  # the warm-up, then steady, but for a busy spell (runs 25-49)
+        return 300 if i < 18 or 25 <= i < 50 else 200
+
+    plain = _Counted(node_us)
+    old = paced_window(plain, plain.executed, 20, clock=lambda: plain.now)
+    assert old.runs == 20 and old.nodes["gru"][2] / 20 == pytest.approx((15 * 300 + 5 * 200) / 20, abs=1)
+    paced = _Counted(node_us)
+    got = paced_window(paced, paced.executed, 20, pace_s=230e-6, clock=lambda: paced.now)
+    # settled by run 19; the window of runs 20-39 ran mostly busy (median 330 µs), the next one, 40 runs long,
+    # at 230: its node's mean holds 10 busy runs, its median run none
+    assert got.runs == 40 and got.median_s == pytest.approx(230e-6)
+    assert got.nodes["gru"][2] / 40 == pytest.approx((10 * 300 + 30 * 200) / 40, abs=1)
+    assert got.run_total_us == pytest.approx(10 * 330 + 30 * 230)
 
 
 def test_op_profile_on_the_cpu_device_is_the_timed_runs_not_the_first(tmp_path):

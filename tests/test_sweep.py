@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import shutil
+import statistics
 from collections import Counter
 from pathlib import Path
 
@@ -798,6 +799,28 @@ def test_a_static_int8_conv_is_swept_as_a_qlinearconv_and_a_static_build_is_pric
     assert [k.cls for k in est.kernels if k.precision == "int8" and k.cls not in ("conv", "matmul")] == ["reduce"]
 
 
+def test_a_lone_gru_on_openvino_is_profiled_at_the_pace_of_its_timed_runs(tmp_path):
+    """OpenVINO's reference GRU (35 steps) ran its first ~18 profiled runs at ~1.5x its settled pace, and the old
+    pass (three warm-ups, then the mean of 20) read its node at 303 µs in a 197 µs run; timed on their own, its
+    runs take its node and ~30 µs around it. The profiled pass now keeps the timed runs' pace (ov_profile.py) and
+    reads its nodes at the pass's median run: less than the run they are part of."""
+    from tapeout.commands.sweep import TARGETS
+    from tapeout.estimation import sweep
+    from tapeout.measurement import kernel_timer
+
+    gru = sweep.Config("recurrent", "GRU", (("steps", 35), ("input", 98), ("hidden", 9)))
+    proto, inputs = sweep.model(gru)
+    request = {"target": "openvino", "options": TARGETS["openvino"].options(1), "min_s": 0.08,
+               "models": [{"key": gru.key, "path": str(sweep.save_model(proto, tmp_path / "gru")), "inputs": inputs,
+                           "profile": True}],
+               "inserted": list(TARGETS["openvino"].inserted), "profile_runs": 20, "layer_times": True}
+    (tmp_path / "request.json").write_text(json.dumps(request))
+    assert kernel_timer.main(str(tmp_path / "request.json"), str(tmp_path / "result.json")) == 0
+    (got,) = json.loads((tmp_path / "result.json").read_text())
+    assert "error" not in got, got
+    assert 0 < got["profiled"] < got["p50"]
+
+
 @pytest.mark.slow
 def test_an_openvino_sweep_times_its_kernels_on_openvino_and_prices_only_openvino_builds(tmp_path, monkeypatch):
     """`--target openvino`: the kernels are timed as OpenVINO's CPU plugin runs them for an openvino-cpu build (f32
@@ -834,7 +857,11 @@ def test_an_openvino_sweep_times_its_kernels_on_openvino_and_prices_only_openvin
     assert sweep_file["definition"] == sweep.PROFILED_DEFINITION == 5
     assert all(p["profiled_s"] is not None and p["kernel_s"] == pytest.approx(p["profiled_s"] + p["dispatch_s"])
                for p in points)
-    assert sum(p["profiled_s"] < p["run_s"] for p in points) >= 0.9 * len(points)  # a share of its run
+    # a share of its run: where the run is mostly its cost (under 100 µs), always less; and over all points, less
+    # by about that cost (the median; a long kernel's profiled window and timed p50 can differ by more than it
+    # where CI's other worker shares the host)
+    assert all(p["profiled_s"] < p["run_s"] for p in points if p["run_s"] < 100e-6)
+    assert statistics.median(p["run_s"] - p["profiled_s"] - 0.5 * p["baseline_s"] for p in points) > 0
     assert json.loads((folder / predictor.file_name(got["device"], "openvino")).read_text())["input_s"] > 0
     assert not (folder / predictor.file_name(got["device"], "onnxruntime")).exists()
     # an ONNX Runtime sweep file is not resumed as an OpenVINO one

@@ -110,7 +110,8 @@ def measure(request: dict) -> dict:
         # after every timed run and meter reading, in a session of its own with the profiler on: one process fewer
         # than a pass of its own, and nothing of it reaches the figures above
         sess = call = bound = sync = copies = None  # the timed session let go first (on a GPU, its memory too)
-        result["op_profile"] = target.op_profile(artifact, feeds, request["then_op_profile"]).to_json()
+        result["op_profile"] = target.op_profile(artifact, feeds, request["then_op_profile"],
+                                                 pace_s=float(np.median(samples)) / 1e3).to_json()
     return result
 
 

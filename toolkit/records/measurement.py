@@ -110,6 +110,7 @@ class OpProfileRecord(Record):
     runs: int
     method: str = ""
     mean_run_us: float | None = None
+    median_run_us: float | None = None
     mean_kernel_us: float | None = None
     overhead_share: float | None = None
     op_types: list[OpTypeRecord]
