@@ -202,11 +202,11 @@ def predictor_scores(dirs: list[Path], predicted: dict[str, tuple[str, float, fl
     import os
 
     from tapeout.builds.reader import open_build
-    from tapeout.estimation import estimate
+    from tapeout.estimation import estimate, host_drift
 
     os.environ["TAPEOUT_CALIBRATION"] = str(folder)
     measured_by_class = {r.source: r.measured_s for r, _ in found}
-    rows, classes, by_dir, partial = [], {}, {}, []
+    rows, classes, by_dir, partial, at_speed = [], {}, {}, [], {}
     for d in dirs:
         build = open_build(d)
         est = estimate.for_build(build, any_predictor=all_targets)
@@ -217,8 +217,11 @@ def predictor_scores(dirs: list[Path], predicted: dict[str, tuple[str, float, fl
             continue
         model, measured_ms, cal_ms = predicted.get(str(d), (build.report.project.name, None, None))
         measured_ms = measured_ms or build.report.measurement.latency_ms.quantiles["p50"].point
-        rows.append((model, d.name, measured_ms, cal_ms, est.predicted_s * 1e3, est.quantile_ms("p50")))
+        factor = host_drift.scale(est.learned_gflops, build.measured()[0].to_json()["measurement"].get("host_state"))
+        rows.append((model, d.name, measured_ms, cal_ms, est.predicted_s * 1e3, est.quantile_ms("p50"),
+                     est.predicted_s * 1e3 * factor if factor else None))
         by_dir[str(d)] = est.predicted_s * 1e3
+        at_speed[str(d)] = rows[-1][6] or rows[-1][4]
         for c in est.by_class():
             got = measured_by_class.get(str(d), {}).get(c["class"])
             if got:
@@ -229,11 +232,12 @@ def predictor_scores(dirs: list[Path], predicted: dict[str, tuple[str, float, fl
     print(f"\nkernel predictors ({folder}): every model held out (trained on a sweep of toy kernels); the builds whose "
           "every kernel a predictor prices")
     print(f"{'model':<12} {'profile':<18} {'measured p50 ms':>15} {'calibration':>12} {'error':>8} {'predictors':>11} "
-          f"{'error':>8} {'band':>22}")
-    for model, profile, measured, cal, pred, (_, low, high) in sorted(rows):
+          f"{'error':>8} {'band':>22} {'at its speed':>12} {'error':>8}")
+    for model, profile, measured, cal, pred, (_, low, high), scaled in sorted(rows):
         cal_text = f"{cal:>12.4g} {cal / measured - 1:>+8.1%}" if cal else f"{'—':>12} {'':>8}"
+        scaled_text = f"{scaled:>12.4g} {scaled / measured - 1:>+8.1%}" if scaled else f"{'—':>12}"
         print(f"{model:<12} {profile:<18} {measured:>15.4g} {cal_text} {pred:>11.4g} {pred / measured - 1:>+8.1%} "
-              f"{f'[{low:.4g}, {high:.4g}]':>22}")
+              f"{f'[{low:.4g}, {high:.4g}]':>22} {scaled_text}")
     hit = sum(abs(r[4] / r[2] - 1) <= 0.15 for r in rows)
     cal_rows = [r for r in rows if r[3]]
     cal_hit = sum(abs(r[3] / r[2] - 1) <= 0.15 for r in cal_rows)
@@ -243,6 +247,11 @@ def predictor_scores(dirs: list[Path], predicted: dict[str, tuple[str, float, fl
     print(f"predictors: {hit}/{len(rows)} within ±15 %, mean |error| {mean:.1%}; the calibration's held-out predictions "
           f"on the same pairs: {cal_hit}/{len(cal_rows)}, mean |error| {cal_mean:.1%}; the measured p50 inside the "
           f"predictors' band: {inside}/{len(rows)}")
+    scaled = [r for r in rows if r[6]]
+    if scaled:  # the machine's drift between the sweep and each check taken out (estimation/host_drift.py)
+        print(f"  at each check's host speed (the estimate times the sweep's FP32 probe over the check's): "
+              f"{sum(abs(r[6] / r[2] - 1) <= 0.15 for r in scaled)}/{len(scaled)} within ±15 %, mean |error| "
+              f"{sum(abs(r[6] / r[2] - 1) for r in scaled) / len(scaled):.1%} (beside the figure above, not instead)")
     for group, members in groups.items():
         mine = [r for r in rows if r[0] in members]
         if mine:
@@ -258,6 +267,8 @@ def predictor_scores(dirs: list[Path], predicted: dict[str, tuple[str, float, fl
         hit = sum(abs(e) <= 0.15 for e in errors)
         print(f"every pair, the predictors where they price every kernel of the build and the calibration's "
               f"held-out prediction elsewhere: {hit}/{len(errors)} within ±15 % ({hit / len(errors):.0%}; target ≥ 90 %)")
+        drift = sum(abs(at_speed.get(source, cal) / measured - 1) <= 0.15 for source, (_, measured, cal) in predicted.items())
+        print(f"  the same, the predictors at each check's host speed: {drift}/{len(errors)} within ±15 %")
     print("where the error sits — per kernel class, predicted seconds / the profiler's seconds (median, range):")
     for cls, ratios in sorted(classes.items()):
         ratios.sort()

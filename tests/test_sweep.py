@@ -58,6 +58,10 @@ def test_a_sweep_bounded_to_seconds_trains_a_predictor_per_class_and_resumes(swe
     assert all(p["views"] == (1 if p["op"] == "GeluTanh" else 0) for p in points)
     assert data["baseline_s"] < sorted(p["baseline_s"] for p in points)[len(points) // 2]
     assert sweep["host_speed"] and "bandwidth_gbs" in sweep["host_speed"][0]
+    # the host's speed the points were measured at, for an estimate at a measurement's own speed (host_drift.py)
+    rates = sorted(h["fp32_gflops"] for h in sweep["host_speed"])
+    assert data["host_speed"]["probes"] == len(rates)
+    assert data["host_speed"]["fp32_gflops"] == pytest.approx(statistics.median(rates))
     # the same configuration is never measured twice, and a second run goes on from the first
     assert len({p["key"] for p in points}) == len(points)
     again = run_cli("calibrate", "--sweep", "host", "--minutes", "0.1", "--classes", "matmul", "--out", folder, "--json")
@@ -105,8 +109,17 @@ def test_a_check_on_a_host_with_a_predictor_estimates_at_the_builds_recorded_dim
     build = shutil.copytree(digits_build, tmp_path / "digits")  # the check writes beside the shared build
     done = run_cli("check", build, "--json", env={"TAPEOUT_CALIBRATION": str(folder)})
     assert done.code == 0, done.err
-    est = json.loads((build / "check.json").read_text())["estimate"]
+    checked = json.loads((build / "check.json").read_text())
+    est = checked["estimate"]
     assert est["method"] == estimate.METHOD_PREDICTED and est["device"] == first["device"]
+    # beside the plain error, the estimate at the speed the check's own probe read: times the sweep's FP32 rate over it
+    learned = json.loads((folder / predictor.file_name(first["device"], "onnxruntime")).read_text())["host_speed"]
+    measured = checked["measurement"]["host_state"]["fp32_gflops"]
+    at = est["at_measured_speed"]
+    assert est["learned_fp32_gflops"] == at["learned_fp32_gflops"] == learned["fp32_gflops"]
+    assert at["p50_ms"] == pytest.approx(est["predicted_ms"]["p50"]["point"] * learned["fp32_gflops"] / measured)
+    assert at["error"] == pytest.approx(at["p50_ms"] / est["measured_p50_ms"] - 1)
+    assert "At the host speed this measurement ran at" in (build / "check.md").read_text()
 
 
 def test_the_dispatch_chain_survives_onnx_runtimes_optimizer(tmp_path):

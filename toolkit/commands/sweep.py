@@ -66,7 +66,7 @@ def sweep(device: str, minutes: float, threads: int, out: Path | None, as_json: 
     from tapeout import __version__
     from tapeout.core.host import host_fingerprint, now
     from tapeout.core.host_speed import host_state
-    from tapeout.estimation import estimate, fit, predictor, roofline, sweep_draws, sweep_pricing
+    from tapeout.estimation import estimate, fit, host_drift, predictor, roofline, sweep_draws, sweep_pricing
     from tapeout.estimation import sweep as sweeping
 
     if device not in HERE:
@@ -193,9 +193,8 @@ def sweep(device: str, minutes: float, threads: int, out: Path | None, as_json: 
     dispatch = sorted(p.dispatch_s for p in found.points)[len(found.points) // 2]  # what a view costs a run
     data = predictor.PredictorFile(schema=predictor.SCHEMA, device=name, target=target, host=found.host,
                                    threads=threads, created=now(), baseline_s=baseline, input_s=per_input,
-                                   dispatch_s=dispatch,
-                                   roof=found.roof,
-                                   points=len(found.points), classes=trained)
+                                   dispatch_s=dispatch, roof=found.roof, points=len(found.points), classes=trained,
+                                   host_speed=host_drift.summary(found.host_speed))
     saved = predictor.save(data, folder)
     rows = [{"class": c, "points": m.points, "band": list(m.band), "held_out_within_15": m.held_out_within_15}
             for c, m in trained.items()]

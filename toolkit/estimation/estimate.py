@@ -23,7 +23,7 @@ from tapeout.core.errors import BadInput
 from tapeout.core.host import host_fingerprint
 from tapeout.core.schemas import Budgets
 from tapeout.core.verdict import BudgetResult, Verdict
-from tapeout.estimation import bottleneck, generation, host_roof, roofline, strided
+from tapeout.estimation import bottleneck, generation, host_drift, host_roof, roofline, strided
 from tapeout.estimation import cost_units as kern
 from tapeout.estimation import fit as calib
 from tapeout.estimation import openvino_graph as ov_graph
@@ -58,6 +58,7 @@ class Estimate:
 
     predictor: str | None = None                # its summary and file, where kernel predictors priced it
     unpredicted: list[str] = field(default_factory=list)  # `class@precision` no predictor priced (kernel predictors)
+    learned_gflops: float | None = None         # the host's FP32 probe over the predictors' sweep (host_drift.py)
 
     @property
     def method(self) -> str:
@@ -94,6 +95,7 @@ class Estimate:
             "predicted_ms": {q: dict(zip(("point", "low", "high"), v, strict=True))
                              for q in ("p50", "p90", "p99") if (v := self.quantile_ms(q))} or None,
             "band": list(self.band) if self.band else None, "calibration": self.calibration,
+            **({"learned_fp32_gflops": self.learned_gflops} if self.learned_gflops else {}),
             "kernels": len(self.kernels), "by_class": self.by_class(),
             "top_kernels": [{**self.kernels[i].to_json(),
                              "compute_us": kern.roof_times(self.kernels[i], self.roof)[0] * 1e6,
@@ -317,6 +319,7 @@ def _predicted(est: Estimate, kernels: list[kern.Kernel], roof: roofline.Roof, p
     est.predictor = (f"kernel predictors {pred.path.name}: {len(pred.data.classes)} classes from {pred.data.points} "
                      f"swept points ({pred.data.created})")
     est.calibration = est.predictor
+    est.learned_gflops = pred.data.host_speed.fp32_gflops if pred.data.host_speed else None
     if inside:
         est.notes.append(f"{inside} activation quantizations priced inside their INT8 kernels' predicted times, as "
                          "the sweep timed them (ONNX Runtime's DynamicQuantizeMatMul and DynamicQuantizeLSTM quantize "
@@ -491,14 +494,17 @@ def for_model(setup, structure: list[kern.Kernel], plan: dict | None, reported: 
     return est
 
 
-def with_measured(est: Estimate, measured_p50_ms: float | None, measured_generation: dict | None = None
-                  ) -> dict[str, Any]:
+def with_measured(est: Estimate, measured_p50_ms: float | None, measured_generation: dict | None = None,
+                  host_state: dict | None = None) -> dict[str, Any]:
     """The estimate's JSON, with the measured p50 and the prediction's error where this run measured it (and the
-    generation loop's, for a generate workload)."""
+    generation loop's, for a generate workload), and beside them, where the predictors' sweep and the measurement
+    each probed the host (`host_state`), the estimate at the measurement's host speed (host_drift.py)."""
     data = est.to_json()
     predicted = est.quantile_ms("p50")
     data["measured_p50_ms"] = measured_p50_ms
     data["error"] = predicted[0] / measured_p50_ms - 1 if predicted and measured_p50_ms else None
+    if predicted and (at := host_drift.at_measured_speed(predicted[0], est.learned_gflops, host_state, measured_p50_ms)):
+        data["at_measured_speed"] = at
     if est.generation is not None:
         data["generation"] = generation.with_measured(est.generation, measured_generation)
     return data

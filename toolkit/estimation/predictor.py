@@ -141,6 +141,17 @@ class ClassModel(BaseModel):
     relative_to_roof_plus_s: float | None = Field(None, ge=0)
 
 
+class HostSpeed(BaseModel):
+    """The host's own probe over the sweep (host_drift.summary): what its points' speed was."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    fp32_gflops: float = Field(gt=0)
+    fp32_gflops_range: tuple[float, float]
+    bandwidth_gbs: float | None = Field(None, gt=0)
+    probes: int = Field(ge=1)
+
+
 class PredictorFile(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
@@ -157,6 +168,7 @@ class PredictorFile(BaseModel):
     roof: dict                             # Roof.to_json() the sweep priced its points at: estimates use the same
     points: int = Field(ge=1)
     classes: dict[str, ClassModel]
+    host_speed: HostSpeed | None = None    # None in a file trained before it was kept
 
 
 @dataclass

@@ -113,6 +113,15 @@ class GenerationEstimateRecord(Record):
     measured: list[EstimateVsMeasured] | None = None
 
 
+class AtMeasuredSpeedRecord(Record):
+    """The estimate at the measurement's host speed (estimation/host_drift.py)."""
+
+    p50_ms: float
+    learned_fp32_gflops: float
+    measured_fp32_gflops: float
+    error: float | None = None
+
+
 class EstimateRecord(Record):
     device: str
     target: str
@@ -127,8 +136,10 @@ class EstimateRecord(Record):
     by_class: list[ClassRecord]
     top_kernels: list[KernelRecord]
     notes: list[str] = Field(default_factory=list)
+    learned_fp32_gflops: float | None = None
     measured_p50_ms: float | None = None
     error: float | None = None
+    at_measured_speed: AtMeasuredSpeedRecord | None = None
     generation: GenerationEstimateRecord | None = None
 
 

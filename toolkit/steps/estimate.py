@@ -44,7 +44,8 @@ class Estimate(Step):
         if state.estimate is None:
             return {"estimate": None}
         measured = None if state.setup.emulated or state.generation is None else state.generation.to_json()
-        return {"estimate": estimate.with_measured(state.estimate, measured_p50(state), measured)}
+        host_state = None if state.setup.emulated else state.measurement.host_state
+        return {"estimate": estimate.with_measured(state.estimate, measured_p50(state), measured, host_state)}
 
 
 def workload_of(state: BuildState):
