@@ -10,7 +10,7 @@ A freshly compiled session does not run at its settled pace at once: a lone GRU 
 warm-up runs and twenty profiled ones read it at 302 µs, more than the timed run it is a part of. And a busy host
 (CI's second worker) can stretch one window. So where the caller has timed the model already (`pace_s`, the p50 of
 its unprofiled runs), the warm-up goes on until the runs keep that pace, and a window that did not keep it is taken
-again, up to `WINDOWS` times, keeping the one that ran closest to it.
+again, up to `WINDOWS` times, keeping the quickest (by its median run).
 """
 
 from __future__ import annotations
@@ -52,15 +52,12 @@ def paced_window(call: Callable[[], object], executed: Callable[[], dict[str, tu
     one window of `iterations`. With it: warmed up until the last three runs' median keeps the pace (at most
     `SETTLE_MAX_S`), and each window at least as long as the runs before it (within `SETTLE_MAX_S`), taken again
     while it ran slower than the pace; the quickest window is kept. `clock`: seconds, for the runs' wall time."""
-    done, walls = 0, []
-
     def run() -> float:
         start = clock()
         call()
         return clock() - start
 
-    for _ in range(WARMUP):
-        walls.append(run())
+    walls = [run() for _ in range(WARMUP)]
     done = WARMUP
     limit = pace_s * PACE_SLACK + PACE_EXTRA_S if pace_s else None
     if limit is not None:
