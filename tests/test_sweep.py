@@ -668,13 +668,15 @@ def test_an_int8_matmul_is_swept_as_the_cpu_rules_quantize_it_and_priced_by_its_
     roof = Roof(name="test", kind="cpu", peaks={"fp32": 1e11, "int8": 4e11}, bandwidth=2e10, source="a stand-in")
     rng = random.Random(5)
     config = next(c for c in iter(lambda: sweep_draws.sample("matmul", rng), None)
-                  if sweep.precision_of(c) == "int8" and sweep_draws.rough_flops(c) < 5e7)
+                  if sweep.quantization_of(c) == "dynamic" and sweep_draws.rough_flops(c) < 5e7)
     proto, inputs = sweep.model(config)
     fp32, int8 = sweep.features_of(proto, inputs, roof), sweep.features_of(proto, inputs, roof, "int8")
     assert (fp32["precision"], int8["precision"], int8["cls"]) == ("fp32", "int8", "matmul")
     assert int8["bytes"] == fp32["bytes"] / 4 and int8["flops"] == fp32["flops"]
     assert int8["roof_s"] == max(int8["flops"] / 4e11, int8["bytes"] / 2e10)
-    assert int8["shape"] == {n: config[n] for n in ("m", "k", "n")}  # the GEMM's shape, as the predictor reads it
+    # the GEMM's shape, as the predictor reads it: its rows, depth and columns, and how the depth and columns align
+    assert int8["shape"] == {**{n: config[n] for n in ("m", "k", "n")}, "k_align": predictor.alignment(config["k"]),
+                             "n_align": predictor.alignment(config["n"])}
     options = ort.SessionOptions()
     options.optimized_model_filepath = str(tmp_path / "int8.onnx")
     ort.InferenceSession(sweep.timed_model(config, proto).SerializeToString(), options,

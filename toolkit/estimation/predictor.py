@@ -37,6 +37,11 @@ FEATURES = ("log_flops", "log_bytes", "log_roof", "log_launches", "nodes")
 # `m`, `k`, `n` (matmul): the GEMM's rows, depth and columns (held out, the FP32 MatMul points within ±15 % rose from
 # 68 to 92 % knowing them, the dynamic INT8 ones from 39 to 82, the static QGemms from 28 to 74); (attention) its
 # weighted sum's: heads × queries, keys, a head's width (openvino_graph._scores_merged).
+# `k_align`, `n_align` (matmul): the largest power of two, up to 64, dividing its depth and its columns (`alignment`):
+# where a runtime runs a GEMM on AMX tiles (32 deep in bf16, 64 in INT8) it pads a depth off the tile, which a log of k
+# cannot tell. One thread of an Intel Xeon with AMX, OpenVINO 2026.4: an NNCF INT8 128 × 768 × 768 in 137 µs, 129 ×
+# 767 × 770 in 204; in bf16 (its CPU plugin's default there) 128 × 256 × 256 in 12 µs, 128 × 255 × 256 in 23; in f32
+# (as tapeout's openvino-cpu pins it: MLAS) 97 against 102, no step. Learned per device, so a CPU without AMX learns none.
 # `width` (conv): its output rows' length (a spectrogram's 8 × 128 is not a 32 × 32 of its positions).
 # `run` (movement): the elements each contiguous copy moves (kernel_shape.movement_run).
 # `input`, `hidden` (recurrent): the cell's input width and hidden size (kernel_shape.recurrent_shape).
@@ -44,16 +49,26 @@ FEATURES = ("log_flops", "log_bytes", "log_roof", "log_launches", "nodes")
 # is not a Relu of the same bytes, a DequantizeLinear a QuantizeLinear, nor a GRU an LSTM
 SHAPE_FEATURES = {"conv": ("per_group", "out_channels", "positions", "area", "groups", "layout", "fill", "rank",
                            "width"),
-                  "matmul": ("m", "k", "n"), "attention": ("m", "k", "n"),
+                  "matmul": ("m", "k", "n", "k_align", "n_align"), "attention": ("m", "k", "n"),
                   "reduce": ("pool_layout", "masked"), "elementwise": ("function",),
                   "movement": ("function", "run"),
                   "quantize": ("function",), "recurrent": ("function", "input", "hidden")}
-# shape features filled in where missing: what the runtime decides, and a 2-D conv's rank (the cost units write it
-# for a 1-D conv only). `fill`: the share of the output channels a blocked conv computes that are its own (18 of a
-# padded 32 ran at ~130 GFLOP/s, 32 of 32 at ~270)
+
+
+def alignment(size: int | None, most: int = 64) -> int | None:
+    """The largest power of two, at most `most`, that divides `size` (None without a size)."""
+    if not size or size < 1:
+        return None
+    return min(int(size) & -int(size), most)
+
+
+# shape features filled in where missing: what the runtime decides, a 2-D conv's rank (the cost units write it for a
+# 1-D conv only) and a MatMul's alignments (of its k and n, which it keeps). `fill`: the share of the output channels
+# a blocked conv computes that are its own (18 of a padded 32 ran at ~130 GFLOP/s, 32 of 32 at ~270)
 DERIVED = {"layout": runtime_kernels.conv_layout, "fill": runtime_kernels.conv_fill,
            "rank": lambda shape: 2 if "per_group" in shape else None, "pool_layout": runtime_kernels.pool_layout,
-           "masked": lambda shape: softmax_masks.UNMASKED}
+           "masked": lambda shape: softmax_masks.UNMASKED,
+           "k_align": lambda shape: alignment(shape.get("k")), "n_align": lambda shape: alignment(shape.get("n"))}
 # per target, the rules' method each INT8 class is swept quantized by (`sweep.quantization_of`), as an INT8 build for
 # it quantizes such a kernel. ONNX Runtime (cpu-int8): a transformer's MatMuls and an LSTM dynamically (one
 # DynamicQuantizeMatMul or DynamicQuantizeLSTM, its activation quantization inside), a CNN's convs statically (QDQ:
