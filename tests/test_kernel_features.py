@@ -264,7 +264,8 @@ def test_a_matmul_reads_how_its_depth_and_columns_align_and_the_sweep_draws_alig
     depths = [s["k"] for s in drawn]
     assert all(16 <= k <= 4096 for k in depths)
     assert 0.35 <= sum(k % 32 == 0 for k in depths) / len(depths) <= 0.65  # log-uniform alone: ~3 %
-    assert sum(k % 16 for k in depths) and sum(s["n"] % 32 == 0 for s in drawn) / len(drawn) >= 0.35
+    assert any(k % 16 for k in depths)  # the log-uniform half still draws depths off every tile
+    assert sum(s["n"] % 32 == 0 for s in drawn) / len(drawn) >= 0.35
 
 
 def test_training_tells_an_aligned_depth_from_a_padded_one():

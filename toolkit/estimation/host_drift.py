@@ -22,7 +22,7 @@ def summary(states: list[dict[str, Any]]) -> dict[str, Any] | None:
     rates = sorted(s["fp32_gflops"] for s in states if s.get("fp32_gflops"))
     if not rates:
         return None
-    low, high = rates[len(rates) // 10], rates[(len(rates) * 9) // 10 if len(rates) > 1 else 0]
+    low, high = rates[len(rates) // 10], rates[(len(rates) * 9) // 10]
     bandwidth = [s["bandwidth_gbs"] for s in states if s.get("bandwidth_gbs")]
     return {"fp32_gflops": statistics.median(rates), "fp32_gflops_range": [low, high],
             "bandwidth_gbs": statistics.median(bandwidth) if bandwidth else None, "probes": len(rates)}
