@@ -137,6 +137,39 @@ def test_training_learns_a_ratio_where_the_kernels_time_follows_its_roofline():
     assert pred.kernel_s("matmul", 1e7, 1e5, 1e-4, 1, 1) is None  # a MatMul whose shape is unknown: not priced
 
 
+def test_a_class_learns_its_seconds_only_where_they_win_clearly_on_its_held_out_points():
+    """The form a class learns (`seconds_form_wins`): the ratio to its roofline stays on a near-tie, where a larger
+    share alone had flipped between two trainings of nearly the same points."""
+    ratio = np.zeros(400, dtype=bool)
+    ratio[:300] = True                          # the ratio: 300 of 400 held-out points within ±15 %
+    near = ratio.copy()
+    near[300:308] = True                        # the seconds: 8 won ...
+    near[:4] = False                            # ... 4 lost: 304 / 400, the larger share, and a tie within its spread
+    assert near.mean() > ratio.mean() and not predictor.seconds_form_wins(ratio, near)
+    clear = ratio.copy()
+    clear[300:340] = True
+    clear[:10] = False                          # 40 won, 10 lost: 330 / 400, past twice the root of 50
+    assert predictor.seconds_form_wins(ratio, clear)
+    assert not predictor.seconds_form_wins(ratio, ratio)      # agreeing everywhere: nothing to switch for
+    assert not predictor.seconds_form_wins(clear, ratio)      # the seconds losing clearly: the ratio
+
+
+def test_a_near_tie_keeps_the_ratio_form_whatever_the_dispatch():
+    """A class whose time follows its roofline with 12 % noise: the two forms' held-out shares differ by a point or
+    two either way (this draw: 62 % the ratio, 64 % the seconds), and the class keeps the ratio, at two dispatches
+    0.2 % apart as well."""
+    rng = np.random.default_rng(5)
+    rows = []
+    for _ in range(160):
+        roof_s = 10 ** rng.uniform(-6.5, -4)
+        rows.append({"cls": "recurrent", "precision": "fp32", "flops": roof_s * 1e11, "bytes": roof_s * 2e10 / 3,
+                     "nodes": 1, "launches": 1, "roof_s": roof_s,
+                     "kernel_s": (3 * roof_s + 2e-6) * math.exp(rng.normal(0, 0.12)),
+                     "shape": {"function": 1, "input": 16, "hidden": 16}})
+    for dispatch in (2.0e-7, 2.004e-7):
+        assert predictor.train(rows, dispatch_s=dispatch)["recurrent"].relative_to_roof_plus_s == dispatch
+
+
 def test_a_structure_from_before_the_function_is_analysed_again(digits_build, tmp_path):
     """A build dir whose structure.json predates `function` (and a single call's): its verified export is analysed
     again, so the predictors that read it price every kernel."""
