@@ -177,6 +177,29 @@ def test_the_timer_reports_the_layout_reorders_the_runtime_put_around_a_lone_con
     assert all(0 <= s < row["p50"] for s in row["inserted"].values())
 
 
+def test_the_timer_takes_every_model_in_windows_round_robin_and_pools_their_runs():
+    """`kernel_timer._rounds`: each model's runs come from every window, the windows alternate over the chunk (every
+    other round reversed), the first after three warm-up runs and each later one after one, at least five runs in
+    all however short the time; a model whose run raises loses its point alone."""
+    from tapeout.measurement import kernel_timer
+
+    calls, order = {}, []
+    for key in ("identity", "kernel", "bad"):
+        def run(key=key):
+            order.append(key)
+            if key == "bad" and order.count("bad") > 5:  # fails in its second window (five runs in its first)
+                raise RuntimeError("the runtime refused\nsecond line")
+        calls[key] = run
+    times, failed = kernel_timer._rounds(calls, 0.0, 4)
+    windows = [k for i, k in enumerate(order) if i == 0 or order[i - 1] != k]  # a round's last model opens the next
+    assert windows == ["identity", "kernel", "bad", "kernel", "identity", "kernel", "identity"]
+    # round 1 forward; 2 back, "bad" failing at once; 3 forward and 4 back without it
+    assert order[:5] == ["identity"] * 5                      # three warm-ups, then two timed runs (5 over 4 windows)
+    assert order.count("kernel") == 3 + 2 + 3 * (1 + 2)       # later windows: one warm-up, two timed runs
+    assert set(times) == {"identity", "kernel"} and len(times["kernel"]) == 8 and (times["kernel"] >= 0).all()
+    assert failed == {"bad": "RuntimeError: the runtime refused"}
+
+
 def test_a_predictor_is_never_read_for_another_device_or_target(swept, tmp_path):
     folder, first = swept
     source = folder / predictor.file_name(first["device"], "onnxruntime")

@@ -2,11 +2,12 @@
 
 A fresh interpreter per chunk of a sweep, as every measurement is: it loads each configuration's model on the
 target with the sweep's options (ONNX Runtime's CPU EP at the device's thread count), runs it on random inputs
-after a warm-up until `min_s` of runs (at least 5), and writes each model's p10/p50/p90 seconds. A uint8 image-shaped
+after a warm-up until `min_s` of runs (at least 5), in ROUNDS windows round-robin over the chunk's models, and writes
+each model's p10/p50/p90 seconds over all its runs. A uint8 image-shaped
 input (a static INT8 CNN's MaxPool reads one) is a quantized feature map (`feature_maps`), not uniform bytes: ONNX
 Runtime's 8-bit MaxPool is a compare loop whose time follows the data. The baselines
-(an Identity model and Neg chains) are timed first and last: what a run costs without the kernel, subtracted from
-each model's p50 by the caller.
+(an Identity model and Neg chains) are listed first and last, and so timed in every window beside the kernels: what
+a run costs without the kernel, subtracted from each model's p50 by the caller.
 
 Then, where the target has a per-node profiler, one profiled pass of `profile_runs` runs or more, kept to the pace
 of the timed runs where the profiler reads running counters (OpenVINO: targets/ov_profile.py): the time of the nodes
@@ -26,16 +27,44 @@ from pathlib import Path
 
 import numpy as np
 
+# Each model is timed in this many windows, round-robin over the chunk's models (the baselines among them), and its
+# p50 is over all its windows' runs: where the machine's speed moves within a process, each model's runs span the
+# chunk instead of one ~12 ms window. On a 2-core AMD EPYC (Zen 4), 2026-12-01, the one-Identity model's p50 read
+# 4.5-4.8 µs in some processes and 6.7-8.5 in others, and switched within one (8.52 before its chunk, 4.69 after);
+# the same chunk timed in eight fresh processes each way, its 11 kernels of runs under 15 µs ranged 5.8 µs (the
+# median over them) less Identity timed one window a model, 3.3 in four windows, the chunk 3.0 s against 3.2
+ROUNDS = 4
+MOST_RUNS = 2000  # of a model's runs in all its windows
 
-def _time(call, min_s: float) -> np.ndarray:
-    for _ in range(3):
+
+def _time(call, min_s: float, warm: int = 3, most: int = MOST_RUNS, least: int = 5) -> np.ndarray:
+    """Seconds of each run of `call`, after `warm` runs: at least `least`, then until `min_s` or `most` runs."""
+    for _ in range(warm):
         call()
     clock, samples, start = time.perf_counter_ns, [], time.perf_counter()
-    while len(samples) < 5 or (time.perf_counter() - start < min_s and len(samples) < 2000):
+    while len(samples) < least or (time.perf_counter() - start < min_s and len(samples) < most):
         t0 = clock()
         call()
         samples.append(clock() - t0)
     return np.array(samples, dtype=np.float64) / 1e9
+
+
+def _rounds(calls: dict, min_s: float, rounds: int) -> tuple[dict[str, np.ndarray], dict[str, str]]:
+    """Every call's run times over `rounds` windows of min_s / rounds, round-robin (every other round in reverse, so
+    no model always follows the same one), and the error of each call that raised; at least 5 runs each in all, the
+    first window after three warm-up runs, each later one after one (a model run since has had the caches)."""
+    got: dict[str, list[np.ndarray]] = {key: [] for key in calls}
+    failed: dict[str, str] = {}
+    least = -(-5 // rounds)
+    for r in range(rounds):
+        for key in (list(calls) if r % 2 == 0 else list(reversed(calls))):
+            if key in failed:
+                continue
+            try:
+                got[key].append(_time(calls[key], min_s / rounds, 3 if r == 0 else 1, MOST_RUNS // rounds, least))
+            except Exception as exc:  # a run the runtime refuses is that model's loss, not the chunk's
+                failed[key] = f"{type(exc).__name__}: {str(exc).splitlines()[0][:300]}"
+    return {key: np.concatenate(t) for key, t in got.items() if key not in failed and t}, failed
 
 
 def feature_maps(shape: list[int], rng: np.random.Generator) -> np.ndarray:
@@ -108,23 +137,38 @@ def main(request_path: str, result_path: str) -> int:
     request = json.loads(Path(request_path).read_text())
     target = targets.create(request["target"], request["options"])
     rng = np.random.default_rng(0)
-    out = []
+    errors: dict[str, str] = {}
+    loaded: dict[str, tuple] = {}  # key: (artifact, feeds)
+    calls = {}  # key: its bound run, every model's session open until all are timed
     for item in request["models"]:
         dtypes = item.get("dtypes", {})  # an input not named there is FP32
         specs = [InputSpec(name=n, shape=shape, dtype=dtypes.get(n, "float32")) for n, shape in item["inputs"]]
         folder = Path(item["path"]).parent / (Path(item["path"]).stem + "-compiled")
         try:
             artifact = target.compile(Path(item["path"]), folder, specs, {})
-            session = target.session(artifact)
             feeds = {s.name: _feed(s, item, rng) for s in specs}
-            times = _time(session.bind(feeds), request["min_s"])
-            del session
+            calls[item["key"]] = target.session(artifact).bind(feeds)
+            loaded[item["key"]] = (artifact, feeds)
+        except Exception as exc:  # one configuration the runtime refuses is that point's loss, not the chunk's
+            errors[item["key"]] = f"{type(exc).__name__}: {str(exc).splitlines()[0][:300]}"
+    timed, failed = _rounds(calls, request["min_s"], int(request.get("rounds", ROUNDS)))
+    errors.update(failed)
+    del calls  # the sessions closed before the profiled passes, which open their own
+    out = []
+    for item in request["models"]:
+        key = item["key"]
+        if key in errors:
+            out.append({"key": key, "error": errors[key]})
+            continue
+        artifact, feeds = loaded[key]
+        times = timed[key]
+        try:
             inserted, profiled = (_profiled(target, artifact, feeds, request, float(np.median(times)))
                                   if item.get("profile") else ({}, None))
-        except Exception as exc:  # one configuration the runtime refuses is that point's loss, not the chunk's
-            out.append({"key": item["key"], "error": f"{type(exc).__name__}: {str(exc).splitlines()[0][:300]}"})
+        except Exception as exc:
+            out.append({"key": key, "error": f"{type(exc).__name__}: {str(exc).splitlines()[0][:300]}"})
             continue
-        out.append({"key": item["key"], "p10": float(np.percentile(times, 10)), "p50": float(np.median(times)),
+        out.append({"key": key, "p10": float(np.percentile(times, 10)), "p50": float(np.median(times)),
                     "p90": float(np.percentile(times, 90)), "runs": int(times.size), "inserted": inserted,
                     **({"profiled": profiled} if profiled is not None else {})})
     Path(result_path).write_text(json.dumps(out))
