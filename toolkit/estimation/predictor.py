@@ -305,9 +305,10 @@ def train(points: list[dict], folds: int = 5, roof=None, target: str = "onnxrunt
             bases = np.array([_base_s(r["roof_s"], offset) for r in rows])
             errors = _held_out(x, np.log(seconds / bases), bases, floors, folds)
             tried.append((offset, bases, errors))
-        if len(tried) == 2 and not seconds_form_wins(np.abs(tried[0][2]) <= 0.15, np.abs(tried[1][2]) <= 0.15):
-            tried.pop()
-        offset, bases, errors = tried[-1]
+        chosen = tried[0]  # the ratio where a dispatch is given, else the seconds alone
+        if len(tried) == 2 and seconds_form_wins(np.abs(tried[0][2]) <= 0.15, np.abs(tried[1][2]) <= 0.15):
+            chosen = tried[1]
+        offset, bases, errors = chosen
         within = float(np.mean(np.abs(errors) <= 0.15))
         model = _export(_regressor().fit(x, np.log(seconds / bases)))
         model.band = (float(np.percentile(errors, 10)), float(np.percentile(errors, 90)))

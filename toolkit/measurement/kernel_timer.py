@@ -49,6 +49,11 @@ def _time(call, min_s: float, warm: int = 3, most: int = MOST_RUNS, least: int =
     return np.array(samples, dtype=np.float64) / 1e9
 
 
+def _error(exc: Exception) -> str:
+    """A configuration's loss as the caller reports it: the exception's type and its message's first line."""
+    return f"{type(exc).__name__}: {(str(exc).splitlines() or [''])[0][:300]}"
+
+
 def _rounds(calls: dict, min_s: float, rounds: int) -> tuple[dict[str, np.ndarray], dict[str, str]]:
     """Every call's run times over `rounds` windows of min_s / rounds, round-robin (every other round in reverse, so
     no model always follows the same one), and the error of each call that raised; at least 5 runs each in all, the
@@ -63,7 +68,7 @@ def _rounds(calls: dict, min_s: float, rounds: int) -> tuple[dict[str, np.ndarra
             try:
                 got[key].append(_time(calls[key], min_s / rounds, 3 if r == 0 else 1, MOST_RUNS // rounds, least))
             except Exception as exc:  # a run the runtime refuses is that model's loss, not the chunk's
-                failed[key] = f"{type(exc).__name__}: {str(exc).splitlines()[0][:300]}"
+                failed[key] = _error(exc)
     return {key: np.concatenate(t) for key, t in got.items() if key not in failed and t}, failed
 
 
@@ -150,8 +155,8 @@ def main(request_path: str, result_path: str) -> int:
             calls[item["key"]] = target.session(artifact).bind(feeds)
             loaded[item["key"]] = (artifact, feeds)
         except Exception as exc:  # one configuration the runtime refuses is that point's loss, not the chunk's
-            errors[item["key"]] = f"{type(exc).__name__}: {str(exc).splitlines()[0][:300]}"
-    timed, failed = _rounds(calls, request["min_s"], int(request.get("rounds", ROUNDS)))
+            errors[item["key"]] = _error(exc)
+    timed, failed = _rounds(calls, request["min_s"], max(1, int(request.get("rounds", ROUNDS))))
     errors.update(failed)
     del calls  # the sessions closed before the profiled passes, which open their own
     out = []
@@ -166,7 +171,7 @@ def main(request_path: str, result_path: str) -> int:
             inserted, profiled = (_profiled(target, artifact, feeds, request, float(np.median(times)))
                                   if item.get("profile") else ({}, None))
         except Exception as exc:
-            out.append({"key": key, "error": f"{type(exc).__name__}: {str(exc).splitlines()[0][:300]}"})
+            out.append({"key": key, "error": _error(exc)})
             continue
         out.append({"key": key, "p10": float(np.percentile(times, 10)), "p50": float(np.median(times)),
                     "p90": float(np.percentile(times, 90)), "runs": int(times.size), "inserted": inserted,
