@@ -21,6 +21,7 @@ profiler: OpenVINO's in-process counters), the rest of the nodes' profiled time 
 from __future__ import annotations
 
 import json
+import math
 import sys
 import time
 from pathlib import Path
@@ -60,7 +61,7 @@ def _rounds(calls: dict, min_s: float, rounds: int) -> tuple[dict[str, np.ndarra
     first window after three warm-up runs, each later one after one (a model run since has had the caches)."""
     got: dict[str, list[np.ndarray]] = {key: [] for key in calls}
     failed: dict[str, str] = {}
-    least = -(-5 // rounds)
+    least = math.ceil(5 / rounds)
     for r in range(rounds):
         for key in (list(calls) if r % 2 == 0 else list(reversed(calls))):
             if key in failed:
