@@ -140,6 +140,23 @@ def test_the_dispatch_chain_survives_onnx_runtimes_optimizer(tmp_path):
     assert sweep.dispatch_s(10e-6, 18e-6) == pytest.approx(1e-6) and sweep.dispatch_s(10e-6, 9e-6) == 0.0
 
 
+def test_a_chunk_whose_long_chain_ran_no_slower_than_its_short_one_is_not_used():
+    """A chunk's baselines give its run cost, its dispatch and a second input's cost; both targets run their chains
+    node by node, so a nine-node chain no slower than the one-node chain measured a busy host (seen in CI, two test
+    workers on two cores): the chunk says why and is skipped, where a dispatch of 0 would be kept in every point."""
+    from tapeout.estimation import sweep
+
+    # ONNX Runtime: Identity, the one- and nine-Neg chains; OpenVINO: its Softmax chains and the two-input Add
+    assert sweep.run_costs([5e-6, 6e-6, 14e-6]) == pytest.approx((5e-6, 1e-6, 0.0))
+    assert sweep.run_costs([5e-6, 6e-6, 14e-6, 7.5e-6]) == pytest.approx((5e-6, 1e-6, 0.5e-6))
+    assert sweep.run_costs([6e-6, 14e-6, 11e-6], "Softmax") == pytest.approx((6e-6, 1e-6, 5e-6))
+    for p50s, chain_op in (([5e-6, 6e-6, 6e-6], None), ([5e-6, 6.4e-6, 6.1e-6, 7e-6], None),
+                           ([6e-6, 5.9e-6], "Softmax")):
+        why = sweep.run_costs(p50s, chain_op)
+        assert isinstance(why, str) and f"9-node {chain_op or 'Neg'} chain ran no slower than its 1-node one" in why
+        assert "the host was busy" in why and "\n" not in why
+
+
 def test_the_timer_reports_the_layout_reorders_the_runtime_put_around_a_lone_conv(tmp_path):
     """A lone Conv on ONNX Runtime's CPU EP pays reorders into and out of its NCHWc layout (on x86 with AVX2 or
     AVX-512), which a CNN pays once: the timer's profiled pass reports their time so the sweep takes it out. What it

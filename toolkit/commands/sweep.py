@@ -317,9 +317,5 @@ def _time_chunk(folder: Path, chunk: list, options: dict, deadline: float,
     if None in got:
         return (f"the runtime could not run the {'' if chain_op else 'Identity, '}{chain_op or 'Neg'} and Add models "
                 "the kernels' times are measured against")
-    if chain_op:  # the one-node chain's run beyond its node, and a second input's beyond that
-        short, long, *two = got
-        return short, sweeping.dispatch_s(short, long), max(0.0, two[0] - short) if two else 0.0, rows
-    identity, short, long, *two = got
-    dispatch = sweeping.dispatch_s(short, long)
-    return identity, dispatch, sweeping.input_s(two[0], short, dispatch) if two else 0.0, rows
+    costs = sweeping.run_costs(got, chain_op)
+    return costs if isinstance(costs, str) else (*costs, rows)

@@ -326,6 +326,22 @@ def dispatch_s(short_s: float, long_s: float) -> float:
     return max(0.0, (long_s - short_s) / (NEG_CHAIN[1] - NEG_CHAIN[0]))
 
 
+def run_costs(p50s: list[float], chain_op: str | None = None) -> tuple[float, float, float] | str:
+    """(A run's cost without a node, one node's dispatch, a second input's cost) from a chunk's baselines' p50s, in
+    the order `_time_chunk` times them: the Identity model (not where the target's kernels are profiled: `chain_op`
+    names its chain's op, and the one-node chain's run is the cost), the short and the long chain, and the two-input
+    Add where the target sets its inputs per call. Or why the chunk cannot be used: both targets' chains run node by
+    node (`PROFILED`), so a long chain no slower than the short one measured the host's load, not a dispatch of 0."""
+    identity, (short, long, *two) = (None, p50s) if chain_op else (p50s[0], p50s[1:])
+    dispatch = dispatch_s(short, long)
+    if dispatch <= 0:
+        return (f"its {NEG_CHAIN[1]}-node {chain_op or 'Neg'} chain ran no slower than its {NEG_CHAIN[0]}-node one "
+                f"({long * 1e6:.2f} µs against {short * 1e6:.2f}): the host was busy while it was timed")
+    if chain_op:  # the one-node chain's run beyond its node, and a second input's beyond that
+        return short, dispatch, max(0.0, two[0] - short) if two else 0.0
+    return identity, dispatch, input_s(two[0], short, dispatch) if two else 0.0
+
+
 def precision_of(config: Config) -> str:
     """What the configuration's kernel runs in: "fp32", or "int8" for a dynamically quantized MatMul or LSTM or a
     statically quantized Conv."""
