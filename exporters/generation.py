@@ -171,6 +171,24 @@ def torch_step(graph_module, layout: CacheLayout) -> Callable:
     return step
 
 
+def plain_forward(graph_module) -> Callable:
+    """The decoder's plain forward over whole sequences as a metric's predict: every position's logits, as the
+    cache loops return them (core/decoding.teacher_forced). The FP32 reference's metric: one call a sequence where
+    the cache takes one a token (tiny-lm's 64 windows: ~0.3 s in torch against ~22 s token by token), and the model
+    as it was trained, so a cache path that lost accuracy shows as the artifact's drop, not the reference's."""
+    import torch
+
+    decoder = graph_module.inner
+
+    def predict(feeds):
+        ids = torch.from_numpy(np.ascontiguousarray(feeds[INPUT_IDS]).astype(np.int64))
+        with torch.inference_mode(), user_code("the decoder's plain forward (no cache)"):
+            full = decoder(ids)
+        return {LOGITS: (full[0] if isinstance(full, tuple | list) else full).numpy()}
+
+    return predict
+
+
 def verify(decoder, onnx_path: Path, layout: CacheLayout, prompts: list[np.ndarray], tokens: int,
            atol: float, rtol: float) -> Verification:
     """Greedy decode each prompt through the exported cache graph; at every step compare its logits with the

@@ -33,7 +33,9 @@ if _WORKERS > 1 and "OMP_NUM_THREADS" not in os.environ:
         sys.modules["torch"].set_num_threads(int(os.environ["OMP_NUM_THREADS"]))
 
 # The user's own calibrations (~/.local/share/tapeout/calibration) never reach a test's estimate.
+# (each pytest process makes its own, and removes it when it exits)
 os.environ["TAPEOUT_CALIBRATION"] = tempfile.mkdtemp(prefix="tapeout-test-calibration-")
+atexit.register(shutil.rmtree, os.environ["TAPEOUT_CALIBRATION"], ignore_errors=True)
 
 # Short timing runs: the suite checks behaviour, the benchmarks and the note check speed.
 FAST_PROFILE = """

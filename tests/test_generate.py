@@ -72,6 +72,8 @@ def test_tiny_lm_generates_on_ort_cpu_with_its_budgets_judged(generated):
     assert mem["kv_cache"] == pytest.approx(2 * 4 * 6 * 128 * 32 * 4 / 2**20)
     assert mem["peak_rss"] > mem["process_baseline"] + mem["weights"]
     assert report["export"]["generation"]["max_abs_logit_diff"] < 1e-3
+    # the FP32 reference scored whole sequences (the artifact's perplexity went through its cache)
+    assert "evaluate perplexity on the FP32 reference (torch, each sequence in one call)" in result.err
     # the per-call figures describe one decode step at the maximum context
     assert report["golden"]["source"].startswith("one decode step at position 127")
     md = (out / "report.md").read_text()
@@ -305,6 +307,50 @@ def _tiny_cache_graph(tmp_path):
                       graph.inputs, generation.export_dims(graph), path,
                       torch_onnx.ExportOptions.for_project(graph, 20, 10))
     return decoder, layout, path
+
+
+def test_the_fp32_reference_scores_whole_sequences_as_torchs_own_cache_loop_does():
+    """The FP32 reference's predict is the decoder's plain forward, one call a sequence: on held-out windows its
+    logits and tiny-lm's perplexity are those of the same decoder stepped token by token through its cache, and a
+    decoder whose plain forward differs (here: its logits shifted by a position) gives another perplexity."""
+    import torch
+
+    from tapeout.core.decoding import CacheLayout, teacher_forced
+    from tapeout.exporters import generation
+
+    spec = importlib.util.spec_from_file_location("tiny_lm_model", TINY / "model.py")
+    tiny = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(tiny)
+    graph = generation.cache_graph(tiny.build())
+    layout = CacheLayout(4, 6, 32, 256, 128)
+    text = np.frombuffer((TINY / "data" / "heldout.txt").read_bytes(), dtype=np.uint8).astype(np.int64)
+    rows = [text[None, i * 128:(i + 1) * 128] for i in range(3)]
+    whole, stepped = generation.plain_forward(graph), teacher_forced(generation.torch_step(graph, layout), layout)
+
+    def perplexity(predict) -> float:
+        nll = 0.0
+        for row in rows:
+            logits = predict({"input_ids": row})["logits"][0].astype(np.float64)
+            logits -= logits.max(-1, keepdims=True)
+            logp = logits - np.log(np.exp(logits).sum(-1, keepdims=True))
+            nll -= logp[np.arange(127), row[0, 1:]].sum()
+        return float(np.exp(nll / (3 * 127)))
+
+    np.testing.assert_allclose(whole({"input_ids": rows[0]})["logits"], stepped({"input_ids": rows[0]})["logits"],
+                               atol=1e-4)
+    assert perplexity(whole) == pytest.approx(perplexity(stepped), rel=1e-6)
+
+    class Shifted(torch.nn.Module):  # a plain forward one position off: not the model the cache loop runs
+        def __init__(self, inner):
+            super().__init__()
+            self.inner = inner
+
+        def forward(self, input_ids, *past):
+            out = self.inner(input_ids, *past)
+            return torch.roll(out, 1, dims=1) if not past else out
+
+    assert perplexity(generation.plain_forward(generation.cache_graph(Shifted(tiny.build())))) > \
+        1.5 * perplexity(whole)
 
 
 def test_greedy_through_the_cache_is_the_plain_forwards_greedy(tmp_path):

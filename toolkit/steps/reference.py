@@ -1,5 +1,6 @@
 """Step `reference`: the project's metric on the FP32 reference (the unpruned teacher where the model was
-pruned), and on the pruned FP32 model: the most any precision can reach.
+pruned), and on the pruned FP32 model: the most any precision can reach. A generate workload's reference is the
+torch decoder's plain forward over each whole sequence, the model as trained; its artifact's goes through the cache.
 
 The FP32 reference metric of an unpruned model is determined by the exported model and the project's files, and
 it can take seconds (a language model's perplexity through its cache, token by token): within one process
@@ -23,7 +24,7 @@ _SKIPPED_DIRS = {"build", "__pycache__"}  # the default build dirs and bytecode:
 
 class Reference(Step):
     name = "reference"
-    needs = ("exported", "teacher", "pruning")
+    needs = ("loaded", "exported", "teacher", "pruning")
     adds = ("reference_metric",)
 
     def run(self, state: BuildState) -> str | None:
@@ -37,14 +38,34 @@ class Reference(Step):
             state.ui.note(f"{project.evaluation.name} on the FP32 reference: {state.reference_metric:.6g}, as this "
                           "process computed it for the same export and project files")
         else:
-            with state.ui.step(f"evaluate {project.evaluation.name} on the FP32 reference"):
-                state.reference_metric = evaluate(project, state.teacher or state.exported.reference)
+            with state.ui.step(f"evaluate {project.evaluation.name} on the FP32 reference{_how(state)}"):
+                state.reference_metric = _reference_metric(state)
             if key is not None:
                 _MEMO[key] = state.reference_metric
         if state.pruning is not None and profile.precision != "fp32":  # at fp32 the artifact's own evaluation says it
             with state.ui.step(f"evaluate {project.evaluation.name} on the pruned FP32 model"):
                 state.pruning["metric_fp32"] = evaluate(project, state.exported.reference)
         return None
+
+
+def _whole_sequences(state: BuildState) -> bool:
+    """A generate workload's FP32 reference is its torch decoder's plain forward over whole sequences
+    (exporters/generation.plain_forward); an artifact's metric still goes through its cache."""
+    return (state.setup.project.workload.kind == "generate" and state.teacher is None
+            and state.loaded.kind == "torch" and hasattr(state.loaded.module, "inner"))
+
+
+def _how(state: BuildState) -> str:
+    return " (torch, each sequence in one call)" if _whole_sequences(state) else ""
+
+
+def _reference_metric(state: BuildState) -> float:
+    project = state.setup.project
+    if _whole_sequences(state):
+        from tapeout.exporters import generation
+
+        return evaluate(project, generation.plain_forward(state.loaded.module), through_cache=False)
+    return evaluate(project, state.teacher or state.exported.reference)
 
 
 def _inputs_key(state: BuildState) -> str:
