@@ -157,7 +157,7 @@ def sweep(device: str, minutes: float, threads: int, out: Path | None, as_json: 
                 chunk.append((config, sweeping.timed_model(config, proto, inputs, target), inputs, feats))
             got = _time_chunk(Path(scratch) / f"c{chunk_no}", chunk, options, deadline, target)
             if isinstance(got, str):
-                ui.note(f"  a timing process gave nothing ({got}); its {len(chunk)} configurations are skipped")
+                ui.note(f"  a chunk's timings are not used ({got}); its {len(chunk)} configurations are skipped")
                 continue
             baseline, dispatch, per_input, results = got
             found.host_speed.append(host_state(3))
