@@ -3,7 +3,7 @@ pruned), and on the pruned FP32 model: the most any precision can reach. A gener
 torch decoder's plain forward over each whole sequence, the model as trained; its artifact's goes through the cache.
 
 The FP32 reference metric of an unpruned model is determined by the exported model and the project's files, and
-it can take seconds (a language model's perplexity through its cache, token by token): within one process
+it can take seconds (a language model's perplexity over many windows): within one process
 (`build -p A -p B`, several builds of one project from Python) it is computed once per export and project state.
 """
 
