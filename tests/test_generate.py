@@ -116,6 +116,7 @@ def test_check_replays_the_golden_prompts_and_refuses_an_edited_workload_file(ge
     assert "workload file" in line and "sha256 mismatch" in line
 
 
+@pytest.mark.slow  # the tiny-lm build (`generated`)
 def test_a_malformed_cache_layout_in_the_manifest_is_one_line(generated, tmp_path):
     _, out, _ = generated
     copy = tmp_path / "b"
@@ -219,6 +220,7 @@ def test_a_generate_builds_loop_is_priced_by_the_hosts_kernel_predictors_where_i
     assert shown["ttft_ms"]["40"]["predicted"]["point"] > 0 and shown["tpot_ms"]["predicted"]["p50"]["point"] > 0
 
 
+@pytest.mark.slow  # the tiny-lm build (`generated`)
 def test_a_generate_build_whose_structure_predates_the_predictors_shapes_is_analysed_again(generated, tmp_path):
     """A generate build dir whose structure.json predates the shapes the predictors read (a MatMul's m, k, n; a
     kernel's function): its phases and its kernels are read again from its verified export, the same as a fresh
@@ -247,6 +249,7 @@ def test_a_generate_build_whose_structure_predates_the_predictors_shapes_is_anal
     assert all(p.kernels and any(k.shape for k in p.kernels) for p in again)
 
 
+@pytest.mark.slow  # the tiny-lm build (`generated`)
 def test_each_phase_of_the_loop_keeps_the_softmax_mask_share_of_its_own_shapes(generated):
     """A prefill's causal mask holds the strict upper triangle of its scores (8 tokens: 28 of 64; 40 tokens: 780 of
     1,600), a growing cache's decode step nothing: each phase's Softmaxes carry their own share, measured at its

@@ -178,6 +178,7 @@ def test_kernels_list_names_every_kernel_and_what_it_replaces():
     assert all(k["replaces"] and k["dtypes"] for k in found["kernels"])
 
 
+@pytest.mark.slow  # MiniLM's real weights through the interpreter, substituted whole
 def test_the_samples_chains_match_and_minilm_substituted_whole_keeps_its_output():
     found = _scenario("samples")
     from collections import Counter
