@@ -333,7 +333,7 @@ def run_costs(p50s: list[float], chain_op: str | None = None) -> tuple[float, fl
     Add where the target sets its inputs per call. Or why the chunk cannot be used: both targets' chains run node by
     node (`PROFILED`), so a long chain no slower than the short one measured the host's load, not a dispatch of 0;
     and a target whose inputs are timed apart pays for each, so an Add no slower than the chain measured it too."""
-    identity, (short, long, *two) = (None, p50s) if chain_op else (p50s[0], p50s[1:])
+    identity, short, long, *two = (None, *p50s) if chain_op else p50s
     dispatch = dispatch_s(short, long)
     if dispatch <= 0:
         return (f"its {NEG_CHAIN[1]}-node {chain_op or 'Neg'} chain ran no slower than its {NEG_CHAIN[0]}-node one "

@@ -50,9 +50,10 @@ class Reference(Step):
 
 def _whole_sequences(state: BuildState) -> bool:
     """A generate workload's FP32 reference is its torch decoder's plain forward over whole sequences
-    (exporters/generation.plain_forward); an artifact's metric still goes through its cache."""
-    return (state.setup.project.workload.kind == "generate" and state.teacher is None
-            and state.loaded.kind == "torch" and hasattr(state.loaded.module, "inner"))
+    (exporters/generation.plain_forward); an artifact's metric still goes through its cache. Load has made every
+    generate source the torch cache graph (an ONNX source and [pruning] are refused there); a teacher, were
+    pruning ever allowed here, would stay the reference."""
+    return state.setup.project.workload.kind == "generate" and state.teacher is None
 
 
 def _how(state: BuildState) -> str:
