@@ -36,6 +36,8 @@ if _WORKERS > 1 and "OMP_NUM_THREADS" not in os.environ:
 # (each pytest process makes its own, and removes it when it exits)
 os.environ["TAPEOUT_CALIBRATION"] = tempfile.mkdtemp(prefix="tapeout-test-calibration-")
 atexit.register(shutil.rmtree, os.environ["TAPEOUT_CALIBRATION"], ignore_errors=True)
+# nor do the class calibrations tapeout ships: a test's estimate depends on what it made, not on what ships
+os.environ["TAPEOUT_SHIPPED_CALIBRATION"] = ""
 
 # Short timing runs: the suite checks behaviour, the benchmarks and the note check speed.
 FAST_PROFILE = """
@@ -300,3 +302,18 @@ def html_shows_everything(build_dir: Path, report: str = "report") -> None:
                 assert _plain(cell) in text, (cell, line)
         else:
             assert _plain(line) in text, line
+
+
+def assert_within_bounds(build_dir: Path, report: dict | None = None) -> None:
+    """A build measured here ran no faster than its estimate's lower bound (the forward call's, and a generate
+    loop's TTFT and TPOT): the host's roof is a ceiling, so a bound that a measurement beats is a bug."""
+    report = report or json.loads((Path(build_dir) / "report.json").read_text())
+    est = report.get("estimate")
+    measured = ((report.get("measurement") or {}).get("latency_ms") or {}).get("quantiles", {}).get("p50", {})
+    if est is None or (report.get("target") or {}).get("emulated"):
+        return
+    if measured.get("point"):
+        assert measured["point"] >= est["lower_bound_ms"], (build_dir, measured["point"], est["lower_bound_ms"])
+    for row in ((est.get("generation") or {}).get("measured") or []):
+        if row["of"] == "bound" and row["measured_ms"]:
+            assert row["measured_ms"] >= row["estimated_ms"], (build_dir, row)

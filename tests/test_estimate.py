@@ -18,7 +18,7 @@ import onnx
 import pytest
 from onnx import TensorProto, helper
 
-from conftest import SAMPLES, one_line_error, reseal, run_cli
+from conftest import SAMPLES, assert_within_bounds, one_line_error, reseal, run_cli
 from tapeout.builds.reader import open_build
 from tapeout.core.errors import BadInput
 from tapeout.core.schemas import Budgets
@@ -118,28 +118,6 @@ def _cost_units(path, graph) -> list:
     onnx.save(proto, path)
     view = GraphView.load(path)
     return cost_units.of(view, analyze_view(view), None, "fp32")
-
-
-def test_a_conv_kernel_carries_its_shape_and_a_conv1d_its_rank(tmp_path):
-    """FLOPs and bytes do not tell a conv's shape; the predictor reads it: channels per group, output channels,
-    output positions, kernel area, groups, and for a 1-D conv (a speech model's front end) its rank, so the
-    runtime is asked about a 1-D conv and not a 2-D one of the same channels."""
-    import numpy as np
-    from onnx import numpy_helper
-
-    w2 = numpy_helper.from_array(np.zeros((32, 8, 3, 3), np.float32), "w2")
-    w1 = numpy_helper.from_array(np.zeros((24, 4, 5), np.float32), "w1")
-    graph = helper.make_graph(
-        [helper.make_node("Conv", ["x", "w2"], ["y2"], pads=[1, 1, 1, 1]),
-         helper.make_node("Conv", ["a", "w1"], ["y1"], group=2)], "convs",
-        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 8, 16, 16]),
-         helper.make_tensor_value_info("a", TensorProto.FLOAT, [1, 8, 100])],
-        [helper.make_tensor_value_info("y2", TensorProto.FLOAT, None),
-         helper.make_tensor_value_info("y1", TensorProto.FLOAT, None)], initializer=[w2, w1])
-    shapes = {k.lead or k.name: dict(k.shape) for k in _cost_units(tmp_path / "convs.onnx", graph) if k.cls == "conv"}
-    assert sorted(shapes.values(), key=len) == [
-        {"per_group": 8, "out_channels": 32, "positions": 256, "area": 9, "groups": 1, "width": 16},
-        {"per_group": 4, "out_channels": 24, "positions": 96, "area": 5, "groups": 2, "width": 96, "rank": 1}]
 
 
 def test_a_tanh_gelu_written_out_is_one_kernel_as_onnx_runtime_fuses_it(tmp_path):
@@ -255,12 +233,11 @@ def test_a_recurrent_cell_reads_its_recurrent_weights_again_every_step_from_the_
     assert cost_units.at_precision([cell], None, "int8")[0].reread == 4 * 32 * 32   # at the kernel's precision
     cached = roofline.Roof("host", "cpu", {"fp32": 1e15}, 20e9, "test", cache=((8_192, 80e9), (1 << 20, 60e9)))
     _, memory = cost_units.roof_times(cell, cached)
-    assert math.isclose(memory, cell.bytes / 20e9 + 9 * cell.reread / cached.bandwidth_at(cell.reread))
-    # a probe copies its array into another, so holds twice its size: a 16 KiB re-read moves at the 8 KiB probe's
-    # rate, 64 KiB between the two, and past the 1 MiB probe's 2 MiB at DRAM's
-    assert cached.bandwidth_at(cell.reread) == 80e9
-    assert 60e9 < cached.bandwidth_at(64 << 10) < 80e9
-    assert cached.bandwidth_at(2 << 20) == 60e9 and cached.bandwidth_at((2 << 20) + 1) == 20e9
+    assert math.isclose(memory, cell.bytes / cached.bandwidth_at(cell.bytes) + 9 * cell.reread / 80e9)
+    # a working set moves at the rate of the largest footprint measured that it does not exceed (the smallest's
+    # under it): between two levels at the faster, so the bound stays a bound
+    assert cached.bandwidth_at(cell.reread) == cached.bandwidth_at(100) == cached.bandwidth_at(64 << 10) == 80e9
+    assert cached.bandwidth_at(1 << 20) == cached.bandwidth_at(1 << 30) == 60e9
     # a device spec measures no cache: the re-reads are left out of its bound, never guessed at
     assert cost_units.roof_times(cell, _h100())[1] == cell.bytes / 3350e9
     est = estimate.estimate([cell], _h100(), "tensorrt", "fp32", None)
@@ -373,7 +350,7 @@ def test_estimated_verdicts_follow_the_band_and_the_bound():
     assert estimate.judge(Budgets(latency_p50_ms=0.1), bare, "not here")[0].verdict is Verdict.ESTIMATED_FAIL
 
 
-def test_a_build_reports_its_estimate_and_bottlenecks(digits_build):
+def test_a_build_reports_its_estimate_and_bottlenecks(digits_build, digits_int8_build):
     report = json.loads((digits_build / "report.json").read_text())
     est, b = report["estimate"], report["bottlenecks"]
     assert est["device"].startswith("host-") and est["lower_bound_ms"] > 0
@@ -385,6 +362,9 @@ def test_a_build_reports_its_estimate_and_bottlenecks(digits_build):
     assert math.isclose(sum(o["share"] for o in b["ops"]), 1.0, rel_tol=1e-6)
     md = (digits_build / "report.md").read_text()
     assert "## Bottlenecks" in md and "## Estimate for host-" in md
+    assert "a lower bound, which no measured run should beat" in md   # uncalibrated: said once, in the report
+    for build in (digits_build, digits_int8_build):
+        assert_within_bounds(build)
 
 
 def test_calibrate_then_estimate_predicts_with_a_band(digits_build, digits_int8_build, tmp_path):
@@ -416,18 +396,21 @@ def test_the_host_cpu_at_fewer_threads_is_its_own_device():
     assert estimate.device_name(None, host, None) == plain
 
 
-def test_the_fewer_thread_device_has_the_compute_peak_of_its_cores_and_the_same_bandwidth():
+def test_the_fewer_thread_device_has_the_compute_and_bandwidth_of_its_cores():
+    from tapeout.estimation import host_probes
+
     host = {"cpu": "Some CPU", "cpu_flags": ["avx2", "avx512f"], "cpu_affinity": 4, "physical_cores": 4}
-    _, all_cores = estimate._device_roof(None, host, {"threads": 0}, "onnxruntime", None)
-    _, one = estimate._device_roof(None, host, {"threads": 1}, "onnxruntime", None)
-    assert one.name == all_cores.name + "-1t"
+    probes = host_probes.Probes(1e11, 4e11, ((1 << 15, 1e11), (1 << 25, 2e10)))
+    all_cores, one = roofline.for_host(host, probes), roofline.for_host(host, probes, threads=1)
     for precision, peak in all_cores.peaks.items():
         assert one.peaks[precision] == pytest.approx(peak / 4)
-    assert one.bandwidth == all_cores.bandwidth
-    assert any("1 of 4 cores" in note for note in one.notes)
-    # a calibration's peak is already its device's: never scaled again
-    cal = fit.Calibration("d", "onnxruntime", "cpu", {"peaks_tops": {"fp32": 0.05}, "bandwidth_gbs": 20.0},
-                                  [], fit.Fit({}, 0.0, 0.0, {}))
+    assert one.bandwidth == pytest.approx(all_cores.bandwidth / 4) and one.notes[0].startswith("1 core(s)")
+    _, named = estimate._device_roof(None, host, {"threads": 1}, "onnxruntime", None)
+    assert named.name == roofline.host_name(host) + "-1t"
+    # a calibration of this very device prices at the roof its records were priced at: never scaled again
+    cal = fit.Calibration(roofline.host_name(host) + "-1t", "onnxruntime", "cpu",
+                          {"name": "x", "kind": "cpu", "peaks_tops": {"fp32": 0.05}, "bandwidth_gbs": 20.0, "source": ""},
+                          [], fit.Fit({}, 0.0, 0.0, {}))
     assert estimate.roof_for(None, host, cal, threads=1).peaks["fp32"] == pytest.approx(0.05e12)
 
 
@@ -498,8 +481,7 @@ def test_a_roof_as_recorded_reads_back_from_its_json_to_the_last_bit():
     moved = 0
     for _ in range(2000):
         roof = roofline.Roof("host-x", "cpu", {"fp32": rng.uniform(1e10, 1e13), "int8": rng.uniform(1e11, 1e14)},
-                             rng.uniform(1e9, 1e11), "test", cache=((32768, rng.uniform(1e10, 1e11)),),
-                             stream=rng.uniform(1e9, 5e10))
+                             rng.uniform(1e9, 1e11), "test", cache=((32768, rng.uniform(1e10, 1e11)),))
         recorded = roof.as_recorded()
         moved += recorded != roof
         assert roofline.Roof.from_json(recorded.to_json(), "host-x") == recorded
@@ -507,10 +489,10 @@ def test_a_roof_as_recorded_reads_back_from_its_json_to_the_last_bit():
 
 
 def test_the_same_build_estimated_twice_gives_the_figure_it_was_built_with(digits_build, tmp_path, monkeypatch):
-    """The host's roof is measured once and kept; a build's uncalibrated estimate reuses the roof it recorded (it
-    was re-measured on every call: one digits-cnn build read 0.0026 ms, then 0.0068 ms minutes later)."""
+    """The host's probes are measured once and kept; a build's uncalibrated estimate reuses the roof it recorded, so
+    `tapeout estimate` gives one figure however the machine's load moves."""
     from tapeout.core.host import host_fingerprint
-    from tapeout.estimation import host_roof
+    from tapeout.estimation import host_probes
 
     built = json.loads((digits_build / "report.json").read_text())["estimate"]
     folder = tmp_path / "calibration"  # no calibration: the bound, at the recorded roof
@@ -519,107 +501,111 @@ def test_the_same_build_estimated_twice_gives_the_figure_it_was_built_with(digit
     assert [r.json()["lower_bound_ms"] for r in runs] == [built["lower_bound_ms"]] * 2
     assert runs[0].json()["roof"] == runs[1].json()["roof"]
     assert "the roof this build recorded when it was built" in runs[0].json()["roof"]["notes"]
-    # a build in progress prices at the kept measurement: measured once, then read back
+    # a build in progress prices at the kept probes: measured once, then read back
     monkeypatch.setenv("TAPEOUT_CALIBRATION", str(folder))
     host = host_fingerprint()
     first = estimate.roof_for(None, host)
-    kept = host_roof.load(host)
-    assert kept is not None and kept.path.parent == folder and kept.bandwidth_bytes == first.bandwidth
+    kept = host_probes.load(host)
+    assert kept is not None and kept.path.parent == folder
+    assert estimate.roof_for(None, host) == first
     data = json.loads(kept.path.read_text())
-    data["bandwidth_bytes"] = 1e9   # as if the machine had been measured slow: every estimate here follows it
+    data["copies"] = [[size, 1e15] for size, _ in data["copies"]]  # as if measured fast once: every estimate follows
     kept.path.write_text(json.dumps(data))
-    assert estimate.roof_for(None, host).bandwidth == 1e9
-    assert any(kept.measured_at in note for note in estimate.roof_for(None, host).notes)
-    again = run_cli("estimate", digits_build, "--json", env={"TAPEOUT_CALIBRATION": str(folder)})
-    assert again.json()["lower_bound_ms"] == built["lower_bound_ms"]   # the build keeps the roof it recorded
-    # a kept file that is not one is measured again and replaced, not trusted
-    kept.path.write_text("{not json")
-    assert estimate.roof_for(None, host).bandwidth != 1e9 and host_roof.load(host) is not None
-    # and one of the first format (numpy's multiply alone, which ONNX Runtime's kernels beat) likewise
-    kept.path.write_text(json.dumps({**data, "schema": "tapeout.host-roof/1"}))
-    assert host_roof.load(host) is None and estimate.roof_for(None, host).bandwidth != 1e9
+    cores = host.get("cpu_affinity") or host.get("physical_cores")
+    assert estimate.roof_for(None, host).bandwidth == pytest.approx(1e15 * cores, rel=1e-6)
+    # measuring again raises what was kept, never lowers it: a busy minute does not make a bound that is beaten
+    again = host_probes.kept(host, again=True)
+    assert all(rate == 1e15 for _, rate in again.copy) and again.fp32_flops >= kept.fp32_flops
+    # a kept file that is not one, or of another CPU, is measured again and replaced, not trusted
+    for broken in ("{not json", json.dumps({**data, "host": "another CPU"}),
+                   json.dumps({**data, "copies": [[32768, -1.0]]})):
+        kept.path.write_text(broken)
+        assert host_probes.load(host) is None
+        assert estimate.roof_for(None, host).bandwidth < 1e15 and host_probes.load(host) is not None
 
 
-def test_bytes_past_the_caches_are_read_at_one_threads_stream_where_it_was_measured(tmp_path, monkeypatch):
-    """A decode step's weights stream from memory on one thread slower than an array copy runs (17.1 against 25.9 GB/s
-    on an Intel Xeon here; llama-40m's decode step floored at the copy's rate was predicted 26 % short): past the
-    caches, the floor reads them at the host's measured stream, kept with its roof; a roof without one (a device
-    spec, a roof kept before it was measured) keeps the copy bandwidth, and so does a device of more threads."""
-    from tapeout.core.host import host_fingerprint
-    from tapeout.estimation import host_roof
+def test_a_hosts_peaks_are_ceilings_from_its_widest_units_and_its_probes(monkeypatch):
+    """Per precision the cores times the most its widest unit does a cycle (AMX tiles, VNNI, AVX-512 FMA at two
+    pipes) at the higher of the reported clock and the one the measured FP32 rate implies, or the measured rate
+    where higher: a measured kernel does not beat it (an INT8 roof of 4x FP32 was beaten 2.3x by AMX)."""
+    from tapeout.estimation import host_probes
 
-    weights = cost_units.Kernel("fc", "matmul", "fp32", 2 * 4096 * 4096, 4 * 4096 * 4096, 1)
-    roof = roofline.Roof("host", "cpu", {"fp32": 1e11}, 25e9, "test", cache=((1 << 20, 60e9),), stream=16e9)
-    rate = roof.bandwidth_at(weights.bytes)
-    assert rate == 16e9 and roof.bandwidth_at(1 << 20) == 60e9  # inside the caches: their rates, as before
-    assert estimate.floor_s(weights, roof, rate) == pytest.approx(weights.bytes / 16e9)
-    copy_only = roofline.Roof("host", "cpu", {"fp32": 1e11}, 25e9, "test", cache=((1 << 20, 60e9),))
-    assert copy_only.bandwidth_at(weights.bytes) == 25e9
-    assert estimate.floor_s(weights, copy_only, 25e9) == pytest.approx(weights.bytes / 25e9)
-    again = roofline.Roof.from_json(roof.to_json())  # a sweep's and a predictor's roof keep it
-    assert again.stream == 16e9 and roofline.Roof.from_json(copy_only.to_json()).stream is None
-    # this host: measured once with its roof and kept; an estimate of one inference thread reads past the caches
-    # at it, one of every core (two streams) at the copy bandwidth
-    monkeypatch.setenv("TAPEOUT_CALIBRATION", str(tmp_path))
-    host = host_fingerprint()
-    one = estimate.roof_for(None, host, threads=1)
-    kept = host_roof.load(host)
-    assert kept is not None and 1e9 < kept.stream_bytes < 1e12 and one.stream == kept.stream_bytes
-    assert any("one thread's stream" in note for note in one.notes)
-    if (host.get("cpu_affinity") or host.get("physical_cores")) != 1:
-        assert estimate.roof_for(None, host).stream is None
-    data = json.loads(kept.path.read_text())
-    kept.path.write_text(json.dumps({**data, "schema": "tapeout.host-roof/5"}))  # kept before the stream: again
-    assert host_roof.load(host) is None and estimate.roof_for(None, host, threads=1).stream
-
-
-def test_the_fp32_peak_is_the_fastest_of_numpy_and_onnx_runtime_multiplying_and_convolving(monkeypatch):
-    """numpy's BLAS may run narrower kernels than ONNX Runtime's MLAS (OpenBLAS 250 GFLOP/s against MLAS 440 on a
-    2-core Zen 4), and a roof the bounded kernels beat floors every kernel prediction too high: a numpy that
-    multiplies at 1 FLOP/s still leaves the peak at ONNX Runtime's rate."""
-    from tapeout.estimation import roofline
-
-    monkeypatch.setattr(roofline, "matmul_rates", lambda n, runs: [1.0] * runs)
-    roofline.measured_fp32_peak.cache_clear()
-    try:
-        peak = roofline.measured_fp32_peak()
-    finally:
-        roofline.measured_fp32_peak.cache_clear()
-    assert peak > 1e9  # ONNX Runtime's real multiply, whatever this machine's load
-    # and the fastest of the three, whichever it is: MLAS's NCHWc convolution beat its own multiply by a third on
-    # an AVX-512 Xeon (a CNN's 3×3 convolutions 203 GFLOP/s on one thread, the 1536² multiply 151)
-    assert max(roofline.ort_conv_rates(2)) > 1e9  # ONNX Runtime's real convolution
-    for numpy_rate, ort_rate, conv_rate in ((7e11, 5e11, 1e11), (2e11, 5e11, 1e11), (2e11, 5e11, 6e11)):
-        monkeypatch.setattr(roofline, "matmul_rates", lambda n, runs, r=numpy_rate: [r] * runs)
-        monkeypatch.setattr(roofline, "ort_matmul_rates", lambda n, runs, r=ort_rate: [r] * runs)
-        monkeypatch.setattr(roofline, "ort_conv_rates", lambda runs, r=conv_rate: [r] * runs)
-        roofline.measured_fp32_peak.cache_clear()
-        try:
-            assert roofline.measured_fp32_peak() == max(numpy_rate, ort_rate, conv_rate)
-        finally:
-            roofline.measured_fp32_peak.cache_clear()
-
-
-def test_the_int8_peak_is_the_measured_int8_multiply_where_it_beats_the_flags(monkeypatch):
-    """AMX multiplies 8-bit matrices far past the four per FP32 lane VNNI does (ONNX Runtime's MatMulInteger ran
-    9.3 times its FP32 multiply on an Intel Xeon with amx_int8): the INT8 peak is the measured rate where that is
-    higher, else the flags' multiple of FP32; one inference thread of two gets half of either, and a calibration's
-    INT8 peak replaces both."""
-    from tapeout.estimation import roofline
-
-    assert roofline.measured_int8_peak() > 1e9  # ONNX Runtime's real multiply, whatever this machine's load
-    host = {"cpu": "test", "cpu_flags": ["avx2", "fma", "avx512f", "avx512_vnni"], "cpu_affinity": 2}
-    monkeypatch.setattr(roofline, "measured_fp32_peak", lambda: 1e12)
     monkeypatch.setattr(roofline, "_max_mhz", lambda: 1000.0)
-    kwargs = {"bandwidth": 1e10, "cache": ((1 << 20, 1e11),), "strided": roofline.Strided(1, 1, 1, ())}
-    for measured_int8, expected in ((9e12, 9e12), (1e12, 4e12)):
-        monkeypatch.setattr(roofline, "measured_int8_peak", lambda r=measured_int8: r)
-        assert roofline.for_host(host, **kwargs).peaks["int8"] == expected
-        assert roofline.for_host(host, threads=1, **kwargs).peaks["int8"] == expected / 2
-    monkeypatch.setattr(roofline, "measured_int8_peak", lambda: 9e12)
-    assert roofline.for_host(host, fp32_peak=2e12, int8_peak=3e12, **kwargs).peaks["int8"] == 3e12
-    # a calibration made before the INT8 rate was measured kept its FP32 peak alone: the flags' multiple, as it priced
-    assert roofline.for_host(host, fp32_peak=2e12, **kwargs).peaks["int8"] == 8e12
+    amx = {"cpu": "Intel Xeon", "cpu_affinity": 2,
+           "cpu_flags": ["avx2", "fma", "avx512f", "avx512_vnni", "avx512_bf16", "amx_int8", "amx_bf16"]}
+    roof = roofline.for_host(amx)
+    assert roof.peaks["fp32"] == 2 * 64 * 1e9 and roof.peaks["int8"] == 2 * 2048 * 1e9
+    assert roof.peaks["bf16"] == 2 * 1024 * 1e9 and "fp16" not in roof.peaks and roof.bandwidth is None
+    # a core boosting to 1.5 GHz: the measured FP32 rate raises the clock every precision is priced at
+    fast = roofline.for_host(amx, host_probes.Probes(96e9, 1e9, ((1 << 15, 1e10),)))
+    assert fast.peaks["fp32"] == pytest.approx(2 * 96e9) and fast.peaks["int8"] == pytest.approx(2 * 2048 * 1.5e9)
+    # a measured rate past what the flags say (a flag missing from the fingerprint) is the peak
+    avx2 = {"cpu": "AMD EPYC", "cpu_affinity": 2, "cpu_flags": ["avx2", "fma"]}
+    assert roofline.for_host(avx2, host_probes.Probes(1e10, 9e11, ((1 << 15, 1e10),))).peaks["int8"] == 2 * 9e11
+    assert roofline.cpu_class(amx) == "cpu-intel-amx" and roofline.cpu_class(avx2) == "cpu-amd-avx2"
+    # the cache: each footprint's one-thread copy times the cores, never faster at a larger footprint
+    noisy = roofline.for_host(avx2, host_probes.Probes(1e10, 1e10, ((1 << 15, 5e10), (1 << 20, 6e10), (1 << 28, 1e10))))
+    assert noisy.cache == ((1 << 15, 12e10), (1 << 20, 12e10), (1 << 28, 2e10)) and noisy.bandwidth == 2e10
+
+
+def test_a_models_weights_are_read_at_the_rate_of_the_cache_they_all_fit_in():
+    """A weight is read again only on the next run, after every other weight: a matmul's weights move at the rate
+    of the working set of all the model's weights (DRAM's for a decode step's 500 MB), its activations at their
+    own; a spec's roof has one bandwidth for both."""
+    roof = roofline.Roof("host", "cpu", {"fp32": 1e15}, 2e10, "test", cache=((1 << 20, 1e11), (1 << 28, 2e10)))
+    fc = cost_units.Kernel("fc", "matmul", "fp32", 2 * 512 * 512, 4 * 512 * 512 + 8192, 1, weights=4 * 512 * 512)
+    alone = cost_units.roof_times(fc, roof)[1]
+    assert alone == pytest.approx(fc.bytes / 1e11)
+    among = cost_units.roof_times(fc, roof, weights=500e6)[1]
+    assert among == pytest.approx(8192 / 1e11 + fc.weights / 2e10)
+    kernels = [fc, *[cost_units.Kernel(f"w{i}", "matmul", "fp32", 0, 1e6, 1, weights=1e6) for i in range(499)]]
+    assert cost_units.model_weights(kernels) == pytest.approx(fc.weights + 499e6)
+    assert cost_units.model_times(kernels, roof)[0][1] == pytest.approx(among)
+    assert cost_units.roof_times(fc, _h100(), weights=500e6)[1] == pytest.approx(fc.bytes / 3350e9)
+    # at a lower precision its weights shrink with its bytes
+    assert cost_units.at_precision([fc], None, "int8")[0].weights == fc.weights / 4
+
+
+def test_openvino_on_a_cpu_with_bf16_units_prices_its_float_kernels_at_bf16():
+    amx = {"cpu_flags": ["avx512f", "amx_bf16"]}
+    assert estimate.float_runs_in("openvino", {}, amx, None, "fp32") == "bf16"
+    assert estimate.float_runs_in("openvino", {"inference_precision": "f32"}, amx, None, "fp32") == "fp32"
+    assert estimate.float_runs_in("openvino", {"inference_precision": "f16"}, amx, None, "fp32") == "fp16"
+    assert estimate.float_runs_in("openvino", {}, {"cpu_flags": ["avx2"]}, None, "fp32") == "fp32"
+    assert estimate.float_runs_in("onnxruntime", {}, amx, None, "fp32") == "fp32"
+    assert estimate.float_runs_in("openvino", {"device": "GPU"}, amx, None, "fp32") == "fp32"
+
+
+def test_a_cpu_class_calibration_prices_a_host_of_that_class_with_none_of_its_own(tmp_path, monkeypatch):
+    host = {"cpu": "Intel Xeon", "cpu_flags": ["avx512f", "amx_int8"], "cpu_affinity": 2, "physical_cores": 2}
+    records = [_record(f"m{i}", TERMS, {"matmul": 1e-4 * (i + 1), "elementwise": 1e-5}, {"matmul": 3, "elementwise": 4},
+                       2e-5, 1e-6) for i in range(3)]
+    [cal] = fit.make([(r, {"device": "cpu-intel-amx", "target": "onnxruntime", "kind": "cpu", "roof": {}})
+                      for r in records], "now", "test")
+    monkeypatch.setenv("TAPEOUT_CALIBRATION", str(tmp_path))
+    monkeypatch.setenv("TAPEOUT_SHIPPED_CALIBRATION", "")
+    assert estimate.find_calibration(roofline.host_name(host), "onnxruntime", host, None) is None
+    fit.save(cal, tmp_path)
+    found = estimate.find_calibration(roofline.host_name(host), "onnxruntime", host, None)
+    assert found is not None and found[0].device == "cpu-intel-amx"
+    assert estimate.find_calibration(roofline.host_name(host) + "-1t", "onnxruntime", host, None) is None
+    roof = roofline.for_host(host)
+    kernels = [cost_units.Kernel("fc", "matmul", "fp32", 10**9, 1e6, 1)]
+    est = estimate.estimate(kernels, roof, "onnxruntime", "fp32", found)
+    assert est.predicted_s > est.lower_bound_s and "carried from cpu-intel-amx" in est.calibration
+
+
+def test_the_shipped_class_calibrations_are_valid_and_carry_their_roof():
+    import importlib.resources
+
+    folder = Path(str(importlib.resources.files("tapeout.profiles.devices"))) / "calibration"
+    files = sorted(folder.glob("cpu-*--*.json"))
+    assert files, folder
+    for path in files:
+        cal = fit.load(path)
+        assert path.name == fit.file_name(cal.device, cal.target) and cal.device.startswith("cpu-")
+        assert len({r.model for r in cal.records}) >= 3 and cal.band is not None
+        assert cal.roof.get("peaks_tops", {}).get("fp32", 0) > 0 and cal.roof.get("cache_bandwidth_gbs")
 
 
 def test_another_cpus_build_is_priced_at_its_recorded_roof_or_refused(digits_build, tmp_path):
@@ -656,7 +642,7 @@ def test_a_malformed_calibration_file_is_one_clear_error(tmp_path):
 
 def test_a_calibration_prices_with_its_own_cache_bandwidth_or_none_and_rejects_a_malformed_one(tmp_path):
     host = {"cpu": "Some CPU", "cpu_flags": ["avx2"], "cpu_affinity": 2, "physical_cores": 2}
-    cal = fit.Calibration("d", "onnxruntime", "cpu", {"name": "d", "kind": "cpu", "peaks_tops": {"fp32": 0.1},
+    cal = fit.Calibration(roofline.host_name(host), "onnxruntime", "cpu", {"name": "d", "kind": "cpu", "peaks_tops": {"fp32": 0.1},
                                   "bandwidth_gbs": 20.0, "cache_bandwidth_gbs": [[32768, 90.0], [1 << 25, 30.0]]},
                                   [], fit.Fit({}, 0.0, 0.0, {}))
     saved = fit.load(fit.save(cal, tmp_path))
@@ -665,6 +651,10 @@ def test_a_calibration_prices_with_its_own_cache_bandwidth_or_none_and_rejects_a
     older = dict(saved.to_json(), roof={"name": "d", "kind": "cpu", "peaks_tops": {"fp32": 0.1}, "bandwidth_gbs": 20.0})
     (tmp_path / "old--onnxruntime.json").write_text(json.dumps(older))
     assert estimate.roof_for(None, host, fit.load(tmp_path / "old--onnxruntime.json")).cache == ()
+    # and one with the fields earlier versions wrote (a strided loop, one thread's stream) still reads
+    legacy = dict(older, roof={**older["roof"], "strided": {"sets": 64}, "stream_gbs": 17.0})
+    (tmp_path / "legacy--onnxruntime.json").write_text(json.dumps(legacy))
+    assert estimate.roof_for(None, host, fit.load(tmp_path / "legacy--onnxruntime.json")).bandwidth == 20e9
     bad = dict(older, roof={**older["roof"], "cache_bandwidth_gbs": [[32768, -1.0]]})
     (tmp_path / "bad--onnxruntime.json").write_text(json.dumps(bad))
     with pytest.raises(BadInput, match=r"cache_bandwidth_gbs"):

@@ -16,7 +16,7 @@ import onnx
 import pytest
 import zoo_models
 
-from conftest import run_cli
+from conftest import assert_within_bounds, run_cli
 
 pytestmark = [pytest.mark.slow, pytest.mark.zoo]
 
@@ -79,6 +79,7 @@ def test_each_kind_is_detected_exported_and_really_quantized_for_the_cpu(tmp_pat
     result = run_cli("build", project, "--profile", project / "int8.toml", "--out", out)
     assert result.code == 0, result.err + result.out
     report = json.loads((out / "report.json").read_text())
+    assert_within_bounds(out, report)
     _, _, outputs, family, shape = CASES[name]
     analysis = report["analysis"]
     assert analysis["family"] == family, analysis["families"]

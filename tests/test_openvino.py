@@ -4,7 +4,7 @@ import json
 
 import pytest
 
-from conftest import SAMPLES, one_line_error, run_cli
+from conftest import SAMPLES, assert_within_bounds, one_line_error, run_cli
 
 pytest.importorskip("openvino", reason="OpenVINO is in the [openvino] extra")
 
@@ -23,6 +23,7 @@ def test_sample_builds_and_checks_on_openvino_cpu(sample, tmp_path, ov_profile):
     build = run_cli("build", SAMPLES / sample, "--profile", ov_profile, "--out", out, "--json")
     assert build.code == 0, build.err
     report = build.json()
+    assert_within_bounds(out, report)
     assert report["target"]["name"] == "openvino"
     assert (out / "artifact" / "model.xml").is_file() and (out / "artifact" / "model.bin").is_file()
     assert list((out / "ov_cache").glob("*.blob")), "compile should leave the device's blob cache"
@@ -143,6 +144,7 @@ def test_digits_builds_int8_on_openvino_through_nncf_and_checks(tmp_path):
     build = run_cli("build", SAMPLES / "digits-cnn", "--profile", profile, "--out", out, "--json")
     assert build.code == 0, build.err
     report = build.json()  # stdout is the report alone: NNCF's tables and progress bars are kept off it
+    assert_within_bounds(out, report)
     q = report["quantization"]
     assert q["plan"]["method"] == "nncf" and q["plan"]["preset"] == "performance"
     groups = {g["group"]: g["precision"] for g in q["plan"]["groups"]}

@@ -12,7 +12,14 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from conftest import SAMPLES, html_shows_everything, one_line_error, refused_build, run_cli
+from conftest import (
+    SAMPLES,
+    assert_within_bounds,
+    html_shows_everything,
+    one_line_error,
+    refused_build,
+    run_cli,
+)
 from tapeout.measurement import streaming
 from tapeout.targets.base import StateCarrier
 
@@ -176,6 +183,7 @@ def test_speech_vad_streams_on_ort_cpu_with_its_budgets_judged(streamed):
     _, out, result = streamed
     assert result.code == 1, result.err + result.out  # the cold-start budget fails, every stream budget passes
     report = result.json()
+    assert_within_bounds(out, report)
     verdicts = {b["budget"]: b for b in report["budgets"]}
     assert verdicts["cold_start_ms"]["verdict"] == "fail"
     for name in ("chunk_p99_ms", "real_time_factor", "deadline_max_miss_share", "stream_max_abs_error",
@@ -271,6 +279,7 @@ def test_speech_vad_streams_on_openvino_cpu(tmp_path):
     result = run_cli("build", project, "--profile", profile, "--out", tmp_path / "b", "--json")
     assert result.code == 0, result.err + result.out
     report = result.json()
+    assert_within_bounds(tmp_path / "b", report)
     verdicts = {b["budget"]: b["verdict"] for b in report["budgets"]}
     assert verdicts["stream_max_abs_error"] == "pass" and verdicts["real_time_factor"] == "pass"
     assert report["workload"]["chunk_ms"]["count"] == 2 * 5 * 100

@@ -149,34 +149,17 @@ def calibrate(
     build_dirs: list[Path] = typer.Argument(None, help="Build dirs measured on the device (a check.json counts)."),
     out: Path | None = typer.Option(None, "--out", help="Folder for the calibration files (default: "
                                     "$TAPEOUT_CALIBRATION or ~/.local/share/tapeout/calibration)."),
-    sweep: str | None = typer.Option(None, "--sweep", metavar="DEVICE", help="Instead: sweep each kernel class's "
-                                     "configurations on this device (`host`: this machine's CPU) and train the kernel "
-                                     "predictors; resumes a sweep stopped before."),
-    minutes: float = typer.Option(30.0, "--minutes", help="With --sweep: the time budget (0: measure nothing, train again from the points measured before)."),
-    threads: int = typer.Option(0, "--threads", help="With --sweep: inference threads (0: one per core); each count "
-                                "is its own device."),
-    classes: str | None = typer.Option(None, "--classes", help="With --sweep: the kernel classes to sweep "
-                                       "(comma-separated, drawn in turn: one named twice is drawn twice as often; "
-                                       "default all: matmul, conv, reduce, elementwise, movement, recurrent, quantize "
-                                       "and on OpenVINO attention, not quantize)."),
-    sweep_target: str = typer.Option("onnxruntime", "--target", help="With --sweep: the target whose kernels are "
-                                     "timed (onnxruntime, openvino); each is its own predictor."),
+    as_class: bool = typer.Option(False, "--class", help="Save it as this CPU's class (cpu-<vendor>-<tier>): it then "
+                                  "prices every host of that class with no calibration of its own."),
     as_json: bool = JSON,
 ) -> None:
-    """Fit the estimator (per kernel class: cost per launch, roofline multiple) from measured per-op profiles, or
-    (--sweep) train kernel predictors from a sweep of the device."""
-    if sweep is not None:
-        if build_dirs:
-            raise TapeoutError("give build dirs or --sweep, not both", fix="run the two one after the other")
-        from tapeout.commands import sweep as command
-
-        _done(command.sweep(sweep, minutes, threads, out, as_json, classes, sweep_target))
+    """Fit the estimator (per kernel class: cost per launch, roofline multiple) from measured per-op profiles."""
     if not build_dirs:
-        raise TapeoutError("calibrate needs build dirs measured on the device, or --sweep DEVICE",
-                           fix="tapeout calibrate BUILD_DIR…, or tapeout calibrate --sweep host --minutes 30")
+        raise TapeoutError("calibrate needs build dirs measured on the device",
+                           fix="tapeout calibrate BUILD_DIR… (builds or checks with [check] op_profile = true)")
     from tapeout.commands import estimate as command
 
-    _done(command.calibrate(build_dirs, out, as_json))
+    _done(command.calibrate(build_dirs, out, as_json, as_class))
 
 
 @app.command()

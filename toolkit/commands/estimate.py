@@ -67,28 +67,31 @@ def _generation(ui: UI, g: dict) -> None:
     ui.out.print(generation.estimate_note(g), markup=False)
 
 
-def calibrate(build_dirs: list[Path], out: Path | None, as_json: bool) -> int:
+def calibrate(build_dirs: list[Path], out: Path | None, as_json: bool, as_class: bool = False) -> int:
     from tapeout import __version__
     from tapeout.builds.reader import open_build
     from tapeout.core.host import host_fingerprint, now
     from tapeout.estimation import estimate as estimating
-    from tapeout.estimation import fit, roofline
+    from tapeout.estimation import fit, host_probes, roofline
 
     ui = UI()
-    from tapeout.estimation import host_roof
-
-    here = roofline.host_key(host_fingerprint())
-    kept = host_roof.measure(host_fingerprint())  # once per calibration: its records and later estimates price alike
-    ui.note(f"this host's roof measured and kept: {kept.path}")
+    host = host_fingerprint()
+    here = roofline.host_key(host)
+    with ui.step("measure this host's roof (one-thread multiply and copy probes, ~2 s)"):
+        kept = host_probes.kept(host, again=True)  # raised, never lowered: its records and later estimates price alike
+    ui.note(f"this host's probes, the highest measured, kept in {kept.path}")
     found = []
     for d in build_dirs:
         got = estimating.measured_record(open_build(d))
         if isinstance(got, str):
             ui.note(f"skipped {got}")
             continue
-        if got[1]["device"].startswith("host-") and got[1]["host_key"] != here:  # its roof is that CPU's, not ours
+        device = got[1]["device"]
+        if device.startswith("host-") and got[1]["host_key"] != here:  # its roof is that CPU's, not ours
             ui.note(f"skipped {d}: measured on another CPU ({got[1]['host_key']}); calibrate on that machine")
             continue
+        if as_class and device.startswith(roofline.host_name(host)):
+            got[1]["device"] = roofline.cpu_class(host) + device[len(roofline.host_name(host)):]
         found.append(got)
     if not found:
         raise BadInput("none of the build dirs has a latency measured on its device with a per-op profile",

@@ -19,7 +19,8 @@ _PACKAGES = ("numpy", "onnx", "onnxruntime", "onnxruntime-gpu", "onnxruntime-qnn
              "nvidia-modelopt", "tensorrt", "tensorrt-rtx", "onnxscript", "torch", "transformers", "psutil", "pydantic")
 
 
-_CPU_FLAGS = ("sse4_2", "avx", "avx2", "fma", "avx512f", "avx512_vnni", "avx_vnni", "avx512_bf16", "amx_int8", "amx_bf16")
+_CPU_FLAGS = ("sse2", "sse4_2", "avx", "avx2", "fma", "avx512f", "avx512bw", "avx512_vnni", "avx_vnni", "avx512_bf16",
+              "avx512_fp16", "amx_int8", "amx_bf16", "amx_fp16", "asimd", "asimddp")
 
 
 def package_versions() -> dict[str, str | None]:

@@ -55,7 +55,9 @@ def classify(op: dict[str, Any], runs: int, kernel_total_us: float, roof: Roof) 
     nbytes = None if op.get("in_bytes") is None or op.get("out_bytes") is None else op["in_bytes"] + op["out_bytes"]
     peak, _ = roof.peak(op.get("precision") or "fp32")
     compute = flops / peak if flops is not None and peak else None
-    memory = nbytes / roof.bandwidth if nbytes is not None and roof.bandwidth else None
+    # at the rate of the cache level its own bytes fit in (a host's measured caches; a spec's DRAM bandwidth)
+    rate = roof.bandwidth_at(nbytes) if nbytes is not None else None
+    memory = nbytes / rate if nbytes is not None and rate else None
     known = [t for t in (compute, memory) if t is not None]
     if not known or seconds <= 0:
         bound, share = "unknown", None
@@ -105,7 +107,8 @@ def view(op_profile: dict[str, Any] | None, roof: Roof, p50_ms: float | None = N
     chains = fusible_chains(ops, bounds, roof, runs)
     return {
         "roof": roof.to_json(),
-        "method": f"per op: roofline time max(FLOPs / peak, bytes / bandwidth) against the measured mean; "
+        "method": f"per op: roofline time max(FLOPs / peak, bytes / the bandwidth of the cache level they fit in) "
+                  "against the measured mean; "
                   f"overhead-bound past {OVERHEAD_RATIO:g}× the roofline time; FLOPs and bytes from the profiler's "
                   "recorded shapes and sizes (ops whose weights were prepacked have no FLOP count)",
         # against the timed run where there is one: the profiled run's gaps are mostly the profiler's own

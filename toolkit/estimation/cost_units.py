@@ -10,15 +10,10 @@ FLOPs, and bytes at that precision.
 
 from __future__ import annotations
 
+import math
 import re
 from dataclasses import dataclass, replace
 
-from tapeout.estimation.kernel_shape import (  # the kernels' own, read as kern.*
-    FUNCTION_CLASSES,
-    function_shape,
-)
-from tapeout.estimation.kernel_shape import VERSION as SHAPES_VERSION
-from tapeout.estimation.kernel_shape import of as shape_of
 from tapeout.estimation.roofline import BYTES_PER_ELEMENT, bytes_per_element
 from tapeout.graph.analysis import Analysis
 from tapeout.graph.analyze import node_cost
@@ -26,8 +21,10 @@ from tapeout.graph.view import GraphView
 from tapeout.records.structure import SCHEMA as STRUCTURE_SCHEMA
 from tapeout.records.structure import CostUnitRecord, PhaseRecord, StructureRecord
 
-# `attention` and `strided` only where a runtime's compiled graph says (OpenVINO's MHA subgraphs, its generic reorders)
-CLASSES = ("conv", "matmul", "recurrent", "reduce", "elementwise", "movement", "quantize", "attention", "strided")
+CLASSES = ("conv", "matmul", "recurrent", "reduce", "elementwise", "movement", "quantize")
+# the classes whose constant inputs are weights read from the model's working set (a Gather's table is read a row
+# at a time, a norm's scale is tiny: their bytes are their own)
+WEIGHTED = frozenset({"conv", "matmul", "recurrent"})
 
 # ONNX, ONNX Runtime contrib and OpenVINO executed-layer type names, by kernel class. A name not
 # listed is elementwise (arithmetic per element, bandwidth-bound on every device here).
@@ -114,24 +111,8 @@ NORM_OPS = {"LayerNormalization", "SimplifiedLayerNormalization", "RMSNormalizat
 _SHAPE_OPS = {"Shape", "Size", "Constant", "ConstantOfShape", "Range"}
 
 
-def _with_function(kernel: Kernel, parts: list[Kernel]) -> Kernel:
-    """A fused kernel with its parts' costliest `function` (a SiLU's Sigmoid, not its Mul's)."""
-    found = [dict(k.shape).get("function", 0) for k in parts]
-    if kernel.cls not in FUNCTION_CLASSES or not any(found):
-        return kernel
-    return replace(kernel, shape=tuple({**dict(kernel.shape), "function": max(found)}.items()))
-
-
-# OpenVINO's executed type for oneDNN's generic reorder, which moves one element at a time ("CPU:reorder_f32"; its
-# JIT and brgemm reorders are "jit_uni_f32", "reorder_brgemm_f32"): a `strided` kernel (strided.py)
-_GENERIC_REORDER = re.compile(r"^(CPU:)?reorder_(?!brgemm)")
-
-
-def op_class(op_type: str, provider: str = "") -> str:
-    """The kernel class of a profiled op by its type, and by the implementation that ran it (`provider`, as an
-    OpenVINO profile records its executed type) where that decides it."""
-    if op_type == "Reorder" and _GENERIC_REORDER.match(provider or ""):
-        return "strided"
+def op_class(op_type: str) -> str:
+    """The kernel class of an op by its type (ONNX, a runtime's executed layer, ExecuTorch's or AOTInductor's name)."""
     return (_BY_NAME.get(op_type) or _inductor_class(op_type)
             or _BY_NAME.get(op_type.split(" (", 1)[0], "elementwise"))
 
@@ -148,18 +129,12 @@ class Kernel:
     lead: str = ""     # the node the plan's precision is looked up by (a group's first weighted node)
     quantized_input: int = 0  # a fusion group's input elements: quantized too where the group is
     reread: float = 0.0  # bytes read again on every launch after the first: a recurrent cell's weights
-    # what FLOPs and bytes do not say about the kernel's shape, where a predictor reads it: a conv's channels per
-    # group, output channels, output positions, kernel area, groups and output `width` (a 7×7 depthwise is not a 1×1
-    # dense conv), and `rank` 1 for a 1-D conv; a MatMul's `m`, `k`, `n`; a cell's `input` and `hidden`; a movement
-    # kernel's `run`; a MaxPool's or AveragePool's `channels` (ONNX Runtime blocks a pool by them); what an
-    # elementwise, movement, quantize or recurrent kernel computes (`function`); a `strided` reorder's `elements`, and
-    # the `lines` its strided side writes a `stride` bytes apart (kernel_shape.py)
-    shape: tuple[tuple[str, int], ...] = ()
-    runs_as: str = ""  # the layer a runtime's profile names for it, where the runtime's compiled graph says (OpenVINO)
+    weights: float = 0.0  # of `bytes`, those of constant inputs: read from wherever the model's weights fit
 
     def to_json(self) -> dict:
         return {"name": self.name, "class": self.cls, "precision": self.precision, "flops": self.flops,
-                "bytes": self.bytes, "nodes": self.nodes, "launches": self.launches, "reread_bytes": self.reread}
+                "bytes": self.bytes, "nodes": self.nodes, "launches": self.launches, "reread_bytes": self.reread,
+                "weight_bytes": self.weights}
 
 
 def folded(view: GraphView) -> set[str]:
@@ -216,7 +191,7 @@ def structure(view: GraphView, analysis: Analysis) -> list[Kernel]:
             kernels.append(Kernel(node.name, cls, "fp32", cost.flops, moved, 1,
                                   _steps(view, node) if cls == "recurrent" else 1, node.name,
                                   reread=_recurrent_weights(view, node) if cls == "recurrent" else 0,
-                                  shape=shape_of(view, node, cls, [node.op_type])))
+                                  weights=min(moved, _const_bytes(view, [node])) if cls in WEIGHTED else 0.0))
             continue
         if group.name in seen_groups:
             continue
@@ -225,13 +200,14 @@ def structure(view: GraphView, analysis: Analysis) -> list[Kernel]:
         weighted = [costs[n] for n in group.weighted if n in costs] or members[:1]
         lead = by_name.get(weighted[0].name) if weighted else None
         cls = op_class(lead.op_type) if lead is not None else "elementwise"
-        kernels.append(Kernel(group.name, cls, "fp32", sum(c.flops for c in members),
-                              sum(c.bytes_moved for c in weighted), len(members),
+        moved = sum(c.bytes_moved for c in weighted)
+        kernels.append(Kernel(group.name, cls, "fp32", sum(c.flops for c in members), moved, len(members),
                               _steps(view, lead) if cls == "recurrent" and lead is not None else 1,
                               group.weighted[0] if group.weighted else "",
                               (view.size(lead.input[0]) or 0) if lead is not None and group.weighted else 0,
                               _recurrent_weights(view, lead) if cls == "recurrent" and lead is not None else 0,
-                              shape_of(view, lead, cls, [by_name[n].op_type for n in group.nodes if n in by_name])))
+                              min(moved, _const_bytes(view, [by_name[c.name] for c in weighted if c.name in by_name]))
+                              if cls in WEIGHTED else 0.0))
     kernels = _gelu_tanh_fused(view, _silu_fused(view, _rms_norm_fused(view, kernels)))
     return _add_norm_fused(view, _matmul_scale_fused(view, kernels))
 
@@ -303,10 +279,9 @@ def _silu_fused(view: GraphView, kernels: list[Kernel]) -> list[Kernel]:
             continue
         x, out = node.input[0], mul.output[0]
         parts = [kernels[index[node.name]], kernels[index[mul.name]]]
-        fused[index[mul.name]] = _with_function(
-            replace(parts[1], flops=sum(k.flops for k in parts), nodes=sum(k.nodes for k in parts),
-                    bytes=float((view.size(x) or 0) * view.elem_bytes(x) + (view.size(out) or 0) * view.elem_bytes(out))),
-            parts)
+        fused[index[mul.name]] = replace(
+            parts[1], flops=sum(k.flops for k in parts), nodes=sum(k.nodes for k in parts), weights=0.0,
+            bytes=float((view.size(x) or 0) * view.elem_bytes(x) + (view.size(out) or 0) * view.elem_bytes(out)))
         dropped.add(index[node.name])
     return _replaced(kernels, fused, dropped)
 
@@ -372,10 +347,9 @@ def _gelu_tanh_fused(view: GraphView, kernels: list[Kernel]) -> list[Kernel]:
             continue
         x, out = chain[0].input[0], chain[-1].output[0]
         parts = [kernels[index[n.name]] for n in chain]
-        fused[index[chain[-1].name]] = _with_function(
-            replace(parts[-1], flops=sum(k.flops for k in parts), nodes=sum(k.nodes for k in parts),
-                    bytes=float((view.size(x) or 0) * view.elem_bytes(x) + (view.size(out) or 0) * view.elem_bytes(out))),
-            parts)
+        fused[index[chain[-1].name]] = replace(
+            parts[-1], flops=sum(k.flops for k in parts), nodes=sum(k.nodes for k in parts), weights=0.0,
+            bytes=float((view.size(x) or 0) * view.elem_bytes(x) + (view.size(out) or 0) * view.elem_bytes(out)))
         dropped.update(index[n.name] for n in chain[:-1])
     return _replaced(kernels, fused, dropped)
 
@@ -467,40 +441,53 @@ def at_precision(kernels: list[Kernel], plan: dict | None, default_precision: st
     for k in kernels:
         precision = precisions.get(k.lead, default_precision) if k.lead else default_precision
         scale = bytes_per_element(precision) / 4.0
-        out.append(replace(k, precision=precision, bytes=k.bytes * scale, reread=k.reread * scale))
+        out.append(replace(k, precision=precision, bytes=k.bytes * scale, reread=k.reread * scale,
+                           weights=k.weights * scale))
         if precision in ("int8", "int4", "fp8") and k.quantized_input:
             elements = k.quantized_input
             out.append(Kernel(f"{k.name}{QUANTIZE_SUFFIX}", "quantize", precision, 2 * elements,
-                              elements * (4 + bytes_per_element(precision, 1.0)), 0,
-                              shape=function_shape("quantize", ["QuantizeLinear"])))
+                              elements * (4 + bytes_per_element(precision, 1.0)), 0))
     return out
 
 
-def roof_times(kernel: Kernel, roof) -> tuple[float, float]:
-    """Seconds at the compute roof and at the bandwidth roof (0 where the roof is unknown)."""
+def model_weights(kernels: list[Kernel]) -> float:
+    """The bytes of every kernel's weights: the working set they are read from, run after run."""
+    return math.fsum(k.weights for k in kernels)
+
+
+def roof_times(kernel: Kernel, roof, weights: float = 0.0) -> tuple[float, float]:
+    """Seconds at the compute roof and at the bandwidth roof (0 where the roof is unknown). Bytes move at the
+    roof's bandwidth for the working set they sit in (`Roof.bandwidth_at`): the kernel's own traffic, and for its
+    weights the model's (`weights`, `model_weights`) where that is larger, since a weight is read again only on the
+    next run, after all the others."""
     peak, _ = roof.peak(kernel.precision)
     compute = kernel.flops / peak if peak else 0.0
-    memory = kernel.bytes / roof.bandwidth if roof.bandwidth else 0.0
-    if kernel.cls == "strided" and roof.strided and roof.strided.table:
-        # one element at a time: the host's strided loop at this reorder's conflicts, or its bytes where slower
-        shape = dict(kernel.shape)
-        memory = max(memory, roof.strided.seconds(shape.get("elements", 0), shape.get("lines", 1),
-                                                  shape.get("stride", 0)))
+    own = roof.bandwidth_at(kernel.bytes)
+    memory = 0.0
+    if own:
+        weight_rate = roof.bandwidth_at(max(weights, kernel.bytes)) or own
+        memory = (kernel.bytes - kernel.weights) / own + kernel.weights / weight_rate
     if kernel.reread and kernel.launches > 1:
         # re-read from the cache level it fits in; a roof with no measured cache cannot price it, and a
         # lower bound must not guess: those reads are then left out
-        rate = roof.bandwidth_at(kernel.reread)
+        rate = roof.bandwidth_at(kernel.reread) if roof.cache else None
         if rate:
             memory += (kernel.launches - 1) * kernel.reread / rate
     return compute, memory
 
 
+def model_times(kernels: list[Kernel], roof) -> list[tuple[float, float]]:
+    """`roof_times` of every kernel of one model (one call)."""
+    weights = model_weights(kernels)
+    return [roof_times(k, roof, weights) for k in kernels]
+
+
 def class_roofs(kernels: list[Kernel], roof) -> dict[str, float]:
     """Roofline seconds per `class@precision`: the sum of each kernel's max(compute, memory) time."""
     out: dict[str, float] = {}
-    for k in kernels:
+    for k, times in zip(kernels, model_times(kernels, roof), strict=True):
         key = f"{k.cls}@{k.precision}"
-        out[key] = out.get(key, 0.0) + max(roof_times(k, roof))
+        out[key] = out.get(key, 0.0) + max(times)
     return out
 
 
@@ -510,6 +497,12 @@ def class_counts(kernels: list[Kernel]) -> dict[str, int]:
     for k in kernels:
         out[k.cls] = out.get(k.cls, 0) + k.launches
     return out
+
+
+def _const_bytes(view: GraphView, nodes: list) -> float:
+    """Bytes of the constant inputs of `nodes` (each tensor once): the weights they read."""
+    tensors = {t for n in nodes for t in n.input if t and view.is_const(t)}
+    return float(sum((view.size(t) or 0) * view.elem_bytes(t) for t in tensors))
 
 
 def _recurrent_weights(view: GraphView, node) -> float:
@@ -531,21 +524,20 @@ def _steps(view: GraphView, node) -> int:
 
 def to_record(kernels: list[Kernel], phases: list[PhaseRecord] | None = None) -> StructureRecord:
     """The kernel structure as structure.json holds it (with a generate workload's phases, where it has them)."""
-    return StructureRecord(schema=STRUCTURE_SCHEMA, kernels=unit_records(kernels), phases=phases or [],
-                           shapes=SHAPES_VERSION)
+    return StructureRecord(schema=STRUCTURE_SCHEMA, kernels=unit_records(kernels), phases=phases or [])
 
 
 def unit_records(kernels: list[Kernel]) -> list[CostUnitRecord]:
     return [CostUnitRecord(name=k.name, cls=k.cls, precision=k.precision, flops=k.flops, bytes=k.bytes, nodes=k.nodes,
                            launches=k.launches, lead=k.lead, quantized_input=k.quantized_input, reread=k.reread,
-                           shape=dict(k.shape))
+                           weights=k.weights)
             for k in kernels]
 
 
 def from_units(units: list[CostUnitRecord]) -> list[Kernel]:
     return [Kernel(name=k.name, cls=k.cls, precision=k.precision, flops=k.flops, bytes=k.bytes, nodes=k.nodes,
                    launches=k.launches, lead=k.lead, quantized_input=k.quantized_input, reread=k.reread,
-                   shape=tuple(k.shape.items()))
+                   weights=k.weights)
             for k in units]
 
 

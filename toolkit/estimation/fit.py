@@ -11,8 +11,7 @@ The fit:
   (a multiple of) the roofline seconds: small kernels cost their dispatch, large ones approach
   the roof (the class pooled over precisions where fewer than two models measured a precision);
   a class whose roof is a limit its kernels cannot beat (`MIN_MULTIPLE`: the recurrent cell, its
-  steps priced at the measured cache bandwidth) never fits a multiple under 1; a class whose roof is this host's own
-  measured time for its access pattern (`MEASURED`: a reorder run element by element) is not fitted at all;
+  steps priced at the measured cache bandwidth) never fits a multiple under 1;
 - outside the ops (framework time, and ops the runtime adds that the model has none of, such as
   layout reorders): a fixed part, a part per kernel, and a share of the time in ops (ONNX Runtime's
   CPU EP spends 4-13 % of a millisecond-scale run between its ops: thread-pool hand-offs and
@@ -23,7 +22,9 @@ The fit:
   predicted. The band is the range of those errors, so it is never scored on what it was fitted to.
 
 Where: `calibration/<device>--<target>.json` in the user's calibration folder ($TAPEOUT_CALIBRATION,
-default ~/.local/share/tapeout/calibration), then the same name shipped beside the device specs.
+default ~/.local/share/tapeout/calibration), then the same name shipped beside the device specs
+($TAPEOUT_SHIPPED_CALIBRATION in its place; empty: none). A CPU class's calibration (`cpu-intel-amx--openvino.json`,
+`tapeout calibrate --class`) stands in for a host of that class that has none of its own.
 """
 
 from __future__ import annotations
@@ -41,7 +42,6 @@ from pydantic import BaseModel, ConfigDict, Field, PositiveFloat, PositiveInt
 from tapeout.core.errors import BadInput
 from tapeout.core.files import write_json
 from tapeout.core.paths import confined
-from tapeout.records.estimate import StridedRecord
 
 SCHEMA = "tapeout.calibration/1"
 
@@ -90,8 +90,6 @@ class Fit:
     outside_share: float = 0.0                  # seconds outside the ops per second in them
 
     def terms(self, cls: str, precision: str) -> tuple[float, float]:
-        if cls in MEASURED:
-            return MEASURED[cls]
         return (self.per_class.get(f"{cls}@{precision}") or self.per_class.get(cls)
                 or self.per_class.get("*") or (0.0, 1.0))
 
@@ -124,20 +122,13 @@ class Fit:
 # weights take 12 µs a step to stream from L2 was predicted at a ninth of its time.
 MIN_MULTIPLE = {"recurrent": 1.0}
 
-# Classes whose roof is this host's own measured time for the kernel's access pattern, not a limit a fit scales: never
-# fitted, priced at (s per kernel, × roofline) as given. A reorder oneDNN runs element by element (strided.py) is seen
-# in one model of the benchmark (unet-m: 2.0 of its 5.2 ms); left to the fit, a held-out unet-m was priced by the
-# other models' few, cheap ones, and the rest of the fit took its 2 ms as movement time.
-MEASURED = {"strided": (0.0, 1.0)}
-
-
 def fit(records: list[Record]) -> Fit:
     rows: dict[str, list[tuple[float, float, float, float]]] = {}
     models: dict[str, set[str]] = {}
     for r in records:
         roofs = r.roof_by_class()
         for cls, n in r.counts.items():
-            if not n or cls in MEASURED:
+            if not n:
                 continue
             for key in (f"{cls}@{r.precision}", cls, "*"):
                 rows.setdefault(key, []).append((float(n), roofs.get(cls, 0.0), r.measured_s.get(cls, 0.0),
@@ -274,8 +265,9 @@ class _RoofRecord(_FileModel):
     notes: list[str] = Field(default_factory=list)
     # absent from files written before the host's cache bandwidth was measured
     cache_bandwidth_gbs: list[tuple[PositiveInt, PositiveFloat]] | None = None
-    strided: StridedRecord | None = None   # absent from files written before the strided loop was measured
-    stream_gbs: float | None = Field(None, gt=0)  # one thread's read stream; absent before it was measured
+    # written by earlier versions, read and ignored: a reorder's strided loop, one thread's read stream
+    strided: dict[str, Any] | None = None
+    stream_gbs: float | None = Field(None, gt=0)
 
 
 class CalibrationFile(_FileModel):
@@ -317,9 +309,13 @@ def user_folder() -> Path:
     return Path(os.environ.get("TAPEOUT_CALIBRATION") or Path.home() / ".local" / "share" / "tapeout" / "calibration")
 
 
-def shipped_folder() -> Path:
+def shipped_folder() -> Path | None:
+    """The calibrations shipped with tapeout; $TAPEOUT_SHIPPED_CALIBRATION in their place (empty: none, so a test
+    suite's estimates do not depend on what ships)."""
     import importlib.resources
 
+    if "TAPEOUT_SHIPPED_CALIBRATION" in os.environ:
+        return Path(os.environ["TAPEOUT_SHIPPED_CALIBRATION"]) if os.environ["TAPEOUT_SHIPPED_CALIBRATION"] else None
     return Path(str(importlib.resources.files("tapeout.profiles.devices"))) / "calibration"
 
 
@@ -330,6 +326,8 @@ def file_name(device: str, target: str) -> str:
 def find(device: str, target: str) -> tuple[Calibration, Path] | None:
     """The user's calibration for (device, target), else the shipped one, else None."""
     for folder in (user_folder(), shipped_folder()):
+        if folder is None:
+            continue
         path = confined(folder, file_name(device, target), "calibration file")
         if path.is_file():
             return load(path), path

@@ -15,11 +15,10 @@ line between the two. TPOT's quantiles are those of the positions the loop times
 new_tokens - 1 steps after its prompt), times the calibration's tails (p90/p50, p99/p50) where there is one;
 TTFT is one prefill (the loop's choice of the token is an argmax over one row: not priced).
 
-Each phase is priced as one call is (`estimate.estimate`): by the device's kernel predictors where a sweep trained
-them, else by the calibration. The band is theirs: the predictors' spread over the swept kernels, or the
-calibration's held-out error on single calls of other models on this device and target. No generate loop went
-into either, so it is the band of the per-call model the phases are priced with, and the report says so; where
-this run measured the loop, the estimate's error against it is shown beside it (bench/estimator.py scores it).
+Each phase is priced as one call is (`estimate.estimate`), with the calibration where there is one. The band is its
+held-out error on single calls of other models on this device and target. No generate loop went into it, so it is
+the band of the per-call model the phases are priced with, and the report says so; where this run measured the
+loop, the estimate's error against it is shown beside it (bench/estimator.py scores it).
 """
 
 from __future__ import annotations
@@ -122,7 +121,6 @@ class GenerationEstimate:
     band: tuple[float, float] | None = None
     tails: dict[str, float] = field(default_factory=dict)
     calibration: str | None = None
-    by_predictors: bool = False   # priced by the device's kernel predictors (`calibration` then names them)
 
     @property
     def calibrated(self) -> bool:
@@ -130,10 +128,8 @@ class GenerationEstimate:
 
     @property
     def how(self) -> str:
-        """What priced the phases: the device's kernel predictors, its calibration, or the roofline alone."""
-        if self.calibration is None:
-            return "roofline lower bound"
-        return "kernel predictors" if self.by_predictors else "calibrated roofline"
+        """What priced the phases: the device's calibration, or the roofline alone."""
+        return "roofline lower bound" if self.calibration is None else "calibrated roofline"
 
     def _range(self, point: float) -> tuple[float, float, float]:
         lo, hi = self.band or (0.0, 0.0)
@@ -163,12 +159,10 @@ class GenerationEstimate:
 
     def tpot_ms(self, q: str) -> tuple[float, float, float] | None:
         """(point, low, high) of the time per output token's quantile `q` over the timed positions, predicted; None
-        without a calibration, with no decode step timed (new_tokens = 1), or for a tail the predictors cannot give."""
+        without a calibration, or with no decode step timed (new_tokens = 1)."""
         positions = self.timed_positions()
         if not self.calibrated or positions.size == 0:
             return None
-        if q != "p50" and q not in self.tails and self.how == "kernel predictors":
-            return None  # the sweep times single kernels: no runtime tail, so p90/p99 are not claimed
         at = float(np.quantile(positions, {"p50": 0.5, "p90": 0.9, "p99": 0.99}[q]))
         return self._range(self.step_s(at, True) * 1e3 * (1.0 if q == "p50" else self.tails.get(q, 1.0)))
 
@@ -187,8 +181,7 @@ class GenerationEstimate:
                        "is the line between "
                        "the steps at the first timed position and at max_context; TPOT over the positions timed"),
             "calibration": self.calibration, "band": list(self.band) if self.band else None,
-            "band_from": (("the kernel predictors' spread over the swept kernels" if self.how == "kernel predictors"
-                           else "the calibration's held-out error on single calls") + " (no generate loop went into it)")
+            "band_from": "the calibration's held-out error on single calls (no generate loop went into it)"
                          if self.band else None,
             "ttft_ms": {str(p.seq): {"lower_bound": p.lower_bound_s * 1e3,
                                      "predicted": _triple(self.ttft_ms(p.seq)), "phase": p.to_json()}
@@ -221,30 +214,26 @@ def _triple(value: tuple[float, float, float] | None) -> dict | None:
 
 
 def price(phases: list[Phase], roof: roofline.Roof, target: str, precision: str, plan: dict | None, cal,
-          workload, predictors: tuple[Any, int | None] | None = None) -> GenerationEstimate:
-    """The loop's phases on `roof` at the plan's precisions, priced as `estimate.estimate` prices one call: by the
-    kernel predictors where the device has them (`predictors`: the Predictor and the nodes ONNX Runtime's optimized
-    graph runs, the same graph at every phase), else calibrated with `cal` ((Calibration, path) or None)."""
+          workload, float_precision: str | None = None) -> GenerationEstimate:
+    """The loop's phases on `roof` at the plan's precisions (float kernels at `float_precision`, by default the
+    plan's), priced as `estimate.estimate` prices one call, calibrated with `cal` ((Calibration, path) or None)."""
     from tapeout.estimation.estimate import estimate
-
-    pred, executed = predictors or (None, None)
 
     costs, first = [], None
     for phase in phases:
-        kernels = kern.at_precision(phase.kernels, plan, kern.float_precision(precision, plan))
-        est = estimate(kernels, roof, target, precision, cal, pred, executed)
+        kernels = kern.at_precision(phase.kernels, plan, float_precision or kern.float_precision(precision, plan))
+        est = estimate(kernels, roof, target, precision, cal)
         first = first or est
-        times = [kern.roof_times(k, roof) for k in kernels]
+        times = kern.model_times(kernels, roof)
         total = sum(max(t) for t in times) or 1.0
         costs.append(PhaseCost(phase.kind, phase.seq, phase.past, est.lower_bound_s, est.predicted_s,
                                sum(k.flops for k in kernels), sum(k.bytes for k in kernels),
                                sum(max(t) for t in times if t[1] >= t[0]) / total))
-    # the predictors' band covers the classes of every phase's kernels: the phases share one graph's classes
     return GenerationEstimate(
         roof.name, [c for c in costs if c.kind == PREFILL], [c for c in costs if c.kind == DECODE],
         sorted(workload.prompt_lengths), workload.new_tokens, workload.batch,
         band=first.band if first else None, tails=first.tails if first else {},
-        calibration=first.calibration if first else None, by_predictors=bool(first and first.predictor))
+        calibration=first.calibration if first else None)
 
 
 def with_measured(est: GenerationEstimate, measured: dict | None) -> dict[str, Any]:

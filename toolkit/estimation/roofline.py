@@ -1,26 +1,21 @@
 """A device's roofs: peak throughput per precision and memory bandwidth, from its spec or from this host.
 
-The estimator and the bottleneck view both divide by these numbers. For a device spec they are the
-datasheet's (each with its source URL); for this host's CPU, which has no datasheet here, the peak
-is the higher of what the instruction-set flags and the reported clock give and a measured matrix
-multiply, the bandwidth is measured (a large array copy), and the roof says so. Calibration
-(`fit.py`) corrects both for what the runtime actually reaches, so the derivation only has
-to be consistent, not exact.
+The estimator and the bottleneck view both divide by these numbers. For a device spec they are the datasheet's
+(each with its source URL). For this host's CPU, which has no datasheet here, they are ceilings, so that the sum
+over kernels is a lower bound a measurement does not beat: per precision, the cores times the most the widest
+unit its flags name does per cycle (two pipes: AMX tiles, VNNI, AVX-512 FMA) at the higher of the reported clock
+and the clock its measured FP32 rate implies, or the measured rate where higher; bandwidth per working set, the
+fastest one-thread copy measured at that footprint times the cores (`host_probes.py`). Calibration (`fit.py`)
+scales each class back to what the runtime reaches.
 """
 
 from __future__ import annotations
 
-import functools
 import hashlib
 import os
 from dataclasses import dataclass, field
 
-import numpy as np
-
-from tapeout.core.host_speed import copy_rates, matmul_rates, ort_conv_rates, ort_matmul_rates, read_rates
 from tapeout.core.schemas import DeviceSpec
-from tapeout.estimation.strided import Strided
-from tapeout.estimation.strided import measured as strided_measured
 
 # When a spec lists no peak for a precision, the kernels run in the nearest one it has.
 _FALLBACK = {"int4": ("int8",), "fp8": ("fp16", "int8"), "bf16": ("fp16",), "tf32": ("fp32",),
@@ -49,27 +44,17 @@ class Roof:
     bandwidth: float | None         # bytes/s; None where nothing gives it
     source: str                     # where the numbers come from, in words
     notes: list[str] = field(default_factory=list)
-    # (working-set bytes, bytes/s) measured for this host's caches, smallest first; none for a device spec
+    # (footprint bytes, bytes/s) for this host's caches, smallest first, never rising; none for a device spec
     cache: tuple[tuple[int, float], ...] = ()
-    # what an element of a strided scalar loop costs here (a reorder run element by element); none for a device spec
-    strided: Strided | None = None
-    # bytes/s one thread reads an array past the caches at (a decode step's weights); none where it was not measured
-    # (a device spec, a roof kept before it was): data past the caches then moves at `bandwidth`
-    stream: float | None = None
 
     def bandwidth_at(self, working_set: float) -> float | None:
-        """The bandwidth data re-read from a working set of this size moves at: the rate of the probe whose copy
-        holds that much (log-interpolated; past the largest, the one-thread read stream where it was measured, else
-        the DRAM bandwidth), or None where no cache was measured."""
+        """The most bandwidth data in a working set of this size can move at: the rate at the largest footprint
+        measured that it does not exceed (the smallest's under it), so a working set between two levels is priced
+        at the faster; the roof's bandwidth where no cache was measured."""
         if not self.cache:
-            return None
-        # a probe copies an array of its size into another: it holds twice that in the cache (a 2 MiB probe, 4 MiB
-        # of L2 and L3, ran at 29 GB/s on an Intel Xeon whose 2 MiB L2 re-read an LSTM's 1 MiB of weights at ~100)
-        sizes = np.log([2 * size for size, _ in self.cache])
-        rates = [rate for _, rate in self.cache]
-        if working_set > 2 * self.cache[-1][0] and (self.stream or self.bandwidth):
-            return self.stream or self.bandwidth
-        return float(np.interp(np.log(max(working_set, 1.0)), sizes, rates))
+            return self.bandwidth
+        fits = [rate for size, rate in self.cache if size <= working_set]
+        return fits[-1] if fits else self.cache[0][1]
 
     def peak(self, precision: str) -> tuple[float | None, str]:
         """The peak a kernel at `precision` runs against, and which precision's peak that is."""
@@ -90,9 +75,7 @@ class Roof:
         return {"name": self.name, "kind": self.kind, "peaks_tops": {k: v / 1e12 for k, v in self.peaks.items()},
                 "bandwidth_gbs": self.bandwidth / 1e9 if self.bandwidth else None, "source": self.source,
                 "notes": self.notes,
-                **({"cache_bandwidth_gbs": [[size, rate / 1e9] for size, rate in self.cache]} if self.cache else {}),
-                **({"strided": self.strided.to_json()} if self.strided and self.strided.table else {}),
-                **({"stream_gbs": self.stream / 1e9} if self.stream else {})}
+                **({"cache_bandwidth_gbs": [[size, rate / 1e9] for size, rate in self.cache]} if self.cache else {})}
 
     def as_recorded(self) -> Roof:
         """This roof as its JSON reads back: the JSON keeps GB/s and TOPS, and (x / 1e9) · 1e9 is not always x, so a
@@ -103,13 +86,12 @@ class Roof:
 
     @classmethod
     def from_json(cls, data: dict, name: str | None = None, note: str | None = None) -> Roof:
-        """The roof `to_json` wrote (a build's report, a sweep, a predictor), under `name`, with `note` added."""
+        """The roof `to_json` wrote (a build's report, a calibration), under `name`, with `note` added."""
         return cls(name=name or data["name"], kind=data["kind"],
                    peaks={k: v * 1e12 for k, v in data["peaks_tops"].items()},
                    bandwidth=(data.get("bandwidth_gbs") or 0) * 1e9 or None, source=data["source"],
                    notes=[*data.get("notes", []), *([note] if note else [])],
-                   cache=tuple((int(s), r * 1e9) for s, r in data.get("cache_bandwidth_gbs") or ()),
-                   strided=Strided.from_json(data.get("strided")), stream=(data.get("stream_gbs") or 0) * 1e9 or None)
+                   cache=tuple((int(s), r * 1e9) for s, r in data.get("cache_bandwidth_gbs") or ()))
 
 
 def from_spec(spec: DeviceSpec) -> Roof:
@@ -121,9 +103,15 @@ def from_spec(spec: DeviceSpec) -> Roof:
     )
 
 
-# FP32 FLOP per cycle per core from the widest FMA the flags name: lanes x 2 (multiply-add), one FMA
-# pipe assumed (two-pipe parts reach twice this; calibration absorbs the factor for a given CPU).
-_FP32_PER_CYCLE = (("avx512f", 32), ("avx2", 16), ("asimd", 8), ("sse2", 4))
+# Operations per cycle per core of the widest unit each flag names, two pipes where the cores have two (a ceiling:
+# no core does more), by precision; the first flag a host has decides.
+PER_CYCLE = {
+    "fp32": (("avx512f", 64), ("avx2", 32), ("fma", 32), ("asimd", 16), ("sse2", 8)),
+    "int8": (("amx_int8", 2048), ("avx512_vnni", 256), ("avx512bw", 256), ("avx_vnni", 128), ("avx2", 128),
+             ("asimddp", 64), ("asimd", 32), ("sse2", 32)),
+    "bf16": (("amx_bf16", 1024), ("avx512_bf16", 128)),
+    "fp16": (("amx_fp16", 1024), ("avx512_fp16", 128)),
+}
 
 
 def host_key(host: dict) -> str:
@@ -136,73 +124,61 @@ def host_name(host: dict) -> str:
     return "host-" + hashlib.sha256(host_key(host).encode()).hexdigest()[:10]
 
 
-def for_host(host: dict, bandwidth: float | None = None, fp32_peak: float | None = None,
-             threads: int | None = None, cache: tuple[tuple[int, float], ...] | None = None,
-             measured=None, strided: Strided | None = None, int8_peak: float | None = None) -> Roof:
-    """This host's CPU as a roof. `host` is manifest.host_fingerprint() (or a report's `host`);
-    `bandwidth`, `fp32_peak` and `int8_peak`, where given (a calibration's, already the peaks of the device it
-    was made for), replace what was measured. `measured` (host_roof.Measured) is the measurement kept for this
-    host; without it, this process measures. `threads` fewer than the cores: the compute peaks are
-    those of that many cores (the bandwidth is a one-thread copy's either way). `strided`, where given (a
-    calibration's; `strided.UNMEASURED` for one made before it was measured), replaces the strided loop measured
-    here."""
+def cpu_class(host: dict) -> str:
+    """The class of CPU a calibration carries to (`cpu-<vendor>-<tier>`): the same vendor and widest units run the
+    runtimes' same kernels, so their efficiencies against the roof carry, whatever the clock, cores and caches."""
+    flags = set(host.get("cpu_flags") or [])
+    name = (host.get("cpu") or "").lower()
+    vendor = "intel" if "intel" in name else "amd" if "amd" in name or "epyc" in name or "ryzen" in name else \
+        "arm" if "asimd" in flags else "other"
+    tier = ("amx" if "amx_int8" in flags else "avx512" if "avx512f" in flags else "avx2" if "avx2" in flags
+            else "neon" if "asimd" in flags else "base")
+    return f"cpu-{vendor}-{tier}"
+
+
+def per_cycle(flags: set[str], precision: str) -> int | None:
+    return next((n for flag, n in PER_CYCLE[precision] if flag in flags), None)
+
+
+def for_host(host: dict, probes=None, threads: int | None = None) -> Roof:
+    """This host's CPU as a roof of ceilings (see the module's docstring). `host` is host_fingerprint() (or a
+    report's `host`); `probes` (host_probes.Probes) its measured one-thread rates, without which the flags and the
+    reported clock alone give the peaks and no bandwidth is known. `threads` fewer than the cores: that many cores."""
     flags = set(host.get("cpu_flags") or [])
     cores = host.get("cpu_affinity") or host.get("physical_cores") or os.cpu_count() or 1
+    if threads and threads < cores:
+        cores = threads
     mhz = _max_mhz()
-    per_cycle = next((n for flag, n in _FP32_PER_CYCLE if flag in flags), 4)
-    derived = cores * mhz * 1e6 * per_cycle
-    notes = [f"{cores} cores x {mhz:.0f} MHz x {per_cycle} FP32 FLOP/cycle from the flags "
-             f"({', '.join(sorted(flags)) or 'none of the FMA flags'}): {derived / 1e9:.0f} GFLOP/s"]
-    # INT8 dot products: VNNI/AMX do four 8-bit multiply-adds per 32-bit lane; without them
-    # (pmaddubsw + pmaddwd) about two. BF16 dot products (avx512_bf16) two per lane.
-    int8_per_fp32 = 4 if flags & {"avx512_vnni", "avx_vnni", "amx_int8", "asimddp"} else 2
-    if fp32_peak is None:
-        # The derivation assumes one FMA pipe and the reported clock; a core with two pipes, or boosting
-        # past the clock /proc/cpuinfo reports, runs faster, and a "lower bound" must not be beaten.
-        rate = measured.fp32_flops if measured else measured_fp32_peak()
-        fp32_peak = max(derived, rate)
-        notes.append(f"FP32 measured here: {rate / 1e9:.0f} GFLOP/s (best of 4, the fastest of a 1536² multiply "
-                     "in numpy's BLAS and in ONNX Runtime's MLAS and a 3×3 convolution in MLAS); the peak is the "
-                     "higher of that and the flags'")
-        # AMX tiles multiply 8-bit matrices far past four per FP32 lane (9.3 times FP32 on an Intel Xeon here):
-        # an INT8 roof from the flags alone is beaten by the kernels it bounds
-        int8_rate = measured.int8_ops if measured else measured_int8_peak()
-        int8_peak = max(fp32_peak * int8_per_fp32, int8_rate)
-        notes.append(f"INT8 matrix multiply measured here: {int8_rate / 1e9:.0f} GOP/s (ONNX Runtime's MatMulInteger, "
-                     f"uint8 × int8, 1536², best of 4); the INT8 peak is the higher of that and {int8_per_fp32}× "
-                     "the FP32 peak")
-        if threads and threads < cores:
-            # inference on `threads` cores: the others' FMA pipes are not this device's
-            fp32_peak *= threads / cores
-            int8_peak *= threads / cores
-            notes.append(f"{threads} of {cores} cores run inference: the compute peaks are {threads}/{cores} of that")
-    int8 = int8_peak or fp32_peak * int8_per_fp32
-    peaks = {"fp32": fp32_peak, "int8": int8, "int4": int8}
-    if "avx512_bf16" in flags or "amx_bf16" in flags:
-        peaks["bf16"] = fp32_peak * 2
-    if bandwidth is None:
-        bandwidth = measured.bandwidth_bytes if measured else measured_bandwidth()
-        notes.append(f"memory bandwidth measured here: {bandwidth / 1e9:.1f} GB/s (array copy, best of 30)")
-    notes.append("bytes are priced at DRAM bandwidth: a model whose weights stay in the last-level cache "
-                 "between runs can beat its memory roof")
-    if cache is None:
-        cache = measured.cache if measured else measured_cache_bandwidth()
-        notes.append("a recurrent cell's weights, read again every time step, are priced at the copy bandwidth "
-                     "measured for their size: " + ", ".join(f"{size // 1024} KiB {rate / 1e9:.0f} GB/s"
-                                                             for size, rate in cache))
-    if strided is None:
-        strided = measured.strided if measured else strided_measured()
-    if strided and strided.table:
-        notes.append("a reorder run element by element is priced at the strided loop measured here, by the cache "
-                     "lines its strided side keeps in one L1 set: " + ", ".join(
-                         f"{ratio:.1f}× the ways {seconds * 1e9:.1f} ns" for ratio, seconds in strided.table))
-    if measured:
-        notes.append(f"the figures measured here were kept on {measured.measured_at} ({measured.path}); every "
-                     "estimate on this host uses them until `tapeout calibrate` measures again")
+    fp32_cycle = per_cycle(flags, "fp32") or 8
+    measured = {"fp32": probes.fp32_flops, "int8": probes.int8_ops} if probes else {}
+    # a core boosting past the reported clock: the clock its measured FP32 rate implies, at two FMA pipes
+    clock = max(mhz * 1e6, measured.get("fp32", 0.0) / fp32_cycle)
+    peaks = {}
+    for precision in PER_CYCLE:
+        n = per_cycle(flags, precision)
+        if n or precision in measured:
+            peaks[precision] = cores * max((n or 0) * clock, measured.get(precision, 0.0))
+    peaks["int4"] = peaks["int8"]
+    notes = [f"{cores} core(s) at {clock / 1e9:.2f} GHz (the reported {mhz:.0f} MHz, or the clock the measured FP32 "
+             "rate implies where higher); per precision the widest unit the flags name, two pipes: "
+             + ", ".join(f"{p} {per_cycle(flags, p)}/cycle" for p in PER_CYCLE if per_cycle(flags, p))]
+    cache: tuple[tuple[int, float], ...] = ()
+    bandwidth = None
+    if probes:
+        notes.append(f"one thread measured here: FP32 {probes.fp32_flops / 1e9:.0f} GFLOP/s, INT8 "
+                     f"{probes.int8_ops / 1e9:.0f} GOP/s; the peak is the higher of that and the flags', per core")
+        # a smaller footprint is never slower than a larger one: a noisy probe below a larger one's rate is raised to it
+        rates = sorted((size, rate * cores) for size, rate in probes.copy)
+        cache = tuple((size, max(r for _, r in rates[i:])) for i, (size, _) in enumerate(rates))
+        bandwidth = cache[-1][1]
+        notes.append("bytes move at the fastest one-thread copy measured at their working set's footprint, times the "
+                     "cores: " + ", ".join(f"{size // 1024} KiB {rate / 1e9:.0f} GB/s" for size, rate in cache))
+        if probes.measured_at:
+            notes.append(f"the highest of every measurement kept for this CPU ({probes.path}); `tapeout calibrate` "
+                         "measures again")
     return Roof(name=host_name(host), kind="cpu", peaks=peaks, bandwidth=bandwidth,
-                source=f"this host's CPU ({host.get('cpu', '?')}): peak from its flags or a measured matrix "
-                       "multiply, bandwidth measured" + (f" on {measured.measured_at}" if measured else ""),
-                notes=notes, cache=tuple(cache), strided=strided)
+                source=f"this host's CPU ({host.get('cpu', '?')}): ceilings from its flags, clock and probes",
+                notes=notes, cache=cache)
 
 
 def _max_mhz() -> float:
@@ -220,50 +196,3 @@ def _max_mhz() -> float:
     except (OSError, ValueError):
         pass
     return 2000.0
-
-
-@functools.lru_cache(maxsize=1)
-def measured_fp32_peak() -> float:
-    """This host's FP32 rate (~0.4 s): the fastest of a 1536² matrix multiply in numpy's BLAS and in ONNX Runtime's
-    MLAS and a 3×3 convolution in MLAS's NCHWc kernels, each best of 4. The multiply: 194-209 GFLOP/s over three
-    processes on a 2-core AMD EPYC whose flags and reported clock give 166; on another 2-core AMD EPYC (Zen 4), numpy
-    249-274 and ONNX Runtime more (one thread: 127 against ~165). The convolution: on a 2-core Intel Xeon (AVX-512)
-    a ResNet's 3×3 convolutions ran 203 GFLOP/s on one thread where the multiply reached 151."""
-    return max(max(matmul_rates(1536, 4)), max(ort_matmul_rates(1536, 4)), max(ort_conv_rates(4)))
-
-
-@functools.lru_cache(maxsize=1)
-def measured_int8_peak() -> float:
-    """This host's INT8 matrix-multiply rate (ONNX Runtime's MatMulInteger, uint8 activations × int8 weights,
-    1536², best of 4, ~0.1 s): on a 2-core Intel Xeon with AMX, 1,398 GOP/s on one thread against 151 GFLOP/s FP32."""
-    return max(ort_matmul_rates(1536, 4, int8=True))
-
-
-@functools.lru_cache(maxsize=1)
-def measured_stream() -> float:
-    """What one thread reads an array past the caches at (256 MiB summed, best of 5, ~0.6 s with the array's writing): a decode step's
-    weights stream so, and a copy does not price them. On a 2-core Intel Xeon here: 17.1 GB/s read, against 25.9 for
-    the 64 MiB copy (read and write counted) and 16.2 for ONNX Runtime's one-thread GEMV over 256 MB of weights."""
-    return max(read_rates(256, 5))
-
-
-@functools.lru_cache(maxsize=1)
-def measured_bandwidth() -> float:
-    """This host's copy bandwidth, 64 MiB best of 30. Best of 5 into a fresh array (page faults) ranged
-    19.7-23.3 GB/s over five processes on a shared 2-core VM; this, 23.8-24.1 at the same moment. The
-    machine itself still swings (24.6-33.4 GB/s within seconds at another): a calibration keeps the
-    figure its records were priced with."""
-    return max(copy_rates(64, 30))
-
-
-# Working sets the cache bandwidth is measured at: within L1, L2 and L3 of the CPUs seen here, and past them.
-CACHE_PROBE_KIB = (32, 128, 512, 2048, 8192, 32768)
-
-
-@functools.lru_cache(maxsize=1)
-def measured_cache_bandwidth() -> tuple[tuple[int, float], ...]:
-    """(bytes, copy bytes/s) for arrays of each CACHE_PROBE_KIB size copied again and again (~0.1 s): what
-    data re-read from a working set that size moves at. On the 2-core AMD EPYC here: ~70-95 GB/s up to
-    4 MiB, 50 at 16 MiB, 31 at 32 MiB, against 24-25 from DRAM."""
-    # at least 8 MiB copied a timing: a 32 KiB copy alone is ~0.4 µs, under the timer's resolution
-    return tuple((kib * 1024, max(copy_rates(kib / 1024, 7, max(1, 8192 // kib)))) for kib in CACHE_PROBE_KIB)

@@ -5,20 +5,9 @@ from __future__ import annotations
 
 from typing import Literal
 
-from pydantic import ConfigDict, Field, NonNegativeFloat, PositiveInt
+from pydantic import Field
 
-from tapeout.records.record import Record
-
-
-class StridedRecord(Record):
-    """This host's strided loop (estimation/strided.py): read back for arithmetic, so typed and finite."""
-
-    model_config = ConfigDict(**Record.model_config, allow_inf_nan=False)
-    sets: PositiveInt
-    ways: PositiveInt
-    line: PositiveInt
-    ns_per_element: list[tuple[NonNegativeFloat, NonNegativeFloat]] = Field(
-        min_length=1, description="[lines in the worst L1 set / its ways, ns per element], by ratio")
+from tapeout.records.record import Json, Record
 
 
 class RoofRecord(Record):
@@ -30,9 +19,9 @@ class RoofRecord(Record):
     notes: list[str] = Field(default_factory=list)
     cache_bandwidth_gbs: list[tuple[int, float]] | None = Field(
         None, description="this host's CPU only: [working-set bytes, GB/s], smallest first")
-    strided: StridedRecord | None = Field(None, description="this host's CPU only, where its L1 was measured")
-    stream_gbs: float | None = Field(None, gt=0, description="this host's CPU at one inference thread only: what one "
-                                     "thread reads an array past the caches at (a decode step's weights)")
+    # written by earlier versions of tapeout, read and ignored: a reorder's strided loop, one thread's read stream
+    strided: Json | None = None
+    stream_gbs: Json | None = None
 
 
 class PredictedRecord(Record):
@@ -59,6 +48,7 @@ class KernelRecord(Record):
     nodes: int
     launches: int
     reread_bytes: float
+    weight_bytes: float = 0.0
     compute_us: float
     memory_us: float
 
@@ -113,15 +103,6 @@ class GenerationEstimateRecord(Record):
     measured: list[EstimateVsMeasured] | None = None
 
 
-class AtMeasuredSpeedRecord(Record):
-    """The estimate at the measurement's host speed (estimation/host_drift.py)."""
-
-    p50_ms: float
-    learned_fp32_gflops: float
-    measured_fp32_gflops: float
-    error: float | None = None
-
-
 class EstimateRecord(Record):
     device: str
     target: str
@@ -136,10 +117,10 @@ class EstimateRecord(Record):
     by_class: list[ClassRecord]
     top_kernels: list[KernelRecord]
     notes: list[str] = Field(default_factory=list)
-    learned_fp32_gflops: float | None = None
+    learned_fp32_gflops: Json | None = None         # earlier versions' kernel predictors: read and ignored
     measured_p50_ms: float | None = None
     error: float | None = None
-    at_measured_speed: AtMeasuredSpeedRecord | None = None
+    at_measured_speed: Json | None = None           # earlier versions' kernel predictors: read and ignored
     generation: GenerationEstimateRecord | None = None
 
 

@@ -26,7 +26,8 @@ class CostUnitRecord(Record):
     lead: str = ""
     quantized_input: int = 0
     reread: float = 0.0
-    shape: dict[str, int] = Field(default_factory=dict)   # a conv's shape beyond FLOPs and bytes (cost_units)
+    weights: float = 0.0    # of `bytes`, those of constant inputs (absent from earlier records: priced as their own)
+    shape: dict[str, int] = Field(default_factory=dict)   # earlier versions' predictor features: read and ignored
 
 
 class PhaseRecord(Record):
@@ -42,6 +43,4 @@ class StructureRecord(Record):
     schema_id: Literal["tapeout.structure/1"] = Field(SCHEMA, alias="schema")
     kernels: list[CostUnitRecord]
     phases: list[PhaseRecord] = Field(default_factory=list, description="generate workloads only")
-    # which kernel shapes the record keeps (estimation/kernel_shape.py VERSION): 0, absent, a record from before the
-    # predictors read a MatMul's m, k, n, a kernel's function, a cell's sizes, a conv's width, a movement kernel's run
-    shapes: int = Field(0, ge=0)
+    shapes: int = Field(0, ge=0)   # earlier versions' predictor feature version: read and ignored

@@ -428,12 +428,7 @@ def _estimate_section(e: dict | None) -> list[str]:
         if e.get("error") is not None:
             line += f", error {e['error']:+.1%}"
     out.append(f"\n{line}.")
-    if (at := e.get("at_measured_speed")) and at.get("error") is not None:
-        out.append(f"\nAt the host speed this measurement ran at (its probe's FP32 rate "
-                   f"{at['measured_fp32_gflops']:.0f} GFLOP/s, the predictors' sweep's {at['learned_fp32_gflops']:.0f}): "
-                   f"predicted p50 {fmt(at['p50_ms'])} ms, error {at['error']:+.1%}. A shared host's speed drifts; "
-                   "this takes its drift out of the comparison, the figure above does not.")
-    out.append(f"\n{e['calibration'] or 'No calibration for this device and target: only the lower bound is known.'}")
+    out.append(f"\n{e['calibration'] or 'No calibration for this device and target: this is a lower bound, which no measured run should beat; `tapeout calibrate` (docs/estimator.md) adds a prediction with its error band.'}")
     out += ["", *_table(["class", "kernels", "GFLOP", "MB", "roofline µs", "predicted µs"],
                         [[c["class"], str(c["kernels"]), fmt(c["flops"] / 1e9, 3), fmt(c["bytes"] / 2**20, 3),
                           us(c["roofline_us"]), us(c["predicted_us"])] for c in e["by_class"]])]

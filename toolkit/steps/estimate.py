@@ -25,27 +25,28 @@ class Estimate(Step):
             return "the build dir holds neither its kernel structure nor its exported model"
         plan = (state.quantization or {}).get("plan")
         reported = (state.measurement.device or {}).get("name")
-        # a check has no project: the build's inputs and dims, as its manifest recorded them, stand in for it (the
-        # predictors read the runtime's graph at those dims; without them a check on a host with a predictor crashed)
+        # a check has no project: the build's inputs and dims, as its manifest recorded them, stand in for it
         setup = (state.setup if state.opened is None or state.setup.project is not None
                  else dataclasses.replace(state.setup, project=state.opened.manifest.project))
         with state.ui.step("estimate latency on the device (roofline, calibrated where measured)"):
-            state.estimate = estimate.for_model(setup, state.kernels, plan, reported, state.phases,
-                                                workload_of(state), artifact=state.artifact.path,
-                                                float_model=state.exported.path if state.exported else None)
+            state.estimate = estimate.for_model(setup, state.kernels, plan, reported, state.phases, workload_of(state))
         unpriced = estimate.why_not_priced(state.setup.target.name, state.setup.device)
         none = f"no estimate: {unpriced}" if unpriced else NO_DEVICE
-        state.ui.note(state.estimate.line() if state.estimate else none)
-        if state.estimate is not None and state.estimate.generation is not None:
-            state.ui.note(state.estimate.generation.line())
-        return None if state.estimate else none
+        if state.estimate is None:
+            state.ui.note(none)
+            return none
+        # a bare lower bound is the report's to state, once: on the console only a calibrated estimate speaks
+        if state.estimate.predicted_s is not None:
+            state.ui.note(state.estimate.line())
+            if state.estimate.generation is not None:
+                state.ui.note(state.estimate.generation.line())
+        return None
 
     def report(self, state: BuildState) -> dict[str, object]:
         if state.estimate is None:
             return {"estimate": None}
         measured = None if state.setup.emulated or state.generation is None else state.generation.to_json()
-        host_state = None if state.setup.emulated else state.measurement.host_state
-        return {"estimate": estimate.with_measured(state.estimate, measured_p50(state), measured, host_state)}
+        return {"estimate": estimate.with_measured(state.estimate, measured_p50(state), measured)}
 
 
 def workload_of(state: BuildState):

@@ -41,7 +41,6 @@ from tapeout.steps.prepare import Prepare
 from tapeout.steps.prune import Prune
 from tapeout.steps.reference import Reference
 from tapeout.steps.setup import Setup, for_build, for_check
-from tapeout.steps.softmax_masks import SoftmaxMasks
 from tapeout.steps.state import BuildState
 from tapeout.steps.step import Step, run
 from tapeout.steps.stream import Stream
@@ -50,7 +49,7 @@ from tapeout.steps.write import Write
 
 BUILD: tuple[Step, ...] = (
     Load(), Prune(), Export(), Lint(), Prepare(), Analyze(), Reference(), Precision(), Compile(),
-    Engine(), MakeGolden(), SoftmaxMasks(), Measure(), Parity(), Generate(), Stream(), Placement(), Accuracy(), Estimate(), Bottlenecks(), Verdicts(),
+    Engine(), MakeGolden(), Measure(), Parity(), Generate(), Stream(), Placement(), Accuracy(), Estimate(), Bottlenecks(), Verdicts(),
     Assemble(), Write(),
 )
 TAIL = BUILD[next(i for i, step in enumerate(BUILD) if isinstance(step, Engine)):]

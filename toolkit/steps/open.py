@@ -28,7 +28,7 @@ class Open(Step):
                                            sha256=man.artifact.files[man.artifact.main_file], files=None, meta=None)
         state.quantization = built.quantization.model_dump(mode="json", exclude_unset=True) if built.quantization else None
         state.kernels = kernels_of(build)  # None for build dirs from before the estimator (no export/)
-        state.phases = phases_of(build, state.kernels)
+        state.phases = phases_of(build)
 
     def report(self, state: BuildState) -> dict[str, object]:
         project = state.opened.manifest.project

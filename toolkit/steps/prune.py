@@ -206,8 +206,7 @@ def _latency_search(setup: Setup, loaded, teacher, pruned_at, feeds) -> tuple[An
 def _estimate_method(setup: Setup) -> str:
     """Where the target cannot be timed here, each step is estimated for the profile's device: only with a
     calibration, since a roofline bound alone is a floor, not a prediction to stop on."""
-    from tapeout.estimation import fit
-    from tapeout.estimation.estimate import device_name, why_not_priced
+    from tapeout.estimation.estimate import device_name, find_calibration, why_not_priced
 
     unpriced = why_not_priced(setup.target.name, setup.device)
     if unpriced:
@@ -218,7 +217,7 @@ def _estimate_method(setup: Setup) -> str:
                        "and the profile names no device to estimate each step for",
                        fix="name the device (device = \"...\") and calibrate it, prune by ratio, or build on the device")
     device = device_name(setup.device, host_fingerprint())
-    found = fit.find(device, setup.target.name)
+    found = find_calibration(device, setup.target.name, host_fingerprint(), setup.device)
     if found is None:
         raise BadInput(f"[pruning] until = \"latency\": this host cannot time {setup.profile.target} ({setup.emulated}), "
                        f"and there is no calibration for {device} × {setup.target.name} to estimate each step with",
