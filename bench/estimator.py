@@ -36,7 +36,9 @@ import time
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO / "tests"))  # zoo_models, test_model_zoo; never bench/ (its kernels.py would shadow a package)
+# zoo_models and test_model_zoo from tests/; bench/ (this script's own folder, first on the path) out: its kernels.py
+# shadows the `kernels` package transformers imports
+sys.path[:] = [str(REPO / "tests")] + [p for p in sys.path if Path(p or ".").resolve() != REPO / "bench"]
 _spec = importlib.util.spec_from_file_location("estimator_models", REPO / "bench" / "estimator_models.py")
 MEDIUM = importlib.util.module_from_spec(_spec)
 _spec.loader.exec_module(MEDIUM)

@@ -440,6 +440,8 @@ def test_estimate_for_another_device_and_bad_input(digits_build, tmp_path):
     assert "jetson-orin-nano-super's spec gives the peaks of its gpu only" in refused.err and "--target" in refused.err
     got = run_cli("estimate", digits_build, "--device", "jetson-orin-nano-super", "--target", "ort-cuda", "--json")
     assert got.code == 0 and got.json()["device"] == "jetson-orin-nano-super"
+    again = run_cli("estimate", digits_build, "--device", "jetson-orin-nano-super", "--target", "ort-cuda", "--json")
+    assert again.json()["lower_bound_ms"] == got.json()["lower_bound_ms"]   # a spec's figure, the same every time
     assert "lower bound" in got.json()["method"] and "priced as ort-cuda" in got.json()["notes"][-1]
     for args, words in ((("--target", "ort-cuda"), "it needs --device"),
                         (("--device", "l4", "--target", "tpu"), "unknown target 'tpu'")):

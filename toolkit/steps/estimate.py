@@ -35,8 +35,10 @@ class Estimate(Step):
         if state.estimate is None:
             state.ui.note(none)
             return none
-        # a bare lower bound is the report's to state, once: on the console only a calibrated estimate speaks
-        if state.estimate.predicted_s is not None:
+        # a bare lower bound is the report's to state, once; and where this run timed the device itself, its
+        # measurement is the figure: on the console only a calibrated estimate of a device not timed here speaks
+        timed_here = not state.setup.emulated and state.estimate.device.startswith("host-")
+        if state.estimate.predicted_s is not None and not timed_here:
             state.ui.note(state.estimate.line())
             if state.estimate.generation is not None:
                 state.ui.note(state.estimate.generation.line())
