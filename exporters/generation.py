@@ -152,8 +152,9 @@ class Verification:
 
     def to_json(self) -> dict:
         return {"prompts": self.prompts, "tokens_per_prompt": self.tokens, "max_abs_logit_diff": self.max_abs,
-                "near_ties": self.ties, "method": "greedy decoding through the cache (ONNX Runtime CPU) against "
-                "the decoder's plain forward over the whole sequence (torch), logits compared at every step"}
+                "near_ties": self.ties, "method": "greedy decoding through the cache (ONNX Runtime CPU), every step's "
+                "logits compared with the decoder's plain forward over the whole sequence (torch, one call a prompt, "
+                "teacher-forced on the graph's tokens); the greedy tokens are the generate step's reference"}
 
 
 def torch_step(graph_module, layout: CacheLayout) -> Callable:
@@ -191,10 +192,14 @@ def plain_forward(graph_module) -> Callable:
 
 
 def verify(decoder, onnx_path: Path, layout: CacheLayout, prompts: list[np.ndarray], tokens: int,
-           atol: float, rtol: float) -> Verification:
-    """Greedy decode each prompt through the exported cache graph; at every step compare its logits with the
-    decoder's plain forward over the whole sequence so far. A token that differs where the reference's choice
-    was clear (its top two logits further apart than the tolerance) fails the export."""
+           atol: float, rtol: float) -> tuple[Verification, np.ndarray]:
+    """Greedy decode each prompt through the exported cache graph, then check every step against one call of the
+    decoder's plain forward over the whole sequence (torch, teacher-forced on the graph's tokens): the logits within
+    tolerance at every position, and each token the plain forward's own choice. A token that differs where the
+    reference's choice was clear (its top two logits further apart than the tolerance) fails the export; at a near
+    tie the reference's token is taken and the graph decodes on from it. Returns the verification and the torch
+    model's greedy tokens [prompts, tokens]: the reference a generate build judges agreement against, made here in
+    one torch call a prompt where stepping torch through its cache took one a token."""
     import onnxruntime as ort
     import torch
 
@@ -207,35 +212,52 @@ def verify(decoder, onnx_path: Path, layout: CacheLayout, prompts: list[np.ndarr
     def onnx_step(feeds):
         return dict(zip(names, sess.run(names, feeds), strict=True))
 
-    worst, ties = 0.0, 0
+    def decode(prefix: np.ndarray, count: int) -> tuple[list[int], list[np.ndarray]]:
+        """`count` greedy tokens after `prefix` through the graph, and the logits each was chosen from."""
+        out = onnx_step(layout.feeds(prefix[None].astype(np.int64), layout.empty_past(1)))
+        chosen, logits = [], []
+        for i in range(count):
+            logits.append(out[LOGITS][0, -1])
+            chosen.append(int(logits[-1].argmax()))
+            if i + 1 < count:
+                out = onnx_step(layout.feeds(np.array([[chosen[-1]]], np.int64), feed_back(layout, out)))
+        return chosen, logits
+
+    worst, ties, greedy_tokens = 0.0, 0, []
     for p, prompt in enumerate(prompts):
-        ids = prompt[None].astype(np.int64)
-        out = onnx_step(layout.feeds(ids, layout.empty_past(1)))
-        for t in range(tokens):
+        fixed: list[int] = []  # tokens settled as the reference's own, up to a near tie the graph resolved otherwise
+        while True:
+            chosen, logits = decode(np.concatenate([prompt, np.asarray(fixed, np.int64)]), tokens - len(fixed))
+            sequence = [*fixed, *chosen]
+            ids = torch.from_numpy(np.concatenate([prompt, np.asarray(sequence[:-1], np.int64)])[None])
             with torch.inference_mode(), user_code("the decoder's plain forward (no cache)"):
-                full = decoder(torch.from_numpy(ids))
-            ref = (full[0] if isinstance(full, tuple | list) else full)[:, -1].numpy()
-            got = out[LOGITS][:, -1]
-            diff = np.abs(ref - got)
-            worst = max(worst, float(diff.max()))
-            if not np.all(diff <= atol + rtol * np.abs(ref)):
-                raise ExportMismatch(
-                    f"the exported cache graph drifts from the plain forward: prompt {p + 1} of {len(prompts)}, "
-                    f"token {t + 1}: max-abs logit difference {diff.max():.3g} (atol {atol:g}, rtol {rtol:g})",
-                    fix="check that positions start at past_len and that present = past + this call's keys/values "
-                        "(docs/workloads.md), or loosen [export] atol/rtol if the difference is float noise")
-            top2 = np.sort(ref[0])[-2:]
-            token = int(got[0].argmax())
-            if token != int(ref[0].argmax()):
-                if top2[1] - top2[0] > atol + rtol * abs(top2[1]):
-                    raise ExportMismatch(f"the exported cache graph chose token {token} where torch chose "
-                                         f"{int(ref[0].argmax())} (prompt {p + 1}, step {t + 1})", fix=FIX_SIGNATURE)
-                ties += 1
-                token = int(ref[0].argmax())  # follow the reference so the comparison stays on its sequence
-            ids = np.concatenate([ids, [[token]]], axis=1)
-            if t + 1 < tokens:
-                out = onnx_step(layout.feeds(ids[:, -1:], feed_back(layout, out)))
-    return Verification(len(prompts), tokens, worst, ties)
+                full = decoder(ids)
+            ref_all = (full[0] if isinstance(full, tuple | list) else full)[0, len(prompt) - 1:].float().numpy()
+            resumed = False
+            for i in range(len(fixed), tokens):
+                ref, got = ref_all[i], logits[i - len(fixed)]
+                diff = np.abs(ref - got)
+                worst = max(worst, float(diff.max()))
+                if not np.all(diff <= atol + rtol * np.abs(ref)):
+                    raise ExportMismatch(
+                        f"the exported cache graph drifts from the plain forward: prompt {p + 1} of {len(prompts)}, "
+                        f"token {i + 1}: max-abs logit difference {diff.max():.3g} (atol {atol:g}, rtol {rtol:g})",
+                        fix="check that positions start at past_len and that present = past + this call's keys/values "
+                            "(docs/workloads.md), or loosen [export] atol/rtol if the difference is float noise")
+                want = int(ref.argmax())
+                if sequence[i] != want:
+                    top2 = np.sort(ref)[-2:]
+                    if top2[1] - top2[0] > atol + rtol * abs(top2[1]):
+                        raise ExportMismatch(f"the exported cache graph chose token {sequence[i]} where torch chose "
+                                             f"{want} (prompt {p + 1}, step {i + 1})", fix=FIX_SIGNATURE)
+                    ties += 1
+                    fixed = [*sequence[:i], want]  # follow the reference so the comparison stays on its sequence
+                    resumed = True
+                    break
+            if not resumed or len(fixed) == tokens:
+                greedy_tokens.append(fixed if resumed else sequence)
+                break
+    return Verification(len(prompts), tokens, worst, ties), np.asarray(greedy_tokens, dtype=np.int64)
 
 
 def prompt_tokens(project: Project, layout: CacheLayout, count: int, length: int, seed_offset: int = 0) -> tuple[list[np.ndarray], str]:

@@ -384,3 +384,15 @@ def test_a_rank_0_input_builds_checks_and_calibrates(tmp_path, fast_profile):
     assert golden["input.gain"].shape == (4,)  # four samples of a scalar, taken from the calibration data
     np.testing.assert_array_equal(golden["input.gain"], np.load(project / "cal.npz")["gain"][:4])
     assert run_cli("check", out).code == 0
+
+
+def test_a_build_reports_each_steps_time_and_its_peak_memory(digits_build):
+    """What the build itself cost, in the report and in report.md: every step that ran with its wall time, their sum,
+    and tapeout's peak resident memory."""
+    report = json.loads((digits_build / "report.json").read_text())
+    run = report["run"]
+    names = [s["name"] for s in run["steps"]]
+    assert names[:2] == ["load", "export"] and "measure" in names and "report" not in names
+    assert run["seconds"] == pytest.approx(sum(s["seconds"] for s in run["steps"]), abs=0.01)
+    assert all(s["seconds"] >= 0 for s in run["steps"]) and 100 < run["peak_rss_mb"] < 20_000
+    assert "tapeout's peak memory" in (digits_build / "report.md").read_text()

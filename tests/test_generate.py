@@ -281,6 +281,68 @@ def test_the_fp32_reference_scores_whole_sequences_as_torchs_own_cache_loop_does
         1.5 * perplexity(whole)
 
 
+def test_verifying_the_cache_graph_makes_torchs_greedy_tokens_in_one_call_a_prompt(tmp_path):
+    """The export's verification decodes greedily through the cache graph and checks each prompt with one plain
+    forward: its tokens are those of torch stepped through its own cache (the reference they replace); a near tie
+    the graph resolves otherwise is followed the reference's way; a graph that drifts is refused."""
+    import torch
+
+    from tapeout.core.errors import ExportMismatch
+    from tapeout.exporters import generation
+
+    decoder, layout, path = _tiny_cache_graph(tmp_path)
+    text = np.frombuffer((TINY / "data" / "heldout.txt").read_bytes(), dtype=np.uint8).astype(np.int64)
+    prompts = [text[i * 40:i * 40 + 16] for i in range(3)]
+    calls = []
+
+    class Counted(torch.nn.Module):
+        def __init__(self, inner):
+            super().__init__()
+            self.inner = inner
+
+        def forward(self, input_ids):
+            calls.append(input_ids.shape[1])
+            return self.inner(input_ids)
+
+    verification, tokens = generation.verify(Counted(decoder), path, layout, prompts, 20, 1e-3, 1e-3)
+    stepped = generation.reference_greedy(generation.torch_step(generation.cache_graph(decoder), layout), layout,
+                                          prompts, 20)
+    np.testing.assert_array_equal(tokens, stepped)
+    assert len(calls) == 3 and verification.ties == 0 and verification.max_abs < 1e-3
+
+    class Tied(torch.nn.Module):  # at one position the runner-up is lifted just past the top: a near tie
+        def __init__(self, inner, at):
+            super().__init__()
+            self.inner, self.at = inner, at
+
+        def forward(self, input_ids):
+            out = self.inner(input_ids).clone()
+            if out.shape[1] > self.at:
+                second, top = out[0, self.at].topk(2).indices.flip(0)
+                out[0, self.at, second] = out[0, self.at, top] + 0.01
+            return out
+
+    tied = Tied(decoder, 16 + 4)
+    verification, tokens = generation.verify(tied, path, layout, prompts[:1], 20, 100.0, 0.0)  # the lift passes
+    ids = torch.from_numpy(prompts[0][None])
+    with torch.inference_mode():  # the tied model's own greedy tokens, the whole sequence recomputed each time
+        for _ in range(20):
+            ids = torch.cat([ids, tied(ids)[:, -1:].argmax(-1)], dim=1)
+    assert verification.ties == 1
+    np.testing.assert_array_equal(tokens[0], ids[0, 16:].numpy())
+
+    class Off(torch.nn.Module):  # a plain forward another model's: the graph drifts from it
+        def __init__(self, inner):
+            super().__init__()
+            self.inner = inner
+
+        def forward(self, input_ids):
+            return self.inner(input_ids) * 1.5
+
+    with pytest.raises(ExportMismatch, match="drifts from the plain forward"):
+        generation.verify(Off(decoder), path, layout, prompts[:1], 20, 1e-3, 1e-3)
+
+
 def test_greedy_through_the_cache_is_the_plain_forwards_greedy(tmp_path):
     """Both session decoders (host arrays; ONNX Runtime's bound OrtValues) reproduce greedy decoding by full
     recomputation: a cache not fed back, or fed back shifted, diverges within a few tokens."""
@@ -381,7 +443,8 @@ def test_a_hugging_face_causal_lm_generates_through_its_cache(tmp_path, family, 
     out = tmp_path / "b"
     report = _built(project, _fast(tmp_path, "cpu-fp32"), out)
     verified = report["export"]["generation"]
-    assert verified["prompts"] == 3 and verified["tokens_per_prompt"] == 16 and verified["max_abs_logit_diff"] < 1e-3
+    # the golden prompts, for every token agreement compares: the torch reference comes from this one pass
+    assert verified["prompts"] == 4 and verified["tokens_per_prompt"] == 16 and verified["max_abs_logit_diff"] < 1e-3
     workload = report["workload"]
     assert workload["agreement"]["share"] == 1.0 and workload["agreement"]["prompts"] == 4
     assert workload["layout"]["kv_heads"] == kv_heads and workload["layout"]["layers"] == 2

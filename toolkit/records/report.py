@@ -126,6 +126,20 @@ class EngineInfo(Record):
     layers: list[dict[str, Json]] = Field(default_factory=list)
 
 
+class StepTime(Record):
+    name: str
+    seconds: float = Field(ge=0)
+
+
+class RunCost(Record):
+    """What the run itself cost: each step's wall time, the total, and tapeout's peak resident memory (the measuring
+    processes' own is the measurement's `peak_rss_mb`)."""
+
+    steps: list[StepTime]
+    seconds: float = Field(ge=0)
+    peak_rss_mb: float = Field(ge=0)
+
+
 class HostInfo(Record):
     hostname: str | None = None
     os: str | None = None
@@ -176,6 +190,7 @@ class Report(BaseModel):
     passes: list[PassRecord] = Field(default_factory=list, description="graph passes offered to the model: applied "
                                      "(how many places) or skipped (why)")
     host: HostInfo
+    run: RunCost | None = Field(None, description="each step's wall time and tapeout's own peak memory over the run")
 
     def to_json(self) -> dict[str, Any]:
         # fields a section's producer left out stay out: the file holds what was measured, no invented nulls

@@ -173,6 +173,12 @@ def render_markdown(report: Report) -> str:
     host = r["host"]
     out += ["", "## Machine", "", f"{host['cpu']} · {host['physical_cores']} physical / {host['logical_cores']} "
             f"logical cores · {host['memory_gb']} GB · {host['os']} · flags {' '.join(host['cpu_flags']) or 'none'}"]
+    run = r.get("run")
+    if run:
+        slowest = sorted(run["steps"], key=lambda s: -s["seconds"])[:5]
+        out.append(f"\nThis {kind} took {fmt(run['seconds'], 3)} s (slowest steps: "
+                   + ", ".join(f"{s['name']} {fmt(s['seconds'], 3)} s" for s in slowest)
+                   + f"); tapeout's peak memory {fmt(run['peak_rss_mb'], 4)} MB.")
     return "\n".join(out) + "\n"
 
 

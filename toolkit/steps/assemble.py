@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from tapeout.core.host import host_fingerprint, now
 from tapeout.measurement import verdicts
-from tapeout.records.report import SCHEMA, ProfileInfo, Report, TargetRun
+from tapeout.records.report import SCHEMA, ProfileInfo, Report, RunCost, StepTime, TargetRun
 from tapeout.steps.state import BuildState
 from tapeout.steps.step import Step, sections
 
@@ -32,4 +32,16 @@ class Assemble(Step):
                                 precision=profile.precision),
             target=TargetRun(name=setup.target.name, version=setup.probe.version, emulated=setup.emulated,
                              compile_on=caps.compile_on, meters=list(caps.meters)),
-            host=host_fingerprint(), **fields)
+            host=host_fingerprint(), run=run_cost(state), **fields)
+
+
+def run_cost(state: BuildState) -> RunCost:
+    """The steps that ran so far, each with its time (the report and the write after it take well under a second;
+    a step with nothing to do is left out), and the peak memory."""
+    import resource
+    import sys
+
+    scale = 1 / 2**20 if sys.platform == "darwin" else 1 / 1024  # ru_maxrss: bytes on macOS, KiB on Linux
+    steps = [StepTime(name=r.name, seconds=round(r.seconds, 3)) for r in state.ran if not r.skipped]
+    return RunCost(steps=steps, seconds=round(sum(s.seconds for s in steps), 3),
+                   peak_rss_mb=round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * scale, 1))

@@ -61,21 +61,19 @@ def lint_or_raise(state: BuildState, model_path: Path) -> list:
     return issues
 
 
-VERIFY_PROMPTS = 3
-VERIFY_TOKENS = 16
-
-
 def _verify_decoding(project, graph_module, path: Path, options):
-    """Greedy decoding through the exported graph against the decoder's plain forward, on a few prompts of the
-    shortest measured length: the cache, the positions and the mask checked over real lengths."""
+    """Greedy decoding through the exported graph checked against the decoder's plain forward on the workload's
+    golden prompts (the agreement prompts, at the shortest measured length) for the tokens agreement compares: the
+    cache, the positions and the mask checked over real lengths, and the torch model's greedy tokens on those prompts
+    made on the way (the generate step's reference)."""
     from tapeout.core.decoding import graph_layout
     from tapeout.exporters import generation
 
     workload = project.workload
     layout = graph_layout(project.inputs, workload)
-    tokens = min(VERIFY_TOKENS, workload.max_context - min(workload.prompt_lengths))
-    prompts, _ = generation.prompt_tokens(project, layout, VERIFY_PROMPTS, min(workload.prompt_lengths))
-    return generation.verify(graph_module.inner, path, layout, prompts, tokens, options.atol, options.rtol)
+    prompts, _ = generation.prompt_tokens(project, layout, workload.agreement_prompts, min(workload.prompt_lengths))
+    return generation.verify(graph_module.inner, path, layout, prompts, workload.compared_tokens, options.atol,
+                             options.rtol)
 
 
 class Export(Step):
@@ -137,10 +135,12 @@ class Export(Step):
         with state.ui.step("export to ONNX and verify against torch"):
             result = torch_onnx.export(loaded, project.inputs, dims, out, options, log=state.ui.note,
                                        rewrite=lambda proto: _export_passes(proto, records))
-        verification = None
+        verification, greedy_tokens = None, None
         if generate:
-            with state.ui.step("verify the KV-cache graph by greedy decoding against torch"):
-                verification = _verify_decoding(project, loaded.module, out, options)
+            workload = project.workload
+            with state.ui.step(f"verify the KV-cache graph: {workload.agreement_prompts} prompts × "
+                               f"{workload.compared_tokens} greedy tokens against torch"):
+                verification, greedy_tokens = _verify_decoding(project, loaded.module, out, options)
         program = None
         if program_wanted:
             with state.ui.step("export the torch.export program"):
@@ -157,7 +157,7 @@ class Export(Step):
         def reference(feeds):
             return torch_onnx.torch_outputs(loaded.module, feeds, names, result.output_names)
 
-        exported = Exported(out, info, reference, program=program, passes=records)
+        exported = Exported(out, info, reference, program=program, passes=records, greedy_tokens=greedy_tokens)
         if share is not None:
             share.put(key, exported, setup.profile.name)
         return exported

@@ -27,9 +27,13 @@ def make_workload_data(state: BuildState, layout: CacheLayout) -> None:
         rows, _ = export_generation.prompt_tokens(project, layout, workload.batch, length, seed_offset=i + 1)
         prompts[length] = np.stack(rows)
     golden, _ = export_generation.prompt_tokens(project, layout, workload.agreement_prompts, min(workload.prompt_lengths))
-    with state.ui.step(f"reference greedy tokens: {len(golden)} prompts × {workload.compared_tokens} tokens (torch)"):
-        reference = export_generation.reference_greedy(export_generation.torch_step(state.loaded.module, layout), layout,
-                                                       golden, workload.compared_tokens)
+    made = state.exported.greedy_tokens if state.exported is not None else None
+    if made is not None and made.shape == (len(golden), workload.compared_tokens):
+        reference = made  # the export's verification made them: torch's greedy tokens on these very prompts
+    else:
+        with state.ui.step(f"reference greedy tokens: {len(golden)} prompts × {workload.compared_tokens} tokens (torch)"):
+            reference = export_generation.reference_greedy(export_generation.torch_step(state.loaded.module, layout),
+                                                           layout, golden, workload.compared_tokens)
     generation.save_workload_data(state.out / generation.WORKLOAD_FILE, prompts, np.stack(golden), reference)
 
 

@@ -57,6 +57,8 @@ class Exported:
     lint: list[LintIssue] | None = None  # an ONNX source is linted before it is copied: its findings
     program: Any = None                  # the torch.export ExportedProgram, where the target compiles from it
     passes: list[dict] = field(default_factory=list)  # the export stage's graph passes: what each did
+    # a generate workload's torch greedy tokens on its golden prompts, made while verifying the cache graph
+    greedy_tokens: Any = None
 
 
 @dataclass
