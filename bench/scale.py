@@ -76,6 +76,19 @@ def project_of(name: str, out: Path) -> tuple[Path, Path]:
     return project, hf
 
 
+def with_tokenizer(hf: Path) -> Path:
+    """A word-level tokenizer of the model's vocabulary beside its weights, where it has none: the builder copies a
+    tokenizer into its output and refuses a directory without one (random-weight models come with none)."""
+    if not (hf / "tokenizer.json").is_file():
+        from tokenizers import Tokenizer, models
+
+        vocab = json.loads((hf / "config.json").read_text())["vocab_size"]
+        Tokenizer(models.WordLevel({f"t{i}": i for i in range(vocab)}, unk_token="t0")).save(str(hf / "tokenizer.json"))
+        (hf / "tokenizer_config.json").write_text(json.dumps({"tokenizer_class": "PreTrainedTokenizerFast",
+                                                              "unk_token": "t0"}))
+    return hf
+
+
 def timed(command: list[str], log: Path, env: dict) -> tuple[int, float, float]:
     """(exit code, wall seconds, the process tree's peak RSS in MB: the largest of its processes')."""
     start = time.perf_counter()
@@ -115,7 +128,7 @@ def main() -> int:
                        "-o", str(args.out / "builds" / model / args.profile)])]
             if args.genai_python:
                 tools.append(("ORT GenAI builder int4",
-                              [args.genai_python, "-m", "onnxruntime_genai.models.builder", "-i", str(hf),
+                              [args.genai_python, "-m", "onnxruntime_genai.models.builder", "-i", str(with_tokenizer(hf)),
                                "-o", str(args.out / "genai" / model), "-p", "int4", "-e", "cpu",
                                "-c", str(args.out / "genai-cache" / model)]))
             for tool, command in tools[r % len(tools):] + tools[:r % len(tools)]:
@@ -129,7 +142,7 @@ def main() -> int:
                     if report.is_file():
                         steps = {s["name"]: s["seconds"] for s in json.loads(report.read_text())["run"]["steps"]}
                 print(f"  {model} · {tool}: exit {code}, {wall:.0f} s, peak {rss:.0f} MB", flush=True)
-                if code not in (0, 1):
+                if code not in ((0, 1) if tool.startswith("tapeout") else (0,)):  # tapeout: 1 is a budget missed
                     print(log.read_text()[-1500:])
                     continue
                 rows.setdefault((model, tool), []).append((wall, rss, steps))
