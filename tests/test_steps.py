@@ -63,12 +63,14 @@ def test_the_heap_is_frozen_after_the_first_step_and_given_back_when_the_list_en
     """The runner takes what the first step left (torch, the model) out of the cyclic collector's full passes,
     and puts it back when the list ends, failed or not: a process that runs many builds keeps nothing."""
     seen: list[int] = []
+    kept: list[list] = []
 
     class Probe(Step):
         name = "probe"
 
         def run(self, state):
             seen.append(gc.get_freeze_count())
+            kept.append([[] for _ in range(10_000)])  # a freeze after this step would take these 10,000 too
 
     class Fails(Step):
         name = "fails"
@@ -80,7 +82,9 @@ def test_the_heap_is_frozen_after_the_first_step_and_given_back_when_the_list_en
         return BuildState(None, "build", Path("."), ".", None)
 
     run((Probe(), Probe(), Probe()), state())
-    assert seen[0] == 0 and seen[1] > 0 and seen[2] == seen[1] and gc.get_freeze_count() == 0
+    # not frozen again after the second step (that would add the 10,000 it made); a frozen object another thread
+    # or a finalizer lets go of leaves the count, so it may fall by a few
+    assert seen[0] == 0 and seen[1] > 10_000 and seen[1] - 1_000 < seen[2] <= seen[1] and gc.get_freeze_count() == 0
     with pytest.raises(BadInput):
         run((Probe(), Fails()), state())
     assert gc.get_freeze_count() == 0
