@@ -31,6 +31,12 @@ def ort_matmul_rates(n: int, runs: int, int8: bool = False) -> list[float]:
     164 on one thread, so a roof from numpy alone was beaten by the kernels it bounds. `int8`: the rate of its
     MatMulInteger with uint8 activations and int8 weights instead (what a dynamic INT8 plan runs; on a CPU with AMX
     MLAS runs it on the tiles: 1,398 GOP/s on one thread of an Intel Xeon with amx_int8, 9.3 times its FP32)."""
+    graph, feeds = matmul_graph(n, int8)
+    return _ort_rates(graph, feeds, 2 * n**3, runs)
+
+
+def matmul_graph(n: int, int8: bool = False):
+    """(an n x n MatMul graph, its feeds): FP32, or with `int8` MatMulInteger of uint8 activations and int8 weights."""
     from onnx import TensorProto, helper
 
     kinds = (TensorProto.UINT8, TensorProto.INT8, TensorProto.INT32) if int8 else (TensorProto.FLOAT,) * 3
@@ -43,7 +49,21 @@ def ort_matmul_rates(n: int, runs: int, int8: bool = False) -> list[float]:
     else:
         a = rng.random((n, n), dtype=np.float32)
         feeds = {"a": a, "b": a.copy()}
-    return _ort_rates(graph, feeds, 2 * n**3, runs)
+    return graph, feeds
+
+
+def ort_session(graph, threads: int = 0):
+    """ONNX Runtime's CPU session of a one-graph model (`threads` intra-op threads; 0: one per core)."""
+    import onnxruntime as ort
+    from onnx import helper
+
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)])
+    model.ir_version = 8  # what every onnxruntime this supports reads
+    options = ort.SessionOptions()
+    options.log_severity_level = 3
+    if threads:
+        options.intra_op_num_threads = options.inter_op_num_threads = threads
+    return ort.InferenceSession(model.SerializeToString(), options, providers=["CPUExecutionProvider"])
 
 
 def ort_conv_rates(runs: int) -> list[float]:
@@ -66,14 +86,7 @@ def ort_conv_rates(runs: int) -> list[float]:
 def _ort_rates(graph, feeds: dict[str, np.ndarray], work: float, runs: int) -> list[float]:
     """`work` (FLOPs or integer ops) per second of each of `runs` runs of the one-graph model in ONNX Runtime's CPU EP
     on all this host's cores, after one warm-up."""
-    import onnxruntime as ort
-    from onnx import helper
-
-    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)])
-    model.ir_version = 8  # what every onnxruntime this supports reads
-    options = ort.SessionOptions()
-    options.log_severity_level = 3
-    session = ort.InferenceSession(model.SerializeToString(), options, providers=["CPUExecutionProvider"])
+    session = ort_session(graph)
     session.run(None, feeds)
     rates = []
     for _ in range(runs):

@@ -18,6 +18,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from tapeout.core.files import write_json
 from tapeout.core.host import host_fingerprint, now
+from tapeout.core.host_speed import matmul_graph, ort_session
 
 SCHEMA = "tapeout.host-probes/1"
 # copy footprints (source + destination), 4x apart: inside L1, L2 and L3 of the CPUs seen here, and past them
@@ -57,30 +58,12 @@ def _best(run, work: float, seconds: float = SECONDS) -> float:
 
 
 def _ort(graph, feeds: dict[str, np.ndarray]):
-    import onnxruntime as ort
-    from onnx import helper
-
-    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)])
-    model.ir_version = 8
-    options = ort.SessionOptions()
-    options.log_severity_level = 3
-    options.intra_op_num_threads = options.inter_op_num_threads = 1
-    session = ort.InferenceSession(model.SerializeToString(), options, providers=["CPUExecutionProvider"])
+    session = ort_session(graph, threads=1)
     return lambda: session.run(None, feeds)
 
 
 def _matmul(n: int, int8: bool) -> float:
-    from onnx import TensorProto, helper
-
-    kinds = (TensorProto.UINT8, TensorProto.INT8, TensorProto.INT32) if int8 else (TensorProto.FLOAT,) * 3
-    graph = helper.make_graph([helper.make_node("MatMulInteger" if int8 else "MatMul", ["a", "b"], ["c"])], "mm",
-                              [helper.make_tensor_value_info(x, k, [n, n]) for x, k in zip("ab", kinds[:2], strict=True)],
-                              [helper.make_tensor_value_info("c", kinds[2], [n, n])])
-    rng = np.random.default_rng(0)
-    if int8:
-        feeds = {"a": rng.integers(0, 256, (n, n), dtype=np.uint8), "b": rng.integers(-128, 128, (n, n), dtype=np.int8)}
-    else:
-        feeds = {"a": rng.random((n, n), dtype=np.float32), "b": rng.random((n, n), dtype=np.float32)}
+    graph, feeds = matmul_graph(n, int8)
     return _best(_ort(graph, feeds), 2 * n**3)
 
 
