@@ -241,3 +241,26 @@ def test_shape_inference_leaves_no_temp_file_in_the_working_directory(tmp_path, 
     monkeypatch.chdir(work)
     _analyze(tmp_path, model)
     assert list(work.iterdir()) == []
+
+
+def test_the_graph_view_keeps_one_copy_of_the_weights_and_the_shapes_they_give(tmp_path):
+    """A language model's weights are most of its bytes: the view holds them once, as arrays, and the graph it
+    infers shapes on carries their types and dims only (shape inference copies the graph it is given)."""
+    from tapeout.graph.view import GraphView
+
+    weight = np.random.default_rng(0).standard_normal((128, 256)).astype(np.float32)  # 128 KiB: a weight
+    shape = np.array([1, -1, 256], np.int64)  # small: a value shape inference reads
+    graph = helper.make_graph(
+        [helper.make_node("MatMul", ["x", "w"], ["y"], name="proj"),
+         helper.make_node("Reshape", ["y", "shape"], ["z"], name="reshape")], "g",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 4, 128])],
+        [helper.make_tensor_value_info("z", TensorProto.FLOAT, None)],
+        [onnx.numpy_helper.from_array(weight, "w"), onnx.numpy_helper.from_array(shape, "shape")])
+    path = tmp_path / "m.onnx"
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]), path)
+    view = GraphView.load(path)
+    np.testing.assert_array_equal(view.initializers["w"], weight)
+    np.testing.assert_array_equal(view.initializers["shape"], shape)
+    held = {i.name: i for i in view.model.graph.initializer}
+    assert not held["w"].raw_data and list(held["w"].dims) == [128, 256] and held["shape"].raw_data
+    assert view.shapes["y"] == (1, 4, 256) and view.shapes["z"] == (1, 4, 256)

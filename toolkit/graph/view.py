@@ -47,6 +47,8 @@ class GraphView:
         except Exception as exc:
             raise BadInput(f"{model_path} is not a readable ONNX model ({type(exc).__name__}: {exc})",
                            fix="re-export it, or point the project at the right file") from None
+        weights = _take_weights(model)
+        model = onnx.load_from_string(model.SerializeToString())  # the weights' bytes go with the first copy
         _pin_inputs(model, inputs or [], dims or {})
         del model.graph.value_info[:]  # stale symbolic shapes would shadow the pinned ones
         model = _infer_shapes(model)
@@ -60,7 +62,9 @@ class GraphView:
                     view.consumers.setdefault(inp, []).append(node)
         graphs = list(graphs_in(model.graph))
         for init in (i for g in graphs for i in g.initializer):
-            view.initializers[init.name] = numpy_helper.to_array(init)
+            view.initializers[init.name] = weights.get(init.name)
+            if view.initializers[init.name] is None:
+                view.initializers[init.name] = numpy_helper.to_array(init)
         for node in view.nodes:
             if node.op_type == "Constant" and node.attribute and node.attribute[0].name == "value":
                 view.initializers[node.output[0]] = numpy_helper.to_array(node.attribute[0].t)
@@ -137,6 +141,24 @@ def _flatten(view: GraphView, graph, parent) -> list:
                     nodes.append(inner)
         nodes.append(node)
     return nodes
+
+
+_WEIGHT_BYTES = 1 << 16  # a tensor this large is a weight, not a shape or an index shape inference reads
+
+
+def _take_weights(model) -> dict:
+    """The large initializers as arrays, their bytes cleared from `model` (dims and type kept): shape inference
+    copies the model it is given, and a language model's weights copied twice more would set the build's peak
+    memory. Small constants stay, as shape inference reads their values."""
+    from onnx import numpy_helper
+
+    taken = {}
+    for graph in graphs_in(model.graph):
+        for init in graph.initializer:
+            if init.HasField("raw_data") and len(init.raw_data) >= _WEIGHT_BYTES:
+                taken[init.name] = numpy_helper.to_array(init)
+                init.ClearField("raw_data")
+    return taken
 
 
 def _infer_shapes(model):
