@@ -290,7 +290,8 @@ def detect(view, hints: dict, costs: dict[str, NodeCost]) -> Detected:
             return False
         if m.op_type == "Add":
             return any(view.is_const(t) for t in m.input)
-        return m.op_type in _ACTIVATIONS | {"Mul", "Div", "Pow", "Tanh", "Cast"} | _SHAPE_OPS
+        # Split/Slice: a fused gate/up projection's halves (Phi-3's gate_up_proj, chunked)
+        return m.op_type in _ACTIVATIONS | {"Mul", "Div", "Pow", "Tanh", "Cast", "Split", "Slice"} | _SHAPE_OPS
 
     if blocks:
         for n in weighted:
