@@ -192,7 +192,8 @@ def plain_forward(graph_module) -> Callable:
 
 
 def verify(decoder, onnx_path: Path, layout: CacheLayout, prompts: list[np.ndarray], tokens: int,
-           atol: float, rtol: float) -> tuple[Verification, np.ndarray]:
+           atol: float, rtol: float, progress: Callable[[int, int], None] = lambda _done, _total: None
+           ) -> tuple[Verification, np.ndarray]:
     """Greedy decode each prompt through the exported cache graph, then check every step against one call of the
     decoder's plain forward over the whole sequence (torch, teacher-forced on the graph's tokens): the logits within
     tolerance at every position, and each token the plain forward's own choice. A token that differs where the
@@ -225,6 +226,7 @@ def verify(decoder, onnx_path: Path, layout: CacheLayout, prompts: list[np.ndarr
 
     worst, ties, greedy_tokens = 0.0, 0, []
     for p, prompt in enumerate(prompts):
+        progress(p, len(prompts))
         fixed: list[int] = []  # tokens settled as the reference's own, up to a near tie the graph resolved otherwise
         while True:
             chosen, logits = decode(np.concatenate([prompt, np.asarray(fixed, np.int64)]), tokens - len(fixed))

@@ -192,10 +192,11 @@ def _export_torchscript(module, args, inputs, output_names, opset, dynamic):
 
 
 def export(loaded: LoadedModel, inputs: list[InputSpec], dims: dict[str, int], out_path: Path, options: ExportOptions,
-           log: Callable[[str], None] = lambda _msg: None, rewrite: Callable | None = None) -> ExportResult:
+           log: Callable[[str], None] = lambda _msg: None, rewrite: Callable | None = None,
+           stage: Callable[[str], None] = lambda _what: None) -> ExportResult:
     """`loaded`'s module as ONNX at `out_path`, verified against torch on `options.samples` random inputs.
     `rewrite(proto) -> proto` runs on the exported model before it is saved and verified (the export stage's
-    graph passes), so the verification covers what it did."""
+    graph passes), so the verification covers what it did. `stage` hears what the export is doing now."""
     import onnx
     import torch
 
@@ -210,6 +211,7 @@ def export(loaded: LoadedModel, inputs: list[InputSpec], dims: dict[str, int], o
     args = [torch.from_numpy(trace_feeds[n]) for n in input_names]
 
     exporter, fallback_reason = "dynamo", ""
+    stage("torch.export traces the model, then it is translated to ONNX and optimized")
     with _quiet() as noise:
         try:
             proto = _export_dynamo(module, args, inputs, output_names, opset, dynamic)
@@ -228,6 +230,7 @@ def export(loaded: LoadedModel, inputs: list[InputSpec], dims: dict[str, int], o
         log(f"dynamo exporter failed ({fallback_reason}); used the TorchScript exporter instead")
 
     if rewrite is not None:
+        stage("graph passes")
         proto = rewrite(proto)
     # The runtime decides what is loadable: stamp the newest IR version it accepts, never a newer one.
     proto.ir_version = min(proto.ir_version, max_ir_version)
@@ -242,6 +245,7 @@ def export(loaded: LoadedModel, inputs: list[InputSpec], dims: dict[str, int], o
     del proto
     gc.collect()
 
+    stage(f"ONNX Runtime against torch on {options.samples} random inputs")
     parity = verify(module, out_path, inputs, dims, output_names, options, rng)
     bad = [p for p in parity if not p.within_tolerance]
     if bad:

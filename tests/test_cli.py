@@ -396,3 +396,25 @@ def test_a_build_reports_each_steps_time_and_its_peak_memory(digits_build):
     assert run["seconds"] == pytest.approx(sum(s["seconds"] for s in run["steps"]), abs=0.01)
     assert all(s["seconds"] >= 0 for s in run["steps"]) and 100 < run["peak_rss_mb"] < 20_000
     assert "tapeout's peak memory" in (digits_build / "report.md").read_text()
+
+
+def test_a_long_step_in_a_pipe_prints_a_line_with_its_progress_until_it_ends():
+    """Where there is no spinner (a pipe, a CI log), a running step says it is alive every few seconds with its
+    latest progress, and stops before its own last line."""
+    import io
+    import time
+
+    from rich.console import Console
+
+    ui = UI(heartbeat_s=0.05)
+    stream = io.StringIO()
+    ui.err = Console(file=stream, highlight=False, width=200)  # not a terminal
+    with ui.step("verify the KV-cache graph"):
+        ui.progress(1, 4, "prompts")
+        time.sleep(0.4)
+    lines = stream.getvalue().splitlines()
+    beats = [line for line in lines if line.startswith("…")]
+    assert len(beats) >= 2 and all("verify the KV-cache graph: prompts 1/4 █████░" in b for b in beats), lines
+    assert lines[-1].startswith("✓ verify the KV-cache graph") and len(beats) == len(lines) - 1
+    time.sleep(0.2)
+    assert stream.getvalue().splitlines() == lines  # the heartbeat ended with the step

@@ -1,4 +1,6 @@
-"""What the user sees while tapeout works: one line per step with its duration, a spinner on a terminal.
+"""What the user sees while tapeout works: one line per step with its duration; on a terminal a spinner with the
+step's progress, elsewhere (a pipe, a CI log) a line every HEARTBEAT_S seconds while a step runs, so a long step
+is never silent.
 
 Progress goes to stderr so that `--json` output on stdout stays machine-readable.
 """
@@ -7,13 +9,16 @@ from __future__ import annotations
 
 import contextlib
 import sys
+import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 
 from rich.console import Console
 from rich.markup import escape
 
 _interrupt_pending = False
+HEARTBEAT_S = 15.0  # seconds between a running step's lines where there is no spinner
+_BAR = 20
 
 
 def on_sigint(_signum, _frame) -> None:
@@ -45,30 +50,69 @@ def honour_interrupt() -> None:
 
 
 class UI:
-    def __init__(self):
+    def __init__(self, heartbeat_s: float = HEARTBEAT_S):
         self.err = Console(stderr=True, highlight=False)  # never muted: --json keeps progress here
         # Not a terminal (CI logs, pipes): rich would wrap at 80 columns and fold the verdict table.
         self.out = Console(highlight=False, width=None if Console().is_terminal else 140)
+        self.heartbeat_s = heartbeat_s
         self._status = None
+        self._text = ""
+        self._detail = ""
 
     @contextlib.contextmanager
     def step(self, text: str) -> Iterator[None]:
         honour_interrupt()
         start = time.perf_counter()
         text = escape(text)  # model, node and file names may contain [brackets]
-        with self.err.status(text) as status:
-            self._status = status
-            try:
-                yield
-            finally:
-                self._status = None
+        self._text, self._detail = text, ""
+        beating = None if self.err.is_terminal else self._heartbeat(text, start)
+        try:
+            with self.err.status(text) as status:
+                self._status = status
+                try:
+                    yield
+                finally:
+                    self._status = None
+        finally:
+            if beating is not None:
+                beating()
+            self._detail = ""
         honour_interrupt()
         self.err.print(f"[green]✓[/] {text} [dim]({time.perf_counter() - start:.1f} s)[/]")
 
+    def _heartbeat(self, text: str, start: float) -> Callable[[], None]:
+        """A line every `heartbeat_s` while the step runs, with its latest detail: what a pipe shows of a spinner.
+        Returns what stops it (before the step's own last line)."""
+        done = threading.Event()
+        # bound to the stream of now: an exporter's noise, redirected while it runs, must not swallow these lines
+        console = Console(file=self.err.file, highlight=False)
+
+        def beat() -> None:
+            while not done.wait(self.heartbeat_s):
+                detail = f": {self._detail}" if self._detail else ""
+                line = f"[dim]…[/] {text}{escape(detail)} [dim]({time.perf_counter() - start:.0f} s)[/]"
+                console.print(line, soft_wrap=True)  # a log line whole, at any width
+
+        thread = threading.Thread(target=beat, name="tapeout-heartbeat", daemon=True)
+        thread.start()
+
+        def stop() -> None:
+            done.set()
+            thread.join()
+
+        return stop
+
     def detail(self, text: str) -> None:
-        """Update the running step's spinner (e.g. 'process 2/3')."""
+        """The running step's progress in words (e.g. 'process 2/3'): its spinner's text on a terminal, its next
+        heartbeat line elsewhere."""
+        self._detail = text
         if self._status is not None:
-            self._status.update(text)
+            self._status.update(f"{self._text} [dim]· {escape(text)}[/]")
+
+    def progress(self, done: int, total: int, what: str) -> None:
+        """`done` of `total` `what` (prompts, layers, groups), as a bar with the count."""
+        filled = _BAR * min(done, total) // max(total, 1)
+        self.detail(f"{what} {done}/{total} {'█' * filled}{'░' * (_BAR - filled)}")
 
     def note(self, text: str) -> None:
         self.err.print(f"[yellow]![/] {escape(text)}")

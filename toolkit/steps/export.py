@@ -61,7 +61,7 @@ def lint_or_raise(state: BuildState, model_path: Path) -> list:
     return issues
 
 
-def _verify_decoding(project, graph_module, path: Path, options):
+def _verify_decoding(project, graph_module, path: Path, options, ui):
     """Greedy decoding through the exported graph checked against the decoder's plain forward on the workload's
     golden prompts (the agreement prompts, at the shortest measured length) for the tokens agreement compares: the
     cache, the positions and the mask checked over real lengths, and the torch model's greedy tokens on those prompts
@@ -73,7 +73,7 @@ def _verify_decoding(project, graph_module, path: Path, options):
     layout = graph_layout(project.inputs, workload)
     prompts, _ = generation.prompt_tokens(project, layout, workload.agreement_prompts, min(workload.prompt_lengths))
     return generation.verify(graph_module.inner, path, layout, prompts, workload.compared_tokens, options.atol,
-                             options.rtol)
+                             options.rtol, progress=lambda done, total: ui.progress(done, total, "prompts"))
 
 
 class Export(Step):
@@ -134,13 +134,13 @@ class Export(Step):
             dims = generation.export_dims(project)
         with state.ui.step("export to ONNX and verify against torch"):
             result = torch_onnx.export(loaded, project.inputs, dims, out, options, log=state.ui.note,
-                                       rewrite=lambda proto: _export_passes(proto, records))
+                                       rewrite=lambda proto: _export_passes(proto, records), stage=state.ui.detail)
         verification, greedy_tokens = None, None
         if generate:
             workload = project.workload
             with state.ui.step(f"verify the KV-cache graph: {workload.agreement_prompts} prompts × "
                                f"{workload.compared_tokens} greedy tokens against torch"):
-                verification, greedy_tokens = _verify_decoding(project, loaded.module, out, options)
+                verification, greedy_tokens = _verify_decoding(project, loaded.module, out, options, state.ui)
         program = None
         if program_wanted:
             with state.ui.step("export the torch.export program"):
