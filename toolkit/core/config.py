@@ -8,6 +8,7 @@ Every failure becomes one BadInput line naming the file, the field, what was fou
 
 from __future__ import annotations
 
+import difflib
 import importlib.resources
 import sys
 from pathlib import Path
@@ -141,7 +142,9 @@ def find_profile(name: str, relative_to: Path | None = None) -> Path:
         return Path(str(shipped))
     if relative_to is not None and _is_file(relative_to / f"{name}.toml"):
         return relative_to / f"{name}.toml"
-    raise BadInput(f"unknown profile '{name}'", fix=f"use one of: {', '.join(list_profiles())}, or a path to a .toml file")
+    close = difflib.get_close_matches(name, list_profiles(), n=1, cutoff=0.6)
+    raise BadInput(f"unknown profile '{name}'" + (f": did you mean '{close[0]}'?" if close else ""),
+                   fix=f"use one of: {', '.join(list_profiles())}, or a path to a .toml file")
 
 
 def _merge(base: dict[str, Any], override: dict[str, Any]) -> dict[str, Any]:
