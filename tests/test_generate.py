@@ -159,7 +159,15 @@ def test_the_loop_is_estimated_phase_by_phase_here_on_a_device_spec_and_calibrat
     tpot = rows["TPOT p50"]
     assert tpot["measured_ms"] == w["tpot_ms"]["quantiles"]["p50"]["point"] and tpot["of"] == "bound"
     assert tpot["error"] == pytest.approx(tpot["estimated_ms"] / tpot["measured_ms"] - 1)
+    # the measured TPOT as a multiple of the roofline's floor for a decode step, on the console and in report.md
+    assert tpot["bound_ms"] == g["tpot_ms"]["lower_bound"]["p50"]
+    assert tpot["of_bound"] == pytest.approx(tpot["measured_ms"] / tpot["bound_ms"]) and tpot["of_bound"] >= 1
+    from tapeout.reports.generation import one_line
+
+    assert f"({tpot['of_bound']:.1f}× the roofline's floor of {tpot['bound_ms']:.3g} ms)" in one_line(w, g)
+    assert "× the roofline's floor" not in one_line(w, {**g, "device": "jetson-orin-nano"})
     assert "### The generation loop on host-" in (out / "report.md").read_text()
+    assert f"{tpot['of_bound']:.1f}× the floor" in (out / "report.md").read_text()
 
     # a device not at hand: at batch 1 each decode step is memory-bound, its bound the bytes over the bandwidth
     from tapeout.core.config import load_device

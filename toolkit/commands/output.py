@@ -29,9 +29,11 @@ def show(report: Report, as_json: bool, title: str) -> int:
             f"{lat['count']} runs / {lat['repeats']} processes"
             + (" · EMULATED: not the device's timings" if report.target.emulated else ""), markup=False)
     if data.get("workload"):
-        line = streaming.one_line if data["workload"].get("kind") == "stream" else generation.one_line
-        ui.out.print(line(data["workload"]) + (" · EMULATED: not the device's timings" if report.target.emulated else ""),
-                     markup=False)
+        if data["workload"].get("kind") == "stream":
+            line = streaming.one_line(data["workload"])
+        else:
+            line = generation.one_line(data["workload"], (data.get("estimate") or {}).get("generation"))
+        ui.out.print(line + (" · EMULATED: not the device's timings" if report.target.emulated else ""), markup=False)
     energy = data["measurement"].get("energy")
     if energy:
         ui.out.print(f"energy {energy['mj_per_inference']:.4g} mJ/inference · {energy['power_avg_w']:.4g} W average "

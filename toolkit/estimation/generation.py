@@ -248,12 +248,22 @@ def with_measured(est: GenerationEstimate, measured: dict | None) -> dict[str, A
         got = ((measured.get("ttft_ms") or {}).get(length) or {}).get("quantiles", {}).get("p50", {}).get("point")
         value = (entry["predicted"] or {}).get("point") or entry["lower_bound"]
         rows.append({"what": f"TTFT@{length} p50", "estimated_ms": value, "measured_ms": got,
-                     "error": value / got - 1 if got else None, "of": "predicted" if entry["predicted"] else "bound"})
+                     "error": value / got - 1 if got else None, "of": "predicted" if entry["predicted"] else "bound",
+                     **_of_floor(got, entry["lower_bound"])})
     got = ((measured.get("tpot_ms") or {}).get("quantiles") or {}).get("p50", {}).get("point")
     predicted = (data["tpot_ms"]["predicted"] or {}).get("p50")
     value = predicted["point"] if predicted else data["tpot_ms"]["lower_bound"]["p50"]
     if value is not None:
         rows.append({"what": "TPOT p50", "estimated_ms": value, "measured_ms": got,
-                     "error": value / got - 1 if got else None, "of": "predicted" if predicted else "bound"})
+                     "error": value / got - 1 if got else None, "of": "predicted" if predicted else "bound",
+                     **_of_floor(got, data["tpot_ms"]["lower_bound"]["p50"])})
     data["measured"] = rows
     return data
+
+
+def _of_floor(measured_ms: float | None, bound_ms: float | None) -> dict[str, float | None]:
+    """The roofline's floor and the measurement as a multiple of it (a decode step's floor: every byte it reads,
+    weights and cache, over the bandwidth)."""
+    if not bound_ms or bound_ms <= 0:
+        return {"bound_ms": None, "of_bound": None}
+    return {"bound_ms": bound_ms, "of_bound": measured_ms / bound_ms if measured_ms else None}

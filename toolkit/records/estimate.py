@@ -86,6 +86,8 @@ class EstimateVsMeasured(Record):
     measured_ms: float | None = None
     error: float | None = None
     of: Literal["predicted", "bound"]
+    bound_ms: float | None = None       # the roofline's floor for it
+    of_bound: float | None = None       # measured ÷ that floor: how far the runtime is from the roofline
 
 
 class GenerationEstimateRecord(Record):

@@ -9,16 +9,27 @@ def interval(q: dict) -> str:
     return f"{q['point']:.3f} [{'—' if low is None else f'{low:.3f}'}, {'—' if high is None else f'{high:.3f}'}]"
 
 
-def one_line(w: dict) -> str:
-    """The terminal's line: TTFT at each length, TPOT, tokens/s, KV cache, agreement."""
+def one_line(w: dict, estimate: dict | None = None) -> str:
+    """The terminal's line: TTFT at each length, TPOT (and its multiple of the roofline's floor, where `estimate`,
+    the report's generation estimate, priced this very host), tokens/s, KV cache, agreement."""
     ttft = " · ".join(f"TTFT@{n} p50 {s['quantiles']['p50']['point']:.2f} ms" for n, s in w["ttft_ms"].items())
     tpot = w["tpot_ms"]["quantiles"]
     tok = w["decode_tokens_per_s"]
     agree = w["agreement"]["share"]
-    return (f"generate: {ttft} · TPOT p50 {interval(tpot['p50'])} p90 {tpot['p90']['point']:.3f} ms · decode "
+    return (f"generate: {ttft} · TPOT p50 {interval(tpot['p50'])} p90 {tpot['p90']['point']:.3f} ms"
+            f"{_floor(estimate)} · decode "
             f"{tok['point']:.0f} tok/s [{tok['lower']:.0f}, {tok['upper'] or float('inf'):.0f}] · KV cache "
             f"{w['memory_mb']['kv_cache']:.2f} MB at {w['layout']['max_context']} tokens"
             + ("" if agree is None else f" · greedy agreement {agree:.0%}"))
+
+
+def _floor(estimate: dict | None) -> str:
+    if not estimate or not str(estimate.get("device", "")).startswith("host-"):
+        return ""
+    row = next((r for r in estimate.get("measured") or [] if r["what"] == "TPOT p50"), None)
+    if not row or not row.get("of_bound"):
+        return ""
+    return f" ({row['of_bound']:.1f}× the roofline's floor of {row['bound_ms']:.3g} ms)"
 
 
 def ttft_rows(w: dict) -> list[list[str]]:
@@ -81,7 +92,9 @@ def estimate_rows(g: dict) -> list[list[str]]:
         m = measured.get(what)
         if not m or m.get("measured_ms") is None:
             return ["—", "—"]
-        return [f"{m['measured_ms']:.4g}", "—" if m["error"] is None else f"{m['error']:+.1%} (of the {m['of']})"]
+        floor = f"; {m['of_bound']:.1f}× the floor" if m.get("of_bound") else ""
+        return [f"{m['measured_ms']:.4g}{floor}",
+                "—" if m["error"] is None else f"{m['error']:+.1%} (of the {m['of']})"]
 
     rows = [[f"TTFT@{n} ms", f"≥ {e['lower_bound']:.4g}", _triple(e["predicted"]), *seen(f"TTFT@{n} p50")]
             for n, e in g["ttft_ms"].items()]
