@@ -38,6 +38,8 @@ os.environ["TAPEOUT_CALIBRATION"] = tempfile.mkdtemp(prefix="tapeout-test-calibr
 atexit.register(shutil.rmtree, os.environ["TAPEOUT_CALIBRATION"], ignore_errors=True)
 # nor do the class calibrations tapeout ships: a test's estimate depends on what it made, not on what ships
 os.environ["TAPEOUT_SHIPPED_CALIBRATION"] = ""
+# every test exports what it builds (a test of the export cache names a folder of its own)
+os.environ["TAPEOUT_EXPORT_CACHE"] = "off"
 
 # Short timing runs: the suite checks behaviour, the benchmarks and the note check speed.
 FAST_PROFILE = """

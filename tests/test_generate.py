@@ -552,6 +552,74 @@ def test_the_decoder_families_users_ship_decode_with_every_projection_int4(tmp_p
     assert not [n.name for n in artifact.graph.node if n.op_type == "MatMul" and n.input[1] in weights]
 
 
+@pytest.mark.slow
+def test_a_second_build_of_the_same_model_reuses_its_verified_export_and_no_other(tmp_path):
+    """The export cache: `build -p cpu-fp32` then `-p cpu-int8` exports and verifies once; a damaged entry, other
+    weights or the cache turned off export afresh."""
+    from tapeout.core.hashing import sha256_file
+
+    project = _hf_project(tmp_path, "llama16")
+    cache = tmp_path / "cache"
+    env = {"TAPEOUT_EXPORT_CACHE": str(cache)}
+
+    def build(profile: str, name: str, environment=env):
+        result = run_cli("build", project, "--profile", _fast(tmp_path, profile), "--out", tmp_path / name, "--json",
+                         env=environment)
+        assert result.code == 0, result.err + result.out
+        return result
+
+    first = build("cpu-fp32", "a")
+    entries = [p for p in cache.iterdir() if not p.name.startswith(".")]
+    assert len(entries) == 1 and (entries[0] / "entry.json").is_file()
+    assert "export reused" not in first.err and not first.json()["export"].get("cached")
+    second = build("cpu-int8", "b")
+    assert "export reused from the cache" in second.err
+    a, b = first.json(), second.json()
+    assert b["export"]["cached"] is True and b["export"]["generation"] == a["export"]["generation"]
+    assert sha256_file(tmp_path / "b" / "export" / "model.onnx") == sha256_file(tmp_path / "a" / "export" / "model.onnx")
+    assert b["workload"]["agreement"]["prompts"] == 4  # the torch reference tokens came with the entry
+    assert [p["name"] for p in b["passes"] if p["stage"] == "export"] == [
+        p["name"] for p in a["passes"] if p["stage"] == "export"]
+
+    # a cached file edited: a miss said in one line, exported afresh, the entry written again
+    cached_model = entries[0] / "model.onnx"
+    data = bytearray(cached_model.read_bytes())
+    data[-1] ^= 1
+    cached_model.write_bytes(bytes(data))
+    third = build("cpu-fp32", "c")
+    assert "does not match its recorded size and SHA-256; exporting afresh" in third.err
+    assert not third.json()["export"].get("cached")
+    assert "export reused from the cache" in build("cpu-fp32", "d").err
+
+    # another config (the same weights): another entry; the cache turned off: none
+    import zoo_models
+
+    shutil.rmtree(project / "hf")
+    architecture, config_name, config = zoo_models.HF_CONFIGS["llama16"]
+    zoo_models.hf_model(architecture, config_name, **{**config, "rms_norm_eps": 1e-5}).save_pretrained(project / "hf")
+    assert "export reused" not in build("cpu-fp32", "e").err
+    assert len([p for p in cache.iterdir() if not p.name.startswith(".")]) == 2
+    assert "export reused" not in build("cpu-fp32", "f", {"TAPEOUT_EXPORT_CACHE": "off"}).err
+    assert len(list(cache.iterdir())) == 2
+
+
+def test_the_export_cache_keeps_the_entries_used_last_and_clears_a_dead_builds_leftovers(tmp_path):
+    import os
+
+    from tapeout.steps import export_cache
+
+    for i in range(export_cache.MAX_ENTRIES + 3):
+        (tmp_path / f"k{i}").mkdir()
+        (tmp_path / f"k{i}" / export_cache.RECORD).write_text("{}")
+        os.utime(tmp_path / f"k{i}" / export_cache.RECORD, (1000 + i, 1000 + i))
+    (tmp_path / ".k-dead").mkdir()
+    os.utime(tmp_path / ".k-dead", (0, 0))
+    (tmp_path / ".k-writing").mkdir()  # another build writing now
+    export_cache._let_go(tmp_path)
+    kept = {p.name for p in tmp_path.iterdir()}
+    assert kept == {".k-writing", *(f"k{i}" for i in range(3, export_cache.MAX_ENTRIES + 3))}
+
+
 def test_a_hugging_face_model_that_is_not_a_causal_lm_cannot_generate(tmp_path):
     import zoo_models
 

@@ -96,6 +96,8 @@ class ExportInfo(Record):
     parity: list[OutputParity] | None = Field(None, description="the export verified against torch")
     generation: dict[str, Json] | None = Field(None, description="a generate workload's KV-cache graph verified by "
                                                "greedy decoding against the plain forward")
+    cached: bool | None = Field(None, description="reused from the export cache: the figures are those of the "
+                                                  "build that exported and verified it")
 
 
 class OffAccelerator(Record):

@@ -16,6 +16,7 @@ from tapeout import targets
 from tapeout.core.errors import BadInput
 from tapeout.core.paths import copy_onnx
 from tapeout.records.report import ExportInfo
+from tapeout.steps import export_cache
 from tapeout.steps.state import BuildState, Exported
 from tapeout.steps.step import Step
 
@@ -125,6 +126,11 @@ class Export(Step):
             state.ui.note(f"export shared with candidate {first} (same opset {options.opset}, IR version "
                           f"{options.max_ir_version} and tolerances)")
             return dataclasses.replace(exported, path=out)
+        disk = self._from_cache(state, options, program_wanted, out)
+        if isinstance(disk, Exported):
+            if share is not None:
+                share.put(key, disk, setup.profile.name)
+            return disk
         records: list[dict] = []
         generate = project.workload.kind == "generate"
         dims = project.dims
@@ -160,7 +166,38 @@ class Export(Step):
         exported = Exported(out, info, reference, program=program, passes=records, greedy_tokens=greedy_tokens)
         if share is not None:
             share.put(key, exported, setup.profile.name)
+        if disk is not None:
+            folder, entry = disk
+            try:
+                export_cache.store(folder, entry, out.parent, info, records, greedy_tokens)
+            except OSError as exc:  # a cache that cannot be written costs the next build an export, not this one
+                state.ui.note(f"export cache: could not keep this export in {folder} ({exc.strerror or exc})")
         return exported
+
+    def _from_cache(self, state: BuildState, options, program_wanted: bool, out: Path):
+        """The export from the cache (steps/export_cache.py) as this build's; else (its folder, the entry to write
+        once exported), or None where no cache applies (turned off, a pruned module, a torch.export program)."""
+        folder = export_cache.root()
+        if folder is None or program_wanted or state.pruning is not None:
+            return None
+        from tapeout.quantize import passes
+
+        project, loaded = state.setup.project, state.loaded
+        entry = export_cache.key(loaded.module, project, options, Path(project.root), passes.names())
+        found = export_cache.load(folder, entry, out)
+        if isinstance(found, str):
+            if found:
+                state.ui.note(f"export cache: {found}; exporting afresh")
+            return folder, entry
+        info, records, greedy_tokens = found
+        state.ui.note(f"export reused from the cache (same weights, project, settings and versions): {folder / entry}")
+        names = [s.name for s in project.inputs]
+        from tapeout.exporters import torch_onnx
+
+        def reference(feeds):
+            return torch_onnx.torch_outputs(loaded.module, feeds, names, info.get("output_names"))
+
+        return Exported(out, {**info, "cached": True}, reference, passes=records, greedy_tokens=greedy_tokens)
 
     def report(self, state: BuildState) -> dict[str, object]:
         return {"export": ExportInfo.model_validate(state.exported.info)}
