@@ -620,6 +620,34 @@ def test_the_export_cache_keeps_the_entries_used_last_and_clears_a_dead_builds_l
     assert kept == {".k-writing", *(f"k{i}" for i in range(3, export_cache.MAX_ENTRIES + 3))}
 
 
+def test_an_export_cache_entry_is_used_only_as_the_plain_files_its_record_names(tmp_path):
+    """A link out of the entry, a file of another size, a record that is not tapeout's: each a miss in one line."""
+    import os
+
+    from tapeout.core.hashing import sha256_file
+    from tapeout.steps import export_cache
+
+    entry = tmp_path / "cache" / "k"
+    entry.mkdir(parents=True)
+    outside = tmp_path / "elsewhere.onnx"
+    outside.write_bytes(b"onnx")
+    record = {"files": {"model.onnx": {"bytes": 4, "sha256": sha256_file(outside)}}, "info": {"exporter": "dynamo"},
+              "passes": [], "greedy_tokens": [[1, 2]]}
+    (entry / "entry.json").write_text(json.dumps(record))
+    out = tmp_path / "build" / "export" / "model.onnx"
+    os.symlink(outside, entry / "model.onnx")
+    assert "is not a plain file inside the entry" in export_cache.load(tmp_path / "cache", "k", out)
+    (entry / "model.onnx").unlink()
+    (entry / "model.onnx").write_bytes(b"onnx!")
+    assert "does not match its recorded size and SHA-256" in export_cache.load(tmp_path / "cache", "k", out)
+    (entry / "model.onnx").write_bytes(b"onnx")
+    info, passes, tokens = export_cache.load(tmp_path / "cache", "k", out)
+    assert info == {"exporter": "dynamo"} and passes == [] and tokens.tolist() == [[1, 2]] and out.read_bytes() == b"onnx"
+    (entry / "entry.json").write_text(json.dumps({**record, "greedy_tokens": [[-1]]}))
+    assert "is not one tapeout wrote" in export_cache.load(tmp_path / "cache", "k", out)
+    assert export_cache.load(tmp_path / "cache", "absent", out) == ""
+
+
 def test_a_hugging_face_model_that_is_not_a_causal_lm_cannot_generate(tmp_path):
     import zoo_models
 

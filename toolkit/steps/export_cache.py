@@ -7,9 +7,9 @@ the export options, the export-stage graph passes, tapeout's own code, and the v
 onnxruntime and transformers. Where it lives: $TAPEOUT_EXPORT_CACHE (`off` turns it off), else
 $XDG_CACHE_HOME/tapeout/exports or ~/.cache/tapeout/exports. The MAX_ENTRIES entries used last are kept.
 
-A cache is a folder anyone could have written: an entry is used only when each of its files has the size and
-SHA-256 its record names, its names stay inside it, and its figures are the report's own types; anything else is
-a miss, said in one line, and the build exports afresh.
+An entry is data, checked before use: each of its files must be a plain file inside it with the size and SHA-256
+its record names, and its figures the report's own types; anything else (a crash mid-write, a disk error, an edit)
+is a miss, said in one line, and the build exports afresh.
 """
 
 from __future__ import annotations
@@ -93,8 +93,9 @@ def load(folder: Path, entry: str, out: Path) -> tuple[dict, list[dict], np.ndar
         files = record["files"]
         assert isinstance(files, dict) and files and all(isinstance(v, dict) for v in files.values())
         for name, meta in files.items():
-            path = (where / name).resolve()
-            if Path(name).name != name or path.parent != where.resolve() or path.is_symlink() or not path.is_file():
+            path = where / name
+            if (Path(name).name != name or path.is_symlink() or path.resolve().parent != where.resolve()
+                    or not path.is_file()):
                 return f"{where}: its file '{name}' is not a plain file inside the entry"
             if path.stat().st_size != meta["bytes"] or sha256_file(path) != meta["sha256"]:
                 return f"{where}: '{name}' does not match its recorded size and SHA-256"
