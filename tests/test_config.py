@@ -105,5 +105,18 @@ def test_project_missing_source_and_bad_dtype(tmp_path):
     assert "inputs.0.dtype" in msg and "'float32'" in msg
 
 
+def test_a_misspelt_key_is_named_with_its_likely_spelling_before_the_field_it_leaves_missing(tmp_path):
+    write(tmp_path, "tapeout.toml", '[model]\nsorce = "m.onnx"\n[[inputs]]\nname = "x"\nshape = [1]\n')
+    msg = error_of(load_project, tmp_path)
+    assert "unknown field 'model.sorce': did you mean 'source'?" in msg and "missing" not in msg
+
+
+def test_budgets_in_the_project_file_say_where_budgets_go(tmp_path):
+    write(tmp_path, "tapeout.toml",
+          '[model]\nsource = "m.onnx"\n[[inputs]]\nname = "x"\nshape = [1]\n[budgets]\nlatency_p50_ms = 3\n')
+    msg = error_of(load_project, tmp_path)
+    assert "unknown field 'budgets'" in msg and "budgets belong to a profile" in msg and "--profile" in msg
+
+
 def test_missing_project_dir(tmp_path):
     assert "no project file" in error_of(load_project, tmp_path / "nowhere")

@@ -50,13 +50,20 @@ def read_toml(path: Path, what: str) -> dict[str, Any]:
 
 
 def describe_validation_error(path: Path, model: type[BaseModel], exc: ValidationError, prefix: str = "") -> str:
-    """The first error as one line: file, dotted field, the problem, the allowed values where known."""
-    err = exc.errors()[0]
+    """The first error as one line: file, dotted field, the problem, the allowed values where known. An unknown
+    field goes first: a misspelt key is also a required one missing, and the misspelling is what to fix."""
+    errors = exc.errors()
+    err = next((e for e in errors if e["type"] == "extra_forbidden"), errors[0])
     loc = one_line(prefix + ".".join(str(part) for part in err["loc"])) or "(top level)"
     if err["type"] == "extra_forbidden":
         allowed = _fields_at(model, err["loc"][:-1])
+        close = difflib.get_close_matches(str(err["loc"][-1]), allowed, n=1, cutoff=0.6)
+        guess = f": did you mean '{close[0]}'?" if close else ""
         hint = f"; allowed here: {', '.join(allowed)}" if allowed else ""
-        return f"{path}: unknown field '{loc}'{hint}"
+        if model is Project and err["loc"] == ("budgets",):
+            hint = ("; budgets belong to a profile: write one with `extends = \"cpu-fp32\"` (or the profile you "
+                    "build with) and a [budgets] table, and pass its path to --profile (README: Files, build profile)")
+        return f"{path}: unknown field '{loc}'{guess}{hint}"
     if err["type"] == "missing":
         return f"{path}: missing required field '{loc}'"
     found = err.get("input")
