@@ -71,7 +71,7 @@ def protected(found: Structure, settings: PruningSettings, module) -> dict[str, 
     """Module name → why it is never pruned: the family's own list, then the profile's."""
     keep: dict[str, str] = {}
     if found.convs:
-        keep[found.convs[0][0]] = "first conv: few input channels, most sensitive (research §2.2)"
+        keep[found.convs[0][0]] = "first conv: few input channels, most sensitive"
     if found.linears:
         keep[found.linears[-1][0]] = ("LM head / classifier: its outputs are the model's" if found.transformer
                                       else "classifier: its outputs are the classes")

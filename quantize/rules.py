@@ -36,13 +36,13 @@ class Rule:
 
 _KEEP_TRANSFORMER = {
     "embedding": "embeddings: a table lookup, no matmul to speed up; quantizing it costs accuracy for no time",
-    "lm_head": "LM head: logits are the most sensitive output (research §2.4); kept float",
+    "lm_head": "LM head: logits are the most sensitive output; kept float",
     "head": "task head: small and sensitive; kept float",
     "norm": "LayerNorm/RMSNorm stay float (not quantized by the plan at all)",
 }
 _KEEP_CNN = {
-    "first_conv": "first conv: few input channels, tiny compute, high sensitivity (research §2.2)",
-    "head": "classifier / detection head: kept float (research §2.2)",
+    "first_conv": "first conv: few input channels, tiny compute, high sensitivity",
+    "head": "classifier / detection head: kept float",
     "recurrent_cell": "static QDQ has no LSTM/GRU kernel in ORT: the recurrence stays float",
 }
 
@@ -75,13 +75,13 @@ CPU_RULES: dict[tuple[str, str], Rule] = {
     ("decoder-llm", "int8"): Rule("dynamic", LINEARS, _KEEP_TRANSFORMER, why="Linear layers dynamic INT8; embeddings float",
                                   start={"lm_head": ("int8", _LM_HEAD_INT8)}),
     ("decoder-llm", "int4"): Rule("weight-only", LINEARS, _KEEP_TRANSFORMER,
-                                  why="INT4 block-wise weight-only (MatMulNBits): decode is memory-bound (research §2.4)",
+                                  why="INT4 block-wise weight-only (MatMulNBits): decode is memory-bound",
                                   start={"lm_head": ("int8-weight", _LM_HEAD_8BIT)}),
     ("transformer-encoder", "int4"): Rule("weight-only", LINEARS, _KEEP_TRANSFORMER, why="INT4 block-wise weight-only on the Linear layers"),
     ("cnn", "int8"): Rule("static", frozenset({"conv", "depthwise_conv", "linear"}), _KEEP_CNN,
                           why="static QDQ, per-channel weights, calibrated per-tensor activations"),
     ("diffusion", "int8"): Rule("static", LINEARS | {"conv", "linear"},
-                                {**_KEEP_CNN, "timestep_embedding": "timestep embedding stays float (research §6.2)",
+                                {**_KEEP_CNN, "timestep_embedding": "timestep embedding stays float",
                                  "embedding": _KEEP_TRANSFORMER["embedding"]},
                                 why="attention/FFN Linears and resnet convs static INT8"),
     # ORT quantizes LSTM dynamically (DynamicQuantizeLSTM: int8 weights, float state and gates); it has
@@ -167,7 +167,7 @@ OV_RULES: dict[tuple[str, str], tuple[Rule, str | None, str]] = {
                                          "head": _KEEP_TRANSFORMER["head"]},
                                         why="NNCF INT8 on the projections; recurrence float"), None, "mixed"),
     ("diffusion", "int8"): (Rule("nncf", LINEARS | {"conv", "linear"},
-                                 {**_KEEP_CNN, "timestep_embedding": "timestep embedding stays float (research §6.2)",
+                                 {**_KEEP_CNN, "timestep_embedding": "timestep embedding stays float",
                                   "embedding": _KEEP_TRANSFORMER["embedding"]},
                                  why="NNCF INT8 on attention/FFN Linears and convs"), "transformer", "mixed"),
     # INT4 weight compression (NNCF `compress_weights`, symmetric, block-wise): decode is memory-bound
@@ -203,7 +203,7 @@ TRT_QDQ_RULES: dict[tuple[str, str], Rule] = {
         ("mlp", Rule("modelopt", frozenset({"linear"}), {"head": _KEEP_TRANSFORMER["head"]},
                      why="ModelOpt Q/DQ on the Linear layers; the rest FP16")),
         ("diffusion", Rule("modelopt", LINEARS | {"conv", "linear"},
-                           {**_KEEP_CNN, "timestep_embedding": "timestep embedding stays float (research §6.2)",
+                           {**_KEEP_CNN, "timestep_embedding": "timestep embedding stays float",
                             "embedding": _KEEP_TRANSFORMER["embedding"]}, keep_ops=_FP16_OVERFLOW_OPS,
                            why="ModelOpt Q/DQ on attention/FFN Linears and convs")),
     )},

@@ -30,7 +30,7 @@ class NpuStatic(Method):
             # Recurrent state is carried through every time step (research §2.5: int16 for recurrent paths on
             # NPUs), whatever family the convolutions make the model (a CNN+LSTM OCR model is a "cnn").
             groups = [replace(g, precision="a16w8", reason="recurrent cell: 16-bit activations for its state and "
-                              "I/O (quantized state accumulates error over the time steps; research §2.5)")
+                              "I/O (quantized state accumulates error over the time steps)")
                       if g.role == "recurrent_cell" and g.precision == "int8" else g for g in groups]
         # Attention masks carry huge negatives next to the real scores: quantized, the scores collapse
         # to one level (MiniLM: mean cosine 0.42 → 0.97 with masks and softmax kept float).
