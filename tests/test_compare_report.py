@@ -117,6 +117,9 @@ def test_compare_table_marks_every_figure_and_recommends(two_builds, tmp_path):
     assert "fig-pareto" in _parse(page).ids
     text = run_cli("compare", fp32, int8)
     assert "recommendation:" in text.out and "measured" in text.out
+    narrow = run_cli("compare", fp32, int8, env={"COLUMNS": "100"})  # a CI log's width: each build named whole
+    assert all(f"{r['project']}/{r['profile']}" in narrow.out for r in data["rows"]), narrow.out
+    assert max(len(line) for line in narrow.out.splitlines()) <= 100
 
 
 def test_compare_an_emulated_build_is_estimated_never_measured(two_builds, tmp_path):

@@ -28,7 +28,9 @@ def compare(items: list[Path], profiles: list[str], html_out: Path | None, as_js
     from tapeout.core.console import UI
 
     ui = UI()
-    table = Table(*comparing.HEADER, title="one model, several targets")
+    table = Table(title="one model, several targets")
+    for column in comparing.HEADER:  # a build's name whole; other cells fold rather than end in "…"
+        table.add_column(column, overflow="fold", no_wrap=column == "build")
     for row in comparing.table_rows(result):
         table.add_row(*row)
     ui.out.print(table)

@@ -8,6 +8,7 @@ Progress goes to stderr so that `--json` output on stdout stays machine-readable
 from __future__ import annotations
 
 import contextlib
+import os
 import sys
 import threading
 import time
@@ -49,11 +50,17 @@ def honour_interrupt() -> None:
         raise KeyboardInterrupt
 
 
+def _pipe_width() -> int:
+    columns = os.environ.get("COLUMNS", "")
+    return int(columns) if columns.isdigit() and 40 <= int(columns) <= 1000 else 140
+
+
 class UI:
     def __init__(self, heartbeat_s: float = HEARTBEAT_S):
         self.err = Console(stderr=True, highlight=False)  # never muted: --json keeps progress here
-        # Not a terminal (CI logs, pipes): rich would wrap at 80 columns and fold the verdict table.
-        self.out = Console(highlight=False, width=None if Console().is_terminal else 140)
+        # Not a terminal (CI logs, pipes): rich would wrap at 80 columns and fold the verdict table; COLUMNS, where
+        # set, is the width asked for
+        self.out = Console(highlight=False, width=None if Console().is_terminal else _pipe_width())
         self.heartbeat_s = heartbeat_s
         self._status = None
         self._text = ""
