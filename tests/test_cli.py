@@ -224,6 +224,13 @@ def test_targets_profiles_and_report_commands(digits_build):
     assert workloads["tensorrt"] == ["forward"]
     listed = run_cli("profiles", "list", "--json").json()
     assert "cpu-fp32" in listed["profiles"] and "h100-sxm" in listed["devices"]
+    import re
+
+    rows = [line for line in run_cli("profiles", "list").out.splitlines() if not line.startswith("device specs")]
+    columns = [re.match(r"(\S+\s+)(\S+\s+)\S", line) for line in rows]
+    assert len(rows) == len(listed["profiles"]) and all(columns)
+    # the target and description columns line up whatever the longest name
+    assert len({(len(m[1]), len(m[1]) + len(m[2])) for m in columns}) == 1, rows
     shown = json.loads(run_cli("profiles", "show", "cpu-fp32").out)
     assert shown["check"]["iterations"] == 300 and shown["options"]["threads"] == 0
     (digits_build / "report.md").unlink()

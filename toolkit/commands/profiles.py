@@ -12,9 +12,11 @@ def listing(as_json: bool) -> int:
     if as_json:
         print_json({"profiles": names, "devices": list_devices()})
         return 0
-    for name in names:
-        p = load_profile(name)
-        print(f"{name:<20} {p.target:<12} {p.description}")
+    profiles = [(name, load_profile(name)) for name in names]
+    wide_name = max(len(name) for name in names)
+    wide_target = max(len(p.target) for _, p in profiles)
+    for name, p in profiles:
+        print(f"{name:<{wide_name}}  {p.target:<{wide_target}}  {p.description}")
     print(f"device specs: {', '.join(list_devices())}")
     return 0
 
