@@ -1,7 +1,8 @@
 """Generation benchmark: tapeout's generate builds against torch eager on the same model, prompt and lengths.
 
-    python bench/generate.py [--sample tiny-lm|llama-40m] [--prompt N] [--new N] [--trials 5] [--repeats 3]
-                             [--skip-build] [--rounds N]
+    python bench/generate.py [--sample tiny-lm|llama-40m|smollm2-135m] [--prompt N] [--new N] [--trials 5]
+                             [--repeats 3] [--profiles P,...] [--skip-build] [--rounds N] [--llamacpp SRC]
+                             [--openvino-genai PYTHON]
 
 Rows, each from fresh processes (`--repeats` of them), 2 threads:
   - tapeout: `tapeout build samples/<sample> --profile` cpu-fp32, cpu-int8, cpu-int4 (ONNX Runtime, the cache
@@ -27,25 +28,34 @@ p50 as a multiple of it. Bytes read per step: every weight a decode step multipl
 initializers; torch: FP32 parameters), one row of an embedding table that only a lookup reads, and the KV cache
 at the mean decoded position.
 
-  - ONNX Runtime GenAI (llama-40m, when `onnxruntime_genai` imports: `pip install -e ".[bench]"`):
+  - llama.cpp (a Hugging Face sample, with --llamacpp SRC: SRC is llama.cpp's source tree, whose converter
+    `convert_hf_to_gguf.py` writes the GGUF; llama-cpp-python's sdist carries it under vendor/llama.cpp):
+    the same directory converted to an F32 GGUF (no tokenizer: token ids in, as every row here), quantized by
+    llama.cpp's own `llama_model_quantize` to Q4_0 and Q8_0, and run greedy by llama-cpp-python in fresh processes
+    (`eval` of the prompt, then one token at a time; each token the argmax of the last logits): TTFT = the prompt's
+    eval and its argmax; TPOT = each later eval and argmax. Build llama-cpp-python with clang (Debian's GCC 12
+    miscompiles its AMX tile set-up and quantized models die with "Illegal instruction" on AMX hosts):
+        apt-get install clang-19 libomp-19-dev
+        CMAKE_ARGS="-DCMAKE_C_COMPILER=clang-19 -DCMAKE_CXX_COMPILER=clang++-19" pip install llama-cpp-python==0.3.36
+  - ONNX Runtime GenAI (a Hugging Face sample, when `onnxruntime_genai` imports: `pip install -e ".[bench]"`):
     its model builder's INT4 and FP32 CPU models made from the same Hugging Face directory
     (`python -m onnxruntime_genai.models.builder -p int4|fp32 -e cpu`), run greedy by its own Generator in fresh
     processes: TTFT = append_tokens (prefill) + the first generate_next_token; TPOT = each later one.
-  - OpenVINO GenAI (llama-40m, with --openvino-genai PYTHON): optimum-intel's INT4 export of the same directory
+  - OpenVINO GenAI (a Hugging Face sample, with --openvino-genai PYTHON): optimum-intel's INT4 export of the same directory
     (`optimum-cli export openvino --weight-format int4 --group-size 32 --ratio 1.0 --sym`), run greedy by its
     LLMPipeline in fresh processes of PYTHON, timed by its own PerfMetrics (TTFT; each later token), three times:
     its CPU defaults (bf16 activations on CPUs with them, a u8 KV cache, the PagedAttention backend); f32 with an
     f32 cache, as tapeout's openvino-cpu-int4 runs; and that on its SDPA backend (ATTENTION_BACKEND=SDPA: the
-    stateful model with the fused attention over the state, the form tapeout's loop runs). optimum-intel 1.27
-    pins transformers 4.57 where this stack runs 5, so PYTHON is a separate environment:
+    stateful model with the fused attention over the state, the form tapeout's loop runs). optimum-intel pins its
+    own transformers, so PYTHON is a separate environment:
         python3 -m venv /tmp/ovg && /tmp/ovg/bin/pip install torch==2.13.0 \
-            "optimum-intel[openvino]==1.27.*" openvino==2026.4.1 openvino-tokenizers==2026.4.1 openvino-genai==2026.4.1
+            "optimum-intel[openvino]==2.2.*" openvino==2026.4.1 openvino-tokenizers==2026.4.1 openvino-genai==2026.4.1
   - --cuda (on an NVIDIA GPU with onnxruntime-gpu): the ort-cuda builds cuda-fp32 and cuda-fp16 (the KV cache bound
     in GPU memory between steps, the logits alone copied to the host) against torch eager and torch.compile
     (dynamic=True) on the GPU at FP32 and FP16, each synchronised before a token's clock stops; memory is the
     process's GPU memory as NVML lists it (CUDA context included); the roofline is over the device-to-device copy
     bandwidth measured there.
-Defaults: tiny-lm at prompt 64 + 64 new; llama-40m at the issue's prompt 128 + 128 new.
+Defaults: tiny-lm at prompt 64 + 64 new; llama-40m and smollm2-135m at prompt 128 + 128 new.
 """
 
 from __future__ import annotations
@@ -70,7 +80,7 @@ PROFILES = ("cpu-fp32", "cpu-int8", "cpu-int8-lm-head-int4", "cpu-int4", "cpu-in
 VARIANTS = {"cpu-int4-lm-head-int4": ("cpu-int4", '[quantization]\noverrides = { lm_head = "int4" }\n'),
             "cpu-int8-lm-head-int4": ("cpu-int8", '[quantization]\noverrides = { lm_head = "int4" }\n')}
 CUDA_PROFILES = ("cuda-fp32", "cuda-fp16")
-DEFAULTS = {"tiny-lm": (64, 64), "llama-40m": (128, 128)}  # prompt, new tokens
+DEFAULTS = {"tiny-lm": (64, 64), "llama-40m": (128, 128), "smollm2-135m": (128, 128)}  # prompt, new tokens
 
 TORCH_LOOP = r"""
 import json, os, sys, time
@@ -190,6 +200,116 @@ print(json.dumps({"ttft_ms": ttft, "tpot_ms": tpot, "peak_rss_mb": peak}))
 """
 
 
+# The converter run with no tokenizer: the samples' directories have none, and every row here feeds token ids
+GGUF_CONVERT = r"""
+import sys
+sys.path.insert(0, sys.argv[1])
+sys.argv = ["convert_hf_to_gguf.py", *sys.argv[2:]]
+import convert_hf_to_gguf as convert
+found = convert.get_model_class
+
+
+def without_vocab(*args, **kwargs):  # the model's class with no tokenizer to read: "none", ids in and out
+    cls = found(*args, **kwargs)
+    return type(cls.__name__, (cls,), {"set_vocab": lambda self: self._set_vocab_none(), "model_arch": cls.model_arch})
+
+
+convert.get_model_class = without_vocab
+convert.main()
+"""
+
+GGUF_QUANTIZE = r"""
+import ctypes, sys
+import llama_cpp
+params = llama_cpp.llama_model_quantize_default_params()
+params.ftype = int(sys.argv[3])
+params.nthread = 2
+sys.exit(llama_cpp.llama_model_quantize(sys.argv[1].encode(), sys.argv[2].encode(), ctypes.byref(params)))
+"""
+
+LLAMACPP_LOOP = r"""
+import json, sys, time
+import numpy as np
+import llama_cpp
+path, prompt_len, new, trials = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4])
+llm = llama_cpp.Llama(model_path=path, n_ctx=prompt_len + new, n_batch=prompt_len, n_ubatch=prompt_len, n_threads=2,
+                      n_threads_batch=2, verbose=False)
+vocab = llm.n_vocab()
+rng = np.random.default_rng(0)
+
+
+def greedy():  # the last token's logits (the only row llama.cpp computes without logits_all)
+    return int(np.argmax(np.ctypeslib.as_array(llm._ctx.get_logits(), shape=(vocab,))))
+
+
+ttft, tpot = [], []
+for trial in range(trials + 1):
+    ids = rng.integers(0, vocab, prompt_len).tolist()
+    llm.reset()  # eval drops the cache past n_tokens: each generation starts from an empty cache
+    s = time.perf_counter()
+    llm.eval(ids)
+    token = greedy()
+    first = time.perf_counter() - s
+    steps = []
+    for _ in range(new - 1):
+        s = time.perf_counter()
+        llm.eval([token])
+        token = greedy()
+        steps.append(time.perf_counter() - s)
+    if trial:
+        ttft.append(first * 1e3)
+        tpot += [x * 1e3 for x in steps]
+peak = next(int(l.split()[1]) for l in open("/proc/self/status") if l.startswith("VmHWM")) / 1024
+print(json.dumps({"ttft_ms": ttft, "tpot_ms": tpot, "peak_rss_mb": peak}))
+"""
+
+LLAMACPP_TYPES = {"Q4_0": 2, "Q8_0": 7}  # llama.cpp's LLAMA_FTYPE_MOSTLY_* ids
+
+
+def gguf_read_bytes(source: Path, path: Path) -> int:
+    """Bytes of the GGUF's tensors a decode step reads: whole, except a token table that a separate output matrix
+    leaves to the lookup alone (one row)."""
+    sys.path.insert(0, str(source / "gguf-py"))
+    import gguf
+
+    tensors = {t.name: t for t in gguf.GGUFReader(str(path)).tensors}
+    total = sum(int(t.n_bytes) for t in tensors.values())
+    table = tensors.get("token_embd.weight")
+    if table is not None and "output.weight" in tensors:
+        total -= int(table.n_bytes) - int(table.n_bytes) // int(table.shape[-1])
+    return total
+
+
+def llamacpp_rows(source: Path, hf_dir: Path, prompt: int, new: int, trials: int, repeats: int) -> list[dict]:
+    """llama.cpp's Q4_0 and Q8_0 of the same directory (its converter, then its quantizer), run by llama-cpp-python."""
+    try:
+        import llama_cpp  # noqa: F401
+    except ImportError:
+        print("llama_cpp is not installed: no llama.cpp rows (see the docstring: build it with clang)", file=sys.stderr)
+        return []
+    if not (source / "convert_hf_to_gguf.py").is_file():
+        sys.exit(f"--llamacpp {source}: no convert_hf_to_gguf.py there; give llama.cpp's source tree "
+                 "(llama-cpp-python's sdist has it under vendor/llama.cpp)")
+    f32 = OUT / f"gguf-{hf_dir.parent.name}-f32.gguf"
+    if not f32.is_file():
+        print("llama.cpp converter, f32 …", file=sys.stderr, flush=True)
+        done = subprocess.run([sys.executable, "-c", GGUF_CONVERT, str(source), str(hf_dir), "--outtype", "f32",
+                               "--outfile", str(f32)], capture_output=True, text=True)
+        if done.returncode != 0 or not f32.is_file():
+            sys.exit(f"convert_hf_to_gguf.py failed: {(done.stderr or done.stdout).strip().splitlines()[-3:]}")
+    rows = []
+    for label, ftype in LLAMACPP_TYPES.items():
+        path = OUT / f"gguf-{hf_dir.parent.name}-{label}.gguf"
+        if not path.is_file():
+            print(f"llama.cpp quantizer, {label} …", file=sys.stderr, flush=True)
+            subprocess.run([sys.executable, "-c", GGUF_QUANTIZE, str(f32), str(path), str(ftype)],
+                           capture_output=True, check=True)
+        row, _ = loop_row(f"llama.cpp {label} (llama-cpp-python)", LLAMACPP_LOOP,
+                          [str(path), str(prompt), str(new), str(trials)], repeats)
+        rows.append({**row, "weights_bytes": gguf_read_bytes(source, path)})
+    return rows
+
+
 def onnx_read_bytes(path: Path) -> int:
     """Bytes of the initializers a decode step reads: whole, except a table only Gather reads (one row)."""
     import onnx
@@ -254,7 +374,7 @@ def genai_rows(hf_dir: Path, prompt: int, new: int, trials: int, repeats: int) -
         print("onnxruntime_genai is not installed: no ONNX Runtime GenAI rows (pip install -e \".[bench]\")",
               file=sys.stderr)
         return []
-    source = OUT / "genai-source"  # the builder insists on a tokenizer: a word-level one over the model's ids
+    source = OUT / f"genai-source-{hf_dir.parent.name}"  # the builder insists on a tokenizer: a word-level one over the model's ids
     if not (source / "tokenizer.json").is_file():
         from tokenizers import Tokenizer, models, pre_tokenizers
         from transformers import PreTrainedTokenizerFast
@@ -268,7 +388,7 @@ def genai_rows(hf_dir: Path, prompt: int, new: int, trials: int, repeats: int) -
                                 eos_token="t2").save_pretrained(source)
     rows = []
     for precision in ("int4", "fp32"):
-        folder = OUT / f"genai-{precision}"
+        folder = OUT / f"genai-{hf_dir.parent.name}-{precision}"
         if not (folder / "genai_config.json").is_file():
             print(f"ONNX Runtime GenAI model builder, {precision} …", file=sys.stderr, flush=True)
             built = subprocess.run([sys.executable, "-m", "onnxruntime_genai.models.builder", "-i", str(source),
@@ -297,8 +417,8 @@ OV_GENAI_SETTINGS = {"its defaults: bf16, u8 cache, PagedAttention": {},
 def ov_genai_rows(python: str, hf_dir: Path, prompt: int, new: int, trials: int, repeats: int) -> list[dict]:
     """OpenVINO GenAI's LLMPipeline on optimum-intel's INT4 export of the same Hugging Face directory (symmetric
     INT4 in groups of 32 like tapeout's profile; optimum puts the tied embedding/LM head at 8 bits), run by `python`:
-    an interpreter of its own environment, since optimum-intel 1.27 pins transformers 4.57."""
-    folder = OUT / "ov-genai-int4"
+    an interpreter of its own environment, since optimum-intel pins its own transformers."""
+    folder = OUT / f"ov-genai-{hf_dir.parent.name}-int4"
     if not (folder / "openvino_model.xml").is_file():
         print("optimum-intel export, int4 …", file=sys.stderr, flush=True)
         cli = Path(python).parent / "optimum-cli"
@@ -496,13 +616,16 @@ def main() -> None:
     parser.add_argument("--new", type=int, help="default: 64 (tiny-lm), 128 (llama-40m)")
     parser.add_argument("--trials", type=int, default=5)
     parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--profiles", help=f"the tapeout rows, comma-separated (default: {','.join(PROFILES)})")
+    parser.add_argument("--llamacpp", metavar="SRC", type=Path, help="a Hugging Face sample: add llama.cpp Q4_0 and "
+                        "Q8_0 rows; SRC is llama.cpp's source tree (its converter; see the docstring)")
     parser.add_argument("--skip-build", action="store_true", help="reuse the builds under bench/builds/generate (building what is missing)")
     parser.add_argument("--rounds", type=int, default=0, help="then every row but torch's again, interleaved: this "
                         "many rounds of one fresh process per row (CPU only)")
     parser.add_argument("--cuda", action="store_true", help="on an NVIDIA GPU: ort-cuda builds (cuda-fp32, cuda-fp16) "
                         "against torch eager and torch.compile on the GPU, FP32 and FP16")
-    parser.add_argument("--openvino-genai", metavar="PYTHON", help="llama-40m: add OpenVINO GenAI rows, run by this "
-                        "interpreter of an environment with optimum-intel 1.27 and openvino-genai (see the docstring)")
+    parser.add_argument("--openvino-genai", metavar="PYTHON", help="a Hugging Face sample: add OpenVINO GenAI rows, run by this "
+                        "interpreter of an environment with optimum-intel and openvino-genai (see the docstring)")
     args = parser.parse_args()
     args.prompt = args.prompt or DEFAULTS[args.sample][0]
     args.new = args.new or DEFAULTS[args.sample][1]
@@ -513,7 +636,11 @@ def main() -> None:
     OUT.mkdir(parents=True, exist_ok=True)
     folder = project(args.sample, args.prompt, args.new, args.trials) if not args.skip_build else OUT / args.sample
     rows = []
-    for profile in (CUDA_PROFILES if args.cuda else PROFILES):
+    chosen = args.profiles.split(",") if args.profiles else PROFILES
+    unknown = sorted(set(chosen) - set(PROFILES) - set(CUDA_PROFILES))
+    if unknown:
+        sys.exit(f"--profiles: unknown {', '.join(unknown)}; choose from {', '.join(PROFILES + CUDA_PROFILES)}")
+    for profile in (CUDA_PROFILES if args.cuda else chosen):
         kept = OUT / f"{args.sample}-{profile}" / "report.json"
         if args.skip_build and kept.is_file():
             report = json.loads(kept.read_text())
@@ -528,14 +655,16 @@ def main() -> None:
         rows += [torch_row(folder, args.prompt, args.new, args.trials, args.repeats, "cuda", dtype, mode)
                  for mode in ("eager", "compile") for dtype in ("float32", "float16")]
     else:
-        if args.sample == "llama-40m":
-            sys.path.insert(0, str(folder))
-            import model as llama  # the sample's own maker: the same config and seed as the builds'
+        sys.path.insert(0, str(folder))
+        import model as sample  # the sample's own maker: the same config and seed as the builds'
 
-            rows += genai_rows(llama.directory(), args.prompt, args.new, args.trials, args.repeats)
+        if hasattr(sample, "directory"):  # a Hugging Face directory: the peers build from it
+            hf_dir = sample.directory()
+            if args.llamacpp:
+                rows += llamacpp_rows(args.llamacpp, hf_dir, args.prompt, args.new, args.trials, args.repeats)
+            rows += genai_rows(hf_dir, args.prompt, args.new, args.trials, args.repeats)
             if args.openvino_genai:
-                rows += ov_genai_rows(args.openvino_genai, llama.directory(), args.prompt, args.new, args.trials,
-                                      args.repeats)
+                rows += ov_genai_rows(args.openvino_genai, hf_dir, args.prompt, args.new, args.trials, args.repeats)
         rows.append(torch_row(folder, args.prompt, args.new, args.trials, args.repeats))
     state = gpu_copy_bandwidth() if args.cuda else host_state()
     mean_position = args.prompt + args.new / 2

@@ -111,11 +111,35 @@ def test_a_misspelt_key_is_named_with_its_likely_spelling_before_the_field_it_le
     assert "unknown field 'model.sorce': did you mean 'source'?" in msg and "missing" not in msg
 
 
-def test_budgets_in_the_project_file_say_where_budgets_go(tmp_path):
-    write(tmp_path, "tapeout.toml",
-          '[model]\nsource = "m.onnx"\n[[inputs]]\nname = "x"\nshape = [1]\n[budgets]\nlatency_p50_ms = 3\n')
+PROJECT = '[model]\nsource = "m.onnx"\n[[inputs]]\nname = "x"\nshape = [1]\n'
+
+
+def test_budgets_in_the_project_file_merge_under_the_profiles_and_say_which_they_added(tmp_path):
+    from tapeout.steps.setup import with_project_budgets
+
+    write(tmp_path, "tapeout.toml", PROJECT + "[budgets]\nlatency_p50_ms = 3\naccuracy_max_drop = 0.5\n")
+    profile, added = with_project_budgets(load_profile("cpu-fp32"), load_project(tmp_path))
+    assert profile.budgets.latency_p50_ms == 3
+    assert profile.budgets.accuracy_max_drop == 0.001  # the profile's own wins where both set it
+    assert added == ("latency_p50_ms",)
+    untouched = load_profile("cpu-int8")
+    write(tmp_path, "tapeout.toml", PROJECT)
+    assert with_project_budgets(untouched, load_project(tmp_path)) == (untouched, ())
+
+
+def test_a_project_budget_the_profiles_samples_cannot_bound_is_one_line_naming_both(tmp_path):
+    from tapeout.steps.setup import with_project_budgets
+
+    write(tmp_path, "tapeout.toml", PROJECT + "[budgets]\nlatency_p99_ms = 3\n")
+    few = write(tmp_path, "few.toml", 'extends = "cpu-fp32"\n[check]\niterations = 50\nrepeats = 2\n')
+    msg = error_of(with_project_budgets, load_profile(str(few)), load_project(tmp_path))
+    assert "tapeout.toml" in msg and "profile few" in msg and "p99" in msg and "check.iterations" in msg
+
+
+def test_a_misspelt_budget_in_the_project_file_is_named_with_its_likely_spelling(tmp_path):
+    write(tmp_path, "tapeout.toml", PROJECT + "[budgets]\nlatency_p50 = 3\n")
     msg = error_of(load_project, tmp_path)
-    assert "unknown field 'budgets'" in msg and "budgets belong to a profile" in msg and "--profile" in msg
+    assert "unknown field 'budgets.latency_p50': did you mean 'latency_p50_ms'?" in msg
 
 
 def test_missing_project_dir(tmp_path):

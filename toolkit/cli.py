@@ -49,6 +49,20 @@ def _done(code: int) -> None:
 
 
 @app.command()
+def init(
+    model: str = typer.Argument(..., help="A Hugging Face directory, an .onnx or .pt2 file, or file.py:callable."),
+    directory: Path = typer.Option(Path("."), "--dir", "-d", help="Where tapeout.toml goes (default: here)."),
+    inputs: list[str] = typer.Option([], "--input", "-i", help="NAME=SHAPE[:DTYPE], e.g. image=1x3x224x224:float32; "
+                                     "replaces what was read from the model (needed for a torch module's forward)."),
+    force: bool = typer.Option(False, "--force", help="Replace an existing tapeout.toml."),
+) -> None:
+    """Write a tapeout.toml for your model: its inputs read from the model, budgets to declare as comments."""
+    from tapeout.commands import init as command
+
+    _done(command.init(model, directory, inputs, force))
+
+
+@app.command()
 def build(
     project: Path = typer.Argument(..., help="Project directory (holding tapeout.toml) or the project file."),
     profile: list[str] = typer.Option(..., "--profile", "-p", help="Shipped profile name or path to a profile .toml. "

@@ -60,9 +60,6 @@ def describe_validation_error(path: Path, model: type[BaseModel], exc: Validatio
         close = difflib.get_close_matches(str(err["loc"][-1]), allowed, n=1, cutoff=0.6)
         guess = f": did you mean '{close[0]}'?" if close else ""
         hint = f"; allowed here: {', '.join(allowed)}" if allowed else ""
-        if model is Project and err["loc"] == ("budgets",):
-            hint = ("; budgets belong to a profile: write one with `extends = \"cpu-fp32\"` (or the profile you "
-                    "build with) and a [budgets] table, and pass its path to --profile (README: Files, build profile)")
         return f"{path}: unknown field '{loc}'{guess}{hint}"
     if err["type"] == "missing":
         return f"{path}: missing required field '{loc}'"

@@ -212,6 +212,8 @@ class Project(_Strict):
     evaluation: EvaluationSection | None = None
     export: ExportSection = ExportSection()
     workload: Workload = Field(default_factory=ForwardWorkload, discriminator="kind")
+    # the model's own budgets, whatever it is built for: a profile that sets the same budget wins
+    budgets: Budgets = Field(default_factory=lambda: Budgets())
     golden_samples: int = Field(4, ge=1, le=256)
     seed: int = Field(0, ge=0, lt=2**32, description="numpy's generators take 0 to 2**32 - 1")
 

@@ -37,6 +37,8 @@ class ProfileInfo(Record):
     target: str
     device: str | None
     precision: str
+    budgets_from_project: list[str] = Field(default_factory=list, description="budgets the project file set and "
+                                            "the profile did not; every other budget is the profile's")
 
 
 class TargetRun(Record):

@@ -69,6 +69,10 @@ def render_markdown(report: Report) -> str:
     out += ["", "## Budgets", ""]
     if r["budgets"]:
         out += _table(["budget", "limit", "measured", "bound", "verdict", "why"], budget_rows(r["budgets"]))
+        ours = r["profile"].get("budgets_from_project")
+        if ours:
+            out += ["", f"From the project file: {', '.join(ours)}; the others from the profile "
+                    f"`{r['profile']['name']}`."]
     else:
         out.append("No budgets declared.")
 

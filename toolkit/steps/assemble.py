@@ -29,7 +29,7 @@ class Assemble(Step):
             schema=SCHEMA, kind=state.kind, created=now(), exit_code=verdicts.exit_code(state.budgets, state.strict),
             build_dir=state.build_dir,
             profile=ProfileInfo(name=profile.name, target=profile.target, device=profile.device,
-                                precision=profile.precision),
+                                precision=profile.precision, budgets_from_project=list(setup.budgets_from_project)),
             target=TargetRun(name=setup.target.name, version=setup.probe.version, emulated=setup.emulated,
                              compile_on=caps.compile_on, meters=list(caps.meters)),
             host=host_fingerprint(), run=run_cost(state), **fields)

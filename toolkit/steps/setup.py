@@ -9,6 +9,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from pydantic import ValidationError
+
 from tapeout import targets
 from tapeout.builds.reader import BuildDir
 from tapeout.core.capabilities import Capabilities
@@ -31,6 +33,7 @@ class Setup:
     project: Project | None = None       # None on the device: `check` has the build dir, not the project
     device: DeviceSpec | None = None     # the profile's device spec, if it names one
     deferred: str | None = None          # a device-compiled target whose toolchain is not here: why not
+    budgets_from_project: tuple[str, ...] = ()  # budgets the project file set and the profile did not
     emulated: str | None = field(init=False)
 
     def __post_init__(self) -> None:
@@ -49,7 +52,7 @@ class Setup:
 def for_build(project_dir: Path | str, profile_name: str, ui: UI) -> Setup:
     """Load and validate everything a build needs, and stop early (exit 4) if the target cannot run here."""
     project = load_project(project_dir)
-    profile = load_profile(profile_name)
+    profile, from_project = with_project_budgets(load_profile(profile_name), project)
     options = dict(profile.options)
     if (profile.pruning is not None and "2:4" in profile.pruning.what and "sparse_weights" not in options
             and "sparse_weights" in targets.options_model(profile.target).model_fields):
@@ -88,7 +91,25 @@ def for_build(project_dir: Path | str, profile_name: str, ui: UI) -> Setup:
                                     f"whose candidates are compiled and scored on the device, and it is not here "
                                     f"({deferred})", fix=f"build {profile.name} on the device (or a host of its "
                                     "class), or build the fp32 profile here: the device compiles it at the first check")
-    return Setup(profile, target, here.probe, ui, project=project, device=device, deferred=deferred)
+    return Setup(profile, target, here.probe, ui, project=project, device=device, deferred=deferred,
+                 budgets_from_project=from_project)
+
+
+def with_project_budgets(profile: Profile, project: Project) -> tuple[Profile, tuple[str, ...]]:
+    """The profile with the project's [budgets] merged under its own (a budget both set is the profile's), and the
+    names the project added. The merged profile is validated again: a p99 budget from the project needs as many
+    samples as one from the profile."""
+    ours = profile.budgets.model_dump(exclude_none=True)
+    added = {k: v for k, v in project.budgets.model_dump(exclude_none=True).items() if k not in ours}
+    if not added:
+        return profile, ()
+    try:
+        merged = Profile.model_validate({**profile.model_dump(), "budgets": {**added, **ours}})
+    except ValidationError as exc:
+        problem = exc.errors()[0]["msg"].removeprefix("Value error, ")
+        raise BadInput(f"{project.file}: [budgets] with profile {profile.name}: {problem}",
+                       fix="raise check.iterations or check.repeats in the profile, or leave that budget out") from None
+    return merged, tuple(sorted(added))
 
 
 def _enough_generations(project: Project, profile: Profile) -> None:
