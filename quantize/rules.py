@@ -144,11 +144,11 @@ GPU_FLOAT_RULES: dict[tuple[str, str], Rule] = {
 # quantizes what the plugin runs in INT8 (convs, MatMuls and their activations). Transformers use
 # NNCF's transformer model type (LayerNorm, Softmax, residual adds kept float; SmoothQuant on the
 # MatMul inputs) and the mixed preset (asymmetric activations: GELU and attention outputs are
-# one-sided); NNCF's default model type fails on a transformer's embedding Gather (issue 12).
+# one-sided); NNCF's default model type fails on a transformer's embedding Gather.
 # Value: (rule, NNCF model type, NNCF preset).
-# NNCF's transformer defaults are the fast plan: on MiniLM (this session's machine, 2 threads) 3.36 ms
-# vs 10.0 ms FP32 at mean cosine 0.9972; keeping FC2 float as well (its input is the GELU output)
-# reaches 0.9989 at 5.68 ms. That trade is the accuracy budget's to make, through the sensitivity loop.
+# NNCF's transformer defaults are the fast plan: on MiniLM (2 threads) 3.36 ms vs 10.0 ms FP32 at mean
+# cosine 0.9972; keeping FC2 float as well (its input is the GELU output) reaches 0.9989 at 5.68 ms
+# (`python bench/quantization.py` times both). That trade is the accuracy budget's to make, through the sensitivity loop.
 OV_RULES: dict[tuple[str, str], tuple[Rule, str | None, str]] = {
     ("transformer-encoder", "int8"): (Rule("nncf", LINEARS, _KEEP_TRANSFORMER,
                                            why="NNCF transformer INT8: Linear layers, activations calibrated"),
@@ -324,8 +324,8 @@ def static_formats(isa: InstructionSet) -> tuple[str, bool, str]:
 def weight_only_compute(isa: InstructionSet) -> tuple[int | None, str]:
     """ONNX Runtime's MatMulNBits accuracy_level on this CPU, and why. Level 4 quantizes the activations to int8
     per block and runs integer dot products (MLAS has those kernels for x86-64 AVX2 and up and for arm64); without
-    it the weights are unpacked to float on every call. Measured on the build host of 2026-11-25 (Intel Xeon,
-    AVX-512 VNNI + AMX, 2 threads), one 512 × 32 000 matmul: 4-bit 0.235 ms at level 4 vs 0.625 ms without,
+    it the weights are unpacked to float on every call. On an Intel Xeon (AVX-512 VNNI + AMX, 2 threads),
+    one 512 × 32 000 matmul: 4-bit 0.235 ms at level 4 vs 0.625 ms without,
     8-bit 0.385 ms vs 52 ms (FP32: 1.25 ms). Not measured on an AVX2-only or arm64 CPU."""
     if isa.arch == "arm64":
         return 4, "arm64: int8 compute (accuracy_level 4), MLAS's NEON kernels (not measured here)"

@@ -105,6 +105,42 @@ def test_calibration_arrays_that_are_not_stacked_samples_are_named(tmp_path, arr
     assert not (tmp_path / "b").exists()
 
 
+def test_calibration_samples_along_the_batch_axis_are_taken_a_batch_at_a_time():
+    from tapeout.core.feeds import npz_feeds
+    from tapeout.core.schemas import InputSpec
+
+    spec = [InputSpec(name="image", shape=["batch", 3, 8, 8])]
+    rng = np.random.default_rng(0)
+    natural, stacked = rng.random((6, 3, 8, 8), np.float32), rng.random((6, 1, 3, 8, 8), np.float32)
+    import tempfile
+    from pathlib import Path
+
+    with tempfile.TemporaryDirectory() as tmp:
+        for arrays, dims, count, first in ((natural, 1, 6, natural[:1]), (stacked, 1, 6, stacked[0]),
+                                           (natural, 2, 3, natural[:2])):
+            np.savez(Path(tmp) / "cal.npz", image=arrays)
+            feeds = npz_feeds(Path(tmp) / "cal.npz", spec, {"batch": dims})
+            assert len(feeds) == count and np.array_equal(feeds[0]["image"], first)
+
+
+def test_calibration_of_another_shape_names_the_shapes_that_work_before_the_export(tmp_path):
+    np.savez(tmp_path / "cal.npz", x=np.zeros((5, 3), np.float32))
+    project = _project(tmp_path, extra='\n[calibration]\ndata = "cal.npz"\n')
+    result = run_cli("build", project, "--profile", "cpu-fp32", "--out", tmp_path / "b")
+    message = one_line_error(result)
+    assert result.code == 2 and "array 'x' has shape [5, 3]" in message
+    assert "(N, 2, 4) or (N, 4)" in message
+    assert "export" not in result.err.lower()  # refused before the first step
+
+
+def test_a_metric_that_does_not_exist_is_refused_before_the_export(tmp_path):
+    (tmp_path / "metric.py").write_text("def score(predict):\n    return 1.0\n")
+    project = _project(tmp_path, extra='\n[evaluation]\nmetric = "metric.py:scroe"\ndirection = "higher"\n')
+    result = run_cli("build", project, "--profile", "cpu-fp32", "--out", tmp_path / "b")
+    assert result.code == 2 and "'scroe' is not a callable in metric.py" in one_line_error(result)
+    assert "export" not in result.err.lower()
+
+
 @pytest.mark.parametrize(("options", "says"), [
     ("threads = 4611686018427387904", "threads"),  # once reached ORT as a C-int overflow: exit 70
     ("inter_op_threads = 100000", "inter_op_threads"),

@@ -75,13 +75,47 @@ def read_stacked(path: Path, fix: str) -> dict[str, np.ndarray]:
 
 def npz_feeds(path: Path, inputs: list[InputSpec], dims: dict[str, int],
               field: str = "[calibration] data") -> list[Feeds]:
-    """An .npz holds one array per input name, stacked on a leading sample axis; `field` names where it was given."""
+    """An .npz holds one array per input name, its samples stacked on a leading axis: `(N, *input shape)`, or, for
+    an input whose first dim is its batch, the samples along that axis, `(N, *input shape[1:])`, taken a batch at a
+    time. `field` names where it was given."""
     if not path.is_file():
         raise BadInput(f"{field}: data file {path} not found", fix=f"check {field} in the project or profile file")
     arrays = read_stacked(path, fix=f"save one numeric array per input ({', '.join(s.name for s in inputs)}) with "
                                     "numpy.savez, samples stacked on axis 0")
-    count = len(next(iter(arrays.values())))
-    return [check_feeds({k: v[i, ...] for k, v in arrays.items()}, inputs, dims, str(path)) for i in range(count)]
+    per_input = {}
+    for spec in inputs:
+        if spec.name not in arrays:
+            raise BadInput(f"{path}: no array for input '{spec.name}' (has {', '.join(arrays)})",
+                           fix=f"save it as {spec.name}=array of shape {_layouts(spec, dims)}")
+        per_input[spec.name] = _samples(arrays[spec.name], spec, dims, path)
+    counts = {name: len(samples) for name, samples in per_input.items()}
+    if len(set(counts.values())) != 1:
+        raise BadInput(f"{path}: the inputs hold different numbers of samples ({counts})",
+                       fix="give every input the same number of samples")
+    count = next(iter(counts.values()))
+    return [check_feeds({name: samples[i] for name, samples in per_input.items()}, inputs, dims, str(path))
+            for i in range(count)]
+
+
+def _layouts(spec: InputSpec, dims: dict[str, int]) -> str:
+    want = list(spec.concrete_shape(dims))
+    shapes = [f"(N, {', '.join(map(str, want))})" if want else "(N,)"]
+    if want:
+        shapes.append(f"(N, {', '.join(map(str, want[1:]))})" if len(want) > 1 else "(N,)")
+    return " or ".join(dict.fromkeys(shapes))
+
+
+def _samples(array: np.ndarray, spec: InputSpec, dims: dict[str, int], path: Path) -> list[np.ndarray]:
+    """One input's samples: each `array[i]` where a row is the input's shape, else batches of rows where a row is
+    one item of the batch; any other shape is one line naming the shapes that work."""
+    want = spec.concrete_shape(dims)
+    if array.shape[1:] == want:
+        return [array[i, ...] for i in range(len(array))]  # a scalar input's sample stays a 0-d array
+    if want and array.shape[1:] == want[1:] and len(array) >= want[0]:
+        batch = want[0]
+        return [array[i * batch:(i + 1) * batch] for i in range(len(array) // batch)]
+    raise BadInput(f"{path}: array '{spec.name}' has shape {list(array.shape)}, and input '{spec.name}' is "
+                   f"{list(spec.shape)} = {list(want)}", fix=f"save {len(array)} samples as {_layouts(spec, dims)}")
 
 
 def stack(samples: list[Feeds]) -> Feeds:

@@ -43,11 +43,20 @@ def resolve_callable(ref: str, root: Path, field_name: str) -> Callable:
             if not file.is_file():
                 raise BadInput(f"{field_name}: file {file} not found", fix="check the path, relative to tapeout.toml")
             name = f"tapeout_project_{hashlib.sha1(str(file).encode()).hexdigest()[:10]}_{file.stem}"
-            spec = importlib.util.spec_from_file_location(name, file)
-            module = importlib.util.module_from_spec(spec)
-            sys.modules[name] = module
-            with user_code(f"{field_name} {target} (importing it)", root):
-                spec.loader.exec_module(module)
+            stamp = (file.stat().st_mtime_ns, file.stat().st_size)
+            module = sys.modules.get(name)
+            # imported once per version of the file: a build resolves the same metric or data callable many times
+            if module is None or getattr(module, "__tapeout_stamp__", None) != stamp:
+                spec = importlib.util.spec_from_file_location(name, file)
+                module = importlib.util.module_from_spec(spec)
+                sys.modules[name] = module
+                try:
+                    with user_code(f"{field_name} {target} (importing it)", root):
+                        spec.loader.exec_module(module)
+                except BaseException:
+                    sys.modules.pop(name, None)  # a half-run module is not the file: import it again next time
+                    raise
+                module.__tapeout_stamp__ = stamp
         else:
             try:
                 with user_code(f"{field_name} {target} (importing it)", root):

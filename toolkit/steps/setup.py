@@ -17,6 +17,7 @@ from tapeout.core.capabilities import Capabilities
 from tapeout.core.config import find_profile, load_device, load_project, resolve_extends, validate
 from tapeout.core.console import UI
 from tapeout.core.errors import BadInput, TargetUnavailable
+from tapeout.core.inputs import check_project_files
 from tapeout.core.schemas import DeviceSpec, Profile, Project, min_samples_for_bound
 from tapeout.quantize import methods
 from tapeout.targets.base import Probe, Target
@@ -77,6 +78,7 @@ def for_build(project_dir: Path | str, profile_name: str, ui: UI) -> Setup:
                        "workload for another profile")
     _enough_generations(project, profile)
     _enough_chunks(project, profile)
+    check_project_files(project)
     here = targets.readiness(target)
     deferred = None
     if not here.ready:
