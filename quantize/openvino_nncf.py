@@ -98,6 +98,7 @@ def quantize(plan: Plan, model_in: Path, model_out: Path, calibration: list[dict
 # the rungs weight compression writes, with NNCF's mode for each: symmetric INT4 (measured on tiny-lm:
 # perplexity +0.5 % against +0.8 % asymmetric, and smaller), asymmetric per-channel INT8 (NNCF's default)
 _WEIGHT_MODES = {"int4": "INT4_SYM", "int8-weight": "INT8_ASYM"}
+MIN_GROUP_SIZE = 8  # smaller groups cost more in scales than 8 bits would: below it a layer moves up the ladder
 
 
 def compress_weights(plan: Plan, model_in: Path, model_out: Path, calibration: list[dict] | None) -> dict:
@@ -118,8 +119,12 @@ def compress_weights(plan: Plan, model_in: Path, model_out: Path, calibration: l
             continue
         chosen = set(nodes)
         others = [n for n in every if n not in chosen]
-        # all_layers: the plan, not NNCF's first/last-layer rule, says what is INT4 (an INT8 mode takes no such option)
-        options = {"group_size": plan.block_size, "ratio": 1.0, "all_layers": True} if rung == "int4" else {}
+        # all_layers: the plan, not NNCF's first/last-layer rule, says what is INT4 (an INT8 mode takes no such option);
+        # a layer whose input channels the group size does not divide gets the largest group that does (NNCF's ADJUST)
+        options = {"group_size": plan.block_size, "ratio": 1.0, "all_layers": True,
+                   "advanced_parameters": nncf.AdvancedCompressionParameters(
+                       group_size_fallback_mode=nncf.GroupSizeFallbackMode.ADJUST,
+                       min_adjusted_group_size=MIN_GROUP_SIZE)} if rung == "int4" else {}
         if rung == "int4" and data_aware:
             options.update(dataset=nncf.Dataset(calibration), subset_size=len(calibration), awq=True)
         model = nncf.compress_weights(model, mode=getattr(nncf.CompressWeightsMode, mode),
@@ -128,7 +133,30 @@ def compress_weights(plan: Plan, model_in: Path, model_out: Path, calibration: l
     _save(model, model_out)
     return {"method": "nncf-weights", "nodes": done, "kept_float": len(plan.nodes_at(FLOAT)) + len(plan.float_nodes),
             "block_size": plan.block_size, "algorithm": plan.int4_algorithm,
+            "group_sizes": other_group_sizes(plan, model_in, model),
             "samples": len(calibration) if data_aware else 0, "nncf": nncf.__version__}
+
+
+def other_group_sizes(plan: Plan, model_in: Path, model) -> dict[str, int]:
+    """INT4 nodes whose weights NNCF grouped by another size than the plan's (their input channels are not a multiple
+    of it): ONNX node name → the group size it used."""
+    planned = set(plan.nodes_at("int4"))
+    ops = ov_ops_of(model_in, model, planned)
+    found = {}
+    for op in model.get_ordered_ops():
+        name = ops.get(op.get_friendly_name())
+        if name is None or op.get_input_size() < 2:
+            continue
+        source = _weight_source(op)
+        shape = list(source.get_output_partial_shape(0).to_shape()) if source.get_type_name() == "Constant" else []
+        if len(shape) != 3:
+            continue
+        # grouped weights split the input channels in two: [groups, group, out] or, transposed, [out, groups, group]
+        outputs = op.get_output_partial_shape(0)[-1]
+        group = shape[1] if outputs.is_static and shape[2] == outputs.get_length() else shape[2]
+        if group != plan.block_size:
+            found[name] = int(group)
+    return found
 
 
 def _save(model, model_out: Path) -> None:
@@ -180,6 +208,14 @@ def check_weights(plan: Plan, model, model_in: Path) -> None:
             wrong.append(f"{onnx_name} (planned {precision})")
     missing = sorted({n for n, p in planned.items() if p != FLOAT} - set(ops.values()))
     wrong += [f"{n} (planned {planned[n]}; not found in the OpenVINO model)" for n in missing]
+    short = [n for n in wrong if n.endswith("(planned int4)")]
+    if short and len(short) == len(wrong):
+        from tapeout.quantize.apply import QuantizerFailed
+
+        node = short[0].removesuffix(" (planned int4)")
+        raise QuantizerFailed(f"NNCF left {node} at another width than INT4 (a power-of-two group size of at least "
+                              f"{MIN_GROUP_SIZE} must divide its input channels)", node=node,
+                              fix="keep its group at 8 bits with [quantization] overrides, or use precision = \"fp32\"")
     if wrong:
         raise BadInput(f"NNCF did not follow the plan for {len(wrong)} node(s): {', '.join(wrong[:3])}"
                        f"{' …' if len(wrong) > 3 else ''}",

@@ -223,12 +223,21 @@ def quantize(setup: Setup, out_dir: Path, fp32_path: Path, analysis: Analysis, r
         ui.note(f"{move['group']} moved {move['from']} → {move['to']}: {move['why']}")
     info["passes"] = applied.pop("passes", [])  # listed with the other steps' passes
     plan = methods.get(plan.method).reconcile(plan, out)
+    notes = []
+    other_groups = applied.get("group_sizes") or {}
+    if other_groups:
+        listed = ", ".join(f"{node} ({size})" for node, size in list(other_groups.items())[:6])
+        notes.append(f"{len(other_groups)} INT4 layer(s) grouped by another size than {plan.block_size}, which does not "
+                     f"divide their input channels: {listed}{' …' if len(other_groups) > 6 else ''}")
+        ui.note(notes[-1])
     note = _speed_note(profile.precision, emulated, info,
                        lambda: _compare_latency(session(fp32_path), session(out), probe_inputs[0]))
     if note:
-        info["notes"] = [note]
+        notes.append(note)
         if not emulated:
             ui.note(note)
+    if notes:
+        info["notes"] = notes
     weights = out.with_suffix(".bin")  # OpenVINO IR keeps its weights beside the .xml
     info.update(plan=plan.to_json(), model_sha256=sha256_file(out), fp32_bytes=fp32_path.stat().st_size,
                 quantized_bytes=out.stat().st_size + (weights.stat().st_size if out.suffix == ".xml" else 0))
