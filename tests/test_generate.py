@@ -60,6 +60,23 @@ def generated(tmp_path_factory):
 
 
 @pytest.mark.slow
+def test_an_undecidable_time_per_token_budget_doubles_the_generations_once_then_exits_3(tmp_path):
+    """tpot_p90_ms = 2 with a guard band of 0.98: a pass needs the upper bound under 0.04 ms, a fail the lower bound
+    over 2 ms; a tiny-lm decode step is neither, so it is inconclusive after as many processes again."""
+    _build(tmp_path, kv=0.5, name="first")  # writes the project copy
+    profile = tmp_path / "undecidable.toml"
+    profile.write_text('extends = "cpu-fp32"\n[budgets]\ntpot_p90_ms = 2\n[check]\niterations = 30\nrepeats = 1\n'
+                       'warmup_min_s = 0.05\nop_profile = false\nguard_band = 0.98\n')
+    result = run_cli("build", tmp_path / "tiny-lm", "--profile", profile, "--out", tmp_path / "b", "--json")
+    assert result.code == 3, result.err
+    report = result.json()
+    assert {b["budget"]: b["verdict"] for b in report["budgets"]}["tpot_p90_ms"] == "inconclusive"
+    w = report["workload"]
+    assert w["tpot_ms"]["repeats"] == 2
+    assert "sampling was doubled once" in " ".join(w["notes"])
+
+
+@pytest.mark.slow
 def test_tiny_lm_generates_on_ort_cpu_with_its_budgets_judged(generated):
     _, out, result = generated
     assert result.code == 1, result.err + result.out  # the KV-cache budget fails, everything else passes

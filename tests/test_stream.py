@@ -179,6 +179,22 @@ def streamed(tmp_path_factory):
 
 
 @pytest.mark.slow
+def test_an_undecidable_chunk_budget_doubles_the_streams_once_then_exits_3(tmp_path):
+    """A pass would need the p99's upper bound under 2 % of 1 ms (a guard band of 0.98), a fail its lower bound over
+    1 ms: neither, so the verdict is inconclusive after the streams were measured again in as many processes."""
+    profile = tmp_path / "undecidable.toml"
+    profile.write_text('extends = "cpu-fp32"\n[budgets]\nchunk_p99_ms = 1.0\n[check]\niterations = 30\nrepeats = 2\n'
+                       'warmup_min_s = 0.05\nop_profile = false\nguard_band = 0.98\n')
+    result = run_cli("build", _project(tmp_path), "--profile", profile, "--out", tmp_path / "b", "--json")
+    assert result.code == 3, result.err
+    report = result.json()
+    assert {b["budget"]: b["verdict"] for b in report["budgets"]}["chunk_p99_ms"] == "inconclusive"
+    w = report["workload"]
+    assert w["chunk_ms"]["repeats"] == 4 and w["chunk_ms"]["count"] == 4 * 5 * 100
+    assert "sampling was doubled once" in " ".join(w["notes"])
+
+
+@pytest.mark.slow
 def test_speech_vad_streams_on_ort_cpu_with_its_budgets_judged(streamed):
     _, out, result = streamed
     assert result.code == 1, result.err + result.out  # the cold-start budget fails, every stream budget passes

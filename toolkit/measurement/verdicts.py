@@ -240,6 +240,11 @@ def judge_generation(budgets: Budgets, g: GenerationMeasurement | None, settings
     return results
 
 
+def undecided(results: list[BudgetResult]) -> bool:
+    """A budget more samples could decide: inconclusive, which a workload re-measures once before reporting."""
+    return any(r.verdict == Verdict.INCONCLUSIVE for r in results)
+
+
 def judge_stream(budgets: Budgets, s: StreamMeasurement | None, settings: CheckSettings,
                  emulated: str | None) -> list[BudgetResult]:
     """The stream workload's budgets: the chunk time's p99 with its bounds, the real-time factor over the range of the

@@ -12,6 +12,7 @@ from tapeout.core.decoding import CacheLayout, graph_layout
 from tapeout.core.schemas import GenerateWorkload
 from tapeout.measurement import generation
 from tapeout.measurement.measure import run_child
+from tapeout.measurement.verdicts import judge_generation, undecided
 from tapeout.steps.state import BuildState
 from tapeout.steps.step import Step
 
@@ -73,6 +74,14 @@ class Generate(Step):
         _, _, reference = generation.load_workload_data(data)
         state.generation = generation.summarize(results, workload, layout, reference,
                                                 state.artifact_info.bytes, settings.confidence)
+        if not setup.emulated and undecided(judge_generation(setup.profile.budgets, state.generation, settings, None)):
+            with state.ui.step(f"generate: a timing budget is inconclusive, {settings.repeats} processes more"):
+                for r in range(settings.repeats):
+                    state.ui.detail(f"generation: process {settings.repeats + r + 1}/{2 * settings.repeats}")
+                    results.append(run_child({**base, "want_tokens": False}, timeout_s=1800))
+            state.generation = generation.summarize(results, workload, layout, reference,
+                                                    state.artifact_info.bytes, settings.confidence)
+            state.generation.notes.append("a timing budget was inconclusive; sampling was doubled once")
         if setup.emulated:
             state.generation.notes.append(f"emulated: {setup.emulated}; timings not judged")
         return None

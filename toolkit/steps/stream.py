@@ -14,6 +14,7 @@ from tapeout.core.schemas import Project, StreamWorkload
 from tapeout.core.user_code import resolve_callable, user_code
 from tapeout.measurement import streaming
 from tapeout.measurement.measure import run_child
+from tapeout.measurement.verdicts import judge_stream, undecided
 from tapeout.steps.state import BuildState
 from tapeout.steps.step import Step
 from tapeout.targets.base import StateCarrier
@@ -118,6 +119,14 @@ class Stream(Step):
                 results.append(run_child({**base, "want_outputs": r == 0}, timeout_s=1800))
         state.stream = streaming.summarize(results, results[0]["outputs"][0], data, workload,
                                            state.artifact_info.bytes, settings.confidence)
+        if not setup.emulated and undecided(judge_stream(setup.profile.budgets, state.stream, settings, None)):
+            with state.ui.step(f"stream: a timing budget is inconclusive, {repeats} processes more"):
+                for r in range(repeats):
+                    state.ui.detail(f"stream: process {repeats + r + 1}/{2 * repeats}")
+                    results.append(run_child({**base, "want_outputs": False}, timeout_s=1800))
+            state.stream = streaming.summarize(results, results[0]["outputs"][0], data, workload,
+                                               state.artifact_info.bytes, settings.confidence)
+            state.stream.notes.append("a timing budget was inconclusive; sampling was doubled once")
         if setup.emulated:
             state.stream.notes.append(f"emulated: {setup.emulated}; timings not judged")
         return None
