@@ -144,3 +144,11 @@ def test_a_misspelt_budget_in_the_project_file_is_named_with_its_likely_spelling
 
 def test_missing_project_dir(tmp_path):
     assert "no project file" in error_of(load_project, tmp_path / "nowhere")
+
+
+def test_every_precision_is_in_the_name_of_a_shipped_profile_beside_its_shorter_alias():
+    names = list_profiles()
+    for fp32 in ("cpu-fp32", "openvino-cpu-fp32", "cuda-fp32", "aoti-cpu-fp32"):
+        assert fp32 in names
+    alias, full = load_profile("openvino-cpu"), load_profile("openvino-cpu-fp32")
+    assert alias.model_dump(exclude={"name", "description"}) == full.model_dump(exclude={"name", "description"})

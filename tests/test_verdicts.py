@@ -38,6 +38,14 @@ def test_parity_names_the_output_that_is_off():
     assert result.verdict is Verdict.FAIL and "b" in result.reason and "a," not in result.reason
 
 
+def test_a_parity_pass_names_the_cosine_that_judged_it_not_only_loose_tolerances():
+    ref = [{"a": np.ones(4, np.float32), "b": np.arange(4, dtype=np.float32)}]
+    act = [{"a": np.ones(4, np.float32), "b": np.arange(4, dtype=np.float32) * 1.01 + 0.01}]
+    result = verdicts.judge_parity(compare(ref, act, 5.0, 1.0), ParitySettings(atol=5.0, rtol=1.0, min_cosine=0.99))
+    assert result.verdict is Verdict.PASS and result.measured < 1.0
+    assert result.reason.startswith("judged on the cosine: worst b 0.99")
+
+
 def test_accuracy_direction():
     higher = verdicts.judge_accuracy(Budgets(accuracy_max_drop=0.01), 0.90, 0.885, "higher", "top1")[0]
     lower = verdicts.judge_accuracy(Budgets(accuracy_max_drop=0.5), 10.0, 10.4, "lower", "ppl")[0]

@@ -102,8 +102,10 @@ def judge_parity(parity: list[OutputParity], settings: ParitySettings) -> Budget
         return BudgetResult("parity_min_cosine", settings.min_cosine, "cosine", Verdict.FAIL, worst_cos, None,
                             f"outputs off the golden reference: {', '.join(bad)} (max-abs {max_abs:.3g}, "
                             f"atol {settings.atol:g}, rtol {settings.rtol:g})")
+    worst = min(parity, key=lambda p: p.cosine)
     return BudgetResult("parity_min_cosine", settings.min_cosine, "cosine", Verdict.PASS, worst_cos, None,
-                        f"all outputs within atol {settings.atol:g} / rtol {settings.rtol:g}; max-abs {max_abs:.3g}")
+                        f"judged on the cosine: worst {worst.output} {worst_cos:.6g} against the golden outputs "
+                        f"(max-abs {max_abs:.3g}, inside atol {settings.atol:g} / rtol {settings.rtol:g})")
 
 
 def judge_accuracy(budgets: Budgets, reference: float | None, candidate: float | None, direction: str | None,
