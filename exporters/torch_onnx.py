@@ -70,12 +70,34 @@ class ExportResult:
     dynamic_dims: list[str] = field(default_factory=list)
 
 
+def _takes(module, input_names: list[str]) -> None:
+    """The project's inputs, one per positional parameter of forward: a mismatch is the project file's to fix, said
+    before the call fails inside it."""
+    import inspect
+
+    forward = getattr(module, "forward", None)
+    try:
+        signature = inspect.signature(forward)
+    except (TypeError, ValueError):  # a compiled or C++ forward: the call itself will say
+        return
+    try:
+        signature.bind(*input_names)
+    except TypeError:
+        params = [p for p in signature.parameters.values() if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
+        required = [p.name for p in params if p.default is p.empty]
+        raise BadInput(f"the model's forward({', '.join(p.name for p in params)}) takes {len(required)} input(s) "
+                       f"({', '.join(required) or 'none required'}), and the project declares {len(input_names)} "
+                       f"([[inputs]] {', '.join(input_names)})",
+                       fix="declare one [[inputs]] entry per input of forward, in forward's order") from None
+
+
 def torch_outputs(module, feeds: Feeds, input_names: list[str], output_names: list[str] | None = None) -> dict[str, np.ndarray]:
     """Run the torch model once; outputs named by `output_names`, dict keys, or output_<i>."""
     import torch
 
     args = [torch.from_numpy(np.ascontiguousarray(feeds[name])) for name in input_names]
     shapes = ", ".join(f"{n} {list(a.shape)}" for n, a in zip(input_names, args, strict=True))
+    _takes(module, input_names)
     with torch.inference_mode(), user_code(f"the model's forward on the project's inputs ({shapes})"):
         result = module(*args)
     if isinstance(result, dict):

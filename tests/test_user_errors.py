@@ -34,6 +34,22 @@ def test_errors_in_the_model_code_are_one_line_naming_the_file(tmp_path, model, 
     assert not (tmp_path / "b").exists()
 
 
+@pytest.mark.parametrize(("forward", "declared", "says"), [
+    ("x, y", 1, "forward(x, y) takes 2 input(s) (x, y), and the project declares 1 ([[inputs]] x)"),
+    ("x", 2, "forward(x) takes 1 input(s) (x), and the project declares 2 ([[inputs]] x, z)"),
+])
+def test_a_forward_that_takes_other_inputs_than_declared_is_the_project_files_to_fix(tmp_path, forward, declared, says):
+    model = ("import torch\n\nclass M(torch.nn.Module):\n    def __init__(self):\n        super().__init__()\n"
+             f"        self.l = torch.nn.Linear(4, 2)\n\n    def forward(self, {forward}):\n        return self.l(x)\n\n"
+             "def build():\n    return M()\n")
+    extra = '\n[[inputs]]\nname = "z"\nshape = [2, 4]\n' if declared == 2 else ""
+    project = _project(tmp_path, model, extra=extra)
+    result = run_cli("build", project, "--profile", "cpu-fp32", "--out", tmp_path / "b")
+    message = one_line_error(result)
+    assert result.code == 2 and says in message and "one [[inputs]] entry per input of forward" in message
+    assert "exporters/" not in message and "torch_onnx" not in message
+
+
 def test_debug_shows_the_users_traceback_and_keeps_exit_2_before_or_after_the_command(tmp_path):
     project = _project(tmp_path, "def build():\n    raise RuntimeError('weights missing')\n")
     for args in (["--debug", "build", project, "--profile", "cpu-fp32"], ["build", project, "--profile", "cpu-fp32", "--debug"]):
