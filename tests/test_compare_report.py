@@ -115,6 +115,9 @@ def test_compare_table_marks_every_figure_and_recommends(two_builds, tmp_path):
     assert len(data["recommended"]) == 1 and data["recommended"][0] in (str(fp32), str(int8))
     assert data["pareto"] and set(data["pareto"]) <= {str(fp32), str(int8)}
     assert "fig-pareto" in _parse(page).ids
+    # the points carry numbers, the caption names their builds: names side by side overlapped in the figure
+    caption = page.read_text().split('id="fig-pareto"', 1)[1].split("<figcaption>", 1)[1].split("</figcaption>", 1)[0]
+    assert " 1 digits-cnn/" in caption and " · 2 digits-cnn/" in caption
     text = run_cli("compare", fp32, int8)
     assert "recommendation:" in text.out and "measured" in text.out
     narrow = run_cli("compare", fp32, int8, env={"COLUMNS": "100"})  # a CI log's width: each build named whole

@@ -345,19 +345,21 @@ def pareto_figure(result: dict, fid: str = "pareto") -> str | None:
     plt = _plt()
     fig, ax = plt.subplots(figsize=(7.5, 3.6))
     markers = {"measured": "o", "estimated": "^", "emulated": "x"}
-    for r in rows:
+    for i, r in enumerate(rows, 1):
         p = r["latency_ms"]["p50"]
         upper = p["upper"] if p.get("upper") is not None else p["point"]
         on_front = r["build_dir"] in result["pareto"]
         ax.errorbar([p["point"]], [r["accuracy"]["artifact"]], xerr=[[p["point"] - p["lower"]], [upper - p["point"]]],
                     fmt=markers.get(r["latency_status"], "o"), color="#cf222e" if on_front else "#4c72b0", capsize=3)
-        ax.annotate(f"{r['project']}/{r['profile']}", (p["point"], r["accuracy"]["artifact"]), fontsize=7,
-                    xytext=(4, 4), textcoords="offset points")
+        # a number beside the point, its build named in the caption: names of builds close together overlapped
+        ax.annotate(str(i), (p["point"], r["accuracy"]["artifact"]), fontsize=8, xytext=(4, 4 + 7 * ((i - 1) % 3)),
+                    textcoords="offset points")
     _log(ax, "x")
     ax.set_xlabel("p50 latency, ms (log; bars: bounds)")
     ax.set_ylabel("accuracy metric")
+    key = " · ".join(f"{i} {r['project']}/{r['profile']}" for i, r in enumerate(rows, 1))
     return _figure(fid, _svg(fig), "Each build at its p50 (o measured, ▲ estimated, x emulated) and its "
-                   "metric; red: on the Pareto front.")
+                   f"metric; red: on the Pareto front. {key}.")
 
 
 def _page(title: str, parts: list[str]) -> str:
