@@ -223,3 +223,17 @@ def test_an_emulated_timing_is_never_recommended():
     best, why = recommend([row("qnn", "emulated", 0.01), row("cpu", "measured", 1.0)])
     assert best["build_dir"] == "cpu" and "measured" in why
     assert recommend([row("qnn", "emulated", 0.01)])[0] is None
+
+
+def test_generation_builds_without_a_metric_are_ranked_by_their_time_per_token():
+    """A generate project with no metric exits 0 (its accuracy budget unmeasured): compare recommends as build -p
+    A -p B chooses, by the time per token, and names what stayed unmeasured; a failed budget still rules a build out."""
+
+    def row(name, tpot, failed=()):
+        return {"build_dir": name, "profile": name, "project": "lm", "latency_status": "measured",
+                "failed": list(failed), "unsettled": ["accuracy_max_drop"], "accuracy": None, "latency_ms": {},
+                "generate": {"tpot_p50_ms": tpot}, "stream": None}
+
+    best, why = recommend([row("cpu-int8", 2.0), row("cpu-int4", 1.5), row("fast-but-wrong", 0.5, ["kv_cache_mb"])])
+    assert best["build_dir"] == "cpu-int4"
+    assert "time per token p50 (1.5 ms" in why and "unmeasured: accuracy_max_drop" in why

@@ -141,7 +141,7 @@ def test_the_farm_writes_one_verified_table_and_page(matrix):
     assert {r["project"] for r in compare["rows"]} == {"toy-a", "toy-b", "toy-c"} and len(compare["rows"]) == 9
     checked = [r for r in compare["rows"] if r["profile"] != "lean-trt"]
     assert all(r["from"] == "check" for r in checked)
-    # one recommendation per model (none here: the toy projects have no metric, so their accuracy budget is unsettled)
+    # one recommendation per model (their accuracy budgets are unmeasured: the toy projects have no metric)
     assert [part.split(":")[0] for part in compare["why"].split("; ")] == ["toy-a", "toy-b", "toy-c"]
     page = (out / "farm.html").read_text()
     assert page.count("<h3>") == 3 and "not measured" in page and "h100-sxm" in page

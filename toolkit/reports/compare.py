@@ -134,22 +134,39 @@ def pareto(rows: list[dict]) -> list[str]:
     return front
 
 
+def rank_of(r: dict) -> tuple[float | None, str]:
+    """What a build is ranked by, and its name: a forward build's p50; a generation's time per token (p50); a
+    stream's chunk time (p99, what a real-time budget judges)."""
+    p50 = (r["latency_ms"].get("p50") or {}).get("point")
+    if p50:
+        return p50, "p50"
+    if r.get("generate"):
+        return r["generate"]["tpot_p50_ms"], "time per token p50"
+    if (r.get("stream") or {}).get("chunk_p99_ms"):
+        return r["stream"]["chunk_p99_ms"], "chunk p99"
+    return None, ""
+
+
 def recommend(rows: list[dict]) -> tuple[dict | None, str]:
+    """The fastest build whose budgets all hold, as `build -p A -p B` chooses and the exit code says: a budget that
+    fails or stays inconclusive rules a build out; one left unmeasured (an accuracy budget with no metric) is named,
+    not held against it."""
     # an emulator's timings are the host's, never the device's: they rank nothing (as in `build -p A -p B`)
-    ok = [r for r in rows if not r["failed"] and not r["unsettled"] and r["latency_status"] != "emulated"
-          and (r["latency_ms"].get("p50") or {}).get("point")]
+    ok = [r for r in rows if not r["failed"] and r["latency_status"] != "emulated" and rank_of(r)[0]]
     if not ok:
         return None, "no build meets all of its budgets with a latency to rank it by"
     measured = [r for r in ok if r["latency_status"] == "measured"]
     pool = measured or ok
-    best = min(pool, key=lambda r: r["latency_ms"]["p50"]["point"])
-    why = (f"{best['profile']}: the lowest p50 ({best['latency_ms']['p50']['point']:.4g} ms, "
-           f"{best['latency_status']}) among the {len(pool)} builds whose budgets all hold")
+    best = min(pool, key=lambda r: rank_of(r)[0])
+    value, what = rank_of(best)
+    why = (f"{best['profile']}: the lowest {what} ({value:.4g} ms, {best['latency_status']}) among the {len(pool)} "
+           "builds whose budgets all hold")
+    if best["unsettled"]:
+        why += f" (unmeasured: {', '.join(best['unsettled'])})"
     if not measured:
         why += "; every candidate is estimated: confirm with `tapeout check` on the device"
     elif len(ok) > len(measured):
-        faster = [r for r in ok if r["latency_status"] != "measured"
-                  and r["latency_ms"]["p50"]["point"] < best["latency_ms"]["p50"]["point"]]
+        faster = [r for r in ok if r["latency_status"] != "measured" and rank_of(r)[0] < value]
         if faster:
             why += (f"; estimated faster but not measured: {', '.join(r['profile'] for r in faster)} "
                     "(check them on their devices)")
