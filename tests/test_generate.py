@@ -115,6 +115,7 @@ def test_compare_and_diff_show_the_generation_figures(generated):
     assert compared.code == 0, compared.err
     g = compared.json()["rows"][0]["generate"]
     assert g["prompt"] == 40 and g["decode_tokens_per_s"] > 0 and g["agreement"] == 1.0
+    assert "greedy agreement 100%" in run_cli("compare", out, env={"COLUMNS": "400"}).out
     diffed = run_cli("diff", out, out)
     assert diffed.code == 0, diffed.err
     for figure in ("TTFT p50 ms @40", "TPOT p90 ms", "decode tokens/s", "greedy agreement"):

@@ -222,8 +222,9 @@ def table_rows(result: dict) -> list[list[str]]:
 
 def _workload_cell(g: dict | None, s: dict | None) -> str:
     if g:
+        agreement = "" if g.get("agreement") is None else f" · greedy agreement {g['agreement']:.0%}"
         return (f"TTFT@{g['prompt']} {g['ttft_p50_ms']:.3g} ms · TPOT {g['tpot_p50_ms']:.3g} ms · "
-                f"{g['decode_tokens_per_s']:.0f} tok/s")
+                f"{g['decode_tokens_per_s']:.0f} tok/s{agreement}")
     if s:
         timed = (f"chunk p99 {s['chunk_p99_ms']:.3g} ms · RTF {s['real_time_factor']:.3g} · "
                  if "chunk_p99_ms" in s else "")
