@@ -75,7 +75,7 @@ def _masked_module(sample: str):
     """The sample's torch module (loaded as a build loads it) with tapeout's 2:4 masks, one real input, and the
     masks' coverage."""
     from tapeout.core.inputs import sample_inputs
-    from tapeout.core.schemas import PruningSettings
+    from tapeout.core.profile_schema import PruningSettings
     from tapeout.exporters import sources
     from tapeout.quantize import prune
 

@@ -20,7 +20,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from tapeout.core.errors import user_code
-from tapeout.core.schemas import PruningSettings
+from tapeout.core.profile_schema import PruningSettings
 from tapeout.quantize.prune import _tensors, block_list, reapply_masks
 
 

@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from tapeout.core.errors import BadInput, TargetUnavailable, first_line
-from tapeout.core.schemas import PruningSettings
+from tapeout.core.profile_schema import PruningSettings
 
 INSTALL = 'pip install "tapeout[prune]" (Torch-Pruning)'
 HEAD_ATTRS = ("num_attention_heads", "num_heads", "n_heads", "n_head")

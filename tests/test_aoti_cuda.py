@@ -16,7 +16,7 @@ from tapeout import targets
 from tapeout.core import pt2
 from tapeout.core.capabilities import Capabilities
 from tapeout.core.errors import BadInput
-from tapeout.quantize import rules
+from tapeout.quantize import rule_tables, rules
 from tapeout.targets import engine_cache
 from tapeout.targets.aoti_cuda import gpu_kernel_profile
 
@@ -66,7 +66,7 @@ class _Draft:
 def test_gpu_inductor_rule_plans_bf16_without_asking_the_host_cpu(monkeypatch):
     from tapeout.quantize.methods import bf16_program
 
-    rule = rules.RULE_SETS["gpu-inductor"][("cnn", "bf16")]
+    rule = rule_tables.RULE_SETS["gpu-inductor"][("cnn", "bf16")]
     assert rule.method == "program-bf16" and rule.options == {"device": "cuda"}
     no_bf16 = rules.InstructionSet("x86_64", frozenset({"avx2"}), "a host without BF16")
     monkeypatch.setattr(bf16_program, "with_modules", lambda draft, analysis: ("planned",))
@@ -74,7 +74,7 @@ def test_gpu_inductor_rule_plans_bf16_without_asking_the_host_cpu(monkeypatch):
     assert planned.groups == ("planned",) and "tensor cores" in planned.notes[0]
     # the CPU rule set still refuses the same host: there oneDNN would emulate BF16 through FP32
     with pytest.raises(BadInput, match="BF16 arithmetic"):
-        bf16_program.ProgramBf16().plan(_Draft(), rules.RULE_SETS["x86-inductor"][("cnn", "bf16")], None, None, no_bf16)
+        bf16_program.ProgramBf16().plan(_Draft(), rule_tables.RULE_SETS["x86-inductor"][("cnn", "bf16")], None, None, no_bf16)
 
 
 def test_capabilities_name_the_gpu_inductor_rules_and_the_device_compile():

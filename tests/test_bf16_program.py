@@ -19,7 +19,7 @@ BF16 = frozenset({"avx2", "avx512_bf16"})
 
 
 def _bf16_plan(analysis, flags=BF16):
-    from tapeout.core.schemas import QuantizationSettings
+    from tapeout.core.profile_schema import QuantizationSettings
     from tapeout.quantize import rules
 
     return rules.first_plan(analysis, "aoti", targets.TARGETS["aoti"].capabilities, "bf16", QuantizationSettings(),

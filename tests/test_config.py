@@ -6,7 +6,7 @@ import pytest
 
 from tapeout.core.config import list_devices, list_profiles, load_device, load_project
 from tapeout.core.errors import BadInput
-from tapeout.core.schemas import Profile
+from tapeout.core.profile_schema import Profile
 from tapeout.steps.setup import load_profile
 
 

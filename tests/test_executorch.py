@@ -140,7 +140,8 @@ def test_the_sensitivity_loop_ranks_and_moves_program_groups_through_executorch(
 
     from tapeout.core import pt2
     from tapeout.core.feeds import npz_feeds
-    from tapeout.core.schemas import InputSpec, QuantizationSettings
+    from tapeout.core.profile_schema import QuantizationSettings
+    from tapeout.core.schemas import InputSpec
     from tapeout.graph.analyze import analyze
     from tapeout.quantize import rules, sensitivity
     from tapeout.quantize.methods.pt2e import int8_modules

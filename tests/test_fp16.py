@@ -15,7 +15,8 @@ from conftest import SAMPLES, run_cli
 from tapeout import targets
 from tapeout.core.errors import BadInput
 from tapeout.core.parity import cosine
-from tapeout.core.schemas import InputSpec, QuantizationSettings
+from tapeout.core.profile_schema import QuantizationSettings
+from tapeout.core.schemas import InputSpec
 from tapeout.graph.analyze import analyze
 from tapeout.quantize import rules
 from tapeout.quantize.apply import apply

@@ -111,7 +111,7 @@ def test_openvino_int8_plans_per_family_through_nncf(tmp_path):
 
     from tapeout import targets
     from tapeout.core.errors import BadInput
-    from tapeout.core.schemas import QuantizationSettings
+    from tapeout.core.profile_schema import QuantizationSettings
     from tapeout.graph.analyze import analyze
     from tapeout.quantize import rules
 
@@ -185,7 +185,7 @@ def test_openvino_int4_plans_weight_compression_and_names_the_algorithms(tmp_pat
 
     from tapeout import targets
     from tapeout.core.errors import BadInput
-    from tapeout.core.schemas import QuantizationSettings
+    from tapeout.core.profile_schema import QuantizationSettings
     from tapeout.graph.analyze import analyze
     from tapeout.quantize import rules
 
@@ -216,7 +216,7 @@ def test_int4_layers_the_group_size_does_not_divide_get_a_smaller_group_or_move_
     import onnx
 
     from tapeout import targets
-    from tapeout.core.schemas import QuantizationSettings
+    from tapeout.core.profile_schema import QuantizationSettings
     from tapeout.graph.analyze import analyze
     from tapeout.quantize import rules
     from tapeout.quantize.apply import apply_with_fallback

@@ -13,7 +13,8 @@ import onnx
 import pytest
 
 from tapeout import targets
-from tapeout.core.schemas import InputSpec, QuantizationSettings
+from tapeout.core.profile_schema import QuantizationSettings
+from tapeout.core.schemas import InputSpec
 from tapeout.graph.analyze import analyze
 from tapeout.quantize import rules
 from tapeout.quantize.apply import apply

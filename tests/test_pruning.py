@@ -17,7 +17,7 @@ from torch import nn
 
 from conftest import SAMPLES, one_line_error, run_cli
 from tapeout.core.errors import BadInput
-from tapeout.core.schemas import PruningSettings
+from tapeout.core.profile_schema import PruningSettings
 from tapeout.quantize import prune
 
 pytest.importorskip("torch_pruning", reason="the prune extra (Torch-Pruning) is not installed")

@@ -13,8 +13,8 @@ from test_pt2e_xnnpack import tiny_program as tiny_program  # a fixture, shared
 
 from tapeout import targets
 from tapeout.core.errors import BadInput
-from tapeout.core.schemas import QuantizationSettings
-from tapeout.quantize import rules
+from tapeout.core.profile_schema import QuantizationSettings
+from tapeout.quantize import rule_tables, rules
 
 PROBE = targets.target_class("aoti").probe()
 needs_aoti = pytest.mark.skipif(not PROBE.available, reason=f"aoti is not usable here: {PROBE.reason}")
@@ -36,7 +36,7 @@ def test_the_cnn_rule_plans_uint8_activations_per_channel_weights_and_7_bits_bef
     assert groups["first_conv"].precision == "fp32" and groups["head"].precision == "fp32"
     assert any("oneDNN" in note for note in plan.notes)
     assert _aoti_plan(analysis, flags=frozenset({"avx2"})).reduce_range  # u8 × s8 pair sums saturate pre-VNNI
-    assert rules.RULE_SETS["x86-inductor"][("transformer-encoder", "int8")].method == "pt2e-x86-inductor-dynamic"
+    assert rule_tables.RULE_SETS["x86-inductor"][("transformer-encoder", "int8")].method == "pt2e-x86-inductor-dynamic"
 
 
 @pytest.mark.parametrize(("settings", "said"), [({"arch": "arm64"}, "this build's CPU is arm64"),

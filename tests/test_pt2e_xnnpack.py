@@ -12,7 +12,7 @@ from onnx import helper
 
 from tapeout import targets
 from tapeout.core.errors import BadInput
-from tapeout.core.schemas import QuantizationSettings
+from tapeout.core.profile_schema import QuantizationSettings
 from tapeout.graph.analyze import analyze, module_scopes
 from tapeout.quantize import rules
 from tapeout.quantize.plan import FLOAT, GroupPlan, Plan

@@ -68,7 +68,7 @@ def test_a_device_measurement_runs_without_an_op_profile(digits_qnn):
     profiler (capabilities.op_profiler is None), so the measurement must skip it, not crash."""
     from tapeout import targets
     from tapeout.core.artifact import Artifact
-    from tapeout.core.schemas import CheckSettings
+    from tapeout.core.profile_schema import CheckSettings
     from tapeout.measurement import measure
 
     manifest = json.loads((digits_qnn / "manifest.json").read_text())

@@ -13,7 +13,7 @@ import pytest
 from conftest import one_line_error, run_cli
 from tapeout import targets
 from tapeout.core.errors import BadInput
-from tapeout.core.schemas import QuantizationSettings
+from tapeout.core.profile_schema import QuantizationSettings
 from tapeout.graph.analyze import analyze
 from tapeout.quantize import rules
 from tapeout.quantize.apply import apply

@@ -13,16 +13,17 @@ import pytest
 from conftest import REPO
 from tapeout import targets
 from tapeout.core import vocabulary
-from tapeout.core.schemas import DeviceSpec, Profile
+from tapeout.core.profile_schema import Profile
+from tapeout.core.schemas import DeviceSpec
 from tapeout.estimation.roofline import BYTES_PER_ELEMENT, MIXED_RUNGS
 from tapeout.measurement import meters
-from tapeout.quantize import methods, passes, rules
+from tapeout.quantize import methods, passes, rule_tables
 
 
 def test_every_name_the_registries_and_tables_use_is_defined():
     assert set(meters.REGISTRY) == set(vocabulary.METERS)
-    assert set(rules.RULE_SETS) == set(vocabulary.RULE_SETS)
-    for table in rules.RULE_SETS.values():
+    assert set(rule_tables.RULE_SETS) == set(vocabulary.RULE_SETS)
+    for table in rule_tables.RULE_SETS.values():
         for (family, precision), rule in table.items():
             assert precision in vocabulary.PRECISIONS, (family, precision)
             assert rule.method in methods.names(), rule.method

@@ -5,7 +5,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from tapeout.core.schemas import min_samples_for_bound
+from tapeout.core.profile_schema import min_samples_for_bound
 from tapeout.measurement import stats
 
 

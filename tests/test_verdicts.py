@@ -3,7 +3,8 @@ import pytest
 
 from tapeout.core.errors import EXIT_BUDGET_FAILED, EXIT_INCONCLUSIVE, EXIT_OK
 from tapeout.core.parity import compare
-from tapeout.core.schemas import Budgets, CheckSettings, ParitySettings
+from tapeout.core.profile_schema import CheckSettings, ParitySettings
+from tapeout.core.schemas import Budgets
 from tapeout.core.verdict import BudgetResult, Verdict
 from tapeout.measurement import verdicts
 

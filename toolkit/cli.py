@@ -82,7 +82,7 @@ def build(
 def check(
     build_dir: Path = typer.Argument(..., help="A build dir written by `tapeout build`."),
     junit: Path | None = typer.Option(None, "--junit", help="Also write a JUnit XML file for CI systems."),
-    # bounded where the profile's values are (core.schemas.CheckSettings), checked by `check` before it measures:
+    # bounded where the profile's values are (core.profile_schema.CheckSettings), checked by `check` before it measures:
     # importing the schemas here would put pydantic on the start-up path of every command
     iterations: int | None = typer.Option(None, min=10, help="Timed runs per process (default: the profile's)."),
     repeats: int | None = typer.Option(None, min=1, help="Fresh processes (default: the profile's)."),

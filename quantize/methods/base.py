@@ -11,10 +11,11 @@ from pathlib import Path
 from typing import TYPE_CHECKING, ClassVar
 
 if TYPE_CHECKING:
-    from tapeout.core.schemas import QuantizationSettings
+    from tapeout.core.profile_schema import QuantizationSettings
     from tapeout.graph.analysis import Analysis
     from tapeout.quantize.plan import Plan
-    from tapeout.quantize.rules import InstructionSet, Rule
+    from tapeout.quantize.rule_tables import Rule
+    from tapeout.quantize.rules import InstructionSet
 
 
 class Method(ABC):

@@ -20,7 +20,8 @@ from tapeout.core.decoding import CacheLayout
 from tapeout.core.errors import BadInput, first_line
 from tapeout.core.hashing import sha256_file
 from tapeout.core.paths import confined, external_data_files
-from tapeout.core.schemas import DeviceSpec, GenerateWorkload, Profile, StreamWorkload
+from tapeout.core.profile_schema import Profile
+from tapeout.core.schemas import DeviceSpec, GenerateWorkload, StreamWorkload
 from tapeout.records.manifest import CHECK_SCHEMA, SCHEMA, CheckManifestRecord, ManifestRecord
 from tapeout.records.report import Report, load
 from tapeout.records.structure import SCHEMA as STRUCTURE_SCHEMA

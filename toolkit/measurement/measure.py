@@ -22,7 +22,7 @@ import numpy as np
 from tapeout.core.artifact import Artifact
 from tapeout.core.errors import BadInput, TapeoutError, TargetUnavailable
 from tapeout.core.host_speed import host_state
-from tapeout.core.schemas import CheckSettings
+from tapeout.core.profile_schema import CheckSettings
 from tapeout.measurement import stats
 from tapeout.targets.base import Target
 

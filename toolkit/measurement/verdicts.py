@@ -9,7 +9,8 @@ from __future__ import annotations
 
 from tapeout.core.errors import EXIT_BUDGET_FAILED, EXIT_INCONCLUSIVE, EXIT_OK
 from tapeout.core.parity import OutputParity
-from tapeout.core.schemas import Budgets, CheckSettings, ParitySettings
+from tapeout.core.profile_schema import CheckSettings, ParitySettings
+from tapeout.core.schemas import Budgets
 from tapeout.core.verdict import BudgetResult, Verdict
 from tapeout.measurement.generation import GenerationMeasurement
 from tapeout.measurement.measure import Measurement

@@ -18,7 +18,7 @@ from tapeout.builds.staging import StagedBuild
 from tapeout.core.config import validate
 from tapeout.core.console import UI
 from tapeout.core.files import output_file, writable_dir
-from tapeout.core.schemas import CheckSettings
+from tapeout.core.profile_schema import CheckSettings
 from tapeout.records.report import Report
 from tapeout.steps.accuracy import Accuracy
 from tapeout.steps.analyze import Analyze

@@ -8,7 +8,7 @@ from pathlib import Path
 from tapeout import targets
 from tapeout.core.artifact import Artifact
 from tapeout.core.host import host_fingerprint
-from tapeout.core.schemas import CheckSettings
+from tapeout.core.profile_schema import CheckSettings
 from tapeout.measurement import measure as measuring
 from tapeout.measurement import verdicts
 from tapeout.records.report import DeviceMatch

@@ -18,7 +18,8 @@ from tapeout.core.config import find_profile, load_device, load_project, resolve
 from tapeout.core.console import UI
 from tapeout.core.errors import BadInput, TargetUnavailable
 from tapeout.core.inputs import check_project_files
-from tapeout.core.schemas import DeviceSpec, Profile, Project, min_samples_for_bound
+from tapeout.core.profile_schema import Profile, min_samples_for_bound
+from tapeout.core.schemas import DeviceSpec, Project
 from tapeout.quantize import methods
 from tapeout.targets.base import Probe, Target
 

@@ -18,7 +18,7 @@ if TYPE_CHECKING:  # annotations only: a step imports what it runs
     from tapeout.core.feeds import Feeds
     from tapeout.core.metric import Predict
     from tapeout.core.parity import OutputParity
-    from tapeout.core.schemas import CheckSettings
+    from tapeout.core.profile_schema import CheckSettings
     from tapeout.core.verdict import BudgetResult
     from tapeout.estimation.cost_units import Kernel
     from tapeout.estimation.estimate import Estimate

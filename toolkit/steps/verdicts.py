@@ -4,7 +4,8 @@ check carries the accuracy and placement verdicts over from the build's report, 
 
 from __future__ import annotations
 
-from tapeout.core.schemas import Budgets, Profile
+from tapeout.core.profile_schema import Profile
+from tapeout.core.schemas import Budgets
 from tapeout.core.verdict import BudgetResult, Verdict
 from tapeout.estimation.estimate import Estimate, judge
 from tapeout.measurement import verdicts
