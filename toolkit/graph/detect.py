@@ -15,6 +15,8 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from tapeout.graph.analysis import FamilyScore, FusionGroup, NodeCost
+from tapeout.graph.families import families
+from tapeout.graph.fusion_groups import ACTIVATIONS, fusion_groups
 
 # Reshape: grouped-query attention computed per key/value head (quantize/passes/grouped_attention.py) reshapes its
 # scores back to the query heads before the scale and mask, and the probabilities to the groups after the Softmax
@@ -23,18 +25,12 @@ _SHAPE_OPS = {"Transpose", "Reshape", "Squeeze", "Unsqueeze", "Flatten", "Cast",
 # rotary (Mul/Add/Neg/Slice/Concat), the cache (Concat with past), GQA's repeated key/value heads (Expand, Tile)
 _PROJ_PATH = _SHAPE_OPS | {"Mul", "Div", "Add", "Slice", "Concat", "Neg", "Split", "Gather", "RotaryEmbedding",
                            "Expand", "Tile"}
-_ACTIVATIONS = {"Relu", "Gelu", "FastGelu", "BiasGelu", "Sigmoid", "Tanh", "Clip", "LeakyRelu", "HardSwish",
-                "HardSigmoid", "Erf", "Silu", "Swish", "Mish", "Softplus"}
 _NORM_OPS = {"LayerNormalization", "SimplifiedLayerNormalization", "SkipLayerNormalization",
              "SkipSimplifiedLayerNormalization", "RMSNormalization", "GroupNormalization", "InstanceNormalization",
              "BatchNormalization"}
 _FUSED_ATTENTION = {"Attention", "MultiHeadAttention", "GroupQueryAttention", "PackedAttention"}
 _RECURRENT = {"LSTM", "GRU", "RNN", "Scan", "Loop", "DynamicQuantizeLSTM"}
-_ENCODER_TYPES = {"bert", "roberta", "distilbert", "xlm-roberta", "electra", "mpnet", "deberta", "deberta-v2",
-                  "vit", "deit", "albert", "camembert"}
 _KV_NAME = re.compile(r"past|cache|^(key|value)_\d", re.IGNORECASE)
-_DECODER_TYPES = {"gpt2", "llama", "mistral", "qwen2", "qwen3", "phi", "phi3", "gpt_neox", "opt", "gemma",
-                  "gemma2", "falcon", "bloom", "mixtral", "olmo"}
 
 
 @dataclass
@@ -75,21 +71,6 @@ def _is_weighted_matmul(view, node) -> bool:
 
 def _is_act_matmul(view, node) -> bool:
     return node.op_type in ("MatMul", "FusedMatMul") and not any(view.is_const(t) for t in node.input[:2])
-
-
-def _followers(view, node, ops: set[str]) -> list[str]:
-    """The bias Add / activation / norm nodes directly after `node` that a compiler fuses into it."""
-    names, tensor = [], node.output[0]
-    for _ in range(4):
-        users = view.consumers.get(tensor, [])
-        if len(users) != 1 or users[0].op_type not in ops:
-            break
-        user = users[0]
-        if user.op_type == "Add" and not any(view.is_const(t) for t in user.input):
-            break  # a residual Add joins two branches: it is not a bias
-        names.append(user.name)
-        tensor = user.output[0]
-    return names
 
 
 def _is_causal_mask(view, tensor: str, depth: int = 10) -> bool:
@@ -291,7 +272,7 @@ def detect(view, hints: dict, costs: dict[str, NodeCost]) -> Detected:
         if m.op_type == "Add":
             return any(view.is_const(t) for t in m.input)
         # Split/Slice: a fused gate/up projection's halves (Phi-3's gate_up_proj, chunked)
-        return m.op_type in _ACTIVATIONS | {"Mul", "Div", "Pow", "Tanh", "Cast", "Split", "Slice"} | _SHAPE_OPS
+        return m.op_type in ACTIVATIONS | {"Mul", "Div", "Pow", "Tanh", "Cast", "Split", "Slice"} | _SHAPE_OPS
 
     if blocks:
         for n in weighted:
@@ -303,7 +284,7 @@ def detect(view, hints: dict, costs: dict[str, NodeCost]) -> Detected:
             if feeders:
                 found.roles[n.name] = "ffn_out"
                 if len(feeders) == 2:  # SwiGLU: the branch through an activation is the gate
-                    gated = [f for f in feeders if any(c.op_type in _ACTIVATIONS | {"Sigmoid"}
+                    gated = [f for f in feeders if any(c.op_type in ACTIVATIONS | {"Sigmoid"}
                                                        for c in view.consumers.get(f.output[0], []))]
                     for f in feeders:
                         found.roles.setdefault(f.name, "ffn_gate" if gated and f is gated[0] else "ffn_up")
@@ -335,7 +316,7 @@ def detect(view, hints: dict, costs: dict[str, NodeCost]) -> Detected:
                 and any(len(view.consumers.get(t, [])) > 1 for t in n.input)):
             found.roles[n.name] = "residual"
 
-    found.groups = _groups(view, found, blocks, costs, order)
+    found.groups = fusion_groups(view, found, blocks, costs, order)
     found.facts = {"attention_blocks": len(blocks), "causal": causal, "heads": next((b.get("heads") for b in blocks if b.get("heads")), None),
                    "norms": norm_kinds, "vocab": vocab or None, "timestep_input": timestep,
                    "depthwise_convs": sum(r == "depthwise_conv" for r in found.roles.values()),
@@ -343,103 +324,6 @@ def detect(view, hints: dict, costs: dict[str, NodeCost]) -> Detected:
                    "conv_mac_share": round(macs_conv / macs_all, 3),
                    "recurrent_mac_share": round(macs_recurrent / macs_all, 3)}
     found.facts["kv_cache_inputs"] = len(kv_inputs)
-    found.families = _families(found, blocks, causal, timestep, macs_conv / macs_all, hints, macs_recurrent / macs_all,
+    found.families = families(found, blocks, causal, timestep, macs_conv / macs_all, hints, macs_recurrent / macs_all,
                                kv_inputs)
     return found
-
-
-def _groups(view, found: Detected, blocks: list[dict], costs: dict, order: dict) -> list[FusionGroup]:
-    softmax_at = sorted(order[b["softmax"].name] for b in blocks)
-
-    def block_of(node) -> int:
-        return max(0, sum(1 for s in softmax_at if s < order[node.name]) - 1)
-
-    def make(name: str, role: str, members: list) -> FusionGroup:
-        followers = [f for m in members for f in _followers(view, m, {"Add"} | _ACTIVATIONS |
-                                                              ({"BatchNormalization"} if m.op_type.startswith("Conv") else set()))]
-        return FusionGroup(name, role, tuple(m.name for m in members), tuple([m.name for m in members] + followers),
-                           macs=sum(costs[m.name].flops for m in members) // 2,
-                           params=sum(costs[m.name].params for m in members))
-
-    by_name = {n.name: n for n in view.nodes}
-    groups, taken = [], set()
-    for i, block in enumerate(blocks):
-        qkv = [by_name[n] for n in dict.fromkeys(x.name for x in block["q"] + block["k"] + block["v"])]
-        for name, role, members in ((f"block{i}.attn.qkv", "attn_qkv", qkv), (f"block{i}.attn.out", "attn_out", block["o"])):
-            members = [m for m in members if m.name not in taken]
-            if members:
-                groups.append(make(name, role, members))
-                taken.update(m.name for m in members)
-    ffn_in = [n for n in view.nodes if found.roles.get(n.name) in ("ffn_in", "ffn_gate", "ffn_up")]
-    for idx in sorted({block_of(n) for n in ffn_in}):
-        members = [n for n in ffn_in if block_of(n) == idx and n.name not in taken]
-        if members:
-            groups.append(make(f"block{idx}.ffn.in", "ffn_in", members))
-            taken.update(m.name for m in members)
-    counters: dict[str, int] = {}
-    for n in view.nodes:
-        role = found.roles.get(n.name)
-        # a recurrent cell is one group: its input and recurrent weights, gates and state move together
-        cell = role == "recurrent_cell" and n.op_type in ("LSTM", "GRU", "RNN")
-        if n.name in taken or role is None or (view.weight_of(n) is None and role != "embedding" and not cell):
-            continue
-        if role == "ffn_out":
-            name = f"block{block_of(n)}.ffn.out"
-        elif role in ("lm_head", "head", "first_conv"):
-            name = role
-        else:
-            counters[role] = counters.get(role, 0) + 1
-            name = f"{role}{counters[role]}"
-        groups.append(make(name, role, [n]))
-        taken.add(n.name)
-    groups.sort(key=lambda g: min(order[m] for m in g.weighted))
-    seen: dict[str, int] = {}
-    unique = []
-    for g in groups:  # names are keys in plans and profiles: never two groups with one name
-        seen[g.name] = seen.get(g.name, 0) + 1
-        unique.append(g if seen[g.name] == 1 else FusionGroup(f"{g.name}#{seen[g.name]}", g.role, g.weighted, g.nodes,
-                                                               g.macs, g.params))
-    return unique
-
-
-def _families(found: Detected, blocks: list, causal: bool, timestep: bool, conv_share: float, hints: dict,
-              recurrent_share: float = 0.0, kv_inputs: list[str] | None = None) -> list[FamilyScore]:
-    scores: list[FamilyScore] = []
-    model_type = str(hints.get("model_type") or "").lower()
-    hint_note = (f"Hugging Face config model_type = {model_type!r}",) if model_type else ()
-    roles = found.roles.values()
-    if blocks:
-        norms = ", ".join(f"{v} {k}" for k, v in found.facts.get("norms", {}).items())
-        ev = [f"{len(blocks)} attention block(s)", *((f"norms: {norms}",) if norms else ())]
-        # the graph decides (a causal mask, or KV-cache inputs); a decoder config alone, with no mask found
-        # (a pattern this detector does not know yet), still makes it a decoder, at lower confidence
-        decoder_config = model_type in _DECODER_TYPES
-        if causal or kv_inputs or decoder_config:
-            has_head = "lm_head" in roles or (decoder_config and "head" in roles)
-            conf = (0.9 if has_head else 0.7) if causal or kv_inputs else 0.75
-            conf += 0.05 if decoder_config and (causal or kv_inputs) else 0.0
-            why = [*(("causal mask on the attention scores",) if causal else ()),
-                   *((f"{len(kv_inputs)} KV-cache input(s), e.g. {kv_inputs[0]}",) if kv_inputs else ()),
-                   *(("no causal mask found in the graph: the decoder config decides",) if not (causal or kv_inputs) else ())]
-            scores.append(FamilyScore("decoder-llm", min(conf, 0.99), (*ev, *why,
-                                      *(("vocabulary-sized LM head",) if has_head else ()), *hint_note)))
-        else:
-            conf = 0.9 + (0.05 if model_type in _ENCODER_TYPES else 0.0)
-            if timestep and conv_share > 0.3:
-                scores.append(FamilyScore("diffusion", 0.85, (*ev, "float timestep input into Sin/Cos", f"conv MAC share {conv_share:.0%}")))
-                conf = 0.5
-            scores.append(FamilyScore("transformer-encoder", min(conf, 0.99),
-                                      (*ev, "no causal mask: bidirectional attention", *hint_note)))
-    if "recurrent_cell" in roles:
-        # scored like the CNN family, by the share of the work: a CNN+LSTM is whichever does more of it
-        # (a tie goes to the recurrent family, whose state is the more fragile to quantize)
-        scores.append(FamilyScore("speech-recurrent", 0.6 + 0.35 * recurrent_share,
-                                  ("recurrent ops (LSTM/GRU/RNN/Scan/Loop)", f"recurrent MAC share {recurrent_share:.0%}")))
-    if conv_share > 0.3:
-        if timestep:
-            scores.append(FamilyScore("diffusion", 0.8, (f"conv MAC share {conv_share:.0%}", "float timestep input into Sin/Cos")))
-        else:
-            scores.append(FamilyScore("cnn", 0.6 + 0.35 * conv_share, (f"conv MAC share {conv_share:.0%}",)))
-    if not scores:
-        scores.append(FamilyScore("mlp", 0.6, ("weighted MatMul/Gemm only, no attention, convolution or recurrence",)))
-    return sorted(scores, key=lambda s: -s.confidence)
