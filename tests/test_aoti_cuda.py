@@ -112,7 +112,7 @@ def test_gpu_kernel_profile_keeps_one_row_per_call_site_and_types_inductor_kerne
 
 
 def test_report_lists_every_fused_kernel_decision_with_both_timings():
-    from tapeout.reports.markdown import _engine_section
+    from tapeout.reports.build_sections import engine_section
 
     decision = {"kernel": "add-layernorm", "where": "add → layer_norm", "case": "rows=128,width=384", "dtype": "float16",
                 "config": "warps=4,stages=2"}
@@ -124,7 +124,7 @@ def test_report_lists_every_fused_kernel_decision_with_both_timings():
                   {**decision, "substituted": True, "kernel_ms": 0.0041, "inductor_ms": 0.0062, "reason": "1.51× faster"},
                   {**decision, "case": "rows=4096,width=384", "substituted": False, "kernel_ms": 0.0097,
                    "inductor_ms": 0.0089, "reason": "slower than Inductor's code"}]}}}
-    text = "\n".join(_engine_section(engine))
+    text = "\n".join(engine_section(engine))
     assert "Fused kernels: 1 of 2 chains substituted (1 timed kernel case(s))" in text
     assert "| add-layernorm | add → layer_norm | rows=128,width=384 | float16 | 0.0041 | 0.0062 | yes | 1.51× faster |" in text
     assert "| 0.0097 | 0.0089 | no | slower than Inductor's code |" in text

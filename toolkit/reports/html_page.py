@@ -276,7 +276,8 @@ def _sections(markdown: str) -> list[tuple[str, str]]:
 def render(report: Report) -> str:
     """Everything report.md shows, section by section from its own text, with each figure under its section.
     The budget table keeps its verdict colours."""
-    from tapeout.reports.markdown import budget_rows, render_markdown
+    from tapeout.reports.cells import budget_rows
+    from tapeout.reports.markdown import render_markdown
 
     r = report.to_json()
     m = r.get("measurement") or {}

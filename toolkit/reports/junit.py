@@ -18,7 +18,7 @@ def junit_xml(report: Report, strict: bool = False, seconds: float | None = None
     """One testcase per budget, with its limit, measured value and bound as properties and in the message.
     Fail and inconclusive are failures; unmeasured and estimated are skipped, or failures under --strict
     (the file agrees with the exit code)."""
-    from tapeout.reports.markdown import budget_rows
+    from tapeout.reports.cells import budget_rows
 
     soft = {Verdict.UNMEASURED, Verdict.ESTIMATED_PASS, Verdict.ESTIMATED_FAIL}
     cases, failures, skipped = [], 0, 0

@@ -6,7 +6,7 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
-from tapeout.reports.markdown import budget_rows
+from tapeout.reports.cells import budget_rows
 
 _STYLE = {"PASS": "green", "FAIL": "bold red", "INCONCLUSIVE": "yellow", "UNMEASURED": "magenta",
           "EST. PASS": "cyan", "EST. FAIL": "red"}

@@ -76,7 +76,7 @@ def prune_model(setup: Setup, loaded) -> tuple[Any, dict, Any]:
     import torch
 
     from tapeout.quantize import distill, prune
-    from tapeout.reports.markdown import pruning_how
+    from tapeout.reports.build_sections import pruning_how
 
     project, settings, ui = setup.project, setup.profile.pruning, setup.ui
     require_torch(project.model.source, loaded)
