@@ -47,9 +47,9 @@ MEDIUM = MEDIUM.CASES
 SAMPLES = ("digits-cnn", "minilm", "tiny-lm")
 ZOO = ("resnet", "vit", "distilbert", "gpt2", "whisper", "unet", "lstm", "cnn-lstm")
 PROFILES = ("cpu-fp32", "cpu-int8", "openvino-cpu", "openvino-cpu-int8")
-LOOPS = {"tiny-lm": "generate", "speech-vad": "stream"}   # built at cpu-fp32, as deployed
+LOOPS = {"tiny-lm": "generate", "speech-vad": "stream"}  # built at cpu-fp32, as deployed
 # every build keeps its per-op profile; the INT8 builds skip the sensitivity loop (the rules' plan is enough to time)
-OVERRIDE = "extends = \"{base}\"\n[quantization]\nsensitivity = false\n[check]\nop_profile = true\n"
+OVERRIDE = 'extends = "{base}"\n[quantization]\nsensitivity = false\n[check]\nop_profile = true\n'
 SHIPPED = REPO / "profiles" / "devices" / "calibration"
 
 
@@ -95,8 +95,11 @@ def _build(project: Path, profile: Path, build_dir: Path, label: str, skip: bool
     if skip and (build_dir / "report.json").is_file():
         return True
     start = time.perf_counter()
-    run = subprocess.run([sys.executable, "-m", "tapeout", "build", str(project), "-p", str(profile),
-                          "-o", str(build_dir)], capture_output=True, text=True)
+    run = subprocess.run(
+        [sys.executable, "-m", "tapeout", "build", str(project), "-p", str(profile), "-o", str(build_dir)],
+        capture_output=True,
+        text=True,
+    )
     last = (run.stdout.strip().splitlines() or [""])[-1]
     print(f"  built {label}: exit {run.returncode} in {time.perf_counter() - start:.0f} s  {last}", flush=True)
     if run.returncode not in (0, 1, 3):
@@ -136,8 +139,10 @@ def bounds_table(dirs: list[Path], loops: list[Path]) -> None:
         print(f"{model:<14} {profile:<18} {what:<11} {measured:>12.4g} {bound:>11.4g} {measured / bound:>15.2f}{flag}")
     ratios = [m / b for *_, m, b in rows if b]
     under = sum(r < 1 for r in ratios)
-    print(f"{under}/{len(rows)} under their bound; measured/bound min {min(ratios):.2f}, median "
-          f"{statistics.median(ratios):.1f}, max {max(ratios):.0f}")
+    print(
+        f"{under}/{len(rows)} under their bound; measured/bound min {min(ratios):.2f}, median "
+        f"{statistics.median(ratios):.1f}, max {max(ratios):.0f}"
+    )
 
 
 def held_out_table(cals) -> dict[str, float]:
@@ -150,8 +155,10 @@ def held_out_table(cals) -> dict[str, float]:
             by_dir[str(h["source"])] = h["predicted_ms"]
             errors.append(h["error"])
             flag = "" if abs(h["error"]) <= 0.15 else "  ✗"
-            print(f"{h['model']:<14} {h['precision']:<9} {cal.target:<11} {h['measured_ms']:>16.4g} "
-                  f"{h['predicted_ms']:>12.4g} {h['error']:>+8.1%}{flag}")
+            print(
+                f"{h['model']:<14} {h['precision']:<9} {cal.target:<11} {h['measured_ms']:>16.4g} "
+                f"{h['predicted_ms']:>12.4g} {h['error']:>+8.1%}{flag}"
+            )
         hit, n = cal.within()
         print(f"  {cal.device} × {cal.target}: {hit}/{n} within ±15 %")
     if errors:
@@ -165,12 +172,18 @@ def cross_class_table(dirs: list[Path], here: str, held_out: dict[str, float]) -
     from tapeout.builds.reader import open_build
     from tapeout.estimation import estimate, fit
 
-    measured = {str(d): json.loads((d / "report.json").read_text())["measurement"]["latency_ms"]["quantiles"]["p50"][
-        "point"] for d in dirs}
+    measured = {
+        str(d): json.loads((d / "report.json").read_text())["measurement"]["latency_ms"]["quantiles"]["p50"]["point"]
+        for d in dirs
+    }
     classes = sorted({p.name.split("--")[0] for p in SHIPPED.glob("cpu-*--*.json")} | {here})
-    print(f"\n3. across classes: calibrated on class A (rows), estimated on this host ({here}); per model, the fastest "
-          "profile predicted, and each pair of profiles' speed ratio within ±15 %")
-    print(f"{'calibrated on':<18} {'estimated on':<16} {'fastest right':>14} {'ratios ±15 %':>13} {'median ratio error':>19}")
+    print(
+        f"\n3. across classes: calibrated on class A (rows), estimated on this host ({here}); per model, the fastest "
+        "profile predicted, and each pair of profiles' speed ratio within ±15 %"
+    )
+    print(
+        f"{'calibrated on':<18} {'estimated on':<16} {'fastest right':>14} {'ratios ±15 %':>13} {'median ratio error':>19}"
+    )
     for cls in classes:
         predicted: dict[str, float] = {}
         if cls == here:
@@ -207,8 +220,11 @@ def main() -> int:
     parser.add_argument("--models", default=",".join(SAMPLES + ZOO + tuple(MEDIUM)))
     parser.add_argument("--profiles", default=",".join(PROFILES))
     parser.add_argument("--threads", type=int, help="inference threads for every build (default: one per core)")
-    parser.add_argument("--save-class", action="store_true", help="save this host's calibrations as its CPU class's, "
-                        "in profiles/devices/calibration")
+    parser.add_argument(
+        "--save-class",
+        action="store_true",
+        help="save this host's calibrations as its CPU class's, in profiles/devices/calibration",
+    )
     args = parser.parse_args()
 
     import os
@@ -217,19 +233,26 @@ def main() -> int:
     from tapeout.core.host import host_fingerprint, now
     from tapeout.estimation import estimate, fit, roofline
 
-    os.environ["TAPEOUT_CALIBRATION"] = str(args.out / "calibration")   # this run's probes, no user calibration
-    os.environ["TAPEOUT_SHIPPED_CALIBRATION"] = ""                       # builds' own estimates: the bound alone
+    os.environ["TAPEOUT_CALIBRATION"] = str(args.out / "calibration")  # this run's probes, no user calibration
+    os.environ["TAPEOUT_SHIPPED_CALIBRATION"] = ""  # builds' own estimates: the bound alone
     host = host_fingerprint()
     here = roofline.cpu_class(host)
-    print(f"host: {host['cpu']} ({here}), {host['cpu_affinity']} cores, flags {' '.join(host['cpu_flags'])}; "
-          f"inference threads: {args.threads or 'one per core'}")
+    print(
+        f"host: {host['cpu']} ({here}), {host['cpu_affinity']} cores, flags {' '.join(host['cpu_flags'])}; "
+        f"inference threads: {args.threads or 'one per core'}"
+    )
     start = time.perf_counter()
     dirs = build_all(args.out, args.models.split(","), args.profiles.split(","), args.skip_build, args.threads)
     loops = []
     for name, kind in LOOPS.items():
         build_dir = args.out / "builds" / f"{name}-{kind}" / "cpu-fp32"
-        if _build(REPO / "samples" / name, _profile_file(args.out, "cpu-fp32", args.threads), build_dir,
-                  f"{name} ({kind}) × cpu-fp32", args.skip_build):
+        if _build(
+            REPO / "samples" / name,
+            _profile_file(args.out, "cpu-fp32", args.threads),
+            build_dir,
+            f"{name} ({kind}) × cpu-fp32",
+            args.skip_build,
+        ):
             loops.append(build_dir)
     print(f"{len(dirs) + len(loops)} builds in {time.perf_counter() - start:.0f} s")
     bounds_table(dirs, loops)
@@ -246,7 +269,7 @@ def main() -> int:
     cross_class_table(dirs, here, held_out)
     if args.save_class:
         for _, meta in found:
-            meta["device"] = here + meta["device"][len(roofline.host_name(host)):]
+            meta["device"] = here + meta["device"][len(roofline.host_name(host)) :]
         for cal in fit.make(found, now(), "bench"):
             print(f"saved {fit.save(cal, SHIPPED)}: {cal.summary()}")
     return 0

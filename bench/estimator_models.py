@@ -15,26 +15,62 @@ from zoo_models import KeywordSpotter, LineRecognizer, TinyUNet, _seeded, hf_mod
 
 @_seeded
 def gpt2_m():
-    return hf_model("GPT2LMHeadModel", "GPT2Config", vocab_size=8192, n_embd=256, n_layer=4, n_head=4, n_positions=256,
-                    bos_token_id=0, eos_token_id=0, use_cache=False)
+    return hf_model(
+        "GPT2LMHeadModel",
+        "GPT2Config",
+        vocab_size=8192,
+        n_embd=256,
+        n_layer=4,
+        n_head=4,
+        n_positions=256,
+        bos_token_id=0,
+        eos_token_id=0,
+        use_cache=False,
+    )
 
 
 @_seeded
 def distilbert_m():
-    return hf_model("DistilBertForSequenceClassification", "DistilBertConfig", vocab_size=8192, dim=256, n_layers=4,
-                    n_heads=4, hidden_dim=1024, num_labels=3)
+    return hf_model(
+        "DistilBertForSequenceClassification",
+        "DistilBertConfig",
+        vocab_size=8192,
+        dim=256,
+        n_layers=4,
+        n_heads=4,
+        hidden_dim=1024,
+        num_labels=3,
+    )
 
 
 @_seeded
 def vit_m():
-    return hf_model("ViTForImageClassification", "ViTConfig", image_size=160, patch_size=16, num_channels=3,
-                    hidden_size=256, num_hidden_layers=6, num_attention_heads=4, intermediate_size=1024, num_labels=100)
+    return hf_model(
+        "ViTForImageClassification",
+        "ViTConfig",
+        image_size=160,
+        patch_size=16,
+        num_channels=3,
+        hidden_size=256,
+        num_hidden_layers=6,
+        num_attention_heads=4,
+        intermediate_size=1024,
+        num_labels=100,
+    )
 
 
 @_seeded
 def resnet_m():
-    return hf_model("ResNetForImageClassification", "ResNetConfig", num_channels=3, embedding_size=64,
-                    hidden_sizes=[64, 128, 256, 512], depths=[2, 2, 2, 2], layer_type="basic", num_labels=100)
+    return hf_model(
+        "ResNetForImageClassification",
+        "ResNetConfig",
+        num_channels=3,
+        embedding_size=64,
+        hidden_sizes=[64, 128, 256, 512],
+        depths=[2, 2, 2, 2],
+        layer_type="basic",
+        num_labels=100,
+    )
 
 
 @_seeded
@@ -65,8 +101,11 @@ CASES = {
     "vit-m": ("vit_m", [("pixel_values", [1, 3, 160, 160], "float32", [0.0, 1.0])], ["logits"]),
     "resnet-m": ("resnet_m", [("pixel_values", [1, 3, 128, 128], "float32", [0.0, 1.0])], ["logits"]),
     "whisper-m": ("whisper_m", [("input_features", [1, 80, 500], "float32", [-1.0, 1.0])], ["last_hidden_state"]),
-    "unet-m": ("unet_m", [("latent", [1, 4, 64, 64], "float32", [-1.0, 1.0]),
-                          ("timestep", [1], "float32", [0.0, 999.0])], ["noise"]),
+    "unet-m": (
+        "unet_m",
+        [("latent", [1, 4, 64, 64], "float32", [-1.0, 1.0]), ("timestep", [1], "float32", [0.0, 999.0])],
+        ["noise"],
+    ),
     "lstm-m": ("lstm_m", [("frames", [1, 100, 40], "float32", [-1.0, 1.0])], ["logits"]),
     "cnn-lstm-m": ("cnn_lstm_m", [("image", [1, 1, 16, 256], "float32", [0.0, 1.0])], ["logits"]),
 }

@@ -39,8 +39,12 @@ def setup(root: Path) -> tuple[list[Path], list[Path]]:
 
 def plan(root: Path, projects: list[Path], profiles: list[Path], out: str) -> Path:
     path = root / f"{out}.toml"
-    path.write_text(f'[farm]\nout = "{out}"\n\n' + "".join(
-        f'[[build]]\nproject = "{p}"\nprofiles = {json.dumps([str(f) for f in profiles])}\n\n' for p in projects))
+    path.write_text(
+        f'[farm]\nout = "{out}"\n\n'
+        + "".join(
+            f'[[build]]\nproject = "{p}"\nprofiles = {json.dumps([str(f) for f in profiles])}\n\n' for p in projects
+        )
+    )
     return path
 
 
@@ -57,7 +61,9 @@ def serial(root: Path, projects: list[Path], profiles: list[Path]) -> float:
 
 
 def farm_local(path: Path) -> dict:
-    done = subprocess.run([sys.executable, "-m", "tapeout", "farm", str(path), "--json"], capture_output=True, text=True)
+    done = subprocess.run(
+        [sys.executable, "-m", "tapeout", "farm", str(path), "--json"], capture_output=True, text=True
+    )
     if done.returncode != 0:
         raise SystemExit(f"tapeout farm exited {done.returncode}: {done.stderr[-800:]}")
     return json.loads(done.stdout)
@@ -98,16 +104,20 @@ def main() -> None:
         shutil.rmtree(root, ignore_errors=True)
     for data in (one, two):
         assert all(r["status"] == "checked" for r in data["rows"]), data["rows"]
-    rows = [("serial: tapeout build + check", t_serial, None, 0.0),
-            ("farm, local Ray, 1 node", one["seconds"], one["ray_start_seconds"], None),
-            ("farm, 2 nodes (one host)", two["seconds"] + two_start, two_start + two["ray_start_seconds"], None)]
+    rows = [
+        ("serial: tapeout build + check", t_serial, None, 0.0),
+        ("farm, local Ray, 1 node", one["seconds"], one["ray_start_seconds"], None),
+        ("farm, 2 nodes (one host)", two["seconds"] + two_start, two_start + two["ray_start_seconds"], None),
+    ]
     print(f"\n{cpu_line()}; {tasks} tasks (9 builds, 9 checks)\n")
     print(f"{'way':32} {'wall s':>8} {'Ray start s':>12} {'overhead/task s':>16} {'(excl. start)':>14} {'speed-up':>9}")
     for name, wall, start, _ in rows:
         over = (wall - t_serial) / tasks
         over_ex = "—" if start is None else f"{(wall - start - t_serial) / tasks:+.2f}"
-        print(f"{name:32} {wall:8.1f} {'—' if start is None else f'{start:.1f}':>12} "
-              f"{'—' if start is None else f'{over:+.2f}':>16} {over_ex:>14} {t_serial / wall:8.2f}×")
+        print(
+            f"{name:32} {wall:8.1f} {'—' if start is None else f'{start:.1f}':>12} "
+            f"{'—' if start is None else f'{over:+.2f}':>16} {over_ex:>14} {t_serial / wall:8.2f}×"
+        )
 
 
 if __name__ == "__main__":

@@ -72,13 +72,22 @@ import numpy as np
 
 REPO = Path(__file__).resolve().parents[1]
 OUT = REPO / "bench" / "builds" / "generate"
-PROFILES = ("cpu-fp32", "cpu-int8", "cpu-int8-lm-head-int4", "cpu-int4", "cpu-int4-lm-head-int4", "openvino-cpu",
-            "openvino-cpu-int4")
+PROFILES = (
+    "cpu-fp32",
+    "cpu-int8",
+    "cpu-int8-lm-head-int4",
+    "cpu-int4",
+    "cpu-int4-lm-head-int4",
+    "openvino-cpu",
+    "openvino-cpu-int4",
+)
 # rows that are a shipped profile with one setting changed: cpu-int4 with its LM head at 4 bits, as ONNX Runtime
 # GenAI's model builder writes it (the rule starts the head at 8: on llama-40m that is about half the bytes a
 # decode step reads), so the two decode at the same precision
-VARIANTS = {"cpu-int4-lm-head-int4": ("cpu-int4", '[quantization]\noverrides = { lm_head = "int4" }\n'),
-            "cpu-int8-lm-head-int4": ("cpu-int8", '[quantization]\noverrides = { lm_head = "int4" }\n')}
+VARIANTS = {
+    "cpu-int4-lm-head-int4": ("cpu-int4", '[quantization]\noverrides = { lm_head = "int4" }\n'),
+    "cpu-int8-lm-head-int4": ("cpu-int8", '[quantization]\noverrides = { lm_head = "int4" }\n'),
+}
 CUDA_PROFILES = ("cuda-fp32", "cuda-fp16")
 DEFAULTS = {"tiny-lm": (64, 64), "llama-40m": (128, 128), "smollm2-135m": (128, 128)}  # prompt, new tokens
 
@@ -288,13 +297,18 @@ def llamacpp_rows(source: Path, hf_dir: Path, prompt: int, new: int, trials: int
         print("llama_cpp is not installed: no llama.cpp rows (see the docstring: build it with clang)", file=sys.stderr)
         return []
     if not (source / "convert_hf_to_gguf.py").is_file():
-        sys.exit(f"--llamacpp {source}: no convert_hf_to_gguf.py there; give llama.cpp's source tree "
-                 "(llama-cpp-python's sdist has it under vendor/llama.cpp)")
+        sys.exit(
+            f"--llamacpp {source}: no convert_hf_to_gguf.py there; give llama.cpp's source tree "
+            "(llama-cpp-python's sdist has it under vendor/llama.cpp)"
+        )
     f32 = OUT / f"gguf-{hf_dir.parent.name}-f32.gguf"
     if not f32.is_file():
         print("llama.cpp converter, f32 …", file=sys.stderr, flush=True)
-        done = subprocess.run([sys.executable, "-c", GGUF_CONVERT, str(source), str(hf_dir), "--outtype", "f32",
-                               "--outfile", str(f32)], capture_output=True, text=True)
+        done = subprocess.run(
+            [sys.executable, "-c", GGUF_CONVERT, str(source), str(hf_dir), "--outtype", "f32", "--outfile", str(f32)],
+            capture_output=True,
+            text=True,
+        )
         if done.returncode != 0 or not f32.is_file():
             sys.exit(f"convert_hf_to_gguf.py failed: {(done.stderr or done.stdout).strip().splitlines()[-3:]}")
     rows = []
@@ -302,10 +316,15 @@ def llamacpp_rows(source: Path, hf_dir: Path, prompt: int, new: int, trials: int
         path = OUT / f"gguf-{hf_dir.parent.name}-{label}.gguf"
         if not path.is_file():
             print(f"llama.cpp quantizer, {label} …", file=sys.stderr, flush=True)
-            subprocess.run([sys.executable, "-c", GGUF_QUANTIZE, str(f32), str(path), str(ftype)],
-                           capture_output=True, check=True)
-        row, _ = loop_row(f"llama.cpp {label} (llama-cpp-python)", LLAMACPP_LOOP,
-                          [str(path), str(prompt), str(new), str(trials)], repeats)
+            subprocess.run(
+                [sys.executable, "-c", GGUF_QUANTIZE, str(f32), str(path), str(ftype)], capture_output=True, check=True
+            )
+        row, _ = loop_row(
+            f"llama.cpp {label} (llama-cpp-python)",
+            LLAMACPP_LOOP,
+            [str(path), str(prompt), str(new), str(trials)],
+            repeats,
+        )
         rows.append({**row, "weights_bytes": gguf_read_bytes(source, path)})
     return rows
 
@@ -333,9 +352,20 @@ def plan_read_bytes(report: dict) -> int:
     precision = {g["group"]: g["precision"] for g in plan.get("groups", [])}
     block = plan.get("block_size", 32)
     scale = 2 if report["target"]["name"] == "openvino" else 4
-    per_weight = {"fp32": 4.0, "fp16": 2.0, "int8": 1.0, "int4": 0.5 + scale / block, "int8-weight": 1.0 + scale / block}
-    return int(sum(g["params"] * per_weight.get(precision.get(g["name"], "fp32"), 4.0)
-                   for g in report["analysis"]["groups"] if g["role"] != "embedding"))
+    per_weight = {
+        "fp32": 4.0,
+        "fp16": 2.0,
+        "int8": 1.0,
+        "int4": 0.5 + scale / block,
+        "int8-weight": 1.0 + scale / block,
+    }
+    return int(
+        sum(
+            g["params"] * per_weight.get(precision.get(g["name"], "fp32"), 4.0)
+            for g in report["analysis"]["groups"]
+            if g["role"] != "embedding"
+        )
+    )
 
 
 OV_GENAI_LOOP = r"""
@@ -371,10 +401,14 @@ def genai_rows(hf_dir: Path, prompt: int, new: int, trials: int, repeats: int) -
     try:
         import onnxruntime_genai  # noqa: F401
     except ImportError:
-        print("onnxruntime_genai is not installed: no ONNX Runtime GenAI rows (pip install -e \".[bench]\")",
-              file=sys.stderr)
+        print(
+            'onnxruntime_genai is not installed: no ONNX Runtime GenAI rows (pip install -e ".[bench]")',
+            file=sys.stderr,
+        )
         return []
-    source = OUT / f"genai-source-{hf_dir.parent.name}"  # the builder insists on a tokenizer: a word-level one over the model's ids
+    source = (
+        OUT / f"genai-source-{hf_dir.parent.name}"
+    )  # the builder insists on a tokenizer: a word-level one over the model's ids
     if not (source / "tokenizer.json").is_file():
         from tokenizers import Tokenizer, models, pre_tokenizers
         from transformers import PreTrainedTokenizerFast
@@ -384,22 +418,43 @@ def genai_rows(hf_dir: Path, prompt: int, new: int, trials: int, repeats: int) -
         vocab = json.loads((hf_dir / "config.json").read_text())["vocab_size"]
         words = Tokenizer(models.WordLevel({f"t{i}": i for i in range(vocab)}, unk_token="t0"))
         words.pre_tokenizer = pre_tokenizers.WhitespaceSplit()
-        PreTrainedTokenizerFast(tokenizer_object=words, unk_token="t0", bos_token="t1",
-                                eos_token="t2").save_pretrained(source)
+        PreTrainedTokenizerFast(tokenizer_object=words, unk_token="t0", bos_token="t1", eos_token="t2").save_pretrained(
+            source
+        )
     rows = []
     for precision in ("int4", "fp32"):
         folder = OUT / f"genai-{hf_dir.parent.name}-{precision}"
         if not (folder / "genai_config.json").is_file():
             print(f"ONNX Runtime GenAI model builder, {precision} …", file=sys.stderr, flush=True)
-            built = subprocess.run([sys.executable, "-m", "onnxruntime_genai.models.builder", "-i", str(source),
-                                    "-o", str(folder), "-p", precision, "-e", "cpu", "-c", str(OUT / "genai-cache")],
-                                   capture_output=True, text=True)
+            built = subprocess.run(
+                [
+                    sys.executable,
+                    "-m",
+                    "onnxruntime_genai.models.builder",
+                    "-i",
+                    str(source),
+                    "-o",
+                    str(folder),
+                    "-p",
+                    precision,
+                    "-e",
+                    "cpu",
+                    "-c",
+                    str(OUT / "genai-cache"),
+                ],
+                capture_output=True,
+                text=True,
+            )
             if built.returncode != 0 or not (folder / "genai_config.json").is_file():
                 tail = (built.stderr or built.stdout).strip().splitlines()[-1:]
                 print(f"ONNX Runtime GenAI builder failed at {precision}: {tail}", file=sys.stderr)
                 continue
-        row, _ = loop_row(f"ONNX Runtime GenAI {precision.upper()} (model builder)", GENAI_LOOP,
-                          [str(folder), str(prompt), str(new), str(trials)], repeats)
+        row, _ = loop_row(
+            f"ONNX Runtime GenAI {precision.upper()} (model builder)",
+            GENAI_LOOP,
+            [str(folder), str(prompt), str(new), str(trials)],
+            repeats,
+        )
         rows.append({**row, "weights_bytes": onnx_read_bytes(folder / "model.onnx")})
     return rows
 
@@ -408,10 +463,15 @@ def genai_rows(hf_dir: Path, prompt: int, new: int, trials: int, repeats: int) -
 # its PagedAttention backend: the continuous-batching scheduler over a block-paged cache), as tapeout's
 # openvino-cpu-int4 profile runs (f32 activations, an f32 cache), and that again on its SDPA backend: the stateful
 # model with the plugin's fused attention over the state, the form tapeout's own loop drives
-OV_GENAI_SETTINGS = {"its defaults: bf16, u8 cache, PagedAttention": {},
-                     "f32, f32 cache, PagedAttention": {"INFERENCE_PRECISION_HINT": "f32", "KV_CACHE_PRECISION": "f32"},
-                     "f32, f32 cache, SDPA backend": {"INFERENCE_PRECISION_HINT": "f32", "KV_CACHE_PRECISION": "f32",
-                                                      "ATTENTION_BACKEND": "SDPA"}}
+OV_GENAI_SETTINGS = {
+    "its defaults: bf16, u8 cache, PagedAttention": {},
+    "f32, f32 cache, PagedAttention": {"INFERENCE_PRECISION_HINT": "f32", "KV_CACHE_PRECISION": "f32"},
+    "f32, f32 cache, SDPA backend": {
+        "INFERENCE_PRECISION_HINT": "f32",
+        "KV_CACHE_PRECISION": "f32",
+        "ATTENTION_BACKEND": "SDPA",
+    },
+}
 
 
 def ov_genai_rows(python: str, hf_dir: Path, prompt: int, new: int, trials: int, repeats: int) -> list[dict]:
@@ -422,21 +482,49 @@ def ov_genai_rows(python: str, hf_dir: Path, prompt: int, new: int, trials: int,
     if not (folder / "openvino_model.xml").is_file():
         print("optimum-intel export, int4 …", file=sys.stderr, flush=True)
         cli = Path(python).parent / "optimum-cli"
-        done = subprocess.run([str(cli), "export", "openvino", "--model", str(hf_dir), "--task",
-                               "text-generation-with-past", "--weight-format", "int4", "--group-size", "32",
-                               "--ratio", "1.0", "--sym", str(folder)], capture_output=True, text=True)
+        done = subprocess.run(
+            [
+                str(cli),
+                "export",
+                "openvino",
+                "--model",
+                str(hf_dir),
+                "--task",
+                "text-generation-with-past",
+                "--weight-format",
+                "int4",
+                "--group-size",
+                "32",
+                "--ratio",
+                "1.0",
+                "--sym",
+                str(folder),
+            ],
+            capture_output=True,
+            text=True,
+        )
         if done.returncode != 0 or not (folder / "openvino_model.xml").is_file():
-            print(f"optimum-intel export failed: {(done.stderr or done.stdout).strip().splitlines()[-1:]}",
-                  file=sys.stderr)
+            print(
+                f"optimum-intel export failed: {(done.stderr or done.stdout).strip().splitlines()[-1:]}",
+                file=sys.stderr,
+            )
             return []
     import openvino as ov
 
-    weights = sum(op.get_byte_size() for op in ov.Core().read_model(str(folder / "openvino_model.xml")).get_ops()
-                  if op.get_type_name() == "Constant")  # the tied table is the head's too: read whole per token
+    weights = sum(
+        op.get_byte_size()
+        for op in ov.Core().read_model(str(folder / "openvino_model.xml")).get_ops()
+        if op.get_type_name() == "Constant"
+    )  # the tied table is the head's too: read whole per token
     rows = []
     for label, settings in OV_GENAI_SETTINGS.items():
-        row, _ = loop_row(f"OpenVINO GenAI INT4 (optimum-intel, {label})", OV_GENAI_LOOP,
-                          [str(folder), str(prompt), str(new), str(trials), json.dumps(settings)], repeats, python)
+        row, _ = loop_row(
+            f"OpenVINO GenAI INT4 (optimum-intel, {label})",
+            OV_GENAI_LOOP,
+            [str(folder), str(prompt), str(new), str(trials), json.dumps(settings)],
+            repeats,
+            python,
+        )
         rows.append({**row, "weights_bytes": weights})
     return rows
 
@@ -453,7 +541,9 @@ def project(sample: str, prompt: int, new: int, trials: int) -> Path:
     text = re.sub(r"prompt_lengths = \[[^]]*\]", f"prompt_lengths = [{prompt}]", text)
     text = re.sub(r"new_tokens = \d+", f"new_tokens = {new}", text)
     text = re.sub(r"\ntrials = \d+.*", "", text)
-    text = re.sub(r"max_context = \d+", lambda m: f"max_context = {max(int(m.group(0).split()[-1]), prompt + new)}", text)
+    text = re.sub(
+        r"max_context = \d+", lambda m: f"max_context = {max(int(m.group(0).split()[-1]), prompt + new)}", text
+    )
     (folder / "tapeout.toml").write_text(text.replace("[workload]\n", f"[workload]\ntrials = {trials}\n"))
     return folder
 
@@ -461,11 +551,16 @@ def project(sample: str, prompt: int, new: int, trials: int) -> Path:
 def build(folder: Path, profile: str, repeats: int) -> dict:
     base, extra = VARIANTS.get(profile, (profile, ""))
     spec = OUT / f"{profile}.toml"
-    spec.write_text(f'extends = "{base}"\n[options]\nthreads = 2\n[check]\nrepeats = {repeats}\niterations = 100\n'
-                    f"op_profile = false\n{extra}")
+    spec.write_text(
+        f'extends = "{base}"\n[options]\nthreads = 2\n[check]\nrepeats = {repeats}\niterations = 100\n'
+        f"op_profile = false\n{extra}"
+    )
     out = OUT / f"{folder.name}-{profile}"
-    result = subprocess.run([sys.executable, "-m", "tapeout", "build", str(folder), "--profile", str(spec),
-                             "--out", str(out), "--json"], capture_output=True, text=True)
+    result = subprocess.run(
+        [sys.executable, "-m", "tapeout", "build", str(folder), "--profile", str(spec), "--out", str(out), "--json"],
+        capture_output=True,
+        text=True,
+    )
     if result.returncode not in (0, 1):
         sys.exit(f"tapeout build --profile {profile} failed: {result.stderr.strip().splitlines()[-1:]}")
     return json.loads((out / "report.json").read_text())
@@ -476,8 +571,13 @@ def bounds(values: np.ndarray) -> str:
     from tapeout.reports.generation import interval
 
     q = stats.summarize([values], 0.95, quantiles=(0.5,)).quantiles["p50"]
-    return interval({"point": q.point, "lower": q.lower if np.isfinite(q.lower) else None,
-                     "upper": q.upper if np.isfinite(q.upper) else None})
+    return interval(
+        {
+            "point": q.point,
+            "lower": q.lower if np.isfinite(q.lower) else None,
+            "upper": q.upper if np.isfinite(q.upper) else None,
+        }
+    )
 
 
 def loop_row(name: str, loop: str, args: list[str], repeats: int, python: str = sys.executable) -> tuple[dict, dict]:
@@ -489,18 +589,33 @@ def loop_row(name: str, loop: str, args: list[str], repeats: int, python: str = 
         runs.append(json.loads(done.stdout.strip().splitlines()[-1]))
     ttft = np.concatenate([r["ttft_ms"] for r in runs])
     tpot = np.concatenate([r["tpot_ms"] for r in runs])
-    return {"name": name, "ttft": bounds(ttft), "tpot": bounds(tpot), "tpot_p50": float(np.median(tpot)),
-            "tok_s": 1e3 / float(np.median(tpot)), "peak": max(r["peak_rss_mb"] for r in runs),
-            "again": [python, "-c", loop, *args]}, runs[0]
+    return {
+        "name": name,
+        "ttft": bounds(ttft),
+        "tpot": bounds(tpot),
+        "tpot_p50": float(np.median(tpot)),
+        "tok_s": 1e3 / float(np.median(tpot)),
+        "peak": max(r["peak_rss_mb"] for r in runs),
+        "again": [python, "-c", loop, *args],
+    }, runs[0]
 
 
-def torch_row(folder: Path, prompt: int, new: int, trials: int, repeats: int, device: str = "cpu",
-              dtype: str = "float32", mode: str = "eager") -> dict:
+def torch_row(
+    folder: Path,
+    prompt: int,
+    new: int,
+    trials: int,
+    repeats: int,
+    device: str = "cpu",
+    dtype: str = "float32",
+    mode: str = "eager",
+) -> dict:
     label = {"float32": "FP32", "float16": "FP16"}[dtype]
     where = " on the GPU" if device == "cuda" else ""
     name = f"torch {'eager' if mode == 'eager' else 'torch.compile (dynamic=True)'} {label}{where} (its own KV cache)"
-    row, first = loop_row(name, TORCH_LOOP, [str(folder), str(prompt), str(new), str(trials), device, dtype, mode],
-                          repeats)
+    row, first = loop_row(
+        name, TORCH_LOOP, [str(folder), str(prompt), str(new), str(trials), device, dtype, mode], repeats
+    )
     if device == "cuda":
         row["peak"] = first["gpu_peak_mb"]
     row["kv_scale"] = 0.5 if dtype == "float16" else 1.0  # its cache in the model's dtype
@@ -538,23 +653,33 @@ def tapeout_row(report: dict, prompt: int) -> dict:
     tok = w["decode_tokens_per_s"]
     acc = report.get("accuracy") or {}
     est = (report.get("estimate") or {}).get("generation") or {}
-    return {"est_ttft": ((est.get("ttft_ms") or {}).get(str(prompt)) or {}).get("lower_bound"),
-            "est_tpot": ((est.get("tpot_ms") or {}).get("lower_bound") or {}).get("p50"),
-            "name": f"tapeout {report['profile']['name'].split('/')[-1]} ({report['profile']['precision']})",
-            "again": [sys.executable, "-m", "tapeout", "check", report["build_dir"], "--repeats", "1", "--json"],
-            "ttft": interval(t), "tpot": interval(p), "tpot_p50": p["point"],
-            "tok_s": tok["point"], "weights_bytes": plan_read_bytes(report),
-            "peak": (w["memory_mb"].get("device") or {}).get("peak") if report["target"]["name"] == "ort-cuda"
-            else w["memory_mb"]["peak_rss"],
-            "ppl": acc.get("artifact"), "agree": w["agreement"]["share"]}
+    return {
+        "est_ttft": ((est.get("ttft_ms") or {}).get(str(prompt)) or {}).get("lower_bound"),
+        "est_tpot": ((est.get("tpot_ms") or {}).get("lower_bound") or {}).get("p50"),
+        "name": f"tapeout {report['profile']['name'].split('/')[-1]} ({report['profile']['precision']})",
+        "again": [sys.executable, "-m", "tapeout", "check", report["build_dir"], "--repeats", "1", "--json"],
+        "ttft": interval(t),
+        "tpot": interval(p),
+        "tpot_p50": p["point"],
+        "tok_s": tok["point"],
+        "weights_bytes": plan_read_bytes(report),
+        "peak": (w["memory_mb"].get("device") or {}).get("peak")
+        if report["target"]["name"] == "ort-cuda"
+        else w["memory_mb"]["peak_rss"],
+        "ppl": acc.get("artifact"),
+        "agree": w["agreement"]["share"],
+    }
 
 
 def measured_again(build_dir: str, repeats: int) -> dict:
     """The workload figures of a kept build measured now, by `tapeout check` in `repeats` fresh processes: a build's
     own figures are from when it was built, and the other rows are measured in this run (exit 1 is a missed
     budget: the figures still stand)."""
-    done = subprocess.run([sys.executable, "-m", "tapeout", "check", build_dir, "--repeats", str(repeats), "--json"],
-                          capture_output=True, text=True)
+    done = subprocess.run(
+        [sys.executable, "-m", "tapeout", "check", build_dir, "--repeats", str(repeats), "--json"],
+        capture_output=True,
+        text=True,
+    )
     if done.returncode not in (0, 1):
         sys.exit(f"tapeout check {build_dir} failed: {(done.stderr or done.stdout).strip().splitlines()[-1:]}")
     return json.loads(done.stdout)["workload"]
@@ -581,7 +706,7 @@ def interleaved(rows: list[dict], rounds: int, prompt: int) -> None:
     got: dict[str, list[tuple[float, float]]] = {r["name"]: [] for r in rows}
     for k in range(rounds):
         print(f"round {k + 1} of {rounds} …", file=sys.stderr, flush=True)
-        for r in rows[k % len(rows):] + rows[:k % len(rows)]:
+        for r in rows[k % len(rows) :] + rows[: k % len(rows)]:
             got[r["name"]].append(one_process(r["again"], prompt))
     ours = [n for n in got if n.startswith("tapeout")]
     peers = [n for n in got if not n.startswith("tapeout")]
@@ -592,8 +717,10 @@ def interleaved(rows: list[dict], rounds: int, prompt: int) -> None:
     def ahead(ratios) -> str:  # the per-round ratios, and in how many rounds the tapeout row was ahead
         return f"{spread(ratios)}, ahead {int(np.sum(ratios < 1))}/{len(ratios)}"
 
-    print(f"\nInterleaved: {rounds} rounds, one fresh process per row per round (order rotated); median of the "
-          "per-round p50s [min, max], ms\n")
+    print(
+        f"\nInterleaved: {rounds} rounds, one fresh process per row per round (order rotated); median of the "
+        "per-round p50s [min, max], ms\n"
+    )
     header = ["build", "TTFT", "TPOT", "TTFT / best other's, per round", "TPOT / best other's, per round"]
     table = []
     for name in got:
@@ -617,15 +744,36 @@ def main() -> None:
     parser.add_argument("--trials", type=int, default=5)
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--profiles", help=f"the tapeout rows, comma-separated (default: {','.join(PROFILES)})")
-    parser.add_argument("--llamacpp", metavar="SRC", type=Path, help="a Hugging Face sample: add llama.cpp Q4_0 and "
-                        "Q8_0 rows; SRC is llama.cpp's source tree (its converter; see the docstring)")
-    parser.add_argument("--skip-build", action="store_true", help="reuse the builds under bench/builds/generate (building what is missing)")
-    parser.add_argument("--rounds", type=int, default=0, help="then every row but torch's again, interleaved: this "
-                        "many rounds of one fresh process per row (CPU only)")
-    parser.add_argument("--cuda", action="store_true", help="on an NVIDIA GPU: ort-cuda builds (cuda-fp32, cuda-fp16) "
-                        "against torch eager and torch.compile on the GPU, FP32 and FP16")
-    parser.add_argument("--openvino-genai", metavar="PYTHON", help="a Hugging Face sample: add OpenVINO GenAI rows, run by this "
-                        "interpreter of an environment with optimum-intel and openvino-genai (see the docstring)")
+    parser.add_argument(
+        "--llamacpp",
+        metavar="SRC",
+        type=Path,
+        help="a Hugging Face sample: add llama.cpp Q4_0 and "
+        "Q8_0 rows; SRC is llama.cpp's source tree (its converter; see the docstring)",
+    )
+    parser.add_argument(
+        "--skip-build",
+        action="store_true",
+        help="reuse the builds under bench/builds/generate (building what is missing)",
+    )
+    parser.add_argument(
+        "--rounds",
+        type=int,
+        default=0,
+        help="then every row but torch's again, interleaved: this many rounds of one fresh process per row (CPU only)",
+    )
+    parser.add_argument(
+        "--cuda",
+        action="store_true",
+        help="on an NVIDIA GPU: ort-cuda builds (cuda-fp32, cuda-fp16) "
+        "against torch eager and torch.compile on the GPU, FP32 and FP16",
+    )
+    parser.add_argument(
+        "--openvino-genai",
+        metavar="PYTHON",
+        help="a Hugging Face sample: add OpenVINO GenAI rows, run by this "
+        "interpreter of an environment with optimum-intel and openvino-genai (see the docstring)",
+    )
     args = parser.parse_args()
     args.prompt = args.prompt or DEFAULTS[args.sample][0]
     args.new = args.new or DEFAULTS[args.sample][1]
@@ -640,7 +788,7 @@ def main() -> None:
     unknown = sorted(set(chosen) - set(PROFILES) - set(CUDA_PROFILES))
     if unknown:
         sys.exit(f"--profiles: unknown {', '.join(unknown)}; choose from {', '.join(PROFILES + CUDA_PROFILES)}")
-    for profile in (CUDA_PROFILES if args.cuda else chosen):
+    for profile in CUDA_PROFILES if args.cuda else chosen:
         kept = OUT / f"{args.sample}-{profile}" / "report.json"
         if args.skip_build and kept.is_file():
             report = json.loads(kept.read_text())
@@ -652,8 +800,11 @@ def main() -> None:
         rows.append(tapeout_row(report, args.prompt))
     layout = CacheLayout.from_json(report["workload"]["layout"])
     if args.cuda:
-        rows += [torch_row(folder, args.prompt, args.new, args.trials, args.repeats, "cuda", dtype, mode)
-                 for mode in ("eager", "compile") for dtype in ("float32", "float16")]
+        rows += [
+            torch_row(folder, args.prompt, args.new, args.trials, args.repeats, "cuda", dtype, mode)
+            for mode in ("eager", "compile")
+            for dtype in ("float32", "float16")
+        ]
     else:
         sys.path.insert(0, str(folder))
         import model as sample  # the sample's own maker: the same config and seed as the builds'
@@ -672,38 +823,66 @@ def main() -> None:
     params = next((r.pop("params") for r in rows if "params" in r), 0)
     for r in rows:
         r.pop("params", None)
-    print(f"{args.sample} ({params / 1e6:.1f} M parameters), prompt {args.prompt}, {args.new} new tokens, batch 1, 2 threads, "
-          f"{args.repeats} fresh processes × {args.trials} generations per row")
+    print(
+        f"{args.sample} ({params / 1e6:.1f} M parameters), prompt {args.prompt}, {args.new} new tokens, batch 1, 2 threads, "
+        f"{args.repeats} fresh processes × {args.trials} generations per row"
+    )
     print(f"host: {cpu} ({platform.machine()}), flags: {' '.join(sorted(flags))}")
     if args.cuda:
         print(f"GPU: {state['gpu']}")
-    print(f"{'device-to-device' if args.cuda else 'host'} copy bandwidth {state['bandwidth_gbs']:.1f} GB/s (range "
-          f"{state['bandwidth_gbs_range'][0]:.1f}–{state['bandwidth_gbs_range'][1]:.1f}); times in ms, p50 [95 % bounds]\n")
-    header = ["build", "TTFT p50", "TPOT p50", "decode tok/s", "peak GPU MB (NVML)" if args.cuda else "peak RSS MB",
-              "roofline ms", "TPOT/roofline",
-              "est. TTFT ≥", "est. TPOT ≥", "perplexity", "greedy agreement"]
+    print(
+        f"{'device-to-device' if args.cuda else 'host'} copy bandwidth {state['bandwidth_gbs']:.1f} GB/s (range "
+        f"{state['bandwidth_gbs_range'][0]:.1f}–{state['bandwidth_gbs_range'][1]:.1f}); times in ms, p50 [95 % bounds]\n"
+    )
+    header = [
+        "build",
+        "TTFT p50",
+        "TPOT p50",
+        "decode tok/s",
+        "peak GPU MB (NVML)" if args.cuda else "peak RSS MB",
+        "roofline ms",
+        "TPOT/roofline",
+        "est. TTFT ≥",
+        "est. TPOT ≥",
+        "perplexity",
+        "greedy agreement",
+    ]
     table = []
     for r in rows:
         kv = layout.kv_bytes(int(mean_position)) * r.get("kv_scale", 1.0)
         roof = (r["weights_bytes"] + kv) / (state["bandwidth_gbs"] * 1e9) * 1e3
-        table.append([r["name"], r["ttft"], r["tpot"], f"{r['tok_s']:.0f}",
-                      "—" if r.get("peak") is None else f"{r['peak']:.0f}", f"{roof:.3f}",
-                      f"{r['tpot_p50'] / roof:.1f}×", *("—" if r.get(k) is None else f"{r[k]:.3f}"
-                                                       for k in ("est_ttft", "est_tpot")),
-                      "—" if r.get("ppl") is None else f"{r['ppl']:.4f}",
-                      "—" if r.get("agree") is None else f"{r['agree']:.0%}"])
+        table.append(
+            [
+                r["name"],
+                r["ttft"],
+                r["tpot"],
+                f"{r['tok_s']:.0f}",
+                "—" if r.get("peak") is None else f"{r['peak']:.0f}",
+                f"{roof:.3f}",
+                f"{r['tpot_p50'] / roof:.1f}×",
+                *("—" if r.get(k) is None else f"{r[k]:.3f}" for k in ("est_ttft", "est_tpot")),
+                "—" if r.get("ppl") is None else f"{r['ppl']:.4f}",
+                "—" if r.get("agree") is None else f"{r['agree']:.0%}",
+            ]
+        )
     widths = [max(len(str(x)) for x in col) for col in zip(header, *table, strict=True)]
     for line in (header, ["-" * w for w in widths], *table):
         print("  ".join(str(x).ljust(w) for x, w in zip(line, widths, strict=True)))
-    copy = ("the GPU's device-to-device copy, read + write counted; at batch 1 a small decoder's step is kernel "
-            "launches and the token's trip to the host, not bytes" if args.cuda else "one thread's numpy copy, read + "
-            "write counted: a runtime reading with 2 threads can beat it, so TPOT/roofline below 1× means faster than "
-            "that copy, not faster than memory")
-    print("\nroofline: the weights a decode step reads at their stored precision (an embedding table only a lookup reads: "
-          f"one row) + keys and values at the mean decoded position, over the copy bandwidth above ({copy}). est. TTFT/TPOT: the build's own estimate of its loop "
-          "(report.json estimate.generation: each phase's kernels at the roofline of this host, the graph's own bytes, "
-          "the cache's copies included; docs/estimator.md). Perplexity "
-          "(per byte, held-out text, teacher-forced through the cache) and agreement are the builds' own.")
+    copy = (
+        "the GPU's device-to-device copy, read + write counted; at batch 1 a small decoder's step is kernel "
+        "launches and the token's trip to the host, not bytes"
+        if args.cuda
+        else "one thread's numpy copy, read + "
+        "write counted: a runtime reading with 2 threads can beat it, so TPOT/roofline below 1× means faster than "
+        "that copy, not faster than memory"
+    )
+    print(
+        "\nroofline: the weights a decode step reads at their stored precision (an embedding table only a lookup reads: "
+        f"one row) + keys and values at the mean decoded position, over the copy bandwidth above ({copy}). est. TTFT/TPOT: the build's own estimate of its loop "
+        "(report.json estimate.generation: each phase's kernels at the roofline of this host, the graph's own bytes, "
+        "the cache's copies included; docs/estimator.md). Perplexity "
+        "(per byte, held-out text, teacher-forced through the cache) and agreement are the builds' own."
+    )
     if args.rounds and not args.cuda:
         interleaved(rows, args.rounds, args.prompt)
 

@@ -42,16 +42,23 @@ from cuda_host import cuda_torch, fail
 
 REPO = Path(__file__).resolve().parents[1]
 
+
 def _project(sample: str) -> Path:
     """The sample's project as one forward call: tiny-lm's own tapeout.toml is a generate workload (bench/generate.py
     measures that); forward.toml is the same model as one call over 128 bytes, what this benchmark compares."""
     folder = REPO / "samples" / sample
     return folder / "forward.toml" if (folder / "forward.toml").is_file() else folder
 
+
 OUT = REPO / "bench" / "builds" / "gpu"
 BUILD_SECONDS: dict[str, float] = {}
 COMPILE_SECONDS: dict[str, float] = {}
-PRECISIONS = ("fp32", "fp16", "bf16", "int8")  # of the tapeout builds: ort-cuda fp32/fp16, aoti-cuda fp32/bf16, TensorRT fp16/int8
+PRECISIONS = (
+    "fp32",
+    "fp16",
+    "bf16",
+    "int8",
+)  # of the tapeout builds: ort-cuda fp32/fp16, aoti-cuda fp32/bf16, TensorRT fp16/int8
 CASES = (("minilm", 1), ("minilm", 32), ("digits-cnn", 1), ("tiny-lm", 1))
 PROFILE = """extends = "{base}"
 [check]
@@ -83,13 +90,29 @@ def build(sample: str, precision: str, skip: bool, base: str = "cuda") -> Path:
     profile = OUT / f"bench-{base}-{precision}.toml"
     profile.write_text(PROFILE.format(base=f"{base}-{precision}"))
     started = time.perf_counter()
-    result = subprocess.run([sys.executable, "-m", "tapeout", "build", str(_project(sample)), "--profile",
-                             str(profile), "--out", str(out), "--json"], capture_output=True, text=True)
+    result = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "tapeout",
+            "build",
+            str(_project(sample)),
+            "--profile",
+            str(profile),
+            "--out",
+            str(out),
+            "--json",
+        ],
+        capture_output=True,
+        text=True,
+    )
     if result.returncode not in (0, 1):
         fail(f"build {sample} {precision} exited {result.returncode}: {result.stderr.strip().splitlines()[-1:]}")
     BUILD_SECONDS[f"{sample} {base}-{precision}"] = time.perf_counter() - started
-    print(f"built {sample} {base}-{precision} in {time.perf_counter() - started:.0f} s (exit {result.returncode})",
-          file=sys.stderr)
+    print(
+        f"built {sample} {base}-{precision} in {time.perf_counter() - started:.0f} s (exit {result.returncode})",
+        file=sys.stderr,
+    )
     return out
 
 
@@ -123,20 +146,25 @@ def _torch_variants(torch, sample: str, feeds: dict[str, np.ndarray], max_autotu
                 result = model(*args)
             torch.cuda.synchronize()
             return result
+
         if label:  # the first call compiles: timed apart, so the table's warm-up is not the compile
             started = time.perf_counter()
             call()
             COMPILE_SECONDS[f"{sample} {label}"] = time.perf_counter() - started
         return call
 
-    variants = {"torch eager FP32": runner(module, tensors(torch.float32)),
-                "torch eager FP16": runner(half, tensors(torch.float16)),
-                "torch eager BF16": runner(bf16, tensors(torch.bfloat16)),
-                "torch.compile FP16": runner(torch.compile(half), tensors(torch.float16), "torch.compile FP16")}
+    variants = {
+        "torch eager FP32": runner(module, tensors(torch.float32)),
+        "torch eager FP16": runner(half, tensors(torch.float16)),
+        "torch eager BF16": runner(bf16, tensors(torch.bfloat16)),
+        "torch.compile FP16": runner(torch.compile(half), tensors(torch.float16), "torch.compile FP16"),
+    }
     if max_autotune:
         variants["torch.compile max-autotune FP16"] = runner(
-            torch.compile(copy.deepcopy(half), mode="max-autotune"), tensors(torch.float16),
-            "torch.compile max-autotune FP16")
+            torch.compile(copy.deepcopy(half), mode="max-autotune"),
+            tensors(torch.float16),
+            "torch.compile max-autotune FP16",
+        )
     return variants
 
 
@@ -201,8 +229,15 @@ def _time(variants: dict, blocks: int, runs: int, nvml, handle) -> dict:
                 times[name].append((time.perf_counter_ns() - t0) / 1e6)
                 count += 1
             energy[name].append((nvml.nvmlDeviceGetTotalEnergyConsumption(handle) - e0) / count)  # mJ
-    return {name: {"p50": float(np.percentile(t, 50)), "p90": float(np.percentile(t, 90)), "runs": len(t),
-                   "mj": float(np.median(energy[name]))} for name, t in times.items()}
+    return {
+        name: {
+            "p50": float(np.percentile(t, 50)),
+            "p90": float(np.percentile(t, 90)),
+            "runs": len(t),
+            "mj": float(np.median(energy[name])),
+        }
+        for name, t in times.items()
+    }
 
 
 def main() -> None:
@@ -212,10 +247,18 @@ def main() -> None:
     parser.add_argument("--runs", type=int, default=40, help="runs per block (a block also lasts at least 0.5 s)")
     parser.add_argument("--samples", nargs="+", choices=sorted({s for s, _ in CASES}), help="only these samples' cases")
     parser.add_argument("--batches", nargs="+", type=int, help="only the cases at these batch sizes")
-    parser.add_argument("--precisions", nargs="+", choices=PRECISIONS, default=PRECISIONS,
-                        help="only tapeout builds at these precisions (each aoti-cuda build compiles on the GPU: ~2 min)")
-    parser.add_argument("--max-autotune", action="store_true",
-                        help="add torch.compile mode max-autotune (tens of seconds to minutes of compile per case)")
+    parser.add_argument(
+        "--precisions",
+        nargs="+",
+        choices=PRECISIONS,
+        default=PRECISIONS,
+        help="only tapeout builds at these precisions (each aoti-cuda build compiles on the GPU: ~2 min)",
+    )
+    parser.add_argument(
+        "--max-autotune",
+        action="store_true",
+        help="add torch.compile mode max-autotune (tens of seconds to minutes of compile per case)",
+    )
     args = parser.parse_args()
     torch, nvml, handle = _require_gpu()
     import triton
@@ -226,17 +269,20 @@ def main() -> None:
     no_ort, no_aoti, no_trt = (targets.why_not_here(t) for t in ("ort-cuda", "aoti-cuda", "tensorrt"))
     import onnxruntime as ort
 
-    print(f"GPU {nvml.nvmlDeviceGetName(handle)} · driver {nvml.nvmlSystemGetDriverVersion()} · torch {torch.__version__} "
-          f"(CUDA {torch.version.cuda}) · Triton {triton.__version__} · onnxruntime {ort.__version__} · "
-          f"CPU {platform.processor() or platform.machine()}")
+    print(
+        f"GPU {nvml.nvmlDeviceGetName(handle)} · driver {nvml.nvmlSystemGetDriverVersion()} · torch {torch.__version__} "
+        f"(CUDA {torch.version.cuda}) · Triton {triton.__version__} · onnxruntime {ort.__version__} · "
+        f"CPU {platform.processor() or platform.machine()}"
+    )
     for name, why in (("ort-cuda", no_ort), ("aoti-cuda", no_aoti), ("TensorRT", no_trt)):
         if why:
             print(f"{name} rows: not measured, {name} is not usable here ({why})")
     print("| case | variant | p50 ms | p90 ms | p50 vs torch eager FP16 | mJ / inference | cosine vs FP32 |")
     print("|---|---|---|---|---|---|---|")
     engines = []
-    cases = [(s, b) for s, b in CASES if (not args.samples or s in args.samples)
-             and (not args.batches or b in args.batches)]
+    cases = [
+        (s, b) for s, b in CASES if (not args.samples or s in args.samples) and (not args.batches or b in args.batches)
+    ]
     for sample, batch in cases:
         feeds = _inputs(sample, batch)
         variants = _torch_variants(torch, sample, feeds, args.max_autotune)
@@ -253,26 +299,34 @@ def main() -> None:
                 variants[f"tapeout aoti-cuda-{precision}"] = call
                 outputs[f"tapeout aoti-cuda-{precision}"] = run()
                 if batch == 1:
-                    engines.append(f"{sample} aoti-cuda-{precision}: package {engine.action} "
-                                   f"({engine.summary.get('build_seconds', 0):.1f} s to compile; "
-                                   f"{engine.summary.get('triton_kernels')} Triton kernels, "
-                                   f"{engine.summary.get('library_calls')} library calls)")
+                    engines.append(
+                        f"{sample} aoti-cuda-{precision}: package {engine.action} "
+                        f"({engine.summary.get('build_seconds', 0):.1f} s to compile; "
+                        f"{engine.summary.get('triton_kernels')} Triton kernels, "
+                        f"{engine.summary.get('library_calls')} library calls)"
+                    )
         if not no_trt and batch == 1:  # the shipped profiles' engines are built for [dims] batch = 1
             for precision in [p for p in ("fp16", "int8") if p in args.precisions]:
-                call, run, engine = _engine_variant("tensorrt", build(sample, precision, args.skip_build, base="tensorrt"),
-                                                     feeds)
+                call, run, engine = _engine_variant(
+                    "tensorrt", build(sample, precision, args.skip_build, base="tensorrt"), feeds
+                )
                 variants[f"tapeout tensorrt-{precision}"] = call
                 outputs[f"tapeout tensorrt-{precision}"] = run()
-                engines.append(f"{sample} tensorrt-{precision}: engine {engine.action} in {engine.seconds:.1f} s "
-                               f"({engine.summary.get('precisions')})")
+                engines.append(
+                    f"{sample} tensorrt-{precision}: engine {engine.action} in {engine.seconds:.1f} s "
+                    f"({engine.summary.get('precisions')})"
+                )
         for name in [n for n in variants if n.startswith("torch")]:
             outputs[name] = _first_output(variants[name]())
         reference = outputs["torch eager FP32"]
         results = _time(variants, args.blocks, args.runs, nvml, handle)
         base = results["torch eager FP16"]["p50"]
         for name, r in results.items():
-            print(f"| {sample} batch {batch} | {name} | {r['p50']:.4f} | {r['p90']:.4f} | {base / r['p50']:.2f}× | "
-                  f"{r['mj']:.4g} | {cosine(outputs[name], reference):.6f} |", flush=True)
+            print(
+                f"| {sample} batch {batch} | {name} | {r['p50']:.4f} | {r['p90']:.4f} | {base / r['p50']:.2f}× | "
+                f"{r['mj']:.4g} | {cosine(outputs[name], reference):.6f} |",
+                flush=True,
+            )
     for line in engines:
         print(line)
     for what, seconds in {**BUILD_SECONDS, **COMPILE_SECONDS}.items():

@@ -46,17 +46,27 @@ def matmulnbits_ms(kernel, case, dtype: str, calls: int) -> str:
     if elem is None:
         return f"not measured: MatMulNBits takes float16 or float32, not {dtype}"
     m, n, k = case["m"], case["n"], case["k"]
-    weights = [numpy_helper.from_array(inputs["weight"].numpy(), "B"),
-               numpy_helper.from_array(inputs["scales"].reshape(-1).numpy(), "scales")]
+    weights = [
+        numpy_helper.from_array(inputs["weight"].numpy(), "B"),
+        numpy_helper.from_array(inputs["scales"].reshape(-1).numpy(), "scales"),
+    ]
     names = ["A", "B", "scales"]
     if inputs["zero_points"] is not None:
         weights.append(numpy_helper.from_array(inputs["zero_points"].reshape(-1).numpy(), "zp"))
         names.append("zp")
-    node = helper.make_node("MatMulNBits", names, ["Y"], domain="com.microsoft", K=k, N=n, bits=kernel.bits,
-                            block_size=inputs["group"])
-    graph = helper.make_graph([node], "gemv", [helper.make_tensor_value_info("A", elem, [m, k])],
-                              [helper.make_tensor_value_info("Y", elem, [m, n])], initializer=weights)
-    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 21), helper.make_opsetid("com.microsoft", 1)])
+    node = helper.make_node(
+        "MatMulNBits", names, ["Y"], domain="com.microsoft", K=k, N=n, bits=kernel.bits, block_size=inputs["group"]
+    )
+    graph = helper.make_graph(
+        [node],
+        "gemv",
+        [helper.make_tensor_value_info("A", elem, [m, k])],
+        [helper.make_tensor_value_info("Y", elem, [m, n])],
+        initializer=weights,
+    )
+    model = helper.make_model(
+        graph, opset_imports=[helper.make_opsetid("", 21), helper.make_opsetid("com.microsoft", 1)]
+    )
     model.ir_version = 10
     session = ort.InferenceSession(model.SerializeToString(), providers=["CUDAExecutionProvider"])
     binding = session.io_binding()
@@ -82,8 +92,14 @@ def minilm_rows(dtype: str, calls: int, device_key: str) -> None:
     from tapeout.measurement import kernel_harness as harness
     from tapeout.targets.kernels import substitute, timings
 
-    config = BertConfig(vocab_size=30522, hidden_size=384, num_hidden_layers=6, num_attention_heads=12,
-                        intermediate_size=1536, max_position_embeddings=512)
+    config = BertConfig(
+        vocab_size=30522,
+        hidden_size=384,
+        num_hidden_layers=6,
+        num_attention_heads=12,
+        intermediate_size=1536,
+        max_position_embeddings=512,
+    )
     torch.manual_seed(0)
     model = BertModel(config, add_pooling_layer=False).eval().to("cuda", getattr(torch, dtype))
 
@@ -91,8 +107,10 @@ def minilm_rows(dtype: str, calls: int, device_key: str) -> None:
         g = torch.Generator().manual_seed(seed)
         mask = torch.ones(1, 128, dtype=torch.int64)
         mask[0, 100:] = 0
-        return tuple(t.cuda() for t in (torch.randint(0, 30522, (1, 128), generator=g), mask,
-                                         torch.zeros(1, 128, dtype=torch.int64)))
+        return tuple(
+            t.cuda()
+            for t in (torch.randint(0, 30522, (1, 128), generator=g), mask, torch.zeros(1, 128, dtype=torch.int64))
+        )
 
     pool = [draw(i) for i in range(harness.POOL)]
     rows = []
@@ -125,13 +143,18 @@ def minilm_rows(dtype: str, calls: int, device_key: str) -> None:
     torch._dynamo.reset()
     timed("exported, kernels substituted, torch.compile", torch.compile(module))
     diff = f"{float((got.float() - want.float()).abs().max()):.3g}" if got is not None and want is not None else "—"
-    print(f"\n# MiniLM (all-MiniLM-L6-v2 architecture, random weights) batch 1, sequence 128 (28 padded), {dtype}; "
-          f"{calls} calls over {len(pool)} input sets, no L2 flush; {time.perf_counter() - start:.0f} s with compiles")
+    print(
+        f"\n# MiniLM (all-MiniLM-L6-v2 architecture, random weights) batch 1, sequence 128 (28 padded), {dtype}; "
+        f"{calls} calls over {len(pool)} input sets, no L2 flush; {time.perf_counter() - start:.0f} s with compiles"
+    )
     print("| path | p50 ms | p90 ms | note |\n|---|---|---|---|")
     for label, p50, p90, note in rows:
         print(f"| {label} | {p50:.4f} | {p90:.4f} | {note} |" if p50 is not None else f"| {label} | — | — | {note} |")
-    print(f"max |substituted − eager| on the output: {diff}; ort-cuda's MiniLM batch 1 (issue 32): 1.37 ms p50 on "
-          "an H100; the issue's goal ≤ 0.5 ms there", flush=True)
+    print(
+        f"max |substituted − eager| on the output: {diff}; ort-cuda's MiniLM batch 1 (issue 32): 1.37 ms p50 on "
+        "an H100; the issue's goal ≤ 0.5 ms there",
+        flush=True,
+    )
 
 
 def main() -> int:
@@ -139,11 +162,20 @@ def main() -> int:
     parser.add_argument("kernels", nargs="*")
     parser.add_argument("--calls", type=int, default=100)
     parser.add_argument("--dtype", default="float16")
-    parser.add_argument("--max-autotune-cases", type=int, default=None, metavar="N",
-                        help="compile max-autotune for each kernel's first N cases only (default: all; each is a "
-                             "compile of tens of seconds)")
-    parser.add_argument("--model", choices=("minilm", "none"), default="minilm",
-                        help="the model-level rows after the kernels (default minilm)")
+    parser.add_argument(
+        "--max-autotune-cases",
+        type=int,
+        default=None,
+        metavar="N",
+        help="compile max-autotune for each kernel's first N cases only (default: all; each is a "
+        "compile of tens of seconds)",
+    )
+    parser.add_argument(
+        "--model",
+        choices=("minilm", "none"),
+        default="minilm",
+        help="the model-level rows after the kernels (default minilm)",
+    )
     parser.add_argument("--model-only", action="store_true", help="only the model-level rows, from saved timings")
     args = parser.parse_args()
     torch = cuda_torch("run it on the GPU machine; `tapeout kernels verify` checks the kernels here")
@@ -157,11 +189,15 @@ def main() -> int:
 
     where = harness.gpu()
     spec = device_matching(where["name"])
-    print(f"# {where['name']} (sm{where['capability'][0]}{where['capability'][1]}, L2 {where['l2_bytes'] >> 20} MiB); "
-          f"torch {torch.__version__}, triton {triton.__version__}; roof from "
-          f"{spec.name if spec else 'no device spec names this GPU'}; host {platform.processor() or platform.machine()}")
-    print("| kernel | case | dtype | kernel p50 (p90) ms | eager ms | Inductor ms | max-autotune ms | best other / kernel "
-          "| GB/s | roof | host launch µs | MatMulNBits (CUDA EP) |")
+    print(
+        f"# {where['name']} (sm{where['capability'][0]}{where['capability'][1]}, L2 {where['l2_bytes'] >> 20} MiB); "
+        f"torch {torch.__version__}, triton {triton.__version__}; roof from "
+        f"{spec.name if spec else 'no device spec names this GPU'}; host {platform.processor() or platform.machine()}"
+    )
+    print(
+        "| kernel | case | dtype | kernel p50 (p90) ms | eager ms | Inductor ms | max-autotune ms | best other / kernel "
+        "| GB/s | roof | host launch µs | MatMulNBits (CUDA EP) |"
+    )
     print("|---|---|---|---|---|---|---|---|---|---|---|---|")
     failed = 0
     for name in [] if args.model_only else args.kernels or registry.names():
@@ -177,8 +213,9 @@ def main() -> int:
         found = []
         for part, autotune in ((cases[:tuned], True), (cases[tuned:], False)):
             if part:  # (bench() given no cases times them all)
-                found += harness.bench(kernel, args.dtype, args.calls, part, max_autotune=autotune, spec=spec,
-                                       retune=True)
+                found += harness.bench(
+                    kernel, args.dtype, args.calls, part, max_autotune=autotune, spec=spec, retune=True
+                )
         for row in found:
             others = [t for t in (row.eager_ms, row.inductor_ms, row.max_autotune_ms) if t]
             ort_row = "—"
@@ -187,11 +224,13 @@ def main() -> int:
                 ort_row = matmulnbits_ms(kernel, case, args.dtype, args.calls)
             inductor = f"{row.inductor_ms:.4f}" if row.inductor_ms else "—"
             autotuned = f"{row.max_autotune_ms:.4f}" if row.max_autotune_ms else "not compiled (--max-autotune-cases)"
-            print(f"| {name} | {row.case} ({row.label}) | {row.dtype} | {row.kernel_ms:.4f} ({row.kernel_p90_ms:.4f}) | "
-                  f"{row.eager_ms:.4f} | {inductor} | {autotuned} | {min(others) / row.kernel_ms:.2f}× | "
-                  f"{row.achieved_gbs:.0f} | {f'{row.roof_fraction:.0%}' if row.roof_fraction else '—'} | "
-                  f"{row.launch_us:.0f} | {ort_row} |"
-                  + "".join(f" {n}" for n in row.notes), flush=True)
+            print(
+                f"| {name} | {row.case} ({row.label}) | {row.dtype} | {row.kernel_ms:.4f} ({row.kernel_p90_ms:.4f}) | "
+                f"{row.eager_ms:.4f} | {inductor} | {autotuned} | {min(others) / row.kernel_ms:.2f}× | "
+                f"{row.achieved_gbs:.0f} | {f'{row.roof_fraction:.0%}' if row.roof_fraction else '—'} | "
+                f"{row.launch_us:.0f} | {ort_row} |" + "".join(f" {n}" for n in row.notes),
+                flush=True,
+            )
     sys.stdout.flush()
     if args.model == "minilm":
         minilm_rows(args.dtype, args.calls, where["key"])

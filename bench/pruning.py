@@ -31,11 +31,13 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
 
+
 def _project(sample: str) -> Path:
     """The sample's project as one forward call: tiny-lm's own tapeout.toml is a generate workload (bench/generate.py
     measures that); forward.toml is the same model as one call over 128 bytes, what this benchmark compares."""
     folder = REPO / "samples" / sample
     return folder / "forward.toml" if (folder / "forward.toml").is_file() else folder
+
 
 OUT = REPO / "bench" / "builds" / "pruning"
 sys.path.insert(0, str(Path(__file__).parent))
@@ -70,14 +72,30 @@ def profile(sample: str, base: str, pruned: bool, ratio: float | None) -> Path:
     OUT.mkdir(parents=True, exist_ok=True)
     path = OUT / f"{sample}-{base}{tag(pruned, ratio)}.toml"
     budget = "accuracy_max_rel_drop = 0.05" if sample == "tiny-lm" else "accuracy_max_drop = 0.01"
-    path.write_text(f'extends = "{base}"\n' + (f"[pruning]\n{pruning(sample, ratio)}\n" if pruned else "")
-                    + f"[budgets]\n{budget}\n[check]\niterations = 100\nrepeats = 1\n")
+    path.write_text(
+        f'extends = "{base}"\n'
+        + (f"[pruning]\n{pruning(sample, ratio)}\n" if pruned else "")
+        + f"[budgets]\n{budget}\n[check]\niterations = 100\nrepeats = 1\n"
+    )
     return path
 
 
 def tapeout_build(sample: str, profile_path: Path, out: Path) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "tapeout", "build", str(_project(sample)), "--profile",
-                           str(profile_path), "--out", str(out)], capture_output=True, text=True)
+    return subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "tapeout",
+            "build",
+            str(_project(sample)),
+            "--profile",
+            str(profile_path),
+            "--out",
+            str(out),
+        ],
+        capture_output=True,
+        text=True,
+    )
 
 
 def build(sample: str, base: str, pruned: bool, skip: bool, ratio: float | None) -> tuple[Path, float | None]:
@@ -87,7 +105,9 @@ def build(sample: str, base: str, pruned: bool, skip: bool, ratio: float | None)
     started = time.perf_counter()
     result = tapeout_build(sample, profile(sample, base, pruned, ratio), out)
     if result.returncode not in (0, 1):
-        sys.exit(f"bench/pruning.py: build {out.name} exited {result.returncode}: {result.stderr.strip().splitlines()[-1:]}")
+        sys.exit(
+            f"bench/pruning.py: build {out.name} exited {result.returncode}: {result.stderr.strip().splitlines()[-1:]}"
+        )
     return out, time.perf_counter() - started
 
 
@@ -95,8 +115,12 @@ def run(sample: str, skip: bool, blocks: int, runs: int, ratio: float | None) ->
     import json
 
     metric = qbench.load_sample(sample)
-    variants = {"FP32": ("cpu-fp32", False), "pruned": ("cpu-fp32", True), "quantized": (LOW[sample], False),
-                "pruned + quantized": (LOW[sample], True)}
+    variants = {
+        "FP32": ("cpu-fp32", False),
+        "pruned": ("cpu-fp32", True),
+        "quantized": (LOW[sample], False),
+        "pruned + quantized": (LOW[sample], True),
+    }
     builds = {name: build(sample, base, pruned, skip, ratio) for name, (base, pruned) in variants.items()}
     fp32 = qbench.session(builds["FP32"][0] / "export" / "model.onnx")
     feeds = qbench.calibration(sample)[0]
@@ -111,10 +135,13 @@ def run(sample: str, skip: bool, blocks: int, runs: int, ratio: float | None) ->
         quality = ", ".join(f"{k} {v}" for k, v in qbench.quality(sample, metric, qbench.predictor(sess)).items())
         pruning = report.get("pruning")
         flops = f"−{pruning['flops_reduction']:.0%}" if pruning else "—"
-        print(f"| {name} | {ratio:.2f}× ({lo:.2f}–{hi:.2f}) | {ms:.3f} | {quality} | {flops} | "
-              f"{qbench.size_mb(artifact):.2f} | {seconds:.0f} | {report['exit_code']} |" if seconds is not None else
-              f"| {name} | {ratio:.2f}× ({lo:.2f}–{hi:.2f}) | {ms:.3f} | {quality} | {flops} | "
-              f"{qbench.size_mb(artifact):.2f} | (reused) | {report['exit_code']} |")
+        print(
+            f"| {name} | {ratio:.2f}× ({lo:.2f}–{hi:.2f}) | {ms:.3f} | {quality} | {flops} | "
+            f"{qbench.size_mb(artifact):.2f} | {seconds:.0f} | {report['exit_code']} |"
+            if seconds is not None
+            else f"| {name} | {ratio:.2f}× ({lo:.2f}–{hi:.2f}) | {ms:.3f} | {quality} | {flops} | "
+            f"{qbench.size_mb(artifact):.2f} | (reused) | {report['exit_code']} |"
+        )
 
 
 def frontier(sample: str, skip: bool, blocks: int, runs: int, rounds: int = 3) -> None:
@@ -137,8 +164,10 @@ def frontier(sample: str, skip: bool, blocks: int, runs: int, rounds: int = 3) -
         slug = re.sub(r"[^a-z0-9]+", "-", name.lower()).strip("-")
         out = OUT / f"{sample}-{low}-frontier-{slug}"
         path = OUT / f"{out.name}.toml"
-        path.write_text(f'extends = "{low}"\n[quantization]\nsensitivity = false\n[pruning]\n{body}\n'
-                        "distill_steps = 0\n[check]\niterations = 30\nrepeats = 1\n")
+        path.write_text(
+            f'extends = "{low}"\n[quantization]\nsensitivity = false\n[pruning]\n{body}\n'
+            "distill_steps = 0\n[check]\niterations = 30\nrepeats = 1\n"
+        )
         if not (skip and (out / "report.json").is_file()):
             result = tapeout_build(sample, path, out)
             if result.returncode not in (0, 1):  # 1: the accuracy budget fails without recovery, as expected
@@ -162,8 +191,10 @@ def frontier(sample: str, skip: bool, blocks: int, runs: int, rounds: int = 3) -
     print("|---|---|---|---|---|")
     for name, rows in timed.items():
         speed = float(np.median([r[0] for r in rows]))
-        print(f"| {name} | {flops[name]} | {speed:.2f}× ({min(r[1] for r in rows):.2f}–{max(r[2] for r in rows):.2f})"
-              f" | {speed / base:.2f}× | {float(np.median([r[3] for r in rows])):.2f} |")
+        print(
+            f"| {name} | {flops[name]} | {speed:.2f}× ({min(r[1] for r in rows):.2f}–{max(r[2] for r in rows):.2f})"
+            f" | {speed / base:.2f}× | {float(np.median([r[3] for r in rows])):.2f} |"
+        )
     for name, why in refused.items():
         print(f"| {name} | — | not built: {why} | — | — |")
 
@@ -171,13 +202,18 @@ def frontier(sample: str, skip: bool, blocks: int, runs: int, rounds: int = 3) -
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--samples", nargs="+", default=["digits-cnn", "minilm", "tiny-lm"], choices=list(PRUNING))
-    parser.add_argument("--ratio", type=float, help="prune by this share instead of each sample's own (builds "
-                        "named -pruned-R)")
+    parser.add_argument(
+        "--ratio", type=float, help="prune by this share instead of each sample's own (builds named -pruned-R)"
+    )
     parser.add_argument("--skip-build", action="store_true")
     parser.add_argument("--blocks", type=int, default=8)
     parser.add_argument("--runs", type=int, default=40)
-    parser.add_argument("--frontier", action="store_true", help="time the quantized build pruned by several "
-                        "structures, without recovery, against FP32 and the quantized build alone")
+    parser.add_argument(
+        "--frontier",
+        action="store_true",
+        help="time the quantized build pruned by several "
+        "structures, without recovery, against FP32 and the quantized build alone",
+    )
     args = parser.parse_args()
     print(qbench.cpu_line())
     for sample in args.samples:

@@ -33,11 +33,13 @@ import numpy as np
 
 REPO = Path(__file__).resolve().parents[1]
 
+
 def _project(sample: str) -> Path:
     """The sample's project as one forward call: tiny-lm's own tapeout.toml is a generate workload (bench/generate.py
     measures that); forward.toml is the same model as one call over 128 bytes, what this benchmark compares."""
     folder = REPO / "samples" / sample
     return folder / "forward.toml" if (folder / "forward.toml").is_file() else folder
+
 
 PROFILES = {"minilm": "cpu-int8", "digits-cnn": "cpu-int8", "tiny-lm": "cpu-int4"}
 OV_PROFILES = {"minilm": "openvino-cpu-int8", "digits-cnn": "openvino-cpu-int8", "tiny-lm": "openvino-cpu-int4"}
@@ -62,8 +64,11 @@ class OpenVinoModel:
 
         core = ov.Core()
         source = core.read_model(str(model)) if isinstance(model, Path) else model
-        self.compiled = core.compile_model(source, "CPU", {"PERFORMANCE_HINT": "LATENCY", "INFERENCE_NUM_THREADS":
-                                                           str(threads), "INFERENCE_PRECISION_HINT": "f32"})
+        self.compiled = core.compile_model(
+            source,
+            "CPU",
+            {"PERFORMANCE_HINT": "LATENCY", "INFERENCE_NUM_THREADS": str(threads), "INFERENCE_PRECISION_HINT": "f32"},
+        )
         self.request = self.compiled.create_infer_request()
         self.names = [o.get_any_name() for o in self.compiled.outputs]
 
@@ -196,11 +201,13 @@ def neighbours(emb: np.ndarray) -> np.ndarray:
 def quality(sample: str, metric, predict) -> dict:
     if sample == "minilm":
         text = sys.modules["text"]  # the held-out sentences, as the sample's metric scores them
-        reference = np.load(REPO / "samples/minilm/data/reference.npy").astype(np.float64)[text.CALIBRATION:]
+        reference = np.load(REPO / "samples/minilm/data/reference.npy").astype(np.float64)[text.CALIBRATION :]
         emb = metric.embed(predict, text.held_out())
         cos = (emb * reference).sum(1) / (np.linalg.norm(emb, axis=1) * np.linalg.norm(reference, axis=1))
-        return {"mean cosine": f"{cos.mean():.4f}", "top-1 neighbour agreement":
-                f"{(neighbours(emb) == neighbours(reference)).mean():.3f}"}
+        return {
+            "mean cosine": f"{cos.mean():.4f}",
+            "top-1 neighbour agreement": f"{(neighbours(emb) == neighbours(reference)).mean():.3f}",
+        }
     if sample == "digits-cnn":
         return {"top-1": f"{metric.top1(predict):.4f}"}
     return {"perplexity": f"{metric.perplexity(predict):.4f}"}
@@ -218,14 +225,26 @@ def size_mb(path: Path) -> float:
 def run(sample: str, skip_build: bool, blocks: int, runs: int) -> None:
     build = OUT / f"{sample}-{PROFILES[sample]}"
     if not (skip_build and (build / "report.json").is_file()):
-        subprocess.run([sys.executable, "-m", "tapeout", "build", str(_project(sample)), "--profile",
-                        PROFILES[sample], "--out", str(build)], check=False)
+        subprocess.run(
+            [
+                sys.executable,
+                "-m",
+                "tapeout",
+                "build",
+                str(_project(sample)),
+                "--profile",
+                PROFILES[sample],
+                "--out",
+                str(build),
+            ],
+            check=False,
+        )
     fp32_path, artifact = build / "export" / "model.onnx", build / "artifact" / "model.onnx"
     if not artifact.is_file():
         print(f"{sample}: no artifact in {build}: the build failed before compiling", file=sys.stderr)
         return
     with np.load(build / "golden.npz") as data:
-        feeds = {k[len("input."):]: data[k][0] for k in data.files if k.startswith("input.")}
+        feeds = {k[len("input.") :]: data[k][0] for k in data.files if k.startswith("input.")}
     metric = load_sample(sample)
     fp32 = session(fp32_path)
     rows = [("ORT FP32 (the export)", fp32_path, None)]
@@ -237,19 +256,35 @@ def run(sample: str, skip_build: bool, blocks: int, runs: int) -> None:
         if sample in OV_PROFILES:
             ov_build = OUT / f"{sample}-{OV_PROFILES[sample]}"
             if not (skip_build and (ov_build / "report.json").is_file()):
-                subprocess.run([sys.executable, "-m", "tapeout", "build", str(_project(sample)), "--profile",
-                                OV_PROFILES[sample], "--out", str(ov_build)], check=False)
+                subprocess.run(
+                    [
+                        sys.executable,
+                        "-m",
+                        "tapeout",
+                        "build",
+                        str(_project(sample)),
+                        "--profile",
+                        OV_PROFILES[sample],
+                        "--out",
+                        str(ov_build),
+                    ],
+                    check=False,
+                )
             rows.append(("OpenVINO FP32 (the export, f32)", fp32_path, "openvino"))
             defaults, why = nncf_defaults(fp32_path, sample, Path(tmp))
-            label = ("OpenVINO + NNCF `compress_weights` INT4_SYM, defaults" if sample == "tiny-lm"
-                     else "OpenVINO + NNCF `quantize`, defaults")
+            label = (
+                "OpenVINO + NNCF `compress_weights` INT4_SYM, defaults"
+                if sample == "tiny-lm"
+                else "OpenVINO + NNCF `quantize`, defaults"
+            )
             if defaults is not None:
                 rows.append((label, defaults, None))
             else:
                 failed.append(f"{label}: fails ({why})")
             if (ov_build / "artifact" / "model.xml").is_file():
-                rows.append((f"**tapeout** `{OV_PROFILES[sample]}`", ov_build / "artifact" / "model.xml",
-                             ov_build / "artifact"))
+                rows.append(
+                    (f"**tapeout** `{OV_PROFILES[sample]}`", ov_build / "artifact" / "model.xml", ov_build / "artifact")
+                )
         table = []
         for name, path, directory in rows:
             if directory == "openvino":
@@ -258,7 +293,11 @@ def run(sample: str, skip_build: bool, blocks: int, runs: int) -> None:
                 sess = OpenVinoModel(path)
             else:
                 sess = fp32 if path == fp32_path else session(path)
-            ratio = (1.0, 1.0, 1.0, speed(fp32, fp32, feeds, 2, runs)[3]) if sess is fp32 else speed(fp32, sess, feeds, blocks, runs)
+            ratio = (
+                (1.0, 1.0, 1.0, speed(fp32, fp32, feeds, 2, runs)[3])
+                if sess is fp32
+                else speed(fp32, sess, feeds, blocks, runs)
+            )
             q = quality(sample, metric, predictor(sess))
             table.append((name, ratio, q, size_mb(directory or path)))
             print(f"  {sample}: {name}: {ratio[0]:.2f}x, {q}", file=sys.stderr, flush=True)
@@ -269,8 +308,11 @@ def run(sample: str, skip_build: bool, blocks: int, runs: int) -> None:
     print("|---|---|---|" + "---|" * len(keys) + "---|")
     for name, (median, low, high, ms), q, mb in table:
         size = "—" if mb != mb else f"{mb:.2f} ({mb / fp32_mb:.0%})"
-        print(f"| {name} | {median:.2f}× ({low:.2f}–{high:.2f}) | {ms:.3f} | " + " | ".join(q[k] for k in keys)
-              + f" | {size} |")
+        print(
+            f"| {name} | {median:.2f}× ({low:.2f}–{high:.2f}) | {ms:.3f} | "
+            + " | ".join(q[k] for k in keys)
+            + f" | {size} |"
+        )
     for line in failed:
         print(f"| {line} | | |" + " |" * len(keys) + " |")
     sys.stdout.flush()
@@ -285,8 +327,10 @@ def main() -> None:
     args = parser.parse_args()
     import onnxruntime as ort
 
-    print(f"onnxruntime {ort.__version__} · {subprocess.run(['uname', '-m'], capture_output=True, text=True).stdout.strip()}"
-          f" · {time.strftime('%Y-%m-%d')}")
+    print(
+        f"onnxruntime {ort.__version__} · {subprocess.run(['uname', '-m'], capture_output=True, text=True).stdout.strip()}"
+        f" · {time.strftime('%Y-%m-%d')}"
+    )
     print(cpu_line())
     for sample in args.samples:
         run(sample, args.skip_build, args.blocks, args.runs)

@@ -29,10 +29,20 @@ import time
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
-QWEN_05B = {"vocab_size": 151936, "hidden_size": 896, "intermediate_size": 4864, "num_hidden_layers": 24,
-            "num_attention_heads": 14, "num_key_value_heads": 2, "max_position_embeddings": 32768,
-            "rms_norm_eps": 1e-6, "rope_theta": 1000000.0, "tie_word_embeddings": True, "bos_token_id": 0,
-            "eos_token_id": 0}
+QWEN_05B = {
+    "vocab_size": 151936,
+    "hidden_size": 896,
+    "intermediate_size": 4864,
+    "num_hidden_layers": 24,
+    "num_attention_heads": 14,
+    "num_key_value_heads": 2,
+    "max_position_embeddings": 32768,
+    "rms_norm_eps": 1e-6,
+    "rope_theta": 1000000.0,
+    "tie_word_embeddings": True,
+    "bos_token_id": 0,
+    "eos_token_id": 0,
+}
 PROJECT = """[model]
 name = "{name}"
 source = "{source}"
@@ -85,8 +95,9 @@ def with_tokenizer(hf: Path) -> Path:
 
         vocab = json.loads((hf / "config.json").read_text())["vocab_size"]
         Tokenizer(models.WordLevel({f"t{i}": i for i in range(vocab)}, unk_token="t0")).save(str(hf / "tokenizer.json"))
-        (hf / "tokenizer_config.json").write_text(json.dumps({"tokenizer_class": "PreTrainedTokenizerFast",
-                                                              "unk_token": "t0"}))
+        (hf / "tokenizer_config.json").write_text(
+            json.dumps({"tokenizer_class": "PreTrainedTokenizerFast", "unk_token": "t0"})
+        )
     return hf
 
 
@@ -113,28 +124,65 @@ def main() -> int:
     parser.add_argument("--rounds", type=int, default=1)
     args = parser.parse_args()
 
-    flags = next((line.split(":", 1)[1].split() for line in subprocess.run(["lscpu"], capture_output=True,
-                  text=True).stdout.splitlines() if line.startswith("Flags")), [])
-    print(f"host: {os.cpu_count()} CPUs; flags {' '.join(f for f in flags if f.startswith(('avx', 'amx', 'fma')))}; "
-          f"load {os.getloadavg()[0]:.2f}")
+    flags = next(
+        (
+            line.split(":", 1)[1].split()
+            for line in subprocess.run(["lscpu"], capture_output=True, text=True).stdout.splitlines()
+            if line.startswith("Flags")
+        ),
+        [],
+    )
+    print(
+        f"host: {os.cpu_count()} CPUs; flags {' '.join(f for f in flags if f.startswith(('avx', 'amx', 'fma')))}; "
+        f"load {os.getloadavg()[0]:.2f}"
+    )
     env = {**os.environ, "TAPEOUT_CALIBRATION": str(args.out / "calibration")}
     rows: dict[tuple[str, str], list[tuple[float, float, dict]]] = {}
     models = args.models.split(",")
     projects = {m: project_of(m, args.out) for m in models}
     for r in range(args.rounds):
-        for model in models[r % len(models):] + models[:r % len(models)]:
+        for model in models[r % len(models) :] + models[: r % len(models)]:
             project, hf = projects[model]
-            tools = [("tapeout " + args.profile,
-                      [sys.executable, "-m", "tapeout", "build", str(project), "-p", args.profile,
-                       "-o", str(args.out / "builds" / model / args.profile)])]
+            tools = [
+                (
+                    "tapeout " + args.profile,
+                    [
+                        sys.executable,
+                        "-m",
+                        "tapeout",
+                        "build",
+                        str(project),
+                        "-p",
+                        args.profile,
+                        "-o",
+                        str(args.out / "builds" / model / args.profile),
+                    ],
+                )
+            ]
             if args.genai_python:
-                tools.append(("ORT GenAI builder int4",
-                              [args.genai_python, "-m", "onnxruntime_genai.models.builder", "-i", str(with_tokenizer(hf)),
-                               "-o", str(args.out / "genai" / model), "-p", "int4", "-e", "cpu",
-                               "-c", str(args.out / "genai-cache" / model)]))
+                tools.append(
+                    (
+                        "ORT GenAI builder int4",
+                        [
+                            args.genai_python,
+                            "-m",
+                            "onnxruntime_genai.models.builder",
+                            "-i",
+                            str(with_tokenizer(hf)),
+                            "-o",
+                            str(args.out / "genai" / model),
+                            "-p",
+                            "int4",
+                            "-e",
+                            "cpu",
+                            "-c",
+                            str(args.out / "genai-cache" / model),
+                        ],
+                    )
+                )
             cache = args.out / "export-cache" / f"{model}-{r}"
             shutil.rmtree(cache, ignore_errors=True)  # the first build is cold, and leaves its export for the next
-            ordered = tools[r % len(tools):] + tools[:r % len(tools)]
+            ordered = tools[r % len(tools) :] + tools[: r % len(tools)]
             if ordered[0][0].startswith("tapeout"):
                 ordered.insert(1, (f"tapeout {args.profile}, export cached", ordered[0][1]))
             else:
@@ -154,8 +202,10 @@ def main() -> int:
                     print(log.read_text()[-1500:])
                     continue
                 rows.setdefault((model, tool), []).append((wall, rss, steps))
-    print(f"\n{'model':<14} {'tool':<32} {'FP32 weights MB':>16} {'wall s':>8} {'peak MB':>8} {'peak/weights':>13}  "
-          "slowest steps (s)")
+    print(
+        f"\n{'model':<14} {'tool':<32} {'FP32 weights MB':>16} {'wall s':>8} {'peak MB':>8} {'peak/weights':>13}  "
+        "slowest steps (s)"
+    )
     for (model, tool), runs in rows.items():
         fp32 = weights_mb(projects[model][1])
         wall = statistics.median(w for w, _, _ in runs)

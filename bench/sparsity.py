@@ -38,14 +38,18 @@ def _require_gpu():
     torch = cuda_torch("run it on an NVIDIA GPU, Ampere or newer")
     major, minor = torch.cuda.get_device_capability()
     if major < 8:
-        fail(f"{torch.cuda.get_device_name()} is compute capability {major}.{minor}: 2:4 sparse tensor cores "
-             "need 8.0 (Ampere) or newer")
+        fail(
+            f"{torch.cuda.get_device_name()} is compute capability {major}.{minor}: 2:4 sparse tensor cores "
+            "need 8.0 (Ampere) or newer"
+        )
     try:
         from torch.sparse import SparseSemiStructuredTensorCUSPARSELT, SparseSemiStructuredTensorCUTLASS
     except ImportError:
         fail(f"this torch ({torch.__version__}) has no semi-structured sparse tensors (torch.sparse)")
-    return torch, {"cuSPARSELt": SparseSemiStructuredTensorCUSPARSELT.from_dense,
-                   "CUTLASS": SparseSemiStructuredTensorCUTLASS.from_dense}
+    return torch, {
+        "cuSPARSELt": SparseSemiStructuredTensorCUSPARSELT.from_dense,
+        "CUTLASS": SparseSemiStructuredTensorCUTLASS.from_dense,
+    }
 
 
 def _time_us(torch, fn, runs: int, inner: int = 20) -> tuple[float, float, float]:
@@ -80,8 +84,7 @@ def _masked_module(sample: str):
     from tapeout.quantize import prune
 
     project = load_project(REPO / "samples" / sample)
-    loaded = sources.load(project.model.source, project.root, [s.name for s in project.inputs],
-                          project.model.outputs)
+    loaded = sources.load(project.model.source, project.root, [s.name for s in project.inputs], project.model.outputs)
     module = loaded.module.eval()
     [feeds], _ = sample_inputs(project, 1)
     found = prune.inspect(module)
@@ -95,16 +98,25 @@ def run(sample: str, token_counts: list[int], runs: int, torch, kernels: dict) -
     module, feeds, coverage = _masked_module(sample)
     module = module.half().cuda().eval()
     names = dict(module.named_modules())
-    print(f"\n**{sample}**: {coverage['layers']} layers masked 2:4, {coverage['eligible_share']:.0%} of the "
-          f"Linear/conv weights\n")
+    print(
+        f"\n**{sample}**: {coverage['layers']} layers masked 2:4, {coverage['eligible_share']:.0%} of the "
+        f"Linear/conv weights\n"
+    )
     by_shape: dict[tuple[int, int], list[str]] = {}
     for name in coverage["layer_names"]:
         if isinstance(names[name], torch.nn.Linear):
             by_shape.setdefault(tuple(names[name].weight.shape), []).append(name)
-    _layer_table(torch, {f"{len(v)} × e.g. {v[0]}": names[v[0]].weight.detach() for v in by_shape.values()},
-                 token_counts, runs, kernels)
-    inputs = tuple(torch.from_numpy(v).cuda() if v.dtype.kind in "iu" else torch.from_numpy(v).half().cuda()
-                   for v in feeds.values())
+    _layer_table(
+        torch,
+        {f"{len(v)} × e.g. {v[0]}": names[v[0]].weight.detach() for v in by_shape.values()},
+        token_counts,
+        runs,
+        kernels,
+    )
+    inputs = tuple(
+        torch.from_numpy(v).cuda() if v.dtype.kind in "iu" else torch.from_numpy(v).half().cuda()
+        for v in feeds.values()
+    )
     with torch.no_grad():
         dense_out = _first(module(*inputs)).float().flatten()
         whole = {"dense": _time_us(torch, lambda: module(*inputs), runs, inner=5)}
@@ -114,24 +126,29 @@ def run(sample: str, token_counts: list[int], runs: int, torch, kernels: dict) -
             try:
                 for layers in by_shape.values():
                     for name in layers:
-                        sparse_names[name].weight = torch.nn.Parameter(pack(sparse_names[name].weight.detach()),
-                                                                       requires_grad=False)
+                        sparse_names[name].weight = torch.nn.Parameter(
+                            pack(sparse_names[name].weight.detach()), requires_grad=False
+                        )
                 out = _first(sparse_module(*inputs)).float().flatten()
                 whole[kernel] = _time_us(torch, lambda m=sparse_module: m(*inputs), runs, inner=5)
             except (RuntimeError, ValueError) as exc:
                 print(f"whole module with {kernel}: not taken: {str(exc).splitlines()[0][:100]}")
                 continue
             cosine = float(torch.nn.functional.cosine_similarity(dense_out, out, dim=0))
-            print(f"whole module, FP16 eager, the sample's input, every eligible Linear 2:4 by {kernel}: "
-                  f"{_cell(whole[kernel])} µs against dense {_cell(whole['dense'])} µs "
-                  f"({whole['dense'][0] / whole[kernel][0]:.2f}×); output cosine {cosine:.6f}")
+            print(
+                f"whole module, FP16 eager, the sample's input, every eligible Linear 2:4 by {kernel}: "
+                f"{_cell(whole[kernel])} µs against dense {_cell(whole['dense'])} µs "
+                f"({whole['dense'][0] / whole[kernel][0]:.2f}×); output cosine {cosine:.6f}"
+            )
 
 
 def _layer_table(torch, weights: dict, token_counts: list[int], runs: int, kernels: dict) -> None:
     """One row per weight and token count: dense F.linear against each 2:4 kernel, median (p10–p90) µs."""
     import torch.nn.functional as F
 
-    print(f"| layers | weight (out × in) | tokens | dense µs | {' | '.join(f'2:4 {k} µs' for k in kernels)} | best speed-up |")
+    print(
+        f"| layers | weight (out × in) | tokens | dense µs | {' | '.join(f'2:4 {k} µs' for k in kernels)} | best speed-up |"
+    )
     print(f"|---|---|---|---|{'---|' * len(kernels)}---|")
     for label, weight in weights.items():
         packed, refused = {}, {}
@@ -181,14 +198,21 @@ def _first(result):
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--samples", nargs="+", default=["minilm", "tiny-lm"])
-    parser.add_argument("--tokens", nargs="+", type=int, default=[128, 4096, 32768],
-                        help="activation rows per layer: batch 1, 32 and 256 × seq 128")
+    parser.add_argument(
+        "--tokens",
+        nargs="+",
+        type=int,
+        default=[128, 4096, 32768],
+        help="activation rows per layer: batch 1, 32 and 256 × seq 128",
+    )
     parser.add_argument("--control", type=int, default=8192, help="side of the large control layer (0: none)")
     parser.add_argument("--runs", type=int, default=50)
     args = parser.parse_args()
     torch, kernels = _require_gpu()
-    print(f"GPU: {torch.cuda.get_device_name()} (compute capability {'.'.join(map(str, torch.cuda.get_device_capability()))}), "
-          f"torch {torch.__version__}, CUDA {torch.version.cuda}")
+    print(
+        f"GPU: {torch.cuda.get_device_name()} (compute capability {'.'.join(map(str, torch.cuda.get_device_capability()))}), "
+        f"torch {torch.__version__}, CUDA {torch.version.cuda}"
+    )
     for sample in args.samples:
         run(sample, args.tokens, args.runs, torch, kernels)
     if args.control:

@@ -42,7 +42,7 @@ def naive_ort(model: Path, golden: Path) -> dict:
     import onnxruntime as ort
 
     with np.load(golden) as data:
-        feeds = {k[len("input."):]: data[k][0] for k in data.files if k.startswith("input.")}
+        feeds = {k[len("input.") :]: data[k][0] for k in data.files if k.startswith("input.")}
     start = time.perf_counter()
     sess = ort.InferenceSession(str(model), providers=["CPUExecutionProvider"])
     sess.run(None, feeds)
@@ -74,11 +74,28 @@ def wall(rounds: int, against: str | None) -> None:
         for r in range(rounds):
             for i, (name, python) in enumerate(pythons.items()):
                 out = Path(tmp) / f"{i}-{r}"
-                times[name]["build"].append(_seconds([python, "-m", "tapeout", "build", str(REPO / "samples" / "digits-cnn"),
-                                                      "--profile", "cpu-fp32", "--out", str(out), "--json"]))
+                times[name]["build"].append(
+                    _seconds(
+                        [
+                            python,
+                            "-m",
+                            "tapeout",
+                            "build",
+                            str(REPO / "samples" / "digits-cnn"),
+                            "--profile",
+                            "cpu-fp32",
+                            "--out",
+                            str(out),
+                            "--json",
+                        ]
+                    )
+                )
                 times[name]["check"].append(_seconds([python, "-m", "tapeout", "check", str(out), "--json"]))
-                print(f"round {r + 1}/{rounds} {name}: build {times[name]['build'][-1]:.2f} s, check "
-                      f"{times[name]['check'][-1]:.2f} s", file=sys.stderr)
+                print(
+                    f"round {r + 1}/{rounds} {name}: build {times[name]['build'][-1]:.2f} s, check "
+                    f"{times[name]['check'][-1]:.2f} s",
+                    file=sys.stderr,
+                )
     print("| tapeout | build s, median (range) | check s, median (range) |")
     print("|---|---|---|")
     for name, t in times.items():
@@ -86,10 +103,12 @@ def wall(rounds: int, against: str | None) -> None:
     from tapeout.core.host import host_fingerprint
 
     host = host_fingerprint()
-    print(f"\nmachine: {host['cpu']}, {host['physical_cores']} physical cores, flags {' '.join(host['cpu_flags'])}; "
-          f"`tapeout build samples/digits-cnn --profile cpu-fp32` and `tapeout check` on it, fresh processes, "
-          f"{rounds} rounds alternated; Python's bytecode cache "
-          f"{'off (PYTHONDONTWRITEBYTECODE)' if os.environ.get('PYTHONDONTWRITEBYTECODE') else 'on'}")
+    print(
+        f"\nmachine: {host['cpu']}, {host['physical_cores']} physical cores, flags {' '.join(host['cpu_flags'])}; "
+        f"`tapeout build samples/digits-cnn --profile cpu-fp32` and `tapeout check` on it, fresh processes, "
+        f"{rounds} rounds alternated; Python's bytecode cache "
+        f"{'off (PYTHONDONTWRITEBYTECODE)' if os.environ.get('PYTHONDONTWRITEBYTECODE') else 'on'}"
+    )
 
 
 def main() -> None:
@@ -107,41 +126,73 @@ def main() -> None:
         build = REPO / "samples" / sample / "build" / "cpu-fp32"
         if not args.skip_build:
             started = time.perf_counter()
-            subprocess.run([sys.executable, "-m", "tapeout", "build", str(REPO / "samples" / sample),
-                            "--profile", "cpu-fp32", "--json"], check=True, capture_output=True)
+            subprocess.run(
+                [
+                    sys.executable,
+                    "-m",
+                    "tapeout",
+                    "build",
+                    str(REPO / "samples" / sample),
+                    "--profile",
+                    "cpu-fp32",
+                    "--json",
+                ],
+                check=True,
+                capture_output=True,
+            )
             print(f"built {sample} in {time.perf_counter() - started:.0f} s", file=sys.stderr)
         plain, checked = [], []
         for _ in range(ROUNDS):  # alternate, so that drift of the machine hits both sides alike
             plain.append(naive_ort(build / "export" / "model.onnx", build / "golden.npz"))
-            check = subprocess.run([sys.executable, "-m", "tapeout", "check", str(build), "--json"],
-                                   check=True, capture_output=True, text=True)
+            check = subprocess.run(
+                [sys.executable, "-m", "tapeout", "check", str(build), "--json"],
+                check=True,
+                capture_output=True,
+                text=True,
+            )
             checked.append(json.loads(check.stdout))
         report = checked[-1]
         m = report["measurement"]
         q = m["latency_ms"]["quantiles"]
         tp50 = [c["measurement"]["latency_ms"]["quantiles"]["p50"]["point"] for c in checked]
         tp90 = [c["measurement"]["latency_ms"]["quantiles"]["p90"]["point"] for c in checked]
-        rows.append([
-            sample,
-            f"{q['p50']['point']:.3f} [{q['p50']['lower']:.3f}, {q['p50']['upper']:.3f}]",
-            f"{q['p90']['point']:.3f} [{q['p90']['lower']:.3f}, {q['p90']['upper']:.3f}]",
-            _spread(tp50), _spread([p["p50"] for p in plain]),
-            _spread(tp90), _spread([p["p90"] for p in plain]),
-            f"{m['cold_start_ms']['median']:.1f} (max {m['cold_start_ms']['max']:.1f})",
-            f"{m['memory_mb']['peak_rss']:.0f}", f"{report['artifact']['bytes'] / 2**20:.2f}",
-        ])
-    header = ["sample", "last check p50 ms [95% bounds]", "last check p90 ms [95% bounds]",
-              f"check p50, median (range) of {ROUNDS}", f"plain ORT p50, median (range) of {ROUNDS}",
-              "check p90", "plain ORT p90", "cold start ms (fresh process)", "peak RSS MB", "artifact MB"]
+        rows.append(
+            [
+                sample,
+                f"{q['p50']['point']:.3f} [{q['p50']['lower']:.3f}, {q['p50']['upper']:.3f}]",
+                f"{q['p90']['point']:.3f} [{q['p90']['lower']:.3f}, {q['p90']['upper']:.3f}]",
+                _spread(tp50),
+                _spread([p["p50"] for p in plain]),
+                _spread(tp90),
+                _spread([p["p90"] for p in plain]),
+                f"{m['cold_start_ms']['median']:.1f} (max {m['cold_start_ms']['max']:.1f})",
+                f"{m['memory_mb']['peak_rss']:.0f}",
+                f"{report['artifact']['bytes'] / 2**20:.2f}",
+            ]
+        )
+    header = [
+        "sample",
+        "last check p50 ms [95% bounds]",
+        "last check p90 ms [95% bounds]",
+        f"check p50, median (range) of {ROUNDS}",
+        f"plain ORT p50, median (range) of {ROUNDS}",
+        "check p90",
+        "plain ORT p90",
+        "cold start ms (fresh process)",
+        "peak RSS MB",
+        "artifact MB",
+    ]
     print("| " + " | ".join(header) + " |")
     print("|" + "---|" * len(header))
     for row in rows:
         print("| " + " | ".join(row) + " |")
     host = report["host"]
-    print(f"\nmachine: {host['cpu']}, {host['physical_cores']} physical cores, flags {' '.join(host['cpu_flags'])}; "
-          f"onnxruntime {report['target']['version']}; tapeout: {m['latency_ms']['count']} runs in "
-          f"{m['latency_ms']['repeats']} fresh processes per check; plain ORT: 300 runs in one process, ORT defaults; "
-          f"{ROUNDS} alternating rounds")
+    print(
+        f"\nmachine: {host['cpu']}, {host['physical_cores']} physical cores, flags {' '.join(host['cpu_flags'])}; "
+        f"onnxruntime {report['target']['version']}; tapeout: {m['latency_ms']['count']} runs in "
+        f"{m['latency_ms']['repeats']} fresh processes per check; plain ORT: 300 runs in one process, ORT defaults; "
+        f"{ROUNDS} alternating rounds"
+    )
 
 
 if __name__ == "__main__":

@@ -31,8 +31,16 @@ from quantization import cpu_line, load_sample, neighbours  # the same folder: t
 
 REPO = Path(__file__).resolve().parents[1]
 OUT = REPO / "bench" / "builds" / "torch-targets"
-PROFILES = ("cpu-fp32", "cpu-int8", "openvino-cpu-int8", "executorch-xnnpack-fp32", "executorch-xnnpack-int8",
-            "aoti-cpu-fp32", "aoti-cpu-int8", "aoti-cpu-bf16")
+PROFILES = (
+    "cpu-fp32",
+    "cpu-int8",
+    "openvino-cpu-int8",
+    "executorch-xnnpack-fp32",
+    "executorch-xnnpack-int8",
+    "aoti-cpu-fp32",
+    "aoti-cpu-int8",
+    "aoti-cpu-bf16",
+)
 
 
 def build(sample: str, profile: str, skip: bool) -> Path:
@@ -42,8 +50,21 @@ def build(sample: str, profile: str, skip: bool) -> Path:
     spec = OUT / f"{profile}.toml"
     spec.write_text(f'extends = "{profile}"\n[options]\nthreads = 2\n[check]\nrepeats = 2\niterations = 100\n')
     print(f"building {sample} for {profile} …", file=sys.stderr, flush=True)
-    done = subprocess.run([sys.executable, "-m", "tapeout", "build", str(REPO / "samples" / sample), "--profile",
-                           str(spec), "--out", str(out)], capture_output=True, text=True)
+    done = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "tapeout",
+            "build",
+            str(REPO / "samples" / sample),
+            "--profile",
+            str(spec),
+            "--out",
+            str(out),
+        ],
+        capture_output=True,
+        text=True,
+    )
     if done.returncode not in (0, 1):
         print(f"  failed: {(done.stderr or done.stdout).strip().splitlines()[-1:]}", file=sys.stderr)
     return out
@@ -62,7 +83,9 @@ def open_session(folder: Path, profiling: bool = False):
     target = targets.create(opened.profile.target, opened.profile.options)
     artifact = Artifact(opened.profile.target, opened.artifact(), opened.manifest.artifact.main_file)
     if profiling:
-        return AotiSession(artifact, target.options.threads, package=artifact.directory / PROFILING_DIR / artifact.main_file)
+        return AotiSession(
+            artifact, target.options.threads, package=artifact.directory / PROFILING_DIR / artifact.main_file
+        )
     return target.session(artifact)
 
 
@@ -93,7 +116,7 @@ def blocks_against(base, other, feeds: dict, blocks: int, runs: int) -> tuple[fl
 def quality(sample: str, metric, predict) -> str:
     if sample == "minilm":
         text = sys.modules["text"]
-        reference = np.load(REPO / "samples/minilm/data/reference.npy").astype(np.float64)[text.CALIBRATION:]
+        reference = np.load(REPO / "samples/minilm/data/reference.npy").astype(np.float64)[text.CALIBRATION :]
         emb = metric.embed(predict, text.held_out())
         cos = (emb * reference).sum(1) / (np.linalg.norm(emb, axis=1) * np.linalg.norm(reference, axis=1))
         return f"cosine {cos.mean():.4f}, neighbours {(neighbours(emb) == neighbours(reference)).mean():.3f}"
@@ -107,14 +130,30 @@ def why(report: dict) -> str:
     top = sorted(ops, key=lambda o: -o.get("share", 0))[:3]
     heaviest = "heaviest: " + ", ".join(f"{o['op_type']} {o.get('share', 0):.0%}" for o in top) if top else ""
     if meta.get("delegate") == "XNNPACK":
-        off = ", ".join(f"{o['op_type'].removeprefix('aten_').removesuffix('_default')} ×{o['node'].split()[0]}"
-                        for o in placement.get("off", [])[:6])
-        return "; ".join(x for x in (f"{placement.get('on_accelerator')}/{placement.get('total_nodes')} ops in XNNPACK",
-                                     f"portable kernels: {off}" if off else "", heaviest) if x)
+        off = ", ".join(
+            f"{o['op_type'].removeprefix('aten_').removesuffix('_default')} ×{o['node'].split()[0]}"
+            for o in placement.get("off", [])[:6]
+        )
+        return "; ".join(
+            x
+            for x in (
+                f"{placement.get('on_accelerator')}/{placement.get('total_nodes')} ops in XNNPACK",
+                f"portable kernels: {off}" if off else "",
+                heaviest,
+            )
+            if x
+        )
     if "vec_isa" in meta:
         integer = ", ".join(f"{kind} ×{n}" for kind, n in (meta.get("integer_kernels") or {}).items() if n)
-        return "; ".join(x for x in (f"Inductor C++ kernels for {meta['vec_isa'] or 'scalar'}",
-                                     f"oneDNN {integer}" if integer else "", heaviest) if x)
+        return "; ".join(
+            x
+            for x in (
+                f"Inductor C++ kernels for {meta['vec_isa'] or 'scalar'}",
+                f"oneDNN {integer}" if integer else "",
+                heaviest,
+            )
+            if x
+        )
     return heaviest
 
 
@@ -124,7 +163,7 @@ def run(sample: str, profiles: list[str], skip: bool, blocks: int, runs: int) ->
     folders = {p: build(sample, p, skip) for p in dict.fromkeys(["cpu-fp32", *profiles])}
     metric = load_sample(sample)
     with np.load(folders["cpu-fp32"] / "golden.npz") as data:
-        feeds = {k[len("input."):]: data[k][0] for k in data.files if k.startswith("input.")}
+        feeds = {k[len("input.") :]: data[k][0] for k in data.files if k.startswith("input.")}
     base = open_session(folders["cpu-fp32"])
     rows = []
     for profile, folder in folders.items():
@@ -135,27 +174,51 @@ def run(sample: str, profiles: list[str], skip: bool, blocks: int, runs: int) ->
         session = open_session(folder)
         ratio, low, high, ms = blocks_against(base, session, feeds, blocks, runs)
         size = report["artifact"]["bytes"] / 2**20
-        rows.append([sample, profile, f"{ms:.3f}", f"{ratio:.2f}× [{low:.2f}, {high:.2f}]", f"{size:.1f}",
-                     quality(sample, metric, session.run), why(report)])
+        rows.append(
+            [
+                sample,
+                profile,
+                f"{ms:.3f}",
+                f"{ratio:.2f}× [{low:.2f}, {high:.2f}]",
+                f"{size:.1f}",
+                quality(sample, metric, session.run),
+                why(report),
+            ]
+        )
         if (folder / "artifact" / "profiling").is_dir():  # what instrumenting every kernel call would cost if shipped
             ratio, low, high, ms = blocks_against(session, open_session(folder, profiling=True), feeds, blocks, runs)
-            rows.append([sample, f"{profile}, its profiling/ package", f"{ms:.3f}",
-                         f"{ratio:.2f}× [{low:.2f}, {high:.2f}] of the shipped", "—", "",
-                         "a RecordFunction around each kernel: loaded for the op profile only"])
+            rows.append(
+                [
+                    sample,
+                    f"{profile}, its profiling/ package",
+                    f"{ms:.3f}",
+                    f"{ratio:.2f}× [{low:.2f}, {high:.2f}] of the shipped",
+                    "—",
+                    "",
+                    "a RecordFunction around each kernel: loaded for the op profile only",
+                ]
+            )
     return rows
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--samples", nargs="+", default=["minilm", "digits-cnn"])
-    parser.add_argument("--profiles", nargs="+", default=PROFILES, choices=PROFILES,
-                        help="which builds (cpu-fp32, the base, is always built)")
+    parser.add_argument(
+        "--profiles",
+        nargs="+",
+        default=PROFILES,
+        choices=PROFILES,
+        help="which builds (cpu-fp32, the base, is always built)",
+    )
     parser.add_argument("--skip-build", action="store_true")
     parser.add_argument("--blocks", type=int, default=8)
     parser.add_argument("--runs", type=int, default=40)
     args = parser.parse_args()
     OUT.mkdir(parents=True, exist_ok=True)
-    rows = [row for sample in args.samples for row in run(sample, args.profiles, args.skip_build, args.blocks, args.runs)]
+    rows = [
+        row for sample in args.samples for row in run(sample, args.profiles, args.skip_build, args.blocks, args.runs)
+    ]
     print(cpu_line())
     print(f"2 threads per runtime; {args.blocks} blocks, A/B against the cpu-fp32 artifact in this process\n")
     header = ["sample", "build", "ms/run", "speed vs ORT FP32", "artifact MB", "quality", "why (the build's record)"]

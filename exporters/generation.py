@@ -33,21 +33,15 @@ from pathlib import Path
 
 import numpy as np
 
-from tapeout.core.decoding import (
-    ATTENTION_MASK,
-    INPUT_IDS,
-    LOGITS,
-    POSITION_IDS,
-    CacheLayout,
-    feed_back,
-    greedy,
-)
+from tapeout.core.decoding import ATTENTION_MASK, INPUT_IDS, LOGITS, POSITION_IDS, CacheLayout, feed_back, greedy
 from tapeout.core.errors import BadInput, ExportMismatch, user_code
 from tapeout.core.schemas import GenerateWorkload, InputSpec, Project
 
 LAYOUT_KEYS = ("layers", "kv_heads", "head_dim", "vocab", "max_context")
-FIX_SIGNATURE = ("follow the generation signature in the docs (docs/workloads.md): forward(input_ids, *past) -> "
-                 "(logits, *present) and module.generation = {layers, kv_heads, head_dim, vocab, max_context}")
+FIX_SIGNATURE = (
+    "follow the generation signature in the docs (docs/workloads.md): forward(input_ids, *past) -> "
+    "(logits, *present) and module.generation = {layers, kv_heads, head_dim, vocab, max_context}"
+)
 
 
 def decoder_of(module, source: str, masked: bool = False, target: str = ""):
@@ -63,10 +57,12 @@ def decoder_of(module, source: str, masked: bool = False, target: str = ""):
 
         parameters = inspect.signature(module.forward).parameters
         if not {ATTENTION_MASK, POSITION_IDS} <= set(parameters):
-            raise BadInput(f"target '{target}' pads prompts to static shapes and feeds attention_mask and position_ids, "
-                           f"and [model] source {source} takes neither",
-                           fix="add the keywords attention_mask=None, position_ids=None to its forward "
-                               "(docs/workloads.md), or use a target with dynamic shapes")
+            raise BadInput(
+                f"target '{target}' pads prompts to static shapes and feeds attention_mask and position_ids, "
+                f"and [model] source {source} takes neither",
+                fix="add the keywords attention_mask=None, position_ids=None to its forward "
+                "(docs/workloads.md), or use a target with dynamic shapes",
+            )
     return module
 
 
@@ -74,19 +70,33 @@ def layout_of(module, workload: GenerateWorkload, source: str, masked: bool = Fa
     """The decoder's cache layout from its `generation` attribute (a user module) or its config (Hugging Face)."""
     config = getattr(module, "generation", None)
     if not isinstance(config, dict):
-        raise BadInput(f"[model] source {source} has no `generation` attribute: a generate workload needs a decoder "
-                       "that carries its KV cache", fix=FIX_SIGNATURE)
+        raise BadInput(
+            f"[model] source {source} has no `generation` attribute: a generate workload needs a decoder "
+            "that carries its KV cache",
+            fix=FIX_SIGNATURE,
+        )
     missing = [k for k in LAYOUT_KEYS if not isinstance(config.get(k), int) or config[k] < 1]
     if missing:
-        raise BadInput(f"[model] source {source}: generation = {config} lacks positive integers for {', '.join(missing)}",
-                       fix=FIX_SIGNATURE)
+        raise BadInput(
+            f"[model] source {source}: generation = {config} lacks positive integers for {', '.join(missing)}",
+            fix=FIX_SIGNATURE,
+        )
     layout = CacheLayout(**{k: int(config[k]) for k in LAYOUT_KEYS})
     if workload.max_context > layout.max_context:
-        raise BadInput(f"[workload] max_context = {workload.max_context} is longer than the model's own context "
-                       f"({layout.max_context} tokens, from {source})",
-                       fix=f"set [workload] max_context <= {layout.max_context} and shorten prompt_lengths/new_tokens")
-    return CacheLayout(layout.layers, layout.kv_heads, layout.head_dim, layout.vocab, workload.max_context,
-                       masked=masked, max_prompt=workload.longest_prompt)
+        raise BadInput(
+            f"[workload] max_context = {workload.max_context} is longer than the model's own context "
+            f"({layout.max_context} tokens, from {source})",
+            fix=f"set [workload] max_context <= {layout.max_context} and shorten prompt_lengths/new_tokens",
+        )
+    return CacheLayout(
+        layout.layers,
+        layout.kv_heads,
+        layout.head_dim,
+        layout.vocab,
+        workload.max_context,
+        masked=masked,
+        max_prompt=workload.longest_prompt,
+    )
 
 
 def cache_graph(decoder, masked: bool = False):
@@ -113,16 +123,23 @@ def cache_graph(decoder, masked: bool = False):
 
 def graph_inputs(spec: InputSpec, layout: CacheLayout) -> list[InputSpec]:
     """The graph's inputs: the token ids (the project's own entry, range set to the vocabulary), then the cache."""
-    ids = InputSpec(name=INPUT_IDS, shape=[spec.shape[0] if isinstance(spec.shape[0], str) else "batch", "seq"],
-                    dtype="int64", range=(0, layout.vocab - 1))
-    cache = [InputSpec(name=n, shape=[ids.shape[0], layout.kv_heads, "past", layout.head_dim], dtype=layout.dtype)
-             for n in layout.past()]
+    ids = InputSpec(
+        name=INPUT_IDS,
+        shape=[spec.shape[0] if isinstance(spec.shape[0], str) else "batch", "seq"],
+        dtype="int64",
+        range=(0, layout.vocab - 1),
+    )
+    cache = [
+        InputSpec(name=n, shape=[ids.shape[0], layout.kv_heads, "past", layout.head_dim], dtype=layout.dtype)
+        for n in layout.past()
+    ]
     if not layout.masked:
         return [ids, *cache]
     # what random samples of them hold is what decoding feeds: every position real, positions within the context
     mask = InputSpec(name=ATTENTION_MASK, shape=[ids.shape[0], "context"], dtype="int64", range=(1, 1))
-    positions = InputSpec(name=POSITION_IDS, shape=[ids.shape[0], "seq"], dtype="int64",
-                          range=(0, layout.max_context - 1))
+    positions = InputSpec(
+        name=POSITION_IDS, shape=[ids.shape[0], "seq"], dtype="int64", range=(0, layout.max_context - 1)
+    )
     return [ids, mask, positions, *cache]
 
 
@@ -133,8 +150,13 @@ def graph_project(project: Project, layout: CacheLayout) -> Project:
     assert isinstance(workload, GenerateWorkload)
     inputs = graph_inputs(project.inputs[0], layout)
     batch_dim = inputs[0].shape[0]
-    dims = {**project.dims, batch_dim: workload.batch, "seq": 1, "past": workload.max_context - 1,
-            **({"context": workload.max_context} if layout.masked else {})}
+    dims = {
+        **project.dims,
+        batch_dim: workload.batch,
+        "seq": 1,
+        "past": workload.max_context - 1,
+        **({"context": workload.max_context} if layout.masked else {}),
+    }
     return project.model_copy(update={"inputs": inputs, "dims": dims, "calibration": None})
 
 
@@ -147,14 +169,19 @@ def export_dims(graph: Project) -> dict[str, int]:
 class Verification:
     prompts: int
     tokens: int
-    max_abs: float          # worst |logit difference| over every compared step
-    ties: int               # steps where the reference's top two logits were within tolerance (a swap is noise)
+    max_abs: float  # worst |logit difference| over every compared step
+    ties: int  # steps where the reference's top two logits were within tolerance (a swap is noise)
 
     def to_json(self) -> dict:
-        return {"prompts": self.prompts, "tokens_per_prompt": self.tokens, "max_abs_logit_diff": self.max_abs,
-                "near_ties": self.ties, "method": "greedy decoding through the cache (ONNX Runtime CPU), every step's "
-                "logits compared with the decoder's plain forward over the whole sequence (torch, one call a prompt, "
-                "teacher-forced on the graph's tokens); the greedy tokens are the generate step's reference"}
+        return {
+            "prompts": self.prompts,
+            "tokens_per_prompt": self.tokens,
+            "max_abs_logit_diff": self.max_abs,
+            "near_ties": self.ties,
+            "method": "greedy decoding through the cache (ONNX Runtime CPU), every step's "
+            "logits compared with the decoder's plain forward over the whole sequence (torch, one call a prompt, "
+            "teacher-forced on the graph's tokens); the greedy tokens are the generate step's reference",
+        }
 
 
 def torch_step(graph_module, layout: CacheLayout) -> Callable:
@@ -191,9 +218,16 @@ def plain_forward(graph_module) -> Callable:
     return predict
 
 
-def verify(decoder, onnx_path: Path, layout: CacheLayout, prompts: list[np.ndarray], tokens: int,
-           atol: float, rtol: float, progress: Callable[[int, int], None] = lambda _done, _total: None
-           ) -> tuple[Verification, np.ndarray]:
+def verify(
+    decoder,
+    onnx_path: Path,
+    layout: CacheLayout,
+    prompts: list[np.ndarray],
+    tokens: int,
+    atol: float,
+    rtol: float,
+    progress: Callable[[int, int], None] = lambda _done, _total: None,
+) -> tuple[Verification, np.ndarray]:
     """Greedy decode each prompt through the exported cache graph, then check every step against one call of the
     decoder's plain forward over the whole sequence (torch, teacher-forced on the graph's tokens): the logits within
     tolerance at every position, and each token the plain forward's own choice. A token that differs where the
@@ -234,7 +268,7 @@ def verify(decoder, onnx_path: Path, layout: CacheLayout, prompts: list[np.ndarr
             ids = torch.from_numpy(np.concatenate([prompt, np.asarray(sequence[:-1], np.int64)])[None])
             with torch.inference_mode(), user_code("the decoder's plain forward (no cache)"):
                 full = decoder(ids)
-            ref_all = (full[0] if isinstance(full, tuple | list) else full)[0, len(prompt) - 1:].float().numpy()
+            ref_all = (full[0] if isinstance(full, tuple | list) else full)[0, len(prompt) - 1 :].float().numpy()
             resumed = False
             for i in range(len(fixed), tokens):
                 ref, got = ref_all[i], logits[i - len(fixed)]
@@ -245,13 +279,17 @@ def verify(decoder, onnx_path: Path, layout: CacheLayout, prompts: list[np.ndarr
                         f"the exported cache graph drifts from the plain forward: prompt {p + 1} of {len(prompts)}, "
                         f"token {i + 1}: max-abs logit difference {diff.max():.3g} (atol {atol:g}, rtol {rtol:g})",
                         fix="check that positions start at past_len and that present = past + this call's keys/values "
-                            "(docs/workloads.md), or loosen [export] atol/rtol if the difference is float noise")
+                        "(docs/workloads.md), or loosen [export] atol/rtol if the difference is float noise",
+                    )
                 want = int(ref.argmax())
                 if sequence[i] != want:
                     top2 = np.sort(ref)[-2:]
                     if top2[1] - top2[0] > atol + rtol * abs(top2[1]):
-                        raise ExportMismatch(f"the exported cache graph chose token {sequence[i]} where torch chose "
-                                             f"{want} (prompt {p + 1}, step {i + 1})", fix=FIX_SIGNATURE)
+                        raise ExportMismatch(
+                            f"the exported cache graph chose token {sequence[i]} where torch chose "
+                            f"{want} (prompt {p + 1}, step {i + 1})",
+                            fix=FIX_SIGNATURE,
+                        )
                     ties += 1
                     fixed = [*sequence[:i], want]  # follow the reference so the comparison stays on its sequence
                     resumed = True
@@ -262,15 +300,18 @@ def verify(decoder, onnx_path: Path, layout: CacheLayout, prompts: list[np.ndarr
     return Verification(len(prompts), tokens, worst, ties), np.asarray(greedy_tokens, dtype=np.int64)
 
 
-def prompt_tokens(project: Project, layout: CacheLayout, count: int, length: int, seed_offset: int = 0) -> tuple[list[np.ndarray], str]:
+def prompt_tokens(
+    project: Project, layout: CacheLayout, count: int, length: int, seed_offset: int = 0
+) -> tuple[list[np.ndarray], str]:
     """`count` token sequences of `length`: from [workload] prompts (cut to length; too short is an error), else
     seeded random tokens over the vocabulary."""
     workload = project.workload
     assert isinstance(workload, GenerateWorkload)
     if workload.prompts is None:
         rng = np.random.default_rng(project.seed + seed_offset)
-        return [rng.integers(0, layout.vocab, size=length, dtype=np.int64) for _ in range(count)], \
-            "random tokens (seeded)"
+        return [
+            rng.integers(0, layout.vocab, size=length, dtype=np.int64) for _ in range(count)
+        ], "random tokens (seeded)"
     from tapeout.core.user_code import resolve_callable
 
     source = resolve_callable(workload.prompts, project.root, "[workload] prompts")
@@ -280,17 +321,24 @@ def prompt_tokens(project: Project, layout: CacheLayout, count: int, length: int
     for i, seq in enumerate(produced):
         array = np.asarray(seq)
         if array.ndim != 1 or not np.issubdtype(array.dtype, np.integer):
-            raise BadInput(f"[workload] prompts {workload.prompts}: item {i} is {array.dtype} of shape "
-                           f"{list(array.shape)}, not a 1-D sequence of token ids", fix="return 1-D integer arrays")
+            raise BadInput(
+                f"[workload] prompts {workload.prompts}: item {i} is {array.dtype} of shape "
+                f"{list(array.shape)}, not a 1-D sequence of token ids",
+                fix="return 1-D integer arrays",
+            )
         if array.size and (array.min() < 0 or array.max() >= layout.vocab):
-            raise BadInput(f"[workload] prompts {workload.prompts}: item {i} has token ids outside [0, {layout.vocab})",
-                           fix="tokenize with the model's own vocabulary")
+            raise BadInput(
+                f"[workload] prompts {workload.prompts}: item {i} has token ids outside [0, {layout.vocab})",
+                fix="tokenize with the model's own vocabulary",
+            )
         if array.size >= length:
             usable.append(array[:length].astype(np.int64))
     if len(usable) < count:
-        raise BadInput(f"[workload] prompts {workload.prompts} gave {len(usable)} sequences of at least {length} "
-                       f"tokens; {count} are needed", fix=f"return at least {count} sequences of {length}+ tokens, "
-                       "or lower agreement_prompts / prompt_lengths")
+        raise BadInput(
+            f"[workload] prompts {workload.prompts} gave {len(usable)} sequences of at least {length} "
+            f"tokens; {count} are needed",
+            fix=f"return at least {count} sequences of {length}+ tokens, or lower agreement_prompts / prompt_lengths",
+        )
     return usable[:count], f"[workload] prompts {workload.prompts}"
 
 

@@ -18,16 +18,21 @@ def load(directory: Path, input_names: list[str], output_names: list[str] | None
         import torch
         import transformers
     except ImportError as exc:
-        raise TargetUnavailable(f"a Hugging Face directory needs torch and transformers ({exc})",
-                                fix='pip install "tapeout[hf]"') from None
+        raise TargetUnavailable(
+            f"a Hugging Face directory needs torch and transformers ({exc})", fix='pip install "tapeout[hf]"'
+        ) from None
     transformers.utils.logging.disable_progress_bar()  # tapeout's own progress line covers this step
     model_class, note = model_class_for(directory, transformers)
     try:
-        model = model_class.from_pretrained(str(directory), local_files_only=True,
-                                            trust_remote_code=False)  # a directory's .py files never run
+        model = model_class.from_pretrained(
+            str(directory), local_files_only=True, trust_remote_code=False
+        )  # a directory's .py files never run
     except Exception as exc:
-        raise BadInput(f"transformers could not load {directory} as {model_class.__name__}: {first_line(exc)}",
-                       detail=runtime_detail(exc), fix="check that the directory holds config.json and the weights (model.safetensors)") from None
+        raise BadInput(
+            f"transformers could not load {directory} as {model_class.__name__}: {first_line(exc)}",
+            detail=runtime_detail(exc),
+            fix="check that the directory holds config.json and the weights (model.safetensors)",
+        ) from None
     model.eval()
     if getattr(model.config, "use_cache", False):
         model.config.use_cache = False  # one forward, one output: no KV-cache tensors in the exported graph
@@ -78,8 +83,10 @@ def model_class_for(directory: Path, transformers) -> tuple[type, str]:
         if isinstance(cls, type) and issubclass(cls, transformers.PreTrainedModel):
             return cls, ""
     if architectures:
-        return transformers.AutoModel, (f"config.json names {architectures}, which this transformers "
-                                        f"{transformers.__version__} does not have: loaded the bare model without its head")
+        return transformers.AutoModel, (
+            f"config.json names {architectures}, which this transformers "
+            f"{transformers.__version__} does not have: loaded the bare model without its head"
+        )
     return transformers.AutoModel, "config.json names no architecture: loaded the bare model (no task head)"
 
 
@@ -103,9 +110,11 @@ def decoder(model, source: str):
     # largest matmul of a small model's prefill (llama-40m at 128 tokens: 4.2 of 10.9 GFLOP)
     last_only = {"logits_to_keep": 1} if "logits_to_keep" in parameters else {}
     if not hasattr(model, "lm_head") and not type(model).__name__.endswith(("ForCausalLM", "LMHeadModel")):
-        raise BadInput(f"[model] source {source} loads as {type(model).__name__}, not a causal LM: a generate workload "
-                       "decodes from the language-model head's logits",
-                       fix="name a …ForCausalLM class in config.json `architectures`, or use [workload] kind = \"forward\"")
+        raise BadInput(
+            f"[model] source {source} loads as {type(model).__name__}, not a causal LM: a generate workload "
+            "decodes from the language-model head's logits",
+            fix='name a …ForCausalLM class in config.json `architectures`, or use [workload] kind = "forward"',
+        )
     text = config.get_text_config() if hasattr(config, "get_text_config") else config
     heads = getattr(text, "num_attention_heads", None) or getattr(text, "n_head", None)
     width = getattr(text, "hidden_size", None) or getattr(text, "n_embd", None)
@@ -140,8 +149,15 @@ def decoder(model, source: str):
                 position_ids = positions.unsqueeze(0).expand(input_ids.shape[0], -1)
             # a mask given (a static-shape runtime pads): transformers combines it with the causal mask
             masked = {} if attention_mask is None else {"attention_mask": attention_mask}
-            out = self.inner(input_ids=input_ids, position_ids=position_ids, use_cache=True, return_dict=True,
-                             **masked, **{cache_arg: cache}, **last_only)
+            out = self.inner(
+                input_ids=input_ids,
+                position_ids=position_ids,
+                use_cache=True,
+                return_dict=True,
+                **masked,
+                **{cache_arg: cache},
+                **last_only,
+            )
             present = []
             for layer in getattr(out, cache_arg).layers:
                 present += [layer.keys, layer.values]

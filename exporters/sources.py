@@ -44,21 +44,27 @@ def load(source: str, root: Path, input_names: list[str], output_names: list[str
 
 def load_path(path: Path, input_names: list[str], output_names: list[str] | None, origin: str) -> LoadedModel:
     if not path.exists():
-        raise BadInput(f"model source {path} not found (from '{origin}')",
-                       fix="check [model] source: a path relative to tapeout.toml, or 'file.py:function'")
+        raise BadInput(
+            f"model source {path} not found (from '{origin}')",
+            fix="check [model] source: a path relative to tapeout.toml, or 'file.py:function'",
+        )
     if path.is_dir():
         if (path / "config.json").is_file():
             from tapeout.exporters import hf
 
             return hf.load(path, input_names, output_names)
-        raise BadInput(f"model directory {path} has no config.json", fix="point [model] source at a Hugging Face model directory")
+        raise BadInput(
+            f"model directory {path} has no config.json", fix="point [model] source at a Hugging Face model directory"
+        )
     if path.suffix == ".onnx":
         # Its weights' identity is the file's hash, which the manifest records with the other files.
         return LoadedModel("onnx", f"ONNX file {path.name}", onnx_path=path, files=[path])
     if path.suffix == ".pt2":
         return _load_pt2(path, output_names)
-    raise BadInput(f"model source {path} has an unknown kind ('{path.suffix}')",
-                   fix="use .onnx, .pt2, a Hugging Face directory, or 'file.py:function'")
+    raise BadInput(
+        f"model source {path} has an unknown kind ('{path.suffix}')",
+        fix="use .onnx, .pt2, a Hugging Face directory, or 'file.py:function'",
+    )
 
 
 def _load_pt2(path: Path, output_names: list[str] | None) -> LoadedModel:
@@ -74,13 +80,16 @@ def _from_module(module: Any, description: str, output_names: list[str] | None) 
     import torch
 
     if not isinstance(module, torch.nn.Module):
-        raise BadInput(f"{description} returned {type(module).__name__}, not a torch.nn.Module or a model path",
-                       fix="return the model (torch.nn.Module) or a path to .onnx / .pt2 / a Hugging Face directory")
+        raise BadInput(
+            f"{description} returned {type(module).__name__}, not a torch.nn.Module or a model path",
+            fix="return the model (torch.nn.Module) or a path to .onnx / .pt2 / a Hugging Face directory",
+        )
     if hasattr(module, "eval") and callable(module.eval):
         with contextlib.suppress(NotImplementedError):  # GraphModules from .pt2 refuse eval()
             module.eval()
-    return LoadedModel("torch", description, module=module, output_names=output_names,
-                       weights_sha256=state_dict_sha256(module))
+    return LoadedModel(
+        "torch", description, module=module, output_names=output_names, weights_sha256=state_dict_sha256(module)
+    )
 
 
 def state_dict_sha256(module: Any) -> str:

@@ -44,16 +44,27 @@ class ExportOptions:
     seed: int = 0
 
     @classmethod
-    def for_project(cls, project: Project, max_opset: int, max_ir_version: int, samples: int | None = None) -> ExportOptions:
+    def for_project(
+        cls, project: Project, max_opset: int, max_ir_version: int, samples: int | None = None
+    ) -> ExportOptions:
         """The project's [export] settings within what the target's runtime takes: every export of a build (the
         model's, and the pruning search's of each candidate) is made with these."""
         export = project.export
         opset = export.opset or min(DEFAULT_OPSET, max_opset)
         if opset > max_opset:
-            raise BadInput(f"[export] opset = {opset} is newer than the target runtime supports ({max_opset})",
-                           fix=f"set [export] opset <= {max_opset}")
-        return cls(opset, max_ir_version, export.dynamic, export.atol, export.rtol,
-                   export.samples if samples is None else samples, project.seed)
+            raise BadInput(
+                f"[export] opset = {opset} is newer than the target runtime supports ({max_opset})",
+                fix=f"set [export] opset <= {max_opset}",
+            )
+        return cls(
+            opset,
+            max_ir_version,
+            export.dynamic,
+            export.atol,
+            export.rtol,
+            export.samples if samples is None else samples,
+            project.seed,
+        )
 
 
 @dataclass
@@ -85,13 +96,17 @@ def _takes(module, input_names: list[str]) -> None:
     except TypeError:
         params = [p for p in signature.parameters.values() if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
         required = [p.name for p in params if p.default is p.empty]
-        raise BadInput(f"the model's forward({', '.join(p.name for p in params)}) takes {len(required)} input(s) "
-                       f"({', '.join(required) or 'none required'}), and the project declares {len(input_names)} "
-                       f"([[inputs]] {', '.join(input_names)})",
-                       fix="declare one [[inputs]] entry per input of forward, in forward's order") from None
+        raise BadInput(
+            f"the model's forward({', '.join(p.name for p in params)}) takes {len(required)} input(s) "
+            f"({', '.join(required) or 'none required'}), and the project declares {len(input_names)} "
+            f"([[inputs]] {', '.join(input_names)})",
+            fix="declare one [[inputs]] entry per input of forward, in forward's order",
+        ) from None
 
 
-def torch_outputs(module, feeds: Feeds, input_names: list[str], output_names: list[str] | None = None) -> dict[str, np.ndarray]:
+def torch_outputs(
+    module, feeds: Feeds, input_names: list[str], output_names: list[str] | None = None
+) -> dict[str, np.ndarray]:
     """Run the torch model once; outputs named by `output_names`, dict keys, or output_<i>."""
     import torch
 
@@ -108,14 +123,18 @@ def torch_outputs(module, feeds: Feeds, input_names: list[str], output_names: li
         values, names = [result], ["output"]
     if output_names is not None:
         if len(output_names) != len(values):
-            raise BadInput(f"[model] outputs names {len(output_names)} outputs but the model returns {len(values)}",
-                           fix=f"give exactly {len(values)} names, or leave 'outputs' out")
+            raise BadInput(
+                f"[model] outputs names {len(output_names)} outputs but the model returns {len(values)}",
+                fix=f"give exactly {len(values)} names, or leave 'outputs' out",
+            )
         names = output_names
     outputs = {n: v.detach().cpu().numpy() for n, v in zip(names, values, strict=True) if v is not None}
     if not outputs:  # the user's forward() returned nothing to compare or export: say so, not an exporter error
         returned = "None" if result is None else f"a {type(result).__name__} with no tensor in it"
-        raise BadInput(f"the model's forward() returned {returned}: there is no output to export",
-                       fix="return the output tensor (or a tuple or dict of tensors) from forward()")
+        raise BadInput(
+            f"the model's forward() returned {returned}: there is no output to export",
+            fix="return the output tensor (or a tuple or dict of tensors) from forward()",
+        )
     return outputs
 
 
@@ -125,7 +144,9 @@ def _trace_dims(dims: dict[str, int]) -> dict[str, int]:
 
 
 def _dynamic_shapes(module, inputs: list[InputSpec]):
-    per_input = tuple({axis: dim for axis, dim in enumerate(spec.shape) if isinstance(dim, str)} or None for spec in inputs)
+    per_input = tuple(
+        {axis: dim for axis, dim in enumerate(spec.shape) if isinstance(dim, str)} or None for spec in inputs
+    )
     params = [p for p in inspect.signature(module.forward).parameters.values()]
     star = next((i for i, p in enumerate(params) if p.kind is inspect.Parameter.VAR_POSITIONAL), None)
     if star is not None and len(per_input) > star:  # forward(a, *rest) given rest: torch.export wants the shapes
@@ -163,8 +184,15 @@ def _program_dims(shapes, auto: bool = False):
 def _quiet() -> io.StringIO:
     """The exporters print progress and warnings; keep them for error messages, off the user's terminal."""
     buffer = io.StringIO()
-    names = ("torch", "torch.onnx", "torch.export", "torch._dynamo", "torch.fx", "torch.fx.experimental.symbolic_shapes",
-             "onnxscript")
+    names = (
+        "torch",
+        "torch.onnx",
+        "torch.export",
+        "torch._dynamo",
+        "torch.fx",
+        "torch.fx.experimental.symbolic_shapes",
+        "onnxscript",
+    )
     loggers = [logging.getLogger(n) for n in names]
     levels = [lg.level for lg in loggers]
     for lg in loggers:
@@ -182,9 +210,15 @@ def _export_dynamo(module, args, inputs, output_names, opset, dynamic):
     import torch
 
     program = torch.onnx.export(
-        module, tuple(args), dynamo=True, opset_version=opset, verbose=False,
-        input_names=[s.name for s in inputs], output_names=output_names,
-        dynamic_shapes=_dynamic_shapes(module, inputs) if dynamic else None, optimize=False,
+        module,
+        tuple(args),
+        dynamo=True,
+        opset_version=opset,
+        verbose=False,
+        input_names=[s.name for s in inputs],
+        output_names=output_names,
+        dynamic_shapes=_dynamic_shapes(module, inputs) if dynamic else None,
+        optimize=False,
     )
     _optimize(program)
     return program.model_proto
@@ -207,15 +241,29 @@ def _export_torchscript(module, args, inputs, output_names, opset, dynamic):
 
     axes = {s.name: {a: d for a, d in enumerate(s.shape) if isinstance(d, str)} for s in inputs} if dynamic else None
     buffer = io.BytesIO()
-    torch.onnx.export(module, tuple(args), buffer, dynamo=False, opset_version=min(opset, 20),
-                      input_names=[s.name for s in inputs], output_names=output_names,
-                      dynamic_axes={k: v for k, v in (axes or {}).items() if v} or None)
+    torch.onnx.export(
+        module,
+        tuple(args),
+        buffer,
+        dynamo=False,
+        opset_version=min(opset, 20),
+        input_names=[s.name for s in inputs],
+        output_names=output_names,
+        dynamic_axes={k: v for k, v in (axes or {}).items() if v} or None,
+    )
     return onnx.load_from_string(buffer.getvalue())
 
 
-def export(loaded: LoadedModel, inputs: list[InputSpec], dims: dict[str, int], out_path: Path, options: ExportOptions,
-           log: Callable[[str], None] = lambda _msg: None, rewrite: Callable | None = None,
-           stage: Callable[[str], None] = lambda _what: None) -> ExportResult:
+def export(
+    loaded: LoadedModel,
+    inputs: list[InputSpec],
+    dims: dict[str, int],
+    out_path: Path,
+    options: ExportOptions,
+    log: Callable[[str], None] = lambda _msg: None,
+    rewrite: Callable | None = None,
+    stage: Callable[[str], None] = lambda _what: None,
+) -> ExportResult:
     """`loaded`'s module as ONNX at `out_path`, verified against torch on `options.samples` random inputs.
     `rewrite(proto) -> proto` runs on the exported model before it is saved and verified (the export stage's
     graph passes), so the verification covers what it did. `stage` hears what the export is doing now."""
@@ -246,7 +294,7 @@ def export(loaded: LoadedModel, inputs: list[InputSpec], dims: dict[str, int], o
                 raise BadInput(
                     f"export failed with both exporters: dynamo: {fallback_reason}; torchscript: {first_line(exc2)}",
                     fix="make the model traceable by torch.export (see the exportdb docs), or export it to ONNX yourself "
-                        f"and point [model] source at the .onnx file{_tail(noise)}",
+                    f"and point [model] source at the .onnx file{_tail(noise)}",
                 ) from None
     if fallback_reason:  # said outside the quiet block, so the user sees it
         log(f"dynamo exporter failed ({fallback_reason}); used the TorchScript exporter instead")
@@ -258,8 +306,9 @@ def export(loaded: LoadedModel, inputs: list[InputSpec], dims: dict[str, int], o
     proto.ir_version = min(proto.ir_version, max_ir_version)
     out_path.parent.mkdir(parents=True, exist_ok=True)
     large = proto.ByteSize() > _PROTOBUF_LIMIT
-    onnx.save_model(proto, str(out_path), save_as_external_data=large,
-                    location=f"{out_path.name}.data" if large else None)
+    onnx.save_model(
+        proto, str(out_path), save_as_external_data=large, location=f"{out_path.name}.data" if large else None
+    )
     opset_used = next((i.version for i in proto.opset_import if i.domain in ("", "ai.onnx")), opset)
     ir_version = proto.ir_version
     # the weights' serialized copy and the exporter's graphs (in reference cycles) go before a session loads the
@@ -277,15 +326,32 @@ def export(loaded: LoadedModel, inputs: list[InputSpec], dims: dict[str, int], o
             f"max-rel {w.max_rel:.3g}, cosine {w.cosine:.6f} (atol {atol:g}, rtol {rtol:g}; "
             f"{len(bad)} of {len(parity)} outputs off)",
             fix="look for code that behaves differently under tracing (data-dependent branches, "
-                "torch.compiler.is_exporting), or loosen [export] atol/rtol if the difference is expected",
+            "torch.compiler.is_exporting), or loosen [export] atol/rtol if the difference is expected",
         )
     dynamic_dims = sorted({d for s in inputs for d in s.shape if isinstance(d, str)}) if dynamic else []
-    return ExportResult(out_path, exporter, opset_used, ir_version, input_names, output_names, parity,
-                        time.perf_counter() - started, fallback_reason, dynamic_dims)
+    return ExportResult(
+        out_path,
+        exporter,
+        opset_used,
+        ir_version,
+        input_names,
+        output_names,
+        parity,
+        time.perf_counter() - started,
+        fallback_reason,
+        dynamic_dims,
+    )
 
 
-def verify(module, onnx_path: Path, inputs: list[InputSpec], dims: dict[str, int], output_names: list[str],
-           options: ExportOptions, rng) -> list[OutputParity]:
+def verify(
+    module,
+    onnx_path: Path,
+    inputs: list[InputSpec],
+    dims: dict[str, int],
+    output_names: list[str],
+    options: ExportOptions,
+    rng,
+) -> list[OutputParity]:
     """Torch vs ONNX Runtime (basic optimizations only, CPU) on `options.samples` fresh random inputs."""
     import onnxruntime as ort
 
@@ -295,8 +361,11 @@ def verify(module, onnx_path: Path, inputs: list[InputSpec], dims: dict[str, int
     try:
         sess = ort.InferenceSession(str(onnx_path), so, providers=["CPUExecutionProvider"])
     except Exception as exc:
-        raise BadInput(f"the exported model does not load in onnxruntime: {first_line(exc)}",
-                       detail=runtime_detail(exc), fix="pin [export] opset to one the installed onnxruntime supports") from None
+        raise BadInput(
+            f"the exported model does not load in onnxruntime: {first_line(exc)}",
+            detail=runtime_detail(exc),
+            fix="pin [export] opset to one the installed onnxruntime supports",
+        ) from None
     input_names = [s.name for s in inputs]
     reference, actual = [], []
     for _ in range(options.samples):
@@ -339,10 +408,12 @@ def export_program(loaded: LoadedModel, inputs: list[InputSpec], dims: dict[str,
                     raise
                 return torch.export.export(module, args, dynamic_shapes=_program_dims(shapes, auto=True))
         except Exception as exc:
-            raise BadInput(f"torch.export could not capture the model: {_root_cause(exc)}",
-                           detail=runtime_detail(exc),
-                           fix="make the model traceable by torch.export (data-dependent control flow as torch.cond, "
-                               f"see the exportdb docs), or build for a target that compiles from ONNX{_tail(noise)}") from None
+            raise BadInput(
+                f"torch.export could not capture the model: {_root_cause(exc)}",
+                detail=runtime_detail(exc),
+                fix="make the model traceable by torch.export (data-dependent control flow as torch.cond, "
+                f"see the exportdb docs), or build for a target that compiles from ONNX{_tail(noise)}",
+            ) from None
 
 
 def save_program(program, path: Path) -> None:

@@ -26,8 +26,13 @@ class QuantizerFailed(BadInput):
         self.node = node
 
 
-def apply(plan: Plan, model_in: Path, model_out: Path, calibration: list[dict] | None = None,
-          max_ir_version: int | None = None) -> dict:
+def apply(
+    plan: Plan,
+    model_in: Path,
+    model_out: Path,
+    calibration: list[dict] | None = None,
+    max_ir_version: int | None = None,
+) -> dict:
     """Write the quantized model for `plan` with its method, then check it follows the plan; returns what was done
     (for the report)."""
     import onnx
@@ -41,11 +46,18 @@ def apply(plan: Plan, model_in: Path, model_out: Path, calibration: list[dict] |
         raise
     except Exception as exc:  # the quantizer's own failure, named with the node it was working on
         node, where = failed_at(exc)
-        raise QuantizerFailed(f"{method.tool} could not quantize the model ({plan.method}, {len(plan.quantized())} "
-                              f"groups){where}: {first_line(exc)}", node=node, detail=runtime_detail(exc),
-                              fix=("keep that node's group float with [quantization] keep_float" if where else
-                                   "keep the failing nodes float with [quantization] keep_float") +
-                                  ", or use precision = \"fp32\"") from None
+        raise QuantizerFailed(
+            f"{method.tool} could not quantize the model ({plan.method}, {len(plan.quantized())} "
+            f"groups){where}: {first_line(exc)}",
+            node=node,
+            detail=runtime_detail(exc),
+            fix=(
+                "keep that node's group float with [quantization] keep_float"
+                if where
+                else "keep the failing nodes float with [quantization] keep_float"
+            )
+            + ', or use precision = "fp32"',
+        ) from None
     try:
         method.postcondition(plan, model_in, model_out)
     except BadInput:  # a model that does not follow its plan is never left where a result would be
@@ -60,9 +72,14 @@ def apply(plan: Plan, model_in: Path, model_out: Path, calibration: list[dict] |
     return info
 
 
-def apply_with_fallback(plan: Plan, model_in: Path, model_out: Path, calibration: list[dict] | None = None,
-                        max_ir_version: int | None = None, log: Callable[[str], None] = lambda _msg: None
-                        ) -> tuple[Plan, dict]:
+def apply_with_fallback(
+    plan: Plan,
+    model_in: Path,
+    model_out: Path,
+    calibration: list[dict] | None = None,
+    max_ir_version: int | None = None,
+    log: Callable[[str], None] = lambda _msg: None,
+) -> tuple[Plan, dict]:
     """`apply`, and where the quantizer fails on a node: a node of a plan group below the ladder's top moves that
     group one rung up; an ungrouped node the method quantizes anyway (a full-integer plan quantizes every op:
     ORT's QNN quantizer stops a diffusion UNet at "Quantization parameter shared mode is not supported for
@@ -95,11 +112,15 @@ def _move_up(plan: Plan, exc: QuantizerFailed) -> tuple[Plan, dict | None]:
         rung = plan.next_rung(group.group)
         if rung is None:
             return plan, None
-        return (plan.with_group(group.group, rung, f"moved up from {group.precision}: {why}"),
-                {"group": group.group, "from": group.precision, "to": rung, "why": why})
+        return (
+            plan.with_group(group.group, rung, f"moved up from {group.precision}: {why}"),
+            {"group": group.group, "from": group.precision, "to": rung, "why": why},
+        )
     if methods.get(plan.method).honours_float_nodes and exc.node not in plan.float_nodes:
-        return (replace(plan, float_nodes=(*plan.float_nodes, exc.node)),
-                {"group": exc.node, "from": plan.ladder[0], "to": plan.ladder[-1], "why": why})
+        return (
+            replace(plan, float_nodes=(*plan.float_nodes, exc.node)),
+            {"group": exc.node, "from": plan.ladder[0], "to": plan.ladder[-1], "why": why},
+        )
     return plan, None
 
 

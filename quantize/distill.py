@@ -40,7 +40,9 @@ def _loss(outs, targets, scales, mask):
     return total
 
 
-TEACHER_BYTES = 1 << 30  # the teacher's answers for every batch the steps visit are held up to this; beyond, it runs each step
+TEACHER_BYTES = (
+    1 << 30
+)  # the teacher's answers for every batch the steps visit are held up to this; beyond, it runs each step
 
 
 def block_pairs(student, teacher) -> list[tuple]:
@@ -106,19 +108,24 @@ def _combine(group: list[tuple], layout: Layout, token_mask: int | None, stack: 
     if not trim or not layout.trim:
         return args
     keep = max(_real_length(a, token_mask) for a in group)
-    return tuple(t.narrow(axis, 0, keep) if axis is not None and t.shape[axis] >= keep else t
-                 for t, axis in zip(args, layout.trim, strict=True))
+    return tuple(
+        t.narrow(axis, 0, keep) if axis is not None and t.shape[axis] >= keep else t
+        for t, axis in zip(args, layout.trim, strict=True)
+    )
 
 
-def _groups(inputs: list[tuple], layout: Layout, token_mask: int | None, size: int, stack: bool,
-            trim: bool) -> list[tuple]:
+def _groups(
+    inputs: list[tuple], layout: Layout, token_mask: int | None, size: int, stack: bool, trim: bool
+) -> list[tuple]:
     """Batches of up to `size` inputs (one each when not stacking), of similar real length where there is a mask,
     so trimming leaves little padding."""
     if not stack:
         size = 1
     order = sorted(range(len(inputs)), key=lambda i: _real_length(inputs[i], token_mask))
-    return [_combine([inputs[i] for i in order[k:k + size]], layout, token_mask, stack, trim)
-            for k in range(0, len(order), size)]
+    return [
+        _combine([inputs[i] for i in order[k : k + size]], layout, token_mask, stack, trim)
+        for k in range(0, len(order), size)
+    ]
 
 
 def _same_answers(teacher, singles: list[tuple], batched: tuple, token_mask: int | None) -> bool:
@@ -136,7 +143,9 @@ def _same_answers(teacher, singles: list[tuple], batched: tuple, token_mask: int
                 if a.dim() != b.dim():
                     return False
                 # an output laid out [batch, tokens, ...] like the mask: compared at real tokens only
-                tokens = mask is not None and mask.dim() == 2 and a.dim() >= 2 and tuple(a.shape[:2]) == tuple(mask.shape)
+                tokens = (
+                    mask is not None and mask.dim() == 2 and a.dim() >= 2 and tuple(a.shape[:2]) == tuple(mask.shape)
+                )
                 part = b.narrow(0, offset, rows) if b.dim() else b
                 for axis in range(1, a.dim()):  # a trimmed axis: compare the kept positions only
                     if part.shape[axis] < a.shape[axis]:
@@ -153,7 +162,9 @@ def _same_answers(teacher, singles: list[tuple], batched: tuple, token_mask: int
     return True
 
 
-def _batching(teacher, inputs: list[tuple], layout: Layout, token_mask: int | None, size: int) -> tuple[bool, bool, str]:
+def _batching(
+    teacher, inputs: list[tuple], layout: Layout, token_mask: int | None, size: int
+) -> tuple[bool, bool, str]:
     """(stack, trim, what was given up and why): the most the teacher's answers allow, checked on a few inputs:
     stacking on the shortest, longest and middle ones; cutting padding on the shortest alone (cut to its own
     length, so the cut is as deep as any batch's); both together on the shortest and the middle one."""
@@ -172,15 +183,34 @@ def _batching(teacher, inputs: list[tuple], layout: Layout, token_mask: int | No
     if stack and trim and not same(probe[:2], True, True):
         trim = False
     chosen = (stack, trim)
-    lost = [what for what, could, did in (("stacked into batches", can_stack, chosen[0]),
-                                          ("trimmed of padding", can_trim, chosen[1])) if could and not did]
-    why = (f"the teacher's answers change (or it refuses the shapes) when its inputs are {' or '.join(lost)}, "
-           "so they are not") if lost else ""
+    lost = [
+        what
+        for what, could, did in (
+            ("stacked into batches", can_stack, chosen[0]),
+            ("trimmed of padding", can_trim, chosen[1]),
+        )
+        if could and not did
+    ]
+    why = (
+        (
+            f"the teacher's answers change (or it refuses the shapes) when its inputs are {' or '.join(lost)}, "
+            "so they are not"
+        )
+        if lost
+        else ""
+    )
     return chosen[0], chosen[1], why
 
 
-def distill(student, teacher, inputs: list[tuple], settings: PruningSettings, progress: Callable[[str], None],
-            token_mask: int | None = None, layout: Layout = Layout()) -> dict:
+def distill(
+    student,
+    teacher,
+    inputs: list[tuple],
+    settings: PruningSettings,
+    progress: Callable[[str], None],
+    token_mask: int | None = None,
+    layout: Layout = Layout(),
+) -> dict:
     """`token_mask`: the index of an input that marks real tokens (an attention mask), if the model has one."""
     import torch
 
@@ -198,16 +228,23 @@ def distill(student, teacher, inputs: list[tuple], settings: PruningSettings, pr
         # a block whose width changed (channels pruned inside it) has no comparable state
         usable = [j for j, t in enumerate(first[1]) if j < len(probe) and probe[j] == tuple(t.shape)]
         per_group = sum(t.numel() * 4 for t in first[0]) + sum(first[1][j].numel() * 4 for j in usable)
-        teacher_of = _Teacher(teacher, theirs, usable,
-                              held=per_group * min(len(groups), settings.distill_steps) <= TEACHER_BYTES)
+        teacher_of = _Teacher(
+            teacher, theirs, usable, held=per_group * min(len(groups), settings.distill_steps) <= TEACHER_BYTES
+        )
         if teacher_of.held:  # already computed for the probe above
             teacher_of.cache[0] = first[0], [first[1][j].detach().float() for j in usable]
         info = _train(student, groups, teacher_of, usable, ours, settings, progress, token_mask)
     finally:
         ours.remove()
         theirs.remove()
-    info.update({"samples": len(inputs), "batch": settings.distill_batch if stack else 1, "trimmed": trim,
-                 "teacher": "held" if teacher_of.held else "run each step (its answers would not fit in memory)"})
+    info.update(
+        {
+            "samples": len(inputs),
+            "batch": settings.distill_batch if stack else 1,
+            "trimmed": trim,
+            "teacher": "held" if teacher_of.held else "run each step (its answers would not fit in memory)",
+        }
+    )
     if why:
         info["batching"] = why
     return info
@@ -270,18 +307,31 @@ def _train(student, groups, teacher_of, usable, ours, settings, progress, token_
         if now - start > settings.distill_max_s:
             break
     window = max(1, min(len(groups), len(losses) // 4))
-    return {"method": "built-in distillation (MSE to the FP32 teacher's outputs"
-                      + (f" and the hidden states of {len(usable)} blocks" if usable else "") + ", variance-scaled"
-                      + (", padding tokens left out)" if token_mask is not None else ")"), "steps": step,
-            "hidden_blocks": len(usable),
-            "seconds": time.perf_counter() - start, "lr": lr,
-            "loss_first": sum(losses[:window]) / len(losses[:window]),
-            "loss_last": sum(losses[-window:]) / len(losses[-window:]),
-            "stopped": "time cap" if step < settings.distill_steps else "steps done"}
+    return {
+        "method": "built-in distillation (MSE to the FP32 teacher's outputs"
+        + (f" and the hidden states of {len(usable)} blocks" if usable else "")
+        + ", variance-scaled"
+        + (", padding tokens left out)" if token_mask is not None else ")"),
+        "steps": step,
+        "hidden_blocks": len(usable),
+        "seconds": time.perf_counter() - start,
+        "lr": lr,
+        "loss_first": sum(losses[:window]) / len(losses[:window]),
+        "loss_last": sum(losses[-window:]) / len(losses[-window:]),
+        "stopped": "time cap" if step < settings.distill_steps else "steps done",
+    }
 
 
-def recover(student, teacher, inputs: list[tuple], settings: PruningSettings, root, progress,
-            token_mask: int | None = None, layout: Layout = Layout()) -> dict:
+def recover(
+    student,
+    teacher,
+    inputs: list[tuple],
+    settings: PruningSettings,
+    root,
+    progress,
+    token_mask: int | None = None,
+    layout: Layout = Layout(),
+) -> dict:
     """The project's hook when [pruning] recover names one, else the built-in distillation."""
     if settings.recover is None:
         return distill(student, teacher, inputs, settings, progress, token_mask, layout)

@@ -22,8 +22,10 @@ from tapeout.core.errors import BadInput, TargetUnavailable
 from tapeout.core.onnx_graphs import nonzero_zero_points
 from tapeout.quantize.plan import Plan
 
-INSTALL = ('pip install "tapeout[tensorrt]" (NVIDIA Model Optimizer and its ONNX dependencies; '
-           "the CPU build of torch first, see the README)")
+INSTALL = (
+    'pip install "tapeout[tensorrt]" (NVIDIA Model Optimizer and its ONNX dependencies; '
+    "the CPU build of torch first, see the README)"
+)
 # ModelOpt's names for tapeout's calibration methods (its INT8 calibrators: entropy, max; FP8 wants max)
 CALIBRATION = {"minmax": "max", "entropy": "entropy"}
 
@@ -63,8 +65,10 @@ def quantize(plan: Plan, model_in: Path, model_out: Path, calibration: list[dict
     mode = plan.ladder[0]  # "int8" or "fp8": the rung the plan quantizes to
     if not calibration:
         # ModelOpt would calibrate on random data without a word (research nvidia.md 4.1)
-        raise BadInput(f"{mode} Q/DQ for TensorRT needs calibration data, and the project has none",
-                       fix="add [calibration] data = \"….npz\" (or module:callable) with real inputs")
+        raise BadInput(
+            f"{mode} Q/DQ for TensorRT needs calibration data, and the project has none",
+            fix='add [calibration] data = "….npz" (or module:callable) with real inputs',
+        )
     why = available()
     if why:
         raise TargetUnavailable(f"NVIDIA Model Optimizer (nvidia-modelopt) is not importable here: {why}", fix=INSTALL)
@@ -75,24 +79,36 @@ def quantize(plan: Plan, model_in: Path, model_out: Path, calibration: list[dict
     excluded = sorted({n for g in plan.groups if g.precision != mode for n in g.nodes} | set(plan.float_nodes))
     with _quiet():
         modelopt_quantize(
-            str(model_in), quantize_mode=mode, calibration_data=stacked(calibration),
+            str(model_in),
+            quantize_mode=mode,
+            calibration_data=stacked(calibration),
             calibration_method=CALIBRATION[plan.calibration_method] if mode == "int8" else "max",
-            calibration_eps=["cpu"], output_path=str(model_out), high_precision_dtype=plan.high_precision,
+            calibration_eps=["cpu"],
+            output_path=str(model_out),
+            high_precision_dtype=plan.high_precision,
             # exact node names: ModelOpt reads these as regular expressions
             nodes_to_exclude=[f"^{re.escape(n)}$" for n in excluded] or None,
-            op_types_to_exclude_fp16=list(plan.float_ops) or None, log_level="ERROR",
+            op_types_to_exclude_fp16=list(plan.float_ops) or None,
+            log_level="ERROR",
         )
     if not model_out.is_file():
         raise BadInput(f"ModelOpt wrote no model for the {mode} plan", fix="run `tapeout build -v` and report the log")
     model = onnx.load(str(model_out), load_external_data=False)
     found = quantized_nodes(model)
     left = sorted(quantized - found)
-    return {"method": "modelopt", "mode": mode, "quantized_nodes": len(found & quantized),
-            "left_float_by_modelopt": left,
-            "left_float_why": "ModelOpt's TensorRT placement rules (GEMVs, K or N under 16, convs under 16 "
-                              "channels) keep these in the high-precision type" if left else "",
-            "remainder": plan.high_precision, "qdq_pairs": sum(n.op_type == "QuantizeLinear" for n in model.graph.node),
-            "calibration_samples": len(calibration)}
+    return {
+        "method": "modelopt",
+        "mode": mode,
+        "quantized_nodes": len(found & quantized),
+        "left_float_by_modelopt": left,
+        "left_float_why": "ModelOpt's TensorRT placement rules (GEMVs, K or N under 16, convs under 16 "
+        "channels) keep these in the high-precision type"
+        if left
+        else "",
+        "remainder": plan.high_precision,
+        "qdq_pairs": sum(n.op_type == "QuantizeLinear" for n in model.graph.node),
+        "calibration_samples": len(calibration),
+    }
 
 
 def check_written(plan: Plan, model_out: Path) -> None:
@@ -105,12 +121,17 @@ def check_written(plan: Plan, model_out: Path) -> None:
     model = onnx.load(str(model_out), load_external_data=False)
     wrong = sorted(quantized_nodes(model) & excluded)
     if wrong:
-        raise BadInput(f"ModelOpt quantized {len(wrong)} node(s) the plan keeps float: {', '.join(wrong[:3])}",
-                       fix="report this with the nvidia-modelopt version; use precision = \"fp16\" meanwhile")
+        raise BadInput(
+            f"ModelOpt quantized {len(wrong)} node(s) the plan keeps float: {', '.join(wrong[:3])}",
+            fix='report this with the nvidia-modelopt version; use precision = "fp16" meanwhile',
+        )
     asymmetric = nonzero_zero_points(model)
     if asymmetric:
-        raise BadInput(f"TensorRT needs symmetric Q/DQ, and {len(asymmetric)} zero point(s) are not 0: "
-                       f"{', '.join(asymmetric[:3])}", fix="report this with the nvidia-modelopt version")
+        raise BadInput(
+            f"TensorRT needs symmetric Q/DQ, and {len(asymmetric)} zero point(s) are not 0: "
+            f"{', '.join(asymmetric[:3])}",
+            fix="report this with the nvidia-modelopt version",
+        )
 
 
 def reconcile(plan: Plan, model_path: Path) -> Plan:
@@ -122,14 +143,20 @@ def reconcile(plan: Plan, model_path: Path) -> Plan:
     mode = plan.ladder[0]
     for group in plan.groups:
         if group.precision == mode and group.nodes and not set(group.nodes) & found:
-            plan = plan.with_group(group.group, plan.high_precision,
-                                   f"planned {mode}; left {plan.high_precision.upper()} by ModelOpt's TensorRT placement "
-                                   "rules (GEMV, K or N under 16, or under 16 channels)")
+            plan = plan.with_group(
+                group.group,
+                plan.high_precision,
+                f"planned {mode}; left {plan.high_precision.upper()} by ModelOpt's TensorRT placement "
+                "rules (GEMV, K or N under 16, or under 16 channels)",
+            )
     return plan
 
 
 def quantized_nodes(model) -> set[str]:
     """Compute nodes with an input that comes out of a DequantizeLinear: those TensorRT runs quantized."""
     dq_outputs = {o for n in model.graph.node if n.op_type == "DequantizeLinear" for o in n.output}
-    return {n.name for n in model.graph.node
-            if n.op_type not in ("QuantizeLinear", "DequantizeLinear") and dq_outputs & set(n.input)}
+    return {
+        n.name
+        for n in model.graph.node
+        if n.op_type not in ("QuantizeLinear", "DequantizeLinear") and dq_outputs & set(n.input)
+    }

@@ -45,8 +45,14 @@ def ov_ops_of(model_in: Path, ov_model, onnx_names: set[str]) -> dict[str, str]:
     from tapeout.core.onnx_graphs import graphs_in
 
     graph = onnx.load(str(model_in), load_external_data=False).graph
-    produced = {out: node.name for g in graphs_in(graph) for node in g.node if node.name in onnx_names
-                for out in node.output if out}
+    produced = {
+        out: node.name
+        for g in graphs_in(graph)
+        for node in g.node
+        if node.name in onnx_names
+        for out in node.output
+        if out
+    }
     patterns = [(re.compile(p), name) for name in onnx_names for p in name_pattern([name])]
     found = {}
     for op in ov_model.get_ordered_ops():
@@ -55,8 +61,11 @@ def ov_ops_of(model_in: Path, ov_model, onnx_names: set[str]) -> dict[str, str]:
         name = op.get_friendly_name()
         onnx_name = next((n for regex, n in patterns if regex.fullmatch(name)), None)
         if onnx_name is None:  # renamed after a model output: the tensor names on its port (or its bias Add's)
-            ports = [op.output(0)] + [t.get_node().output(0) for t in op.output(0).get_target_inputs()
-                                      if t.get_node().get_type_name() == "Add"]
+            ports = [op.output(0)] + [
+                t.get_node().output(0)
+                for t in op.output(0).get_target_inputs()
+                if t.get_node().get_type_name() == "Add"
+            ]
             onnx_name = next((produced[t] for port in ports for t in port.get_names() if t in produced), None)
         if onnx_name is not None:
             found[name] = onnx_name
@@ -68,8 +77,11 @@ def _ignored_scope(nncf, model_in: Path, ov_model, kept: list[str]):
     OpenVINO renamed."""
     if not kept:
         return None
-    renamed = sorted(ov for ov, onnx_name in ov_ops_of(model_in, ov_model, set(kept)).items()
-                     if not any(re.fullmatch(p, ov) for p in name_pattern([onnx_name])))
+    renamed = sorted(
+        ov
+        for ov, onnx_name in ov_ops_of(model_in, ov_model, set(kept)).items()
+        if not any(re.fullmatch(p, ov) for p in name_pattern([onnx_name]))
+    )
     return nncf.IgnoredScope(names=renamed, patterns=name_pattern(kept), validate=False)
 
 
@@ -79,20 +91,36 @@ def quantize(plan: Plan, model_in: Path, model_out: Path, calibration: list[dict
     import openvino as ov
 
     if not calibration:
-        raise BadInput("OpenVINO INT8 (NNCF) needs calibration data, and the project has none",
-                       fix="add [calibration] data = \"….npz\" (or module:callable) with real inputs to the project")
+        raise BadInput(
+            "OpenVINO INT8 (NNCF) needs calibration data, and the project has none",
+            fix='add [calibration] data = "….npz" (or module:callable) with real inputs to the project',
+        )
     model = ov.Core().read_model(str(model_in))
     kept = [*plan.nodes_at(FLOAT), *plan.float_nodes]
     ignored = _ignored_scope(nncf, model_in, model, kept)
     model_type = nncf.ModelType.TRANSFORMER if plan.model_type == "transformer" else None
     preset = nncf.QuantizationPreset.MIXED if plan.preset == "mixed" else nncf.QuantizationPreset.PERFORMANCE
-    quantized = nncf.quantize(model, nncf.Dataset(calibration), preset=preset, model_type=model_type,
-                              ignored_scope=ignored, subset_size=len(calibration), fast_bias_correction=True)
+    quantized = nncf.quantize(
+        model,
+        nncf.Dataset(calibration),
+        preset=preset,
+        model_type=model_type,
+        ignored_scope=ignored,
+        subset_size=len(calibration),
+        fast_bias_correction=True,
+    )
     _save(quantized, model_out)
     fake_quantize = sum(op.get_type_name() == "FakeQuantize" for op in quantized.get_ops())
-    return {"method": "nncf", "nodes": len(plan.nodes_at("int8")), "kept_float": len(kept),
-            "model_type": plan.model_type or "default", "preset": plan.preset, "samples": len(calibration),
-            "activation_quantizers": fake_quantize, "nncf": nncf.__version__}
+    return {
+        "method": "nncf",
+        "nodes": len(plan.nodes_at("int8")),
+        "kept_float": len(kept),
+        "model_type": plan.model_type or "default",
+        "preset": plan.preset,
+        "samples": len(calibration),
+        "activation_quantizers": fake_quantize,
+        "nncf": nncf.__version__,
+    }
 
 
 # the rungs weight compression writes, with NNCF's mode for each: symmetric INT4 (measured on tiny-lm:
@@ -108,8 +136,10 @@ def compress_weights(plan: Plan, model_in: Path, model_out: Path, calibration: l
 
     data_aware = plan.int4_algorithm == "awq"
     if data_aware and not calibration:
-        raise BadInput("int4_algorithm = \"awq\" needs calibration data, and the project has none",
-                       fix="add [calibration] data to the project, or use int4_algorithm = \"rtn\"")
+        raise BadInput(
+            'int4_algorithm = "awq" needs calibration data, and the project has none',
+            fix='add [calibration] data to the project, or use int4_algorithm = "rtn"',
+        )
     model = ov.Core().read_model(str(model_in))
     every = [n for g in plan.groups for n in g.nodes] + list(plan.float_nodes)
     done = {}
@@ -121,20 +151,38 @@ def compress_weights(plan: Plan, model_in: Path, model_out: Path, calibration: l
         others = [n for n in every if n not in chosen]
         # all_layers: the plan, not NNCF's first/last-layer rule, says what is INT4 (an INT8 mode takes no such option);
         # a layer whose input channels the group size does not divide gets the largest group that does (NNCF's ADJUST)
-        options = {"group_size": plan.block_size, "ratio": 1.0, "all_layers": True,
-                   "advanced_parameters": nncf.AdvancedCompressionParameters(
-                       group_size_fallback_mode=nncf.GroupSizeFallbackMode.ADJUST,
-                       min_adjusted_group_size=MIN_GROUP_SIZE)} if rung == "int4" else {}
+        options = (
+            {
+                "group_size": plan.block_size,
+                "ratio": 1.0,
+                "all_layers": True,
+                "advanced_parameters": nncf.AdvancedCompressionParameters(
+                    group_size_fallback_mode=nncf.GroupSizeFallbackMode.ADJUST, min_adjusted_group_size=MIN_GROUP_SIZE
+                ),
+            }
+            if rung == "int4"
+            else {}
+        )
         if rung == "int4" and data_aware:
             options.update(dataset=nncf.Dataset(calibration), subset_size=len(calibration), awq=True)
-        model = nncf.compress_weights(model, mode=getattr(nncf.CompressWeightsMode, mode),
-                                      ignored_scope=_ignored_scope(nncf, model_in, model, others), **options)
+        model = nncf.compress_weights(
+            model,
+            mode=getattr(nncf.CompressWeightsMode, mode),
+            ignored_scope=_ignored_scope(nncf, model_in, model, others),
+            **options,
+        )
         done[rung] = len(nodes)
     _save(model, model_out)
-    return {"method": "nncf-weights", "nodes": done, "kept_float": len(plan.nodes_at(FLOAT)) + len(plan.float_nodes),
-            "block_size": plan.block_size, "algorithm": plan.int4_algorithm,
-            "group_sizes": other_group_sizes(plan, model_in, model),
-            "samples": len(calibration) if data_aware else 0, "nncf": nncf.__version__}
+    return {
+        "method": "nncf-weights",
+        "nodes": done,
+        "kept_float": len(plan.nodes_at(FLOAT)) + len(plan.float_nodes),
+        "block_size": plan.block_size,
+        "algorithm": plan.int4_algorithm,
+        "group_sizes": other_group_sizes(plan, model_in, model),
+        "samples": len(calibration) if data_aware else 0,
+        "nncf": nncf.__version__,
+    }
 
 
 def other_group_sizes(plan: Plan, model_in: Path, model) -> dict[str, int]:
@@ -213,10 +261,15 @@ def check_weights(plan: Plan, model, model_in: Path) -> None:
         from tapeout.quantize.apply import QuantizerFailed
 
         node = short[0].removesuffix(" (planned int4)")
-        raise QuantizerFailed(f"NNCF left {node} at another width than INT4 (a power-of-two group size of at least "
-                              f"{MIN_GROUP_SIZE} must divide its input channels)", node=node,
-                              fix="keep its group at 8 bits with [quantization] overrides, or use precision = \"fp32\"")
+        raise QuantizerFailed(
+            f"NNCF left {node} at another width than INT4 (a power-of-two group size of at least "
+            f"{MIN_GROUP_SIZE} must divide its input channels)",
+            node=node,
+            fix='keep its group at 8 bits with [quantization] overrides, or use precision = "fp32"',
+        )
     if wrong:
-        raise BadInput(f"NNCF did not follow the plan for {len(wrong)} node(s): {', '.join(wrong[:3])}"
-                       f"{' …' if len(wrong) > 3 else ''}",
-                       fix="keep those groups float with [quantization] keep_float, or use precision = \"fp32\"")
+        raise BadInput(
+            f"NNCF did not follow the plan for {len(wrong)} node(s): {', '.join(wrong[:3])}"
+            f"{' …' if len(wrong) > 3 else ''}",
+            fix='keep those groups float with [quantization] keep_float, or use precision = "fp32"',
+        )

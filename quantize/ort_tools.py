@@ -76,13 +76,19 @@ def check_nbits(nodes: list[str], bits: int, model_out: Path) -> None:
     if not nodes:
         return
     model = onnx.load(str(model_out), load_external_data=False)
-    written = {n.name.rsplit("_Q", 1)[0] for g in graphs_in(model.graph) for n in g.node
-               if n.op_type == "MatMulNBits" and n.name.endswith(f"_Q{bits}")}
+    written = {
+        n.name.rsplit("_Q", 1)[0]
+        for g in graphs_in(model.graph)
+        for n in g.node
+        if n.op_type == "MatMulNBits" and n.name.endswith(f"_Q{bits}")
+    }
     left = sorted(set(nodes) - written)
     if left:
-        raise BadInput(f"{bits}-bit weight-only: onnxruntime left {len(left)} of {len(nodes)} planned node(s) without "
-                       f"MatMulNBits: {', '.join(left[:3])}{' …' if len(left) > 3 else ''}",
-                       fix="keep them at a higher rung with [quantization] overrides, or report the model's pattern")
+        raise BadInput(
+            f"{bits}-bit weight-only: onnxruntime left {len(left)} of {len(nodes)} planned node(s) without "
+            f"MatMulNBits: {', '.join(left[:3])}{' …' if len(left) > 3 else ''}",
+            fix="keep them at a higher rung with [quantization] overrides, or report the model's pattern",
+        )
 
 
 def check_quantized(nodes: list[str], model_out: Path, what: str) -> None:
@@ -95,14 +101,24 @@ def check_quantized(nodes: list[str], model_out: Path, what: str) -> None:
     graphs = list(graphs_in(model.graph))
     floats = {i.name for g in graphs for i in g.initializer if i.data_type in (TensorProto.FLOAT, TensorProto.FLOAT16)}
     # a float weight read through a Transpose (a tied LM head) is as float as one read directly
-    floats |= {n.output[0] for g in graphs for n in g.node if n.op_type == "Transpose" and n.input and n.input[0] in floats}
+    floats |= {
+        n.output[0] for g in graphs for n in g.node if n.op_type == "Transpose" and n.input and n.input[0] in floats
+    }
     planned = set(nodes)
     # an LSTM keeps its name and op type only when the quantizer skipped it (it becomes DynamicQuantizeLSTM)
-    left = [f"{n.name} ({n.op_type})" for g in graphs for n in g.node
-            if n.name in planned and n.op_type in ("MatMul", "Gemm", "Conv", "LSTM") and len(n.input) > 1
-            and n.input[1] in floats]
+    left = [
+        f"{n.name} ({n.op_type})"
+        for g in graphs
+        for n in g.node
+        if n.name in planned
+        and n.op_type in ("MatMul", "Gemm", "Conv", "LSTM")
+        and len(n.input) > 1
+        and n.input[1] in floats
+    ]
     if left:
-        raise BadInput(f"{what}: onnxruntime left {len(left)} of {len(planned)} planned node(s) in float: "
-                       f"{', '.join(left[:3])}{' …' if len(left) > 3 else ''}",
-                       fix="keep them float with [quantization] keep_float (the report would otherwise claim INT8), "
-                           "or report the model's pattern")
+        raise BadInput(
+            f"{what}: onnxruntime left {len(left)} of {len(planned)} planned node(s) in float: "
+            f"{', '.join(left[:3])}{' …' if len(left) > 3 else ''}",
+            fix="keep them float with [quantization] keep_float (the report would otherwise claim INT8), "
+            "or report the model's pattern",
+        )

@@ -16,18 +16,18 @@ FLOAT = "fp32"
 class GroupPlan:
     group: str
     role: str
-    nodes: tuple[str, ...]      # the weighted nodes a quantizer touches
-    precision: str              # a rung of the target's ladder: "int8", "int4", "fp32", ...
-    reason: str                 # the rule (or loop step) that put it there
-    modules: tuple[str, ...] = ()   # the torch modules its nodes came from (PT2E methods quantize the program by module)
+    nodes: tuple[str, ...]  # the weighted nodes a quantizer touches
+    precision: str  # a rung of the target's ladder: "int8", "int4", "fp32", ...
+    reason: str  # the rule (or loop step) that put it there
+    modules: tuple[str, ...] = ()  # the torch modules its nodes came from (PT2E methods quantize the program by module)
 
 
 @dataclass(frozen=True)
 class Plan:
-    method: str                 # a quantization method's name (quantize/methods/)
+    method: str  # a quantization method's name (quantize/methods/)
     family: str
     target: str
-    ladder: tuple[str, ...]     # lowest precision first; the last rung is float
+    ladder: tuple[str, ...]  # lowest precision first; the last rung is float
     groups: tuple[GroupPlan, ...]
     per_channel: bool = True
     reduce_range: bool = False
@@ -36,14 +36,14 @@ class Plan:
     activation_symmetric: bool = False
     calibration_method: str = "minmax"
     block_size: int = 32
-    int4_algorithm: str = "rtn"         # rtn | gptq (ORT) | awq (NNCF)
-    accuracy_level: int | None = None   # ORT MatMulNBits: 4 = activations to int8 per block, integer dot products
+    int4_algorithm: str = "rtn"  # rtn | gptq (ORT) | awq (NNCF)
+    accuracy_level: int | None = None  # ORT MatMulNBits: 4 = activations to int8 per block, integer dot products
     notes: tuple[str, ...] = field(default_factory=tuple)
-    float_nodes: tuple[str, ...] = ()   # ungrouped nodes a full-integer plan keeps float (e.g. attention masks)
-    float_ops: tuple[str, ...] = ()     # op types an FP16 plan keeps FP32 wherever they occur
-    model_type: str | None = None       # NNCF: "transformer" (keeps norms, softmax, residuals float) or None
-    preset: str | None = None           # NNCF: "performance" (symmetric) or "mixed" (asymmetric activations)
-    high_precision: str = "fp16"        # ModelOpt: the type the unquantized remainder is cast to
+    float_nodes: tuple[str, ...] = ()  # ungrouped nodes a full-integer plan keeps float (e.g. attention masks)
+    float_ops: tuple[str, ...] = ()  # op types an FP16 plan keeps FP32 wherever they occur
+    model_type: str | None = None  # NNCF: "transformer" (keeps norms, softmax, residuals float) or None
+    preset: str | None = None  # NNCF: "performance" (symmetric) or "mixed" (asymmetric activations)
+    high_precision: str = "fp16"  # ModelOpt: the type the unquantized remainder is cast to
 
     @property
     def model_suffix(self) -> str:
@@ -60,8 +60,10 @@ class Plan:
         return [n for g in self.groups if g.precision == precision for n in g.nodes]
 
     def with_group(self, name: str, precision: str, reason: str) -> Plan:
-        return replace(self, groups=tuple(replace(g, precision=precision, reason=reason) if g.group == name else g
-                                          for g in self.groups))
+        return replace(
+            self,
+            groups=tuple(replace(g, precision=precision, reason=reason) if g.group == name else g for g in self.groups),
+        )
 
     def only(self, name: str) -> Plan:
         """This plan with every other group in float: what isolates one group's error."""

@@ -30,11 +30,11 @@ QKV = (("query", "key", "value"), ("q_proj", "k_proj", "v_proj"), ("q", "k", "v"
 class Structure:
     """What the model is made of, as far as pruning cares."""
 
-    convs: list = field(default_factory=list)        # (name, module), in forward-definition order
+    convs: list = field(default_factory=list)  # (name, module), in forward-definition order
     linears: list = field(default_factory=list)
-    attention: list = field(default_factory=list)    # (name, module, [q, k, v], head attribute)
+    attention: list = field(default_factory=list)  # (name, module, [q, k, v], head attribute)
     headless_attention: list = field(default_factory=list)  # q/k/v found, no head-count attribute
-    expansions: list = field(default_factory=list)   # (name, Linear) of the FFNs: out > in, not attention
+    expansions: list = field(default_factory=list)  # (name, Linear) of the FFNs: out > in, not attention
     embeddings: list = field(default_factory=list)
 
     @property
@@ -73,21 +73,27 @@ def protected(found: Structure, settings: PruningSettings, module) -> dict[str, 
     if found.convs:
         keep[found.convs[0][0]] = "first conv: few input channels, most sensitive"
     if found.linears:
-        keep[found.linears[-1][0]] = ("LM head / classifier: its outputs are the model's" if found.transformer
-                                      else "classifier: its outputs are the classes")
+        keep[found.linears[-1][0]] = (
+            "LM head / classifier: its outputs are the model's"
+            if found.transformer
+            else "classifier: its outputs are the classes"
+        )
     names = dict(module.named_modules())
     for name in settings.protect:
         if name not in names:
             near = [n for n in names if n and name in n][:3]
-            raise BadInput(f"[pruning] protect names module '{name}', which the model does not have",
-                           fix=f"use module names from the model ({', '.join(near) or 'see model.named_modules()'})")
+            raise BadInput(
+                f"[pruning] protect names module '{name}', which the model does not have",
+                fix=f"use module names from the model ({', '.join(near) or 'see model.named_modules()'})",
+            )
         keep[name] = "protected by [pruning] protect"
     return keep
 
 
 def _pruner(tp, module, example, importance, ratio: float, ignored: list, round_to: int | None, **kw):
-    return tp.pruner.MetaPruner(module, example, importance=importance, pruning_ratio=ratio, ignored_layers=ignored,
-                                round_to=round_to, **kw)
+    return tp.pruner.MetaPruner(
+        module, example, importance=importance, pruning_ratio=ratio, ignored_layers=ignored, round_to=round_to, **kw
+    )
 
 
 def _importance(tp, settings: PruningSettings, module, calibration: list[tuple], token_mask: int | None):
@@ -95,8 +101,10 @@ def _importance(tp, settings: PruningSettings, module, calibration: list[tuple],
         return tp.importance.GroupMagnitudeImportance(p=2), None
     if settings.importance == "activation":
         norms = activation_norms(module, calibration[:IMPORTANCE_SAMPLES], token_mask)
-        return _activation_importance(tp, norms), (f"activation-aware: ‖W[:, j]‖ · ‖x_j‖ on up to {IMPORTANCE_SAMPLES} "
-                                                   "calibration inputs" + (", real tokens only" if token_mask is not None else ""))
+        return _activation_importance(tp, norms), (
+            f"activation-aware: ‖W[:, j]‖ · ‖x_j‖ on up to {IMPORTANCE_SAMPLES} "
+            "calibration inputs" + (", real tokens only" if token_mask is not None else "")
+        )
     # Taylor (first order, |w · ∂L/∂w|) without labels: L is the outputs' energy on the calibration inputs, the
     # signal each weight carries forward. Gradients are accumulated once, before the pruner ranks.
 
@@ -104,8 +112,10 @@ def _importance(tp, settings: PruningSettings, module, calibration: list[tuple],
     for args in calibration[:IMPORTANCE_SAMPLES]:
         loss = sum((t.float() ** 2).mean() for t in _tensors(module(*args)))
         loss.backward()
-    return (tp.importance.GroupTaylorImportance(),
-            f"Taylor on the outputs' energy over up to {IMPORTANCE_SAMPLES} calibration inputs")
+    return (
+        tp.importance.GroupTaylorImportance(),
+        f"Taylor on the outputs' energy over up to {IMPORTANCE_SAMPLES} calibration inputs",
+    )
 
 
 def activation_norms(module, calibration: list[tuple], token_mask: int | None) -> dict:
@@ -127,13 +137,16 @@ def activation_norms(module, calibration: list[tuple], token_mask: int | None) -
             real = mask.get("now")
             if real is not None and x.dim() == 3 and tuple(x.shape[:2]) == tuple(real.shape):
                 rows = rows[real.reshape(-1) > 0]
-            squares = (rows ** 2).sum(0)
+            squares = (rows**2).sum(0)
         else:
             squares = (x.transpose(0, 1).flatten(1) ** 2).sum(1)
         sums[m] = sums[m] + squares if m in sums else squares
 
-    hooks = [m.register_forward_hook(hook) for m in module.modules()
-             if isinstance(m, nn.Linear | nn.Conv1d | nn.Conv2d | nn.Conv3d)]
+    hooks = [
+        m.register_forward_hook(hook)
+        for m in module.modules()
+        if isinstance(m, nn.Linear | nn.Conv1d | nn.Conv2d | nn.Conv3d)
+    ]
     _observe(module, hooks, calibration, token_mask, mask)
     return {m: s.sqrt() for m, s in sums.items()}
 
@@ -198,16 +211,24 @@ def _tensors(result) -> list:
     return [v for v in result if isinstance(v, torch.Tensor)]
 
 
-def apply(module, example: tuple, settings: PruningSettings, round_to: int, calibration: list[tuple],
-          log, token_mask: int | None = None) -> tuple[Any, dict]:
+def apply(
+    module,
+    example: tuple,
+    settings: PruningSettings,
+    round_to: int,
+    calibration: list[tuple],
+    log,
+    token_mask: int | None = None,
+) -> tuple[Any, dict]:
     """Prune `module` in place by `settings` (2:4 masks aside); returns it and what was done. `token_mask`: the
     index of an input that marks real tokens (an attention mask), if the model has one."""
     try:
         import torch
         import torch_pruning as tp
     except ImportError as exc:
-        raise TargetUnavailable(f"[pruning] needs Torch-Pruning, which does not import here ({first_line(exc)})",
-                                fix=INSTALL) from None
+        raise TargetUnavailable(
+            f"[pruning] needs Torch-Pruning, which does not import here ({first_line(exc)})", fix=INSTALL
+        ) from None
     found = inspect(module)
     keep = protected(found, settings, module)
     names = dict(module.named_modules())
@@ -221,8 +242,17 @@ def apply(module, example: tuple, settings: PruningSettings, round_to: int, cali
         before = tp.utils.count_ops_and_params(module, example)
         step = drop_blocks(module, settings.ratio, kept_ids, calibration, token_mask)
         after = tp.utils.count_ops_and_params(module, example)
-        done.append({"what": "depth", "ratio": settings.ratio, "macs_before": before[0], "macs_after": after[0],
-                     "params_before": before[1], "params_after": after[1], **step})
+        done.append(
+            {
+                "what": "depth",
+                "ratio": settings.ratio,
+                "macs_before": before[0],
+                "macs_after": after[0],
+                "params_before": before[1],
+                "params_after": after[1],
+                **step,
+            }
+        )
         log(f"pruned depth: removed {', '.join(step['removed'])}; MACs {before[0]:,.0f} → {after[0]:,.0f}")
         found = inspect(module)
     importance, how = _importance(tp, settings, module, calibration, token_mask)
@@ -230,41 +260,68 @@ def apply(module, example: tuple, settings: PruningSettings, round_to: int, cali
     for what in structural:
         if what == "channels":
             if found.transformer:
-                raise BadInput("[pruning] what = \"channels\" on a transformer: its hidden width is shared by the "
-                               "embeddings, every residual add and every norm", fix="prune \"heads\" and \"mlp\" instead")
+                raise BadInput(
+                    '[pruning] what = "channels" on a transformer: its hidden width is shared by the '
+                    "embeddings, every residual add and every norm",
+                    fix='prune "heads" and "mlp" instead',
+                )
             if not found.convs and not found.linears:
-                raise BadInput("[pruning] what = \"channels\": the model has no conv or Linear layer",
-                               fix="remove \"channels\" from [pruning] what")
+                raise BadInput(
+                    '[pruning] what = "channels": the model has no conv or Linear layer',
+                    fix='remove "channels" from [pruning] what',
+                )
             prunable = [(n, m) for n, m in found.convs + found.linears if id(m) not in kept_ids]
             if not prunable:
-                raise BadInput("[pruning] every conv and Linear layer is protected: nothing to prune",
-                               fix="protect fewer modules in [pruning] protect")
+                raise BadInput(
+                    "[pruning] every conv and Linear layer is protected: nothing to prune",
+                    fix="protect fewer modules in [pruning] protect",
+                )
             pruner = _pruner(tp, module, example, importance, settings.ratio, kept_modules, round_to)
         elif what == "mlp":
             targets = [(n, m) for n, m in found.expansions if id(m) not in kept_ids]
             if not found.transformer or not targets:
-                raise BadInput("[pruning] what = \"mlp\": no transformer FFN (an expanding Linear outside attention) "
-                               + ("left unprotected" if found.expansions else "in this model"),
-                               fix="use \"channels\" for CNNs and MLPs, or remove \"mlp\"")
+                raise BadInput(
+                    '[pruning] what = "mlp": no transformer FFN (an expanding Linear outside attention) '
+                    + ("left unprotected" if found.expansions else "in this model"),
+                    fix='use "channels" for CNNs and MLPs, or remove "mlp"',
+                )
             others = [m for _, m in found.convs + found.linears if all(m is not t for _, t in targets)]
             pruner = _pruner(tp, module, example, importance, settings.ratio, others, round_to)
         else:  # heads
             if not found.attention:
-                why = (f"{len(found.headless_attention)} attention module(s) take Q/K/V but keep no head count the "
-                       f"forward reads ({' / '.join(HEAD_ATTRS)}), so a pruned head count could not reach it"
-                       if found.headless_attention else "the model has no attention module with Q/K/V projections")
-                raise BadInput(f"[pruning] what = \"heads\": {why}", fix="prune \"mlp\" instead, or give the "
-                               "attention module a head-count attribute its forward uses")
+                why = (
+                    f"{len(found.headless_attention)} attention module(s) take Q/K/V but keep no head count the "
+                    f"forward reads ({' / '.join(HEAD_ATTRS)}), so a pruned head count could not reach it"
+                    if found.headless_attention
+                    else "the model has no attention module with Q/K/V projections"
+                )
+                raise BadInput(
+                    f'[pruning] what = "heads": {why}',
+                    fix='prune "mlp" instead, or give the attention module a head-count attribute its forward uses',
+                )
             heads = {proj: getattr(m, attr) for _, m, projs, attr in found.attention for proj in projs}
             others = [m for _, m in found.convs + found.linears if m not in heads]
-            pruner = _pruner(tp, module, example, importance, settings.ratio, others, None, num_heads=heads,
-                             prune_num_heads=True, prune_head_dims=False, head_pruning_ratio=settings.ratio)
+            pruner = _pruner(
+                tp,
+                module,
+                example,
+                importance,
+                settings.ratio,
+                others,
+                None,
+                num_heads=heads,
+                prune_num_heads=True,
+                prune_head_dims=False,
+                head_pruning_ratio=settings.ratio,
+            )
         before = tp.utils.count_ops_and_params(module, example)
         try:
             pruner.step()
         except Exception as exc:  # DepGraph on a forward it cannot trace
-            raise BadInput(f"[pruning] {what}: Torch-Pruning could not prune this model ({first_line(exc)})",
-                           fix=f"remove \"{what}\" from [pruning] what, or protect the module it names") from None
+            raise BadInput(
+                f"[pruning] {what}: Torch-Pruning could not prune this model ({first_line(exc)})",
+                fix=f'remove "{what}" from [pruning] what, or protect the module it names',
+            ) from None
         if what == "heads":
             for _, m, projs, attr in found.attention:
                 count = pruner.num_heads.get(projs[0], getattr(m, attr))
@@ -272,18 +329,35 @@ def apply(module, example: tuple, settings: PruningSettings, round_to: int, cali
                 if isinstance(getattr(m, "all_head_size", None), int):
                     m.all_head_size = projs[0].out_features
         after = tp.utils.count_ops_and_params(module, example)
-        done.append({"what": what, "ratio": settings.ratio, "macs_before": before[0], "macs_after": after[0],
-                     "params_before": before[1], "params_after": after[1],
-                     "widths": _widths(found, what)})
+        done.append(
+            {
+                "what": what,
+                "ratio": settings.ratio,
+                "macs_before": before[0],
+                "macs_after": after[0],
+                "params_before": before[1],
+                "params_after": after[1],
+                "widths": _widths(found, what),
+            }
+        )
         log(f"pruned {what}: MACs {before[0]:,.0f} → {after[0]:,.0f}, parameters {before[1]:,} → {after[1]:,}")
     _check_forward(module, example, teacher_shapes)
     sparsity = two_four(module, kept_ids, found) if "2:4" in settings.what else None
     macs1, params1 = tp.utils.count_ops_and_params(module, example)
     return module, {
-        "what": settings.what, "ratio": settings.ratio, "importance": settings.importance, "importance_how": how,
-        "round_to": round_to, "protected": keep, "steps": done, "sparsity_2_4": sparsity,
+        "what": settings.what,
+        "ratio": settings.ratio,
+        "importance": settings.importance,
+        "importance_how": how,
+        "round_to": round_to,
+        "protected": keep,
+        "steps": done,
+        "sparsity_2_4": sparsity,
         "transformer": found.transformer,
-        "macs_before": macs0, "macs_after": macs1, "params_before": params0, "params_after": params1,
+        "macs_before": macs0,
+        "macs_after": macs1,
+        "params_before": params0,
+        "params_after": params1,
         "flops_reduction": 1 - macs1 / macs0 if macs0 else 0.0,
     }
 
@@ -295,8 +369,13 @@ def block_list(module) -> tuple[str, Any] | None:
 
     best = None
     for name, m in module.named_modules():
-        if (isinstance(m, nn.ModuleList | nn.Sequential) and len(m) >= 2 and len({type(c) for c in m}) == 1
-                and next(m[0].parameters(), None) is not None and (best is None or len(m) > len(best[1]))):
+        if (
+            isinstance(m, nn.ModuleList | nn.Sequential)
+            and len(m) >= 2
+            and len({type(c) for c in m}) == 1
+            and next(m[0].parameters(), None) is not None
+            and (best is None or len(m) > len(best[1]))
+        ):
             best = (name, m)
     return best
 
@@ -331,6 +410,7 @@ def block_influence(module, blocks, calibration: list[tuple], token_mask: int | 
             else:
                 cos = torch.nn.functional.cosine_similarity(x.flatten(1), y.flatten(1), dim=-1)
             seen[i].append(float(1 - cos.mean()))
+
         return hook
 
     hooks = [b.register_forward_hook(hook_for(i), with_kwargs=True) for i, b in enumerate(blocks)]
@@ -344,33 +424,46 @@ def drop_blocks(module, ratio: float, kept_ids: set[int], calibration: list[tupl
     config's layer count and the kept blocks' `layer_idx` follow, so a forward that reads them stays consistent."""
     found = block_list(module)
     if found is None:
-        raise BadInput("[pruning] what = \"depth\": the model has no repeated block list (an nn.ModuleList or "
-                       "nn.Sequential of two or more blocks of one class)",
-                       fix="prune \"channels\", \"heads\" or \"mlp\" instead")
+        raise BadInput(
+            '[pruning] what = "depth": the model has no repeated block list (an nn.ModuleList or '
+            "nn.Sequential of two or more blocks of one class)",
+            fix='prune "channels", "heads" or "mlp" instead',
+        )
     name, blocks = found
     total = len(blocks)
     count = round(ratio * total)
     if count == 0:
-        raise BadInput(f"[pruning] ratio = {ratio:g} of {total} blocks removes no whole block (what = \"depth\")",
-                       fix=f"set [pruning] ratio to at least {0.5 / total + 1e-3:.2f}")
+        raise BadInput(
+            f'[pruning] ratio = {ratio:g} of {total} blocks removes no whole block (what = "depth")',
+            fix=f"set [pruning] ratio to at least {0.5 / total + 1e-3:.2f}",
+        )
     influence = block_influence(module, blocks, calibration[:IMPORTANCE_SAMPLES], token_mask)
     protected_blocks = {i for i, b in enumerate(blocks) if any(id(m) in kept_ids for m in b.modules())}
     free = [i for i, v in enumerate(influence) if v is not None and i not in protected_blocks]
     if count > len(free) or count >= total:
-        why = (f"{total - len(free)} of them change their input's shape or hold a protected module"
-               if count < total else "at least one block must stay")
-        raise BadInput(f"[pruning] what = \"depth\" at ratio {ratio:g} would remove {count} of the {total} blocks in "
-                       f"'{name}', and only {min(len(free), total - 1)} can go ({why})",
-                       fix="lower [pruning] ratio, or protect fewer modules")
+        why = (
+            f"{total - len(free)} of them change their input's shape or hold a protected module"
+            if count < total
+            else "at least one block must stay"
+        )
+        raise BadInput(
+            f'[pruning] what = "depth" at ratio {ratio:g} would remove {count} of the {total} blocks in '
+            f"'{name}', and only {min(len(free), total - 1)} can go ({why})",
+            fix="lower [pruning] ratio, or protect fewer modules",
+        )
     drop = sorted(sorted(free, key=lambda i: influence[i])[:count])
     kept = [i for i in range(total) if i not in drop]
     for i in reversed(drop):
         del blocks[i]  # ModuleList and Sequential both re-index in place
     _follow_layer_count(module, blocks, total, kept)
     module._tapeout_blocks = (name, kept)  # recovery matches student block j to teacher block kept[j]
-    return {"removed": [f"{name}.{i}" for i in drop], "kept": kept, "blocks": total,
-            "influence": {f"{name}.{i}": round(v, 5) for i, v in enumerate(influence) if v is not None},
-            "widths": {name: len(kept)}}
+    return {
+        "removed": [f"{name}.{i}" for i in drop],
+        "kept": kept,
+        "blocks": total,
+        "influence": {f"{name}.{i}": round(v, 5) for i, v in enumerate(influence) if v is not None},
+        "widths": {name: len(kept)},
+    }
 
 
 def _follow_layer_count(module, blocks, total: int, kept: list[int]) -> None:
@@ -405,12 +498,16 @@ def _check_forward(module, example: tuple, shapes: list[tuple]) -> None:
         with torch.no_grad():
             got = [tuple(t.shape) for t in _tensors(module(*example))]
     except Exception as exc:
-        raise BadInput(f"[pruning] the pruned model's forward fails ({type(exc).__name__}: {first_line(exc)}): it "
-                       "uses a width the pruning changed (a constant head count or hidden size in the code)",
-                       fix="prune a structure whose sizes the forward reads from its layers, or protect that module") from None
+        raise BadInput(
+            f"[pruning] the pruned model's forward fails ({type(exc).__name__}: {first_line(exc)}): it "
+            "uses a width the pruning changed (a constant head count or hidden size in the code)",
+            fix="prune a structure whose sizes the forward reads from its layers, or protect that module",
+        ) from None
     if got != shapes:
-        raise BadInput(f"[pruning] the pruned model's outputs changed shape ({shapes} → {got})",
-                       fix="protect the layers that produce the outputs ([pruning] protect)")
+        raise BadInput(
+            f"[pruning] the pruned model's outputs changed shape ({shapes} → {got})",
+            fix="protect the layers that produce the outputs ([pruning] protect)",
+        )
 
 
 def two_four(module, kept_ids: set[int], found: Structure) -> dict:
@@ -436,8 +533,12 @@ def two_four(module, kept_ids: set[int], found: Structure) -> dict:
         eligible += w.numel()
         zeros += int((w == 0).sum())
     module._tapeout_masks = masks
-    return {"layers": len(masks), "eligible_share": eligible / total if total else 0.0,
-            "zeros_in_eligible": zeros / eligible if eligible else 0.0, "layer_names": list(masks)}
+    return {
+        "layers": len(masks),
+        "eligible_share": eligible / total if total else 0.0,
+        "zeros_in_eligible": zeros / eligible if eligible else 0.0,
+        "layer_names": list(masks),
+    }
 
 
 def reapply_masks(module) -> None:
@@ -447,4 +548,3 @@ def reapply_masks(module) -> None:
     with torch.no_grad():
         for name, mask in getattr(module, "_tapeout_masks", {}).items():
             names[name].weight.mul_(mask)
-

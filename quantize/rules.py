@@ -73,21 +73,28 @@ def weight_only_compute(isa: InstructionSet) -> tuple[int | None, str]:
     if isa.arch == "arm64":
         return 4, "arm64: int8 compute (accuracy_level 4), MLAS's NEON kernels (not measured here)"
     if isa.arch == "x86_64" and "avx2" in isa.flags:
-        return 4, "x86-64 with AVX2: int8 compute (accuracy_level 4): activations to int8 per block, integer dot products"
-    return None, (f"{isa.arch} without AVX2: float compute (MatMulNBits unpacks the weights each call; 8-bit weights "
-                  "then run far slower than FP32)")
+        return (
+            4,
+            "x86-64 with AVX2: int8 compute (accuracy_level 4): activations to int8 per block, integer dot products",
+        )
+    return None, (
+        f"{isa.arch} without AVX2: float compute (MatMulNBits unpacks the weights each call; 8-bit weights "
+        "then run far slower than FP32)"
+    )
 
 
 def rule_for(family: str, target: str, caps: Capabilities, precision: str) -> Rule:
     table = RULE_SETS.get(caps.rules or "")
     if table is None:
-        raise BadInput(f"target '{target}' has no {precision} rules", fix="use precision = \"fp32\" with this target")
+        raise BadInput(f"target '{target}' has no {precision} rules", fix='use precision = "fp32" with this target')
     rule = table.get((family, precision))
     if rule is None:
         known = sorted({f for f, p in table if p == precision})
-        raise BadInput(f"no {precision} rule for a {family} model on {target}",
-                       fix=f"{precision} is defined there for: {', '.join(known) or 'no family'}; "
-                           f"use another precision ({', '.join(caps.precisions)})")
+        raise BadInput(
+            f"no {precision} rule for a {family} model on {target}",
+            fix=f"{precision} is defined there for: {', '.join(known) or 'no family'}; "
+            f"use another precision ({', '.join(caps.precisions)})",
+        )
     return rule
 
 
@@ -101,29 +108,46 @@ def choose_method(rule: Rule, target: str, precision: str, settings: Quantizatio
     if asked in ("auto", rule.method):
         method = own
     elif own.fixed_why:
-        raise BadInput(f"[quantization] method = \"{asked}\" is not available on target '{target}': "
-                       f"{own.fixed_why.format(precision=precision)}", fix="set method = \"auto\"")
+        raise BadInput(
+            f"[quantization] method = \"{asked}\" is not available on target '{target}': "
+            f"{own.fixed_why.format(precision=precision)}",
+            fix='set method = "auto"',
+        )
     elif precision == "int4":  # int4 is the rule's weight compression, whatever method the profile names
         method = own
     else:
         method = methods.get(asked)
         if precision not in method.precisions:  # a weight-only method asked for an int8 profile, say
             needed = " or ".join(f'"{p}"' for p in sorted(method.precisions))
-            raise BadInput(f"[quantization] method = \"{asked}\" needs precision = {needed} (the profile says "
-                           f"{precision})", fix=f"set precision = {needed.split(' or ')[0]}, or method = \"auto\"")
+            raise BadInput(
+                f'[quantization] method = "{asked}" needs precision = {needed} (the profile says {precision})',
+                fix=f'set precision = {needed.split(" or ")[0]}, or method = "auto"',
+            )
         if rule.method not in method.stands_in_for:
-            raise BadInput(f"[quantization] method = \"{asked}\" is not available on target '{target}': the rule's "
-                           f"method is {rule.method}, and {asked} does not stand in for it", fix="set method = \"auto\"")
+            raise BadInput(
+                f"[quantization] method = \"{asked}\" is not available on target '{target}': the rule's "
+                f"method is {rule.method}, and {asked} does not stand in for it",
+                fix='set method = "auto"',
+            )
     if precision == "int4" and settings.int4_algorithm not in method.algorithms:
         # NNCF's GPTQ fails on transposed (torch Linear) weights ("Transpose is not supported", nncf 3.4);
         # ORT's MatMulNBits quantizer has no AWQ
-        raise BadInput(f"int4_algorithm = \"{settings.int4_algorithm}\" is not available on target '{target}'",
-                       fix=f"use one of: {', '.join(method.algorithms)}")
+        raise BadInput(
+            f"int4_algorithm = \"{settings.int4_algorithm}\" is not available on target '{target}'",
+            fix=f"use one of: {', '.join(method.algorithms)}",
+        )
     return method
 
 
-def _check_names(settings: QuantizationSettings, analysis: Analysis, rule: Rule, target: str, precision: str,
-                 ladder: tuple[str, ...], method) -> None:
+def _check_names(
+    settings: QuantizationSettings,
+    analysis: Analysis,
+    rule: Rule,
+    target: str,
+    precision: str,
+    ladder: tuple[str, ...],
+    method,
+) -> None:
     """`keep_float` and `overrides` checked against this model and ladder, so that a typo is one line, not a group
     left as the rule has it without a word: every name is a fusion group or node (or, for an override, a role) of the
     model, every override's rung is on the ladder, and a quantized rung goes only to a role the rule's method
@@ -137,22 +161,32 @@ def _check_names(settings: QuantizationSettings, analysis: Analysis, rule: Rule,
     for key, rung in settings.overrides.items():
         matched = [g for g in analysis.groups if key in (g.name, g.role) or key in g.nodes]
         if not matched:
-            raise BadInput(f"[quantization] overrides: '{key}' is no fusion group, node or role of this model "
-                           f"(roles: {', '.join(sorted(roles))})", fix=fix)
+            raise BadInput(
+                f"[quantization] overrides: '{key}' is no fusion group, node or role of this model "
+                f"(roles: {', '.join(sorted(roles))})",
+                fix=fix,
+            )
         if rung not in ladder:
-            raise BadInput(f"[quantization] overrides: {key} = \"{rung}\" is not on {target}'s {precision} ladder "
-                           f"({', '.join(ladder)})", fix=f"use one of: {', '.join(ladder)}")
+            raise BadInput(
+                f'[quantization] overrides: {key} = "{rung}" is not on {target}\'s {precision} ladder '
+                f"({', '.join(ladder)})",
+                fix=f"use one of: {', '.join(ladder)}",
+            )
         if not _writes(method, rung):
             usable = [r for r in ladder if _writes(method, r)]
-            raise BadInput(f"[quantization] overrides: {key} = \"{rung}\": the {method.name} method does not write "
-                           f"{rung}", fix=f"use one of: {', '.join(usable)}")
+            raise BadInput(
+                f'[quantization] overrides: {key} = "{rung}": the {method.name} method does not write {rung}',
+                fix=f"use one of: {', '.join(usable)}",
+            )
         refused = sorted({g.role for g in matched if g.role not in rule.quantize and g.role not in rule.start})
         if rung != FLOAT and refused:
             quantized = ", ".join(sorted(rule.quantize | set(rule.start)))
-            raise BadInput(f"[quantization] overrides: {key} = \"{rung}\": the {analysis.family} rule at {precision} "
-                           f"on {target} does not quantize role '{refused[0]}' "
-                           f"({rule.keep.get(refused[0], 'no rule for it')})",
-                           fix=f"override only groups of the roles it quantizes ({quantized}), or keep it float")
+            raise BadInput(
+                f'[quantization] overrides: {key} = "{rung}": the {analysis.family} rule at {precision} '
+                f"on {target} does not quantize role '{refused[0]}' "
+                f"({rule.keep.get(refused[0], 'no rule for it')})",
+                fix=f"override only groups of the roles it quantizes ({quantized}), or keep it float",
+            )
 
 
 def _writes(method, rung: str) -> bool:
@@ -168,8 +202,14 @@ def _override_of(group, overrides: Mapping[str, str]) -> tuple[str, str] | None:
     return None
 
 
-def first_plan(analysis: Analysis, target: str, caps: Capabilities, precision: str,
-               settings: QuantizationSettings, isa: InstructionSet | None = None) -> Plan:
+def first_plan(
+    analysis: Analysis,
+    target: str,
+    caps: Capabilities,
+    precision: str,
+    settings: QuantizationSettings,
+    isa: InstructionSet | None = None,
+) -> Plan:
     """The rule table's plan for this model on this target, finished by the rule's quantization method; settings
     override what the user set. `isa`: the CPU the model runs on (CPU rules only); default: the build host's."""
     family = analysis.family
@@ -185,25 +225,33 @@ def first_plan(analysis: Analysis, target: str, caps: Capabilities, precision: s
         if g.name in keep or keep & set(g.nodes):
             groups.append(GroupPlan(g.name, g.role, g.weighted, FLOAT, "kept float by [quantization] keep_float"))
         elif not method.reaches_bodies and any(analysis.body_of(n) for n in g.weighted):
-            groups.append(GroupPlan(g.name, g.role, g.weighted, FLOAT,
-                                    f"inside the body of {analysis.body_of(g.weighted[0])}: the {method.name} quantizer "
-                                    "does not reach into If/Loop/Scan bodies (dynamic INT8 does)"))
+            groups.append(
+                GroupPlan(
+                    g.name,
+                    g.role,
+                    g.weighted,
+                    FLOAT,
+                    f"inside the body of {analysis.body_of(g.weighted[0])}: the {method.name} quantizer "
+                    "does not reach into If/Loop/Scan bodies (dynamic INT8 does)",
+                )
+            )
         elif rule.keep_ops_why and {analysis.op_type(n) for n in g.weighted} & rule.keep_ops:
             groups.append(GroupPlan(g.name, g.role, g.weighted, FLOAT, rule.keep_ops_why))
         elif chosen is not None:
             key, rung = chosen
-            groups.append(GroupPlan(g.name, g.role, g.weighted, rung, f"[quantization] overrides: {key} = \"{rung}\""))
+            groups.append(GroupPlan(g.name, g.role, g.weighted, rung, f'[quantization] overrides: {key} = "{rung}"'))
         elif g.role in rule.start and rule.start[g.role][0] in ladder and _writes(method, rule.start[g.role][0]):
             rung, why = rule.start[g.role]
             groups.append(GroupPlan(g.name, g.role, g.weighted, rung, f"rule {family}/{target}/{precision}: {why}"))
         elif g.role in rule.quantize and g.role not in rule.keep:  # a rule's keep wins (FP16 recurrent cells)
-            groups.append(GroupPlan(g.name, g.role, g.weighted, precision, f"rule {family}/{target}/{precision}: {rule.why}"))
+            groups.append(
+                GroupPlan(g.name, g.role, g.weighted, precision, f"rule {family}/{target}/{precision}: {rule.why}")
+            )
         else:
             why = rule.keep.get(g.role, f"role '{g.role}' is not quantized by the {family} rule")
             groups.append(GroupPlan(g.name, g.role, g.weighted, FLOAT, why))
     # a rung under the precision stays on the plan's ladder only where a group is there: the ladder starts at the
     # precision itself otherwise (a method reads plan.ladder[0] as the precision it quantizes to)
     ladder = tuple(r for r in ladder if r in caps.precisions[precision] or any(g.precision == r for g in groups))
-    draft = Plan(method=method.name, family=family, target=target, ladder=ladder,
-                 groups=tuple(groups))
+    draft = Plan(method=method.name, family=family, target=target, ladder=ladder, groups=tuple(groups))
     return method.plan(draft, rule, analysis, settings, isa or host_isa())

@@ -48,8 +48,8 @@ class Limits:
     """What the loop may spend, and where it must stop."""
 
     max_evaluations: int
-    enabled: bool = True                        # [quantization] sensitivity
-    latency_limit_ms: float | None = None       # a step that breaks it is not kept (quick, in-process estimate)
+    enabled: bool = True  # [quantization] sensitivity
+    latency_limit_ms: float | None = None  # a step that breaks it is not kept (quick, in-process estimate)
     max_ranked_groups: int = 10**6
     max_seconds: float = float("inf")
 
@@ -57,12 +57,12 @@ class Limits:
 @dataclass(frozen=True)
 class Step:
     index: int
-    action: str                  # "initial plan", or "<group>: int8 → fp32"
+    action: str  # "initial plan", or "<group>: int8 → fp32"
     group: str | None
     precision: str | None
     metric: float
-    drop: float                  # in the budget's units (absolute, or a share of the reference)
-    latency_ms: float            # quick in-process median: for comparing steps, never judged
+    drop: float  # in the budget's units (absolute, or a share of the reference)
+    latency_ms: float  # quick in-process median: for comparing steps, never judged
     meets_accuracy: bool
 
 
@@ -71,16 +71,21 @@ class Search:
     plan: Plan
     steps: list[Step] = field(default_factory=list)
     ranking: list[dict] = field(default_factory=list)
-    unranked: list[dict] = field(default_factory=list)   # groups ranking skipped, and why
+    unranked: list[dict] = field(default_factory=list)  # groups ranking skipped, and why
     stopped: str = ""
     evaluations: int = 0
     metric: float | None = None  # the metric of the plan the loop kept (the model at out_path)
     applied: dict = field(default_factory=dict)  # what the method did for the plan kept
 
     def to_json(self) -> dict:
-        return {"steps": [asdict(s) for s in self.steps], "ranking": self.ranking, "unranked": self.unranked,
-                "stopped": self.stopped,
-                "evaluations": self.evaluations, "metric": self.metric}
+        return {
+            "steps": [asdict(s) for s in self.steps],
+            "ranking": self.ranking,
+            "unranked": self.unranked,
+            "stopped": self.stopped,
+            "evaluations": self.evaluations,
+            "metric": self.metric,
+        }
 
 
 def quick_latency_ms(predict: Predict, feeds: dict, runs: int = 15) -> float:
@@ -109,8 +114,14 @@ def remove_model(path: Path) -> None:
         file.unlink(missing_ok=True)
 
 
-def rank_groups(plan: Plan, fp32_path: Path, work: Path, candidates: Candidates, max_groups: int = 10**6,
-                deadline: float = float("inf")) -> tuple[list[dict], list[dict]]:
+def rank_groups(
+    plan: Plan,
+    fp32_path: Path,
+    work: Path,
+    candidates: Candidates,
+    max_groups: int = 10**6,
+    deadline: float = float("inf"),
+) -> tuple[list[dict], list[dict]]:
     """Quantized groups, worst first, by the output error each introduces when quantized alone; and the
     groups it did not rank (over `max_groups`, past `deadline` on the perf_counter clock, or refused by the
     quantizer when alone), largest by MACs first, each with why. Groups are ranked largest by MACs first, so a
@@ -122,8 +133,13 @@ def rank_groups(plan: Plan, fp32_path: Path, work: Path, candidates: Candidates,
     macs = candidates.macs
     ordered = sorted(plan.quantized(), key=lambda g: -macs.get(g.group, 0))
     for i, group in enumerate(ordered):
-        why = ("over max_ranked_groups" if i >= max_groups else
-               "max_search_s ran out" if time.perf_counter() > deadline else "")
+        why = (
+            "over max_ranked_groups"
+            if i >= max_groups
+            else "max_search_s ran out"
+            if time.perf_counter() > deadline
+            else ""
+        )
         if why:
             skipped.append({"group": group.group, "role": group.role, "precision": group.precision, "skipped": why})
             continue
@@ -132,8 +148,14 @@ def rank_groups(plan: Plan, fp32_path: Path, work: Path, candidates: Candidates,
         try:
             apply(plan.only(group.group), fp32_path, path, candidates.calibration, candidates.max_ir_version)
         except QuantizerFailed as exc:  # the quantizer takes it with the others, not alone: unranked, not fatal
-            skipped.append({"group": group.group, "role": group.role, "precision": group.precision,
-                            "skipped": f"its quantizer failed on it alone ({exc.problem[:120]})"})
+            skipped.append(
+                {
+                    "group": group.group,
+                    "role": group.role,
+                    "precision": group.precision,
+                    "skipped": f"its quantizer failed on it alone ({exc.problem[:120]})",
+                }
+            )
             remove_model(path)
             continue
         predict = candidates.session(path)
@@ -142,11 +164,17 @@ def rank_groups(plan: Plan, fp32_path: Path, work: Path, candidates: Candidates,
             out = predict(feeds)
             for name, value in ref.items():
                 diff = out[name].astype(np.float64) - value.astype(np.float64)
-                num += float((diff ** 2).sum())
+                num += float((diff**2).sum())
                 den += float((value.astype(np.float64) ** 2).sum())
         remove_model(path)
-        ranking.append({"group": group.group, "role": group.role, "precision": group.precision,
-                        "relative_error": num / den if den else num})
+        ranking.append(
+            {
+                "group": group.group,
+                "role": group.role,
+                "precision": group.precision,
+                "relative_error": num / den if den else num,
+            }
+        )
     return sorted(ranking, key=lambda r: -r["relative_error"]), skipped
 
 
@@ -168,8 +196,9 @@ def search(plan: Plan, fp32_path: Path, out_path: Path, candidates: Candidates, 
         result.applied = apply(candidate, fp32_path, path, candidates.calibration, candidates.max_ir_version)
         return score(path)
 
-    plan, result.applied = apply_with_fallback(plan, fp32_path, out_path, candidates.calibration,
-                                               candidates.max_ir_version, candidates.log)
+    plan, result.applied = apply_with_fallback(
+        plan, fp32_path, out_path, candidates.calibration, candidates.max_ir_version, candidates.log
+    )
     result.plan = plan
     if candidates.vet is not None:
         candidates.vet(out_path)
@@ -186,16 +215,20 @@ def search(plan: Plan, fp32_path: Path, out_path: Path, candidates: Candidates, 
     work = out_path.parent / ".sensitivity"
     work.mkdir(exist_ok=True)
     try:
-        result.ranking, result.unranked = rank_groups(plan, fp32_path, work, candidates, limits.max_ranked_groups,
-                                                      deadline)
+        result.ranking, result.unranked = rank_groups(
+            plan, fp32_path, work, candidates, limits.max_ranked_groups, deadline
+        )
         order = [r["group"] for r in result.ranking] + [r["group"] for r in result.unranked]
         while True:
             if time.perf_counter() > deadline:
-                result.stopped = (f"max_search_s ran out after {len(result.steps) - 1} step(s) with the accuracy "
-                                  "budget still missed")
+                result.stopped = (
+                    f"max_search_s ran out after {len(result.steps) - 1} step(s) with the accuracy budget still missed"
+                )
                 break
             if result.evaluations >= limits.max_evaluations:
-                result.stopped = f"evaluation cap reached ({limits.max_evaluations}) with the accuracy budget still missed"
+                result.stopped = (
+                    f"evaluation cap reached ({limits.max_evaluations}) with the accuracy budget still missed"
+                )
                 break
             movable = [g for g in order if result.plan.next_rung(g) is not None]
             if not movable:
@@ -204,8 +237,9 @@ def search(plan: Plan, fp32_path: Path, out_path: Path, candidates: Candidates, 
             group = movable[0]
             before = next(g.precision for g in result.plan.groups if g.group == group)
             rung = result.plan.next_rung(group)
-            candidate = result.plan.with_group(group, rung, f"sensitivity loop step {len(result.steps)}: "
-                                               f"ranked worst ({before} → {rung})")
+            candidate = result.plan.with_group(
+                group, rung, f"sensitivity loop step {len(result.steps)}: ranked worst ({before} → {rung})"
+            )
             trial = work / f"candidate{plan.model_suffix}"
             kept = result.applied
             metric, latency = try_plan(candidate, trial)
@@ -216,8 +250,10 @@ def search(plan: Plan, fp32_path: Path, out_path: Path, candidates: Candidates, 
             if limit is not None and latency > limit:
                 result.steps.append(step)
                 result.applied = kept
-                result.stopped = (f"moving {group} to {rung} breaks the latency budget "
-                                  f"({latency:.3f} ms > {limit:g} ms, quick estimate); kept the previous plan")
+                result.stopped = (
+                    f"moving {group} to {rung} breaks the latency budget "
+                    f"({latency:.3f} ms > {limit:g} ms, quick estimate); kept the previous plan"
+                )
                 break
             result.steps.append(step)
             result.plan, result.metric = candidate, metric

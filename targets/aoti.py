@@ -41,20 +41,28 @@ from tapeout.targets.program_io import ProgramSession, write_io
 
 ARTIFACT_FILE = "model.pt2"
 ISA_FILE = "vec_isa.json"  # the vector ISA the kernels were generated for: checked before loading
-INSTALL = ("pip install torch (on the host a C++ compiler too: apt install g++, or set CXX); the device needs the "
-           "same torch version, no compiler")
+INSTALL = (
+    "pip install torch (on the host a C++ compiler too: apt install g++, or set CXX); the device needs the "
+    "same torch version, no compiler"
+)
 
 
 class Options(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
     threads: int = Field(0, ge=0, le=4096, description="torch's intra-op threads (OpenMP); 0 = one per physical core")
-    freezing: bool = Field(True, description="Inductor's freezing: the weights folded into the package as constants, "
-                           "Linear layers and convs on oneDNN's prepacked kernels; INT8 needs it (measured here: "
-                           "MiniLM FP32 21 % faster with it, a 0.13 ms CNN 50 % slower: a cost per call)")
-    op_profile_package: bool = Field(True, description="compile the program a second time with a RecordFunction around "
-                                     "each kernel, into artifact/profiling/, for the op profile (the shipped package "
-                                     "stays without: 1.4 µs a kernel call here); false: one compile, no op profile")
+    freezing: bool = Field(
+        True,
+        description="Inductor's freezing: the weights folded into the package as constants, "
+        "Linear layers and convs on oneDNN's prepacked kernels; INT8 needs it (measured here: "
+        "MiniLM FP32 21 % faster with it, a 0.13 ms CNN 50 % slower: a cost per call)",
+    )
+    op_profile_package: bool = Field(
+        True,
+        description="compile the program a second time with a RecordFunction around "
+        "each kernel, into artifact/profiling/, for the op profile (the shipped package "
+        "stays without: 1.4 µs a kernel call here); false: one compile, no op profile",
+    )
 
 
 def torch_with_aoti(install: str):
@@ -65,8 +73,12 @@ def torch_with_aoti(install: str):
     except ImportError as exc:
         return None, Probe(False, reason=f"torch cannot be imported ({exc})", install_hint=install)
     if not hasattr(torch._inductor, "aoti_load_package"):
-        return None, Probe(False, torch.__version__, install_hint="pip install 'torch>=2.6'",
-                           reason=f"torch {torch.__version__} has no AOTInductor packages (torch >= 2.6)")
+        return None, Probe(
+            False,
+            torch.__version__,
+            install_hint="pip install 'torch>=2.6'",
+            reason=f"torch {torch.__version__} has no AOTInductor packages (torch >= 2.6)",
+        )
     return torch, None
 
 
@@ -110,51 +122,70 @@ class Aoti(Target):
             return missing
         return Probe(True, torch.__version__, details={"cxx": cxx_compiler.inductor_default()})
 
-    def compile_program(self, program, out_dir: Path, inputs: list[InputSpec], dims: dict[str, int],
-                        output_names: list[str]) -> Artifact:
+    def compile_program(
+        self, program, out_dir: Path, inputs: list[InputSpec], dims: dict[str, int], output_names: list[str]
+    ) -> Artifact:
         """Compile and package with Inductor (the C++ compiler runs here), and write the input/output names."""
         import torch
 
         cxx = cxx_compiler.choose()
         if cxx is None:
-            raise BadInput("AOTInductor needs a C++ compiler on the building host and none was found (g++, clang++, "
-                           "c++ or $CXX)", fix="install one (apt install g++) or set CXX; the device needs none")
+            raise BadInput(
+                "AOTInductor needs a C++ compiler on the building host and none was found (g++, clang++, c++ or $CXX)",
+                fix="install one (apt install g++) or set CXX; the device needs none",
+            )
         quantized = _quantized_ops(program)
         if quantized and not self.options.freezing:
-            raise BadInput("an INT8 program on aoti needs Inductor's freezing, and the profile turns it off: without "
-                           "it the quantized layers compile to dequantize + float GEMM",
-                           fix="drop [options] freezing = false, or use precision = \"fp32\"")
+            raise BadInput(
+                "an INT8 program on aoti needs Inductor's freezing, and the profile turns it off: without "
+                "it the quantized layers compile to dequantize + float GEMM",
+                fix='drop [options] freezing = false, or use precision = "fp32"',
+            )
         out_dir.mkdir(parents=True, exist_ok=True)
         self._package(program, out_dir / ARTIFACT_FILE, cxx, kernel_profile=False)
         kernels = integer_kernels(out_dir / ARTIFACT_FILE)
         if quantized and not sum(kernels.values()):
-            raise BadInput(f"Inductor compiled the INT8 program ({quantized} quantize/dequantize ops) without one "
-                           "integer kernel: its convolutions and Linear layers would dequantize and run in float, "
-                           "slower than FP32", fix="use precision = \"fp32\" for aoti with this torch, or report it "
-                           "with `tapeout --debug …`'s output")
+            raise BadInput(
+                f"Inductor compiled the INT8 program ({quantized} quantize/dequantize ops) without one "
+                "integer kernel: its convolutions and Linear layers would dequantize and run in float, "
+                "slower than FP32",
+                fix='use precision = "fp32" for aoti with this torch, or report it with `tapeout --debug …`\'s output',
+            )
         write_io(out_dir, inputs, output_names, None)
         isa = _vec_isa()
         (out_dir / ISA_FILE).write_text(json.dumps({"vec_isa": isa}))
-        return Artifact(self.name, out_dir, ARTIFACT_FILE, meta={
-            "vec_isa": isa,
-            "compiler": f"Inductor (torch {torch.__version__}) → C++ built by {cxx.describe()}",
-            "compiled_for": f"{platform.machine()} CPUs with {isa} (Inductor vectorises for the building CPU's ISA; "
-                            "a CPU without it refuses the package at load)",
-            "dynamic_dims": sorted({d for s in inputs for d in s.shape if isinstance(d, str)}),
-            "loads_with": f"torch {torch.__version__} (torch._inductor.aoti_load_package); a package is tied to it",
-            "freezing": self.options.freezing,
-            **({"integer_kernels": kernels} if quantized else {}),
-        })
+        return Artifact(
+            self.name,
+            out_dir,
+            ARTIFACT_FILE,
+            meta={
+                "vec_isa": isa,
+                "compiler": f"Inductor (torch {torch.__version__}) → C++ built by {cxx.describe()}",
+                "compiled_for": f"{platform.machine()} CPUs with {isa} (Inductor vectorises for the building CPU's ISA; "
+                "a CPU without it refuses the package at load)",
+                "dynamic_dims": sorted({d for s in inputs for d in s.shape if isinstance(d, str)}),
+                "loads_with": f"torch {torch.__version__} (torch._inductor.aoti_load_package); a package is tied to it",
+                "freezing": self.options.freezing,
+                **({"integer_kernels": kernels} if quantized else {}),
+            },
+        )
 
     def instrument(self, program, artifact: Artifact) -> Artifact:
         """The op profile's package: the program compiled again with a RecordFunction around every kernel call."""
         if not self.options.op_profile_package:
             return artifact
-        self._package(program, artifact.directory / PROFILING_DIR / ARTIFACT_FILE, cxx_compiler.choose(),
-                      kernel_profile=True)
-        return replace(artifact, meta={**artifact.meta, "op_profile_package": f"{PROFILING_DIR}/{ARTIFACT_FILE}: "
-                                       "the same program with a RecordFunction around each kernel, loaded only for "
-                                       "the op profile (not deployed)"})
+        self._package(
+            program, artifact.directory / PROFILING_DIR / ARTIFACT_FILE, cxx_compiler.choose(), kernel_profile=True
+        )
+        return replace(
+            artifact,
+            meta={
+                **artifact.meta,
+                "op_profile_package": f"{PROFILING_DIR}/{ARTIFACT_FILE}: "
+                "the same program with a RecordFunction around each kernel, loaded only for "
+                "the op profile (not deployed)",
+            },
+        )
 
     def _package(self, program, path: Path, cxx: cxx_compiler.Compiler, kernel_profile: bool) -> None:
         import torch
@@ -165,18 +196,28 @@ class Aoti(Target):
             # oneDNN's packed GEMMs and lower PT2E's quantize/dequantize patterns to integer kernels; without it (or
             # outside no_grad) an INT8 program compiles to dequantize + float GEMM (pytorch/ao#4566)
             with quieted(), torch.no_grad():
-                torch._inductor.aoti_compile_and_package(program, package_path=str(path), inductor_configs={
-                    "freezing": self.options.freezing, "cpp.enable_kernel_profile": kernel_profile,
-                    **cxx.inductor_configs()})
+                torch._inductor.aoti_compile_and_package(
+                    program,
+                    package_path=str(path),
+                    inductor_configs={
+                        "freezing": self.options.freezing,
+                        "cpp.enable_kernel_profile": kernel_profile,
+                        **cxx.inductor_configs(),
+                    },
+                )
         except TapeoutError:
             raise
         except Exception as exc:
-            raise BadInput(f"AOTInductor could not compile the program: {first_line(exc)}", detail=runtime_detail(exc),
-                           fix="`tapeout --debug …` prints Inductor's whole message; or use a target that takes "
-                           "ONNX (`tapeout targets`)") from None
+            raise BadInput(
+                f"AOTInductor could not compile the program: {first_line(exc)}",
+                detail=runtime_detail(exc),
+                fix="`tapeout --debug …` prints Inductor's whole message; or use a target that takes "
+                "ONNX (`tapeout targets`)",
+            ) from None
 
-    def op_profile(self, artifact: Artifact, feeds: dict[str, np.ndarray], iterations: int,
-                   pace_s: float | None = None) -> OpProfile:
+    def op_profile(
+        self, artifact: Artifact, feeds: dict[str, np.ndarray], iterations: int, pace_s: float | None = None
+    ) -> OpProfile:
         """A separate pass of the instrumented package under torch's profiler: every kernel Inductor generated
         ("cpp_fused_gelu_view_1") and every call out to oneDNN or ATen ("aoti_torch_cpu__linear_pointwise"), timed
         per run (the median call, times the runs)."""
@@ -184,8 +225,10 @@ class Aoti(Target):
 
         package = artifact.directory / PROFILING_DIR / ARTIFACT_FILE
         if not package.is_file():
-            raise BadInput(f"this aoti build has no op-profiling package ({package} is missing)",
-                           fix="rebuild with [options] op_profile_package = true, or set [check] op_profile = false")
+            raise BadInput(
+                f"this aoti build has no op-profiling package ({package} is missing)",
+                fix="rebuild with [options] op_profile_package = true, or set [check] op_profile = false",
+            )
         call = AotiSession(artifact, self.options.threads, package=package).bind(feeds)
         for _ in range(3):
             call()
@@ -196,8 +239,11 @@ class Aoti(Target):
                     start = time.perf_counter()
                     call()
                     walls.append((time.perf_counter() - start) * 1e6)
-        spans = [(e.name, e.cpu_parent.id, e.time_range.elapsed_us()) for e in prof.events()
-                 if e.cpu_parent is not None and e.cpu_parent.name == _RUN]
+        spans = [
+            (e.name, e.cpu_parent.id, e.time_range.elapsed_us())
+            for e in prof.events()
+            if e.cpu_parent is not None and e.cpu_parent.name == _RUN
+        ]
         return kernel_profile(spans, walls, self.capabilities.op_profiler or "torch profiler")
 
     def session(self, artifact: Artifact) -> AotiSession:
@@ -206,8 +252,11 @@ class Aoti(Target):
         except TapeoutError:
             raise
         except Exception as exc:  # another torch version, another CPU's ISA, a truncated package
-            raise BadInput(f"torch could not load the AOTInductor package {artifact.path}: {first_line(exc)}",
-                           detail=runtime_detail(exc), fix="rebuild with the torch version the device runs") from None
+            raise BadInput(
+                f"torch could not load the AOTInductor package {artifact.path}: {first_line(exc)}",
+                detail=runtime_detail(exc),
+                fix="rebuild with the torch version the device runs",
+            ) from None
 
 
 _RUN = "tapeout.run"  # the profiler range around one call: the kernels are the records directly inside it
@@ -235,17 +284,25 @@ def kernel_profile(spans: list[tuple[str, int, float]], walls: list[float], meth
         extern = name.startswith("aoti_torch_")
         # a generated kernel's name ends in its index in the program ("cpp_fused_gelu_view_1"): its type is the rest
         op_type = name if extern else re.sub(r"_\d+$", "", name)
-        ops.append(OpTime(node=node, op_type=op_type, provider="oneDNN/ATen" if extern else "Inductor C++",
-                          calls=len(times[node]), total_us=float(np.median(times[node])) * len(times[node]),
-                          precision="int8" if re.search(r"_q(linear|conv)", name) else ""))
+        ops.append(
+            OpTime(
+                node=node,
+                op_type=op_type,
+                provider="oneDNN/ATen" if extern else "Inductor C++",
+                calls=len(times[node]),
+                total_us=float(np.median(times[node])) * len(times[node]),
+                precision="int8" if re.search(r"_q(linear|conv)", name) else "",
+            )
+        )
     total = float(np.median(walls)) * len(walls) if walls else 0.0
     return OpProfile(runs=len(walls), run_total_us=total, ops=ops, method=method)
 
 
 def _quantized_ops(program) -> int:
     """How many PT2E quantize/dequantize ops the program holds (0: a float program)."""
-    return sum(1 for n in program.graph.nodes
-               if n.op == "call_function" and str(n.target).startswith("quantized_decomposed."))
+    return sum(
+        1 for n in program.graph.nodes if n.op == "call_function" and str(n.target).startswith("quantized_decomposed.")
+    )
 
 
 def integer_kernels(package: Path) -> dict[str, int]:
@@ -257,7 +314,9 @@ def integer_kernels(package: Path) -> dict[str, int]:
     with zipfile.ZipFile(package) as archive:
         for name in archive.namelist():
             if name.endswith("wrapper.cpp"):
-                for kind in re.findall(r"aoti_torch_cpu__(qconv|qlinear)\w*\(", archive.read(name).decode("utf-8", "replace")):
+                for kind in re.findall(
+                    r"aoti_torch_cpu__(qconv|qlinear)\w*\(", archive.read(name).decode("utf-8", "replace")
+                ):
                     calls[kind] += 1
     return calls
 
@@ -292,10 +351,14 @@ def _require_isa(directory: Path) -> None:
     try:
         built = json.loads((directory / ISA_FILE).read_text())["vec_isa"]
     except (OSError, ValueError, KeyError, TypeError) as exc:
-        raise BadInput(f"{directory / ISA_FILE} is missing or malformed ({exc})",
-                       fix="copy the build dir to the device as built, or rebuild") from None
+        raise BadInput(
+            f"{directory / ISA_FILE} is missing or malformed ({exc})",
+            fix="copy the build dir to the device as built, or rebuild",
+        ) from None
     here = [str(isa) for isa in cpu_vec_isa.valid_vec_isa_list()]
     if built and built not in here:
-        raise TargetUnavailable(f"the AOTInductor package was compiled for {built}, which this CPU lacks (it has: "
-                                f"{', '.join(here) or 'no vector ISA Inductor uses'})",
-                                fix="build on a machine of the device's CPU class (or on the device)")
+        raise TargetUnavailable(
+            f"the AOTInductor package was compiled for {built}, which this CPU lacks (it has: "
+            f"{', '.join(here) or 'no vector ISA Inductor uses'})",
+            fix="build on a machine of the device's CPU class (or on the device)",
+        )

@@ -35,22 +35,33 @@ from tapeout.targets.native_output import quieted
 from tapeout.targets.program_io import ProgramSession, write_io
 
 ARTIFACT_FILE = "program.pt2"
-INSTALL = ("on the device: torch with CUDA (pip install torch; its CUDA wheels bring Triton) and a C++ compiler "
-           "(Inductor builds the package's wrapper there: apt install g++); the NVIDIA driver")
+INSTALL = (
+    "on the device: torch with CUDA (pip install torch; its CUDA wheels bring Triton) and a C++ compiler "
+    "(Inductor builds the package's wrapper there: apt install g++); the NVIDIA driver"
+)
 
 
 class Options(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
     device_id: int = Field(0, ge=0, le=64, description="which CUDA GPU (after CUDA_VISIBLE_DEVICES)")
-    freezing: bool = Field(True, description="Inductor's freezing: weights folded into the package as constants, "
-                           "so constant subgraphs fold and weight layouts are chosen once")
-    max_autotune: bool = Field(False, description="Inductor's max-autotune: GEMM and kernel configs benchmarked on "
-                               "the device while the package is compiled (minutes more, once per cache key)")
-    kernels: bool = Field(True, description="substitute tapeout's fused Triton kernels (`tapeout kernels`) for the "
-                          "chains they replace, only where `tapeout kernels bench` measured them faster than "
-                          "Inductor's code on this GPU; every decision goes to the engine record. false: Inductor's "
-                          "code everywhere")
+    freezing: bool = Field(
+        True,
+        description="Inductor's freezing: weights folded into the package as constants, "
+        "so constant subgraphs fold and weight layouts are chosen once",
+    )
+    max_autotune: bool = Field(
+        False,
+        description="Inductor's max-autotune: GEMM and kernel configs benchmarked on "
+        "the device while the package is compiled (minutes more, once per cache key)",
+    )
+    kernels: bool = Field(
+        True,
+        description="substitute tapeout's fused Triton kernels (`tapeout kernels`) for the "
+        "chains they replace, only where `tapeout kernels bench` measured them faster than "
+        "Inductor's code on this GPU; every decision goes to the engine record. false: Inductor's "
+        "code everywhere",
+    )
 
 
 class EngineSettings(BaseModel):
@@ -100,6 +111,7 @@ class AotiCudaSession(ProgramSession):
         def call():
             with torch.inference_mode():
                 return model(*tensors)
+
         return call
 
     def bind_with_copies(self, feeds: dict[str, np.ndarray]) -> Callable[[], object]:
@@ -111,6 +123,7 @@ class AotiCudaSession(ProgramSession):
             with torch.inference_mode():
                 out = model(*[t.to(device, non_blocking=False) for t in host])
             return [t.cpu() for t in (out if isinstance(out, tuple | list) else (out,))]
+
         return call
 
     def synchronize(self) -> None:
@@ -129,21 +142,29 @@ class AotiCuda(Target):
             return missing
         if not torch.cuda.is_available():
             cuda = f"CUDA {torch.version.cuda}" if torch.version.cuda else "a CPU-only build"
-            return Probe(False, torch.__version__, install_hint=INSTALL,
-                         reason=f"torch {torch.__version__} ({cuda}) sees no CUDA GPU")
-        return Probe(True, torch.__version__, details={"cuda": torch.version.cuda,
-                                                       "gpu": torch.cuda.get_device_name(0)})
+            return Probe(
+                False,
+                torch.__version__,
+                install_hint=INSTALL,
+                reason=f"torch {torch.__version__} ({cuda}) sees no CUDA GPU",
+            )
+        return Probe(
+            True, torch.__version__, details={"cuda": torch.version.cuda, "gpu": torch.cuda.get_device_name(0)}
+        )
 
     def preflight(self) -> None:
         import torch
 
         count = torch.cuda.device_count()
         if self.options.device_id >= count:
-            raise TargetUnavailable(f"device_id {self.options.device_id} names no GPU: torch sees {count}",
-                                    fix=f"set [options] device_id below {count} (after CUDA_VISIBLE_DEVICES)")
+            raise TargetUnavailable(
+                f"device_id {self.options.device_id} names no GPU: torch sees {count}",
+                fix=f"set [options] device_id below {count} (after CUDA_VISIBLE_DEVICES)",
+            )
 
-    def compile_program(self, program, out_dir: Path, inputs: list[InputSpec], dims: dict[str, int],
-                        output_names: list[str]) -> Artifact:
+    def compile_program(
+        self, program, out_dir: Path, inputs: list[InputSpec], dims: dict[str, int], output_names: list[str]
+    ) -> Artifact:
         """The program and engine-settings.json; the package is compiled by build_engine, on the GPU."""
         import torch
 
@@ -154,18 +175,31 @@ class AotiCuda(Target):
             torch.export.save(program, str(out_dir / ARTIFACT_FILE))  # plain tensors: core/pt2 opens it unpickled
         write_io(out_dir, inputs, output_names, None)
         precision = "bf16" if _computes_in_bf16(program) else "fp32"
-        settings = EngineSettings(freezing=self.options.freezing, max_autotune=self.options.max_autotune,
-                                  precision=precision, built_with_torch=torch.__version__, kernels=self.options.kernels,
-                                  input_shapes=[list(s.shape) for s in inputs], dims=dict(dims))
+        settings = EngineSettings(
+            freezing=self.options.freezing,
+            max_autotune=self.options.max_autotune,
+            precision=precision,
+            built_with_torch=torch.__version__,
+            kernels=self.options.kernels,
+            input_shapes=[list(s.shape) for s in inputs],
+            dims=dict(dims),
+        )
         (out_dir / SETTINGS_FILE).write_text(json.dumps(settings.model_dump(), indent=1))
-        return Artifact(self.name, out_dir, ARTIFACT_FILE, meta={
-            "compiler": "Inductor (AOTInductor, CUDA): Triton kernels and cuBLAS calls, compiled on the device",
-            "engine": "compiled on the device at the first `tapeout check` (or here, where a CUDA GPU is), cached in "
-                      "engines/ per GPU, compute capability, torch/Triton/CUDA version, driver, program and settings",
-            "dynamic_dims": sorted({d for s in inputs for d in s.shape if isinstance(d, str)}),
-            "program_saved_with": f"torch {torch.__version__} (the device's torch must load it: the same or newer)",
-            "precision": precision, "freezing": self.options.freezing, "max_autotune": self.options.max_autotune,
-        })
+        return Artifact(
+            self.name,
+            out_dir,
+            ARTIFACT_FILE,
+            meta={
+                "compiler": "Inductor (AOTInductor, CUDA): Triton kernels and cuBLAS calls, compiled on the device",
+                "engine": "compiled on the device at the first `tapeout check` (or here, where a CUDA GPU is), cached in "
+                "engines/ per GPU, compute capability, torch/Triton/CUDA version, driver, program and settings",
+                "dynamic_dims": sorted({d for s in inputs for d in s.shape if isinstance(d, str)}),
+                "program_saved_with": f"torch {torch.__version__} (the device's torch must load it: the same or newer)",
+                "precision": precision,
+                "freezing": self.options.freezing,
+                "max_autotune": self.options.max_autotune,
+            },
+        )
 
     def _settings(self, artifact: Artifact) -> EngineSettings:
         from tapeout.targets.engine_cache import read_settings
@@ -186,12 +220,16 @@ class AotiCuda(Target):
         props = torch.cuda.get_device_properties(index)
         settings = self._settings(artifact)
         gpu = timings.device_key(props.name, (props.major, props.minor), triton.__version__, torch.__version__)
-        key = {"gpu": props.name, "compute_capability": f"{props.major}.{props.minor}",
-               "toolchain": f"torch {torch.__version__}, Triton {triton.__version__}, CUDA {torch.version.cuda}",
-               "driver": _driver(index), "program_sha256": sha256_file(artifact.path),
-               "settings_sha256": engine_cache.settings_hash(settings.model_dump()),
-               # new kernel timings may change what is substituted: another package
-               "kernel_timings": kernel_timings_digest(gpu) if settings.kernels else "off"}
+        key = {
+            "gpu": props.name,
+            "compute_capability": f"{props.major}.{props.minor}",
+            "toolchain": f"torch {torch.__version__}, Triton {triton.__version__}, CUDA {torch.version.cuda}",
+            "driver": _driver(index),
+            "program_sha256": sha256_file(artifact.path),
+            "settings_sha256": engine_cache.settings_hash(settings.model_dump()),
+            # new kernel timings may change what is substituted: another package
+            "kernel_timings": kernel_timings_digest(gpu) if settings.kernels else "off",
+        }
         return props, gpu, settings, engine_cache.entry(artifact.directory, key, ".pt2"), key
 
     def build_engine(self, artifact: Artifact, progress: Callable[[str], None]) -> EngineBuild:
@@ -204,27 +242,40 @@ class AotiCuda(Target):
         props, gpu, settings, entry, key = self._device(artifact)
         record = engine_cache.cached(entry)
         if record is not None:
-            return EngineBuild("reused", f"built {record.get('built', '?')} for this GPU, toolchain, driver, program "
-                               "and settings", entry.relative, key, 0.0, [], record.get("summary", {}))
+            return EngineBuild(
+                "reused",
+                f"built {record.get('built', '?')} for this GPU, toolchain, driver, program and settings",
+                entry.relative,
+                key,
+                0.0,
+                [],
+                record.get("summary", {}),
+            )
         reason = engine_cache.why_build(entry.engine.parent, key)
         cxx = _wrapper_compiler()
-        progress(f"compiling the AOTInductor package for {props.name} (sm_{props.major}{props.minor}), "
-                 f"{key['toolchain']}, wrapper built by {cxx.describe()}: {reason}")
+        progress(
+            f"compiling the AOTInductor package for {props.name} (sm_{props.major}{props.minor}), "
+            f"{key['toolchain']}, wrapper built by {cxx.describe()}: {reason}"
+        )
         t0 = time.perf_counter()
         try:
             program = pt2.load(artifact.path)
         except TapeoutError:
             raise
         except Exception as exc:  # another torch's serialization: the device's torch cannot read this program
-            raise TargetUnavailable(f"torch {torch.__version__} here cannot load the program saved with torch "
-                                    f"{settings.built_with_torch}: {first_line(exc)}",
-                                    fix="build with the torch version the device runs, or on the device") from None
+            raise TargetUnavailable(
+                f"torch {torch.__version__} here cannot load the program saved with torch "
+                f"{settings.built_with_torch}: {first_line(exc)}",
+                fix="build with the torch version the device runs, or on the device",
+            ) from None
         program = move_to_device_pass(program, f"cuda:{self.options.device_id}")
         substitution = None
         if settings.kernels:
             substitution = substitute_kernels(program, settings, gpu)
-            progress(f"fused kernels: {substitution['substituted']} of {len(substitution['decisions'])} chains "
-                     f"substituted ({substitution['timings']})")
+            progress(
+                f"fused kernels: {substitution['substituted']} of {len(substitution['decisions'])} chains "
+                f"substituted ({substitution['timings']})"
+            )
         try:
             data, kernels = _compile(program, settings, cxx)
         except Exception as exc:
@@ -232,9 +283,15 @@ class AotiCuda(Target):
                 raise _not_compiled(props.name, exc) from None
             # the kernels' program did not compile: Inductor's code everywhere, and every decision says why
             reason = f"Inductor could not compile the program with the kernels ({first_line(exc)}): its code kept"
-            substitution = {**substitution, "substituted": 0, "compile_failed": first_line(exc),
-                            "decisions": [{**d, "substituted": False, "reason": reason} if d["substituted"] else d
-                                          for d in substitution["decisions"]]}
+            substitution = {
+                **substitution,
+                "substituted": 0,
+                "compile_failed": first_line(exc),
+                "decisions": [
+                    {**d, "substituted": False, "reason": reason} if d["substituted"] else d
+                    for d in substitution["decisions"]
+                ],
+            }
             progress(reason)
             try:
                 unsubstituted = move_to_device_pass(pt2.load(artifact.path), f"cuda:{self.options.device_id}")
@@ -242,9 +299,14 @@ class AotiCuda(Target):
             except Exception as again:
                 raise _not_compiled(props.name, again) from None
         seconds = time.perf_counter() - t0
-        summary = {"build_seconds": round(seconds, 3), "package_bytes": len(data), **kernels,
-                   "freezing": settings.freezing, "max_autotune": settings.max_autotune,
-                   **({"fused_kernels": substitution} if substitution is not None else {})}
+        summary = {
+            "build_seconds": round(seconds, 3),
+            "package_bytes": len(data),
+            **kernels,
+            "freezing": settings.freezing,
+            "max_autotune": settings.max_autotune,
+            **({"fused_kernels": substitution} if substitution is not None else {}),
+        }
         engine_cache.store(entry, data, key, seconds=seconds, summary=summary)
         return EngineBuild("built", reason, entry.relative, key, seconds, [], summary)
 
@@ -262,12 +324,15 @@ class AotiCuda(Target):
         except TapeoutError:
             raise
         except Exception as exc:
-            raise BadInput(f"torch could not load the AOTInductor package {package}: {first_line(exc)}",
-                           detail=runtime_detail(exc), fix=f"delete {package.parent} and run `tapeout check` "
-                           "again: it compiles the package for this GPU") from None
+            raise BadInput(
+                f"torch could not load the AOTInductor package {package}: {first_line(exc)}",
+                detail=runtime_detail(exc),
+                fix=f"delete {package.parent} and run `tapeout check` again: it compiles the package for this GPU",
+            ) from None
 
-    def op_profile(self, artifact: Artifact, feeds: dict[str, np.ndarray], iterations: int,
-                   pace_s: float | None = None) -> OpProfile:
+    def op_profile(
+        self, artifact: Artifact, feeds: dict[str, np.ndarray], iterations: int, pace_s: float | None = None
+    ) -> OpProfile:
         """The GPU kernels of each run under torch's profiler (CUPTI): Inductor's Triton kernels ("triton_per_fused_
         native_layer_norm_3") and the library calls between them (cuBLAS GEMMs, cuDNN convs), device time per
         kernel call site, the median run's, times the runs. One profiler session per run, so each kernel belongs
@@ -287,15 +352,18 @@ class AotiCuda(Target):
                 call()
                 session.synchronize()
                 walls.append((time.perf_counter() - start) * 1e6)
-            spans += [(e.name, run, e.time_range.elapsed_us()) for e in prof.events()
-                      if e.device_type == DeviceType.CUDA]
+            spans += [
+                (e.name, run, e.time_range.elapsed_us()) for e in prof.events() if e.device_type == DeviceType.CUDA
+            ]
         return gpu_kernel_profile(spans, walls, self.capabilities.op_profiler or "torch profiler (CUDA)")
 
 
 def _not_compiled(gpu_name: str, exc: Exception) -> BadInput:
-    return BadInput(f"AOTInductor could not compile the program for {gpu_name}: {first_line(exc)}",
-                    detail=runtime_detail(exc), fix="`tapeout --debug check …` prints Inductor's whole message; or "
-                    "build for ort-cuda")
+    return BadInput(
+        f"AOTInductor could not compile the program for {gpu_name}: {first_line(exc)}",
+        detail=runtime_detail(exc),
+        fix="`tapeout --debug check …` prints Inductor's whole message; or build for ort-cuda",
+    )
 
 
 def _wrapper_compiler() -> cxx_compiler.Compiler:
@@ -303,8 +371,11 @@ def _wrapper_compiler() -> cxx_compiler.Compiler:
     statically and every package it built crashed when torch loaded it)."""
     cxx = cxx_compiler.choose()
     if cxx is None:
-        raise TargetUnavailable("AOTInductor needs a C++ compiler on the device to build the package's wrapper, and "
-                                "none was found (g++, c++, clang++ or $CXX)", fix="apt install g++ on the device")
+        raise TargetUnavailable(
+            "AOTInductor needs a C++ compiler on the device to build the package's wrapper, and "
+            "none was found (g++, c++, clang++ or $CXX)",
+            fix="apt install g++ on the device",
+        )
     return cxx
 
 
@@ -314,8 +385,15 @@ def _compile(program, settings: EngineSettings, cxx: cxx_compiler.Compiler) -> t
 
     with quieted(), torch.no_grad(), tempfile.TemporaryDirectory() as tmp:
         package = Path(tmp) / "model.pt2"
-        torch._inductor.aoti_compile_and_package(program, package_path=str(package), inductor_configs={
-            "freezing": settings.freezing, "max_autotune": settings.max_autotune, **cxx.inductor_configs()})
+        torch._inductor.aoti_compile_and_package(
+            program,
+            package_path=str(package),
+            inductor_configs={
+                "freezing": settings.freezing,
+                "max_autotune": settings.max_autotune,
+                **cxx.inductor_configs(),
+            },
+        )
         return package.read_bytes(), {**_kernel_counts(package), "compiler": cxx.describe()}
 
 
@@ -330,9 +408,14 @@ def substitute_kernels(program, settings: EngineSettings, gpu: str, folder: Path
     table = timings.load(gpu, folder)
     specs = [SimpleNamespace(shape=shape) for shape in settings.input_shapes]
     replaced, decisions = substitute.substitute(program, table, gpu, specs or None, settings.dims or None)
-    return {"gpu": gpu, "timings": f"{len(table)} timed kernel case(s) for this GPU" if table else
-            "no kernel timings for this GPU: `tapeout kernels bench` measures them", "substituted": replaced,
-            "decisions": [d.row() for d in decisions]}
+    return {
+        "gpu": gpu,
+        "timings": f"{len(table)} timed kernel case(s) for this GPU"
+        if table
+        else "no kernel timings for this GPU: `tapeout kernels bench` measures them",
+        "substituted": replaced,
+        "decisions": [d.row() for d in decisions],
+    }
 
 
 def kernel_timings_digest(gpu: str, folder: Path | None = None) -> str:
@@ -364,8 +447,15 @@ def gpu_kernel_profile(spans: list[tuple[str, int, float]], walls: list[float], 
         name = node.rsplit(" #", 1)[0]
         triton = name.startswith("triton_")
         op_type = re.sub(r"_\d+$", "", name) if triton else re.split(r"[<(]", name, maxsplit=1)[0].strip()
-        ops.append(OpTime(node=node, op_type=op_type[:120], provider="Inductor Triton" if triton else "cuBLAS/cuDNN/ATen",
-                          calls=len(times[node]), total_us=float(np.median(times[node])) * len(times[node])))
+        ops.append(
+            OpTime(
+                node=node,
+                op_type=op_type[:120],
+                provider="Inductor Triton" if triton else "cuBLAS/cuDNN/ATen",
+                calls=len(times[node]),
+                total_us=float(np.median(times[node])) * len(times[node]),
+            )
+        )
     total = float(np.median(walls)) * len(walls) if walls else 0.0
     return OpProfile(runs=len(walls), run_total_us=total, ops=ops, method=method)
 
@@ -374,8 +464,12 @@ def _computes_in_bf16(program) -> bool:
     """Whether any op of the program takes a bfloat16 tensor (the precision step's casts): the record's precision."""
     import torch
 
-    return any(getattr(getattr(a, "meta", {}).get("val"), "dtype", None) == torch.bfloat16
-               for node in program.graph.nodes if node.op == "call_function" for a in node.args)
+    return any(
+        getattr(getattr(a, "meta", {}).get("val"), "dtype", None) == torch.bfloat16
+        for node in program.graph.nodes
+        if node.op == "call_function"
+        for a in node.args
+    )
 
 
 def _kernel_counts(package: Path) -> dict[str, int]:

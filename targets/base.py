@@ -38,6 +38,7 @@ PROFILING_DIR = "profiling"
 if TYPE_CHECKING:
     from pydantic import BaseModel
 
+
 @dataclass(frozen=True)
 class Probe:
     available: bool
@@ -48,7 +49,9 @@ class Probe:
 
     def require(self, target: str) -> None:
         if not self.available:
-            raise TargetUnavailable(f"target '{target}' is not available here: {self.reason}", fix=self.install_hint or None)
+            raise TargetUnavailable(
+                f"target '{target}' is not available here: {self.reason}", fix=self.install_hint or None
+            )
 
 
 @dataclass(frozen=True)
@@ -77,7 +80,7 @@ class OpTime:
     calls: int
     total_us: float
     # what the profiler says the op touched, where it says (ONNX Runtime does): the bottleneck view's input
-    flops: int | None = None        # None: not countable from what the profiler records (prepacked weights)
+    flops: int | None = None  # None: not countable from what the profiler records (prepacked weights)
     in_bytes: int | None = None
     out_bytes: int | None = None
     precision: str = ""
@@ -92,8 +95,8 @@ class OpProfile:
     runs: int
     run_total_us: float
     ops: list[OpTime]
-    method: str = ""     # what the times are: kernel time, or host-side time with synchronous launches, ...
-    median_run_us: float | None = None   # the pass's median run, where the profiler timed each run
+    method: str = ""  # what the times are: kernel time, or host-side time with synchronous launches, ...
+    median_run_us: float | None = None  # the pass's median run, where the profiler timed each run
 
     def by_op_type(self) -> list[dict]:
         totals: dict[tuple[str, str], list[float]] = {}
@@ -120,15 +123,32 @@ class OpProfile:
             "overhead_share": max(0.0, 1 - kernel_total / self.run_total_us) if self.run_total_us else None,
             "op_types": self.by_op_type(),
             "top_ops": [
-                {"node": o.node, "op_type": o.op_type, "provider": o.provider, "calls": o.calls,
-                 "mean_us": o.total_us / max(o.calls, 1), "share": o.total_us / kernel_total if kernel_total else 0}
+                {
+                    "node": o.node,
+                    "op_type": o.op_type,
+                    "provider": o.provider,
+                    "calls": o.calls,
+                    "mean_us": o.total_us / max(o.calls, 1),
+                    "share": o.total_us / kernel_total if kernel_total else 0,
+                }
                 for o in ops[:top]
             ],
             # every op in execution order, with what it touched: the bottleneck view reads these
-            "ops": [{"node": o.node, "op_type": o.op_type, "calls": o.calls, "total_us": o.total_us,
-                     "flops": o.flops, "in_bytes": o.in_bytes, "out_bytes": o.out_bytes, "precision": o.precision,
-                     "in_shapes": [list(s) for s in o.in_shapes], "out_shapes": [list(s) for s in o.out_shapes]}
-                    for o in self.ops],
+            "ops": [
+                {
+                    "node": o.node,
+                    "op_type": o.op_type,
+                    "calls": o.calls,
+                    "total_us": o.total_us,
+                    "flops": o.flops,
+                    "in_bytes": o.in_bytes,
+                    "out_bytes": o.out_bytes,
+                    "precision": o.precision,
+                    "in_shapes": [list(s) for s in o.in_shapes],
+                    "out_shapes": [list(s) for s in o.out_shapes],
+                }
+                for o in self.ops
+            ],
             "node_count": len(self.ops),
         }
 
@@ -139,20 +159,30 @@ class EngineBuild:
     its cache; where the engine is; the key it is cached under; and what the engine is made of."""
 
     action: Literal["built", "reused"]
-    reason: str                      # why it was built, or which cached engine was reused
-    file: str                        # the engine, relative to the build dir
-    key: dict                        # device, compute capability, toolchain version, driver, model hash, settings
-    seconds: float                   # build time; 0 when reused
-    layers: list[dict] = field(default_factory=list)    # per layer: name, type, precision, tactic, sparse, ...
-    summary: dict = field(default_factory=dict)         # layers per precision, sparse layers, memory, ...
+    reason: str  # why it was built, or which cached engine was reused
+    file: str  # the engine, relative to the build dir
+    key: dict  # device, compute capability, toolchain version, driver, model hash, settings
+    seconds: float  # build time; 0 when reused
+    layers: list[dict] = field(default_factory=list)  # per layer: name, type, precision, tactic, sparse, ...
+    summary: dict = field(default_factory=dict)  # layers per precision, sparse layers, memory, ...
 
     def line(self) -> str:
-        return (f"{self.action} engine {self.file} in {self.seconds:.1f} s: {self.reason}" if self.action == "built"
-                else f"reused cached engine {self.file}: {self.reason}")
+        return (
+            f"{self.action} engine {self.file} in {self.seconds:.1f} s: {self.reason}"
+            if self.action == "built"
+            else f"reused cached engine {self.file}: {self.reason}"
+        )
 
     def to_json(self) -> dict:
-        return {"action": self.action, "reason": self.reason, "file": self.file, "key": self.key,
-                "seconds": self.seconds, "summary": self.summary, "layers": self.layers}
+        return {
+            "action": self.action,
+            "reason": self.reason,
+            "file": self.file,
+            "key": self.key,
+            "seconds": self.seconds,
+            "summary": self.summary,
+            "layers": self.layers,
+        }
 
 
 def warm_up(call: Callable[[], object], min_iters: int, min_s: float, max_s: float) -> int:
@@ -174,8 +204,11 @@ def warm_up(call: Callable[[], object], min_iters: int, min_s: float, max_s: flo
 
 def rejected_inputs(exc: Exception) -> BadInput:
     """A runtime's complaint about the inputs a call was given, as the user's one line (exit 2)."""
-    return BadInput(f"the model rejected its inputs: {first_line(exc)}", detail=runtime_detail(exc),
-                    fix="make the project's [[inputs]] shapes and dtypes match the model (`tapeout lint`)")
+    return BadInput(
+        f"the model rejected its inputs: {first_line(exc)}",
+        detail=runtime_detail(exc),
+        fix="make the project's [[inputs]] shapes and dtypes match the model (`tapeout lint`)",
+    )
 
 
 class Session(ABC):
@@ -256,31 +289,42 @@ class StaticCachedDecoder(CachedDecoder):
     Genie), where the runtime has one: the first `length mod chunk` tokens one per call, then whole chunks, so the
     last chunk ends on the prompt's last token and no token is padding. Without it, one token per call."""
 
-    def __init__(self, run: Callable[[dict[str, np.ndarray]], dict[str, np.ndarray]], layout: CacheLayout,
-                 prefill: tuple[Callable[[dict[str, np.ndarray]], dict[str, np.ndarray]], int] | None = None):
+    def __init__(
+        self,
+        run: Callable[[dict[str, np.ndarray]], dict[str, np.ndarray]],
+        layout: CacheLayout,
+        prefill: tuple[Callable[[dict[str, np.ndarray]], dict[str, np.ndarray]], int] | None = None,
+    ):
         super().__init__(run, layout)
         self._prefill_run, self._chunk = prefill if prefill is not None else (None, 0)
         self._cache: dict[str, np.ndarray] = {}
         self._mask = np.zeros((0, 0), np.int64)
         self._length = 0
-        self.description = (f"static cache of {layout.max_context - 1} slots plus the new token, each token's key and "
-                            "value written into its slot; " + (
-                                f"prompts through a second graph of {self._chunk} tokens, their first length mod "
-                                f"{self._chunk} tokens one per call" if self._chunk else
-                                "prompts fed one token per call (no prefill graph)"))
+        self.description = (
+            f"static cache of {layout.max_context - 1} slots plus the new token, each token's key and "
+            "value written into its slot; "
+            + (
+                f"prompts through a second graph of {self._chunk} tokens, their first length mod "
+                f"{self._chunk} tokens one per call"
+                if self._chunk
+                else "prompts fed one token per call (no prefill graph)"
+            )
+        )
 
     def prefill(self, ids: np.ndarray) -> np.ndarray:
         layout, batch = self.layout, ids.shape[0]
-        self._cache = {name: np.zeros((batch, layout.kv_heads, layout.max_context - 1, layout.head_dim), layout.dtype)
-                       for name in layout.past()}
+        self._cache = {
+            name: np.zeros((batch, layout.kv_heads, layout.max_context - 1, layout.head_dim), layout.dtype)
+            for name in layout.past()
+        }
         self._mask = np.zeros((batch, layout.max_context), np.int64)
         self._mask[:, -1] = 1  # the new token's own slot, after the cache
         self._length = 0
         head = ids.shape[1] % self._chunk if self._chunk else ids.shape[1]
         for t in range(head):
-            logits = self.step(ids[:, t:t + 1])
+            logits = self.step(ids[:, t : t + 1])
         for start in range(head, ids.shape[1], self._chunk or 1):  # (none where head is the whole prompt)
-            logits = self._call(self._prefill_run, ids[:, start:start + self._chunk])
+            logits = self._call(self._prefill_run, ids[:, start : start + self._chunk])
         return logits
 
     def step(self, ids: np.ndarray) -> np.ndarray:
@@ -293,18 +337,29 @@ class StaticCachedDecoder(CachedDecoder):
 
         n, new, layout = self._length, ids.shape[1], self.layout
         if n + new > layout.max_context:
-            raise BadInput(f"the static cache holds {layout.max_context} tokens and a call asked for {n + new}",
-                           fix="raise [workload] max_context and build again")
-        mask = self._mask if new == 1 else np.concatenate(
-            [self._mask[:, :-1], np.ones((ids.shape[0], new), np.int64)], axis=1)
+            raise BadInput(
+                f"the static cache holds {layout.max_context} tokens and a call asked for {n + new}",
+                fix="raise [workload] max_context and build again",
+            )
+        mask = (
+            self._mask
+            if new == 1
+            else np.concatenate([self._mask[:, :-1], np.ones((ids.shape[0], new), np.int64)], axis=1)
+        )
         positions = layout.positions(ids.shape[0], n, new)[POSITION_IDS]
-        out = run({INPUT_IDS: np.ascontiguousarray(ids, dtype=np.int64), ATTENTION_MASK: mask, POSITION_IDS: positions,
-                   **self._cache})
+        out = run(
+            {
+                INPUT_IDS: np.ascontiguousarray(ids, dtype=np.int64),
+                ATTENTION_MASK: mask,
+                POSITION_IDS: positions,
+                **self._cache,
+            }
+        )
         kept = min(n + new, layout.max_context - 1) - n  # the last slot's key and value are never read
         if kept > 0:
             for past, present in zip(layout.past(), layout.present(), strict=True):
-                self._cache[past][:, :, n:n + kept] = out[present][:, :, layout.max_context - 1:][:, :, :kept]
-            self._mask[:, n:n + kept] = 1
+                self._cache[past][:, :, n : n + kept] = out[present][:, :, layout.max_context - 1 :][:, :, :kept]
+            self._mask[:, n : n + kept] = 1
         self._length = n + new
         return out[LOGITS][:, -1]
 
@@ -350,9 +405,11 @@ class Target(ABC):
             is_method = callable(value) or isinstance(value, (classmethod, staticmethod, property))
             if is_method and attr not in HOOKS:
                 near = difflib.get_close_matches(attr, HOOKS, n=1)
-                raise TypeError(f"{cls.__module__}.{cls.__name__}.{attr} is not a hook of the target contract"
-                                + (f" (did you mean '{near[0]}'?)" if near else "")
-                                + f"; hooks: {', '.join(sorted(HOOKS))}; helpers must start with '_'")
+                raise TypeError(
+                    f"{cls.__module__}.{cls.__name__}.{attr} is not a hook of the target contract"
+                    + (f" (did you mean '{near[0]}'?)" if near else "")
+                    + f"; hooks: {', '.join(sorted(HOOKS))}; helpers must start with '_'"
+                )
 
     # ---------------------------------------------------------------- must implement
 
@@ -367,8 +424,9 @@ class Target(ABC):
         (`capabilities.compiles_from`, the default) implements it."""
         raise NotImplementedError(f"target '{self.name}' compiles from a torch.export program, not from ONNX")
 
-    def compile_program(self, program, out_dir: Path, inputs: list[InputSpec], dims: dict[str, int],
-                        output_names: list[str]) -> Artifact:
+    def compile_program(
+        self, program, out_dir: Path, inputs: list[InputSpec], dims: dict[str, int], output_names: list[str]
+    ) -> Artifact:
         """The artifact compiled from the torch.export ExportedProgram: what a target whose
         `capabilities.compiles_from` is "torch.export" implements instead of `compile`. `output_names` name the
         program's outputs in order, as the golden outputs and the ONNX export name them."""
@@ -432,8 +490,9 @@ class Target(ABC):
         artifact kept only (the compile step calls it once). Default: nothing to add."""
         return artifact
 
-    def op_profile(self, artifact: Artifact, feeds: dict[str, np.ndarray], iterations: int,
-                   pace_s: float | None = None) -> OpProfile:
+    def op_profile(
+        self, artifact: Artifact, feeds: dict[str, np.ndarray], iterations: int, pace_s: float | None = None
+    ) -> OpProfile:
         """Per-node times from a separate, instrumented pass; only called when `capabilities.op_profiler`. `pace_s`:
         the p50 of the same model's uninstrumented runs where the caller timed them first, for a profiler that
         reads running counters (OpenVINO's) to leave its warm-up and disturbed runs out; the others need not."""
@@ -444,9 +503,41 @@ class Target(ABC):
         return self.capabilities.emulated_on.get(platform.machine().lower())
 
 
-HOOKS = frozenset({"probe", "compile", "compile_program", "session", "limits", "preflight", "lint", "prepare", "build_engine",
-                   "instrument", "op_profile", "emulated", "workload_problem", "static_decode", "scorer"})
+HOOKS = frozenset(
+    {
+        "probe",
+        "compile",
+        "compile_program",
+        "session",
+        "limits",
+        "preflight",
+        "lint",
+        "prepare",
+        "build_engine",
+        "instrument",
+        "op_profile",
+        "emulated",
+        "workload_problem",
+        "static_decode",
+        "scorer",
+    }
+)
 
-__all__ = ["HOOKS", "PROFILING_DIR", "CachedDecoder", "Capabilities", "EngineBuild", "LintIssue", "OpProfile", "OpTime",
-           "Probe", "RuntimeLimits", "Session", "StateCarrier", "StaticCachedDecoder", "Target", "TargetUnavailable",
-           "warm_up"]
+__all__ = [
+    "HOOKS",
+    "PROFILING_DIR",
+    "CachedDecoder",
+    "Capabilities",
+    "EngineBuild",
+    "LintIssue",
+    "OpProfile",
+    "OpTime",
+    "Probe",
+    "RuntimeLimits",
+    "Session",
+    "StateCarrier",
+    "StaticCachedDecoder",
+    "Target",
+    "TargetUnavailable",
+    "warm_up",
+]

@@ -16,12 +16,14 @@ from dataclasses import dataclass
 
 from tapeout.core.errors import TapeoutError, TargetUnavailable
 
-H2D, D2H = 1, 2                     # cudaMemcpyKind
-_ATTR_CC_MAJOR, _ATTR_CC_MINOR = 75, 76   # cudaDevAttrComputeCapabilityMajor / Minor
-_CAPTURE_GLOBAL = 0                 # cudaStreamCaptureModeGlobal
+H2D, D2H = 1, 2  # cudaMemcpyKind
+_ATTR_CC_MAJOR, _ATTR_CC_MINOR = 75, 76  # cudaDevAttrComputeCapabilityMajor / Minor
+_CAPTURE_GLOBAL = 0  # cudaStreamCaptureModeGlobal
 _NAMES = ("libcudart.so.13", "libcudart.so.12", "libcudart.so")
-INSTALL = ("install the CUDA runtime (the tensorrt wheel brings nvidia-cuda-runtime; or the CUDA toolkit) "
-           "and the NVIDIA driver")
+INSTALL = (
+    "install the CUDA runtime (the tensorrt wheel brings nvidia-cuda-runtime; or the CUDA toolkit) "
+    "and the NVIDIA driver"
+)
 
 
 class CudaError(TapeoutError):
@@ -33,7 +35,7 @@ class Gpu:
     index: int
     name: str
     compute_capability: tuple[int, int]
-    driver: str              # the driver's CUDA version (cudaDriverGetVersion), e.g. "13.0"
+    driver: str  # the driver's CUDA version (cudaDriverGetVersion), e.g. "13.0"
     runtime: str
 
     @property
@@ -53,8 +55,10 @@ def library() -> ctypes.CDLL:
             return ctypes.CDLL(name)
         except OSError as exc:
             tried.append(str(exc).split(":")[-1].strip() or name)
-    raise TargetUnavailable(f"the CUDA runtime library (libcudart) is not loadable here ({'; '.join(dict.fromkeys(tried))[:200]})",
-                            fix=INSTALL)
+    raise TargetUnavailable(
+        f"the CUDA runtime library (libcudart) is not loadable here ({'; '.join(dict.fromkeys(tried))[:200]})",
+        fix=INSTALL,
+    )
 
 
 def _check(call: str, status: int) -> None:
@@ -63,9 +67,13 @@ def _check(call: str, status: int) -> None:
         lib.cudaGetErrorString.restype = ctypes.c_char_p
         message = (lib.cudaGetErrorString(status) or b"unknown error").decode(errors="replace")
         if call in ("cudaGetDeviceCount", "cudaSetDevice"):
-            raise TargetUnavailable(f"CUDA cannot use a GPU here: {call} failed ({message}, error {status})", fix=INSTALL)
-        raise CudaError(f"CUDA {call} failed: {message} (error {status})",
-                        fix="check the GPU with nvidia-smi; another process may hold its memory")
+            raise TargetUnavailable(
+                f"CUDA cannot use a GPU here: {call} failed ({message}, error {status})", fix=INSTALL
+            )
+        raise CudaError(
+            f"CUDA {call} failed: {message} (error {status})",
+            fix="check the GPU with nvidia-smi; another process may hold its memory",
+        )
 
 
 def device_count() -> int:
@@ -78,8 +86,10 @@ def gpu(index: int) -> Gpu:
     lib = library()
     count = device_count()
     if index >= count:
-        raise TargetUnavailable(f"device_id {index} names no GPU: CUDA sees {count}",
-                                fix=f"set [options] device_id below {count} (after CUDA_VISIBLE_DEVICES)")
+        raise TargetUnavailable(
+            f"device_id {index} names no GPU: CUDA sees {count}",
+            fix=f"set [options] device_id below {count} (after CUDA_VISIBLE_DEVICES)",
+        )
     major, minor, driver, runtime = ctypes.c_int(), ctypes.c_int(), ctypes.c_int(), ctypes.c_int()
     _check("cudaDeviceGetAttribute", lib.cudaDeviceGetAttribute(ctypes.byref(major), _ATTR_CC_MAJOR, index))
     _check("cudaDeviceGetAttribute", lib.cudaDeviceGetAttribute(ctypes.byref(minor), _ATTR_CC_MINOR, index))
@@ -92,6 +102,7 @@ def gpu(index: int) -> Gpu:
 
     def version(v: int) -> str:
         return f"{v.value // 1000}.{(v.value % 1000) // 10}"
+
     return Gpu(index, name, (major.value, minor.value), version(driver), version(runtime))
 
 
@@ -128,8 +139,12 @@ class Stream:
         return int(self.handle.value or 0)
 
     def copy(self, dst: int, src: int, nbytes: int, kind: int) -> None:
-        _check("cudaMemcpyAsync", library().cudaMemcpyAsync(ctypes.c_void_p(dst), ctypes.c_void_p(src),
-                                                             ctypes.c_size_t(nbytes), kind, self.handle))
+        _check(
+            "cudaMemcpyAsync",
+            library().cudaMemcpyAsync(
+                ctypes.c_void_p(dst), ctypes.c_void_p(src), ctypes.c_size_t(nbytes), kind, self.handle
+            ),
+        )
 
     def synchronize(self) -> None:
         _check("cudaStreamSynchronize", library().cudaStreamSynchronize(self.handle))

@@ -70,9 +70,10 @@ def choose() -> Compiler | None:
         tried.append(f"{path}, which {why}")
     if not tried:
         return None
-    raise TargetUnavailable(f"no C++ compiler here builds packages torch can load: {'; '.join(tried)}",
-                            fix="install g++ (apt install g++) or point CXX at a compiler that links libstdc++ as a "
-                                "shared library")
+    raise TargetUnavailable(
+        f"no C++ compiler here builds packages torch can load: {'; '.join(tried)}",
+        fix="install g++ (apt install g++) or point CXX at a compiler that links libstdc++ as a shared library",
+    )
 
 
 @functools.lru_cache(maxsize=16)
@@ -85,8 +86,12 @@ def probe(path: str) -> tuple[bool, str]:
         source, library = Path(tmp) / "probe.cpp", Path(tmp) / "probe.so"
         source.write_text(PROBE_SOURCE)
         try:
-            done = subprocess.run([path, "-shared", "-fPIC", "-O1", str(source), "-o", str(library)],
-                                  capture_output=True, text=True, timeout=120)
+            done = subprocess.run(
+                [path, "-shared", "-fPIC", "-O1", str(source), "-o", str(library)],
+                capture_output=True,
+                text=True,
+                timeout=120,
+            )
         except (OSError, subprocess.SubprocessError) as exc:
             return False, f"could not be run ({exc})"
         if done.returncode != 0:
@@ -97,8 +102,10 @@ def probe(path: str) -> tuple[bool, str]:
         return True, "not checked (not a 64-bit little-endian ELF)"
     if any(name.startswith(LIBSTDCXX) for name in needed):
         return True, ""
-    return False, (f"links libstdc++ statically (a shared library it builds needs only {', '.join(needed) or 'nothing'}), "
-                   "so its packages would carry a second libstdc++ and crash in a torch process")
+    return False, (
+        f"links libstdc++ statically (a shared library it builds needs only {', '.join(needed) or 'nothing'}), "
+        "so its packages would carry a second libstdc++ and crash in a torch process"
+    )
 
 
 def needed_libraries(path: Path) -> list[str] | None:
@@ -114,16 +121,16 @@ def needed_libraries(path: Path) -> list[str] | None:
 
 
 def _dt_needed(data: bytes) -> list[str] | None:
-    shoff, = struct.unpack_from("<Q", data, 0x28)
+    (shoff,) = struct.unpack_from("<Q", data, 0x28)
     shentsize, shnum = struct.unpack_from("<HH", data, 0x3A)
     sections = []
     for i in range(shnum):
         at = shoff + i * shentsize
         if at + 64 > len(data):
             return None
-        kind, = struct.unpack_from("<I", data, at + 4)
+        (kind,) = struct.unpack_from("<I", data, at + 4)
         offset, size = struct.unpack_from("<QQ", data, at + 0x18)
-        link, = struct.unpack_from("<I", data, at + 0x28)
+        (link,) = struct.unpack_from("<I", data, at + 0x28)
         sections.append((kind, offset, size, link))
     names, dynamic = [], False
     for kind, offset, size, link in sections:
@@ -139,7 +146,7 @@ def _dt_needed(data: bytes) -> list[str] | None:
                 end = data.find(b"\0", strtab + value)
                 if end < 0:
                     raise ValueError("unterminated name")
-                names.append(data[strtab + value:end].decode("utf-8", "replace"))
+                names.append(data[strtab + value : end].decode("utf-8", "replace"))
     return names if dynamic else None  # no dynamic section to read (section headers stripped): unknown
 
 

@@ -18,19 +18,26 @@ from tapeout.core.errors import BadInput, TargetUnavailable
 from tapeout.core.files import write_bytes, write_json
 
 ENGINES_DIR = "engines"
-SETTINGS_FILE = "engine-settings.json"   # beside the ONNX in artifact/: what the device needs to build the engine
+SETTINGS_FILE = "engine-settings.json"  # beside the ONNX in artifact/: what the device needs to build the engine
 MAX_RECORD_BYTES = 64 << 20
 MAX_SETTINGS_BYTES = 1 << 20
-LABELS = {"gpu": "GPU", "compute_capability": "compute capability", "toolchain": "toolchain",
-          "driver": "driver", "onnx_sha256": "ONNX", "program_sha256": "program", "settings_sha256": "settings",
-          "kernel_timings": "kernel timings"}
+LABELS = {
+    "gpu": "GPU",
+    "compute_capability": "compute capability",
+    "toolchain": "toolchain",
+    "driver": "driver",
+    "onnx_sha256": "ONNX",
+    "program_sha256": "program",
+    "settings_sha256": "settings",
+    "kernel_timings": "kernel timings",
+}
 
 
 @dataclass(frozen=True)
 class Entry:
     engine: Path
     record: Path
-    relative: str          # the engine's path relative to the build dir
+    relative: str  # the engine's path relative to the build dir
 
 
 def entry(artifact_dir: Path, key: dict, suffix: str) -> Entry:
@@ -88,12 +95,16 @@ def load(e: Entry) -> tuple[bytes, dict]:
     """The engine's bytes, verified against its record; one clear line when there is none or it was changed."""
     record = read_record(e.record)
     if record is None or not e.engine.is_file():
-        raise TargetUnavailable(f"no engine for this device and toolchain in {e.engine.parent}",
-                                fix="run `tapeout check` on this device: it builds the engine first")
+        raise TargetUnavailable(
+            f"no engine for this device and toolchain in {e.engine.parent}",
+            fix="run `tapeout check` on this device: it builds the engine first",
+        )
     data = e.engine.read_bytes()
     if _sha256(data) != record.get("engine_sha256"):
-        raise BadInput(f"{e.engine} differs from the engine tapeout built (sha256 mismatch)",
-                       fix=f"delete {e.engine.parent} and run `tapeout check` again")
+        raise BadInput(
+            f"{e.engine} differs from the engine tapeout built (sha256 mismatch)",
+            fix=f"delete {e.engine.parent} and run `tapeout check` again",
+        )
     return data, record
 
 

@@ -67,7 +67,7 @@ class ExecuTorch(Target):
     """The XNNPACK delegate; a delegate is a subclass naming its runtime backend and its partitioners."""
 
     Options = Options
-    BACKEND: ClassVar[str] = "XnnpackBackend"    # the name ExecuTorch's runtime registers the delegate under
+    BACKEND: ClassVar[str] = "XnnpackBackend"  # the name ExecuTorch's runtime registers the delegate under
     DELEGATE: ClassVar[str] = "XNNPACK"
     INSTALL: ClassVar[str] = INSTALL
 
@@ -78,8 +78,11 @@ class ExecuTorch(Target):
                 import executorch
                 from executorch.runtime import Runtime
         except Exception as exc:  # ImportError, or its native library failing to load
-            return Probe(False, reason=f"executorch cannot be imported ({type(exc).__name__}: {str(exc)[:160]})",
-                         install_hint=cls.INSTALL)
+            return Probe(
+                False,
+                reason=f"executorch cannot be imported ({type(exc).__name__}: {str(exc)[:160]})",
+                install_hint=cls.INSTALL,
+            )
         version = _version(executorch)
         backends = list(Runtime.get().backend_registry.registered_backend_names)
         if cls.BACKEND not in backends:
@@ -98,8 +101,9 @@ class ExecuTorch(Target):
     def _meta(self) -> dict:
         return {"runtime": "executorch.runtime (ExecuTorch's C++ runtime and its XNNPACK kernels)"}
 
-    def compile_program(self, program, out_dir: Path, inputs: list[InputSpec], dims: dict[str, int],
-                        output_names: list[str]) -> Artifact:
+    def compile_program(
+        self, program, out_dir: Path, inputs: list[InputSpec], dims: dict[str, int], output_names: list[str]
+    ) -> Artifact:
         """Lower for the delegate, write the `.pte` and its signature, and record what was delegated."""
         out_dir.mkdir(parents=True, exist_ok=True)
         try:
@@ -114,23 +118,35 @@ class ExecuTorch(Target):
         except TapeoutError:
             raise
         except ImportError as exc:  # a delegate's own toolkit (coremltools) missing on the building host
-            raise TargetUnavailable(f"lowering for {self.DELEGATE} needs {exc.name or exc} on this host",
-                                    fix=self.INSTALL) from None
+            raise TargetUnavailable(
+                f"lowering for {self.DELEGATE} needs {exc.name or exc} on this host", fix=self.INSTALL
+            ) from None
         except Exception as exc:  # the lowering's own errors name the op it could not take
-            raise BadInput(f"ExecuTorch could not lower the program for {self.DELEGATE}: {first_line(exc)}",
-                           detail=runtime_detail(exc), fix="replace the op it names, or use a target that takes ONNX "
-                           "(`tapeout targets`)") from None
+            raise BadInput(
+                f"ExecuTorch could not lower the program for {self.DELEGATE}: {first_line(exc)}",
+                detail=runtime_detail(exc),
+                fix="replace the op it names, or use a target that takes ONNX (`tapeout targets`)",
+            ) from None
         (out_dir / ARTIFACT_FILE).write_bytes(pte.buffer)
         write_io(out_dir, inputs, output_names, dims if pinned else None)
         placement = _placement(delegation, self.DELEGATE)
-        return Artifact(self.name, out_dir, ARTIFACT_FILE, meta={
-            "delegate": self.DELEGATE, "placement": placement,
-            "shapes": (f"static at the project's dims ({', '.join(pinned)}): memory planned ahead, every view "
-                       "delegated" if pinned else "static, as exported"),
-            "delegated_subgraphs": delegation.num_delegated_subgraphs,
-            "portable_ops": sorted({o["op_type"] for o in placement["off"]}),
-            **self._meta(),
-        })
+        return Artifact(
+            self.name,
+            out_dir,
+            ARTIFACT_FILE,
+            meta={
+                "delegate": self.DELEGATE,
+                "placement": placement,
+                "shapes": (
+                    f"static at the project's dims ({', '.join(pinned)}): memory planned ahead, every view delegated"
+                    if pinned
+                    else "static, as exported"
+                ),
+                "delegated_subgraphs": delegation.num_delegated_subgraphs,
+                "portable_ops": sorted({o["op_type"] for o in placement["off"]}),
+                **self._meta(),
+            },
+        )
 
     def session(self, artifact: Artifact) -> ExecuTorchSession:
         try:
@@ -138,12 +154,15 @@ class ExecuTorch(Target):
         except TapeoutError:
             raise
         except Exception as exc:  # a .pte from another ExecuTorch version, a truncated file
-            raise BadInput(f"ExecuTorch could not load {artifact.path}: {first_line(exc)}", detail=runtime_detail(exc),
-                           fix="rebuild with the executorch version the device runs") from None
+            raise BadInput(
+                f"ExecuTorch could not load {artifact.path}: {first_line(exc)}",
+                detail=runtime_detail(exc),
+                fix="rebuild with the executorch version the device runs",
+            ) from None
 
-
-    def op_profile(self, artifact: Artifact, feeds: dict[str, np.ndarray], iterations: int,
-                   pace_s: float | None = None) -> OpProfile:
+    def op_profile(
+        self, artifact: Artifact, feeds: dict[str, np.ndarray], iterations: int, pace_s: float | None = None
+    ) -> OpProfile:
         """A separate pass with ExecuTorch's event tracer on (ETDump): every XNNPACK kernel inside the delegate (its
         own profiler's names: "Convolution (NHWC, F32) IGEMM") and every op on the portable kernels, timed per run."""
         import tempfile
@@ -169,9 +188,11 @@ class CoreMLOptions(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
     compute_units: Literal["all", "cpu_and_ne", "cpu_and_gpu", "cpu_only"] = Field(
-        "all", description="where Core ML may place ops: the Neural Engine is in 'all' and 'cpu_and_ne'")
+        "all", description="where Core ML may place ops: the Neural Engine is in 'all' and 'cpu_and_ne'"
+    )
     compute_precision: Literal["float16", "float32"] = Field(
-        "float16", description="Core ML's compute precision; the Neural Engine runs float only in FP16")
+        "float16", description="Core ML's compute precision; the Neural Engine runs float only in FP16"
+    )
     minimum_deployment_target: Literal["iOS16", "iOS17", "iOS18"] = "iOS17"
 
 
@@ -184,13 +205,17 @@ class ExecuTorchCoreML(ExecuTorch):
     Options = CoreMLOptions
     BACKEND = "CoreMLBackend"
     DELEGATE = "Core ML"
-    INSTALL = ('on the host: pip install "tapeout[executorch]" (coremltools comes with it); on the Apple device: '
-               "pip install executorch (its macOS wheel has the Core ML backend), or the iOS runtime in an app")
+    INSTALL = (
+        'on the host: pip install "tapeout[executorch]" (coremltools comes with it); on the Apple device: '
+        "pip install executorch (its macOS wheel has the Core ML backend), or the iOS runtime in an app"
+    )
 
     @classmethod
     def _missing_backend(cls, version: str, backends: list[str]) -> str:
-        return (f"this executorch {version} runtime has no {cls.BACKEND}: Core ML runs on macOS and iOS only (this "
-                f"runtime has {', '.join(backends) or 'none'})")
+        return (
+            f"this executorch {version} runtime has no {cls.BACKEND}: Core ML runs on macOS and iOS only (this "
+            f"runtime has {', '.join(backends) or 'none'})"
+        )
 
     def _partitioners(self) -> list:
         import coremltools as ct
@@ -200,16 +225,25 @@ class ExecuTorchCoreML(ExecuTorch):
         o = self.options
         specs = CoreMLBackend.generate_compile_specs(
             compute_precision=ct.precision.FLOAT16 if o.compute_precision == "float16" else ct.precision.FLOAT32,
-            compute_unit={"all": ct.ComputeUnit.ALL, "cpu_and_ne": ct.ComputeUnit.CPU_AND_NE,
-                          "cpu_and_gpu": ct.ComputeUnit.CPU_AND_GPU, "cpu_only": ct.ComputeUnit.CPU_ONLY}[o.compute_units],
-            minimum_deployment_target=getattr(ct.target, o.minimum_deployment_target))
+            compute_unit={
+                "all": ct.ComputeUnit.ALL,
+                "cpu_and_ne": ct.ComputeUnit.CPU_AND_NE,
+                "cpu_and_gpu": ct.ComputeUnit.CPU_AND_GPU,
+                "cpu_only": ct.ComputeUnit.CPU_ONLY,
+            }[o.compute_units],
+            minimum_deployment_target=getattr(ct.target, o.minimum_deployment_target),
+        )
         return [CoreMLPartitioner(compile_specs=specs)]
 
     def _meta(self) -> dict:
         o = self.options
-        return {"runtime": "ExecuTorch's runtime with the Core ML backend (macOS, iOS); Core ML compiles the model "
-                           "for the device at load", "compute_units": o.compute_units,
-                "compute_precision": o.compute_precision, "minimum_deployment_target": o.minimum_deployment_target}
+        return {
+            "runtime": "ExecuTorch's runtime with the Core ML backend (macOS, iOS); Core ML compiles the model "
+            "for the device at load",
+            "compute_units": o.compute_units,
+            "compute_precision": o.compute_precision,
+            "minimum_deployment_target": o.minimum_deployment_target,
+        }
 
 
 _AGGREGATES = {"DELEGATE_CALL", "OPERATOR_CALL", "Method::execute"}  # sums of the rows that are ops
@@ -229,10 +263,20 @@ def _etdump_profile(events, iterations: int, method: str, delegate: str) -> OpPr
         # a portable kernel's event is "native_call_<op>.out"; every other op event comes from inside the delegate,
         # named by its own profiler ("Convolution (NHWC, F32) IGEMM #2": the kernel and its instance)
         portable = row.event_name.startswith("native_call_")
-        op_type = (row.event_name.removeprefix("native_call_").removesuffix(".out") if portable
-                   else row.event_name.rsplit(" #", 1)[0])
-        ops.append(OpTime(node=row.event_name, op_type=op_type, provider="portable" if portable else delegate,
-                          calls=len(times), total_us=sum(times) * 1e3))
+        op_type = (
+            row.event_name.removeprefix("native_call_").removesuffix(".out")
+            if portable
+            else row.event_name.rsplit(" #", 1)[0]
+        )
+        ops.append(
+            OpTime(
+                node=row.event_name,
+                op_type=op_type,
+                provider="portable" if portable else delegate,
+                calls=len(times),
+                total_us=sum(times) * 1e3,
+            )
+        )
     return OpProfile(runs=iterations, run_total_us=run_total, ops=ops, method=method)
 
 
@@ -262,12 +306,22 @@ def _placement(delegation, delegate: str) -> dict:
         if row.non_delegated:
             left[name] = row.non_delegated
     total = on + off
-    return {"accelerator": delegate, "total_nodes": total, "on_accelerator": on,
-            "off_share": off / total if total else 0.0,
-            "off": [{"node": f"{count} node(s)", "op_type": op, "reason": f"not taken by {delegate}: ExecuTorch's "
-                     "portable kernel runs it"} for op, count in sorted(left.items())],
-            "subgraphs": delegation.num_delegated_subgraphs,
-            "source": f"ExecuTorch's delegation record of the lowered program ({delegate} partitioner)"}
+    return {
+        "accelerator": delegate,
+        "total_nodes": total,
+        "on_accelerator": on,
+        "off_share": off / total if total else 0.0,
+        "off": [
+            {
+                "node": f"{count} node(s)",
+                "op_type": op,
+                "reason": f"not taken by {delegate}: ExecuTorch's portable kernel runs it",
+            }
+            for op, count in sorted(left.items())
+        ],
+        "subgraphs": delegation.num_delegated_subgraphs,
+        "source": f"ExecuTorch's delegation record of the lowered program ({delegate} partitioner)",
+    }
 
 
 def _version(module) -> str:

@@ -32,14 +32,18 @@ from tapeout.targets.base import EngineBuild, Probe, Session, Target
 ARTIFACT_FILE = "model.onnx"
 SETTINGS_FILE = "engine-settings.json"  # engine_cache.SETTINGS_FILE
 SETTINGS_SCHEMA = "tapeout.migraphx-settings/1"
-INSTALL = ("on the device: install ROCm and MIGraphX from AMD's repositories (apt install migraphx; the Python "
-           "module is in /opt/rocm/lib), then pip install \"tapeout[rocm]\"; PyPI's `migraphx` is a name placeholder")
+INSTALL = (
+    "on the device: install ROCm and MIGraphX from AMD's repositories (apt install migraphx; the Python "
+    'module is in /opt/rocm/lib), then pip install "tapeout[rocm]"; PyPI\'s `migraphx` is a name placeholder'
+)
 
 
 class Options(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
-    device_id: int = Field(0, ge=0, le=1023, description="GPU index for the amdsmi meters (MIGraphX uses HIP's current device)")
+    device_id: int = Field(
+        0, ge=0, le=1023, description="GPU index for the amdsmi meters (MIGraphX uses HIP's current device)"
+    )
     fast_math: bool = Field(True, description="MIGraphX's fast math (approximate GELU, ...)")
     exhaustive_tune: bool = Field(False, description="tune every kernel at compile (slow compile, faster program)")
 
@@ -71,8 +75,10 @@ def pinned_dims(model, inputs: list[InputSpec], dims: dict[str, int]) -> dict[st
             elif d in dims:
                 out.append(dims[d])
             else:
-                raise BadInput(f"input '{value.name}' has symbolic dim '{d}' with no value in [dims]",
-                               fix=f"add {d} = N to the project's [dims]")
+                raise BadInput(
+                    f"input '{value.name}' has symbolic dim '{d}' with no value in [dims]",
+                    fix=f"add {d} = N to the project's [dims]",
+                )
         pinned[value.name] = out
     return pinned
 
@@ -85,7 +91,10 @@ def _gpu_identity(index: int) -> dict:
         amdsmi.amdsmi_init()
         try:
             asic = amdsmi.amdsmi_get_gpu_asic_info(amdsmi.amdsmi_get_processor_handles()[index])
-            return {"gpu": str(asic.get("market_name") or "unknown"), "gfx": str(asic.get("target_graphics_version") or "unknown")}
+            return {
+                "gpu": str(asic.get("market_name") or "unknown"),
+                "gfx": str(asic.get("target_graphics_version") or "unknown"),
+            }
         finally:
             amdsmi.amdsmi_shut_down()
     except Exception as exc:  # no ROCm SMI library, no GPU at that index: the key still names the toolchain
@@ -100,8 +109,11 @@ class MIGraphX(Target):
         try:
             mx = importlib.import_module("migraphx")
         except Exception as exc:
-            return Probe(False, reason=f"the migraphx module does not import ({first_line(exc)}); it needs ROCm",
-                         install_hint=INSTALL)
+            return Probe(
+                False,
+                reason=f"the migraphx module does not import ({first_line(exc)}); it needs ROCm",
+                install_hint=INSTALL,
+            )
         return Probe(True, version=str(getattr(mx, "__version__", "unknown")))
 
     def _mx(self):
@@ -114,8 +126,9 @@ class MIGraphX(Target):
         try:
             mx.get_target("gpu")
         except Exception as exc:
-            raise TargetUnavailable(f"target 'migraphx' is not available here: MIGraphX has no GPU target "
-                                    f"({first_line(exc)})", fix=INSTALL) from None
+            raise TargetUnavailable(
+                f"target 'migraphx' is not available here: MIGraphX has no GPU target ({first_line(exc)})", fix=INSTALL
+            ) from None
 
     def compile(self, model_path: Path, out_dir: Path, inputs: list[InputSpec], dims: dict[str, int]) -> Artifact:
         """The ONNX the program is compiled from, and engine-settings.json; the program is built by build_engine."""
@@ -124,14 +137,24 @@ class MIGraphX(Target):
         out_dir.mkdir(parents=True, exist_ok=True)
         copy_onnx(model_path, out_dir / ARTIFACT_FILE)
         header = onnx.load(str(out_dir / ARTIFACT_FILE), load_external_data=False)
-        settings = {"schema": SETTINGS_SCHEMA, "input_dims": pinned_dims(header, inputs, dims),
-                    "output_names": [o.name for o in header.graph.output],
-                    "fast_math": self.options.fast_math, "exhaustive_tune": self.options.exhaustive_tune}
+        settings = {
+            "schema": SETTINGS_SCHEMA,
+            "input_dims": pinned_dims(header, inputs, dims),
+            "output_names": [o.name for o in header.graph.output],
+            "fast_math": self.options.fast_math,
+            "exhaustive_tune": self.options.exhaustive_tune,
+        }
         (out_dir / SETTINGS_FILE).write_text(json.dumps(settings, indent=2) + "\n")
-        return Artifact(self.name, out_dir, ARTIFACT_FILE, meta={
-            "engine": "compiled by MIGraphX on the device at the first `tapeout check`, cached in engines/",
-            "input_dims": settings["input_dims"],
-            "qdq_pairs": sum(n.op_type == "QuantizeLinear" for n in header.graph.node)})
+        return Artifact(
+            self.name,
+            out_dir,
+            ARTIFACT_FILE,
+            meta={
+                "engine": "compiled by MIGraphX on the device at the first `tapeout check`, cached in engines/",
+                "input_dims": settings["input_dims"],
+                "qdq_pairs": sum(n.op_type == "QuantizeLinear" for n in header.graph.node),
+            },
+        )
 
     def _settings(self, artifact: Artifact) -> CompileSettings:
         from tapeout.targets import engine_cache
@@ -145,10 +168,14 @@ class MIGraphX(Target):
         mx = self._mx()
         settings = self._settings(artifact)
         who = _gpu_identity(self.options.device_id)
-        key = {"gpu": who["gpu"], "compute_capability": who["gfx"],
-               "toolchain": f"migraphx {getattr(mx, '__version__', 'unknown')}", "driver": "ROCm",
-               "onnx_sha256": sha256_file(artifact.path),
-               "settings_sha256": engine_cache.settings_hash(settings.model_dump(by_alias=True))}
+        key = {
+            "gpu": who["gpu"],
+            "compute_capability": who["gfx"],
+            "toolchain": f"migraphx {getattr(mx, '__version__', 'unknown')}",
+            "driver": "ROCm",
+            "onnx_sha256": sha256_file(artifact.path),
+            "settings_sha256": engine_cache.settings_hash(settings.model_dump(by_alias=True)),
+        }
         return mx, settings, engine_cache.entry(artifact.directory, key, ".mxr"), key
 
     def build_engine(self, artifact: Artifact, progress: Callable[[str], None]) -> EngineBuild:
@@ -157,26 +184,45 @@ class MIGraphX(Target):
         mx, settings, entry, key = self._device(artifact)
         record = engine_cache.cached(entry)
         if record is not None:
-            return EngineBuild("reused", f"compiled {record.get('built', '?')} for this GPU, MIGraphX and ONNX",
-                               entry.relative, key, 0.0, [], record.get("summary", {}))
+            return EngineBuild(
+                "reused",
+                f"compiled {record.get('built', '?')} for this GPU, MIGraphX and ONNX",
+                entry.relative,
+                key,
+                0.0,
+                [],
+                record.get("summary", {}),
+            )
         reason = engine_cache.why_build(entry.engine.parent, key)
         progress(f"compiling the MIGraphX program for {key['gpu']} ({key['compute_capability']}): {reason}")
         t0 = time.perf_counter()
         try:
             program = mx.parse_onnx(str(artifact.path), map_input_dims=settings.input_dims)
         except Exception as exc:
-            raise BadInput(f"MIGraphX could not parse the model: {first_line(exc)}",
-                           fix="run `tapeout lint` on the host; an operator MIGraphX lacks must be rewritten") from None
+            raise BadInput(
+                f"MIGraphX could not parse the model: {first_line(exc)}",
+                fix="run `tapeout lint` on the host; an operator MIGraphX lacks must be rewritten",
+            ) from None
         try:
-            program.compile(mx.get_target("gpu"), offload_copy=True, fast_math=settings.fast_math,
-                            exhaustive_tune=settings.exhaustive_tune)
+            program.compile(
+                mx.get_target("gpu"),
+                offload_copy=True,
+                fast_math=settings.fast_math,
+                exhaustive_tune=settings.exhaustive_tune,
+            )
             blob = bytes(mx.save_buffer(program, format="msgpack"))
         except Exception as exc:
-            raise TapeoutError(f"MIGraphX could not compile the model: {first_line(exc)}",
-                               fix="try [options] fast_math = false; report the MIGraphX version") from None
+            raise TapeoutError(
+                f"MIGraphX could not compile the model: {first_line(exc)}",
+                fix="try [options] fast_math = false; report the MIGraphX version",
+            ) from None
         seconds = time.perf_counter() - t0
-        summary = {"build_seconds": round(seconds, 3), "engine_bytes": len(blob), "input_dims": settings.input_dims,
-                   "outputs": len(program.get_output_shapes())}
+        summary = {
+            "build_seconds": round(seconds, 3),
+            "engine_bytes": len(blob),
+            "input_dims": settings.input_dims,
+            "outputs": len(program.get_output_shapes()),
+        }
         engine_cache.store(entry, blob, key, seconds=seconds, summary=summary)
         return EngineBuild("built", reason, entry.relative, key, seconds, [], summary)
 
@@ -203,8 +249,10 @@ class MxSession(Session):
                 raise BadInput(f"missing input '{name}'", fix="feed every model input")
             array = np.ascontiguousarray(feeds[name])
             if list(array.shape) != shape:
-                raise BadInput(f"input '{name}' shape {list(array.shape)} is not the compiled {shape}",
-                               fix="MIGraphX programs are compiled for the [dims] shapes: rebuild with those")
+                raise BadInput(
+                    f"input '{name}' shape {list(array.shape)} is not the compiled {shape}",
+                    fix="MIGraphX programs are compiled for the [dims] shapes: rebuild with those",
+                )
             params[name] = self.mx.argument(array)
         results = self.program.run(params)
         return {name: np.array(result) for name, result in zip(self.output_names, results, strict=True)}

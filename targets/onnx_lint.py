@@ -24,7 +24,8 @@ def ort_limits() -> RuntimeLimits:
 
     def loads(ir_version: int, opset: int) -> bool:
         graph = helper.make_graph(
-            [helper.make_node("Identity", ["x"], ["y"])], "probe",
+            [helper.make_node("Identity", ["x"], ["y"])],
+            "probe",
             [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1])],
             [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1])],
         )
@@ -48,12 +49,16 @@ def read_header(model_path: Path):
     try:
         model = onnx.load(str(model_path), load_external_data=False)
     except Exception as exc:
-        raise BadInput(f"{model_path} is not a readable ONNX model ({type(exc).__name__}: {exc})",
-                       fix="re-export it, or point the project at the right file") from None
+        raise BadInput(
+            f"{model_path} is not a readable ONNX model ({type(exc).__name__}: {exc})",
+            fix="re-export it, or point the project at the right file",
+        ) from None
     where = _not_text(model)
     if where:  # ONNX is proto2: its parser keeps invalid UTF-8 names as bytes, and they break every report
-        raise BadInput(f"{model_path} is corrupt: {where} is not UTF-8 text",
-                       fix="re-export it; a damaged download or a truncated copy does this")
+        raise BadInput(
+            f"{model_path} is corrupt: {where} is not UTF-8 text",
+            fix="re-export it; a damaged download or a truncated copy does this",
+        )
     return model
 
 
@@ -81,24 +86,50 @@ def check(model_path: Path, inputs: list[InputSpec], dims: dict[str, int], limit
     model = read_header(model_path)
     issues: list[LintIssue] = []
     if model.ir_version > limits.max_ir_version:
-        issues.append(LintIssue("error", f"IR version {model.ir_version} is newer than this onnxruntime accepts "
-                                f"({limits.max_ir_version})", f"save the model with ir_version = {limits.max_ir_version}"))
+        issues.append(
+            LintIssue(
+                "error",
+                f"IR version {model.ir_version} is newer than this onnxruntime accepts ({limits.max_ir_version})",
+                f"save the model with ir_version = {limits.max_ir_version}",
+            )
+        )
     for imp in model.opset_import:
         if imp.domain in ("", "ai.onnx") and imp.version > limits.max_opset:
-            issues.append(LintIssue("error", f"opset {imp.version} is newer than this onnxruntime supports "
-                                    f"({limits.max_opset})", f"export with opset <= {limits.max_opset}"))
+            issues.append(
+                LintIssue(
+                    "error",
+                    f"opset {imp.version} is newer than this onnxruntime supports ({limits.max_opset})",
+                    f"export with opset <= {limits.max_opset}",
+                )
+            )
     if not model.graph.output:
-        issues.append(LintIssue("error", "the model has no outputs", "export the model again; an ONNX graph lists "
-                                "the outputs it computes"))
+        issues.append(
+            LintIssue(
+                "error",
+                "the model has no outputs",
+                "export the model again; an ONNX graph lists the outputs it computes",
+            )
+        )
     initializers = {init.name for init in model.graph.initializer}
     graph_inputs = {i.name: i for i in model.graph.input if i.name not in initializers}
     declared = {spec.name: spec for spec in inputs}
     for name in graph_inputs.keys() - declared.keys():
-        issues.append(LintIssue("error", f"model input '{name}' is not declared in the project's [[inputs]]",
-                                f"add an [[inputs]] entry named '{name}'"))
+        issues.append(
+            LintIssue(
+                "error",
+                f"model input '{name}' is not declared in the project's [[inputs]]",
+                f"add an [[inputs]] entry named '{name}'",
+            )
+        )
     for name in declared.keys() - graph_inputs.keys():
-        issues.append(LintIssue("error", f"project input '{name}' is not an input of the model "
-                                f"(model inputs: {', '.join(graph_inputs) or 'none'})", "rename or remove that [[inputs]] entry"))
+        issues.append(
+            LintIssue(
+                "error",
+                f"project input '{name}' is not an input of the model "
+                f"(model inputs: {', '.join(graph_inputs) or 'none'})",
+                "rename or remove that [[inputs]] entry",
+            )
+        )
     for name in declared.keys() & graph_inputs.keys():
         issues.extend(_check_input(graph_inputs[name], declared[name], dims))
     return issues
@@ -111,17 +142,33 @@ def _check_input(graph_input, spec: InputSpec, dims: dict[str, int]) -> list[Lin
     dtype = helper.tensor_dtype_to_np_dtype(tensor.elem_type).name if tensor.elem_type else None
     issues = []
     if dtype is not None and dtype != spec.dtype:
-        issues.append(LintIssue("error", f"input '{spec.name}' is {dtype} in the model but {spec.dtype} in the project",
-                                f"set dtype = \"{dtype}\" for '{spec.name}'"))
+        issues.append(
+            LintIssue(
+                "error",
+                f"input '{spec.name}' is {dtype} in the model but {spec.dtype} in the project",
+                f"set dtype = \"{dtype}\" for '{spec.name}'",
+            )
+        )
     model_dims = [d.dim_value if d.HasField("dim_value") else (d.dim_param or "?") for d in tensor.shape.dim]
     want = spec.concrete_shape(dims)
     if len(model_dims) != len(want):
-        return [*issues, LintIssue("error", f"input '{spec.name}' has rank {len(model_dims)} in the model "
-                                   f"{model_dims} but the project gives shape {list(spec.shape)}",
-                                   f"give '{spec.name}' a shape of rank {len(model_dims)}")]
+        return [
+            *issues,
+            LintIssue(
+                "error",
+                f"input '{spec.name}' has rank {len(model_dims)} in the model "
+                f"{model_dims} but the project gives shape {list(spec.shape)}",
+                f"give '{spec.name}' a shape of rank {len(model_dims)}",
+            ),
+        ]
     for axis, (have, need) in enumerate(zip(model_dims, want, strict=True)):
         if isinstance(have, int) and have > 0 and have != need:
-            issues.append(LintIssue("error", f"input '{spec.name}' axis {axis} is fixed to {have} in the model but the "
-                                    f"project gives {need} (shape {list(spec.shape)})",
-                                    f"set axis {axis} of '{spec.name}' to {have}"))
+            issues.append(
+                LintIssue(
+                    "error",
+                    f"input '{spec.name}' axis {axis} is fixed to {have} in the model but the "
+                    f"project gives {need} (shape {list(spec.shape)})",
+                    f"set axis {axis} of '{spec.name}' to {have}",
+                )
+            )
     return issues

@@ -35,9 +35,14 @@ class OrtCpu(OrtTarget):
         so = self._session_options(level=saved)
         so.optimized_model_filepath = str(out_dir / ARTIFACT_FILE)
         if external_data_files(Path(model_path)):  # ORT would save references to files it does not write
-            so.add_session_config_entry("session.optimized_model_external_initializers_file_name", ARTIFACT_FILE + ".data")
+            so.add_session_config_entry(
+                "session.optimized_model_external_initializers_file_name", ARTIFACT_FILE + ".data"
+            )
             so.add_session_config_entry("session.optimized_model_external_initializers_min_size_in_bytes", "1024")
         self._load(Path(model_path), so, f"{model_path}")
-        return Artifact(self.name, out_dir, ARTIFACT_FILE,
-                        meta={"saved_optimization": saved, "load_optimization": self.options.graph_optimization})
-
+        return Artifact(
+            self.name,
+            out_dir,
+            ARTIFACT_FILE,
+            meta={"saved_optimization": saved, "load_optimization": self.options.graph_optimization},
+        )

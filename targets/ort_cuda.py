@@ -37,16 +37,19 @@ class Options(OrtOptions):
     tf32: bool = Field(False, description="let FP32 MatMul/Conv run in TF32 on Ampere and newer (ORT's default is on)")
     cuda_graph: bool = Field(False, description="capture the run once and replay it (needs every node on the CUDA EP)")
     conv_algo_search: Literal["exhaustive", "heuristic", "default"] = Field(
-        "exhaustive", description="cuDNN convolution algorithm search; exhaustive costs cold-start time")
+        "exhaustive", description="cuDNN convolution algorithm search; exhaustive costs cold-start time"
+    )
     prefer_nhwc: bool = Field(False, description="NHWC convolution kernels (faster FP16 convs on tensor cores)")
     gpu_mem_limit_mb: int | None = Field(None, ge=1, le=2**24, description="cap on ORT's CUDA memory arena")
 
 
 class OrtCuda(OrtTarget):
     EP = "CUDAExecutionProvider"
-    INSTALL = ('pip install "tapeout[cuda]" && pip uninstall -y onnxruntime && pip install onnxruntime-gpu '
-               "(the GPU wheel replaces the CPU one under the same import name; it needs the CUDA and cuDNN "
-               "versions its release notes name)")
+    INSTALL = (
+        'pip install "tapeout[cuda]" && pip uninstall -y onnxruntime && pip install onnxruntime-gpu '
+        "(the GPU wheel replaces the CPU one under the same import name; it needs the CUDA and cuDNN "
+        "versions its release notes name)"
+    )
     Options = Options
 
     def preflight(self) -> None:
@@ -57,21 +60,29 @@ class OrtCuda(OrtTarget):
         _preload_cuda_libraries()
         why = _tiny_session_problem()
         if why:
-            raise TargetUnavailable(f"target 'ort-cuda' is not available here: the CUDA EP is built in but did not "
-                                    f"load: {why}", fix=self.INSTALL)
+            raise TargetUnavailable(
+                f"target 'ort-cuda' is not available here: the CUDA EP is built in but did not load: {why}",
+                fix=self.INSTALL,
+            )
 
     def workload_problem(self, kind: str) -> str | None:
         if self.options.cuda_graph:
             grows = "the KV cache grows every token" if kind == "generate" else "each chunk feeds its state back"
-            return (f"[options] cuda_graph = true replays one captured run from fixed buffers, and {grows} "
-                    "(set cuda_graph = false)")
+            return (
+                f"[options] cuda_graph = true replays one captured run from fixed buffers, and {grows} "
+                "(set cuda_graph = false)"
+            )
         return None
 
     def _providers(self) -> list:
         o = self.options
-        cuda = {"device_id": str(o.device_id), "use_tf32": "1" if o.tf32 else "0",
-                "cudnn_conv_algo_search": _SEARCH[o.conv_algo_search],
-                "enable_cuda_graph": "1" if o.cuda_graph else "0", "prefer_nhwc": "1" if o.prefer_nhwc else "0"}
+        cuda = {
+            "device_id": str(o.device_id),
+            "use_tf32": "1" if o.tf32 else "0",
+            "cudnn_conv_algo_search": _SEARCH[o.conv_algo_search],
+            "enable_cuda_graph": "1" if o.cuda_graph else "0",
+            "prefer_nhwc": "1" if o.prefer_nhwc else "0",
+        }
         if o.gpu_mem_limit_mb:
             cuda["gpu_mem_limit"] = str(o.gpu_mem_limit_mb * 2**20)
         return [(self.EP, cuda), "CPUExecutionProvider"]  # the CPU EP takes the nodes the CUDA EP has no kernel for
@@ -89,8 +100,11 @@ class OrtCuda(OrtTarget):
         except Exception as exc:
             text = first_line(exc)
             if self.options.cuda_graph and "graph" in text.lower():
-                raise BadInput(f"cuda_graph = true, but ORT cannot capture this model: {text}",
-                               detail=runtime_detail(exc), fix="set [options] cuda_graph = false (CUDA graphs need every node on the CUDA EP)") from None
+                raise BadInput(
+                    f"cuda_graph = true, but ORT cannot capture this model: {text}",
+                    detail=runtime_detail(exc),
+                    fix="set [options] cuda_graph = false (CUDA graphs need every node on the CUDA EP)",
+                ) from None
             raise
 
     def _profiling_session(self, artifact: Artifact, folder: Path):
@@ -108,12 +122,18 @@ class OrtCuda(OrtTarget):
         self._load(target, self._session_options(), f"{model_path}")
         header = onnx.load(str(target), load_external_data=False)
         fp16 = sum(i.data_type == onnx.TensorProto.FLOAT16 for i in header.graph.initializer)
-        return Artifact(self.name, out_dir, ARTIFACT_FILE, meta={
-            "weights": f"{fp16} of {len(header.graph.initializer)} initializers FP16",
-            "tf32": self.options.tf32, "cuda_graph": self.options.cuda_graph,
-            "fusions": "applied by ONNX Runtime's CUDA EP when the session loads (graph_optimization "
-                       f"= {self.options.graph_optimization})",
-        })
+        return Artifact(
+            self.name,
+            out_dir,
+            ARTIFACT_FILE,
+            meta={
+                "weights": f"{fp16} of {len(header.graph.initializer)} initializers FP16",
+                "tf32": self.options.tf32,
+                "cuda_graph": self.options.cuda_graph,
+                "fusions": "applied by ONNX Runtime's CUDA EP when the session loads (graph_optimization "
+                f"= {self.options.graph_optimization})",
+            },
+        )
 
 
 @functools.cache
@@ -134,9 +154,12 @@ def _tiny_session_problem() -> str | None:
     import onnxruntime as ort
     from onnx import TensorProto, helper
 
-    graph = helper.make_graph([helper.make_node("Relu", ["x"], ["y"])], "probe",
-                              [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1])],
-                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1])])
+    graph = helper.make_graph(
+        [helper.make_node("Relu", ["x"], ["y"])],
+        "probe",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1])],
+    )
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)])
     model.ir_version = 8
     try:

@@ -105,6 +105,7 @@ class OrtSession(Session):
         def call():
             self._put(feeds)
             return self._bound_run()
+
         return call
 
     def synchronize(self) -> None:
@@ -146,12 +147,17 @@ class OrtSession(Session):
             self._put(feeds)
             return
         if self._binding is not None and self._fixed_shapes:
-            raise BadInput(f"input shapes changed from {self._shapes} to {shapes}, but a captured CUDA graph replays one "
-                           "shape only", fix="pin the dims in the project's [dims], or set [options] cuda_graph = false")
+            raise BadInput(
+                f"input shapes changed from {self._shapes} to {shapes}, but a captured CUDA graph replays one "
+                "shape only",
+                fix="pin the dims in the project's [dims], or set [options] cuda_graph = false",
+            )
         kind, index = self._device
         binding = self._sess.io_binding()
-        self._inputs = {name: ort.OrtValue.ortvalue_from_numpy(np.ascontiguousarray(feeds[name]), kind, index)
-                        for name in self.input_names}
+        self._inputs = {
+            name: ort.OrtValue.ortvalue_from_numpy(np.ascontiguousarray(feeds[name]), kind, index)
+            for name in self.input_names
+        }
         for name, value in self._inputs.items():
             binding.bind_ortvalue_input(name, value)
         for name in self.output_names:
@@ -185,13 +191,18 @@ class OrtCachedDecoder(CachedDecoder):
         self._sess, self._device, self._ort = sess, device, ort
         self._binding = sess.io_binding()
         self._present: list = []
-        self.description = ("KV cache in ONNX Runtime's buffers (IOBinding)" + (
-            f" resident in {device[0].upper()} memory, the logits alone copied to the host" if device[0] != "cpu" else ""))
+        self.description = "KV cache in ONNX Runtime's buffers (IOBinding)" + (
+            f" resident in {device[0].upper()} memory, the logits alone copied to the host"
+            if device[0] != "cpu"
+            else ""
+        )
 
     def prefill(self, ids: np.ndarray) -> np.ndarray:
         kind, index = self._device
         empty = self.layout.empty_past(ids.shape[0])
-        return self._call(ids, [self._ort.OrtValue.ortvalue_from_numpy(empty[n], kind, index) for n in self.layout.past()])
+        return self._call(
+            ids, [self._ort.OrtValue.ortvalue_from_numpy(empty[n], kind, index) for n in self.layout.past()]
+        )
 
     def step(self, ids: np.ndarray) -> np.ndarray:
         return self._call(ids, self._present)
@@ -223,12 +234,16 @@ class OrtStateCarrier(StateCarrier):
         self._sess, self._device, self._ort = session._sess, device, ort
         self._outputs = session.output_names
         self._binding = self._sess.io_binding()
-        self.description = f"carried state resident in {device[0].upper()} memory (IOBinding), the other outputs copied to the host"
+        self.description = (
+            f"carried state resident in {device[0].upper()} memory (IOBinding), the other outputs copied to the host"
+        )
 
     def start(self, initial: dict[str, np.ndarray]) -> None:
         kind, index = self._device
-        self._carried = {name: self._ort.OrtValue.ortvalue_from_numpy(np.ascontiguousarray(initial[name]), kind, index)
-                         for name in self.state}
+        self._carried = {
+            name: self._ort.OrtValue.ortvalue_from_numpy(np.ascontiguousarray(initial[name]), kind, index)
+            for name in self.state
+        }
 
     def chunk(self, feeds: dict[str, np.ndarray], with_state: bool = True) -> dict[str, np.ndarray]:
         kind, index = self._device
@@ -248,8 +263,10 @@ class OrtStateCarrier(StateCarrier):
             raise rejected_inputs(exc) from None
         produced = dict(zip(self._outputs, binding.get_outputs(), strict=True))
         if with_state:  # the untimed golden pass: the state came to the host to be compared; it goes back as it was
-            self._carried = {name: self._ort.OrtValue.ortvalue_from_numpy(produced[output].numpy(), kind, index)
-                             for name, output in self.state.items()}
+            self._carried = {
+                name: self._ort.OrtValue.ortvalue_from_numpy(produced[output].numpy(), kind, index)
+                for name, output in self.state.items()
+            }
         else:
             self._carried = {name: produced[output] for name, output in self.state.items()}
         return {name: value.numpy() for name, value in produced.items() if with_state or name not in carried_out}
@@ -271,8 +288,12 @@ class OrtTarget(Target):
             return Probe(False, reason=f"onnxruntime cannot be imported ({exc})", install_hint=cls.INSTALL)
         providers = ort.get_available_providers()
         if cls.EP not in providers:
-            return Probe(False, ort.__version__, install_hint=cls.INSTALL,
-                         reason=f"this onnxruntime {ort.__version__} has no {cls.EP} (it offers {', '.join(providers)})")
+            return Probe(
+                False,
+                ort.__version__,
+                install_hint=cls.INSTALL,
+                reason=f"this onnxruntime {ort.__version__} has no {cls.EP} (it offers {', '.join(providers)})",
+            )
         return Probe(True, ort.__version__, details={"providers": providers})
 
     def _providers(self) -> list:
@@ -297,8 +318,9 @@ class OrtTarget(Target):
         so = ort.SessionOptions()
         so.intra_op_num_threads = opts.threads or psutil.cpu_count(logical=False) or 1
         so.inter_op_num_threads = opts.inter_op_threads
-        so.execution_mode = (ort.ExecutionMode.ORT_PARALLEL if opts.execution_mode == "parallel"
-                             else ort.ExecutionMode.ORT_SEQUENTIAL)
+        so.execution_mode = (
+            ort.ExecutionMode.ORT_PARALLEL if opts.execution_mode == "parallel" else ort.ExecutionMode.ORT_SEQUENTIAL
+        )
         so.enable_cpu_mem_arena = opts.memory_arena
         so.add_session_config_entry("session.intra_op.allow_spinning", "1" if opts.allow_spinning else "0")
         so.graph_optimization_level = {
@@ -325,16 +347,25 @@ class OrtTarget(Target):
         except TapeoutError:  # a subclass's own, clearer message
             raise
         except Exception as exc:  # ORT raises its own pybind types (Fail, InvalidGraph, NoSuchFile, ...)
-            raise BadInput(f"onnxruntime ({self.EP}) could not load {what}: {first_line(exc)}",
-                           detail=runtime_detail(exc), fix="check the model with `tapeout lint --profile`, or export it again") from None
+            raise BadInput(
+                f"onnxruntime ({self.EP}) could not load {what}: {first_line(exc)}",
+                detail=runtime_detail(exc),
+                fix="check the model with `tapeout lint --profile`, or export it again",
+            ) from None
         if self.EP not in sess.get_providers():
-            raise TargetUnavailable(f"{self.EP} did not load; onnxruntime would run on {', '.join(sess.get_providers())} "
-                                    f"instead: {ort_complaint(said) or 'no reason given'}", fix=self.INSTALL)
+            raise TargetUnavailable(
+                f"{self.EP} did not load; onnxruntime would run on {', '.join(sess.get_providers())} "
+                f"instead: {ort_complaint(said) or 'no reason given'}",
+                fix=self.INSTALL,
+            )
         return sess
 
     def session(self, artifact: Artifact) -> OrtSession:
-        return OrtSession(self._load(artifact.path, self._session_options(), f"artifact {artifact.path}"),
-                          device=self._io_device(), fixed_shapes=self._replays_graph())
+        return OrtSession(
+            self._load(artifact.path, self._session_options(), f"artifact {artifact.path}"),
+            device=self._io_device(),
+            fixed_shapes=self._replays_graph(),
+        )
 
     def _profiling_session(self, artifact: Artifact, folder: Path) -> OrtSession:
         so = self._session_options()
@@ -342,8 +373,9 @@ class OrtTarget(Target):
         so.profile_file_prefix = str(folder / "ort_profile")
         return OrtSession(self._load(artifact.path, so, f"artifact {artifact.path}"), device=self._io_device())
 
-    def op_profile(self, artifact: Artifact, feeds: dict[str, np.ndarray], iterations: int,
-                   pace_s: float | None = None) -> OpProfile:
+    def op_profile(
+        self, artifact: Artifact, feeds: dict[str, np.ndarray], iterations: int, pace_s: float | None = None
+    ) -> OpProfile:
         """A separate, instrumented pass: ORT's profiler slows runs down, so budgets never use it."""
         from tapeout.targets import ort_profile
 
@@ -354,5 +386,6 @@ class OrtTarget(Target):
                 call()
             sess.synchronize()
             trace = sess._sess.end_profiling()
-            return ort_profile.parse(Path(trace), keep_last=iterations,
-                                     method=self.capabilities.op_profiler or "ONNX Runtime profiler")
+            return ort_profile.parse(
+                Path(trace), keep_last=iterations, method=self.capabilities.op_profiler or "ONNX Runtime profiler"
+            )

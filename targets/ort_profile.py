@@ -20,7 +20,9 @@ from tapeout.targets.base import OpProfile, OpTime
 
 def parse(trace_file: Path, keep_last: int | None = None, method: str = "ONNX Runtime profiler") -> OpProfile:
     events = json.loads(Path(trace_file).read_text())
-    runs = sorted((e for e in events if e.get("cat") == "Session" and e.get("name") == "model_run"), key=lambda e: e["ts"])
+    runs = sorted(
+        (e for e in events if e.get("cat") == "Session" and e.get("name") == "model_run"), key=lambda e: e["ts"]
+    )
     if not runs:
         return OpProfile(runs=0, run_total_us=0.0, ops=[], method=method)
     kept = runs[-keep_last:] if keep_last else runs
@@ -44,7 +46,9 @@ def parse(trace_file: Path, keep_last: int | None = None, method: str = "ONNX Ru
         ops = [OpTime(n, v[0], v[1], v[2], kernels.get(n, 0.0), **touched(v[0], v[4])) for n, v in host.items()]
     else:
         ops = [OpTime(n, v[0], v[1], v[2], _robust_total(v[3]), **touched(v[0], v[4])) for n, v in host.items()]
-    return OpProfile(runs=len(kept), run_total_us=_robust_total([float(e.get("dur", 0)) for e in kept]), ops=ops, method=method)
+    return OpProfile(
+        runs=len(kept), run_total_us=_robust_total([float(e.get("dur", 0)) for e in kept]), ops=ops, method=method
+    )
 
 
 def _robust_total(durations: list[float]) -> float:
@@ -53,11 +57,28 @@ def _robust_total(durations: list[float]) -> float:
     return float(np.median(durations)) * len(durations) if durations else 0.0
 
 
-_MATMULS = {"MatMul", "FusedMatMul", "Gemm", "FusedGemm", "QGemm", "QLinearMatMul", "MatMulInteger",
-            "MatMulIntegerToFloat", "DynamicQuantizeMatMul", "MatMulNBits"}
+_MATMULS = {
+    "MatMul",
+    "FusedMatMul",
+    "Gemm",
+    "FusedGemm",
+    "QGemm",
+    "QLinearMatMul",
+    "MatMulInteger",
+    "MatMulIntegerToFloat",
+    "DynamicQuantizeMatMul",
+    "MatMulNBits",
+}
 _CONV_WEIGHT = {"Conv": 1, "FusedConv": 1, "NhwcConv": 1, "NhwcFusedConv": 1, "ConvInteger": 1, "QLinearConv": 3}
-_INTEGER = {"QGemm", "QLinearMatMul", "MatMulInteger", "MatMulIntegerToFloat", "DynamicQuantizeMatMul",
-            "QLinearConv", "ConvInteger"}
+_INTEGER = {
+    "QGemm",
+    "QLinearMatMul",
+    "MatMulInteger",
+    "MatMulIntegerToFloat",
+    "DynamicQuantizeMatMul",
+    "QLinearConv",
+    "ConvInteger",
+}
 _DTYPES = {"uint8": "int8", "int8": "int8", "float16": "fp16", "bfloat16": "bf16", "float": "fp32"}
 _ITEM_BYTES = {"int64": 8, "int32": 4, "uint8": 1, "int8": 1, "float16": 2, "bfloat16": 2, "float": 4}
 _VIEWS = {"Reshape", "Squeeze", "Unsqueeze", "Flatten", "Identity"}
@@ -91,8 +112,13 @@ def touched(op_type: str, args: dict) -> dict:
         flops = None
     else:
         flops = out_elems
-    precision = ("int4" if op_type == "MatMulNBits" else "int8" if op_type in _INTEGER
-                 else _DTYPES.get(_dtype(args.get("input_type_shape")), "fp32"))
+    precision = (
+        "int4"
+        if op_type == "MatMulNBits"
+        else "int8"
+        if op_type in _INTEGER
+        else _DTYPES.get(_dtype(args.get("input_type_shape")), "fp32")
+    )
 
     def size(key: str) -> int | None:
         try:
@@ -111,5 +137,11 @@ def touched(op_type: str, args: dict) -> dict:
         # (MiniLM's embedding Gather counted its 47 MB table every run)
         flops = 0
         in_bytes = out + int(np.prod(ins[1])) * _ITEM_BYTES.get(_dtype(args.get("input_type_shape")[1:]), 8)
-    return {"flops": flops, "in_bytes": in_bytes, "out_bytes": out,
-            "precision": precision, "in_shapes": ins, "out_shapes": outs}
+    return {
+        "flops": flops,
+        "in_bytes": in_bytes,
+        "out_bytes": out,
+        "precision": precision,
+        "in_shapes": ins,
+        "out_shapes": outs,
+    }

@@ -42,24 +42,35 @@ class Options(BaseModel):
     device: Literal["CPU", "GPU", "NPU"] = "CPU"
     performance_hint: Literal["LATENCY", "THROUGHPUT"] = "LATENCY"
     num_streams: int | None = Field(None, ge=1, le=1024, description="default: what the hint picks")
-    threads: int = Field(0, ge=0, le=4096, description="CPU inference threads (INFERENCE_NUM_THREADS); 0 = the "
-                         "plugin's choice. CPU device only")
+    threads: int = Field(
+        0,
+        ge=0,
+        le=4096,
+        description="CPU inference threads (INFERENCE_NUM_THREADS); 0 = the plugin's choice. CPU device only",
+    )
     inference_precision: Literal["default", "f32", "f16", "bf16"] = "default"
     kv_cache_precision: Literal["default", "f32", "f16", "bf16", "u8"] = Field(
-        "default", description="the KV cache's element type in a generate loop's fused attention (KV_CACHE_PRECISION); "
+        "default",
+        description="the KV cache's element type in a generate loop's fused attention (KV_CACHE_PRECISION); "
         "default: inference_precision where that is set (the CPU plugin's own default is u8, a quantized cache), "
-        "else the plugin's")
+        "else the plugin's",
+    )
     pin_shapes: bool | None = Field(None, description="default: pinned for NPU, dynamic elsewhere")
-    npuw_devices: Literal["NPU", "CPU"] = Field("NPU", description="device NPU only: where the NPU plugin's "
-                                                "partitioned pipeline (NPUW) runs its subgraphs; \"CPU\" runs the NPU's "
-                                                "static-shape path on this host's CPU, with no NPU or driver (timings "
-                                                "are the CPU's and not judged)")
+    npuw_devices: Literal["NPU", "CPU"] = Field(
+        "NPU",
+        description="device NPU only: where the NPU plugin's "
+        'partitioned pipeline (NPUW) runs its subgraphs; "CPU" runs the NPU\'s '
+        "static-shape path on this host's CPU, with no NPU or driver (timings "
+        "are the CPU's and not judged)",
+    )
 
     @model_validator(mode="after")
     def _threads_on_cpu(self):
         if self.threads and self.device != "CPU":
-            raise ValueError(f"threads is OpenVINO's CPU setting (INFERENCE_NUM_THREADS); device {self.device} takes "
-                             "none: leave threads at 0")
+            raise ValueError(
+                f"threads is OpenVINO's CPU setting (INFERENCE_NUM_THREADS); device {self.device} takes "
+                "none: leave threads at 0"
+            )
         if self.npuw_devices != "NPU" and self.device != "NPU":
             raise ValueError(f"npuw_devices is the NPU plugin's setting; device {self.device} takes none: remove it")
         return self
@@ -84,8 +95,11 @@ def _read(core, model_path: Path):
     try:
         return core.read_model(str(model_path))
     except Exception as exc:
-        raise BadInput(f"OpenVINO could not read {model_path}: {first_line(exc)}",
-                       detail=runtime_detail(exc), fix="check the model with `tapeout lint`, or export it again") from None
+        raise BadInput(
+            f"OpenVINO could not read {model_path}: {first_line(exc)}",
+            detail=runtime_detail(exc),
+            fix="check the model with `tapeout lint`, or export it again",
+        ) from None
 
 
 def pin(model, inputs: list[InputSpec], dims: dict[str, int]) -> None:
@@ -119,8 +133,15 @@ def _npu_llm(config: dict, layout: CacheLayout) -> dict:
     # NPUW_DCOFF_SCALE NO: the weight scales stay in the model; unpacking them on the host asserts FP32 scales, and
     # NNCF writes FP16 ones ("Assertion scale_elem_type == f32").
     prompt, cache = npu_static_sizes(layout)
-    return {**config, "NPU_USE_NPUW": "YES", "NPUW_LLM": "YES", "NPUW_LLM_MAX_PROMPT_LEN": prompt,
-            "NPUW_LLM_MIN_RESPONSE_LEN": cache - prompt, "NPUW_ONLINE_PIPELINE": "NONE", "NPUW_DCOFF_SCALE": "NO"}
+    return {
+        **config,
+        "NPU_USE_NPUW": "YES",
+        "NPUW_LLM": "YES",
+        "NPUW_LLM_MAX_PROMPT_LEN": prompt,
+        "NPUW_LLM_MIN_RESPONSE_LEN": cache - prompt,
+        "NPUW_ONLINE_PIPELINE": "NONE",
+        "NPUW_DCOFF_SCALE": "NO",
+    }
 
 
 def npu_static_sizes(layout: CacheLayout) -> tuple[int, int]:
@@ -146,8 +167,11 @@ class OvSession(Session):
         try:
             return self._core.compile_model(model, self._device, config or self._config)
         except Exception as exc:
-            raise BadInput(f"OpenVINO could not compile {self._path} for {self._device}: {first_line(exc)}",
-                           detail=runtime_detail(exc), fix="rebuild the artifact with this OpenVINO version") from None
+            raise BadInput(
+                f"OpenVINO could not compile {self._path} for {self._device}: {first_line(exc)}",
+                detail=runtime_detail(exc),
+                fix="rebuild the artifact with this OpenVINO version",
+            ) from None
 
     def _plain(self, feeds: dict[str, np.ndarray]):
         if self._compiled is None:
@@ -174,8 +198,11 @@ class OvSession(Session):
     def decoder(self, layout: CacheLayout) -> CachedDecoder:
         if self._device == "NPU":
             if not layout.masked:
-                raise BadInput(f"{self._path} is a cache graph without attention_mask and position_ids, which the NPU's "
-                               "static-shape pipeline feeds", fix="build it again with this version of tapeout")
+                raise BadInput(
+                    f"{self._path} is a cache graph without attention_mask and position_ids, which the NPU's "
+                    "static-shape pipeline feeds",
+                    fix="build it again with this version of tapeout",
+                )
             if self._stateful is None:
                 self._stateful = self._compile(npu_stateful(self._model, layout), _npu_llm(self._config, layout))
             return OvNpuDecoder(self._stateful, layout)
@@ -289,8 +316,10 @@ class OvStatefulDecoder(CachedDecoder):
         self._ids = None
         kernels = [op.get_rt_info()["layerType"].astype(str) for op in compiled.get_runtime_model().get_ops()]
         in_place = kernels.count("ScaledDotProductAttention")
-        self.description = (f"OpenVINO stateful model; attention fused over the state in {fused} of "
-                            f"{layout.layers} layers ({in_place} fused attention kernels compiled)")
+        self.description = (
+            f"OpenVINO stateful model; attention fused over the state in {fused} of "
+            f"{layout.layers} layers ({in_place} fused attention kernels compiled)"
+        )
 
     def _infer(self, ids: np.ndarray) -> np.ndarray:
         if self._ids is None or self._ids.shape != ids.shape:
@@ -324,8 +353,10 @@ class OvNpuDecoder(CachedDecoder):
         self._request = compiled.create_infer_request()
         self._length = 0
         prompt, cache = npu_static_sizes(layout)
-        self.description = (f"OpenVINO NPU LLM pipeline (NPUW_LLM): prompts padded to a static prefill of {prompt} "
-                            f"tokens, decode over a static {cache}-token cache")
+        self.description = (
+            f"OpenVINO NPU LLM pipeline (NPUW_LLM): prompts padded to a static prefill of {prompt} "
+            f"tokens, decode over a static {cache}-token cache"
+        )
 
     def _infer(self, ids: np.ndarray) -> np.ndarray:
         ids = np.ascontiguousarray(ids, dtype=np.int64)
@@ -338,8 +369,11 @@ class OvNpuDecoder(CachedDecoder):
         from openvino import Tensor
 
         if ids.shape[1] > self.layout.max_prompt:
-            raise BadInput(f"a prompt of {ids.shape[1]} tokens is longer than the NPU pipeline's static prefill "
-                           f"({self.layout.max_prompt} tokens)", fix="raise [workload] max_prompt and build again")
+            raise BadInput(
+                f"a prompt of {ids.shape[1]} tokens is longer than the NPU pipeline's static prefill "
+                f"({self.layout.max_prompt} tokens)",
+                fix="raise [workload] max_prompt and build again",
+            )
         if ids.shape[1] == 1:
             # the pipeline prefills prompts of 2+ tokens; one token is a decode step, which would continue the last
             # sequence: a fresh request starts it over an empty cache
@@ -377,12 +411,16 @@ class OpenVino(Target):
         inference precision, shapes dynamic."""
         if self.options.device != "NPU":
             return None
-        return OpenVino(self.name, self.capabilities, Options(device="CPU", inference_precision=self.options.inference_precision))
+        return OpenVino(
+            self.name, self.capabilities, Options(device="CPU", inference_precision=self.options.inference_precision)
+        )
 
     def emulated(self) -> str | None:
         if self.options.on_host_cpu():
-            return ("the NPU plugin's pipeline with its subgraphs on this host's CPU (npuw_devices = \"CPU\"): "
-                    "timings are the CPU's, not the NPU's")
+            return (
+                "the NPU plugin's pipeline with its subgraphs on this host's CPU (npuw_devices = \"CPU\"): "
+                "timings are the CPU's, not the NPU's"
+            )
         return None
 
     def _require_device(self):
@@ -391,14 +429,19 @@ class OpenVino(Target):
             try:  # the plugin itself, without the driver an NPU needs
                 core.get_property("NPU", "SUPPORTED_PROPERTIES")
             except Exception as exc:
-                raise TargetUnavailable(f"OpenVINO's NPU plugin cannot be loaded here ({first_line(exc)})",
-                                        fix=INSTALL) from None
+                raise TargetUnavailable(
+                    f"OpenVINO's NPU plugin cannot be loaded here ({first_line(exc)})", fix=INSTALL
+                ) from None
             return core
         if device not in core.available_devices:
-            hint = ("the Intel NPU driver (intel-npu-driver / the Windows NPU driver) must be installed on the device"
-                    if device == "NPU" else f"{device} plugin or driver missing")
-            raise TargetUnavailable(f"OpenVINO device {device} is not available here "
-                                    f"(have: {', '.join(core.available_devices)})", fix=hint)
+            hint = (
+                "the Intel NPU driver (intel-npu-driver / the Windows NPU driver) must be installed on the device"
+                if device == "NPU"
+                else f"{device} plugin or driver missing"
+            )
+            raise TargetUnavailable(
+                f"OpenVINO device {device} is not available here (have: {', '.join(core.available_devices)})", fix=hint
+            )
         return core
 
     def lint(self, model_path: Path, inputs: list[InputSpec], dims: dict[str, int]) -> list[LintIssue]:
@@ -411,8 +454,13 @@ class OpenVino(Target):
         model = _read(core, model_path)
         dynamic = [i.get_any_name() for i in model.inputs if i.get_partial_shape().is_dynamic]
         if dynamic and options.device == "NPU" and options.pin_shapes is False:
-            issues.append(LintIssue("error", f"inputs {', '.join(dynamic)} have dynamic dims; the NPU compiler needs static "
-                                    "shapes", "leave [options] pin_shapes unset (pinned to [dims]) or set it to true"))
+            issues.append(
+                LintIssue(
+                    "error",
+                    f"inputs {', '.join(dynamic)} have dynamic dims; the NPU compiler needs static shapes",
+                    "leave [options] pin_shapes unset (pinned to [dims]) or set it to true",
+                )
+            )
         if options.pins():
             pin(model, inputs, dims)
         # the NPU's pipeline on this host's CPU runs every subgraph on the CPU plugin, and the NPU compiler that
@@ -423,8 +471,14 @@ class OpenVino(Target):
             name = op.get_friendly_name()
             if op.get_type_name() in ("Parameter", "Result", "Constant") or name in supported:
                 continue
-            issues.append(LintIssue("error", f"{op.get_type_name()} is not supported on OpenVINO {device}",
-                                    "replace the op in the model, or target another device", node=name))
+            issues.append(
+                LintIssue(
+                    "error",
+                    f"{op.get_type_name()} is not supported on OpenVINO {device}",
+                    "replace the op in the model, or target another device",
+                    node=name,
+                )
+            )
         return issues
 
     def compile(self, model_path: Path, out_dir: Path, inputs: list[InputSpec], dims: dict[str, int]) -> Artifact:
@@ -445,21 +499,41 @@ class OpenVino(Target):
         if options.device == "NPU" and not pins:  # the NPU compiler takes the one decode step the per-call
             pin(model, inputs, dims)  # figures time, as OvSession._plain does
             compiled_from = model
-        compiled = core.compile_model(compiled_from, options.device,
-                                      {**compile_config(options), "CACHE_DIR": str(out_dir.parent / CACHE_DIR)})
-        return Artifact(self.name, out_dir, ARTIFACT_FILE, meta={
-            "device": options.device, "pinned_shapes": pins,
-            "execution_devices": list(compiled.get_property("EXECUTION_DEVICES")),
-            # the NPU plugin answers this through its compiler, which ships with the driver
-            "inference_precision": (options.inference_precision if options.on_host_cpu()
-                                    else compiled.get_property("INFERENCE_PRECISION_HINT").to_string()),
-            **({"npuw_devices": options.npuw_devices} if options.device == "NPU" else {}),
-            **({"kv_cache_precision": compiled.get_property("KV_CACHE_PRECISION").to_string(),
-                "dynamic_quantization_group_size": int(compiled.get_property("DYNAMIC_QUANTIZATION_GROUP_SIZE"))}
-               if options.device == "CPU" else {}),
-            **({"inference_threads": int(compiled.get_property("INFERENCE_NUM_THREADS"))}
-               if options.device == "CPU" else {}),
-        })
+        compiled = core.compile_model(
+            compiled_from, options.device, {**compile_config(options), "CACHE_DIR": str(out_dir.parent / CACHE_DIR)}
+        )
+        return Artifact(
+            self.name,
+            out_dir,
+            ARTIFACT_FILE,
+            meta={
+                "device": options.device,
+                "pinned_shapes": pins,
+                "execution_devices": list(compiled.get_property("EXECUTION_DEVICES")),
+                # the NPU plugin answers this through its compiler, which ships with the driver
+                "inference_precision": (
+                    options.inference_precision
+                    if options.on_host_cpu()
+                    else compiled.get_property("INFERENCE_PRECISION_HINT").to_string()
+                ),
+                **({"npuw_devices": options.npuw_devices} if options.device == "NPU" else {}),
+                **(
+                    {
+                        "kv_cache_precision": compiled.get_property("KV_CACHE_PRECISION").to_string(),
+                        "dynamic_quantization_group_size": int(
+                            compiled.get_property("DYNAMIC_QUANTIZATION_GROUP_SIZE")
+                        ),
+                    }
+                    if options.device == "CPU"
+                    else {}
+                ),
+                **(
+                    {"inference_threads": int(compiled.get_property("INFERENCE_NUM_THREADS"))}
+                    if options.device == "CPU"
+                    else {}
+                ),
+            },
+        )
 
     def session(self, artifact: Artifact) -> OvSession:
         return self._session(artifact)
@@ -471,15 +545,23 @@ class OpenVino(Target):
             config["PERF_COUNT"] = "YES"
         return OvSession(core, artifact.path, self.options.device, config)
 
-    def op_profile(self, artifact: Artifact, feeds: dict[str, np.ndarray], iterations: int,
-                   pace_s: float | None = None) -> OpProfile:
+    def op_profile(
+        self, artifact: Artifact, feeds: dict[str, np.ndarray], iterations: int, pace_s: float | None = None
+    ) -> OpProfile:
         """Per-node times from OpenVINO's counters (PERF_COUNT) over a window of at least `iterations` runs after a
         warm-up: each node's mean over the window from its running totals (ov_profile.py). Where the caller timed
         the model already (`pace_s`), the warm-up and the window keep to that pace."""
         sess = self._session(artifact, profile=True)
         call = sess.bind(feeds)
         window = ov_profile.paced_window(call, lambda: ov_profile.executed_nodes(sess._request), iterations, pace_s)
-        ops = [OpTime(name, node_type, f"{self.options.device}:{exec_type}", window.runs, total_us)
-               for name, (node_type, exec_type, total_us) in window.nodes.items()]
-        return OpProfile(window.runs, window.run_total_us, ops, method=self.capabilities.op_profiler or "",
-                         median_run_us=window.median_s * 1e6)
+        ops = [
+            OpTime(name, node_type, f"{self.options.device}:{exec_type}", window.runs, total_us)
+            for name, (node_type, exec_type, total_us) in window.nodes.items()
+        ]
+        return OpProfile(
+            window.runs,
+            window.run_total_us,
+            ops,
+            method=self.capabilities.op_profiler or "",
+            median_run_us=window.median_s * 1e6,
+        )

@@ -97,7 +97,9 @@ def _match(softmax) -> dict | None:
         return None
     scaled, mask = found
     mul = _node(scaled)
-    factor = next((c for c in (_const(_node(mul.input_value(i))) for i in (1, 0)) if c is not None and c.size == 1), None)
+    factor = next(
+        (c for c in (_const(_node(mul.input_value(i))) for i in (1, 0)) if c is not None and c.size == 1), None
+    )
     if factor is None:
         return None
     scale = float(factor.ravel()[0]) if _type(mul) == "Multiply" else 1.0 / float(factor.ravel()[0])
@@ -116,7 +118,11 @@ def _match(softmax) -> dict | None:
     after = _only_consumer(softmax.output(0))
     if after is not None and _type(after) == "Reshape":
         after = _only_consumer(after.output(0))
-    if after is None or _type(after) != "MatMul" or any(after.get_attributes().get(t) for t in ("transpose_a", "transpose_b")):
+    if (
+        after is None
+        or _type(after) != "MatMul"
+        or any(after.get_attributes().get(t) for t in ("transpose_a", "transpose_b"))
+    ):
         return None
     value = _present(after.input_value(1))
     context = after.output(0)
@@ -127,14 +133,28 @@ def _match(softmax) -> dict | None:
         return None
     heads = softmax.get_output_partial_shape(0)[1]
     kv_shape = key.get_partial_shape()
-    if not (heads.is_static and kv_shape.rank.is_static and kv_shape.rank.get_length() == 4
-            and kv_shape[1].is_static and kv_shape[3].is_static):
+    if not (
+        heads.is_static
+        and kv_shape.rank.is_static
+        and kv_shape.rank.get_length() == 4
+        and kv_shape[1].is_static
+        and kv_shape[3].is_static
+    ):
         return None
     heads, kv_heads, head_dim = heads.get_length(), kv_shape[1].get_length(), kv_shape[3].get_length()
     if heads % kv_heads:
         return None
-    return {"query": query, "key": key, "value": value, "mask": mask, "scale": scale, "context": context,
-            "heads": heads, "kv_heads": kv_heads, "head_dim": head_dim}
+    return {
+        "query": query,
+        "key": key,
+        "value": value,
+        "mask": mask,
+        "scale": scale,
+        "context": context,
+        "heads": heads,
+        "kv_heads": kv_heads,
+        "head_dim": head_dim,
+    }
 
 
 def _repeat(cache, n_rep: int, shape):
@@ -145,8 +165,9 @@ def _repeat(cache, n_rep: int, shape):
     if n_rep == 1:
         return cache
     unsqueezed = ops.unsqueeze(cache, ops.constant(np.array([2], np.int64)))
-    spread = ops.broadcast(unsqueezed, ops.constant(np.array([1, 1, n_rep, 1, 1], np.int64)),
-                           broadcast_spec="BIDIRECTIONAL")
+    spread = ops.broadcast(
+        unsqueezed, ops.constant(np.array([1, 1, n_rep, 1, 1], np.int64)), broadcast_spec="BIDIRECTIONAL"
+    )
     return ops.reshape(spread, shape, special_zero=True).output(0)
 
 
@@ -161,8 +182,9 @@ def fuse(model) -> int:
         query = ops.reshape(m["query"], shape, special_zero=True)
         scale = ops.constant(np.array(m["scale"], np.float32))
         mask = _additive(m["mask"])
-        attention = ops.scaled_dot_product_attention(query, _repeat(m["key"], n_rep, shape),
-                                                     _repeat(m["value"], n_rep, shape), mask, scale, causal=False)
+        attention = ops.scaled_dot_product_attention(
+            query, _repeat(m["key"], n_rep, shape), _repeat(m["value"], n_rep, shape), mask, scale, causal=False
+        )
         for target in list(m["context"].get_target_inputs()):
             target.replace_source_output(attention.output(0))
     if matches:

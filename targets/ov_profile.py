@@ -25,7 +25,7 @@ WARMUP = 3
 # a profiled run keeps the timed runs' pace within this factor, plus the counters' own cost a run (a one-Erf model
 # ran 17 µs a run timed and ~24 profiled here)
 PACE_SLACK, PACE_EXTRA_S = 1.25, 10e-6
-SETTLE_MAX_S = 0.05   # the longest warm-up, and the longest a window grows to match its history
+SETTLE_MAX_S = 0.05  # the longest warm-up, and the longest a window grows to match its history
 WINDOWS = 3
 
 
@@ -34,7 +34,7 @@ class Window:
     runs: int
     run_total_us: float
     median_s: float
-    nodes: dict[str, tuple[str, str, float]]   # name -> (type, kernel, µs over the window's runs)
+    nodes: dict[str, tuple[str, str, float]]  # name -> (type, kernel, µs over the window's runs)
 
 
 def timed_total_us(mean_before: float | None, mean_after: float, warmup: int, iterations: int) -> float:
@@ -45,13 +45,19 @@ def timed_total_us(mean_before: float | None, mean_after: float, warmup: int, it
     return max((warmup + iterations) * (mean_after + 0.5) - before, 0.0)
 
 
-def paced_window(call: Callable[[], object], executed: Callable[[], dict[str, tuple[str, str, float]]], iterations: int,
-                 pace_s: float | None = None, clock: Callable[[], float] = time.perf_counter) -> Window:
+def paced_window(
+    call: Callable[[], object],
+    executed: Callable[[], dict[str, tuple[str, str, float]]],
+    iterations: int,
+    pace_s: float | None = None,
+    clock: Callable[[], float] = time.perf_counter,
+) -> Window:
     """The nodes' times over a window of at least `iterations` runs of `call`, read through `executed()` (node ->
     (type, kernel, running mean µs) for the nodes the last run executed). Without `pace_s`: after `WARMUP` runs,
     one window of `iterations`. With it: warmed up until the last three runs' median keeps the pace (at most
     `SETTLE_MAX_S`), and each window at least as long as the runs before it (within `SETTLE_MAX_S`), taken again
     while it ran slower than the pace; the quickest window is kept. `clock`: seconds, for the runs' wall time."""
+
     def run() -> float:
         start = clock()
         call()
@@ -71,8 +77,10 @@ def paced_window(call: Callable[[], object], executed: Callable[[], dict[str, tu
         before = executed()
         window = [run() for _ in range(size)]
         after = executed()
-        nodes = {name: (node_type, kernel, timed_total_us(before[name][2] if name in before else None, mean, done, size))
-                 for name, (node_type, kernel, mean) in after.items()}
+        nodes = {
+            name: (node_type, kernel, timed_total_us(before[name][2] if name in before else None, mean, done, size))
+            for name, (node_type, kernel, mean) in after.items()
+        }
         done += size
         got = Window(size, sum(window) * 1e6, float(np.median(window)), nodes)
         if best is None or got.median_s < best.median_s:
@@ -84,5 +92,8 @@ def paced_window(call: Callable[[], object], executed: Callable[[], dict[str, tu
 
 def executed_nodes(request) -> dict[str, tuple[str, str, float]]:
     """node -> (type, kernel, running mean µs) for the nodes the request's last run executed."""
-    return {info.node_name: (info.node_type, info.exec_type, info.real_time.total_seconds() * 1e6)
-            for info in request.get_profiling_info() if str(info.status) == "Status.EXECUTED"}
+    return {
+        info.node_name: (info.node_type, info.exec_type, info.real_time.total_seconds() * 1e6)
+        for info in request.get_profiling_info()
+        if str(info.status) == "Status.EXECUTED"
+    }

@@ -35,17 +35,30 @@ class ProgramIO:
             if name not in feeds:
                 raise ValueError(f"input {name!r} is missing")
             got = np.asarray(feeds[name])
-            if (str(got.dtype) != dtype or got.ndim != len(shape)
-                    or any(want is not None and want != have for want, have in zip(shape, got.shape, strict=True))):
+            if (
+                str(got.dtype) != dtype
+                or got.ndim != len(shape)
+                or any(want is not None and want != have for want, have in zip(shape, got.shape, strict=True))
+            ):
                 wanted = ", ".join("any" if d is None else str(d) for d in shape)
-                raise ValueError(f"input {name!r} is {got.dtype} {list(got.shape)}; the program takes {dtype} [{wanted}]")
+                raise ValueError(
+                    f"input {name!r} is {got.dtype} {list(got.shape)}; the program takes {dtype} [{wanted}]"
+                )
 
 
 def write_io(directory: Path, inputs: list[InputSpec], output_names: list[str], dims: dict[str, int] | None) -> None:
     """`dims`: the values the program's symbolic dims were fixed at, or None where they stay dynamic."""
     shapes = [[d if isinstance(d, int) else (dims[d] if dims is not None else None) for d in s.shape] for s in inputs]
-    (directory / IO_FILE).write_text(json.dumps({"inputs": [s.name for s in inputs], "outputs": list(output_names),
-                                                 "shapes": shapes, "dtypes": [s.dtype for s in inputs]}))
+    (directory / IO_FILE).write_text(
+        json.dumps(
+            {
+                "inputs": [s.name for s in inputs],
+                "outputs": list(output_names),
+                "shapes": shapes,
+                "dtypes": [s.dtype for s in inputs],
+            }
+        )
+    )
 
 
 def read_io(directory: Path) -> ProgramIO:
@@ -54,11 +67,17 @@ def read_io(directory: Path) -> ProgramIO:
         io = json.loads((directory / IO_FILE).read_text())
     except (OSError, ValueError) as exc:
         raise BadInput(f"{directory / IO_FILE} is missing or not JSON ({exc})", fix=_FIX) from None
-    names = isinstance(io, dict) and all(isinstance(io.get(k), list) and all(isinstance(n, str) for n in io[k])
-                                         for k in ("inputs", "outputs", "dtypes"))
-    shapes = names and isinstance(io.get("shapes"), list) and all(
-        isinstance(s, list) and all(d is None or (isinstance(d, int) and not isinstance(d, bool)) for d in s)
-        for s in io["shapes"])
+    names = isinstance(io, dict) and all(
+        isinstance(io.get(k), list) and all(isinstance(n, str) for n in io[k]) for k in ("inputs", "outputs", "dtypes")
+    )
+    shapes = (
+        names
+        and isinstance(io.get("shapes"), list)
+        and all(
+            isinstance(s, list) and all(d is None or (isinstance(d, int) and not isinstance(d, bool)) for d in s)
+            for s in io["shapes"]
+        )
+    )
     if not (shapes and len(io["shapes"]) == len(io["inputs"]) == len(io["dtypes"])):
         raise BadInput(f"{directory / IO_FILE} does not describe the program's inputs and outputs", fix=_FIX)
     return ProgramIO(io["inputs"], io["outputs"], io["shapes"], io["dtypes"])
@@ -85,4 +104,3 @@ class ProgramSession(Session):
         out = self._call(self._tensors(feeds))
         outs = out if isinstance(out, tuple | list) else (out,)
         return {name: t.numpy().copy() for name, t in zip(self.output_names, outs, strict=True)}
-

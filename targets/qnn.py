@@ -37,15 +37,29 @@ class Options(OrtOptions):
     htp_arch: int = Field(ge=68, le=99, description="Hexagon architecture: 68, 69, 73, 75, 79, 81")
     soc_model: int = Field(ge=0, le=65535, description="QNN SoC id (e.g. 57 = SM8650, 60 = Snapdragon X Elite)")
     allow_cpu_fallback: bool = Field(False, description="let unsupported nodes run on the CPU EP (placement budget)")
-    htp_performance_mode: Literal["burst", "sustained_high_performance", "high_performance", "balanced", "default",
-                                  "power_saver", "low_power_saver", "high_power_saver", "low_balanced",
-                                  "extreme_power_saver"] = "burst"
+    htp_performance_mode: Literal[
+        "burst",
+        "sustained_high_performance",
+        "high_performance",
+        "balanced",
+        "default",
+        "power_saver",
+        "low_power_saver",
+        "high_power_saver",
+        "low_balanced",
+        "extreme_power_saver",
+    ] = "burst"
     enable_htp_fp16_precision: bool = Field(True, description="float (unquantized) nodes run in FP16 on the HTP")
     context_embed: bool = Field(False, description="embed the context binary in the .onnx instead of a sidecar .bin")
-    prefill_chunk: int = Field(32, ge=0, le=4096, description="a generate workload's prompts go through a second "
-                               "context binary, the cache graph pinned to this many new tokens (Genie's AR-N graphs), "
-                               "the first length mod chunk tokens one per call; 0: every prompt token through the "
-                               "one-token decode graph")
+    prefill_chunk: int = Field(
+        32,
+        ge=0,
+        le=4096,
+        description="a generate workload's prompts go through a second "
+        "context binary, the cache graph pinned to this many new tokens (Genie's AR-N graphs), "
+        "the first length mod chunk tokens one per call; 0: every prompt token through the "
+        "one-token decode graph",
+    )
 
 
 @functools.cache
@@ -76,17 +90,26 @@ def placement(trace: dict) -> dict:
     `summary.{total_onnx_nodes, supported_nodes, qnn_subgraphs}`, `unsupported_nodes[] {node_name,
     op_type, reason}`)."""
     summary = trace.get("summary", {})
-    off = [{"node": n.get("node_name"), "op_type": n.get("op_type"), "reason": n.get("reason", "")}
-           for n in trace.get("unsupported_nodes", [])]
+    off = [
+        {"node": n.get("node_name"), "op_type": n.get("op_type"), "reason": n.get("reason", "")}
+        for n in trace.get("unsupported_nodes", [])
+    ]
     total = int(summary.get("total_onnx_nodes", 0))
     supported = int(summary.get("supported_nodes", total - len(off)))
-    return {"accelerator": "HTP", "total_nodes": total, "on_accelerator": supported,
-            "off_share": (total - supported) / total if total else 0.0, "off": off,
-            "subgraphs": summary.get("qnn_subgraphs"), "source": "the QNN EP's op trace at compile"}
+    return {
+        "accelerator": "HTP",
+        "total_nodes": total,
+        "on_accelerator": supported,
+        "off_share": (total - supported) / total if total else 0.0,
+        "off": off,
+        "subgraphs": summary.get("qnn_subgraphs"),
+        "source": "the QNN EP's op trace at compile",
+    }
 
 
-def pin_shapes(model_path: Path, out_path: Path, inputs: list[InputSpec], dims: dict[str, int],
-               repin: bool = False) -> tuple[Path, list[str]]:
+def pin_shapes(
+    model_path: Path, out_path: Path, inputs: list[InputSpec], dims: dict[str, int], repin: bool = False
+) -> tuple[Path, list[str]]:
     """The model with every input dim fixed to the build's value, and what was pinned. A copy is written to
     `out_path` only when a dim was symbolic; an already static model is returned as it is. `repin`: every input
     dim set from `dims`, pinned or not (a pinned cache graph pinned again to another number of new tokens)."""
@@ -99,7 +122,9 @@ def pin_shapes(model_path: Path, out_path: Path, inputs: list[InputSpec], dims: 
         spec = specs.get(graph_input.name)
         if spec is None:
             continue
-        for axis, (dim, value) in enumerate(zip(graph_input.type.tensor_type.shape.dim, spec.concrete_shape(dims), strict=False)):
+        for axis, (dim, value) in enumerate(
+            zip(graph_input.type.tensor_type.shape.dim, spec.concrete_shape(dims), strict=False)
+        ):
             if not dim.HasField("dim_value") or (repin and dim.dim_value != value):
                 pinned.append(f"{graph_input.name}[{axis}] {dim.dim_param or '?'} = {value}")
                 dim.ClearField("dim_param")
@@ -116,8 +141,11 @@ _COMPUTE = {"Conv", "MatMul", "Gemm", "ConvTranspose", "Softmax", "LayerNormaliz
 
 def _float_compute_nodes(model) -> list[str]:
     produced_by = {o: n.op_type for n in model.graph.node for o in n.output}
-    return [n.name for n in model.graph.node if n.op_type in _COMPUTE
-            and not any(produced_by.get(t) == "DequantizeLinear" for t in n.input)]
+    return [
+        n.name
+        for n in model.graph.node
+        if n.op_type in _COMPUTE and not any(produced_by.get(t) == "DequantizeLinear" for t in n.input)
+    ]
 
 
 class Qnn(OrtTarget):
@@ -137,26 +165,38 @@ class Qnn(OrtTarget):
         try:
             _register()
         except Exception as exc:
-            return Probe(False, reason=f"the QNN plugin EP did not register: {first_line(exc)}", install_hint=cls.INSTALL)
+            return Probe(
+                False, reason=f"the QNN plugin EP did not register: {first_line(exc)}", install_hint=cls.INSTALL
+            )
         if not _devices():
-            return Probe(False, ort.__version__, reason="the QNN plugin registered but offers no device",
-                         install_hint=cls.INSTALL)
+            return Probe(
+                False,
+                ort.__version__,
+                reason="the QNN plugin registered but offers no device",
+                install_hint=cls.INSTALL,
+            )
         version = getattr(onnxruntime_qnn, "__version__", "?")
-        return Probe(True, f"onnxruntime-qnn {version} (onnxruntime {ort.__version__})",
-                     details={"machine": platform.machine()})
+        return Probe(
+            True, f"onnxruntime-qnn {version} (onnxruntime {ort.__version__})", details={"machine": platform.machine()}
+        )
 
-    def _configure(self, so, *, trace_dir: Path | None = None, context_path: Path | None = None,
-                   fallback: bool | None = None) -> None:
+    def _configure(
+        self, so, *, trace_dir: Path | None = None, context_path: Path | None = None, fallback: bool | None = None
+    ) -> None:
         import onnxruntime_qnn
 
         _register()
         opts = self.options
-        provider = {"backend_path": onnxruntime_qnn.get_qnn_htp_path(), "htp_arch": str(opts.htp_arch),
-                    "soc_model": str(opts.soc_model), "htp_performance_mode": opts.htp_performance_mode,
-                    "enable_htp_fp16_precision": "1" if opts.enable_htp_fp16_precision else "0",
-                    # The graph-input Quantize and graph-output Dequantize run on the HTP too (the EP's default
-                    # hands them to the CPU EP, which strict placement forbids and which costs a round trip).
-                    "offload_graph_io_quantization": "0"}
+        provider = {
+            "backend_path": onnxruntime_qnn.get_qnn_htp_path(),
+            "htp_arch": str(opts.htp_arch),
+            "soc_model": str(opts.soc_model),
+            "htp_performance_mode": opts.htp_performance_mode,
+            "enable_htp_fp16_precision": "1" if opts.enable_htp_fp16_precision else "0",
+            # The graph-input Quantize and graph-output Dequantize run on the HTP too (the EP's default
+            # hands them to the CPU EP, which strict placement forbids and which costs a round trip).
+            "offload_graph_io_quantization": "0",
+        }
         if trace_dir is not None:
             provider.update({"enable_framework_op_trace": "1", "framework_op_trace_dir": str(trace_dir)})
         so.add_provider_for_devices(_devices(), provider)
@@ -176,9 +216,12 @@ class Qnn(OrtTarget):
             text = first_line(exc)
             strict = so.get_session_config_entry("session.disable_cpu_ep_fallback") == "1"
             if strict and any(word in text.lower() for word in ("fallback", "not supported", "unsupported")):
-                raise BadInput(f"the HTP cannot run every node of {Path(str(model)).name} and CPU fallback is off: {text}",
-                               detail=runtime_detail(exc), fix="run `tapeout lint` for the nodes and why; or set allow_cpu_fallback = true with a "
-                                   "placement budget") from None
+                raise BadInput(
+                    f"the HTP cannot run every node of {Path(str(model)).name} and CPU fallback is off: {text}",
+                    detail=runtime_detail(exc),
+                    fix="run `tapeout lint` for the nodes and why; or set allow_cpu_fallback = true with a "
+                    "placement budget",
+                ) from None
             raise
 
     def _op_trace(self, model: Path) -> dict:
@@ -212,32 +255,62 @@ class Qnn(OrtTarget):
             for axis, dim in enumerate(tensor.shape.dim):
                 if not dim.HasField("dim_value") and spec is not None:
                     value = spec.concrete_shape(dims)[axis]
-                    issues.append(LintIssue("warning", f"input '{graph_input.name}' axis {axis} is dynamic ('{dim.dim_param}'): "
-                                            "the HTP compiles static graphs only",
-                                            f"pinned to {value} at compile (from the project's [dims]); a device build for "
-                                            "other shapes needs its own profile or dims", node=graph_input.name))
+                    issues.append(
+                        LintIssue(
+                            "warning",
+                            f"input '{graph_input.name}' axis {axis} is dynamic ('{dim.dim_param}'): "
+                            "the HTP compiles static graphs only",
+                            f"pinned to {value} at compile (from the project's [dims]); a device build for "
+                            "other shapes needs its own profile or dims",
+                            node=graph_input.name,
+                        )
+                    )
             if tensor.elem_type in (onnx.TensorProto.INT64, onnx.TensorProto.BOOL, onnx.TensorProto.DOUBLE):
                 kind = onnx.TensorProto.DataType.Name(tensor.elem_type).lower()
-                issues.append(LintIssue("warning", f"input '{graph_input.name}' is {kind}: the HTP has no {kind} tensors, so the "
-                                        "EP converts it on the CPU at the graph boundary", "export it as int32 (or float) "
-                                        "to keep the boundary on the NPU", node=graph_input.name))
+                issues.append(
+                    LintIssue(
+                        "warning",
+                        f"input '{graph_input.name}' is {kind}: the HTP has no {kind} tensors, so the "
+                        "EP converts it on the CPU at the graph boundary",
+                        "export it as int32 (or float) to keep the boundary on the NPU",
+                        node=graph_input.name,
+                    )
+                )
         for graph_output in model.graph.output:
             if graph_output.type.tensor_type.elem_type in (onnx.TensorProto.INT64, onnx.TensorProto.BOOL):
-                issues.append(LintIssue("warning", f"output '{graph_output.name}' is 64-bit/bool: converted on the CPU",
-                                        "return int32 or float", node=graph_output.name))
+                issues.append(
+                    LintIssue(
+                        "warning",
+                        f"output '{graph_output.name}' is 64-bit/bool: converted on the CPU",
+                        "return int32 or float",
+                        node=graph_output.name,
+                    )
+                )
         with tempfile.TemporaryDirectory(prefix="tapeout-qnn-lint-") as tmp:
             static, _ = pin_shapes(model_path, Path(tmp) / "static.onnx", inputs, dims)
             place = placement(self._op_trace(static))
         severity = "warning" if self.options.allow_cpu_fallback else "error"
         for node in place["off"]:
-            issues.append(LintIssue(severity, f"{node['op_type']} node does not run on the HTP: {node['reason'] or 'no reason given'}",
-                                    "allow_cpu_fallback = true with a placement budget, or replace the op" if severity == "error"
-                                    else "runs on the CPU EP; the placement budget judges the share", node=node["node"]))
+            issues.append(
+                LintIssue(
+                    severity,
+                    f"{node['op_type']} node does not run on the HTP: {node['reason'] or 'no reason given'}",
+                    "allow_cpu_fallback = true with a placement budget, or replace the op"
+                    if severity == "error"
+                    else "runs on the CPU EP; the placement budget judges the share",
+                    node=node["node"],
+                )
+            )
         float_nodes = _float_compute_nodes(model)
         if float_nodes:
-            issues.append(LintIssue("warning", f"{len(float_nodes)} compute node(s) have no Q/DQ around them (e.g. "
-                                    f"{', '.join(float_nodes[:3])}): the HTP runs them in FP16, slower than INT8",
-                                    "build with precision = \"int8\" (full-integer QDQ) to quantize them"))
+            issues.append(
+                LintIssue(
+                    "warning",
+                    f"{len(float_nodes)} compute node(s) have no Q/DQ around them (e.g. "
+                    f"{', '.join(float_nodes[:3])}): the HTP runs them in FP16, slower than INT8",
+                    'build with precision = "int8" (full-integer QDQ) to quantize them',
+                )
+            )
         return issues
 
     def compile(self, model_path: Path, out_dir: Path, inputs: list[InputSpec], dims: dict[str, int]) -> Artifact:
@@ -248,11 +321,20 @@ class Qnn(OrtTarget):
             static, pinned = pin_shapes(model_path, Path(tmp) / "model.onnx", inputs, dims)
             place = self._context(static, out_dir, ARTIFACT_FILE, Path(tmp))
             prefill = self._prefill_context(model_path, out_dir, inputs, dims, Path(tmp))
-        return Artifact(self.name, out_dir, ARTIFACT_FILE,
-                        meta={"htp_arch": self.options.htp_arch, "soc_model": self.options.soc_model, "pinned": pinned,
-                              "placement": place, "emulated": self.emulated(),
-                              **({"prefill": prefill} if prefill else {}),
-                              "context_files": sorted(p.name for p in out_dir.iterdir())})
+        return Artifact(
+            self.name,
+            out_dir,
+            ARTIFACT_FILE,
+            meta={
+                "htp_arch": self.options.htp_arch,
+                "soc_model": self.options.soc_model,
+                "pinned": pinned,
+                "placement": place,
+                "emulated": self.emulated(),
+                **({"prefill": prefill} if prefill else {}),
+                "context_files": sorted(p.name for p in out_dir.iterdir()),
+            },
+        )
 
     def _context(self, static: Path, out_dir: Path, name: str, tmp: Path) -> dict:
         """One static model prepared for the SoC into `out_dir/name` and its context binary; its placement.
@@ -269,33 +351,52 @@ class Qnn(OrtTarget):
         place = placement(_read_trace(work / "trace"))
         if place["off"] and not self.options.allow_cpu_fallback:
             first = place["off"][0]
-            raise BadInput(f"{len(place['off'])} node(s) of {name} cannot run on the HTP and CPU fallback is off; "
-                           f"first: {first['node']} ({first['op_type']}): {first['reason']}",
-                           fix="see `tapeout lint --profile` for every node; or allow_cpu_fallback = true with a placement budget")
+            raise BadInput(
+                f"{len(place['off'])} node(s) of {name} cannot run on the HTP and CPU fallback is off; "
+                f"first: {first['node']} ({first['op_type']}): {first['reason']}",
+                fix="see `tapeout lint --profile` for every node; or allow_cpu_fallback = true with a placement budget",
+            )
         if not (context / name).is_file():
             raise BadInput("the QNN EP wrote no EPContext model", fix="check the profile's htp_arch and soc_model")
         for file in context.iterdir():  # the .onnx names its .bin by file name: they move together
             shutil.move(str(file), out_dir / file.name)
         return place
 
-    def _prefill_context(self, model_path: Path, out_dir: Path, inputs: list[InputSpec], dims: dict[str, int],
-                         tmp: Path) -> dict | None:
+    def _prefill_context(
+        self, model_path: Path, out_dir: Path, inputs: list[InputSpec], dims: dict[str, int], tmp: Path
+    ) -> dict | None:
         """A cache graph's prompt graph: the same model pinned to `prefill_chunk` new tokens over the same cache
         (input_ids and position_ids [batch, chunk], attention_mask [batch, past + chunk]), its own context binary.
         None for a forward model, or where the option is 0 or the chunk does not fit the cache."""
         from tapeout.core.decoding import ATTENTION_MASK
 
         chunk = self.options.prefill_chunk
-        if not chunk or not any(s.name == ATTENTION_MASK for s in inputs) or not {"seq", "past", "context"} <= set(dims):
+        if (
+            not chunk
+            or not any(s.name == ATTENTION_MASK for s in inputs)
+            or not {"seq", "past", "context"} <= set(dims)
+        ):
             return None
         if chunk > dims["past"]:
-            return {"chunk": 0, "why_none": f"prefill_chunk = {chunk} is more than the cache's {dims['past']} slots: "
-                    "prompts go one token per call"}
-        static, _ = pin_shapes(model_path, tmp / "prefill.onnx", inputs,
-                               {**dims, "seq": chunk, "context": dims["past"] + chunk}, repin=True)
+            return {
+                "chunk": 0,
+                "why_none": f"prefill_chunk = {chunk} is more than the cache's {dims['past']} slots: "
+                "prompts go one token per call",
+            }
+        static, _ = pin_shapes(
+            model_path,
+            tmp / "prefill.onnx",
+            inputs,
+            {**dims, "seq": chunk, "context": dims["past"] + chunk},
+            repin=True,
+        )
         place = self._context(static, out_dir, PREFILL_FILE, tmp)
-        return {"chunk": chunk, "file": PREFILL_FILE, "on_accelerator": place["on_accelerator"],
-                "total_nodes": place["total_nodes"]}
+        return {
+            "chunk": chunk,
+            "file": PREFILL_FILE,
+            "on_accelerator": place["on_accelerator"],
+            "total_nodes": place["total_nodes"],
+        }
 
     def session(self, artifact: Artifact) -> OrtSession:
         """The decode graph's session; with a prompt graph beside it, that one too, loaded for the first decoder."""

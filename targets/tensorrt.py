@@ -41,7 +41,7 @@ SUPPORT_DATA = Path(__file__).parent / "data" / "tensorrt-onnx-support.json"
 MODULES = {"tensorrt": "tensorrt", "tensorrt_rtx": "tensorrt_rtx"}
 INSTALL = {
     "tensorrt": 'on the device: pip install "tapeout[cuda]" tensorrt (NVIDIA\'s wheels; the libs come from '
-                "pypi.nvidia.com), or use the TensorRT of JetPack / an NGC container",
+    "pypi.nvidia.com), or use the TensorRT of JetPack / an NGC container",
     "tensorrt_rtx": "on the device (an RTX GPU): pip install tensorrt-rtx (from pypi.nvidia.com)",
 }
 
@@ -50,27 +50,44 @@ class Options(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
     flavour: Literal["tensorrt", "tensorrt_rtx"] = Field(
-        "tensorrt", description="tensorrt, or TensorRT for RTX (JIT-compiled engines for RTX GPUs)")
-    prepared_for: str = Field("11.4", pattern=r"^\d+\.\d+$", description="the TensorRT version the ONNX is linted "
-                              "for (operator support, opset); recorded in the manifest, compared at check")
+        "tensorrt", description="tensorrt, or TensorRT for RTX (JIT-compiled engines for RTX GPUs)"
+    )
+    prepared_for: str = Field(
+        "11.4",
+        pattern=r"^\d+\.\d+$",
+        description="the TensorRT version the ONNX is linted "
+        "for (operator support, opset); recorded in the manifest, compared at check",
+    )
     device_id: int = Field(0, ge=0, le=1023)
-    optimization_level: int = Field(3, ge=0, le=5, description="builder optimization level (TensorRT's default 3; "
-                                    "5 may take hours on big models)")
-    workspace_mb: int | None = Field(None, ge=1, le=2**24, description="cap on the builder's workspace pool "
-                                     "(default: all GPU memory; cap it on a Jetson)")
+    optimization_level: int = Field(
+        3, ge=0, le=5, description="builder optimization level (TensorRT's default 3; 5 may take hours on big models)"
+    )
+    workspace_mb: int | None = Field(
+        None,
+        ge=1,
+        le=2**24,
+        description="cap on the builder's workspace pool (default: all GPU memory; cap it on a Jetson)",
+    )
     tf32: bool = Field(False, description="let FP32 layers use TF32 (TensorRT's own default is on)")
-    sparse_weights: bool = Field(False, description="let the builder pick 2:4 sparse kernels where weights allow "
-                                 "(Ampere and newer)")
-    version_compatible: bool = Field(False, description="engine runs on later TensorRT versions (lean runtime "
-                                     "embedded; may be slower)")
+    sparse_weights: bool = Field(
+        False, description="let the builder pick 2:4 sparse kernels where weights allow (Ampere and newer)"
+    )
+    version_compatible: bool = Field(
+        False, description="engine runs on later TensorRT versions (lean runtime embedded; may be slower)"
+    )
     hardware_compatibility: Literal["none", "ampere_plus", "same_compute_capability"] = "none"
     cuda_graph: bool = Field(False, description="capture the run once and replay it as a CUDA graph")
-    timing_cache: bool = Field(True, description="keep the builder's timing cache per GPU and TensorRT version "
-                               "beside the engines (rebuilds take seconds, not minutes)")
-    dims_min: dict[str, int] = Field(default_factory=dict, description="optimization profile minimum per "
-                                     "symbolic dim (default: the [dims] value)")
-    dims_max: dict[str, int] = Field(default_factory=dict, description="optimization profile maximum per "
-                                     "symbolic dim (default: the [dims] value)")
+    timing_cache: bool = Field(
+        True,
+        description="keep the builder's timing cache per GPU and TensorRT version "
+        "beside the engines (rebuilds take seconds, not minutes)",
+    )
+    dims_min: dict[str, int] = Field(
+        default_factory=dict, description="optimization profile minimum per symbolic dim (default: the [dims] value)"
+    )
+    dims_max: dict[str, int] = Field(
+        default_factory=dict, description="optimization profile maximum per symbolic dim (default: the [dims] value)"
+    )
 
 
 class InputProfile(BaseModel):
@@ -93,7 +110,8 @@ class EngineSettings(BaseModel):
     profile: dict[str, InputProfile]
     builder: dict[str, int | bool | str | None]
     expect: list[Literal["FP32", "FP16", "BF16", "INT8", "FP8"]] = Field(
-        description="precisions the ONNX holds: the built engine must have layers in each")
+        description="precisions the ONNX holds: the built engine must have layers in each"
+    )
 
 
 # ---------------------------------------------------------------- host side
@@ -128,27 +146,35 @@ def optimization_profile(model, inputs: list[InputSpec], dims: dict[str, int], o
         spec = declared.get(value.name)
         shape = [d.dim_value if d.HasField("dim_value") else d.dim_param for d in value.type.tensor_type.shape.dim]
         if spec is not None and len(spec.shape) == len(shape):
-            shape = [s if isinstance(s, int) else (g if isinstance(g, int) and g > 0 else s)
-                     for s, g in zip(spec.shape, shape, strict=True)]
+            shape = [
+                s if isinstance(s, int) else (g if isinstance(g, int) and g > 0 else s)
+                for s, g in zip(spec.shape, shape, strict=True)
+            ]
         opt, lo, hi = [], [], []
         for d in shape:
             if isinstance(d, int) and d > 0:
                 opt.append(d), lo.append(d), hi.append(d)
                 continue
             if d not in dims:
-                raise BadInput(f"input '{value.name}' has symbolic dim '{d}' with no value in [dims]",
-                               fix=f"add {d} = N to the project's [dims] (the engine's optimal shape)")
+                raise BadInput(
+                    f"input '{value.name}' has symbolic dim '{d}' with no value in [dims]",
+                    fix=f"add {d} = N to the project's [dims] (the engine's optimal shape)",
+                )
             lo.append(options.dims_min.get(d, dims[d]))
             opt.append(dims[d])
             hi.append(options.dims_max.get(d, dims[d]))
             if not lo[-1] <= opt[-1] <= hi[-1]:
-                raise BadInput(f"optimization profile for dim '{d}': min {lo[-1]} ≤ opt {opt[-1]} ≤ max {hi[-1]} "
-                               "does not hold", fix="fix [options] dims_min / dims_max, or the project's [dims]")
+                raise BadInput(
+                    f"optimization profile for dim '{d}': min {lo[-1]} ≤ opt {opt[-1]} ≤ max {hi[-1]} does not hold",
+                    fix="fix [options] dims_min / dims_max, or the project's [dims]",
+                )
         profile[value.name] = {"min": lo, "opt": opt, "max": hi}
     unknown = sorted((set(options.dims_min) | set(options.dims_max)) - set(dims))
     if unknown:
-        raise BadInput(f"[options] dims_min/dims_max name dim(s) {', '.join(unknown)} not in the project's [dims]",
-                       fix=f"use the dims the project declares: {', '.join(dims) or 'none'}")
+        raise BadInput(
+            f"[options] dims_min/dims_max name dim(s) {', '.join(unknown)} not in the project's [dims]",
+            fix=f"use the dims the project declares: {', '.join(dims) or 'none'}",
+        )
     return profile
 
 
@@ -169,8 +195,9 @@ def supported_ops(version: str) -> tuple[set[str], set[str], tuple[int, int]]:
         if _version_tuple(version) >= _version_tuple(since):
             ops |= set(added)
     ranges = sorted(data["opset_range"].items(), key=lambda kv: _version_tuple(kv[0]))
-    opset = next((tuple(r) for v, r in reversed(ranges) if _version_tuple(version) >= _version_tuple(v)),
-                 tuple(ranges[0][1]))
+    opset = next(
+        (tuple(r) for v, r in reversed(ranges) if _version_tuple(version) >= _version_tuple(v)), tuple(ranges[0][1])
+    )
     return ops, set(data["unsupported"]) - ops, opset
 
 
@@ -186,39 +213,87 @@ def lint_ops(model, version: str) -> list[LintIssue]:
     issues = []
     opset = next((i.version for i in model.opset_import if i.domain in ("", "ai.onnx")), None)
     if opset is not None and not lo <= opset <= hi:
-        issues.append(LintIssue("error", f"opset {opset} is outside TensorRT {version}'s parser range {lo}..{hi}",
-                                f"export with [export] opset between {lo} and {hi}"))
+        issues.append(
+            LintIssue(
+                "error",
+                f"opset {opset} is outside TensorRT {version}'s parser range {lo}..{hi}",
+                f"export with [export] opset between {lo} and {hi}",
+            )
+        )
     dynamic = any(d.dim_param for i in model.graph.input for d in i.type.tensor_type.shape.dim)
-    constant = {i.name for i in model.graph.initializer} | {o for n in model.graph.node if n.op_type == "Constant"
-                                                           for o in n.output}
+    constant = {i.name for i in model.graph.initializer} | {
+        o for n in model.graph.node if n.op_type == "Constant" for o in n.output
+    }
     for node in model.graph.node:
         where = node.name or node.output[0]
         if node.domain not in ("", "ai.onnx"):
-            issues.append(LintIssue("error", f"{node.domain}::{node.op_type} is a custom operator: TensorRT's ONNX "
-                                    "parser needs a plugin for it", "export without custom ops (plain ONNX "
-                                    "operators), or register a TensorRT plugin on the device", where))
+            issues.append(
+                LintIssue(
+                    "error",
+                    f"{node.domain}::{node.op_type} is a custom operator: TensorRT's ONNX parser needs a plugin for it",
+                    "export without custom ops (plain ONNX operators), or register a TensorRT plugin on the device",
+                    where,
+                )
+            )
         elif node.op_type in unsupported:
-            issues.append(LintIssue("error", f"{node.op_type} is not supported by TensorRT {version}'s ONNX parser",
-                                    "rewrite or remove it before export (see docs/target-contract.md)", where))
+            issues.append(
+                LintIssue(
+                    "error",
+                    f"{node.op_type} is not supported by TensorRT {version}'s ONNX parser",
+                    "rewrite or remove it before export (see docs/target-contract.md)",
+                    where,
+                )
+            )
         elif node.op_type not in ops:
-            issues.append(LintIssue("warning", f"{node.op_type} is not in TensorRT {version}'s operator list "
-                                    "(newer than the list tapeout carries?)", "the parser decides on the device", where))
+            issues.append(
+                LintIssue(
+                    "warning",
+                    f"{node.op_type} is not in TensorRT {version}'s operator list "
+                    "(newer than the list tapeout carries?)",
+                    "the parser decides on the device",
+                    where,
+                )
+            )
         elif dynamic and "dynamic" in restrictions.get(node.op_type, "").lower():
-            issues.append(LintIssue("warning", f"{node.op_type}: {restrictions[node.op_type]}",
-                                    "pin the shapes: dims_min = dims_max = the [dims] values", where))
+            issues.append(
+                LintIssue(
+                    "warning",
+                    f"{node.op_type}: {restrictions[node.op_type]}",
+                    "pin the shapes: dims_min = dims_max = the [dims] values",
+                    where,
+                )
+            )
         else:
             for name in _computed_but_must_be_initializer(node, restrictions.get(node.op_type, ""), constant, opset):
-                issues.append(LintIssue("warning", f"{node.op_type} input `{name}` is computed, and TensorRT's parser "
-                                        "wants an initializer there", "export with constant folding (the default "
-                                        "exporter folds it), or make it a constant", where))
+                issues.append(
+                    LintIssue(
+                        "warning",
+                        f"{node.op_type} input `{name}` is computed, and TensorRT's parser wants an initializer there",
+                        "export with constant folding (the default exporter folds it), or make it a constant",
+                        where,
+                    )
+                )
     doubles = [i.name for i in model.graph.initializer if i.data_type == TensorProto.DOUBLE]
     doubles += [i.name for i in model.graph.input if i.type.tensor_type.elem_type == TensorProto.DOUBLE]
     if doubles:
-        issues.append(LintIssue("warning", f"{len(doubles)} float64 tensor(s) ({', '.join(doubles[:3])}): TensorRT casts "
-                                "DOUBLE down to FLOAT, clamping to ±FLT_MAX", "export float32", doubles[0]))
+        issues.append(
+            LintIssue(
+                "warning",
+                f"{len(doubles)} float64 tensor(s) ({', '.join(doubles[:3])}): TensorRT casts "
+                "DOUBLE down to FLOAT, clamping to ±FLT_MAX",
+                "export float32",
+                doubles[0],
+            )
+        )
     for name in nonzero_zero_points(model):
-        issues.append(LintIssue("error", "Q/DQ with a non-zero zero point: TensorRT takes symmetric quantization only",
-                                "quantize with the tensorrt profiles (symmetric Q/DQ)", name))
+        issues.append(
+            LintIssue(
+                "error",
+                "Q/DQ with a non-zero zero point: TensorRT takes symmetric quantization only",
+                "quantize with the tensorrt profiles (symmetric Q/DQ)",
+                name,
+            )
+        )
     return issues
 
 
@@ -236,8 +311,14 @@ def _computed_but_must_be_initializer(node, restriction: str, constant: set[str]
     except Exception:  # an op type onnx does not know at that opset: the parser decides
         return []
     names = [i.name for i in schema.inputs]
-    return [w for w in wanted if w in names and names.index(w) < len(node.input)
-            and node.input[names.index(w)] and node.input[names.index(w)] not in constant]
+    return [
+        w
+        for w in wanted
+        if w in names
+        and names.index(w) < len(node.input)
+        and node.input[names.index(w)]
+        and node.input[names.index(w)] not in constant
+    ]
 
 
 # ---------------------------------------------------------------- the target
@@ -258,9 +339,13 @@ class TensorRT(Target):
             found.append((flavour, getattr(trt, "__version__", "unknown"), ""))
         have = [(f, v) for f, v, _ in found if v]
         if not have:
-            return Probe(False, reason="TensorRT is not installed here (neither tensorrt nor tensorrt_rtx imports; "
-                         "its full builder is not on the public package index)", install_hint=INSTALL["tensorrt"],
-                         details={f: why for f, _, why in found})
+            return Probe(
+                False,
+                reason="TensorRT is not installed here (neither tensorrt nor tensorrt_rtx imports; "
+                "its full builder is not on the public package index)",
+                install_hint=INSTALL["tensorrt"],
+                details={f: why for f, _, why in found},
+            )
         return Probe(True, version=", ".join(f"{f} {v}" for f, v in have), details={f: v for f, v in have})
 
     def _trt(self):
@@ -268,8 +353,11 @@ class TensorRT(Target):
         try:
             return importlib.import_module(module)
         except Exception as exc:
-            raise TargetUnavailable(f"target 'tensorrt' (flavour {self.options.flavour}) is not available here: "
-                                    f"{module} does not import ({first_line(exc)})", fix=INSTALL[self.options.flavour]) from None
+            raise TargetUnavailable(
+                f"target 'tensorrt' (flavour {self.options.flavour}) is not available here: "
+                f"{module} does not import ({first_line(exc)})",
+                fix=INSTALL[self.options.flavour],
+            ) from None
 
     def preflight(self) -> None:
         """The flavour's module and a CUDA GPU: without both there is no engine to build or run here."""
@@ -305,20 +393,35 @@ class TensorRT(Target):
             raise BadInput(f"lint of the model to compile: {errors[0].line()}", fix=errors[0].fix)
         o = self.options
         settings = {
-            "schema": SETTINGS_SCHEMA, "flavour": o.flavour, "prepared_for": o.prepared_for, "strongly_typed": True,
+            "schema": SETTINGS_SCHEMA,
+            "flavour": o.flavour,
+            "prepared_for": o.prepared_for,
+            "strongly_typed": True,
             "profile": optimization_profile(header, inputs, dims, o),
-            "builder": {"optimization_level": o.optimization_level, "workspace_mb": o.workspace_mb, "tf32": o.tf32,
-                        "sparse_weights": o.sparse_weights, "version_compatible": o.version_compatible,
-                        "hardware_compatibility": o.hardware_compatibility},
+            "builder": {
+                "optimization_level": o.optimization_level,
+                "workspace_mb": o.workspace_mb,
+                "tf32": o.tf32,
+                "sparse_weights": o.sparse_weights,
+                "version_compatible": o.version_compatible,
+                "hardware_compatibility": o.hardware_compatibility,
+            },
             "expect": onnx_precisions(header),
         }
         (out_dir / SETTINGS_FILE).write_text(json.dumps(settings, indent=2) + "\n")
-        return Artifact(self.name, out_dir, ARTIFACT_FILE, meta={
-            "engine": "compiled on the device at the first `tapeout check`, cached in engines/",
-            "flavour": o.flavour, "prepared_for": f"{o.flavour} {o.prepared_for}",
-            "optimization_profile": settings["profile"], "precisions_in_onnx": settings["expect"],
-            "qdq_pairs": sum(n.op_type == "QuantizeLinear" for n in header.graph.node),
-        })
+        return Artifact(
+            self.name,
+            out_dir,
+            ARTIFACT_FILE,
+            meta={
+                "engine": "compiled on the device at the first `tapeout check`, cached in engines/",
+                "flavour": o.flavour,
+                "prepared_for": f"{o.flavour} {o.prepared_for}",
+                "optimization_profile": settings["profile"],
+                "precisions_in_onnx": settings["expect"],
+                "qdq_pairs": sum(n.op_type == "QuantizeLinear" for n in header.graph.node),
+            },
+        )
 
     # ------------------------------------------------------------ device side
 
@@ -337,10 +440,14 @@ class TensorRT(Target):
         cuda_rt.set_device(self.options.device_id)
         gpu = cuda_rt.gpu(self.options.device_id)
         settings = self._settings(artifact)
-        key = {"gpu": gpu.name, "compute_capability": f"{gpu.compute_capability[0]}.{gpu.compute_capability[1]}",
-               "toolchain": f"{self.options.flavour} {getattr(trt, '__version__', 'unknown')}",
-               "driver": f"CUDA {gpu.driver}", "onnx_sha256": sha256_file(artifact.path),
-               "settings_sha256": engine_cache.settings_hash(settings.model_dump(by_alias=True))}
+        key = {
+            "gpu": gpu.name,
+            "compute_capability": f"{gpu.compute_capability[0]}.{gpu.compute_capability[1]}",
+            "toolchain": f"{self.options.flavour} {getattr(trt, '__version__', 'unknown')}",
+            "driver": f"CUDA {gpu.driver}",
+            "onnx_sha256": sha256_file(artifact.path),
+            "settings_sha256": engine_cache.settings_hash(settings.model_dump(by_alias=True)),
+        }
         return trt, gpu, settings, engine_cache.entry(artifact.directory, key, ".engine"), key
 
     def build_engine(self, artifact: Artifact, progress: Callable[[str], None]) -> EngineBuild:
@@ -349,17 +456,27 @@ class TensorRT(Target):
         trt, gpu, settings, entry, key = self._device(artifact)
         record = engine_cache.cached(entry)
         if record is not None:
-            return EngineBuild("reused", f"built {record.get('built', '?')} for this GPU, toolchain, driver, ONNX "
-                               "and settings", entry.relative, key, 0.0, record.get("layers", []), record.get("summary", {}))
+            return EngineBuild(
+                "reused",
+                f"built {record.get('built', '?')} for this GPU, toolchain, driver, ONNX and settings",
+                entry.relative,
+                key,
+                0.0,
+                record.get("layers", []),
+                record.get("summary", {}),
+            )
         reason = engine_cache.why_build(entry.engine.parent, key, f"{settings.flavour} {settings.prepared_for}")
         if "FP8" in settings.expect and gpu.compute_capability < (8, 9):
-            raise TargetUnavailable(f"the ONNX holds FP8 Q/DQ, and this GPU ({gpu.name}, {gpu.sm}) has no FP8 tensor "
-                                    "cores (Ada sm_89, Hopper sm_90 and newer)",
-                                    fix="build with the tensorrt-int8 or tensorrt-fp16 profile for this GPU")
+            raise TargetUnavailable(
+                f"the ONNX holds FP8 Q/DQ, and this GPU ({gpu.name}, {gpu.sm}) has no FP8 tensor "
+                "cores (Ada sm_89, Hopper sm_90 and newer)",
+                fix="build with the tensorrt-int8 or tensorrt-fp16 profile for this GPU",
+            )
         progress(f"building the TensorRT engine for {gpu.name} ({gpu.sm}), {key['toolchain']}: {reason}")
         t0 = time.perf_counter()
-        plan, timing, skipped = tensorrt_engine.build(trt, artifact.path, settings, entry.engine.parent, gpu,
-                                                      self.options.timing_cache, progress)
+        plan, timing, skipped = tensorrt_engine.build(
+            trt, artifact.path, settings, entry.engine.parent, gpu, self.options.timing_cache, progress
+        )
         seconds = time.perf_counter() - t0
         layers, summary = tensorrt_engine.inspect(trt, plan, settings)
         summary.update(build_seconds=round(seconds, 3), timing_cache=timing, engine_bytes=len(plan))
@@ -381,8 +498,9 @@ class TensorRT(Target):
         trt, engine, _ = self._engine(artifact)
         return TrtSession(trt, engine, self.options.cuda_graph)
 
-    def op_profile(self, artifact: Artifact, feeds: dict[str, np.ndarray], iterations: int,
-                   pace_s: float | None = None) -> OpProfile:
+    def op_profile(
+        self, artifact: Artifact, feeds: dict[str, np.ndarray], iterations: int, pace_s: float | None = None
+    ) -> OpProfile:
         """Per-layer GPU times from IProfiler (layers after fusion; their types from the inspector)."""
         from tapeout.targets.tensorrt_engine import profile_layers
 

@@ -20,12 +20,20 @@ from tapeout.core.files import write_bytes
 from tapeout.targets.base import Session
 
 _HW_COMPAT = {"none": "NONE", "ampere_plus": "AMPERE_PLUS", "same_compute_capability": "SAME_COMPUTE_CAPABILITY"}
-_NUMPY = {"FLOAT": np.float32, "HALF": np.float16, "INT8": np.int8, "INT32": np.int32, "INT64": np.int64,
-          "BOOL": np.bool_, "UINT8": np.uint8}
+_NUMPY = {
+    "FLOAT": np.float32,
+    "HALF": np.float16,
+    "INT8": np.int8,
+    "INT32": np.int32,
+    "INT64": np.int64,
+    "BOOL": np.bool_,
+    "UINT8": np.uint8,
+}
 
 
-def build(trt, onnx_path: Path, settings, folder: Path, gpu, timing_cache: bool,
-          progress: Callable[[str], None]) -> tuple[bytes, str, list[str]]:
+def build(
+    trt, onnx_path: Path, settings, folder: Path, gpu, timing_cache: bool, progress: Callable[[str], None]
+) -> tuple[bytes, str, list[str]]:
     """Parse the ONNX into a strongly typed network, configure the builder from engine-settings.json, build
     with the timing cache of this GPU and TensorRT version; returns the serialized engine, what happened to the
     timing cache, and the settings this TensorRT does not have."""
@@ -37,10 +45,14 @@ def build(trt, onnx_path: Path, settings, folder: Path, gpu, timing_cache: bool,
     if not parser.parse_from_file(str(onnx_path)):
         errors = [parser.get_error(i) for i in range(parser.num_errors)]
         first = errors[0] if errors else None
-        where = f"node {first.node_name()} ({first.node_operator()}): " if first is not None and first.node_name() else ""
-        raise BadInput(f"TensorRT's ONNX parser refused the model: {where}{first.desc() if first else logger.last_error()}"
-                       + (f" (and {len(errors) - 1} more)" if len(errors) > 1 else ""),
-                       fix="run `tapeout lint -p <profile>` on the host; keep the node float or rewrite it")
+        where = (
+            f"node {first.node_name()} ({first.node_operator()}): " if first is not None and first.node_name() else ""
+        )
+        raise BadInput(
+            f"TensorRT's ONNX parser refused the model: {where}{first.desc() if first else logger.last_error()}"
+            + (f" (and {len(errors) - 1} more)" if len(errors) > 1 else ""),
+            fix="run `tapeout lint -p <profile>` on the host; keep the node float or rewrite it",
+        )
     config = builder.create_builder_config()
     b = settings.builder
     skipped: list[str] = []  # what this TensorRT lacks (TensorRT for RTX has fewer builder knobs): said, not hidden
@@ -75,9 +87,10 @@ def build(trt, onnx_path: Path, settings, folder: Path, gpu, timing_cache: bool,
     setting("profiling_verbosity", trt.ProfilingVerbosity.DETAILED)  # the inspector's per-layer precision and tactic
     asked = [k for k in skipped if any(w in k for w in ("SPARSE", "VERSION_COMPATIBLE", "hardware_compatibility"))]
     if asked:  # a portability or sparsity the profile asks for and this TensorRT cannot give: never silently without
-        raise TapeoutError(f"this TensorRT ({getattr(trt, '__version__', '?')}) has no {', '.join(asked)}, which the "
-                           "profile asks for", fix="set [options] sparse_weights / version_compatible = false, "
-                           "hardware_compatibility = \"none\" for it")
+        raise TapeoutError(
+            f"this TensorRT ({getattr(trt, '__version__', '?')}) has no {', '.join(asked)}, which the profile asks for",
+            fix='set [options] sparse_weights / version_compatible = false, hardware_compatibility = "none" for it',
+        )
     profile = builder.create_optimization_profile()
     for name, shapes in settings.profile.items():
         profile.set_shape(name, shapes.min, shapes.opt, shapes.max)
@@ -93,11 +106,12 @@ def build(trt, onnx_path: Path, settings, folder: Path, gpu, timing_cache: bool,
         timing = f"reused {cache_file.name}" if cache_file.is_file() else f"new {cache_file.name}"
     plan = builder.build_serialized_network(network, config)
     if plan is None:
-        raise TapeoutError(f"TensorRT could not build the engine: {logger.last_error() or 'no message'}",
-                           fix="lower [options] optimization_level, raise workspace_mb, or keep the failing "
-                               "layer float; `tapeout check -v` prints TensorRT's log")
+        raise TapeoutError(
+            f"TensorRT could not build the engine: {logger.last_error() or 'no message'}",
+            fix="lower [options] optimization_level, raise workspace_mb, or keep the failing "
+            "layer float; `tapeout check -v` prints TensorRT's log",
+        )
     if timing != "off":
-
         folder.mkdir(parents=True, exist_ok=True)
         write_bytes(cache_file, bytes(config.get_timing_cache().serialize()))
     return bytes(plan), timing, skipped
@@ -115,11 +129,16 @@ def inspect(trt, plan: bytes, settings) -> tuple[list[dict], dict]:
         counts[layer["precision"]] = counts.get(layer["precision"], 0) + 1
     missing = [p for p in settings.expect if p != "FP32" and p not in counts]
     if layers and missing:
-        raise TapeoutError(f"the engine has no {', '.join(missing)} layer although the ONNX asks for it "
-                           f"(layers by precision: {counts}): TensorRT ran the graph in another precision",
-                           fix="report this with the TensorRT version; use the fp32 profile meanwhile")
-    summary = {"layers": len(layers), "precisions": counts, "device_memory_bytes":
-               getattr(engine, "device_memory_size_v2", None)}
+        raise TapeoutError(
+            f"the engine has no {', '.join(missing)} layer although the ONNX asks for it "
+            f"(layers by precision: {counts}): TensorRT ran the graph in another precision",
+            fix="report this with the TensorRT version; use the fp32 profile meanwhile",
+        )
+    summary = {
+        "layers": len(layers),
+        "precisions": counts,
+        "device_memory_bytes": getattr(engine, "device_memory_size_v2", None),
+    }
     if settings.builder.get("sparse_weights"):
         summary["sparse_weights"] = True
         summary["sparse_layers"] = [layer["name"] for layer in layers if layer.get("sparse")]
@@ -132,7 +151,9 @@ def deserialize(trt, plan: bytes, host_code: bool):
         runtime.engine_host_code_allowed = True
     engine = runtime.deserialize_cuda_engine(plan)
     if engine is None:
-        raise TapeoutError("TensorRT could not deserialize the engine", fix="delete the build dir's engines/ and rerun check")
+        raise TapeoutError(
+            "TensorRT could not deserialize the engine", fix="delete the build dir's engines/ and rerun check"
+        )
     return engine
 
 
@@ -158,8 +179,12 @@ def profile_layers(trt, engine, feeds: dict[str, np.ndarray], iterations: int, k
         sess.synchronize()
     total_us = (time.perf_counter() - t0) * 1e6
     ops = [OpTime(name, kinds.get(name, ""), "TensorRT", len(ms), sum(ms) * 1e3) for name, ms in times.items()]
-    return OpProfile(iterations, total_us, ops, method="TensorRT IProfiler: per-layer GPU time of the fused engine "
-                     "layers, each run synchronous")
+    return OpProfile(
+        iterations,
+        total_us,
+        ops,
+        method="TensorRT IProfiler: per-layer GPU time of the fused engine layers, each run synchronous",
+    )
 
 
 class TrtSession(Session):
@@ -174,14 +199,16 @@ class TrtSession(Session):
         names = [engine.get_tensor_name(i) for i in range(engine.num_io_tensors)]
         self.input_names = [n for n in names if engine.get_tensor_mode(n) == trt.TensorIOMode.INPUT]
         self.output_names = [n for n in names if engine.get_tensor_mode(n) == trt.TensorIOMode.OUTPUT]
-        self.buffers: dict = {}   # name -> device Buffer, grown as shapes need
-        self.staged: dict = {}    # name -> the host input being copied in
+        self.buffers: dict = {}  # name -> device Buffer, grown as shapes need
+        self.staged: dict = {}  # name -> the host input being copied in
 
     def _dtype(self, name: str):
         kind = self.engine.get_tensor_dtype(name).name
         if kind not in _NUMPY:
-            raise BadInput(f"engine tensor '{name}' is {kind}, which numpy cannot hold",
-                           fix="keep graph inputs and outputs FP32/FP16 (the precision step does)")
+            raise BadInput(
+                f"engine tensor '{name}' is {kind}, which numpy cannot hold",
+                fix="keep graph inputs and outputs FP32/FP16 (the precision step does)",
+            )
         return np.dtype(_NUMPY[kind])
 
     def _prepare(self, feeds: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
@@ -195,9 +222,11 @@ class TrtSession(Session):
             array = np.ascontiguousarray(feeds[name], dtype=self._dtype(name))
             if not self.context.set_input_shape(name, tuple(array.shape)):
                 low, _opt, high = self.engine.get_tensor_profile_shape(name, 0)
-                raise BadInput(f"input '{name}' shape {list(array.shape)} is outside the engine's optimization "
-                               f"profile (min {list(low)}, max {list(high)})", fix="widen [options] dims_min / "
-                               "dims_max in the profile and rebuild")
+                raise BadInput(
+                    f"input '{name}' shape {list(array.shape)} is outside the engine's optimization "
+                    f"profile (min {list(low)}, max {list(high)})",
+                    fix="widen [options] dims_min / dims_max in the profile and rebuild",
+                )
             buf = self._buffer(name, array.nbytes)
             self.stream.copy(buf.address, array.ctypes.data, array.nbytes, cuda_rt.H2D)
             self.context.set_tensor_address(name, buf.address)
@@ -262,17 +291,30 @@ def parse_layers(info: dict) -> list[dict]:
         tensors = [t for t in raw.get("Inputs", []) + raw.get("Outputs", []) if isinstance(t, dict)]
         kinds = [str(t.get("DataType") or t.get("Format/Datatype") or "") for t in tensors]
         tactic = str(raw.get("TacticName") or raw.get("Tactic") or raw.get("TacticValue") or "")
-        layers.append({"name": str(raw.get("Name", "")), "type": str(raw.get("LayerType", "")),
-                       "precision": _precision_of(kinds), "tactic": tactic,
-                       "sparse": "sparse" in tactic.lower()})
+        layers.append(
+            {
+                "name": str(raw.get("Name", "")),
+                "type": str(raw.get("LayerType", "")),
+                "precision": _precision_of(kinds),
+                "tactic": tactic,
+                "sparse": "sparse" in tactic.lower(),
+            }
+        )
     return layers
 
 
 def _precision_of(kinds: list[str]) -> str:
     """The lowest precision among a layer's tensors: a fused INT8 conv reads INT8 and may write FP16."""
     text = " ".join(kinds).lower()
-    for name, needles in (("FP8", ("fp8", "e4m3")), ("INT8", ("int8",)), ("FP16", ("half", "fp16")),
-                          ("BF16", ("bf16",)), ("FP32", ("float", "fp32")), ("INT32", ("int32",)), ("INT64", ("int64",))):
+    for name, needles in (
+        ("FP8", ("fp8", "e4m3")),
+        ("INT8", ("int8",)),
+        ("FP16", ("half", "fp16")),
+        ("BF16", ("bf16",)),
+        ("FP32", ("float", "fp32")),
+        ("INT32", ("int32",)),
+        ("INT64", ("int64",)),
+    ):
         if any(n in text for n in needles):
             return name
     return "unknown"

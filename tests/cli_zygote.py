@@ -37,6 +37,7 @@ def _warm() -> None:
 
     import tapeout.cli
     import tapeout.steps.flows  # noqa: F401
+
     with contextlib.suppress(ImportError):
         import transformers  # noqa: F401
 
@@ -60,7 +61,7 @@ def _child(request: dict) -> None:
         sys.stdin = open(0, closefd=False)  # noqa: SIM115
         sys.stdout = open(1, "w", closefd=False)  # noqa: SIM115
         sys.stderr = open(2, "w", closefd=False)  # noqa: SIM115
-        signal.signal(signal.SIGTERM, signal.SIG_DFL)   # as a fresh interpreter has them
+        signal.signal(signal.SIGTERM, signal.SIG_DFL)  # as a fresh interpreter has them
         signal.signal(signal.SIGINT, signal.default_int_handler)
         sys.argv = ["tapeout", *request["argv"]]
         try:

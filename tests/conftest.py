@@ -90,8 +90,10 @@ def static_libstdcxx_compiler(folder: Path, name: str = "g++-static") -> Path:
     gxx = shutil.which("g++")
     folder.mkdir(parents=True, exist_ok=True)
     path = folder / name
-    path.write_text(f'#!/bin/sh\nexport PATH="{os.environ["PATH"]}"\ncase " $* " in *" -shared "*) exec {gxx} "$@" '
-                    f'-static-libstdc++ -static-libgcc ;; esac\nexec {gxx} "$@"\n')
+    path.write_text(
+        f'#!/bin/sh\nexport PATH="{os.environ["PATH"]}"\ncase " $* " in *" -shared "*) exec {gxx} "$@" '
+        f'-static-libstdc++ -static-libgcc ;; esac\nexec {gxx} "$@"\n'
+    )
     path.chmod(0o755)
     return path
 
@@ -103,8 +105,9 @@ def run_cli(*args: str | Path, cwd: Path | None = None, env: dict | None = None)
     full_env = {**os.environ, "COLUMNS": "200", **(env or {})}
     argv = [str(a) for a in args]
     if os.environ.get("TAPEOUT_TEST_SUBPROCESS") == "1" or any(k.startswith("PYTHON") for k in (env or {})):
-        proc = subprocess.run([sys.executable, "-m", "tapeout", *argv], capture_output=True, text=True,
-                              cwd=cwd, env=full_env, timeout=900)
+        proc = subprocess.run(
+            [sys.executable, "-m", "tapeout", *argv], capture_output=True, text=True, cwd=cwd, env=full_env, timeout=900
+        )
         return Result(proc.returncode, proc.stdout, proc.stderr)
     return _ZYGOTE.run(argv, Path(cwd or os.getcwd()), full_env, timeout=900)
 
@@ -120,8 +123,13 @@ class _Zygote:
     def _start(self) -> subprocess.Popen:
         if self.proc is None or self.proc.poll() is not None:
             log = open(self.folder / "zygote.log", "w")  # noqa: SIM115 - the zygote's own stderr, for a crash
-            self.proc = subprocess.Popen([sys.executable, str(REPO / "tests" / "cli_zygote.py")], stdin=subprocess.PIPE,
-                                         stdout=subprocess.PIPE, stderr=log, text=True)
+            self.proc = subprocess.Popen(
+                [sys.executable, str(REPO / "tests" / "cli_zygote.py")],
+                stdin=subprocess.PIPE,
+                stdout=subprocess.PIPE,
+                stderr=log,
+                text=True,
+            )
             self.pending = b""
             atexit.register(self.stop)
             self._reply(timeout=300)
@@ -134,8 +142,10 @@ class _Zygote:
             ready, _, _ = select.select([self.proc.stdout], [], [], max(deadline - time.monotonic(), 0))
             chunk = os.read(self.proc.stdout.fileno(), 65536) if ready else b""
             if not chunk:
-                raise RuntimeError(f"tests/cli_zygote.py did not answer in {timeout:.0f} s: "
-                                   + (self.folder / "zygote.log").read_text()[-3000:])
+                raise RuntimeError(
+                    f"tests/cli_zygote.py did not answer in {timeout:.0f} s: "
+                    + (self.folder / "zygote.log").read_text()[-3000:]
+                )
             self.pending += chunk
         line, _, self.pending = self.pending.partition(b"\n")
         return json.loads(line)
@@ -143,8 +153,9 @@ class _Zygote:
     def run(self, argv: list[str], cwd: Path, env: dict, timeout: float) -> Result:
         proc = self._start()
         out, err = self.folder / "stdout", self.folder / "stderr"
-        proc.stdin.write(json.dumps({"argv": argv, "cwd": str(cwd), "env": env, "stdout": str(out),
-                                     "stderr": str(err)}) + "\n")
+        proc.stdin.write(
+            json.dumps({"argv": argv, "cwd": str(cwd), "env": env, "stdout": str(out), "stderr": str(err)}) + "\n"
+        )
         proc.stdin.flush()
         pid = self._reply(timeout=60)["pid"]
         try:
@@ -316,6 +327,6 @@ def assert_within_bounds(build_dir: Path, report: dict | None = None) -> None:
         return
     if measured.get("point"):
         assert measured["point"] >= est["lower_bound_ms"], (build_dir, measured["point"], est["lower_bound_ms"])
-    for row in ((est.get("generation") or {}).get("measured") or []):
+    for row in (est.get("generation") or {}).get("measured") or []:
         if row["of"] == "bound" and row["measured_ms"]:
             assert row["measured_ms"] >= row["estimated_ms"], (build_dir, row)

@@ -30,20 +30,28 @@ class Builder:
         self.inits.append(numpy_helper.from_array(np.asarray(array), name))
         return name
 
-    def op(self, op_type: str, inputs: list[str], prefix: str | None = None, outputs: int = 1, **attrs) -> str | list[str]:
+    def op(
+        self, op_type: str, inputs: list[str], prefix: str | None = None, outputs: int = 1, **attrs
+    ) -> str | list[str]:
         name = self.name(prefix or op_type.lower())
         outs = [f"{name}_out{i}" for i in range(outputs)]
         self.nodes.append(helper.make_node(op_type, inputs, outs, name=name, **attrs))
         return outs[0] if outputs == 1 else outs
 
-    def linear(self, x: str, n_in: int, n_out: int, prefix: str = "linear", bias: bool = True, scale: float | None = None) -> str:
-        w = self.rng.normal(0, scale or n_in ** -0.5, (n_in, n_out)).astype(np.float32)
+    def linear(
+        self, x: str, n_in: int, n_out: int, prefix: str = "linear", bias: bool = True, scale: float | None = None
+    ) -> str:
+        w = self.rng.normal(0, scale or n_in**-0.5, (n_in, n_out)).astype(np.float32)
         y = self.op("MatMul", [x, self.const(w, "w")], prefix)
         return self.op("Add", [y, self.const(np.zeros(n_out, np.float32), "b")], prefix + "_bias") if bias else y
 
     def layernorm(self, x: str, d: int) -> str:
-        return self.op("LayerNormalization", [x, self.const(np.ones(d, np.float32)), self.const(np.zeros(d, np.float32))],
-                       "ln", axis=-1)
+        return self.op(
+            "LayerNormalization",
+            [x, self.const(np.ones(d, np.float32)), self.const(np.zeros(d, np.float32))],
+            "ln",
+            axis=-1,
+        )
 
     def rmsnorm(self, x: str, d: int) -> str:
         sq = self.op("Pow", [x, self.const(np.array(2.0, np.float32))])
@@ -61,8 +69,17 @@ class Builder:
         return model
 
 
-def transformer(causal: bool = False, layers: int = 2, d: int = 32, heads: int = 2, seq: int = 8, vocab: int = 64,
-                lm_head: bool = False, swiglu: bool = False, tied: bool = False) -> onnx.ModelProto:
+def transformer(
+    causal: bool = False,
+    layers: int = 2,
+    d: int = 32,
+    heads: int = 2,
+    seq: int = 8,
+    vocab: int = 64,
+    lm_head: bool = False,
+    swiglu: bool = False,
+    tied: bool = False,
+) -> onnx.ModelProto:
     """A BERT-like encoder (LayerNorm, GELU, padding mask) or a decoder (RMSNorm, causal mask, SwiGLU, LM head;
     `tied`: the head reads the embedding table through a Transpose, as tied embeddings export)."""
     b = Builder()
@@ -78,14 +95,16 @@ def transformer(causal: bool = False, layers: int = 2, d: int = 32, heads: int =
 
         q, k, v = (split(b.linear(h, d, d, p, bias=not causal)) for p in ("q_proj", "k_proj", "v_proj"))
         kt = b.op("Transpose", [k], perm=[0, 1, 3, 2])
-        scores = b.op("Mul", [b.op("MatMul", [q, kt], "scores"), b.const(np.array(dh ** -0.5, np.float32))])
+        scores = b.op("Mul", [b.op("MatMul", [q, kt], "scores"), b.const(np.array(dh**-0.5, np.float32))])
         if causal:
             mask = b.const(np.tril(np.ones((seq, seq), bool)), "causal_mask")
             scores = b.op("Where", [mask, scores, b.const(np.array(-np.inf, np.float32))])
         else:
             scores = b.op("Add", [scores, b.const(np.zeros((1, 1, 1, seq), np.float32), "pad_mask")])
         ctx = b.op("MatMul", [b.op("Softmax", [scores], axis=-1), v], "context")
-        merged = b.op("Reshape", [b.op("Transpose", [ctx], perm=[0, 2, 1, 3]), b.const(np.array([1, seq, d], np.int64))])
+        merged = b.op(
+            "Reshape", [b.op("Transpose", [ctx], perm=[0, 2, 1, 3]), b.const(np.array([1, seq, d], np.int64))]
+        )
         x = b.op("Add", [x, b.linear(merged, d, d, "o_proj", bias=not causal)], "residual")
         h = b.rmsnorm(x, d) if causal else b.layernorm(x, d)
         if swiglu:
@@ -98,18 +117,25 @@ def transformer(causal: bool = False, layers: int = 2, d: int = 32, heads: int =
     out = x
     if lm_head:
         final = b.rmsnorm(x, d) if causal else b.layernorm(x, d)
-        out = (b.op("MatMul", [final, b.op("Transpose", [table], perm=[1, 0])], "lm_head") if tied
-               else b.linear(final, d, vocab, "lm_head", bias=False))
+        out = (
+            b.op("MatMul", [final, b.op("Transpose", [table], perm=[1, 0])], "lm_head")
+            if tied
+            else b.linear(final, d, vocab, "lm_head", bias=False)
+        )
     y = b.op("Identity", [out], "output")
-    return b.model([helper.make_tensor_value_info("input_ids", TensorProto.INT64, [1, seq])],
-                   [helper.make_tensor_value_info(y, TensorProto.FLOAT, [])])
+    return b.model(
+        [helper.make_tensor_value_info("input_ids", TensorProto.INT64, [1, seq])],
+        [helper.make_tensor_value_info(y, TensorProto.FLOAT, [])],
+    )
 
 
 def _gelu(b: Builder, x: str) -> str:
     """GELU as exporters write it at opset < 20: x * 0.5 * (1 + erf(x / sqrt 2))."""
     erf = b.op("Erf", [b.op("Div", [x, b.const(np.array(np.sqrt(2), np.float32))])])
-    return b.op("Mul", [b.op("Mul", [x, b.op("Add", [erf, b.const(np.array(1.0, np.float32))])]),
-                        b.const(np.array(0.5, np.float32))])
+    return b.op(
+        "Mul",
+        [b.op("Mul", [x, b.op("Add", [erf, b.const(np.array(1.0, np.float32))])]), b.const(np.array(0.5, np.float32))],
+    )
 
 
 def cnn(depthwise: bool = True) -> onnx.ModelProto:
@@ -117,7 +143,13 @@ def cnn(depthwise: bool = True) -> onnx.ModelProto:
 
     def conv(x: str, c_in: int, c_out: int, group: int = 1) -> str:
         w = b.rng.normal(0, (9 * c_in / group) ** -0.5, (c_out, c_in // group, 3, 3)).astype(np.float32)
-        y = b.op("Conv", [x, b.const(w, "w"), b.const(np.zeros(c_out, np.float32), "b")], "conv", pads=[1, 1, 1, 1], group=group)
+        y = b.op(
+            "Conv",
+            [x, b.const(w, "w"), b.const(np.zeros(c_out, np.float32), "b")],
+            "conv",
+            pads=[1, 1, 1, 1],
+            group=group,
+        )
         return b.op("Relu", [y])
 
     x = conv("image", 3, 8)
@@ -126,8 +158,10 @@ def cnn(depthwise: bool = True) -> onnx.ModelProto:
     x = b.op("Flatten", [b.op("GlobalAveragePool", [x])])
     w = b.const(b.rng.normal(0, 0.25, (10, 16)).astype(np.float32))
     y = b.op("Gemm", [x, w, b.const(np.zeros(10, np.float32))], "fc", transB=1)
-    return b.model([helper.make_tensor_value_info("image", TensorProto.FLOAT, [1, 3, 16, 16])],
-                   [helper.make_tensor_value_info(y, TensorProto.FLOAT, [1, 10])])
+    return b.model(
+        [helper.make_tensor_value_info("image", TensorProto.FLOAT, [1, 3, 16, 16])],
+        [helper.make_tensor_value_info(y, TensorProto.FLOAT, [1, 10])],
+    )
 
 
 def recurrent(features: int = 16, hidden: int = 32, seq: int = 10, cell: str = "LSTM") -> onnx.ModelProto:
@@ -138,8 +172,10 @@ def recurrent(features: int = 16, hidden: int = 32, seq: int = 10, cell: str = "
     r = b.const(b.rng.normal(0, 0.1, (1, gates * hidden, hidden)).astype(np.float32))
     out = b.op(cell, [x, w, r], cell.lower(), outputs=2 if cell != "LSTM" else 3, hidden_size=hidden)[0]
     y = b.linear(b.op("Squeeze", [out, b.const(np.array([1], np.int64))]), hidden, 29, "ctc_head")
-    return b.model([helper.make_tensor_value_info("features", TensorProto.FLOAT, [seq, 1, features])],
-                   [helper.make_tensor_value_info(y, TensorProto.FLOAT, [])])
+    return b.model(
+        [helper.make_tensor_value_info("features", TensorProto.FLOAT, [seq, 1, features])],
+        [helper.make_tensor_value_info(y, TensorProto.FLOAT, [])],
+    )
 
 
 def diffusion() -> onnx.ModelProto:
@@ -148,14 +184,30 @@ def diffusion() -> onnx.ModelProto:
     angles = b.op("Mul", [b.op("Unsqueeze", ["timestep", b.const(np.array([1], np.int64))]), freqs])
     temb = b.op("Concat", [b.op("Sin", [angles]), b.op("Cos", [angles])], axis=-1)
     temb = b.linear(temb, 16, 8, "time_mlp")
-    x = b.op("Conv", ["latent", b.const(b.rng.normal(0, 0.2, (8, 4, 3, 3)).astype(np.float32))], "conv_in", pads=[1, 1, 1, 1])
+    x = b.op(
+        "Conv", ["latent", b.const(b.rng.normal(0, 0.2, (8, 4, 3, 3)).astype(np.float32))], "conv_in", pads=[1, 1, 1, 1]
+    )
     x = b.op("Add", [x, b.op("Unsqueeze", [temb, b.const(np.array([2, 3], np.int64))])])
     for _ in range(2):
-        x = b.op("Relu", [b.op("Conv", [x, b.const(b.rng.normal(0, 0.2, (8, 8, 3, 3)).astype(np.float32))], "conv", pads=[1, 1, 1, 1])])
+        x = b.op(
+            "Relu",
+            [
+                b.op(
+                    "Conv",
+                    [x, b.const(b.rng.normal(0, 0.2, (8, 8, 3, 3)).astype(np.float32))],
+                    "conv",
+                    pads=[1, 1, 1, 1],
+                )
+            ],
+        )
     y = b.op("Conv", [x, b.const(b.rng.normal(0, 0.2, (4, 8, 3, 3)).astype(np.float32))], "conv_out", pads=[1, 1, 1, 1])
-    return b.model([helper.make_tensor_value_info("latent", TensorProto.FLOAT, [1, 4, 16, 16]),
-                    helper.make_tensor_value_info("timestep", TensorProto.FLOAT, [1])],
-                   [helper.make_tensor_value_info(y, TensorProto.FLOAT, [1, 4, 16, 16])])
+    return b.model(
+        [
+            helper.make_tensor_value_info("latent", TensorProto.FLOAT, [1, 4, 16, 16]),
+            helper.make_tensor_value_info("timestep", TensorProto.FLOAT, [1]),
+        ],
+        [helper.make_tensor_value_info(y, TensorProto.FLOAT, [1, 4, 16, 16])],
+    )
 
 
 def mlp(width: int = 64, layers: int = 4, planted: int | None = None, seed: int = 0) -> onnx.ModelProto:
@@ -171,20 +223,25 @@ def mlp(width: int = 64, layers: int = 4, planted: int | None = None, seed: int 
     for i, w in enumerate(weights):
         y = b.op("MatMul", [x, b.const(w, f"w{i}")], f"layer{i}")
         x = b.op("Relu", [y]) if i < layers - 1 else y
-    return b.model([helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, width])],
-                   [helper.make_tensor_value_info(x, TensorProto.FLOAT, [1, width])])
+    return b.model(
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, width])],
+        [helper.make_tensor_value_info(x, TensorProto.FLOAT, [1, width])],
+    )
 
 
-def conv_recurrent(channels: int, hidden: int, deep: bool = False, steps: int = 20, bins: int = 16,
-                   cell: str = "LSTM") -> onnx.ModelProto:
+def conv_recurrent(
+    channels: int, hidden: int, deep: bool = False, steps: int = 20, bins: int = 16, cell: str = "LSTM"
+) -> onnx.ModelProto:
     """A keyword-spotter shape: conv front-end over a [1, 1, steps, bins] spectrogram, an LSTM (or `cell`) over
     the steps, a linear head. `deep` adds a second, channels×channels conv (a conv-dominated model)."""
     b = Builder()
 
     def conv(x: str, c_in: int, c_out: int) -> str:
         w = b.rng.normal(0, (9 * c_in) ** -0.5, (c_out, c_in, 3, 3)).astype(np.float32)
-        return b.op("Relu", [b.op("Conv", [x, b.const(w, "w"), b.const(np.zeros(c_out, np.float32), "b")], "conv",
-                                  pads=[1, 1, 1, 1])])
+        return b.op(
+            "Relu",
+            [b.op("Conv", [x, b.const(w, "w"), b.const(np.zeros(c_out, np.float32), "b")], "conv", pads=[1, 1, 1, 1])],
+        )
 
     x = conv("spectrogram", 1, channels)
     if deep:
@@ -196,5 +253,7 @@ def conv_recurrent(channels: int, hidden: int, deep: bool = False, steps: int = 
     r = b.const(b.rng.normal(0, 0.1, (1, gates * hidden, hidden)).astype(np.float32))
     out = b.op(cell, [x, w, r], cell.lower(), outputs=3 if cell == "LSTM" else 2, hidden_size=hidden)[0]
     y = b.linear(b.op("Squeeze", [out, b.const(np.array([1], np.int64))]), hidden, 12, "head")
-    return b.model([helper.make_tensor_value_info("spectrogram", TensorProto.FLOAT, [1, 1, steps, bins])],
-                   [helper.make_tensor_value_info(y, TensorProto.FLOAT, [])])
+    return b.model(
+        [helper.make_tensor_value_info("spectrogram", TensorProto.FLOAT, [1, 1, steps, bins])],
+        [helper.make_tensor_value_info(y, TensorProto.FLOAT, [])],
+    )

@@ -56,8 +56,13 @@ def planted() -> dict:
             return {"out": inputs["gate"]}
 
     found = {}
-    for name, kernel in (("off_by_one", OffByOne()), ("past_the_end", PastTheEnd()), ("cached", Cached()),
-                         ("aliased", Aliased()), ("honest", silu_mul.SiluMul())):
+    for name, kernel in (
+        ("off_by_one", OffByOne()),
+        ("past_the_end", PastTheEnd()),
+        ("cached", Cached()),
+        ("aliased", Aliased()),
+        ("honest", silu_mul.SiluMul()),
+    ):
         checks = harness.verify(kernel, "interpreter", ("float32",))
         found[name] = [{"case": c.case, "ok": c.ok, "problem": c.problem, "unwritten": c.unwritten} for c in checks]
     return found
@@ -111,19 +116,33 @@ def substitution() -> dict:
         program = torch.export.export(model, inputs)
         matches = substitute.find(program)
         tuned = {m.kernel: kernels.get(m.kernel).configs(m.case)[-1].key for m in matches}
-        table = {timings.entry_key(m.kernel, m.case.key, m.dtype): timings.Timing(
-            config=tuned[m.kernel], kernel_ms=1.0, kernel_p90_ms=1.1,
-            inductor_ms=0.5 if m.kernel == "silu-mul" else 2.0, calls=10) for m in matches}
+        table = {
+            timings.entry_key(m.kernel, m.case.key, m.dtype): timings.Timing(
+                config=tuned[m.kernel],
+                kernel_ms=1.0,
+                kernel_p90_ms=1.1,
+                inductor_ms=0.5 if m.kernel == "silu-mul" else 2.0,
+                calls=10,
+            )
+            for m in matches
+        }
         replaced, decisions = substitute.substitute(program, table, "stand-in GPU")
         got = program.module()(*inputs)
     calls = [n for n in program.graph_module.graph.nodes if str(n.target).startswith("tapeout.")]
     ops = sorted(str(n.target) for n in calls)
     launched = sorted({(str(n.target), n.args[-1]) for n in calls})
-    return {"replaced": replaced, "decisions": [d.row() for d in decisions], "ops": ops, "tuned": tuned,
-            "launched": [list(pair) for pair in launched],
-            "cpu": [d.row() for d in cpu_decisions], "max_abs": float((got - want).abs().max()),
-            "sdpa_left": sum(str(n.target) == "aten.scaled_dot_product_attention.default"
-                             for n in program.graph_module.graph.nodes)}
+    return {
+        "replaced": replaced,
+        "decisions": [d.row() for d in decisions],
+        "ops": ops,
+        "tuned": tuned,
+        "launched": [list(pair) for pair in launched],
+        "cpu": [d.row() for d in cpu_decisions],
+        "max_abs": float((got - want).abs().max()),
+        "sdpa_left": sum(
+            str(n.target) == "aten.scaled_dot_product_attention.default" for n in program.graph_module.graph.nodes
+        ),
+    }
 
 
 def samples() -> dict:
@@ -139,14 +158,17 @@ def samples() -> dict:
     found = {}
     for sample in ("minilm", "llama-40m"):
         project = load_project(repo / "samples" / sample / "tapeout.toml")
-        loaded = sources.load(project.model.source, repo / "samples" / sample, [i.name for i in project.inputs],
-                              project.model.outputs)
+        loaded = sources.load(
+            project.model.source, repo / "samples" / sample, [i.name for i in project.inputs], project.model.outputs
+        )
         options = torch_onnx.ExportOptions(opset=18, max_ir_version=10)
         program = torch_onnx.export_program(loaded, project.inputs, project.dims, options)
         matches = substitute.find(program, inputs=project.inputs, dims=project.dims)
-        found[sample] = {"matches": [f"{m.kernel} {m.dtype}" for m in matches],
-                         "cases": sorted({f"{m.kernel} {m.case.key}" for m in matches}),
-                         "traced_at": sorted({f"{m.kernel} {m.case.key}" for m in substitute.find(program)})}
+        found[sample] = {
+            "matches": [f"{m.kernel} {m.dtype}" for m in matches],
+            "cases": sorted({f"{m.kernel} {m.case.key}" for m in matches}),
+            "traced_at": sorted({f"{m.kernel} {m.case.key}" for m in substitute.find(program)}),
+        }
         if sample != "minilm":
             continue
         generator = torch.Generator().manual_seed(0)
@@ -156,16 +178,30 @@ def samples() -> dict:
         inputs = (ids, mask, torch.zeros(1, 128, dtype=torch.int64))
         with torch.no_grad():
             want = program.module()(*inputs)
-            table = {timings.entry_key(m.kernel, m.case.key, m.dtype): timings.Timing(
-                config=get(m.kernel).configs(m.case)[-1].key, kernel_ms=1.0, kernel_p90_ms=1.0, inductor_ms=2.0,
-                calls=10) for m in matches}
+            table = {
+                timings.entry_key(m.kernel, m.case.key, m.dtype): timings.Timing(
+                    config=get(m.kernel).configs(m.case)[-1].key,
+                    kernel_ms=1.0,
+                    kernel_p90_ms=1.0,
+                    inductor_ms=2.0,
+                    calls=10,
+                )
+                for m in matches
+            }
             replaced, _ = substitute.substitute(program, table, "stand-in GPU", project.inputs, project.dims)
             got = program.module()(*inputs)
         want, got = (t[0] if isinstance(t, (tuple, list)) else t for t in (want, got))
-        found[sample].update(replaced=replaced, max_abs=float((got - want).abs().max()),
-                             left=sorted({str(n.target) for n in program.graph_module.graph.nodes
-                                          if str(n.target) in ("aten.softmax.int", "aten.layer_norm.default",
-                                                               "aten.gelu.default")}))
+        found[sample].update(
+            replaced=replaced,
+            max_abs=float((got - want).abs().max()),
+            left=sorted(
+                {
+                    str(n.target)
+                    for n in program.graph_module.graph.nodes
+                    if str(n.target) in ("aten.softmax.int", "aten.layer_norm.default", "aten.gelu.default")
+                }
+            ),
+        )
     return found
 
 
@@ -189,22 +225,46 @@ def aoti_cuda() -> dict:
     batch = torch.export.Dim("batch", min=1, max=64)
     args = (torch.randn(2, 128, 384), torch.randn(2, 128, 384))
     program = torch.export.export(AddNorm().eval(), args, dynamic_shapes=({0: batch}, {0: batch}))
-    settings = EngineSettings(freezing=True, max_autotune=False, precision="fp32", built_with_torch=torch.__version__,
-                              input_shapes=[["batch", 128, 384], ["batch", 128, 384]], dims={"batch": 4})
+    settings = EngineSettings(
+        freezing=True,
+        max_autotune=False,
+        precision="fp32",
+        built_with_torch=torch.__version__,
+        input_shapes=[["batch", 128, 384], ["batch", 128, 384]],
+        dims={"batch": 4},
+    )
     folder, gpu = Path(tempfile.mkdtemp()), "stand-in GPU | sm90 | triton x | torch y"
     before = kernel_timings_digest(gpu, folder)
     untimed = substitute_kernels(program, settings, gpu, folder)
-    (match,) = substitute.find(program, inputs=[type("S", (), {"shape": s})() for s in settings.input_shapes],
-                               dims=settings.dims)
+    (match,) = substitute.find(
+        program, inputs=[type("S", (), {"shape": s})() for s in settings.input_shapes], dims=settings.dims
+    )
     config = get(match.kernel).configs(match.case)[-1].key
-    timings.save(gpu, {timings.entry_key(match.kernel, match.case.key, match.dtype): timings.Timing(
-        config=config, kernel_ms=0.004, kernel_p90_ms=0.0045, inductor_ms=0.006, calls=100)}, folder)
+    timings.save(
+        gpu,
+        {
+            timings.entry_key(match.kernel, match.case.key, match.dtype): timings.Timing(
+                config=config, kernel_ms=0.004, kernel_p90_ms=0.0045, inductor_ms=0.006, calls=100
+            )
+        },
+        folder,
+    )
     timed = substitute_kernels(program, settings, gpu, folder)
-    return {"untimed": untimed, "timed": timed, "case": match.case.key, "digest_before": before,
-            "digest_after": kernel_timings_digest(gpu, folder),
-            "ops": sorted(str(n.target) for n in program.graph_module.graph.nodes if str(n.target).startswith("tapeout."))}
+    return {
+        "untimed": untimed,
+        "timed": timed,
+        "case": match.case.key,
+        "digest_before": before,
+        "digest_after": kernel_timings_digest(gpu, folder),
+        "ops": sorted(str(n.target) for n in program.graph_module.graph.nodes if str(n.target).startswith("tapeout.")),
+    }
 
 
 if __name__ == "__main__":
-    print(json.dumps({"planted": planted, "substitution": substitution, "samples": samples,
-                      "aoti_cuda": aoti_cuda}[sys.argv[1]]()))
+    print(
+        json.dumps(
+            {"planted": planted, "substitution": substitution, "samples": samples, "aoti_cuda": aoti_cuda}[
+                sys.argv[1]
+            ]()
+        )
+    )

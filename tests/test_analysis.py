@@ -31,8 +31,17 @@ def test_encoder_is_labelled_with_its_attention_ffn_and_norm_roles(tmp_path):
         assert roles[role] == 2, (role, roles)
     assert roles["norm"] == 4 and roles["attn_softmax"] == 2 and roles["embedding"] == 1
     names = [g.name for g in a.groups]
-    assert names == ["embedding1", "block0.attn.qkv", "block0.attn.out", "block0.ffn.in", "block0.ffn.out",
-                     "block1.attn.qkv", "block1.attn.out", "block1.ffn.in", "block1.ffn.out"]
+    assert names == [
+        "embedding1",
+        "block0.attn.qkv",
+        "block0.attn.out",
+        "block0.ffn.in",
+        "block0.ffn.out",
+        "block1.attn.qkv",
+        "block1.attn.out",
+        "block1.ffn.in",
+        "block1.ffn.out",
+    ]
     qkv = next(g for g in a.groups if g.name == "block0.attn.qkv")
     assert len(qkv.weighted) == 3 and len(qkv.nodes) == 6  # Q, K, V and their bias Adds: one decision
 
@@ -75,11 +84,18 @@ def test_recurrent_and_diffusion_and_mlp(tmp_path):
 def test_costs_and_liveness_on_a_graph_counted_by_hand(tmp_path):
     # x[2,8] → MatMul W[8,16] → Relu → MatMul W[16,4]: 2·2·8·16 + 2·16 + 2·2·16·4 FLOPs.
     w1, w2 = np.ones((8, 16), np.float32), np.ones((16, 4), np.float32)
-    nodes = [helper.make_node("MatMul", ["x", "w1"], ["h"], name="mm1"), helper.make_node("Relu", ["h"], ["r"], name="relu"),
-             helper.make_node("MatMul", ["r", "w2"], ["y"], name="mm2")]
-    graph = helper.make_graph(nodes, "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["batch", 8])],
-                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["batch", 4])],
-                              [onnx.numpy_helper.from_array(w1, "w1"), onnx.numpy_helper.from_array(w2, "w2")])
+    nodes = [
+        helper.make_node("MatMul", ["x", "w1"], ["h"], name="mm1"),
+        helper.make_node("Relu", ["h"], ["r"], name="relu"),
+        helper.make_node("MatMul", ["r", "w2"], ["y"], name="mm2"),
+    ]
+    graph = helper.make_graph(
+        nodes,
+        "g",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["batch", 8])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["batch", 4])],
+        [onnx.numpy_helper.from_array(w1, "w1"), onnx.numpy_helper.from_array(w2, "w2")],
+    )
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
     model.ir_version = 8
     a = _analyze(tmp_path, model, dims={"batch": 2})
@@ -90,13 +106,24 @@ def test_costs_and_liveness_on_a_graph_counted_by_hand(tmp_path):
     assert a.op_census == {"MatMul": 2, "Relu": 1}
 
 
-@pytest.mark.parametrize(("sample", "family", "roles"), [
-    ("digits-cnn", "cnn", {"first_conv": 1, "conv": 1, "linear": 1, "head": 1}),
-    pytest.param("minilm", "transformer-encoder",
-                 {"attn_q": 6, "attn_out": 6, "ffn_in": 6, "ffn_out": 6, "embedding": 3, "norm": 13}, marks=pytest.mark.slow),
-    pytest.param("tiny-lm", "decoder-llm", {"lm_head": 1, "ffn_gate": 4, "ffn_up": 4, "ffn_out": 4, "attn_q": 4},
-                 marks=pytest.mark.slow),
-])
+@pytest.mark.parametrize(
+    ("sample", "family", "roles"),
+    [
+        ("digits-cnn", "cnn", {"first_conv": 1, "conv": 1, "linear": 1, "head": 1}),
+        pytest.param(
+            "minilm",
+            "transformer-encoder",
+            {"attn_q": 6, "attn_out": 6, "ffn_in": 6, "ffn_out": 6, "embedding": 3, "norm": 13},
+            marks=pytest.mark.slow,
+        ),
+        pytest.param(
+            "tiny-lm",
+            "decoder-llm",
+            {"lm_head": 1, "ffn_gate": 4, "ffn_up": 4, "ffn_out": 4, "attn_q": 4},
+            marks=pytest.mark.slow,
+        ),
+    ],
+)
 def test_analyze_labels_the_samples(sample, family, roles):
     from conftest import SAMPLES
 
@@ -137,12 +164,29 @@ def test_recurrent_work_is_costed_and_decides_the_family_by_its_share(tmp_path):
 DYNAMIC_HF = {
     # architecture → (config, its kwargs, the family): exported with symbolic batch and sequence, the way
     # current transformers builds the causal mask at run time (Range, LessOrEqual, GatherND, Where)
-    "LlamaForCausalLM": ("LlamaConfig", dict(vocab_size=100, hidden_size=32, intermediate_size=64, num_hidden_layers=2,
-                                             num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=64),
-                         "decoder-llm"),
-    "GPT2LMHeadModel": ("GPT2Config", dict(vocab_size=100, n_embd=32, n_layer=2, n_head=2, n_positions=64), "decoder-llm"),
-    "BertForSequenceClassification": ("BertConfig", dict(vocab_size=100, hidden_size=32, num_hidden_layers=2,
-                                                         num_attention_heads=2, intermediate_size=64), "transformer-encoder"),
+    "LlamaForCausalLM": (
+        "LlamaConfig",
+        dict(
+            vocab_size=100,
+            hidden_size=32,
+            intermediate_size=64,
+            num_hidden_layers=2,
+            num_attention_heads=4,
+            num_key_value_heads=2,
+            max_position_embeddings=64,
+        ),
+        "decoder-llm",
+    ),
+    "GPT2LMHeadModel": (
+        "GPT2Config",
+        dict(vocab_size=100, n_embd=32, n_layer=2, n_head=2, n_positions=64),
+        "decoder-llm",
+    ),
+    "BertForSequenceClassification": (
+        "BertConfig",
+        dict(vocab_size=100, hidden_size=32, num_hidden_layers=2, num_attention_heads=2, intermediate_size=64),
+        "transformer-encoder",
+    ),
 }
 
 
@@ -154,10 +198,13 @@ def test_causal_masks_of_todays_exporters_are_detected_on_the_graph(tmp_path, ar
 
     config_name, kwargs, family = DYNAMIC_HF[architecture]
     torch.manual_seed(0)
-    getattr(transformers, architecture)(getattr(transformers, config_name)(**kwargs)).eval().save_pretrained(tmp_path / "hf")
+    getattr(transformers, architecture)(getattr(transformers, config_name)(**kwargs)).eval().save_pretrained(
+        tmp_path / "hf"
+    )
     (tmp_path / "tapeout.toml").write_text(
         '[model]\nsource = "hf"\n\n[[inputs]]\nname = "input_ids"\nshape = ["batch", "sequence"]\ndtype = "int64"\n'
-        'range = [0, 99]\n\n[dims]\nbatch = 1\nsequence = 8\n')
+        "range = [0, 99]\n\n[dims]\nbatch = 1\nsequence = 8\n"
+    )
     result = run_cli("analyze", tmp_path, "--json")
     assert result.code == 0, result.err
     best = result.json()["families"][0]
@@ -185,22 +232,31 @@ def _body(name: str, width: int, inputs: list, out: str):
     rng = np.random.default_rng(width)
     w = onnx.numpy_helper.from_array(rng.normal(size=(8, width)).astype(np.float32), f"{name}_w")
     w2 = onnx.numpy_helper.from_array(rng.normal(size=(width, 1)).astype(np.float32), f"{name}_w2")
-    nodes = [helper.make_node("MatMul", ["x", w.name], [f"{name}_h"], name=f"{name}_in"),
-             helper.make_node("MatMul", [f"{name}_h", w2.name], [out], name=f"{name}_out")]
-    return helper.make_graph(nodes, name, inputs, [helper.make_tensor_value_info(out, TensorProto.FLOAT, [1, 1])],
-                             [w, w2])
+    nodes = [
+        helper.make_node("MatMul", ["x", w.name], [f"{name}_h"], name=f"{name}_in"),
+        helper.make_node("MatMul", [f"{name}_h", w2.name], [out], name=f"{name}_out"),
+    ]
+    return helper.make_graph(
+        nodes, name, inputs, [helper.make_tensor_value_info(out, TensorProto.FLOAT, [1, 1])], [w, w2]
+    )
 
 
 def test_if_and_loop_bodies_are_analysed_costed_per_run_and_reported(tmp_path):
     # an If on a scalar input choosing between two networks whose weights live in the branches
     big, small = _body("big", 64, [], "big_y"), _body("small", 4, [], "small_y")
     graph = helper.make_graph(
-        [helper.make_node("Greater", ["rate", "threshold"], ["wide"], name="is_wide"),
-         helper.make_node("If", ["wide"], ["y"], name="by_rate", then_branch=big, else_branch=small)],
-        "vad", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 8]),
-                helper.make_tensor_value_info("rate", TensorProto.INT64, [])],
+        [
+            helper.make_node("Greater", ["rate", "threshold"], ["wide"], name="is_wide"),
+            helper.make_node("If", ["wide"], ["y"], name="by_rate", then_branch=big, else_branch=small),
+        ],
+        "vad",
+        [
+            helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 8]),
+            helper.make_tensor_value_info("rate", TensorProto.INT64, []),
+        ],
         [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 1])],
-        [onnx.numpy_helper.from_array(np.array(12000, np.int64), "threshold")])
+        [onnx.numpy_helper.from_array(np.array(12000, np.int64), "threshold")],
+    )
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
     model.ir_version = 8
     a = _analyze(tmp_path, model)
@@ -211,18 +267,29 @@ def test_if_and_loop_bodies_are_analysed_costed_per_run_and_reported(tmp_path):
     assert "If by_rate (4 nodes inside; the costlier branch counted)" in a.facts["control_flow"]
     assert {c.body_of for c in a.costs if c.name.startswith(("big", "small"))} == {"by_rate"}
     # a Loop with a constant trip count runs its body that many times
-    body = helper.make_graph([helper.make_node("MatMul", ["x", "loop_w"], ["step_y"], name="step")], "body",
-                             [helper.make_tensor_value_info("i", TensorProto.INT64, []),
-                              helper.make_tensor_value_info("cond_in", TensorProto.BOOL, [])],
-                             [helper.make_tensor_value_info("cond_in", TensorProto.BOOL, []),
-                              helper.make_tensor_value_info("step_y", TensorProto.FLOAT, [1, 8])],
-                             [onnx.numpy_helper.from_array(np.eye(8, dtype=np.float32), "loop_w")])
+    body = helper.make_graph(
+        [helper.make_node("MatMul", ["x", "loop_w"], ["step_y"], name="step")],
+        "body",
+        [
+            helper.make_tensor_value_info("i", TensorProto.INT64, []),
+            helper.make_tensor_value_info("cond_in", TensorProto.BOOL, []),
+        ],
+        [
+            helper.make_tensor_value_info("cond_in", TensorProto.BOOL, []),
+            helper.make_tensor_value_info("step_y", TensorProto.FLOAT, [1, 8]),
+        ],
+        [onnx.numpy_helper.from_array(np.eye(8, dtype=np.float32), "loop_w")],
+    )
     graph = helper.make_graph(
-        [helper.make_node("Loop", ["trips", "go"], ["steps"], name="repeat", body=body)], "looped",
+        [helper.make_node("Loop", ["trips", "go"], ["steps"], name="repeat", body=body)],
+        "looped",
         [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 8])],
         [helper.make_tensor_value_info("steps", TensorProto.FLOAT, None)],
-        [onnx.numpy_helper.from_array(np.array(5, np.int64), "trips"),
-         onnx.numpy_helper.from_array(np.array(True), "go")])
+        [
+            onnx.numpy_helper.from_array(np.array(5, np.int64), "trips"),
+            onnx.numpy_helper.from_array(np.array(True), "go"),
+        ],
+    )
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
     model.ir_version = 8
     step = next(c for c in _analyze(tmp_path, model).costs if c.name == "step")
@@ -231,9 +298,12 @@ def test_if_and_loop_bodies_are_analysed_costed_per_run_and_reported(tmp_path):
 
 def test_shape_inference_leaves_no_temp_file_in_the_working_directory(tmp_path, monkeypatch):
     # an op ORT's symbolic inference does not know: it gives up and (unguarded) saves its model in the cwd
-    graph = helper.make_graph([helper.make_node("Foo", ["x"], ["y"], name="custom", domain="com.example")], "g",
-                              [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 4])],
-                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)])
+    graph = helper.make_graph(
+        [helper.make_node("Foo", ["x"], ["y"], name="custom", domain="com.example")],
+        "g",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 4])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)],
+    )
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17), helper.make_opsetid("com.example", 1)])
     model.ir_version = 8
     work = tmp_path / "cwd"
@@ -251,11 +321,15 @@ def test_the_graph_view_keeps_one_copy_of_the_weights_and_the_shapes_they_give(t
     weight = np.random.default_rng(0).standard_normal((128, 256)).astype(np.float32)  # 128 KiB: a weight
     shape = np.array([1, -1, 256], np.int64)  # small: a value shape inference reads
     graph = helper.make_graph(
-        [helper.make_node("MatMul", ["x", "w"], ["y"], name="proj"),
-         helper.make_node("Reshape", ["y", "shape"], ["z"], name="reshape")], "g",
+        [
+            helper.make_node("MatMul", ["x", "w"], ["y"], name="proj"),
+            helper.make_node("Reshape", ["y", "shape"], ["z"], name="reshape"),
+        ],
+        "g",
         [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 4, 128])],
         [helper.make_tensor_value_info("z", TensorProto.FLOAT, None)],
-        [onnx.numpy_helper.from_array(weight, "w"), onnx.numpy_helper.from_array(shape, "shape")])
+        [onnx.numpy_helper.from_array(weight, "w"), onnx.numpy_helper.from_array(shape, "shape")],
+    )
     path = tmp_path / "m.onnx"
     onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]), path)
     view = GraphView.load(path)

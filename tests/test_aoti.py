@@ -42,8 +42,9 @@ def test_digits_cnn_int8_compiles_to_integer_kernels_runs_and_checks(tmp_path):
     profile.write_text(PROFILE)
     out = tmp_path / "b"
     cxx = static_libstdcxx_compiler(tmp_path / "bin")
-    result = run_cli("build", SAMPLES / "digits-cnn", "--profile", profile, "--out", out, "--json",
-                     env={"CXX": str(cxx)})
+    result = run_cli(
+        "build", SAMPLES / "digits-cnn", "--profile", profile, "--out", out, "--json", env={"CXX": str(cxx)}
+    )
     assert result.code == 0, result.err
     report = result.json()
     meta = report["artifact"]["meta"]
@@ -56,7 +57,9 @@ def test_digits_cnn_int8_compiles_to_integer_kernels_runs_and_checks(tmp_path):
     assert "libstdc++.so.6" in cxx_compiler.needed_libraries(tmp_path / "wrapper.so")
     quantization = report["quantization"]
     plan = {g["group"]: (g["precision"], tuple(g["modules"])) for g in quantization["plan"]["groups"]}
-    assert quantization["plan"]["method"] == "pt2e-x86-inductor" and quantization["evaluated_on"] == "aoti, on this host"
+    assert (
+        quantization["plan"]["method"] == "pt2e-x86-inductor" and quantization["evaluated_on"] == "aoti, on this host"
+    )
     assert plan["conv1"] == ("int8", ("features.2", "features.3")) and plan["linear1"][0] == "int8"
     assert plan["first_conv"][0] == "fp32" and plan["head"][0] == "fp32"
     assert quantization["plan"]["activation_type"] == "uint8"
@@ -71,8 +74,9 @@ def test_digits_cnn_int8_compiles_to_integer_kernels_runs_and_checks(tmp_path):
     # the instrumented package beside the shipped one (hashed with it, not in its size); the shipped one has no records
     files = report["artifact"]["files"]
     assert set(files) == {"model.pt2", "io.json", "vec_isa.json", "profiling/model.pt2"}
-    assert report["artifact"]["bytes"] == sum((out / "artifact" / f).stat().st_size for f in files
-                                              if not f.startswith("profiling/"))
+    assert report["artifact"]["bytes"] == sum(
+        (out / "artifact" / f).stat().st_size for f in files if not f.startswith("profiling/")
+    )
     assert "RecordFunction" not in _wrapper(out / "artifact" / "model.pt2")
     assert "RecordFunction" in _wrapper(out / "artifact" / "profiling" / "model.pt2")
     for measured in (report, check.json()):
@@ -104,8 +108,12 @@ def test_digits_cnn_int8_compiles_to_integer_kernels_runs_and_checks(tmp_path):
         session.run({"image": np.zeros((1, 3), np.float32)})
     # a fresh process loads it (as aoti-cuda loads its packages) without Inductor's ISA probe: a compile and a child
     # Python per ISA, ~50 s of each fresh process on torch 2.11; and the loaded model answers as torch's loader's does
-    loaded = subprocess.run([sys.executable, "-c", LOAD_COUNTING_CHILDREN, str(out / "artifact" / "model.pt2")],
-                            capture_output=True, text=True, timeout=120)
+    loaded = subprocess.run(
+        [sys.executable, "-c", LOAD_COUNTING_CHILDREN, str(out / "artifact" / "model.pt2")],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert loaded.returncode == 0, loaded.stderr
     assert loaded.stdout.split() == ["children", "0", "classes", str(expected.shape[-1])]
 
@@ -130,7 +138,9 @@ def _wrapper(package) -> str:
     import zipfile
 
     with zipfile.ZipFile(package) as archive:
-        return "".join(archive.read(n).decode("utf-8", "replace") for n in archive.namelist() if n.endswith("wrapper.cpp"))
+        return "".join(
+            archive.read(n).decode("utf-8", "replace") for n in archive.namelist() if n.endswith("wrapper.cpp")
+        )
 
 
 def test_kernel_records_become_one_row_per_call_site_at_their_median():
@@ -140,14 +150,20 @@ def test_kernel_records_become_one_row_per_call_site_at_their_median():
 
     spans = []
     for run, stall in ((1, 1.0), (2, 50.0), (3, 1.0)):
-        spans += [("aoti_torch_cpu__linear_pointwise", run, 10.0 * stall), ("graph_0_cpp_fused_native_layer_norm_0", run, 2.0),
-                  ("aoti_torch_cpu__linear_pointwise", run, 20.0), ("graph_0_cpp_fused_native_layer_norm_0", run, 3.0)]
+        spans += [
+            ("aoti_torch_cpu__linear_pointwise", run, 10.0 * stall),
+            ("graph_0_cpp_fused_native_layer_norm_0", run, 2.0),
+            ("aoti_torch_cpu__linear_pointwise", run, 20.0),
+            ("graph_0_cpp_fused_native_layer_norm_0", run, 3.0),
+        ]
     profile = kernel_profile(spans, [40.0, 500.0, 41.0], "m")
     rows = {op.node: (op.op_type, op.provider, op.calls, op.total_us) for op in profile.ops}
-    assert rows == {"aoti_torch_cpu__linear_pointwise #1": ("aoti_torch_cpu__linear_pointwise", "oneDNN/ATen", 3, 30.0),
-                    "cpp_fused_native_layer_norm_0 #1": ("cpp_fused_native_layer_norm", "Inductor C++", 3, 6.0),
-                    "aoti_torch_cpu__linear_pointwise #2": ("aoti_torch_cpu__linear_pointwise", "oneDNN/ATen", 3, 60.0),
-                    "cpp_fused_native_layer_norm_0 #2": ("cpp_fused_native_layer_norm", "Inductor C++", 3, 9.0)}
+    assert rows == {
+        "aoti_torch_cpu__linear_pointwise #1": ("aoti_torch_cpu__linear_pointwise", "oneDNN/ATen", 3, 30.0),
+        "cpp_fused_native_layer_norm_0 #1": ("cpp_fused_native_layer_norm", "Inductor C++", 3, 6.0),
+        "aoti_torch_cpu__linear_pointwise #2": ("aoti_torch_cpu__linear_pointwise", "oneDNN/ATen", 3, 60.0),
+        "cpp_fused_native_layer_norm_0 #2": ("cpp_fused_native_layer_norm", "Inductor C++", 3, 9.0),
+    }
     assert profile.ops[0].node == "aoti_torch_cpu__linear_pointwise #1"  # execution order
     assert profile.runs == 3 and profile.run_total_us == 123.0
 
@@ -160,8 +176,9 @@ def test_without_the_profiling_package_there_is_no_op_profiler_and_no_second_com
     monkeypatch.setattr(torch._inductor, "aoti_compile_and_package", lambda *a, **k: pytest.fail("compiled"))
     artifact = Artifact("aoti", tmp_path, "model.pt2")
     assert target.instrument(None, artifact) is artifact and not (tmp_path / "profiling").exists()
-    (tmp_path / "io.json").write_text(json.dumps({"inputs": ["x"], "outputs": ["y"], "shapes": [[2]],
-                                                  "dtypes": ["float32"]}))
+    (tmp_path / "io.json").write_text(
+        json.dumps({"inputs": ["x"], "outputs": ["y"], "shapes": [[2]], "dtypes": ["float32"]})
+    )
     with pytest.raises(BadInput) as refused:  # a build dir without it, profiled anyway: one line
         targets.create("aoti", {}).op_profile(artifact, {"x": np.zeros(2, np.float32)}, 3)
     assert "no op-profiling package" in str(refused.value) and "op_profile_package = true" in refused.value.fix
@@ -169,8 +186,9 @@ def test_without_the_profiling_package_there_is_no_op_profiler_and_no_second_com
 
 def test_a_package_for_an_isa_this_cpu_lacks_is_refused_before_loading(tmp_path):
     """Loading it would run AVX-512 (or SVE) code on a CPU without it: an illegal instruction, not an error."""
-    (tmp_path / "io.json").write_text(json.dumps({"inputs": ["x"], "outputs": ["y"], "shapes": [[None, 2]],
-                                                  "dtypes": ["float32"]}))
+    (tmp_path / "io.json").write_text(
+        json.dumps({"inputs": ["x"], "outputs": ["y"], "shapes": [[None, 2]], "dtypes": ["float32"]})
+    )
     (tmp_path / "vec_isa.json").write_text(json.dumps({"vec_isa": "sve256"}))
     (tmp_path / "model.pt2").write_bytes(b"not loaded: refused before")
     target = targets.create("aoti", {})
@@ -201,8 +219,10 @@ def test_without_a_cpp_compiler_the_build_is_one_line(tmp_path, monkeypatch):
     assert "needs a C++ compiler" in str(refused.value) and "apt install g++" in refused.value.fix
 
 
-@pytest.mark.parametrize("text", ['{"inputs": ["x"]}', "not json", '{"inputs": ["x"], "outputs": ["y"], '
-                                  '"shapes": [["1"]], "dtypes": ["float32"]}'])
+@pytest.mark.parametrize(
+    "text",
+    ['{"inputs": ["x"]}', "not json", '{"inputs": ["x"], "outputs": ["y"], "shapes": [["1"]], "dtypes": ["float32"]}'],
+)
 def test_a_malformed_io_file_is_one_line(tmp_path, text):
     from tapeout.targets.program_io import read_io
 
@@ -222,8 +242,11 @@ def test_the_checked_call_names_an_input_the_program_does_not_take(tmp_path):
     write_io(tmp_path, [InputSpec(name="x", shape=["batch", 8])], ["y"], None)
     io = read_io(tmp_path)
     io.check({"x": np.zeros((3, 8), np.float32)})  # any batch: the dim is dynamic
-    for bad, said in ((np.zeros((1, 3), np.float32), "the program takes float32 [any, 8]"),
-                      (np.zeros((1, 8), np.float64), "is float64"), (np.zeros(8, np.float32), "[8]")):
+    for bad, said in (
+        (np.zeros((1, 3), np.float32), "the program takes float32 [any, 8]"),
+        (np.zeros((1, 8), np.float64), "is float64"),
+        (np.zeros(8, np.float32), "[8]"),
+    ):
         with pytest.raises(ValueError, match="input 'x'") as refused:
             io.check({"x": bad})
         assert said in str(refused.value)

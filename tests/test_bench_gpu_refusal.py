@@ -13,8 +13,10 @@ from conftest import REPO
 
 
 @pytest.mark.skipif(torch.cuda.is_available(), reason="a CUDA GPU is here: the benchmarks would run")
-@pytest.mark.parametrize(("script", "hint"), [("gpu.py", "device-side install"), ("sparsity.py", "Ampere or newer"),
-                                           ("kernels.py", "tapeout kernels verify")])
+@pytest.mark.parametrize(
+    ("script", "hint"),
+    [("gpu.py", "device-side install"), ("sparsity.py", "Ampere or newer"), ("kernels.py", "tapeout kernels verify")],
+)
 def test_gpu_benchmarks_exit_4_with_one_line_without_a_gpu(script, hint):
     run = subprocess.run([sys.executable, str(REPO / "bench" / script)], capture_output=True, text=True, timeout=120)
     assert run.returncode == 4, run.stderr

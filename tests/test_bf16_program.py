@@ -22,8 +22,14 @@ def _bf16_plan(analysis, flags=BF16):
     from tapeout.core.profile_schema import QuantizationSettings
     from tapeout.quantize import rules
 
-    return rules.first_plan(analysis, "aoti", targets.TARGETS["aoti"].capabilities, "bf16", QuantizationSettings(),
-                            isa=rules.InstructionSet("x86_64", flags, "test"))
+    return rules.first_plan(
+        analysis,
+        "aoti",
+        targets.TARGETS["aoti"].capabilities,
+        "bf16",
+        QuantizationSettings(),
+        isa=rules.InstructionSet("x86_64", flags, "test"),
+    )
 
 
 def test_the_bf16_plan_takes_every_conv_and_linear_and_needs_bf16_arithmetic(tmp_path):
@@ -41,9 +47,16 @@ def test_the_bf16_plan_takes_every_conv_and_linear_and_needs_bf16_arithmetic(tmp
 
 
 def _plan(modules: tuple[str, ...]) -> Plan:
-    return Plan("program-bf16", "mlp", "aoti", ("bf16", "fp32"),
-                (GroupPlan("linear1", "linear", ("n1",), "bf16", "test", modules),
-                 GroupPlan("head", "head", ("n2",), FLOAT, "test", ("fc2",))))
+    return Plan(
+        "program-bf16",
+        "mlp",
+        "aoti",
+        ("bf16", "fp32"),
+        (
+            GroupPlan("linear1", "linear", ("n1",), "bf16", "test", modules),
+            GroupPlan("head", "head", ("n2",), FLOAT, "test", ("fc2",)),
+        ),
+    )
 
 
 @pytest.mark.skipif(not PROBE.available, reason=f"aoti is not usable here: {PROBE.reason}")
@@ -68,5 +81,7 @@ def test_exactly_the_planned_linear_computes_in_bf16_and_the_package_runs_it(tmp
     feeds = _feeds(7)
     expected = module(torch.from_numpy(feeds["x"])).detach().numpy()
     target = targets.create("aoti", {"threads": 1})
-    got = target.session(target.compile_program(program, tmp_path / "artifact", [_input_spec()], {}, ["y"])).run(feeds)["y"]
+    got = target.session(target.compile_program(program, tmp_path / "artifact", [_input_spec()], {}, ["y"])).run(feeds)[
+        "y"
+    ]
     assert np.abs(got - expected).max() < 0.05 and not np.array_equal(got, expected)  # BF16: close, not equal

@@ -14,8 +14,10 @@ def _profiles(tmp_path):
     ort.write_text(FAST_PROFILE.replace('extends = "cpu-fp32"', 'extends = "cpu-int8"'))
     ov = tmp_path / "ov-int8.toml"
     # the same budget as cpu-int8, so that the two are judged alike
-    ov.write_text(FAST_PROFILE.replace('extends = "cpu-fp32"', 'extends = "openvino-cpu-int8"')
-                  + "[budgets]\naccuracy_max_drop = 0.005\n")
+    ov.write_text(
+        FAST_PROFILE.replace('extends = "cpu-fp32"', 'extends = "openvino-cpu-int8"')
+        + "[budgets]\naccuracy_max_drop = 0.005\n"
+    )
     int4 = tmp_path / "ov-int4.toml"  # no INT4 rule for a CNN on OpenVINO: this candidate fails, the rest go on
     int4.write_text(FAST_PROFILE.replace('extends = "cpu-fp32"', 'extends = "openvino-cpu-int4"'))
     return ort, ov, int4
@@ -73,5 +75,7 @@ def test_no_candidate_qualifies_says_so_with_the_candidates_exit_code(tmp_path):
     result = run_cli("build", SAMPLES / "digits-cnn", "-p", int4, "-p", other, "--out", out)
     assert result.code == 2, result.err
     choice = json.loads((out / "choice.json").read_text())
-    assert choice["chosen"] is None and choice["notes"] == ["no candidate met all of its budgets with a measured latency"]
+    assert choice["chosen"] is None and choice["notes"] == [
+        "no candidate met all of its budgets with a measured latency"
+    ]
     assert "**No candidate qualifies** (exit 2)" in (out / "choice.md").read_text()

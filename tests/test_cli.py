@@ -77,7 +77,9 @@ def _profile_with_p90(tmp_path, fast_profile, limit_ms: float, name: str):
 def test_latency_budget_far_below_the_measured_p90_fails_build_and_check(digits_build, tmp_path, fast_profile):
     # A quarter, not half: this shared VM drifts up to ~1.8× between minutes, and the p90 here was
     # measured by an earlier build. The half-p90 case of the issue was run by hand for both samples.
-    p90 = json.loads((digits_build / "report.json").read_text())["measurement"]["latency_ms"]["quantiles"]["p90"]["point"]
+    p90 = json.loads((digits_build / "report.json").read_text())["measurement"]["latency_ms"]["quantiles"]["p90"][
+        "point"
+    ]
     tight = _profile_with_p90(tmp_path, fast_profile, p90 / 4, "tight")
     build = run_cli("build", SAMPLES / "digits-cnn", "--profile", tight, "--out", tmp_path / "tight", "--json")
     assert build.code == 1, build.err
@@ -95,7 +97,9 @@ def test_latency_budget_far_below_the_measured_p90_fails_build_and_check(digits_
 
 
 def test_generous_latency_budget_passes_build_and_check(digits_build, tmp_path, fast_profile):
-    p90 = json.loads((digits_build / "report.json").read_text())["measurement"]["latency_ms"]["quantiles"]["p90"]["point"]
+    p90 = json.loads((digits_build / "report.json").read_text())["measurement"]["latency_ms"]["quantiles"]["p90"][
+        "point"
+    ]
     generous = _profile_with_p90(tmp_path, fast_profile, max(p90 * 50, 5.0), "generous")
     build = run_cli("build", SAMPLES / "digits-cnn", "--profile", generous, "--out", tmp_path / "gen", "--json")
     assert build.code == 0, build.err
@@ -107,9 +111,14 @@ def test_generous_latency_budget_passes_build_and_check(digits_build, tmp_path, 
     [
         (["build", "nowhere", "--profile", "cpu-fp32"], "no project file"),
         (["build", SAMPLES / "digits-cnn", "--profile", "no-such"], "unknown profile 'no-such'"),
-        (["build", SAMPLES / "digits-cnn", "--profile", "cpu-int9"], "unknown profile 'cpu-int9': did you mean 'cpu-int8'?"),
-        (["build", SAMPLES / "digits-cnn", "--profile", "openvino-cpu-fp32"],
-         "unknown profile 'openvino-cpu-fp32': did you mean 'openvino-cpu'?"),
+        (
+            ["build", SAMPLES / "digits-cnn", "--profile", "cpu-int9"],
+            "unknown profile 'cpu-int9': did you mean 'cpu-int8'?",
+        ),
+        (
+            ["build", SAMPLES / "digits-cnn", "--profile", "openvino-cpu-fp32"],
+            "unknown profile 'openvino-cpu-fp32': did you mean 'openvino-cpu'?",
+        ),
         (["check", SAMPLES / "digits-cnn"], "not a tapeout build dir"),
         (["check", "nowhere"], "not found"),
         (["report", "nowhere"], "not found"),
@@ -184,8 +193,11 @@ def test_unavailable_target_exits_4(monkeypatch, capsys):
     from tapeout.targets import ort_cpu
     from tapeout.targets.base import Probe
 
-    monkeypatch.setattr(ort_cpu.OrtCpu, "probe",
-                        classmethod(lambda cls: Probe(False, reason="runtime missing", install_hint="pip install onnxruntime")))
+    monkeypatch.setattr(
+        ort_cpu.OrtCpu,
+        "probe",
+        classmethod(lambda cls: Probe(False, reason="runtime missing", install_hint="pip install onnxruntime")),
+    )
     monkeypatch.setattr(sys, "argv", ["tapeout", "build", str(SAMPLES / "digits-cnn"), "--profile", "cpu-fp32"])
     monkeypatch.setattr(sys, "unraisablehook", sys.unraisablehook)  # restored after: main installs its own
     with pytest.raises(SystemExit) as exit_info:
@@ -242,9 +254,13 @@ def test_undecidable_latency_budget_doubles_sampling_then_exits_3(digits_build, 
     """A pass would need the upper bound under 2% of the limit and a fail the lower bound over it
     (5× the p90 an earlier build measured): neither happens even with this VM's drift, so the verdict is
     inconclusive, after one doubling."""
-    p90 = json.loads((digits_build / "report.json").read_text())["measurement"]["latency_ms"]["quantiles"]["p90"]["point"]
+    p90 = json.loads((digits_build / "report.json").read_text())["measurement"]["latency_ms"]["quantiles"]["p90"][
+        "point"
+    ]
     profile = tmp_path / "undecidable.toml"
-    profile.write_text(f'extends = "{fast_profile}"\n[budgets]\nlatency_p90_ms = {p90 * 5}\n[check]\nguard_band = 0.98\n')
+    profile.write_text(
+        f'extends = "{fast_profile}"\n[budgets]\nlatency_p90_ms = {p90 * 5}\n[check]\nguard_band = 0.98\n'
+    )
     result = run_cli("build", SAMPLES / "digits-cnn", "--profile", profile, "--out", tmp_path / "b", "--json")
     assert result.code == 3, result.err
     report = result.json()
@@ -289,12 +305,15 @@ def test_check_refuses_an_edited_report_an_old_schema_and_a_malformed_report(dig
     assert old.code == 2 and "tapeout.manifest/1" in one_line_error(old) and "rebuild" in old.err
 
 
-@pytest.mark.parametrize(("args", "says"), [
-    ((), "Usage"),
-    (("nosuchcmd",), "No such command 'nosuchcmd'"),
-    (("build", "samples/digits-cnn"), "Missing option '--profile'"),
-    (("check", "somewhere", "--iterations", "0"), "Invalid value for '--iterations'"),
-])
+@pytest.mark.parametrize(
+    ("args", "says"),
+    [
+        ((), "Usage"),
+        (("nosuchcmd",), "No such command 'nosuchcmd'"),
+        (("build", "samples/digits-cnn"), "Missing option '--profile'"),
+        (("check", "somewhere", "--iterations", "0"), "Invalid value for '--iterations'"),
+    ],
+)
 def test_usage_errors_exit_2_without_a_traceback(args, says):
     """typer >= 0.2x raises its vendored copy of click's exceptions: they are usage errors, not tapeout bugs."""
     result = run_cli(*args)
@@ -308,7 +327,6 @@ def test_a_ctrl_c_that_python_drops_is_raised_at_the_next_step_boundary():
     and lost: a build ran on to exit 0 after a Ctrl-C that landed in importlib's module-lock callback. tapeout's
     handler remembers it, and the step that was running raises it when it ends."""
     import signal
-
 
     class LandsInAFinalizer:
         def __del__(self):
@@ -363,9 +381,22 @@ def test_ctrl_c_exits_130_with_a_line(tmp_path):
     import time
 
     # as from a terminal: a suite started in the background (nohup, `&`) passes SIGINT down ignored
-    proc = subprocess.Popen([sys.executable, "-m", "tapeout", "build", str(SAMPLES / "minilm"), "--profile", "cpu-fp32",
-                             "--out", str(tmp_path / "b")], stderr=subprocess.PIPE, text=True,
-                            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
+    proc = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "tapeout",
+            "build",
+            str(SAMPLES / "minilm"),
+            "--profile",
+            "cpu-fp32",
+            "--out",
+            str(tmp_path / "b"),
+        ],
+        stderr=subprocess.PIPE,
+        text=True,
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
+    )
     time.sleep(4)  # inside the model load or the export
     proc.send_signal(signal.SIGINT)
     _, err = proc.communicate(timeout=120)
@@ -381,12 +412,17 @@ def test_a_rank_0_input_builds_checks_and_calibrates(tmp_path, fast_profile):
     (project / "model.py").write_text(
         "import torch\n\n\nclass Scaled(torch.nn.Module):\n    def __init__(self):\n        super().__init__()\n"
         "        torch.manual_seed(0)\n        self.lin = torch.nn.Linear(16, 4)\n\n"
-        "    def forward(self, x, gain):\n        return self.lin(x) * gain\n\n\ndef build():\n    return Scaled().eval()\n")
+        "    def forward(self, x, gain):\n        return self.lin(x) * gain\n\n\ndef build():\n    return Scaled().eval()\n"
+    )
     rng = np.random.default_rng(0)
-    np.savez(project / "cal.npz", x=rng.random((8, 1, 16), dtype=np.float32), gain=rng.uniform(0.5, 2, 8).astype(np.float32))
-    (project / "tapeout.toml").write_text('[model]\nsource = "model.py:build"\n\n[[inputs]]\nname = "x"\nshape = [1, 16]\n\n'
-                                          '[[inputs]]\nname = "gain"\nshape = []\nrange = [0.5, 2.0]\n\n'
-                                          '[calibration]\ndata = "cal.npz"\n')
+    np.savez(
+        project / "cal.npz", x=rng.random((8, 1, 16), dtype=np.float32), gain=rng.uniform(0.5, 2, 8).astype(np.float32)
+    )
+    (project / "tapeout.toml").write_text(
+        '[model]\nsource = "model.py:build"\n\n[[inputs]]\nname = "x"\nshape = [1, 16]\n\n'
+        '[[inputs]]\nname = "gain"\nshape = []\nrange = [0.5, 2.0]\n\n'
+        '[calibration]\ndata = "cal.npz"\n'
+    )
     out = tmp_path / "b"
     build = run_cli("build", project, "--profile", fast_profile, "--out", out)
     assert build.code == 0, build.err

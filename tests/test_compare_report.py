@@ -20,8 +20,24 @@ from conftest import SAMPLES, HtmlText, html_shows_everything, one_line_error, r
 from tapeout.reports.compare import recommend
 
 FIGURES = {"fig-latency", "fig-op-types", "fig-ops", "fig-roofline", "fig-estimate"}
-_VOID = {"meta", "br", "img", "hr", "link", "input", "path", "use", "rect", "circle", "line", "stop", "polyline",
-         "polygon", "ellipse", "image"}
+_VOID = {
+    "meta",
+    "br",
+    "img",
+    "hr",
+    "link",
+    "input",
+    "path",
+    "use",
+    "rect",
+    "circle",
+    "line",
+    "stop",
+    "polyline",
+    "polygon",
+    "ellipse",
+    "image",
+}
 
 
 class _Checker(HTMLParser):
@@ -128,8 +144,9 @@ def test_compare_table_marks_every_figure_and_recommends(two_builds, tmp_path):
 def test_compare_an_emulated_build_is_estimated_never_measured(two_builds, tmp_path):
     """A TensorRT build here has no engine: its row is estimated (the L4's roofline bound), never a measurement."""
     profile = tmp_path / "trt.toml"
-    profile.write_text('extends = "tensorrt-fp16"\ndevice = "l4"\n[check]\niterations = 20\nrepeats = 1\n'
-                       'warmup_min_s = 0.05\n')
+    profile.write_text(
+        'extends = "tensorrt-fp16"\ndevice = "l4"\n[check]\niterations = 20\nrepeats = 1\nwarmup_min_s = 0.05\n'
+    )
     trt = tmp_path / "trt"
     built = run_cli("build", SAMPLES / "digits-cnn", "-p", profile, "-o", trt)
     assert built.code == 0, built.err
@@ -160,9 +177,9 @@ def test_diff_says_what_moved_beyond_its_noise(two_builds, tmp_path):
     same = run_cli("diff", fp32, fp32, "--json").json()
     assert same and not any(r["moved"] for r in same)
     rows = {r["figure"]: r for r in run_cli("diff", fp32, int8, "--json").json()}
-    assert rows["artifact MB"]["moved"] and rows["artifact MB"]["change"] < -0.5   # INT8 weights are a quarter
+    assert rows["artifact MB"]["moved"] and rows["artifact MB"]["change"] < -0.5  # INT8 weights are a quarter
     assert "latency p50 ms" in rows and rows["latency p50 ms"]["why"]
-    for machine in ("host copy bandwidth GB/s", "host FP32 matmul GFLOP/s"):   # measured beside each timing
+    for machine in ("host copy bandwidth GB/s", "host FP32 matmul GFLOP/s"):  # measured beside each timing
         assert rows[machine]["a"] > 0 and rows[machine]["b"] > 0 and "machine" in rows[machine]["why"]
     assert not any(r["moved"] for r in same if r["figure"].startswith("host "))
     # the machine's memory at 40 % of its speed, every sample, at B's measurement: flagged, whatever the latency did
@@ -175,7 +192,10 @@ def test_diff_says_what_moved_beyond_its_noise(two_builds, tmp_path):
     (drifted / "report.json").write_text(json.dumps(report))
     reseal(drifted)  # as a build measured on the drifted machine would have written it
     moved = {r["figure"]: r for r in run_cli("diff", int8, drifted, "--json").json()}
-    assert moved["host copy bandwidth GB/s"]["moved"] and "may be the machine's" in moved["host copy bandwidth GB/s"]["why"]
+    assert (
+        moved["host copy bandwidth GB/s"]["moved"]
+        and "may be the machine's" in moved["host copy bandwidth GB/s"]["why"]
+    )
     assert not moved["host FP32 matmul GFLOP/s"]["moved"]
     unchecked = tmp_path / "unchecked"  # the shared build may have been checked by another test
     shutil.copytree(fp32, unchecked)
@@ -199,17 +219,32 @@ def test_diff_of_a_build_and_its_check(two_builds, tmp_path):
 def test_report_html_renders_in_headless_chromium(digits_build, tmp_path):
     browser = shutil.which("chromium") or shutil.which("chromium-browser")
     shot = tmp_path / "report.png"
-    run = subprocess.run([browser, "--headless", "--no-sandbox", "--disable-gpu", "--window-size=1200,3000",
-                          f"--screenshot={shot}", (two := digits_build / "report.html").as_uri()],
-                         capture_output=True, text=True, timeout=120)
+    run = subprocess.run(
+        [
+            browser,
+            "--headless",
+            "--no-sandbox",
+            "--disable-gpu",
+            "--window-size=1200,3000",
+            f"--screenshot={shot}",
+            (two := digits_build / "report.html").as_uri(),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert shot.is_file() and shot.stat().st_size > 20_000, run.stderr[-2000:]
     # a rendered page with figures is far from one flat colour
     from PIL import Image
 
     colours = Image.open(shot).convert("RGB").getcolors(maxcolors=1 << 20)
     assert colours is None or len(colours) > 50, f"{two} rendered nearly blank"
-    dom = subprocess.run([browser, "--headless", "--no-sandbox", "--disable-gpu", "--dump-dom", two.as_uri()],
-                         capture_output=True, text=True, timeout=120).stdout
+    dom = subprocess.run(
+        [browser, "--headless", "--no-sandbox", "--disable-gpu", "--dump-dom", two.as_uri()],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    ).stdout
     assert len(re.findall(r"<figure id=\"fig-", dom)) >= len(FIGURES)
 
 
@@ -217,8 +252,16 @@ def test_an_emulated_timing_is_never_recommended():
     """An emulated build with no estimate shows the emulator's p50, labelled; it ranks nothing."""
 
     def row(name, status, p50):
-        return {"build_dir": name, "profile": name, "project": "p", "latency_status": status, "failed": [],
-                "unsettled": [], "accuracy": None, "latency_ms": {"p50": {"point": p50, "lower": p50, "upper": p50}}}
+        return {
+            "build_dir": name,
+            "profile": name,
+            "project": "p",
+            "latency_status": status,
+            "failed": [],
+            "unsettled": [],
+            "accuracy": None,
+            "latency_ms": {"p50": {"point": p50, "lower": p50, "upper": p50}},
+        }
 
     best, why = recommend([row("qnn", "emulated", 0.01), row("cpu", "measured", 1.0)])
     assert best["build_dir"] == "cpu" and "measured" in why
@@ -230,9 +273,18 @@ def test_generation_builds_without_a_metric_are_ranked_by_their_time_per_token()
     A -p B chooses, by the time per token, and names what stayed unmeasured; a failed budget still rules a build out."""
 
     def row(name, tpot, failed=()):
-        return {"build_dir": name, "profile": name, "project": "lm", "latency_status": "measured",
-                "failed": list(failed), "unsettled": ["accuracy_max_drop"], "accuracy": None, "latency_ms": {},
-                "generate": {"tpot_p50_ms": tpot}, "stream": None}
+        return {
+            "build_dir": name,
+            "profile": name,
+            "project": "lm",
+            "latency_status": "measured",
+            "failed": list(failed),
+            "unsettled": ["accuracy_max_drop"],
+            "accuracy": None,
+            "latency_ms": {},
+            "generate": {"tpot_p50_ms": tpot},
+            "stream": None,
+        }
 
     best, why = recommend([row("cpu-int8", 2.0), row("cpu-int4", 1.5), row("fast-but-wrong", 0.5, ["kv_cache_mb"])])
     assert best["build_dir"] == "cpu-int4"

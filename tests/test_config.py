@@ -65,13 +65,19 @@ def test_negative_budget_rejected(tmp_path):
 
 
 def test_too_few_iterations_for_p99(tmp_path):
-    path = write(tmp_path, "p99.toml", 'extends = "cpu-fp32"\n[budgets]\nlatency_p99_ms = 5\n[check]\niterations = 50\nrepeats = 2\n')
+    path = write(
+        tmp_path,
+        "p99.toml",
+        'extends = "cpu-fp32"\n[budgets]\nlatency_p99_ms = 5\n[check]\niterations = 50\nrepeats = 2\n',
+    )
     assert "at least 299" in error_of(load_profile, str(path))
 
 
 def test_unknown_target_device_and_profile(tmp_path):
     target = write(tmp_path, "t.toml", 'target = "tensorrtt"\n')
-    assert "field 'target'" in error_of(load_profile, str(target)) and "onnxruntime" in error_of(load_profile, str(target))
+    assert "field 'target'" in error_of(load_profile, str(target)) and "onnxruntime" in error_of(
+        load_profile, str(target)
+    )
     device = write(tmp_path, "d.toml", 'extends = "cpu-fp32"\ndevice = "pixel-99"\n')
     msg = error_of(load_profile, str(device))
     assert "pixel-99" in msg and "h100-sxm" in msg
@@ -100,7 +106,9 @@ def test_project_symbolic_dim_needs_a_value(tmp_path):
 def test_project_missing_source_and_bad_dtype(tmp_path):
     write(tmp_path, "tapeout.toml", '[model]\nname = "x"\n[[inputs]]\nname = "x"\nshape = [1]\n')
     assert "missing required field 'model.source'" in error_of(load_project, tmp_path)
-    write(tmp_path, "tapeout.toml", '[model]\nsource = "m.onnx"\n[[inputs]]\nname = "x"\nshape = [1]\ndtype = "float"\n')
+    write(
+        tmp_path, "tapeout.toml", '[model]\nsource = "m.onnx"\n[[inputs]]\nname = "x"\nshape = [1]\ndtype = "float"\n'
+    )
     msg = error_of(load_project, tmp_path)
     assert "inputs.0.dtype" in msg and "'float32'" in msg
 

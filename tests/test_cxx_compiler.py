@@ -33,8 +33,12 @@ def test_the_elf_reader_names_what_a_shared_library_loads_and_unknown_for_anythi
     assert any(n.startswith("libstdc++.so") for n in dynamic) and "libc.so.6" in dynamic
     assert not any(n.startswith("libstdc++.so") for n in static) and "libc.so.6" in static
     whole = _shared_library(tmp_path).read_bytes()
-    for name, data in {"text": b"not a library", "truncated": whole[:200], "headers cut": whole[: len(whole) // 2],
-                       "garbage": b"\x7fELF\x02\x01" + os.urandom(4000)}.items():
+    for name, data in {
+        "text": b"not a library",
+        "truncated": whole[:200],
+        "headers cut": whole[: len(whole) // 2],
+        "garbage": b"\x7fELF\x02\x01" + os.urandom(4000),
+    }.items():
         (tmp_path / name).write_bytes(data)
         assert cxx_compiler.needed_libraries(tmp_path / name) is None, name
 
@@ -46,7 +50,8 @@ def test_a_cxx_that_links_libstdcxx_statically_is_passed_over_for_gxx(tmp_path, 
     assert not usable and "links libstdc++ statically" in why
     chosen = cxx_compiler.choose()
     assert os.path.realpath(chosen.path) == os.path.realpath(GXX) and chosen.inductor_configs() == {
-        "cpp.cxx": (chosen.path,)}
+        "cpp.cxx": (chosen.path,)
+    }
     assert f"used instead of {wrapper}, which links libstdc++ statically" in chosen.note
     assert chosen.describe().startswith(chosen.version) and chosen.note in chosen.describe()
 

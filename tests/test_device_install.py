@@ -44,14 +44,32 @@ def declared_closure(root: md.Distribution, extras: tuple[str, ...] = ()) -> dic
 def isolated_site(tmp_path: Path, extras: tuple[str, ...] = ()) -> tuple[Path, dict[str, md.Distribution]]:
     """tapeout from this tree and the files of exactly its declared closure, in one folder for `python -S`."""
     site = tmp_path / "site"
-    pip = subprocess.run([sys.executable, "-m", "pip", "install", "--quiet", "--no-deps", "--no-build-isolation",
-                          "--no-index", "--target", str(site), str(REPO)], capture_output=True, text=True)
+    pip = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "pip",
+            "install",
+            "--quiet",
+            "--no-deps",
+            "--no-build-isolation",
+            "--no-index",
+            "--target",
+            str(site),
+            str(REPO),
+        ],
+        capture_output=True,
+        text=True,
+    )
     assert pip.returncode == 0, pip.stderr[-2000:]
     # the requirements as this tree declares them now (the wheel just built), not as last installed
     built = next(md.distributions(path=[str(site)]))
     closure = declared_closure(built, extras)
-    files = {name: [f for f in dist.files or [] if f.parts[0] != ".." and f.suffix != ".pyc"]  # scripts, bytecode
-             for name, dist in closure.items() if name != "tapeout"}  # tapeout: installed from the tree above
+    files = {
+        name: [f for f in dist.files or [] if f.parts[0] != ".." and f.suffix != ".pyc"]  # scripts, bytecode
+        for name, dist in closure.items()
+        if name != "tapeout"
+    }  # tapeout: installed from the tree above
     # a top-level folder only one distribution has files in is linked whole (torch's are thousands of files)
     owners: dict[str, set[str]] = {}
     for name, owned in files.items():
@@ -77,11 +95,17 @@ def test_check_runs_with_the_declared_dependencies_only(digits_build, tmp_path):
     assert "torch" not in closure  # the device side never needs it
     env = {"PATH": os.environ["PATH"], "PYTHONPATH": str(site), "HOME": str(tmp_path), "COLUMNS": "200"}
     isolated = [sys.executable, "-S"]
-    probe = subprocess.run([*isolated, "-c", "import tapeout.cli, sys; import torch"], env=env, capture_output=True,
-                           text=True)
+    probe = subprocess.run(
+        [*isolated, "-c", "import tapeout.cli, sys; import torch"], env=env, capture_output=True, text=True
+    )
     assert "No module named 'torch'" in probe.stderr, "the environment is not isolated"
-    result = subprocess.run([*isolated, "-m", "tapeout", "check", str(digits_build), "--iterations", "20",
-                             "--repeats", "1"], env=env, capture_output=True, text=True, timeout=600)
+    result = subprocess.run(
+        [*isolated, "-m", "tapeout", "check", str(digits_build), "--iterations", "20", "--repeats", "1"],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
     assert result.returncode == 0, result.stderr[-3000:]
     assert "check dir:" in result.stdout
 
@@ -98,9 +122,13 @@ def test_an_executorch_build_checks_with_the_executorch_extra_only(executorch_di
     isolated = [sys.executable, "-S"]
     probe = subprocess.run([*isolated, "-c", "import transformers"], env=env, capture_output=True, text=True)
     assert "No module named 'transformers'" in probe.stderr, "the environment is not isolated: " + probe.stderr[-500:]
-    checked = subprocess.run([*isolated, "-m", "tapeout", "check", str(build), "--iterations", "20", "--repeats", "1"],
-                             env=env, capture_output=True, text=True, timeout=600)
+    checked = subprocess.run(
+        [*isolated, "-m", "tapeout", "check", str(build), "--iterations", "20", "--repeats", "1"],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
     assert checked.returncode == 0, checked.stderr[-3000:]
     assert "check dir:" in checked.stdout
     assert json.loads((build / "check.json").read_text())["parity"][0]["within_tolerance"]  # the .pte, re-run there
-

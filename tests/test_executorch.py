@@ -56,9 +56,11 @@ def test_a_model_torch_export_cannot_capture_is_one_line(tmp_path):
         "import torch\n\nclass Branchy(torch.nn.Module):\n    def __init__(self):\n        super().__init__()\n"
         "        self.fc = torch.nn.Linear(4, 4)\n\n    def forward(self, x):\n"
         "        y = self.fc(x)\n        if (y * y).sum() >= 0:\n            return y * 2\n        return y - 1\n\n"
-        "def build():\n    return Branchy().eval()\n")
-    (project / "tapeout.toml").write_text('[model]\nname = "branchy"\nsource = "model.py:build"\n\n'
-                                          '[[inputs]]\nname = "x"\nshape = [1, 4]\n')
+        "def build():\n    return Branchy().eval()\n"
+    )
+    (project / "tapeout.toml").write_text(
+        '[model]\nname = "branchy"\nsource = "model.py:build"\n\n[[inputs]]\nname = "x"\nshape = [1, 4]\n'
+    )
     line = refused_build(tmp_path, project, "--profile", "executorch-xnnpack-fp32")
     assert "torch.export could not capture the model" in line and "torch.cond" in line
 
@@ -86,7 +88,10 @@ def test_a_core_ml_build_lowers_here_and_check_exits_4_naming_what_is_missing(tm
     result = run_cli("build", SAMPLES / "digits-cnn", "--profile", "executorch-coreml-fp16", "--out", out, "--json")
     assert result.code == 0, result.err
     report = result.json()
-    assert report["artifact"]["meta"]["delegate"] == "Core ML" and report["artifact"]["meta"]["compute_precision"] == "float16"
+    assert (
+        report["artifact"]["meta"]["delegate"] == "Core ML"
+        and report["artifact"]["meta"]["compute_precision"] == "float16"
+    )
     assert report["placement"]["accelerator"] == "Core ML" and report["placement"]["off_share"] == 0
     assert "CoreMLBackend" in report["target"]["emulated"] and (out / "artifact" / "model.pte").is_file()
     check = run_cli("check", out)
@@ -108,12 +113,16 @@ def test_digits_cnn_int8_is_quantized_on_the_program_and_runs_integer_kernels(ex
     report = result.json()
     quantization = report["quantization"]
     plan = {g["group"]: (g["precision"], tuple(g["modules"])) for g in quantization["plan"]["groups"]}
-    assert quantization["plan"]["method"] == "pt2e-xnnpack" and quantization["evaluated_on"] == "executorch, on this host"
+    assert (
+        quantization["plan"]["method"] == "pt2e-xnnpack" and quantization["evaluated_on"] == "executorch, on this host"
+    )
     assert plan["conv1"] == ("int8", ("features.2", "features.3")) and plan["linear1"][0] == "int8"
     assert plan["first_conv"][0] == "fp32" and plan["head"][0] == "fp32"
     assert quantization["quantized_bytes"] < quantization["fp32_bytes"]  # int8 weights, the float copies dropped
     assert (out / "quantized" / "model.pt2").is_file() and not (out / "quantized" / ".compiled").exists()
-    assert not (out / "quantized" / ".kept").exists()  # the kept candidate's .pte became the artifact, not lowered again
+    assert not (
+        out / "quantized" / ".kept"
+    ).exists()  # the kept candidate's .pte became the artifact, not lowered again
     assert report["accuracy"]["artifact"] == quantization["search"]["metric"]  # and its evaluation stands
     assert "loop's evaluation" in report["accuracy"]["where"]
     assert report["placement"]["off_share"] == 0
@@ -121,7 +130,9 @@ def test_digits_cnn_int8_is_quantized_on_the_program_and_runs_integer_kernels(ex
     assert verdicts == {"placement_max_off_share": "pass", "parity_min_cosine": "pass", "accuracy_max_drop": "pass"}
     with np.load(out / "golden.npz") as golden:
         feeds = {"image": golden["input.image"][0]}
-    profile = targets.create("executorch", {}).op_profile(Artifact("executorch", out / "artifact", "model.pte"), feeds, 3)
+    profile = targets.create("executorch", {}).op_profile(
+        Artifact("executorch", out / "artifact", "model.pte"), feeds, 3
+    )
     kernels = {o["op_type"] for o in profile.by_op_type()}
     assert "Convolution (NHWC, QC8) IGEMM" in kernels and "Convolution (NHWC, F32) IGEMM" in kernels
     assert any("Fully Connected" in k and "QS8" in k for k in kernels), kernels
@@ -161,13 +172,29 @@ def test_the_sensitivity_loop_ranks_and_moves_program_groups_through_executorch(
     def error(predict) -> float:
         return max(float(np.abs(predict(f)["logits"] - e).max()) for f, e in zip(samples, expected, strict=True))
 
-    plan = rules.first_plan(analyze(out / "export" / "model.onnx"), "executorch",
-                            targets.TARGETS["executorch"].capabilities, "int8", QuantizationSettings())
-    candidates = sensitivity.Candidates(session=session, evaluate=error, judge=lambda e: (e, e < 1e-4),
-                                        calibration=samples, rank_samples=samples[:2], latency_feeds=samples[0],
-                                        log=lambda _msg: None)
-    result = sensitivity.search(plan, out / "quantized" / "fp32.pt2", tmp_path / "q" / "model.pt2", candidates,
-                                sensitivity.Limits(max_evaluations=2, max_ranked_groups=1))
+    plan = rules.first_plan(
+        analyze(out / "export" / "model.onnx"),
+        "executorch",
+        targets.TARGETS["executorch"].capabilities,
+        "int8",
+        QuantizationSettings(),
+    )
+    candidates = sensitivity.Candidates(
+        session=session,
+        evaluate=error,
+        judge=lambda e: (e, e < 1e-4),
+        calibration=samples,
+        rank_samples=samples[:2],
+        latency_feeds=samples[0],
+        log=lambda _msg: None,
+    )
+    result = sensitivity.search(
+        plan,
+        out / "quantized" / "fp32.pt2",
+        tmp_path / "q" / "model.pt2",
+        candidates,
+        sensitivity.Limits(max_evaluations=2, max_ranked_groups=1),
+    )
     assert [r["group"] for r in result.ranking] == ["conv1"] and result.unranked[0]["group"] == "linear1"
     assert result.steps[0].drop > 1e-3  # INT8 logits, not float rounding
     assert [s.action for s in result.steps[1:]] == ["conv1: int8 → fp32"] and not result.steps[-1].meets_accuracy

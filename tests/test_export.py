@@ -76,10 +76,17 @@ def test_hugging_face_directory_source(tmp_path):
     from transformers import BertConfig, BertModel
 
     torch.manual_seed(0)
-    config = BertConfig(vocab_size=120, hidden_size=32, num_hidden_layers=2, num_attention_heads=2,
-                        intermediate_size=64, max_position_embeddings=64)
+    config = BertConfig(
+        vocab_size=120,
+        hidden_size=32,
+        num_hidden_layers=2,
+        num_attention_heads=2,
+        intermediate_size=64,
+        max_position_embeddings=64,
+    )
     BertModel(config).eval().save_pretrained(tmp_path / "tiny-bert")
-    (tmp_path / "tapeout.toml").write_text(textwrap.dedent("""
+    (tmp_path / "tapeout.toml").write_text(
+        textwrap.dedent("""
         [model]
         source = "tiny-bert"
         [[inputs]]
@@ -95,7 +102,8 @@ def test_hugging_face_directory_source(tmp_path):
         [dims]
         batch = 1
         sequence = 16
-    """))
+    """)
+    )
     result = run_cli("export", tmp_path, "--out", tmp_path / "bert.onnx", "--json")
     assert result.code == 0, result.err
     info = result.json()
@@ -119,24 +127,28 @@ def test_pt2_source(tmp_path):
 def test_onnx_source_builds_and_shape_mismatch_is_named(tmp_path, fast_profile, digits_build):
     onnx_file = digits_build / "export" / "model.onnx"
     (tmp_path / "m.onnx").write_bytes(onnx_file.read_bytes())
-    (tmp_path / "tapeout.toml").write_text(textwrap.dedent("""
+    (tmp_path / "tapeout.toml").write_text(
+        textwrap.dedent("""
         [model]
         source = "m.onnx"
         [[inputs]]
         name = "image"
         shape = [1, 1, 8, 8]
-    """))
+    """)
+    )
     result = run_cli("build", tmp_path, "--profile", fast_profile, "--out", tmp_path / "b", "--json")
     assert result.code == 0, result.err
     assert result.json()["golden"]["reference"].startswith("the source ONNX model")
 
-    (tmp_path / "tapeout.toml").write_text(textwrap.dedent("""
+    (tmp_path / "tapeout.toml").write_text(
+        textwrap.dedent("""
         [model]
         source = "m.onnx"
         [[inputs]]
         name = "image"
         shape = [1, 1, 8, 9]
-    """))
+    """)
+    )
     result = run_cli("build", tmp_path, "--profile", fast_profile, "--out", tmp_path / "c")
     assert result.code == 2
     line = one_line_error(result)
@@ -187,8 +199,9 @@ def test_dynamo_failure_falls_back_to_torchscript_and_says_why(tmp_path):
 
 
 def test_fallback_that_froze_the_wrong_branch_is_caught(tmp_path):
-    project = make_project(tmp_path, "branchy.py:input_dependent", extra="[export]\nsamples = 16",
-                           files={"branchy.py": BRANCHY_MODEL})
+    project = make_project(
+        tmp_path, "branchy.py:input_dependent", extra="[export]\nsamples = 16", files={"branchy.py": BRANCHY_MODEL}
+    )
     result = run_cli("export", project, "--out", tmp_path / "o.onnx")
     assert result.code == 2
     assert "'output' differs from torch beyond tolerance" in one_line_error(result)
@@ -204,14 +217,16 @@ def test_module_callable_source(tmp_path):
 
 def test_lint_lists_every_problem_of_an_onnx_source(tmp_path, digits_build):
     (tmp_path / "m.onnx").write_bytes((digits_build / "export" / "model.onnx").read_bytes())
-    (tmp_path / "tapeout.toml").write_text(textwrap.dedent("""
+    (tmp_path / "tapeout.toml").write_text(
+        textwrap.dedent("""
         [model]
         source = "m.onnx"
         [[inputs]]
         name = "image"
         shape = [1, 1, 8, 9]
         dtype = "int64"
-    """))
+    """)
+    )
     result = run_cli("lint", tmp_path)
     assert result.code == 2
     assert "'image' is float32 in the model but int64" in result.out
@@ -222,14 +237,22 @@ def test_lint_lists_every_problem_of_an_onnx_source(tmp_path, digits_build):
 HF_HEADS = {
     # architecture class → (config kwargs, output shape): the head's logits, not the backbone's hidden state
     "DistilBertForSequenceClassification": (
-        "DistilBertConfig", dict(vocab_size=100, dim=32, n_layers=1, n_heads=2, hidden_dim=64, num_labels=3), [1, 3]),
-    "GPT2LMHeadModel": ("GPT2Config", dict(vocab_size=100, n_embd=32, n_layer=1, n_head=2, n_positions=32), [1, 8, 100]),
+        "DistilBertConfig",
+        dict(vocab_size=100, dim=32, n_layers=1, n_heads=2, hidden_dim=64, num_labels=3),
+        [1, 3],
+    ),
+    "GPT2LMHeadModel": (
+        "GPT2Config",
+        dict(vocab_size=100, n_embd=32, n_layer=1, n_head=2, n_positions=32),
+        [1, 8, 100],
+    ),
 }
 
 
 # GPT-2 in the full suite only (the generate tests export GPT-2 again); the fast subset keeps DistilBERT
-@pytest.mark.parametrize("architecture", [pytest.param(a, marks=pytest.mark.slow) if a == "GPT2LMHeadModel" else a
-                                          for a in HF_HEADS])
+@pytest.mark.parametrize(
+    "architecture", [pytest.param(a, marks=pytest.mark.slow) if a == "GPT2LMHeadModel" else a for a in HF_HEADS]
+)
 def test_hugging_face_directories_keep_their_task_head(tmp_path, architecture):
     import torch
     import transformers
@@ -238,8 +261,10 @@ def test_hugging_face_directories_keep_their_task_head(tmp_path, architecture):
     torch.manual_seed(0)
     model = getattr(transformers, architecture)(getattr(transformers, config_name)(**kwargs)).eval()
     model.save_pretrained(tmp_path / "hf")
-    (tmp_path / "tapeout.toml").write_text('[model]\nsource = "hf"\noutputs = ["logits"]\n\n[[inputs]]\n'
-                                           'name = "input_ids"\nshape = [1, 8]\ndtype = "int64"\nrange = [0, 99]\n')
+    (tmp_path / "tapeout.toml").write_text(
+        '[model]\nsource = "hf"\noutputs = ["logits"]\n\n[[inputs]]\n'
+        'name = "input_ids"\nshape = [1, 8]\ndtype = "int64"\nrange = [0, 99]\n'
+    )
     result = run_cli("export", tmp_path, "--out", tmp_path / "m.onnx", "--json")
     assert result.code == 0, result.err
     out = onnx.load(str(tmp_path / "m.onnx")).graph.output[0]
@@ -248,7 +273,8 @@ def test_hugging_face_directories_keep_their_task_head(tmp_path, architecture):
     import onnxruntime as ort
 
     got = ort.InferenceSession(str(tmp_path / "m.onnx"), providers=["CPUExecutionProvider"]).run(
-        None, {"input_ids": ids.numpy()})[0]
+        None, {"input_ids": ids.numpy()}
+    )[0]
     with torch.no_grad():
         want = model(input_ids=ids).logits.numpy()
     assert abs(got - want).max() < 1e-4  # the model saved, head included, not a re-initialised one
@@ -264,13 +290,15 @@ def test_a_hugging_face_directory_without_architectures_loads_the_backbone_and_s
     from transformers import BertConfig, BertModel
 
     torch.manual_seed(0)
-    BertModel(BertConfig(vocab_size=50, hidden_size=16, num_hidden_layers=1, num_attention_heads=2,
-                         intermediate_size=32)).eval().save_pretrained(tmp_path / "hf")
+    BertModel(
+        BertConfig(vocab_size=50, hidden_size=16, num_hidden_layers=1, num_attention_heads=2, intermediate_size=32)
+    ).eval().save_pretrained(tmp_path / "hf")
     config = json.loads((tmp_path / "hf" / "config.json").read_text())
     config.pop("architectures", None)
     (tmp_path / "hf" / "config.json").write_text(json.dumps(config))
-    (tmp_path / "tapeout.toml").write_text('[model]\nsource = "hf"\n\n[[inputs]]\nname = "input_ids"\n'
-                                           'shape = [1, 4]\ndtype = "int64"\nrange = [0, 49]\n')
+    (tmp_path / "tapeout.toml").write_text(
+        '[model]\nsource = "hf"\n\n[[inputs]]\nname = "input_ids"\nshape = [1, 4]\ndtype = "int64"\nrange = [0, 49]\n'
+    )
     result = run_cli("export", tmp_path, "--out", tmp_path / "m.onnx")
     assert result.code == 0, result.err
     assert "names no architecture: loaded the bare model" in result.err

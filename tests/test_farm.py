@@ -44,13 +44,19 @@ def cluster():
     from ray.cluster_utils import Cluster
 
     # a killed node is declared dead in about 4 s, not Ray's default 30 (a busy 2-core host still answers in time)
-    fast_failure = {"health_check_initial_delay_ms": 0, "health_check_period_ms": 1000,
-                    "health_check_failure_threshold": 4}
-    c = Cluster(initialize_head=True, head_node_args={"num_cpus": 1, "resources": {HOST: 1.0},
-                                                      "_system_config": fast_failure})
-    nodes = {"cpu-a": c.add_node(num_cpus=1, resources=node_resources(["host-cpu"])),
-             "cpu-b": c.add_node(num_cpus=1, resources=node_resources(["host-cpu"])),
-             "npu": c.add_node(num_cpus=1, resources=node_resources([NPU]))}
+    fast_failure = {
+        "health_check_initial_delay_ms": 0,
+        "health_check_period_ms": 1000,
+        "health_check_failure_threshold": 4,
+    }
+    c = Cluster(
+        initialize_head=True, head_node_args={"num_cpus": 1, "resources": {HOST: 1.0}, "_system_config": fast_failure}
+    )
+    nodes = {
+        "cpu-a": c.add_node(num_cpus=1, resources=node_resources(["host-cpu"])),
+        "cpu-b": c.add_node(num_cpus=1, resources=node_resources(["host-cpu"])),
+        "npu": c.add_node(num_cpus=1, resources=node_resources([NPU])),
+    }
     c.wait_for_nodes()
     yield c, nodes
     ray.shutdown()
@@ -73,8 +79,12 @@ def matrix(cluster, tmp_path_factory):
     c, nodes = cluster
     root = tmp_path_factory.mktemp("farm")
     projects = toy_projects(root)
-    plan_path = _plan(root, projects, ["lean.toml", "lean-ov.toml", "lean-trt.toml"],
-                      devices=f'lean-ov = "{NPU}"\nlean-trt = "h100-sxm"\n')
+    plan_path = _plan(
+        root,
+        projects,
+        ["lean.toml", "lean-ov.toml", "lean-trt.toml"],
+        devices=f'lean-ov = "{NPU}"\nlean-trt = "h100-sxm"\n',
+    )
     killed: dict[str, str] = {}
     host_cpu = {nodes["cpu-a"].node_id: "cpu-a", nodes["cpu-b"].node_id: "cpu-b"}
 
@@ -85,8 +95,15 @@ def matrix(cluster, tmp_path_factory):
 
     started = time.perf_counter()
     data = head.run(load_plan(plan_path), c.address, UI(), watch=watch)
-    return {"data": data, "plan": plan_path, "projects": projects, "killed": killed, "root": root,
-            "seconds": time.perf_counter() - started, "nodes": {k: v.node_id for k, v in nodes.items()}}
+    return {
+        "data": data,
+        "plan": plan_path,
+        "projects": projects,
+        "killed": killed,
+        "root": root,
+        "seconds": time.perf_counter() - started,
+        "nodes": {k: v.node_id for k, v in nodes.items()},
+    }
 
 
 def _rows(data: dict) -> dict[str, dict]:
@@ -112,8 +129,10 @@ def test_a_node_killed_mid_check_has_its_row_retried_on_another_node_with_the_de
     assert killed, "no check started on a host-cpu node"
     r = _rows(matrix["data"])[killed["row"]]
     assert r["attempts"]["check"] == 2 and r["status"] == "checked", r
-    assert r["nodes"]["check"] != killed["node"] and r["nodes"]["check"] in (matrix["nodes"]["cpu-a"],
-                                                                             matrix["nodes"]["cpu-b"])
+    assert r["nodes"]["check"] != killed["node"] and r["nodes"]["check"] in (
+        matrix["nodes"]["cpu-a"],
+        matrix["nodes"]["cpu-b"],
+    )
     out = matrix["plan"].parent / "out"
     leftovers = [p for p in out.rglob("*") if p.name.startswith(".") and ("partial" in p.name or "old" in p.name)]
     assert not leftovers  # nothing half-written beside the build dirs
@@ -163,8 +182,13 @@ def test_a_forged_report_from_a_worker_is_refused_and_nothing_is_written(matrix,
     forged_check = json.loads(checked["check.json"])
     forged_check["measurement"]["latency_ms"]["quantiles"]["p50"]["point"] /= 10
     with pytest.raises(BadInput, match="sha256 mismatch"):  # a build verified on arrival: its check still is
-        results.write(tmp_path / "checked", files, {**checked, "check.json": json.dumps(forged_check).encode()}, job,
-                      received_before=True)
+        results.write(
+            tmp_path / "checked",
+            files,
+            {**checked, "check.json": json.dumps(forged_check).encode()},
+            job,
+            received_before=True,
+        )
     assert not (tmp_path / "checked").exists()
     assert (results.write(tmp_path / "checked", files, checked, job, received_before=True) / "check.json").is_file()
     report = json.loads(files["report.json"])
@@ -237,8 +261,12 @@ def test_with_no_tries_left_a_lost_check_is_marked_with_its_node_and_nothing_hal
 
     data = head.run(load_plan(plan_path), c.address, UI(), watch=watch)
     (row,) = data["rows"]
-    assert row["status"] == "not measured" and row["reason"].startswith("worker lost on ") and spare.node_id[:8] in \
-        row["reason"] and "no other live node holds device:spare-cpu" in row["reason"], row
+    assert (
+        row["status"] == "not measured"
+        and row["reason"].startswith("worker lost on ")
+        and spare.node_id[:8] in row["reason"]
+        and "no other live node holds device:spare-cpu" in row["reason"]
+    ), row
     opened = open_build(row["build_dir"])
     assert opened.report is not None and opened.check_report is None
     assert not [p for p in (tmp_path / "lost").rglob(".*")]
@@ -285,9 +313,14 @@ def test_ctrl_c_on_the_head_cancels_and_leaves_no_build(tmp_path):
     env = {**os.environ, "COLUMNS": "200"}
     # as from a terminal: a suite started in the background (nohup, `&`) passes SIGINT down ignored, and tapeout
     # leaves an ignored SIGINT ignored
-    proc = subprocess.Popen([sys.executable, "-m", "tapeout", "farm", str(plan)], stderr=subprocess.PIPE,
-                            stdout=subprocess.DEVNULL, text=True, env=env,
-                            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "tapeout", "farm", str(plan)],
+        stderr=subprocess.PIPE,
+        stdout=subprocess.DEVNULL,
+        text=True,
+        env=env,
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
+    )
     seen = []
     for line in proc.stderr:
         seen.append(line)
@@ -302,17 +335,27 @@ def test_ctrl_c_on_the_head_cancels_and_leaves_no_build(tmp_path):
     assert not (out / "toy-a").exists() and not (out / "farm.json").exists()
 
 
-@pytest.mark.parametrize(("plan", "says"), [
-    ('[[build]]\nproject = "toy-a"\nprofiles = ["cpu-fp3"]\n', "unknown profile 'cpu-fp3'"),
-    ('[[build]]\nproject = "nowhere"\nprofiles = ["cpu-fp32"]\n', "no project file at"),
-    ('[[build]]\nproject = "toy-a"\nprofiles = ["cpu-fp32"]\n[devices]\ncpu-fp32 = "a b"\n', "must be a device name"),
-    ('[[build]]\nproject = "toy-a"\nprofiles = ["cuda-fp32"]\n', "names no device spec"),
-    ('[[build]]\nproject = "toy-a"\nprofiles = ["cpu-fp32"]\n[devices]\ncpu-int8 = "host-cpu"\n',
-     "no [[build]] entry builds"),
-    ('[farm]\nretries = -1\n[[build]]\nproject = "toy-a"\nprofiles = ["cpu-fp32"]\n', "farm.retries"),
-    ('[[build]]\nproject = "toy-a"\nprofiles = ["cpu-fp32"]\n[[build]]\nproject = "toy-a"\nprofiles = ["cpu-fp32"]\n',
-     "twice"),
-])
+@pytest.mark.parametrize(
+    ("plan", "says"),
+    [
+        ('[[build]]\nproject = "toy-a"\nprofiles = ["cpu-fp3"]\n', "unknown profile 'cpu-fp3'"),
+        ('[[build]]\nproject = "nowhere"\nprofiles = ["cpu-fp32"]\n', "no project file at"),
+        (
+            '[[build]]\nproject = "toy-a"\nprofiles = ["cpu-fp32"]\n[devices]\ncpu-fp32 = "a b"\n',
+            "must be a device name",
+        ),
+        ('[[build]]\nproject = "toy-a"\nprofiles = ["cuda-fp32"]\n', "names no device spec"),
+        (
+            '[[build]]\nproject = "toy-a"\nprofiles = ["cpu-fp32"]\n[devices]\ncpu-int8 = "host-cpu"\n',
+            "no [[build]] entry builds",
+        ),
+        ('[farm]\nretries = -1\n[[build]]\nproject = "toy-a"\nprofiles = ["cpu-fp32"]\n', "farm.retries"),
+        (
+            '[[build]]\nproject = "toy-a"\nprofiles = ["cpu-fp32"]\n[[build]]\nproject = "toy-a"\nprofiles = ["cpu-fp32"]\n',
+            "twice",
+        ),
+    ],
+)
 def test_a_bad_plan_is_one_line_and_exit_2_before_anything_starts(tmp_path, plan, says):
     toy_projects(tmp_path)
     (tmp_path / "plan.toml").write_text(plan)

@@ -39,8 +39,11 @@ def _namespaces_work() -> bool:
         return False
 
 
-needs_namespaces = pytest.mark.skipif(not _namespaces_work(), reason="`unshare -rm` (user and mount namespaces) "
-                                      "is not permitted here: no small or read-only filesystem can be mounted")
+needs_namespaces = pytest.mark.skipif(
+    not _namespaces_work(),
+    reason="`unshare -rm` (user and mount namespaces) "
+    "is not permitted here: no small or read-only filesystem can be mounted",
+)
 
 
 LEFT = "--- left on the filesystem:"
@@ -54,10 +57,18 @@ def in_mount(mnt: Path, size: str, args: list, prepare: str = "", readonly: bool
     script = f"mount -t tmpfs -o size={size} tmpfs {where} && {prepare or 'true'}"
     if readonly:
         script += f" && mount -o remount,ro {where}"
-    script += (" && { " + shlex.join([sys.executable, "-m", "tapeout", *map(str, args)])
-               + f"; rc=$?; echo '{LEFT}'; ls -A {where}; exit $rc; }}")
-    proc = subprocess.run(["unshare", "-rm", "sh", "-c", script], capture_output=True, text=True, timeout=600,
-                          env={**os.environ, "COLUMNS": "200"})
+    script += (
+        " && { "
+        + shlex.join([sys.executable, "-m", "tapeout", *map(str, args)])
+        + f"; rc=$?; echo '{LEFT}'; ls -A {where}; exit $rc; }}"
+    )
+    proc = subprocess.run(
+        ["unshare", "-rm", "sh", "-c", script],
+        capture_output=True,
+        text=True,
+        timeout=600,
+        env={**os.environ, "COLUMNS": "200"},
+    )
     return Result(proc.returncode, proc.stdout, proc.stderr)
 
 
@@ -73,15 +84,19 @@ def _side_dirs(out: Path) -> list[str]:
 
 
 def test_kill_9_at_random_points_never_leaves_a_broken_build_and_the_next_build_cleans_up(
-        digits_build, tmp_path, fast_profile):
+    digits_build, tmp_path, fast_profile
+):
     out = tmp_path / "digits"
     subprocess.run(["cp", "-a", str(digits_build), str(out)], check=True)
     before = sha256_file(out / MANIFEST)
     rng = random.Random(9)
     outcomes = []
     for delay in sorted(rng.uniform(0.2, 6.0) for _ in range(6)):
-        proc = subprocess.Popen([sys.executable, "-m", "tapeout", "build", str(DIGITS), "-p", str(fast_profile),
-                                 "-o", str(out)], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "tapeout", "build", str(DIGITS), "-p", str(fast_profile), "-o", str(out)],
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )
         time.sleep(delay)
         proc.kill()
         proc.wait()
@@ -102,8 +117,12 @@ def test_sigterm_unwinds_like_ctrl_c_and_keeps_the_previous_build(digits_build, 
     out = tmp_path / "digits"
     subprocess.run(["cp", "-a", str(digits_build), str(out)], check=True)
     before = sha256_file(out / MANIFEST)
-    proc = subprocess.Popen([sys.executable, "-m", "tapeout", "build", str(DIGITS), "-p", str(fast_profile),
-                             "-o", str(out)], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "tapeout", "build", str(DIGITS), "-p", str(fast_profile), "-o", str(out)],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     deadline = time.monotonic() + 120
     while not _side_dirs(out) and time.monotonic() < deadline:  # staging exists: the build is under way
         time.sleep(0.05)
@@ -124,7 +143,8 @@ def test_a_sigterm_that_lands_in_python_run_by_a_c_extension_still_exits_143(tmp
         "signal.signal(signal.SIGTERM, cli._on_sigterm)\n"
         "ctypes.pythonapi.PyRun_SimpleString(b'import os, signal, time; os.kill(os.getpid(), signal.SIGTERM); "
         "time.sleep(5)')\n"
-        "cli._interrupted()\n")
+        "cli._interrupted()\n"
+    )
     done = subprocess.run([sys.executable, "-m", "landing"], cwd=tmp_path, capture_output=True, text=True, timeout=60)
     assert done.returncode == 143, done.stderr
     assert "terminated (SIGTERM)" in done.stderr
@@ -195,10 +215,12 @@ def test_an_out_that_cannot_be_a_build_dir_is_one_line_before_any_work(tmp_path,
     other = tmp_path / "notes"
     other.mkdir()
     (other / "keep.txt").write_text("mine")
-    out, says = {"out-is-a-file": (afile, "is a file"),
-                 "out-under-a-file": (afile / "b", "which is a file"),
-                 "name-too-long": (tmp_path / ("x" * 300), "choose a shorter --out name"),
-                 "out-is-another-dir": (other, "is not a tapeout build dir")}[case]
+    out, says = {
+        "out-is-a-file": (afile, "is a file"),
+        "out-under-a-file": (afile / "b", "which is a file"),
+        "name-too-long": (tmp_path / ("x" * 300), "choose a shorter --out name"),
+        "out-is-another-dir": (other, "is not a tapeout build dir"),
+    }[case]
     result = run_cli("build", DIGITS, "-p", fast_profile, "-o", out)
     assert result.code == 2
     assert says in one_line_error(result)
@@ -220,8 +242,11 @@ def test_junit_into_a_missing_folder_is_created_and_a_bad_one_refused_before_the
 
 def test_output_file_refuses_what_it_cannot_write(tmp_path):
     (tmp_path / "f").write_text("x")
-    for path, says in ((tmp_path, "is a directory"), (tmp_path / "f" / "x.xml", "which is a file"),
-                       (tmp_path / ("y" * 300), "too long")):
+    for path, says in (
+        (tmp_path, "is a directory"),
+        (tmp_path / "f" / "x.xml", "which is a file"),
+        (tmp_path / ("y" * 300), "too long"),
+    ):
         with pytest.raises(BadInput, match=says):
             output_file(path, "--junit")
 

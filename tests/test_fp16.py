@@ -65,25 +65,39 @@ def test_fp16_rules_per_family(tmp_path):
 def test_fp16_plans_convert_and_run_close_to_fp32(tmp_path, family):
     import onnxruntime as ort
 
-    model = {"encoder": graphs.transformer(), "decoder": graphs.transformer(causal=True, lm_head=True, swiglu=True),
-             "cnn": graphs.cnn(), "lstm": graphs.recurrent(), "unet": graphs.diffusion()}[family]
+    model = {
+        "encoder": graphs.transformer(),
+        "decoder": graphs.transformer(causal=True, lm_head=True, swiglu=True),
+        "cnn": graphs.cnn(),
+        "lstm": graphs.recurrent(),
+        "unet": graphs.diffusion(),
+    }[family]
     plan, path, _ = _fp16_plan(tmp_path, model)
     info = apply(plan, path, tmp_path / "fp16.onnx")
     converted = onnx.load(tmp_path / "fp16.onnx")
     assert info["method"] == "float16"
-    assert [i.type.tensor_type.elem_type for i in converted.graph.input] == [i.type.tensor_type.elem_type
-                                                                             for i in model.graph.input]
-    weights = [i.data_type for i in converted.graph.initializer if i.data_type in (onnx.TensorProto.FLOAT,
-                                                                                  onnx.TensorProto.FLOAT16)]
+    assert [i.type.tensor_type.elem_type for i in converted.graph.input] == [
+        i.type.tensor_type.elem_type for i in model.graph.input
+    ]
+    weights = [
+        i.data_type
+        for i in converted.graph.initializer
+        if i.data_type in (onnx.TensorProto.FLOAT, onnx.TensorProto.FLOAT16)
+    ]
     assert weights.count(onnx.TensorProto.FLOAT16) > weights.count(onnx.TensorProto.FLOAT)
     produced = {o: n for n in converted.graph.node for o in n.output}
     for node in (n for n in converted.graph.node if n.op_type in plan.float_ops):  # their inputs are cast back to FP32
         first = produced.get(node.input[0])
         assert first is None or first.op_type != "Cast" or first.attribute[0].i == onnx.TensorProto.FLOAT, node.name
     rng = np.random.default_rng(0)
-    feeds = {i.name: (rng.integers(0, 64, (1, 8)) if i.type.tensor_type.elem_type == onnx.TensorProto.INT64
-                      else rng.standard_normal([d.dim_value for d in i.type.tensor_type.shape.dim]).astype(np.float32))
-             for i in model.graph.input}
+    feeds = {
+        i.name: (
+            rng.integers(0, 64, (1, 8))
+            if i.type.tensor_type.elem_type == onnx.TensorProto.INT64
+            else rng.standard_normal([d.dim_value for d in i.type.tensor_type.shape.dim]).astype(np.float32)
+        )
+        for i in model.graph.input
+    }
     ref = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"]).run(None, feeds)[0]
     out = ort.InferenceSession(str(tmp_path / "fp16.onnx"), providers=["CPUExecutionProvider"]).run(None, feeds)[0]
     assert np.isfinite(out).all() and cosine(out, ref) > 0.999
@@ -106,8 +120,10 @@ def test_minilm_fp16_plan_keeps_the_embeddings(tmp_path):
     for the FP16 plan the rule table writes, run on the CPU EP (FP16 kernels) instead of the GPU."""
     exported = tmp_path / "minilm.onnx"
     assert run_cli("export", SAMPLES / "minilm", "--out", exported).code == 0
-    inputs = [InputSpec(name=n, shape=["batch", "sequence"], dtype="int64")
-              for n in ("input_ids", "attention_mask", "token_type_ids")]
+    inputs = [
+        InputSpec(name=n, shape=["batch", "sequence"], dtype="int64")
+        for n in ("input_ids", "attention_mask", "token_type_ids")
+    ]
     analysis = analyze(exported, inputs, {"batch": 1, "sequence": 128})
     plan = rules.first_plan(analysis, "ort-cuda", CUDA, "fp16", QuantizationSettings())
     apply(plan, exported, tmp_path / "fp16.onnx")
@@ -133,7 +149,9 @@ def test_tiny_lm_fp16_plan_converts_with_its_learned_positions(tmp_path):
     tables = {i.name: i for i in converted.graph.initializer}
     gathers = [n for n in converted.graph.node if n.op_type == "Gather" and n.input[0] in tables]
     planned = set(plan.nodes_at("fp16"))
-    assert gathers and all(tables[n.input[0]].data_type == onnx.TensorProto.FLOAT16 for n in gathers if n.name in planned)
+    assert gathers and all(
+        tables[n.input[0]].data_type == onnx.TensorProto.FLOAT16 for n in gathers if n.name in planned
+    )
     feeds = {"input_ids": np.arange(128, dtype=np.int64)[None] % 256}
     ref = ort_run(exported, feeds)
     out = ort_run(tmp_path / "fp16.onnx", feeds)
@@ -156,13 +174,22 @@ def test_repeated_casts_from_older_converters_are_merged():
     from tapeout.quantize.passes.merge_casts import MergeRepeatedCasts
 
     cast_back = helper.make_node("Cast", ["h"], ["h_cast_to_fp32"], to=TensorProto.FLOAT, name="h_cast_to_fp32_node")
-    nodes = [helper.make_node("Cast", ["x"], ["h"], to=TensorProto.FLOAT16, name="to_fp16"),
-             cast_back, helper.make_node("Softmax", ["h_cast_to_fp32"], ["a"], name="softmax"),
-             cast_back, helper.make_node("ReduceMax", ["h_cast_to_fp32"], ["b"], name="max", keepdims=1),
-             helper.make_node("Add", ["a", "b"], ["y"], name="add")]
+    nodes = [
+        helper.make_node("Cast", ["x"], ["h"], to=TensorProto.FLOAT16, name="to_fp16"),
+        cast_back,
+        helper.make_node("Softmax", ["h_cast_to_fp32"], ["a"], name="softmax"),
+        cast_back,
+        helper.make_node("ReduceMax", ["h_cast_to_fp32"], ["b"], name="max", keepdims=1),
+        helper.make_node("Add", ["a", "b"], ["y"], name="add"),
+    ]
     value = helper.make_tensor_value_info("h_cast_to_fp32", TensorProto.FLOAT, [2, 4])
-    graph = helper.make_graph(nodes, "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 4])],
-                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [2, 4])], value_info=[value, value])
+    graph = helper.make_graph(
+        nodes,
+        "g",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 4])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [2, 4])],
+        value_info=[value, value],
+    )
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)])
     model.ir_version = 8
     with pytest.raises(Exception, match="same node name"):

@@ -36,12 +36,18 @@ from tapeout.core.errors import BadInput
 from tapeout.core.feeds import random_feeds
 from tapeout.steps.setup import load_profile
 
-FUZZ = settings(derandomize=True, deadline=None, database=None,
-                suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
+FUZZ = settings(
+    derandomize=True,
+    deadline=None,
+    database=None,
+    suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
+)
 
 
 def fuzz(examples: int) -> settings:
     return settings(FUZZ, max_examples=examples)
+
+
 DIGITS = SAMPLES / "digits-cnn"
 pytestmark = pytest.mark.fuzz
 
@@ -76,14 +82,50 @@ def assert_handled(result: Result, allowed=(0, 1, 2, 3, 4)) -> None:
 
 # ---------------------------------------------------------------- values at the edges
 
-EDGES = st.sampled_from([0, -1, 1, 2**31, 2**62, 10**15, -(2**63), float("inf"), float("-inf"), float("nan"),
-                         1e308, -1e308, 1e-300, "", "..", "../../etc/passwd", "/etc/passwd", "a/b", "x" * 300,
-                         "\u0000", "model.py:build", "cpu-fp32", "batch", "float32", "int8", "onnxruntime", "fp16"])
+EDGES = st.sampled_from(
+    [
+        0,
+        -1,
+        1,
+        2**31,
+        2**62,
+        10**15,
+        -(2**63),
+        float("inf"),
+        float("-inf"),
+        float("nan"),
+        1e308,
+        -1e308,
+        1e-300,
+        "",
+        "..",
+        "../../etc/passwd",
+        "/etc/passwd",
+        "a/b",
+        "x" * 300,
+        "\u0000",
+        "model.py:build",
+        "cpu-fp32",
+        "batch",
+        "float32",
+        "int8",
+        "onnxruntime",
+        "fp16",
+    ]
+)
 # half of all leaves are edge values: plain random ones rarely land on infinity or a path trick
-SCALARS = st.one_of(EDGES, st.one_of(st.booleans(), st.integers(min_value=-(2**63), max_value=2**63 - 1),
-                                     st.floats(), st.text(max_size=10)))
-VALUES = st.one_of(SCALARS, st.recursive(SCALARS, lambda inner: st.lists(inner, max_size=3) | st.dictionaries(
-    st.text(min_size=1, max_size=8), inner, max_size=3), max_leaves=6))
+SCALARS = st.one_of(
+    EDGES,
+    st.one_of(st.booleans(), st.integers(min_value=-(2**63), max_value=2**63 - 1), st.floats(), st.text(max_size=10)),
+)
+VALUES = st.one_of(
+    SCALARS,
+    st.recursive(
+        SCALARS,
+        lambda inner: st.lists(inner, max_size=3) | st.dictionaries(st.text(min_size=1, max_size=8), inner, max_size=3),
+        max_leaves=6,
+    ),
+)
 DELETE = object()
 
 
@@ -135,8 +177,9 @@ def mutated(doc, edits):
     return doc
 
 
-NUMERIC_EDGES = st.sampled_from([float("inf"), float("-inf"), float("nan"), 1e308, -1e308, 0, -1, 2**62, 10**15,
-                                 2**31, 0.5])
+NUMERIC_EDGES = st.sampled_from(
+    [float("inf"), float("-inf"), float("nan"), 1e308, -1e308, 0, -1, 2**62, 10**15, 2**31, 0.5]
+)
 
 
 def _at(doc, path):
@@ -196,11 +239,28 @@ PROJECT = {
     "seed": 0,
     "golden_samples": 4,
 }
-PROJECT_PATHS = [("model", "source"), ("model", "outputs"), ("inputs",), ("inputs", 0, "shape"), ("inputs", 0, "dtype"),
-                 ("inputs", 0, "range"), ("inputs", 0, "name"), ("dims", "batch"), ("dims",), ("calibration", "data"),
-                 ("evaluation", "direction"), ("export", "opset"), ("export", "atol"), ("export", "samples"),
-                 ("seed",), ("golden_samples",), ("inputs", 0, "range", 0), ("inputs", 0, "range", 1),
-                 ("inputs", 0, "shape", 0), ("inputs", 0, "shape", 2)]
+PROJECT_PATHS = [
+    ("model", "source"),
+    ("model", "outputs"),
+    ("inputs",),
+    ("inputs", 0, "shape"),
+    ("inputs", 0, "dtype"),
+    ("inputs", 0, "range"),
+    ("inputs", 0, "name"),
+    ("dims", "batch"),
+    ("dims",),
+    ("calibration", "data"),
+    ("evaluation", "direction"),
+    ("export", "opset"),
+    ("export", "atol"),
+    ("export", "samples"),
+    ("seed",),
+    ("golden_samples",),
+    ("inputs", 0, "range", 0),
+    ("inputs", 0, "range", 1),
+    ("inputs", 0, "shape", 0),
+    ("inputs", 0, "shape", 2),
+]
 
 
 @fuzz(400)
@@ -236,15 +296,40 @@ def test_deeply_nested_toml_is_one_line(tmp_path, depth, bracket):
 
 # ---------------------------------------------------------------- profiles
 
-PROFILE = {"extends": "cpu-fp32", "budgets": {"latency_p90_ms": 5.0, "peak_memory_mb": 512.0},
-           "check": {"iterations": 300, "repeats": 3, "warmup_max_s": 10.0, "confidence": 0.95,
-                     "energy_window_s": 5.0, "parity": {"min_cosine": 0.9999}},
-           "options": {"threads": 0}, "quantization": {"block_size": 32}}
-PROFILE_PATHS = [("target",), ("precision",), ("name",), ("device",), ("extends",), ("options", "threads"),
-                 ("options", "graph_optimization"), ("budgets", "latency_p90_ms"), ("budgets", "accuracy_max_drop"),
-                 ("budgets", "peak_memory_mb"), ("check", "iterations"), ("check", "repeats"),
-                 ("check", "warmup_max_s"), ("check", "confidence"), ("check", "energy_window_s"),
-                 ("check", "parity", "min_cosine"), ("quantization", "block_size"), ("quantization", "method")]
+PROFILE = {
+    "extends": "cpu-fp32",
+    "budgets": {"latency_p90_ms": 5.0, "peak_memory_mb": 512.0},
+    "check": {
+        "iterations": 300,
+        "repeats": 3,
+        "warmup_max_s": 10.0,
+        "confidence": 0.95,
+        "energy_window_s": 5.0,
+        "parity": {"min_cosine": 0.9999},
+    },
+    "options": {"threads": 0},
+    "quantization": {"block_size": 32},
+}
+PROFILE_PATHS = [
+    ("target",),
+    ("precision",),
+    ("name",),
+    ("device",),
+    ("extends",),
+    ("options", "threads"),
+    ("options", "graph_optimization"),
+    ("budgets", "latency_p90_ms"),
+    ("budgets", "accuracy_max_drop"),
+    ("budgets", "peak_memory_mb"),
+    ("check", "iterations"),
+    ("check", "repeats"),
+    ("check", "warmup_max_s"),
+    ("check", "confidence"),
+    ("check", "energy_window_s"),
+    ("check", "parity", "min_cosine"),
+    ("quantization", "block_size"),
+    ("quantization", "method"),
+]
 
 
 @fuzz(400)
@@ -334,9 +419,22 @@ def manifest_doc(lean_digits_build):
 
 def test_fuzzed_manifests_verify_or_say_one_line(lean_digits_build, tmp_path_factory, secret, manifest_doc):
     paths = sorted(set(_manifest_paths(manifest_doc)), key=str)
-    tricky = st.sampled_from([f"../../{secret.name}", str(secret), "../manifest.json", "artifact/../../x", "link",
-                              _sha(secret), {}, [], {"model.onnx": _sha(secret)},
-                              {f"../{secret.parent.name}/{secret.name}": _sha(secret)}, "onnxruntime", "qnn"])
+    tricky = st.sampled_from(
+        [
+            f"../../{secret.name}",
+            str(secret),
+            "../manifest.json",
+            "artifact/../../x",
+            "link",
+            _sha(secret),
+            {},
+            [],
+            {"model.onnx": _sha(secret)},
+            {f"../{secret.parent.name}/{secret.name}": _sha(secret)},
+            "onnxruntime",
+            "qnn",
+        ]
+    )
     work = tmp_path_factory.mktemp("fuzz-manifest") / "b"
     checked = []
 
@@ -356,15 +454,17 @@ def test_fuzzed_manifests_verify_or_say_one_line(lean_digits_build, tmp_path_fac
 
 
 @pytest.mark.parametrize("part", ["report", "golden"])
-def test_fuzzed_reports_and_golden_files_with_matching_hashes_are_one_line(lean_digits_build, tmp_path_factory,
-                                                                           part, manifest_doc):
+def test_fuzzed_reports_and_golden_files_with_matching_hashes_are_one_line(
+    lean_digits_build, tmp_path_factory, part, manifest_doc
+):
     work = tmp_path_factory.mktemp(f"fuzz-{part}") / "b"
     marker = work.parent / "pwned"
     report_doc = json.loads((lean_digits_build / "report.json").read_text())
     golden = dict(np.load(lean_digits_build / "golden.npz"))
     report_paths = sorted(set(_manifest_paths(report_doc)), key=str)
-    golden_edit = st.sampled_from(["drop-inputs", "drop-outputs", "zero-d", "strings", "counts", "empty",
-                                   "pickle", "not-a-zip", "extra", "nan"])
+    golden_edit = st.sampled_from(
+        ["drop-inputs", "drop-outputs", "zero-d", "strings", "counts", "empty", "pickle", "not-a-zip", "extra", "nan"]
+    )
 
     def rewrite_golden(kind: str, path: Path) -> None:
         arrays = {k: v.copy() for k, v in golden.items()}
@@ -393,8 +493,7 @@ def test_fuzzed_reports_and_golden_files_with_matching_hashes_are_one_line(lean_
             np.savez(path, **arrays)
 
     @fuzz(25 if part == "report" else 20)
-    @given(edits(report_paths, report_doc)
-           if part == "report" else golden_edit)
+    @given(edits(report_paths, report_doc) if part == "report" else golden_edit)
     def run(change):
         build = _fresh_copy(lean_digits_build, work)
         target = build / ("report.json" if part == "report" else "golden.npz")
@@ -416,8 +515,9 @@ def test_fuzzed_reports_and_golden_files_with_matching_hashes_are_one_line(lean_
 
 def _onnx_project(folder: Path) -> Path:
     folder.mkdir(parents=True, exist_ok=True)
-    (folder / "tapeout.toml").write_text('[model]\nsource = "model.onnx"\n\n[[inputs]]\nname = "image"\n'
-                                         "shape = [1, 1, 8, 8]\n")
+    (folder / "tapeout.toml").write_text(
+        '[model]\nsource = "model.onnx"\n\n[[inputs]]\nname = "image"\nshape = [1, 1, 8, 8]\n'
+    )
     return folder
 
 
@@ -467,8 +567,12 @@ def _structural_mutations(secret: Path):
         const.ClearField("float_data")
         const.data_location = TensorProto.EXTERNAL
         const.external_data.add(key="location", value=f"../{secret.parent.name}/{secret.name}")
-        branch = helper.make_graph([helper.make_node("Constant", [], ["y"], value=const)], "branch", [],
-                                   [helper.make_tensor_value_info("y", TensorProto.FLOAT, [4])])
+        branch = helper.make_graph(
+            [helper.make_node("Constant", [], ["y"], value=const)],
+            "branch",
+            [],
+            [helper.make_tensor_value_info("y", TensorProto.FLOAT, [4])],
+        )
         model.graph.node.append(helper.make_node("If", ["cond"], ["if_out"], then_branch=branch, else_branch=branch))
         model.graph.initializer.append(helper.make_tensor("cond", TensorProto.BOOL, [], [True]))
         model.graph.output.append(helper.make_tensor_value_info("if_out", TensorProto.FLOAT, [4]))
@@ -516,7 +620,8 @@ STRUCTURAL = list(_structural_mutations(Path("/x/secret.bin")))
 
 @pytest.mark.parametrize("case", STRUCTURAL)
 def test_structurally_broken_onnx_models_are_one_line_and_never_copy_outside_data(
-        digits_build, tmp_path, fast_profile, secret, case):
+    digits_build, tmp_path, fast_profile, secret, case
+):
     import onnx
 
     project = _onnx_project(tmp_path / "p")
@@ -526,8 +631,9 @@ def test_structurally_broken_onnx_models_are_one_line_and_never_copy_outside_dat
     result = run_main("build", project, "-p", fast_profile, "-o", tmp_path / "b")
     assert result.code == 2, result.err[-2000:]
     one_line_error(result)
-    copied = b"".join(p.read_bytes() for p in tmp_path.rglob("*") if p.is_file() and not p.is_symlink()
-                      and p.parent != project)
+    copied = b"".join(
+        p.read_bytes() for p in tmp_path.rglob("*") if p.is_file() and not p.is_symlink() and p.parent != project
+    )
     assert secret.read_bytes()[:32] not in copied
     assert not (tmp_path / "b").exists()
 
@@ -543,8 +649,9 @@ class _Payload:
         return (open, (str(self.marker), "w"))  # unpickling creates the marker file
 
 
-@pytest.mark.parametrize("where", ["calibration-npz", "onnx-file-that-is-a-pickle", "npz-that-is-a-pickle",
-                                   "hf-bin-weights"])
+@pytest.mark.parametrize(
+    "where", ["calibration-npz", "onnx-file-that-is-a-pickle", "npz-that-is-a-pickle", "hf-bin-weights"]
+)
 def test_pickles_in_data_files_never_run(tmp_path, fast_profile, where):
     marker = tmp_path / "pwned"
     payload = pickle.dumps(_Payload(marker))
@@ -562,12 +669,23 @@ def test_pickles_in_data_files_never_run(tmp_path, fast_profile, where):
         pytest.importorskip("transformers")
         hf = project / "hf"
         hf.mkdir()
-        (hf / "config.json").write_text(json.dumps({"model_type": "bert", "vocab_size": 10, "hidden_size": 8,
-                                                     "num_hidden_layers": 1, "num_attention_heads": 2,
-                                                     "intermediate_size": 8}))
+        (hf / "config.json").write_text(
+            json.dumps(
+                {
+                    "model_type": "bert",
+                    "vocab_size": 10,
+                    "hidden_size": 8,
+                    "num_hidden_layers": 1,
+                    "num_attention_heads": 2,
+                    "intermediate_size": 8,
+                }
+            )
+        )
         (hf / "pytorch_model.bin").write_bytes(payload)
-        (project / "tapeout.toml").write_text('[model]\nsource = "hf"\n\n[[inputs]]\nname = "input_ids"\n'
-                                              'shape = [1, 4]\ndtype = "int64"\nrange = [0, 9]\n')
+        (project / "tapeout.toml").write_text(
+            '[model]\nsource = "hf"\n\n[[inputs]]\nname = "input_ids"\n'
+            'shape = [1, 4]\ndtype = "int64"\nrange = [0, 9]\n'
+        )
     result = run_cli(*command)
     assert result.code == 2, result.err[-2000:]
     one_line_error(result)

@@ -10,14 +10,7 @@ import shutil
 import numpy as np
 import pytest
 
-from conftest import (
-    SAMPLES,
-    assert_within_bounds,
-    html_shows_everything,
-    one_line_error,
-    refused_build,
-    run_cli,
-)
+from conftest import SAMPLES, assert_within_bounds, html_shows_everything, one_line_error, refused_build, run_cli
 
 TINY = SAMPLES / "tiny-lm"
 
@@ -65,8 +58,10 @@ def test_an_undecidable_time_per_token_budget_doubles_the_generations_once_then_
     over 2 ms; a tiny-lm decode step is neither, so it is inconclusive after as many processes again."""
     _build(tmp_path, kv=0.5, name="first")  # writes the project copy
     profile = tmp_path / "undecidable.toml"
-    profile.write_text('extends = "cpu-fp32"\n[budgets]\ntpot_p90_ms = 2\n[check]\niterations = 30\nrepeats = 1\n'
-                       'warmup_min_s = 0.05\nop_profile = false\nguard_band = 0.98\n')
+    profile.write_text(
+        'extends = "cpu-fp32"\n[budgets]\ntpot_p90_ms = 2\n[check]\niterations = 30\nrepeats = 1\n'
+        "warmup_min_s = 0.05\nop_profile = false\nguard_band = 0.98\n"
+    )
     result = run_cli("build", tmp_path / "tiny-lm", "--profile", profile, "--out", tmp_path / "b", "--json")
     assert result.code == 3, result.err
     report = result.json()
@@ -83,8 +78,15 @@ def test_tiny_lm_generates_on_ort_cpu_with_its_budgets_judged(generated):
     report = result.json()
     verdicts = {b["budget"]: b for b in report["budgets"]}
     assert verdicts["kv_cache_mb"]["verdict"] == "fail" and verdicts["kv_cache_mb"]["measured"] == pytest.approx(0.75)
-    for name in ("ttft_ms", "tpot_p90_ms", "tpot_p99_ms", "decode_tokens_per_s", "greedy_min_agreement",
-                 "accuracy_max_drop", "parity_min_cosine"):
+    for name in (
+        "ttft_ms",
+        "tpot_p90_ms",
+        "tpot_p99_ms",
+        "decode_tokens_per_s",
+        "greedy_min_agreement",
+        "accuracy_max_drop",
+        "parity_min_cosine",
+    ):
         assert verdicts[name]["verdict"] == "pass", verdicts[name]
     w = report["workload"]
     assert set(w["ttft_ms"]) == {"8", "40"}
@@ -92,7 +94,7 @@ def test_tiny_lm_generates_on_ort_cpu_with_its_budgets_judged(generated):
     assert w["tpot_ms"]["count"] == 2 * 15 * 11 * 2 and w["tpot_ms"]["repeats"] == 2
     assert w["ttft_ms"]["40"]["quantiles"]["p50"]["point"] > w["ttft_ms"]["8"]["quantiles"]["p50"]["point"]
     assert w["agreement"]["share"] == 1.0 and w["agreement"]["first_divergence"] == [None] * 8
-    assert_within_bounds(out, report)   # the call's p50, and the loop's TTFT and TPOT, none under its bound
+    assert_within_bounds(out, report)  # the call's p50, and the loop's TTFT and TPOT, none under its bound
     mem = w["memory_mb"]
     assert mem["kv_cache"] == pytest.approx(2 * 4 * 6 * 128 * 32 * 4 / 2**20)
     assert mem["peak_rss"] > mem["process_baseline"] + mem["weights"]
@@ -157,12 +159,17 @@ def test_a_malformed_cache_layout_in_the_manifest_is_one_line(generated, tmp_pat
 
 
 @pytest.mark.slow
-def test_the_loop_is_estimated_phase_by_phase_here_on_a_device_spec_and_calibrated(generated, digits_build,
-                                                                                     digits_int8_build):
+def test_the_loop_is_estimated_phase_by_phase_here_on_a_device_spec_and_calibrated(
+    generated, digits_build, digits_int8_build
+):
     tmp, out, result = generated
     structure = json.loads((out / "structure.json").read_text())
     assert [(p["kind"], p["seq"], p["past"]) for p in structure["phases"]] == [
-        ("prefill", 8, 0), ("prefill", 40, 0), ("decode", 1, 8), ("decode", 1, 127)]
+        ("prefill", 8, 0),
+        ("prefill", 40, 0),
+        ("decode", 1, 8),
+        ("decode", 1, 127),
+    ]
     report = result.json()
     g, w = report["estimate"]["generation"], report["workload"]
     assert g["device"].startswith("host-") and set(g["ttft_ms"]) == {"8", "40"}
@@ -218,8 +225,10 @@ def test_the_loop_is_estimated_phase_by_phase_here_on_a_device_spec_and_calibrat
 @pytest.mark.slow
 def test_int4_keeps_perplexity_within_one_percent_through_the_cache(tmp_path):
     profile = tmp_path / "int4.toml"
-    profile.write_text('extends = "cpu-int4"\n[budgets]\naccuracy_max_rel_drop = 0.01\n'
-                       '[check]\niterations = 30\nrepeats = 1\nwarmup_min_s = 0.05\nop_profile = false\n')
+    profile.write_text(
+        'extends = "cpu-int4"\n[budgets]\naccuracy_max_rel_drop = 0.01\n'
+        "[check]\niterations = 30\nrepeats = 1\nwarmup_min_s = 0.05\nop_profile = false\n"
+    )
     project = tmp_path / "tiny-lm"
     shutil.copytree(TINY, project, ignore=shutil.ignore_patterns("build", "__pycache__"))
     result = run_cli("build", project, "--profile", profile, "--out", tmp_path / "b", "--json")
@@ -250,16 +259,24 @@ def _tiny_cache_graph(tmp_path):
     tiny = importlib.util.module_from_spec(spec)  # its own name: other samples' model.py are imported too
     spec.loader.exec_module(tiny)
     decoder = tiny.build()
-    project = Project.model_validate({
-        "model": {"source": "model.py:build"}, "dims": {"batch": 1},
-        "inputs": [{"name": "input_ids", "shape": ["batch", 128], "dtype": "int64"}],
-        "workload": {"kind": "generate", "prompt_lengths": [16], "max_context": 64}})
+    project = Project.model_validate(
+        {
+            "model": {"source": "model.py:build"},
+            "dims": {"batch": 1},
+            "inputs": [{"name": "input_ids", "shape": ["batch", 128], "dtype": "int64"}],
+            "workload": {"kind": "generate", "prompt_lengths": [16], "max_context": 64},
+        }
+    )
     layout = generation.layout_of(decoder, project.workload, "model.py:build")
     graph = generation.graph_project(project, layout)
     path = tmp_path / "model.onnx"
-    torch_onnx.export(LoadedModel("torch", "tiny", module=generation.cache_graph(decoder), output_names=layout.outputs()),
-                      graph.inputs, generation.export_dims(graph), path,
-                      torch_onnx.ExportOptions.for_project(graph, 20, 10))
+    torch_onnx.export(
+        LoadedModel("torch", "tiny", module=generation.cache_graph(decoder), output_names=layout.outputs()),
+        graph.inputs,
+        generation.export_dims(graph),
+        path,
+        torch_onnx.ExportOptions.for_project(graph, 20, 10),
+    )
     return decoder, layout, path
 
 
@@ -278,7 +295,7 @@ def test_the_fp32_reference_scores_whole_sequences_as_torchs_own_cache_loop_does
     graph = generation.cache_graph(tiny.build())
     layout = CacheLayout(4, 6, 32, 256, 128)
     text = np.frombuffer((TINY / "data" / "heldout.txt").read_bytes(), dtype=np.uint8).astype(np.int64)
-    rows = [text[None, i * 128:(i + 1) * 128] for i in range(3)]
+    rows = [text[None, i * 128 : (i + 1) * 128] for i in range(3)]
     whole, stepped = generation.plain_forward(graph), teacher_forced(generation.torch_step(graph, layout), layout)
 
     def perplexity(predict) -> float:
@@ -290,8 +307,9 @@ def test_the_fp32_reference_scores_whole_sequences_as_torchs_own_cache_loop_does
             nll -= logp[np.arange(127), row[0, 1:]].sum()
         return float(np.exp(nll / (3 * 127)))
 
-    np.testing.assert_allclose(whole({"input_ids": rows[0]})["logits"], stepped({"input_ids": rows[0]})["logits"],
-                               atol=1e-4)
+    np.testing.assert_allclose(
+        whole({"input_ids": rows[0]})["logits"], stepped({"input_ids": rows[0]})["logits"], atol=1e-4
+    )
     assert perplexity(whole) == pytest.approx(perplexity(stepped), rel=1e-6)
 
     class Shifted(torch.nn.Module):  # a plain forward one position off: not the model the cache loop runs
@@ -303,8 +321,7 @@ def test_the_fp32_reference_scores_whole_sequences_as_torchs_own_cache_loop_does
             out = self.inner(input_ids, *past)
             return torch.roll(out, 1, dims=1) if not past else out
 
-    assert perplexity(generation.plain_forward(generation.cache_graph(Shifted(tiny.build())))) > \
-        1.5 * perplexity(whole)
+    assert perplexity(generation.plain_forward(generation.cache_graph(Shifted(tiny.build())))) > 1.5 * perplexity(whole)
 
 
 def test_verifying_the_cache_graph_makes_torchs_greedy_tokens_in_one_call_a_prompt(tmp_path):
@@ -318,7 +335,7 @@ def test_verifying_the_cache_graph_makes_torchs_greedy_tokens_in_one_call_a_prom
 
     decoder, layout, path = _tiny_cache_graph(tmp_path)
     text = np.frombuffer((TINY / "data" / "heldout.txt").read_bytes(), dtype=np.uint8).astype(np.int64)
-    prompts = [text[i * 40:i * 40 + 16] for i in range(3)]
+    prompts = [text[i * 40 : i * 40 + 16] for i in range(3)]
     calls = []
 
     class Counted(torch.nn.Module):
@@ -331,8 +348,9 @@ def test_verifying_the_cache_graph_makes_torchs_greedy_tokens_in_one_call_a_prom
             return self.inner(input_ids)
 
     verification, tokens = generation.verify(Counted(decoder), path, layout, prompts, 20, 1e-3, 1e-3)
-    stepped = generation.reference_greedy(generation.torch_step(generation.cache_graph(decoder), layout), layout,
-                                          prompts, 20)
+    stepped = generation.reference_greedy(
+        generation.torch_step(generation.cache_graph(decoder), layout), layout, prompts, 20
+    )
     np.testing.assert_array_equal(tokens, stepped)
     assert len(calls) == 3 and verification.ties == 0 and verification.max_abs < 1e-3
 
@@ -385,7 +403,7 @@ def test_greedy_through_the_cache_is_the_plain_forwards_greedy(tmp_path):
     with torch.inference_mode():  # the reference: the whole sequence recomputed for every token
         for _ in range(24):
             ids = torch.cat([ids, decoder(ids)[:, -1:].argmax(-1)], dim=1)
-    expected = ids[0, prompt.shape[1]:].numpy()
+    expected = ids[0, prompt.shape[1] :].numpy()
 
     session = OrtSession(ort.InferenceSession(str(path), providers=["CPUExecutionProvider"]))
 
@@ -497,7 +515,9 @@ def test_a_hugging_face_causal_lm_generates_through_its_cache(tmp_path, family, 
         options.optimized_model_filepath = str(tmp_path / "optimized.onnx")
         ort.InferenceSession(str(out / "artifact" / "model.onnx"), options, providers=["CPUExecutionProvider"])
         kernels = [n.op_type for n in onnx.load(tmp_path / "optimized.onnx", load_external_data=False).graph.node]
-        assert kernels.count("SimplifiedLayerNormalization") + kernels.count("SkipSimplifiedLayerNormalization") == norms
+        assert (
+            kernels.count("SimplifiedLayerNormalization") + kernels.count("SkipSimplifiedLayerNormalization") == norms
+        )
     # ORT CPU compiles the cache graph's rotary attention into its fused GroupQueryAttention, one per layer; the
     # greedy agreement of 1.0 above was decoded through it. GPT-2 has no rotary embedding, and Qwen3 normalises
     # the queries and keys between the projection and the rotation: both stay as exported.
@@ -563,7 +583,11 @@ def test_the_decoder_families_users_ship_decode_with_every_projection_int4(tmp_p
     assert agreement["prompts"] == 4 and agreement["tokens"] == 16 and 0 < agreement["share"] <= 1
     groups = report["quantization"]["plan"]["groups"]
     assert {g["role"]: g["precision"] for g in groups if g["role"] not in ("embedding", "lm_head")} == {
-        "attn_qkv": "int4", "attn_out": "int4", "ffn_in": "int4", "ffn_out": "int4"}
+        "attn_qkv": "int4",
+        "attn_out": "int4",
+        "ffn_in": "int4",
+        "ffn_out": "int4",
+    }
     assert sum(g["role"] in ("attn_qkv", "attn_out", "ffn_in", "ffn_out") for g in groups) == 2 * 4
     artifact = onnx.load(out / "artifact" / "model.onnx", load_external_data=False)
     weights = {i.name for i in artifact.graph.initializer}
@@ -581,8 +605,9 @@ def test_a_second_build_of_the_same_model_reuses_its_verified_export_and_no_othe
     env = {"TAPEOUT_EXPORT_CACHE": str(cache)}
 
     def build(profile: str, name: str, environment=env):
-        result = run_cli("build", project, "--profile", _fast(tmp_path, profile), "--out", tmp_path / name, "--json",
-                         env=environment)
+        result = run_cli(
+            "build", project, "--profile", _fast(tmp_path, profile), "--out", tmp_path / name, "--json", env=environment
+        )
         assert result.code == 0, result.err + result.out
         return result
 
@@ -597,10 +622,13 @@ def test_a_second_build_of_the_same_model_reuses_its_verified_export_and_no_othe
     assert "export reused from the cache" in said(second)
     a, b = first.json(), second.json()
     assert b["export"]["cached"] is True and b["export"]["generation"] == a["export"]["generation"]
-    assert sha256_file(tmp_path / "b" / "export" / "model.onnx") == sha256_file(tmp_path / "a" / "export" / "model.onnx")
+    assert sha256_file(tmp_path / "b" / "export" / "model.onnx") == sha256_file(
+        tmp_path / "a" / "export" / "model.onnx"
+    )
     assert b["workload"]["agreement"]["prompts"] == 4  # the torch reference tokens came with the entry
     assert [p["name"] for p in b["passes"] if p["stage"] == "export"] == [
-        p["name"] for p in a["passes"] if p["stage"] == "export"]
+        p["name"] for p in a["passes"] if p["stage"] == "export"
+    ]
 
     # a cached file edited: a miss said in one line, exported afresh, the entry written again
     cached_model = entries[0] / "model.onnx"
@@ -652,8 +680,12 @@ def test_an_export_cache_entry_is_used_only_as_the_plain_files_its_record_names(
     entry.mkdir(parents=True)
     outside = tmp_path / "elsewhere.onnx"
     outside.write_bytes(b"onnx")
-    record = {"files": {"model.onnx": {"bytes": 4, "sha256": sha256_file(outside)}}, "info": {"exporter": "dynamo"},
-              "passes": [], "greedy_tokens": [[1, 2]]}
+    record = {
+        "files": {"model.onnx": {"bytes": 4, "sha256": sha256_file(outside)}},
+        "info": {"exporter": "dynamo"},
+        "passes": [],
+        "greedy_tokens": [[1, 2]],
+    }
     (entry / "entry.json").write_text(json.dumps(record))
     out = tmp_path / "build" / "export" / "model.onnx"
     os.symlink(outside, entry / "model.onnx")
@@ -663,7 +695,9 @@ def test_an_export_cache_entry_is_used_only_as_the_plain_files_its_record_names(
     assert "does not match its recorded size and SHA-256" in export_cache.load(tmp_path / "cache", "k", out)
     (entry / "model.onnx").write_bytes(b"onnx")
     info, passes, tokens = export_cache.load(tmp_path / "cache", "k", out)
-    assert info == {"exporter": "dynamo"} and passes == [] and tokens.tolist() == [[1, 2]] and out.read_bytes() == b"onnx"
+    assert (
+        info == {"exporter": "dynamo"} and passes == [] and tokens.tolist() == [[1, 2]] and out.read_bytes() == b"onnx"
+    )
     (entry / "entry.json").write_text(json.dumps({**record, "greedy_tokens": [[-1]]}))
     assert "is not one tapeout wrote" in export_cache.load(tmp_path / "cache", "k", out)
     assert export_cache.load(tmp_path / "cache", "absent", out) == ""
@@ -687,21 +721,26 @@ def test_a_context_past_a_hugging_face_models_positions_is_refused(tmp_path):
 
 # ---------------------------------------------------------------- OpenVINO: the stateful model
 
+
 @pytest.mark.slow
 def test_tiny_lm_generates_on_openvino_int4_with_the_cache_in_the_plugins_state(tmp_path):
     """NNCF INT4 weights, the stateful model (past/present pairs as OpenVINO state), perplexity through it within
     1 % of FP32 torch, and `check` replaying the golden prompts."""
     profile = tmp_path / "ov4.toml"
-    profile.write_text('extends = "openvino-cpu-int4"\n[budgets]\naccuracy_max_rel_drop = 0.01\n'
-                       'decode_tokens_per_s = 10\n[check]\niterations = 30\nrepeats = 1\nwarmup_min_s = 0.05\n'
-                       'op_profile = false\n')
+    profile.write_text(
+        'extends = "openvino-cpu-int4"\n[budgets]\naccuracy_max_rel_drop = 0.01\n'
+        "decode_tokens_per_s = 10\n[check]\niterations = 30\nrepeats = 1\nwarmup_min_s = 0.05\n"
+        "op_profile = false\n"
+    )
     out = tmp_path / "b"
     report = _built(TINY, profile, out)
     verdicts = {b["budget"]: b for b in report["budgets"]}
-    assert verdicts["accuracy_max_rel_drop"]["verdict"] == "pass" and verdicts["decode_tokens_per_s"]["verdict"] == "pass"
+    assert (
+        verdicts["accuracy_max_rel_drop"]["verdict"] == "pass" and verdicts["decode_tokens_per_s"]["verdict"] == "pass"
+    )
     assert report["accuracy"]["reference"] == pytest.approx(4.149, abs=0.01)  # FP32 torch perplexity
     assert report["workload"]["agreement"]["prompts"] == 8
-    assert_within_bounds(out, report)   # OpenVINO's INT4 weights and its float kernels at the CPU's BF16
+    assert_within_bounds(out, report)  # OpenVINO's INT4 weights and its float kernels at the CPU's BF16
     check = run_cli("check", out, "--json")
     assert check.code == 0, check.err + check.out
 
@@ -728,11 +767,13 @@ def test_the_openvino_stateful_decoder_reproduces_the_stateless_loop(tmp_path):
     stateful = session.decoder(layout)
     assert isinstance(stateful, OvStatefulDecoder)
     # every layer's attention runs as the plugin's fused kernel over the state (targets/ov_attention.py)
-    assert f"fused over the state in {layout.layers} of {layout.layers} layers ({layout.layers} fused" \
+    assert (
+        f"fused over the state in {layout.layers} of {layout.layers} layers ({layout.layers} fused"
         in stateful.description
+    )
     text = np.frombuffer((TINY / "data" / "heldout.txt").read_bytes(), dtype=np.uint8).astype(np.int64)
     for start in (200, 900):
-        prompt = text[None, start:start + 16]
+        prompt = text[None, start : start + 16]
         expected = greedy(CachedDecoder(session._run, layout), prompt, 20)
         assert len(set(expected)) > 3 and greedy(stateful, prompt, 20) == expected
     with torch.inference_mode():
@@ -741,6 +782,7 @@ def test_the_openvino_stateful_decoder_reproduces_the_stateless_loop(tmp_path):
 
 
 # ---------------------------------------------------------------- bad input: one line, exit 2, no build dir
+
 
 def _project(tmp_path, workload: str = "", model: str | None = None, source: str = "model.py:build"):
     project = tmp_path / "p"
@@ -778,33 +820,41 @@ def test_a_context_past_the_models_own_is_refused(tmp_path):
 
 
 def test_a_kv_cache_that_cannot_fit_is_refused_before_building(tmp_path):
-    big = ("import torch\n\nclass Big(torch.nn.Module):\n    def __init__(self):\n        super().__init__()\n"
-           "        self.w = torch.nn.Linear(4, 4)\n"
-           "        self.generation = {'layers': 80, 'kv_heads': 64, 'head_dim': 128, 'vocab': 32000, "
-           "'max_context': 1048576}\n\n    def forward(self, input_ids, *past):\n        return input_ids\n\n"
-           "def build():\n    return Big()\n")
-    project = _project(tmp_path, 'kind = "generate"\nprompt_lengths = [16]\nmax_context = 1000000',
-                       model=big, source="big.py:build")
+    big = (
+        "import torch\n\nclass Big(torch.nn.Module):\n    def __init__(self):\n        super().__init__()\n"
+        "        self.w = torch.nn.Linear(4, 4)\n"
+        "        self.generation = {'layers': 80, 'kv_heads': 64, 'head_dim': 128, 'vocab': 32000, "
+        "'max_context': 1048576}\n\n    def forward(self, input_ids, *past):\n        return input_ids\n\n"
+        "def build():\n    return Big()\n"
+    )
+    project = _project(
+        tmp_path, 'kind = "generate"\nprompt_lengths = [16]\nmax_context = 1000000', model=big, source="big.py:build"
+    )
     line = refused_build(tmp_path, project)
     assert "the KV cache cannot fit" in line and "KV cache at max_context 1000000" in line and "GB >" in line
 
 
 def test_a_decoder_without_the_generation_signature_is_refused(tmp_path):
-    plain = ("import torch\n\ndef build():\n    return torch.nn.Embedding(256, 8)\n")
+    plain = "import torch\n\ndef build():\n    return torch.nn.Embedding(256, 8)\n"
     project = _project(tmp_path, model=plain, source="big.py:build")
     line = refused_build(tmp_path, project)
     assert "has no `generation` attribute" in line and "docs/workloads.md" in line
 
 
-@pytest.mark.parametrize(("text", "expect"), [
-    ('kind = "generate"\nprompt_lengths = [16, 16]\nmax_context = 128', "repeats a length"),
-    ('kind = "generate"\nprompt_lengths = [0]\nmax_context = 128', "a prompt is at least 1 token"),
-    ('kind = "generate"\nmax_context = 128', "prompt_lengths"),
-    ('kind = "generation"\nprompt_lengths = [16]\nmax_context = 128', "workload"),
-    ('kind = "generate"\nprompt_lengths = [16]\nmax_context = 128\nnew_tokns = 3', "new_tokns"),
-    ('kind = "generate"\nprompt_lengths = [16, 64]\nmax_context = 128\nmax_prompt = 32',
-     "max_prompt = 32 must hold the longest prompt measured (64)"),
-])
+@pytest.mark.parametrize(
+    ("text", "expect"),
+    [
+        ('kind = "generate"\nprompt_lengths = [16, 16]\nmax_context = 128', "repeats a length"),
+        ('kind = "generate"\nprompt_lengths = [0]\nmax_context = 128', "a prompt is at least 1 token"),
+        ('kind = "generate"\nmax_context = 128', "prompt_lengths"),
+        ('kind = "generation"\nprompt_lengths = [16]\nmax_context = 128', "workload"),
+        ('kind = "generate"\nprompt_lengths = [16]\nmax_context = 128\nnew_tokns = 3', "new_tokns"),
+        (
+            'kind = "generate"\nprompt_lengths = [16, 64]\nmax_context = 128\nmax_prompt = 32',
+            "max_prompt = 32 must hold the longest prompt measured (64)",
+        ),
+    ],
+)
 def test_bad_workload_fields_are_one_line(tmp_path, text, expect):
     line = refused_build(tmp_path, _project(tmp_path, text))
     assert expect in line and "tapeout.toml" in line
@@ -850,11 +900,12 @@ def test_an_onnx_source_cannot_be_generated(tmp_path):
     assert "is ONNX" in line and "torch decoder" in line
 
 
-
 # ---------------------------------------------------------------- the NPU's static-shape pipeline (OpenVINO NPUW_LLM)
 
-NPU_ON_CPU = ('extends = "{base}"\n[options]\nnpuw_devices = "CPU"\n{extra}[check]\niterations = 30\nrepeats = 1\n'
-              'warmup_min_s = 0.05\nop_profile = false\n')
+NPU_ON_CPU = (
+    'extends = "{base}"\n[options]\nnpuw_devices = "CPU"\n{extra}[check]\niterations = 30\nrepeats = 1\n'
+    "warmup_min_s = 0.05\nop_profile = false\n"
+)
 
 
 def _npu_profile(tmp_path, base: str = "openvino-npu", extra: str = ""):
@@ -879,8 +930,9 @@ def test_the_npu_pipeline_decodes_a_hugging_face_llama_padded_to_static_shapes(t
     workload = report["workload"]
     assert workload["agreement"]["share"] == 1.0 and workload["layout"]["masked"] is True
     assert workload["layout"]["max_prompt"] == 24
-    assert any("NPUW_LLM" in n and "static prefill of 64 tokens" in n and "128-token cache" in n
-               for n in workload["notes"]), workload["notes"]
+    assert any(
+        "NPUW_LLM" in n and "static prefill of 64 tokens" in n and "128-token cache" in n for n in workload["notes"]
+    ), workload["notes"]
     assert report["artifact"]["meta"]["npuw_devices"] == "CPU" and report["artifact"]["meta"]["pinned_shapes"] is False
     check = run_cli("check", out, "--json")
     assert check.code == 0, check.err + check.out
@@ -892,8 +944,9 @@ def test_tiny_lm_int4_keeps_its_perplexity_through_the_npu_pipelines_own_loop(tm
     """A user module in the masked signature (tiny-lm takes attention_mask and position_ids as keywords), NNCF INT4
     (symmetric, groups of 64), perplexity scored through the pipeline's decode loop, each window started over an
     empty cache (a one-token start would otherwise continue the last window: 32.7 instead of 4.16)."""
-    profile = _npu_profile(tmp_path, "openvino-npu-int4", "[budgets]\naccuracy_max_rel_drop = 0.01\n"
-                           "[quantization]\nblock_size = 64\n")
+    profile = _npu_profile(
+        tmp_path, "openvino-npu-int4", "[budgets]\naccuracy_max_rel_drop = 0.01\n[quantization]\nblock_size = 64\n"
+    )
     out = tmp_path / "b"
     report = _built(TINY, profile, out)
     assert report["accuracy"]["reference"] == pytest.approx(4.149, abs=0.01)
@@ -924,9 +977,11 @@ def test_a_generate_workload_for_the_npu_without_its_driver_exits_4(tmp_path):
 
 
 def test_a_module_without_the_mask_keywords_cannot_decode_on_the_npu_pipeline(tmp_path):
-    plain = ("import torch\n\nclass Plain(torch.nn.Module):\n    def __init__(self):\n        super().__init__()\n"
-             "        self.generation = {'layers': 1, 'kv_heads': 1, 'head_dim': 4, 'vocab': 256, 'max_context': 128}\n\n"
-             "    def forward(self, input_ids, *past):\n        return input_ids\n\ndef build():\n    return Plain()\n")
+    plain = (
+        "import torch\n\nclass Plain(torch.nn.Module):\n    def __init__(self):\n        super().__init__()\n"
+        "        self.generation = {'layers': 1, 'kv_heads': 1, 'head_dim': 4, 'vocab': 256, 'max_context': 128}\n\n"
+        "    def forward(self, input_ids, *past):\n        return input_ids\n\ndef build():\n    return Plain()\n"
+    )
     project = _project(tmp_path, model=plain, source="big.py:build")
     line = refused_build(tmp_path, project, "--profile", _npu_profile(tmp_path))
     assert "feeds attention_mask and position_ids" in line and "attention_mask=None, position_ids=None" in line
@@ -953,11 +1008,14 @@ def test_tiny_lm_decodes_on_the_htp_emulator_over_a_static_cache_written_in_plac
     project = tmp_path / "tiny-lm"
     shutil.copytree(TINY, project, ignore=shutil.ignore_patterns("build", "__pycache__"))
     text = (project / "tapeout.toml").read_text().replace("prompt_lengths = [16, 64]", "prompt_lengths = [8]")
-    (project / "tapeout.toml").write_text(text.replace("new_tokens = 32", "new_tokens = 8\ntrials = 2\n"
-                                                                         "agreement_prompts = 2"))
+    (project / "tapeout.toml").write_text(
+        text.replace("new_tokens = 32", "new_tokens = 8\ntrials = 2\nagreement_prompts = 2")
+    )
     profile = tmp_path / "qnn32.toml"
-    profile.write_text('extends = "qnn-sm8650"\nprecision = "fp32"\n[options]\nprefill_chunk = 4\n[check]\n'
-                       'iterations = 20\nrepeats = 1\nwarmup_min_s = 0.05\nop_profile = false\n')
+    profile.write_text(
+        'extends = "qnn-sm8650"\nprecision = "fp32"\n[options]\nprefill_chunk = 4\n[check]\n'
+        "iterations = 20\nrepeats = 1\nwarmup_min_s = 0.05\nop_profile = false\n"
+    )
     out = tmp_path / "b"
     report = _built(project, profile, out)
     prefill = report["artifact"]["meta"]["prefill"]
@@ -966,7 +1024,9 @@ def test_tiny_lm_decodes_on_the_htp_emulator_over_a_static_cache_written_in_plac
     verdicts = {b["budget"]: b for b in report["budgets"]}
     assert verdicts["placement_max_off_share"]["measured"] == 0.0
     assert report["workload"]["agreement"]["share"] == 1.0 and report["workload"]["layout"]["masked"] is True
-    assert any("static cache of 127 slots" in n and "second graph of 4 tokens" in n for n in report["workload"]["notes"])
+    assert any(
+        "static cache of 127 slots" in n and "second graph of 4 tokens" in n for n in report["workload"]["notes"]
+    )
     assert report["accuracy"]["artifact"] == pytest.approx(report["accuracy"]["reference"], rel=1e-4)
     assert "running the model the qnn artifact" in report["accuracy"]["where"]  # fp32: nothing was quantized
     check = run_cli("check", out, "--json")
@@ -982,4 +1042,4 @@ def test_tiny_lm_decodes_on_the_htp_emulator_over_a_static_cache_written_in_plac
     chunked = StaticCachedDecoder(session.run, layout, prefill=(session.run, 8))
     np.testing.assert_allclose(chunked.prefill(row["input_ids"][:, :20]), growing[:, 19], atol=1e-4)
     for t in range(20, 24):
-        np.testing.assert_allclose(chunked.step(row["input_ids"][:, t:t + 1]), growing[:, t], atol=1e-4)
+        np.testing.assert_allclose(chunked.step(row["input_ids"][:, t : t + 1]), growing[:, t], atol=1e-4)

@@ -20,14 +20,17 @@ ENV = {**os.environ, "TRITON_INTERPRET": "1", "CUDA_VISIBLE_DEVICES": ""}
 
 
 def _scenario(name: str) -> dict:
-    done = subprocess.run([sys.executable, str(HERE / "kernel_checks.py"), name], capture_output=True, text=True,
-                          env=ENV, timeout=600)
+    done = subprocess.run(
+        [sys.executable, str(HERE / "kernel_checks.py"), name], capture_output=True, text=True, env=ENV, timeout=600
+    )
     assert done.returncode == 0, done.stderr[-3000:]
     return json.loads(done.stdout)
 
 
 def _tapeout(*args: str, env=ENV) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "tapeout", *args], capture_output=True, text=True, env=env, timeout=900)
+    return subprocess.run(
+        [sys.executable, "-m", "tapeout", *args], capture_output=True, text=True, env=env, timeout=900
+    )
 
 
 def test_kernels_verify_in_the_interpreter_float32_and_float16():
@@ -88,8 +91,10 @@ def test_substitution_replaces_only_where_the_kernel_was_faster_and_keeps_the_re
     assert found["replaced"] == 6 and all(d["substituted"] for d in found["decisions"] if d["kernel"] != "silu-mul")
     assert found["ops"].count("tapeout.rotary.default") == 2 and "tapeout.silu_mul.default" not in found["ops"]
     # each call launches with the config that was timed (here the last of its tuning space), not the default
-    launched = {op.removeprefix("tapeout.").removesuffix(".default").replace("_", "-"): config
-                for op, config in found["launched"]}
+    launched = {
+        op.removeprefix("tapeout.").removesuffix(".default").replace("_", "-"): config
+        for op, config in found["launched"]
+    }
     assert launched == {k: v for k, v in found["tuned"].items() if k != "silu-mul"}
     assert all(d["config"] == found["tuned"][d["kernel"]] for d in found["decisions"])
     assert found["sdpa_left"] == 0
@@ -105,33 +110,46 @@ def test_decisions_without_a_timing_keep_inductor_and_say_how_to_measure():
     from tapeout.targets.kernels import substitute, timings
     from tapeout.targets.kernels.base import Case, Match
 
-    matches = [Match("add-layernorm", [], (), Case.of(rows=128, width=384), "float16"),
-               Match("attention", [], (), Case.of(batch=1, heads=12, seq=128, dim=32), "float16"),
-               Match("bias-gelu", [], (), Case.of(rows=128, width=1536), "float16"),
-               Match("silu-mul", [], (), Case.of(rows=1, width=5632), "float16"),
-               Match("add-layernorm", [], (), Case.of(rows=1, width=2048), "float16"),
-               Match("add-layernorm", [], (), Case.of(rows=256, width=512), "float16")]
+    matches = [
+        Match("add-layernorm", [], (), Case.of(rows=128, width=384), "float16"),
+        Match("attention", [], (), Case.of(batch=1, heads=12, seq=128, dim=32), "float16"),
+        Match("bias-gelu", [], (), Case.of(rows=128, width=1536), "float16"),
+        Match("silu-mul", [], (), Case.of(rows=1, width=5632), "float16"),
+        Match("add-layernorm", [], (), Case.of(rows=1, width=2048), "float16"),
+        Match("add-layernorm", [], (), Case.of(rows=256, width=512), "float16"),
+    ]
     block = "BLOCK=1024,warps=4,stages=2"
-    table = {timings.entry_key("attention", "batch=1,heads=12,seq=128,dim=32", "float16"):
-             timings.Timing(config="BLOCK_M=64,BLOCK_N=64,warps=4,stages=2", kernel_ms=0.02, kernel_p90_ms=0.03,
-                            inductor_ms=None, calls=50),
-             timings.entry_key("bias-gelu", "rows=128,width=1536", "float16"):
-             timings.Timing(config=block, kernel_ms=0.004, kernel_p90_ms=0.005, inductor_ms=0.004, calls=50),
-             # faster, but timed with a config this kernel no longer has (a timings file from an older tapeout)
-             timings.entry_key("silu-mul", "rows=1,width=5632", "float16"):
-             timings.Timing(config="BLOCK=512,warps=4,stages=2", kernel_ms=0.002, kernel_p90_ms=0.003, inductor_ms=0.004,
-                            calls=50),
-             # H100 figures: faster at the median, but its p90 is above Inductor's p50 (noise at 5 µs) ...
-             timings.entry_key("add-layernorm", "rows=1,width=2048", "float16"):
-             timings.Timing(config="warps=4,stages=2", kernel_ms=0.0048, kernel_p90_ms=0.0057, inductor_ms=0.0049, calls=100),
-             # ... and faster beyond its spread
-             timings.entry_key("add-layernorm", "rows=256,width=512", "float16"):
-             timings.Timing(config="warps=4,stages=2", kernel_ms=0.0040, kernel_p90_ms=0.0045, inductor_ms=0.0049, calls=100)}
+    table = {
+        timings.entry_key("attention", "batch=1,heads=12,seq=128,dim=32", "float16"): timings.Timing(
+            config="BLOCK_M=64,BLOCK_N=64,warps=4,stages=2",
+            kernel_ms=0.02,
+            kernel_p90_ms=0.03,
+            inductor_ms=None,
+            calls=50,
+        ),
+        timings.entry_key("bias-gelu", "rows=128,width=1536", "float16"): timings.Timing(
+            config=block, kernel_ms=0.004, kernel_p90_ms=0.005, inductor_ms=0.004, calls=50
+        ),
+        # faster, but timed with a config this kernel no longer has (a timings file from an older tapeout)
+        timings.entry_key("silu-mul", "rows=1,width=5632", "float16"): timings.Timing(
+            config="BLOCK=512,warps=4,stages=2", kernel_ms=0.002, kernel_p90_ms=0.003, inductor_ms=0.004, calls=50
+        ),
+        # H100 figures: faster at the median, but its p90 is above Inductor's p50 (noise at 5 µs) ...
+        timings.entry_key("add-layernorm", "rows=1,width=2048", "float16"): timings.Timing(
+            config="warps=4,stages=2", kernel_ms=0.0048, kernel_p90_ms=0.0057, inductor_ms=0.0049, calls=100
+        ),
+        # ... and faster beyond its spread
+        timings.entry_key("add-layernorm", "rows=256,width=512", "float16"): timings.Timing(
+            config="warps=4,stages=2", kernel_ms=0.0040, kernel_p90_ms=0.0045, inductor_ms=0.0049, calls=100
+        ),
+    }
     first, second, third, fourth, fifth, sixth = substitute.decide(matches, table, "H100")
     assert not first.substituted and "tapeout kernels bench add-layernorm" in first.reason
     assert not second.substituted and "not timed" in second.reason
     assert not third.substituted and "slower than Inductor" in third.reason  # a tie is not a win
-    assert not fourth.substituted and "'BLOCK=512,warps=4,stages=2'" in fourth.reason and "does not have" in fourth.reason
+    assert (
+        not fourth.substituted and "'BLOCK=512,warps=4,stages=2'" in fourth.reason and "does not have" in fourth.reason
+    )
     assert not fifth.substituted and "within its own spread" in fifth.reason and "p90 0.0057" in fifth.reason
     assert sixth.substituted and "1.22× faster" in sixth.reason and sixth.config == "warps=4,stages=2"
 
@@ -144,8 +162,10 @@ def test_bench_without_a_gpu_is_one_line_exit_4():
 
 
 def test_bad_names_and_dtypes_are_one_line_exit_2():
-    for args, words in ((("kernels", "verify", "layernorm"), "unknown kernel 'layernorm'"),
-                        (("kernels", "verify", "silu-mul", "--dtype", "fp8"), "unknown dtype 'fp8'")):
+    for args, words in (
+        (("kernels", "verify", "layernorm"), "unknown kernel 'layernorm'"),
+        (("kernels", "verify", "silu-mul", "--dtype", "fp8"), "unknown dtype 'fp8'"),
+    ):
         done = _tapeout(*args)
         assert done.returncode == 2 and words in done.stderr and "Traceback" not in done.stderr, done.stderr
 
@@ -155,13 +175,23 @@ def test_a_malformed_timings_file_is_one_line(tmp_path):
     from tapeout.targets.kernels import timings
 
     key = timings.device_key("NVIDIA H100 80GB HBM3", (9, 0), "3.9.0", "2.13.0")
-    saved = timings.save(key, {"silu-mul | rows=1,width=5632 | float16": timings.Timing(
-        config="BLOCK=1024,warps=4,stages=2", kernel_ms=0.003, kernel_p90_ms=0.004, inductor_ms=0.005, calls=100)}, tmp_path)
+    saved = timings.save(
+        key,
+        {
+            "silu-mul | rows=1,width=5632 | float16": timings.Timing(
+                config="BLOCK=1024,warps=4,stages=2", kernel_ms=0.003, kernel_p90_ms=0.004, inductor_ms=0.005, calls=100
+            )
+        },
+        tmp_path,
+    )
     assert timings.load(key, tmp_path)["silu-mul | rows=1,width=5632 | float16"].inductor_ms == 0.005
     # another GPU or toolchain never reads these timings
     assert timings.load(timings.device_key("NVIDIA H200", (9, 0), "3.9.0", "2.13.0"), tmp_path) == {}
-    for body in ("{not json", "[" * 100_000 + "]" * 100_000,
-                 json.dumps({"schema": "tapeout.kernel-timings/1", "device": key, "entries": {"x": {"config": 1}}})):
+    for body in (
+        "{not json",
+        "[" * 100_000 + "]" * 100_000,
+        json.dumps({"schema": "tapeout.kernel-timings/1", "device": key, "entries": {"x": {"config": 1}}}),
+    ):
         saved.write_text(body)
         with pytest.raises(BadInput, match="malformed") as caught:
             timings.load(key, tmp_path)
@@ -185,13 +215,20 @@ def test_the_samples_chains_match_and_minilm_substituted_whole_keeps_its_output(
 
     # MiniLM (real weights): per layer two residual add + LayerNorms, attention (the eager BERT path: matmul, scale,
     # mask, softmax, matmul), bias + GELU; the embeddings' LayerNorm follows a broadcast add and is left
-    assert Counter(found["minilm"]["matches"]) == {"add-layernorm float32": 12, "attention float32": 6,
-                                                   "bias-gelu float32": 6}
+    assert Counter(found["minilm"]["matches"]) == {
+        "add-layernorm float32": 12,
+        "attention float32": 6,
+        "bias-gelu float32": 6,
+    }
     assert found["minilm"]["replaced"] == 24 and found["minilm"]["left"] == ["aten.layer_norm.default"]
     assert found["minilm"]["max_abs"] < 1e-4
     # llama-40m: rotary on q and k, Llama's decomposed RMSNorm after each residual add, eager attention, silu·mul
-    assert Counter(found["llama-40m"]["matches"]) == {"rotary float32": 16, "add-rmsnorm float32": 16,
-                                                      "attention float32": 8, "silu-mul float32": 8}
+    assert Counter(found["llama-40m"]["matches"]) == {
+        "rotary float32": 16,
+        "add-rmsnorm float32": 16,
+        "attention float32": 8,
+        "silu-mul float32": 8,
+    }
     # priced at the project's dims (MiniLM batch 1), not the batch-2 example the dynamic program was traced with,
     # and every such shape is one `tapeout kernels bench` times: a bench on a GPU covers the samples' decisions
     assert "add-layernorm rows=128,width=384" in found["minilm"]["cases"]

@@ -21,11 +21,13 @@ else:  # pragma: no cover
 LINTER = Path(sys.executable).with_name("lint-imports")
 
 
-@pytest.mark.skipif(not LINTER.exists() and shutil.which("lint-imports") is None,
-                    reason="import-linter is in the [test] extra")
+@pytest.mark.skipif(
+    not LINTER.exists() and shutil.which("lint-imports") is None, reason="import-linter is in the [test] extra"
+)
 def test_every_layer_contract_is_kept():
-    run = subprocess.run([sys.executable, str(REPO / ".ci" / "lint-imports")], capture_output=True, text=True,
-                         timeout=300)
+    run = subprocess.run(
+        [sys.executable, str(REPO / ".ci" / "lint-imports")], capture_output=True, text=True, timeout=300
+    )
     assert run.returncode == 0, run.stdout[-4000:] + run.stderr[-2000:]
     assert "0 broken" in run.stdout, run.stdout[-2000:]
 
@@ -37,9 +39,11 @@ def test_a_backward_import_breaks_a_contract(tmp_path):
         pytest.skip("import-linter is in the [test] extra")
     import importlib.util
 
-    spec = importlib.util.spec_from_file_location("lint_imports_script", REPO / ".ci" / "lint-imports",
-                                                  loader=importlib.machinery.SourceFileLoader(
-                                                      "lint_imports_script", str(REPO / ".ci" / "lint-imports")))
+    spec = importlib.util.spec_from_file_location(
+        "lint_imports_script",
+        REPO / ".ci" / "lint-imports",
+        loader=importlib.machinery.SourceFileLoader("lint_imports_script", str(REPO / ".ci" / "lint-imports")),
+    )
     script = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(script)
     root = script.lay_out(tmp_path / "tree")
@@ -47,9 +51,14 @@ def test_a_backward_import_breaks_a_contract(tmp_path):
     text = errors.read_text()
     errors.unlink()  # a link to the repository's file: write a copy, never through the link
     errors.write_text(text + "\n\ndef _backward():\n    from tapeout.steps import setup  # noqa: F401\n")
-    run = subprocess.run([str(LINTER if LINTER.exists() else "lint-imports"), str(REPO / "importlinter.ini")],
-                         cwd=root, capture_output=True, text=True, timeout=300,
-                         env={"PYTHONPATH": str(root), "PATH": str(Path(sys.executable).parent)})
+    run = subprocess.run(
+        [str(LINTER if LINTER.exists() else "lint-imports"), str(REPO / "importlinter.ini")],
+        cwd=root,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env={"PYTHONPATH": str(root), "PATH": str(Path(sys.executable).parent)},
+    )
     assert run.returncode != 0
     assert "tapeout.core is not allowed to import tapeout.steps" in run.stdout, run.stdout[-3000:]
 
@@ -63,7 +72,9 @@ def test_every_subpackage_is_installed():
         for init in (REPO / folder).rglob("__init__.py"):
             rel = init.parent.relative_to(REPO / folder)
             name = ".".join([package, *rel.parts])
-            owner = max((p for p, f in config["package-dir"].items() if (REPO / f) in (init.parent, *init.parent.parents)),
-                        key=len)
+            owner = max(
+                (p for p, f in config["package-dir"].items() if (REPO / f) in (init.parent, *init.parent.parents)),
+                key=len,
+            )
             if owner == package:
                 assert name in listed, f"{name} ({init.parent}) is not in pyproject's packages"

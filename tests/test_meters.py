@@ -26,16 +26,22 @@ from tapeout.measurement.tegrastats import TegrastatsMeter, parse_line, window_e
 
 # Lines in the formats tegrastats prints (composed from its documented fields and logs published from
 # boards; no Jetson ran here): Orin Nano/NX (JetPack 6), AGX Orin, and a Nano on L4T r32.
-ORIN_NANO = ("11-20-2026 14:02:11 RAM 3120/7620MB (lfb 5x4MB) SWAP 0/3810MB (cached 0MB) CPU [21%@1510,9%@1510,"
-             "4%@1510,3%@1510,off,off] EMC_FREQ 12%@2133 GR3D_FREQ 61%@[918] NVDEC off NVJPG off VIC off OFA off "
-             "APE 200 cpu@52.4C soc2@49.9C soc0@50.7C gpu@53.1C tj@53.1C soc1@50.2C VDD_IN 9812mW/7344mW "
-             "VDD_CPU_GPU_CV 4388mW/2911mW VDD_SOC 2540mW/2200mW")
-AGX_ORIN = ("11-20-2026 14:05:40 RAM 11843/62841MB (lfb 1221x4MB) SWAP 0/31421MB (cached 0MB) CPU [3%@2201,1%@2201,"
-            "off,off] EMC_FREQ 4%@3199 GR3D_FREQ 87%@[1300,1300] VIC off APE 174 CPU@49.9C GPU@51.3C tj@51.3C "
-            "VDD_GPU_SOC 12870mW/9120mW VDD_CPU_CV 1598mW/1402mW VIN_SYS_5V0 4512mW/4460mW VDDQ_VDD2_1V8AO 803mW/781mW")
-NANO_R32 = ("RAM 2917/3964MB (lfb 2x2MB) SWAP 0/1982MB (cached 0MB) IRAM 0/252kB(lfb 252kB) CPU [14%@1479,7%@1479,off,"
-            "off] EMC_FREQ 9%@1600 GR3D_FREQ 76%@921 APE 25 PLL@37.5C CPU@40C GPU@38.5C POM_5V_IN 4102/3217 "
-            "POM_5V_GPU 1487/880 POM_5V_CPU 612/540")
+ORIN_NANO = (
+    "11-20-2026 14:02:11 RAM 3120/7620MB (lfb 5x4MB) SWAP 0/3810MB (cached 0MB) CPU [21%@1510,9%@1510,"
+    "4%@1510,3%@1510,off,off] EMC_FREQ 12%@2133 GR3D_FREQ 61%@[918] NVDEC off NVJPG off VIC off OFA off "
+    "APE 200 cpu@52.4C soc2@49.9C soc0@50.7C gpu@53.1C tj@53.1C soc1@50.2C VDD_IN 9812mW/7344mW "
+    "VDD_CPU_GPU_CV 4388mW/2911mW VDD_SOC 2540mW/2200mW"
+)
+AGX_ORIN = (
+    "11-20-2026 14:05:40 RAM 11843/62841MB (lfb 1221x4MB) SWAP 0/31421MB (cached 0MB) CPU [3%@2201,1%@2201,"
+    "off,off] EMC_FREQ 4%@3199 GR3D_FREQ 87%@[1300,1300] VIC off APE 174 CPU@49.9C GPU@51.3C tj@51.3C "
+    "VDD_GPU_SOC 12870mW/9120mW VDD_CPU_CV 1598mW/1402mW VIN_SYS_5V0 4512mW/4460mW VDDQ_VDD2_1V8AO 803mW/781mW"
+)
+NANO_R32 = (
+    "RAM 2917/3964MB (lfb 2x2MB) SWAP 0/1982MB (cached 0MB) IRAM 0/252kB(lfb 252kB) CPU [14%@1479,7%@1479,off,"
+    "off] EMC_FREQ 9%@1600 GR3D_FREQ 76%@921 APE 25 PLL@37.5C CPU@40C GPU@38.5C POM_5V_IN 4102/3217 "
+    "POM_5V_GPU 1487/880 POM_5V_CPU 612/540"
+)
 
 
 def test_tegrastats_lines_parse_in_every_board_format():
@@ -51,8 +57,12 @@ def test_tegrastats_lines_parse_in_every_board_format():
 
 
 def test_window_energy_uses_the_samples_inside_the_window():
-    lines = [(0.95, ORIN_NANO.replace("9812mW", "1000mW")), (1.1, ORIN_NANO), (1.2, ORIN_NANO.replace("9812mW", "10812mW")),
-             (2.5, ORIN_NANO.replace("9812mW", "99999mW"))]
+    lines = [
+        (0.95, ORIN_NANO.replace("9812mW", "1000mW")),
+        (1.1, ORIN_NANO),
+        (1.2, ORIN_NANO.replace("9812mW", "10812mW")),
+        (2.5, ORIN_NANO.replace("9812mW", "99999mW")),
+    ]
     energy = window_energy(lines, 1.0, 2.0)
     assert energy["samples"] == 2 and energy["power_avg_w"] == pytest.approx(10.312)
     assert energy["energy_j"] == pytest.approx(10.312) and energy["energy_quantum_j"] > 0
@@ -63,8 +73,10 @@ def test_tegrastats_meter_samples_a_running_tegrastats(tmp_path, monkeypatch):
     """tegrastats exists only on Jetsons: a stand-in executable prints its lines at the requested interval."""
     script = tmp_path / "bin" / "tegrastats"
     script.parent.mkdir()
-    script.write_text(f"#!{sys.executable}\nimport sys, time\nassert sys.argv[1:3] == ['--interval', '100'], sys.argv\n"
-                      f"while True:\n    print({ORIN_NANO!r}, flush=True)\n    time.sleep(0.1)\n")
+    script.write_text(
+        f"#!{sys.executable}\nimport sys, time\nassert sys.argv[1:3] == ['--interval', '100'], sys.argv\n"
+        f"while True:\n    print({ORIN_NANO!r}, flush=True)\n    time.sleep(0.1)\n"
+    )
     script.chmod(script.stat().st_mode | stat.S_IEXEC)
     monkeypatch.setenv("PATH", f"{script.parent}{os.pathsep}{os.environ['PATH']}")
     meter = TegrastatsMeter()
@@ -116,8 +128,11 @@ class _StrictModule(types.ModuleType):
             setattr(self, key, value)
 
     def __getattr__(self, item):
-        raise AttributeError(f"{item}: not in the real {self.__name__}" if item not in self._real
-                             else f"{item}: the stand-in does not implement it")
+        raise AttributeError(
+            f"{item}: not in the real {self.__name__}"
+            if item not in self._real
+            else f"{item}: the stand-in does not implement it"
+        )
 
 
 def _fake_nvml(reasons: int, pid: int):
@@ -132,17 +147,27 @@ def _fake_nvml(reasons: int, pid: int):
         used, total = 3 * 2**30, 24 * 2**30
 
     return _StrictModule(
-        "pynvml", set(dir(real)),
-        NVMLError=real.NVMLError, NVML_CLOCK_SM=real.NVML_CLOCK_SM, NVML_CLOCK_MEM=real.NVML_CLOCK_MEM,
+        "pynvml",
+        set(dir(real)),
+        NVMLError=real.NVMLError,
+        NVML_CLOCK_SM=real.NVML_CLOCK_SM,
+        NVML_CLOCK_MEM=real.NVML_CLOCK_MEM,
         NVML_TEMPERATURE_GPU=real.NVML_TEMPERATURE_GPU,
-        nvmlInit=lambda: None, nvmlShutdown=lambda: None, nvmlDeviceGetHandleByIndex=lambda i: ("gpu", i),
-        nvmlDeviceGetCudaComputeCapability=lambda h: (8, 9), nvmlDeviceGetName=lambda h: b"NVIDIA L4",
-        nvmlDeviceGetUUID=lambda h: "GPU-1234", nvmlSystemGetDriverVersion=lambda: "580.1",
-        nvmlDeviceGetEnforcedPowerLimit=lambda h: 72000, nvmlDeviceGetMemoryInfo=lambda h: Memory,
+        nvmlInit=lambda: None,
+        nvmlShutdown=lambda: None,
+        nvmlDeviceGetHandleByIndex=lambda i: ("gpu", i),
+        nvmlDeviceGetCudaComputeCapability=lambda h: (8, 9),
+        nvmlDeviceGetName=lambda h: b"NVIDIA L4",
+        nvmlDeviceGetUUID=lambda h: "GPU-1234",
+        nvmlSystemGetDriverVersion=lambda: "580.1",
+        nvmlDeviceGetEnforcedPowerLimit=lambda h: 72000,
+        nvmlDeviceGetMemoryInfo=lambda h: Memory,
         nvmlDeviceGetClockInfo=lambda h, kind: 2040 if kind == real.NVML_CLOCK_SM else 6251,
-        nvmlDeviceGetTemperature=lambda h, sensor: 61, nvmlDeviceGetCurrentClocksEventReasons=lambda h: reasons,
+        nvmlDeviceGetTemperature=lambda h, sensor: 61,
+        nvmlDeviceGetCurrentClocksEventReasons=lambda h: reasons,
         nvmlDeviceGetComputeRunningProcesses=lambda h: [types.SimpleNamespace(pid=pid, usedGpuMemory=512 * 2**20)],
-        nvmlDeviceGetTotalEnergyConsumption=energy, nvmlDeviceGetPowerUsage=lambda h: 250_000,
+        nvmlDeviceGetTotalEnergyConsumption=energy,
+        nvmlDeviceGetPowerUsage=lambda h: 250_000,
     )
 
 
@@ -171,7 +196,9 @@ def test_nvml_meter_falls_back_to_the_device_delta_when_the_driver_hides_our_pid
     meter = NvmlMeter()
     meters.safely(meter, "start")
     meters.safely(meter, "after_session")
-    assert meter.result()["device_memory_mb"] == 0 and "minus before the session" in meter.result()["device_memory_scope"]
+    assert (
+        meter.result()["device_memory_mb"] == 0 and "minus before the session" in meter.result()["device_memory_scope"]
+    )
 
 
 def _amdsmi_source_names() -> set[str]:
@@ -189,8 +216,11 @@ def test_amdsmi_meter_reads_energy_and_vram(monkeypatch):
     counts = iter([1000, 251_000])  # accumulator at the window start and end; 15.3 µJ per count
     enum = types.SimpleNamespace(GFX="gfx", MEM="mem", HOTSPOT="hot", CURRENT="cur")
     smi = _StrictModule(
-        "amdsmi", names,
-        amdsmi_init=lambda: None, amdsmi_shut_down=lambda: None, amdsmi_get_processor_handles=lambda: ["h0"],
+        "amdsmi",
+        names,
+        amdsmi_init=lambda: None,
+        amdsmi_shut_down=lambda: None,
+        amdsmi_get_processor_handles=lambda: ["h0"],
         amdsmi_get_gpu_asic_info=lambda h: {"market_name": "AMD Instinct MI300X", "target_graphics_version": "gfx942"},
         amdsmi_get_gpu_device_bdf=lambda h: "0000:0c:00.0",
         amdsmi_get_gpu_vram_usage=lambda h: {"vram_total": 196592, "vram_used": 300},
@@ -198,9 +228,14 @@ def test_amdsmi_meter_reads_energy_and_vram(monkeypatch):
         amdsmi_get_clock_info=lambda h, kind: {"clk": 2100 if kind == "gfx" else 1300},
         amdsmi_get_temp_metric=lambda h, sensor, metric: 55,
         amdsmi_get_gpu_process_list=lambda h: [{"pid": os.getpid(), "memory_usage": {"vram_mem": 700 * 2**20}}],
-        amdsmi_get_energy_count=lambda h: {"energy_accumulator": next(counts), "counter_resolution": 15.3,
-                                           "timestamp": 0},
-        AmdSmiClkType=enum, AmdSmiTemperatureType=enum, AmdSmiTemperatureMetric=enum,
+        amdsmi_get_energy_count=lambda h: {
+            "energy_accumulator": next(counts),
+            "counter_resolution": 15.3,
+            "timestamp": 0,
+        },
+        AmdSmiClkType=enum,
+        AmdSmiTemperatureType=enum,
+        AmdSmiTemperatureMetric=enum,
     )
     monkeypatch.setitem(sys.modules, "amdsmi", smi)
     meter = AmdSmiMeter()
@@ -219,7 +254,9 @@ def test_cuda_visible_devices_maps_to_nvml_devices():
     assert nvml_index(0, "2,3") == 2 and nvml_index(1, "GPU-aaa, GPU-bbb") == "GPU-bbb"
     with pytest.raises(ValueError, match="shows 1 device"):
         nvml_index(1, "0")
-    assert throttle_reasons(0x41) == ["hardware thermal slowdown", "idle"] and slowdowns(0x41) == ["hardware thermal slowdown"]
+    assert throttle_reasons(0x41) == ["hardware thermal slowdown", "idle"] and slowdowns(0x41) == [
+        "hardware thermal slowdown"
+    ]
 
 
 def test_rapl_meter_reads_the_package_counter_and_handles_wraparound(tmp_path):

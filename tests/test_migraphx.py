@@ -26,14 +26,30 @@ from tapeout.core.artifact import Artifact
 from tapeout.core.errors import BadInput
 from tapeout.records.golden import load_golden
 
-pytestmark = pytest.mark.skipif(targets.target_class("migraphx").probe().available,
-                                reason="MIGraphX is installed here: a GPU test should cover it")
+pytestmark = pytest.mark.skipif(
+    targets.target_class("migraphx").probe().available, reason="MIGraphX is installed here: a GPU test should cover it"
+)
 
 # The documented signatures the stand-in accepts (name -> keyword arguments allowed)
-API = {"parse_onnx": {"default_dim_value", "map_input_dims", "default_dyn_dim_value", "map_dyn_input_dims",
-                      "skip_unknown_operators", "print_program_on_error", "max_loop_iterations", "limit_max_iterations"},
-       "get_target": set(), "save_buffer": {"format"}, "load_buffer": {"format"}, "argument": set(),
-       "compile": {"offload_copy", "fast_math", "exhaustive_tune"}, "run": set(), "get_output_shapes": set()}
+API = {
+    "parse_onnx": {
+        "default_dim_value",
+        "map_input_dims",
+        "default_dyn_dim_value",
+        "map_dyn_input_dims",
+        "skip_unknown_operators",
+        "print_program_on_error",
+        "max_loop_iterations",
+        "limit_max_iterations",
+    },
+    "get_target": set(),
+    "save_buffer": {"format"},
+    "load_buffer": {"format"},
+    "argument": set(),
+    "compile": {"offload_copy", "fast_math", "exhaustive_tune"},
+    "run": set(),
+    "get_output_shapes": set(),
+}
 
 
 def _standin(calls: list):

@@ -31,24 +31,65 @@ CASES = {
     "distilbert-module": ("zoo_models.py:distilbert", TOKENS, ["logits"], "transformer-encoder", [1, 3]),
     "vit": ("hf", IMAGE, ["logits"], "transformer-encoder", [1, 5]),
     "resnet": ("hf", IMAGE, ["logits"], "cnn", [1, 5]),
-    "whisper": ("zoo_models.py:whisper_encoder", [("input_features", [1, 16, 64], "float32", [-1.0, 1.0])],
-                ["last_hidden_state"], "transformer-encoder", [1, 32, 32]),
-    "wav2vec2": ("zoo_models.py:wav2vec2", [("input_values", [1, 1600], "float32", [-1.0, 1.0])],
-                 ["hidden"], "transformer-encoder", None),
-    "unet": ("zoo_models.py:unet", [("latent", [1, 4, 16, 16], "float32", [-1.0, 1.0]),
-                                    ("timestep", [1], "float32", [0.0, 999.0])], ["noise"], "diffusion", [1, 4, 16, 16]),
-    "lstm": ("zoo_models.py:lstm", [("frames", [1, 49, 20], "float32", [-1.0, 1.0])], ["logits"],
-             "speech-recurrent", [1, 12]),
-    "cnn-lstm": ("zoo_models.py:cnn_lstm", [("image", [1, 1, 16, 32], "float32", [0.0, 1.0])], ["logits"],
-                 "cnn", [1, 16, 20]),
-    "vad": ("zoo_models.py:vad", [("frame", [1, 64], "float32", [-1.0, 1.0]),
-                                  ("sample_rate", [], "int64", [16000, 16000])], ["speech"], "mlp", [1, 1]),
-    "conv-gru-vad": ("zoo_models.py:conv_gru_vad", [("audio", [1, 512], "float32", [-1.0, 1.0]),
-                                                    ("sample_rate", [], "int64", [16000, 16000])], ["speech"],
-                     "speech-recurrent", [1, 1]),
+    "whisper": (
+        "zoo_models.py:whisper_encoder",
+        [("input_features", [1, 16, 64], "float32", [-1.0, 1.0])],
+        ["last_hidden_state"],
+        "transformer-encoder",
+        [1, 32, 32],
+    ),
+    "wav2vec2": (
+        "zoo_models.py:wav2vec2",
+        [("input_values", [1, 1600], "float32", [-1.0, 1.0])],
+        ["hidden"],
+        "transformer-encoder",
+        None,
+    ),
+    "unet": (
+        "zoo_models.py:unet",
+        [("latent", [1, 4, 16, 16], "float32", [-1.0, 1.0]), ("timestep", [1], "float32", [0.0, 999.0])],
+        ["noise"],
+        "diffusion",
+        [1, 4, 16, 16],
+    ),
+    "lstm": (
+        "zoo_models.py:lstm",
+        [("frames", [1, 49, 20], "float32", [-1.0, 1.0])],
+        ["logits"],
+        "speech-recurrent",
+        [1, 12],
+    ),
+    "cnn-lstm": (
+        "zoo_models.py:cnn_lstm",
+        [("image", [1, 1, 16, 32], "float32", [0.0, 1.0])],
+        ["logits"],
+        "cnn",
+        [1, 16, 20],
+    ),
+    "vad": (
+        "zoo_models.py:vad",
+        [("frame", [1, 64], "float32", [-1.0, 1.0]), ("sample_rate", [], "int64", [16000, 16000])],
+        ["speech"],
+        "mlp",
+        [1, 1],
+    ),
+    "conv-gru-vad": (
+        "zoo_models.py:conv_gru_vad",
+        [("audio", [1, 512], "float32", [-1.0, 1.0]), ("sample_rate", [], "int64", [16000, 16000])],
+        ["speech"],
+        "speech-recurrent",
+        [1, 1],
+    ),
 }
-INTEGER_OPS = {"DynamicQuantizeMatMul", "MatMulInteger", "MatMulIntegerToFloat", "DynamicQuantizeLSTM",
-               "QLinearConv", "QLinearMatMul", "ConvInteger"}
+INTEGER_OPS = {
+    "DynamicQuantizeMatMul",
+    "MatMulInteger",
+    "MatMulIntegerToFloat",
+    "DynamicQuantizeLSTM",
+    "QLinearConv",
+    "QLinearMatMul",
+    "ConvInteger",
+}
 FAST_INT8 = 'extends = "cpu-int8"\n[check]\niterations = 30\nrepeats = 1\nwarmup_min_s = 0.05\nop_profile = false\n'
 
 
@@ -59,8 +100,9 @@ def _project(root: Path, name: str, metric: str | None = None) -> Path:
     shutil.copy(Path(zoo_models.__file__), project / "zoo_models.py")
     if source == "hf":
         zoo_models.save_hf(name, project / "hf")
-    metric_lines = (f'[evaluation]\nmetric = "zoo_models.py:{metric}"\ndirection = "higher"\nname = "cosine"\n'
-                    if metric else "")
+    metric_lines = (
+        f'[evaluation]\nmetric = "zoo_models.py:{metric}"\ndirection = "higher"\nname = "cosine"\n' if metric else ""
+    )
     zoo_models.write_project(project, source, inputs, outputs, metric_lines)
     (project / "int8.toml").write_text(FAST_INT8)
     return project
@@ -112,8 +154,13 @@ def test_each_kind_is_detected_exported_and_really_quantized_for_the_cpu(tmp_pat
         assert (ops - main) & INTEGER_OPS  # integer ops inside the branches, where the weights are used
     if name == "conv-gru-vad":  # convs in the If's branches INT8 (their weights moved in), the first and GRU float
         assert {g["group"]: g["precision"] for g in groups.values()} == {
-            "first_conv": "fp32", "conv1": "int8", "first_conv#2": "fp32", "conv2": "int8",
-            "recurrent_cell1": "fp32", "linear1": "int8"}
+            "first_conv": "fp32",
+            "conv1": "int8",
+            "first_conv#2": "fp32",
+            "conv2": "int8",
+            "recurrent_cell1": "fp32",
+            "linear1": "int8",
+        }
         assert not report["quantization"].get("fallbacks")
         main = {n.op_type for n in onnx.load(str(out / "artifact" / report["artifact"]["main_file"])).graph.node}
         assert "ConvInteger" in ops - main
@@ -124,16 +171,21 @@ def test_each_kind_is_detected_exported_and_really_quantized_for_the_cpu(tmp_pat
 
 
 # name → fidelity metric: the speech and recurrent kinds on the Hexagon HTP (emulated)
-NPU_CASES = {"lstm": "lstm_fidelity", "cnn-lstm": "cnn_lstm_fidelity", "whisper": "whisper_encoder_fidelity",
-             "wav2vec2": "wav2vec2_fidelity"}
+NPU_CASES = {
+    "lstm": "lstm_fidelity",
+    "cnn-lstm": "cnn_lstm_fidelity",
+    "whisper": "whisper_encoder_fidelity",
+    "wav2vec2": "wav2vec2_fidelity",
+}
 
 
 @pytest.mark.parametrize("name", list(NPU_CASES))
 def test_speech_and_recurrent_kinds_build_for_the_htp_within_their_accuracy_budget(tmp_path, name):
     project = _project(tmp_path, name, metric=NPU_CASES[name])
     profile = project / "qnn.toml"
-    profile.write_text('extends = "qnn-sm8650"\n[quantization]\ncalibration_samples = 16\n'
-                       '[check]\niterations = 10\nrepeats = 1\n')
+    profile.write_text(
+        'extends = "qnn-sm8650"\n[quantization]\ncalibration_samples = 16\n[check]\niterations = 10\nrepeats = 1\n'
+    )
     out = tmp_path / "build"
     result = run_cli("build", project, "--profile", profile, "--out", out)
     assert result.code == 0, result.err + result.out

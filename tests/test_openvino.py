@@ -89,9 +89,12 @@ def test_openvinos_reason_is_kept_whole_not_cut_at_its_first_line(tmp_path):
     import onnx
     from onnx import TensorProto, helper
 
-    graph = helper.make_graph([helper.make_node("Foo", ["x"], ["y"], name="custom", domain="com.example")], "g",
-                              [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 4])],
-                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 4])])
+    graph = helper.make_graph(
+        [helper.make_node("Foo", ["x"], ["y"], name="custom", domain="com.example")],
+        "g",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 4])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 4])],
+    )
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17), helper.make_opsetid("com.example", 1)])
     model.ir_version = 8
     onnx.save(model, tmp_path / "m.onnx")
@@ -119,7 +122,9 @@ def test_openvino_int8_plans_per_family_through_nncf(tmp_path):
 
     def plan(model, **settings):
         onnx.save(model, tmp_path / "m.onnx")
-        return rules.first_plan(analyze(tmp_path / "m.onnx"), "openvino", caps, "int8", QuantizationSettings(**settings))
+        return rules.first_plan(
+            analyze(tmp_path / "m.onnx"), "openvino", caps, "int8", QuantizationSettings(**settings)
+        )
 
     encoder = plan(graphs.transformer())
     assert (encoder.method, encoder.model_type, encoder.preset) == ("nncf", "transformer", "mixed")
@@ -138,8 +143,10 @@ def test_digits_builds_int8_on_openvino_through_nncf_and_checks(tmp_path):
     import openvino as ov
 
     profile = tmp_path / "ov-int8.toml"
-    profile.write_text('extends = "openvino-cpu-int8"\n[check]\niterations = 60\nrepeats = 2\nwarmup_min_s = 0.1\n'
-                       'op_profile_iterations = 5\n')
+    profile.write_text(
+        'extends = "openvino-cpu-int8"\n[check]\niterations = 60\nrepeats = 2\nwarmup_min_s = 0.1\n'
+        "op_profile_iterations = 5\n"
+    )
     out = tmp_path / "b"
     build = run_cli("build", SAMPLES / "digits-cnn", "--profile", profile, "--out", out, "--json")
     assert build.code == 0, build.err
@@ -152,13 +159,18 @@ def test_digits_builds_int8_on_openvino_through_nncf_and_checks(tmp_path):
     accuracy = next(b for b in report["budgets"] if b["budget"] == "accuracy_max_drop")
     assert accuracy["verdict"] == "pass"
     # the artifact is the kept candidate's IR byte for byte: the loop's evaluation of it stands, not repeated
-    assert report["accuracy"]["artifact"] == q["search"]["metric"] and "loop's evaluation" in report["accuracy"]["where"]
+    assert (
+        report["accuracy"]["artifact"] == q["search"]["metric"] and "loop's evaluation" in report["accuracy"]["where"]
+    )
     assert report["artifact"]["meta"]["inference_precision"] == "f32"  # what the compiled model used
     assert "compiled for CPU with inference precision **f32**" in (out / "report.md").read_text()
     # the artifact holds INT8 weights for the planned convs and linears (and float ones for the rest)
     model = ov.Core().read_model(str(out / "artifact" / "model.xml"))
-    int8_weights = [op for op in model.get_ops() if op.get_type_name() == "Constant"
-                    and str(op.get_element_type()) in ("<Type: 'int8_t'>", "<Type: 'uint8_t'>")]
+    int8_weights = [
+        op
+        for op in model.get_ops()
+        if op.get_type_name() == "Constant" and str(op.get_element_type()) in ("<Type: 'int8_t'>", "<Type: 'uint8_t'>")
+    ]
     assert len(int8_weights) >= 2
     check = run_cli("check", out, "--json")
     assert check.code == 0, check.err
@@ -172,9 +184,16 @@ def test_the_nncf_postcondition_names_a_planned_node_left_float(tmp_path, digits
     from tapeout.quantize.plan import GroupPlan, Plan
 
     model = ov.Core().read_model(str(digits_build / "export" / "model.onnx"))  # FP32: nothing quantized
-    planned = Plan("nncf", "cnn", "openvino", ("int8", "fp32"),
-                   (GroupPlan("conv1", "conv", ("node_conv2d_1",), "int8", "test"),
-                    GroupPlan("first_conv", "first_conv", ("node_conv2d",), "fp32", "test")))
+    planned = Plan(
+        "nncf",
+        "cnn",
+        "openvino",
+        ("int8", "fp32"),
+        (
+            GroupPlan("conv1", "conv", ("node_conv2d_1",), "int8", "test"),
+            GroupPlan("first_conv", "first_conv", ("node_conv2d",), "fp32", "test"),
+        ),
+    )
     with pytest.raises(BadInput, match=r"NNCF did not follow the plan for 1 node\(s\): node_conv2d_1 \(planned int8\)"):
         check_weights(planned, model, digits_build / "export" / "model.onnx")
 
@@ -193,17 +212,18 @@ def test_openvino_int4_plans_weight_compression_and_names_the_algorithms(tmp_pat
     analysis = analyze(tmp_path / "m.onnx")
 
     def plan(target, **settings):
-        return rules.first_plan(analysis, target, targets.TARGETS[target].capabilities, "int4",
-                                QuantizationSettings(**settings))
+        return rules.first_plan(
+            analysis, target, targets.TARGETS[target].capabilities, "int4", QuantizationSettings(**settings)
+        )
 
     decoder = plan("openvino")
     assert (decoder.method, decoder.model_suffix) == ("nncf-weights", ".xml")
     assert decoder.ladder == ("int4", "int8-weight", "fp32")
     assert {g.role for g in decoder.groups if g.precision == "fp32"} <= {"embedding", "lm_head", "head"}
     assert plan("openvino", int4_algorithm="awq").int4_algorithm == "awq"
-    with pytest.raises(BadInput, match='int4_algorithm = "gptq" is not available on target \'openvino\''):
+    with pytest.raises(BadInput, match="int4_algorithm = \"gptq\" is not available on target 'openvino'"):
         plan("openvino", int4_algorithm="gptq")
-    with pytest.raises(BadInput, match='int4_algorithm = "awq" is not available on target \'onnxruntime\''):
+    with pytest.raises(BadInput, match="int4_algorithm = \"awq\" is not available on target 'onnxruntime'"):
         plan("onnxruntime", int4_algorithm="awq")
     with pytest.raises(BadInput, match="INT4 is NNCF's weight compression"):
         plan("openvino", method="dynamic")
@@ -222,8 +242,13 @@ def test_int4_layers_the_group_size_does_not_divide_get_a_smaller_group_or_move_
     from tapeout.quantize.apply import apply_with_fallback
 
     onnx.save(graphs.transformer(causal=True, d=12, heads=2, lm_head=True, swiglu=True), tmp_path / "m.onnx")
-    plan = rules.first_plan(analyze(tmp_path / "m.onnx"), "openvino", targets.TARGETS["openvino"].capabilities, "int4",
-                            QuantizationSettings())
+    plan = rules.first_plan(
+        analyze(tmp_path / "m.onnx"),
+        "openvino",
+        targets.TARGETS["openvino"].capabilities,
+        "int4",
+        QuantizationSettings(),
+    )
     applied, info = apply_with_fallback(plan, tmp_path / "m.onnx", tmp_path / "q" / "model.xml")
     moved = {m["group"] for m in info["fallbacks"]}
     assert moved and all(m["from"] == "int4" and m["to"] == "int8-weight" for m in info["fallbacks"])
@@ -236,8 +261,10 @@ def test_int4_layers_the_group_size_does_not_divide_get_a_smaller_group_or_move_
 @pytest.fixture(scope="module")
 def tiny_lm_int4(tmp_path_factory):
     profile = tmp_path_factory.mktemp("ov4") / "ov-int4.toml"
-    profile.write_text('extends = "openvino-cpu-int4"\n[check]\niterations = 60\nrepeats = 2\nwarmup_min_s = 0.1\n'
-                       'op_profile_iterations = 5\n')
+    profile.write_text(
+        'extends = "openvino-cpu-int4"\n[check]\niterations = 60\nrepeats = 2\nwarmup_min_s = 0.1\n'
+        "op_profile_iterations = 5\n"
+    )
     out = profile.parent / "b"
     build = run_cli("build", SAMPLES / "tiny-lm" / "forward.toml", "--profile", profile, "--out", out, "--json")
     assert build.code == 0, build.err
@@ -251,12 +278,21 @@ def _weight_bits(model) -> list[int]:
 
     def zero_point(op) -> bool:
         after = [t.get_node() for t in op.output(0).get_target_inputs()]
-        return any(t.get_node().get_type_name() == "Subtract" and t.get_index() == 1
-                   for n in after for t in n.output(0).get_target_inputs())
+        return any(
+            t.get_node().get_type_name() == "Subtract" and t.get_index() == 1
+            for n in after
+            for t in n.output(0).get_target_inputs()
+        )
 
-    return sorted(op.get_element_type().bitwidth for op in model.get_ops() if op.get_type_name() == "Constant"
-                  and op.get_element_type().is_integral() and op.get_element_type() != ov.Type.boolean
-                  and op.get_element_type().bitwidth in (4, 8) and not zero_point(op))
+    return sorted(
+        op.get_element_type().bitwidth
+        for op in model.get_ops()
+        if op.get_type_name() == "Constant"
+        and op.get_element_type().is_integral()
+        and op.get_element_type() != ov.Type.boolean
+        and op.get_element_type().bitwidth in (4, 8)
+        and not zero_point(op)
+    )
 
 
 @pytest.mark.slow  # a tiny-lm INT4 build (the fixture); digits-cnn keeps OpenVINO in the fast subset
@@ -292,8 +328,10 @@ def test_the_int8_weight_rung_and_the_int4_postcondition(tmp_path, tiny_lm_int4)
 
     out, report = tiny_lm_int4
     built = report["quantization"]["plan"]  # the plan the build used, back from report.json
-    plan = Plan(**{k: v for k, v in built.items() if k in Plan.__dataclass_fields__ and k != "groups"},
-                groups=tuple(GroupPlan(**g) for g in built["groups"]))
+    plan = Plan(
+        **{k: v for k, v in built.items() if k in Plan.__dataclass_fields__ and k != "groups"},
+        groups=tuple(GroupPlan(**g) for g in built["groups"]),
+    )
     moved = next(g for g in plan.groups if g.precision == "int4")
     plan = plan.with_group(moved.group, "int8-weight", "test: the loop's next rung")
     info = compress_weights(plan, out / "export" / "model.onnx", tmp_path / "q" / "model.xml", None)
@@ -313,11 +351,11 @@ def test_op_profile_times_each_node_over_the_timed_runs_not_its_running_mean():
     run 300 µs long, then 4 µs runs, reads 104 µs after three warm-ups and 17 µs after twenty more."""
     from tapeout.targets.ov_profile import timed_total_us
 
-    runs = [300, 7, 5] + [4] * 20                       # per-run µs, as the plugin truncates them
-    mean = lambda k: sum(runs[:k]) // k                 # noqa: E731  PerfCount::avg()
+    runs = [300, 7, 5] + [4] * 20  # per-run µs, as the plugin truncates them
+    mean = lambda k: sum(runs[:k]) // k  # noqa: E731  PerfCount::avg()
     got = timed_total_us(mean(3), mean(23), 3, 20) / 20
     assert abs(got - 4) <= 1.0
-    assert 20 * mean(23) / 20 > 3 * got                 # what reading the counter as the last run's time gave
+    assert 20 * mean(23) / 20 > 3 * got  # what reading the counter as the last run's time gave
     assert timed_total_us(None, mean(23), 3, 20) == pytest.approx(23 * (mean(23) + 0.5))  # no reading before
 
 

@@ -21,8 +21,10 @@ from tapeout.quantize.apply import apply
 from tapeout.quantize.passes import pack_projections
 from tapeout.quantize.passes.base import run_on_proto
 
-CACHE_INPUTS = [InputSpec(name="input_ids", shape=[1, 8], dtype="int64"),
-                InputSpec(name="past_key_0", shape=[1, 2, "past", 16])]
+CACHE_INPUTS = [
+    InputSpec(name="input_ids", shape=[1, 8], dtype="int64"),
+    InputSpec(name="past_key_0", shape=[1, 2, "past", 16]),
+]
 PROJECTION_OPS = {"MatMul", "MatMulInteger", "MatMulNBits"}
 
 
@@ -33,8 +35,9 @@ def _decoder(tmp_path, precision: str):
     onnx.save(graphs.transformer(causal=True, lm_head=True, swiglu=True, layers=2), path)
     if precision == "fp32":
         return onnx.load(path)
-    plan = rules.first_plan(analyze(path), "onnxruntime", targets.TARGETS["onnxruntime"].capabilities, precision,
-                            QuantizationSettings())
+    plan = rules.first_plan(
+        analyze(path), "onnxruntime", targets.TARGETS["onnxruntime"].capabilities, precision, QuantizationSettings()
+    )
     assert plan.method == {"int8": "dynamic", "int4": "weight-only"}[precision]
     apply(plan, path, tmp_path / "q.onnx", max_ir_version=10)
     return onnx.load(tmp_path / "q.onnx")
@@ -60,7 +63,9 @@ def _packed(model):
 def _projections(model) -> int:
     """The products with a constant weight: MatMulInteger and MatMulNBits, and MatMul with an initializer."""
     weights = {i.name for i in model.graph.initializer}
-    return sum(n.op_type in PROJECTION_OPS and (n.op_type != "MatMul" or n.input[1] in weights) for n in model.graph.node)
+    return sum(
+        n.op_type in PROJECTION_OPS and (n.op_type != "MatMul" or n.input[1] in weights) for n in model.graph.node
+    )
 
 
 @pytest.mark.parametrize("precision", ["int8", "int4"])
@@ -70,13 +75,23 @@ def test_packed_projections_compute_what_the_separate_ones_did(tmp_path, precisi
     model = _decoder(tmp_path, precision)
     before = _projections(model)
     packed, records = _packed(model)
-    assert records == [{"name": "pack-projections", "stage": "target", "outcome": "applied", "rewrites": 4,
-                        "reason": "rewrote 4 place(s)"}]
+    assert records == [
+        {
+            "name": "pack-projections",
+            "stage": "target",
+            "outcome": "applied",
+            "rewrites": 4,
+            "reason": "rewrote 4 place(s)",
+        }
+    ]
     assert before == 2 * 7 + 1 and _projections(packed) == 2 * 4 + 1
     ops = collections.Counter(n.op_type for n in packed.graph.node)
     assert ops["Split"] == 4
     if precision == "int8":  # one activation quantizer per packed product, as before per activation
-        assert ops["DynamicQuantizeLinear"] == collections.Counter(n.op_type for n in model.graph.node)["DynamicQuantizeLinear"]
+        assert (
+            ops["DynamicQuantizeLinear"]
+            == collections.Counter(n.op_type for n in model.graph.node)["DynamicQuantizeLinear"]
+        )
     for separate, together in zip(_outputs(model), _outputs(packed), strict=True):
         np.testing.assert_array_equal(together, separate)
 
@@ -92,8 +107,9 @@ def test_a_planted_error_in_the_packing_changes_the_outputs(tmp_path, monkeypatc
     monkeypatch.setattr(pack_projections, "_split", reversed_split)
     packed, _ = _packed(model)
     # Q, K, V are equally wide here (and gate, up), so the swapped split runs, and computes something else
-    assert not all(np.array_equal(together, separate)
-                   for separate, together in zip(_outputs(model), _outputs(packed), strict=True))
+    assert not all(
+        np.array_equal(together, separate) for separate, together in zip(_outputs(model), _outputs(packed), strict=True)
+    )
 
 
 def test_it_runs_on_cache_graphs_only_and_packs_only_quantized_siblings_of_one_form(tmp_path):
@@ -110,18 +126,39 @@ def test_it_runs_on_cache_graphs_only_and_packs_only_quantized_siblings_of_one_f
 
     def nbits(name: str, bits: int):
         blob = 32 * bits // 8
-        return ([helper.make_tensor(f"{name}.B", TensorProto.UINT8, [8, 2, blob], bytes(8 * 2 * blob), raw=True),
-                 helper.make_tensor(f"{name}.scales", TensorProto.FLOAT, [16], [1.0] * 16)],
-                helper.make_node("MatMulNBits", ["x", f"{name}.B", f"{name}.scales"], [name], name=name,
-                                 domain="com.microsoft", K=64, N=8, bits=bits, block_size=32))
+        return (
+            [
+                helper.make_tensor(f"{name}.B", TensorProto.UINT8, [8, 2, blob], bytes(8 * 2 * blob), raw=True),
+                helper.make_tensor(f"{name}.scales", TensorProto.FLOAT, [16], [1.0] * 16),
+            ],
+            helper.make_node(
+                "MatMulNBits",
+                ["x", f"{name}.B", f"{name}.scales"],
+                [name],
+                name=name,
+                domain="com.microsoft",
+                K=64,
+                N=8,
+                bits=bits,
+                block_size=32,
+            ),
+        )
 
     (b4, n4), (b8, n8) = nbits("y4", 4), nbits("y8", 8)
-    graph = helper.make_graph([n4, n8], "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 64])],
-                              [helper.make_tensor_value_info(y, TensorProto.FLOAT, None) for y in ("y4", "y8")],
-                              b4 + b8)
-    mixed = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17), helper.make_opsetid("com.microsoft", 1)])
+    graph = helper.make_graph(
+        [n4, n8],
+        "g",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 64])],
+        [helper.make_tensor_value_info(y, TensorProto.FLOAT, None) for y in ("y4", "y8")],
+        b4 + b8,
+    )
+    mixed = helper.make_model(
+        graph, opset_imports=[helper.make_opsetid("", 17), helper.make_opsetid("com.microsoft", 1)]
+    )
     _, records = run_on_proto(mixed, [pack_projections.PackProjections(CACHE_INPUTS, {})])
-    assert records[0]["outcome"] == "skipped" and records[0]["reason"] == pack_projections.PackProjections.nothing_matched
+    assert (
+        records[0]["outcome"] == "skipped" and records[0]["reason"] == pack_projections.PackProjections.nothing_matched
+    )
 
 
 def _attention_and_mlp_on_one_activation():
@@ -129,26 +166,44 @@ def _attention_and_mlp_on_one_activation():
     GroupQueryAttention (4 query heads, 2 key/value heads of 16), whose key and value start empty. The four
     projections are 4-bit MatMulNBits, as ORT's quantizer writes them."""
     from onnx import TensorProto, helper, numpy_helper
-    from onnxruntime.quantization.matmul_nbits_quantizer import (
-        DefaultWeightOnlyQuantConfig,
-        MatMulNBitsQuantizer,
-    )
+    from onnxruntime.quantization.matmul_nbits_quantizer import DefaultWeightOnlyQuantConfig, MatMulNBitsQuantizer
 
     rng = np.random.default_rng(5)
     widths = {"q": 64, "k": 32, "v": 32, "fc": 64}
-    inits = [numpy_helper.from_array((rng.standard_normal((64, n)) * 0.1).astype(np.float32), f"w_{p}")
-             for p, n in widths.items()]
-    inits += [numpy_helper.from_array(np.array([5], np.int32), "seqlens_k"),
-              numpy_helper.from_array(np.array(6, np.int32), "total")]
+    inits = [
+        numpy_helper.from_array((rng.standard_normal((64, n)) * 0.1).astype(np.float32), f"w_{p}")
+        for p, n in widths.items()
+    ]
+    inits += [
+        numpy_helper.from_array(np.array([5], np.int32), "seqlens_k"),
+        numpy_helper.from_array(np.array(6, np.int32), "total"),
+    ]
     nodes = [helper.make_node("MatMul", ["x", f"w_{p}"], [p], name=f"{p}_proj") for p in widths]
-    nodes.append(helper.make_node("GroupQueryAttention", ["q", "k", "v", "past_key_0", "past_value_0", "seqlens_k", "total"],
-                                  ["attn", "present_key_0", "present_value_0"], name="gqa", domain="com.microsoft",
-                                  num_heads=4, kv_num_heads=2))
+    nodes.append(
+        helper.make_node(
+            "GroupQueryAttention",
+            ["q", "k", "v", "past_key_0", "past_value_0", "seqlens_k", "total"],
+            ["attn", "present_key_0", "present_value_0"],
+            name="gqa",
+            domain="com.microsoft",
+            num_heads=4,
+            kv_num_heads=2,
+        )
+    )
     past = [helper.make_tensor_value_info(n, TensorProto.FLOAT, [1, 2, 0, 16]) for n in ("past_key_0", "past_value_0")]
-    graph = helper.make_graph(nodes, "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 6, 64]), *past],
-                              [helper.make_tensor_value_info(n, TensorProto.FLOAT, None)
-                               for n in ("attn", "fc", "present_key_0", "present_value_0")], inits)
-    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17), helper.make_opsetid("com.microsoft", 1)])
+    graph = helper.make_graph(
+        nodes,
+        "g",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 6, 64]), *past],
+        [
+            helper.make_tensor_value_info(n, TensorProto.FLOAT, None)
+            for n in ("attn", "fc", "present_key_0", "present_value_0")
+        ],
+        inits,
+    )
+    model = helper.make_model(
+        graph, opset_imports=[helper.make_opsetid("", 17), helper.make_opsetid("com.microsoft", 1)]
+    )
     model.ir_version = 10
     quantizer = MatMulNBitsQuantizer(model, algo_config=DefaultWeightOnlyQuantConfig(block_size=32, is_symmetric=True))
     quantizer.process()
@@ -169,9 +224,14 @@ def test_qkv_becomes_the_attentions_packed_input_and_a_sibling_left_over_stays(t
     assert [n.op_type for n in model.graph.node].count("MatMulNBits") == 4
     assert [n.op_type for n in packed.graph.node].count("MatMulNBits") == 2
     assert not any(n.op_type == "Split" for n in packed.graph.node)
-    feeds = {"x": np.random.default_rng(2).standard_normal((1, 6, 64)).astype(np.float32),
-             "past_key_0": np.zeros((1, 2, 0, 16), np.float32), "past_value_0": np.zeros((1, 2, 0, 16), np.float32)}
-    runs = [ort.InferenceSession(m.SerializeToString(), providers=["CPUExecutionProvider"]).run(None, feeds)
-            for m in (model, packed)]
+    feeds = {
+        "x": np.random.default_rng(2).standard_normal((1, 6, 64)).astype(np.float32),
+        "past_key_0": np.zeros((1, 2, 0, 16), np.float32),
+        "past_value_0": np.zeros((1, 2, 0, 16), np.float32),
+    }
+    runs = [
+        ort.InferenceSession(m.SerializeToString(), providers=["CPUExecutionProvider"]).run(None, feeds)
+        for m in (model, packed)
+    ]
     for separate, together in zip(*runs, strict=True):
         np.testing.assert_allclose(together, separate, rtol=1e-5, atol=1e-6)

@@ -51,14 +51,18 @@ def test_a_graph_pass_from_another_package_runs_where_its_precondition_holds(toy
     assert "Max" in ops and "Relu" not in ops  # rewritten before the export was verified against torch
     project = tmp_path / "mlp"
     project.mkdir()
-    (project / "model.py").write_text(textwrap.dedent("""
+    (project / "model.py").write_text(
+        textwrap.dedent("""
         import torch
 
         def build():
             torch.manual_seed(0)
             return torch.nn.Sequential(torch.nn.Linear(16, 8), torch.nn.ReLU(), torch.nn.Linear(8, 4)).eval()
-    """))
-    (project / "tapeout.toml").write_text('[model]\nsource = "model.py:build"\n[[inputs]]\nname = "x"\nshape = [1, 16]\n')
+    """)
+    )
+    (project / "tapeout.toml").write_text(
+        '[model]\nsource = "model.py:build"\n[[inputs]]\nname = "x"\nshape = [1, 16]\n'
+    )
     (tmp_path / "fast.toml").write_text(f'extends = "cpu-fp32"\n{FAST}')
     built = run_cli("build", project, "-p", tmp_path / "fast.toml", "-o", tmp_path / "b", env=ENV)
     assert built.code == 0, built.err
@@ -90,8 +94,10 @@ def test_a_target_that_compiles_from_the_torch_export_program_is_handed_it(tmp_p
     """Capabilities say what a target compiles from: toy-torch-export asks for the ExportedProgram, gets it at
     compile, and its artifact (the program saved) reproduces the golden outputs; for an ONNX source there is
     no program, and the build says so in one line."""
-    (tmp_path / "p.toml").write_text('name = "program"\ntarget = "toy-torch-export"\nprecision = "fp32"\n'
-                                     + FAST.replace("repeats = 1", "repeats = 1\nop_profile = false"))
+    (tmp_path / "p.toml").write_text(
+        'name = "program"\ntarget = "toy-torch-export"\nprecision = "fp32"\n'
+        + FAST.replace("repeats = 1", "repeats = 1\nop_profile = false")
+    )
     result = run_cli("build", SAMPLES / "digits-cnn", "-p", tmp_path / "p.toml", "-o", tmp_path / "b", env=ENV)
     assert result.code == 0, result.err + result.out
     report = json.loads((tmp_path / "b" / "report.json").read_text())
@@ -106,7 +112,8 @@ def test_a_target_that_compiles_from_the_torch_export_program_is_handed_it(tmp_p
     project = tmp_path / "onnx-source"
     project.mkdir()
     onnx.save(onnx.load(str(tmp_path / "b" / "export" / "model.onnx")), project / "m.onnx")
-    (project / "tapeout.toml").write_text('[model]\nsource = "m.onnx"\n[[inputs]]\nname = "image"\n'
-                                          'shape = [1, 1, 8, 8]\n')
+    (project / "tapeout.toml").write_text(
+        '[model]\nsource = "m.onnx"\n[[inputs]]\nname = "image"\nshape = [1, 1, 8, 8]\n'
+    )
     refused = run_cli("build", project, "-p", tmp_path / "p.toml", "-o", tmp_path / "c", env=ENV)
     assert refused.code == 2 and "compiles from a torch.export program" in refused.err and not (tmp_path / "c").exists()

@@ -48,10 +48,14 @@ def test_only_the_kept_candidates_engine_moves_to_the_build(tmp_path):
     target = _DeviceCompiled()
     out = tmp_path / "staging"
     (out / "quantized").mkdir(parents=True)
-    state = SimpleNamespace(out=out, ui=SimpleNamespace(detail=lambda line: None),
-                            setup=SimpleNamespace(target=target, capabilities=target.capabilities,
-                                                  project=SimpleNamespace(inputs=[], dims={})),
-                            exported=SimpleNamespace(info={"output_names": ["y"]}))
+    state = SimpleNamespace(
+        out=out,
+        ui=SimpleNamespace(detail=lambda line: None),
+        setup=SimpleNamespace(
+            target=target, capabilities=target.capabilities, project=SimpleNamespace(inputs=[], dims={})
+        ),
+        exported=SimpleNamespace(info={"output_names": ["y"]}),
+    )
     first, second = _program(tmp_path, 2.0), _program(tmp_path, 3.0)
     with ProgramCandidates(state) as compiled:
         compiled(first)

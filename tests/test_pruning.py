@@ -41,8 +41,15 @@ def _profile(tmp_path, pruning: str, name: str = "pruned"):
 
 def test_digits_channels_pruned_by_half_lose_under_a_point_after_distillation(tmp_path):
     out = tmp_path / "b"
-    result = run_cli("build", SAMPLES / "digits-cnn", "--profile",
-                     _profile(tmp_path, 'what = ["channels"]\nratio = 0.5\ndistill_steps = 300'), "--out", out, "--json")
+    result = run_cli(
+        "build",
+        SAMPLES / "digits-cnn",
+        "--profile",
+        _profile(tmp_path, 'what = ["channels"]\nratio = 0.5\ndistill_steps = 300'),
+        "--out",
+        out,
+        "--json",
+    )
     assert result.code == 0, result.err
     report = result.json()
     p = report["pruning"]
@@ -53,7 +60,9 @@ def test_digits_channels_pruned_by_half_lose_under_a_point_after_distillation(tm
     assert all(w % 8 == 0 for n, w in p["steps"][0]["widths"].items() if n not in p["protected"])
     assert p["recovery"]["steps"] == 300 and p["recovery"]["loss_last"] < p["recovery"]["loss_first"]
     assert (p["recovery"]["batch"], p["recovery"]["trimmed"]) == (16, False)  # images stack; nothing to trim
-    assert report["export"]["parity"] and all(x["within_tolerance"] for x in report["export"]["parity"])  # vs the pruned module
+    assert report["export"]["parity"] and all(
+        x["within_tolerance"] for x in report["export"]["parity"]
+    )  # vs the pruned module
     assert report["golden"]["reference"] == "the pruned torch module (FP32)"
     assert "## Pruning" in (md := (out / "report.md").read_text())
     assert "on 64 inputs from calibration data data/calibration.npz, 16 a step." in md
@@ -62,8 +71,11 @@ def test_digits_channels_pruned_by_half_lose_under_a_point_after_distillation(tm
 def test_the_precision_loop_is_not_run_when_the_pruned_float_model_already_misses_the_budget(tmp_path):
     """Moving groups to FP32 cannot recover what pruning removed: it would only give up the INT8 speed."""
     profile = tmp_path / "int8-pruned.toml"
-    profile.write_text(PROFILE.replace("cpu-fp32", "cpu-int8").format(
-        pruning='what = ["channels"]\nratio = 0.75\ndistill_steps = 0').replace("0.01", "0.0001"))
+    profile.write_text(
+        PROFILE.replace("cpu-fp32", "cpu-int8")
+        .format(pruning='what = ["channels"]\nratio = 0.75\ndistill_steps = 0')
+        .replace("0.01", "0.0001")
+    )
     out = tmp_path / "b"
     result = run_cli("build", SAMPLES / "digits-cnn", "--profile", profile, "--out", out, "--json")
     assert result.code == 1, result.err  # the accuracy budget is missed, and said so
@@ -71,7 +83,10 @@ def test_the_precision_loop_is_not_run_when_the_pruned_float_model_already_misse
     pruned = report["pruning"]["metric_fp32"]
     assert pruned < report["accuracy"]["reference"] - 0.0001
     search = report["quantization"]["search"]
-    assert search["evaluations"] == 1 and "the loop was not run: the pruned FP32 model already misses it" in search["stopped"]
+    assert (
+        search["evaluations"] == 1
+        and "the loop was not run: the pruned FP32 model already misses it" in search["stopped"]
+    )
     assert "before the precision step" in (out / "report.md").read_text()
 
 
@@ -129,8 +144,13 @@ def test_residual_and_depthwise_channels_stay_coupled():
     model, info = prune.apply(model, x, _settings(what=["channels"]), 8, [x], lambda _: None)
     # the residual add ties stem, b and the depthwise conv into one width; the stem (first conv) is protected,
     # so that whole group keeps its 32 channels, while a's output (b's input) is free and halves
-    widths = {model.stem.out_channels, model.b.out_channels, model.dw.in_channels, model.dw.out_channels,
-              model.head.in_features}
+    widths = {
+        model.stem.out_channels,
+        model.b.out_channels,
+        model.dw.in_channels,
+        model.dw.out_channels,
+        model.head.in_features,
+    }
     assert widths == {32} and model.dw.groups == 32
     assert model.a.out_channels == model.b.in_channels == 16
     assert model(*x).shape == (1, 5) and info["flops_reduction"] > 0.2
@@ -237,7 +257,7 @@ class MaskedEncoder(nn.Module):
 
     def forward(self, ids, mask):
         x = self.embed(ids) + self.pos(torch.arange(ids.shape[1]))
-        scores = self.q(x) @ self.k(x).transpose(-2, -1) / 32 ** 0.5
+        scores = self.q(x) @ self.k(x).transpose(-2, -1) / 32**0.5
         scores = scores.masked_fill(mask[:, None, :] == 0, torch.finfo(scores.dtype).min)
         x = x + torch.softmax(scores, -1) @ self.v(x)
         x = x + self.down(torch.relu(self.up(x)))
@@ -261,11 +281,14 @@ def _padded(count: int, length: int = 48) -> list[tuple]:
     return inputs
 
 
-@pytest.mark.parametrize(("model", "batch", "trimmed"), [
-    ("masked", 8, True),   # answers unchanged either way: 8 inputs a step, cut to the longest real one
-    ("leak", 8, False),    # padding reaches the output: stacked, not trimmed
-    ("mix", 1, True),      # rows mix across the batch: one input a step, trimmed
-])
+@pytest.mark.parametrize(
+    ("model", "batch", "trimmed"),
+    [
+        ("masked", 8, True),  # answers unchanged either way: 8 inputs a step, cut to the longest real one
+        ("leak", 8, False),  # padding reaches the output: stacked, not trimmed
+        ("mix", 1, True),  # rows mix across the batch: one input a step, trimmed
+    ],
+)
 def test_recovery_stacks_and_trims_inputs_only_where_the_teachers_answers_stay_the_same(model, batch, trimmed):
     from tapeout.core.schemas import InputSpec
     from tapeout.quantize.distill import distill
@@ -279,12 +302,24 @@ def test_recovery_stacks_and_trims_inputs_only_where_the_teachers_answers_stay_t
         student.up.weight.mul_(0.5)  # a damaged student for recovery to repair
     for p in teacher.parameters():
         p.requires_grad_(False)
-    layout = batch_layout([InputSpec(name="ids", shape=["batch", "sequence"], dtype="int64"),
-                           InputSpec(name="mask", shape=["batch", "sequence"], dtype="int64")], 1)
+    layout = batch_layout(
+        [
+            InputSpec(name="ids", shape=["batch", "sequence"], dtype="int64"),
+            InputSpec(name="mask", shape=["batch", "sequence"], dtype="int64"),
+        ],
+        1,
+    )
     assert layout.stack and layout.trim == (1, 1)
     inputs = _padded(32)
-    result = distill(student, teacher, inputs, _settings(what=["mlp"], distill_steps=40, distill_batch=8,
-                                                         distill_lr=3e-3), lambda _: None, 1, layout)
+    result = distill(
+        student,
+        teacher,
+        inputs,
+        _settings(what=["mlp"], distill_steps=40, distill_batch=8, distill_lr=3e-3),
+        lambda _: None,
+        1,
+        layout,
+    )
     assert (result["batch"], result["trimmed"]) == (batch, trimmed)
     assert result["samples"] == 32 and result["loss_last"] < result["loss_first"]
     assert ("batching" in result) == (model != "masked")
@@ -298,9 +333,11 @@ def test_batch_layout_follows_the_declared_dims():
     assert batch_layout(image, None).stack and not batch_layout(image, None).trim
     pinned = [InputSpec(name="ids", shape=[1, 16], dtype="int64"), InputSpec(name="mask", shape=[1, 16], dtype="int64")]
     assert not batch_layout(pinned, 1).stack and not batch_layout(pinned, 1).trim  # nothing named: nothing assumed
-    mixed = [InputSpec(name="ids", shape=["batch", "seq"], dtype="int64"),
-             InputSpec(name="pixels", shape=["batch", 3, 8, 8]),
-             InputSpec(name="mask", shape=["batch", "seq"], dtype="int64")]
+    mixed = [
+        InputSpec(name="ids", shape=["batch", "seq"], dtype="int64"),
+        InputSpec(name="pixels", shape=["batch", 3, 8, 8]),
+        InputSpec(name="mask", shape=["batch", "seq"], dtype="int64"),
+    ]
     assert batch_layout(mixed, 2).trim == (1, None, 1)
 
 
@@ -311,9 +348,14 @@ def test_depth_requests_that_cannot_be_met_are_clear_errors():
     with pytest.raises(BadInput, match="removes no whole block"):
         prune.apply(DeepEncoder().eval(), ids[0], _settings(what=["depth"], ratio=0.1), 8, ids, lambda _: None)
     with pytest.raises(BadInput, match="only 1 can go"):  # three of the four blocks hold a protected module
-        prune.apply(DeepEncoder().eval(), ids[0],
-                    _settings(what=["depth"], ratio=0.5, protect=["layers.0", "layers.1.up", "layers.2.attn"]),
-                    8, ids, lambda _: None)
+        prune.apply(
+            DeepEncoder().eval(),
+            ids[0],
+            _settings(what=["depth"], ratio=0.5, protect=["layers.0", "layers.1.up", "layers.2.attn"]),
+            8,
+            ids,
+            lambda _: None,
+        )
 
 
 class DeadChannels(nn.Module):
@@ -341,8 +383,14 @@ def test_activation_importance_removes_channels_that_never_fire():
         model = DeadChannels().eval()
         with torch.no_grad():
             before = model(*xs[0])
-        model, info = prune.apply(model, xs[0], _settings(what=["channels"], importance=importance,
-                                                          protect=["stem", "fc2"]), 8, xs, lambda _: None)
+        model, info = prune.apply(
+            model,
+            xs[0],
+            _settings(what=["channels"], importance=importance, protect=["stem", "fc2"]),
+            8,
+            xs,
+            lambda _: None,
+        )
         assert model.fc1.out_features == 8
         with torch.no_grad():
             outputs[importance] = (model(*xs[0]) - before).abs().max().item()
@@ -377,8 +425,9 @@ def test_requests_the_structure_cannot_satisfy_are_clear_errors():
     with pytest.raises(BadInput, match='"heads": the model has no attention module'):
         prune.apply(ResidualCNN().eval(), x, _settings(what=["heads"]), 8, [x], lambda _: None)
     with pytest.raises(BadInput, match="every conv and Linear layer is protected"):
-        prune.apply(ResidualCNN().eval(), x, _settings(what=["channels"], protect=["a", "b", "dw"]), 8, [x],
-                    lambda _: None)
+        prune.apply(
+            ResidualCNN().eval(), x, _settings(what=["channels"], protect=["a", "b", "dw"]), 8, [x], lambda _: None
+        )
     with pytest.raises(BadInput, match="protect names module 'nope'"):
         prune.apply(ResidualCNN().eval(), x, _settings(what=["channels"], protect=["nope"]), 8, [x], lambda _: None)
 
@@ -389,8 +438,11 @@ def test_bad_pruning_input_is_one_line_exit_2_and_no_build_dir(tmp_path):
         ('what = ["heads"]\nratio = 0.25', "keep no head count", SAMPLES / "tiny-lm" / "forward.toml"),
         ('what = ["depth"]\nratio = 0.5', "no repeated block list", SAMPLES / "digits-cnn"),
         ('what = ["depth"]\nratio = 0.1', "removes no whole block", SAMPLES / "tiny-lm" / "forward.toml"),
-        ('what = ["channels"]\nratio = 0.5\ndata = "data/recovery.npz"', "[pruning] data: data file",
-         SAMPLES / "digits-cnn"),
+        (
+            'what = ["channels"]\nratio = 0.5\ndata = "data/recovery.npz"',
+            "[pruning] data: data file",
+            SAMPLES / "digits-cnn",
+        ),
         ('what = ["channels"]\nratio = 0.5\ndata = "metric.py:nothing_here"', "[pruning] data", SAMPLES / "digits-cnn"),
     ]
     for i, (pruning, expected, project) in enumerate(cases):
@@ -405,18 +457,27 @@ def test_an_onnx_source_and_a_raising_recovery_hook_are_named(tmp_path, digits_b
     project = tmp_path / "onnx-project"
     project.mkdir()
     (project / "model.onnx").write_bytes((digits_build / "export" / "model.onnx").read_bytes())
-    (project / "tapeout.toml").write_text('[model]\nsource = "model.onnx"\n[[inputs]]\nname = "image"\n'
-                                          'shape = [1, 1, 8, 8]\n')
-    result = run_cli("build", project, "--profile", _profile(tmp_path, 'what = ["channels"]\nratio = 0.5'),
-                     "--out", tmp_path / "b")
+    (project / "tapeout.toml").write_text(
+        '[model]\nsource = "model.onnx"\n[[inputs]]\nname = "image"\nshape = [1, 1, 8, 8]\n'
+    )
+    result = run_cli(
+        "build", project, "--profile", _profile(tmp_path, 'what = ["channels"]\nratio = 0.5'), "--out", tmp_path / "b"
+    )
     assert result.code == 2 and "[pruning] needs a torch model" in one_line_error(result)
 
     raising = tmp_path / "digits"
     shutil.copytree(SAMPLES / "digits-cnn", raising, ignore=shutil.ignore_patterns("build"))
-    (raising / "recover.py").write_text("def recover(student, teacher, data):\n    raise RuntimeError('no GPU for training')\n")
-    result = run_cli("build", raising, "--profile",
-                     _profile(tmp_path, 'what = ["channels"]\nratio = 0.5\nrecover = "recover.py:recover"', "hook"),
-                     "--out", tmp_path / "c")
+    (raising / "recover.py").write_text(
+        "def recover(student, teacher, data):\n    raise RuntimeError('no GPU for training')\n"
+    )
+    result = run_cli(
+        "build",
+        raising,
+        "--profile",
+        _profile(tmp_path, 'what = ["channels"]\nratio = 0.5\nrecover = "recover.py:recover"', "hook"),
+        "--out",
+        tmp_path / "c",
+    )
     assert result.code == 2
     line = one_line_error(result)
     assert "[pruning] recover recover.py:recover raised RuntimeError: no GPU for training" in line
@@ -432,8 +493,18 @@ def test_recovery_reads_its_own_data_when_the_profile_names_it(tmp_path):
     shifted = np.roll(images, 1, axis=-1)  # unlabelled extra inputs: the same digits moved a pixel
     np.savez(project / "data" / "recovery.npz", image=np.concatenate([images, shifted, images[:, :, :, ::-1]]))
     out = tmp_path / "b"
-    result = run_cli("build", project, "--profile", _profile(tmp_path, 'what = ["channels"]\nratio = 0.5\n'
-                     'data = "data/recovery.npz"\ndata_samples = 150\ndistill_steps = 20'), "--out", out, "--json")
+    result = run_cli(
+        "build",
+        project,
+        "--profile",
+        _profile(
+            tmp_path,
+            'what = ["channels"]\nratio = 0.5\ndata = "data/recovery.npz"\ndata_samples = 150\ndistill_steps = 20',
+        ),
+        "--out",
+        out,
+        "--json",
+    )
     assert result.code in (0, 1), result.err
     p = result.json()["pruning"]
     assert p["recovery_data"] == "[pruning] data data/recovery.npz"
@@ -466,18 +537,30 @@ def test_latency_search_for_a_device_not_here_runs_on_its_calibrated_estimate(tm
     from tapeout.estimation import fit
 
     profile = tmp_path / "trt-l4-search.toml"
-    profile.write_text('extends = "tensorrt-fp16"\ndevice = "l4"\n[pruning]\nwhat = ["channels"]\nratio = 0.6\n'
-                       'until = "latency"\nstep = 0.3\ndistill_steps = 50\n[budgets]\nlatency_p50_ms = 50\n'
-                       'accuracy_max_drop = 0.05\n')
+    profile.write_text(
+        'extends = "tensorrt-fp16"\ndevice = "l4"\n[pruning]\nwhat = ["channels"]\nratio = 0.6\n'
+        'until = "latency"\nstep = 0.3\ndistill_steps = 50\n[budgets]\nlatency_p50_ms = 50\n'
+        "accuracy_max_drop = 0.05\n"
+    )
     env = {"TAPEOUT_CALIBRATION": str(tmp_path / "cal")}
     refused = run_cli("build", SAMPLES / "digits-cnn", "-p", profile, "-o", tmp_path / "a", env=env)
     assert refused.code == 2 and "no calibration for l4 × tensorrt" in one_line_error(refused)
     assert not (tmp_path / "a").exists()
-    records = [_record(f"m{i}", {c: (1e-6, 5.0) for c in ("conv", "matmul", "reduce", "movement")},
-                       {"conv": 1e-6, "matmul": 2e-6 * (i + 1), "reduce": 1e-7, "movement": 1e-7},
-                       {"conv": 2, "matmul": 2 + i, "reduce": 1, "movement": 1}, 5e-6, 1e-6, "fp16") for i in range(3)]
-    [cal] = fit.make([(r, {"device": "l4", "target": "tensorrt", "kind": "gpu", "roof": {}}) for r in records],
-                             "now", "test")
+    records = [
+        _record(
+            f"m{i}",
+            {c: (1e-6, 5.0) for c in ("conv", "matmul", "reduce", "movement")},
+            {"conv": 1e-6, "matmul": 2e-6 * (i + 1), "reduce": 1e-7, "movement": 1e-7},
+            {"conv": 2, "matmul": 2 + i, "reduce": 1, "movement": 1},
+            5e-6,
+            1e-6,
+            "fp16",
+        )
+        for i in range(3)
+    ]
+    [cal] = fit.make(
+        [(r, {"device": "l4", "target": "tensorrt", "kind": "gpu", "roof": {}}) for r in records], "now", "test"
+    )
     fit.save(cal, tmp_path / "cal")
     out = tmp_path / "b"
     result = run_cli("build", SAMPLES / "digits-cnn", "-p", profile, "-o", out, "--json", env=env)
@@ -496,6 +579,7 @@ def test_two_four_turns_on_the_sparse_kernels_of_targets_that_have_them(tmp_path
     path = tmp_path / "trt-sparse.toml"
     path.write_text('extends = "tensorrt-fp16"\n[pruning]\nwhat = ["2:4"]\nratio = 0.5\n')
     assert for_build(SAMPLES / "digits-cnn", str(path), UI()).target.options.sparse_weights is True
-    path.write_text('extends = "tensorrt-fp16"\n[options]\nsparse_weights = false\n[pruning]\nwhat = ["2:4"]\n'
-                    'ratio = 0.5\n')
+    path.write_text(
+        'extends = "tensorrt-fp16"\n[options]\nsparse_weights = false\n[pruning]\nwhat = ["2:4"]\nratio = 0.5\n'
+    )
     assert for_build(SAMPLES / "digits-cnn", str(path), UI()).target.options.sparse_weights is False  # said: kept

@@ -22,8 +22,14 @@ SCOPES = {"conv_3": "features.0", "conv_11": "features.4", "relu_12": "features.
 
 
 def _aoti_plan(analysis, flags=frozenset({"avx2", "avx512_vnni"}), arch="x86_64", **settings):
-    return rules.first_plan(analysis, "aoti", targets.TARGETS["aoti"].capabilities, "int8",
-                            QuantizationSettings(**settings), isa=rules.InstructionSet(arch, flags, "test"))
+    return rules.first_plan(
+        analysis,
+        "aoti",
+        targets.TARGETS["aoti"].capabilities,
+        "int8",
+        QuantizationSettings(**settings),
+        isa=rules.InstructionSet(arch, flags, "test"),
+    )
 
 
 def test_the_cnn_rule_plans_uint8_activations_per_channel_weights_and_7_bits_before_vnni(tmp_path):
@@ -39,8 +45,10 @@ def test_the_cnn_rule_plans_uint8_activations_per_channel_weights_and_7_bits_bef
     assert rule_tables.RULE_SETS["x86-inductor"][("transformer-encoder", "int8")].method == "pt2e-x86-inductor-dynamic"
 
 
-@pytest.mark.parametrize(("settings", "said"), [({"arch": "arm64"}, "this build's CPU is arm64"),
-                                                ({"per_channel": False}, "per output channel only")])
+@pytest.mark.parametrize(
+    ("settings", "said"),
+    [({"arch": "arm64"}, "this build's CPU is arm64"), ({"per_channel": False}, "per output channel only")],
+)
 def test_what_the_recipe_cannot_do_is_one_line(tmp_path, settings, said):
     with pytest.raises(BadInput) as refused:
         _aoti_plan(_cnn_analysis(tmp_path, SCOPES), **settings)
@@ -49,8 +57,9 @@ def test_what_the_recipe_cannot_do_is_one_line(tmp_path, settings, said):
 
 @needs_aoti
 @pytest.mark.slow
-def test_the_planned_module_compiles_to_an_integer_kernel_and_a_float_fallback_is_refused(tmp_path, tiny_program,
-                                                                                          monkeypatch):
+def test_the_planned_module_compiles_to_an_integer_kernel_and_a_float_fallback_is_refused(
+    tmp_path, tiny_program, monkeypatch
+):
     import torch
 
     from tapeout.core import pt2
@@ -58,8 +67,11 @@ def test_the_planned_module_compiles_to_an_integer_kernel_and_a_float_fallback_i
     from tapeout.quantize.methods.pt2e import int8_modules
 
     module, source = tiny_program
-    method, plan, out = methods.get("pt2e-x86-inductor-dynamic"), _plan("pt2e-x86-inductor-dynamic", ("fc1", "act")), \
-        tmp_path / "q.pt2"
+    method, plan, out = (
+        methods.get("pt2e-x86-inductor-dynamic"),
+        _plan("pt2e-x86-inductor-dynamic", ("fc1", "act")),
+        tmp_path / "q.pt2",
+    )
     assert not method.needs_calibration(plan)
     method.apply(plan, source, out, None)
     method.postcondition(plan, source, out)
@@ -74,8 +86,10 @@ def test_the_planned_module_compiles_to_an_integer_kernel_and_a_float_fallback_i
     assert np.abs(got - expected).max() < 0.05 and not np.array_equal(got, expected)
     # Inductor without freezing: the same program compiles to dequantize + float GEMM (pytorch/ao#4566)
     compile_and_package = torch._inductor.aoti_compile_and_package
-    monkeypatch.setattr(torch._inductor, "aoti_compile_and_package",
-                        lambda program, package_path, inductor_configs: compile_and_package(program,
-                                                                                          package_path=package_path))
+    monkeypatch.setattr(
+        torch._inductor,
+        "aoti_compile_and_package",
+        lambda program, package_path, inductor_configs: compile_and_package(program, package_path=package_path),
+    )
     with pytest.raises(BadInput, match="without one integer kernel"):
         target.compile_program(program, tmp_path / "float", [_input_spec()], {}, ["y"])

@@ -50,14 +50,16 @@ def _cnn_analysis(tmp_path, scoped: dict[str, str]):
 
 
 def _executorch_plan(analysis):
-    return rules.first_plan(analysis, "executorch", targets.TARGETS["executorch"].capabilities, "int8",
-                            QuantizationSettings())
+    return rules.first_plan(
+        analysis, "executorch", targets.TARGETS["executorch"].capabilities, "int8", QuantizationSettings()
+    )
 
 
 def test_groups_map_to_the_modules_of_all_their_nodes_and_an_unmapped_group_stays_float(tmp_path):
     # conv_11 and its ReLU come from two modules (as nn.Sequential's conv and ReLU do); the depthwise conv has no scope
-    analysis = _cnn_analysis(tmp_path, {"conv_3": "features.0", "conv_11": "features.4", "relu_12": "features.5",
-                                        "fc_17": "head"})
+    analysis = _cnn_analysis(
+        tmp_path, {"conv_3": "features.0", "conv_11": "features.4", "relu_12": "features.5", "fc_17": "head"}
+    )
     plan = _executorch_plan(analysis)
     assert plan.method == "pt2e-xnnpack" and plan.ladder == ("int8", "fp32") and plan.activation_type == "int8"
     groups = {g.group: g for g in plan.groups}
@@ -106,9 +108,16 @@ def tiny_program(tmp_path_factory):
 
 
 def _plan(method: str, modules: tuple[str, ...]) -> Plan:
-    return Plan(method, "mlp", "executorch", ("int8", "fp32"),
-                (GroupPlan("linear1", "linear", ("n1",), "int8", "test", modules),
-                 GroupPlan("head", "head", ("n2",), FLOAT, "test", ("fc2",))))
+    return Plan(
+        method,
+        "mlp",
+        "executorch",
+        ("int8", "fp32"),
+        (
+            GroupPlan("linear1", "linear", ("n1",), "int8", "test", modules),
+            GroupPlan("head", "head", ("n2",), FLOAT, "test", ("fc2",)),
+        ),
+    )
 
 
 def _feeds(seed: int) -> dict[str, np.ndarray]:
@@ -137,7 +146,8 @@ def test_exactly_the_planned_modules_are_quantized_and_the_program_lowers(tmp_pa
     expected = module(torch.from_numpy(feeds["x"])).detach().numpy()
     if method == "pt2e-xnnpack-dynamic":  # lowered and run (the static path is lowered by the digits-cnn build)
         artifact = targets.create("executorch", {}).compile_program(
-            program, tmp_path / "artifact", [_input_spec()], {}, ["y"])
+            program, tmp_path / "artifact", [_input_spec()], {}, ["y"]
+        )
         got = targets.create("executorch", {}).session(artifact).run(feeds)["y"]
     else:
         got = program.module()(torch.from_numpy(feeds["x"])).detach().numpy()

@@ -93,32 +93,45 @@ def test_latency_through_the_emulator_is_estimated_and_memory_unmeasured(tmp_pat
     # … its latency is estimated for the Snapdragon's spec: even the roofline bound is over 0.1 µs
     latency = budgets["latency_p50_ms"]
     assert latency["verdict"] == "estimated-fail" and "emulated" in latency["reason"]
-    assert latency["measured"] == report["estimate"]["lower_bound_ms"] and report["estimate"]["device"] == "snapdragon-8-gen3"
+    assert (
+        latency["measured"] == report["estimate"]["lower_bound_ms"]
+        and report["estimate"]["device"] == "snapdragon-8-gen3"
+    )
     assert report["bottlenecks"] is None  # the emulator's op times are not the device's
     assert run_cli("check", out, "--strict").code == 1  # … and --strict counts them as failures
 
 
 def _det_project(tmp_path):
     """A graph with one op the HTP lacks (Det) between two it has."""
-    nodes = [helper.make_node("Relu", ["x"], ["r"], name="relu0"), helper.make_node("Det", ["r"], ["d"], name="det0"),
-             helper.make_node("Mul", ["d", "two"], ["y"], name="mul0")]
-    graph = helper.make_graph(nodes, "det", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 4, 4])],
-                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [2])],
-                              [onnx.numpy_helper.from_array(np.array([2.0], np.float32), "two")])
+    nodes = [
+        helper.make_node("Relu", ["x"], ["r"], name="relu0"),
+        helper.make_node("Det", ["r"], ["d"], name="det0"),
+        helper.make_node("Mul", ["d", "two"], ["y"], name="mul0"),
+    ]
+    graph = helper.make_graph(
+        nodes,
+        "det",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 4, 4])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [2])],
+        [onnx.numpy_helper.from_array(np.array([2.0], np.float32), "two")],
+    )
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
     model.ir_version = 8
     project = tmp_path / "det"
     project.mkdir()
     onnx.save(model, project / "model.onnx")
-    (project / "tapeout.toml").write_text('[model]\nsource = "model.onnx"\n[[inputs]]\nname = "x"\nshape = [2, 4, 4]\n'
-                                          'range = [-1.0, 1.0]\n')
+    (project / "tapeout.toml").write_text(
+        '[model]\nsource = "model.onnx"\n[[inputs]]\nname = "x"\nshape = [2, 4, 4]\nrange = [-1.0, 1.0]\n'
+    )
     return project
 
 
 def _profile(tmp_path, name: str, extra: str) -> str:
     path = tmp_path / f"{name}.toml"
-    path.write_text('extends = "qnn-sm8650"\nprecision = "fp32"\n[check.parity]\natol = 0.05\nrtol = 0.05\n'
-                    'min_cosine = 0.999\n' + FAST + extra)
+    path.write_text(
+        'extends = "qnn-sm8650"\nprecision = "fp32"\n[check.parity]\natol = 0.05\nrtol = 0.05\n'
+        "min_cosine = 0.999\n" + FAST + extra
+    )
     return str(path)
 
 
@@ -134,7 +147,9 @@ def test_an_unsupported_op_fails_the_lint_and_the_build_naming_the_node(tmp_path
 
 def test_with_fallback_allowed_the_placement_gate_reports_the_share_off_the_npu(tmp_path):
     project = _det_project(tmp_path)
-    loose = _profile(tmp_path, "loose", "[options]\nallow_cpu_fallback = true\n[budgets]\nplacement_max_off_share = 0.5\n")
+    loose = _profile(
+        tmp_path, "loose", "[options]\nallow_cpu_fallback = true\n[budgets]\nplacement_max_off_share = 0.5\n"
+    )
     out = tmp_path / "ok"
     result = run_cli("build", project, "--profile", loose, "--out", out)
     assert result.code == 0, result.err + result.out
@@ -143,7 +158,9 @@ def test_with_fallback_allowed_the_placement_gate_reports_the_share_off_the_npu(
     assert gate["verdict"] == "pass" and gate["measured"] == pytest.approx(1 / 3)
     assert "2/3 nodes on the HTP" in gate["reason"] and "det0 (Det)" in gate["reason"]
     assert "det0" in (out / "report.md").read_text()
-    tight = _profile(tmp_path, "tight", "[options]\nallow_cpu_fallback = true\n[budgets]\nplacement_max_off_share = 0.1\n")
+    tight = _profile(
+        tmp_path, "tight", "[options]\nallow_cpu_fallback = true\n[budgets]\nplacement_max_off_share = 0.1\n"
+    )
     assert run_cli("build", project, "--profile", tight, "--out", tmp_path / "fail").code == 1
 
 
@@ -151,9 +168,12 @@ def test_context_binaries_are_prepared_per_soc(tmp_path):
     from tapeout import targets
     from tapeout.core.schemas import InputSpec
 
-    relu = helper.make_graph([helper.make_node("Relu", ["x"], ["y"], name="relu")], "r",
-                             [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 8])],
-                             [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 8])])
+    relu = helper.make_graph(
+        [helper.make_node("Relu", ["x"], ["y"], name="relu")],
+        "r",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 8])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 8])],
+    )
     model = helper.make_model(relu, opset_imports=[helper.make_opsetid("", 17)])
     model.ir_version = 8
     onnx.save(model, tmp_path / "relu.onnx")

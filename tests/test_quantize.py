@@ -106,8 +106,9 @@ def test_cpu_int8_takes_a_4_bit_lm_head_when_asked_the_body_stays_dynamic_int8(t
     from tapeout.quantize.ort_tools import check_nbits
     from tapeout.quantize.rules import InstructionSet
 
-    plan, path = _plan(tmp_path, graphs.transformer(causal=True, lm_head=True, swiglu=True, tied=True),
-                       overrides={"lm_head": "int4"})
+    plan, path = _plan(
+        tmp_path, graphs.transformer(causal=True, lm_head=True, swiglu=True, tied=True), overrides={"lm_head": "int4"}
+    )
     groups = _by_precision(plan)
     head = next(g for g in plan.groups if g.role == "lm_head").nodes
     assert plan.method == "dynamic" and groups["lm_head"] == "int4" and groups["block0.ffn.in"] == "int8"
@@ -134,9 +135,14 @@ def test_cpu_int8_takes_a_4_bit_lm_head_when_asked_the_body_stays_dynamic_int8(t
     assert np.dot(a, b) / (np.linalg.norm(a) * np.linalg.norm(b)) > 0.95
     # without AVX2, MatMulNBits unpacks its weights every call: the head goes to INT8, saying why
     onnx.save(graphs.transformer(causal=True, lm_head=True, swiglu=True), tmp_path / "plain.onnx")
-    slow = rules.first_plan(analyze(tmp_path / "plain.onnx"), "onnxruntime", targets.TARGETS["onnxruntime"].capabilities,
-                            "int8", QuantizationSettings(overrides={"lm_head": "int4"}),
-                            isa=InstructionSet("x86_64", frozenset({"sse4_2"}), "test"))
+    slow = rules.first_plan(
+        analyze(tmp_path / "plain.onnx"),
+        "onnxruntime",
+        targets.TARGETS["onnxruntime"].capabilities,
+        "int8",
+        QuantizationSettings(overrides={"lm_head": "int4"}),
+        isa=InstructionSet("x86_64", frozenset({"sse4_2"}), "test"),
+    )
     assert _by_precision(slow)["lm_head"] == "int8" and slow.accuracy_level is None and slow.ladder == ("int8", "fp32")
     assert "without AVX2" in next(g.reason for g in slow.groups if g.group == "lm_head")
 
@@ -157,11 +163,19 @@ def test_weight_only_compute_follows_the_instruction_set_and_never_starts_a_slow
     path = tmp_path / "model.onnx"
     onnx.save(graphs.transformer(causal=True, lm_head=True, swiglu=True), path)
     analysis = analyze(path)
-    for isa, level, head in ((InstructionSet("x86_64", frozenset({"avx2", "fma"}), "test"), 4, "int8-weight"),
-                             (InstructionSet("arm64", frozenset(), "test"), 4, "int8-weight"),
-                             (InstructionSet("x86_64", frozenset({"sse4_2"}), "test"), None, "fp32")):
-        plan = rules.first_plan(analysis, "onnxruntime", targets.TARGETS["onnxruntime"].capabilities, "int4",
-                                QuantizationSettings(), isa=isa)
+    for isa, level, head in (
+        (InstructionSet("x86_64", frozenset({"avx2", "fma"}), "test"), 4, "int8-weight"),
+        (InstructionSet("arm64", frozenset(), "test"), 4, "int8-weight"),
+        (InstructionSet("x86_64", frozenset({"sse4_2"}), "test"), None, "fp32"),
+    ):
+        plan = rules.first_plan(
+            analysis,
+            "onnxruntime",
+            targets.TARGETS["onnxruntime"].capabilities,
+            "int4",
+            QuantizationSettings(),
+            isa=isa,
+        )
         assert plan.accuracy_level == level and _by_precision(plan)["lm_head"] == head, isa
         assert _by_precision(plan)["block0.ffn.in"] == "int4"
         assert any("MatMulNBits compute" in n for n in plan.notes)
@@ -180,10 +194,18 @@ def test_a_tied_lm_head_gets_its_own_8_bit_weight_and_the_embedding_keeps_the_ta
     info = apply(plan, path, out, None, max_ir_version=10)
     assert {r["name"]: r["rewrites"] for r in info["passes"]}["untie-transposed-weight"] == 1
     quantized = onnx.load(out)
-    nbits = {n.name.rsplit("_Q", 1)[0]: onnx.helper.get_attribute_value(next(a for a in n.attribute if a.name == "bits"))
-             for n in quantized.graph.node if n.op_type == "MatMulNBits"}
-    levels = {a.i for n in quantized.graph.node if n.op_type == "MatMulNBits" for a in n.attribute
-              if a.name == "accuracy_level"}
+    nbits = {
+        n.name.rsplit("_Q", 1)[0]: onnx.helper.get_attribute_value(next(a for a in n.attribute if a.name == "bits"))
+        for n in quantized.graph.node
+        if n.op_type == "MatMulNBits"
+    }
+    levels = {
+        a.i
+        for n in quantized.graph.node
+        if n.op_type == "MatMulNBits"
+        for a in n.attribute
+        if a.name == "accuracy_level"
+    }
     assert levels == ({4} if plan.accuracy_level == 4 else set())
     head = next(name for name in nbits if name.startswith("lm_head"))
     assert nbits.pop(head) == 8 and set(nbits.values()) == {4}
@@ -200,20 +222,31 @@ def test_cnn_int8_is_static_and_keeps_first_conv_and_head(tmp_path):
     plan, _ = _plan(tmp_path, graphs.cnn())
     assert plan.method == "static"
     assert _by_precision(plan) == {"first_conv": "fp32", "depthwise_conv1": "int8", "conv1": "int8", "head": "fp32"}
-    assert any(n.startswith("CPU instruction set from the build host's (the profile names no device)") for n in plan.notes)
+    assert any(
+        n.startswith("CPU instruction set from the build host's (the profile names no device)") for n in plan.notes
+    )
 
 
-@pytest.mark.parametrize("arch, flags, formats", [
-    ("x86_64", {"avx2"}, ("uint8", True)),                       # AVX2 without VNNI: U8S8, 7-bit weights
-    ("x86_64", {"avx2", "avx512f", "avx512_vnni"}, ("uint8", False)),  # VNNI: U8S8, 8-bit weights
-    ("x86_64", {"avx2", "avx_vnni"}, ("uint8", False)),
-    ("arm64", {"asimd", "asimddp"}, ("int8", False)),            # signed dot products: S8S8
-])
+@pytest.mark.parametrize(
+    "arch, flags, formats",
+    [
+        ("x86_64", {"avx2"}, ("uint8", True)),  # AVX2 without VNNI: U8S8, 7-bit weights
+        ("x86_64", {"avx2", "avx512f", "avx512_vnni"}, ("uint8", False)),  # VNNI: U8S8, 8-bit weights
+        ("x86_64", {"avx2", "avx_vnni"}, ("uint8", False)),
+        ("arm64", {"asimd", "asimddp"}, ("int8", False)),  # signed dot products: S8S8
+    ],
+)
 def test_static_int8_formats_follow_the_instruction_set(tmp_path, arch, flags, formats):
     onnx.save(graphs.cnn(), tmp_path / "m.onnx")
     isa = rules.InstructionSet(arch, frozenset(flags), "test")
-    plan = rules.first_plan(analyze(tmp_path / "m.onnx"), "onnxruntime", targets.TARGETS["onnxruntime"].capabilities,
-                            "int8", QuantizationSettings(), isa=isa)
+    plan = rules.first_plan(
+        analyze(tmp_path / "m.onnx"),
+        "onnxruntime",
+        targets.TARGETS["onnxruntime"].capabilities,
+        "int8",
+        QuantizationSettings(),
+        isa=isa,
+    )
     assert (plan.activation_type, plan.reduce_range) == formats
     assert any(n.startswith("CPU instruction set from test") for n in plan.notes)
 
@@ -241,8 +274,7 @@ def test_lstm_is_a_group_quantized_dynamically_gru_stays_float_and_diffusion_kee
 
 
 @pytest.mark.parametrize("cell", ["LSTM", "GRU"])
-def test_a_speech_recurrent_models_convs_are_int8_after_the_first_and_static_keeps_the_recurrence_float(tmp_path,
-                                                                                                      cell):
+def test_a_speech_recurrent_models_convs_are_int8_after_the_first_and_static_keeps_the_recurrence_float(tmp_path, cell):
     """A conv front-end + recurrent cell + head: the convs after the first are INT8 (a Conv + GRU model's only
     other weighted group is its head, so without them the rule found nothing and the build was refused)."""
     model = graphs.conv_recurrent(channels=8, hidden=64, deep=True, cell=cell)
@@ -278,19 +310,33 @@ def _rate_switched_convs() -> onnx.ModelProto:
         return helper.make_tensor(name, TensorProto.FLOAT, shape, rng.normal(0, 0.3, shape).astype(np.float32).ravel())
 
     def branch(tag):
-        nodes = [helper.make_node("Conv", ["x", f"w_{tag}", f"b_{tag}"], [f"c_{tag}"], name=f"conv_{tag}"),
-                 helper.make_node("Mul", [f"c_{tag}", "shared_scale"], [f"y_{tag}"], name=f"scale_{tag}")]
+        nodes = [
+            helper.make_node("Conv", ["x", f"w_{tag}", f"b_{tag}"], [f"c_{tag}"], name=f"conv_{tag}"),
+            helper.make_node("Mul", [f"c_{tag}", "shared_scale"], [f"y_{tag}"], name=f"scale_{tag}"),
+        ]
         return helper.make_graph(nodes, tag, [], [helper.make_tensor_value_info(f"y_{tag}", TensorProto.FLOAT, None)])
 
-    nodes = [helper.make_node("If", ["wide"], ["y"], name="by_rate", then_branch=branch("then"),
-                              else_branch=branch("else")),
-             helper.make_node("Add", ["y", "main_bias"], ["out"], name="main_add")]
+    nodes = [
+        helper.make_node("If", ["wide"], ["y"], name="by_rate", then_branch=branch("then"), else_branch=branch("else")),
+        helper.make_node("Add", ["y", "main_bias"], ["out"], name="main_add"),
+    ]
     graph = helper.make_graph(
-        nodes, "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 4, 32]),
-                     helper.make_tensor_value_info("wide", TensorProto.BOOL, [])],
+        nodes,
+        "g",
+        [
+            helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 4, 32]),
+            helper.make_tensor_value_info("wide", TensorProto.BOOL, []),
+        ],
         [helper.make_tensor_value_info("out", TensorProto.FLOAT, None)],
-        [init("w_then", [8, 4, 3]), init("b_then", [8]), init("w_else", [8, 4, 3]), init("b_else", [8]),
-         init("shared_scale", [1]), init("main_bias", [1])])
+        [
+            init("w_then", [8, 4, 3]),
+            init("b_then", [8]),
+            init("w_else", [8, 4, 3]),
+            init("b_else", [8]),
+            init("shared_scale", [1]),
+            init("main_bias", [1]),
+        ],
+    )
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
     model.ir_version = 10
     return model
@@ -308,8 +354,13 @@ def test_weights_only_a_branch_reads_move_into_it_so_ort_quantizes_the_branchs_c
     onnx.save(model, before)
     # the bug the pass works around: ORT's ConvInteger looks a branch's Conv weight up in the branch alone
     with pytest.raises(ValueError, match="to be an initializer"):
-        quantize_dynamic(before, tmp_path / "q0.onnx", nodes_to_quantize=["conv_then", "conv_else"],
-                         op_types_to_quantize=["Conv"], extra_options={"EnableSubgraph": True})
+        quantize_dynamic(
+            before,
+            tmp_path / "q0.onnx",
+            nodes_to_quantize=["conv_then", "conv_else"],
+            op_types_to_quantize=["Conv"],
+            extra_options={"EnableSubgraph": True},
+        )
     graph_pass = LocalizeBodyWeights({"conv_then", "conv_else"})
     moved, records = run_on_proto(model, [graph_pass])
     assert records[0]["outcome"] == "applied" and records[0]["rewrites"] == 4
@@ -322,11 +373,18 @@ def test_weights_only_a_branch_reads_move_into_it_so_ort_quantizes_the_branchs_c
     x = np.random.default_rng(0).normal(size=(1, 4, 32)).astype(np.float32)
     for wide in (True, False):
         feeds = {"x": x, "wide": np.array(wide)}
-        run = [ort.InferenceSession(str(p), providers=["CPUExecutionProvider"]).run(None, feeds)[0]
-               for p in (before, after)]
+        run = [
+            ort.InferenceSession(str(p), providers=["CPUExecutionProvider"]).run(None, feeds)[0]
+            for p in (before, after)
+        ]
         np.testing.assert_array_equal(*run)
-    quantize_dynamic(after, tmp_path / "q.onnx", nodes_to_quantize=["conv_then", "conv_else"],
-                     op_types_to_quantize=["Conv"], extra_options={"EnableSubgraph": True})
+    quantize_dynamic(
+        after,
+        tmp_path / "q.onnx",
+        nodes_to_quantize=["conv_then", "conv_else"],
+        op_types_to_quantize=["Conv"],
+        extra_options={"EnableSubgraph": True},
+    )
     quantized = onnx.load(tmp_path / "q.onnx")
     assert all("ConvInteger" in {n.op_type for n in a.g.node} for a in quantized.graph.node[0].attribute)
     # nothing planned in a body: says why it did not fire
@@ -345,26 +403,39 @@ def _attention_block(kv_heads: int, heads: int = 4, seq: int = 3, total: int = 5
         return numpy_helper.from_array(np.asarray(values), name)
 
     def repeat(x):
-        return [helper.make_node("Unsqueeze", [x, "axis2"], [f"{x}_u"], name=f"unsqueeze_{x}"),
-                helper.make_node("Expand", [f"{x}_u", "expanded"], [f"{x}_e"], name=f"expand_{x}"),
-                helper.make_node("Reshape", [f"{x}_e", "repeated"], [f"{x}_r"], name=f"reshape_{x}")]
+        return [
+            helper.make_node("Unsqueeze", [x, "axis2"], [f"{x}_u"], name=f"unsqueeze_{x}"),
+            helper.make_node("Expand", [f"{x}_u", "expanded"], [f"{x}_e"], name=f"expand_{x}"),
+            helper.make_node("Reshape", [f"{x}_e", "repeated"], [f"{x}_r"], name=f"reshape_{x}"),
+        ]
 
-    nodes = [*repeat("k"), *repeat("v"),
-             helper.make_node("Transpose", ["k_r"], ["k_t"], name="transpose_k", perm=[0, 1, 3, 2]),
-             helper.make_node("MatMul", ["q", "k_t"], ["scores"], name="scores"),
-             helper.make_node("Mul", ["scores", "scale"], ["scaled"], name="scale"),
-             helper.make_node("Add", ["scaled", "mask"], ["masked"], name="mask_add"),
-             helper.make_node("Softmax", ["masked"], ["probs"], name="softmax", axis=-1),
-             helper.make_node("MatMul", ["probs", "v_r"], ["context"], name="context")]
+    nodes = [
+        *repeat("k"),
+        *repeat("v"),
+        helper.make_node("Transpose", ["k_r"], ["k_t"], name="transpose_k", perm=[0, 1, 3, 2]),
+        helper.make_node("MatMul", ["q", "k_t"], ["scores"], name="scores"),
+        helper.make_node("Mul", ["scores", "scale"], ["scaled"], name="scale"),
+        helper.make_node("Add", ["scaled", "mask"], ["masked"], name="mask_add"),
+        helper.make_node("Softmax", ["masked"], ["probs"], name="softmax", axis=-1),
+        helper.make_node("MatMul", ["probs", "v_r"], ["context"], name="context"),
+    ]
     mask = np.triu(np.full((seq, total), -1e9, np.float32), k=total - seq + 1)[None, None]
     graph = helper.make_graph(
-        nodes, "attention",
-        [helper.make_tensor_value_info("q", TensorProto.FLOAT, [1, heads, seq, dim]),
-         *(helper.make_tensor_value_info(x, TensorProto.FLOAT, [1, kv_heads, total, dim]) for x in ("k", "v"))],
+        nodes,
+        "attention",
+        [
+            helper.make_tensor_value_info("q", TensorProto.FLOAT, [1, heads, seq, dim]),
+            *(helper.make_tensor_value_info(x, TensorProto.FLOAT, [1, kv_heads, total, dim]) for x in ("k", "v")),
+        ],
         [helper.make_tensor_value_info("context", TensorProto.FLOAT, [1, heads, seq, dim])],
-        [const("axis2", np.array([2], np.int64)), const("expanded", np.array([1, kv_heads, rep, total, dim])),
-         const("repeated", np.array([1, heads, total, dim])), const("scale", np.array(dim ** -0.5, np.float32)),
-         const("mask", mask)])
+        [
+            const("axis2", np.array([2], np.int64)),
+            const("expanded", np.array([1, kv_heads, rep, total, dim])),
+            const("repeated", np.array([1, heads, total, dim])),
+            const("scale", np.array(dim**-0.5, np.float32)),
+            const("mask", mask),
+        ],
+    )
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
     model.ir_version = 10
     return model
@@ -383,13 +454,16 @@ def test_grouped_attention_multiplies_the_key_value_heads_as_they_are_and_comput
     assert "Expand" not in ops and "Unsqueeze" not in ops and ops.count("MatMul") == 2
     assert {i.name for i in grouped.graph.initializer}.isdisjoint({"expanded", "repeated", "axis2"})  # no leftovers
     rng = np.random.default_rng(0)
-    feeds = {"q": rng.normal(size=(1, 4, 3, 8)).astype(np.float32),
-             **{x: rng.normal(size=(1, 2, 5, 8)).astype(np.float32) for x in ("k", "v")}}
+    feeds = {
+        "q": rng.normal(size=(1, 4, 3, 8)).astype(np.float32),
+        **{x: rng.normal(size=(1, 2, 5, 8)).astype(np.float32) for x in ("k", "v")},
+    }
     run = []
     for m, name in ((model, "before"), (grouped, "after")):
         onnx.save(m, tmp_path / f"{name}.onnx")
-        run.append(ort.InferenceSession(str(tmp_path / f"{name}.onnx"), providers=["CPUExecutionProvider"])
-                   .run(None, feeds)[0])
+        run.append(
+            ort.InferenceSession(str(tmp_path / f"{name}.onnx"), providers=["CPUExecutionProvider"]).run(None, feeds)[0]
+        )
     np.testing.assert_allclose(run[0], run[1], rtol=1e-6, atol=1e-6)
     # multi-head attention (as many key/value heads as query heads) has no repeat to remove
     _, same = run_on_proto(_attention_block(kv_heads=4), [GroupedAttention()])
@@ -400,21 +474,36 @@ def _rms_norm(reciprocal: bool):
     """y = w · x · rsqrt(mean(x²) + eps), with rsqrt as torch exports it (Sqrt → Reciprocal → Mul) or as a Div."""
     from onnx import TensorProto, helper, numpy_helper
 
-    norm = ([helper.make_node("Reciprocal", ["root"], ["inverse"], name="rsqrt"),
-             helper.make_node("Mul", ["x", "inverse"], ["normed"], name="scale_x")] if reciprocal
-            else [helper.make_node("Div", ["x", "root"], ["normed"], name="divide_x")])
-    nodes = [helper.make_node("Pow", ["x", "two"], ["squared"], name="square"),
-             helper.make_node("ReduceMean", ["squared", "last"], ["mean"], name="mean", keepdims=1),
-             helper.make_node("Add", ["mean", "eps"], ["shifted"], name="eps_add"),
-             helper.make_node("Sqrt", ["shifted"], ["root"], name="sqrt"), *norm,
-             helper.make_node("Mul", ["weight", "normed"], ["y"], name="weigh")]
+    norm = (
+        [
+            helper.make_node("Reciprocal", ["root"], ["inverse"], name="rsqrt"),
+            helper.make_node("Mul", ["x", "inverse"], ["normed"], name="scale_x"),
+        ]
+        if reciprocal
+        else [helper.make_node("Div", ["x", "root"], ["normed"], name="divide_x")]
+    )
+    nodes = [
+        helper.make_node("Pow", ["x", "two"], ["squared"], name="square"),
+        helper.make_node("ReduceMean", ["squared", "last"], ["mean"], name="mean", keepdims=1),
+        helper.make_node("Add", ["mean", "eps"], ["shifted"], name="eps_add"),
+        helper.make_node("Sqrt", ["shifted"], ["root"], name="sqrt"),
+        *norm,
+        helper.make_node("Mul", ["weight", "normed"], ["y"], name="weigh"),
+    ]
     const = numpy_helper.from_array
     rng = np.random.default_rng(1)
     graph = helper.make_graph(
-        nodes, "rms", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 5, 16])],
+        nodes,
+        "rms",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 5, 16])],
         [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 5, 16])],
-        [const(np.array(2.0, np.float32), "two"), const(np.array([-1], np.int64), "last"),
-         const(np.array(1e-6, np.float32), "eps"), const(rng.normal(size=16).astype(np.float32), "weight")])
+        [
+            const(np.array(2.0, np.float32), "two"),
+            const(np.array([-1], np.int64), "last"),
+            const(np.array(1e-6, np.float32), "eps"),
+            const(rng.normal(size=16).astype(np.float32), "weight"),
+        ],
+    )
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 18)])
     model.ir_version = 10
     return model
@@ -463,25 +552,34 @@ def test_overrides_start_a_group_on_another_rung_and_it_is_applied(tmp_path):
     head = next(g for g in plan.groups if g.role == "lm_head")
     assert _by_precision(ruled)[head.group] == "int8-weight"
     assert head.precision == "int4" and head.reason == '[quantization] overrides: lm_head = "int4"'
-    assert {g.group: g.precision for g in plan.groups if g.role != "lm_head"} == \
-        {g.group: g.precision for g in ruled.groups if g.role != "lm_head"}
+    assert {g.group: g.precision for g in plan.groups if g.role != "lm_head"} == {
+        g.group: g.precision for g in ruled.groups if g.role != "lm_head"
+    }
     out = tmp_path / "q.onnx"
     apply(plan, path, out, [{"input_ids": np.zeros((1, 8), np.int64)}], max_ir_version=10)
-    bits = {n.name: next(a.i for a in n.attribute if a.name == "bits")
-            for n in onnx.load(out).graph.node if n.op_type == "MatMulNBits"}
+    bits = {
+        n.name: next(a.i for a in n.attribute if a.name == "bits")
+        for n in onnx.load(out).graph.node
+        if n.op_type == "MatMulNBits"
+    }
     assert [b for name, b in bits.items() if name.startswith("lm_head")] == [4]
     # a group's own name wins over its role; "fp32" keeps it float like keep_float
     named, _ = _plan(tmp_path, model, "int4", overrides={"lm_head": "int4", head.group: "fp32"})
     assert _by_precision(named)[head.group] == "fp32"
 
 
-@pytest.mark.parametrize("settings, message", [
-    ({"overrides": {"lm_haed": "int4"}}, "'lm_haed' is no fusion group, node or role of this model"),
-    ({"overrides": {"lm_head": "int8"}},
-     "lm_head = \"int8\" is not on onnxruntime's int4 ladder \\(int4, int8-weight, fp32\\)"),
-    ({"overrides": {"embedding": "int4"}}, "does not quantize role 'embedding'"),
-    ({"keep_float": ["block9.ffn.out"]}, "keep_float: 'block9.ffn.out' is no fusion group or node of this model"),
-])
+@pytest.mark.parametrize(
+    "settings, message",
+    [
+        ({"overrides": {"lm_haed": "int4"}}, "'lm_haed' is no fusion group, node or role of this model"),
+        (
+            {"overrides": {"lm_head": "int8"}},
+            'lm_head = "int8" is not on onnxruntime\'s int4 ladder \\(int4, int8-weight, fp32\\)',
+        ),
+        ({"overrides": {"embedding": "int4"}}, "does not quantize role 'embedding'"),
+        ({"keep_float": ["block9.ffn.out"]}, "keep_float: 'block9.ffn.out' is no fusion group or node of this model"),
+    ],
+)
 def test_overrides_and_keep_float_the_model_or_ladder_cannot_take_are_one_line(tmp_path, settings, message):
     with pytest.raises(BadInput, match=message) as caught:
         _plan(tmp_path, graphs.transformer(causal=True, lm_head=True, swiglu=True), "int4", **settings)
@@ -489,7 +587,7 @@ def test_overrides_and_keep_float_the_model_or_ladder_cannot_take_are_one_line(t
 
 
 def test_an_override_that_is_no_rung_is_refused_by_the_schema():
-    with pytest.raises(ValueError, match="overrides: lm_head = \"int3\" is not a precision rung"):
+    with pytest.raises(ValueError, match='overrides: lm_head = "int3" is not a precision rung'):
         QuantizationSettings(overrides={"lm_head": "int3"})
 
 
@@ -507,25 +605,37 @@ def test_targets_and_precisions_without_rules_are_bad_input(tmp_path):
 def test_plans_apply_and_run_close_to_fp32(tmp_path, case):
     import onnxruntime as ort
 
-    model, precision = {"encoder-dynamic": (graphs.transformer(), "int8"), "cnn-static": (graphs.cnn(), "int8"),
-                        "decoder-int4": (graphs.transformer(causal=True, lm_head=True, swiglu=True), "int4")}[case]
+    model, precision = {
+        "encoder-dynamic": (graphs.transformer(), "int8"),
+        "cnn-static": (graphs.cnn(), "int8"),
+        "decoder-int4": (graphs.transformer(causal=True, lm_head=True, swiglu=True), "int4"),
+    }[case]
     plan, path = _plan(tmp_path, model, precision)
     rng = np.random.default_rng(0)
     name = model.graph.input[0].name
-    feeds = ([{name: rng.integers(0, 64, (1, 8))} for _ in range(8)] if name == "input_ids"
-             else [{name: rng.random((1, 3, 16, 16), dtype=np.float32)} for _ in range(8)])
+    feeds = (
+        [{name: rng.integers(0, 64, (1, 8))} for _ in range(8)]
+        if name == "input_ids"
+        else [{name: rng.random((1, 3, 16, 16), dtype=np.float32)} for _ in range(8)]
+    )
     out = tmp_path / "q.onnx"
     info = apply(plan, path, out, feeds, max_ir_version=10)
     quantized = onnx.load(out)
     ops = {n.op_type for n in quantized.graph.node}
-    expected = {"encoder-dynamic": "DynamicQuantizeLinear", "cnn-static": "QuantizeLinear", "decoder-int4": "MatMulNBits"}[case]
+    expected = {
+        "encoder-dynamic": "DynamicQuantizeLinear",
+        "cnn-static": "QuantizeLinear",
+        "decoder-int4": "MatMulNBits",
+    }[case]
     assert expected in ops or (case == "encoder-dynamic" and "DynamicQuantizeMatMul" in ops), ops
     if case == "decoder-int4":  # exactly the planned nodes: the projections at 4 bits, lm_head at 8
         planned = set(plan.nodes_at("int4")) | set(plan.nodes_at("int8-weight"))
         assert [n.rsplit("_", 1)[0] for n in plan.nodes_at("int8-weight")] == ["lm_head"]
         assert {n.name.rsplit("_Q", 1)[0] for n in quantized.graph.node if n.op_type == "MatMulNBits"} == planned
-        assert any(n.op_type == "MatMulNBits" and n.name.startswith("lm_head") and n.name.endswith("_Q8")
-                   for n in quantized.graph.node)
+        assert any(
+            n.op_type == "MatMulNBits" and n.name.startswith("lm_head") and n.name.endswith("_Q8")
+            for n in quantized.graph.node
+        )
     if case == "cnn-static":  # the first conv was kept float: its weight is still a float initializer
         first = next(n for n in quantized.graph.node if n.op_type == "Conv")
         assert first.input[1] in {i.name for i in quantized.graph.initializer if i.data_type == onnx.TensorProto.FLOAT}
@@ -545,7 +655,7 @@ def test_plans_apply_and_run_close_to_fp32(tmp_path, case):
 
 # ------------------------------------------------------------------ the loop, end to end
 
-PLANTED_METRIC = '''
+PLANTED_METRIC = """
 import numpy as np
 from pathlib import Path
 DATA = Path(__file__).with_name("eval.npz")
@@ -558,7 +668,7 @@ def agreement(predict):
         y = next(iter(predict({"x": x[None]}).values())).ravel()
         cos.append(float(np.dot(y, ref) / max(np.linalg.norm(y) * np.linalg.norm(ref), 1e-12)))
     return float(np.mean(cos))
-'''
+"""
 
 
 def _planted_project(tmp_path, planted: int = 2):
@@ -575,7 +685,7 @@ def _planted_project(tmp_path, planted: int = 2):
     np.savez(project / "calibration.npz", x=calib)
     np.savez(project / "eval.npz", x=xs, ref=refs)
     (project / "metric.py").write_text(PLANTED_METRIC)
-    (project / "tapeout.toml").write_text('''
+    (project / "tapeout.toml").write_text("""
 [model]
 source = "model.onnx"
 [[inputs]]
@@ -587,9 +697,9 @@ data = "calibration.npz"
 metric = "metric.py:agreement"
 direction = "higher"
 name = "cosine"
-''')
+""")
     profile = tmp_path / "int8.toml"
-    profile.write_text('''
+    profile.write_text("""
 extends = "cpu-int8"
 device = "intel-core-ultra-200v"   # the CPU rules read its instruction set (AVX-VNNI), not the host's
 [budgets]
@@ -599,7 +709,7 @@ iterations = 30
 repeats = 1
 warmup_min_s = 0.05
 op_profile = false
-''')
+""")
     return project, profile
 
 
@@ -620,8 +730,14 @@ def test_the_loop_finds_the_planted_layer_first_and_moves_it_alone(tmp_path):
     assert [s["group"] for s in steps[1:]] == [planted] and steps[1]["meets_accuracy"]  # … one move fixes it
     assert search["stopped"].startswith("accuracy budget met after 1 step")
     plan = {g["group"]: g["precision"] for g in groups}
-    assert plan == {"linear1": "int8", "linear2": "int8", "linear3": "int8", "linear4": "int8", "head": "fp32",
-                    planted: "fp32"}
+    assert plan == {
+        "linear1": "int8",
+        "linear2": "int8",
+        "linear3": "int8",
+        "linear4": "int8",
+        "head": "fp32",
+        planted: "fp32",
+    }
     md = (out / "report.md").read_text()
     assert "## Precision" in md and f"{planted}: int8 → fp32" in md
     assert "CPU instruction set from device spec intel-core-ultra-200v (x86_64, VNNI)" in md
@@ -653,7 +769,9 @@ def test_static_int8_without_calibration_data_is_one_clear_line(tmp_path):
     project = tmp_path / "cnn"
     project.mkdir()
     onnx.save(graphs.cnn(), project / "model.onnx")
-    (project / "tapeout.toml").write_text('[model]\nsource = "model.onnx"\n[[inputs]]\nname = "image"\nshape = [1, 3, 16, 16]\n')
+    (project / "tapeout.toml").write_text(
+        '[model]\nsource = "model.onnx"\n[[inputs]]\nname = "image"\nshape = [1, 3, 16, 16]\n'
+    )
     result = run_cli("build", project, "--profile", "cpu-int8", "--out", tmp_path / "b")
     assert result.code == 2
     assert "needs calibration data" in one_line_error(result)
@@ -680,7 +798,11 @@ def test_npu_rule_is_full_integer_a16w8_for_transformers_with_masks_and_softmax_
     assert kept == {"attn_mask", "attn_softmax"} and len(plan.float_nodes) == 4  # two blocks
     onnx.save(graphs.cnn(), tmp_path / "cnn.onnx")
     npu_cnn = first_plan(analyze(tmp_path / "cnn.onnx"), "qnn", "int8", QuantizationSettings())
-    assert npu_cnn.activation_type == "uint8" and set(_by_precision(npu_cnn).values()) == {"int8"} and not npu_cnn.float_nodes
+    assert (
+        npu_cnn.activation_type == "uint8"
+        and set(_by_precision(npu_cnn).values()) == {"int8"}
+        and not npu_cnn.float_nodes
+    )
     with pytest.raises(BadInput, match="full-integer static QDQ"):
         first_plan(analysis, "qnn", "int8", QuantizationSettings(method="dynamic"))
 
@@ -690,7 +812,9 @@ def test_tiny_lm_int4_keeps_perplexity_within_the_relative_budget_and_check_carr
     from conftest import SAMPLES
 
     profile = tmp_path / "int4.toml"
-    profile.write_text('extends = "cpu-int4"\n[check]\niterations = 30\nrepeats = 1\nwarmup_min_s = 0.05\nop_profile = false\n')
+    profile.write_text(
+        'extends = "cpu-int4"\n[check]\niterations = 30\nrepeats = 1\nwarmup_min_s = 0.05\nop_profile = false\n'
+    )
     out = tmp_path / "tiny"
     result = run_cli("build", SAMPLES / "tiny-lm" / "forward.toml", "--profile", profile, "--out", out)
     assert result.code == 0, result.err + result.out
@@ -710,14 +834,17 @@ def test_tiny_lm_int4_keeps_perplexity_within_the_relative_budget_and_check_carr
 
 
 def test_gptq_follows_the_plan_and_keeps_stdout_clean(tmp_path, capfd):
-    plan, path = _plan(tmp_path, graphs.transformer(causal=True, lm_head=True, swiglu=True), precision="int4",
-                       int4_algorithm="gptq")
+    plan, path = _plan(
+        tmp_path, graphs.transformer(causal=True, lm_head=True, swiglu=True), precision="int4", int4_algorithm="gptq"
+    )
     feeds = [{"input_ids": np.random.default_rng(i).integers(0, 64, (1, 8))} for i in range(4)]
     info = apply(plan, path, tmp_path / "q.onnx", feeds, max_ir_version=10)
     quantized = onnx.load(tmp_path / "q.onnx")
     assert info["nodes"] == {"int4": len(plan.nodes_at("int4")), "int8-weight": 1}
-    assert any(n.op_type == "MatMulNBits" and n.name.startswith("lm_head") and n.name.endswith("_Q8")
-               for n in quantized.graph.node)  # RTN at 8 bits
+    assert any(
+        n.op_type == "MatMulNBits" and n.name.startswith("lm_head") and n.name.endswith("_Q8")
+        for n in quantized.graph.node
+    )  # RTN at 8 bits
     assert "Progress" not in capfd.readouterr().out
 
 
@@ -730,18 +857,34 @@ def _gemm_mlp(trans_a_last: bool = False) -> onnx.ModelProto:
     from onnx import TensorProto, helper, numpy_helper
 
     rng = np.random.default_rng(3)
-    inits = [numpy_helper.from_array(rng.normal(0, 0.2, shape).astype(np.float32), name) for name, shape in
-             (("w0", (64, 32)), ("b0", (64,)), ("w1", (64, 64)), ("b1", (64,)), ("w2", (10, 64)), ("b2", (10,)))]
-    nodes = [helper.make_node("Gemm", ["x", "w0", "b0"], ["h0"], name="g0", transB=1),
-             helper.make_node("Relu", ["h0"], ["r0"], name="relu0"),
-             helper.make_node("Gemm", ["r0", "w1", "b1"], ["h1"], name="g1", alpha=0.5, beta=2.0),
-             helper.make_node("Relu", ["h1"], ["r1"], name="relu1"),
-             helper.make_node("Gemm", ["r1", "w2", "b2"], ["y"], name="head", transB=1)]
+    inits = [
+        numpy_helper.from_array(rng.normal(0, 0.2, shape).astype(np.float32), name)
+        for name, shape in (
+            ("w0", (64, 32)),
+            ("b0", (64,)),
+            ("w1", (64, 64)),
+            ("b1", (64,)),
+            ("w2", (10, 64)),
+            ("b2", (10,)),
+        )
+    ]
+    nodes = [
+        helper.make_node("Gemm", ["x", "w0", "b0"], ["h0"], name="g0", transB=1),
+        helper.make_node("Relu", ["h0"], ["r0"], name="relu0"),
+        helper.make_node("Gemm", ["r0", "w1", "b1"], ["h1"], name="g1", alpha=0.5, beta=2.0),
+        helper.make_node("Relu", ["h1"], ["r1"], name="relu1"),
+        helper.make_node("Gemm", ["r1", "w2", "b2"], ["y"], name="head", transB=1),
+    ]
     if trans_a_last:  # a Gemm that cannot become a MatMul: A transposed
         nodes[2] = helper.make_node("Gemm", ["r0t", "w1", "b1"], ["h1"], name="g1", transA=1)
         nodes.insert(2, helper.make_node("Transpose", ["r0"], ["r0t"], name="t"))
-    graph = helper.make_graph(nodes, "gemm_mlp", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 32])],
-                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 10])], inits)
+    graph = helper.make_graph(
+        nodes,
+        "gemm_mlp",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 32])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 10])],
+        inits,
+    )
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
     model.ir_version = 9
     return model
@@ -750,12 +893,15 @@ def _gemm_mlp(trans_a_last: bool = False) -> onnx.ModelProto:
 def _gemm_plan(method: str, precision: str):
     from tapeout.quantize.plan import GroupPlan, Plan
 
-    groups = tuple(GroupPlan(n, "linear", (n,), precision if n != "head" else "fp32", "test") for n in ("g0", "g1", "head"))
+    groups = tuple(
+        GroupPlan(n, "linear", (n,), precision if n != "head" else "fp32", "test") for n in ("g0", "g1", "head")
+    )
     return Plan(method=method, family="mlp", target="onnxruntime", ladder=(precision, "fp32"), groups=groups)
 
 
-@pytest.mark.parametrize("method, precision, op", [("dynamic", "int8", "MatMulInteger"),
-                                                   ("weight-only", "int4", "MatMulNBits")])
+@pytest.mark.parametrize(
+    "method, precision, op", [("dynamic", "int8", "MatMulInteger"), ("weight-only", "int4", "MatMulNBits")]
+)
 def test_gemm_linears_are_really_quantized_not_silently_left_fp32(tmp_path, method, precision, op):
     import onnxruntime as ort
 
@@ -790,10 +936,15 @@ def test_a_torch_linear_model_built_for_cpu_int8_has_an_int8_artifact(tmp_path):
     (project / "model.py").write_text(
         "import torch\n\n\ndef build():\n    torch.manual_seed(0)\n"
         "    return torch.nn.Sequential(torch.nn.Linear(32, 64), torch.nn.ReLU(), torch.nn.Linear(64, 64),\n"
-        "                               torch.nn.ReLU(), torch.nn.Linear(64, 10)).eval()\n")
-    (project / "tapeout.toml").write_text('[model]\nsource = "model.py:build"\n\n[[inputs]]\nname = "x"\nshape = [1, 32]\n')
+        "                               torch.nn.ReLU(), torch.nn.Linear(64, 10)).eval()\n"
+    )
+    (project / "tapeout.toml").write_text(
+        '[model]\nsource = "model.py:build"\n\n[[inputs]]\nname = "x"\nshape = [1, 32]\n'
+    )
     profile = tmp_path / "int8.toml"
-    profile.write_text('extends = "cpu-int8"\n[check]\niterations = 30\nrepeats = 1\nwarmup_min_s = 0.05\nop_profile = false\n')
+    profile.write_text(
+        'extends = "cpu-int8"\n[check]\niterations = 30\nrepeats = 1\nwarmup_min_s = 0.05\nop_profile = false\n'
+    )
     result = run_cli("build", project, "--profile", profile, "--out", tmp_path / "b")
     assert result.code == 0, result.err
     ops = [n.op_type for n in onnx.load(tmp_path / "b" / "artifact" / "model.onnx").graph.node]
@@ -832,8 +983,13 @@ def test_a_quantizer_failure_names_the_node_it_was_on(tmp_path, monkeypatch):
     monkeypatch.setattr(MatMulInteger, "quantize", broken)
     onnx.save(graphs.mlp(layers=2), tmp_path / "m.onnx")
     names = [n.name for n in onnx.load(str(tmp_path / "m.onnx")).graph.node if n.op_type == "MatMul"]
-    plan = Plan("dynamic", "mlp", "onnxruntime", ("int8", "fp32"),
-                tuple(GroupPlan(n, "linear", (n,), "int8", "test") for n in names))
+    plan = Plan(
+        "dynamic",
+        "mlp",
+        "onnxruntime",
+        ("int8", "fp32"),
+        tuple(GroupPlan(n, "linear", (n,), "int8", "test") for n in names),
+    )
     with pytest.raises(BadInput) as caught:
         apply(plan, tmp_path / "m.onnx", tmp_path / "q.onnx")
     assert f"at node '{names[0]}' (MatMul)" in str(caught.value)
@@ -846,14 +1002,23 @@ def test_the_npu_postcondition_refuses_an_a16w8_node_fed_8_bit_activations(tmp_p
     from tapeout.quantize.methods.npu_static import check_activation_bits
 
     def qdq_model(zero_point: np.ndarray) -> onnx.ModelProto:
-        inits = [numpy_helper.from_array(np.array(0.01, np.float32), "scale"),
-                 numpy_helper.from_array(zero_point, "zero"),
-                 numpy_helper.from_array(np.ones((4, 4), np.float32), "w")]
-        nodes = [helper.make_node("QuantizeLinear", ["x", "scale", "zero"], ["xq"], name="q"),
-                 helper.make_node("DequantizeLinear", ["xq", "scale", "zero"], ["xdq"], name="dq"),
-                 helper.make_node("MatMul", ["xdq", "w"], ["y"], name="cell")]
-        graph = helper.make_graph(nodes, "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 4])],
-                                  [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 4])], inits)
+        inits = [
+            numpy_helper.from_array(np.array(0.01, np.float32), "scale"),
+            numpy_helper.from_array(zero_point, "zero"),
+            numpy_helper.from_array(np.ones((4, 4), np.float32), "w"),
+        ]
+        nodes = [
+            helper.make_node("QuantizeLinear", ["x", "scale", "zero"], ["xq"], name="q"),
+            helper.make_node("DequantizeLinear", ["xq", "scale", "zero"], ["xdq"], name="dq"),
+            helper.make_node("MatMul", ["xdq", "w"], ["y"], name="cell"),
+        ]
+        graph = helper.make_graph(
+            nodes,
+            "g",
+            [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 4])],
+            [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 4])],
+            inits,
+        )
         return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 21)])
 
     onnx.save(qdq_model(np.array(0, np.uint16)), tmp_path / "wide.onnx")

@@ -50,13 +50,24 @@ def write_mlp(path: Path) -> None:
     from onnx import TensorProto, helper, numpy_helper
 
     rng = np.random.default_rng(0)
-    weights = [numpy_helper.from_array(rng.normal(0, 0.2, shape).astype(np.float32), name)
-               for name, shape in (("w1", (64, 128)), ("b1", (128,)), ("w2", (128, 10)), ("b2", (10,)))]
-    nodes = [helper.make_node("MatMul", ["x", "w1"], ["h"]), helper.make_node("Add", ["h", "b1"], ["hb"]),
-             helper.make_node("Relu", ["hb"], ["r"]), helper.make_node("MatMul", ["r", "w2"], ["o"]),
-             helper.make_node("Add", ["o", "b2"], ["scores"])]
-    graph = helper.make_graph(nodes, "mlp", [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["batch", 64])],
-                              [helper.make_tensor_value_info("scores", TensorProto.FLOAT, ["batch", 10])], weights)
+    weights = [
+        numpy_helper.from_array(rng.normal(0, 0.2, shape).astype(np.float32), name)
+        for name, shape in (("w1", (64, 128)), ("b1", (128,)), ("w2", (128, 10)), ("b2", (10,)))
+    ]
+    nodes = [
+        helper.make_node("MatMul", ["x", "w1"], ["h"]),
+        helper.make_node("Add", ["h", "b1"], ["hb"]),
+        helper.make_node("Relu", ["hb"], ["r"]),
+        helper.make_node("MatMul", ["r", "w2"], ["o"]),
+        helper.make_node("Add", ["o", "b2"], ["scores"]),
+    ]
+    graph = helper.make_graph(
+        nodes,
+        "mlp",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["batch", 64])],
+        [helper.make_tensor_value_info("scores", TensorProto.FLOAT, ["batch", 10])],
+        weights,
+    )
     onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]), path)
 
 

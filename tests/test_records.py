@@ -20,8 +20,11 @@ def _loose(annotation, where: str, seen: set) -> list[str]:
         if annotation in seen:
             return []
         seen.add(annotation)
-        return [hit for name, field in annotation.model_fields.items()
-                for hit in _loose(field.annotation, f"{where}.{name}", seen)]
+        return [
+            hit
+            for name, field in annotation.model_fields.items()
+            for hit in _loose(field.annotation, f"{where}.{name}", seen)
+        ]
     if typing.get_origin(annotation) is typing.Annotated:  # the type, not its validation metadata
         return _loose(typing.get_args(annotation)[0], where, seen)
     if isinstance(annotation, type) and dataclasses.is_dataclass(annotation):
@@ -31,8 +34,12 @@ def _loose(annotation, where: str, seen: set) -> list[str]:
     if value is not None and annotation not in seen:
         seen.add(annotation)
         return _loose(value, where, seen)
-    return [hit for arg in typing.get_args(annotation) if not isinstance(arg, str | typing.ForwardRef)
-            for hit in _loose(arg, f"{where}[]", seen)]
+    return [
+        hit
+        for arg in typing.get_args(annotation)
+        if not isinstance(arg, str | typing.ForwardRef)
+        for hit in _loose(arg, f"{where}[]", seen)
+    ]
 
 
 def test_no_report_field_is_untyped():

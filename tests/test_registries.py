@@ -63,8 +63,11 @@ def test_no_function_in_the_package_takes_more_than_8_parameters():
     for folder in ("toolkit", "exporters", "quantize", "targets"):
         for path in (REPO / folder).rglob("*.py"):
             for node in ast.walk(ast.parse(path.read_text())):
-                if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef) and _parameters(node) > 8 \
-                        and not _triton_kernel(node):
+                if (
+                    isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef)
+                    and _parameters(node) > 8
+                    and not _triton_kernel(node)
+                ):
                     found.append(f"{path.relative_to(REPO)}:{node.lineno} {node.name} ({_parameters(node)})")
     assert found == []
     many = ast.parse("def f(a, b, c, d, e, f, g, h, *, i): pass").body[0]
@@ -74,8 +77,10 @@ def test_no_function_in_the_package_takes_more_than_8_parameters():
 
 
 def _triton_kernel(node) -> bool:
-    return any(a.annotation is not None and ast.unparse(a.annotation).endswith("tl.constexpr")
-               for a in node.args.args + node.args.kwonlyargs)
+    return any(
+        a.annotation is not None and ast.unparse(a.annotation).endswith("tl.constexpr")
+        for a in node.args.args + node.args.kwonlyargs
+    )
 
 
 def test_unknown_names_are_one_line_with_what_there_is():
@@ -106,8 +111,13 @@ def test_a_group_its_quantizer_fails_on_moves_up_a_rung_and_the_build_goes_on(tm
         return original(self)
 
     monkeypatch.setattr(MatMulInteger, "quantize", refuses_one)
-    plan = Plan("dynamic", "mlp", "onnxruntime", ("int8", "fp32"),
-                tuple(GroupPlan(n, "linear", (n,), "int8", "test") for n in names))
+    plan = Plan(
+        "dynamic",
+        "mlp",
+        "onnxruntime",
+        ("int8", "fp32"),
+        tuple(GroupPlan(n, "linear", (n,), "int8", "test") for n in names),
+    )
     with pytest.raises(QuantizerFailed) as caught:  # without the fallback: stops, naming the node
         apply(plan, tmp_path / "m.onnx", tmp_path / "q.onnx")
     assert caught.value.node == names[1]
@@ -133,13 +143,23 @@ def test_an_ungrouped_op_the_npu_quantizer_fails_on_is_kept_float(tmp_path, monk
     from tapeout.quantize.plan import GroupPlan, Plan
 
     rng = np.random.default_rng(0)
-    inits = [numpy_helper.from_array(rng.standard_normal((6, 8)).astype(np.float32), "W"),
-             numpy_helper.from_array(rng.standard_normal((6, 4)).astype(np.float32), "W2")]
-    nodes = [helper.make_node("Transpose", ["W"], ["Wt"], perm=[1, 0], name="t"),
-             helper.make_node("MatMul", ["x", "Wt"], ["h"], name="mm"), helper.make_node("Relu", ["h"], ["r"], name="relu"),
-             helper.make_node("MatMul", ["r", "W2"], ["y"], name="mm2")]
-    graph = helper.make_graph(nodes, "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 8])],
-                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 4])], inits)
+    inits = [
+        numpy_helper.from_array(rng.standard_normal((6, 8)).astype(np.float32), "W"),
+        numpy_helper.from_array(rng.standard_normal((6, 4)).astype(np.float32), "W2"),
+    ]
+    nodes = [
+        helper.make_node("Transpose", ["W"], ["Wt"], perm=[1, 0], name="t"),
+        helper.make_node("MatMul", ["x", "Wt"], ["h"], name="mm"),
+        helper.make_node("Relu", ["h"], ["r"], name="relu"),
+        helper.make_node("MatMul", ["r", "W2"], ["y"], name="mm2"),
+    ]
+    graph = helper.make_graph(
+        nodes,
+        "g",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 8])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 4])],
+        inits,
+    )
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
     model.ir_version = 8
     onnx.save(model, tmp_path / "m.onnx")
@@ -155,9 +175,15 @@ def test_an_ungrouped_op_the_npu_quantizer_fails_on_is_kept_float(tmp_path, monk
         return original(self)
 
     monkeypatch.setattr(QDQQuantizer, "_quantize_sharing_param_tensors", as_ort_fails)
-    plan = Plan("npu-static", "mlp", "qnn", ("int8", "a16w8", "fp16"),
-                (GroupPlan("mm", "linear", ("mm",), "int8", "t"), GroupPlan("mm2", "linear", ("mm2",), "int8", "t")),
-                activation_type="uint8", weight_type="uint8")
+    plan = Plan(
+        "npu-static",
+        "mlp",
+        "qnn",
+        ("int8", "a16w8", "fp16"),
+        (GroupPlan("mm", "linear", ("mm",), "int8", "t"), GroupPlan("mm2", "linear", ("mm2",), "int8", "t")),
+        activation_type="uint8",
+        weight_type="uint8",
+    )
     calibration = [{"x": rng.standard_normal((1, 8)).astype(np.float32)} for _ in range(4)]
     final, info = apply_with_fallback(plan, tmp_path / "m.onnx", tmp_path / "q.onnx", calibration)
     assert final.float_nodes == ("t",) and {g.precision for g in final.groups} == {"int8"}

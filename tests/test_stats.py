@@ -12,7 +12,15 @@ from tapeout.measurement import stats
 @pytest.mark.parametrize(
     ("n", "q", "upper"),
     # research/profiling-modeling.md §2.7, computed independently from the binomial CDF
-    [(100, 0.9, 96), (300, 0.9, 279), (1000, 0.9, 916), (300, 0.99, 300), (1000, 0.99, 996), (100, 0.5, 59), (1000, 0.5, 527)],
+    [
+        (100, 0.9, 96),
+        (300, 0.9, 279),
+        (1000, 0.9, 916),
+        (300, 0.99, 300),
+        (1000, 0.99, 996),
+        (100, 0.5, 59),
+        (1000, 0.5, 527),
+    ],
 )
 def test_upper_rank_matches_published_values(n, q, upper):
     assert stats.order_stat_bounds(n, q, 0.95)[1] == upper
@@ -42,9 +50,11 @@ def test_ranks_satisfy_their_binomial_guarantee(n, q, conf):
 def test_coverage_on_known_distributions(dist):
     """Each one-sided 95% bound must hold in at least ~95% of trials, whatever the distribution."""
     rng = np.random.default_rng(1)
-    draw = {"exponential": lambda n: rng.exponential(1.0, n),
-            "lognormal": lambda n: rng.lognormal(0.0, 0.8, n),
-            "uniform": lambda n: rng.uniform(0.0, 1.0, n)}[dist]
+    draw = {
+        "exponential": lambda n: rng.exponential(1.0, n),
+        "lognormal": lambda n: rng.lognormal(0.0, 0.8, n),
+        "uniform": lambda n: rng.uniform(0.0, 1.0, n),
+    }[dist]
     truth = {"exponential": -math.log(0.1), "lognormal": math.exp(0.8 * 1.2815515655446004), "uniform": 0.9}[dist]
     trials, upper_ok, lower_ok = 2000, 0, 0
     for _ in range(trials):
@@ -76,9 +86,18 @@ def test_a_gpu_workloads_memory_is_split_from_the_device_memory_nvml_read():
     """The weights and the KV cache of an ort-cuda loop live in GPU memory: the split is of NVML's per-process
     figure, its peak over the processes; a host target's results carry no NVML reading and get none."""
     nvml = {"device_memory_mb": 680.0, "device_memory_scope": "this process's GPU memory (NVML, per process)"}
-    results = [{"meters": {"rss": {}, "nvml": nvml}}, {"meters": {"rss": {}, "nvml": {**nvml, "device_memory_mb": 690.0}}}]
+    results = [
+        {"meters": {"rss": {}, "nvml": nvml}},
+        {"meters": {"rss": {}, "nvml": {**nvml, "device_memory_mb": 690.0}}},
+    ]
     split = stats.device_split(results, 7.5, "kv_cache", 0.75)
-    assert split == {"peak": 690.0, "per_repeat": [680.0, 690.0], "weights": 7.5, "kv_cache": 0.75,
-                     "rest": 690.0 - 7.5 - 0.75, "scope": nvml["device_memory_scope"]}
+    assert split == {
+        "peak": 690.0,
+        "per_repeat": [680.0, 690.0],
+        "weights": 7.5,
+        "kv_cache": 0.75,
+        "rest": 690.0 - 7.5 - 0.75,
+        "scope": nvml["device_memory_scope"],
+    }
     assert stats.device_split([{"meters": {"rss": {}}}], 7.5, "kv_cache", 0.75) is None
     assert stats.device_split([{"meters": {"rss": {}, "nvml": {"unavailable": "no driver"}}}], 1, "state", 0) is None

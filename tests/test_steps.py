@@ -25,8 +25,9 @@ def _unmet(steps: tuple[Step, ...], kind: str) -> list[str]:
     return unmet
 
 
-@pytest.mark.parametrize(("name", "kind"), [("BUILD", "build"), ("CHECK", "check"), ("EXPORT", "build"),
-                                            ("LINT", "build")])
+@pytest.mark.parametrize(
+    ("name", "kind"), [("BUILD", "build"), ("CHECK", "check"), ("EXPORT", "build"), ("LINT", "build")]
+)
 def test_every_step_needs_only_what_an_earlier_step_added(name, kind):
     steps = getattr(flows, name)
     assert _unmet(steps, kind) == []
@@ -35,14 +36,14 @@ def test_every_step_needs_only_what_an_earlier_step_added(name, kind):
 
 
 def test_check_runs_the_tail_of_the_builds_list():
-    assert flows.CHECK[1:] == flows.BUILD[len(flows.BUILD) - len(flows.CHECK) + 1:]
+    assert flows.CHECK[1:] == flows.BUILD[len(flows.BUILD) - len(flows.CHECK) + 1 :]
     assert [s.name for s in flows.CHECK[:2]] == ["open", "engine"]
 
 
 def test_the_check_catches_a_step_out_of_order():
     """The test above can fail: measurement before the artifact exists is named."""
     at = next(i for i, step in enumerate(flows.BUILD) if step.name == "measure")
-    moved = (*flows.BUILD[:8], flows.BUILD[at], *flows.BUILD[8:at], *flows.BUILD[at + 1:])
+    moved = (*flows.BUILD[:8], flows.BUILD[at], *flows.BUILD[8:at], *flows.BUILD[at + 1 :])
     assert "measure needs artifact" in _unmet(moved, "build")
 
 
@@ -51,6 +52,7 @@ def test_needs_and_adds_name_state_fields():
     for step in flows.BUILD + flows.CHECK:
         assert set(step.needs) | set(step.needs_at_build) | set(step.adds) <= state_fields, step.name
     with pytest.raises(TypeError, match="not BuildState fields"):
+
         class Misnamed(Step):
             name = "misnamed"
             needs = ("artefact",)
@@ -106,15 +108,19 @@ def test_the_loops_evaluation_stands_for_the_artifact_only_where_it_ran_the_arti
 
     def state(metric=0.97, compiled=None):
         search = {"metric": metric} if metric is not None else {}
-        return SimpleNamespace(quantization={"search": search}, model=quantized / "model.xml", compiled=compiled,
-                               artifact=Artifact("openvino", artifact, "model.xml"))
+        return SimpleNamespace(
+            quantization={"search": search},
+            model=quantized / "model.xml",
+            compiled=compiled,
+            artifact=Artifact("openvino", artifact, "model.xml"),
+        )
 
     assert _scored_by_the_loop(state()) == 0.97
     assert _scored_by_the_loop(state(metric=None)) is None  # no loop ran: nothing to stand for it
-    (artifact / "model.bin").write_bytes(b"\x01\x03")       # one byte of the weights differs
+    (artifact / "model.bin").write_bytes(b"\x01\x03")  # one byte of the weights differs
     assert _scored_by_the_loop(state()) is None
     (artifact / "model.bin").write_bytes(b"\x01\x02")
-    (artifact / "cache.blob").write_bytes(b"")             # a file the loop's session never read
+    (artifact / "cache.blob").write_bytes(b"")  # a file the loop's session never read
     assert _scored_by_the_loop(state()) is None
     assert _scored_by_the_loop(state(compiled=Artifact("aoti", artifact, "model.pt2"))) == 0.97
 
@@ -143,11 +149,11 @@ def test_the_reference_metric_is_remembered_for_the_same_export_and_project_file
         return _inputs_key(SimpleNamespace(setup=setup, exported=SimpleNamespace(path=export), out=out))
 
     first = key()
-    (out / "report.json").write_text("{}")            # a build's own output
+    (out / "report.json").write_text("{}")  # a build's own output
     (project_dir / "build" / "other").mkdir()
     assert key() == first
     metric = project_dir / "metric.py"
-    metric.write_text(metric.read_text() + "\n")      # the metric's code edited
+    metric.write_text(metric.read_text() + "\n")  # the metric's code edited
     assert key() != first
     edited = key()
     os.utime(project_dir / "weights.npz", ns=(1, 1))  # data touched

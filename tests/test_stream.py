@@ -12,14 +12,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from conftest import (
-    SAMPLES,
-    assert_within_bounds,
-    html_shows_everything,
-    one_line_error,
-    refused_build,
-    run_cli,
-)
+from conftest import SAMPLES, assert_within_bounds, html_shows_everything, one_line_error, refused_build, run_cli
 from tapeout.measurement import streaming
 from tapeout.targets.base import StateCarrier
 
@@ -75,10 +68,12 @@ def _vad_module():
 
 # ---------------------------------------------------------------- the loop
 
+
 def _data(chunks: int = 6) -> streaming.StreamData:
     rng = np.random.default_rng(0)
-    return streaming.StreamData({"x": rng.standard_normal((chunks, 1, 4)).astype(np.float32)}, {},
-                                {"s": np.zeros((1, 4), np.float32)}, {})
+    return streaming.StreamData(
+        {"x": rng.standard_normal((chunks, 1, 4)).astype(np.float32)}, {}, {"s": np.zeros((1, 4), np.float32)}, {}
+    )
 
 
 def test_each_chunk_is_fed_the_state_the_previous_chunk_returned():
@@ -112,8 +107,12 @@ def test_onnx_runtime_keeps_the_state_in_its_own_buffers_and_carries_it():
     from tapeout.targets.ort_ep import OrtSession
 
     x, s, y, out = (helper.make_tensor_value_info(n, TensorProto.FLOAT, [1, 4]) for n in ("x", "s", "y", "s_out"))
-    graph = helper.make_graph([helper.make_node("Add", ["s", "x"], ["s_out"]), helper.make_node("Add", ["s", "s"], ["y"])],
-                              "accumulator", [x, s], [y, out])
+    graph = helper.make_graph(
+        [helper.make_node("Add", ["s", "x"], ["s_out"]), helper.make_node("Add", ["s", "s"], ["y"])],
+        "accumulator",
+        [x, s],
+        [y, out],
+    )
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)])
     model.ir_version = 8
     sess = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
@@ -156,8 +155,9 @@ def test_drift_tells_a_state_that_is_not_carried_from_one_that_is():
     state = {"context": "context_out", "h": "h_out"}
     carried = streaming.stacked(list(streaming.carry(StateCarrier(run, state), data)))
     # a loop that never feeds the state back: every chunk from the initial state
-    forgetful = streaming.stacked(list(streaming.carry(StateCarrier(lambda feeds: run({**feeds, **initial}), state),
-                                                       data)))
+    forgetful = streaming.stacked(
+        list(streaming.carry(StateCarrier(lambda feeds: run({**feeds, **initial}), state), data))
+    )
     same = streaming.drift(carried, carried)
     assert same["probability"]["max_abs"] == 0
     drift = streaming.drift(carried, forgetful)
@@ -167,15 +167,21 @@ def test_drift_tells_a_state_that_is_not_carried_from_one_that_is():
 
 # ---------------------------------------------------------------- builds
 
+
 @pytest.fixture(scope="module")
 def streamed(tmp_path_factory):
     tmp = tmp_path_factory.mktemp("stream")
     project = _project(tmp)
-    budgets = ("accuracy_max_drop = 0.001\nchunk_p99_ms = 30\nreal_time_factor = 0.5\n"
-               "deadline_max_miss_share = 0.01\nstream_max_abs_error = 1e-4\ncold_start_ms = 0.001")
+    budgets = (
+        "accuracy_max_drop = 0.001\nchunk_p99_ms = 30\nreal_time_factor = 0.5\n"
+        "deadline_max_miss_share = 0.01\nstream_max_abs_error = 1e-4\ncold_start_ms = 0.001"
+    )
     out = tmp / "b"
-    return tmp, out, run_cli("build", project, "--profile", _profile(tmp, "cpu-fp32", budgets, "vad"), "--out", out,
-                             "--json")
+    return (
+        tmp,
+        out,
+        run_cli("build", project, "--profile", _profile(tmp, "cpu-fp32", budgets, "vad"), "--out", out, "--json"),
+    )
 
 
 @pytest.mark.slow
@@ -183,8 +189,10 @@ def test_an_undecidable_chunk_budget_doubles_the_streams_once_then_exits_3(tmp_p
     """A pass would need the p99's upper bound under 2 % of 1 ms (a guard band of 0.98), a fail its lower bound over
     1 ms: neither, so the verdict is inconclusive after the streams were measured again in as many processes."""
     profile = tmp_path / "undecidable.toml"
-    profile.write_text('extends = "cpu-fp32"\n[budgets]\nchunk_p99_ms = 1.0\n[check]\niterations = 30\nrepeats = 2\n'
-                       'warmup_min_s = 0.05\nop_profile = false\nguard_band = 0.98\n')
+    profile.write_text(
+        'extends = "cpu-fp32"\n[budgets]\nchunk_p99_ms = 1.0\n[check]\niterations = 30\nrepeats = 2\n'
+        "warmup_min_s = 0.05\nop_profile = false\nguard_band = 0.98\n"
+    )
     result = run_cli("build", _project(tmp_path), "--profile", profile, "--out", tmp_path / "b", "--json")
     assert result.code == 3, result.err
     report = result.json()
@@ -202,8 +210,14 @@ def test_speech_vad_streams_on_ort_cpu_with_its_budgets_judged(streamed):
     assert_within_bounds(out, report)
     verdicts = {b["budget"]: b for b in report["budgets"]}
     assert verdicts["cold_start_ms"]["verdict"] == "fail"
-    for name in ("chunk_p99_ms", "real_time_factor", "deadline_max_miss_share", "stream_max_abs_error",
-                 "accuracy_max_drop", "parity_min_cosine"):
+    for name in (
+        "chunk_p99_ms",
+        "real_time_factor",
+        "deadline_max_miss_share",
+        "stream_max_abs_error",
+        "accuracy_max_drop",
+        "parity_min_cosine",
+    ):
         assert verdicts[name]["verdict"] == "pass", verdicts[name]
     w = report["workload"]
     assert w["kind"] == "stream"
@@ -246,8 +260,10 @@ def test_check_replays_the_golden_stream_and_refuses_an_edited_workload_file(str
 def test_speech_vad_int8_on_the_qnn_emulator_keeps_the_speech_probability_with_its_state_carried(tmp_path):
     project = _project(tmp_path)
     profile = tmp_path / "qnn.toml"
-    profile.write_text('extends = "qnn-sm8650"\n[budgets]\nstream_max_abs_error = 0.01\nchunk_p99_ms = 30\n'
-                       "[check]\niterations = 10\nrepeats = 1\nop_profile = false\n")
+    profile.write_text(
+        'extends = "qnn-sm8650"\n[budgets]\nstream_max_abs_error = 0.01\nchunk_p99_ms = 30\n'
+        "[check]\niterations = 10\nrepeats = 1\nop_profile = false\n"
+    )
     result = run_cli("build", project, "--profile", profile, "--out", tmp_path / "b", "--json")
     assert result.code == 0, result.err + result.out
     report = result.json()
@@ -261,10 +277,14 @@ def test_speech_vad_int8_on_the_qnn_emulator_keeps_the_speech_probability_with_i
 
 def _lstm_project(tmp_path):
     """speech-vad with an LSTM for its GRU (tests/data/speech-vad-lstm): the state is the audio context, h and c."""
-    project = _project(tmp_path, {
-        'outputs = ["probability", "context_out", "h_out"]': 'outputs = ["probability", "context_out", "h_out", "c_out"]',
-        'state = { context = "context_out", h = "h_out" }': 'state = { context = "context_out", h = "h_out", c = "c_out" }',
-        '[workload]': '[[inputs]]\nname = "c"\nshape = [1, 1, 48]\ndtype = "float32"\nrange = [-1.0, 1.0]\n\n[workload]'})
+    project = _project(
+        tmp_path,
+        {
+            'outputs = ["probability", "context_out", "h_out"]': 'outputs = ["probability", "context_out", "h_out", "c_out"]',
+            'state = { context = "context_out", h = "h_out" }': 'state = { context = "context_out", h = "h_out", c = "c_out" }',
+            "[workload]": '[[inputs]]\nname = "c"\nshape = [1, 1, 48]\ndtype = "float32"\nrange = [-1.0, 1.0]\n\n[workload]',
+        },
+    )
     for name in ("model.py", "weights.npz", "calibration.py", "metric.py"):
         shutil.copy(DATA / "speech-vad-lstm" / name, project / name)
     return project
@@ -275,8 +295,10 @@ def test_a_cnn_lstm_vad_keeps_the_speech_probability_on_the_qnn_emulator_with_h_
     """The LSTM carries two states; on the HTP it runs with 16-bit activations (A16W8 for the recurrent path), and
     the streamed probability stays within 0.01 of torch's over the golden stream, state carried chunk by chunk."""
     profile = tmp_path / "qnn.toml"
-    profile.write_text('extends = "qnn-sm8650"\n[budgets]\nstream_max_abs_error = 0.01\n'
-                       "[check]\niterations = 10\nrepeats = 1\nop_profile = false\n")
+    profile.write_text(
+        'extends = "qnn-sm8650"\n[budgets]\nstream_max_abs_error = 0.01\n'
+        "[check]\niterations = 10\nrepeats = 1\nop_profile = false\n"
+    )
     result = run_cli("build", _lstm_project(tmp_path), "--profile", profile, "--out", tmp_path / "b", "--json")
     assert result.code == 0, result.err + result.out
     report = result.json()
@@ -309,8 +331,10 @@ def test_state_drift_on_the_htp_that_a_cpu_ep_evaluation_cannot_see_fails_the_st
     for name in ("model.py", "weights.npz"):
         shutil.copy(DATA / "speech-vad-compressing" / name, project / name)
     profile = tmp_path / "qnn.toml"
-    profile.write_text('extends = "qnn-sm8650"\n[budgets]\nstream_max_abs_error = 0.01\n'
-                       "[check]\niterations = 10\nrepeats = 1\nop_profile = false\n")
+    profile.write_text(
+        'extends = "qnn-sm8650"\n[budgets]\nstream_max_abs_error = 0.01\n'
+        "[check]\niterations = 10\nrepeats = 1\nop_profile = false\n"
+    )
     result = run_cli("build", project, "--profile", profile, "--out", tmp_path / "b", "--json")
     assert result.code == 1, result.err + result.out
     verdicts = {b["budget"]: b for b in result.json()["budgets"]}
@@ -320,6 +344,7 @@ def test_state_drift_on_the_htp_that_a_cpu_ep_evaluation_cannot_see_fails_the_st
 
 
 # ---------------------------------------------------------------- bad input: one line, exit 2, no build dir
+
 
 def test_a_state_input_with_no_output_mapped_to_it_is_refused(tmp_path):
     project = _project(tmp_path, {'state = { context = "context_out", h = "h_out" }': 'state = { h = "h_out" }'})
@@ -335,8 +360,10 @@ def test_a_state_mapped_to_an_output_the_model_does_not_name_is_refused(tmp_path
 
 
 def test_a_state_fed_from_an_output_of_another_shape_is_refused_before_building(tmp_path):
-    project = _project(tmp_path, {'state = { context = "context_out", h = "h_out" }':
-                                  'state = { context = "h_out", h = "context_out" }'})
+    project = _project(
+        tmp_path,
+        {'state = { context = "context_out", h = "h_out" }': 'state = { context = "h_out", h = "context_out" }'},
+    )
     line = refused_build(tmp_path, project)
     assert "output 'h_out' is [1, 1, 48] and input 'context' is [1, 256]" in line
 
@@ -355,15 +382,20 @@ def test_too_few_chunks_to_bound_the_p99_is_refused(tmp_path):
     assert "chunks × trials × check.repeats = 40 cannot bound the p99" in line
 
 
-@pytest.mark.parametrize(("replace", "expect"), [
-    ({'outputs = ["probability", "context_out", "h_out"]\n': ""}, "name the model's outputs in [model] outputs"),
-    ({'state = { context = "context_out", h = "h_out" }': 'state = { context = "h_out", h = "h_out" }'},
-     "feeds two state inputs from one output"),
-    ({"deadline_ms = 32": "deadline_ms = 0"}, "deadline_ms"),
-    ({"chunks = 100": "chunks = 1"}, "chunks"),
-    ({'kind = "stream"': 'kind = "stream"\nconstant = ["h"]'}, "input 'h' is both state and constant"),
-    ({'kind = "stream"': 'kind = "stream"\nchunk_input = "h"'}, "chunk_input 'h' is state or constant"),
-])
+@pytest.mark.parametrize(
+    ("replace", "expect"),
+    [
+        ({'outputs = ["probability", "context_out", "h_out"]\n': ""}, "name the model's outputs in [model] outputs"),
+        (
+            {'state = { context = "context_out", h = "h_out" }': 'state = { context = "h_out", h = "h_out" }'},
+            "feeds two state inputs from one output",
+        ),
+        ({"deadline_ms = 32": "deadline_ms = 0"}, "deadline_ms"),
+        ({"chunks = 100": "chunks = 1"}, "chunks"),
+        ({'kind = "stream"': 'kind = "stream"\nconstant = ["h"]'}, "input 'h' is both state and constant"),
+        ({'kind = "stream"': 'kind = "stream"\nchunk_input = "h"'}, "chunk_input 'h' is state or constant"),
+    ],
+)
 def test_bad_stream_fields_are_one_line(tmp_path, replace, expect):
     line = refused_build(tmp_path, _project(tmp_path, replace))
     assert expect in line and "tapeout.toml" in line

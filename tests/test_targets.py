@@ -69,9 +69,11 @@ def test_capabilities_are_well_formed(name):
 
 
 def test_listing_targets_and_validating_profiles_imports_no_runtime():
-    code = ("import sys\nfrom tapeout import targets\nfrom tapeout.core.config import list_profiles\nfrom tapeout.steps.setup import load_profile\n"
-            "[load_profile(p) for p in list_profiles()]\n[targets.target_class(n) for n in targets.TARGETS]\n"
-            "print([m for m in ('onnxruntime', 'openvino', 'onnxruntime_qnn', 'pynvml', 'torch') if m in sys.modules])")
+    code = (
+        "import sys\nfrom tapeout import targets\nfrom tapeout.core.config import list_profiles\nfrom tapeout.steps.setup import load_profile\n"
+        "[load_profile(p) for p in list_profiles()]\n[targets.target_class(n) for n in targets.TARGETS]\n"
+        "print([m for m in ('onnxruntime', 'openvino', 'onnxruntime_qnn', 'pynvml', 'torch') if m in sys.modules])"
+    )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert out.strip() == "[]"
 
@@ -86,6 +88,7 @@ def test_probe_never_raises_and_explains_itself(name):
 
 def test_a_misspelt_or_missing_hook_fails_at_once():
     with pytest.raises(TypeError, match=r"lnit is not a hook.*did you mean 'lint'"):
+
         class Misspelt(Target):
             def lnit(self, model_path, inputs, dims):
                 return []
@@ -106,10 +109,16 @@ def _tiny(path):
     w = helper.make_tensor("w", TensorProto.FLOAT, [8, 4], weight.ravel())
     b = helper.make_tensor("b", TensorProto.FLOAT, [4], bias)
     graph = helper.make_graph(
-        [helper.make_node("MatMul", ["x", "w"], ["xw"], name="mm"), helper.make_node("Add", ["xw", "b"], ["z"], name="add"),
-         helper.make_node("Relu", ["z"], ["y"], name="relu")], "tiny",
+        [
+            helper.make_node("MatMul", ["x", "w"], ["xw"], name="mm"),
+            helper.make_node("Add", ["xw", "b"], ["z"], name="add"),
+            helper.make_node("Relu", ["z"], ["y"], name="relu"),
+        ],
+        "tiny",
         [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 8])],
-        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 4])], initializer=[w, b])
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 4])],
+        initializer=[w, b],
+    )
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
     model.ir_version = 8
     onnx.save(model, path)
@@ -152,8 +161,9 @@ def test_every_available_target_runs_the_hook_sequence(name, tmp_path):
     assert lim.max_opset >= 17 and lim.max_ir_version >= 8
     assert not [i for i in target.lint(tmp_path / "tiny.onnx", inputs, {}) if i.severity == "error"]
     if target.capabilities.compiles_from == "torch.export":  # the same function, as the program it compiles from
-        artifact = target.compile_program(_tiny_program(tmp_path / "tiny.onnx"), tmp_path / "artifact", inputs, {},
-                                          ["y"])
+        artifact = target.compile_program(
+            _tiny_program(tmp_path / "tiny.onnx"), tmp_path / "artifact", inputs, {}, ["y"]
+        )
     else:
         prepared = target.prepare(tmp_path / "tiny.onnx", inputs, {})
         artifact = target.compile(prepared, tmp_path / "artifact", inputs, {})
@@ -185,8 +195,9 @@ def test_ort_binding_keeps_device_buffers_and_copies_in_place(tmp_path):
 
     _tiny(tmp_path / "tiny.onnx")
     plain = ort.InferenceSession(str(tmp_path / "tiny.onnx"), providers=["CPUExecutionProvider"])
-    bound = OrtSession(ort.InferenceSession(str(tmp_path / "tiny.onnx"), providers=["CPUExecutionProvider"]),
-                       device=("cpu", 0))
+    bound = OrtSession(
+        ort.InferenceSession(str(tmp_path / "tiny.onnx"), providers=["CPUExecutionProvider"]), device=("cpu", 0)
+    )
     rng = np.random.default_rng(1)
     for _ in range(3):
         x = rng.standard_normal((1, 8)).astype(np.float32)
@@ -201,8 +212,11 @@ def test_ort_binding_keeps_device_buffers_and_copies_in_place(tmp_path):
     bound.synchronize()
     assert bound._binding.get_outputs()[0].data_ptr() == address  # same buffer: what a CUDA graph replays into
     assert np.array_equal(bound._binding.copy_outputs_to_cpu()[0], plain.run(None, {"x": x})[0])  # bind(x) runs x
-    replaying = OrtSession(ort.InferenceSession(str(tmp_path / "tiny.onnx"), providers=["CPUExecutionProvider"]),
-                           device=("cpu", 0), fixed_shapes=True)
+    replaying = OrtSession(
+        ort.InferenceSession(str(tmp_path / "tiny.onnx"), providers=["CPUExecutionProvider"]),
+        device=("cpu", 0),
+        fixed_shapes=True,
+    )
     replaying.run({"x": x})
     with pytest.raises(BadInput, match="a captured CUDA graph replays one shape only"):
         replaying.run({"x": np.zeros((2, 8), np.float32)})
@@ -212,8 +226,10 @@ def test_cuda_target_without_the_gpu_wheel_exits_4_naming_what_to_install(tmp_pa
     probe = targets.target_class("ort-cuda").probe()
     if probe.available:
         pytest.skip("this host has a usable CUDA EP: tests/gpu/ covers it")
-    for command in (["build", SAMPLES / "digits-cnn", "--profile", "cuda-fp16", "--out", tmp_path / "b"],
-                    ["lint", SAMPLES / "digits-cnn", "--profile", "cuda-fp32"]):
+    for command in (
+        ["build", SAMPLES / "digits-cnn", "--profile", "cuda-fp16", "--out", tmp_path / "b"],
+        ["lint", SAMPLES / "digits-cnn", "--profile", "cuda-fp32"],
+    ):
         result = run_cli(*command)
         assert result.code == 4, result.err
         line = one_line_error(result)
@@ -241,7 +257,8 @@ def test_ort_native_complaints_become_one_readable_reason():
     assert ort_complaint(said) == (
         "Failed to load library libonnxruntime_providers_cuda.so with error: libcublasLt.so.13: cannot open shared "
         "object file: No such file or directory | Failed to create CUDAExecutionProvider. Require cuDNN 9.* and CUDA "
-        "13.*. Please install all dependencies")
+        "13.*. Please install all dependencies"
+    )
 
 
 def test_the_cuda_artifact_takes_its_external_data_and_nothing_outside_the_model_folder(tmp_path):

@@ -30,8 +30,10 @@ from tapeout.core.schemas import InputSpec
 from tapeout.reports.markdown import render_markdown
 from tapeout.targets import cuda_rt
 
-pytestmark = pytest.mark.skipif(targets.target_class("tensorrt").probe().available,
-                                reason="TensorRT is installed here: tests/gpu/test_tensorrt_engines.py covers the real thing")
+pytestmark = pytest.mark.skipif(
+    targets.target_class("tensorrt").probe().available,
+    reason="TensorRT is installed here: tests/gpu/test_tensorrt_engines.py covers the real thing",
+)
 H100 = cuda_rt.Gpu(0, "NVIDIA H100 80GB HBM3", (9, 0), "13.0", "13.0")
 
 
@@ -62,7 +64,9 @@ def _copy(build, tmp_path):
 
 def _target(build_dir):
     man = json.loads((build_dir / "manifest.json").read_text())
-    return targets.create("tensorrt", man["profile"]["options"]), Artifact("tensorrt", build_dir / "artifact", "model.onnx")
+    return targets.create("tensorrt", man["profile"]["options"]), Artifact(
+        "tensorrt", build_dir / "artifact", "model.onnx"
+    )
 
 
 def test_host_build_writes_symmetric_qdq_onnx_and_engine_settings(int8_build):
@@ -106,7 +110,11 @@ def test_engine_is_built_once_with_strong_typing_and_no_precision_flags_then_reu
     lines = []
     first = target.build_engine(artifact, lines.append)
     assert first.action == "built" and first.reason == "no engine cached in this build dir yet"
-    assert (build_dir / first.file).is_file() and first.key["gpu"] == H100.name and first.key["compute_capability"] == "9.0"
+    assert (
+        (build_dir / first.file).is_file()
+        and first.key["gpu"] == H100.name
+        and first.key["compute_capability"] == "9.0"
+    )
     assert any("building the TensorRT engine for NVIDIA H100" in line for line in lines)
     engine = json.loads((build_dir / first.file).read_bytes())
     assert engine["network_flags"] == 1 << int(sys.modules["tensorrt"].NetworkDefinitionCreationFlag.STRONGLY_TYPED)
@@ -167,7 +175,9 @@ def test_parser_refusal_names_the_node_and_a_failed_build_quotes_the_log(int8_bu
         target.build_engine(artifact, lambda _: None)
     state.refuse_ops = set()
     state.fail_build = True
-    with pytest.raises(TapeoutError, match="could not build the engine: stand-in: no implementation found for layer conv1"):
+    with pytest.raises(
+        TapeoutError, match="could not build the engine: stand-in: no implementation found for layer conv1"
+    ):
         target.build_engine(artifact, lambda _: None)
 
 
@@ -208,10 +218,16 @@ def test_the_standin_refuses_what_tensorrt_11_removed(standin):
 
 
 def _model(tmp_path, nodes, initializers=(), opset=17, domain_ops=()):
-    graph = helper.make_graph(nodes, "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 4])],
-                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)], initializer=list(initializers))
-    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset),
-                                                    *[helper.make_opsetid(d, 1) for d in domain_ops]])
+    graph = helper.make_graph(
+        nodes,
+        "g",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 4])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)],
+        initializer=list(initializers),
+    )
+    model = helper.make_model(
+        graph, opset_imports=[helper.make_opsetid("", opset), *[helper.make_opsetid(d, 1) for d in domain_ops]]
+    )
     model.ir_version = 8
     return model
 
@@ -219,9 +235,14 @@ def _model(tmp_path, nodes, initializers=(), opset=17, domain_ops=()):
 def test_lint_names_nodes_tensorrt_cannot_parse(tmp_path):
     from tapeout.targets.tensorrt import lint_ops
 
-    model = _model(tmp_path, [helper.make_node("Unique", ["x"], ["u"], name="uniq"),
-                              helper.make_node("FusedMatMul", ["u", "u"], ["y"], name="fused", domain="com.microsoft")],
-                   domain_ops=["com.microsoft"])
+    model = _model(
+        tmp_path,
+        [
+            helper.make_node("Unique", ["x"], ["u"], name="uniq"),
+            helper.make_node("FusedMatMul", ["u", "u"], ["y"], name="fused", domain="com.microsoft"),
+        ],
+        domain_ops=["com.microsoft"],
+    )
     issues = {i.node: i for i in lint_ops(model, "11.4")}
     assert issues["uniq"].severity == "error" and "Unique is not supported by TensorRT 11.4" in issues["uniq"].problem
     assert issues["fused"].severity == "error" and "custom operator" in issues["fused"].problem
@@ -231,11 +252,16 @@ def test_lint_names_nodes_tensorrt_cannot_parse(tmp_path):
     rms = _model(tmp_path, [helper.make_node("RMSNormalization", ["x", "x"], ["y"], name="rms")], opset=23)
     assert not lint_ops(rms, "11.4") and lint_ops(rms, "10.3")  # added in 10.15
     ints = [helper.make_tensor(n, TensorProto.INT64, [1], [v]) for n, v in (("starts", 0), ("ends", 2))]
-    graph = helper.make_graph([helper.make_node("Slice", ["x", "starts", "ends", "axes"], ["y"], name="slice")], "g",
-                              [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["time", 4]),
-                               helper.make_tensor_value_info("axes", TensorProto.INT64, [1])],
-                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)],
-                              initializer=[*ints, helper.make_tensor("w", TensorProto.DOUBLE, [1], [1.0])])
+    graph = helper.make_graph(
+        [helper.make_node("Slice", ["x", "starts", "ends", "axes"], ["y"], name="slice")],
+        "g",
+        [
+            helper.make_tensor_value_info("x", TensorProto.FLOAT, ["time", 4]),
+            helper.make_tensor_value_info("axes", TensorProto.INT64, [1]),
+        ],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)],
+        initializer=[*ints, helper.make_tensor("w", TensorProto.DOUBLE, [1], [1.0])],
+    )
     computed = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
     found = {(i.node, i.severity): i.problem for i in lint_ops(computed, "11.4")}
     assert "Slice input `axes` is computed" in found[("slice", "warning")]
@@ -249,13 +275,17 @@ def test_lint_names_nodes_tensorrt_cannot_parse(tmp_path):
 def test_optimization_profile_from_dims_and_options():
     from tapeout.targets.tensorrt import Options, optimization_profile
 
-    graph = helper.make_graph([helper.make_node("Relu", ["x"], ["y"])], "g",
-                              [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["batch", "seq"])],
-                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)])
+    graph = helper.make_graph(
+        [helper.make_node("Relu", ["x"], ["y"])],
+        "g",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["batch", "seq"])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)],
+    )
     model = helper.make_model(graph)
     inputs = [InputSpec(name="x", shape=["batch", "seq"])]
-    shapes = optimization_profile(model, inputs, {"batch": 1, "seq": 128},
-                                  Options(dims_min={"seq": 16}, dims_max={"batch": 8, "seq": 512}))
+    shapes = optimization_profile(
+        model, inputs, {"batch": 1, "seq": 128}, Options(dims_min={"seq": 16}, dims_max={"batch": 8, "seq": 512})
+    )
     assert shapes == {"x": {"min": [1, 16], "opt": [1, 128], "max": [8, 512]}}
     with pytest.raises(BadInput, match="min 256 ≤ opt 128"):
         optimization_profile(model, inputs, {"batch": 1, "seq": 128}, Options(dims_min={"seq": 256}))
@@ -267,7 +297,13 @@ def test_fp8_profile_for_a_device_without_fp8_is_a_clear_error(tmp_path):
     profile = tmp_path / "orin-fp8.toml"
     profile.write_text('extends = "tensorrt-fp8"\ndevice = "jetson-orin-nano-super"\n')
     for command in ("lint", "build"):
-        result = run_cli(command, SAMPLES / "digits-cnn", "--profile", profile, *(["--out", tmp_path / "b"] if command == "build" else []))
+        result = run_cli(
+            command,
+            SAMPLES / "digits-cnn",
+            "--profile",
+            profile,
+            *(["--out", tmp_path / "b"] if command == "build" else []),
+        )
         assert result.code == 2, result.err
         line = one_line_error(result)
         assert "jetson-orin-nano-super lists no fp8 peak" in line and 'precision = "int8"' in line
@@ -277,15 +313,39 @@ def test_fp8_profile_for_a_device_without_fp8_is_a_clear_error(tmp_path):
 def test_engine_inspector_json_of_both_schemas():
     from tapeout.targets.tensorrt_engine import parse_layers
 
-    v10 = {"Layers": [{"Name": "conv1", "LayerType": "CaskConvolution", "Inputs": [{"Format/Datatype": "Channel major "
-                       "INT8 format where channel % 32 == 0"}], "Outputs": [{"Format/Datatype": "Row major linear FP16 format"}],
-                       "TacticName": "sm80_xmma_fprop_sparse_conv_interleaved_i8i8"}, "names_only_layer"]}
-    v11 = {"Layers": [{"Name": "gemm", "LayerType": "CaskGemm", "Inputs": [{"DataType": "Half"}],
-                       "Outputs": [{"DataType": "Half"}], "TacticName": "sm90_xmma_gemm_f16"}]}
+    v10 = {
+        "Layers": [
+            {
+                "Name": "conv1",
+                "LayerType": "CaskConvolution",
+                "Inputs": [{"Format/Datatype": "Channel major INT8 format where channel % 32 == 0"}],
+                "Outputs": [{"Format/Datatype": "Row major linear FP16 format"}],
+                "TacticName": "sm80_xmma_fprop_sparse_conv_interleaved_i8i8",
+            },
+            "names_only_layer",
+        ]
+    }
+    v11 = {
+        "Layers": [
+            {
+                "Name": "gemm",
+                "LayerType": "CaskGemm",
+                "Inputs": [{"DataType": "Half"}],
+                "Outputs": [{"DataType": "Half"}],
+                "TacticName": "sm90_xmma_gemm_f16",
+            }
+        ]
+    }
     assert parse_layers(v10) == [
-        {"name": "conv1", "type": "CaskConvolution", "precision": "INT8",
-         "tactic": "sm80_xmma_fprop_sparse_conv_interleaved_i8i8", "sparse": True},
-        {"name": "names_only_layer", "type": "", "precision": "unknown", "tactic": ""}]
+        {
+            "name": "conv1",
+            "type": "CaskConvolution",
+            "precision": "INT8",
+            "tactic": "sm80_xmma_fprop_sparse_conv_interleaved_i8i8",
+            "sparse": True,
+        },
+        {"name": "names_only_layer", "type": "", "precision": "unknown", "tactic": ""},
+    ]
     assert parse_layers(v11)[0]["precision"] == "FP16" and not parse_layers(v11)[0]["sparse"]
 
 

@@ -25,8 +25,10 @@ class _Payload:
 
 
 def _plain_pt2(path: Path) -> None:
-    code = ("import torch\nm = torch.nn.Sequential(torch.nn.Linear(4, 3), torch.nn.ReLU())\n"
-            f"torch.export.save(torch.export.export(m, (torch.randn(2, 4),)), {str(path)!r})\n")
+    code = (
+        "import torch\nm = torch.nn.Sequential(torch.nn.Linear(4, 3), torch.nn.ReLU())\n"
+        f"torch.export.save(torch.export.export(m, (torch.randn(2, 4),)), {str(path)!r})\n"
+    )
     subprocess.run([sys.executable, "-c", code], check=True, capture_output=True)
 
 
@@ -67,13 +69,24 @@ def _project(tmp_path: Path, source: Path) -> Path:
 @pytest.mark.parametrize("kind", ["weights", "sample-inputs"])
 def test_a_hostile_pt2_is_refused_and_its_payload_never_runs(tmp_path, kind):
     hostile, marker = _hostile(tmp_path, kind)
-    proof = subprocess.run([sys.executable, "-c", f"import torch\ntry:\n    torch.export.load({str(hostile)!r})\n"
-                            "except Exception:\n    pass\n"], capture_output=True, text=True)
+    proof = subprocess.run(
+        [
+            sys.executable,
+            "-c",
+            f"import torch\ntry:\n    torch.export.load({str(hostile)!r})\nexcept Exception:\n    pass\n",
+        ],
+        capture_output=True,
+        text=True,
+    )
     assert marker.exists(), f"the test's payload did not run under plain torch: {proof.stderr[-500:]}"
     marker.unlink()
 
     project = _project(tmp_path, hostile)
-    for command in (["lint", project], ["analyze", project], ["build", project, "--profile", "cpu-fp32", "--out", tmp_path / "b"]):
+    for command in (
+        ["lint", project],
+        ["analyze", project],
+        ["build", project, "--profile", "cpu-fp32", "--out", tmp_path / "b"],
+    ):
         result = run_cli(*command)
         assert result.code == 2, (command, result.err)
         line = one_line_error(result)
@@ -105,12 +118,19 @@ def _onnx_with_external_data(folder: Path, location: str) -> Path:
 
     rng = np.random.default_rng(0)
     graph = helper.make_graph(
-        [helper.make_node("MatMul", ["x", "w"], ["xw"]), helper.make_node("Add", ["xw", "b"], ["z"]),
-         helper.make_node("Relu", ["z"], ["y"])], "tiny",
+        [
+            helper.make_node("MatMul", ["x", "w"], ["xw"]),
+            helper.make_node("Add", ["xw", "b"], ["z"]),
+            helper.make_node("Relu", ["z"], ["y"]),
+        ],
+        "tiny",
         [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 8])],
         [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 4])],
-        initializer=[numpy_helper.from_array(rng.standard_normal((8, 4)).astype(np.float32), "w"),
-                     numpy_helper.from_array(rng.standard_normal(4).astype(np.float32), "b")])
+        initializer=[
+            numpy_helper.from_array(rng.standard_normal((8, 4)).astype(np.float32), "w"),
+            numpy_helper.from_array(rng.standard_normal(4).astype(np.float32), "b"),
+        ],
+    )
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
     model.ir_version = 8
     convert_model_to_external_data(model, all_tensors_to_one_file=True, location=location, size_threshold=0)
@@ -152,8 +172,9 @@ def test_external_data_behind_a_symlink_or_outside_the_folder_is_refused(tmp_pat
     assert not (tmp_path / "c").exists()
 
 
-@pytest.mark.parametrize(("field", "value"), [("name", "../../escaped"), ("device", "../../../etc/passwd"),
-                                              ("name", ".hidden")])
+@pytest.mark.parametrize(
+    ("field", "value"), [("name", "../../escaped"), ("device", "../../../etc/passwd"), ("name", ".hidden")]
+)
 def test_profile_names_that_would_be_paths_are_refused(tmp_path, field, value):
     from conftest import SAMPLES
 
@@ -180,16 +201,29 @@ def _files(man, files):
     return man
 
 
-@pytest.mark.parametrize(("case", "edit", "says"), [
-    ("no files", lambda m: _files(m, {}), "artifact.files"),
-    ("main file not hashed", lambda m: {**m, "artifact": {**m["artifact"], "main_file": "other.onnx"}},
-     "is not among the hashed files"),
-    ("a file outside", lambda m: _files(m, {**m["artifact"]["files"], "../report.json": "0" * 64}),
-     "not a plain relative path"),
-    ("absolute golden", lambda m: {**m, "golden": {**m["golden"], "file": "/etc/hostname"}}, "not a plain relative path"),
-    ("not an object", lambda m: [], "schema"),
-    ("missing golden", lambda m: {k: v for k, v in m.items() if k != "golden"}, "missing required field 'golden'"),
-])
+@pytest.mark.parametrize(
+    ("case", "edit", "says"),
+    [
+        ("no files", lambda m: _files(m, {}), "artifact.files"),
+        (
+            "main file not hashed",
+            lambda m: {**m, "artifact": {**m["artifact"], "main_file": "other.onnx"}},
+            "is not among the hashed files",
+        ),
+        (
+            "a file outside",
+            lambda m: _files(m, {**m["artifact"]["files"], "../report.json": "0" * 64}),
+            "not a plain relative path",
+        ),
+        (
+            "absolute golden",
+            lambda m: {**m, "golden": {**m["golden"], "file": "/etc/hostname"}},
+            "not a plain relative path",
+        ),
+        ("not an object", lambda m: [], "schema"),
+        ("missing golden", lambda m: {k: v for k, v in m.items() if k != "golden"}, "missing required field 'golden'"),
+    ],
+)
 def test_a_manifest_from_elsewhere_is_data_its_paths_stay_in_the_build_dir(digits_build, tmp_path, case, edit, says):
     result = run_cli("check", _edited_build(digits_build, tmp_path, edit))
     assert result.code == 2, (case, result.err)
@@ -215,9 +249,13 @@ def _forged(digits_build: Path, tmp_path: Path, name: str) -> Path:
 @pytest.mark.parametrize("command", ["compare", "diff", "report", "estimate", "calibrate"])
 def test_a_report_edited_after_the_build_is_refused_by_every_reader(digits_build, tmp_path, command):
     forged = _forged(digits_build, tmp_path, "report.json")
-    args = {"compare": ["compare", digits_build, forged], "diff": ["diff", digits_build, forged],
-            "report": ["report", forged], "estimate": ["estimate", forged],
-            "calibrate": ["calibrate", forged, "--out", tmp_path / "cal"]}[command]
+    args = {
+        "compare": ["compare", digits_build, forged],
+        "diff": ["diff", digits_build, forged],
+        "report": ["report", forged],
+        "estimate": ["estimate", forged],
+        "calibrate": ["calibrate", forged, "--out", tmp_path / "cal"],
+    }[command]
     result = run_cli(*args)
     line = one_line_error(result)
     assert result.code == 2 and "report.json" in line and "sha256 mismatch" in line, (command, line)

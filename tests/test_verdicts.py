@@ -58,9 +58,14 @@ def test_accuracy_direction():
 
 def _process(rss_peak=80.0, create_ms=9.0, **meters):
     """One inference process's result as the runner writes it."""
-    return {"samples_ms": np.linspace(1.0, 2.0, 100).tolist(), "import_ms": 5.0, "create_ms": create_ms, "first_ms": 1.0,
-            "warmup_iters": 20, "meters": {"rss": {"rss_start_mb": 40.0, "rss_after_session_mb": 70.0,
-                                                   "peak_rss_mb": rss_peak}, **meters}}
+    return {
+        "samples_ms": np.linspace(1.0, 2.0, 100).tolist(),
+        "import_ms": 5.0,
+        "create_ms": create_ms,
+        "first_ms": 1.0,
+        "warmup_iters": 20,
+        "meters": {"rss": {"rss_start_mb": 40.0, "rss_after_session_mb": 70.0, "peak_rss_mb": rss_peak}, **meters},
+    }
 
 
 def _measurement(*processes):
@@ -71,9 +76,18 @@ def _measurement(*processes):
 
 
 def _nvml(energy_j, runs=1000, window_s=5.0, memory_mb=900.0):
-    return {"energy_j": energy_j, "runs": runs, "window_s": window_s, "power_avg_w": energy_j / window_s,
-            "energy_quantum_j": 0.2, "energy_scope": "GPU board", "energy_method": "NVML counter",
-            "device_memory_mb": memory_mb, "device_memory_scope": "this process", "device": {"name": "NVIDIA L4"}}
+    return {
+        "energy_j": energy_j,
+        "runs": runs,
+        "window_s": window_s,
+        "power_avg_w": energy_j / window_s,
+        "energy_quantum_j": 0.2,
+        "energy_scope": "GPU board",
+        "energy_method": "NVML counter",
+        "device_memory_mb": memory_mb,
+        "device_memory_scope": "this process",
+        "device": {"name": "NVIDIA L4"},
+    }
 
 
 def test_memory_artifact_and_energy_budgets():
@@ -154,11 +168,14 @@ def test_the_op_profile_runs_in_the_last_timing_process_after_its_timed_runs(dig
 
     requests = []
     real = measure.run_child
-    monkeypatch.setattr(measure, "run_child", lambda request, *a, **k: requests.append(request) or real(request, *a, **k))
+    monkeypatch.setattr(
+        measure, "run_child", lambda request, *a, **k: requests.append(request) or real(request, *a, **k)
+    )
     settings = CheckSettings(iterations=10, repeats=2, warmup_min_s=0.0, op_profile_iterations=3)
     target = targets.create("onnxruntime", {})
-    m = measure.measure(target, Artifact("onnxruntime", digits_build / "artifact", "model.onnx"),
-                        digits_build / "golden.npz", settings)
+    m = measure.measure(
+        target, Artifact("onnxruntime", digits_build / "artifact", "model.onnx"), digits_build / "golden.npz", settings
+    )
     assert [r.get("then_op_profile") for r in requests] == [None, 3] and not any("mode" in r for r in requests)
     assert m.op_profile["runs"] == 3 and {t["op_type"] for t in m.op_profile["op_types"]} >= {"Conv"}
     assert all("op_profile" not in p for p in m.processes) and m.latency.count == 20

@@ -23,18 +23,46 @@ from pathlib import Path
 
 API = json.loads((Path(__file__).parent / "data" / "tensorrt-api-10.13.json").read_text())["api"]
 REMOVED_IN_11 = {
-    "BuilderFlag": {"FP16", "BF16", "INT8", "FP8", "INT4", "FP4", "OBEY_PRECISION_CONSTRAINTS",
-                    "PREFER_PRECISION_CONSTRAINTS", "REJECT_EMPTY_ALGORITHMS"},
-    "IBuilderConfig": {"int8_calibrator", "set_calibration_profile", "get_calibration_profile", "quantization_flags",
-                       "set_quantization_flag", "clear_quantization_flag", "get_quantization_flag", "algorithm_selector"},
+    "BuilderFlag": {
+        "FP16",
+        "BF16",
+        "INT8",
+        "FP8",
+        "INT4",
+        "FP4",
+        "OBEY_PRECISION_CONSTRAINTS",
+        "PREFER_PRECISION_CONSTRAINTS",
+        "REJECT_EMPTY_ALGORITHMS",
+    },
+    "IBuilderConfig": {
+        "int8_calibrator",
+        "set_calibration_profile",
+        "get_calibration_profile",
+        "quantization_flags",
+        "set_quantization_flag",
+        "clear_quantization_flag",
+        "get_quantization_flag",
+        "algorithm_selector",
+    },
     "ICudaEngine": {"device_memory_size", "get_device_memory_size_for_profile"},
     "NetworkDefinitionCreationFlag": {"EXPLICIT_BATCH"},
     "Builder": {"platform_has_fast_fp16", "platform_has_fast_int8"},
     "TacticSource": {"CUBLAS", "CUBLAS_LT", "CUDNN"},
 }
-REMOVED_CLASSES_11 = {"IInt8Calibrator", "IInt8EntropyCalibrator", "IInt8EntropyCalibrator2", "IInt8MinMaxCalibrator",
-                      "IInt8LegacyCalibrator", "CalibrationAlgoType", "QuantizationFlag", "IAlgorithmSelector",
-                      "IAlgorithm", "IAlgorithmContext", "IAlgorithmIOInfo", "IAlgorithmVariant"}
+REMOVED_CLASSES_11 = {
+    "IInt8Calibrator",
+    "IInt8EntropyCalibrator",
+    "IInt8EntropyCalibrator2",
+    "IInt8MinMaxCalibrator",
+    "IInt8LegacyCalibrator",
+    "CalibrationAlgoType",
+    "QuantizationFlag",
+    "IAlgorithmSelector",
+    "IAlgorithm",
+    "IAlgorithmContext",
+    "IAlgorithmIOInfo",
+    "IAlgorithmVariant",
+}
 
 
 class StandIn:
@@ -44,8 +72,10 @@ class StandIn:
         self.version = version
         self.major = int(version.split(".")[0])
         self.calls: list[tuple[str, tuple, dict]] = []
-        self.refuse_ops: set[str] = set()      # op types the "parser" rejects
-        self.layer_precision: str | None = None  # force every layer's type in the inspector ("Float": a silent FP32 engine)
+        self.refuse_ops: set[str] = set()  # op types the "parser" rejects
+        self.layer_precision: str | None = (
+            None  # force every layer's type in the inspector ("Float": a silent FP32 engine)
+        )
         self.fail_build = False
 
     def called(self, name: str) -> list[tuple]:
@@ -72,7 +102,7 @@ def _accepts(overloads: list[dict], args: tuple, kwargs: dict) -> bool:
             return True
         if len(args) > len(params) or set(kwargs) - set(params) - set(sig["kwonly"]):
             continue
-        given = set(params[:len(args)]) | set(kwargs)
+        given = set(params[: len(args)]) | set(kwargs)
         if set(params[:required]) <= given:
             return True
     return False
@@ -102,8 +132,10 @@ def install(version: str = "11.4.0.106") -> tuple[types.ModuleType, StandIn]:
         def __getattr__(self, name: str):
             members = API[self._api]["members"]
             if name.startswith("_") or name not in members or name in removed.get(self._api, ()):
-                raise AttributeError(f"'tensorrt.{self._api}' object has no attribute '{name}' (stand-in: not in the "
-                                     f"TensorRT {version} API)")
+                raise AttributeError(
+                    f"'tensorrt.{self._api}' object has no attribute '{name}' (stand-in: not in the "
+                    f"TensorRT {version} API)"
+                )
             kind = members[name]["kind"]
             if kind == "method":
                 impl = getattr(type(self), f"_impl_{name}", None)
@@ -112,6 +144,7 @@ def install(version: str = "11.4.0.106") -> tuple[types.ModuleType, StandIn]:
                     _check(self._api, name, args, kwargs)
                     state.calls.append((f"{self._api}.{name}", args, kwargs))
                     return impl(self, *args, **kwargs) if impl else None
+
                 return call
             values = self.__dict__.get("_values", {})
             if name in values:
@@ -134,8 +167,10 @@ def install(version: str = "11.4.0.106") -> tuple[types.ModuleType, StandIn]:
         if member is None and name == "__init__":
             return  # classes without a documented constructor (created by the API itself)
         if member is None or member.get("kind") != "method" or not _accepts(member["overloads"], args, kwargs):
-            raise TypeError(f"tensorrt.{cls}.{name}{args}: no overload of the TensorRT {version} API takes these "
-                            f"arguments (stand-in)")
+            raise TypeError(
+                f"tensorrt.{cls}.{name}{args}: no overload of the TensorRT {version} API takes these "
+                f"arguments (stand-in)"
+            )
 
     behaviours = _behaviours(state, module)
     for cls_name, spec in API.items():
@@ -175,9 +210,13 @@ def _behaviours(state: StandIn, trt) -> dict[str, dict]:
         if state.fail_build:
             self._logger.log(trt.ILogger.ERROR, "stand-in: no implementation found for layer conv1")
             return None
-        payload = {"nodes": network._nodes, "flags": sorted(config._flags), "values": {
-            k: str(v) for k, v in config.__dict__["_values"].items()}, "profiles": config._profiles,
-            "network_flags": network._flags}
+        payload = {
+            "nodes": network._nodes,
+            "flags": sorted(config._flags),
+            "values": {k: str(v) for k, v in config.__dict__["_values"].items()},
+            "profiles": config._profiles,
+            "network_flags": network._flags,
+        }
         return host_memory(json.dumps(payload).encode())
 
     def parser_init(self, network, logger):
@@ -190,8 +229,11 @@ def _behaviours(state: StandIn, trt) -> dict[str, dict]:
         graph = onnx.load(model, load_external_data=False).graph
         dq = {o for n in graph.node if n.op_type == "DequantizeLinear" for o in n.output}
         fp16 = any(i.data_type == onnx.TensorProto.FLOAT16 for i in graph.initializer)
-        nodes = [{"name": n.name, "op": n.op_type, "int8": bool(dq & set(n.input)), "fp16": fp16}
-                 for n in graph.node if n.op_type in ("Conv", "Gemm", "MatMul", "ConvTranspose")]
+        nodes = [
+            {"name": n.name, "op": n.op_type, "int8": bool(dq & set(n.input)), "fp16": fp16}
+            for n in graph.node
+            if n.op_type in ("Conv", "Gemm", "MatMul", "ConvTranspose")
+        ]
         object.__setattr__(self._network, "_nodes", nodes)
         for n in graph.node:
             if n.op_type in state.refuse_ops:
@@ -250,9 +292,15 @@ def _behaviours(state: StandIn, trt) -> dict[str, dict]:
         for node in payload["nodes"]:
             kind = state.layer_precision or ("Int8" if node["int8"] else "Half" if node["fp16"] else "Float")
             field = "DataType" if state.major >= 11 else "Format/Datatype"
-            layers.append({"Name": node["name"], "LayerType": "CaskConvolution" if "Conv" in node["op"] else "CaskGemm",
-                           "Inputs": [{"Name": "in", field: kind}], "Outputs": [{"Name": "out", field: kind}],
-                           "TacticName": "sm90_xmma_" + ("sparse_" if sparse else "") + node["op"].lower()})
+            layers.append(
+                {
+                    "Name": node["name"],
+                    "LayerType": "CaskConvolution" if "Conv" in node["op"] else "CaskGemm",
+                    "Inputs": [{"Name": "in", field: kind}],
+                    "Outputs": [{"Name": "out", field: kind}],
+                    "TacticName": "sm90_xmma_" + ("sparse_" if sparse else "") + node["op"].lower(),
+                }
+            )
         return json.dumps({"Layers": layers})
 
     def create_engine_inspector(self):
@@ -261,25 +309,39 @@ def _behaviours(state: StandIn, trt) -> dict[str, dict]:
         return inspector
 
     return {
-        "Builder": {"_impl___init__": builder_init, "_impl_create_network": create_network,
-                    "_impl_create_builder_config": create_builder_config,
-                    "_impl_create_optimization_profile": create_optimization_profile,
-                    "_impl_build_serialized_network": build_serialized_network},
-        "OnnxParser": {"_impl___init__": parser_init, "_impl_parse_from_file": parse_from_file,
-                       "_get_num_errors": lambda self: len(self._errors),
-                       "_impl_get_error": lambda self, index: self._errors[index]},
-        "ParserError": {"_impl_node_name": lambda self: self._node.name,
-                        "_impl_node_operator": lambda self: self._node.op_type,
-                        "_impl_desc": lambda self: f"stand-in: no importer for op {self._node.op_type}"},
-        "IBuilderConfig": {"_impl_set_flag": set_flag, "_impl_clear_flag": clear_flag,
-                           "_impl_add_optimization_profile": add_optimization_profile,
-                           "_impl_create_timing_cache": create_timing_cache, "_impl_set_timing_cache": set_timing_cache,
-                           "_impl_get_timing_cache": lambda self: self._cache},
+        "Builder": {
+            "_impl___init__": builder_init,
+            "_impl_create_network": create_network,
+            "_impl_create_builder_config": create_builder_config,
+            "_impl_create_optimization_profile": create_optimization_profile,
+            "_impl_build_serialized_network": build_serialized_network,
+        },
+        "OnnxParser": {
+            "_impl___init__": parser_init,
+            "_impl_parse_from_file": parse_from_file,
+            "_get_num_errors": lambda self: len(self._errors),
+            "_impl_get_error": lambda self, index: self._errors[index],
+        },
+        "ParserError": {
+            "_impl_node_name": lambda self: self._node.name,
+            "_impl_node_operator": lambda self: self._node.op_type,
+            "_impl_desc": lambda self: f"stand-in: no importer for op {self._node.op_type}",
+        },
+        "IBuilderConfig": {
+            "_impl_set_flag": set_flag,
+            "_impl_clear_flag": clear_flag,
+            "_impl_add_optimization_profile": add_optimization_profile,
+            "_impl_create_timing_cache": create_timing_cache,
+            "_impl_set_timing_cache": set_timing_cache,
+            "_impl_get_timing_cache": lambda self: self._cache,
+        },
         "IOptimizationProfile": {"_impl_set_shape": set_shape},
         "ITimingCache": {"_impl_serialize": lambda self: host_memory(self._data)},
         "IHostMemory": {"__bytes__": lambda self: self._data, "_get_nbytes": lambda self: len(self._data)},
         "Runtime": {"_impl_deserialize_cuda_engine": deserialize_cuda_engine},
-        "ICudaEngine": {"_impl_create_engine_inspector": create_engine_inspector,
-                        "_get_device_memory_size_v2": lambda self: 1 << 20},
+        "ICudaEngine": {
+            "_impl_create_engine_inspector": create_engine_inspector,
+            "_get_device_memory_size_v2": lambda self: 1 << 20,
+        },
         "EngineInspector": {"_impl_get_engine_information": get_engine_information},
     }

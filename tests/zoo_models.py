@@ -38,48 +38,143 @@ def hf_model(architecture: str, config_name: str, **config):
 HF_CONFIGS = {
     # directory name → (architecture, config class, config kwargs)
     "gpt2": ("GPT2LMHeadModel", "GPT2Config", dict(vocab_size=128, n_embd=32, n_layer=2, n_head=2, n_positions=64)),
-    "llama": ("LlamaForCausalLM", "LlamaConfig", dict(vocab_size=128, hidden_size=32, intermediate_size=64,
-                                                      num_hidden_layers=2, num_attention_heads=4,
-                                                      num_key_value_heads=2, max_position_embeddings=64)),
+    "llama": (
+        "LlamaForCausalLM",
+        "LlamaConfig",
+        dict(
+            vocab_size=128,
+            hidden_size=32,
+            intermediate_size=64,
+            num_hidden_layers=2,
+            num_attention_heads=4,
+            num_key_value_heads=2,
+            max_position_embeddings=64,
+        ),
+    ),
     # the same with a head size of 16, which ORT's fused GroupQueryAttention needs (used by the generate tests)
-    "llama16": ("LlamaForCausalLM", "LlamaConfig", dict(vocab_size=128, hidden_size=64, intermediate_size=64,
-                                                        num_hidden_layers=2, num_attention_heads=4,
-                                                        num_key_value_heads=2, max_position_embeddings=64)),
+    "llama16": (
+        "LlamaForCausalLM",
+        "LlamaConfig",
+        dict(
+            vocab_size=128,
+            hidden_size=64,
+            intermediate_size=64,
+            num_hidden_layers=2,
+            num_attention_heads=4,
+            num_key_value_heads=2,
+            max_position_embeddings=64,
+        ),
+    ),
     # q/k RMSNorm and an explicit head_dim (used by the generate tests, not the zoo's forward cases)
-    "qwen3": ("Qwen3ForCausalLM", "Qwen3Config", dict(vocab_size=128, hidden_size=32, intermediate_size=64,
-                                                      num_hidden_layers=2, num_attention_heads=4, head_dim=8,
-                                                      num_key_value_heads=2, max_position_embeddings=64)),
+    "qwen3": (
+        "Qwen3ForCausalLM",
+        "Qwen3Config",
+        dict(
+            vocab_size=128,
+            hidden_size=32,
+            intermediate_size=64,
+            num_hidden_layers=2,
+            num_attention_heads=4,
+            head_dim=8,
+            num_key_value_heads=2,
+            max_position_embeddings=64,
+        ),
+    ),
     # the other decoder families users ship, at toy sizes (the generate tests): Qwen2.5 (biased q/k/v
     # projections), Llama 3.2 (llama3 rotary scaling, tied embeddings), Phi-3 (fused qkv and gate/up
     # projections) and Gemma 3 (q/k norms, scaled embeddings, sliding-window layers between global ones)
-    "qwen2": ("Qwen2ForCausalLM", "Qwen2Config", dict(vocab_size=128, hidden_size=64, intermediate_size=64,
-                                                      num_hidden_layers=2, num_attention_heads=4,
-                                                      num_key_value_heads=2, max_position_embeddings=64)),
-    "llama32": ("LlamaForCausalLM", "LlamaConfig", dict(vocab_size=128, hidden_size=64, intermediate_size=64,
-                                                        num_hidden_layers=2, num_attention_heads=4,
-                                                        num_key_value_heads=2, max_position_embeddings=64,
-                                                        tie_word_embeddings=True, rope_theta=500000.0,
-                                                        rope_scaling={"rope_type": "llama3", "factor": 32.0,
-                                                                      "low_freq_factor": 1.0, "high_freq_factor": 4.0,
-                                                                      "original_max_position_embeddings": 16})),
-    "phi3": ("Phi3ForCausalLM", "Phi3Config", dict(vocab_size=128, hidden_size=64, intermediate_size=64,
-                                                   num_hidden_layers=2, num_attention_heads=4,
-                                                   num_key_value_heads=2, max_position_embeddings=64,
-                                                   original_max_position_embeddings=64, pad_token_id=0,
-                                                   bos_token_id=1, eos_token_id=2)),
-    "gemma3": ("Gemma3ForCausalLM", "Gemma3TextConfig", dict(vocab_size=128, hidden_size=64, intermediate_size=64,
-                                                             num_hidden_layers=2, num_attention_heads=4,
-                                                             num_key_value_heads=2, head_dim=16,
-                                                             max_position_embeddings=64, sliding_window=8,
-                                                             layer_types=["sliding_attention", "full_attention"])),
-    "distilbert": ("DistilBertForSequenceClassification", "DistilBertConfig",
-                   dict(vocab_size=128, dim=32, n_layers=2, n_heads=2, hidden_dim=64, num_labels=3)),
-    "vit": ("ViTForImageClassification", "ViTConfig",
-            dict(image_size=32, patch_size=8, num_channels=3, hidden_size=32, num_hidden_layers=2,
-                 num_attention_heads=2, intermediate_size=64, num_labels=5)),
-    "resnet": ("ResNetForImageClassification", "ResNetConfig",
-               dict(num_channels=3, embedding_size=16, hidden_sizes=[16, 32], depths=[1, 1], layer_type="basic",
-                    num_labels=5)),
+    "qwen2": (
+        "Qwen2ForCausalLM",
+        "Qwen2Config",
+        dict(
+            vocab_size=128,
+            hidden_size=64,
+            intermediate_size=64,
+            num_hidden_layers=2,
+            num_attention_heads=4,
+            num_key_value_heads=2,
+            max_position_embeddings=64,
+        ),
+    ),
+    "llama32": (
+        "LlamaForCausalLM",
+        "LlamaConfig",
+        dict(
+            vocab_size=128,
+            hidden_size=64,
+            intermediate_size=64,
+            num_hidden_layers=2,
+            num_attention_heads=4,
+            num_key_value_heads=2,
+            max_position_embeddings=64,
+            tie_word_embeddings=True,
+            rope_theta=500000.0,
+            rope_scaling={
+                "rope_type": "llama3",
+                "factor": 32.0,
+                "low_freq_factor": 1.0,
+                "high_freq_factor": 4.0,
+                "original_max_position_embeddings": 16,
+            },
+        ),
+    ),
+    "phi3": (
+        "Phi3ForCausalLM",
+        "Phi3Config",
+        dict(
+            vocab_size=128,
+            hidden_size=64,
+            intermediate_size=64,
+            num_hidden_layers=2,
+            num_attention_heads=4,
+            num_key_value_heads=2,
+            max_position_embeddings=64,
+            original_max_position_embeddings=64,
+            pad_token_id=0,
+            bos_token_id=1,
+            eos_token_id=2,
+        ),
+    ),
+    "gemma3": (
+        "Gemma3ForCausalLM",
+        "Gemma3TextConfig",
+        dict(
+            vocab_size=128,
+            hidden_size=64,
+            intermediate_size=64,
+            num_hidden_layers=2,
+            num_attention_heads=4,
+            num_key_value_heads=2,
+            head_dim=16,
+            max_position_embeddings=64,
+            sliding_window=8,
+            layer_types=["sliding_attention", "full_attention"],
+        ),
+    ),
+    "distilbert": (
+        "DistilBertForSequenceClassification",
+        "DistilBertConfig",
+        dict(vocab_size=128, dim=32, n_layers=2, n_heads=2, hidden_dim=64, num_labels=3),
+    ),
+    "vit": (
+        "ViTForImageClassification",
+        "ViTConfig",
+        dict(
+            image_size=32,
+            patch_size=8,
+            num_channels=3,
+            hidden_size=32,
+            num_hidden_layers=2,
+            num_attention_heads=2,
+            intermediate_size=64,
+            num_labels=5,
+        ),
+    ),
+    "resnet": (
+        "ResNetForImageClassification",
+        "ResNetConfig",
+        dict(num_channels=3, embedding_size=16, hidden_sizes=[16, 32], depths=[1, 1], layer_type="basic", num_labels=5),
+    ),
 }
 
 
@@ -92,8 +187,11 @@ def write_project(project, source: str, inputs, outputs: list[str], extra: str =
     for input_name, shape, dtype, bounds in inputs:
         toml += f'[[inputs]]\nname = "{input_name}"\nshape = {shape}\ndtype = "{dtype}"\nrange = {bounds}\n'
         size = (16, *shape)
-        calibration[input_name] = (rng.integers(bounds[0], bounds[1] + 1, size) if dtype == "int64"
-                                   else rng.uniform(bounds[0], bounds[1], size)).astype(dtype)
+        calibration[input_name] = (
+            rng.integers(bounds[0], bounds[1] + 1, size)
+            if dtype == "int64"
+            else rng.uniform(bounds[0], bounds[1], size)
+        ).astype(dtype)
     np.savez(project / "calibration.npz", **calibration)
     (project / "tapeout.toml").write_text(toml + '[calibration]\ndata = "calibration.npz"\n' + extra)
 
@@ -115,10 +213,22 @@ def sized_whisper_encoder(mels: int, width: int, layers: int, heads: int, ffn: i
     """Whisper's audio encoder: two convs over log-mel frames (2 × positions of them), then transformer blocks."""
     from transformers import WhisperConfig, WhisperModel
 
-    config = WhisperConfig(num_mel_bins=mels, d_model=width, encoder_layers=layers, encoder_attention_heads=heads,
-                           decoder_layers=1, decoder_attention_heads=heads, encoder_ffn_dim=ffn, decoder_ffn_dim=ffn,
-                           max_source_positions=positions, vocab_size=64, pad_token_id=0, bos_token_id=1,
-                           eos_token_id=2, decoder_start_token_id=1)
+    config = WhisperConfig(
+        num_mel_bins=mels,
+        d_model=width,
+        encoder_layers=layers,
+        encoder_attention_heads=heads,
+        decoder_layers=1,
+        decoder_attention_heads=heads,
+        encoder_ffn_dim=ffn,
+        decoder_ffn_dim=ffn,
+        max_source_positions=positions,
+        vocab_size=64,
+        pad_token_id=0,
+        bos_token_id=1,
+        eos_token_id=2,
+        decoder_start_token_id=1,
+    )
     return WhisperModel(config).get_encoder()
 
 
@@ -132,9 +242,19 @@ def wav2vec2():
     """wav2vec2: a conv feature extractor over the raw waveform, then transformer blocks."""
     from transformers import Wav2Vec2Config, Wav2Vec2Model
 
-    config = Wav2Vec2Config(hidden_size=32, num_hidden_layers=2, num_attention_heads=2, intermediate_size=64,
-                            conv_dim=(16, 16), conv_stride=(5, 2), conv_kernel=(10, 3), num_feat_extract_layers=2,
-                            num_conv_pos_embeddings=16, num_conv_pos_embedding_groups=2, vocab_size=32)
+    config = Wav2Vec2Config(
+        hidden_size=32,
+        num_hidden_layers=2,
+        num_attention_heads=2,
+        intermediate_size=64,
+        conv_dim=(16, 16),
+        conv_stride=(5, 2),
+        conv_kernel=(10, 3),
+        num_feat_extract_layers=2,
+        num_conv_pos_embeddings=16,
+        num_conv_pos_embedding_groups=2,
+        vocab_size=32,
+    )
 
     class Encoder(nn.Module):
         def __init__(self) -> None:
@@ -201,13 +321,19 @@ class LineRecognizer(nn.Module):
     def __init__(self, classes: int = 20) -> None:
         super().__init__()
         self.features = nn.Sequential(
-            nn.Conv2d(1, 16, 3, padding=1), nn.ReLU(), nn.MaxPool2d(2),
-            nn.Conv2d(16, 32, 3, padding=1), nn.ReLU(), nn.MaxPool2d((2, 1)),
-            nn.Conv2d(32, 32, 3, padding=1), nn.ReLU())
+            nn.Conv2d(1, 16, 3, padding=1),
+            nn.ReLU(),
+            nn.MaxPool2d(2),
+            nn.Conv2d(16, 32, 3, padding=1),
+            nn.ReLU(),
+            nn.MaxPool2d((2, 1)),
+            nn.Conv2d(32, 32, 3, padding=1),
+            nn.ReLU(),
+        )
         self.lstm = nn.LSTM(32 * 4, 32, batch_first=True, bidirectional=True)
         self.head = nn.Linear(64, classes)
 
-    def forward(self, image):                               # [B, 1, 16, W]
+    def forward(self, image):  # [B, 1, 16, W]
         columns = self.features(image).permute(0, 3, 1, 2).flatten(2)  # [B, W/2, 128]
         out, _ = self.lstm(columns)
         return self.head(out)
@@ -227,8 +353,12 @@ class RateSwitchedVAD(nn.Module):
         self.narrow = nn.Sequential(nn.Linear(frame, 32), nn.ReLU(), nn.Linear(32, 1))
 
     def forward(self, frame, sample_rate):
-        return torch.cond(sample_rate > 12000, lambda x: torch.sigmoid(self.wide(x)),
-                          lambda x: torch.sigmoid(self.narrow(x)), (frame,))
+        return torch.cond(
+            sample_rate > 12000,
+            lambda x: torch.sigmoid(self.wide(x)),
+            lambda x: torch.sigmoid(self.narrow(x)),
+            (frame,),
+        )
 
 
 @_seeded
@@ -244,13 +374,18 @@ class RateSwitchedConvGRU(nn.Module):
         super().__init__()
         self.fronts = nn.ModuleList(
             nn.Sequential(nn.Conv1d(1, 16, 8, stride=4), nn.ReLU(), nn.Conv1d(16, 32, 4, stride=2), nn.ReLU())
-            for _ in range(2))
+            for _ in range(2)
+        )
         self.gru = nn.GRU(32, 96, batch_first=True)
         self.head = nn.Linear(96, 1)
 
     def forward(self, audio, sample_rate):
-        features = torch.cond(sample_rate > 12000, lambda a: self.fronts[0](a.unsqueeze(1)),
-                              lambda a: self.fronts[1](a.unsqueeze(1)), (audio,))
+        features = torch.cond(
+            sample_rate > 12000,
+            lambda a: self.fronts[0](a.unsqueeze(1)),
+            lambda a: self.fronts[1](a.unsqueeze(1)),
+            (audio,),
+        )
         out, _ = self.gru(features.transpose(1, 2))
         return torch.sigmoid(self.head(out[:, -1]))
 

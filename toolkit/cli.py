@@ -19,8 +19,13 @@ import typer
 from tapeout import __version__
 from tapeout.core.errors import EXIT_BAD_INPUT, EXIT_INTERNAL, TapeoutError, one_line
 
-app = typer.Typer(add_completion=False, no_args_is_help=True, rich_markup_mode=None, pretty_exceptions_enable=False,
-                  help="Take a trained model to a deployable artifact for a named device, under budgets, with evidence.")
+app = typer.Typer(
+    add_completion=False,
+    no_args_is_help=True,
+    rich_markup_mode=None,
+    pretty_exceptions_enable=False,
+    help="Take a trained model to a deployable artifact for a named device, under budgets, with evidence.",
+)
 profiles_app = typer.Typer(no_args_is_help=True, help="List build profiles, or show one as resolved.")
 app.add_typer(profiles_app, name="profiles")
 kernels_app = typer.Typer(no_args_is_help=True, help="The fused Triton kernels: list them, verify them, time them.")
@@ -52,8 +57,13 @@ def _done(code: int) -> None:
 def init(
     model: str = typer.Argument(..., help="A Hugging Face directory, an .onnx or .pt2 file, or file.py:callable."),
     directory: Path = typer.Option(Path("."), "--dir", "-d", help="Where tapeout.toml goes (default: here)."),
-    inputs: list[str] = typer.Option([], "--input", "-i", help="NAME=SHAPE[:DTYPE], e.g. image=1x3x224x224:float32; "
-                                     "replaces what was read from the model (needed for a torch module's forward)."),
+    inputs: list[str] = typer.Option(
+        [],
+        "--input",
+        "-i",
+        help="NAME=SHAPE[:DTYPE], e.g. image=1x3x224x224:float32; "
+        "replaces what was read from the model (needed for a torch module's forward).",
+    ),
     force: bool = typer.Option(False, "--force", help="Replace an existing tapeout.toml."),
 ) -> None:
     """Write a tapeout.toml for your model: its inputs read from the model, budgets to declare as comments."""
@@ -65,10 +75,20 @@ def init(
 @app.command()
 def build(
     project: Path = typer.Argument(..., help="Project directory (holding tapeout.toml) or the project file."),
-    profile: list[str] = typer.Option(..., "--profile", "-p", help="Shipped profile name or path to a profile .toml. "
-                                      "Given more than once: build each, keep the fastest that meets its budgets."),
-    out: Path | None = typer.Option(None, "--out", "-o", help="Build dir. Default: PROJECT/build/PROFILE "
-                                    "(several profiles: PROJECT/build/fastest, one build dir per profile inside)."),
+    profile: list[str] = typer.Option(
+        ...,
+        "--profile",
+        "-p",
+        help="Shipped profile name or path to a profile .toml. "
+        "Given more than once: build each, keep the fastest that meets its budgets.",
+    ),
+    out: Path | None = typer.Option(
+        None,
+        "--out",
+        "-o",
+        help="Build dir. Default: PROJECT/build/PROFILE "
+        "(several profiles: PROJECT/build/fastest, one build dir per profile inside).",
+    ),
     as_json: bool = JSON,
     strict: bool = STRICT,
 ) -> None:
@@ -146,10 +166,17 @@ def report(
 @app.command()
 def estimate(
     build_dir: Path = typer.Argument(..., help="A build dir written by `tapeout build`."),
-    device: str | None = typer.Option(None, "--device", help="Estimate for this device spec instead of the "
-                                      "profile's (`tapeout profiles list` shows the specs)."),
-    target: str | None = typer.Option(None, "--target", help="With --device: price the model as this target would "
-                                      "run it there (a device the build's own target does not run on)."),
+    device: str | None = typer.Option(
+        None,
+        "--device",
+        help="Estimate for this device spec instead of the profile's (`tapeout profiles list` shows the specs).",
+    ),
+    target: str | None = typer.Option(
+        None,
+        "--target",
+        help="With --device: price the model as this target would "
+        "run it there (a device the build's own target does not run on).",
+    ),
     as_json: bool = JSON,
 ) -> None:
     """Latency estimate on the profile's device: roofline per kernel, calibrated where measured, with its error band."""
@@ -161,16 +188,25 @@ def estimate(
 @app.command()
 def calibrate(
     build_dirs: list[Path] = typer.Argument(None, help="Build dirs measured on the device (a check.json counts)."),
-    out: Path | None = typer.Option(None, "--out", help="Folder for the calibration files (default: "
-                                    "$TAPEOUT_CALIBRATION or ~/.local/share/tapeout/calibration)."),
-    as_class: bool = typer.Option(False, "--class", help="Save it as this CPU's class (cpu-<vendor>-<tier>): it then "
-                                  "prices every host of that class with no calibration of its own."),
+    out: Path | None = typer.Option(
+        None,
+        "--out",
+        help="Folder for the calibration files (default: $TAPEOUT_CALIBRATION or ~/.local/share/tapeout/calibration).",
+    ),
+    as_class: bool = typer.Option(
+        False,
+        "--class",
+        help="Save it as this CPU's class (cpu-<vendor>-<tier>): it then "
+        "prices every host of that class with no calibration of its own.",
+    ),
     as_json: bool = JSON,
 ) -> None:
     """Fit the estimator (per kernel class: cost per launch, roofline multiple) from measured per-op profiles."""
     if not build_dirs:
-        raise TapeoutError("calibrate needs build dirs measured on the device",
-                           fix="tapeout calibrate BUILD_DIR… (builds or checks with [check] op_profile = true)")
+        raise TapeoutError(
+            "calibrate needs build dirs measured on the device",
+            fix="tapeout calibrate BUILD_DIR… (builds or checks with [check] op_profile = true)",
+        )
     from tapeout.commands import estimate as command
 
     _done(command.calibrate(build_dirs, out, as_json, as_class))
@@ -179,8 +215,12 @@ def calibrate(
 @app.command()
 def compare(
     items: list[Path] = typer.Argument(..., help="Build dirs, or one project with --profile."),
-    profile: list[str] = typer.Option([], "--profile", "-p", help="With a project: compare its builds of these profiles."),
-    html_out: Path | None = typer.Option(None, "--html", help="Also write the comparison as a self-contained HTML page."),
+    profile: list[str] = typer.Option(
+        [], "--profile", "-p", help="With a project: compare its builds of these profiles."
+    ),
+    html_out: Path | None = typer.Option(
+        None, "--html", help="Also write the comparison as a self-contained HTML page."
+    ),
     as_json: bool = JSON,
 ) -> None:
     """One table for one model across targets (from existing builds), the Pareto front and a recommendation."""
@@ -203,13 +243,26 @@ def diff(
 
 @app.command()
 def farm(
-    what: str = typer.Argument(..., metavar="PLAN.toml|worker", help="A farm plan to run, or `worker` to start a Ray "
-                               "node here that advertises its devices."),
-    address: str | None = typer.Option(None, "--address", help="The Ray cluster (HEAD:PORT). Left out: a plan runs on "
-                                       "a local Ray instance; a worker starts a cluster's head."),
-    out: Path | None = typer.Option(None, "--out", "-o", help="Plan: the farm's out dir (default: the plan's [farm] out)."),
-    devices: str | None = typer.Option(None, "--devices", help="Worker: the devices it advertises, comma-separated "
-                                       "(host-cpu, device spec names); default: every device found here."),
+    what: str = typer.Argument(
+        ...,
+        metavar="PLAN.toml|worker",
+        help="A farm plan to run, or `worker` to start a Ray node here that advertises its devices.",
+    ),
+    address: str | None = typer.Option(
+        None,
+        "--address",
+        help="The Ray cluster (HEAD:PORT). Left out: a plan runs on "
+        "a local Ray instance; a worker starts a cluster's head.",
+    ),
+    out: Path | None = typer.Option(
+        None, "--out", "-o", help="Plan: the farm's out dir (default: the plan's [farm] out)."
+    ),
+    devices: str | None = typer.Option(
+        None,
+        "--devices",
+        help="Worker: the devices it advertises, comma-separated "
+        "(host-cpu, device spec names); default: every device found here.",
+    ),
     dry_run: bool = typer.Option(False, "--dry-run", help="Worker: print what it would advertise; start nothing."),
     as_json: bool = JSON,
 ) -> None:
@@ -236,14 +289,18 @@ def profiles_list(as_json: bool = JSON) -> None:
 
 
 @profiles_app.command("show")
-def profiles_show(name: str = typer.Argument(..., help="Profile or device spec name, or a path to a profile .toml.")) -> None:
+def profiles_show(
+    name: str = typer.Argument(..., help="Profile or device spec name, or a path to a profile .toml."),
+) -> None:
     """A profile as resolved (extends merged, defaults filled) with its device spec, or a device spec, as JSON."""
     from tapeout.commands import profiles as command
 
     _done(command.show(name))
 
 
-KERNEL_NAMES = typer.Argument(None, metavar="[KERNEL]...", help="Kernels by name (`tapeout kernels list`); default: all.")
+KERNEL_NAMES = typer.Argument(
+    None, metavar="[KERNEL]...", help="Kernels by name (`tapeout kernels list`); default: all."
+)
 
 
 @kernels_app.command("list")
@@ -257,8 +314,12 @@ def kernels_list(as_json: bool = JSON) -> None:
 @kernels_app.command("verify")
 def kernels_verify(
     names: list[str] | None = KERNEL_NAMES,
-    dtype: str | None = typer.Option(None, "--dtype", help="float32, float16, bfloat16 (comma-separated); default: all."),
-    all_configs: bool = typer.Option(False, "--all-configs", help="Every config of each tuning space, not the default."),
+    dtype: str | None = typer.Option(
+        None, "--dtype", help="float32, float16, bfloat16 (comma-separated); default: all."
+    ),
+    all_configs: bool = typer.Option(
+        False, "--all-configs", help="Every config of each tuning space, not the default."
+    ),
     as_json: bool = JSON,
 ) -> None:
     """Each kernel against its PyTorch reference on fresh inputs (on the GPU, else in Triton's interpreter); exit 1
@@ -271,7 +332,9 @@ def kernels_verify(
 @kernels_app.command("bench")
 def kernels_bench(
     names: list[str] | None = KERNEL_NAMES,
-    dtype: str | None = typer.Option(None, "--dtype", help="float32, float16, bfloat16 (comma-separated); default: float16."),
+    dtype: str | None = typer.Option(
+        None, "--dtype", help="float32, float16, bfloat16 (comma-separated); default: float16."
+    ),
     calls: int = typer.Option(100, "--calls", help="Timed calls per kernel and case."),
     max_autotune: bool = typer.Option(False, "--max-autotune", help="Also time torch.compile(mode='max-autotune')."),
     retune: bool = typer.Option(False, "--retune", help="Autotune again even where this GPU's choice is cached."),
@@ -369,8 +432,9 @@ def main() -> None:
 
             traceback.print_exc()
         where = one_line(f": {exc.filename}") if exc.filename else ""
-        typer.echo(f"tapeout: error: {exc.strerror}{where} — free space, fix the permissions, or choose "
-                   "another path", err=True)
+        typer.echo(
+            f"tapeout: error: {exc.strerror}{where} — free space, fix the permissions, or choose another path", err=True
+        )
         sys.exit(EXIT_BAD_INPUT)
     except Exception:
         _after_ctrl_c()
@@ -394,6 +458,8 @@ def _internal_error() -> None:
     import traceback
 
     traceback.print_exc()
-    typer.echo("tapeout: internal error (a bug in tapeout, not in your model); please report it with the "
-               "traceback above", err=True)
+    typer.echo(
+        "tapeout: internal error (a bug in tapeout, not in your model); please report it with the traceback above",
+        err=True,
+    )
     sys.exit(EXIT_INTERNAL)

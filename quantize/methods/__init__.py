@@ -46,7 +46,9 @@ def get(name: str):
     if name in plugins.entries(GROUP):
         found = plugins.load(GROUP, name)
         if not (isinstance(found, type) and issubclass(found, Method)):
-            raise BadInput(f"the quantization method plug-in '{name}' names {found!r}, not a Method subclass",
-                           fix="point its entry point at the method class")
+            raise BadInput(
+                f"the quantization method plug-in '{name}' names {found!r}, not a Method subclass",
+                fix="point its entry point at the method class",
+            )
         return found()
     raise BadInput(f"unknown quantization method '{name}'", fix=f"use one of: auto, {', '.join(names())}")

@@ -20,21 +20,22 @@ if TYPE_CHECKING:
 
 class Method(ABC):
     name: ClassVar[str]
-    tool: ClassVar[str] = "onnxruntime"            # who quantizes: error lines name it
-    model_suffix: ClassVar[str] = ".onnx"          # the file it writes (OpenVINO IR: ".xml", weights in a .bin)
-    precisions: ClassVar[frozenset[str]] = frozenset({"int8"})   # the profile precisions it makes
-    algorithms: ClassVar[tuple[str, ...]] = ()     # the int4_algorithm values it takes (int4 methods only)
-    reaches_bodies: ClassVar[bool] = False         # quantizes nodes inside If/Loop/Scan bodies
+    tool: ClassVar[str] = "onnxruntime"  # who quantizes: error lines name it
+    model_suffix: ClassVar[str] = ".onnx"  # the file it writes (OpenVINO IR: ".xml", weights in a .bin)
+    precisions: ClassVar[frozenset[str]] = frozenset({"int8"})  # the profile precisions it makes
+    algorithms: ClassVar[tuple[str, ...]] = ()  # the int4_algorithm values it takes (int4 methods only)
+    reaches_bodies: ClassVar[bool] = False  # quantizes nodes inside If/Loop/Scan bodies
     # the quantized rungs it writes, where a target offers more than it (ORT CPU's int8 offers int4 under its ladder,
     # which the dynamic method writes and static QDQ does not); None: every rung the target offers
     rungs: ClassVar[frozenset[str] | None] = None
-    honours_float_nodes: ClassVar[bool] = False    # keeps the plan's ungrouped float nodes out of the quantizer
+    honours_float_nodes: ClassVar[bool] = False  # keeps the plan's ungrouped float nodes out of the quantizer
     # the rule methods a profile may replace with this one ([quantization] method = "<name>")
     stands_in_for: ClassVar[frozenset[str]] = frozenset()
-    fixed_why: ClassVar[str] = ""                  # why no other method may replace this one, where none does
+    fixed_why: ClassVar[str] = ""  # why no other method may replace this one, where none does
 
-    def plan(self, draft: Plan, rule: Rule, analysis: Analysis, settings: QuantizationSettings,
-             isa: InstructionSet) -> Plan:
+    def plan(
+        self, draft: Plan, rule: Rule, analysis: Analysis, settings: QuantizationSettings, isa: InstructionSet
+    ) -> Plan:
         """The rule's first plan (`draft`: its groups, ladder and defaults), finished for this method."""
         return draft
 

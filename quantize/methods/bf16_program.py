@@ -49,9 +49,12 @@ def _cast_to_bf16(module, modules: set[str]) -> int:
         if not _is_compute(node) or scope(node) not in modules:
             continue
         with graph.inserting_before(node):
-            node.args = tuple(graph.call_function(aten._to_copy.default, (a,), {"dtype": torch.bfloat16})
-                              if getattr(getattr(a, "meta", {}).get("val"), "is_floating_point", lambda: False)()
-                              else a for a in node.args)
+            node.args = tuple(
+                graph.call_function(aten._to_copy.default, (a,), {"dtype": torch.bfloat16})
+                if getattr(getattr(a, "meta", {}).get("val"), "is_floating_point", lambda: False)()
+                else a
+                for a in node.args
+            )
         with graph.inserting_after(node):
             back = graph.call_function(aten._to_copy.default, (node,), {"dtype": torch.float32})
         node.replace_all_uses_with(back, delete_user_cb=lambda user, back=back: user is not back)
@@ -69,17 +72,26 @@ class ProgramBf16(Method):
 
     def plan(self, draft, rule, analysis, settings, isa):
         if rule.options.get("device") == "cuda":  # the GPU's tensor cores run it; the host CPU is not asked
-            return replace(draft, groups=with_modules(draft, analysis),
-                           notes=(f"BF16 compute for the planned convs and Linear layers, FP32 between them "
-                                  f"({rule.why})",))
+            return replace(
+                draft,
+                groups=with_modules(draft, analysis),
+                notes=(f"BF16 compute for the planned convs and Linear layers, FP32 between them ({rule.why})",),
+            )
         if not isa.flags & BF16_FLAGS:
-            raise BadInput(f"BF16 needs a CPU with BF16 arithmetic (AVX-512 BF16, AMX or Arm BF16), and {isa.origin} "
-                           f"has none ({isa.arch}): oneDNN would emulate it through FP32, slower than FP32",
-                           fix="use precision = \"fp32\" (or \"int8\") here, or name a device spec whose CPU has it")
+            raise BadInput(
+                f"BF16 needs a CPU with BF16 arithmetic (AVX-512 BF16, AMX or Arm BF16), and {isa.origin} "
+                f"has none ({isa.arch}): oneDNN would emulate it through FP32, slower than FP32",
+                fix='use precision = "fp32" (or "int8") here, or name a device spec whose CPU has it',
+            )
         flags = ", ".join(sorted(isa.flags & BF16_FLAGS))
-        return replace(draft, groups=with_modules(draft, analysis),
-                       notes=(f"BF16 compute for the planned convs and Linear layers, FP32 between them ({rule.why}); "
-                              f"instruction set from {isa.origin}: {flags}",))
+        return replace(
+            draft,
+            groups=with_modules(draft, analysis),
+            notes=(
+                f"BF16 compute for the planned convs and Linear layers, FP32 between them ({rule.why}); "
+                f"instruction set from {isa.origin}: {flags}",
+            ),
+        )
 
     def apply(self, plan, model_in: Path, model_out: Path, calibration) -> dict:
         import torch
@@ -92,8 +104,12 @@ class ProgramBf16(Method):
         with quiet_export(), torch.no_grad():
             cast = _cast_to_bf16(module, modules)
             reexport(module, program.example_inputs[0], model_out)
-        return {"method": self.name, "groups": sum(g.precision == "bf16" for g in plan.groups), "ops": cast,
-                "io": "float32 (each planned op casts in and out)"}
+        return {
+            "method": self.name,
+            "groups": sum(g.precision == "bf16" for g in plan.groups),
+            "ops": cast,
+            "io": "float32 (each planned op casts in and out)",
+        }
 
     def postcondition(self, plan, model_in: Path, model_out: Path) -> None:
         from tapeout.core import pt2
@@ -102,5 +118,8 @@ class ProgramBf16(Method):
         missed = [g.group for g in plan.groups if g.precision == "bf16" and not set(g.modules) & done]
         if missed:
             more = f" and {len(missed) - 1} more" if len(missed) > 1 else ""
-            raise BadInput(f"the planned BF16 group {missed[0]}{more} has no convolution or Linear layer computing in "
-                           "BF16 in the program", fix=f"keep it float with [quantization] keep_float = [\"{missed[0]}\"]")
+            raise BadInput(
+                f"the planned BF16 group {missed[0]}{more} has no convolution or Linear layer computing in "
+                "BF16 in the program",
+                fix=f'keep it float with [quantization] keep_float = ["{missed[0]}"]',
+            )

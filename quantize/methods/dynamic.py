@@ -16,7 +16,7 @@ from tapeout.quantize.ort_tools import QTYPE, check_nbits, check_quantized, op_t
 
 class Dynamic(Method):
     name = "dynamic"
-    reaches_bodies = True    # EnableSubgraph: planned nodes inside If/Loop/Scan bodies are quantized too
+    reaches_bodies = True  # EnableSubgraph: planned nodes inside If/Loop/Scan bodies are quantized too
     rungs = frozenset({"int8", "int4"})
     stands_in_for = frozenset({"static"})
 
@@ -25,19 +25,37 @@ class Dynamic(Method):
 
         # ORT's dynamic activations are uint8; reduce_range measured no better on AVX2, and per-channel as fast
         # as per-tensor and far more accurate on AVX512-VNNI (MiniLM 2.08× at cosine 0.9935 vs 2.08× at 0.9633)
-        notes = [f"CPU instruction set from {isa.origin} ({isa.arch}{', VNNI' if isa.vnni else ''}): dynamic INT8, "
-                 "uint8 activations, 8-bit per-channel weights (measured best with and without VNNI)"]
+        notes = [
+            f"CPU instruction set from {isa.origin} ({isa.arch}{', VNNI' if isa.vnni else ''}): dynamic INT8, "
+            "uint8 activations, 8-bit per-channel weights (measured best with and without VNNI)"
+        ]
         groups, level = draft.groups, None
         if any(g.precision == "int4" for g in groups):
             level, why = weight_only_compute(isa)
             if level is None:  # unpacked to float on every call, a 4-bit MatMulNBits is slower than dynamic INT8
-                groups = tuple(replace(g, precision="int8", reason=f"{g.reason}; INT8 instead: {why}")
-                               if g.precision == "int4" else g for g in groups)
+                groups = tuple(
+                    replace(g, precision="int8", reason=f"{g.reason}; INT8 instead: {why}")
+                    if g.precision == "int4"
+                    else g
+                    for g in groups
+                )
             notes.append(f"4-bit groups as MatMulNBits, compute from the CPU instruction set ({isa.origin}): {why}")
         # the ladder keeps its rung under INT8 only while a group is there
         ladder = tuple(r for r in draft.ladder if r != "int4" or any(g.precision == "int4" for g in groups))
-        return cpu_plan(replace(draft, activation_type="uint8", reduce_range=False, groups=groups, ladder=ladder,
-                                accuracy_level=level, notes=tuple(notes)), rule, analysis, settings)
+        return cpu_plan(
+            replace(
+                draft,
+                activation_type="uint8",
+                reduce_range=False,
+                groups=groups,
+                ladder=ladder,
+                accuracy_level=level,
+                notes=tuple(notes),
+            ),
+            rule,
+            analysis,
+            settings,
+        )
 
     def apply(self, plan, model_in: Path, model_out: Path, calibration) -> dict:
         import onnx
@@ -76,27 +94,39 @@ class Dynamic(Method):
         types, in_bodies = planned_ops(model_in, nodes)
         # a tied LM head (MatMul on the embedding table's Transpose) gets its weight as a constant of its own: the
         # dynamic quantizer takes constant weights only (MatMulConstBOnly) and would leave it FP32 without a word
-        passes = [*([GemmAsMatMul(set(nodes))] if "Gemm" in types else []),
-                  *([LocalizeBodyWeights(set(nodes))] if in_bodies else []),
-                  *([UntieTransposedWeight(set(nodes))] if tied_nodes(model_in, set(nodes)) else [])]
+        passes = [
+            *([GemmAsMatMul(set(nodes))] if "Gemm" in types else []),
+            *([LocalizeBodyWeights(set(nodes))] if in_bodies else []),
+            *([UntieTransposedWeight(set(nodes))] if tied_nodes(model_in, set(nodes)) else []),
+        ]
         if passes:
             model, records = run_on_proto(onnx.load(str(model_in)), passes)
             source = model_out.with_name(f"{model_out.stem}.passes.onnx")
             onnx.save(model, str(source))
         try:
             # a pass can change the planned op types (Gemm → MatMul); without one the model is read once
-            quantize_dynamic(source, model_out, op_types_to_quantize=op_types(source, nodes) if passes else types,
-                             nodes_to_quantize=nodes,
-                             per_channel=plan.per_channel, reduce_range=plan.reduce_range,
-                             weight_type=getattr(QuantType, QTYPE[plan.weight_type]),
-                             # EnableSubgraph: planned nodes inside If/Loop/Scan bodies are quantized too
-                             extra_options={"MatMulConstBOnly": True, "EnableSubgraph": True})
+            quantize_dynamic(
+                source,
+                model_out,
+                op_types_to_quantize=op_types(source, nodes) if passes else types,
+                nodes_to_quantize=nodes,
+                per_channel=plan.per_channel,
+                reduce_range=plan.reduce_range,
+                weight_type=getattr(QuantType, QTYPE[plan.weight_type]),
+                # EnableSubgraph: planned nodes inside If/Loop/Scan bodies are quantized too
+                extra_options={"MatMulConstBOnly": True, "EnableSubgraph": True},
+            )
         finally:
             if source != model_in:
                 source.unlink(missing_ok=True)
-        return {"method": "dynamic", "nodes": len(nodes), "per_channel": plan.per_channel,
-                "reduce_range": plan.reduce_range, "gemm_as_matmul": sum(r["rewrites"] for r in records),
-                "passes": records}
+        return {
+            "method": "dynamic",
+            "nodes": len(nodes),
+            "per_channel": plan.per_channel,
+            "reduce_range": plan.reduce_range,
+            "gemm_as_matmul": sum(r["rewrites"] for r in records),
+            "passes": records,
+        }
 
     def postcondition(self, plan, model_in: Path, model_out: Path) -> None:
         check_quantized(plan.nodes_at("int8"), model_out, "dynamic INT8")

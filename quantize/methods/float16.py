@@ -36,13 +36,23 @@ class Float16(Method):
 
         model = onnx.load(str(model_in))
         kept = [*plan.nodes_at(FLOAT), *plan.float_nodes]
-        converted = convert_float_to_float16(model, keep_io_types=True, node_block_list=kept or None,
-                                             op_block_list=sorted(set(DEFAULT_OP_BLOCK_LIST) | set(plan.float_ops)))
+        converted = convert_float_to_float16(
+            model,
+            keep_io_types=True,
+            node_block_list=kept or None,
+            op_block_list=sorted(set(DEFAULT_OP_BLOCK_LIST) | set(plan.float_ops)),
+        )
         converted, records = run_on_proto(converted, [MergeRepeatedCasts()])
         onnx.save(converted, str(model_out))
-        return {"method": "float16", "fp16_nodes": len(plan.nodes_at("fp16")), "fp32_nodes": len(kept),
-                "fp32_op_types": list(plan.float_ops), "casts": sum(n.op_type == "Cast" for n in converted.graph.node),
-                "io": "float32 (the converter keeps graph inputs and outputs FP32)", "passes": records}
+        return {
+            "method": "float16",
+            "fp16_nodes": len(plan.nodes_at("fp16")),
+            "fp32_nodes": len(kept),
+            "fp32_op_types": list(plan.float_ops),
+            "casts": sum(n.op_type == "Cast" for n in converted.graph.node),
+            "io": "float32 (the converter keeps graph inputs and outputs FP32)",
+            "passes": records,
+        }
 
     def postcondition(self, plan, model_in: Path, model_out: Path) -> None:
         import onnx
@@ -76,5 +86,7 @@ def check_weight_precision(plan, model) -> None:
         if initializers[weight] != want[precision]:
             wrong.append(f"{name} ({where}: planned {precision})")
     if wrong:
-        raise BadInput(f"the FP16 conversion did not follow the plan for {len(wrong)} node(s): {', '.join(wrong[:3])}",
-                       fix="keep those groups float with [quantization] keep_float, or use precision = \"fp32\"")
+        raise BadInput(
+            f"the FP16 conversion did not follow the plan for {len(wrong)} node(s): {', '.join(wrong[:3])}",
+            fix='keep those groups float with [quantization] keep_float, or use precision = "fp32"',
+        )

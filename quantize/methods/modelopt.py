@@ -21,22 +21,38 @@ class ModelOpt(Method):
 
     def plan(self, draft, rule, analysis, settings, isa):
         if settings.calibration_method not in ("minmax", "entropy"):
-            raise BadInput(f"[quantization] calibration_method = \"{settings.calibration_method}\" is not one of "
-                           "ModelOpt's", fix="use \"minmax\" (ModelOpt's max) or \"entropy\"")
+            raise BadInput(
+                f'[quantization] calibration_method = "{settings.calibration_method}" is not one of ModelOpt\'s',
+                fix='use "minmax" (ModelOpt\'s max) or "entropy"',
+            )
         if not any(g.precision != FLOAT for g in draft.groups):
-            raise BadInput(f"the {draft.family} rule found nothing to quantize in this model",
-                           fix="use precision = \"fp16\", or check `tapeout analyze` for the roles found")
+            raise BadInput(
+                f"the {draft.family} rule found nothing to quantize in this model",
+                fix='use precision = "fp16", or check `tapeout analyze` for the roles found',
+            )
         precision = draft.ladder[0]
         high = draft.ladder[-1]  # what ModelOpt casts the rest to: the groups kept float run in it
         groups = [g if g.precision != FLOAT else replace(g, precision=high) for g in draft.groups]
         kept = tuple(n for n, r in analysis.roles.items() if r in rule.keep and analysis.group_of(n) is None)
         notes = [f"{precision.upper()} Q/DQ for TensorRT (symmetric, explicit): {rule.why}"]
         if precision == "int8":
-            notes.append(f"calibration: ModelOpt's {'max' if settings.calibration_method == 'minmax' else 'entropy'} "
-                         "calibrator on ONNX Runtime's CPU EP")
-        return replace(draft, groups=tuple(groups), per_channel=True, activation_type="int8", weight_type="int8",
-                       activation_symmetric=True, calibration_method=settings.calibration_method, notes=tuple(notes),
-                       float_nodes=kept, float_ops=tuple(sorted(rule.keep_ops)), high_precision=high)
+            notes.append(
+                f"calibration: ModelOpt's {'max' if settings.calibration_method == 'minmax' else 'entropy'} "
+                "calibrator on ONNX Runtime's CPU EP"
+            )
+        return replace(
+            draft,
+            groups=tuple(groups),
+            per_channel=True,
+            activation_type="int8",
+            weight_type="int8",
+            activation_symmetric=True,
+            calibration_method=settings.calibration_method,
+            notes=tuple(notes),
+            float_nodes=kept,
+            float_ops=tuple(sorted(rule.keep_ops)),
+            high_precision=high,
+        )
 
     def apply(self, plan, model_in: Path, model_out: Path, calibration) -> dict:
         from tapeout.quantize import modelopt_qdq

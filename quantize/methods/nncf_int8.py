@@ -24,11 +24,14 @@ class NncfInt8(Method):
     def plan(self, draft, rule, analysis, settings, isa):
         model_type, preset = rule.options.get("model_type"), rule.options["preset"]
         if not any(g.precision != FLOAT for g in draft.groups):
-            raise BadInput(f"the {draft.family} rule found nothing to quantize in this model",
-                           fix="use precision = \"fp32\", or check `tapeout analyze` for the roles found")
+            raise BadInput(
+                f"the {draft.family} rule found nothing to quantize in this model",
+                fix='use precision = "fp32", or check `tapeout analyze` for the roles found',
+            )
         notes = (f"NNCF {model_type or 'default'} model type, {preset} preset: {rule.why}",)
-        return replace(draft, calibration_method=settings.calibration_method, notes=notes, model_type=model_type,
-                       preset=preset)
+        return replace(
+            draft, calibration_method=settings.calibration_method, notes=notes, model_type=model_type, preset=preset
+        )
 
     def apply(self, plan, model_in: Path, model_out: Path, calibration) -> dict:
         from tapeout.quantize import openvino_nncf

@@ -24,11 +24,17 @@ class NncfWeights(Method):
 
     def plan(self, draft, rule, analysis, settings, isa):
         if not any(g.precision != FLOAT for g in draft.groups):
-            raise BadInput(f"the {draft.family} rule found nothing to compress in this model",
-                           fix="use precision = \"fp32\", or check `tapeout analyze` for the roles found")
+            raise BadInput(
+                f"the {draft.family} rule found nothing to compress in this model",
+                fix='use precision = "fp32", or check `tapeout analyze` for the roles found',
+            )
         how = "data-aware (AWQ on the calibration data)" if settings.int4_algorithm == "awq" else "data-free (RTN)"
-        return replace(draft, block_size=settings.block_size, int4_algorithm=settings.int4_algorithm,
-                       notes=(f"{rule.why}; group size {settings.block_size}, {how}",))
+        return replace(
+            draft,
+            block_size=settings.block_size,
+            int4_algorithm=settings.int4_algorithm,
+            notes=(f"{rule.why}; group size {settings.block_size}, {how}",),
+        )
 
     def needs_calibration(self, plan) -> bool:
         return plan.int4_algorithm != "rtn"

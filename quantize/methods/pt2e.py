@@ -25,8 +25,10 @@ from tapeout.core.errors import BadInput
 from tapeout.quantize.methods.base import Method
 from tapeout.quantize.plan import FLOAT
 
-_UNMAPPED = ("no torch module maps to its nodes (a graph pass made them): PT2E quantizes the torch program by "
-             "module, and cannot name it")
+_UNMAPPED = (
+    "no torch module maps to its nodes (a graph pass made them): PT2E quantizes the torch program by "
+    "module, and cannot name it"
+)
 _WEIGHTED = ("conv1d", "conv2d", "conv3d", "convolution", "linear", "conv_transpose1d", "conv_transpose2d")
 
 
@@ -90,9 +92,11 @@ def with_modules(draft, analysis) -> tuple:
             g = replace(g, precision=FLOAT, reason=_UNMAPPED)
         groups.append(replace(g, modules=modules))
     if not any(g.precision != FLOAT for g in groups):
-        raise BadInput(f"the {draft.family} rule found nothing to quantize in this model's torch program (roles: "
-                       f"{', '.join(sorted({g.role for g in analysis.groups})) or 'none'})",
-                       fix="use precision = \"fp32\", or check `tapeout analyze` for the roles found")
+        raise BadInput(
+            f"the {draft.family} rule found nothing to quantize in this model's torch program (roles: "
+            f"{', '.join(sorted({g.role for g in analysis.groups})) or 'none'})",
+            fix='use precision = "fp32", or check `tapeout analyze` for the roles found',
+        )
     return tuple(groups)
 
 
@@ -110,9 +114,9 @@ class Pt2eMethod(Method):
     one run, dynamic) → convert → re-export, and a check that every planned group reads int8 weights."""
 
     model_suffix = ".pt2"
-    quantizer_name: ClassVar[str]        # "XNNPACK's quantizer": the plan's notes and error lines name it
-    dynamic: ClassVar[bool] = False     # activations quantized at run time (no calibration)
-    kernels: ClassVar[str] = ""          # the backend's kernels for the activations' format, for the plan's notes
+    quantizer_name: ClassVar[str]  # "XNNPACK's quantizer": the plan's notes and error lines name it
+    dynamic: ClassVar[bool] = False  # activations quantized at run time (no calibration)
+    kernels: ClassVar[str] = ""  # the backend's kernels for the activations' format, for the plan's notes
     activations: ClassVar[str] = "int8"  # the activations' integer type (the weights' is int8)
 
     @abstractmethod
@@ -121,13 +125,24 @@ class Pt2eMethod(Method):
 
     def plan(self, draft, rule, analysis, settings, isa):
         groups = with_modules(draft, analysis)
-        activations = (f"{self.activations}, quantized at run time ({self.kernels})" if self.dynamic else
-                       f"{self.activations} per tensor, calibrated with a histogram observer ({self.kernels})")
-        return replace(draft, groups=groups, activation_type=self.activations, weight_type="int8",
-                       activation_symmetric=False, calibration_method="dynamic" if self.dynamic else "histogram",
-                       per_channel=rule.per_channel if settings.per_channel is None else settings.per_channel,
-                       notes=(f"PT2E with {self.quantizer_name}, confined to the "
-                              f"planned groups' modules; activations {activations}; {rule.why}",))
+        activations = (
+            f"{self.activations}, quantized at run time ({self.kernels})"
+            if self.dynamic
+            else f"{self.activations} per tensor, calibrated with a histogram observer ({self.kernels})"
+        )
+        return replace(
+            draft,
+            groups=groups,
+            activation_type=self.activations,
+            weight_type="int8",
+            activation_symmetric=False,
+            calibration_method="dynamic" if self.dynamic else "histogram",
+            per_channel=rule.per_channel if settings.per_channel is None else settings.per_channel,
+            notes=(
+                f"PT2E with {self.quantizer_name}, confined to the "
+                f"planned groups' modules; activations {activations}; {rule.why}",
+            ),
+        )
 
     def needs_calibration(self, plan) -> bool:
         return not self.dynamic and bool(plan.quantized())
@@ -138,8 +153,10 @@ class Pt2eMethod(Method):
             shutil.copyfile(model_in, model_out)
             return {"method": self.name, "groups": 0}
         if self.needs_calibration(plan) and not calibration:
-            raise BadInput("static INT8 needs calibration data, and the project has none",
-                           fix="add [calibration] data = \"….npz\" (or module:callable) with real inputs to the project")
+            raise BadInput(
+                "static INT8 needs calibration data, and the project has none",
+                fix='add [calibration] data = "….npz" (or module:callable) with real inputs to the project',
+            )
         import torch
         from torchao.quantization.pt2e.quantize_pt2e import convert_pt2e, prepare_pt2e
 
@@ -156,11 +173,16 @@ class Pt2eMethod(Method):
         with quiet_export(), torch.no_grad():
             prepared = prepare_pt2e(module, self.quantizer(plan, modules))
             # the weights' observers see their weights when the model runs: dynamic runs it once, on the example
-            for args in ([tuple(torch.from_numpy(v) for v in feeds.values()) for feeds in samples] or [example]):
+            for args in [tuple(torch.from_numpy(v) for v in feeds.values()) for feeds in samples] or [example]:
                 prepared(*args)  # a sample's values are in the project's input order (check_feeds builds them so)
             reexport(_without_unused_weights(convert_pt2e(prepared)), example, model_out)
-        info = {"method": self.name, "groups": len(plan.quantized()), "modules": len(modules),
-                "activations": "dynamic" if self.dynamic else "static", "per_channel": plan.per_channel}
+        info = {
+            "method": self.name,
+            "groups": len(plan.quantized()),
+            "modules": len(modules),
+            "activations": "dynamic" if self.dynamic else "static",
+            "per_channel": plan.per_channel,
+        }
         if samples:
             info.update(samples=len(samples), calibration="histogram")
         return info
@@ -175,6 +197,8 @@ class Pt2eMethod(Method):
         missed = [g.group for g in planned if not set(g.modules) & done]
         if missed:
             more = f" and {len(missed) - 1} more" if len(missed) > 1 else ""
-            raise BadInput(f"{self.quantizer_name} left the planned group {missed[0]}"
-                           f"{more} float: none of its modules' convolutions or Linear layers reads int8 weights",
-                           fix=f"keep it float with [quantization] keep_float = [\"{missed[0]}\"], or use precision = \"fp32\"")
+            raise BadInput(
+                f"{self.quantizer_name} left the planned group {missed[0]}"
+                f"{more} float: none of its modules' convolutions or Linear layers reads int8 weights",
+                fix=f'keep it float with [quantization] keep_float = ["{missed[0]}"], or use precision = "fp32"',
+            )

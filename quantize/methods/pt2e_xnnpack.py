@@ -20,8 +20,11 @@ def _scalars_as_tensors(model):
     made = 0
     for node in list(model.graph.nodes):
         value = node.meta.get("val")
-        if (node.op != "call_function" or node.target not in (aten.add.Tensor, aten.mul.Tensor)
-                or not getattr(getattr(value, "dtype", None), "is_floating_point", False)):
+        if (
+            node.op != "call_function"
+            or node.target not in (aten.add.Tensor, aten.mul.Tensor)
+            or not getattr(getattr(value, "dtype", None), "is_floating_point", False)
+        ):
             continue
         args = []
         for arg in node.args:
@@ -57,7 +60,8 @@ class Pt2eXnnpack(Pt2eMethod):
                 return _scalars_as_tensors(model)
 
         quantizer = PlanQuantizer().set_global(
-            get_symmetric_quantization_config(is_per_channel=plan.per_channel, is_dynamic=self.dynamic))
+            get_symmetric_quantization_config(is_per_channel=plan.per_channel, is_dynamic=self.dynamic)
+        )
         # weights and biases are graph constants with no module of their own: the op that reads them decides
         quantizer.set_filter_function(lambda n: n.op == "get_attr" or scope(n) in modules)
         return quantizer

@@ -27,11 +27,21 @@ class WeightOnly(Method):
         level, why = weight_only_compute(isa)
         groups = draft.groups
         if level is None:  # without int8 compute an 8-bit MatMulNBits is far slower than FP32: a rule's 8-bit start
-            groups = tuple(replace(g, precision=FLOAT, reason=f"{g.reason}; kept FP32 instead: {why}")
-                           if g.precision == "int8-weight" else g for g in groups)
+            groups = tuple(
+                replace(g, precision=FLOAT, reason=f"{g.reason}; kept FP32 instead: {why}")
+                if g.precision == "int8-weight"
+                else g
+                for g in groups
+            )
         notes = (*draft.notes, f"MatMulNBits compute from the CPU instruction set ({isa.origin}): {why}")
-        return cpu_plan(replace(draft, activation_type="uint8", reduce_range=False, groups=groups, accuracy_level=level,
-                                notes=notes), rule, analysis, settings)
+        return cpu_plan(
+            replace(
+                draft, activation_type="uint8", reduce_range=False, groups=groups, accuracy_level=level, notes=notes
+            ),
+            rule,
+            analysis,
+            settings,
+        )
 
     def needs_calibration(self, plan) -> bool:
         return plan.int4_algorithm != "rtn"
@@ -42,9 +52,14 @@ class WeightOnly(Method):
 
         model, done, records = to_matmul_nbits(onnx.load(str(model_in)), plan, ("int4", "int8-weight"), calibration)
         onnx.save(model, str(model_out))
-        return {"method": "weight-only", "nodes": done, "block_size": plan.block_size, "algorithm": plan.int4_algorithm,
-                "gemm_as_matmul": sum(r["rewrites"] for r in records if r["name"] == "gemm-as-matmul"),
-                "passes": records}
+        return {
+            "method": "weight-only",
+            "nodes": done,
+            "block_size": plan.block_size,
+            "algorithm": plan.int4_algorithm,
+            "gemm_as_matmul": sum(r["rewrites"] for r in records if r["name"] == "gemm-as-matmul"),
+            "passes": records,
+        }
 
 
 _BITS = {"int4": 4, "int8-weight": 8}
@@ -74,24 +89,43 @@ def to_matmul_nbits(model, plan, rungs: tuple[str, ...], calibration=None):
             continue
         if plan.int4_algorithm == "gptq" and bits == 4:
             if not calibration:
-                raise BadInput("int4_algorithm = \"gptq\" needs calibration data, and the project has none",
-                               fix="add [calibration] data to the project, or use int4_algorithm = \"rtn\"")
-            algo = nbits.GPTQWeightOnlyQuantConfig(calibration_data_reader=calibration_reader(calibration),
-                                                   block_size=plan.block_size, percdamp=0.01, actorder=False)
+                raise BadInput(
+                    'int4_algorithm = "gptq" needs calibration data, and the project has none',
+                    fix='add [calibration] data to the project, or use int4_algorithm = "rtn"',
+                )
+            algo = nbits.GPTQWeightOnlyQuantConfig(
+                calibration_data_reader=calibration_reader(calibration),
+                block_size=plan.block_size,
+                percdamp=0.01,
+                actorder=False,
+            )
         else:
-            algo = nbits.DefaultWeightOnlyQuantConfig(block_size=plan.block_size, is_symmetric=True,
-                                                      accuracy_level=plan.accuracy_level, bits=bits)
+            algo = nbits.DefaultWeightOnlyQuantConfig(
+                block_size=plan.block_size, is_symmetric=True, accuracy_level=plan.accuracy_level, bits=bits
+            )
         others = sorted(n.name for n in model.graph.node if n.name not in nodes)
-        quantizer = planned_nbits()(model, bits=bits, block_size=plan.block_size, is_symmetric=True,
-                                     accuracy_level=plan.accuracy_level, nodes_to_exclude=others, algo_config=algo)
+        quantizer = planned_nbits()(
+            model,
+            bits=bits,
+            block_size=plan.block_size,
+            is_symmetric=True,
+            accuracy_level=plan.accuracy_level,
+            nodes_to_exclude=others,
+            algo_config=algo,
+        )
         quantizer.process()
         model = quantizer.model.model if hasattr(quantizer.model, "model") else quantizer.model
-        quantized = {n.name.rsplit("_Q", 1)[0] for n in model.graph.node
-                     if n.op_type == "MatMulNBits" and n.name.endswith(f"_Q{bits}")}
+        quantized = {
+            n.name.rsplit("_Q", 1)[0]
+            for n in model.graph.node
+            if n.op_type == "MatMulNBits" and n.name.endswith(f"_Q{bits}")
+        }
         if quantized != nodes:
-            raise BadInput(f"onnxruntime's weight-only quantizer did not follow the plan at {precision}: quantized "
-                           f"{sorted(quantized - nodes)[:3]} (kept float by the plan), missed {sorted(nodes - quantized)[:3]}",
-                           fix="use int4_algorithm = \"rtn\", or report this with the onnxruntime version")
+            raise BadInput(
+                f"onnxruntime's weight-only quantizer did not follow the plan at {precision}: quantized "
+                f"{sorted(quantized - nodes)[:3]} (kept float by the plan), missed {sorted(nodes - quantized)[:3]}",
+                fix='use int4_algorithm = "rtn", or report this with the onnxruntime version',
+            )
         done[precision] = len(nodes)
     return model, done, records
 

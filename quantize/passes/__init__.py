@@ -42,8 +42,10 @@ def get(name: str) -> type:
         from tapeout.quantize.passes.base import GraphPass
 
         if not (isinstance(found, type) and issubclass(found, GraphPass)):
-            raise BadInput(f"the graph pass plug-in '{name}' names {found!r}, not a GraphPass subclass",
-                           fix="point its entry point at the pass class")
+            raise BadInput(
+                f"the graph pass plug-in '{name}' names {found!r}, not a GraphPass subclass",
+                fix="point its entry point at the pass class",
+            )
         return found
     raise BadInput(f"unknown graph pass '{name}'", fix=f"use one of: {', '.join(names())}")
 

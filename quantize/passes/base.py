@@ -71,8 +71,10 @@ def run(passes: Sequence[GraphPass], model) -> list[dict]:
             continue
         broken = graph_pass.postcondition(model)
         if broken:  # the pass broke the model: never shown as a result
-            raise BadInput(f"graph pass '{graph_pass.name}' left the model wrong: {broken}",
-                           fix="report it to the pass's author; uninstall a plug-in pass to build without it")
+            raise BadInput(
+                f"graph pass '{graph_pass.name}' left the model wrong: {broken}",
+                fix="report it to the pass's author; uninstall a plug-in pass to build without it",
+            )
         records.append(_record(graph_pass, "applied", f"rewrote {rewrites} place(s)", rewrites))
     return records
 
@@ -99,5 +101,10 @@ def not_run(graph_pass: GraphPass, why: str) -> dict:
 
 
 def _record(graph_pass: GraphPass, outcome: str, reason: str, rewrites: int = 0) -> dict:
-    return {"name": graph_pass.name, "stage": graph_pass.stage, "outcome": outcome, "rewrites": rewrites,
-            "reason": reason}
+    return {
+        "name": graph_pass.name,
+        "stage": graph_pass.stage,
+        "outcome": outcome,
+        "rewrites": rewrites,
+        "reason": reason,
+    }

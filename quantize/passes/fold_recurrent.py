@@ -16,8 +16,19 @@ from tapeout.quantize.passes.base import GraphPass
 
 _RECURRENT = {"LSTM": (1, 2, 3), "GRU": (1, 2, 3), "RNN": (1, 2, 3)}
 # Ops a weight reaches a recurrent op through (layout and dtype only): nothing data dependent
-_LAYOUT_OPS = {"Slice", "Concat", "Split", "Unsqueeze", "Squeeze", "Reshape", "Transpose", "Cast", "Identity",
-               "Constant", "Gather"}
+_LAYOUT_OPS = {
+    "Slice",
+    "Concat",
+    "Split",
+    "Unsqueeze",
+    "Squeeze",
+    "Reshape",
+    "Transpose",
+    "Cast",
+    "Identity",
+    "Constant",
+    "Gather",
+}
 
 
 class FoldRecurrentWeights(GraphPass):
@@ -28,17 +39,24 @@ class FoldRecurrentWeights(GraphPass):
 
     def match(self, model) -> list:
         initializers = {i.name for i in model.graph.initializer}
-        return [(node, i) for node in model.graph.node if node.op_type in _RECURRENT
-                for i in _RECURRENT[node.op_type] if i < len(node.input) and node.input[i]
-                and node.input[i] not in initializers]
+        return [
+            (node, i)
+            for node in model.graph.node
+            if node.op_type in _RECURRENT
+            for i in _RECURRENT[node.op_type]
+            if i < len(node.input) and node.input[i] and node.input[i] not in initializers
+        ]
 
     def rewrite(self, model, matches: list) -> int:
         return fold_recurrent_weights(model)
 
     def postcondition(self, model) -> str | None:
         """Every input of every main-graph node is still provided (dropping unused nodes cut nothing in use)."""
-        provided = ({i.name for i in model.graph.initializer} | {o for n in model.graph.node for o in n.output}
-                    | {i.name for i in model.graph.input})
+        provided = (
+            {i.name for i in model.graph.initializer}
+            | {o for n in model.graph.node for o in n.output}
+            | {i.name for i in model.graph.input}
+        )
         dangling = [t for n in model.graph.node for t in n.input if t and t not in provided]
         return f"inputs no node or initializer provides: {', '.join(dangling[:3])}" if dangling else None
 
@@ -52,9 +70,13 @@ def fold_recurrent_weights(model) -> int:
     graph = model.graph
     producer = {out: node for node in graph.node for out in node.output}
     initializers = {i.name for i in graph.initializer}
-    targets = [(node, i) for node in graph.node if node.op_type in _RECURRENT
-               for i in _RECURRENT[node.op_type] if i < len(node.input) and node.input[i]
-               and node.input[i] not in initializers]
+    targets = [
+        (node, i)
+        for node in graph.node
+        if node.op_type in _RECURRENT
+        for i in _RECURRENT[node.op_type]
+        if i < len(node.input) and node.input[i] and node.input[i] not in initializers
+    ]
 
     def constant_subgraph(tensor: str, nodes: dict) -> bool:
         if tensor in initializers:
@@ -80,8 +102,13 @@ def fold_recurrent_weights(model) -> int:
             continue
         order = [n for n in graph.node if id(n) in nodes]  # the graph is topologically sorted
         needed = {t for n in order for t in n.input if t in initializers}
-        sub = helper.make_graph(order, "fold", [], [helper.make_value_info(tensor, helper.TypeProto())],
-                                [i for i in graph.initializer if i.name in needed])
+        sub = helper.make_graph(
+            order,
+            "fold",
+            [],
+            [helper.make_value_info(tensor, helper.TypeProto())],
+            [i for i in graph.initializer if i.name in needed],
+        )
         value = ReferenceEvaluator(helper.make_model(sub, opset_imports=model.opset_import)).run(None, {})[0]
         # a new name: the nodes that computed it stay until nothing reads them
         folded[tensor] = numpy_helper.from_array(value, f"{tensor}.folded")

@@ -109,7 +109,9 @@ def _core(g: GraphIndex, softmax) -> dict | None:
         return None
     query = _skip(g, scores.input[0], "Reshape")
     key_t = g.op(scores.input[1], "Transpose")
-    present_key = g.op(key_t.input[0], "Concat") if key_t is not None and attribute_ints(key_t, "perm") == [0, 1, 3, 2] else None
+    present_key = (
+        g.op(key_t.input[0], "Concat") if key_t is not None and attribute_ints(key_t, "perm") == [0, 1, 3, 2] else None
+    )
     after = g.only_reader(softmax.output[0], "Reshape", "MatMul")
     context = g.only_reader(after.output[0], "MatMul") if after is not None and after.op_type == "Reshape" else after
     if present_key is None or context is None:
@@ -119,19 +121,30 @@ def _core(g: GraphIndex, softmax) -> dict | None:
     ungroup = g.only_reader(out, "Reshape")
     out = ungroup.output[0] if ungroup is not None else out
     back = g.only_reader(out, "Transpose")
-    flat = g.only_reader(back.output[0], "Reshape") if back is not None and attribute_ints(back, "perm") == _HEADS_FIRST else None
+    flat = (
+        g.only_reader(back.output[0], "Reshape")
+        if back is not None and attribute_ints(back, "perm") == _HEADS_FIRST
+        else None
+    )
     if present_value is None or flat is None:
         return None
-    return {"scale": float(scale.ravel()[0]), "query": query, "present_key": present_key,
-            "present_value": present_value, "output": flat.output[0]}
+    return {
+        "scale": float(scale.ravel()[0]),
+        "query": query,
+        "present_key": present_key,
+        "present_value": present_value,
+        "output": flat.output[0],
+    }
 
 
 class GroupQueryAttention(GraphPass):
     name = "group-query-attention"
     stage = "target"
     works_on = "proto"
-    nothing_matched = ("no rotary attention over a KV cache in the exported form (Transpose(Reshape(projection)), "
-                       "rotate-half RoPE, Concat(past, new), Softmax(QKᵀ·scale + mask)V)")
+    nothing_matched = (
+        "no rotary attention over a KV cache in the exported form (Transpose(Reshape(projection)), "
+        "rotate-half RoPE, Concat(past, new), Softmax(QKᵀ·scale + mask)V)"
+    )
 
     def __init__(self, inputs: list, dims: dict[str, int]):
         # a target-stage pass is made from the project's inputs and dims; a generate workload's graph has
@@ -165,8 +178,10 @@ class GroupQueryAttention(GraphPass):
                 continue
             head_size = _features(g, shapes, m["q"]) // m["heads"][0]
             if head_size % 16:  # ORT's CPU kernel refuses the model at load otherwise
-                self.nothing_matched = (f"attention matched, but its head size {head_size} is not a multiple of 16, "
-                                        "which ONNX Runtime's GroupQueryAttention requires")
+                self.nothing_matched = (
+                    f"attention matched, but its head size {head_size} is not a multiple of 16, "
+                    "which ONNX Runtime's GroupQueryAttention requires"
+                )
                 continue
             found.append(m)
         return found
@@ -179,13 +194,16 @@ class GroupQueryAttention(GraphPass):
         freqs = matches[0]["freqs"]
         angles = np.arange(self.max_context, dtype=np.float32)[:, None] * freqs[None, :]
         tag = "group_query_attention"
-        graph.initializer.extend([
-            numpy_helper.from_array(np.cos(angles).astype(np.float32), f"{tag}/cos_cache"),
-            numpy_helper.from_array(np.sin(angles).astype(np.float32), f"{tag}/sin_cache"),
-            numpy_helper.from_array(np.array([0], np.int64), f"{tag}/axis0"),
-            numpy_helper.from_array(np.array([1], np.int64), f"{tag}/axis1"),
-            numpy_helper.from_array(np.array([2], np.int64), f"{tag}/axis2"),
-            numpy_helper.from_array(np.array([1], np.int32), f"{tag}/one")])
+        graph.initializer.extend(
+            [
+                numpy_helper.from_array(np.cos(angles).astype(np.float32), f"{tag}/cos_cache"),
+                numpy_helper.from_array(np.sin(angles).astype(np.float32), f"{tag}/sin_cache"),
+                numpy_helper.from_array(np.array([0], np.int64), f"{tag}/axis0"),
+                numpy_helper.from_array(np.array([1], np.int64), f"{tag}/axis1"),
+                numpy_helper.from_array(np.array([2], np.int64), f"{tag}/axis2"),
+                numpy_helper.from_array(np.array([1], np.int32), f"{tag}/one"),
+            ]
+        )
         # the kernel's lengths, from the inputs: total = past + new; seqlens_k = total - 1 for every row
         lengths = [
             helper.make_node("Shape", [ids], [f"{tag}/ids_shape"]),
@@ -197,18 +215,34 @@ class GroupQueryAttention(GraphPass):
             helper.make_node("Cast", [f"{tag}/total64"], [f"{tag}/total1"], to=6),
             helper.make_node("Sub", [f"{tag}/total1", f"{tag}/one"], [f"{tag}/last"]),
             helper.make_node("Expand", [f"{tag}/last", f"{tag}/batch"], [f"{tag}/seqlens_k"]),
-            helper.make_node("Squeeze", [f"{tag}/total1", f"{tag}/axis0"], [f"{tag}/total_sequence_length"])]
+            helper.make_node("Squeeze", [f"{tag}/total1", f"{tag}/axis0"], [f"{tag}/total_sequence_length"]),
+        ]
         for node in reversed(lengths):
             graph.node.insert(0, node)
         for i, m in enumerate(matches):
             heads, kv_heads = m["heads"]
             attention = helper.make_node(
                 "GroupQueryAttention",
-                [m["q"], m["k"], m["v"], m["past_key"], m["past_value"], f"{tag}/seqlens_k",
-                 f"{tag}/total_sequence_length", f"{tag}/cos_cache", f"{tag}/sin_cache"],
+                [
+                    m["q"],
+                    m["k"],
+                    m["v"],
+                    m["past_key"],
+                    m["past_value"],
+                    f"{tag}/seqlens_k",
+                    f"{tag}/total_sequence_length",
+                    f"{tag}/cos_cache",
+                    f"{tag}/sin_cache",
+                ],
                 [m["output"], m["present_key"].output[0], m["present_value"].output[0]],
-                name=f"{tag}/{i}", domain=MS_DOMAIN, num_heads=heads, kv_num_heads=kv_heads, scale=m["scale"],
-                do_rotary=1, rotary_interleaved=0)
+                name=f"{tag}/{i}",
+                domain=MS_DOMAIN,
+                num_heads=heads,
+                kv_num_heads=kv_heads,
+                scale=m["scale"],
+                do_rotary=1,
+                rotary_interleaved=0,
+            )
             for made in (m["present_key"], m["present_value"]):
                 graph.node.remove(made)
             flat = next(n for n in graph.node if m["output"] in n.output)

@@ -45,7 +45,9 @@ class GroupedAttention(GraphPass):
             if node.op_type != "MatMul":
                 continue
             right = producer.get(node.input[1])
-            transposed = right is not None and right.op_type == "Transpose" and attribute_ints(right, "perm") == _SWAP_LAST
+            transposed = (
+                right is not None and right.op_type == "Transpose" and attribute_ints(right, "perm") == _SWAP_LAST
+            )
             reshape = producer.get(right.input[0]) if transposed else right
             expand = producer.get(reshape.input[0]) if reshape is not None and reshape.op_type == "Reshape" else None
             unsqueeze = producer.get(expand.input[0]) if expand is not None and expand.op_type == "Expand" else None
@@ -58,8 +60,16 @@ class GroupedAttention(GraphPass):
             kv_heads, head_dim, heads = kv_shape[1], kv_shape[3], left_shape[1]
             if not (kv_heads and head_dim and heads) or heads % kv_heads or heads == kv_heads:
                 continue
-            found.append({"matmul": node, "kv": kv, "transposed": transposed, "kv_heads": kv_heads,
-                          "heads": heads, "head_dim": head_dim})
+            found.append(
+                {
+                    "matmul": node,
+                    "kv": kv,
+                    "transposed": transposed,
+                    "kv_heads": kv_heads,
+                    "heads": heads,
+                    "head_dim": head_dim,
+                }
+            )
         return found
 
     def rewrite(self, model, matches: list[dict]) -> int:
@@ -71,20 +81,29 @@ class GroupedAttention(GraphPass):
             kv_heads, heads, head_dim = m["kv_heads"], m["heads"], m["head_dim"]
             # scores: the queries [B, H, S, D] as [B, KVH, n_rep·S, D], back as [B, H, S, T];
             # context: the probabilities [B, H, S, T] as [B, KVH, n_rep·S, T], back as [B, H, S, D]
-            into, back = (([0, kv_heads, -1, head_dim], [0, heads, -1, 0]) if m["transposed"]
-                          else ([0, kv_heads, -1, 0], [0, heads, -1, head_dim]))
-            shapes = [numpy_helper.from_array(np.array(s, np.int64), f"{tag}/grouped_shape_{i}")
-                      for i, s in enumerate((into, back))]
+            into, back = (
+                ([0, kv_heads, -1, head_dim], [0, heads, -1, 0])
+                if m["transposed"]
+                else ([0, kv_heads, -1, 0], [0, heads, -1, head_dim])
+            )
+            shapes = [
+                numpy_helper.from_array(np.array(s, np.int64), f"{tag}/grouped_shape_{i}")
+                for i, s in enumerate((into, back))
+            ]
             graph.initializer.extend(shapes)
             grouped, right = f"{tag}/grouped_left", m["kv"]
             new = [helper.make_node("Reshape", [node.input[0], shapes[0].name], [grouped], name=f"{tag}/group")]
             if m["transposed"]:
                 right = f"{tag}/kv_transposed"
-                new.append(helper.make_node("Transpose", [m["kv"]], [right], name=f"{tag}/transpose_kv",
-                                            perm=_SWAP_LAST))
-            new += [helper.make_node("MatMul", [grouped, right], [f"{tag}/grouped_out"], name=f"{tag}/grouped"),
-                    helper.make_node("Reshape", [f"{tag}/grouped_out", shapes[1].name], [node.output[0]],
-                                     name=f"{tag}/ungroup")]
+                new.append(
+                    helper.make_node("Transpose", [m["kv"]], [right], name=f"{tag}/transpose_kv", perm=_SWAP_LAST)
+                )
+            new += [
+                helper.make_node("MatMul", [grouped, right], [f"{tag}/grouped_out"], name=f"{tag}/grouped"),
+                helper.make_node(
+                    "Reshape", [f"{tag}/grouped_out", shapes[1].name], [node.output[0]], name=f"{tag}/ungroup"
+                ),
+            ]
             at = list(graph.node).index(node)
             graph.node.remove(node)
             for offset, made in enumerate(new):

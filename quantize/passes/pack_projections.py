@@ -44,6 +44,7 @@ _FLOAT = 1  # TensorProto.FLOAT
 @dataclass
 class _Projection:
     """One projection: what it reads, what it writes, the nodes that are it, and what siblings must share."""
+
     kind: str
     source: str  # the activation (for the dynamic chain, its quantized form: siblings share the quantizer)
     output: str
@@ -72,8 +73,14 @@ def _nbits(g: GraphIndex, node) -> _Projection | None:
     if any(a is None for a in arrays.values()):
         return None
     shape_of = tuple((role, arrays[role].ndim, str(arrays[role].dtype)) for role in sorted(arrays))
-    key = ("nbits", _attr(node, "K"), _attr(node, "bits", 4), _attr(node, "block_size"),
-           _attr(node, "accuracy_level", 0), shape_of)
+    key = (
+        "nbits",
+        _attr(node, "K"),
+        _attr(node, "bits", 4),
+        _attr(node, "block_size"),
+        _attr(node, "accuracy_level", 0),
+        shape_of,
+    )
     return _Projection("nbits", node.input[0], node.output[0], [node], key, int(_attr(node, "N")), arrays)
 
 
@@ -89,19 +96,31 @@ def _dynamic(g: GraphIndex, node) -> _Projection | None:
         return None
     rescale = g.only_reader(cast.output[0], "Mul")
     scales = g.op(next((i for i in rescale.input if i != cast.output[0]), ""), "Mul") if rescale is not None else None
-    if scales is None or g.only_reader(scales.output[0], "Mul") is not rescale or quantizer.output[1] not in scales.input:
+    if (
+        scales is None
+        or g.only_reader(scales.output[0], "Mul") is not rescale
+        or quantizer.output[1] not in scales.input
+    ):
         return None
     w_scale = g.const(next((i for i in scales.input if i != quantizer.output[1]), ""))
     if w_scale is None:
         return None
     width = weight.shape[1]
-    column = {"w_zp": np.broadcast_to(zero.reshape(-1), (width,)) if zero.size == 1 else zero.reshape(-1),
-              "w_scale": np.broadcast_to(w_scale.reshape(-1), (width,)) if w_scale.size == 1 else w_scale.reshape(-1)}
+    column = {
+        "w_zp": np.broadcast_to(zero.reshape(-1), (width,)) if zero.size == 1 else zero.reshape(-1),
+        "w_scale": np.broadcast_to(w_scale.reshape(-1), (width,)) if w_scale.size == 1 else w_scale.reshape(-1),
+    }
     if column["w_zp"].shape != (width,) or column["w_scale"].shape != (width,):
         return None
-    return _Projection("dynamic", node.input[0], rescale.output[0], [node, cast, scales, rescale],
-                       ("dynamic", str(weight.dtype), weight.shape[0], str(w_scale.dtype)), width,
-                       {"W": weight, **column, "quantizer": quantizer})
+    return _Projection(
+        "dynamic",
+        node.input[0],
+        rescale.output[0],
+        [node, cast, scales, rescale],
+        ("dynamic", str(weight.dtype), weight.shape[0], str(w_scale.dtype)),
+        width,
+        {"W": weight, **column, "quantizer": quantizer},
+    )
 
 
 _READERS = {"MatMulNBits": _nbits, "MatMulInteger": _dynamic}
@@ -145,8 +164,10 @@ class PackProjections(GraphPass):
     name = "pack-projections"
     stage = "target"
     works_on = "proto"
-    nothing_matched = ("no two quantized projections (MatMulNBits, dynamic INT8) of one activation with the same form "
-                       "(FP32 MatMuls are left as exported)")
+    nothing_matched = (
+        "no two quantized projections (MatMulNBits, dynamic INT8) of one activation with the same form "
+        "(FP32 MatMuls are left as exported)"
+    )
 
     def __init__(self, inputs: list, dims: dict[str, int]):
         # decided from the project, like group-query-attention: only a generate workload's cache graph, whose
@@ -201,13 +222,20 @@ def _packed(members: list[_Projection], output: str, tag: str) -> tuple[list, li
     node = first.nodes[0]
 
     def joined(role: str, axis: int, name: str):
-        return numpy_helper.from_array(np.ascontiguousarray(np.concatenate([m.weights[role] for m in members], axis)),
-                                       f"{tag}/{name}")
+        return numpy_helper.from_array(
+            np.ascontiguousarray(np.concatenate([m.weights[role] for m in members], axis)), f"{tag}/{name}"
+        )
 
     if first.kind == "nbits":
         inits = {role: joined(role, 0, role) for role in first.weights}
-        inputs = [first.source, inits["B"].name, inits["scales"].name, inits["zero_points"].name if "zero_points" in inits
-                  else "", "", inits["bias"].name if "bias" in inits else ""]
+        inputs = [
+            first.source,
+            inits["B"].name,
+            inits["scales"].name,
+            inits["zero_points"].name if "zero_points" in inits else "",
+            "",
+            inits["bias"].name if "bias" in inits else "",
+        ]
         while inputs[-1] == "":
             inputs.pop()
         attrs = {a.name: helper.get_attribute_value(a) for a in node.attribute}
@@ -216,8 +244,12 @@ def _packed(members: list[_Projection], output: str, tag: str) -> tuple[list, li
         return list(inits.values()), [made]
     quantizer = first.weights["quantizer"]
     weight, zero, scale = joined("W", 1, "weight"), joined("w_zp", 0, "w_zero_point"), joined("w_scale", 0, "w_scale")
-    integer = helper.make_node("MatMulInteger", [first.source, weight.name, quantizer.output[2], zero.name],
-                               [f"{tag}/integer"], name=f"{tag}/MatMulInteger")
+    integer = helper.make_node(
+        "MatMulInteger",
+        [first.source, weight.name, quantizer.output[2], zero.name],
+        [f"{tag}/integer"],
+        name=f"{tag}/MatMulInteger",
+    )
     cast = helper.make_node("Cast", [f"{tag}/integer"], [f"{tag}/float"], name=f"{tag}/Cast", to=_FLOAT)
     scales = helper.make_node("Mul", [quantizer.output[1], scale.name], [f"{tag}/scales"], name=f"{tag}/scales")
     rescale = helper.make_node("Mul", [f"{tag}/float", f"{tag}/scales"], [output], name=f"{tag}/rescale")

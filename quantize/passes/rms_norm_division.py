@@ -49,7 +49,9 @@ class RmsNormDivision(GraphPass):
             rsqrt = m["reciprocal"].output[0]
             for mul in m["muls"]:
                 x = mul.input[1] if mul.input[0] == rsqrt else mul.input[0]
-                div = helper.make_node("Div", [x, m["sqrt"].output[0]], list(mul.output), name=f"{mul.name}/as_division")
+                div = helper.make_node(
+                    "Div", [x, m["sqrt"].output[0]], list(mul.output), name=f"{mul.name}/as_division"
+                )
                 at = list(graph.node).index(mul)
                 graph.node.remove(mul)
                 graph.node.insert(at, div)

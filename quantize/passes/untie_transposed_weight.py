@@ -35,9 +35,14 @@ def tied_nodes(model_path, nodes: set[str]) -> list[str]:
 
     graph = onnx.load(str(model_path), load_external_data=False).graph
     initializers = {i.name for i in graph.initializer}
-    transposed = {n.output[0] for n in graph.node if n.op_type == "Transpose" and n.input and n.input[0] in initializers}
-    return [n.name for n in graph.node
-            if n.op_type == "MatMul" and n.name in nodes and len(n.input) == 2 and n.input[1] in transposed]
+    transposed = {
+        n.output[0] for n in graph.node if n.op_type == "Transpose" and n.input and n.input[0] in initializers
+    }
+    return [
+        n.name
+        for n in graph.node
+        if n.op_type == "MatMul" and n.name in nodes and len(n.input) == 2 and n.input[1] in transposed
+    ]
 
 
 class UntieTransposedWeight(GraphPass):
@@ -50,17 +55,25 @@ class UntieTransposedWeight(GraphPass):
         self.untied: set[str] = set()
 
     def match(self, model: ir.Model) -> list[ir.Node]:
-        return [node for node in model.graph.all_nodes()
-                if node.op_type == "MatMul" and node.name in self.nodes and len(node.inputs) == 2
-                and _transposed_constant(node.inputs[1]) is not None]
+        return [
+            node
+            for node in model.graph.all_nodes()
+            if node.op_type == "MatMul"
+            and node.name in self.nodes
+            and len(node.inputs) == 2
+            and _transposed_constant(node.inputs[1]) is not None
+        ]
 
     def rewrite(self, model: ir.Model, matches: list[ir.Node]) -> int:
         for node in matches:
             transpose = node.inputs[1].producer()
             weight = _transposed_constant(node.inputs[1])
-            own = ir.Value(name=f"{node.name}.weight", shape=ir.Shape(weight.shape),
-                           type=ir.TensorType(ir.DataType.from_numpy(weight.dtype)),
-                           const_value=ir.tensor(weight, name=f"{node.name}.weight"))
+            own = ir.Value(
+                name=f"{node.name}.weight",
+                shape=ir.Shape(weight.shape),
+                type=ir.TensorType(ir.DataType.from_numpy(weight.dtype)),
+                const_value=ir.tensor(weight, name=f"{node.name}.weight"),
+            )
             node.graph.register_initializer(own)
             node.replace_input_with(1, own)
             if not transpose.outputs[0].uses():  # the head was its only reader: no dead Transpose left behind
@@ -70,6 +83,10 @@ class UntieTransposedWeight(GraphPass):
 
     def postcondition(self, model: ir.Model) -> str | None:
         """Every untied MatMul reads an initializer of its own."""
-        wrong = [n.name for n in model.graph.all_nodes() if n.name in self.untied
-                 and not (n.inputs[1] is not None and n.inputs[1].is_initializer() and len(n.inputs[1].uses()) == 1)]
+        wrong = [
+            n.name
+            for n in model.graph.all_nodes()
+            if n.name in self.untied
+            and not (n.inputs[1] is not None and n.inputs[1].is_initializer() and len(n.inputs[1].uses()) == 1)
+        ]
         return f"still not reading a weight of its own: {', '.join(wrong[:3])}" if wrong else None

@@ -1,6 +1,6 @@
 """Train DigitsCNN on scikit-learn's digits; write weights.npz and the data files. Deterministic (seed 0).
 
-    python samples/digits-cnn/train.py
+python samples/digits-cnn/train.py
 """
 
 from pathlib import Path
@@ -29,7 +29,7 @@ def main() -> None:
         model.train()
         order = torch.randperm(len(xt))
         for start in range(0, len(xt), 64):
-            idx = order[start:start + 64]
+            idx = order[start : start + 64]
             optimizer.zero_grad()
             loss = nn.functional.cross_entropy(model(xt[idx]), yt[idx])
             loss.backward()

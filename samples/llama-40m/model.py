@@ -22,11 +22,11 @@ CONFIG = {
     "intermediate_size": 1536,
     "num_hidden_layers": 8,
     "num_attention_heads": 8,
-    "num_key_value_heads": 4,       # grouped-query attention: 2 query heads per key/value head
+    "num_key_value_heads": 4,  # grouped-query attention: 2 query heads per key/value head
     "max_position_embeddings": 1024,
     "rms_norm_eps": 1e-5,
     "rope_theta": 10000.0,
-    "tie_word_embeddings": True,    # the embedding doubles as the LM head, as in small Llamas (SmolLM, Llama 3.2 1B)
+    "tie_word_embeddings": True,  # the embedding doubles as the LM head, as in small Llamas (SmolLM, Llama 3.2 1B)
     "torch_dtype": "float32",
     "bos_token_id": 1,
     "eos_token_id": 2,

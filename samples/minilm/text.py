@@ -27,11 +27,13 @@ def tokenizer():
 def encode(texts: list[str]) -> list[dict[str, np.ndarray]]:
     feeds = []
     for enc in tokenizer().encode_batch(texts):
-        feeds.append({
-            "input_ids": np.asarray([enc.ids], dtype=np.int64),
-            "attention_mask": np.asarray([enc.attention_mask], dtype=np.int64),
-            "token_type_ids": np.asarray([enc.type_ids], dtype=np.int64),
-        })
+        feeds.append(
+            {
+                "input_ids": np.asarray([enc.ids], dtype=np.int64),
+                "attention_mask": np.asarray([enc.attention_mask], dtype=np.int64),
+                "token_type_ids": np.asarray([enc.type_ids], dtype=np.int64),
+            }
+        )
     return feeds
 
 

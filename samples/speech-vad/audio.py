@@ -11,25 +11,25 @@ from __future__ import annotations
 import numpy as np
 
 RATE = 16_000
-CHUNK = 512                        # 32 ms at 16 kHz: one call of the model
-HANGOVER = 8                       # chunks (256 ms) still labelled speech after speech stops, as deployed VADs
-                                   # pad: a detector must remember what it heard, so its state matters
+CHUNK = 512  # 32 ms at 16 kHz: one call of the model
+HANGOVER = 8  # chunks (256 ms) still labelled speech after speech stops, as deployed VADs
+# pad: a detector must remember what it heard, so its state matters
 SECONDS_PER_SEGMENT = (0.4, 1.6)
 
 
 def _background(rng: np.random.Generator, n: int) -> np.ndarray:
     kind = rng.integers(0, 5)
     white = rng.standard_normal(n)
-    if kind == 1:      # pink-ish: integrated white noise, high-passed
+    if kind == 1:  # pink-ish: integrated white noise, high-passed
         noise = np.cumsum(white)
         noise -= np.convolve(noise, np.ones(64) / 64, mode="same")
-    elif kind == 2:    # brown
+    elif kind == 2:  # brown
         noise = np.cumsum(white)
         noise -= noise.mean()
-    elif kind == 3:    # mains hum and its harmonics
+    elif kind == 3:  # mains hum and its harmonics
         t = np.arange(n) / RATE
         noise = sum(np.sin(2 * np.pi * 50 * k * t + rng.uniform(0, 6.3)) / k for k in range(1, 6)) + 0.1 * white
-    elif kind == 4:    # a steady tone
+    elif kind == 4:  # a steady tone
         t = np.arange(n) / RATE
         noise = np.sin(2 * np.pi * rng.uniform(400, 3000) * t) + 0.05 * white
     else:
@@ -41,12 +41,14 @@ def _voiced(rng: np.random.Generator, n: int) -> np.ndarray:
     t = np.arange(n) / RATE
     f0 = rng.uniform(90, 260) * (1 + 0.1 * np.sin(2 * np.pi * rng.uniform(0.5, 2) * t))
     phase = 2 * np.pi * np.cumsum(f0) / RATE
-    formants = [rng.uniform(300, 900) * (1 + 0.2 * np.sin(2 * np.pi * rng.uniform(1, 4) * t)),
-                rng.uniform(900, 2500) * (1 + 0.15 * np.sin(2 * np.pi * rng.uniform(1, 4) * t))]
+    formants = [
+        rng.uniform(300, 900) * (1 + 0.2 * np.sin(2 * np.pi * rng.uniform(1, 4) * t)),
+        rng.uniform(900, 2500) * (1 + 0.15 * np.sin(2 * np.pi * rng.uniform(1, 4) * t)),
+    ]
     wave = np.zeros(n)
     for k in range(1, 30):
         freq = k * f0
-        gain = sum(np.exp(-((freq - f) / 120.0) ** 2) for f in formants) + 0.02
+        gain = sum(np.exp(-(((freq - f) / 120.0) ** 2)) for f in formants) + 0.02
         wave += np.where(freq < RATE / 2, gain * np.sin(k * phase), 0.0)
     envelope = 0.55 + 0.45 * np.sin(2 * np.pi * rng.uniform(3, 6) * t + rng.uniform(0, 6.3))
     return wave * envelope / (np.abs(wave).max() + 1e-9)

@@ -15,7 +15,7 @@ def feeds():
         signal, _ = audio.synthesize(seed, CHUNKS)
         context, h = torch.zeros(1, CONTEXT), torch.zeros(1, 1, HIDDEN)
         for t in range(CHUNKS):
-            chunk = torch.from_numpy(signal[None, t * audio.CHUNK:(t + 1) * audio.CHUNK])
+            chunk = torch.from_numpy(signal[None, t * audio.CHUNK : (t + 1) * audio.CHUNK])
             yield {"audio": chunk.numpy(), "context": context.numpy(), "h": h.numpy()}
             with torch.inference_mode():
                 _, context, h = model(chunk, context, h)

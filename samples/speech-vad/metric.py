@@ -12,7 +12,7 @@ def chunk_accuracy(predict) -> float:
         signal, labels = audio.synthesize(seed, audio.HELDOUT_CHUNKS)
         context, h = np.zeros((1, CONTEXT), np.float32), np.zeros((1, 1, HIDDEN), np.float32)
         for t, label in enumerate(labels):
-            out = predict({"audio": signal[None, t * audio.CHUNK:(t + 1) * audio.CHUNK], "context": context, "h": h})
+            out = predict({"audio": signal[None, t * audio.CHUNK : (t + 1) * audio.CHUNK], "context": context, "h": h})
             context, h = out["context_out"], out["h_out"]
             correct += int((out["probability"].item() > 0.5) == bool(label))
             total += 1

@@ -12,12 +12,12 @@ import torch
 from torch import nn
 
 WEIGHTS = Path(__file__).with_name("weights.npz")
-VOCAB = 256      # bytes
+VOCAB = 256  # bytes
 CONTEXT = 128
 WIDTH = 192
 HEADS = 6
 LAYERS = 4
-HIDDEN = 512     # SwiGLU width
+HIDDEN = 512  # SwiGLU width
 
 
 class RMSNorm(nn.Module):
@@ -46,7 +46,9 @@ class Block(nn.Module):
     def forward(self, x: torch.Tensor, past_k: torch.Tensor, past_v: torch.Tensor, keep: torch.Tensor | None = None):
         b, t, _ = x.shape
         h = self.attn_norm(x)
-        q, k, v = (p(h).view(b, t, HEADS, WIDTH // HEADS).transpose(1, 2) for p in (self.q_proj, self.k_proj, self.v_proj))
+        q, k, v = (
+            p(h).view(b, t, HEADS, WIDTH // HEADS).transpose(1, 2) for p in (self.q_proj, self.k_proj, self.v_proj)
+        )
         k, v = torch.cat([past_k, k], dim=2), torch.cat([past_v, v], dim=2)
         start = past_k.shape[2]
         # query i sits at position start + i and sees keys 0 .. start + i
@@ -64,16 +66,26 @@ class TinyLM(nn.Module):
     def __init__(self) -> None:
         super().__init__()
         # the cache layout tapeout's generate workload exports (docs/workloads.md)
-        self.generation = {"layers": LAYERS, "kv_heads": HEADS, "head_dim": WIDTH // HEADS, "vocab": VOCAB,
-                           "max_context": CONTEXT}
+        self.generation = {
+            "layers": LAYERS,
+            "kv_heads": HEADS,
+            "head_dim": WIDTH // HEADS,
+            "vocab": VOCAB,
+            "max_context": CONTEXT,
+        }
         self.embed = nn.Embedding(VOCAB, WIDTH)
         self.positions = nn.Embedding(CONTEXT, WIDTH)
         self.blocks = nn.ModuleList(Block() for _ in range(LAYERS))
         self.norm = RMSNorm(WIDTH)
         self.lm_head = nn.Linear(WIDTH, VOCAB, bias=False)
 
-    def forward(self, input_ids: torch.Tensor, *past: torch.Tensor, attention_mask: torch.Tensor | None = None,
-                position_ids: torch.Tensor | None = None):
+    def forward(
+        self,
+        input_ids: torch.Tensor,
+        *past: torch.Tensor,
+        attention_mask: torch.Tensor | None = None,
+        position_ids: torch.Tensor | None = None,
+    ):
         """The generation signature (docs/workloads.md); the mask and the positions are given only by a runtime that
         pads prompts to static shapes (OpenVINO's NPU pipeline), else positions follow the cache's length."""
         b, t = input_ids.shape

@@ -40,12 +40,13 @@ def main() -> None:
     model = TinyLM()
     optimizer = torch.optim.AdamW(model.parameters(), lr=3e-3, weight_decay=0.05, betas=(0.9, 0.95))
     schedule = torch.optim.lr_scheduler.LambdaLR(
-        optimizer, lambda s: min(1.0, (s + 1) / 100) * 0.5 * (1 + math.cos(math.pi * s / STEPS)))
+        optimizer, lambda s: min(1.0, (s + 1) / 100) * 0.5 * (1 + math.cos(math.pi * s / STEPS))
+    )
     rng = np.random.default_rng(0)
     start = time.time()
     for step in range(STEPS):
         idx = torch.from_numpy(rng.integers(0, len(data) - CONTEXT - 1, BATCH))
-        batch = torch.stack([data[i:i + CONTEXT + 1] for i in idx])
+        batch = torch.stack([data[i : i + CONTEXT + 1] for i in idx])
         logits = model(batch[:, :-1])
         loss = torch.nn.functional.cross_entropy(logits.reshape(-1, logits.shape[-1]), batch[:, 1:].reshape(-1))
         optimizer.zero_grad()
@@ -54,7 +55,10 @@ def main() -> None:
         optimizer.step()
         schedule.step()
         if step % 100 == 99:
-            print(f"step {step + 1}: loss {loss.item():.3f} (ppl {math.exp(loss.item()):.2f}), {time.time() - start:.0f} s", flush=True)
+            print(
+                f"step {step + 1}: loss {loss.item():.3f} (ppl {math.exp(loss.item()):.2f}), {time.time() - start:.0f} s",
+                flush=True,
+            )
     model.eval()
     np.savez(WEIGHTS, **{k: v.detach().numpy().astype(np.float16) for k, v in model.state_dict().items()})
     print(f"wrote {WEIGHTS.name} ({WEIGHTS.stat().st_size / 1e6:.1f} MB)")

@@ -7,22 +7,24 @@ from __future__ import annotations
 import triton
 import triton.language as tl
 
-from tapeout.targets.kernels.base import (
-    Case,
-    Config,
-    Kernel,
-    Match,
-    concrete,
-    itemsize,
-    same_shape,
-    torch_dtype,
-)
+from tapeout.targets.kernels.base import Case, Config, Kernel, Match, concrete, itemsize, same_shape, torch_dtype
 
 MAX_WIDTH = 16384
 
 
-def _add_norm(x_ptr, res_ptr, w_ptr, b_ptr, out_ptr, sum_ptr, width, eps,
-              RMS: tl.constexpr, HAS_BIAS: tl.constexpr, BLOCK: tl.constexpr):
+def _add_norm(
+    x_ptr,
+    res_ptr,
+    w_ptr,
+    b_ptr,
+    out_ptr,
+    sum_ptr,
+    width,
+    eps,
+    RMS: tl.constexpr,
+    HAS_BIAS: tl.constexpr,
+    BLOCK: tl.constexpr,
+):
     row = tl.program_id(0).to(tl.int64)
     cols = tl.arange(0, BLOCK)
     inside = cols < width
@@ -43,13 +45,15 @@ class _AddNorm(Kernel):
     rms: bool
 
     def cases(self) -> list[Case]:
-        return [Case.of("MiniLM batch 1 (seq 128)", rows=128, width=384),
-                Case.of("MiniLM batch 32 (seq 128)", rows=4096, width=384),
-                Case.of("Whisper-tiny encoder (1500 frames)", rows=1500, width=384),
-                Case.of("Llama-style decode step", rows=1, width=2048),
-                Case.of("llama-40m prefill (seq 256)", rows=256, width=512),
-                Case.of("edge: width not a power of two", rows=3, width=200),
-                Case.of("edge: one element", rows=2, width=1)]
+        return [
+            Case.of("MiniLM batch 1 (seq 128)", rows=128, width=384),
+            Case.of("MiniLM batch 32 (seq 128)", rows=4096, width=384),
+            Case.of("Whisper-tiny encoder (1500 frames)", rows=1500, width=384),
+            Case.of("Llama-style decode step", rows=1, width=2048),
+            Case.of("llama-40m prefill (seq 256)", rows=256, width=512),
+            Case.of("edge: width not a power of two", rows=3, width=200),
+            Case.of("edge: one element", rows=2, width=1),
+        ]
 
     def configs(self, case: Case) -> list[Config]:
         return [Config.of(num_warps=w) for w in (4, 1, 2, 8, 16) if w * 32 <= max(32, _block(case["width"]))]
@@ -58,10 +62,12 @@ class _AddNorm(Kernel):
         import torch
 
         shape, t = (case["rows"], case["width"]), torch_dtype(dtype)
-        draw = {"x": torch.randn(shape, generator=generator).to(device, t),
-                "residual": torch.randn(shape, generator=generator).to(device, t),
-                "weight": (1 + 0.1 * torch.randn(case["width"], generator=generator)).to(device, t),
-                "eps": 1e-5}
+        draw = {
+            "x": torch.randn(shape, generator=generator).to(device, t),
+            "residual": torch.randn(shape, generator=generator).to(device, t),
+            "weight": (1 + 0.1 * torch.randn(case["width"], generator=generator)).to(device, t),
+            "eps": 1e-5,
+        }
         if not self.rms:
             draw["bias"] = (0.1 * torch.randn(case["width"], generator=generator)).to(device, t)
         return draw
@@ -86,8 +92,19 @@ class _AddNorm(Kernel):
             raise ValueError(f"{self.name}: a row of {width} does not fit one block (at most {MAX_WIDTH})")
         bias = inputs.get("bias", x)
         self.launcher(x)[(x.numel() // width,)](
-            x, inputs["residual"], inputs["weight"], bias, outputs["out"], outputs["sum"], width, inputs["eps"],
-            RMS=self.rms, HAS_BIAS="bias" in inputs, BLOCK=_block(width), **config.launch())
+            x,
+            inputs["residual"],
+            inputs["weight"],
+            bias,
+            outputs["out"],
+            outputs["sum"],
+            width,
+            inputs["eps"],
+            RMS=self.rms,
+            HAS_BIAS="bias" in inputs,
+            BLOCK=_block(width),
+            **config.launch(),
+        )
 
     def traffic(self, case, dtype):
         elems, size = case["rows"] * case["width"], itemsize(dtype)
@@ -115,8 +132,14 @@ class _AddNorm(Kernel):
         args = list(node.args) + [None] * 5
         added, shape, weight = args[0], args[1], args[2]
         bias, eps = (None, args[3]) if self.rms else (args[3], args[4])
-        if not (hasattr(added, "target") and added.target == aten.add.Tensor and len(added.args) == 2
-                and len(added.kwargs) == 0 and weight is not None and len(shape) == 1):
+        if not (
+            hasattr(added, "target")
+            and added.target == aten.add.Tensor
+            and len(added.args) == 2
+            and len(added.kwargs) == 0
+            and weight is not None
+            and len(shape) == 1
+        ):
             return None
         a, b = added.args
         vals = [getattr(v, "meta", {}).get("val") for v in (a, b, added)]
@@ -126,8 +149,13 @@ class _AddNorm(Kernel):
             eps = 1e-5 if not self.rms else _default_rms_eps(vals[2].dtype)
         width = concrete(vals[2].shape[-1])
         rows = concrete(vals[2].numel()) // width if width else 0
-        return Match(self.name, [added, node], (a, b, weight, bias, float(eps)),
-                     Case.of(rows=rows, width=width), str(vals[2].dtype).removeprefix("torch."))
+        return Match(
+            self.name,
+            [added, node],
+            (a, b, weight, bias, float(eps)),
+            Case.of(rows=rows, width=width),
+            str(vals[2].dtype).removeprefix("torch."),
+        )
 
     def _match_decomposed(self, node, aten):
         found = _decomposed_rms(node, aten)
@@ -138,13 +166,20 @@ class _AddNorm(Kernel):
             return None
         a, b = h.args
         vals = [getattr(v, "meta", {}).get("val") for v in (a, b, h, node)]
-        if any(v is None for v in vals) or not same_shape(*(v.shape for v in vals)) \
-                or not (vals[0].dtype == vals[1].dtype == vals[3].dtype):
+        if (
+            any(v is None for v in vals)
+            or not same_shape(*(v.shape for v in vals))
+            or not (vals[0].dtype == vals[1].dtype == vals[3].dtype)
+        ):
             return None  # a broadcast add is not a residual; a norm that changes dtype is not this kernel's
         width = concrete(vals[2].shape[-1])
-        return Match(self.name, [h, *chain], (a, b, weight, None, float(eps)),
-                     Case.of(rows=concrete(vals[2].numel()) // max(width, 1), width=width),
-                     str(vals[2].dtype).removeprefix("torch."))
+        return Match(
+            self.name,
+            [h, *chain],
+            (a, b, weight, None, float(eps)),
+            Case.of(rows=concrete(vals[2].numel()) // max(width, 1), width=width),
+            str(vals[2].dtype).removeprefix("torch."),
+        )
 
     def rewrite(self, graph, match, op):
         import operator
@@ -164,6 +199,7 @@ class _AddNorm(Kernel):
 def _decomposed_rms(node, aten):
     """weight · to(x·rsqrt(mean(x², −1, keepdim) + eps)) with x = to(h, float32), as Llama/Qwen/Gemma's RMSNorm
     module writes it: (h, weight, eps, the chain's nodes) or None."""
+
     def target(n):
         return getattr(n, "target", None)
 
@@ -182,8 +218,12 @@ def _decomposed_rms(node, aten):
     if target(root) != aten.rsqrt.default or target(root.args[0]) != aten.add.Tensor:
         return None
     mean, eps = root.args[0].args
-    if target(mean) != aten.mean.dim or not isinstance(eps, float) or list(mean.args[1]) not in ([-1],) or not (
-            len(mean.args) > 2 and mean.args[2]):
+    if (
+        target(mean) != aten.mean.dim
+        or not isinstance(eps, float)
+        or list(mean.args[1]) not in ([-1],)
+        or not (len(mean.args) > 2 and mean.args[2])
+    ):
         return None
     square = mean.args[0]
     if target(square) != aten.pow.Tensor_Scalar or square.args[0] is not x or square.args[1] != 2:

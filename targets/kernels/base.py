@@ -59,7 +59,9 @@ class Config:
 
     @property
     def key(self) -> str:
-        return ",".join([*(f"{k}={v}" for k, v in self.constants), f"warps={self.num_warps}", f"stages={self.num_stages}"])
+        return ",".join(
+            [*(f"{k}={v}" for k, v in self.constants), f"warps={self.num_warps}", f"stages={self.num_stages}"]
+        )
 
     def launch(self) -> dict[str, int]:
         """The keyword arguments a Triton launch takes for this config."""
@@ -72,7 +74,7 @@ class Match:
     result is the kernel's output), the arguments it would be called with, and the case and dtype it runs at."""
 
     kernel: str
-    nodes: list                    # torch.fx nodes, in graph order
+    nodes: list  # torch.fx nodes, in graph order
     args: tuple
     case: Case
     dtype: str
@@ -85,12 +87,12 @@ class Match:
 class Kernel(ABC):
     name: ClassVar[str]
     summary: ClassVar[str]
-    replaces: ClassVar[str]                       # the chain of ops, in words, for the report
+    replaces: ClassVar[str]  # the chain of ops, in words, for the report
     dtypes: ClassVar[tuple[str, ...]] = ("float32", "float16", "bfloat16")
-    op_schema: ClassVar[str]                      # the torch.library op it is registered as ("tapeout::name")
-    op_signature: ClassVar[str] = ""              # its schema, "(Tensor x, …) -> Tensor"; empty: not substituted
-    source: ClassVar[Callable]                    # the undecorated Triton kernel function
-    shrinkable: ClassVar[tuple[str, ...]] = ()     # dims the interpreter may cut to keep a case quick
+    op_schema: ClassVar[str]  # the torch.library op it is registered as ("tapeout::name")
+    op_signature: ClassVar[str] = ""  # its schema, "(Tensor x, …) -> Tensor"; empty: not substituted
+    source: ClassVar[Callable]  # the undecorated Triton kernel function
+    shrinkable: ClassVar[tuple[str, ...]] = ()  # dims the interpreter may cut to keep a case quick
     interpreter_limits: ClassVar[dict[str, str]] = {}  # dtype -> why Triton's interpreter cannot verify it
 
     @functools.cached_property
@@ -143,8 +145,7 @@ class Kernel(ABC):
         """What the outputs must hold: the eager chain on the same inputs cast to float32."""
         import torch
 
-        wide = {k: v.float() if isinstance(v, torch.Tensor) and v.is_floating_point() else v
-                for k, v in inputs.items()}
+        wide = {k: v.float() if isinstance(v, torch.Tensor) and v.is_floating_point() else v for k, v in inputs.items()}
         return {k: v.float() for k, v in self.eager(**wide).items()}
 
     @abstractmethod
@@ -216,8 +217,9 @@ def concrete(size) -> int:
 def same_shape(*shapes) -> bool:
     """Whether the shapes are provably equal (symbolic sizes by their expressions), without guarding on them."""
     first = [getattr(getattr(s, "node", None), "expr", s) for s in shapes[0]]
-    return all(len(s) == len(first) and [getattr(getattr(d, "node", None), "expr", d) for d in s] == first
-               for s in shapes[1:])
+    return all(
+        len(s) == len(first) and [getattr(getattr(d, "node", None), "expr", d) for d in s] == first for s in shapes[1:]
+    )
 
 
 def itemsize(dtype: str) -> int:

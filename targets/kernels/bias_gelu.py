@@ -35,9 +35,11 @@ class BiasGelu(elementwise.Epilogue):
         import torch
 
         t = torch_dtype(dtype)
-        return {"y": (2 * torch.randn(case["rows"], case["width"], generator=generator)).to(device, t),
-                "bias": torch.randn(case["width"], generator=generator).to(device, t),
-                "approximate": "none" if case["rows"] % 2 else "tanh"}
+        return {
+            "y": (2 * torch.randn(case["rows"], case["width"], generator=generator)).to(device, t),
+            "bias": torch.randn(case["width"], generator=generator).to(device, t),
+            "approximate": "none" if case["rows"] % 2 else "tanh",
+        }
 
     def outputs(self, case, dtype, inputs, device):
         import torch
@@ -53,7 +55,8 @@ class BiasGelu(elementwise.Epilogue):
         y = inputs["y"]
         width = y.shape[-1]
         self.launcher(y)[elementwise.grid(y.numel() // width, width, config["BLOCK"])](
-            y, inputs["bias"], outputs["out"], width, TANH=inputs["approximate"] == "tanh", **config.launch())
+            y, inputs["bias"], outputs["out"], width, TANH=inputs["approximate"] == "tanh", **config.launch()
+        )
 
     def traffic(self, case, dtype):
         elems = case["rows"] * case["width"]
@@ -63,7 +66,11 @@ class BiasGelu(elementwise.Epilogue):
         import torch
 
         out = torch.empty_like(y)
-        self.run({"y": y.contiguous(), "bias": bias, "approximate": approximate}, {"out": out}, self.config_named(config, None))
+        self.run(
+            {"y": y.contiguous(), "bias": bias, "approximate": approximate},
+            {"out": out},
+            self.config_named(config, None),
+        )
         return out
 
     def rewrite(self, graph, match, op):
@@ -85,11 +92,20 @@ class BiasGelu(elementwise.Epilogue):
         if node.op != "call_function" or node.target != aten.gelu.default:
             return None
         linear = node.args[0]
-        if not (getattr(linear, "target", None) == aten.linear.default and len(linear.args) == 3
-                and linear.args[2] is not None and len(linear.users) == 1):
+        if not (
+            getattr(linear, "target", None) == aten.linear.default
+            and len(linear.args) == 3
+            and linear.args[2] is not None
+            and len(linear.users) == 1
+        ):
             return None
         val = linear.meta.get("val")
         if val is None:
             return None
-        return Match(self.name, [linear, node], (linear.args[2], node.kwargs.get("approximate", "none")),
-                     elementwise.case_of(val), str(val.dtype).removeprefix("torch."))
+        return Match(
+            self.name,
+            [linear, node],
+            (linear.args[2], node.kwargs.get("approximate", "none")),
+            elementwise.case_of(val),
+            str(val.dtype).removeprefix("torch."),
+        )

@@ -7,20 +7,33 @@ from __future__ import annotations
 
 import triton.language as tl
 
-from tapeout.targets.kernels.base import (
-    Case,
-    Config,
-    Kernel,
-    Match,
-    concrete,
-    itemsize,
-    same_shape,
-    torch_dtype,
-)
+from tapeout.targets.kernels.base import Case, Config, Kernel, Match, concrete, itemsize, same_shape, torch_dtype
 
 
-def _rotary(x_ptr, cos_ptr, sin_ptr, out_ptr, rows, heads, seq, half,
-            sxb, sxh, sxs, sxd, scb, sch, scs, scd, ssb, ssh, sss, ssd, HALF: tl.constexpr, ROWS: tl.constexpr):
+def _rotary(
+    x_ptr,
+    cos_ptr,
+    sin_ptr,
+    out_ptr,
+    rows,
+    heads,
+    seq,
+    half,
+    sxb,
+    sxh,
+    sxs,
+    sxd,
+    scb,
+    sch,
+    scs,
+    scd,
+    ssb,
+    ssh,
+    sss,
+    ssd,
+    HALF: tl.constexpr,
+    ROWS: tl.constexpr,
+):
     # ROWS (batch, head, position) rows a program: one row of 32 pairs a program left an H200 at 0.66x Inductor's
     # code on a 4096-row prefill (docs/kernels.md)
     r = tl.program_id(0).to(tl.int64) * ROWS + tl.arange(0, ROWS)
@@ -53,15 +66,22 @@ class Rotary(Kernel):
     shrinkable = ("heads", "seq", "batch")
 
     def cases(self):
-        return [Case.of("Llama-style prefill (seq 128)", batch=1, heads=32, seq=128, dim=64),
-                Case.of("Llama-style decode step", batch=1, heads=32, seq=1, dim=64),
-                Case.of("llama-40m prefill: q", batch=1, heads=8, seq=256, dim=64),
-                Case.of("llama-40m prefill: k (GQA, 4 heads)", batch=1, heads=4, seq=256, dim=64),
-                Case.of("edge: batch 3, head_dim 24 (half not a power of two)", batch=3, heads=2, seq=5, dim=24)]
+        return [
+            Case.of("Llama-style prefill (seq 128)", batch=1, heads=32, seq=128, dim=64),
+            Case.of("Llama-style decode step", batch=1, heads=32, seq=1, dim=64),
+            Case.of("llama-40m prefill: q", batch=1, heads=8, seq=256, dim=64),
+            Case.of("llama-40m prefill: k (GQA, 4 heads)", batch=1, heads=4, seq=256, dim=64),
+            Case.of("edge: batch 3, head_dim 24 (half not a power of two)", batch=3, heads=2, seq=5, dim=24),
+        ]
 
     def configs(self, case):
-        return [Config.of(num_warps=4, ROWS=16), Config.of(num_warps=4, ROWS=32), Config.of(num_warps=8, ROWS=64),
-                Config.of(num_warps=2, ROWS=4), Config.of(num_warps=1, ROWS=1)]
+        return [
+            Config.of(num_warps=4, ROWS=16),
+            Config.of(num_warps=4, ROWS=32),
+            Config.of(num_warps=8, ROWS=64),
+            Config.of(num_warps=2, ROWS=4),
+            Config.of(num_warps=1, ROWS=1),
+        ]
 
     def inputs(self, case, dtype, generator, device):
         import torch
@@ -93,8 +113,20 @@ class Rotary(Kernel):
         cos, sin = (inputs[n].expand(x.shape) for n in ("cos", "sin"))
         rows = b * h * s
         self.launcher(x)[(triton.cdiv(rows, config["ROWS"]),)](
-            x, cos, sin, outputs["out"], rows, h, s, d // 2, *x.stride(), *cos.stride(), *sin.stride(),
-            HALF=triton.next_power_of_2(max(d // 2, 1)), **config.launch())
+            x,
+            cos,
+            sin,
+            outputs["out"],
+            rows,
+            h,
+            s,
+            d // 2,
+            *x.stride(),
+            *cos.stride(),
+            *sin.stride(),
+            HALF=triton.next_power_of_2(max(d // 2, 1)),
+            **config.launch(),
+        )
 
     def traffic(self, case, dtype):
         elems = case["batch"] * case["heads"] * case["seq"] * case["dim"]
@@ -123,8 +155,13 @@ class Rotary(Kernel):
                 if val is None or val.dim() != 4 or not same_shape(val.shape, x.meta["val"].shape):
                     return None
                 b, h, s, d = (concrete(v) for v in val.shape)
-                return Match(self.name, [*chain, node], (x, cos, sin), Case.of(batch=b, heads=h, seq=s, dim=d),
-                             str(val.dtype).removeprefix("torch."))
+                return Match(
+                    self.name,
+                    [*chain, node],
+                    (x, cos, sin),
+                    Case.of(batch=b, heads=h, seq=s, dim=d),
+                    str(val.dtype).removeprefix("torch."),
+                )
         return None
 
 

@@ -31,8 +31,10 @@ class SiluMul(elementwise.Epilogue):
         import torch
 
         t, shape = torch_dtype(dtype), (case["rows"], case["width"])
-        return {"gate": (3 * torch.randn(shape, generator=generator)).to(device, t),
-                "up": torch.randn(shape, generator=generator).to(device, t)}
+        return {
+            "gate": (3 * torch.randn(shape, generator=generator)).to(device, t),
+            "up": torch.randn(shape, generator=generator).to(device, t),
+        }
 
     def outputs(self, case, dtype, inputs, device):
         import torch
@@ -48,7 +50,8 @@ class SiluMul(elementwise.Epilogue):
         gate = inputs["gate"]
         width = gate.shape[-1]
         self.launcher(gate)[elementwise.grid(gate.numel() // width, width, config["BLOCK"])](
-            gate, inputs["up"], outputs["out"], width, **config.launch())
+            gate, inputs["up"], outputs["out"], width, **config.launch()
+        )
 
     def traffic(self, case, dtype):
         elems = case["rows"] * case["width"]
@@ -73,8 +76,16 @@ class SiluMul(elementwise.Epilogue):
         if getattr(silu, "target", None) != aten.silu.default or len(silu.users) != 1:
             return None
         vals = [getattr(v, "meta", {}).get("val") for v in (silu, up, node)]
-        if any(v is None for v in vals) or not same_shape(vals[0].shape, vals[1].shape, vals[2].shape) \
-                or vals[0].dtype != vals[1].dtype:
+        if (
+            any(v is None for v in vals)
+            or not same_shape(vals[0].shape, vals[1].shape, vals[2].shape)
+            or vals[0].dtype != vals[1].dtype
+        ):
             return None
-        return Match(self.name, [silu, node], (silu.args[0], up), elementwise.case_of(vals[2]),
-                     str(vals[2].dtype).removeprefix("torch."))
+        return Match(
+            self.name,
+            [silu, node],
+            (silu.args[0], up),
+            elementwise.case_of(vals[2]),
+            str(vals[2].dtype).removeprefix("torch."),
+        )

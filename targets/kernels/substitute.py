@@ -22,14 +22,14 @@ _REGISTERED: dict[str, object] = {}
 @dataclass
 class Decision:
     kernel: str
-    where: str                    # the chain's nodes in the program
+    where: str  # the chain's nodes in the program
     case: str
     dtype: str
     substituted: bool
     kernel_ms: float | None
     inductor_ms: float | None
     reason: str
-    config: str | None = None     # the config bench tuned and timed, which the substituted call launches with
+    config: str | None = None  # the config bench tuned and timed, which the substituted call launches with
 
     def row(self) -> dict:
         return asdict(self)
@@ -57,8 +57,10 @@ def _typed(kernel: Kernel):
 
     types = {"Tensor": torch.Tensor, "Tensor?": Optional[torch.Tensor], "float": float, "bool": bool, "str": str}  # noqa: UP045 - torch.library reads Optional
     head, _, result = kernel.op_signature.partition("->")
-    params = [inspect.Parameter(name, inspect.Parameter.POSITIONAL_OR_KEYWORD, annotation=types[kind])
-              for kind, name in re.findall(r"([\w?]+) (\w+)", head)]
+    params = [
+        inspect.Parameter(name, inspect.Parameter.POSITIONAL_OR_KEYWORD, annotation=types[kind])
+        for kind, name in re.findall(r"([\w?]+) (\w+)", head)
+    ]
     outputs = [types[t] for t in re.findall(r"[\w?]+", result)]
     returns = outputs[0] if result.strip() == "Tensor" else tuple[tuple(outputs)]
 
@@ -118,26 +120,65 @@ def decide(matches: list[Match], table: dict[str, timings.Timing], device: str |
         kernel_ms, inductor_ms = (timing.kernel_ms, timing.inductor_ms) if timing else (None, None)
         known = {c.key for c in get(m.kernel).configs(m.case)}
         if device is None:
-            ok, why = False, "Triton kernels run on CUDA GPUs; this program is compiled for the CPU: Inductor's code kept"
+            ok, why = (
+                False,
+                "Triton kernels run on CUDA GPUs; this program is compiled for the CPU: Inductor's code kept",
+            )
         elif timing is None:
-            ok, why = False, (f"not timed on {device} at {m.case.key} {m.dtype}: Inductor's code kept "
-                              f"(`tapeout kernels bench {m.kernel}` on this GPU measures it)")
+            ok, why = (
+                False,
+                (
+                    f"not timed on {device} at {m.case.key} {m.dtype}: Inductor's code kept "
+                    f"(`tapeout kernels bench {m.kernel}` on this GPU measures it)"
+                ),
+            )
         elif timing.config not in known:
-            ok, why = False, (f"timed with config {timing.config!r}, which this version of the kernel does not have: "
-                              f"Inductor's code kept (`tapeout kernels bench {m.kernel}` times it again)")
+            ok, why = (
+                False,
+                (
+                    f"timed with config {timing.config!r}, which this version of the kernel does not have: "
+                    f"Inductor's code kept (`tapeout kernels bench {m.kernel}` times it again)"
+                ),
+            )
         elif inductor_ms is None:
             ok, why = False, "Inductor's code for this chain was not timed (torch.compile failed there): kept as is"
         elif timing.kernel_p90_ms < inductor_ms:  # faster beyond the kernel's own spread, not by a lucky median
-            ok, why = True, (f"{inductor_ms / kernel_ms:.2f}× faster than Inductor's code ({kernel_ms:.4f} vs "
-                             f"{inductor_ms:.4f} ms; the kernel's p90 {timing.kernel_p90_ms:.4f} ms)")
+            ok, why = (
+                True,
+                (
+                    f"{inductor_ms / kernel_ms:.2f}× faster than Inductor's code ({kernel_ms:.4f} vs "
+                    f"{inductor_ms:.4f} ms; the kernel's p90 {timing.kernel_p90_ms:.4f} ms)"
+                ),
+            )
         elif kernel_ms < inductor_ms:
-            ok, why = False, (f"faster than Inductor's code only within its own spread (p50 {kernel_ms:.4f}, p90 "
-                              f"{timing.kernel_p90_ms:.4f} vs {inductor_ms:.4f} ms): Inductor's code kept")
+            ok, why = (
+                False,
+                (
+                    f"faster than Inductor's code only within its own spread (p50 {kernel_ms:.4f}, p90 "
+                    f"{timing.kernel_p90_ms:.4f} vs {inductor_ms:.4f} ms): Inductor's code kept"
+                ),
+            )
         else:
-            ok, why = False, (f"slower than Inductor's code ({kernel_ms:.4f} vs {inductor_ms:.4f} ms, "
-                              f"{kernel_ms / inductor_ms:.2f}×): Inductor's code kept")
-        decisions.append(Decision(m.kernel, m.where, m.case.key, m.dtype, ok, kernel_ms, inductor_ms, why,
-                                  timing.config if timing else None))
+            ok, why = (
+                False,
+                (
+                    f"slower than Inductor's code ({kernel_ms:.4f} vs {inductor_ms:.4f} ms, "
+                    f"{kernel_ms / inductor_ms:.2f}×): Inductor's code kept"
+                ),
+            )
+        decisions.append(
+            Decision(
+                m.kernel,
+                m.where,
+                m.case.key,
+                m.dtype,
+                ok,
+                kernel_ms,
+                inductor_ms,
+                why,
+                timing.config if timing else None,
+            )
+        )
     return decisions
 
 
@@ -146,7 +187,7 @@ def apply(program, matches: list[Match], decisions: list[Decision]) -> int:
     import torch.fx
 
     graph = program.graph_module.graph
-    moved: dict = {}   # a node an earlier rewrite replaced -> what replaced it (a later match may name it)
+    moved: dict = {}  # a node an earlier rewrite replaced -> what replaced it (a later match may name it)
     done = 0
     for match, decision in zip(matches, decisions, strict=True):
         if not decision.substituted:
@@ -170,8 +211,9 @@ def apply(program, matches: list[Match], decisions: list[Decision]) -> int:
     return done
 
 
-def substitute(program, table: dict[str, timings.Timing], device: str | None, inputs=None,
-               dims: dict[str, int] | None = None) -> tuple[int, list[Decision]]:
+def substitute(
+    program, table: dict[str, timings.Timing], device: str | None, inputs=None, dims: dict[str, int] | None = None
+) -> tuple[int, list[Decision]]:
     """find → decide → apply on `program` (rewritten in place); the count replaced and every decision."""
     matches = find(program, inputs=inputs, dims=dims)
     decisions = decide(matches, table, device)

@@ -25,8 +25,8 @@ SCHEMA = "tapeout.kernel-timings/1"
 class Timing(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
-    config: str                                   # Config.key of the tuned launch
-    kernel_ms: float = Field(gt=0)                # p50 over the timed calls
+    config: str  # Config.key of the tuned launch
+    kernel_ms: float = Field(gt=0)  # p50 over the timed calls
     kernel_p90_ms: float = Field(gt=0)
     eager_ms: float | None = Field(None, gt=0)
     inductor_ms: float | None = Field(None, gt=0)  # torch.compile of the eager chain (Inductor's own code)
@@ -68,11 +68,15 @@ def load(device: str, folder: Path | None = None) -> dict[str, Timing]:
     try:
         found = TimingFile.model_validate(json.loads(path.read_text()))
     except (OSError, ValueError, ValidationError, RecursionError) as exc:
-        raise BadInput(f"the kernel timings file {path} is malformed ({str(exc).splitlines()[0]})",
-                       fix="delete it; `tapeout kernels bench` measures again") from None
+        raise BadInput(
+            f"the kernel timings file {path} is malformed ({str(exc).splitlines()[0]})",
+            fix="delete it; `tapeout kernels bench` measures again",
+        ) from None
     if found.schema_ != SCHEMA or found.device != device:
-        raise BadInput(f"the kernel timings file {path} is for {found.device!r} ({found.schema_}), not {device!r}",
-                       fix="delete it; `tapeout kernels bench` measures again")
+        raise BadInput(
+            f"the kernel timings file {path} is for {found.device!r} ({found.schema_}), not {device!r}",
+            fix="delete it; `tapeout kernels bench` measures again",
+        )
     return found.entries
 
 

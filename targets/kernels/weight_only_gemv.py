@@ -11,9 +11,22 @@ import triton.language as tl
 from tapeout.targets.kernels.base import Case, Config, Kernel, itemsize, torch_dtype
 
 
-def _gemv(x_ptr, w_ptr, scale_ptr, zp_ptr, out_ptr, n, k, blocks, zp_cols,
-          BITS: tl.constexpr, GROUP: tl.constexpr, HAS_ZP: tl.constexpr, BLOCK_N: tl.constexpr,
-          BLOCK_KB: tl.constexpr):
+def _gemv(
+    x_ptr,
+    w_ptr,
+    scale_ptr,
+    zp_ptr,
+    out_ptr,
+    n,
+    k,
+    blocks,
+    zp_cols,
+    BITS: tl.constexpr,
+    GROUP: tl.constexpr,
+    HAS_ZP: tl.constexpr,
+    BLOCK_N: tl.constexpr,
+    BLOCK_KB: tl.constexpr,
+):
     # One program: BLOCK_N outputs of one row of x, over a row's packed bytes BLOCK_KB at a time, whatever the group
     # (each byte's group is q // width). A tile of many groups keeps many loads in flight per program, and a small
     # BLOCK_N gives a decode GEMV (m = 1) enough programs for the GPU: one group per iteration and 8-64 programs
@@ -23,7 +36,7 @@ def _gemv(x_ptr, w_ptr, scale_ptr, zp_ptr, out_ptr, n, k, blocks, zp_cols,
     col_in = cols < n
     acc = tl.zeros([BLOCK_N], tl.float32)
     per_byte: tl.constexpr = 8 // BITS
-    width: tl.constexpr = GROUP // per_byte          # bytes per block
+    width: tl.constexpr = GROUP // per_byte  # bytes per block
     row_bytes = blocks * width
     for start in range(0, row_bytes, BLOCK_KB):
         q = start + tl.arange(0, BLOCK_KB)
@@ -40,7 +53,7 @@ def _gemv(x_ptr, w_ptr, scale_ptr, zp_ptr, out_ptr, n, k, blocks, zp_cols,
         else:
             zero = tl.full([BLOCK_N, BLOCK_KB], 2 ** (BITS - 1), tl.float32)
         if BITS == 4:
-            k_even = 2 * q                               # byte q holds positions 2q (low nibble) and 2q + 1
+            k_even = 2 * q  # byte q holds positions 2q (low nibble) and 2q + 1
             x_even = tl.load(x_ptr + m * k + k_even, mask=k_even < k, other=0.0).to(tl.float32)
             x_odd = tl.load(x_ptr + m * k + k_even + 1, mask=k_even + 1 < k, other=0.0).to(tl.float32)
             low = (raw & 15).to(tl.float32) - zero
@@ -59,12 +72,14 @@ class _Gemv(Kernel):
     dtypes = ("float32", "float16", "bfloat16")
 
     def cases(self):
-        return [Case.of("Llama-style decode: q/o projection", m=1, n=2048, k=2048, group=32),
-                Case.of("Llama-style decode: MLP up", m=1, n=5632, k=2048, group=32),
-                Case.of("Llama-style decode: MLP down", m=1, n=2048, k=5632, group=128),
-                Case.of("tiny-lm decode", m=1, n=256, k=256, group=32),
-                Case.of("edge: K not a multiple of the block, zero points, 3 rows", m=3, n=45, k=100, group=32, zp=1),
-                Case.of("edge: one output", m=1, n=1, k=64, group=64, zp=1)]
+        return [
+            Case.of("Llama-style decode: q/o projection", m=1, n=2048, k=2048, group=32),
+            Case.of("Llama-style decode: MLP up", m=1, n=5632, k=2048, group=32),
+            Case.of("Llama-style decode: MLP down", m=1, n=2048, k=5632, group=128),
+            Case.of("tiny-lm decode", m=1, n=256, k=256, group=32),
+            Case.of("edge: K not a multiple of the block, zero points, 3 rows", m=3, n=45, k=100, group=32, zp=1),
+            Case.of("edge: one output", m=1, n=1, k=64, group=64, zp=1),
+        ]
 
     def work(self, case):
         return case["m"] * case["n"] * case["k"]
@@ -72,9 +87,14 @@ class _Gemv(Kernel):
     def configs(self, case):
         # small BLOCK_N with wide byte tiles first (a decode GEMV's shape); the last is the first kernel's shape of
         # work, one 16-byte group of 64 outputs per iteration
-        return [Config.of(num_warps=4, BLOCK_N=16, BLOCK_KB=256), Config.of(num_warps=4, BLOCK_N=8, BLOCK_KB=512),
-                Config.of(num_warps=4, BLOCK_N=32, BLOCK_KB=128), Config.of(num_warps=8, BLOCK_N=16, BLOCK_KB=512),
-                Config.of(num_warps=2, BLOCK_N=4, BLOCK_KB=512), Config.of(num_warps=4, BLOCK_N=64, BLOCK_KB=16)]
+        return [
+            Config.of(num_warps=4, BLOCK_N=16, BLOCK_KB=256),
+            Config.of(num_warps=4, BLOCK_N=8, BLOCK_KB=512),
+            Config.of(num_warps=4, BLOCK_N=32, BLOCK_KB=128),
+            Config.of(num_warps=8, BLOCK_N=16, BLOCK_KB=512),
+            Config.of(num_warps=2, BLOCK_N=4, BLOCK_KB=512),
+            Config.of(num_warps=4, BLOCK_N=64, BLOCK_KB=16),
+        ]
 
     def inputs(self, case, dtype, generator, device):
         import torch
@@ -95,10 +115,15 @@ class _Gemv(Kernel):
                 zp = (zeros[:, 0::2] | (zeros[:, 1::2] << 4)).to(torch.uint8)
             else:
                 zp = zeros.to(torch.uint8)
-        scales = (torch.rand(n, blocks, generator=generator) * 0.02 + 0.001)
-        return {"x": torch.randn(m, k, generator=generator).to(device, torch_dtype(dtype)), "weight": packed.to(device),
-                "scales": scales.to(device, torch_dtype(dtype)), "zero_points": None if zp is None else zp.to(device),
-                "k": k, "group": g}
+        scales = torch.rand(n, blocks, generator=generator) * 0.02 + 0.001
+        return {
+            "x": torch.randn(m, k, generator=generator).to(device, torch_dtype(dtype)),
+            "weight": packed.to(device),
+            "scales": scales.to(device, torch_dtype(dtype)),
+            "zero_points": None if zp is None else zp.to(device),
+            "k": k,
+            "group": g,
+        }
 
     def outputs(self, case, dtype, inputs, device):
         import torch
@@ -132,9 +157,20 @@ class _Gemv(Kernel):
         x, weight, zp = inputs["x"], inputs["weight"], inputs["zero_points"]
         m, n = outputs["out"].shape
         self.launcher(x)[(m, -(-n // config["BLOCK_N"]))](
-            x.contiguous(), weight, inputs["scales"], zp if zp is not None else weight, outputs["out"], n,
-            inputs["k"], weight.shape[1], zp.shape[1] if zp is not None else 0, BITS=self.bits, GROUP=inputs["group"],
-            HAS_ZP=zp is not None, **config.launch())
+            x.contiguous(),
+            weight,
+            inputs["scales"],
+            zp if zp is not None else weight,
+            outputs["out"],
+            n,
+            inputs["k"],
+            weight.shape[1],
+            zp.shape[1] if zp is not None else 0,
+            BITS=self.bits,
+            GROUP=inputs["group"],
+            HAS_ZP=zp is not None,
+            **config.launch(),
+        )
 
     def traffic(self, case, dtype):
         m, n, k, g = case["m"], case["n"], case["k"], case["group"]

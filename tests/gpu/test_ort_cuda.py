@@ -25,7 +25,15 @@ def _profile(tmp_path, name, base="cuda-fp16", graph="false", budgets=""):
 
 def _build(tmp_path, sample, profile, name):
     out = tmp_path / name
-    result = run_cli("build", SAMPLES / sample / ("forward.toml" if sample == "tiny-lm" else ""), "--profile", profile, "--out", out, "--json")
+    result = run_cli(
+        "build",
+        SAMPLES / sample / ("forward.toml" if sample == "tiny-lm" else ""),
+        "--profile",
+        profile,
+        "--out",
+        out,
+        "--json",
+    )
     return result, out
 
 
@@ -51,7 +59,9 @@ def test_samples_build_and_check_on_cuda_fp16(tmp_path, sample):
 
 
 def test_nvml_energy_is_nonzero_and_consistent_with_power_times_time(tmp_path):
-    result, _ = _build(tmp_path, "minilm", _profile(tmp_path, "fp16", budgets="energy_mj = 1000\npower_avg_w = 2000"), "b")
+    result, _ = _build(
+        tmp_path, "minilm", _profile(tmp_path, "fp16", budgets="energy_mj = 1000\npower_avg_w = 2000"), "b"
+    )
     assert result.code == 0, result.err
     m = result.json()["measurement"]
     energy = m["energy"]
@@ -70,11 +80,15 @@ def test_iobinding_and_cuda_graph_timings(tmp_path):
     plain, _ = _build(tmp_path, "digits-cnn", _profile(tmp_path, "plain", base="cuda-fp32"), "plain")
     graph, _ = _build(tmp_path, "digits-cnn", _profile(tmp_path, "graph", base="cuda-fp32", graph="true"), "graph")
     assert plain.code == 0 and graph.code == 0, plain.err + graph.err
-    p50 = {name: r.json()["measurement"]["latency_ms"]["quantiles"]["p50"]["point"]
-           for name, r in (("plain", plain), ("graph", graph))}
+    p50 = {
+        name: r.json()["measurement"]["latency_ms"]["quantiles"]["p50"]["point"]
+        for name, r in (("plain", plain), ("graph", graph))
+    }
     e2e = graph.json()["measurement"]["latency_e2e_ms"]["quantiles"]["p50"]["point"]
-    print(f"digits-cnn fp32 p50: IOBinding {p50['plain']:.4f} ms, CUDA graph {p50['graph']:.4f} ms, "
-          f"graph with host copies {e2e:.4f} ms")
+    print(
+        f"digits-cnn fp32 p50: IOBinding {p50['plain']:.4f} ms, CUDA graph {p50['graph']:.4f} ms, "
+        f"graph with host copies {e2e:.4f} ms"
+    )
     assert p50["graph"] <= p50["plain"] * 1.2  # one graph launch instead of one per node: never much slower
     assert e2e >= p50["graph"]
     assert graph.json()["artifact"]["meta"]["cuda_graph"] is True
@@ -84,8 +98,12 @@ def test_a_gpu_memory_budget_below_the_measured_peak_fails(tmp_path):
     first, _ = _build(tmp_path, "digits-cnn", _profile(tmp_path, "fp32", base="cuda-fp32"), "first")
     assert first.code == 0, first.err
     peak = first.json()["measurement"]["memory_mb"]["device_peak"]
-    tight, _ = _build(tmp_path, "digits-cnn", _profile(tmp_path, "tight", base="cuda-fp32",
-                                                       budgets=f"gpu_memory_mb = {peak / 2:.1f}"), "tight")
+    tight, _ = _build(
+        tmp_path,
+        "digits-cnn",
+        _profile(tmp_path, "tight", base="cuda-fp32", budgets=f"gpu_memory_mb = {peak / 2:.1f}"),
+        "tight",
+    )
     assert tight.code == 1
     verdict = next(b for b in tight.json()["budgets"] if b["budget"] == "gpu_memory_mb")
     assert verdict["verdict"] == "fail" and verdict["measured"] > peak / 2
@@ -93,8 +111,10 @@ def test_a_gpu_memory_budget_below_the_measured_peak_fails(tmp_path):
 
 def test_the_device_that_ran_is_compared_with_the_profile_device(tmp_path):
     profile = tmp_path / "h100.toml"
-    profile.write_text('extends = "cuda-fp32"\ndevice = "h100-sxm"\n[check]\niterations = 50\nrepeats = 1\n'
-                       "energy_window_s = 0.5\nop_profile = false\n")
+    profile.write_text(
+        'extends = "cuda-fp32"\ndevice = "h100-sxm"\n[check]\niterations = 50\nrepeats = 1\n'
+        "energy_window_s = 0.5\nop_profile = false\n"
+    )
     result, _ = _build(tmp_path, "digits-cnn", profile, "b")
     assert result.code == 0, result.err
     device = result.json()["device"]
@@ -108,13 +128,22 @@ def test_tiny_lm_generates_with_its_kv_cache_in_gpu_memory(tmp_path, base):
     """The generate workload on the GPU: prefill and decode with the KV cache bound in device memory between steps
     (the logits alone come back), greedy agreement with torch over the golden prompts, the device memory split."""
     budgets = "accuracy_max_drop = 0.05" if base == "cuda-fp16" else ""
-    result = run_cli("build", SAMPLES / "tiny-lm", "--profile", _profile(tmp_path, base, base=base, budgets=budgets),
-                     "--out", tmp_path / "b", "--json")
+    result = run_cli(
+        "build",
+        SAMPLES / "tiny-lm",
+        "--profile",
+        _profile(tmp_path, base, base=base, budgets=budgets),
+        "--out",
+        tmp_path / "b",
+        "--json",
+    )
     assert result.code == 0, result.err
     w = result.json()["workload"]
-    print(f"tiny-lm {base}: TTFT@64 p50 {w['ttft_ms']['64']['quantiles']['p50']['point']:.3f} ms, TPOT p50 "
-          f"{w['tpot_ms']['quantiles']['p50']['point']:.3f} ms, agreement {w['agreement']['share']:.0%}, device "
-          f"memory {w['memory_mb']['device']}")
+    print(
+        f"tiny-lm {base}: TTFT@64 p50 {w['ttft_ms']['64']['quantiles']['p50']['point']:.3f} ms, TPOT p50 "
+        f"{w['tpot_ms']['quantiles']['p50']['point']:.3f} ms, agreement {w['agreement']['share']:.0%}, device "
+        f"memory {w['memory_mb']['device']}"
+    )
     assert any("resident in CUDA memory" in n for n in w["notes"])
     assert w["agreement"]["share"] >= (0.9 if base == "cuda-fp32" else 0.5)
     device = w["memory_mb"]["device"]
@@ -126,12 +155,21 @@ def test_tiny_lm_generates_with_its_kv_cache_in_gpu_memory(tmp_path, base):
 def test_speech_vad_streams_with_its_state_in_gpu_memory(tmp_path):
     """The stream workload on the GPU: the GRU state and audio context stay in device memory between chunks, and
     the streamed outputs follow the torch reference over the golden stream (state drift would show)."""
-    result = run_cli("build", SAMPLES / "speech-vad", "--profile", _profile(tmp_path, "fp32", base="cuda-fp32"),
-                     "--out", tmp_path / "b", "--json")
+    result = run_cli(
+        "build",
+        SAMPLES / "speech-vad",
+        "--profile",
+        _profile(tmp_path, "fp32", base="cuda-fp32"),
+        "--out",
+        tmp_path / "b",
+        "--json",
+    )
     assert result.code == 0, result.err
     w = result.json()["workload"]
-    print(f"speech-vad cuda-fp32: chunk p50 {w['chunk_ms']['quantiles']['p50']['point']:.4f} ms, drift "
-          f"{w['drift']['max_abs_error']:.2e}")
+    print(
+        f"speech-vad cuda-fp32: chunk p50 {w['chunk_ms']['quantiles']['p50']['point']:.4f} ms, drift "
+        f"{w['drift']['max_abs_error']:.2e}"
+    )
     assert any("resident in CUDA memory" in n for n in w["notes"])
     assert w["drift"]["max_abs_error"] < 1e-3
     assert w["deadline"]["misses"] == 0 and w["memory_mb"]["device"]["peak"] > 0

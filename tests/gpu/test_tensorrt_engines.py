@@ -19,13 +19,22 @@ from tapeout import targets
 WHY_NOT = targets.why_not_here("tensorrt")
 pytestmark = [pytest.mark.gpu, pytest.mark.skipif(WHY_NOT is not None, reason=f"no TensorRT GPU here: {WHY_NOT}")]
 
+
 @pytest.mark.parametrize("precision", ["fp16", "int8"])
 @pytest.mark.parametrize("sample", ["digits-cnn", "minilm", "tiny-lm"])
 def test_samples_build_then_check_builds_and_reuses_the_engine(tmp_path, sample, precision):
     budgets = "accuracy_max_drop = 0.05" if sample == "tiny-lm" else ""
     profile = gpu_profile(tmp_path / f"trt-{precision}.toml", f"tensorrt-{precision}", budgets)
     out = tmp_path / "b"
-    built = run_cli("build", SAMPLES / sample / ("forward.toml" if sample == "tiny-lm" else ""), "--profile", profile, "--out", out, "--json")
+    built = run_cli(
+        "build",
+        SAMPLES / sample / ("forward.toml" if sample == "tiny-lm" else ""),
+        "--profile",
+        profile,
+        "--out",
+        out,
+        "--json",
+    )
     assert built.code == 0, built.err
     report = built.json()
     assert report["engine"]["action"] == "built" and report["target"]["emulated"] is None  # the GPU is here

@@ -38,11 +38,15 @@ def _json_file(path: Path, schema: str, what: str, fix: str) -> dict:
     try:
         data = json.loads(path.read_text())
     except (json.JSONDecodeError, UnicodeDecodeError, RecursionError) as exc:
-        raise BadInput(f"{path} is not valid JSON ({first_line(exc)})", fix=f"{fix}; a {what} is never edited by hand") from None
+        raise BadInput(
+            f"{path} is not valid JSON ({first_line(exc)})", fix=f"{fix}; a {what} is never edited by hand"
+        ) from None
     if not isinstance(data, dict) or data.get("schema") != schema:
         found = data.get("schema") if isinstance(data, dict) else type(data).__name__
-        raise BadInput(f"{path}: schema {found!r} is not {schema!r}",
-                       fix="read it with the tapeout version that wrote it, or " + fix)
+        raise BadInput(
+            f"{path}: schema {found!r} is not {schema!r}",
+            fix="read it with the tapeout version that wrote it, or " + fix,
+        )
     return data
 
 
@@ -52,8 +56,10 @@ def read_manifest(build_dir: Path) -> ManifestRecord:
     path = build_dir / MANIFEST
     if not path.is_file():
         absent = ", no report.json" if not (build_dir / "report.json").exists() else ""
-        raise BadInput(f"{build_dir} is not a tapeout build dir (no {MANIFEST}{absent}); an interrupted build leaves "
-                       "none", fix="run `tapeout build` again and check the directory it prints")
+        raise BadInput(
+            f"{build_dir} is not a tapeout build dir (no {MANIFEST}{absent}); an interrupted build leaves none",
+            fix="run `tapeout build` again and check the directory it prints",
+        )
     return validate(ManifestRecord, _json_file(path, SCHEMA, "manifest", "rebuild"), path)
 
 
@@ -63,8 +69,11 @@ def verified(build_dir: Path, rel: str, expected: str | None, what: str) -> Path
     if not file.is_file():
         raise BadInput(f"{what} {file} is missing", fix="copy the whole build dir to the device, or rebuild")
     if sha256_file(file) != expected:
-        raise BadInput(f"{what} {file} differs from the one the build recorded (sha256 mismatch): edited after the "
-                       "build, or from another build", fix=_RESTORE)
+        raise BadInput(
+            f"{what} {file} differs from the one the build recorded (sha256 mismatch): edited after the "
+            "build, or from another build",
+            fix=_RESTORE,
+        )
     return file
 
 
@@ -101,16 +110,22 @@ class BuildDir:
             return None
         record_path = self.directory / CHECK_MANIFEST
         if not record_path.is_file():
-            raise BadInput(f"{path} has no {CHECK_MANIFEST} beside it to verify it against (an interrupted check, or "
-                           "one by a tapeout before 0.1.0's verified reader)", fix="run `tapeout check` on it again, "
-                           "or remove check.json to use the build's own figures")
-        record = validate(CheckManifestRecord, _json_file(record_path, CHECK_SCHEMA, "check manifest",
-                                                          "run `tapeout check` again"), record_path)
+            raise BadInput(
+                f"{path} has no {CHECK_MANIFEST} beside it to verify it against (an interrupted check, or "
+                "one by a tapeout before 0.1.0's verified reader)",
+                fix="run `tapeout check` on it again, or remove check.json to use the build's own figures",
+            )
+        record = validate(
+            CheckManifestRecord,
+            _json_file(record_path, CHECK_SCHEMA, "check manifest", "run `tapeout check` again"),
+            record_path,
+        )
         if record.build_manifest_sha256 != sha256_file(self.directory / MANIFEST):
-            raise BadInput(f"{path} is the check of another build (its {CHECK_MANIFEST} names another manifest)",
-                           fix="run `tapeout check` on this build, or remove check.json")
-        return load(verified(self.directory, record.report.file, record.report.sha256, "check report"),
-                    "check report")
+            raise BadInput(
+                f"{path} is the check of another build (its {CHECK_MANIFEST} names another manifest)",
+                fix="run `tapeout check` on this build, or remove check.json",
+            )
+        return load(verified(self.directory, record.report.file, record.report.sha256, "check report"), "check report")
 
     def measured(self) -> tuple[Report, Literal["check", "build"]]:
         """The figures measured on the device: the check's where there is one, else the build's."""
@@ -142,8 +157,9 @@ class BuildDir:
             try:
                 layout = CacheLayout.from_json(rec.layout)
             except (KeyError, TypeError) as exc:
-                raise BadInput(f"{self.directory / 'manifest.json'}: workload.layout is malformed ({exc})",
-                               fix=_RESTORE) from None
+                raise BadInput(
+                    f"{self.directory / 'manifest.json'}: workload.layout is malformed ({exc})", fix=_RESTORE
+                ) from None
         return settings, layout, verified(self.directory, rec.file, rec.sha256, "workload file")
 
     def workload_settings(self) -> GenerateWorkload | StreamWorkload | None:
@@ -156,8 +172,9 @@ class BuildDir:
         kind = rec.settings.get("kind")
         if kind not in ("generate", "stream"):
             raise BadInput(f"{where}: workload.settings.kind is {kind!r}, not generate or stream", fix=_RESTORE)
-        return validate(GenerateWorkload if kind == "generate" else StreamWorkload, rec.settings, where,
-                        "workload.settings.")
+        return validate(
+            GenerateWorkload if kind == "generate" else StreamWorkload, rec.settings, where, "workload.settings."
+        )
 
     def structure(self) -> StructureRecord | None:
         """structure.json, verified: the kernel structure the build computed; None for a build dir from before it.
@@ -184,8 +201,12 @@ class BuildDir:
         for location in external_data_files(model):
             data = confined(model.parent, location, "external data of export/model.onnx")
             if hashes:
-                verified(self.directory / "export", str(data.relative_to(self.directory / "export")),
-                         hashes.get(str(data.relative_to(self.directory / "export"))), "exported model's data")
+                verified(
+                    self.directory / "export",
+                    str(data.relative_to(self.directory / "export")),
+                    hashes.get(str(data.relative_to(self.directory / "export"))),
+                    "exported model's data",
+                )
         return model
 
 
@@ -202,8 +223,10 @@ def open_report(path: Path | str) -> tuple[Report, str]:
     if path.is_dir():
         return open_build(path).report, str(path / "report.json")
     if path.name not in ("report.json", "check.json"):
-        raise BadInput(f"{path} is not a build dir, report.json or check.json",
-                       fix="give build dirs, or the report.json / check.json inside one")
+        raise BadInput(
+            f"{path} is not a build dir, report.json or check.json",
+            fix="give build dirs, or the report.json / check.json inside one",
+        )
     if not path.is_file():
         raise BadInput(f"{path} not found", fix="give build dirs, or report.json / check.json files")
     build = open_build(path.parent)

@@ -48,18 +48,25 @@ class StagedBuild:
         name_bytes = len(os.fsencode(self.final.name))
         limit = name_max(self.final.parent) - _SUFFIX_ROOM
         if name_bytes > limit:
-            raise BadInput(f"build dir name '{self.final.name[:40]}…' is {name_bytes} bytes; this filesystem allows "
-                           f"{limit} with the staging suffix", fix="choose a shorter --out name")
+            raise BadInput(
+                f"build dir name '{self.final.name[:40]}…' is {name_bytes} bytes; this filesystem allows "
+                f"{limit} with the staging suffix",
+                fix="choose a shorter --out name",
+            )
         existing = nearest_existing(self.final)
         if not existing.is_dir():
             where = "is a file" if existing == self.final else f"is under {existing}, which is a file"
             raise BadInput(f"build dir {self.final} {where}", fix="choose another --out directory")
         if self.final.exists() and not is_build_dir(self.final) and any(self.final.iterdir()):
-            raise BadInput(f"{self.final} exists and is not a tapeout build dir",
-                           fix="choose another --out directory, or remove it")
+            raise BadInput(
+                f"{self.final} exists and is not a tapeout build dir",
+                fix="choose another --out directory, or remove it",
+            )
         if not os.access(existing, os.W_OK):
-            raise BadInput(f"cannot write the build dir {self.final}: {existing} is read-only",
-                           fix="pass --out a directory you can write")
+            raise BadInput(
+                f"cannot write the build dir {self.final}: {existing} is read-only",
+                fix="pass --out a directory you can write",
+            )
         self.staging = self.final.parent / f".{self.final.name}.partial-{os.getpid()}"
 
     def __enter__(self) -> Path:
@@ -72,8 +79,10 @@ class StagedBuild:
         except OSError as exc:
             if out_of_space(exc):
                 raise disk_full(self.final.parent, exc) from None
-            raise BadInput(f"cannot write the build dir {self.final}: {exc.strerror or exc}",
-                           fix="pass --out a directory you can write") from None
+            raise BadInput(
+                f"cannot write the build dir {self.final}: {exc.strerror or exc}",
+                fix="pass --out a directory you can write",
+            ) from None
         return self.staging
 
     def __exit__(self, exc_type, exc, tb) -> None:
@@ -91,8 +100,10 @@ class StagedBuild:
             self._commit()
         except OSError as exc:
             shutil.rmtree(self.staging, ignore_errors=True)
-            raise BadInput(f"cannot put the build in place at {self.final}: {exc.strerror or exc}",
-                           fix="pass --out a directory you can write") from None
+            raise BadInput(
+                f"cannot put the build in place at {self.final}: {exc.strerror or exc}",
+                fix="pass --out a directory you can write",
+            ) from None
 
     def _commit(self) -> None:
         if not self.final.exists():
@@ -110,8 +121,11 @@ def recover(final: Path) -> list[str]:
     """Undo what killed builds left beside `final`: put back a build set aside by a replace that never
     finished, remove staging dirs whose process is gone. Returns what was done, a line each."""
     done = []
-    side = [(m["kind"], int(m["pid"]), p) for p in final.parent.iterdir()
-            if (m := _SIDE_DIR.match(p.name)) and m["name"] == final.name and p.is_dir() and not p.is_symlink()]
+    side = [
+        (m["kind"], int(m["pid"]), p)
+        for p in final.parent.iterdir()
+        if (m := _SIDE_DIR.match(p.name)) and m["name"] == final.name and p.is_dir() and not p.is_symlink()
+    ]
     for kind, pid, path in sorted(side, key=lambda s: s[0] == "partial"):  # restore before deleting
         if _alive(pid):
             continue

@@ -10,8 +10,9 @@ from tapeout.core.console import UI
 from tapeout.core.files import output_file, write_text
 
 
-def check(build_dir: Path, junit: Path | None, iterations: int | None, repeats: int | None, as_json: bool,
-          strict: bool) -> int:
+def check(
+    build_dir: Path, junit: Path | None, iterations: int | None, repeats: int | None, as_json: bool, strict: bool
+) -> int:
     from tapeout.reports.junit import junit_xml
     from tapeout.steps.flows import check as run_check
 

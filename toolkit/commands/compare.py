@@ -43,7 +43,9 @@ def diff(a: Path, b: Path | None, as_json: bool) -> int:
 
     if b is None:
         if not (a / "check.json").exists():
-            raise BadInput(f"{a} has no check.json to compare its build with", fix="run `tapeout check` on it, or give two builds")
+            raise BadInput(
+                f"{a} has no check.json to compare its build with", fix="run `tapeout check` on it, or give two builds"
+            )
         a, b = a / "report.json", a / "check.json"
     rows = diffing.diff(diffing.load_side(a), diffing.load_side(b))
     if as_json:

@@ -25,8 +25,10 @@ def estimate(build_dir: Path, device: str | None, as_json: bool, target: str | N
         if target not in targets.TARGETS:
             raise BadInput(f"unknown target '{target}' for --target", fix=f"use one of: {', '.join(targets.TARGETS)}")
         if spec is None:
-            raise BadInput("--target prices the build as another target would run it, on a device: it needs --device",
-                           fix="add --device NAME (tapeout profiles list shows the device specs)")
+            raise BadInput(
+                "--target prices the build as another target would run it, on a device: it needs --device",
+                fix="add --device NAME (tapeout profiles list shows the device specs)",
+            )
     est = estimating.for_build(open_build(build_dir), device_spec=spec, target=target)
     if as_json:
         print_json(est.to_json(top=30))
@@ -35,12 +37,28 @@ def estimate(build_dir: Path, device: str | None, as_json: bool, target: str | N
 
     ui = UI()
     ui.out.print(est.line(), markup=False)
-    table = Table("kernel", "class", "precision", "GFLOP", "MB", "compute µs", "memory µs", "bound",
-                  title=f"the slowest kernels at the roofline ({est.roof.source})")
+    table = Table(
+        "kernel",
+        "class",
+        "precision",
+        "GFLOP",
+        "MB",
+        "compute µs",
+        "memory µs",
+        "bound",
+        title=f"the slowest kernels at the roofline ({est.roof.source})",
+    )
     for k in est.to_json(top=15)["top_kernels"]:
-        table.add_row(k["name"], k["class"], k["precision"], f"{k['flops'] / 1e9:.4g}", f"{k['bytes'] / 2**20:.4g}",
-                      f"{k['compute_us']:.3g}", f"{k['memory_us']:.3g}",
-                      "compute" if k["compute_us"] >= k["memory_us"] else "memory")
+        table.add_row(
+            k["name"],
+            k["class"],
+            k["precision"],
+            f"{k['flops'] / 1e9:.4g}",
+            f"{k['bytes'] / 2**20:.4g}",
+            f"{k['compute_us']:.3g}",
+            f"{k['memory_us']:.3g}",
+            "compute" if k["compute_us"] >= k["memory_us"] else "memory",
+        )
     ui.out.print(table)
     for note in est.notes:
         ui.out.print(f"note: {note}", markup=False)
@@ -91,17 +109,27 @@ def calibrate(build_dirs: list[Path], out: Path | None, as_json: bool, as_class:
             ui.note(f"skipped {d}: measured on another CPU ({got[1]['host_key']}); calibrate on that machine")
             continue
         if as_class and device.startswith(roofline.host_name(host)):
-            got[1]["device"] = roofline.cpu_class(host) + device[len(roofline.host_name(host)):]
+            got[1]["device"] = roofline.cpu_class(host) + device[len(roofline.host_name(host)) :]
         found.append(got)
     if not found:
-        raise BadInput("none of the build dirs has a latency measured on its device with a per-op profile",
-                       fix="build (or check) on the device with [check] op_profile = true, then calibrate from those")
+        raise BadInput(
+            "none of the build dirs has a latency measured on its device with a per-op profile",
+            fix="build (or check) on the device with [check] op_profile = true, then calibrate from those",
+        )
     folder = out or fit.user_folder()
     results = []
     for cal in fit.make(found, now(), __version__):
         path = fit.save(cal, folder)
-        results.append({"device": cal.device, "target": cal.target, "file": str(path), "summary": cal.summary(),
-                        "band": cal.band, "held_out": cal.held_out})
+        results.append(
+            {
+                "device": cal.device,
+                "target": cal.target,
+                "file": str(path),
+                "summary": cal.summary(),
+                "band": cal.band,
+                "held_out": cal.held_out,
+            }
+        )
         if not as_json:
             ui.out.print(f"{cal.device} × {cal.target}: {cal.summary()} → {path}", markup=False)
     if as_json:

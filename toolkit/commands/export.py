@@ -36,7 +36,9 @@ def export(project: Path, out: Path | None, profile: str, as_json: bool) -> int:
         print_json(info)
         return 0
     for p in info.get("parity", []):
-        ui.out.print(f"  {p['output']}: max-abs {p['max_abs']:.3g} · max-rel {p['max_rel']:.3g} · cosine {p['cosine']:.6f}")
+        ui.out.print(
+            f"  {p['output']}: max-abs {p['max_abs']:.3g} · max-rel {p['max_rel']:.3g} · cosine {p['cosine']:.6f}"
+        )
     ui.out.print(f"wrote {target} ({info['exporter']}, opset {info.get('opset', '?')})")
     return 0
 
@@ -64,7 +66,9 @@ def analyze(model: Path, dim: list[str], groups: bool, as_json: bool) -> int:
     for item in dim:
         name, _, value = item.partition("=")
         if not name or not value.isdigit() or int(value) <= 0:
-            raise BadInput(f"--dim {item!r} is not NAME=VALUE with a positive integer value", fix="e.g. --dim sequence=128")
+            raise BadInput(
+                f"--dim {item!r} is not NAME=VALUE with a positive integer value", fix="e.g. --dim sequence=128"
+            )
         dims[name] = int(value)
     ui = UI()
     if model.suffix == ".onnx":
@@ -81,8 +85,9 @@ def analyze(model: Path, dim: list[str], groups: bool, as_json: bool) -> int:
         with tempfile.TemporaryDirectory(prefix="tapeout-analyze-") as tmp:
             state = flows.export(setup, Path(tmp))
             with ui.step("analyze"):
-                result = run_analysis(state.exported.path, project.inputs, {**project.dims, **dims},
-                                      hints=hints_of(state.loaded))
+                result = run_analysis(
+                    state.exported.path, project.inputs, {**project.dims, **dims}, hints=hints_of(state.loaded)
+                )
         title = project.display_name
     if as_json:
         print_json(result.to_json(top_costs=30))

@@ -23,8 +23,10 @@ def farm(what: str, address: str | None, out: Path | None, devices: str | None, 
         return worker(address, devices, dry_run, as_json)
     for flag, given in (("--devices", devices), ("--dry-run", dry_run)):
         if given:
-            raise BadInput(f"{flag} is for `tapeout farm worker`, not for a plan", fix="leave it out, or run "
-                           "`tapeout farm worker …` on the node")
+            raise BadInput(
+                f"{flag} is for `tapeout farm worker`, not for a plan",
+                fix="leave it out, or run `tapeout farm worker …` on the node",
+            )
     return run_plan(Path(what), address, out, as_json)
 
 
@@ -53,7 +55,9 @@ def run_plan(path: Path, address: str | None, out: Path | None, as_json: bool) -
             builds.add_row(*row)
         ui.out.print(builds)
         ui.out.print(f"recommendation: {data['compare']['why']}", markup=False)
-    ui.out.print(f"wrote {plan.out / 'farm.json'} and {plan.out / 'farm.html'} · exit {data['exit_code']}", markup=False)
+    ui.out.print(
+        f"wrote {plan.out / 'farm.json'} and {plan.out / 'farm.html'} · exit {data['exit_code']}", markup=False
+    )
     return data["exit_code"]
 
 
@@ -73,8 +77,14 @@ def worker(address: str | None, devices: str | None, dry_run: bool, as_json: boo
         names = found.found_here()
     resources = node_resources(names)
     ray_cli = shutil.which("ray") or str(Path(sys.executable).with_name("ray"))
-    command = [ray_cli, "start", *(["--address", address] if address else ["--head"]),
-               "--resources", json.dumps(resources), "--block"]
+    command = [
+        ray_cli,
+        "start",
+        *(["--address", address] if address else ["--head"]),
+        "--resources",
+        json.dumps(resources),
+        "--block",
+    ]
     if as_json or dry_run:
         from tapeout.farm.tasks import machine_state
 
@@ -85,9 +95,11 @@ def worker(address: str | None, devices: str | None, dry_run: bool, as_json: boo
             import shlex
 
             m = description["machine"]
-            UI().out.print(f"devices: {', '.join(names)}\nmachine: {m['cpu']}, {m['logical_cores']} logical cores, "
-                           f"{m['memory_gb']} GB, flags {' '.join(m['cpu_flags'])}\nray: {shlex.join(command)}",
-                           markup=False)
+            UI().out.print(
+                f"devices: {', '.join(names)}\nmachine: {m['cpu']}, {m['logical_cores']} logical cores, "
+                f"{m['memory_gb']} GB, flags {' '.join(m['cpu_flags'])}\nray: {shlex.join(command)}",
+                markup=False,
+            )
         if dry_run:
             return 0
     if not Path(ray_cli).exists():

@@ -31,7 +31,7 @@ class Draft:
     outputs: list[str] | None = None
     workload: dict | None = None
     state: dict[str, str] = field(default_factory=dict)  # a stream's state input → the output that feeds it
-    said: list[str] = field(default_factory=list)       # what was inferred, and from what
+    said: list[str] = field(default_factory=list)  # what was inferred, and from what
 
 
 def init(model: str, directory: Path, inputs: list[str], force: bool) -> int:
@@ -54,8 +54,12 @@ def init(model: str, directory: Path, inputs: list[str], force: bool) -> int:
     for line in draft.said:
         print(f"  {line}")
     print("next:")
-    print(f"  tapeout build {_shown(directory)} -p cpu-fp32        # export, verify, measure (profiles: tapeout profiles list)")
-    print(f"  tapeout check {_shown(directory / 'build' / 'cpu-fp32')}   # on the device: measure again, judge the budgets")
+    print(
+        f"  tapeout build {_shown(directory)} -p cpu-fp32        # export, verify, measure (profiles: tapeout profiles list)"
+    )
+    print(
+        f"  tapeout check {_shown(directory / 'build' / 'cpu-fp32')}   # on the device: measure again, judge the budgets"
+    )
     print("  declare budgets in its [budgets] table; a metric in [evaluation] judges accuracy")
     return 0
 
@@ -70,7 +74,9 @@ def _shown(path: Path) -> str:
 def _input_flag(text: str) -> dict:
     match = INPUT_FLAG.match(text.replace(" ", ""))
     if not match:
-        raise BadInput(f"--input {text!r} is not NAME=SHAPE[:DTYPE]", fix="write e.g. --input image=1x3x224x224:float32")
+        raise BadInput(
+            f"--input {text!r} is not NAME=SHAPE[:DTYPE]", fix="write e.g. --input image=1x3x224x224:float32"
+        )
     shape = [int(d) if d.isdigit() else d for d in re.split(r"[x,]", match["shape"]) if d]
     return {"name": match["name"], "shape": shape, "dtype": match["dtype"] or "float32"}
 
@@ -80,8 +86,9 @@ def _draft(model: str, directory: Path, given: list[dict]) -> Draft:
     if ":" in model and not path.exists():
         return _from_callable(model, directory, given)
     if not path.exists():
-        raise BadInput(f"{model} not found", fix="give a Hugging Face directory, an .onnx file, a .pt2 file or "
-                       "file.py:callable")
+        raise BadInput(
+            f"{model} not found", fix="give a Hugging Face directory, an .onnx file, a .pt2 file or file.py:callable"
+        )
     source = _relative(path.resolve(), directory)
     if path.is_dir():
         if not (path / "config.json").is_file():
@@ -92,11 +99,15 @@ def _draft(model: str, directory: Path, given: list[dict]) -> Draft:
     elif path.suffix == ".pt2":
         draft = Draft(source)
         if not given:
-            raise BadInput(f"{model}: a .pt2 program's inputs are not read here",
-                           fix="give each input: --input NAME=SHAPE[:DTYPE], e.g. --input x=1x3x224x224")
+            raise BadInput(
+                f"{model}: a .pt2 program's inputs are not read here",
+                fix="give each input: --input NAME=SHAPE[:DTYPE], e.g. --input x=1x3x224x224",
+            )
     else:
-        raise BadInput(f"{model}: not a model tapeout reads", fix="give a Hugging Face directory, an .onnx file, "
-                       "a .pt2 file or file.py:callable")
+        raise BadInput(
+            f"{model}: not a model tapeout reads",
+            fix="give a Hugging Face directory, an .onnx file, a .pt2 file or file.py:callable",
+        )
     return _with_given(draft, given)
 
 
@@ -131,36 +142,51 @@ def _from_hf_config(config_file: Path, source: str) -> Draft:
     vocab = config.get("vocab_size")
     draft = Draft(source)
     if config.get("is_encoder_decoder"):
-        raise BadInput(f"{config_file}: {arch or config.get('model_type')} is an encoder-decoder model, which no "
-                       "workload runs yet", fix="export its encoder or decoder as a module of its own "
-                       "(file.py:callable) and init that")
+        raise BadInput(
+            f"{config_file}: {arch or config.get('model_type')} is an encoder-decoder model, which no "
+            "workload runs yet",
+            fix="export its encoder or decoder as a module of its own (file.py:callable) and init that",
+        )
     if arch.endswith(("ForCausalLM", "LMHeadModel")) and isinstance(vocab, int):
         context = min(CONTEXT, config.get("max_position_embeddings") or CONTEXT)
         prompt = min(PROMPT, context // 2)
         draft.inputs = [{"name": "input_ids", "shape": ["batch", context], "dtype": "int64", "range": [0, vocab - 1]}]
         draft.dims = {"batch": 1}
         draft.outputs = ["logits"]
-        draft.workload = {"kind": "generate", "prompt_lengths": [prompt], "new_tokens": context - prompt,
-                          "max_context": context}
-        draft.said.append(f"{arch}: a decoder, built as a generator (prompt {prompt}, {context - prompt} new tokens, "
-                          f"KV cache at {context}); vocabulary {vocab}")
+        draft.workload = {
+            "kind": "generate",
+            "prompt_lengths": [prompt],
+            "new_tokens": context - prompt,
+            "max_context": context,
+        }
+        draft.said.append(
+            f"{arch}: a decoder, built as a generator (prompt {prompt}, {context - prompt} new tokens, "
+            f"KV cache at {context}); vocabulary {vocab}"
+        )
     elif "pixel_values" in json.dumps(config) or arch.endswith("ForImageClassification"):
         size = config.get("image_size") or 224
         channels = config.get("num_channels") or 3
-        draft.inputs = [{"name": "pixel_values", "shape": ["batch", channels, size, size], "dtype": "float32",
-                         "range": [-1.0, 1.0]}]
+        draft.inputs = [
+            {"name": "pixel_values", "shape": ["batch", channels, size, size], "dtype": "float32", "range": [-1.0, 1.0]}
+        ]
         draft.dims = {"batch": 1}
         draft.outputs = ["logits"]
         draft.said.append(f"{arch}: an image model, {channels}×{size}×{size} inputs")
     elif isinstance(vocab, int):
-        draft.inputs = [{"name": "input_ids", "shape": ["batch", "sequence"], "dtype": "int64", "range": [0, vocab - 1]},
-                        {"name": "attention_mask", "shape": ["batch", "sequence"], "dtype": "int64", "range": [1, 1]}]
+        draft.inputs = [
+            {"name": "input_ids", "shape": ["batch", "sequence"], "dtype": "int64", "range": [0, vocab - 1]},
+            {"name": "attention_mask", "shape": ["batch", "sequence"], "dtype": "int64", "range": [1, 1]},
+        ]
         draft.dims = {"batch": 1, "sequence": ENCODER_SEQUENCE}
-        draft.said.append(f"{arch or config.get('model_type', 'a text model')}: token ids and a mask, sequence "
-                          f"{ENCODER_SEQUENCE}; vocabulary {vocab}")
+        draft.said.append(
+            f"{arch or config.get('model_type', 'a text model')}: token ids and a mask, sequence "
+            f"{ENCODER_SEQUENCE}; vocabulary {vocab}"
+        )
     else:
-        raise BadInput(f"{config_file}: cannot tell this model's inputs from its config ({arch or 'no architecture'})",
-                       fix="give each input: --input NAME=SHAPE[:DTYPE], e.g. --input x=1x3x224x224")
+        raise BadInput(
+            f"{config_file}: cannot tell this model's inputs from its config ({arch or 'no architecture'})",
+            fix="give each input: --input NAME=SHAPE[:DTYPE], e.g. --input x=1x3x224x224",
+        )
     return draft
 
 
@@ -179,8 +205,10 @@ def _from_onnx(path: Path, source: str) -> Draft:
         tensor = graph_input.type.tensor_type
         dtype = ONNX_DTYPES.get(tensor.elem_type)
         if dtype is None:
-            raise BadInput(f"{path}: input {graph_input.name!r} has element type {tensor.elem_type}, which tapeout "
-                           "does not feed", fix=f"use one of: {', '.join(ONNX_DTYPES.values())}")
+            raise BadInput(
+                f"{path}: input {graph_input.name!r} has element type {tensor.elem_type}, which tapeout does not feed",
+                fix=f"use one of: {', '.join(ONNX_DTYPES.values())}",
+            )
         shape: list[int | str] = []
         for k, dim in enumerate(tensor.shape.dim):
             if dim.HasField("dim_value") and dim.dim_value > 0:
@@ -196,9 +224,11 @@ def _from_onnx(path: Path, source: str) -> Draft:
         draft.inputs.append(entry)
     draft.state = _state_pairs([i["name"] for i in draft.inputs], draft.outputs or [])
     symbolic = ", ".join(f"{k} = 1" for k in draft.dims)
-    draft.said.append(f"{len(draft.inputs)} inputs and {len(draft.outputs or [])} outputs from the graph"
-                      + (f"; symbolic dims set to 1 ({symbolic}): set the sizes you deploy at" if symbolic else "")
-                      + "; input ranges [0, 1]: set the values your model takes")
+    draft.said.append(
+        f"{len(draft.inputs)} inputs and {len(draft.outputs or [])} outputs from the graph"
+        + (f"; symbolic dims set to 1 ({symbolic}): set the sizes you deploy at" if symbolic else "")
+        + "; input ranges [0, 1]: set the values your model takes"
+    )
     if draft.state:
         draft.said.append(f"a streaming model: state {draft.state} carried from chunk to chunk")
     return draft
@@ -222,15 +252,17 @@ def _from_callable(ref: str, directory: Path, given: list[dict]) -> Draft:
     made = resolve_callable(ref, directory, "tapeout init")()
     if isinstance(made, str | Path):  # a maker that returns a Hugging Face directory or a model file
         found = _draft(str(Path(directory, made)), directory, [])
-        return _with_given(Draft(ref, found.inputs, found.dims, found.outputs, found.workload, found.state,
-                                 found.said), given)
+        return _with_given(
+            Draft(ref, found.inputs, found.dims, found.outputs, found.workload, found.state, found.said), given
+        )
     names = _forward_inputs(made)
     draft = Draft(ref)
     missing = [n for n in names if n not in {g["name"] for g in given}]
     if missing and not sys.stdin.isatty():
         example = " ".join(f"--input {n}=1x…:float32" for n in missing)
-        raise BadInput(f"{ref}: forward({', '.join(names)}) does not say its inputs' shapes",
-                       fix=f"give each: {example}")
+        raise BadInput(
+            f"{ref}: forward({', '.join(names)}) does not say its inputs' shapes", fix=f"give each: {example}"
+        )
     for name in missing:
         answer = input(f"shape and dtype of {name!r} (e.g. 1x3x224x224:float32): ")
         given.append(_input_flag(f"{name}={answer}"))
@@ -243,21 +275,31 @@ def _forward_inputs(module) -> list[str]:
 
     forward = getattr(module, "forward", None)
     if forward is None:
-        raise BadInput(f"the callable returned {type(module).__name__}, not a torch module",
-                       fix="return a torch.nn.Module, a Hugging Face directory or an .onnx path")
+        raise BadInput(
+            f"the callable returned {type(module).__name__}, not a torch module",
+            fix="return a torch.nn.Module, a Hugging Face directory or an .onnx path",
+        )
     params = inspect.signature(forward).parameters.values()
-    return [p.name for p in params if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)
-            and p.default is p.empty]
+    return [p.name for p in params if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD) and p.default is p.empty]
 
 
 def render(draft: Draft) -> str:
-    out = ["# Written by `tapeout init`: check the shapes, ranges and dims, then `tapeout build . -p cpu-fp32`.", "",
-           "[model]", f"source = {json.dumps(draft.source)}"]
+    out = [
+        "# Written by `tapeout init`: check the shapes, ranges and dims, then `tapeout build . -p cpu-fp32`.",
+        "",
+        "[model]",
+        f"source = {json.dumps(draft.source)}",
+    ]
     if draft.outputs:
         out.append(f"outputs = {json.dumps(draft.outputs)}")
     for entry in draft.inputs:
-        out += ["", "[[inputs]]", f"name = {json.dumps(entry['name'])}", f"shape = {json.dumps(entry['shape'])}",
-                f"dtype = {json.dumps(entry['dtype'])}"]
+        out += [
+            "",
+            "[[inputs]]",
+            f"name = {json.dumps(entry['name'])}",
+            f"shape = {json.dumps(entry['shape'])}",
+            f"dtype = {json.dumps(entry['dtype'])}",
+        ]
         if "range" in entry:
             out.append(f"range = {json.dumps(entry['range'])}         # the values random inputs are drawn from")
     if draft.dims:
@@ -267,29 +309,52 @@ def render(draft: Draft) -> str:
         out += ["", "[workload]"] + [f"{k} = {json.dumps(v)}" for k, v in draft.workload.items()]
     elif draft.state:
         state = ", ".join(f"{k} = {json.dumps(v)}" for k, v in draft.state.items())
-        out += ["", "[workload]                      # chunk after chunk, the state carried",
-                'kind = "stream"', f"state = {{ {state} }}", "deadline_ms = 32                # the real time one chunk stands for"]
+        out += [
+            "",
+            "[workload]                      # chunk after chunk, the state carried",
+            'kind = "stream"',
+            f"state = {{ {state} }}",
+            "deadline_ms = 32                # the real time one chunk stands for",
+        ]
     else:
-        out += ["", "# A streaming model (chunk after chunk, its state carried): map each state input to the output",
-                "# that feeds it on the next chunk ([model] outputs names them).",
-                "# [workload]", '# kind = "stream"', '# state = { h = "h_out" }', "# deadline_ms = 32"]
-    out += ["", "# Optional: real inputs for calibration and a metric for the accuracy budgets (docs/project-file.md).",
-            "# [calibration]", '# data = "calibration.npz"       # one array per input, shape (N, *input shape)',
-            "# [evaluation]", '# metric = "metric.py:score"     # score(predict) -> float', '# direction = "higher"',
-            "", "[budgets]                       # judged by every build and check; a profile's own win"]
+        out += [
+            "",
+            "# A streaming model (chunk after chunk, its state carried): map each state input to the output",
+            "# that feeds it on the next chunk ([model] outputs names them).",
+            "# [workload]",
+            '# kind = "stream"',
+            '# state = { h = "h_out" }',
+            "# deadline_ms = 32",
+        ]
+    out += [
+        "",
+        "# Optional: real inputs for calibration and a metric for the accuracy budgets (docs/project-file.md).",
+        "# [calibration]",
+        '# data = "calibration.npz"       # one array per input, shape (N, *input shape)',
+        "# [evaluation]",
+        '# metric = "metric.py:score"     # score(predict) -> float',
+        '# direction = "higher"',
+        "",
+        "[budgets]                       # judged by every build and check; a profile's own win",
+    ]
     out += _budget_lines(draft)
     return "\n".join(out) + "\n"
 
 
 def _budget_lines(draft: Draft) -> list[str]:
     kind = (draft.workload or {}).get("kind") or ("stream" if draft.state else "forward")
-    lines = {"generate": ["# ttft_ms = 200                 # first token at the longest prompt, p90",
-                          "# tpot_p90_ms = 20              # each later token, p90",
-                          "# kv_cache_mb = 64",
-                          "# greedy_min_agreement = 0.5    # share of torch's greedy tokens reproduced"],
-             "stream": ["# chunk_p99_ms = 8",
-                        "# real_time_factor = 0.25",
-                        "# stream_max_abs_error = 0.01   # drift from torch over the golden stream"],
-             "forward": ["# latency_p50_ms = 10",
-                         "# latency_p90_ms = 15"]}[kind]
+    lines = {
+        "generate": [
+            "# ttft_ms = 200                 # first token at the longest prompt, p90",
+            "# tpot_p90_ms = 20              # each later token, p90",
+            "# kv_cache_mb = 64",
+            "# greedy_min_agreement = 0.5    # share of torch's greedy tokens reproduced",
+        ],
+        "stream": [
+            "# chunk_p99_ms = 8",
+            "# real_time_factor = 0.25",
+            "# stream_max_abs_error = 0.01   # drift from torch over the golden stream",
+        ],
+        "forward": ["# latency_p50_ms = 10", "# latency_p90_ms = 15"],
+    }[kind]
     return [*lines, "# peak_memory_mb = 512", "# accuracy_max_rel_drop = 0.01  # with an [evaluation] metric"]

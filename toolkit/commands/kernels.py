@@ -77,8 +77,11 @@ def verify(names: list[str] | None, dtype: str | None, all_configs: bool, as_jso
     for kernel in chosen:
         found = harness.verify(kernel, where, dtypes, all_configs)
         bad = sum(c.ok is False for c in found)
-        print(f"  {kernel.name}: {sum(c.ok is True for c in found)} passed, {bad} failed, "
-              f"{sum(c.ok is None for c in found)} not verifiable here", file=sys.stderr)
+        print(
+            f"  {kernel.name}: {sum(c.ok is True for c in found)} passed, {bad} failed, "
+            f"{sum(c.ok is None for c in found)} not verifiable here",
+            file=sys.stderr,
+        )
         checks += found
     failed = [c for c in checks if c.ok is False]
     if as_json:
@@ -101,8 +104,9 @@ def _verify_table(checks: list) -> None:
     Console(width=None if Console().is_terminal else 200).print(table)
 
 
-def bench(names: list[str] | None, dtype: str | None, calls: int, max_autotune: bool, retune: bool,
-          as_json: bool) -> int:
+def bench(
+    names: list[str] | None, dtype: str | None, calls: int, max_autotune: bool, retune: bool, as_json: bool
+) -> int:
     from tapeout.core.config import device_matching
     from tapeout.measurement import kernel_harness as harness
 
@@ -112,8 +116,11 @@ def bench(names: list[str] | None, dtype: str | None, calls: int, max_autotune: 
     _available()
     where = harness.gpu()  # exit 4 here without a GPU, before anything else
     spec = device_matching(where["name"])
-    print(f"timing on {where['name']} ({where['key']}); roof from "
-          f"{spec.name if spec else 'no device spec (none names this GPU): no roof fraction'}", file=sys.stderr)
+    print(
+        f"timing on {where['name']} ({where['key']}); roof from "
+        f"{spec.name if spec else 'no device spec (none names this GPU): no roof fraction'}",
+        file=sys.stderr,
+    )
     rows = []
     for kernel in _chosen(names):
         for d in dtypes:
@@ -127,14 +134,36 @@ def bench(names: list[str] | None, dtype: str | None, calls: int, max_autotune: 
     from rich.markup import escape
     from rich.table import Table
 
-    table = Table("kernel", "case", "dtype", "kernel p50 (p90) ms", "eager ms", "Inductor ms", "max-autotune ms",
-                  "vs best other", "GB/s", "roof", "host launch µs", "config")
+    table = Table(
+        "kernel",
+        "case",
+        "dtype",
+        "kernel p50 (p90) ms",
+        "eager ms",
+        "Inductor ms",
+        "max-autotune ms",
+        "vs best other",
+        "GB/s",
+        "roof",
+        "host launch µs",
+        "config",
+    )
     for r in rows:
         others = [t for t in (r.eager_ms, r.inductor_ms, r.max_autotune_ms) if t]
-        table.add_row(r.kernel, escape(f"{r.case} ({r.label})"), r.dtype, f"{r.kernel_ms:.4f} ({r.kernel_p90_ms:.4f})",
-                      _ms(r.eager_ms), _ms(r.inductor_ms), _ms(r.max_autotune_ms),
-                      f"{min(others) / r.kernel_ms:.2f}×" if others else "—", f"{r.achieved_gbs:.0f}",
-                      f"{r.roof_fraction:.0%}" if r.roof_fraction else "—", f"{r.launch_us:.0f}", r.config)
+        table.add_row(
+            r.kernel,
+            escape(f"{r.case} ({r.label})"),
+            r.dtype,
+            f"{r.kernel_ms:.4f} ({r.kernel_p90_ms:.4f})",
+            _ms(r.eager_ms),
+            _ms(r.inductor_ms),
+            _ms(r.max_autotune_ms),
+            f"{min(others) / r.kernel_ms:.2f}×" if others else "—",
+            f"{r.achieved_gbs:.0f}",
+            f"{r.roof_fraction:.0%}" if r.roof_fraction else "—",
+            f"{r.launch_us:.0f}",
+            r.config,
+        )
     Console(width=None if Console().is_terminal else 220).print(table)
     return 0
 

@@ -23,12 +23,22 @@ def rows() -> list[dict]:
             if here is not None and not here.ready:
                 reason, install = here.problem.problem, here.problem.fix or ""
         caps = info.capabilities
-        found.append({"target": name, "available": probe.available and not reason, "version": probe.version,
-                      "reason": reason, "install": install, "summary": info.summary,
-                      "precisions": list(caps.precisions), "workloads": list(caps.workloads),
-                      "workloads_not": dict(caps.workloads_not),
-                      "compile_on": caps.compile_on, "meters": list(caps.meters),
-                      "emulated_here": caps.emulated_on.get(platform.machine().lower())})
+        found.append(
+            {
+                "target": name,
+                "available": probe.available and not reason,
+                "version": probe.version,
+                "reason": reason,
+                "install": install,
+                "summary": info.summary,
+                "precisions": list(caps.precisions),
+                "workloads": list(caps.workloads),
+                "workloads_not": dict(caps.workloads_not),
+                "compile_on": caps.compile_on,
+                "meters": list(caps.meters),
+                "emulated_here": caps.emulated_on.get(platform.machine().lower()),
+            }
+        )
     return found
 
 
@@ -41,13 +51,23 @@ def targets(as_json: bool) -> int:
     from rich.markup import escape
     from rich.table import Table
 
-    table = Table("target", "available", "version", "precisions", "workloads", "what", "why not / install",
-                  show_lines=True)
+    table = Table(
+        "target", "available", "version", "precisions", "workloads", "what", "why not / install", show_lines=True
+    )
     for r in found:
-        unavailable = ("[yellow]host part only[/]: the engine is built on the device" if r["compile_on"] == "device"
-                       else "[red]no[/]")
-        table.add_row(r["target"], ("yes" + (" (emulator)" if r["emulated_here"] else "")) if r["available"] else unavailable,
-                      r["version"] or "—", ", ".join(r["precisions"]), ", ".join(r["workloads"]), escape(r["summary"]),
-                      escape(f"{r['reason']} — {r['install']}" if r["reason"] else "—"))
+        unavailable = (
+            "[yellow]host part only[/]: the engine is built on the device"
+            if r["compile_on"] == "device"
+            else "[red]no[/]"
+        )
+        table.add_row(
+            r["target"],
+            ("yes" + (" (emulator)" if r["emulated_here"] else "")) if r["available"] else unavailable,
+            r["version"] or "—",
+            ", ".join(r["precisions"]),
+            ", ".join(r["workloads"]),
+            escape(r["summary"]),
+            escape(f"{r['reason']} — {r['install']}" if r["reason"] else "—"),
+        )
     Console(width=None if Console().is_terminal else 160).print(table)
     return 0

@@ -25,14 +25,13 @@ else:  # pragma: no cover
     import tomli as tomllib
 
 
-
 PROJECT_FILE = "tapeout.toml"
 
 
-MAX_TOML_BYTES = 1 << 20   # a project file or profile is a page of text; a megabyte is not a mistake we can help
+MAX_TOML_BYTES = 1 << 20  # a project file or profile is a page of text; a megabyte is not a mistake we can help
 
 
-MAX_EXTENDS = 16           # profiles extend one another a few levels deep, never sixteen
+MAX_EXTENDS = 16  # profiles extend one another a few levels deep, never sixteen
 
 
 def read_toml(path: Path, what: str) -> dict[str, Any]:
@@ -45,8 +44,10 @@ def read_toml(path: Path, what: str) -> dict[str, Any]:
     except (tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:
         raise BadInput(f"{path}: not valid TOML ({exc})", fix="fix the syntax at the position given") from None
     except RecursionError:  # tomllib parses nested arrays and tables recursively
-        raise BadInput(f"{path}: arrays or tables nested too deeply to parse",
-                       fix="nothing in a tapeout file nests more than a few levels") from None
+        raise BadInput(
+            f"{path}: arrays or tables nested too deeply to parse",
+            fix="nothing in a tapeout file nests more than a few levels",
+        ) from None
 
 
 def describe_validation_error(path: Path, model: type[BaseModel], exc: ValidationError, prefix: str = "") -> str:
@@ -110,7 +111,9 @@ def load_project(path: Path | str) -> Project:
     except (OSError, ValueError):  # a name too long for the filesystem
         file = path
     if not _is_file(file):
-        raise BadInput(f"no project file at {file}", fix=f"give a directory that holds {PROJECT_FILE}, or the file itself")
+        raise BadInput(
+            f"no project file at {file}", fix=f"give a directory that holds {PROJECT_FILE}, or the file itself"
+        )
     project = validate(Project, read_toml(file, "project file"), file)
     project._root = file.parent.resolve()
     project._file = file.resolve()
@@ -140,15 +143,20 @@ def find_profile(name: str, relative_to: Path | None = None) -> Path:
             candidate = relative_to / candidate
         if _is_file(candidate):
             return candidate
-        raise BadInput(f"profile file {candidate} not found", fix="check the path, or name a shipped profile (`tapeout profiles list`)")
+        raise BadInput(
+            f"profile file {candidate} not found",
+            fix="check the path, or name a shipped profile (`tapeout profiles list`)",
+        )
     shipped = shipped_profiles_dir() / f"{name}.toml"
     if _is_file(shipped):
         return Path(str(shipped))
     if relative_to is not None and _is_file(relative_to / f"{name}.toml"):
         return relative_to / f"{name}.toml"
     close = difflib.get_close_matches(name, list_profiles(), n=1, cutoff=0.6)
-    raise BadInput(f"unknown profile '{name}'" + (f": did you mean '{close[0]}'?" if close else ""),
-                   fix=f"use one of: {', '.join(list_profiles())}, or a path to a .toml file")
+    raise BadInput(
+        f"unknown profile '{name}'" + (f": did you mean '{close[0]}'?" if close else ""),
+        fix=f"use one of: {', '.join(list_profiles())}, or a path to a .toml file",
+    )
 
 
 def _merge(base: dict[str, Any], override: dict[str, Any]) -> dict[str, Any]:
@@ -164,8 +172,10 @@ def _merge(base: dict[str, Any], override: dict[str, Any]) -> dict[str, Any]:
 def resolve_extends(path: Path, seen: tuple[Path, ...] = ()) -> dict[str, Any]:
     path = path.resolve()
     if len(seen) >= MAX_EXTENDS:
-        raise BadInput(f"profile {seen[0]}: 'extends' chain is over {MAX_EXTENDS} profiles long",
-                       fix="extend a shipped profile directly; chains this long are a mistake")
+        raise BadInput(
+            f"profile {seen[0]}: 'extends' chain is over {MAX_EXTENDS} profiles long",
+            fix="extend a shipped profile directly; chains this long are a mistake",
+        )
     if path in seen:
         chain = " → ".join(p.name for p in (*seen, path))
         raise BadInput(f"profile {path}: 'extends' forms a cycle ({chain})", fix="remove one of the 'extends' lines")

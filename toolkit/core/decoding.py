@@ -37,8 +37,8 @@ class CacheLayout:
     vocab: int
     max_context: int
     dtype: str = "float32"
-    masked: bool = False     # the graph takes attention_mask and position_ids (module docstring)
-    max_prompt: int = 0      # the longest prompt a static-shape runtime is compiled for ([workload] max_prompt)
+    masked: bool = False  # the graph takes attention_mask and position_ids (module docstring)
+    max_prompt: int = 0  # the longest prompt a static-shape runtime is compiled for ([workload] max_prompt)
 
     def inputs(self) -> list[str]:
         return [INPUT_IDS, *((ATTENTION_MASK, POSITION_IDS) if self.masked else ()), *self.past()]
@@ -48,8 +48,10 @@ class CacheLayout:
         for the plain graph (it derives positions from the cache's length)."""
         if not self.masked:
             return {}
-        return {ATTENTION_MASK: np.ones((batch, past + seq), np.int64),
-                POSITION_IDS: np.repeat(np.arange(past, past + seq, dtype=np.int64)[None], batch, axis=0)}
+        return {
+            ATTENTION_MASK: np.ones((batch, past + seq), np.int64),
+            POSITION_IDS: np.repeat(np.arange(past, past + seq, dtype=np.int64)[None], batch, axis=0),
+        }
 
     def feeds(self, ids: np.ndarray, past: Feeds) -> Feeds:
         """One call's inputs: the token ids, the positions where the graph takes them, and the cache."""
@@ -81,8 +83,11 @@ class CacheLayout:
         masked, max_prompt = data.get("masked", False), data.get("max_prompt", 0)  # absent from older builds
         if not isinstance(masked, bool) or type(max_prompt) is not int or max_prompt < 0:
             raise TypeError(f"masked = {masked!r}, max_prompt = {max_prompt!r}: a bool and a whole number expected")
-        return cls(**{k: data[k] for k in ("layers", "kv_heads", "head_dim", "vocab", "max_context", "dtype")},
-                   masked=masked, max_prompt=max_prompt)
+        return cls(
+            **{k: data[k] for k in ("layers", "kv_heads", "head_dim", "vocab", "max_context", "dtype")},
+            masked=masked,
+            max_prompt=max_prompt,
+        )
 
 
 def graph_layout(inputs: list, workload) -> CacheLayout:
@@ -90,9 +95,16 @@ def graph_layout(inputs: list, workload) -> CacheLayout:
     by the generate workload."""
     past = [s for s in inputs if s.name.startswith("past_")]
     ids = next(s for s in inputs if s.name == INPUT_IDS)
-    return CacheLayout(layers=len(past) // 2, kv_heads=past[0].shape[1], head_dim=past[0].shape[3],
-                       vocab=int(ids.range[1]) + 1, max_context=workload.max_context, dtype=past[0].dtype,
-                       masked=any(s.name == ATTENTION_MASK for s in inputs), max_prompt=workload.longest_prompt)
+    return CacheLayout(
+        layers=len(past) // 2,
+        kv_heads=past[0].shape[1],
+        head_dim=past[0].shape[3],
+        vocab=int(ids.range[1]) + 1,
+        max_context=workload.max_context,
+        dtype=past[0].dtype,
+        masked=any(s.name == ATTENTION_MASK for s in inputs),
+        max_prompt=workload.longest_prompt,
+    )
 
 
 def feed_back(layout: CacheLayout, outputs: dict[str, np.ndarray]) -> Feeds:
@@ -121,7 +133,7 @@ def teacher_forced(step: Step, layout: CacheLayout) -> Callable[[Feeds], dict[st
         past = layout.empty_past(ids.shape[0])
         logits = []
         for t in range(ids.shape[1]):
-            out = step(layout.feeds(ids[:, t:t + 1], past))
+            out = step(layout.feeds(ids[:, t : t + 1], past))
             logits.append(out[LOGITS][:, -1])
             past = feed_back(layout, out)
         return {LOGITS: np.stack(logits, axis=1)}
@@ -139,7 +151,7 @@ def teacher_forced_loop(decoder) -> Callable[[Feeds], dict[str, np.ndarray]]:
         rows = []
         for row in ids:
             logits = [decoder.prefill(row[None, :1])]
-            logits += [decoder.step(row[None, t:t + 1]) for t in range(1, ids.shape[1])]
+            logits += [decoder.step(row[None, t : t + 1]) for t in range(1, ids.shape[1])]
             rows.append(np.concatenate(logits, axis=0))
         return {LOGITS: np.stack(rows)}
 

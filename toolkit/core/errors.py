@@ -68,7 +68,7 @@ def first_line(exc: BaseException, limit: int = 400) -> str:
     lines = [line.strip() for line in full_text(exc).splitlines() if line.strip()]
     told = [line for line in lines if not _SOURCE_LOCATION.match(line)] or lines
     text = " ".join(told)
-    return text if len(text) <= limit else text[:limit - 1] + "…"
+    return text if len(text) <= limit else text[: limit - 1] + "…"
 
 
 def runtime_detail(exc: BaseException) -> str | None:
@@ -92,8 +92,11 @@ def _user_frame(exc: BaseException, root: str | None) -> str:
     frames = traceback.extract_tb(exc.__traceback__)
     ours = os.path.dirname(os.path.abspath(__file__))
     theirs = [f for f in frames if root and f.filename.startswith(root)] or [
-        f for f in frames if not any(mark in f.filename for mark in ("site-packages", "dist-packages", "<frozen"))
-        and not f.filename.startswith((ours, os.path.dirname(os.__file__)))]
+        f
+        for f in frames
+        if not any(mark in f.filename for mark in ("site-packages", "dist-packages", "<frozen"))
+        and not f.filename.startswith((ours, os.path.dirname(os.__file__)))
+    ]
     frame = (theirs or frames or [None])[-1]
     return f"{frame.filename}:{frame.lineno}" if frame else "?"
 
@@ -117,5 +120,7 @@ class user_code:
             problem = f"{self.what} called sys.exit({exc.code!r})"
         else:
             problem = f"{self.what} raised {type(exc).__name__}: {first_line(exc)}"
-        raise UserCodeError(f"{problem} (at {_user_frame(exc, self.root)})",
-                            fix="fix it in the project's code; `tapeout --debug …` shows the traceback") from exc
+        raise UserCodeError(
+            f"{problem} (at {_user_frame(exc, self.root)})",
+            fix="fix it in the project's code; `tapeout --debug …` shows the traceback",
+        ) from exc

@@ -36,17 +36,24 @@ def check_feeds(feeds: Feeds, inputs: list[InputSpec], dims: dict[str, int], ori
     """Names, shapes and dtypes of a feed dict against the project's input specs."""
     for spec in inputs:
         if spec.name not in feeds:
-            raise BadInput(f"{origin}: no array for input '{spec.name}' (has {', '.join(feeds) or 'nothing'})",
-                           fix=f"provide '{spec.name}' with shape {list(spec.shape)}")
+            raise BadInput(
+                f"{origin}: no array for input '{spec.name}' (has {', '.join(feeds) or 'nothing'})",
+                fix=f"provide '{spec.name}' with shape {list(spec.shape)}",
+            )
         array = np.asarray(feeds[spec.name])
         want = spec.concrete_shape(dims)
         if array.shape != want:
-            raise BadInput(f"{origin}: input '{spec.name}' has shape {list(array.shape)}, the project declares "
-                           f"{list(spec.shape)} = {list(want)}", fix="fix the data or the [[inputs]] shape")
+            raise BadInput(
+                f"{origin}: input '{spec.name}' has shape {list(array.shape)}, the project declares "
+                f"{list(spec.shape)} = {list(want)}",
+                fix="fix the data or the [[inputs]] shape",
+            )
         if array.dtype != np.dtype(spec.dtype):
             if not np.can_cast(array.dtype, spec.dtype, casting="same_kind"):
-                raise BadInput(f"{origin}: input '{spec.name}' is {array.dtype}, the project declares {spec.dtype}",
-                               fix="convert the data or fix the [[inputs]] dtype")
+                raise BadInput(
+                    f"{origin}: input '{spec.name}' is {array.dtype}, the project declares {spec.dtype}",
+                    fix="convert the data or fix the [[inputs]] dtype",
+                )
             array = array.astype(spec.dtype)
         feeds[spec.name] = array
     return {spec.name: feeds[spec.name] for spec in inputs}
@@ -73,28 +80,38 @@ def read_stacked(path: Path, fix: str) -> dict[str, np.ndarray]:
     return arrays
 
 
-def npz_feeds(path: Path, inputs: list[InputSpec], dims: dict[str, int],
-              field: str = "[calibration] data") -> list[Feeds]:
+def npz_feeds(
+    path: Path, inputs: list[InputSpec], dims: dict[str, int], field: str = "[calibration] data"
+) -> list[Feeds]:
     """An .npz holds one array per input name, its samples stacked on a leading axis: `(N, *input shape)`, or, for
     an input whose first dim is its batch, the samples along that axis, `(N, *input shape[1:])`, taken a batch at a
     time. `field` names where it was given."""
     if not path.is_file():
         raise BadInput(f"{field}: data file {path} not found", fix=f"check {field} in the project or profile file")
-    arrays = read_stacked(path, fix=f"save one numeric array per input ({', '.join(s.name for s in inputs)}) with "
-                                    "numpy.savez, samples stacked on axis 0")
+    arrays = read_stacked(
+        path,
+        fix=f"save one numeric array per input ({', '.join(s.name for s in inputs)}) with "
+        "numpy.savez, samples stacked on axis 0",
+    )
     per_input = {}
     for spec in inputs:
         if spec.name not in arrays:
-            raise BadInput(f"{path}: no array for input '{spec.name}' (has {', '.join(arrays)})",
-                           fix=f"save it as {spec.name}=array of shape {_layouts(spec, dims)}")
+            raise BadInput(
+                f"{path}: no array for input '{spec.name}' (has {', '.join(arrays)})",
+                fix=f"save it as {spec.name}=array of shape {_layouts(spec, dims)}",
+            )
         per_input[spec.name] = _samples(arrays[spec.name], spec, dims, path)
     counts = {name: len(samples) for name, samples in per_input.items()}
     if len(set(counts.values())) != 1:
-        raise BadInput(f"{path}: the inputs hold different numbers of samples ({counts})",
-                       fix="give every input the same number of samples")
+        raise BadInput(
+            f"{path}: the inputs hold different numbers of samples ({counts})",
+            fix="give every input the same number of samples",
+        )
     count = next(iter(counts.values()))
-    return [check_feeds({name: samples[i] for name, samples in per_input.items()}, inputs, dims, str(path))
-            for i in range(count)]
+    return [
+        check_feeds({name: samples[i] for name, samples in per_input.items()}, inputs, dims, str(path))
+        for i in range(count)
+    ]
 
 
 def _layouts(spec: InputSpec, dims: dict[str, int]) -> str:
@@ -113,9 +130,12 @@ def _samples(array: np.ndarray, spec: InputSpec, dims: dict[str, int], path: Pat
         return [array[i, ...] for i in range(len(array))]  # a scalar input's sample stays a 0-d array
     if want and array.shape[1:] == want[1:] and len(array) >= want[0]:
         batch = want[0]
-        return [array[i * batch:(i + 1) * batch] for i in range(len(array) // batch)]
-    raise BadInput(f"{path}: array '{spec.name}' has shape {list(array.shape)}, and input '{spec.name}' is "
-                   f"{list(spec.shape)} = {list(want)}", fix=f"save {len(array)} samples as {_layouts(spec, dims)}")
+        return [array[i * batch : (i + 1) * batch] for i in range(len(array) // batch)]
+    raise BadInput(
+        f"{path}: array '{spec.name}' has shape {list(array.shape)}, and input '{spec.name}' is "
+        f"{list(spec.shape)} = {list(want)}",
+        fix=f"save {len(array)} samples as {_layouts(spec, dims)}",
+    )
 
 
 def stack(samples: list[Feeds]) -> Feeds:

@@ -74,8 +74,10 @@ def out_of_space(exc: BaseException) -> bool:
 
 
 def disk_full(folder: Path, exc: BaseException) -> BadInput:
-    return BadInput(f"no space left on the disk holding {folder} ({_free_text(folder)}); the work stopped at: "
-                    f"{first_line(exc)}", fix="free space there, or pass --out a path on another disk")
+    return BadInput(
+        f"no space left on the disk holding {folder} ({_free_text(folder)}); the work stopped at: {first_line(exc)}",
+        fix="free space there, or pass --out a path on another disk",
+    )
 
 
 def writable_dir(folder: Path, what: str, fix: str) -> Path:
@@ -102,7 +104,8 @@ def output_file(path: Path, what: str) -> Path:
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
     except OSError as exc:
-        raise BadInput(f"cannot create {path.parent} for {what}: {exc.strerror or exc}",
-                       fix=f"give {what} a path you can write") from None
+        raise BadInput(
+            f"cannot create {path.parent} for {what}: {exc.strerror or exc}", fix=f"give {what} a path you can write"
+        ) from None
     writable_dir(path.parent, f"{what} folder", fix=f"give {what} a path you can write")
     return path

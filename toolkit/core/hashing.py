@@ -15,10 +15,7 @@ def sha256_file(path: Path) -> str:
 
 
 def tree_hashes(directory: Path) -> dict[str, str]:
-    return {
-        str(p.relative_to(directory)): sha256_file(p)
-        for p in sorted(Path(directory).rglob("*")) if p.is_file()
-    }
+    return {str(p.relative_to(directory)): sha256_file(p) for p in sorted(Path(directory).rglob("*")) if p.is_file()}
 
 
 def tree_size(directory: Path) -> int:

@@ -15,12 +15,44 @@ import psutil
 
 from tapeout import __version__
 
-_PACKAGES = ("numpy", "onnx", "onnxruntime", "onnxruntime-gpu", "onnxruntime-qnn", "openvino", "nncf", "nvidia-ml-py",
-             "nvidia-modelopt", "tensorrt", "tensorrt-rtx", "onnxscript", "torch", "transformers", "psutil", "pydantic")
+_PACKAGES = (
+    "numpy",
+    "onnx",
+    "onnxruntime",
+    "onnxruntime-gpu",
+    "onnxruntime-qnn",
+    "openvino",
+    "nncf",
+    "nvidia-ml-py",
+    "nvidia-modelopt",
+    "tensorrt",
+    "tensorrt-rtx",
+    "onnxscript",
+    "torch",
+    "transformers",
+    "psutil",
+    "pydantic",
+)
 
 
-_CPU_FLAGS = ("sse2", "sse4_2", "avx", "avx2", "fma", "avx512f", "avx512bw", "avx512_vnni", "avx_vnni", "avx512_bf16",
-              "avx512_fp16", "amx_int8", "amx_bf16", "amx_fp16", "asimd", "asimddp")
+_CPU_FLAGS = (
+    "sse2",
+    "sse4_2",
+    "avx",
+    "avx2",
+    "fma",
+    "avx512f",
+    "avx512bw",
+    "avx512_vnni",
+    "avx_vnni",
+    "avx512_bf16",
+    "avx512_fp16",
+    "amx_int8",
+    "amx_bf16",
+    "amx_fp16",
+    "asimd",
+    "asimddp",
+)
 
 
 def package_versions() -> dict[str, str | None]:

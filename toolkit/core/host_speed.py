@@ -40,9 +40,12 @@ def matmul_graph(n: int, int8: bool = False):
     from onnx import TensorProto, helper
 
     kinds = (TensorProto.UINT8, TensorProto.INT8, TensorProto.INT32) if int8 else (TensorProto.FLOAT,) * 3
-    graph = helper.make_graph([helper.make_node("MatMulInteger" if int8 else "MatMul", ["a", "b"], ["c"])], "matmul",
-                              [helper.make_tensor_value_info(x, kind, [n, n]) for x, kind in zip("ab", kinds[:2], strict=True)],
-                              [helper.make_tensor_value_info("c", kinds[2], [n, n])])
+    graph = helper.make_graph(
+        [helper.make_node("MatMulInteger" if int8 else "MatMul", ["a", "b"], ["c"])],
+        "matmul",
+        [helper.make_tensor_value_info(x, kind, [n, n]) for x, kind in zip("ab", kinds[:2], strict=True)],
+        [helper.make_tensor_value_info("c", kinds[2], [n, n])],
+    )
     rng = np.random.default_rng(0)
     if int8:
         feeds = {"a": rng.integers(0, 256, (n, n), dtype=np.uint8), "b": rng.integers(-128, 128, (n, n), dtype=np.int8)}
@@ -76,9 +79,13 @@ def ort_conv_rates(runs: int) -> list[float]:
 
     rng = np.random.default_rng(0)
     weight = numpy_helper.from_array(rng.standard_normal((64, 64, 3, 3)).astype(np.float32) * 0.05, "w")
-    graph = helper.make_graph([helper.make_node("Conv", ["x", "w"], ["y"], pads=[1, 1, 1, 1])], "conv",
-                              [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 64, 56, 56])],
-                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 64, 56, 56])], [weight])
+    graph = helper.make_graph(
+        [helper.make_node("Conv", ["x", "w"], ["y"], pads=[1, 1, 1, 1])],
+        "conv",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 64, 56, 56])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 64, 56, 56])],
+        [weight],
+    )
     feeds = {"x": rng.standard_normal((1, 64, 56, 56)).astype(np.float32)}
     return _ort_rates(graph, feeds, 2 * 64 * 64 * 9 * 56 * 56, runs)
 
@@ -128,7 +135,11 @@ def host_state(samples: int = 5) -> dict[str, float | list[float]]:
     bandwidth swung 24.6-33.4 GB/s within seconds, and a diff of two measurements should say when the
     machine itself moved beyond that."""
     copies = copy_rates(64, 6 * samples)
-    bandwidth = [max(copies[i:i + 6]) / 1e9 for i in range(0, len(copies), 6)]
+    bandwidth = [max(copies[i : i + 6]) / 1e9 for i in range(0, len(copies), 6)]
     flops = [r / 1e9 for r in matmul_rates(1024, samples)]
-    return {"bandwidth_gbs": float(np.median(bandwidth)), "bandwidth_gbs_range": [min(bandwidth), max(bandwidth)],
-            "fp32_gflops": float(np.median(flops)), "fp32_gflops_range": [min(flops), max(flops)]}
+    return {
+        "bandwidth_gbs": float(np.median(bandwidth)),
+        "bandwidth_gbs_range": [min(bandwidth), max(bandwidth)],
+        "fp32_gflops": float(np.median(flops)),
+        "fp32_gflops_range": [min(flops), max(flops)],
+    }

@@ -18,8 +18,9 @@ def sample_inputs(project: Project, count: int) -> tuple[list[Feeds], str]:
     if project.calibration is None:
         rng = np.random.default_rng(project.seed)
         return [random_feeds(project.inputs, project.dims, rng) for _ in range(count)], "random (seeded)"
-    return read_inputs(project, project.calibration.data, count, "[calibration] data"), \
-        f"calibration data {project.calibration.data}"
+    return read_inputs(
+        project, project.calibration.data, count, "[calibration] data"
+    ), f"calibration data {project.calibration.data}"
 
 
 def read_inputs(project: Project, ref: str, count: int, field: str) -> list[Feeds]:
@@ -36,8 +37,10 @@ def read_inputs(project: Project, ref: str, count: int, field: str) -> list[Feed
             produced = list(itertools.islice(source(), count))
         for feeds in produced:
             if not isinstance(feeds, dict):
-                raise BadInput(f"{field} {ref} yielded {type(feeds).__name__}, not a dict of arrays",
-                               fix="yield {input_name: numpy array} per sample")
+                raise BadInput(
+                    f"{field} {ref} yielded {type(feeds).__name__}, not a dict of arrays",
+                    fix="yield {input_name: numpy array} per sample",
+                )
             samples.append(check_feeds(dict(feeds), project.inputs, project.dims, f"{field} {ref}"))
     if not samples:
         raise BadInput(f"{field} {ref} gave no samples", fix="provide at least one sample")

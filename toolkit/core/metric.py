@@ -33,8 +33,9 @@ def evaluate(project: Project, predict: Predict, through_cache: bool = True) -> 
     try:
         value = float(value)
     except (TypeError, ValueError):
-        raise BadInput(f"[evaluation] metric {ref} returned {type(value).__name__}, not a number",
-                       fix="return one float") from None
+        raise BadInput(
+            f"[evaluation] metric {ref} returned {type(value).__name__}, not a number", fix="return one float"
+        ) from None
     if not math.isfinite(value):
         raise BadInput(f"[evaluation] metric {ref} returned {value}", fix="return a finite float")
     return value

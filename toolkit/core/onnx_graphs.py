@@ -11,8 +11,11 @@ from __future__ import annotations
 
 def bodies(node) -> list[tuple[str, object]]:
     """(attribute name, graph) for each body `node` holds: an If's two branches, a Loop's or Scan's body."""
-    return [(attr.name, graph) for attr in node.attribute
-            for graph in ([attr.g] if attr.HasField("g") else []) + list(attr.graphs)]
+    return [
+        (attr.name, graph)
+        for attr in node.attribute
+        for graph in ([attr.g] if attr.HasField("g") else []) + list(attr.graphs)
+    ]
 
 
 def graphs_in(graph):
@@ -75,6 +78,7 @@ def static_dims(model) -> dict[str, list[int | None]]:
 def drop_unused(graph) -> None:
     """Remove nodes whose outputs nothing reads (repeatedly), then initializers nothing reads; reads from
     If/Loop/Scan bodies count (a body reads outer-scope tensors by name)."""
+
     def read() -> set[str]:
         return {t for g in graphs_in(graph) for n in g.node for t in n.input if t} | {o.name for o in graph.output}
 

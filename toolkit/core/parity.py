@@ -39,17 +39,26 @@ def compare_one(name: str, reference: np.ndarray, actual: np.ndarray, atol: floa
     return OutputParity(name, float(diff.max()) if diff.size else 0.0, max_rel, cosine(act, ref), ok)
 
 
-def compare(reference: list[dict[str, np.ndarray]], actual: list[dict[str, np.ndarray]],
-            atol: float, rtol: float) -> list[OutputParity]:
+def compare(
+    reference: list[dict[str, np.ndarray]], actual: list[dict[str, np.ndarray]], atol: float, rtol: float
+) -> list[OutputParity]:
     """Per output, the worst over all samples (max errors, min cosine)."""
     results: dict[str, OutputParity] = {}
     for ref_sample, act_sample in zip(reference, actual, strict=True):
         for name, ref in ref_sample.items():
             one = compare_one(name, ref, act_sample[name], atol, rtol)
             prev = results.get(name)
-            results[name] = one if prev is None else OutputParity(
-                name, max(prev.max_abs, one.max_abs), max(prev.max_rel, one.max_rel),
-                min(prev.cosine, one.cosine), prev.within_tolerance and one.within_tolerance)
+            results[name] = (
+                one
+                if prev is None
+                else OutputParity(
+                    name,
+                    max(prev.max_abs, one.max_abs),
+                    max(prev.max_rel, one.max_rel),
+                    min(prev.cosine, one.cosine),
+                    prev.within_tolerance and one.within_tolerance,
+                )
+            )
     return list(results.values())
 
 

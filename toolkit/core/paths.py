@@ -19,14 +19,18 @@ def confined(base: Path, relative: str, what: str) -> Path:
     through a symlink (a link inside the folder may point anywhere)."""
     rel = PurePosixPath(str(relative).replace("\\", "/"))
     if not str(relative) or rel.is_absolute() or ".." in rel.parts or rel.parts[:1] == ("",):
-        raise BadInput(f"{what} '{relative}' is not a plain relative path inside {base}",
-                       fix="paths in model and build files stay inside their folder: no absolute paths, no '..'")
+        raise BadInput(
+            f"{what} '{relative}' is not a plain relative path inside {base}",
+            fix="paths in model and build files stay inside their folder: no absolute paths, no '..'",
+        )
     path = base
     for part in rel.parts:
         path = path / part
         if path.is_symlink():
-            raise BadInput(f"{what} '{relative}' passes through the symlink {path}",
-                           fix="replace the link with the file itself; tapeout never follows links out of a folder")
+            raise BadInput(
+                f"{what} '{relative}' passes through the symlink {path}",
+                fix="replace the link with the file itself; tapeout never follows links out of a folder",
+            )
     return base / Path(*rel.parts)
 
 
@@ -36,8 +40,15 @@ def external_data_files(model_path: Path) -> list[str]:
     import onnx
 
     header = onnx.load(str(model_path), load_external_data=False)
-    return sorted({entry.value for tensor in _all_tensors(header) if tensor.data_location == onnx.TensorProto.EXTERNAL
-                   for entry in tensor.external_data if entry.key == "location"})
+    return sorted(
+        {
+            entry.value
+            for tensor in _all_tensors(header)
+            if tensor.data_location == onnx.TensorProto.EXTERNAL
+            for entry in tensor.external_data
+            if entry.key == "location"
+        }
+    )
 
 
 def _all_tensors(model):
@@ -77,8 +88,10 @@ def copy_onnx(model_path: Path, target: Path) -> list[Path]:
     for location in external_data_files(model_path):
         source = confined(model_path.parent, location, f"{model_path.name}: external data")
         if not source.is_file():
-            raise BadInput(f"{model_path.name} names external data '{location}', which is not a file in "
-                           f"{model_path.parent}", fix="copy the weights file beside the model")
+            raise BadInput(
+                f"{model_path.name} names external data '{location}', which is not a file in {model_path.parent}",
+                fix="copy the weights file beside the model",
+            )
         sources.append((location, source))
     target.parent.mkdir(parents=True, exist_ok=True)
     shutil.copyfile(model_path, target)

@@ -28,6 +28,8 @@ def load(group: str, name: str) -> object:
         return entry.load()
     except Exception as exc:  # whatever the plug-in's own import raises
         owner = f" (from {entry.dist.name} {entry.dist.version})" if entry.dist else ""
-        raise BadInput(f"the {group.rpartition('.')[2].replace('_', ' ')} plug-in '{name}' = {entry.value}{owner} could "
-                       f"not be loaded: {type(exc).__name__}: {first_line(exc)}",
-                       fix="reinstall that package, or uninstall it") from None
+        raise BadInput(
+            f"the {group.rpartition('.')[2].replace('_', ' ')} plug-in '{name}' = {entry.value}{owner} could "
+            f"not be loaded: {type(exc).__name__}: {first_line(exc)}",
+            fix="reinstall that package, or uninstall it",
+        ) from None

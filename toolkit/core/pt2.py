@@ -19,8 +19,10 @@ from pathlib import Path
 
 from tapeout.core.errors import BadInput
 
-_FIX = ("save it with torch.export.save from a module with plain tensors (no tensor subclasses or script "
-        "objects), or give tapeout the model as ONNX or a module:callable")
+_FIX = (
+    "save it with torch.export.save from a module with plain tensors (no tensor subclasses or script "
+    "objects), or give tapeout the model as ONNX or a module:callable"
+)
 
 
 class UnpicklingRefused(Exception):
@@ -45,9 +47,13 @@ def pickled_entries(path: Path) -> list[str]:
                 config = json.loads(archive.read(name)).get("config", {})
             except (ValueError, AttributeError) as exc:
                 raise BadInput(f"{path}: {name} is not a payload config ({exc})", fix=_FIX) from None
-            for fqn, meta in (config.items() if isinstance(config, dict) else []):
+            for fqn, meta in config.items() if isinstance(config, dict) else []:
                 path_name = str(meta.get("path_name", "")) if isinstance(meta, dict) else ""
-                if not isinstance(meta, dict) or meta.get("use_pickle") or path_name.startswith(("custom_obj_", "opaque_obj_")):
+                if (
+                    not isinstance(meta, dict)
+                    or meta.get("use_pickle")
+                    or path_name.startswith(("custom_obj_", "opaque_obj_"))
+                ):
                     found.append(f"{fqn} in {name}")
     return found
 
@@ -83,17 +89,24 @@ def load(path: Path):
     pickled = pickled_entries(path)
     if pickled:
         more = f" and {len(pickled) - 1} more" if len(pickled) > 1 else ""
-        raise BadInput(f"{path} holds pickled data ({pickled[0]}{more}); tapeout never unpickles a model file", fix=_FIX)
+        raise BadInput(
+            f"{path} holds pickled data ({pickled[0]}{more}); tapeout never unpickles a model file", fix=_FIX
+        )
     try:
         with _no_unpickling():
             return torch.export.load(str(path))
     except UnpicklingRefused:
-        raise BadInput(f"{path} asked to unpickle a payload while loading; tapeout never unpickles a model file",
-                       fix=_FIX) from None
+        raise BadInput(
+            f"{path} asked to unpickle a payload while loading; tapeout never unpickles a model file", fix=_FIX
+        ) from None
     except Exception as exc:
         text = str(exc).splitlines()[0][:300] if str(exc) else type(exc).__name__
         if "weights_only" in str(exc) or "Unpickling" in type(exc).__name__:
-            raise BadInput(f"{path} holds a payload that is not a plain tensor ({text}); tapeout never unpickles "
-                           "a model file", fix=_FIX) from None
-        raise BadInput(f"{path} is not a loadable ExportedProgram ({type(exc).__name__}: {text})",
-                       fix="save it with torch.export.save") from None
+            raise BadInput(
+                f"{path} holds a payload that is not a plain tensor ({text}); tapeout never unpickles a model file",
+                fix=_FIX,
+            ) from None
+        raise BadInput(
+            f"{path} is not a loadable ExportedProgram ({type(exc).__name__}: {text})",
+            fix="save it with torch.export.save",
+        ) from None

@@ -24,8 +24,13 @@ Direction = Literal["higher", "lower"]
 # The values an input `range` may take per dtype. Float64's are capped at float32's (a wider range
 # overflows uniform sampling); int64's at 2**53, where a range (read as floats) stops being exact.
 DTYPE_LIMITS: dict[str, tuple[float, float]] = {
-    "float16": (-65504.0, 65504.0), "float32": (-3.0e38, 3.0e38), "float64": (-3.0e38, 3.0e38),
-    "int64": (-(2**53), 2**53), "int32": (-(2**31), 2**31 - 1), "int8": (-128, 127), "uint8": (0, 255),
+    "float16": (-65504.0, 65504.0),
+    "float32": (-3.0e38, 3.0e38),
+    "float64": (-3.0e38, 3.0e38),
+    "int64": (-(2**53), 2**53),
+    "int32": (-(2**31), 2**31 - 1),
+    "int8": (-128, 127),
+    "uint8": (0, 255),
 }
 
 
@@ -34,8 +39,10 @@ def folder_safe(value: str | None, what: str) -> str | None:
     if value is None:
         return value
     if not value or len(value) > 100 or value.startswith(".") or any(c in value for c in "/\\\0"):
-        raise ValueError(f"{what} {value!r} must be a plain name (no '/', '\\', leading '.', at most 100 "
-                         "characters): it names a file or folder")
+        raise ValueError(
+            f"{what} {value!r} must be a plain name (no '/', '\\', leading '.', at most 100 "
+            "characters): it names a file or folder"
+        )
     return value
 
 
@@ -67,7 +74,9 @@ class InputSpec(_Strict):
     @classmethod
     def _range_ordered(cls, value: tuple[float, float] | None) -> tuple[float, float] | None:
         if value is not None and not value[0] <= value[1]:
-            raise ValueError(f"range [{value[0]}, {value[1]}] must be [low, high] with low <= high (inclusive for integers)")
+            raise ValueError(
+                f"range [{value[0]}, {value[1]}] must be [low, high] with low <= high (inclusive for integers)"
+            )
         return value
 
     @model_validator(mode="after")
@@ -78,8 +87,10 @@ class InputSpec(_Strict):
         low, high = DTYPE_LIMITS[self.dtype]
         too_wide = self.dtype.startswith("float") and self.range[1] - self.range[0] > high
         if not (low <= self.range[0] and self.range[1] <= high) or too_wide:
-            raise ValueError(f"range [{self.range[0]:g}, {self.range[1]:g}] does not fit {self.dtype} "
-                             f"(values from {low:g} to {high:g}" + (f", a width of at most {high:g})" if too_wide else ")"))
+            raise ValueError(
+                f"range [{self.range[0]:g}, {self.range[1]:g}] does not fit {self.dtype} "
+                f"(values from {low:g} to {high:g}" + (f", a width of at most {high:g})" if too_wide else ")")
+            )
         return self
 
     def concrete_shape(self, dims: dict[str, int]) -> tuple[int, ...]:
@@ -125,19 +136,33 @@ class GenerateWorkload(_Strict):
     kind: Literal["generate"]
     prompt_lengths: list[int] = Field(min_length=1, max_length=16, description="prompt lengths to measure, in tokens")
     new_tokens: int = Field(32, ge=1, le=65_536, description="tokens decoded after each prompt")
-    max_context: int = Field(ge=2, le=MAX_CONTEXT, description="the most tokens (prompt + generated) the deployment "
-                             "must hold: the KV cache is sized and its memory judged at this length")
+    max_context: int = Field(
+        ge=2,
+        le=MAX_CONTEXT,
+        description="the most tokens (prompt + generated) the deployment "
+        "must hold: the KV cache is sized and its memory judged at this length",
+    )
     batch: int = Field(1, ge=1, le=1024, description="sequences decoded together (one prompt length per batch)")
-    prompts: str | None = Field(None, min_length=1, description="file.py:callable returning token-id sequences "
-                                "(1-D integer arrays): the golden prompts greedy agreement is judged on; default: "
-                                "seeded random tokens")
+    prompts: str | None = Field(
+        None,
+        min_length=1,
+        description="file.py:callable returning token-id sequences "
+        "(1-D integer arrays): the golden prompts greedy agreement is judged on; default: "
+        "seeded random tokens",
+    )
     agreement_prompts: int = Field(8, ge=1, le=256, description="prompts the greedy tokens are compared on")
-    agreement_tokens: int | None = Field(None, ge=1, le=65_536, description="greedy tokens compared per prompt "
-                                         "(default: new_tokens)")
+    agreement_tokens: int | None = Field(
+        None, ge=1, le=65_536, description="greedy tokens compared per prompt (default: new_tokens)"
+    )
     trials: int = Field(5, ge=1, le=1000, description="generations per prompt length in each measuring process")
-    max_prompt: int | None = Field(None, ge=1, le=MAX_CONTEXT, description="the longest prompt the deployment accepts, "
-                                   "for a runtime compiled to static shapes (OpenVINO's NPU pipeline pads every "
-                                   "prompt to it); default: the longest of prompt_lengths")
+    max_prompt: int | None = Field(
+        None,
+        ge=1,
+        le=MAX_CONTEXT,
+        description="the longest prompt the deployment accepts, "
+        "for a runtime compiled to static shapes (OpenVINO's NPU pipeline pads every "
+        "prompt to it); default: the longest of prompt_lengths",
+    )
 
     @field_validator("prompt_lengths")
     @classmethod
@@ -152,13 +177,17 @@ class GenerateWorkload(_Strict):
     def _fits_context(self) -> GenerateWorkload:
         longest = max(self.prompt_lengths) + max(self.new_tokens, self.agreement_tokens or 0)
         if longest > self.max_context:
-            raise ValueError(f"prompt of {max(self.prompt_lengths)} tokens + {max(self.new_tokens, self.agreement_tokens or 0)} "
-                             f"new tokens = {longest} is longer than max_context = {self.max_context}: shorten the "
-                             "prompt or new_tokens, or raise max_context")
+            raise ValueError(
+                f"prompt of {max(self.prompt_lengths)} tokens + {max(self.new_tokens, self.agreement_tokens or 0)} "
+                f"new tokens = {longest} is longer than max_context = {self.max_context}: shorten the "
+                "prompt or new_tokens, or raise max_context"
+            )
         if self.max_prompt is not None and not max(self.prompt_lengths) <= self.max_prompt < self.max_context:
-            raise ValueError(f"max_prompt = {self.max_prompt} must hold the longest prompt measured "
-                             f"({max(self.prompt_lengths)}) and leave room for a token within max_context = "
-                             f"{self.max_context}")
+            raise ValueError(
+                f"max_prompt = {self.max_prompt} must hold the longest prompt measured "
+                f"({max(self.prompt_lengths)}) and leave room for a token within max_context = "
+                f"{self.max_context}"
+            )
         return self
 
     @property
@@ -175,18 +204,33 @@ class StreamWorkload(_Strict):
     (measurement/streaming.py). The chunk is the streamed input's declared shape."""
 
     kind: Literal["stream"]
-    state: dict[str, str] = Field(min_length=1, description="state input → the output that feeds it on the next "
-                                  "chunk, e.g. {h = \"h_out\"}")
-    chunk_input: str | None = Field(None, min_length=1, description="the input the stream arrives on (default: the "
-                                    "first [[inputs]] entry that is neither state nor constant)")
-    constant: list[str] = Field(default_factory=list, description="inputs fed the same value on every chunk (e.g. a "
-                                "sample rate): the first golden sample's value")
+    state: dict[str, str] = Field(
+        min_length=1, description='state input → the output that feeds it on the next chunk, e.g. {h = "h_out"}'
+    )
+    chunk_input: str | None = Field(
+        None,
+        min_length=1,
+        description="the input the stream arrives on (default: the "
+        "first [[inputs]] entry that is neither state nor constant)",
+    )
+    constant: list[str] = Field(
+        default_factory=list,
+        description="inputs fed the same value on every chunk (e.g. a sample rate): the first golden sample's value",
+    )
     chunks: int = Field(100, ge=2, le=100_000, description="chunks in one stream")
-    deadline_ms: float = Field(gt=0, le=3_600_000, description="real time one chunk stands for (e.g. 32 ms of audio): "
-                               "a chunk slower than this is a deadline miss, and the real-time factor is time over it")
-    stream: str | None = Field(None, min_length=1, description="file.py:callable returning the golden stream: an array "
-                               "[chunks or more, *chunk shape] (or a dict of them per streamed input); default: "
-                               "seeded random chunks in the input's range")
+    deadline_ms: float = Field(
+        gt=0,
+        le=3_600_000,
+        description="real time one chunk stands for (e.g. 32 ms of audio): "
+        "a chunk slower than this is a deadline miss, and the real-time factor is time over it",
+    )
+    stream: str | None = Field(
+        None,
+        min_length=1,
+        description="file.py:callable returning the golden stream: an array "
+        "[chunks or more, *chunk shape] (or a dict of them per streamed input); default: "
+        "seeded random chunks in the input's range",
+    )
     initial_state: Literal["zeros"] = Field("zeros", description="the state the first chunk sees")
     trials: int = Field(5, ge=1, le=1000, description="timed streams in each measuring process")
 
@@ -242,17 +286,21 @@ class Project(_Strict):
         for spec in self.inputs:
             elements = math.prod(spec.concrete_shape(self.dims))
             if elements > MAX_INPUT_ELEMENTS:
-                raise ValueError(f"input {spec.name!r} has {elements:,} elements at shape "
-                                 f"{list(spec.concrete_shape(self.dims))}: over {MAX_INPUT_ELEMENTS:,} (8 GiB of float32); "
-                                 "check [dims] and the shape for a typo")
+                raise ValueError(
+                    f"input {spec.name!r} has {elements:,} elements at shape "
+                    f"{list(spec.concrete_shape(self.dims))}: over {MAX_INPUT_ELEMENTS:,} (8 GiB of float32); "
+                    "check [dims] and the shape for a typo"
+                )
         return self
 
     def _generation_inputs(self) -> None:
         """A decoder is fed token ids: one integer input [batch, sequence]; tapeout adds the KV cache around it."""
         if len(self.inputs) != 1 or self.inputs[0].dtype not in ("int64", "int32") or len(self.inputs[0].shape) != 2:
             got = ", ".join(f"{s.name} {s.dtype} {list(s.shape)}" for s in self.inputs)
-            raise ValueError(f"[workload] kind = \"generate\" takes one [[inputs]] entry, the token ids (int64, shape "
-                             f"[batch, sequence]); got {got}. tapeout adds the KV-cache inputs itself")
+            raise ValueError(
+                f'[workload] kind = "generate" takes one [[inputs]] entry, the token ids (int64, shape '
+                f"[batch, sequence]); got {got}. tapeout adds the KV-cache inputs itself"
+            )
 
     def _stream_inputs(self) -> None:
         """Every input is the streamed chunk, a state fed back from a named output, or a constant; anything else
@@ -264,11 +312,15 @@ class Project(_Strict):
             if state_input not in names:
                 raise ValueError(f"[workload] state names input {state_input!r}, which is not among [[inputs]] {names}")
             if outputs is None:
-                raise ValueError("[workload] kind = \"stream\" maps state outputs by name: name the model's outputs in "
-                                 f"[model] outputs (in order), e.g. outputs = [\"probability\", \"{output}\"]")
+                raise ValueError(
+                    '[workload] kind = "stream" maps state outputs by name: name the model\'s outputs in '
+                    f'[model] outputs (in order), e.g. outputs = ["probability", "{output}"]'
+                )
             if output not in outputs:
-                raise ValueError(f"[workload] state {{{state_input} = \"{output}\"}}: {output!r} is not among [model] "
-                                 f"outputs {outputs}")
+                raise ValueError(
+                    f'[workload] state {{{state_input} = "{output}"}}: {output!r} is not among [model] '
+                    f"outputs {outputs}"
+                )
         for name in workload.constant:
             if name not in names:
                 raise ValueError(f"[workload] constant names input {name!r}, which is not among [[inputs]] {names}")
@@ -284,13 +336,16 @@ class Project(_Strict):
         elif rest:
             rest = rest[1:]  # the first input that is neither state nor constant is the chunk
         else:
-            raise ValueError("[workload] kind = \"stream\" needs an input the chunks arrive on, and every input is "
-                             "state or constant")
+            raise ValueError(
+                '[workload] kind = "stream" needs an input the chunks arrive on, and every input is state or constant'
+            )
         if rest:
-            example = f"state = {{{rest[0]} = \"{rest[0]}_out\"}}"
-            raise ValueError(f"[workload] input(s) {rest} are neither the streamed chunk ({chunk!r}), state nor constant: "
-                             f"map the output that carries each ({example}), list it in constant, or name another chunk "
-                             "input in chunk_input")
+            example = f'state = {{{rest[0]} = "{rest[0]}_out"}}'
+            raise ValueError(
+                f"[workload] input(s) {rest} are neither the streamed chunk ({chunk!r}), state nor constant: "
+                f"map the output that carries each ({example}), list it in constant, or name another chunk "
+                "input in chunk_input"
+            )
         for spec in self.inputs:
             if spec.name in workload.state and not spec.dtype.startswith("float"):
                 raise ValueError(f"[workload] state input {spec.name!r} is {spec.dtype}: state is a float tensor")
@@ -331,25 +386,44 @@ class Budgets(_Strict):
     energy_mj: float | None = Field(None, gt=0)
     accuracy_max_drop: float | None = Field(None, ge=0, description="in the project's metric units")
     accuracy_max_rel_drop: float | None = Field(None, ge=0, lt=1, description="as a share of the reference metric")
-    placement_max_off_share: float | None = Field(None, ge=0, le=1, description="share of nodes off the intended accelerator")
+    placement_max_off_share: float | None = Field(
+        None, ge=0, le=1, description="share of nodes off the intended accelerator"
+    )
     # [workload] kind = "generate"
-    ttft_ms: float | None = Field(None, gt=0, description="time to first token at the longest prompt, judged on its p90")
+    ttft_ms: float | None = Field(
+        None, gt=0, description="time to first token at the longest prompt, judged on its p90"
+    )
     tpot_p90_ms: float | None = Field(None, gt=0, description="time per output token (decode step), p90")
     tpot_p99_ms: float | None = Field(None, gt=0, description="time per output token (decode step), p99")
-    decode_tokens_per_s: float | None = Field(None, gt=0, description="the least decode throughput, judged on the "
-                                              "bound of the median time per token")
+    decode_tokens_per_s: float | None = Field(
+        None, gt=0, description="the least decode throughput, judged on the bound of the median time per token"
+    )
     kv_cache_mb: float | None = Field(None, gt=0, description="the KV cache at the workload's max_context")
-    greedy_min_agreement: float | None = Field(None, ge=0, le=1, description="share of the reference's greedy tokens "
-                                               "reproduced before the first divergence, over the golden prompts")
+    greedy_min_agreement: float | None = Field(
+        None,
+        ge=0,
+        le=1,
+        description="share of the reference's greedy tokens "
+        "reproduced before the first divergence, over the golden prompts",
+    )
 
     # [workload] kind = "stream"
     chunk_p99_ms: float | None = Field(None, gt=0, description="one chunk's time with the state carried, p99")
-    real_time_factor: float | None = Field(None, gt=0, description="compute time over the stream's real time "
-                                           "(chunks × deadline_ms), judged on the slowest timed stream")
-    deadline_max_miss_share: float | None = Field(None, ge=0, le=1, description="share of chunks slower than "
-                                                  "[workload] deadline_ms")
-    stream_max_abs_error: float | None = Field(None, ge=0, description="largest difference of any output from the "
-                                               "torch model over the golden stream, state carried on both sides")
+    real_time_factor: float | None = Field(
+        None,
+        gt=0,
+        description="compute time over the stream's real time "
+        "(chunks × deadline_ms), judged on the slowest timed stream",
+    )
+    deadline_max_miss_share: float | None = Field(
+        None, ge=0, le=1, description="share of chunks slower than [workload] deadline_ms"
+    )
+    stream_max_abs_error: float | None = Field(
+        None,
+        ge=0,
+        description="largest difference of any output from the "
+        "torch model over the golden stream, state carried on both sides",
+    )
 
     def stream_budgets(self) -> dict[str, float]:
         names = ("chunk_p99_ms", "real_time_factor", "deadline_max_miss_share", "stream_max_abs_error")
@@ -385,8 +459,20 @@ class Sourced(_FromSource):
 
 
 # CPU instruction-set extensions the INT8 rules key on (Linux /proc/cpuinfo spellings; arm64: Features)
-CpuFlag = Literal["avx2", "avx512f", "avx512_vnni", "avx_vnni", "avx512_bf16", "amx_int8", "amx_bf16",
-                  "asimd", "asimddp", "i8mm", "sve", "sve2"]
+CpuFlag = Literal[
+    "avx2",
+    "avx512f",
+    "avx512_vnni",
+    "avx_vnni",
+    "avx512_bf16",
+    "amx_int8",
+    "amx_bf16",
+    "asimd",
+    "asimddp",
+    "i8mm",
+    "sve",
+    "sve2",
+]
 
 
 class CpuIsa(_FromSource):
@@ -403,6 +489,7 @@ class DeviceSpec(_Strict):
     @classmethod
     def _plain_name(cls, value: str) -> str:
         return folder_safe(value, "device spec name")
+
     vendor: str
     kind: Literal["gpu", "soc", "cpu"]
     compute_units: list[Literal["cpu", "gpu", "npu", "dla"]] = Field(min_length=1)
@@ -414,8 +501,11 @@ class DeviceSpec(_Strict):
     power_max_w: Sourced | None = None
     power_modes_w: list[float] = Field(default_factory=list)
     cpu_isa: CpuIsa | None = Field(None, description="its CPU cores' instruction set: the CPU INT8 rules key on it")
-    identifiers: list[str] = Field(default_factory=list, description="substrings of the name the device's driver "
-                                   "reports (NVML, amdsmi, the Jetson device tree): `check` says when another device ran")
+    identifiers: list[str] = Field(
+        default_factory=list,
+        description="substrings of the name the device's driver "
+        "reports (NVML, amdsmi, the Jetson device tree): `check` says when another device ran",
+    )
 
     def matches(self, reported: str) -> bool:
         return any(i.lower() in reported.lower() for i in self.identifiers)

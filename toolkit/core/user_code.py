@@ -35,8 +35,10 @@ def resolve_callable(ref: str, root: Path, field_name: str) -> Callable:
     """`path/to/file.py:name` (relative to the project) or `package.module:name`."""
     target, sep, attr = ref.rpartition(":")
     if not sep or not target or not attr.isidentifier():
-        raise BadInput(f"{field_name} = {ref!r} is not a callable reference",
-                       fix="write 'file.py:function' or 'package.module:function'")
+        raise BadInput(
+            f"{field_name} = {ref!r} is not a callable reference",
+            fix="write 'file.py:function' or 'package.module:function'",
+        )
     with _importable_from(root):
         if target.endswith(".py"):
             file = (root / target).resolve()
@@ -64,8 +66,10 @@ def resolve_callable(ref: str, root: Path, field_name: str) -> Callable:
             except UserCodeError as exc:
                 if not isinstance(exc.__cause__, ModuleNotFoundError) or exc.__cause__.name != target.split(".")[0]:
                     raise
-                raise BadInput(f"{field_name}: cannot import module '{target}' ({exc.__cause__})",
-                               fix="install it, or use 'file.py:function' for a file next to tapeout.toml") from None
+                raise BadInput(
+                    f"{field_name}: cannot import module '{target}' ({exc.__cause__})",
+                    fix="install it, or use 'file.py:function' for a file next to tapeout.toml",
+                ) from None
     fn = getattr(module, attr, None)
     if not callable(fn):
         raise BadInput(f"{field_name}: '{attr}' is not a callable in {target}", fix=f"define {attr}() in {target}")

@@ -29,7 +29,7 @@ class BudgetResult:
     measured: float | None = None
     bound: tuple[float, float] | None = None
     reason: str = ""
-    carried: bool = False   # judged by the build, carried over by `check` (covered by the manifest's hashes)
+    carried: bool = False  # judged by the build, carried over by `check` (covered by the manifest's hashes)
 
     def to_json(self) -> dict[str, Any]:
         return {

@@ -14,5 +14,13 @@ METERS = ("rss", "rapl", "nvml", "amdsmi", "tegrastats")
 # The number formats a device spec gives a compute peak in (a precision's kernels run at the nearest one).
 PEAK_FORMATS = ("fp32", "tf32", "fp16", "bf16", "fp8", "int8", "int4")
 # The quantization rule tables (quantize/rules.py), one per kind of hardware.
-RULE_SETS = ("cpu-integer", "npu-integer", "gpu-float", "gpu-qdq", "ov-integer", "xnnpack-integer",
-             "x86-inductor", "gpu-inductor")
+RULE_SETS = (
+    "cpu-integer",
+    "npu-integer",
+    "gpu-float",
+    "gpu-qdq",
+    "ov-integer",
+    "xnnpack-integer",
+    "x86-inductor",
+    "gpu-inductor",
+)

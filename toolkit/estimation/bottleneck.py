@@ -22,7 +22,7 @@ from typing import Any
 from tapeout.estimation.cost_units import op_class
 from tapeout.estimation.roofline import Roof
 
-OVERHEAD_RATIO = 10.0   # measured / roofline time beyond which an op is overhead-bound
+OVERHEAD_RATIO = 10.0  # measured / roofline time beyond which an op is overhead-bound
 
 
 @dataclass(frozen=True)
@@ -37,15 +37,25 @@ class OpBound:
     bytes: int | None
     achieved_gflops: float | None
     achieved_gbs: float | None
-    roof_share: float | None       # roofline time / measured time (1.0 = at the roof)
-    bound: str                     # compute | memory | overhead | unknown
+    roof_share: float | None  # roofline time / measured time (1.0 = at the roof)
+    bound: str  # compute | memory | overhead | unknown
 
     def to_json(self) -> dict[str, Any]:
-        return {"node": self.node, "op_type": self.op_type, "class": self.cls, "precision": self.precision,
-                "mean_us": self.mean_us, "share": self.share, "flops": self.flops, "bytes": self.bytes,
-                "intensity": self.flops / self.bytes if self.flops is not None and self.bytes else None,
-                "achieved_gflops": self.achieved_gflops, "achieved_gbs": self.achieved_gbs,
-                "roof_share": self.roof_share, "bound": self.bound}
+        return {
+            "node": self.node,
+            "op_type": self.op_type,
+            "class": self.cls,
+            "precision": self.precision,
+            "mean_us": self.mean_us,
+            "share": self.share,
+            "flops": self.flops,
+            "bytes": self.bytes,
+            "intensity": self.flops / self.bytes if self.flops is not None and self.bytes else None,
+            "achieved_gflops": self.achieved_gflops,
+            "achieved_gbs": self.achieved_gbs,
+            "roof_share": self.roof_share,
+            "bound": self.bound,
+        }
 
 
 def classify(op: dict[str, Any], runs: int, kernel_total_us: float, roof: Roof) -> OpBound:
@@ -69,10 +79,20 @@ def classify(op: dict[str, Any], runs: int, kernel_total_us: float, roof: Roof) 
             bound = "compute"
         else:
             bound = "memory"
-    return OpBound(op["node"], op["op_type"], op_class(op["op_type"]), op.get("precision") or "", mean,
-                   op["total_us"] / kernel_total_us if kernel_total_us else 0.0, flops, nbytes,
-                   flops / seconds / 1e9 if flops is not None and seconds > 0 else None,
-                   nbytes / seconds / 1e9 if nbytes is not None and seconds > 0 else None, share, bound)
+    return OpBound(
+        op["node"],
+        op["op_type"],
+        op_class(op["op_type"]),
+        op.get("precision") or "",
+        mean,
+        op["total_us"] / kernel_total_us if kernel_total_us else 0.0,
+        flops,
+        nbytes,
+        flops / seconds / 1e9 if flops is not None and seconds > 0 else None,
+        nbytes / seconds / 1e9 if nbytes is not None and seconds > 0 else None,
+        share,
+        bound,
+    )
 
 
 def profiler_scale(op_profile: dict[str, Any], p50_ms: float | None) -> float:
@@ -108,12 +128,13 @@ def view(op_profile: dict[str, Any] | None, roof: Roof, p50_ms: float | None = N
     return {
         "roof": roof.to_json(),
         "method": f"per op: roofline time max(FLOPs / peak, bytes / the bandwidth of the cache level they fit in) "
-                  "against the measured mean; "
-                  f"overhead-bound past {OVERHEAD_RATIO:g}× the roofline time; FLOPs and bytes from the profiler's "
-                  "recorded shapes and sizes (ops whose weights were prepacked have no FLOP count)",
+        "against the measured mean; "
+        f"overhead-bound past {OVERHEAD_RATIO:g}× the roofline time; FLOPs and bytes from the profiler's "
+        "recorded shapes and sizes (ops whose weights were prepacked have no FLOP count)",
         # against the timed run where there is one: the profiled run's gaps are mostly the profiler's own
-        "outside_ops_share": (max(0.0, 1 - kernel_total / runs / (p50_ms * 1e3)) if p50_ms
-                              else op_profile.get("overhead_share")),
+        "outside_ops_share": (
+            max(0.0, 1 - kernel_total / runs / (p50_ms * 1e3)) if p50_ms else op_profile.get("overhead_share")
+        ),
         "by_bound": by_bound,
         "ops": [b.to_json() for b in sorted(bounds, key=lambda b: -b.share)],
         "fusible_chains": chains,
@@ -145,8 +166,15 @@ def fusible_chains(ops: list[dict], bounds: list[OpBound], roof: Roof, runs: int
         first, last = ops[chain[0]], ops[chain[-1]]
         io = (first.get("in_bytes") or 0) + (last.get("out_bytes") or 0)
         fused = io / roof.bandwidth * 1e6 if roof.bandwidth else 0.0
-        out.append({"ops": [ops[i]["node"] for i in chain], "op_types": [ops[i]["op_type"] for i in chain],
-                    "measured_us": measured, "fused_us": fused, "saving_us": max(measured - fused, 0.0)})
+        out.append(
+            {
+                "ops": [ops[i]["node"] for i in chain],
+                "op_types": [ops[i]["op_type"] for i in chain],
+                "measured_us": measured,
+                "fused_us": fused,
+                "saving_us": max(measured - fused, 0.0),
+            }
+        )
     return sorted(out, key=lambda c: -c["saving_us"])
 
 

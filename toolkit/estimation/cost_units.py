@@ -30,24 +30,111 @@ WEIGHTED = frozenset({"conv", "matmul", "recurrent"})
 # ONNX, ONNX Runtime contrib and OpenVINO executed-layer type names, by kernel class. A name not
 # listed is elementwise (arithmetic per element, bandwidth-bound on every device here).
 _CLASS_OF = {
-    "conv": {"Conv", "ConvTranspose", "QLinearConv", "FusedConv", "NhwcConv", "ConvInteger", "NhwcFusedConv",
-             "Convolution", "GroupConvolution", "ConvolutionBackpropData", "GroupConvolutionBackpropData"},
-    "matmul": {"MatMul", "Gemm", "FusedMatMul", "FusedGemm", "QGemm", "QLinearMatMul", "MatMulInteger",
-               "MatMulIntegerToFloat", "DynamicQuantizeMatMul", "MatMulNBits", "Attention", "MultiHeadAttention",
-               "GroupQueryAttention", "Einsum", "FullyConnected", "ScaledDotProductAttention",
-               "FullyConnectedCompressed", "FullyConnectedQuantizedLegacy", "FullyConnectedQuantized", "gemm", "matmul"},
+    "conv": {
+        "Conv",
+        "ConvTranspose",
+        "QLinearConv",
+        "FusedConv",
+        "NhwcConv",
+        "ConvInteger",
+        "NhwcFusedConv",
+        "Convolution",
+        "GroupConvolution",
+        "ConvolutionBackpropData",
+        "GroupConvolutionBackpropData",
+    },
+    "matmul": {
+        "MatMul",
+        "Gemm",
+        "FusedMatMul",
+        "FusedGemm",
+        "QGemm",
+        "QLinearMatMul",
+        "MatMulInteger",
+        "MatMulIntegerToFloat",
+        "DynamicQuantizeMatMul",
+        "MatMulNBits",
+        "Attention",
+        "MultiHeadAttention",
+        "GroupQueryAttention",
+        "Einsum",
+        "FullyConnected",
+        "ScaledDotProductAttention",
+        "FullyConnectedCompressed",
+        "FullyConnectedQuantizedLegacy",
+        "FullyConnectedQuantized",
+        "gemm",
+        "matmul",
+    },
     # one op, but its cell runs once per time step: its cost per launch is per step
     "recurrent": {"LSTM", "GRU", "RNN", "DynamicQuantizeLSTM", "LSTMSequence", "GRUSequence", "RNNSequence"},
-    "reduce": {"Softmax", "LogSoftmax", "LayerNormalization", "SkipLayerNormalization", "SimplifiedLayerNormalization",
-               "SkipSimplifiedLayerNormalization", "BatchNormalization", "InstanceNormalization", "GroupNorm",
-               "RMSNormalization", "ReduceMean", "ReduceSum", "ReduceMax", "ReduceMin", "ReduceProd", "ReduceL2",
-               "MaxPool", "AveragePool", "GlobalAveragePool", "GlobalMaxPool", "ArgMax", "TopK", "CumSum",
-               "MVN", "Pooling", "Reduce", "SoftMax", "NormalizeL2", "RMS", "Topk"},
-    "movement": {"Transpose", "Concat", "Gather", "GatherElements", "GatherND", "Slice", "Split", "Reshape", "Expand",
-                 "Tile", "Pad", "Resize", "ScatterND", "ScatterElements", "Squeeze", "Unsqueeze", "Flatten", "Identity",
-                 "ReorderInput", "ReorderOutput", "Reorder", "StridedSlice", "Broadcast", "Convert", "Copy",
-                 "DepthToSpace", "SpaceToDepth", "ShuffleChannels", "Interpolate", "Cast", "MemcpyToHost",
-                 "MemcpyFromHost", "ShapeOf"},
+    "reduce": {
+        "Softmax",
+        "LogSoftmax",
+        "LayerNormalization",
+        "SkipLayerNormalization",
+        "SimplifiedLayerNormalization",
+        "SkipSimplifiedLayerNormalization",
+        "BatchNormalization",
+        "InstanceNormalization",
+        "GroupNorm",
+        "RMSNormalization",
+        "ReduceMean",
+        "ReduceSum",
+        "ReduceMax",
+        "ReduceMin",
+        "ReduceProd",
+        "ReduceL2",
+        "MaxPool",
+        "AveragePool",
+        "GlobalAveragePool",
+        "GlobalMaxPool",
+        "ArgMax",
+        "TopK",
+        "CumSum",
+        "MVN",
+        "Pooling",
+        "Reduce",
+        "SoftMax",
+        "NormalizeL2",
+        "RMS",
+        "Topk",
+    },
+    "movement": {
+        "Transpose",
+        "Concat",
+        "Gather",
+        "GatherElements",
+        "GatherND",
+        "Slice",
+        "Split",
+        "Reshape",
+        "Expand",
+        "Tile",
+        "Pad",
+        "Resize",
+        "ScatterND",
+        "ScatterElements",
+        "Squeeze",
+        "Unsqueeze",
+        "Flatten",
+        "Identity",
+        "ReorderInput",
+        "ReorderOutput",
+        "Reorder",
+        "StridedSlice",
+        "Broadcast",
+        "Convert",
+        "Copy",
+        "DepthToSpace",
+        "SpaceToDepth",
+        "ShuffleChannels",
+        "Interpolate",
+        "Cast",
+        "MemcpyToHost",
+        "MemcpyFromHost",
+        "ShapeOf",
+    },
     "quantize": {"QuantizeLinear", "DequantizeLinear", "DynamicQuantizeLinear", "FakeQuantize"},
 }
 # ExecuTorch's ETDump names: XNNPACK's own kernel names inside its delegate, whose layout and number formats follow
@@ -56,13 +143,48 @@ _CLASS_OF = {
 _CLASS_OF_EXECUTORCH = {
     "conv": {"Deconvolution", "convolution"},
     "matmul": {"Fully Connected", "Batch Matrix Multiply", "mm", "bmm", "addmm", "linear"},
-    "reduce": {"Max Pooling", "Average Pooling", "Global Average Pooling", "Softmax", "native_layer_norm", "_softmax",
-               "mean", "sum", "amax", "max_pool2d_with_indices", "_native_batch_norm_legit_no_training"},
-    "movement": {"Static Reshape", "Static Transpose", "Static Slice", "Static Constant Pad", "Constant Pad",
-                 "Concatenate", "Copy", "Even Split", "expand_copy", "permute_copy", "view_copy", "slice_copy",
-                 "select_copy", "unsqueeze_copy", "squeeze_copy", "cat", "embedding", "index", "clone", "_to_copy"},
-    "quantize": {"quantize_per_tensor", "dequantize_per_tensor", "quantize_per_channel", "dequantize_per_channel",
-                 "choose_qparams"},
+    "reduce": {
+        "Max Pooling",
+        "Average Pooling",
+        "Global Average Pooling",
+        "Softmax",
+        "native_layer_norm",
+        "_softmax",
+        "mean",
+        "sum",
+        "amax",
+        "max_pool2d_with_indices",
+        "_native_batch_norm_legit_no_training",
+    },
+    "movement": {
+        "Static Reshape",
+        "Static Transpose",
+        "Static Slice",
+        "Static Constant Pad",
+        "Constant Pad",
+        "Concatenate",
+        "Copy",
+        "Even Split",
+        "expand_copy",
+        "permute_copy",
+        "view_copy",
+        "slice_copy",
+        "select_copy",
+        "unsqueeze_copy",
+        "squeeze_copy",
+        "cat",
+        "embedding",
+        "index",
+        "clone",
+        "_to_copy",
+    },
+    "quantize": {
+        "quantize_per_tensor",
+        "dequantize_per_tensor",
+        "quantize_per_channel",
+        "dequantize_per_channel",
+        "choose_qparams",
+    },
 }
 _BY_NAME = {name: cls for table in (_CLASS_OF, _CLASS_OF_EXECUTORCH) for cls, names in table.items() for name in names}
 
@@ -70,12 +192,43 @@ _BY_NAME = {name: cls for table in (_CLASS_OF, _CLASS_OF_EXECUTORCH) for cls, na
 # layer_norm", Triton's "triton_per_fused__softmax"), a call out of the package after its C shim
 # ("aoti_torch_cpu__linear_pointwise", "aoti_torch_cpu__qconv_pointwise_tensor"). A generated kernel with a reduction
 # among its ops is a reduce (the elementwise ops around it ride along); one of copies and views alone is movement.
-_INDUCTOR_REDUCE = re.compile(r"layer_norm|softmax|_mean|_sum|amax|amin|max_pool|avg_pool|var_mean|_norm|_var|argmax|"
-                              r"cumsum|logsumexp|^triton_(red|per)_")
+_INDUCTOR_REDUCE = re.compile(
+    r"layer_norm|softmax|_mean|_sum|amax|amin|max_pool|avg_pool|var_mean|_norm|_var|argmax|"
+    r"cumsum|logsumexp|^triton_(red|per)_"
+)
 _INDUCTOR_MATMUL = re.compile(r"linear|_mm|addmm|bmm|baddbmm|scaled_dot_product|_gemm|^triton_tem_fused_(mm|bmm|addmm)")
-_INDUCTOR_MOVEMENT = {"cat", "clone", "permute", "view", "index", "embedding", "slice", "select", "expand", "transpose",
-                      "copy", "unsqueeze", "squeeze", "to", "constant", "pad", "nd", "stack", "split", "unbind", "t",
-                      "narrow", "as", "strided", "reshape", "repeat", "roll", "flip", "_unsafe", "unsafe"}
+_INDUCTOR_MOVEMENT = {
+    "cat",
+    "clone",
+    "permute",
+    "view",
+    "index",
+    "embedding",
+    "slice",
+    "select",
+    "expand",
+    "transpose",
+    "copy",
+    "unsqueeze",
+    "squeeze",
+    "to",
+    "constant",
+    "pad",
+    "nd",
+    "stack",
+    "split",
+    "unbind",
+    "t",
+    "narrow",
+    "as",
+    "strided",
+    "reshape",
+    "repeat",
+    "roll",
+    "flip",
+    "_unsafe",
+    "unsafe",
+}
 _INDUCTOR_NAME = re.compile(r"^(cpp|triton_(poi|red|per|tem))_fused_?(?P<ops>.*)$")
 
 
@@ -103,6 +256,7 @@ def _inductor_class(name: str) -> str | None:
     words = [w for w in ops.split("_") if w and not w.isdigit()]
     return "movement" if all(w in _INDUCTOR_MOVEMENT for w in words) else "elementwise"
 
+
 # Ops that give their input a new shape without touching it: every runtime here aliases the buffer
 # (the bottleneck view counts them the same way), so they cost a dispatch and no traffic.
 VIEW_OPS = {"Reshape", "Squeeze", "Unsqueeze", "Flatten", "Identity"}
@@ -113,28 +267,35 @@ _SHAPE_OPS = {"Shape", "Size", "Constant", "ConstantOfShape", "Range"}
 
 def op_class(op_type: str) -> str:
     """The kernel class of an op by its type (ONNX, a runtime's executed layer, ExecuTorch's or AOTInductor's name)."""
-    return (_BY_NAME.get(op_type) or _inductor_class(op_type)
-            or _BY_NAME.get(op_type.split(" (", 1)[0], "elementwise"))
+    return _BY_NAME.get(op_type) or _inductor_class(op_type) or _BY_NAME.get(op_type.split(" (", 1)[0], "elementwise")
 
 
 @dataclass(frozen=True)
 class Kernel:
-    name: str          # the fusion group's name, or the node's
-    cls: str           # one of CLASSES
+    name: str  # the fusion group's name, or the node's
+    cls: str  # one of CLASSES
     precision: str
     flops: int
-    bytes: float       # DRAM traffic at the kernel's precision, once per inference
-    nodes: int         # ONNX nodes it covers
+    bytes: float  # DRAM traffic at the kernel's precision, once per inference
+    nodes: int  # ONNX nodes it covers
     launches: int = 1  # times it runs per inference: a recurrent cell once per time step
-    lead: str = ""     # the node the plan's precision is looked up by (a group's first weighted node)
+    lead: str = ""  # the node the plan's precision is looked up by (a group's first weighted node)
     quantized_input: int = 0  # a fusion group's input elements: quantized too where the group is
     reread: float = 0.0  # bytes read again on every launch after the first: a recurrent cell's weights
     weights: float = 0.0  # of `bytes`, those of constant inputs: read from wherever the model's weights fit
 
     def to_json(self) -> dict:
-        return {"name": self.name, "class": self.cls, "precision": self.precision, "flops": self.flops,
-                "bytes": self.bytes, "nodes": self.nodes, "launches": self.launches, "reread_bytes": self.reread,
-                "weight_bytes": self.weights}
+        return {
+            "name": self.name,
+            "class": self.cls,
+            "precision": self.precision,
+            "flops": self.flops,
+            "bytes": self.bytes,
+            "nodes": self.nodes,
+            "launches": self.launches,
+            "reread_bytes": self.reread,
+            "weight_bytes": self.weights,
+        }
 
 
 def folded(view: GraphView) -> set[str]:
@@ -188,10 +349,20 @@ def structure(view: GraphView, analysis: Analysis) -> list[Kernel]:
             cost = costs.get(node.name) or node_cost(view, node)
             cls = op_class(node.op_type)
             moved = 0 if node.op_type in VIEW_OPS else cost.bytes_moved
-            kernels.append(Kernel(node.name, cls, "fp32", cost.flops, moved, 1,
-                                  _steps(view, node) if cls == "recurrent" else 1, node.name,
-                                  reread=_recurrent_weights(view, node) if cls == "recurrent" else 0,
-                                  weights=min(moved, _const_bytes(view, [node])) if cls in WEIGHTED else 0.0))
+            kernels.append(
+                Kernel(
+                    node.name,
+                    cls,
+                    "fp32",
+                    cost.flops,
+                    moved,
+                    1,
+                    _steps(view, node) if cls == "recurrent" else 1,
+                    node.name,
+                    reread=_recurrent_weights(view, node) if cls == "recurrent" else 0,
+                    weights=min(moved, _const_bytes(view, [node])) if cls in WEIGHTED else 0.0,
+                )
+            )
             continue
         if group.name in seen_groups:
             continue
@@ -201,13 +372,23 @@ def structure(view: GraphView, analysis: Analysis) -> list[Kernel]:
         lead = by_name.get(weighted[0].name) if weighted else None
         cls = op_class(lead.op_type) if lead is not None else "elementwise"
         moved = sum(c.bytes_moved for c in weighted)
-        kernels.append(Kernel(group.name, cls, "fp32", sum(c.flops for c in members), moved, len(members),
-                              _steps(view, lead) if cls == "recurrent" and lead is not None else 1,
-                              group.weighted[0] if group.weighted else "",
-                              (view.size(lead.input[0]) or 0) if lead is not None and group.weighted else 0,
-                              _recurrent_weights(view, lead) if cls == "recurrent" and lead is not None else 0,
-                              min(moved, _const_bytes(view, [by_name[c.name] for c in weighted if c.name in by_name]))
-                              if cls in WEIGHTED else 0.0))
+        kernels.append(
+            Kernel(
+                group.name,
+                cls,
+                "fp32",
+                sum(c.flops for c in members),
+                moved,
+                len(members),
+                _steps(view, lead) if cls == "recurrent" and lead is not None else 1,
+                group.weighted[0] if group.weighted else "",
+                (view.size(lead.input[0]) or 0) if lead is not None and group.weighted else 0,
+                _recurrent_weights(view, lead) if cls == "recurrent" and lead is not None else 0,
+                min(moved, _const_bytes(view, [by_name[c.name] for c in weighted if c.name in by_name]))
+                if cls in WEIGHTED
+                else 0.0,
+            )
+        )
     return runtime_fused(view, kernels)
 
 
@@ -230,12 +411,21 @@ def at_precision(kernels: list[Kernel], plan: dict | None, default_precision: st
     for k in kernels:
         precision = precisions.get(k.lead, default_precision) if k.lead else default_precision
         scale = bytes_per_element(precision) / 4.0
-        out.append(replace(k, precision=precision, bytes=k.bytes * scale, reread=k.reread * scale,
-                           weights=k.weights * scale))
+        out.append(
+            replace(k, precision=precision, bytes=k.bytes * scale, reread=k.reread * scale, weights=k.weights * scale)
+        )
         if precision in ("int8", "int4", "fp8") and k.quantized_input:
             elements = k.quantized_input
-            out.append(Kernel(f"{k.name}{QUANTIZE_SUFFIX}", "quantize", precision, 2 * elements,
-                              elements * (4 + bytes_per_element(precision, 1.0)), 0))
+            out.append(
+                Kernel(
+                    f"{k.name}{QUANTIZE_SUFFIX}",
+                    "quantize",
+                    precision,
+                    2 * elements,
+                    elements * (4 + bytes_per_element(precision, 1.0)),
+                    0,
+                )
+            )
     return out
 
 
@@ -317,17 +507,41 @@ def to_record(kernels: list[Kernel], phases: list[PhaseRecord] | None = None) ->
 
 
 def unit_records(kernels: list[Kernel]) -> list[CostUnitRecord]:
-    return [CostUnitRecord(name=k.name, cls=k.cls, precision=k.precision, flops=k.flops, bytes=k.bytes, nodes=k.nodes,
-                           launches=k.launches, lead=k.lead, quantized_input=k.quantized_input, reread=k.reread,
-                           weights=k.weights)
-            for k in kernels]
+    return [
+        CostUnitRecord(
+            name=k.name,
+            cls=k.cls,
+            precision=k.precision,
+            flops=k.flops,
+            bytes=k.bytes,
+            nodes=k.nodes,
+            launches=k.launches,
+            lead=k.lead,
+            quantized_input=k.quantized_input,
+            reread=k.reread,
+            weights=k.weights,
+        )
+        for k in kernels
+    ]
 
 
 def from_units(units: list[CostUnitRecord]) -> list[Kernel]:
-    return [Kernel(name=k.name, cls=k.cls, precision=k.precision, flops=k.flops, bytes=k.bytes, nodes=k.nodes,
-                   launches=k.launches, lead=k.lead, quantized_input=k.quantized_input, reread=k.reread,
-                   weights=k.weights)
-            for k in units]
+    return [
+        Kernel(
+            name=k.name,
+            cls=k.cls,
+            precision=k.precision,
+            flops=k.flops,
+            bytes=k.bytes,
+            nodes=k.nodes,
+            launches=k.launches,
+            lead=k.lead,
+            quantized_input=k.quantized_input,
+            reread=k.reread,
+            weights=k.weights,
+        )
+        for k in units
+    ]
 
 
 def from_record(record: StructureRecord) -> list[Kernel]:

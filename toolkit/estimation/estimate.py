@@ -29,8 +29,10 @@ from tapeout.estimation import fit as calib
 from tapeout.estimation.build_structure import kernels_of, phases_of
 
 METHOD_BOUND = "roofline lower bound: Σ max(FLOPs / peak, bytes / bandwidth) per kernel, no overhead"
-METHOD_CALIBRATED = ("calibrated roofline: per kernel, a fitted cost per kernel of its class plus a fitted "
-                     "multiple of its roofline time; plus the fitted time outside the ops")
+METHOD_CALIBRATED = (
+    "calibrated roofline: per kernel, a fitted cost per kernel of its class plus a fitted "
+    "multiple of its roofline time; plus the fitted time outside the ops"
+)
 
 
 @dataclass
@@ -42,12 +44,12 @@ class Estimate:
     kernels: list[kern.Kernel]
     lower_bound_s: float
     predicted_s: float | None = None
-    band: tuple[float, float] | None = None     # relative error range from the calibration's held-out models
+    band: tuple[float, float] | None = None  # relative error range from the calibration's held-out models
     tails: dict[str, float] = field(default_factory=dict)
-    calibration: str | None = None              # its summary and file
+    calibration: str | None = None  # its summary and file
     per_kernel_s: list[float] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
-    generation: Any = None                      # a generate workload's TTFT and TPOT (generation.GenerationEstimate)
+    generation: Any = None  # a generate workload's TTFT and TPOT (generation.GenerationEstimate)
 
     @property
     def method(self) -> str:
@@ -66,8 +68,9 @@ class Estimate:
         rows: dict[str, dict[str, Any]] = {}
         times = kern.model_times(self.kernels, self.roof)
         for k, seconds, t in zip(self.kernels, self.per_kernel_s or [0.0] * len(self.kernels), times, strict=True):
-            row = rows.setdefault(k.cls, {"class": k.cls, "kernels": 0, "flops": 0, "bytes": 0.0, "roofline_us": 0.0,
-                                          "predicted_us": 0.0})
+            row = rows.setdefault(
+                k.cls, {"class": k.cls, "kernels": 0, "flops": 0, "bytes": 0.0, "roofline_us": 0.0, "predicted_us": 0.0}
+            )
             row["kernels"] += 1
             row["flops"] += k.flops
             row["bytes"] += k.bytes
@@ -79,29 +82,47 @@ class Estimate:
         times = kern.model_times(self.kernels, self.roof)
         order = sorted(range(len(self.kernels)), key=lambda i: -max(times[i]))
         return {
-            "device": self.device, "target": self.target, "precision": self.precision, "method": self.method,
-            "roof": self.roof.to_json(), "lower_bound_ms": self.lower_bound_s * 1e3,
-            "predicted_ms": {q: dict(zip(("point", "low", "high"), v, strict=True))
-                             for q in ("p50", "p90", "p99") if (v := self.quantile_ms(q))} or None,
-            "band": list(self.band) if self.band else None, "calibration": self.calibration,
-            "kernels": len(self.kernels), "by_class": self.by_class(),
-            "top_kernels": [{**self.kernels[i].to_json(),
-                             "compute_us": times[i][0] * 1e6, "memory_us": times[i][1] * 1e6} for i in order[:top]],
+            "device": self.device,
+            "target": self.target,
+            "precision": self.precision,
+            "method": self.method,
+            "roof": self.roof.to_json(),
+            "lower_bound_ms": self.lower_bound_s * 1e3,
+            "predicted_ms": {
+                q: dict(zip(("point", "low", "high"), v, strict=True))
+                for q in ("p50", "p90", "p99")
+                if (v := self.quantile_ms(q))
+            }
+            or None,
+            "band": list(self.band) if self.band else None,
+            "calibration": self.calibration,
+            "kernels": len(self.kernels),
+            "by_class": self.by_class(),
+            "top_kernels": [
+                {**self.kernels[i].to_json(), "compute_us": times[i][0] * 1e6, "memory_us": times[i][1] * 1e6}
+                for i in order[:top]
+            ],
             "notes": self.notes,
             **({"generation": self.generation.to_json()} if self.generation is not None else {}),
         }
 
     def line(self) -> str:
         if self.predicted_s is None:
-            return (f"estimate for {self.device}: roofline lower bound {self.lower_bound_s * 1e3:.4g} ms "
-                    f"({len(self.kernels)} kernels); no calibration for {self.device} × {self.target}")
+            return (
+                f"estimate for {self.device}: roofline lower bound {self.lower_bound_s * 1e3:.4g} ms "
+                f"({len(self.kernels)} kernels); no calibration for {self.device} × {self.target}"
+            )
         p50 = self.quantile_ms("p50")
         band = f" [{p50[1]:.4g}, {p50[2]:.4g}]" if self.band else " (no error band: too few models)"
-        return (f"estimate for {self.device}: p50 {p50[0]:.4g} ms{band}; roofline lower bound "
-                f"{self.lower_bound_s * 1e3:.4g} ms; {self.calibration}")
+        return (
+            f"estimate for {self.device}: p50 {p50[0]:.4g} ms{band}; roofline lower bound "
+            f"{self.lower_bound_s * 1e3:.4g} ms; {self.calibration}"
+        )
 
 
-def roof_for(device_spec, host: dict, cal: calib.Calibration | None = None, threads: int | None = None) -> roofline.Roof:
+def roof_for(
+    device_spec, host: dict, cal: calib.Calibration | None = None, threads: int | None = None
+) -> roofline.Roof:
     """The device spec's roofs; or this host's CPU at `threads` inference threads where that is fewer than its cores
     (`host_threads`): the roof a calibration made for this very device was priced at, else its ceilings from the
     probes kept for it (measured now where none are kept; none for another machine's CPU: its flags alone). As its
@@ -160,13 +181,20 @@ def why_not_priced(target: str, device_spec) -> str | None:
 
     if device_spec is None:
         return None
-    priced = {"cpu"} if device_spec.kind == "cpu" else {"gpu"} if device_spec.kind == "gpu" else \
-        set(device_spec.compute_units) - {"cpu"}
+    priced = (
+        {"cpu"}
+        if device_spec.kind == "cpu"
+        else {"gpu"}
+        if device_spec.kind == "gpu"
+        else set(device_spec.compute_units) - {"cpu"}
+    )
     runs_on = set(targets.info(target).device_classes) - {"phone"}  # a form factor, not a compute unit
     if runs_on & priced:
         return None
-    return (f"{target} runs on a {' or '.join(sorted(runs_on))}, and {device_spec.name}'s spec gives the peaks of its "
-            f"{', '.join(sorted(priced))} only")
+    return (
+        f"{target} runs on a {' or '.join(sorted(runs_on))}, and {device_spec.name}'s spec gives the peaks of its "
+        f"{', '.join(sorted(priced))} only"
+    )
 
 
 def nothing_to_estimate(target: str, device_spec, emulated) -> bool:
@@ -181,7 +209,7 @@ def find_calibration(device: str, target: str, host: dict | None, device_spec) -
     found = calib.find(device, target)
     if found is not None or device_spec is not None or host is None:
         return found
-    suffix = device[len(roofline.host_name(host)):] if device.startswith(roofline.host_name(host)) else ""
+    suffix = device[len(roofline.host_name(host)) :] if device.startswith(roofline.host_name(host)) else ""
     return calib.find(roofline.cpu_class(host) + suffix, target)
 
 
@@ -202,7 +230,11 @@ def float_runs_in(target: str, options: Any, host: dict | None, device_spec, flo
     there is beaten."""
     if target != "openvino" or device_spec is not None or host is None or float_precision != "fp32":
         return float_precision
-    hint = options.get("inference_precision") if isinstance(options, dict) else getattr(options, "inference_precision", None)
+    hint = (
+        options.get("inference_precision")
+        if isinstance(options, dict)
+        else getattr(options, "inference_precision", None)
+    )
     device = options.get("device") if isinstance(options, dict) else getattr(options, "device", "CPU")
     if (device or "CPU") != "CPU":
         return float_precision
@@ -212,8 +244,13 @@ def float_runs_in(target: str, options: Any, host: dict | None, device_spec, flo
     return "fp16" if hint == "f16" else float_precision
 
 
-def estimate(kernels: list[kern.Kernel], roof: roofline.Roof, target: str, precision: str,
-             cal: tuple[calib.Calibration, Path] | None) -> Estimate:
+def estimate(
+    kernels: list[kern.Kernel],
+    roof: roofline.Roof,
+    target: str,
+    precision: str,
+    cal: tuple[calib.Calibration, Path] | None,
+) -> Estimate:
     # fsum: correctly rounded whatever the kernels' order, which a build dir's reader need not keep (a set's order
     # changes with the hash seed), so the same build estimated twice gives the same figure to the last bit
     times = kern.model_times(kernels, roof)
@@ -222,8 +259,10 @@ def estimate(kernels: list[kern.Kernel], roof: roofline.Roof, target: str, preci
     if roof.bandwidth is None:
         est.notes.append("no memory bandwidth is known for this device: the bound counts compute only")
     if not roof.cache and any(k.reread and k.launches > 1 for k in kernels):
-        est.notes.append("the recurrent weights a cell re-reads every time step are not priced: the device spec "
-                         "gives no cache bandwidth")
+        est.notes.append(
+            "the recurrent weights a cell re-reads every time step are not priced: the device spec "
+            "gives no cache bandwidth"
+        )
     missing = sorted({k.precision for k in kernels if roof.peak(k.precision)[0] is None})
     if missing:
         est.notes.append(f"the device spec gives no peak for {', '.join(missing)}: those kernels count bandwidth only")
@@ -240,8 +279,16 @@ def estimate(kernels: list[kern.Kernel], roof: roofline.Roof, target: str, preci
     return est
 
 
-def _priced_kernels(structure: list[kern.Kernel], plan: dict | None, precision: str, target: str, options: Any,
-                    host: dict | None, device_spec, est_notes: list[str]) -> list[kern.Kernel]:
+def _priced_kernels(
+    structure: list[kern.Kernel],
+    plan: dict | None,
+    precision: str,
+    target: str,
+    options: Any,
+    host: dict | None,
+    device_spec,
+    est_notes: list[str],
+) -> list[kern.Kernel]:
     float_precision = kern.float_precision(precision, plan)
     runs_in = float_runs_in(target, options, host, device_spec, float_precision)
     if runs_in != float_precision:
@@ -249,9 +296,15 @@ def _priced_kernels(structure: list[kern.Kernel], plan: dict | None, precision: 
     return kern.at_precision(structure, plan, runs_in)
 
 
-def for_build(build: BuildDir, cal: tuple[calib.Calibration, Path] | bool | None = True, host: dict | None = None,
-              device_spec=None, reported: str | None = None, target: str | None = None,
-              recorded_roof: bool = True) -> Estimate:
+def for_build(
+    build: BuildDir,
+    cal: tuple[calib.Calibration, Path] | bool | None = True,
+    host: dict | None = None,
+    device_spec=None,
+    reported: str | None = None,
+    target: str | None = None,
+    recorded_roof: bool = True,
+) -> Estimate:
     """The estimate for a build dir's model on its profile's device, or on `device_spec`. Where neither names
     one: for a GPU target, the shipped spec matching the device that ran it (`reported`, by default the build's);
     for a CPU target, the CPU of `host` (by default the one the build ran on), at the roof the build recorded
@@ -264,32 +317,43 @@ def for_build(build: BuildDir, cal: tuple[calib.Calibration, Path] | bool | None
     target = target or report.target.name
     why = why_not_priced(target, device_spec)
     if why and explicit:
-        raise BadInput(f"{directory}: {why}: they cannot price this build",
-                       fix="add --target T to price the model as a target that runs there would (`tapeout targets` "
-                           "lists them), or leave --device out for the build's own device")
+        raise BadInput(
+            f"{directory}: {why}: they cannot price this build",
+            fix="add --target T to price the model as a target that runs there would (`tapeout targets` "
+            "lists them), or leave --device out for the build's own device",
+        )
     if why:
-        raise BadInput(f"{directory}: {why}: the profile's device cannot price this build",
-                       fix="name a device its target runs on: tapeout estimate BUILD_DIR --device NAME")
+        raise BadInput(
+            f"{directory}: {why}: the profile's device cannot price this build",
+            fix="name a device its target runs on: tapeout estimate BUILD_DIR --device NAME",
+        )
     structure = kernels_of(build)
     if structure is None:
-        raise BadInput(f"{directory} holds neither structure.json nor export/model.onnx",
-                       fix="point at a folder `tapeout build` wrote")
+        raise BadInput(
+            f"{directory} holds neither structure.json nor export/model.onnx",
+            fix="point at a folder `tapeout build` wrote",
+        )
     host = host or report.host.model_dump()
     reported = reported or (report.device.reported if report.device else None)
     device_spec = spec_for_run(target, device_spec, reported)
     workload = build.workload_settings()
     if device_spec is None and off_host(target):
-        raise BadInput(f"{directory}: {target} ran on {reported or 'a device the meters did not name'}, "
-                       "which no shipped device spec matches, and the profile names none",
-                       fix="name the device: tapeout estimate BUILD_DIR --device NAME (tapeout profiles show lists them)")
+        raise BadInput(
+            f"{directory}: {target} ran on {reported or 'a device the meters did not name'}, "
+            "which no shipped device spec matches, and the profile names none",
+            fix="name the device: tapeout estimate BUILD_DIR --device NAME (tapeout profiles show lists them)",
+        )
     options = (man.profile or {}).get("options")
     name = device_name(device_spec, host, options)
     if cal is True:
         cal = find_calibration(name, target, host, device_spec)
     kept = _recorded_roof(report, name) if recorded_roof and not cal else None
     if device_spec is None and not cal and kept is None and not host_probes.is_here(host):
-        raise BadInput(f"{directory} ran on another CPU ({roofline.host_key(host)}), its report records no roof, and "
-                       "no calibration for it is here", fix="estimate it on that machine, or name a device (--device)")
+        raise BadInput(
+            f"{directory} ran on another CPU ({roofline.host_key(host)}), its report records no roof, and "
+            "no calibration for it is here",
+            fix="estimate it on that machine, or name a device (--device)",
+        )
     if kept is not None:
         roof = kept
     else:
@@ -317,8 +381,14 @@ def _recorded_roof(report, device: str) -> roofline.Roof | None:
     return roofline.Roof.from_json(recorded.model_dump(), note="the roof this build recorded when it was built")
 
 
-def for_model(setup, structure: list[kern.Kernel], plan: dict | None, reported: str | None = None,
-              phases: list[generation.Phase] | None = None, workload: Any = None) -> Estimate | None:
+def for_model(
+    setup,
+    structure: list[kern.Kernel],
+    plan: dict | None,
+    reported: str | None = None,
+    phases: list[generation.Phase] | None = None,
+    workload: Any = None,
+) -> Estimate | None:
     """The estimate for a build or check in progress (`setup`: its profile, target, device spec and emulation),
     from the kernels `cost_units.structure` found at analysis and the precision plan: the profile's device; for a
     GPU target, the shipped spec matching the device that ran it (`reported`); or this host's CPU where a CPU
@@ -336,13 +406,16 @@ def for_model(setup, structure: list[kern.Kernel], plan: dict | None, reported: 
     est = estimate(kernels, roof, setup.target.name, precision, cal)
     est.notes += notes
     if phases and workload is not None and workload.kind == "generate":
-        runs_in = float_runs_in(setup.target.name, setup.target.options, host, device,
-                                kern.float_precision(precision, plan))
+        runs_in = float_runs_in(
+            setup.target.name, setup.target.options, host, device, kern.float_precision(precision, plan)
+        )
         est.generation = generation.price(phases, roof, setup.target.name, precision, plan, cal, workload, runs_in)
     return est
 
 
-def with_measured(est: Estimate, measured_p50_ms: float | None, measured_generation: dict | None = None) -> dict[str, Any]:
+def with_measured(
+    est: Estimate, measured_p50_ms: float | None, measured_generation: dict | None = None
+) -> dict[str, Any]:
     """The estimate's JSON, with the measured p50 and the prediction's error where this run measured it (and the
     generation loop's, for a generate workload)."""
     data = est.to_json()
@@ -366,16 +439,33 @@ def judge(budgets: Budgets, est: Estimate, why_not_measured: str) -> list[Budget
         name, key = f"latency_p{q * 100:g}_ms", f"p{q * 100:g}"
         bound = est.lower_bound_s * 1e3
         if bound > limit:
-            results.append(BudgetResult(name, limit, "ms", Verdict.ESTIMATED_FAIL, bound, None,
-                                        f"{why_not_measured}; even the roofline lower bound on {est.device} is "
-                                        f"{bound:.4g} ms > limit"))
+            results.append(
+                BudgetResult(
+                    name,
+                    limit,
+                    "ms",
+                    Verdict.ESTIMATED_FAIL,
+                    bound,
+                    None,
+                    f"{why_not_measured}; even the roofline lower bound on {est.device} is {bound:.4g} ms > limit",
+                )
+            )
             continue
         value = est.quantile_ms(key)
         if value is None:
-            results.append(BudgetResult(name, limit, "ms", Verdict.UNMEASURED, None, None,
-                                        f"{why_not_measured}; the roofline lower bound on {est.device} is {bound:.4g} ms"
-                                        f" (under the limit) and there is no calibration for {est.device} × "
-                                        f"{est.target} to estimate more: `tapeout calibrate` with builds checked there"))
+            results.append(
+                BudgetResult(
+                    name,
+                    limit,
+                    "ms",
+                    Verdict.UNMEASURED,
+                    None,
+                    None,
+                    f"{why_not_measured}; the roofline lower bound on {est.device} is {bound:.4g} ms"
+                    f" (under the limit) and there is no calibration for {est.device} × "
+                    f"{est.target} to estimate more: `tapeout calibrate` with builds checked there",
+                )
+            )
             continue
         point, low, high = value
         if est.band is None:
@@ -388,9 +478,18 @@ def judge(budgets: Budgets, est: Estimate, why_not_measured: str) -> list[Budget
         else:
             verdict = Verdict.ESTIMATED_PASS if point <= limit else Verdict.ESTIMATED_FAIL
             how = f"band [{low:.4g}, {high:.4g}] ms straddles the limit: decided on the point"
-        results.append(BudgetResult(name, limit, "ms", verdict, point, (low, high) if est.band else None,
-                                    f"{why_not_measured}; estimated {key} {point:.4g} ms on {est.device}, {how}; "
-                                    "`tapeout check` on the device measures it"))
+        results.append(
+            BudgetResult(
+                name,
+                limit,
+                "ms",
+                verdict,
+                point,
+                (low, high) if est.band else None,
+                f"{why_not_measured}; estimated {key} {point:.4g} ms on {est.device}, {how}; "
+                "`tapeout check` on the device measures it",
+            )
+        )
     return results
 
 
@@ -421,13 +520,30 @@ def measured_record(build: BuildDir) -> tuple[calib.Record, dict] | str:
         return f"{directory}: no measured latency with a per-op profile"
     p50 = q["p50"]["point"]
     tails = {k: q[k]["point"] / p50 for k in ("p90", "p99") if k in q and p50}
-    est = for_build(build, cal=None, host=measured.host.model_dump(), recorded_roof=False,  # the calibration's roof
-                    reported=measured.device.reported if measured.device else None)  # a GPU: the one that ran
+    est = for_build(
+        build,
+        cal=None,
+        host=measured.host.model_dump(),
+        recorded_roof=False,  # the calibration's roof
+        reported=measured.device.reported if measured.device else None,
+    )  # a GPU: the one that ran
     measured_s = profiled_classes(profile, est.kernels, bottleneck.profiler_scale(profile, p50))
-    record = calib.Record(model=report.project.name, precision=report.profile.precision, source=str(directory),
-                          created=measured.created, p50_s=p50 / 1e3, tails=tails,
-                          roof_s=kern.class_roofs(est.kernels, est.roof), measured_s=measured_s,
-                          kernels=len(est.kernels), counts=kern.class_counts(est.kernels))
-    return record, {"device": est.device, "target": measured.target.name,
-                    "kind": est.roof.kind, "roof": est.roof.to_json(),
-                    "host_key": roofline.host_key(measured.host.model_dump())}
+    record = calib.Record(
+        model=report.project.name,
+        precision=report.profile.precision,
+        source=str(directory),
+        created=measured.created,
+        p50_s=p50 / 1e3,
+        tails=tails,
+        roof_s=kern.class_roofs(est.kernels, est.roof),
+        measured_s=measured_s,
+        kernels=len(est.kernels),
+        counts=kern.class_counts(est.kernels),
+    )
+    return record, {
+        "device": est.device,
+        "target": measured.target.name,
+        "kind": est.roof.kind,
+        "roof": est.roof.to_json(),
+        "host_key": roofline.host_key(measured.host.model_dump()),
+    }

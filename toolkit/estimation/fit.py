@@ -54,16 +54,16 @@ class _FileModel(BaseModel):
 class Record(_FileModel):
     """One measured build: what the roofline says per class, what the profiler measured per class."""
 
-    model: str                  # project name: the unit left out together
-    precision: str              # the build profile's precision
-    source: str                 # the build dir it came from
+    model: str  # project name: the unit left out together
+    precision: str  # the build profile's precision
+    source: str  # the build dir it came from
     created: str
     p50_s: float = Field(gt=0)
-    tails: dict[str, float]     # p90/p50, p99/p50
-    roof_s: dict[str, float]    # class@precision -> roofline seconds
+    tails: dict[str, float]  # p90/p50, p99/p50
+    roof_s: dict[str, float]  # class@precision -> roofline seconds
     measured_s: dict[str, float]  # class -> profiler seconds per inference, capped at the p50
     kernels: int = Field(ge=0)
-    counts: dict[str, int] = Field(default_factory=dict)   # class -> the model's kernel launches of that class
+    counts: dict[str, int] = Field(default_factory=dict)  # class -> the model's kernel launches of that class
 
     def roof_by_class(self) -> dict[str, float]:
         out: dict[str, float] = {}
@@ -83,15 +83,16 @@ class Fit:
     """Per class (and build precision): seconds per kernel plus a multiple of the roofline seconds; outside
     the ops, a fixed part, a part per kernel and a share of the ops' time."""
 
-    per_class: dict[str, tuple[float, float]]   # "class@precision" and "class" -> (s per kernel, x roofline)
+    per_class: dict[str, tuple[float, float]]  # "class@precision" and "class" -> (s per kernel, x roofline)
     fixed_s: float
     per_kernel_s: float
     tails: dict[str, float]
-    outside_share: float = 0.0                  # seconds outside the ops per second in them
+    outside_share: float = 0.0  # seconds outside the ops per second in them
 
     def terms(self, cls: str, precision: str) -> tuple[float, float]:
-        return (self.per_class.get(f"{cls}@{precision}") or self.per_class.get(cls)
-                or self.per_class.get("*") or (0.0, 1.0))
+        return (
+            self.per_class.get(f"{cls}@{precision}") or self.per_class.get(cls) or self.per_class.get("*") or (0.0, 1.0)
+        )
 
     def kernel_s(self, cls: str, precision: str, roof_s: float, launches: int = 1) -> float:
         """One kernel's predicted seconds, its share of the outside-op time included."""
@@ -122,6 +123,7 @@ class Fit:
 # weights take 12 µs a step to stream from L2 was predicted at a ninth of its time.
 MIN_MULTIPLE = {"recurrent": 1.0}
 
+
 def fit(records: list[Record]) -> Fit:
     rows: dict[str, list[tuple[float, float, float, float]]] = {}
     models: dict[str, set[str]] = {}
@@ -131,8 +133,9 @@ def fit(records: list[Record]) -> Fit:
             if not n:
                 continue
             for key in (f"{cls}@{r.precision}", cls, "*"):
-                rows.setdefault(key, []).append((float(n), roofs.get(cls, 0.0), r.measured_s.get(cls, 0.0),
-                                                 1 / r.p50_s))
+                rows.setdefault(key, []).append(
+                    (float(n), roofs.get(cls, 0.0), r.measured_s.get(cls, 0.0), 1 / r.p50_s)
+                )
                 models.setdefault(key, set()).add(r.model)
     per_class = {}
     for key, data in rows.items():
@@ -179,10 +182,10 @@ class Calibration:
     device: str
     target: str
     kind: str
-    roof: dict[str, Any]                 # the roof the records were computed against (Roof.to_json())
+    roof: dict[str, Any]  # the roof the records were computed against (Roof.to_json())
     records: list[Record]
     fit: Fit
-    held_out: list[dict[str, Any]] = field(default_factory=list)   # per build: predicted, measured, error
+    held_out: list[dict[str, Any]] = field(default_factory=list)  # per build: predicted, measured, error
     created: str = ""
     tapeout: str = ""
 
@@ -201,19 +204,31 @@ class Calibration:
         models = sorted({r.model for r in self.records})
         band = self.band
         hit, total = self.within()
-        return (f"{len(self.records)} measured builds of {len(models)} models ({', '.join(models)})"
-                + (f"; held-out error {band[0]:+.0%} to {band[1]:+.0%}, {hit}/{total} within ±15 %" if band else
-                   "; too few models to hold one out: no error band"))
+        return f"{len(self.records)} measured builds of {len(models)} models ({', '.join(models)})" + (
+            f"; held-out error {band[0]:+.0%} to {band[1]:+.0%}, {hit}/{total} within ±15 %"
+            if band
+            else "; too few models to hold one out: no error band"
+        )
 
     def to_json(self) -> dict[str, Any]:
         return {
-            "schema": SCHEMA, "device": self.device, "target": self.target, "kind": self.kind, "roof": self.roof,
-            "created": self.created, "tapeout": self.tapeout,
-            "fit": {"per_class": {k: {"per_kernel_us": a * 1e6, "roofline_multiple": m}
-                                  for k, (a, m) in self.fit.per_class.items()},
-                    "efficiency": self.fit.efficiency(), "fixed_us": self.fit.fixed_s * 1e6,
-                    "per_kernel_us": self.fit.per_kernel_s * 1e6, "outside_share": self.fit.outside_share,
-                    "tails": self.fit.tails},
+            "schema": SCHEMA,
+            "device": self.device,
+            "target": self.target,
+            "kind": self.kind,
+            "roof": self.roof,
+            "created": self.created,
+            "tapeout": self.tapeout,
+            "fit": {
+                "per_class": {
+                    k: {"per_kernel_us": a * 1e6, "roofline_multiple": m} for k, (a, m) in self.fit.per_class.items()
+                },
+                "efficiency": self.fit.efficiency(),
+                "fixed_us": self.fit.fixed_s * 1e6,
+                "per_kernel_us": self.fit.per_kernel_s * 1e6,
+                "outside_share": self.fit.outside_share,
+                "tails": self.fit.tails,
+            },
             "band": list(self.band) if self.band else None,
             "held_out": self.held_out,
             "records": [r.model_dump() for r in self.records],
@@ -230,11 +245,23 @@ class Calibration:
         except ValidationError as exc:
             detail = describe_validation_error(Path(where), CalibrationFile, exc)
             raise BadInput(f"not a {SCHEMA} file: {detail}", fix=_REMAKE) from None
-        return cls(device=f.device, target=f.target, kind=f.kind, roof=f.roof.model_dump(exclude_none=True),
-                   records=f.records,
-                   fit=Fit({k: (v.per_kernel_us / 1e6, v.roofline_multiple) for k, v in f.fit.per_class.items()},
-                           f.fit.fixed_us / 1e6, f.fit.per_kernel_us / 1e6, f.fit.tails, f.fit.outside_share),
-                   held_out=f.held_out, created=f.created, tapeout=f.tapeout)
+        return cls(
+            device=f.device,
+            target=f.target,
+            kind=f.kind,
+            roof=f.roof.model_dump(exclude_none=True),
+            records=f.records,
+            fit=Fit(
+                {k: (v.per_kernel_us / 1e6, v.roofline_multiple) for k, v in f.fit.per_class.items()},
+                f.fit.fixed_us / 1e6,
+                f.fit.per_kernel_us / 1e6,
+                f.fit.tails,
+                f.fit.outside_share,
+            ),
+            held_out=f.held_out,
+            created=f.created,
+            tapeout=f.tapeout,
+        )
 
 
 _REMAKE = "remake it with `tapeout calibrate`; calibrations are never edited by hand"
@@ -247,10 +274,10 @@ class _ClassTerms(_FileModel):
 
 class _FitRecord(_FileModel):
     per_class: dict[str, _ClassTerms]
-    efficiency: dict[str, float | None]   # written for readers; the fit is per_class
+    efficiency: dict[str, float | None]  # written for readers; the fit is per_class
     fixed_us: float = Field(ge=0)
     per_kernel_us: float = Field(ge=0)
-    outside_share: float = Field(0.0, ge=0)   # absent from files written before it was fitted
+    outside_share: float = Field(0.0, ge=0)  # absent from files written before it was fitted
     tails: dict[str, float]
 
 
@@ -296,9 +323,16 @@ def held_out(records: list[Record]) -> list[dict[str, Any]]:
         f = fit(rest)
         for r in (r for r in records if r.model == model):
             predicted = f.predict(r.roof_s, r.counts, r.precision, r.kernels)
-            out.append({"model": model, "precision": r.precision, "source": r.source,
-                        "predicted_ms": predicted * 1e3, "measured_ms": r.p50_s * 1e3,
-                        "error": predicted / r.p50_s - 1})
+            out.append(
+                {
+                    "model": model,
+                    "precision": r.precision,
+                    "source": r.source,
+                    "predicted_ms": predicted * 1e3,
+                    "measured_ms": r.p50_s * 1e3,
+                    "error": predicted / r.p50_s - 1,
+                }
+            )
     return out
 
 
@@ -351,8 +385,19 @@ def make(found: list[tuple[Record, dict]], created: str, version: str) -> list[C
     for (device, target), items in sorted(groups.items()):
         records = [r for r, _ in items]
         meta = items[0][1]
-        out.append(Calibration(device=device, target=target, kind=meta["kind"], roof=meta["roof"], records=records,
-                               fit=fit(records), held_out=held_out(records), created=created, tapeout=version))
+        out.append(
+            Calibration(
+                device=device,
+                target=target,
+                kind=meta["kind"],
+                roof=meta["roof"],
+                records=records,
+                fit=fit(records),
+                held_out=held_out(records),
+                created=created,
+                tapeout=version,
+            )
+        )
     return out
 
 

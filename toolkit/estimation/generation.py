@@ -40,9 +40,9 @@ PREFILL, DECODE = "prefill", "decode"
 class Phase:
     """One call of the loop at its shapes, as the kernels it runs (FP32 bytes, as structure.json keeps them)."""
 
-    kind: str       # prefill | decode
-    seq: int        # tokens in the call
-    past: int       # positions already in the cache
+    kind: str  # prefill | decode
+    seq: int  # tokens in the call
+    past: int  # positions already in the cache
     kernels: list[kern.Kernel]
 
 
@@ -55,8 +55,9 @@ def shapes(prompt_lengths: list[int], new_tokens: int, max_context: int) -> list
     return out
 
 
-def structures(model: Path, inputs: list, dims: dict[str, int], workload, at_max: list[kern.Kernel], ui=None
-               ) -> list[Phase]:
+def structures(
+    model: Path, inputs: list, dims: dict[str, int], workload, at_max: list[kern.Kernel], ui=None
+) -> list[Phase]:
     """The phases of a generate workload's cache graph: the graph read again at each phase's shapes and its kernels
     found as the build's own (`at_max`: the decode step at max_context, which the build analysed already)."""
     from tapeout.graph.analyze import analyze_view
@@ -105,9 +106,16 @@ class PhaseCost:
         return (self.predicted_s if predicted else None) or self.lower_bound_s
 
     def to_json(self) -> dict:
-        return {"kind": self.kind, "seq": self.seq, "past": self.past, "lower_bound_ms": self.lower_bound_s * 1e3,
-                "predicted_ms": None if self.predicted_s is None else self.predicted_s * 1e3,
-                "gflop": self.flops / 1e9, "mb": self.bytes / 2**20, "memory_bound_share": self.memory_bound_share}
+        return {
+            "kind": self.kind,
+            "seq": self.seq,
+            "past": self.past,
+            "lower_bound_ms": self.lower_bound_s * 1e3,
+            "predicted_ms": None if self.predicted_s is None else self.predicted_s * 1e3,
+            "gflop": self.flops / 1e9,
+            "mb": self.bytes / 2**20,
+            "memory_bound_share": self.memory_bound_share,
+        }
 
 
 @dataclass
@@ -177,23 +185,35 @@ class GenerationEstimate:
         predicted = self.tpot_ms("p50")
         return {
             "device": self.device,
-            "method": (f"each phase's kernels priced as one call at its shapes ({self.how}); a decode step's time "
-                       "is the line between "
-                       "the steps at the first timed position and at max_context; TPOT over the positions timed"),
-            "calibration": self.calibration, "band": list(self.band) if self.band else None,
+            "method": (
+                f"each phase's kernels priced as one call at its shapes ({self.how}); a decode step's time "
+                "is the line between "
+                "the steps at the first timed position and at max_context; TPOT over the positions timed"
+            ),
+            "calibration": self.calibration,
+            "band": list(self.band) if self.band else None,
             "band_from": "the calibration's held-out error on single calls (no generate loop went into it)"
-                         if self.band else None,
-            "ttft_ms": {str(p.seq): {"lower_bound": p.lower_bound_s * 1e3,
-                                     "predicted": _triple(self.ttft_ms(p.seq)), "phase": p.to_json()}
-                        for p in self.prefill},
-            "tpot_ms": {"lower_bound": {q: self.tpot_bound_ms(q) for q in ("p50", "p90", "p99")},
-                        "predicted": {q: _triple(self.tpot_ms(q)) for q in ("p50", "p90", "p99")}
-                        if predicted else None},
+            if self.band
+            else None,
+            "ttft_ms": {
+                str(p.seq): {
+                    "lower_bound": p.lower_bound_s * 1e3,
+                    "predicted": _triple(self.ttft_ms(p.seq)),
+                    "phase": p.to_json(),
+                }
+                for p in self.prefill
+            },
+            "tpot_ms": {
+                "lower_bound": {q: self.tpot_bound_ms(q) for q in ("p50", "p90", "p99")},
+                "predicted": {q: _triple(self.tpot_ms(q)) for q in ("p50", "p90", "p99")} if predicted else None,
+            },
             "decode_steps": [p.to_json() for p in self.decode],
             "decode_tokens_per_s": {
                 "upper_bound": self.batch * 1e3 / bound if bound else None,
                 "predicted": _triple(tuple(self.batch * 1e3 / v for v in (predicted[0], predicted[2], predicted[1])))
-                if predicted else None},
+                if predicted
+                else None,
+            },
         }
 
     def line(self) -> str:
@@ -201,20 +221,33 @@ class GenerationEstimate:
         ttft, tpot = self.ttft_ms(longest), self.tpot_ms("p50")
         bound = self.tpot_bound_ms()
         if ttft is None:
-            return (f"generation estimate for {self.device}: TTFT@{longest} ≥ {self.ttft_bound_ms(longest):.4g} ms"
-                    + (f" · TPOT ≥ {bound:.4g} ms ({self.batch * 1e3 / bound:.0f} tok/s at most)" if bound else "")
-                    + " (roofline lower bounds; no calibration)")
-        return (f"generation estimate for {self.device}: TTFT@{longest} p50 {ttft[0]:.4g} ms"
-                + (f" · TPOT p50 {tpot[0]:.4g} ms" if tpot else "")
-                + (f" [{tpot[1]:.4g}, {tpot[2]:.4g}]" if tpot and self.band else "") + f" ({self.how})")
+            return (
+                f"generation estimate for {self.device}: TTFT@{longest} ≥ {self.ttft_bound_ms(longest):.4g} ms"
+                + (f" · TPOT ≥ {bound:.4g} ms ({self.batch * 1e3 / bound:.0f} tok/s at most)" if bound else "")
+                + " (roofline lower bounds; no calibration)"
+            )
+        return (
+            f"generation estimate for {self.device}: TTFT@{longest} p50 {ttft[0]:.4g} ms"
+            + (f" · TPOT p50 {tpot[0]:.4g} ms" if tpot else "")
+            + (f" [{tpot[1]:.4g}, {tpot[2]:.4g}]" if tpot and self.band else "")
+            + f" ({self.how})"
+        )
 
 
 def _triple(value: tuple[float, float, float] | None) -> dict | None:
     return None if value is None else dict(zip(("point", "low", "high"), value, strict=True))
 
 
-def price(phases: list[Phase], roof: roofline.Roof, target: str, precision: str, plan: dict | None, cal,
-          workload, float_precision: str | None = None) -> GenerationEstimate:
+def price(
+    phases: list[Phase],
+    roof: roofline.Roof,
+    target: str,
+    precision: str,
+    plan: dict | None,
+    cal,
+    workload,
+    float_precision: str | None = None,
+) -> GenerationEstimate:
     """The loop's phases on `roof` at the plan's precisions (float kernels at `float_precision`, by default the
     plan's), priced as `estimate.estimate` prices one call, calibrated with `cal` ((Calibration, path) or None)."""
     from tapeout.estimation.estimate import estimate
@@ -226,14 +259,29 @@ def price(phases: list[Phase], roof: roofline.Roof, target: str, precision: str,
         first = first or est
         times = kern.model_times(kernels, roof)
         total = sum(max(t) for t in times) or 1.0
-        costs.append(PhaseCost(phase.kind, phase.seq, phase.past, est.lower_bound_s, est.predicted_s,
-                               sum(k.flops for k in kernels), sum(k.bytes for k in kernels),
-                               sum(max(t) for t in times if t[1] >= t[0]) / total))
+        costs.append(
+            PhaseCost(
+                phase.kind,
+                phase.seq,
+                phase.past,
+                est.lower_bound_s,
+                est.predicted_s,
+                sum(k.flops for k in kernels),
+                sum(k.bytes for k in kernels),
+                sum(max(t) for t in times if t[1] >= t[0]) / total,
+            )
+        )
     return GenerationEstimate(
-        roof.name, [c for c in costs if c.kind == PREFILL], [c for c in costs if c.kind == DECODE],
-        sorted(workload.prompt_lengths), workload.new_tokens, workload.batch,
-        band=first.band if first else None, tails=first.tails if first else {},
-        calibration=first.calibration if first else None)
+        roof.name,
+        [c for c in costs if c.kind == PREFILL],
+        [c for c in costs if c.kind == DECODE],
+        sorted(workload.prompt_lengths),
+        workload.new_tokens,
+        workload.batch,
+        band=first.band if first else None,
+        tails=first.tails if first else {},
+        calibration=first.calibration if first else None,
+    )
 
 
 def with_measured(est: GenerationEstimate, measured: dict | None) -> dict[str, Any]:
@@ -247,16 +295,30 @@ def with_measured(est: GenerationEstimate, measured: dict | None) -> dict[str, A
     for length, entry in data["ttft_ms"].items():
         got = ((measured.get("ttft_ms") or {}).get(length) or {}).get("quantiles", {}).get("p50", {}).get("point")
         value = (entry["predicted"] or {}).get("point") or entry["lower_bound"]
-        rows.append({"what": f"TTFT@{length} p50", "estimated_ms": value, "measured_ms": got,
-                     "error": value / got - 1 if got else None, "of": "predicted" if entry["predicted"] else "bound",
-                     **_of_floor(got, entry["lower_bound"])})
+        rows.append(
+            {
+                "what": f"TTFT@{length} p50",
+                "estimated_ms": value,
+                "measured_ms": got,
+                "error": value / got - 1 if got else None,
+                "of": "predicted" if entry["predicted"] else "bound",
+                **_of_floor(got, entry["lower_bound"]),
+            }
+        )
     got = ((measured.get("tpot_ms") or {}).get("quantiles") or {}).get("p50", {}).get("point")
     predicted = (data["tpot_ms"]["predicted"] or {}).get("p50")
     value = predicted["point"] if predicted else data["tpot_ms"]["lower_bound"]["p50"]
     if value is not None:
-        rows.append({"what": "TPOT p50", "estimated_ms": value, "measured_ms": got,
-                     "error": value / got - 1 if got else None, "of": "predicted" if predicted else "bound",
-                     **_of_floor(got, data["tpot_ms"]["lower_bound"]["p50"])})
+        rows.append(
+            {
+                "what": "TPOT p50",
+                "estimated_ms": value,
+                "measured_ms": got,
+                "error": value / got - 1 if got else None,
+                "of": "predicted" if predicted else "bound",
+                **_of_floor(got, data["tpot_ms"]["lower_bound"]["p50"]),
+            }
+        )
     data["measured"] = rows
     return data
 

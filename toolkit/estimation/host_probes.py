@@ -30,10 +30,10 @@ class _File(BaseModel):
     model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
 
     schema_: str = Field(alias="schema")
-    host: str                                    # roofline.host_key of the CPU it was measured on
+    host: str  # roofline.host_key of the CPU it was measured on
     measured_at: str
-    fp32_flops: float = Field(gt=0)              # one thread: the faster of a multiply and a convolution
-    int8_ops: float = Field(gt=0)                # one thread: uint8 x int8 MatMulInteger
+    fp32_flops: float = Field(gt=0)  # one thread: the faster of a multiply and a convolution
+    int8_ops: float = Field(gt=0)  # one thread: uint8 x int8 MatMulInteger
     copies: list[tuple[int, float]] = Field(min_length=1)  # (footprint bytes, one thread's copy bytes/s)
 
 
@@ -73,9 +73,13 @@ def _conv() -> float:
 
     rng = np.random.default_rng(0)
     weight = numpy_helper.from_array(rng.standard_normal((64, 64, 3, 3)).astype(np.float32), "w")
-    graph = helper.make_graph([helper.make_node("Conv", ["x", "w"], ["y"], pads=[1, 1, 1, 1])], "conv",
-                              [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 64, 28, 28])],
-                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 64, 28, 28])], [weight])
+    graph = helper.make_graph(
+        [helper.make_node("Conv", ["x", "w"], ["y"], pads=[1, 1, 1, 1])],
+        "conv",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 64, 28, 28])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 64, 28, 28])],
+        [weight],
+    )
     feeds = {"x": rng.standard_normal((1, 64, 28, 28)).astype(np.float32)}
     return _best(_ort(graph, feeds), 2 * 64 * 64 * 9 * 28 * 28)
 
@@ -85,8 +89,11 @@ def _copy(footprint_kib: int) -> float:
     src = np.ones(footprint_kib * 1024 // 16)
     dst = np.zeros_like(src)
     repeat = max(1, 8192 // footprint_kib)  # at least ~8 MiB a timing: a 32 KiB copy alone is under the timer's grain
-    return _best(lambda: [np.copyto(dst, src) for _ in range(repeat)], 2 * src.nbytes * repeat,
-                 SECONDS / 2 if footprint_kib < 65536 else SECONDS)
+    return _best(
+        lambda: [np.copyto(dst, src) for _ in range(repeat)],
+        2 * src.nbytes * repeat,
+        SECONDS / 2 if footprint_kib < 65536 else SECONDS,
+    )
 
 
 def measure() -> Probes:
@@ -115,8 +122,9 @@ def load(host: dict) -> Probes | None:
         return None
     if found.schema_ != SCHEMA or found.host != host_key(host) or any(r <= 0 for _, r in found.copies):
         return None
-    return Probes(found.fp32_flops, found.int8_ops, tuple((int(s), float(r)) for s, r in found.copies),
-                  found.measured_at, path)
+    return Probes(
+        found.fp32_flops, found.int8_ops, tuple((int(s), float(r)) for s, r in found.copies), found.measured_at, path
+    )
 
 
 def is_here(host: dict) -> bool:
@@ -136,9 +144,22 @@ def kept(host: dict, again: bool = False) -> Probes:
     new = measure()
     if old is not None:
         rates = dict(old.copy)
-        new = Probes(max(old.fp32_flops, new.fp32_flops), max(old.int8_ops, new.int8_ops),
-                     tuple((size, max(rate, rates.get(size, 0.0))) for size, rate in new.copy), new.measured_at)
+        new = Probes(
+            max(old.fp32_flops, new.fp32_flops),
+            max(old.int8_ops, new.int8_ops),
+            tuple((size, max(rate, rates.get(size, 0.0))) for size, rate in new.copy),
+            new.measured_at,
+        )
     path = path_for(host)
-    write_json(path, {"schema": SCHEMA, "host": host_key(host), "measured_at": new.measured_at,
-                      "fp32_flops": new.fp32_flops, "int8_ops": new.int8_ops, "copies": [list(c) for c in new.copy]})
+    write_json(
+        path,
+        {
+            "schema": SCHEMA,
+            "host": host_key(host),
+            "measured_at": new.measured_at,
+            "fp32_flops": new.fp32_flops,
+            "int8_ops": new.int8_ops,
+            "copies": [list(c) for c in new.copy],
+        },
+    )
     return Probes(new.fp32_flops, new.int8_ops, new.copy, new.measured_at, path)

@@ -18,8 +18,15 @@ from dataclasses import dataclass, field
 from tapeout.core.schemas import DeviceSpec
 
 # When a spec lists no peak for a precision, the kernels run in the nearest one it has.
-_FALLBACK = {"int4": ("int8",), "fp8": ("fp16", "int8"), "bf16": ("fp16",), "tf32": ("fp32",),
-             "fp16": ("bf16", "fp32"), "int8": ("fp16",), "fp32": ("tf32", "fp16")}
+_FALLBACK = {
+    "int4": ("int8",),
+    "fp8": ("fp16", "int8"),
+    "bf16": ("fp16",),
+    "tf32": ("fp32",),
+    "fp16": ("bf16", "fp32"),
+    "int8": ("fp16",),
+    "fp32": ("tf32", "fp16"),
+}
 
 BYTES_PER_ELEMENT = {"fp32": 4.0, "tf32": 4.0, "fp16": 2.0, "bf16": 2.0, "fp8": 1.0, "int8": 1.0, "int4": 0.5}
 
@@ -38,11 +45,11 @@ def bytes_per_element(precision: str, default: float = 4.0) -> float:
 
 @dataclass(frozen=True)
 class Roof:
-    name: str                       # device spec name, or "host-<key>" for this machine's CPU
-    kind: str                       # gpu | soc | cpu: the device class calibrations are kept per
-    peaks: dict[str, float]         # precision -> FLOP/s (or OP/s)
-    bandwidth: float | None         # bytes/s; None where nothing gives it
-    source: str                     # where the numbers come from, in words
+    name: str  # device spec name, or "host-<key>" for this machine's CPU
+    kind: str  # gpu | soc | cpu: the device class calibrations are kept per
+    peaks: dict[str, float]  # precision -> FLOP/s (or OP/s)
+    bandwidth: float | None  # bytes/s; None where nothing gives it
+    source: str  # where the numbers come from, in words
     notes: list[str] = field(default_factory=list)
     # (footprint bytes, bytes/s) for this host's caches, smallest first, never rising; none for a device spec
     cache: tuple[tuple[int, float], ...] = ()
@@ -72,10 +79,15 @@ class Roof:
         return peak / self.bandwidth if peak and self.bandwidth else None
 
     def to_json(self) -> dict:
-        return {"name": self.name, "kind": self.kind, "peaks_tops": {k: v / 1e12 for k, v in self.peaks.items()},
-                "bandwidth_gbs": self.bandwidth / 1e9 if self.bandwidth else None, "source": self.source,
-                "notes": self.notes,
-                **({"cache_bandwidth_gbs": [[size, rate / 1e9] for size, rate in self.cache]} if self.cache else {})}
+        return {
+            "name": self.name,
+            "kind": self.kind,
+            "peaks_tops": {k: v / 1e12 for k, v in self.peaks.items()},
+            "bandwidth_gbs": self.bandwidth / 1e9 if self.bandwidth else None,
+            "source": self.source,
+            "notes": self.notes,
+            **({"cache_bandwidth_gbs": [[size, rate / 1e9] for size, rate in self.cache]} if self.cache else {}),
+        }
 
     def as_recorded(self) -> Roof:
         """This roof as its JSON reads back: the JSON keeps GB/s and TOPS, and (x / 1e9) · 1e9 is not always x, so a
@@ -87,16 +99,21 @@ class Roof:
     @classmethod
     def from_json(cls, data: dict, name: str | None = None, note: str | None = None) -> Roof:
         """The roof `to_json` wrote (a build's report, a calibration), under `name`, with `note` added."""
-        return cls(name=name or data["name"], kind=data["kind"],
-                   peaks={k: v * 1e12 for k, v in data["peaks_tops"].items()},
-                   bandwidth=(data.get("bandwidth_gbs") or 0) * 1e9 or None, source=data["source"],
-                   notes=[*data.get("notes", []), *([note] if note else [])],
-                   cache=tuple((int(s), r * 1e9) for s, r in data.get("cache_bandwidth_gbs") or ()))
+        return cls(
+            name=name or data["name"],
+            kind=data["kind"],
+            peaks={k: v * 1e12 for k, v in data["peaks_tops"].items()},
+            bandwidth=(data.get("bandwidth_gbs") or 0) * 1e9 or None,
+            source=data["source"],
+            notes=[*data.get("notes", []), *([note] if note else [])],
+            cache=tuple((int(s), r * 1e9) for s, r in data.get("cache_bandwidth_gbs") or ()),
+        )
 
 
 def from_spec(spec: DeviceSpec) -> Roof:
     return Roof(
-        name=spec.name, kind=spec.kind,
+        name=spec.name,
+        kind=spec.kind,
         peaks={p: s.value * 1e12 for p, s in spec.peak_dense_tops.items()},
         bandwidth=spec.memory_bandwidth_gbs.value * 1e9,
         source=f"device spec {spec.name} (datasheet peaks, dense; sources in profiles/devices/{spec.name}.toml)",
@@ -107,8 +124,16 @@ def from_spec(spec: DeviceSpec) -> Roof:
 # no core does more), by precision; the first flag a host has decides.
 PER_CYCLE = {
     "fp32": (("avx512f", 64), ("avx2", 32), ("fma", 32), ("asimd", 16), ("sse2", 8)),
-    "int8": (("amx_int8", 2048), ("avx512_vnni", 256), ("avx512bw", 256), ("avx_vnni", 128), ("avx2", 128),
-             ("asimddp", 64), ("asimd", 32), ("sse2", 32)),
+    "int8": (
+        ("amx_int8", 2048),
+        ("avx512_vnni", 256),
+        ("avx512bw", 256),
+        ("avx_vnni", 128),
+        ("avx2", 128),
+        ("asimddp", 64),
+        ("asimd", 32),
+        ("sse2", 32),
+    ),
     "bf16": (("amx_bf16", 1024), ("avx512_bf16", 128)),
     "fp16": (("amx_fp16", 1024), ("avx512_fp16", 128)),
 }
@@ -129,10 +154,26 @@ def cpu_class(host: dict) -> str:
     runtimes' same kernels, so their efficiencies against the roof carry, whatever the clock, cores and caches."""
     flags = set(host.get("cpu_flags") or [])
     name = (host.get("cpu") or "").lower()
-    vendor = "intel" if "intel" in name else "amd" if "amd" in name or "epyc" in name or "ryzen" in name else \
-        "arm" if "asimd" in flags else "other"
-    tier = ("amx" if "amx_int8" in flags else "avx512" if "avx512f" in flags else "avx2" if "avx2" in flags
-            else "neon" if "asimd" in flags else "base")
+    vendor = (
+        "intel"
+        if "intel" in name
+        else "amd"
+        if "amd" in name or "epyc" in name or "ryzen" in name
+        else "arm"
+        if "asimd" in flags
+        else "other"
+    )
+    tier = (
+        "amx"
+        if "amx_int8" in flags
+        else "avx512"
+        if "avx512f" in flags
+        else "avx2"
+        if "avx2" in flags
+        else "neon"
+        if "asimd" in flags
+        else "base"
+    )
     return f"cpu-{vendor}-{tier}"
 
 
@@ -159,26 +200,40 @@ def for_host(host: dict, probes=None, threads: int | None = None) -> Roof:
         if n or precision in measured:
             peaks[precision] = cores * max((n or 0) * clock, measured.get(precision, 0.0))
     peaks["int4"] = peaks["int8"]
-    notes = [f"{cores} core(s) at {clock / 1e9:.2f} GHz (the reported {mhz:.0f} MHz, or the clock the measured FP32 "
-             "rate implies where higher); per precision the widest unit the flags name, two pipes: "
-             + ", ".join(f"{p} {per_cycle(flags, p)}/cycle" for p in PER_CYCLE if per_cycle(flags, p))]
+    notes = [
+        f"{cores} core(s) at {clock / 1e9:.2f} GHz (the reported {mhz:.0f} MHz, or the clock the measured FP32 "
+        "rate implies where higher); per precision the widest unit the flags name, two pipes: "
+        + ", ".join(f"{p} {per_cycle(flags, p)}/cycle" for p in PER_CYCLE if per_cycle(flags, p))
+    ]
     cache: tuple[tuple[int, float], ...] = ()
     bandwidth = None
     if probes:
-        notes.append(f"one thread measured here: FP32 {probes.fp32_flops / 1e9:.0f} GFLOP/s, INT8 "
-                     f"{probes.int8_ops / 1e9:.0f} GOP/s; the peak is the higher of that and the flags', per core")
+        notes.append(
+            f"one thread measured here: FP32 {probes.fp32_flops / 1e9:.0f} GFLOP/s, INT8 "
+            f"{probes.int8_ops / 1e9:.0f} GOP/s; the peak is the higher of that and the flags', per core"
+        )
         # a smaller footprint is never slower than a larger one: a noisy probe below a larger one's rate is raised to it
         rates = sorted((size, rate * cores) for size, rate in probes.copy)
         cache = tuple((size, max(r for _, r in rates[i:])) for i, (size, _) in enumerate(rates))
         bandwidth = cache[-1][1]
-        notes.append("bytes move at the fastest one-thread copy measured at their working set's footprint, times the "
-                     "cores: " + ", ".join(f"{size // 1024} KiB {rate / 1e9:.0f} GB/s" for size, rate in cache))
+        notes.append(
+            "bytes move at the fastest one-thread copy measured at their working set's footprint, times the "
+            "cores: " + ", ".join(f"{size // 1024} KiB {rate / 1e9:.0f} GB/s" for size, rate in cache)
+        )
         if probes.measured_at:
-            notes.append(f"the highest of every measurement kept for this CPU ({probes.path}); `tapeout calibrate` "
-                         "measures again")
-    return Roof(name=host_name(host), kind="cpu", peaks=peaks, bandwidth=bandwidth,
-                source=f"this host's CPU ({host.get('cpu', '?')}): ceilings from its flags, clock and probes",
-                notes=notes, cache=cache)
+            notes.append(
+                f"the highest of every measurement kept for this CPU ({probes.path}); `tapeout calibrate` "
+                "measures again"
+            )
+    return Roof(
+        name=host_name(host),
+        kind="cpu",
+        peaks=peaks,
+        bandwidth=bandwidth,
+        source=f"this host's CPU ({host.get('cpu', '?')}): ceilings from its flags, clock and probes",
+        notes=notes,
+        cache=cache,
+    )
 
 
 def _max_mhz() -> float:

@@ -35,11 +35,15 @@ def _rms_norm_chain(view: GraphView, divide) -> list | None:
     x = divide.input[0]
     sqrt = view.producer.get(divide.input[1])
     add = view.producer.get(sqrt.input[0]) if sqrt is not None and sqrt.op_type == "Sqrt" else None
-    mean = (next((p for p in map(view.producer.get, add.input) if p is not None and p.op_type == "ReduceMean"), None)
-            if add is not None and add.op_type == "Add" else None)  # eps may be a Constant node's output
+    mean = (
+        next((p for p in map(view.producer.get, add.input) if p is not None and p.op_type == "ReduceMean"), None)
+        if add is not None and add.op_type == "Add"
+        else None
+    )  # eps may be a Constant node's output
     square = view.producer.get(mean.input[0]) if mean is not None else None
-    if square is None or not ((square.op_type == "Pow" and square.input[0] == x) or
-                              (square.op_type == "Mul" and list(square.input) == [x, x])):
+    if square is None or not (
+        (square.op_type == "Pow" and square.input[0] == x) or (square.op_type == "Mul" and list(square.input) == [x, x])
+    ):
         return None
     chain = [square, mean, add, sqrt, divide]
     if any(_only_reader(view, n.output[0], "ReduceMean", "Add", "Sqrt", "Div") is None for n in chain[:-1]):
@@ -68,10 +72,19 @@ def _rms_norm_fused(view: GraphView, kernels: list[Kernel]) -> list[Kernel]:
         weight = next((view.size(i) or 0 for i in chain[-1].input if view.is_const(i)), 0) if len(chain) == 6 else 0
         parts = [kernels[index[n.name]] for n in chain]
         fused[index[chain[-1].name]] = replace(
-            parts[-1], name=chain[-1].name, cls="reduce", precision="fp32", flops=sum(k.flops for k in parts),
+            parts[-1],
+            name=chain[-1].name,
+            cls="reduce",
+            precision="fp32",
+            flops=sum(k.flops for k in parts),
             bytes=float(elements * view.elem_bytes(x) + weight * 4 + (view.size(out) or 0) * view.elem_bytes(out)),
-            nodes=sum(k.nodes for k in parts), launches=1, lead=chain[-1].name, quantized_input=0, reread=0.0,
-            weights=0.0)
+            nodes=sum(k.nodes for k in parts),
+            launches=1,
+            lead=chain[-1].name,
+            quantized_input=0,
+            reread=0.0,
+            weights=0.0,
+        )
         dropped.update(index[n.name] for n in chain[:-1])
     return _replaced(kernels, fused, dropped)
 
@@ -91,8 +104,12 @@ def _silu_fused(view: GraphView, kernels: list[Kernel]) -> list[Kernel]:
         x, out = node.input[0], mul.output[0]
         parts = [kernels[index[node.name]], kernels[index[mul.name]]]
         fused[index[mul.name]] = replace(
-            parts[1], flops=sum(k.flops for k in parts), nodes=sum(k.nodes for k in parts), weights=0.0,
-            bytes=float((view.size(x) or 0) * view.elem_bytes(x) + (view.size(out) or 0) * view.elem_bytes(out)))
+            parts[1],
+            flops=sum(k.flops for k in parts),
+            nodes=sum(k.nodes for k in parts),
+            weights=0.0,
+            bytes=float((view.size(x) or 0) * view.elem_bytes(x) + (view.size(out) or 0) * view.elem_bytes(out)),
+        )
         dropped.add(index[node.name])
     return _replaced(kernels, fused, dropped)
 
@@ -130,12 +147,12 @@ def _gelu_tanh_chain(view: GraphView, tanh) -> list | None:
         return None
     other = next(i for i in product.input if i != one.output[0])
     half = view.producer.get(other)
-    if other == x:                                   # x · (1 + tanh), then · 0.5
+    if other == x:  # x · (1 + tanh), then · 0.5
         last = _only_reader(view, product.output[0], "Mul")
         if _const_mul_input(view, last) != product.output[0]:
             return None
         chain = [power, cube_scale, inner, scale, tanh, one, product, last]
-    elif _const_mul_input(view, half) == x:          # (0.5 · x) · (1 + tanh)
+    elif _const_mul_input(view, half) == x:  # (0.5 · x) · (1 + tanh)
         chain = [power, cube_scale, inner, scale, tanh, one, half, product]
     else:
         return None
@@ -159,8 +176,12 @@ def _gelu_tanh_fused(view: GraphView, kernels: list[Kernel]) -> list[Kernel]:
         x, out = chain[0].input[0], chain[-1].output[0]
         parts = [kernels[index[n.name]] for n in chain]
         fused[index[chain[-1].name]] = replace(
-            parts[-1], flops=sum(k.flops for k in parts), nodes=sum(k.nodes for k in parts), weights=0.0,
-            bytes=float((view.size(x) or 0) * view.elem_bytes(x) + (view.size(out) or 0) * view.elem_bytes(out)))
+            parts[-1],
+            flops=sum(k.flops for k in parts),
+            nodes=sum(k.nodes for k in parts),
+            weights=0.0,
+            bytes=float((view.size(x) or 0) * view.elem_bytes(x) + (view.size(out) or 0) * view.elem_bytes(out)),
+        )
         dropped.update(index[n.name] for n in chain[:-1])
     return _replaced(kernels, fused, dropped)
 
@@ -194,15 +215,21 @@ def _matmul_scale_fused(view: GraphView, kernels: list[Kernel]) -> list[Kernel]:
         for tensor in node.input:
             before = view.producer.get(tensor)
             reader = _only_reader(view, tensor, "MatMul")
-            if before is not None and before.name in index and reader is not None and reader.name == node.name and \
-                    _scaled_input(view, before) is not None:
+            if (
+                before is not None
+                and before.name in index
+                and reader is not None
+                and reader.name == node.name
+                and _scaled_input(view, before) is not None
+            ):
                 scales.append(before)
         if not scales or any(index[s.name] in fused or index[s.name] in dropped for s in scales):
             continue
         matmul = kernels[index[node.name]]
         parts = [kernels[index[s.name]] for s in scales]
-        fused[index[node.name]] = replace(matmul, flops=matmul.flops + sum(k.flops for k in parts),
-                                          nodes=matmul.nodes + sum(k.nodes for k in parts))
+        fused[index[node.name]] = replace(
+            matmul, flops=matmul.flops + sum(k.flops for k in parts), nodes=matmul.nodes + sum(k.nodes for k in parts)
+        )
         dropped.update(index[s.name] for s in scales)
     return _replaced(kernels, fused, dropped)
 
@@ -225,9 +252,10 @@ def _add_norm_fused(view: GraphView, kernels: list[Kernel]) -> list[Kernel]:
         total = node.input[0]
         if total in view.outputs or any(c.name != node.name for c in view.consumers.get(total, [])):
             continue
-        between = (view.size(total) or 0) * view.elem_bytes(total)   # written by the Add, read by the norm
+        between = (view.size(total) or 0) * view.elem_bytes(total)  # written by the Add, read by the norm
         moved = add_k.bytes + norm_k.bytes - 2 * between
-        fused[index[node.name]] = replace(norm_k, flops=norm_k.flops + add_k.flops, bytes=max(moved, 0),
-                                          nodes=norm_k.nodes + add_k.nodes)
+        fused[index[node.name]] = replace(
+            norm_k, flops=norm_k.flops + add_k.flops, bytes=max(moved, 0), nodes=norm_k.nodes + add_k.nodes
+        )
         dropped.add(index[add.name])
     return _replaced(kernels, fused, dropped)

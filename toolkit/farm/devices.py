@@ -47,14 +47,18 @@ def why_not(device: str, reported: list[str] | None = None) -> str | None:
     if device == HOST_CPU:
         return None
     if device not in list_devices():
-        raise BadInput(f"unknown device {device!r}", fix=f"use {HOST_CPU} or a device spec: {', '.join(list_devices())}")
+        raise BadInput(
+            f"unknown device {device!r}", fix=f"use {HOST_CPU} or a device spec: {', '.join(list_devices())}"
+        )
     spec = load_device(device)
     reported = reported_devices() if reported is None else reported
     if spec.identifiers:
         if any(spec.matches(name) for name in reported):
             return None
-        return (f"no {device} here: its driver names ({', '.join(spec.identifiers)}) match none this node reports "
-                f"({', '.join(reported) or 'none: no NVML, amdsmi or device tree'})")
+        return (
+            f"no {device} here: its driver names ({', '.join(spec.identifiers)}) match none this node reports "
+            f"({', '.join(reported) or 'none: no NVML, amdsmi or device tree'})"
+        )
     return _runnable_profile(device)
 
 
@@ -88,8 +92,10 @@ def usable(devices: list[str]) -> list[str]:
     for device in devices:
         problem = why_not(device, reported)
         if problem:
-            raise TargetUnavailable(f"this node cannot advertise {device}: {problem}",
-                                    fix="advertise only the devices `tapeout targets` shows usable here")
+            raise TargetUnavailable(
+                f"this node cannot advertise {device}: {problem}",
+                fix="advertise only the devices `tapeout targets` shows usable here",
+            )
     return devices
 
 

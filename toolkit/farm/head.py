@@ -41,8 +41,8 @@ class Row:
     exit_code: int | None = None
     build_exit: int | None = None
     check_exit: int | None = None
-    nodes: dict[str, str] = field(default_factory=dict)     # stage -> node id
-    hosts: dict[str, str] = field(default_factory=dict)     # stage -> host name
+    nodes: dict[str, str] = field(default_factory=dict)  # stage -> node id
+    hosts: dict[str, str] = field(default_factory=dict)  # stage -> host name
     machines: dict[str, dict] = field(default_factory=dict)  # stage -> the machine as the task started on it
     attempts: dict[str, int] = field(default_factory=dict)  # stage -> tries so far
     seconds: dict[str, float] = field(default_factory=dict)
@@ -50,11 +50,24 @@ class Row:
     files: Bundle | None = None  # the verified build, held until its check comes back
 
     def to_json(self) -> dict[str, Any]:
-        return {"project": self.job.project.model.name, "profile": self.job.profile, "device": self.job.device,
-                "key": self.key, "status": self.status, "reason": self.reason, "build_dir": self.build_dir,
-                "exit_code": self.exit_code, "build_exit_code": self.build_exit, "check_exit_code": self.check_exit,
-                "nodes": self.nodes, "hosts": self.hosts, "machines": self.machines, "attempts": self.attempts,
-                "seconds": {k: round(v, 2) for k, v in self.seconds.items()}, "skipped": self.skipped}
+        return {
+            "project": self.job.project.model.name,
+            "profile": self.job.profile,
+            "device": self.job.device,
+            "key": self.key,
+            "status": self.status,
+            "reason": self.reason,
+            "build_dir": self.build_dir,
+            "exit_code": self.exit_code,
+            "build_exit_code": self.build_exit,
+            "check_exit_code": self.check_exit,
+            "nodes": self.nodes,
+            "hosts": self.hosts,
+            "machines": self.machines,
+            "attempts": self.attempts,
+            "seconds": {k: round(v, 2) for k, v in self.seconds.items()},
+            "skipped": self.skipped,
+        }
 
 
 class Farm:
@@ -84,8 +97,11 @@ class Farm:
             self.started[(event["key"], event["stage"], event["attempt"])] = event
             row = next(r for r in self.rows if r.key == event["key"])
             row.status = "building" if event["stage"] == "build" else "checking"
-            self.say(row, f"{event['stage']} running on {event['host']} (node {event['node'][:8]})"
-                     + (f", try {event['attempt']}" if event["attempt"] > 1 else ""))
+            self.say(
+                row,
+                f"{event['stage']} running on {event['host']} (node {event['node'][:8]})"
+                + (f", try {event['attempt']}" if event["attempt"] > 1 else ""),
+            )
             if self.watch:
                 self.watch({"row": row.job.name, "stage": event["stage"], "node": event["node"], "started": True})
 
@@ -100,13 +116,17 @@ class Farm:
         job = {"key": row.key, "attempt": attempt, "tapeout": __version__, "profile": row.job.profile}
         if stage == "build":
             share = 1.0 / self.plan.settings.builds_per_node
-            job.update(project=self.projects[row.job.project.root], profile_toml=row.job.profile_toml,
-                       project_file=row.job.project.file.relative_to(row.job.project.root).as_posix())
+            job.update(
+                project=self.projects[row.job.project.root],
+                profile_toml=row.job.profile_toml,
+                project_file=row.job.project.file.relative_to(row.job.project.root).as_posix(),
+            )
             remote = self.remote_build.options(num_cpus=0, resources={HOST: share}, max_retries=0)
         else:
             job["build"] = row.files
             remote = self.remote_check.options(
-                num_cpus=0, resources={HOST: 1.0, device_resource(row.job.device): 1.0}, max_retries=0)
+                num_cpus=0, resources={HOST: 1.0, device_resource(row.job.device): 1.0}, max_retries=0
+            )
         self.pending[remote.remote(self.tracker, job)] = (row, stage)
         row.status = f"{stage} queued"
 
@@ -132,24 +152,35 @@ class Farm:
                         row.build_dir = str(results.write(final, row.files, None, row.job, received_before=True))
         row.status, row.reason, row.files = status, reason, None
         row.exit_code = row.check_exit if status == "checked" else row.build_exit if status == "built" else None
-        self.say(row, status + (f": {reason}" if reason else "") + (f" (exit {row.exit_code})"
-                                                                   if row.exit_code is not None else ""))
+        self.say(
+            row,
+            status
+            + (f": {reason}" if reason else "")
+            + (f" (exit {row.exit_code})" if row.exit_code is not None else ""),
+        )
         self._advance()
 
     def lost(self, row: Row, stage: str, exc: BaseException) -> None:
         attempt = row.attempts[stage]
         where = self.started.get((row.key, stage, attempt))
         node = f"{where['host']} (node {where['node'][:8]})" if where else "a node that never started it"
-        candidates = self.cluster.holders(row.job.device) if stage == "check" else [
-            n["id"] for n in self.cluster.nodes() if n["resources"].get(HOST)]
+        candidates = (
+            self.cluster.holders(row.job.device)
+            if stage == "check"
+            else [n["id"] for n in self.cluster.nodes() if n["resources"].get(HOST)]
+        )
         others = [n for n in candidates if where is None or n != where["node"]]  # Ray may not know it is gone yet
         if attempt <= self.plan.settings.retries and others:
             self.say(row, f"{stage} lost with the worker on {node} ({type(exc).__name__}); trying another node")
             self.submit(row, stage)
             return
-        why = (f"no tries left (retries = {self.plan.settings.retries})" if others else
-               f"no other live node holds {device_resource(row.job.device)}" if stage == "check" else
-               "no other live node takes builds")
+        why = (
+            f"no tries left (retries = {self.plan.settings.retries})"
+            if others
+            else f"no other live node holds {device_resource(row.job.device)}"
+            if stage == "check"
+            else "no other live node takes builds"
+        )
         self.finish(row, "build failed" if stage == "build" else "not measured", f"worker lost on {node}; {why}")
 
     def collect(self, ref) -> None:
@@ -160,8 +191,11 @@ class Farm:
             return  # cancelled by the head, which has already said why
         except self.ray.exceptions.RayTaskError as exc:  # the task's own code raised: another try would too
             cause = exc.cause if isinstance(getattr(exc, "cause", None), BaseException) else exc
-            self.finish(row, "build failed" if stage == "build" else "not measured",
-                        f"the {stage} task raised {type(cause).__name__}: {first_line(cause)}")
+            self.finish(
+                row,
+                "build failed" if stage == "build" else "not measured",
+                f"the {stage} task raised {type(cause).__name__}: {first_line(cause)}",
+            )
             return
         except self.ray.exceptions.RayError as exc:  # the worker or its node is gone
             self.lost(row, stage, exc)
@@ -226,15 +260,23 @@ class Farm:
             key = results.inputs_key(job, self.projects[job.project.root], self.plan.settings.check)
             self.rows.append(Row(job, key, i))
         if not any(n["resources"].get(HOST) for n in self.cluster.nodes()):
-            raise TargetUnavailable(f"no node of this Ray cluster advertises {HOST}, so none takes a farm's tasks (its "
-                                    "nodes were started by `ray start` without tapeout's resources)",
-                                    fix="start each node with `tapeout farm worker`, or give it --resources "
-                                    f"'{{\"{HOST}\": 1, \"device:NAME\": 1}}' (docs/farm.md)")
-        self.tracker = self.ray.remote(tasks.Tracker).options(
-            num_cpus=0, scheduling_strategy=self._on_head()).remote()
+            raise TargetUnavailable(
+                f"no node of this Ray cluster advertises {HOST}, so none takes a farm's tasks (its "
+                "nodes were started by `ray start` without tapeout's resources)",
+                fix="start each node with `tapeout farm worker`, or give it --resources "
+                f'\'{{"{HOST}": 1, "device:NAME": 1}}\' (docs/farm.md)',
+            )
+        self.tracker = self.ray.remote(tasks.Tracker).options(num_cpus=0, scheduling_strategy=self._on_head()).remote()
         self.scratch.mkdir(parents=True, exist_ok=True)
-        with Progress(TextColumn("farm"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
-                      console=self.ui.err, transient=True, disable=not self.ui.err.is_terminal) as progress:
+        with Progress(
+            TextColumn("farm"),
+            BarColumn(),
+            MofNCompleteColumn(),
+            TimeElapsedColumn(),
+            console=self.ui.err,
+            transient=True,
+            disable=not self.ui.err.is_terminal,
+        ) as progress:
             self.progress, self.task_id = progress, progress.add_task("rows", total=len(self.rows))
             try:
                 for row in self.rows:
@@ -285,9 +327,14 @@ def run(plan: Plan, address: str | None, ui: UI, watch: Callable[[dict], None] |
     ray_start = time.perf_counter() - started
     try:
         nodes = cluster.nodes()
-        ui.note(f"{len(nodes)} node(s): " + "; ".join(
-            f"{n['address']} ({n['id'][:8]}): " + ", ".join(sorted(k for k in n["resources"] if k.startswith("device:")))
-            for n in nodes))
+        ui.note(
+            f"{len(nodes)} node(s): "
+            + "; ".join(
+                f"{n['address']} ({n['id'][:8]}): "
+                + ", ".join(sorted(k for k in n["resources"] if k.startswith("device:")))
+                for n in nodes
+            )
+        )
         rows = Farm(plan, cluster, ui, watch).run()
     finally:
         cluster.close()

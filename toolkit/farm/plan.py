@@ -37,8 +37,9 @@ def device_name(value: str, what: str) -> str:
     """A device name as a plan or a worker gives it ("device:" prefix optional): letters, digits, '.', '_', '-'."""
     name = value.removeprefix("device:")
     if not _DEVICE_NAME.match(name):
-        raise ValueError(f"{what} {value!r} must be a device name (letters, digits, '.', '_', '-'; e.g. host-cpu, "
-                         "h100-sxm)")
+        raise ValueError(
+            f"{what} {value!r} must be a device name (letters, digits, '.', '_', '-'; e.g. host-cpu, h100-sxm)"
+        )
     return name
 
 
@@ -77,9 +78,9 @@ class Job:
     """One project built for one profile, checked on one device."""
 
     project: Project
-    profile: str             # the profile's resolved name (a build dir's folder name)
+    profile: str  # the profile's resolved name (a build dir's folder name)
     profile_data: dict[str, Any]  # the profile with `extends` merged
-    profile_toml: str        # the same as TOML: what a worker builds with
+    profile_toml: str  # the same as TOML: what a worker builds with
     device: str
 
     @property
@@ -111,8 +112,11 @@ def load_plan(path: Path, out: Path | None = None) -> Plan:
         project = load_project(base / entry.project)
         name = project.model.name
         if names.setdefault(name, project.root) != project.root:
-            raise BadInput(f"{path}: two projects are both named {name!r} ({names[name]} and {project.root}): their "
-                           "build dirs would be one folder", fix="give one a different [model] name")
+            raise BadInput(
+                f"{path}: two projects are both named {name!r} ({names[name]} and {project.root}): their "
+                "build dirs would be one folder",
+                fix="give one a different [model] name",
+            )
         for given in entry.profiles:
             profile_path = find_profile(given, relative_to=base)
             profile = load_profile(str(profile_path))  # validated as `tapeout build` validates it
@@ -120,23 +124,31 @@ def load_plan(path: Path, out: Path | None = None) -> Plan:
             data["name"] = profile.name
             used_profiles.add(profile.name)
             if any(j.project.root == project.root and j.profile == profile.name for j in jobs):
-                raise BadInput(f"{path}: {name} is built for profile {profile.name} twice",
-                               fix="name each profile once per project")
+                raise BadInput(
+                    f"{path}: {name} is built for profile {profile.name} twice",
+                    fix="name each profile once per project",
+                )
             device = plan.devices.get(profile.name) or plan.devices.get(given) or profile.device
             if device is None and not _runs_on_host_cpu(profile.target):
-                raise BadInput(f"{path}: profile {profile.name} names no device spec, and its target "
-                               f"({profile.target}) does not run on a host CPU", fix=f"say which device its check "
-                               f"needs: [devices] {profile.name} = \"h100-sxm\" (a device spec name)")
+                raise BadInput(
+                    f"{path}: profile {profile.name} names no device spec, and its target "
+                    f"({profile.target}) does not run on a host CPU",
+                    fix=f'say which device its check needs: [devices] {profile.name} = "h100-sxm" (a device spec name)',
+                )
             jobs.append(Job(project, profile.name, data, profile_toml(data), device or HOST_CPU))
     unknown = sorted(set(plan.devices) - used_profiles - {p for e in plan.build for p in e.profiles})
     if unknown:
-        raise BadInput(f"{path}: [devices] names profile {unknown[0]!r}, which no [[build]] entry builds",
-                       fix="remove it, or add the profile to a [[build]] entry")
+        raise BadInput(
+            f"{path}: [devices] names profile {unknown[0]!r}, which no [[build]] entry builds",
+            fix="remove it, or add the profile to a [[build]] entry",
+        )
     where = (out if out is not None else path.parent / plan.farm.out).resolve()
     for job in jobs:
         if where == job.project.root or job.project.root.is_relative_to(where):
-            raise BadInput(f"the farm's out dir {where} holds project {job.project.root}",
-                           fix="choose an out dir outside every project (--out, or [farm] out)")
+            raise BadInput(
+                f"the farm's out dir {where} holds project {job.project.root}",
+                fix="choose an out dir outside every project (--out, or [farm] out)",
+            )
     return Plan(path.resolve(), plan.farm, jobs, where)
 
 
@@ -160,8 +172,10 @@ def profile_toml(data: dict[str, Any]) -> str:
 
     text = "".join(f"{json.dumps(k)} = {value(v)}\n" for k, v in data.items())
     if tomllib.loads(text) != data:
-        raise BadInput(f"profile {data.get('name')} does not read back the same once written as TOML for a worker",
-                       fix="report this, with the profile")
+        raise BadInput(
+            f"profile {data.get('name')} does not read back the same once written as TOML for a worker",
+            fix="report this, with the profile",
+        )
     return text
 
 

@@ -31,9 +31,19 @@ _FROM_WORKER = "what the worker sent back"
 def inputs_key(job: Job, project: Bundle, check: bool) -> str:
     """What a row's result is a function of: the project's files, the profile as resolved, tapeout's version, the
     device, and whether it is checked. A re-run skips a row whose key has not changed."""
-    digest = hashlib.sha256(json.dumps({"profile": job.profile_data, "device": job.device, "tapeout": __version__,
-                                        "check": check, "file": job.project.file.name}, sort_keys=True,
-                                       default=str).encode())
+    digest = hashlib.sha256(
+        json.dumps(
+            {
+                "profile": job.profile_data,
+                "device": job.device,
+                "tapeout": __version__,
+                "check": check,
+                "file": job.project.file.name,
+            },
+            sort_keys=True,
+            default=str,
+        ).encode()
+    )
     for rel in sorted(project):
         digest.update(f"{rel}:{hashlib.sha256(project[rel]).hexdigest()}\n".encode())
     return digest.hexdigest()
@@ -57,11 +67,14 @@ def verify(folder: Path, job: Job, checked: bool) -> None:
         opened.exported_model()
     built = (opened.manifest.project.name, opened.profile.name)
     if built != (job.project.model.name, job.profile):
-        raise BadInput(f"{_FROM_WORKER} is the build of {built[0]}/{built[1]}, not of {job.name}",
-                       fix="rerun the farm; a worker that answers another build is not to be trusted")
+        raise BadInput(
+            f"{_FROM_WORKER} is the build of {built[0]}/{built[1]}, not of {job.name}",
+            fix="rerun the farm; a worker that answers another build is not to be trusted",
+        )
     if report.profile.name != job.profile:
-        raise BadInput(f"{_FROM_WORKER}: its report is of profile {report.profile.name}, not {job.profile}",
-                       fix="rerun the farm")
+        raise BadInput(
+            f"{_FROM_WORKER}: its report is of profile {report.profile.name}, not {job.profile}", fix="rerun the farm"
+        )
     if checked and opened.check_report is None:
         raise BadInput(f"{_FROM_WORKER} holds no check of {job.name}", fix="rerun the farm")
 
@@ -93,7 +106,11 @@ def write(final: Path, files: Bundle, check_files: Bundle | None, job: Job, rece
 
 def unchanged(previous: dict[str, Any] | None, folder: Path, job: Job, checked: bool) -> bool:
     """The last run's row for the same inputs finished, and its build dir is still whole."""
-    if not previous or previous.get("status") not in ("checked", "built") or (previous["status"] == "checked") != checked:
+    if (
+        not previous
+        or previous.get("status") not in ("checked", "built")
+        or (previous["status"] == "checked") != checked
+    ):
         return False
     try:
         verify(folder, job, checked)
@@ -117,15 +134,24 @@ def previous_rows(out: Path) -> tuple[dict[str, dict], str | None]:
         return {}, f"{path} is not a farm summary this tapeout reads ({exc}): every row is built again"
 
 
-def summary(plan: Plan, rows: list[dict[str, Any]], nodes: list[dict], seconds: float,
-            ray_start: float) -> dict[str, Any]:
+def summary(
+    plan: Plan, rows: list[dict[str, Any]], nodes: list[dict], seconds: float, ray_start: float
+) -> dict[str, Any]:
     """farm.json: every row, the cluster, and the comparison of every build dir that came back whole."""
     from tapeout.reports.compare import compare
 
     dirs = [Path(r["build_dir"]) for r in rows if r.get("build_dir")]
-    return {"schema": SCHEMA, "tapeout": __version__, "plan": str(plan.path), "seconds": round(seconds, 2),
-            "ray_start_seconds": round(ray_start, 2), "nodes": nodes, "rows": rows, "compare": compare(dirs) if dirs else None,
-            "exit_code": exit_code(rows)}
+    return {
+        "schema": SCHEMA,
+        "tapeout": __version__,
+        "plan": str(plan.path),
+        "seconds": round(seconds, 2),
+        "ray_start_seconds": round(ray_start, 2),
+        "nodes": nodes,
+        "rows": rows,
+        "compare": compare(dirs) if dirs else None,
+        "exit_code": exit_code(rows),
+    }
 
 
 def exit_code(rows: list[dict[str, Any]]) -> int:

@@ -59,16 +59,20 @@ def import_ray():
     except ImportError:
         raise TargetUnavailable("Ray is not installed here: the farm runs on it", fix=INSTALL) from None
     except Exception as exc:
-        raise TargetUnavailable(f"Ray does not import here ({type(exc).__name__}: {first_line(exc)})",
-                                fix="run `python -c 'import ray'` to see why; reinstall ray") from None
+        raise TargetUnavailable(
+            f"Ray does not import here ({type(exc).__name__}: {first_line(exc)})",
+            fix="run `python -c 'import ray'` to see why; reinstall ray",
+        ) from None
     return ray
 
 
 # Ray 2.59+ starts `ray start --head` clusters with token authentication; a client that does not send the token
 # (RAY_AUTH_MODE unset) is refused with nothing but a timeout, so the line says what to set
-_AUTH_FIX = ("a cluster started with token authentication (`ray start --head` and `tapeout farm worker` do so) needs "
-             "RAY_AUTH_MODE=token here, and its token: the head's ~/.ray/auth_token copied to this machine, or "
-             "RAY_AUTH_TOKEN (docs/farm.md)")
+_AUTH_FIX = (
+    "a cluster started with token authentication (`ray start --head` and `tapeout farm worker` do so) needs "
+    "RAY_AUTH_MODE=token here, and its token: the head's ~/.ray/auth_token copied to this machine, or "
+    "RAY_AUTH_TOKEN (docs/farm.md)"
+)
 
 
 class Cluster:
@@ -82,19 +86,30 @@ class Cluster:
             if address:
                 self.ray.init(address=address, **quiet)
             else:
-                self.ray.init(address="local", num_cpus=os.cpu_count() or 1, include_dashboard=False,
-                              resources=node_resources(local_devices or []), **quiet)
+                self.ray.init(
+                    address="local",
+                    num_cpus=os.cpu_count() or 1,
+                    include_dashboard=False,
+                    resources=node_resources(local_devices or []),
+                    **quiet,
+                )
         except (ConnectionError, TimeoutError, ValueError, RuntimeError) as exc:
             where = f"the Ray cluster at {address}" if address else "a local Ray instance"
-            fix = ("check the address (`tapeout farm worker` without --address starts a head and prints it); "
-                   + _AUTH_FIX if address else "see `ray start --head` for what Ray needs on this machine")
+            fix = (
+                "check the address (`tapeout farm worker` without --address starts a head and prints it); " + _AUTH_FIX
+                if address
+                else "see `ray start --head` for what Ray needs on this machine"
+            )
             self.close()
             raise TargetUnavailable(f"cannot reach {where}: {first_line(exc)}", fix=fix) from None
 
     def nodes(self) -> list[dict[str, Any]]:
         """The cluster's live nodes: id, address and resources."""
-        return [{"id": n["NodeID"], "address": n.get("NodeManagerAddress"), "resources": n.get("Resources", {})}
-                for n in self.ray.nodes() if n.get("Alive")]
+        return [
+            {"id": n["NodeID"], "address": n.get("NodeManagerAddress"), "resources": n.get("Resources", {})}
+            for n in self.ray.nodes()
+            if n.get("Alive")
+        ]
 
     def holders(self, device: str) -> list[str]:
         """The live nodes that hold `device`."""

@@ -35,8 +35,9 @@ class Tracker:
         self.events: list[dict[str, Any]] = []
 
     def started(self, key: str, stage: str, attempt: int, node: str, host: str) -> None:
-        self.events.append({"key": key, "stage": stage, "attempt": attempt, "node": node, "host": host,
-                            "at": time.time()})
+        self.events.append(
+            {"key": key, "stage": stage, "attempt": attempt, "node": node, "host": host, "at": time.time()}
+        )
 
     def since(self, index: int) -> list[dict[str, Any]]:
         return self.events[index:]
@@ -50,8 +51,16 @@ def _die_with_parent() -> None:
 def _tapeout(args: list[str], cwd: Path) -> tuple[int, str]:
     """`python -m tapeout ARGS`: its exit code and the line that says why it failed (its last `tapeout:` line)."""
     env = {**os.environ, "COLUMNS": "160"}
-    proc = subprocess.run([sys.executable, "-m", "tapeout", *args], cwd=cwd, env=env, stdout=subprocess.DEVNULL,
-                          stderr=subprocess.PIPE, text=True, errors="replace", preexec_fn=_die_with_parent)
+    proc = subprocess.run(
+        [sys.executable, "-m", "tapeout", *args],
+        cwd=cwd,
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+        errors="replace",
+        preexec_fn=_die_with_parent,
+    )
     lines = [line for line in proc.stderr.splitlines() if line.strip()]
     said = [line for line in lines if line.startswith("tapeout:")]
     return proc.returncode, (said or lines or [""])[-1][:600]
@@ -69,7 +78,7 @@ def _scratch() -> tempfile.TemporaryDirectory:
 
     root = Path(tempfile.gettempdir())
     for old in root.glob(f"{_SCRATCH_PREFIX}*-*"):
-        pid = old.name[len(_SCRATCH_PREFIX):].split("-", 1)[0]
+        pid = old.name[len(_SCRATCH_PREFIX) :].split("-", 1)[0]
         if pid.isdigit() and not psutil.pid_exists(int(pid)):
             shutil.rmtree(old, ignore_errors=True)
     return tempfile.TemporaryDirectory(prefix=f"{_SCRATCH_PREFIX}{os.getpid()}-")
@@ -95,8 +104,11 @@ def machine_state() -> dict[str, Any]:
 
     from tapeout.core.host import host_fingerprint
 
-    return {**host_fingerprint(), "load_1m": round(os.getloadavg()[0], 2),
-            "memory_available_gb": round(psutil.virtual_memory().available / 2**30, 1)}
+    return {
+        **host_fingerprint(),
+        "load_1m": round(os.getloadavg()[0], 2),
+        "memory_available_gb": round(psutil.virtual_memory().available / 2**30, 1),
+    }
 
 
 def build(tracker, job: dict[str, Any]) -> dict[str, Any]:
@@ -111,8 +123,9 @@ def build(tracker, job: dict[str, Any]) -> dict[str, Any]:
         profile = root / "profiles" / f"{job['profile']}.toml"
         write_text(profile, job["profile_toml"])
         out = root / "build"
-        code, said = _tapeout(["build", str(root / "project" / job["project_file"]), "-p", str(profile),
-                               "-o", str(out)], root)
+        code, said = _tapeout(
+            ["build", str(root / "project" / job["project_file"]), "-p", str(profile), "-o", str(out)], root
+        )
         result.update(exit_code=code, seconds=time.perf_counter() - started)
         if (out / "manifest.json").is_file():
             result["files"] = pack_build(out)
@@ -133,8 +146,9 @@ def check(tracker, job: dict[str, Any]) -> dict[str, Any]:
         code, said = _tapeout(["check", str(build_dir)], Path(scratch))
         result.update(exit_code=code, seconds=time.perf_counter() - started)
         if (build_dir / "check-manifest.json").is_file():
-            result["files"] = {name: (build_dir / name).read_bytes() for name in CHECK_FILES
-                               if (build_dir / name).is_file()}
+            result["files"] = {
+                name: (build_dir / name).read_bytes() for name in CHECK_FILES if (build_dir / name).is_file()
+            }
         else:
             result["error"] = said or f"tapeout check exited {code} and wrote no check"
     return result

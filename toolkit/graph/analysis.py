@@ -13,9 +13,30 @@ FAMILIES = ("cnn", "transformer-encoder", "decoder-llm", "speech-recurrent", "di
 
 # Per-node roles. The quantization rules are keyed on these, never on op types alone.
 ROLES = (
-    "attn_q", "attn_k", "attn_v", "attn_qkv", "attn_out", "attn_scores", "attn_mask", "attn_softmax", "attn_context",
-    "ffn_in", "ffn_gate", "ffn_up", "ffn_out", "norm", "residual", "embedding", "lm_head", "head",
-    "conv", "first_conv", "depthwise_conv", "recurrent_cell", "timestep_embedding", "linear",
+    "attn_q",
+    "attn_k",
+    "attn_v",
+    "attn_qkv",
+    "attn_out",
+    "attn_scores",
+    "attn_mask",
+    "attn_softmax",
+    "attn_context",
+    "ffn_in",
+    "ffn_gate",
+    "ffn_up",
+    "ffn_out",
+    "norm",
+    "residual",
+    "embedding",
+    "lm_head",
+    "head",
+    "conv",
+    "first_conv",
+    "depthwise_conv",
+    "recurrent_cell",
+    "timestep_embedding",
+    "linear",
 )
 
 
@@ -49,13 +70,13 @@ class NodeCost:
     flops: int
     bytes_moved: int
     params: int
-    body_of: str = ""   # the If/Loop/Scan node whose body holds it ("" in the main graph)
+    body_of: str = ""  # the If/Loop/Scan node whose body holds it ("" in the main graph)
 
 
 @dataclass
 class Analysis:
     families: list[FamilyScore]
-    roles: dict[str, str]                 # node name -> role
+    roles: dict[str, str]  # node name -> role
     groups: list[FusionGroup]
     op_census: dict[str, int]
     params: int
@@ -63,10 +84,10 @@ class Analysis:
     flops: int
     bytes_moved: int
     peak_activation_bytes: int
-    peak_activation_at: str               # the node at which the peak is reached
+    peak_activation_at: str  # the node at which the peak is reached
     costs: list[NodeCost] = field(default_factory=list)
-    facts: dict[str, Any] = field(default_factory=dict)   # heads, causal, vocab, depthwise, ...
-    unmatched: list[str] = field(default_factory=list)    # detectors that did not fire, and why
+    facts: dict[str, Any] = field(default_factory=dict)  # heads, causal, vocab, depthwise, ...
+    unmatched: list[str] = field(default_factory=list)  # detectors that did not fire, and why
     scopes: dict[str, str] = field(default_factory=dict)  # node name -> the torch module it was exported from
 
     @property

@@ -21,8 +21,26 @@ from tapeout.graph.view import GraphView
 
 # Ops whose output is a view or a relabelling: no arithmetic.
 _WINDOWED = {"MaxPool", "AveragePool", "LpPool"}  # pools over a kernel_shape window
-_NO_FLOPS = {"Reshape", "Transpose", "Squeeze", "Unsqueeze", "Flatten", "Identity", "Shape", "Gather", "Slice",
-             "Concat", "Split", "Cast", "Constant", "Expand", "ConstantOfShape", "Range", "GatherND", "Dropout"}
+_NO_FLOPS = {
+    "Reshape",
+    "Transpose",
+    "Squeeze",
+    "Unsqueeze",
+    "Flatten",
+    "Identity",
+    "Shape",
+    "Gather",
+    "Slice",
+    "Concat",
+    "Split",
+    "Cast",
+    "Constant",
+    "Expand",
+    "ConstantOfShape",
+    "Range",
+    "GatherND",
+    "Dropout",
+}
 
 
 def runs_per_inference(view: GraphView, costs: dict[str, NodeCost]) -> dict[str, int]:
@@ -70,7 +88,9 @@ def node_cost(view: GraphView, node) -> NodeCost:
     elif op in _RECURRENT_GATES:
         flops, params = _recurrent_cost(view, node)
     elif op in ("Conv", "ConvTranspose") and out and weight is not None:
-        per_output = int(np.prod(weight.shape[1:])) if op == "Conv" else int(np.prod(weight.shape[2:])) * weight.shape[0]
+        per_output = (
+            int(np.prod(weight.shape[1:])) if op == "Conv" else int(np.prod(weight.shape[2:])) * weight.shape[0]
+        )
         flops = 2 * out * per_output
     elif op in _WINDOWED and out:
         # a comparison (or an add) per output per window element: a 3×3 pool does 9 per output, a 2×2 one 4, at the
@@ -80,7 +100,9 @@ def node_cost(view: GraphView, node) -> NodeCost:
         flops = out
     touched = [*node.input, *node.output]
     if op in ("Gather", "GatherElements", "GatherND") and node.output and view.size(node.output[0]) is not None:
-        touched = [t for t in touched if t != node.input[0]] + [node.output[0]]  # reads the rows it gathers, not the table
+        touched = [t for t in touched if t != node.input[0]] + [
+            node.output[0]
+        ]  # reads the rows it gathers, not the table
     bytes_moved = sum(view.size(t) * view.elem_bytes(t) for t in touched if t and view.size(t) is not None)
     return NodeCost(node.name, op, int(flops), int(bytes_moved), params, view.parent.get(node.name, ""))
 
@@ -107,8 +129,11 @@ def _recurrent_cost(view: GraphView, node) -> tuple[int, int]:
 
 def _control_flow_summary(view: GraphView, node) -> str:
     inside = sum(1 for parent in view.parent.values() if parent == node.name)
-    counted = {"If": "the costlier branch counted", "Loop": "the body × its trip count",
-               "Scan": "the body × the scanned length"}.get(node.op_type, "")
+    counted = {
+        "If": "the costlier branch counted",
+        "Loop": "the body × its trip count",
+        "Scan": "the body × the scanned length",
+    }.get(node.op_type, "")
     return f"{node.op_type} {node.name} ({inside} nodes inside{'; ' + counted if counted else ''})"
 
 
@@ -140,13 +165,19 @@ def activation_peak(view: GraphView) -> tuple[int, str]:
         live += sum(nbytes(t) for t in node.output if t)
         if live > peak:
             peak, peak_at = live, node.name
-        freed = {t for t in [*node.input, *node.output] if t and t not in view.initializers and last_use.get(t, -1) <= i}
+        freed = {
+            t for t in [*node.input, *node.output] if t and t not in view.initializers and last_use.get(t, -1) <= i
+        }
         live -= sum(nbytes(t) for t in freed)
     return int(peak), peak_at
 
 
-def analyze(model_path: Path, inputs: list[InputSpec] | None = None, dims: dict[str, int] | None = None,
-            hints: dict | None = None) -> Analysis:
+def analyze(
+    model_path: Path,
+    inputs: list[InputSpec] | None = None,
+    dims: dict[str, int] | None = None,
+    hints: dict | None = None,
+) -> Analysis:
     """Everything static about the model at the build's shapes, with its architecture."""
     return analyze_view(GraphView.load(model_path, inputs, dims), hints)
 
@@ -155,8 +186,10 @@ def analyze_view(view: GraphView, hints: dict | None = None) -> Analysis:
     costs = [node_cost(view, n) for n in view.nodes if n.op_type != "Constant"]
     if view.control_flow:
         runs = runs_per_inference(view, {c.name: c for c in costs})
-        costs = [replace(c, flops=c.flops * runs.get(c.name, 1), bytes_moved=c.bytes_moved * runs.get(c.name, 1))
-                 for c in costs]
+        costs = [
+            replace(c, flops=c.flops * runs.get(c.name, 1), bytes_moved=c.bytes_moved * runs.get(c.name, 1))
+            for c in costs
+        ]
     weight_bytes = sum(a.nbytes for a in view.initializers.values() if a.size > 1)
     params = sum(int(a.size) for a in view.initializers.values() if a.size > 1 and a.dtype.kind == "f")
     peak, peak_at = activation_peak(view)
@@ -165,11 +198,20 @@ def analyze_view(view: GraphView, hints: dict | None = None) -> Analysis:
         found.facts["control_flow"] = "; ".join(_control_flow_summary(view, n) for n in view.control_flow)
         found.facts["body_nodes"] = len(view.parent)
     return Analysis(
-        families=found.families, roles=found.roles, groups=found.groups,
+        families=found.families,
+        roles=found.roles,
+        groups=found.groups,
         op_census=dict(Counter(n.op_type for n in view.nodes).most_common()),
-        params=params, weight_bytes=int(weight_bytes), flops=sum(c.flops for c in costs),
-        bytes_moved=sum(c.bytes_moved for c in costs), peak_activation_bytes=peak, peak_activation_at=peak_at,
-        costs=costs, facts=found.facts, unmatched=found.unmatched, scopes=module_scopes(view.nodes),
+        params=params,
+        weight_bytes=int(weight_bytes),
+        flops=sum(c.flops for c in costs),
+        bytes_moved=sum(c.bytes_moved for c in costs),
+        peak_activation_bytes=peak,
+        peak_activation_at=peak_at,
+        costs=costs,
+        facts=found.facts,
+        unmatched=found.unmatched,
+        scopes=module_scopes(view.nodes),
     )
 
 

@@ -23,11 +23,29 @@ from tapeout.graph.fusion_groups import ACTIVATIONS, fusion_groups
 _SCORE_PATH = {"Add", "Where", "Mul", "Div", "Cast", "Sub", "Softcap", "Tanh", "Reshape"}
 _SHAPE_OPS = {"Transpose", "Reshape", "Squeeze", "Unsqueeze", "Flatten", "Cast", "Identity"}
 # rotary (Mul/Add/Neg/Slice/Concat), the cache (Concat with past), GQA's repeated key/value heads (Expand, Tile)
-_PROJ_PATH = _SHAPE_OPS | {"Mul", "Div", "Add", "Slice", "Concat", "Neg", "Split", "Gather", "RotaryEmbedding",
-                           "Expand", "Tile"}
-_NORM_OPS = {"LayerNormalization", "SimplifiedLayerNormalization", "SkipLayerNormalization",
-             "SkipSimplifiedLayerNormalization", "RMSNormalization", "GroupNormalization", "InstanceNormalization",
-             "BatchNormalization"}
+_PROJ_PATH = _SHAPE_OPS | {
+    "Mul",
+    "Div",
+    "Add",
+    "Slice",
+    "Concat",
+    "Neg",
+    "Split",
+    "Gather",
+    "RotaryEmbedding",
+    "Expand",
+    "Tile",
+}
+_NORM_OPS = {
+    "LayerNormalization",
+    "SimplifiedLayerNormalization",
+    "SkipLayerNormalization",
+    "SkipSimplifiedLayerNormalization",
+    "RMSNormalization",
+    "GroupNormalization",
+    "InstanceNormalization",
+    "BatchNormalization",
+}
 _FUSED_ATTENTION = {"Attention", "MultiHeadAttention", "GroupQueryAttention", "PackedAttention"}
 _RECURRENT = {"LSTM", "GRU", "RNN", "Scan", "Loop", "DynamicQuantizeLSTM"}
 _KV_NAME = re.compile(r"past|cache|^(key|value)_\d", re.IGNORECASE)
@@ -50,7 +68,13 @@ def _walk(view, start: str, through, stop, *, forward: bool = False, depth: int 
     for _ in range(depth):
         nxt = []
         for tensor in frontier:
-            nodes = view.consumers.get(tensor, []) if forward else [view.producer[tensor]] if tensor in view.producer else []
+            nodes = (
+                view.consumers.get(tensor, [])
+                if forward
+                else [view.producer[tensor]]
+                if tensor in view.producer
+                else []
+            )
             for node in nodes:
                 if node.name in seen:
                     continue
@@ -96,6 +120,7 @@ def _positions_compared(view, node) -> bool:
     """A mask built at run time, as today's transformers exports it for dynamic sequence lengths: key
     positions compared (<=, <) with query positions, both from Range ops. A padding mask compares the
     attention_mask input with Equal/Not, never two position ranges."""
+
     def from_range(tensor: str, depth: int) -> bool:
         producer = view.producer.get(tensor)
         if producer is None or depth == 0:
@@ -110,14 +135,29 @@ def _attention(view, found: Detected) -> list[dict]:
     for node in view.nodes:
         if node.op_type in _FUSED_ATTENTION:
             found.roles[node.name] = "attn_context"
-            blocks.append({"softmax": node, "fused": True, "q": [], "k": [], "v": [], "o": [], "causal":
-                           node.op_type == "GroupQueryAttention" or bool(view.attr(node, "unidirectional", 0))})
+            blocks.append(
+                {
+                    "softmax": node,
+                    "fused": True,
+                    "q": [],
+                    "k": [],
+                    "v": [],
+                    "o": [],
+                    "causal": node.op_type == "GroupQueryAttention" or bool(view.attr(node, "unidirectional", 0)),
+                }
+            )
             continue
         if node.op_type != "Softmax":
             continue
         scores = _walk(view, node.input[0], _SCORE_PATH, lambda n: _is_act_matmul(view, n), depth=6)
-        context = _walk(view, node.output[0], {"Cast", "Dropout", "Where", "Reshape"},
-                        lambda n: _is_act_matmul(view, n), forward=True, depth=4)
+        context = _walk(
+            view,
+            node.output[0],
+            {"Cast", "Dropout", "Where", "Reshape"},
+            lambda n: _is_act_matmul(view, n),
+            forward=True,
+            depth=4,
+        )
         if not scores or not context:
             continue
         causal = any(_is_causal_mask(view, t) for n in _score_path(view, node) for t in n.input if t)
@@ -127,8 +167,20 @@ def _attention(view, found: Detected) -> list[dict]:
         o = _walk(view, context[0].output[0], _SHAPE_OPS, lambda n: _is_weighted_matmul(view, n), forward=True, depth=5)
         # the query heads: the softmax's input is [B, H, S, T] also where the score matmul runs per key/value group
         shape = view.shapes.get(node.input[0]) or view.shapes.get(scores[0].output[0]) or ()
-        blocks.append({"softmax": node, "scores": scores[0], "context": context[0], "q": q, "k": k, "v": v, "o": o,
-                       "causal": causal, "heads": shape[1] if len(shape) == 4 else None, "fused": False})
+        blocks.append(
+            {
+                "softmax": node,
+                "scores": scores[0],
+                "context": context[0],
+                "q": q,
+                "k": k,
+                "v": v,
+                "o": o,
+                "causal": causal,
+                "heads": shape[1] if len(shape) == 4 else None,
+                "fused": False,
+            }
+        )
         found.roles[scores[0].name] = "attn_scores"
         found.roles[node.name] = "attn_softmax"
         # The additive (or Where) mask on the score path, and the node that builds the mask: huge
@@ -141,16 +193,27 @@ def _attention(view, found: Detected) -> list[dict]:
             found.roles[n.name] = "attn_mask"
             for t in mask_inputs:
                 src = view.producer.get(t)
-                if src is not None and src.op_type in ("Where", "Sub", "Mul", "Cast", "Expand") and src.name not in found.roles:
+                if (
+                    src is not None
+                    and src.op_type in ("Where", "Sub", "Mul", "Cast", "Expand")
+                    and src.name not in found.roles
+                ):
                     found.roles[src.name] = "attn_mask"
         found.roles[context[0].name] = "attn_context"
     for block in blocks:
         qkv = {n.name for n in block["q"]} & {n.name for n in block["k"]} & {n.name for n in block["v"]}
-        for role, nodes in (("attn_q", block["q"]), ("attn_k", block["k"]), ("attn_v", block["v"]), ("attn_out", block["o"])):
+        for role, nodes in (
+            ("attn_q", block["q"]),
+            ("attn_k", block["k"]),
+            ("attn_v", block["v"]),
+            ("attn_out", block["o"]),
+        ):
             for n in nodes:
                 found.roles[n.name] = "attn_qkv" if n.name in qkv else role
     if not blocks:
-        found.unmatched.append("attention: no Softmax between two activation×activation MatMuls, and no fused attention op")
+        found.unmatched.append(
+            "attention: no Softmax between two activation×activation MatMuls, and no fused attention op"
+        )
     return blocks
 
 
@@ -175,13 +238,20 @@ def _norms(view, found: Detected) -> dict[str, int]:
     for node in view.nodes:
         if node.op_type in _NORM_OPS:
             found.roles[node.name] = "norm"
-            kind = {"SimplifiedLayerNormalization": "rmsnorm", "SkipSimplifiedLayerNormalization": "rmsnorm",
-                    "RMSNormalization": "rmsnorm", "GroupNormalization": "groupnorm",
-                    "BatchNormalization": "batchnorm", "InstanceNormalization": "instancenorm"}.get(node.op_type, "layernorm")
+            kind = {
+                "SimplifiedLayerNormalization": "rmsnorm",
+                "SkipSimplifiedLayerNormalization": "rmsnorm",
+                "RMSNormalization": "rmsnorm",
+                "GroupNormalization": "groupnorm",
+                "BatchNormalization": "batchnorm",
+                "InstanceNormalization": "instancenorm",
+            }.get(node.op_type, "layernorm")
             kinds[kind] = kinds.get(kind, 0) + 1
         elif node.op_type == "ReduceMean":
             square = view.producer.get(node.input[0])
-            if square is None or not (square.op_type == "Pow" or (square.op_type == "Mul" and square.input[0] == square.input[1])):
+            if square is None or not (
+                square.op_type == "Pow" or (square.op_type == "Mul" and square.input[0] == square.input[1])
+            ):
                 continue
             centered = view.producer.get(square.input[0])
             kind = "layernorm" if centered is not None and centered.op_type == "Sub" else "rmsnorm"
@@ -216,16 +286,30 @@ def _recurrent_and_timestep(view, found: Detected) -> bool:
     for node in view.nodes:
         if node.op_type in _RECURRENT:
             found.roles[node.name] = "recurrent_cell"
-    float_inputs = [t for t in view.inputs if view.dtypes.get(t) in (1, 10, 11, 16) and len(view.shapes.get(t) or ()) <= 1]
+    float_inputs = [
+        t for t in view.inputs if view.dtypes.get(t) in (1, 10, 11, 16) and len(view.shapes.get(t) or ()) <= 1
+    ]
     timestep = False
     for t in float_inputs:
-        trig = _walk(view, t, {"Mul", "Div", "Unsqueeze", "Cast", "Reshape", "Expand", "Concat"},
-                     lambda n: n.op_type in ("Sin", "Cos"), forward=True, depth=8)
+        trig = _walk(
+            view,
+            t,
+            {"Mul", "Div", "Unsqueeze", "Cast", "Reshape", "Expand", "Concat"},
+            lambda n: n.op_type in ("Sin", "Cos"),
+            forward=True,
+            depth=8,
+        )
         for n in trig:
             found.roles[n.name] = "timestep_embedding"
             # the time MLP right after the sinusoids belongs to the embedding (kept float by the rules)
-            for m in _walk(view, n.output[0], _SHAPE_OPS | {"Concat", "Mul", "Add"}, lambda m: view.weight_of(m) is not None,
-                           forward=True, depth=4):
+            for m in _walk(
+                view,
+                n.output[0],
+                _SHAPE_OPS | {"Concat", "Mul", "Add"},
+                lambda m: view.weight_of(m) is not None,
+                forward=True,
+                depth=4,
+            ):
                 found.roles[m.name] = "timestep_embedding"
         timestep = timestep or bool(trig)
     return timestep
@@ -241,8 +325,11 @@ def detect(view, hints: dict, costs: dict[str, NodeCost]) -> Detected:
     causal = any(b["causal"] for b in blocks)
     # past_key_values.0.key, past_key_0, cache_k…: a decoder exported for incremental decoding (a
     # one-token step needs no causal mask, so the cache inputs are its evidence)
-    kv_inputs = [t for t in view.inputs if _KV_NAME.search(t) and t in view.consumers
-                 and len(view.shapes.get(t) or ()) in (3, 4, 5)]
+    kv_inputs = [
+        t
+        for t in view.inputs
+        if _KV_NAME.search(t) and t in view.consumers and len(view.shapes.get(t) or ()) in (3, 4, 5)
+    ]
     order = {n.name: i for i, n in enumerate(view.nodes)}
     weighted = [n for n in view.nodes if view.weight_of(n) is not None]
     recurrent = [n for n in view.nodes if n.op_type in ("LSTM", "GRU", "RNN")]
@@ -252,18 +339,25 @@ def detect(view, hints: dict, costs: dict[str, NodeCost]) -> Detected:
 
     # Heads: the weighted node that feeds a graph output through reshapes, a bias or a scale only.
     def head_path(n) -> bool:  # Slice/Gather: the last position's logits, all a generation graph returns
-        return n.op_type in _SHAPE_OPS | {"Slice", "Gather"} or (n.op_type in ("Add", "Mul", "Div", "Softcap")
-                                           and any(view.is_const(t) for t in n.input))
+        return n.op_type in _SHAPE_OPS | {"Slice", "Gather"} or (
+            n.op_type in ("Add", "Mul", "Div", "Softcap") and any(view.is_const(t) for t in n.input)
+        )
 
     ends = list(view.outputs)
     for out in view.outputs:  # an output an If/Loop computes comes from its bodies' outputs
         producer = view.producer.get(out)
         ends += view.body_outputs.get(producer.name, []) if producer is not None else []
     for out in ends:
-        for n in _walk(view, out, head_path,
-                       lambda n: view.weight_of(n) is not None and n.op_type in ("MatMul", "Gemm", "Conv"), depth=4):
+        for n in _walk(
+            view,
+            out,
+            head_path,
+            lambda n: view.weight_of(n) is not None and n.op_type in ("MatMul", "Gemm", "Conv"),
+            depth=4,
+        ):
             if n.name not in found.roles:
                 found.roles[n.name] = "lm_head" if blocks and (causal or kv_inputs) else "head"
+
     # FFN: weighted matmuls fed (through an activation) by other weighted matmuls, inside a transformer.
     # The walk stays inside the MLP: never through a norm or a residual Add (two activation inputs).
     def inside_ffn(m) -> bool:
@@ -278,14 +372,21 @@ def detect(view, hints: dict, costs: dict[str, NodeCost]) -> Detected:
         for n in weighted:
             if n.name in found.roles or n.op_type not in ("MatMul", "Gemm"):
                 continue
-            feeders = _walk(view, n.input[0], inside_ffn,
-                            lambda m: _is_weighted_matmul(view, m) and not found.roles.get(m.name, "").startswith("attn"),
-                            depth=8)
+            feeders = _walk(
+                view,
+                n.input[0],
+                inside_ffn,
+                lambda m: _is_weighted_matmul(view, m) and not found.roles.get(m.name, "").startswith("attn"),
+                depth=8,
+            )
             if feeders:
                 found.roles[n.name] = "ffn_out"
                 if len(feeders) == 2:  # SwiGLU: the branch through an activation is the gate
-                    gated = [f for f in feeders if any(c.op_type in ACTIVATIONS | {"Sigmoid"}
-                                                       for c in view.consumers.get(f.output[0], []))]
+                    gated = [
+                        f
+                        for f in feeders
+                        if any(c.op_type in ACTIVATIONS | {"Sigmoid"} for c in view.consumers.get(f.output[0], []))
+                    ]
                     for f in feeders:
                         found.roles.setdefault(f.name, "ffn_gate" if gated and f is gated[0] else "ffn_up")
                 for f in feeders:
@@ -310,20 +411,31 @@ def detect(view, hints: dict, costs: dict[str, NodeCost]) -> Detected:
         found.roles.setdefault(n.name, "linear")
     # Residual Adds: two activation inputs of the same shape, one of which also feeds another branch.
     for n in view.nodes:
-        if (n.op_type == "Add" and n.name not in found.roles and len(n.input) == 2
-                and not any(view.is_const(t) for t in n.input)
-                and view.shapes.get(n.input[0]) == view.shapes.get(n.input[1])
-                and any(len(view.consumers.get(t, [])) > 1 for t in n.input)):
+        if (
+            n.op_type == "Add"
+            and n.name not in found.roles
+            and len(n.input) == 2
+            and not any(view.is_const(t) for t in n.input)
+            and view.shapes.get(n.input[0]) == view.shapes.get(n.input[1])
+            and any(len(view.consumers.get(t, [])) > 1 for t in n.input)
+        ):
             found.roles[n.name] = "residual"
 
     found.groups = fusion_groups(view, found, blocks, costs, order)
-    found.facts = {"attention_blocks": len(blocks), "causal": causal, "heads": next((b.get("heads") for b in blocks if b.get("heads")), None),
-                   "norms": norm_kinds, "vocab": vocab or None, "timestep_input": timestep,
-                   "depthwise_convs": sum(r == "depthwise_conv" for r in found.roles.values()),
-                   "recurrent_ops": sum(r == "recurrent_cell" for r in found.roles.values()),
-                   "conv_mac_share": round(macs_conv / macs_all, 3),
-                   "recurrent_mac_share": round(macs_recurrent / macs_all, 3)}
+    found.facts = {
+        "attention_blocks": len(blocks),
+        "causal": causal,
+        "heads": next((b.get("heads") for b in blocks if b.get("heads")), None),
+        "norms": norm_kinds,
+        "vocab": vocab or None,
+        "timestep_input": timestep,
+        "depthwise_convs": sum(r == "depthwise_conv" for r in found.roles.values()),
+        "recurrent_ops": sum(r == "recurrent_cell" for r in found.roles.values()),
+        "conv_mac_share": round(macs_conv / macs_all, 3),
+        "recurrent_mac_share": round(macs_recurrent / macs_all, 3),
+    }
     found.facts["kv_cache_inputs"] = len(kv_inputs)
-    found.families = families(found, blocks, causal, timestep, macs_conv / macs_all, hints, macs_recurrent / macs_all,
-                               kv_inputs)
+    found.families = families(
+        found, blocks, causal, timestep, macs_conv / macs_all, hints, macs_recurrent / macs_all, kv_inputs
+    )
     return found

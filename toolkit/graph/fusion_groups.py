@@ -12,8 +12,23 @@ from tapeout.graph.analysis import FusionGroup
 if TYPE_CHECKING:
     from tapeout.graph.detect import Detected
 
-ACTIVATIONS = {"Relu", "Gelu", "FastGelu", "BiasGelu", "Sigmoid", "Tanh", "Clip", "LeakyRelu", "HardSwish",
-                "HardSigmoid", "Erf", "Silu", "Swish", "Mish", "Softplus"}
+ACTIVATIONS = {
+    "Relu",
+    "Gelu",
+    "FastGelu",
+    "BiasGelu",
+    "Sigmoid",
+    "Tanh",
+    "Clip",
+    "LeakyRelu",
+    "HardSwish",
+    "HardSigmoid",
+    "Erf",
+    "Silu",
+    "Swish",
+    "Mish",
+    "Softplus",
+}
 
 
 def fused_followers(view, node, ops: set[str]) -> list[str]:
@@ -38,17 +53,30 @@ def fusion_groups(view, found: Detected, blocks: list[dict], costs: dict, order:
         return max(0, sum(1 for s in softmax_at if s < order[node.name]) - 1)
 
     def make(name: str, role: str, members: list) -> FusionGroup:
-        followers = [f for m in members for f in fused_followers(view, m, {"Add"} | ACTIVATIONS |
-                                                              ({"BatchNormalization"} if m.op_type.startswith("Conv") else set()))]
-        return FusionGroup(name, role, tuple(m.name for m in members), tuple([m.name for m in members] + followers),
-                           macs=sum(costs[m.name].flops for m in members) // 2,
-                           params=sum(costs[m.name].params for m in members))
+        followers = [
+            f
+            for m in members
+            for f in fused_followers(
+                view, m, {"Add"} | ACTIVATIONS | ({"BatchNormalization"} if m.op_type.startswith("Conv") else set())
+            )
+        ]
+        return FusionGroup(
+            name,
+            role,
+            tuple(m.name for m in members),
+            tuple([m.name for m in members] + followers),
+            macs=sum(costs[m.name].flops for m in members) // 2,
+            params=sum(costs[m.name].params for m in members),
+        )
 
     by_name = {n.name: n for n in view.nodes}
     groups, taken = [], set()
     for i, block in enumerate(blocks):
         qkv = [by_name[n] for n in dict.fromkeys(x.name for x in block["q"] + block["k"] + block["v"])]
-        for name, role, members in ((f"block{i}.attn.qkv", "attn_qkv", qkv), (f"block{i}.attn.out", "attn_out", block["o"])):
+        for name, role, members in (
+            (f"block{i}.attn.qkv", "attn_qkv", qkv),
+            (f"block{i}.attn.out", "attn_out", block["o"]),
+        ):
             members = [m for m in members if m.name not in taken]
             if members:
                 groups.append(make(name, role, members))
@@ -80,6 +108,9 @@ def fusion_groups(view, found: Detected, blocks: list[dict], costs: dict, order:
     unique = []
     for g in groups:  # names are keys in plans and profiles: never two groups with one name
         seen[g.name] = seen.get(g.name, 0) + 1
-        unique.append(g if seen[g.name] == 1 else FusionGroup(f"{g.name}#{seen[g.name]}", g.role, g.weighted, g.nodes,
-                                                               g.macs, g.params))
+        unique.append(
+            g
+            if seen[g.name] == 1
+            else FusionGroup(f"{g.name}#{seen[g.name]}", g.role, g.weighted, g.nodes, g.macs, g.params)
+        )
     return unique

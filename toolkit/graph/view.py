@@ -26,27 +26,31 @@ class GraphView:
     nodes: list = field(default_factory=list)
     producer: dict = field(default_factory=dict)
     consumers: dict = field(default_factory=dict)
-    initializers: dict = field(default_factory=dict)   # name -> numpy array (weights, small constants)
-    shapes: dict = field(default_factory=dict)         # tensor name -> tuple of ints (or None per unknown dim)
+    initializers: dict = field(default_factory=dict)  # name -> numpy array (weights, small constants)
+    shapes: dict = field(default_factory=dict)  # tensor name -> tuple of ints (or None per unknown dim)
     dtypes: dict = field(default_factory=dict)
     inputs: list = field(default_factory=list)
     outputs: list = field(default_factory=list)
     # If/Loop/Scan bodies: their nodes are in `nodes` (before the node that runs them), each with the
     # times it runs per inference (0 for the cheaper branch of an If: one branch runs)
-    parent: dict = field(default_factory=dict)         # body node name -> the control-flow node's name
-    control_flow: list = field(default_factory=list)   # control-flow nodes, outermost first
-    body_outputs: dict = field(default_factory=dict)   # control-flow node name -> its bodies' output tensors
+    parent: dict = field(default_factory=dict)  # body node name -> the control-flow node's name
+    control_flow: list = field(default_factory=list)  # control-flow nodes, outermost first
+    body_outputs: dict = field(default_factory=dict)  # control-flow node name -> its bodies' output tensors
 
     @classmethod
-    def load(cls, model_path: Path, inputs: list[InputSpec] | None = None, dims: dict[str, int] | None = None) -> GraphView:
+    def load(
+        cls, model_path: Path, inputs: list[InputSpec] | None = None, dims: dict[str, int] | None = None
+    ) -> GraphView:
         import onnx
         from onnx import numpy_helper
 
         try:
             model = onnx.load(str(model_path))
         except Exception as exc:
-            raise BadInput(f"{model_path} is not a readable ONNX model ({type(exc).__name__}: {exc})",
-                           fix="re-export it, or point the project at the right file") from None
+            raise BadInput(
+                f"{model_path} is not a readable ONNX model ({type(exc).__name__}: {exc})",
+                fix="re-export it, or point the project at the right file",
+            ) from None
         weights = _take_weights(model)
         model = onnx.load_from_string(model.SerializeToString())  # the weights' bytes go with the first copy
         _pin_inputs(model, inputs or [], dims or {})
@@ -68,8 +72,12 @@ class GraphView:
         for node in view.nodes:
             if node.op_type == "Constant" and node.attribute and node.attribute[0].name == "value":
                 view.initializers[node.output[0]] = numpy_helper.to_array(node.attribute[0].t)
-        for vi in [*model.graph.input, *(v for g in graphs for v in g.value_info), *model.graph.output,
-                   *(v for g in graphs[1:] for v in [*g.input, *g.output])]:
+        for vi in [
+            *model.graph.input,
+            *(v for g in graphs for v in g.value_info),
+            *model.graph.output,
+            *(v for g in graphs[1:] for v in [*g.input, *g.output]),
+        ]:
             tensor = vi.type.tensor_type
             view.shapes[vi.name] = tuple(d.dim_value if d.HasField("dim_value") else None for d in tensor.shape.dim)
             view.dtypes[vi.name] = tensor.elem_type
@@ -81,8 +89,10 @@ class GraphView:
 
     def is_const(self, tensor: str) -> bool:
         return tensor in self.initializers or (
-            tensor in self.producer and self.producer[tensor].op_type in ("Transpose", "Cast", "DequantizeLinear")
-            and all(self.is_const(i) for i in self.producer[tensor].input if i))
+            tensor in self.producer
+            and self.producer[tensor].op_type in ("Transpose", "Cast", "DequantizeLinear")
+            and all(self.is_const(i) for i in self.producer[tensor].input if i)
+        )
 
     def const_array(self, tensor: str) -> np.ndarray | None:
         """The value of a constant tensor, looking through Transpose/Cast of an initializer."""

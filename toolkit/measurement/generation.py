@@ -28,8 +28,9 @@ WORKLOAD_FILE = "workload.npz"
 POSITION_BINS = 8
 
 
-def save_workload_data(path: Path, prompts: dict[int, np.ndarray], agreement_prompts: np.ndarray,
-                       reference_tokens: np.ndarray) -> None:
+def save_workload_data(
+    path: Path, prompts: dict[int, np.ndarray], agreement_prompts: np.ndarray, reference_tokens: np.ndarray
+) -> None:
     """workload.npz: the timing prompts per length, the golden prompts and the reference's greedy tokens."""
     arrays = {f"prompt.{length}": ids for length, ids in prompts.items()}
     arrays.update({"agreement.prompts": agreement_prompts, "agreement.reference": reference_tokens})
@@ -46,19 +47,32 @@ def load_workload_data(path: Path) -> tuple[dict[int, np.ndarray], np.ndarray, n
         raise BadInput(f"{path} is not a readable workload file ({exc})", fix=fix) from None
     prompts = {}
     for key, value in arrays.items():
-        if key.startswith("prompt.") and key[len("prompt."):].isdigit():
-            prompts[int(key[len("prompt."):])] = value
+        if key.startswith("prompt.") and key[len("prompt.") :].isdigit():
+            prompts[int(key[len("prompt.") :])] = value
     need = ("agreement.prompts", "agreement.reference")
-    if not prompts or any(k not in arrays for k in need) or any(
-            a.ndim != 2 or not np.issubdtype(a.dtype, np.integer) for a in (*prompts.values(), *(arrays[k] for k in need))):
+    if (
+        not prompts
+        or any(k not in arrays for k in need)
+        or any(
+            a.ndim != 2 or not np.issubdtype(a.dtype, np.integer)
+            for a in (*prompts.values(), *(arrays[k] for k in need))
+        )
+    ):
         raise BadInput(f"{path} lacks the prompts or reference tokens a generate workload replays", fix=fix)
     return dict(sorted(prompts.items())), arrays["agreement.prompts"], arrays["agreement.reference"]
 
 
 # ---------------------------------------------------------------- in the inference process
 
-def loop(decoder, layout: CacheLayout, workload: dict, prompts: dict[int, np.ndarray], agreement_prompts: np.ndarray,
-         want_tokens: bool) -> dict:
+
+def loop(
+    decoder,
+    layout: CacheLayout,
+    workload: dict,
+    prompts: dict[int, np.ndarray],
+    agreement_prompts: np.ndarray,
+    want_tokens: bool,
+) -> dict:
     """The timed generation loop of one process (`decoder`: the session's CachedDecoder, already created; the prompts
     from workload.npz)."""
     new_tokens, trials = workload["new_tokens"], workload["trials"]
@@ -110,6 +124,7 @@ def first_token(decoder, prompts: dict[int, np.ndarray]) -> float:
 
 # ---------------------------------------------------------------- on the host
 
+
 @dataclass
 class GenerationMeasurement:
     workload: GenerateWorkload
@@ -135,13 +150,22 @@ class GenerationMeasurement:
         """Point, lower and upper bound, from the median time per token and its bounds."""
         q = self.tpot.quantiles["p50"]
         per = 1e3 * self.workload.batch
-        return per / q.point, per / q.upper if np.isfinite(q.upper) else 0.0, per / q.lower if q.lower > 0 else float("inf")
+        return (
+            per / q.point,
+            per / q.upper if np.isfinite(q.upper) else 0.0,
+            per / q.lower if q.lower > 0 else float("inf"),
+        )
 
     def memory(self) -> dict:
         split = stats.resident_split(
-            self.peak_rss_mb, self.rss_start_mb, self.weights_mb, "kv_cache", self.kv_cache_mb,
+            self.peak_rss_mb,
+            self.rss_start_mb,
+            self.weights_mb,
+            "kv_cache",
+            self.kv_cache_mb,
             "with one sequence filled to max_context; kv_cache is keys and values of every layer at max_context; rest "
-            "is the runtime, its arenas and activations")
+            "is the runtime, its arenas and activations",
+        )
         if self.device_memory is not None:  # the weights and the cache live there, not in the resident set
             split["device"] = self.device_memory
         return split
@@ -153,18 +177,26 @@ class GenerationMeasurement:
             "settings": self.workload.model_dump(mode="json"),
             "layout": self.layout.to_json(),
             "ttft_ms": {str(n): s.to_json() for n, s in self.ttft.items()},
-            "prefill_tokens_per_s": {str(n): self.workload.batch * n * 1e3 / s.quantiles["p50"].point
-                                     for n, s in self.ttft.items()},
+            "prefill_tokens_per_s": {
+                str(n): self.workload.batch * n * 1e3 / s.quantiles["p50"].point for n, s in self.ttft.items()
+            },
             "tpot_ms": self.tpot.to_json(),
             "decode_tokens_per_s": {"point": tok_s, "lower": tok_low, "upper": _finite(tok_high)},
             "tpot_by_position": self.tpot_by_position,
-            "cold_start_ms": {"per_repeat": self.cold_start_ms, "median": float(np.median(self.cold_start_ms)),
-                              "max": max(self.cold_start_ms),
-                              "what": "session creation + the shortest prompt's first token, in a fresh process"},
+            "cold_start_ms": {
+                "per_repeat": self.cold_start_ms,
+                "median": float(np.median(self.cold_start_ms)),
+                "max": max(self.cold_start_ms),
+                "what": "session creation + the shortest prompt's first token, in a fresh process",
+            },
             "memory_mb": self.memory(),
-            "agreement": {"share": self.agreement, "first_divergence": self.first_divergence,
-                          "prompts": len(self.first_divergence), "tokens": self.workload.compared_tokens,
-                          "what": "share of the reference's greedy tokens reproduced before the first divergence"},
+            "agreement": {
+                "share": self.agreement,
+                "first_divergence": self.first_divergence,
+                "prompts": len(self.first_divergence),
+                "tokens": self.workload.compared_tokens,
+                "what": "share of the reference's greedy tokens reproduced before the first divergence",
+            },
             "notes": self.notes,
         }
 
@@ -182,16 +214,33 @@ def by_position(positions: np.ndarray, samples: np.ndarray, bins: int = POSITION
     for low, high in itertools.pairwise(edges):
         inside = samples[(positions >= low) & (positions < high)]
         if inside.size:
-            rows.append({"from": int(low), "to": int(high - 1), "count": int(inside.size),
-                         "p50_ms": float(np.median(inside)), "p90_ms": float(np.quantile(inside, 0.9))})
+            rows.append(
+                {
+                    "from": int(low),
+                    "to": int(high - 1),
+                    "count": int(inside.size),
+                    "p50_ms": float(np.median(inside)),
+                    "p90_ms": float(np.quantile(inside, 0.9)),
+                }
+            )
     return rows
 
 
-def summarize(results: list[dict], workload: GenerateWorkload, layout: CacheLayout, reference: np.ndarray,
-              weights_bytes: int, confidence: float) -> GenerationMeasurement:
+def summarize(
+    results: list[dict],
+    workload: GenerateWorkload,
+    layout: CacheLayout,
+    reference: np.ndarray,
+    weights_bytes: int,
+    confidence: float,
+) -> GenerationMeasurement:
     lengths = sorted(int(n) for n in results[0]["generate"]["ttft_ms"])
-    ttft = {n: stats.summarize([np.asarray(r["generate"]["ttft_ms"][str(n)]) for r in results], confidence,
-                               quantiles=(0.5, 0.9)) for n in lengths}
+    ttft = {
+        n: stats.summarize(
+            [np.asarray(r["generate"]["ttft_ms"][str(n)]) for r in results], confidence, quantiles=(0.5, 0.9)
+        )
+        for n in lengths
+    }
     tpot = stats.summarize([np.asarray(r["generate"]["tpot_ms"]) for r in results], confidence)
     positions = np.concatenate([np.asarray(r["generate"]["tpot_position"]) for r in results])
     pooled = np.concatenate([np.asarray(r["generate"]["tpot_ms"]) for r in results])
@@ -199,24 +248,37 @@ def summarize(results: list[dict], workload: GenerateWorkload, layout: CacheLayo
     share, firsts = agreement(reference, tokens) if tokens is not None else (None, [])
     rss = [r["meters"]["rss"] for r in results]
     m = GenerationMeasurement(
-        workload, layout, ttft, tpot, by_position(positions, pooled),
+        workload,
+        layout,
+        ttft,
+        tpot,
+        by_position(positions, pooled),
         cold_start_ms=[r["create_ms"] + r["first_ms"] for r in results],
-        peak_rss_mb=[x["peak_rss_mb"] for x in rss], rss_start_mb=[x["rss_start_mb"] for x in rss],
-        rss_after_session_mb=[x["rss_after_session_mb"] for x in rss], weights_mb=weights_bytes / 2**20,
-        agreement=share, first_divergence=firsts,
-        device_memory=stats.device_split(results, weights_bytes / 2**20, "kv_cache",
-                                         layout.kv_bytes(workload.max_context, workload.batch) / 2**20))
+        peak_rss_mb=[x["peak_rss_mb"] for x in rss],
+        rss_start_mb=[x["rss_start_mb"] for x in rss],
+        rss_after_session_mb=[x["rss_after_session_mb"] for x in rss],
+        weights_mb=weights_bytes / 2**20,
+        agreement=share,
+        first_divergence=firsts,
+        device_memory=stats.device_split(
+            results, weights_bytes / 2**20, "kv_cache", layout.kv_bytes(workload.max_context, workload.batch) / 2**20
+        ),
+    )
     described = results[0]["generate"].get("decoder")
     if described:
         m.notes.append(f"the loop: {described}")
     if tpot.cv_between_repeats > 0.05:
-        m.notes.append(f"run-to-run spread of the time per token is high (CV of per-process medians "
-                       f"{tpot.cv_between_repeats:.1%}): the machine is noisy; bounds are widened to cover it")
+        m.notes.append(
+            f"run-to-run spread of the time per token is high (CV of per-process medians "
+            f"{tpot.cv_between_repeats:.1%}): the machine is noisy; bounds are widened to cover it"
+        )
     return m
 
 
 def request_fields(workload: GenerateWorkload, layout: CacheLayout, data_path: Path) -> dict:
-    return {"mode": "generate", "workload": {**workload.model_dump(mode="json"),
-                                             "compared_tokens": workload.compared_tokens},
-            "layout": layout.to_json(), "workload_data": str(data_path)}
-
+    return {
+        "mode": "generate",
+        "workload": {**workload.model_dump(mode="json"), "compared_tokens": workload.compared_tokens},
+        "layout": layout.to_json(),
+        "workload_data": str(data_path),
+    }

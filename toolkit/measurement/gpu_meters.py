@@ -18,8 +18,13 @@ from typing import Any
 from tapeout.measurement.meters import Meter
 
 # NVML clocks-event (throttle) reasons that mean the run was slowed (bits from nvml.h).
-_SLOWDOWNS = {0x4: "software power cap", 0x8: "hardware slowdown", 0x20: "software thermal slowdown",
-              0x40: "hardware thermal slowdown", 0x80: "hardware power brake"}
+_SLOWDOWNS = {
+    0x4: "software power cap",
+    0x8: "hardware slowdown",
+    0x20: "software thermal slowdown",
+    0x40: "hardware thermal slowdown",
+    0x80: "hardware power brake",
+}
 _OTHER_REASONS = {0x1: "idle", 0x2: "application clocks setting", 0x10: "sync boost", 0x100: "display clock setting"}
 
 
@@ -64,12 +69,17 @@ class NvmlMeter(Meter):
             return
         self.nvml = pynvml
         which = nvml_index(self.device_index, os.environ.get("CUDA_VISIBLE_DEVICES"))
-        self.handle = (pynvml.nvmlDeviceGetHandleByIndex(which) if isinstance(which, int)
-                       else pynvml.nvmlDeviceGetHandleByUUID(which))
+        self.handle = (
+            pynvml.nvmlDeviceGetHandleByIndex(which)
+            if isinstance(which, int)
+            else pynvml.nvmlDeviceGetHandleByUUID(which)
+        )
         major, minor = pynvml.nvmlDeviceGetCudaComputeCapability(self.handle)
         self.data["device"] = {
-            "name": _text(pynvml.nvmlDeviceGetName(self.handle)), "uuid": _text(pynvml.nvmlDeviceGetUUID(self.handle)),
-            "driver": _text(pynvml.nvmlSystemGetDriverVersion()), "compute_capability": f"{major}.{minor}",
+            "name": _text(pynvml.nvmlDeviceGetName(self.handle)),
+            "uuid": _text(pynvml.nvmlDeviceGetUUID(self.handle)),
+            "driver": _text(pynvml.nvmlSystemGetDriverVersion()),
+            "compute_capability": f"{major}.{minor}",
             "power_limit_w": self._optional(pynvml.nvmlDeviceGetEnforcedPowerLimit, 1e-3),
             "memory_total_mb": pynvml.nvmlDeviceGetMemoryInfo(self.handle).total / 2**20,
         }
@@ -86,27 +96,37 @@ class NvmlMeter(Meter):
     def _state(self) -> dict[str, Any]:
         n, h = self.nvml, self.handle
         # "clocks event" is the newer name of the same call (nvidia-ml-py >= 12.535)
-        reasons = self._optional(getattr(n, "nvmlDeviceGetCurrentClocksEventReasons", None)
-                                 or n.nvmlDeviceGetCurrentClocksThrottleReasons)
-        return {"sm_clock_mhz": n.nvmlDeviceGetClockInfo(h, n.NVML_CLOCK_SM),
-                "memory_clock_mhz": n.nvmlDeviceGetClockInfo(h, n.NVML_CLOCK_MEM),
-                "temperature_c": n.nvmlDeviceGetTemperature(h, n.NVML_TEMPERATURE_GPU),
-                "throttle_reasons": throttle_reasons(int(reasons)) if reasons is not None else None,
-                "slowdowns": slowdowns(int(reasons)) if reasons is not None else None}
+        reasons = self._optional(
+            getattr(n, "nvmlDeviceGetCurrentClocksEventReasons", None) or n.nvmlDeviceGetCurrentClocksThrottleReasons
+        )
+        return {
+            "sm_clock_mhz": n.nvmlDeviceGetClockInfo(h, n.NVML_CLOCK_SM),
+            "memory_clock_mhz": n.nvmlDeviceGetClockInfo(h, n.NVML_CLOCK_MEM),
+            "temperature_c": n.nvmlDeviceGetTemperature(h, n.NVML_TEMPERATURE_GPU),
+            "throttle_reasons": throttle_reasons(int(reasons)) if reasons is not None else None,
+            "slowdowns": slowdowns(int(reasons)) if reasons is not None else None,
+        }
 
     def _sample_memory(self) -> None:
         pid = os.getpid()
-        mine = [p.usedGpuMemory for p in self.nvml.nvmlDeviceGetComputeRunningProcesses(self.handle)
-                if p.pid == pid and p.usedGpuMemory is not None]
+        mine = [
+            p.usedGpuMemory
+            for p in self.nvml.nvmlDeviceGetComputeRunningProcesses(self.handle)
+            if p.pid == pid and p.usedGpuMemory is not None
+        ]
         if mine:
             self._memory.append(mine[0] / 2**20)
-            self.data["device_memory_scope"] = ("this process's GPU memory (NVML, per process): CUDA context, ORT's "
-                                                "arena (it does not shrink), cuDNN/cuBLAS workspaces")
+            self.data["device_memory_scope"] = (
+                "this process's GPU memory (NVML, per process): CUDA context, ORT's "
+                "arena (it does not shrink), cuDNN/cuBLAS workspaces"
+            )
         else:  # PID namespaces hide our pid from the driver: fall back to the device's delta
             used = self.nvml.nvmlDeviceGetMemoryInfo(self.handle).used
             self._memory.append((used - self._used_before) / 2**20)
-            self.data["device_memory_scope"] = ("device memory used minus before the session (the driver did not list "
-                                                "this process; other processes' changes would count too)")
+            self.data["device_memory_scope"] = (
+                "device memory used minus before the session (the driver did not list "
+                "this process; other processes' changes would count too)"
+            )
         self.data["device_memory_mb"] = max(self._memory)
 
     def after_session(self) -> None:
@@ -135,18 +155,26 @@ class NvmlMeter(Meter):
         if self._e0 is not None:
             joules = (self.nvml.nvmlDeviceGetTotalEnergyConsumption(self.handle) - self._e0) / 1e3
             self.data.update(
-                energy_j=joules, window_s=seconds, runs=runs, power_avg_w=joules / seconds if seconds else None,
+                energy_j=joules,
+                window_s=seconds,
+                runs=runs,
+                power_avg_w=joules / seconds if seconds else None,
                 # each of the two reads can lag by one update interval's energy
                 energy_quantum_j=2 * (self._interval or 100.0) / 1e3 * (joules / seconds if seconds else 0.0),
                 energy_counter_update_ms=self._interval,
                 power_sampled_w=self._optional(self.nvml.nvmlDeviceGetPowerUsage, 1e-3),
                 energy_scope="the whole GPU board as NVML reports it (GPU and its memory), not the host",
                 energy_method="NVML total energy counter (mJ) read before and after the window"
-                + (f"; it updates every ~{self._interval:.0f} ms" if self._interval else "; update interval not seen"))
+                + (f"; it updates every ~{self._interval:.0f} ms" if self._interval else "; update interval not seen"),
+            )
         self._sample_memory()
         self.data["state"]["end"] = self._state()
-        throttled = sorted(set((self.data["state"]["end"].get("slowdowns") or [])
-                               + (self.data["state"]["start"].get("slowdowns") or [])))
+        throttled = sorted(
+            set(
+                (self.data["state"]["end"].get("slowdowns") or [])
+                + (self.data["state"]["start"].get("slowdowns") or [])
+            )
+        )
         if throttled:
             self.data.setdefault("notes", []).append(f"the GPU was slowed during the run: {', '.join(throttled)}")
 
@@ -165,7 +193,9 @@ class AmdSmiMeter(Meter):
         try:
             import amdsmi
         except Exception as exc:  # ImportError, or the wrapper's own error when libamd_smi.so is missing
-            self.unavailable = f"amdsmi: cannot import ({type(exc).__name__}: {str(exc)[:150]}); ROCm's amd-smi-lib is needed"
+            self.unavailable = (
+                f"amdsmi: cannot import ({type(exc).__name__}: {str(exc)[:150]}); ROCm's amd-smi-lib is needed"
+            )
             return
         try:
             amdsmi.amdsmi_init()
@@ -178,8 +208,11 @@ class AmdSmiMeter(Meter):
             return
         self.smi, self.handle = amdsmi, handles[self.device_index]
         asic = amdsmi.amdsmi_get_gpu_asic_info(self.handle)
-        self.data["device"] = {"name": asic.get("market_name"), "gfx": asic.get("target_graphics_version"),
-                               "bdf": amdsmi.amdsmi_get_gpu_device_bdf(self.handle)}
+        self.data["device"] = {
+            "name": asic.get("market_name"),
+            "gfx": asic.get("target_graphics_version"),
+            "bdf": amdsmi.amdsmi_get_gpu_device_bdf(self.handle),
+        }
         self._used_before = amdsmi.amdsmi_get_gpu_vram_usage(self.handle)["vram_used"]  # MB
         self._memory: list[float] = []
         self.data["state"] = {"start": self._state()}
@@ -190,15 +223,20 @@ class AmdSmiMeter(Meter):
         watts = power.get("current_socket_power")
         if watts in (None, "N/A", 0):  # MI300 and newer report the current value; older GPUs the average
             watts = power.get("average_socket_power")
-        return {"gfx_clock_mhz": smi.amdsmi_get_clock_info(h, smi.AmdSmiClkType.GFX)["clk"],
-                "memory_clock_mhz": smi.amdsmi_get_clock_info(h, smi.AmdSmiClkType.MEM)["clk"],
-                "temperature_c": smi.amdsmi_get_temp_metric(h, smi.AmdSmiTemperatureType.HOTSPOT,
-                                                            smi.AmdSmiTemperatureMetric.CURRENT),
-                "power_w": None if watts == "N/A" else watts}
+        return {
+            "gfx_clock_mhz": smi.amdsmi_get_clock_info(h, smi.AmdSmiClkType.GFX)["clk"],
+            "memory_clock_mhz": smi.amdsmi_get_clock_info(h, smi.AmdSmiClkType.MEM)["clk"],
+            "temperature_c": smi.amdsmi_get_temp_metric(
+                h, smi.AmdSmiTemperatureType.HOTSPOT, smi.AmdSmiTemperatureMetric.CURRENT
+            ),
+            "power_w": None if watts == "N/A" else watts,
+        }
 
     def _sample_memory(self) -> None:
         pid = os.getpid()
-        mine = [p["memory_usage"]["vram_mem"] for p in self.smi.amdsmi_get_gpu_process_list(self.handle) if p["pid"] == pid]
+        mine = [
+            p["memory_usage"]["vram_mem"] for p in self.smi.amdsmi_get_gpu_process_list(self.handle) if p["pid"] == pid
+        ]
         if mine:
             self._memory.append(mine[0] / 2**20)
             self.data["device_memory_scope"] = "this process's VRAM (amdsmi process list)"
@@ -222,9 +260,15 @@ class AmdSmiMeter(Meter):
     def window_end(self, runs: int, seconds: float) -> None:
         e1, quantum = self._energy_j()
         joules = e1 - self._e0
-        self.data.update(energy_j=joules, window_s=seconds, runs=runs, power_avg_w=joules / seconds if seconds else None,
-                         energy_quantum_j=2 * quantum, energy_scope="the GPU socket as amdsmi reports it",
-                         energy_method=f"amdsmi energy accumulator × counter resolution ({quantum * 1e6:.3g} µJ per count)")
+        self.data.update(
+            energy_j=joules,
+            window_s=seconds,
+            runs=runs,
+            power_avg_w=joules / seconds if seconds else None,
+            energy_quantum_j=2 * quantum,
+            energy_scope="the GPU socket as amdsmi reports it",
+            energy_method=f"amdsmi energy accumulator × counter resolution ({quantum * 1e6:.3g} µJ per count)",
+        )
         self._sample_memory()
         self.data["state"]["end"] = self._state()
 

@@ -23,11 +23,11 @@ from dataclasses import asdict, dataclass, field, replace
 from tapeout.core.errors import TargetUnavailable, first_line
 from tapeout.targets.kernels.base import Case, Config, Kernel
 
-INTERPRETER_WORK = 1 << 16      # product of a case's dims the interpreter runs at (it is ~1e4× slower than a GPU)
-POOL = 4                        # input sets a timed loop rotates over
-FLUSH_BYTES = 256 << 20         # written between timed calls to evict L2 (H100: 50 MB, H200: 60 MB)
-SPIN_CYCLES = 2_000_000         # a GPU spin (~1 ms at 2 GHz) ahead of each timed call: the host enqueues the call
-                                # and both events while the GPU waits, so its Python launch cost is not timed
+INTERPRETER_WORK = 1 << 16  # product of a case's dims the interpreter runs at (it is ~1e4× slower than a GPU)
+POOL = 4  # input sets a timed loop rotates over
+FLUSH_BYTES = 256 << 20  # written between timed calls to evict L2 (H100: 50 MB, H200: 60 MB)
+SPIN_CYCLES = 2_000_000  # a GPU spin (~1 ms at 2 GHz) ahead of each timed call: the host enqueues the call
+# and both events while the GPU waits, so its Python launch cost is not timed
 
 
 @dataclass
@@ -37,19 +37,19 @@ class Check:
     label: str
     dtype: str
     config: str
-    ok: bool | None                   # None: not verifiable here (the reason in `problem`)
-    worst: float = 0.0                # largest |out − ref| / tolerance (≤ 1 passes)
+    ok: bool | None  # None: not verifiable here (the reason in `problem`)
+    worst: float = 0.0  # largest |out − ref| / tolerance (≤ 1 passes)
     max_abs: float = 0.0
     unwritten: int = 0
     problem: str | None = None
-    cut_from: str | None = None       # the model's case, where the interpreter ran a smaller one
+    cut_from: str | None = None  # the model's case, where the interpreter ran a smaller one
 
     def row(self) -> dict:
         return asdict(self)
 
 
 def backend() -> str:
-    """"cuda" where torch sees a GPU (and TRITON_INTERPRET is not set), else "interpreter", which it turns on
+    """ "cuda" where torch sees a GPU (and TRITON_INTERPRET is not set), else "interpreter", which it turns on
     before any kernel compiles."""
     import torch
 
@@ -70,8 +70,9 @@ def cut(kernel: Kernel, case: Case, work: int = INTERPRETER_WORK) -> Case:
     return case if dims == dict(case.dims) else Case(tuple(dims.items()), case.label)
 
 
-def verify(kernel: Kernel, where: str, dtypes: tuple[str, ...] | None = None, all_configs: bool = False,
-           seed: int = 0) -> list[Check]:
+def verify(
+    kernel: Kernel, where: str, dtypes: tuple[str, ...] | None = None, all_configs: bool = False, seed: int = 0
+) -> list[Check]:
     """Every case × dtype (× config, with `all_configs`) of `kernel` checked on `where` ("cuda" or "interpreter")."""
     device = "cuda" if where == "cuda" else "cpu"
     checks = []
@@ -82,8 +83,15 @@ def verify(kernel: Kernel, where: str, dtypes: tuple[str, ...] | None = None, al
                 continue
             configs = kernel.configs(ran)
             for config in configs if all_configs else configs[:1]:
-                base = Check(kernel.name, ran.key, case.label, dtype, config.key, None,
-                             cut_from=case.key if ran is not case else None)
+                base = Check(
+                    kernel.name,
+                    ran.key,
+                    case.label,
+                    dtype,
+                    config.key,
+                    None,
+                    cut_from=case.key if ran is not case else None,
+                )
                 if where == "interpreter" and dtype in kernel.interpreter_limits:
                     checks.append(replace(base, problem=kernel.interpreter_limits[dtype]))
                     continue
@@ -100,8 +108,11 @@ def _check(kernel: Kernel, case: Case, dtype: str, config: Config, device: str, 
         generator = torch.Generator().manual_seed(seed * 7919 + trial)
         inputs = kernel.inputs(case, dtype, generator, device)
         outputs = kernel.outputs(case, dtype, inputs, device)
-        shared = [name for name, out in outputs.items() if any(
-            isinstance(t, torch.Tensor) and _overlap(out, t) for t in inputs.values())]
+        shared = [
+            name
+            for name, out in outputs.items()
+            if any(isinstance(t, torch.Tensor) and _overlap(out, t) for t in inputs.values())
+        ]
         if shared:
             return replace(base, ok=False, problem=f"output {shared[0]} shares memory with an input")
         guarded = {name: _guarded(out) for name, out in outputs.items()}
@@ -117,8 +128,12 @@ def _check(kernel: Kernel, case: Case, dtype: str, config: Config, device: str, 
         for name, (_, guards) in guarded.items():
             spoiled = _spoiled(guards)
             if spoiled:
-                return replace(base, ok=False, problem=f"wrote past the end of output {name}: {spoiled} element(s) of "
-                                                       f"the {GUARD}-element guard zones around it changed")
+                return replace(
+                    base,
+                    ok=False,
+                    problem=f"wrote past the end of output {name}: {spoiled} element(s) of "
+                    f"the {GUARD}-element guard zones around it changed",
+                )
         ref = kernel.reference(**inputs)
         for name, out in outputs.items():
             got, want = out.float().cpu(), ref[name].float().cpu()
@@ -132,14 +147,31 @@ def _check(kernel: Kernel, case: Case, dtype: str, config: Config, device: str, 
         refs.append(ref)
     changed = any(not torch.equal(refs[0][n].cpu(), refs[1][n].cpu()) for n in refs[0])
     if changed and all(torch.equal(seen[0][n], seen[1][n]) for n in seen[0]):
-        return replace(base, ok=False, worst=worst, max_abs=max_abs, unwritten=unwritten,
-                       problem="returned the result of an earlier call: its outputs did not change with fresh inputs")
+        return replace(
+            base,
+            ok=False,
+            worst=worst,
+            max_abs=max_abs,
+            unwritten=unwritten,
+            problem="returned the result of an earlier call: its outputs did not change with fresh inputs",
+        )
     if unwritten:
-        return replace(base, ok=False, worst=worst, max_abs=max_abs, unwritten=unwritten,
-                       problem=f"left {unwritten} output element(s) unwritten (still NaN)")
+        return replace(
+            base,
+            ok=False,
+            worst=worst,
+            max_abs=max_abs,
+            unwritten=unwritten,
+            problem=f"left {unwritten} output element(s) unwritten (still NaN)",
+        )
     if worst > 1:
-        return replace(base, ok=False, worst=worst, max_abs=max_abs,
-                       problem=f"off by {max_abs:.3g}, {worst:.3g}× the {dtype} tolerance (atol {atol}, rtol {rtol})")
+        return replace(
+            base,
+            ok=False,
+            worst=worst,
+            max_abs=max_abs,
+            problem=f"off by {max_abs:.3g}, {worst:.3g}× the {dtype} tolerance (atol {atol}, rtol {rtol})",
+        )
     return replace(base, ok=True, worst=worst, max_abs=max_abs)
 
 
@@ -157,7 +189,7 @@ def _guarded(out):
         return out, None
     buffer = torch.empty(out.numel() + 2 * GUARD, dtype=out.dtype, device=out.device)
     buffer.fill_(-7000.0)
-    view = buffer[GUARD:GUARD + out.numel()].view(out.shape)
+    view = buffer[GUARD : GUARD + out.numel()].view(out.shape)
     return view, (buffer, buffer[:GUARD].clone(), buffer[-GUARD:].clone())
 
 
@@ -178,6 +210,7 @@ def _overlap(a, b) -> bool:
 
 # ---- timing (GPU) ----------------------------------------------------------------------------------------------
 
+
 @dataclass
 class BenchRow:
     kernel: str
@@ -188,13 +221,13 @@ class BenchRow:
     calls: int
     kernel_ms: float
     kernel_p90_ms: float
-    launch_us: float                  # host time of the kernel's Python launch (p50): what eager PyTorch would pay
+    launch_us: float  # host time of the kernel's Python launch (p50): what eager PyTorch would pay
     eager_ms: float | None
     inductor_ms: float | None
     max_autotune_ms: float | None
     bytes: float
     flops: float
-    roof_ms: float | None             # max(bytes / bandwidth, flops / peak) on the device spec
+    roof_ms: float | None  # max(bytes / bandwidth, flops / peak) on the device spec
     achieved_gbs: float
     achieved_tflops: float
     flushed: bool
@@ -216,15 +249,21 @@ def gpu() -> dict:
     import triton
 
     if backend() != "cuda":
-        raise TargetUnavailable("timing kernels needs an NVIDIA GPU with CUDA, and torch sees none here",
-                                fix="run `tapeout kernels bench` on the GPU machine; `tapeout kernels verify` runs "
-                                    "here, in Triton's interpreter")
+        raise TargetUnavailable(
+            "timing kernels needs an NVIDIA GPU with CUDA, and torch sees none here",
+            fix="run `tapeout kernels bench` on the GPU machine; `tapeout kernels verify` runs "
+            "here, in Triton's interpreter",
+        )
     from tapeout.targets.kernels import timings
 
     props = torch.cuda.get_device_properties(0)
     capability = (props.major, props.minor)
-    return {"name": props.name, "capability": capability, "l2_bytes": int(getattr(props, "L2_cache_size", 0)),
-            "key": timings.device_key(props.name, capability, triton.__version__, torch.__version__)}
+    return {
+        "name": props.name,
+        "capability": capability,
+        "l2_bytes": int(getattr(props, "L2_cache_size", 0)),
+        "key": timings.device_key(props.name, capability, triton.__version__, torch.__version__),
+    }
 
 
 def roof_ms(spec, nbytes: float, flops: float, dtype: str) -> float | None:
@@ -238,8 +277,9 @@ def roof_ms(spec, nbytes: float, flops: float, dtype: str) -> float | None:
     return bound * 1e3
 
 
-def time_calls(call, pool: list, calls: int, flush=None, device_only: bool = True,
-               host_us: list | None = None) -> list[float]:
+def time_calls(
+    call, pool: list, calls: int, flush=None, device_only: bool = True, host_us: list | None = None
+) -> list[float]:
     """Milliseconds of `call(inputs)` per call, CUDA events around the call alone; inputs rotated over `pool`;
     `flush` (a tensor) zeroed before each call, outside the events.
 
@@ -273,8 +313,15 @@ def time_calls(call, pool: list, calls: int, flush=None, device_only: bool = Tru
     return [s.elapsed_time(e) for s, e in zip(starts, ends, strict=False)]
 
 
-def bench(kernel: Kernel, dtype: str, calls: int = 100, cases: list[Case] | None = None, max_autotune: bool = False,
-          spec=None, retune: bool = False) -> list[BenchRow]:
+def bench(
+    kernel: Kernel,
+    dtype: str,
+    calls: int = 100,
+    cases: list[Case] | None = None,
+    max_autotune: bool = False,
+    spec=None,
+    retune: bool = False,
+) -> list[BenchRow]:
     """Each of `kernel`'s model cases at `dtype` timed on this GPU beside eager PyTorch and Inductor; the tuned
     config and the times saved in the device's timings file."""
     import numpy as np
@@ -301,13 +348,20 @@ def bench(kernel: Kernel, dtype: str, calls: int = 100, cases: list[Case] | None
             tried = {}
             for config in configs.values():
                 try:
-                    tried[config.key] = float(np.median(time_calls(
-                        lambda p, c=config: kernel.run(p[0], p[1], c), pairs, max(10, calls // 5), use_flush)))
+                    tried[config.key] = float(
+                        np.median(
+                            time_calls(
+                                lambda p, c=config: kernel.run(p[0], p[1], c), pairs, max(10, calls // 5), use_flush
+                            )
+                        )
+                    )
                 except Exception:  # a config that does not compile for this shape (registers, shared memory)
                     continue
             if not tried:
-                raise TargetUnavailable(f"no config of kernel {kernel.name} launches for {case.key} on {where['name']}",
-                                        fix="run `tapeout kernels verify` on this GPU for the error")
+                raise TargetUnavailable(
+                    f"no config of kernel {kernel.name} launches for {case.key} on {where['name']}",
+                    fix="run `tapeout kernels verify` on this GPU for the error",
+                )
             best = configs[min(tried, key=tried.get)]
         host: list[float] = []
         times = time_calls(lambda p, c=best: kernel.run(p[0], p[1], c), pairs, calls, use_flush, host_us=host)
@@ -316,17 +370,43 @@ def bench(kernel: Kernel, dtype: str, calls: int = 100, cases: list[Case] | None
         inductor = _compiled_times(kernel, "default", pairs, calls, use_flush, notes)
         # without CUDA graphs: a replay first copies fresh inputs into the graph's static buffers, which is not the
         # chain's work (on an H100, max-autotune with graphs read 18.5 µs where the default mode read 4.9 µs)
-        autotuned = (_compiled_times(kernel, "max-autotune-no-cudagraphs", pairs, calls, use_flush, notes)
-                     if max_autotune else None)
+        autotuned = (
+            _compiled_times(kernel, "max-autotune-no-cudagraphs", pairs, calls, use_flush, notes)
+            if max_autotune
+            else None
+        )
         p50 = float(np.median(times))
-        row = BenchRow(kernel.name, case.key, case.label, dtype, best.key, calls, p50, float(np.percentile(times, 90)),
-                       float(np.median(host)), float(np.median(eager)), float(np.median(inductor)) if inductor else None,
-                       float(np.median(autotuned)) if autotuned else None, nbytes, flops,
-                       roof_ms(spec, nbytes, flops, dtype), nbytes / (p50 * 1e-3) / 1e9, flops / (p50 * 1e-3) / 1e12,
-                       flushed, where["name"], notes)
+        row = BenchRow(
+            kernel.name,
+            case.key,
+            case.label,
+            dtype,
+            best.key,
+            calls,
+            p50,
+            float(np.percentile(times, 90)),
+            float(np.median(host)),
+            float(np.median(eager)),
+            float(np.median(inductor)) if inductor else None,
+            float(np.median(autotuned)) if autotuned else None,
+            nbytes,
+            flops,
+            roof_ms(spec, nbytes, flops, dtype),
+            nbytes / (p50 * 1e-3) / 1e9,
+            flops / (p50 * 1e-3) / 1e12,
+            flushed,
+            where["name"],
+            notes,
+        )
         rows.append(row)
-        saved[key] = timings.Timing(config=best.key, kernel_ms=p50, kernel_p90_ms=row.kernel_p90_ms,
-                                    eager_ms=row.eager_ms, inductor_ms=row.inductor_ms, calls=calls)
+        saved[key] = timings.Timing(
+            config=best.key,
+            kernel_ms=p50,
+            kernel_p90_ms=row.kernel_p90_ms,
+            eager_ms=row.eager_ms,
+            inductor_ms=row.inductor_ms,
+            calls=calls,
+        )
     if saved:
         timings.save(where["key"], saved)
     return rows

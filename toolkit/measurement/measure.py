@@ -34,8 +34,8 @@ class Energy:
     """Energy per inference and average power over the timed window, from one meter, across processes."""
 
     meter: str
-    j_per_inference: float              # median over processes
-    bounds: tuple[float, float]         # worst processes, widened by the counter's granularity per inference
+    j_per_inference: float  # median over processes
+    bounds: tuple[float, float]  # worst processes, widened by the counter's granularity per inference
     power_avg_w: float
     power_bounds: tuple[float, float]
     scope: str
@@ -44,10 +44,17 @@ class Energy:
     runs: list[int]
 
     def to_json(self) -> dict:
-        return {"meter": self.meter, "mj_per_inference": self.j_per_inference * 1e3,
-                "mj_bounds": [b * 1e3 for b in self.bounds], "power_avg_w": self.power_avg_w,
-                "power_bounds_w": list(self.power_bounds), "scope": self.scope, "method": self.method,
-                "window_s": self.window_s, "runs": self.runs}
+        return {
+            "meter": self.meter,
+            "mj_per_inference": self.j_per_inference * 1e3,
+            "mj_bounds": [b * 1e3 for b in self.bounds],
+            "power_avg_w": self.power_avg_w,
+            "power_bounds_w": list(self.power_bounds),
+            "scope": self.scope,
+            "method": self.method,
+            "window_s": self.window_s,
+            "runs": self.runs,
+        }
 
 
 @dataclass
@@ -63,12 +70,12 @@ class Measurement:
     rss_start_mb: list[float]
     rss_after_session_mb: list[float]
     outputs: list[dict[str, np.ndarray]]
-    latency_e2e: stats.LatencySummary | None = None   # with host copies, where I/O lives in device memory
+    latency_e2e: stats.LatencySummary | None = None  # with host copies, where I/O lives in device memory
     energy: Energy | None = None
-    device_memory_mb: list[float] = field(default_factory=list)   # per process
+    device_memory_mb: list[float] = field(default_factory=list)  # per process
     device_memory_scope: str = ""
-    device: dict[str, Any] | None = None   # what ran it (GPU name, driver, ...), from the meters
-    unmeasured: dict[str, str] = field(default_factory=dict)     # "energy", "device_memory": why not
+    device: dict[str, Any] | None = None  # what ran it (GPU name, driver, ...), from the meters
+    unmeasured: dict[str, str] = field(default_factory=dict)  # "energy", "device_memory": why not
     meters: dict[str, list[dict]] = field(default_factory=dict)  # per meter, per process: raw results
     op_profile: dict | None = None
     notes: list[str] = field(default_factory=list)
@@ -80,8 +87,11 @@ class Measurement:
             "latency_ms": self.latency.to_json(),
             "latency_e2e_ms": self.latency_e2e.to_json() if self.latency_e2e else None,
             "latency_histogram": histogram(self.samples),
-            "cold_start_ms": {"per_repeat": self.cold_start_ms, "max": max(self.cold_start_ms),
-                              "median": float(np.median(self.cold_start_ms))},
+            "cold_start_ms": {
+                "per_repeat": self.cold_start_ms,
+                "max": max(self.cold_start_ms),
+                "median": float(np.median(self.cold_start_ms)),
+            },
             "runtime_import_ms": self.runtime_import_ms,
             "session_create_ms": self.create_ms,
             "first_inference_ms": self.first_inference_ms,
@@ -113,8 +123,10 @@ def histogram(samples: list[np.ndarray], bins: int = 40) -> dict | None:
     if pooled.size < 2 or pooled.min() == pooled.max():
         return None
     edges = np.geomspace(pooled.min(), pooled.max(), bins + 1)
-    return {"edges_ms": edges.tolist(),
-            "counts": [np.histogram(np.asarray(s, dtype=float), edges)[0].tolist() for s in samples]}
+    return {
+        "edges_ms": edges.tolist(),
+        "counts": [np.histogram(np.asarray(s, dtype=float), edges)[0].tolist() for s in samples],
+    }
 
 
 def death(code: int, output: str) -> str:
@@ -142,8 +154,13 @@ def run_child(request: dict, timeout_s: float, env: dict[str, str] | None = None
         req.write_text(json.dumps(request))
         # The inference process runs under the same interpreter and site isolation (-S) as this one.
         flags = ["-S"] if sys.flags.no_site else []
-        proc = subprocess.run([sys.executable, *flags, "-m", "tapeout.measurement.runner", str(req), str(res)],
-                              capture_output=True, text=True, timeout=timeout_s, env={**os.environ, **(env or {})})
+        proc = subprocess.run(
+            [sys.executable, *flags, "-m", "tapeout.measurement.runner", str(req), str(res)],
+            capture_output=True,
+            text=True,
+            timeout=timeout_s,
+            env={**os.environ, **(env or {})},
+        )
         if proc.returncode != 0 or not res.is_file():
             raise RuntimeError(f"the inference process died ({death(proc.returncode, proc.stderr or proc.stdout)})")
         result = json.loads(res.read_text())
@@ -163,15 +180,23 @@ def _unflatten(flat: dict[str, np.ndarray]) -> list[dict[str, np.ndarray]]:
     return [samples[i] for i in sorted(samples)]
 
 
-def _run_processes(base: dict, count: int, progress: Callable[[str], None], timeout_s: float,
-                   want_outputs: bool, op_profile_last: int = 0) -> list[dict]:
+def _run_processes(
+    base: dict,
+    count: int,
+    progress: Callable[[str], None],
+    timeout_s: float,
+    want_outputs: bool,
+    op_profile_last: int = 0,
+) -> list[dict]:
     """`count` fresh timing processes; the last also runs the per-op profile (`op_profile_last` runs) after its
     timed runs, where asked."""
     results = []
     for r in range(count):
         last = op_profile_last if r == count - 1 else 0
-        progress(f"timing: process {r + 1}/{count}, {base['iterations']} runs"
-                 + (", then the per-op profile (profiler on, a session of its own)" if last else ""))
+        progress(
+            f"timing: process {r + 1}/{count}, {base['iterations']} runs"
+            + (", then the per-op profile (profiler on, a session of its own)" if last else "")
+        )
         request = {**base, "want_outputs": want_outputs and r == 0, **({"then_op_profile": last} if last else {})}
         results.append(run_child(request, timeout_s))
     return results
@@ -187,14 +212,31 @@ def _energy(readings: dict[str, list[dict]]) -> tuple[Energy | None, str]:
             watts = [r["power_avg_w"] for r in per_process]
             dw = [r.get("energy_quantum_j", 0.0) / r["window_s"] for r in per_process]
             first = per_process[0]
-            return Energy(name, float(np.median(per_inf)), (min(e - d for e, d in zip(per_inf, q, strict=True)),
-                                                            max(e + d for e, d in zip(per_inf, q, strict=True))),
-                          float(np.median(watts)), (min(w - d for w, d in zip(watts, dw, strict=True)),
-                                                    max(w + d for w, d in zip(watts, dw, strict=True))),
-                          first["energy_scope"], first["energy_method"], [r["window_s"] for r in per_process],
-                          [r["runs"] for r in per_process]), ""
-        reason = next((r.get("unavailable") or r.get("energy_unavailable") for r in per_process
-                       if r.get("unavailable") or r.get("energy_unavailable")), None)
+            return Energy(
+                name,
+                float(np.median(per_inf)),
+                (
+                    min(e - d for e, d in zip(per_inf, q, strict=True)),
+                    max(e + d for e, d in zip(per_inf, q, strict=True)),
+                ),
+                float(np.median(watts)),
+                (
+                    min(w - d for w, d in zip(watts, dw, strict=True)),
+                    max(w + d for w, d in zip(watts, dw, strict=True)),
+                ),
+                first["energy_scope"],
+                first["energy_method"],
+                [r["window_s"] for r in per_process],
+                [r["runs"] for r in per_process],
+            ), ""
+        reason = next(
+            (
+                r.get("unavailable") or r.get("energy_unavailable")
+                for r in per_process
+                if r.get("unavailable") or r.get("energy_unavailable")
+            ),
+            None,
+        )
         if reason is not None:
             why.append(reason)
     return None, "; ".join(why)
@@ -234,15 +276,20 @@ def _summarize(results: list[dict], settings: CheckSettings, meter_names: tuple[
             break
     if not m.device_memory_mb:
         gpu = [per[0].get("unavailable") for name, per in readings.items() if name in ("nvml", "amdsmi")]
-        m.unmeasured["device_memory"] = (("; ".join(r for r in gpu if r) or "the GPU meter read no memory") if gpu
-                                         else "this target has no device memory apart from the host's (see peak RSS)")
+        m.unmeasured["device_memory"] = (
+            ("; ".join(r for r in gpu if r) or "the GPU meter read no memory")
+            if gpu
+            else "this target has no device memory apart from the host's (see peak RSS)"
+        )
     m.device = next((per[0]["device"] for name, per in readings.items() if name != "rss" and "device" in per[0]), None)
     for per in readings.values():
         for note in dict.fromkeys(n for r in per for n in r.get("notes", [])):
             m.notes.append(note)
     if m.latency.cv_between_repeats > 0.05:
-        m.notes.append(f"run-to-run spread is high (CV of per-process medians {m.latency.cv_between_repeats:.1%}): "
-                       "the machine is noisy; bounds are widened to cover it")
+        m.notes.append(
+            f"run-to-run spread is high (CV of per-process medians {m.latency.cv_between_repeats:.1%}): "
+            "the machine is noisy; bounds are widened to cover it"
+        )
     return m
 
 
@@ -262,10 +309,16 @@ def measure(
     caps = target.capabilities
     options = target.options.model_dump(mode="json")
     base = {
-        "target": artifact.target, "artifact_dir": str(artifact.directory), "main_file": artifact.main_file,
-        "options": options, "golden": str(golden_path), "iterations": settings.iterations,
-        "warmup_min_iters": settings.warmup_min_iters, "warmup_min_s": settings.warmup_min_s,
-        "warmup_max_s": settings.warmup_max_s, "energy_window_s": settings.energy_window_s,
+        "target": artifact.target,
+        "artifact_dir": str(artifact.directory),
+        "main_file": artifact.main_file,
+        "options": options,
+        "golden": str(golden_path),
+        "iterations": settings.iterations,
+        "warmup_min_iters": settings.warmup_min_iters,
+        "warmup_min_s": settings.warmup_min_s,
+        "warmup_max_s": settings.warmup_max_s,
+        "energy_window_s": settings.energy_window_s,
         "device_index": options.get("device_id", 0),  # GPU targets name their device `device_id`
     }
     profiled = settings.op_profile and caps.op_profiler
@@ -284,8 +337,11 @@ def measure(
         m.op_profile = inline_profile
     elif profiled:
         progress("per-op profile (separate pass, profiler on)")
-        prof = run_child({**base, "mode": "op_profile", "iterations": settings.op_profile_iterations}, timeout_s,
-                          env=dict(caps.op_profile_env))
+        prof = run_child(
+            {**base, "mode": "op_profile", "iterations": settings.op_profile_iterations},
+            timeout_s,
+            env=dict(caps.op_profile_env),
+        )
         m.op_profile = prof["op_profile"]
     return m
 
@@ -305,10 +361,16 @@ def placement_from_profile(profile: dict | None, accelerator: str) -> dict | Non
             on += nodes
         else:
             off.append({"node": f"{nodes} node(s)", "op_type": row["op_type"], "reason": f"ran on {row['provider']}"})
-    return {"accelerator": accelerator, "total_nodes": total, "on_accelerator": on,
-            "off_share": (total - on) / total if total else 0.0, "off": off, "subgraphs": None,
-            "source": "the per-op profile's provider per node (shape computations on the CPU EP are usual; "
-                      "compute ops there are not)"}
+    return {
+        "accelerator": accelerator,
+        "total_nodes": total,
+        "on_accelerator": on,
+        "off_share": (total - on) / total if total else 0.0,
+        "off": off,
+        "subgraphs": None,
+        "source": "the per-op profile's provider per node (shape computations on the CPU EP are usual; "
+        "compute ops there are not)",
+    }
 
 
 EMULATED_ITERATIONS = 10
@@ -317,6 +379,14 @@ EMULATED_ITERATIONS = 10
 def for_emulator(settings: CheckSettings) -> CheckSettings:
     """An emulator's timings are never judged: run enough for parity and a labelled figure, no more
     (an emulated transformer takes seconds per inference)."""
-    return settings.model_copy(update={"iterations": min(settings.iterations, EMULATED_ITERATIONS), "repeats": 1,
-                                       "op_profile": False, "warmup_min_iters": 1, "warmup_min_s": 0.0,
-                                       "warmup_max_s": 1.0, "energy_window_s": 0.0})
+    return settings.model_copy(
+        update={
+            "iterations": min(settings.iterations, EMULATED_ITERATIONS),
+            "repeats": 1,
+            "op_profile": False,
+            "warmup_min_iters": 1,
+            "warmup_min_s": 0.0,
+            "warmup_max_s": 1.0,
+            "energy_window_s": 0.0,
+        }
+    )

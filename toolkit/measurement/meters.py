@@ -141,8 +141,10 @@ class RaplMeter(Meter):
         try:
             self._read_uj()
         except (OSError, ValueError) as exc:
-            self.unavailable = (f"RAPL: {self.zone / 'energy_uj'} is not readable ({type(exc).__name__}): absent on this "
-                                "machine (VMs rarely expose it), or root-only since Linux 5.10")
+            self.unavailable = (
+                f"RAPL: {self.zone / 'energy_uj'} is not readable ({type(exc).__name__}): absent on this "
+                "machine (VMs rarely expose it), or root-only since Linux 5.10"
+            )
 
     def window_start(self) -> None:
         self._e0 = self._read_uj()
@@ -152,6 +154,12 @@ class RaplMeter(Meter):
         if delta < 0:  # the counter wrapped once during the window
             delta += int((self.zone / "max_energy_range_uj").read_text())
         joules = delta / 1e6
-        self.data.update(energy_j=joules, window_s=seconds, runs=runs, power_avg_w=joules / seconds if seconds else None,
-                         energy_quantum_j=2e-6, energy_scope="CPU package (RAPL zone 0): every core and the uncore, "
-                         "not the model alone", energy_method="RAPL energy_uj counter read before and after the window")
+        self.data.update(
+            energy_j=joules,
+            window_s=seconds,
+            runs=runs,
+            power_avg_w=joules / seconds if seconds else None,
+            energy_quantum_j=2e-6,
+            energy_scope="CPU package (RAPL zone 0): every core and the uncore, not the model alone",
+            energy_method="RAPL energy_uj counter read before and after the window",
+        )

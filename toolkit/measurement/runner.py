@@ -70,7 +70,9 @@ def measure(request: dict) -> dict:
         result: dict = {"import_ms": import_ms, "create_ms": create_ms, "first_ms": first_ms}
         if request.get("outputs_path"):
             outputs = [sess.run(sample) for sample in inputs]
-            np.savez(request["outputs_path"], **{f"{i}.{k}": v for i, out in enumerate(outputs) for k, v in out.items()})
+            np.savez(
+                request["outputs_path"], **{f"{i}.{k}": v for i, out in enumerate(outputs) for k, v in out.items()}
+            )
 
         call = sess.bind(feeds)
         if caps.timing_sync == "device":  # asynchronous runtimes: a run has ended when the device says so
@@ -79,8 +81,10 @@ def measure(request: dict) -> dict:
             def call():
                 bound()
                 sync()
-        result["warmup_iters"] = warm_up(call, request["warmup_min_iters"], request["warmup_min_s"],
-                                         request["warmup_max_s"])
+
+        result["warmup_iters"] = warm_up(
+            call, request["warmup_min_iters"], request["warmup_min_s"], request["warmup_max_s"]
+        )
 
         energy = [m for m in meters if m.measures_energy and not m.unavailable]
         for meter in energy:
@@ -110,8 +114,9 @@ def measure(request: dict) -> dict:
         # after every timed run and meter reading, in a session of its own with the profiler on: one process fewer
         # than a pass of its own, and nothing of it reaches the figures above
         sess = call = bound = sync = copies = None  # the timed session let go first (on a GPU, its memory too)
-        result["op_profile"] = target.op_profile(artifact, feeds, request["then_op_profile"],
-                                                 pace_s=float(np.median(samples)) / 1e3).to_json()
+        result["op_profile"] = target.op_profile(
+            artifact, feeds, request["then_op_profile"], pace_s=float(np.median(samples)) / 1e3
+        ).to_json()
     return result
 
 
@@ -155,9 +160,15 @@ def measure_generation(request: dict) -> dict:
     layout = CacheLayout.from_json(request["layout"])
     prompts, agreement_prompts, _ = generation.load_workload_data(Path(request["workload_data"]))
     return _workload_frame(
-        request, lambda session: session.decoder(layout), lambda decoder: generation.first_token(decoder, prompts),
-        lambda decoder: {"generate": generation.loop(decoder, layout, request["workload"], prompts, agreement_prompts,
-                                                     request.get("want_tokens", False))})
+        request,
+        lambda session: session.decoder(layout),
+        lambda decoder: generation.first_token(decoder, prompts),
+        lambda decoder: {
+            "generate": generation.loop(
+                decoder, layout, request["workload"], prompts, agreement_prompts, request.get("want_tokens", False)
+            )
+        },
+    )
 
 
 def measure_stream(request: dict) -> dict:
@@ -173,8 +184,12 @@ def measure_stream(request: dict) -> dict:
             np.savez(request["outputs_path"], **{f"0.{k}": v for k, v in outputs.items()})  # run_child's layout
         return {"stream": {**timings, "carrier": carrier.description}}
 
-    return _workload_frame(request, lambda session: session.carrier(request["workload"]["state"]),
-                           lambda carrier: streaming.first_chunk(carrier, data), streams)
+    return _workload_frame(
+        request,
+        lambda session: session.carrier(request["workload"]["state"]),
+        lambda carrier: streaming.first_chunk(carrier, data),
+        streams,
+    )
 
 
 MODES = {"generate": measure_generation, "stream": measure_stream}

@@ -122,19 +122,27 @@ def _finite(value):
     return value
 
 
-_SPLIT_SCOPE = ("process_baseline is the interpreter and numpy before the runtime loads (a C++ application does not pay "
-                "it); weights are the artifact's files")
+_SPLIT_SCOPE = (
+    "process_baseline is the interpreter and numpy before the runtime loads (a C++ application does not pay "
+    "it); weights are the artifact's files"
+)
 
 
-def resident_split(peak_rss_mb: list[float], rss_start_mb: list[float], weights_mb: float, held: str, held_mb: float,
-                   scope: str) -> dict:
+def resident_split(
+    peak_rss_mb: list[float], rss_start_mb: list[float], weights_mb: float, held: str, held_mb: float, scope: str
+) -> dict:
     """A workload's peak resident memory split into the process baseline (median over processes), the weights, what
     the workload holds (`held`: the KV cache, the carried state) and the rest (runtime, arenas, activations)."""
     peak = max(peak_rss_mb)
     baseline = float(np.median(rss_start_mb))
-    return {"peak_rss": peak, "process_baseline": baseline, "weights": weights_mb, held: held_mb,
-            "rest": peak - baseline - weights_mb - held_mb,
-            "scope": f"peak resident set of the measuring process {scope}; {_SPLIT_SCOPE}"}
+    return {
+        "peak_rss": peak,
+        "process_baseline": baseline,
+        "weights": weights_mb,
+        held: held_mb,
+        "rest": peak - baseline - weights_mb - held_mb,
+        "scope": f"peak resident set of the measuring process {scope}; {_SPLIT_SCOPE}",
+    }
 
 
 def device_split(results: list[dict], weights_mb: float, held: str, held_mb: float) -> dict | None:
@@ -145,5 +153,11 @@ def device_split(results: list[dict], weights_mb: float, held: str, held_mb: flo
     if not read:
         return None
     peaks = [m["device_memory_mb"] for m in read]
-    return {"peak": max(peaks), "per_repeat": peaks, "weights": weights_mb, held: held_mb,
-            "rest": max(peaks) - weights_mb - held_mb, "scope": read[0].get("device_memory_scope", "")}
+    return {
+        "peak": max(peaks),
+        "per_repeat": peaks,
+        "weights": weights_mb,
+        held: held_mb,
+        "rest": max(peaks) - weights_mb - held_mb,
+        "scope": read[0].get("device_memory_scope", ""),
+    }

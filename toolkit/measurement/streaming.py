@@ -46,9 +46,16 @@ class StreamData:
         return len(next(iter(self.chunks.values())))
 
     def save(self, path: Path) -> None:
-        arrays = {f"{group}.{name}": value for group, named in (
-            ("chunk", self.chunks), ("constant", self.constants), ("initial", self.initial),
-            ("reference", self.reference)) for name, value in named.items()}
+        arrays = {
+            f"{group}.{name}": value
+            for group, named in (
+                ("chunk", self.chunks),
+                ("constant", self.constants),
+                ("initial", self.initial),
+                ("reference", self.reference),
+            )
+            for name, value in named.items()
+        }
         with open(path, "wb") as fh:
             np.savez(fh, **arrays)
 
@@ -68,13 +75,17 @@ class StreamData:
             groups[group][name] = value
         lengths = {len(v) for v in (*groups["chunk"].values(), *groups["reference"].values()) if v.ndim}
         if not groups["chunk"] or not groups["initial"] or not groups["reference"] or len(lengths) != 1:
-            raise BadInput(f"{path} lacks the chunks, initial state or reference outputs a stream workload replays "
-                           "(or their lengths differ)", fix=fix)
+            raise BadInput(
+                f"{path} lacks the chunks, initial state or reference outputs a stream workload replays "
+                "(or their lengths differ)",
+                fix=fix,
+            )
         return cls(groups["chunk"], groups["constant"], groups["initial"], groups["reference"])
 
 
-def carry(carrier: StateCarrier, data: StreamData, timed: np.ndarray | None = None,
-          with_state: bool = True) -> Iterator[Feeds]:
+def carry(
+    carrier: StateCarrier, data: StreamData, timed: np.ndarray | None = None, with_state: bool = True
+) -> Iterator[Feeds]:
     """Every chunk's outputs, each chunk fed the state its predecessor's outputs carry (the carrier keeps it, on the
     host or in device memory). With `timed`, each call's time in ns is written to it (the feeds are made outside the
     timed region); without `with_state`, a carrier that keeps the state on a device leaves it there."""
@@ -101,12 +112,15 @@ def check_state_shapes(project: Project, outputs: dict[str, np.ndarray]) -> None
         want = specs[name].concrete_shape(project.dims)
         got = outputs[output].shape
         if tuple(got) != tuple(want):
-            raise BadInput(f"[workload] state {{{name} = \"{output}\"}}: output {output!r} is {list(got)} and input "
-                           f"{name!r} is {list(want)}, so the state cannot be fed back",
-                           fix="map each state input to the output that carries it, or correct the input's shape")
+            raise BadInput(
+                f'[workload] state {{{name} = "{output}"}}: output {output!r} is {list(got)} and input '
+                f"{name!r} is {list(want)}, so the state cannot be fed back",
+                fix="map each state input to the output that carries it, or correct the input's shape",
+            )
 
 
 # ---------------------------------------------------------------- in the inference process
+
 
 def loop(carrier: StateCarrier, workload: dict, data: StreamData) -> tuple[dict, dict[str, np.ndarray]]:
     """The golden stream once untimed (its outputs returned, state outputs included, for drift), then `trials` timed
@@ -132,6 +146,7 @@ def first_chunk(carrier: StateCarrier, data: StreamData) -> float:
 
 # ---------------------------------------------------------------- on the host
 
+
 def drift(reference: dict[str, np.ndarray], actual: dict[str, np.ndarray], bins: int = DRIFT_BINS) -> dict[str, dict]:
     """Per output: its largest absolute difference from the reference in each chunk, summarised over the stream
     (max, first chunk, last quarter) and in bins of the chunk index: an error that grows along the stream is state
@@ -140,16 +155,26 @@ def drift(reference: dict[str, np.ndarray], actual: dict[str, np.ndarray], bins:
     for name, ref in reference.items():
         got = actual.get(name)
         if got is None or got.shape != ref.shape:
-            raise BadInput(f"the streamed output {name!r} is {None if got is None else list(got.shape)}, the reference's "
-                           f"{list(ref.shape)}", fix="rebuild: the artifact and the workload file disagree")
+            raise BadInput(
+                f"the streamed output {name!r} is {None if got is None else list(got.shape)}, the reference's "
+                f"{list(ref.shape)}",
+                fix="rebuild: the artifact and the workload file disagree",
+            )
         err = np.abs(got.astype(np.float64) - ref.astype(np.float64)).reshape(len(ref), -1).max(axis=1)
         quarter = max(1, len(err) // 4)
         edges = np.linspace(0, len(err), min(bins, len(err)) + 1).round().astype(int)
         result[name] = {
-            "max_abs": float(err.max()), "first_chunk": float(err[0]), "first_quarter_max": float(err[:quarter].max()),
-            "last_quarter_max": float(err[-quarter:].max()), "worst_chunk": int(err.argmax()),
-            "by_chunk": [{"from": int(a), "to": int(b - 1), "max_abs": float(err[a:b].max())}
-                         for a, b in itertools.pairwise(edges) if b > a]}
+            "max_abs": float(err.max()),
+            "first_chunk": float(err[0]),
+            "first_quarter_max": float(err[:quarter].max()),
+            "last_quarter_max": float(err[-quarter:].max()),
+            "worst_chunk": int(err.argmax()),
+            "by_chunk": [
+                {"from": int(a), "to": int(b - 1), "max_abs": float(err[a:b].max())}
+                for a, b in itertools.pairwise(edges)
+                if b > a
+            ],
+        }
     return result
 
 
@@ -157,7 +182,7 @@ def drift(reference: dict[str, np.ndarray], actual: dict[str, np.ndarray], bins:
 class StreamMeasurement:
     workload: StreamWorkload
     chunk: stats.LatencySummary
-    stream_rtf: list[float]               # every timed stream's compute time over its real time
+    stream_rtf: list[float]  # every timed stream's compute time over its real time
     misses: int
     chunks_timed: int
     cold_start_ms: list[float]
@@ -185,8 +210,13 @@ class StreamMeasurement:
 
     def memory(self) -> dict:
         split = stats.resident_split(
-            self.peak_rss_mb, self.rss_start_mb, self.weights_mb, "state", self.state_bytes / 2**20,
-            "over the streams; state is the carried tensors; rest is the runtime, its arenas and activations")
+            self.peak_rss_mb,
+            self.rss_start_mb,
+            self.weights_mb,
+            "state",
+            self.state_bytes / 2**20,
+            "over the streams; state is the carried tensors; rest is the runtime, its arenas and activations",
+        )
         if self.device_memory is not None:
             split["device"] = self.device_memory
         return split
@@ -197,43 +227,74 @@ class StreamMeasurement:
             "kind": "stream",
             "settings": self.workload.model_dump(mode="json"),
             "chunk_ms": self.chunk.to_json(),
-            "real_time_factor": {"median": point, "fastest": low, "slowest": high, "streams": len(self.stream_rtf),
-                                 "what": "compute time of a whole stream over chunks × deadline_ms; under 1 keeps up"},
-            "deadline": {"deadline_ms": self.workload.deadline_ms, "misses": self.misses, "chunks": self.chunks_timed,
-                         "share": self.misses / self.chunks_timed},
-            "cold_start_ms": {"per_repeat": self.cold_start_ms, "median": float(np.median(self.cold_start_ms)),
-                              "max": max(self.cold_start_ms),
-                              "what": "session creation + the first chunk from the initial state, in a fresh process"},
+            "real_time_factor": {
+                "median": point,
+                "fastest": low,
+                "slowest": high,
+                "streams": len(self.stream_rtf),
+                "what": "compute time of a whole stream over chunks × deadline_ms; under 1 keeps up",
+            },
+            "deadline": {
+                "deadline_ms": self.workload.deadline_ms,
+                "misses": self.misses,
+                "chunks": self.chunks_timed,
+                "share": self.misses / self.chunks_timed,
+            },
+            "cold_start_ms": {
+                "per_repeat": self.cold_start_ms,
+                "median": float(np.median(self.cold_start_ms)),
+                "max": max(self.cold_start_ms),
+                "what": "session creation + the first chunk from the initial state, in a fresh process",
+            },
             "memory_mb": self.memory(),
-            "drift": {"outputs": self.drift, "max_abs_error": self.max_abs_error, "chunks": self.workload.chunks,
-                      "what": "largest absolute difference from the FP32 reference per chunk over the golden stream, "
-                      "state carried on both sides"},
+            "drift": {
+                "outputs": self.drift,
+                "max_abs_error": self.max_abs_error,
+                "chunks": self.workload.chunks,
+                "what": "largest absolute difference from the FP32 reference per chunk over the golden stream, "
+                "state carried on both sides",
+            },
             "notes": self.notes,
         }
 
 
-def summarize(results: list[dict], outputs: dict[str, np.ndarray], data: StreamData, workload: StreamWorkload,
-              weights_bytes: int, confidence: float) -> StreamMeasurement:
+def summarize(
+    results: list[dict],
+    outputs: dict[str, np.ndarray],
+    data: StreamData,
+    workload: StreamWorkload,
+    weights_bytes: int,
+    confidence: float,
+) -> StreamMeasurement:
     per_process = [np.concatenate([np.asarray(s) for s in r["stream"]["chunk_ms"]]) for r in results]
     streams = [np.asarray(s) for r in results for s in r["stream"]["chunk_ms"]]
     real = workload.deadline_ms * data.length
     pooled = np.concatenate(per_process)
     rss = [r["meters"]["rss"] for r in results]
     m = StreamMeasurement(
-        workload, stats.summarize(per_process, confidence), [float(s.sum() / real) for s in streams],
-        misses=int((pooled > workload.deadline_ms).sum()), chunks_timed=int(pooled.size),
+        workload,
+        stats.summarize(per_process, confidence),
+        [float(s.sum() / real) for s in streams],
+        misses=int((pooled > workload.deadline_ms).sum()),
+        chunks_timed=int(pooled.size),
         cold_start_ms=[r["create_ms"] + r["first_ms"] for r in results],
-        peak_rss_mb=[x["peak_rss_mb"] for x in rss], rss_start_mb=[x["rss_start_mb"] for x in rss],
-        weights_mb=weights_bytes / 2**20, state_bytes=sum(v.nbytes for v in data.initial.values()),
+        peak_rss_mb=[x["peak_rss_mb"] for x in rss],
+        rss_start_mb=[x["rss_start_mb"] for x in rss],
+        weights_mb=weights_bytes / 2**20,
+        state_bytes=sum(v.nbytes for v in data.initial.values()),
         drift=drift(data.reference, outputs),
-        device_memory=stats.device_split(results, weights_bytes / 2**20, "state",
-                                         sum(v.nbytes for v in data.initial.values()) / 2**20))
+        device_memory=stats.device_split(
+            results, weights_bytes / 2**20, "state", sum(v.nbytes for v in data.initial.values()) / 2**20
+        ),
+    )
     described = results[0]["stream"].get("carrier")
     if described:
         m.notes.append(f"the loop: {described}")
     if m.chunk.cv_between_repeats > 0.05:
-        m.notes.append(f"run-to-run spread of the chunk time is high (CV of per-process medians "
-                       f"{m.chunk.cv_between_repeats:.1%}): the machine is noisy; bounds are widened to cover it")
+        m.notes.append(
+            f"run-to-run spread of the chunk time is high (CV of per-process medians "
+            f"{m.chunk.cv_between_repeats:.1%}): the machine is noisy; bounds are widened to cover it"
+        )
     return m
 
 

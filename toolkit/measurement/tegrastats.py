@@ -51,8 +51,12 @@ def parse_line(line: str) -> Sample:
         name, value = (m.group(1), m.group(2)) if m.group(1) else (m.group(3), m.group(4))
         rails[name] = int(value)
     ram, gpu = _RAM.search(line), _GPU.search(line)
-    return Sample(rails, int(ram.group(1)) if ram else None, int(ram.group(2)) if ram else None,
-                  int(gpu.group(1)) if gpu else None)
+    return Sample(
+        rails,
+        int(ram.group(1)) if ram else None,
+        int(ram.group(2)) if ram else None,
+        int(gpu.group(1)) if gpu else None,
+    )
 
 
 def window_energy(lines: list[tuple[float, str]], t0: float, t1: float) -> dict | None:
@@ -64,8 +68,13 @@ def window_energy(lines: list[tuple[float, str]], t0: float, t1: float) -> dict 
     watts = statistics.fmean(p[0] for p in powers) / 1e3
     spread = (max(p[0] for p in powers) - min(p[0] for p in powers)) / 1e3
     seconds = t1 - t0
-    return {"energy_j": watts * seconds, "power_avg_w": watts, "samples": len(powers), "rail": powers[0][1],
-            "energy_quantum_j": spread * seconds / max(len(powers), 1) ** 0.5}
+    return {
+        "energy_j": watts * seconds,
+        "power_avg_w": watts,
+        "samples": len(powers),
+        "rail": powers[0][1],
+        "energy_quantum_j": spread * seconds / max(len(powers), 1) ** 0.5,
+    }
 
 
 class TegrastatsMeter(Meter):
@@ -79,12 +88,19 @@ class TegrastatsMeter(Meter):
             self.unavailable = "tegrastats: not found (not a Jetson, or the L4T tools are not on PATH)"
             return
         self._lines: list[tuple[float, str]] = []
-        self._proc = subprocess.Popen([exe, "--interval", str(self.INTERVAL_MS)], stdout=subprocess.PIPE,
-                                      stderr=subprocess.DEVNULL, text=True, bufsize=1)
+        self._proc = subprocess.Popen(
+            [exe, "--interval", str(self.INTERVAL_MS)],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.DEVNULL,
+            text=True,
+            bufsize=1,
+        )
         self._reader = threading.Thread(target=self._read, daemon=True)
         self._reader.start()
         model = Path("/proc/device-tree/model")
-        self.data["device"] = {"name": model.read_text(errors="replace").strip("\x00\n ") if model.is_file() else "Jetson"}
+        self.data["device"] = {
+            "name": model.read_text(errors="replace").strip("\x00\n ") if model.is_file() else "Jetson"
+        }
 
     def _read(self) -> None:
         for line in self._proc.stdout:  # blocks in C: the timed loop keeps the GIL to itself
@@ -98,15 +114,22 @@ class TegrastatsMeter(Meter):
         time.sleep(self.INTERVAL_MS / 1e3 * 1.5)  # let the sample that closes the window arrive
         energy = window_energy(list(self._lines), self._t0, t1)
         if energy is None:
-            self.data["energy_unavailable"] = (f"tegrastats gave no sample inside the {seconds:.2f} s window "
-                                               f"(interval {self.INTERVAL_MS} ms): raise check.energy_window_s")
+            self.data["energy_unavailable"] = (
+                f"tegrastats gave no sample inside the {seconds:.2f} s window "
+                f"(interval {self.INTERVAL_MS} ms): raise check.energy_window_s"
+            )
         else:
             window = t1 - self._t0
-            self.data.update(energy_j=energy["energy_j"], window_s=window, runs=runs,
-                             power_avg_w=energy["power_avg_w"], energy_quantum_j=energy["energy_quantum_j"],
-                             energy_scope=f"Jetson module power, {energy['rail']}: CPU, GPU and SoC together",
-                             energy_method=f"mean of {energy['samples']} tegrastats instant readings "
-                                           f"({self.INTERVAL_MS} ms interval) × the window")
+            self.data.update(
+                energy_j=energy["energy_j"],
+                window_s=window,
+                runs=runs,
+                power_avg_w=energy["power_avg_w"],
+                energy_quantum_j=energy["energy_quantum_j"],
+                energy_scope=f"Jetson module power, {energy['rail']}: CPU, GPU and SoC together",
+                energy_method=f"mean of {energy['samples']} tegrastats instant readings "
+                f"({self.INTERVAL_MS} ms interval) × the window",
+            )
         used = [s.ram_used_mb for s in (parse_line(text) for _, text in self._lines) if s.ram_used_mb is not None]
         if used:
             self.data["system_ram_peak_mb"] = max(used)

@@ -17,8 +17,9 @@ from tapeout.measurement.measure import Measurement
 from tapeout.measurement.streaming import StreamMeasurement
 
 
-def judge_bounded(budget: str, limit: float, unit: str, point: float, lower: float, upper: float,
-                  guard: float, what: str) -> BudgetResult:
+def judge_bounded(
+    budget: str, limit: float, unit: str, point: float, lower: float, upper: float, guard: float, what: str
+) -> BudgetResult:
     if upper <= limit * (1 - guard):
         verdict, reason = Verdict.PASS, f"upper bound {upper:.4g} {unit} ≤ limit less {guard:.0%} guard"
     elif lower > limit:
@@ -33,13 +34,32 @@ def judge_latency(budgets: Budgets, m: Measurement, settings: CheckSettings) -> 
     results = []
     for q, limit in budgets.latency_quantiles().items():
         est = m.latency.quantiles[f"p{q * 100:g}"]
-        results.append(judge_bounded(f"latency_p{q * 100:g}_ms", limit, "ms", est.point, est.lower, est.upper,
-                                     settings.guard_band, f"{settings.confidence:.0%} order-statistic"))
+        results.append(
+            judge_bounded(
+                f"latency_p{q * 100:g}_ms",
+                limit,
+                "ms",
+                est.point,
+                est.lower,
+                est.upper,
+                settings.guard_band,
+                f"{settings.confidence:.0%} order-statistic",
+            )
+        )
     if budgets.cold_start_ms is not None:
         cold = m.cold_start_ms
-        results.append(judge_bounded("cold_start_ms", budgets.cold_start_ms, "ms", sorted(cold)[len(cold) // 2],
-                                     min(cold), max(cold), settings.guard_band,
-                                     f"range over {len(cold)} fresh processes"))
+        results.append(
+            judge_bounded(
+                "cold_start_ms",
+                budgets.cold_start_ms,
+                "ms",
+                sorted(cold)[len(cold) // 2],
+                min(cold),
+                max(cold),
+                settings.guard_band,
+                f"range over {len(cold)} fresh processes",
+            )
+        )
     return results
 
 
@@ -48,8 +68,17 @@ def judge_memory(budgets: Budgets, m: Measurement) -> list[BudgetResult]:
         return []
     peak = max(m.peak_rss_mb)
     verdict = Verdict.PASS if peak <= budgets.peak_memory_mb else Verdict.FAIL
-    return [BudgetResult("peak_memory_mb", budgets.peak_memory_mb, "MB", verdict, peak, None,
-                         f"worst peak RSS of {len(m.peak_rss_mb)} inference processes")]
+    return [
+        BudgetResult(
+            "peak_memory_mb",
+            budgets.peak_memory_mb,
+            "MB",
+            verdict,
+            peak,
+            None,
+            f"worst peak RSS of {len(m.peak_rss_mb)} inference processes",
+        )
+    ]
 
 
 def judge_artifact(budgets: Budgets, artifact_bytes: int) -> list[BudgetResult]:
@@ -64,12 +93,28 @@ def judge_gpu_memory(budgets: Budgets, m: Measurement) -> list[BudgetResult]:
     if budgets.gpu_memory_mb is None:
         return []
     if not m.device_memory_mb:
-        return [BudgetResult("gpu_memory_mb", budgets.gpu_memory_mb, "MB", Verdict.UNMEASURED,
-                             reason=m.unmeasured.get("device_memory", "no GPU meter read this process"))]
+        return [
+            BudgetResult(
+                "gpu_memory_mb",
+                budgets.gpu_memory_mb,
+                "MB",
+                Verdict.UNMEASURED,
+                reason=m.unmeasured.get("device_memory", "no GPU meter read this process"),
+            )
+        ]
     peak = max(m.device_memory_mb)
     verdict = Verdict.PASS if peak <= budgets.gpu_memory_mb else Verdict.FAIL
-    return [BudgetResult("gpu_memory_mb", budgets.gpu_memory_mb, "MB", verdict, peak, None,
-                         f"worst of {len(m.device_memory_mb)} inference processes; {m.device_memory_scope}")]
+    return [
+        BudgetResult(
+            "gpu_memory_mb",
+            budgets.gpu_memory_mb,
+            "MB",
+            verdict,
+            peak,
+            None,
+            f"worst of {len(m.device_memory_mb)} inference processes; {m.device_memory_scope}",
+        )
+    ]
 
 
 def judge_power(budgets: Budgets, m: Measurement | None, guard: float = 0.0) -> list[BudgetResult]:
@@ -88,10 +133,27 @@ def judge_power(budgets: Budgets, m: Measurement | None, guard: float = 0.0) -> 
             point, (lower, upper) = energy.j_per_inference * 1e3, (b * 1e3 for b in energy.bounds)
         else:
             point, (lower, upper) = energy.power_avg_w, energy.power_bounds
-        result = judge_bounded(budget, limit, unit, point, lower, upper, guard,
-                               f"range over {len(energy.runs)} process(es) ± counter granularity")
-        results.append(BudgetResult(result.budget, limit, unit, result.verdict, point, result.bound,
-                                    f"{result.reason}; {energy.scope}; {energy.method}"))
+        result = judge_bounded(
+            budget,
+            limit,
+            unit,
+            point,
+            lower,
+            upper,
+            guard,
+            f"range over {len(energy.runs)} process(es) ± counter granularity",
+        )
+        results.append(
+            BudgetResult(
+                result.budget,
+                limit,
+                unit,
+                result.verdict,
+                point,
+                result.bound,
+                f"{result.reason}; {energy.scope}; {energy.method}",
+            )
+        )
     return results
 
 
@@ -100,31 +162,58 @@ def judge_parity(parity: list[OutputParity], settings: ParitySettings) -> Budget
     bad = [p.output for p in parity if not p.within_tolerance or p.cosine < settings.min_cosine]
     max_abs = max(p.max_abs for p in parity)
     if bad:
-        return BudgetResult("parity_min_cosine", settings.min_cosine, "cosine", Verdict.FAIL, worst_cos, None,
-                            f"outputs off the golden reference: {', '.join(bad)} (max-abs {max_abs:.3g}, "
-                            f"atol {settings.atol:g}, rtol {settings.rtol:g})")
+        return BudgetResult(
+            "parity_min_cosine",
+            settings.min_cosine,
+            "cosine",
+            Verdict.FAIL,
+            worst_cos,
+            None,
+            f"outputs off the golden reference: {', '.join(bad)} (max-abs {max_abs:.3g}, "
+            f"atol {settings.atol:g}, rtol {settings.rtol:g})",
+        )
     worst = min(parity, key=lambda p: p.cosine)
-    return BudgetResult("parity_min_cosine", settings.min_cosine, "cosine", Verdict.PASS, worst_cos, None,
-                        f"judged on the cosine: worst {worst.output} {worst_cos:.6g} against the golden outputs "
-                        f"(max-abs {max_abs:.3g}, inside atol {settings.atol:g} / rtol {settings.rtol:g})")
+    return BudgetResult(
+        "parity_min_cosine",
+        settings.min_cosine,
+        "cosine",
+        Verdict.PASS,
+        worst_cos,
+        None,
+        f"judged on the cosine: worst {worst.output} {worst_cos:.6g} against the golden outputs "
+        f"(max-abs {max_abs:.3g}, inside atol {settings.atol:g} / rtol {settings.rtol:g})",
+    )
 
 
-def judge_accuracy(budgets: Budgets, reference: float | None, candidate: float | None, direction: str | None,
-                   metric: str) -> list[BudgetResult]:
+def judge_accuracy(
+    budgets: Budgets, reference: float | None, candidate: float | None, direction: str | None, metric: str
+) -> list[BudgetResult]:
     results = []
-    for budget, limit, relative in (("accuracy_max_drop", budgets.accuracy_max_drop, False),
-                                    ("accuracy_max_rel_drop", budgets.accuracy_max_rel_drop, True)):
+    for budget, limit, relative in (
+        ("accuracy_max_drop", budgets.accuracy_max_drop, False),
+        ("accuracy_max_rel_drop", budgets.accuracy_max_rel_drop, True),
+    ):
         if limit is None:
             continue
         unit = f"share of {metric}" if relative else metric
         if reference is None or candidate is None:
-            results.append(BudgetResult(budget, limit, unit, Verdict.UNMEASURED,
-                                        reason="the project has no [evaluation] metric"))
+            results.append(
+                BudgetResult(budget, limit, unit, Verdict.UNMEASURED, reason="the project has no [evaluation] metric")
+            )
             continue
         drop = accuracy_drop(reference, candidate, direction, relative)
         verdict = Verdict.PASS if drop <= limit else Verdict.FAIL
-        results.append(BudgetResult(budget, limit, unit, verdict, drop, None,
-                                    f"{metric}: reference {reference:.6g}, artifact {candidate:.6g} ({direction} is better)"))
+        results.append(
+            BudgetResult(
+                budget,
+                limit,
+                unit,
+                verdict,
+                drop,
+                None,
+                f"{metric}: reference {reference:.6g}, artifact {candidate:.6g} ({direction} is better)",
+            )
+        )
     return results
 
 
@@ -150,26 +239,48 @@ def latency_undecided(budgets: Budgets, settings: CheckSettings):
     """For measure(): does a measurement leave a latency budget inconclusive?"""
 
     def undecided(m: Measurement) -> bool:
-        return any(r.verdict is Verdict.INCONCLUSIVE and r.budget.startswith("latency")
-                   for r in judge_latency(budgets, m, settings))
+        return any(
+            r.verdict is Verdict.INCONCLUSIVE and r.budget.startswith("latency")
+            for r in judge_latency(budgets, m, settings)
+        )
 
     return undecided
 
 
-def judge_on_device(budgets: Budgets, m: Measurement, settings: CheckSettings, emulated: str | None,
-                    estimated: list[BudgetResult] | None = None) -> list[BudgetResult]:
+def judge_on_device(
+    budgets: Budgets,
+    m: Measurement,
+    settings: CheckSettings,
+    emulated: str | None,
+    estimated: list[BudgetResult] | None = None,
+) -> list[BudgetResult]:
     """Latency, memory, GPU memory, energy and power; through an emulator they are measured but never
     judged (DESIGN §4). There, a budget decided on the estimate for the device (`estimated`: the
     estimated-pass / estimated-fail verdicts of `estimation.estimate.judge`) takes the place of its own."""
-    results = [*judge_latency(budgets, m, settings), *judge_memory(budgets, m), *judge_gpu_memory(budgets, m),
-               *judge_power(budgets, m, settings.guard_band)]
+    results = [
+        *judge_latency(budgets, m, settings),
+        *judge_memory(budgets, m),
+        *judge_gpu_memory(budgets, m),
+        *judge_power(budgets, m, settings.guard_band),
+    ]
     if emulated is None:
         return results
     decided = {r.budget: r for r in estimated or []}
-    return [decided.get(r.budget) or BudgetResult(
-        r.budget, r.limit, r.unit, Verdict.UNMEASURED, None, None,
-        f"emulated: {emulated}" + (f" (the emulator measured {r.measured:.4g} {r.unit})" if r.measured is not None else "")
-        + "; run `tapeout check` on the device") for r in results]
+    return [
+        decided.get(r.budget)
+        or BudgetResult(
+            r.budget,
+            r.limit,
+            r.unit,
+            Verdict.UNMEASURED,
+            None,
+            None,
+            f"emulated: {emulated}"
+            + (f" (the emulator measured {r.measured:.4g} {r.unit})" if r.measured is not None else "")
+            + "; run `tapeout check` on the device",
+        )
+        for r in results
+    ]
 
 
 def judge_placement(budgets: Budgets, placement: dict | None, where: str = "") -> list[BudgetResult]:
@@ -178,19 +289,39 @@ def judge_placement(budgets: Budgets, placement: dict | None, where: str = "") -
     if limit is None:
         return []
     if not placement:
-        return [BudgetResult("placement_max_off_share", limit, "share of nodes", Verdict.UNMEASURED,
-                             reason="this target reports no per-node placement")]
+        return [
+            BudgetResult(
+                "placement_max_off_share",
+                limit,
+                "share of nodes",
+                Verdict.UNMEASURED,
+                reason="this target reports no per-node placement",
+            )
+        ]
     off = placement["off_share"]
     listed = "; ".join(f"{n['node']} ({n['op_type']}): {n['reason']}" for n in placement["off"][:5])
     more = f" and {len(placement['off']) - 5} more" if len(placement["off"]) > 5 else ""
-    reason = (f"{placement['on_accelerator']}/{placement['total_nodes']} nodes on the {placement['accelerator']}"
-              + (f"; off: {listed}{more}" if listed else "") + where)
-    return [BudgetResult("placement_max_off_share", limit, "share of nodes", Verdict.PASS if off <= limit else Verdict.FAIL,
-                         off, None, reason)]
+    reason = (
+        f"{placement['on_accelerator']}/{placement['total_nodes']} nodes on the {placement['accelerator']}"
+        + (f"; off: {listed}{more}" if listed else "")
+        + where
+    )
+    return [
+        BudgetResult(
+            "placement_max_off_share",
+            limit,
+            "share of nodes",
+            Verdict.PASS if off <= limit else Verdict.FAIL,
+            off,
+            None,
+            reason,
+        )
+    ]
 
 
-def judge_generation(budgets: Budgets, g: GenerationMeasurement | None, settings: CheckSettings,
-                     emulated: str | None) -> list[BudgetResult]:
+def judge_generation(
+    budgets: Budgets, g: GenerationMeasurement | None, settings: CheckSettings, emulated: str | None
+) -> list[BudgetResult]:
     """The generate workload's budgets: TTFT at the longest prompt (p90), time per output token (p90, p99), decode
     tokens/s (from the median time per token's bounds), the KV cache at max_context, greedy agreement. For a forward
     workload they are unmeasured, with the reason; through an emulator the timings are not judged."""
@@ -198,15 +329,30 @@ def judge_generation(budgets: Budgets, g: GenerationMeasurement | None, settings
     if not asked:
         return []
     if g is None:
-        return [BudgetResult(name, limit, "", Verdict.UNMEASURED, reason="the project's [workload] is forward: "
-                             "set kind = \"generate\" to measure generation") for name, limit in asked.items()]
+        return [
+            BudgetResult(
+                name,
+                limit,
+                "",
+                Verdict.UNMEASURED,
+                reason='the project\'s [workload] is forward: set kind = "generate" to measure generation',
+            )
+            for name, limit in asked.items()
+        ]
     guard, how = settings.guard_band, f"{settings.confidence:.0%} order-statistic"
     results = []
     timed = {"ttft_ms", "tpot_p90_ms", "tpot_p99_ms", "decode_tokens_per_s"}
     for name, limit in asked.items():
         if name in timed and emulated:
-            results.append(BudgetResult(name, limit, "ms" if name != "decode_tokens_per_s" else "tokens/s",
-                                        Verdict.UNMEASURED, reason=f"emulated: {emulated}; run `tapeout check` on the device"))
+            results.append(
+                BudgetResult(
+                    name,
+                    limit,
+                    "ms" if name != "decode_tokens_per_s" else "tokens/s",
+                    Verdict.UNMEASURED,
+                    reason=f"emulated: {emulated}; run `tapeout check` on the device",
+                )
+            )
         elif name == "ttft_ms":
             longest = max(g.ttft)
             q = g.ttft[longest].quantiles["p90"]
@@ -222,24 +368,55 @@ def judge_generation(budgets: Budgets, g: GenerationMeasurement | None, settings
             elif upper < limit:
                 verdict, reason = Verdict.FAIL, f"upper bound {upper:.4g} tokens/s < limit"
             else:
-                verdict, reason = Verdict.INCONCLUSIVE, (f"interval [{lower:.4g}, {upper:.4g}] tokens/s straddles the "
-                                                         "limit (or its guard band)")
-            results.append(BudgetResult(name, limit, "tokens/s", verdict, point, (lower, upper),
-                                        f"{reason}; from the median time per token ({how})"))
+                verdict, reason = (
+                    Verdict.INCONCLUSIVE,
+                    (f"interval [{lower:.4g}, {upper:.4g}] tokens/s straddles the limit (or its guard band)"),
+                )
+            results.append(
+                BudgetResult(
+                    name,
+                    limit,
+                    "tokens/s",
+                    verdict,
+                    point,
+                    (lower, upper),
+                    f"{reason}; from the median time per token ({how})",
+                )
+            )
         elif name == "kv_cache_mb":
             kv = g.kv_cache_mb
-            results.append(BudgetResult(name, limit, "MB", Verdict.PASS if kv <= limit else Verdict.FAIL, kv, None,
-                                        f"keys and values of {g.layout.layers} layers at max_context "
-                                        f"{g.workload.max_context} × batch {g.workload.batch} ({g.layout.dtype})"))
+            results.append(
+                BudgetResult(
+                    name,
+                    limit,
+                    "MB",
+                    Verdict.PASS if kv <= limit else Verdict.FAIL,
+                    kv,
+                    None,
+                    f"keys and values of {g.layout.layers} layers at max_context "
+                    f"{g.workload.max_context} × batch {g.workload.batch} ({g.layout.dtype})",
+                )
+            )
         elif name == "greedy_min_agreement":
             if g.agreement is None:
-                results.append(BudgetResult(name, limit, "share", Verdict.UNMEASURED, reason="no greedy tokens were read"))
+                results.append(
+                    BudgetResult(name, limit, "share", Verdict.UNMEASURED, reason="no greedy tokens were read")
+                )
                 continue
             diverged = [f for f in g.first_divergence if f is not None]
-            results.append(BudgetResult(
-                name, limit, "share", Verdict.PASS if g.agreement >= limit else Verdict.FAIL, g.agreement, None,
-                f"{len(g.first_divergence) - len(diverged)}/{len(g.first_divergence)} prompts match all "
-                f"{g.workload.compared_tokens} greedy tokens" + (f"; first divergences at {diverged[:5]}" if diverged else "")))
+            results.append(
+                BudgetResult(
+                    name,
+                    limit,
+                    "share",
+                    Verdict.PASS if g.agreement >= limit else Verdict.FAIL,
+                    g.agreement,
+                    None,
+                    f"{len(g.first_divergence) - len(diverged)}/{len(g.first_divergence)} prompts match all "
+                    f"{g.workload.compared_tokens} greedy tokens"
+                    + (f"; first divergences at {diverged[:5]}" if diverged else ""),
+                )
+            )
     return results
 
 
@@ -248,8 +425,9 @@ def undecided(results: list[BudgetResult]) -> bool:
     return any(r.verdict == Verdict.INCONCLUSIVE for r in results)
 
 
-def judge_stream(budgets: Budgets, s: StreamMeasurement | None, settings: CheckSettings,
-                 emulated: str | None) -> list[BudgetResult]:
+def judge_stream(
+    budgets: Budgets, s: StreamMeasurement | None, settings: CheckSettings, emulated: str | None
+) -> list[BudgetResult]:
     """The stream workload's budgets: the chunk time's p99 with its bounds, the real-time factor over the range of the
     timed streams, the share of chunks past the deadline, and the streamed outputs' largest difference from the FP32
     reference over the golden stream. Through an emulator the timings are not judged; the drift is (the emulator
@@ -258,33 +436,76 @@ def judge_stream(budgets: Budgets, s: StreamMeasurement | None, settings: CheckS
     if not asked:
         return []
     if s is None:
-        return [BudgetResult(name, limit, "", Verdict.UNMEASURED, reason="the project's [workload] is not a stream: "
-                             "set kind = \"stream\" to measure one") for name, limit in asked.items()]
+        return [
+            BudgetResult(
+                name,
+                limit,
+                "",
+                Verdict.UNMEASURED,
+                reason='the project\'s [workload] is not a stream: set kind = "stream" to measure one',
+            )
+            for name, limit in asked.items()
+        ]
     guard = settings.guard_band
     results = []
     for name, limit in asked.items():
         unit = {"chunk_p99_ms": "ms", "stream_max_abs_error": "abs"}.get(name, "share" if "share" in name else "×")
         if emulated and name != "stream_max_abs_error":
-            results.append(BudgetResult(name, limit, unit, Verdict.UNMEASURED,
-                                        reason=f"emulated: {emulated}; run `tapeout check` on the device"))
+            results.append(
+                BudgetResult(
+                    name,
+                    limit,
+                    unit,
+                    Verdict.UNMEASURED,
+                    reason=f"emulated: {emulated}; run `tapeout check` on the device",
+                )
+            )
         elif name == "chunk_p99_ms":
             q = s.chunk.quantiles["p99"]
-            results.append(judge_bounded(name, limit, unit, q.point, q.lower, q.upper, guard,
-                                         f"{settings.confidence:.0%} order-statistic"))
+            results.append(
+                judge_bounded(
+                    name, limit, unit, q.point, q.lower, q.upper, guard, f"{settings.confidence:.0%} order-statistic"
+                )
+            )
         elif name == "real_time_factor":
             point, low, high = s.rtf()
-            results.append(judge_bounded(name, limit, unit, point, low, high, guard,
-                                         f"range over {len(s.stream_rtf)} timed streams"))
+            results.append(
+                judge_bounded(
+                    name, limit, unit, point, low, high, guard, f"range over {len(s.stream_rtf)} timed streams"
+                )
+            )
         elif name == "deadline_max_miss_share":
             share = s.misses / s.chunks_timed
-            results.append(BudgetResult(name, limit, unit, Verdict.PASS if share <= limit else Verdict.FAIL, share,
-                                        None, f"{s.misses} of {s.chunks_timed} timed chunks over "
-                                        f"{s.workload.deadline_ms:g} ms"))
+            results.append(
+                BudgetResult(
+                    name,
+                    limit,
+                    unit,
+                    Verdict.PASS if share <= limit else Verdict.FAIL,
+                    share,
+                    None,
+                    f"{s.misses} of {s.chunks_timed} timed chunks over {s.workload.deadline_ms:g} ms",
+                )
+            )
         elif name == "stream_max_abs_error":
             worst = max(s.outputs_drift.items(), key=lambda kv: kv[1]["max_abs"], default=None)
-            where = (f"worst: {worst[0]} at chunk {worst[1]['worst_chunk']} (first chunk {worst[1]['first_chunk']:.3g}, "
-                     f"last quarter {worst[1]['last_quarter_max']:.3g})") if worst else "no output besides state"
-            results.append(BudgetResult(name, limit, unit, Verdict.PASS if s.max_abs_error <= limit else Verdict.FAIL,
-                                        s.max_abs_error, None, f"over {s.workload.chunks} chunks of the golden stream, "
-                                        f"state carried; {where}"))
+            where = (
+                (
+                    f"worst: {worst[0]} at chunk {worst[1]['worst_chunk']} (first chunk {worst[1]['first_chunk']:.3g}, "
+                    f"last quarter {worst[1]['last_quarter_max']:.3g})"
+                )
+                if worst
+                else "no output besides state"
+            )
+            results.append(
+                BudgetResult(
+                    name,
+                    limit,
+                    unit,
+                    Verdict.PASS if s.max_abs_error <= limit else Verdict.FAIL,
+                    s.max_abs_error,
+                    None,
+                    f"over {s.workload.chunks} chunks of the golden stream, state carried; {where}",
+                )
+            )
     return results

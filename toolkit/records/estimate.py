@@ -18,7 +18,8 @@ class RoofRecord(Record):
     source: str
     notes: list[str] = Field(default_factory=list)
     cache_bandwidth_gbs: list[tuple[int, float]] | None = Field(
-        None, description="this host's CPU only: [working-set bytes, GB/s], smallest first")
+        None, description="this host's CPU only: [working-set bytes, GB/s], smallest first"
+    )
     # written by earlier versions of tapeout, read and ignored: a reorder's strided loop, one thread's read stream
     strided: Json | None = None
     stream_gbs: Json | None = None
@@ -86,8 +87,8 @@ class EstimateVsMeasured(Record):
     measured_ms: float | None = None
     error: float | None = None
     of: Literal["predicted", "bound"]
-    bound_ms: float | None = None       # the roofline's floor for it
-    of_bound: float | None = None       # measured ÷ that floor: how far the runtime is from the roofline
+    bound_ms: float | None = None  # the roofline's floor for it
+    of_bound: float | None = None  # measured ÷ that floor: how far the runtime is from the roofline
 
 
 class GenerationEstimateRecord(Record):
@@ -119,10 +120,10 @@ class EstimateRecord(Record):
     by_class: list[ClassRecord]
     top_kernels: list[KernelRecord]
     notes: list[str] = Field(default_factory=list)
-    learned_fp32_gflops: Json | None = None         # earlier versions' kernel predictors: read and ignored
+    learned_fp32_gflops: Json | None = None  # earlier versions' kernel predictors: read and ignored
     measured_p50_ms: float | None = None
     error: float | None = None
-    at_measured_speed: Json | None = None           # earlier versions' kernel predictors: read and ignored
+    at_measured_speed: Json | None = None  # earlier versions' kernel predictors: read and ignored
     generation: GenerationEstimateRecord | None = None
 
 

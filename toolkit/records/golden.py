@@ -22,8 +22,8 @@ def load_golden(path: Path) -> tuple[list[Feeds], list[dict[str, np.ndarray]]]:
         raise BadInput(f"{path} not found: the build dir is incomplete", fix="rebuild with `tapeout build`")
     fix = "copy the build dir to the device as built, or rebuild with `tapeout build`"
     arrays = read_stacked(path, fix)
-    inputs = {k[len("input."):]: a for k, a in arrays.items() if k.startswith("input.")}
-    outputs = {k[len("output."):]: a for k, a in arrays.items() if k.startswith("output.")}
+    inputs = {k[len("input.") :]: a for k, a in arrays.items() if k.startswith("input.")}
+    outputs = {k[len("output.") :]: a for k, a in arrays.items() if k.startswith("output.")}
     for what, group in (("input", inputs), ("output", outputs)):
         if not group:
             raise BadInput(f"{path} holds no golden {what}s (no '{what}.NAME' arrays)", fix=fix)

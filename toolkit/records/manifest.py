@@ -76,7 +76,7 @@ class ManifestRecord(_Recorded):
     report: FileRecord
     project: ProjectRecord
     model: ModelRecord = ModelRecord()
-    structure: FileRecord | None = None     # structure.json (builds before it: the kernels come from the export)
+    structure: FileRecord | None = None  # structure.json (builds before it: the kernels come from the export)
     workload: WorkloadRecord | None = None  # a generate workload (forward builds: none)
     profile: dict[str, Any]
     device_spec: dict[str, Any] | None = None

@@ -139,8 +139,9 @@ class MeasurementRecord(Record):
     energy: EnergyRecord | None = None
     device: DeviceReading | None = None
     unmeasured: dict[str, str] = Field(default_factory=dict)
-    meters: dict[str, list[dict[str, Json]]] = Field(default_factory=dict,
-                                                     description="per meter other than rss, its raw result per process")
+    meters: dict[str, list[dict[str, Json]]] = Field(
+        default_factory=dict, description="per meter other than rss, its raw result per process"
+    )
     op_profile: OpProfileRecord | None = None
     notes: list[str] = Field(default_factory=list)
     host_state: HostStateRecord | None = None

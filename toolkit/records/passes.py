@@ -10,7 +10,7 @@ from tapeout.records.record import Record
 
 class PassRecord(Record):
     name: str
-    stage: str                                   # where in the build it ran: "export", "quantize", ...
+    stage: str  # where in the build it ran: "export", "quantize", ...
     outcome: Literal["applied", "skipped"]
-    rewrites: int = 0                            # places rewritten (0 when skipped)
-    reason: str                                  # what it did, or why it did not fire
+    rewrites: int = 0  # places rewritten (0 when skipped)
+    reason: str  # what it did, or why it did not fire

@@ -16,7 +16,7 @@ class PruneStepRecord(Record):
     params_before: int
     params_after: int
     widths: dict[str, int] = Field(default_factory=dict)
-    removed: list[str] | None = None      # depth: the blocks removed
+    removed: list[str] | None = None  # depth: the blocks removed
     kept: list[int] | None = None
     blocks: int | None = None
     influence: dict[str, float] | None = None

@@ -101,5 +101,6 @@ class QuantizationRecord(Record):
     quantized_bytes: int
     quick_latency_ms: QuickLatencyRecord | None = None
     notes: list[str] = Field(default_factory=list)
-    fallbacks: list[FallbackRecord] = Field(default_factory=list, description="groups moved up a rung because the "
-                                            "quantizer failed on them")
+    fallbacks: list[FallbackRecord] = Field(
+        default_factory=list, description="groups moved up a rung because the quantizer failed on them"
+    )

@@ -37,8 +37,10 @@ class ProfileInfo(Record):
     target: str
     device: str | None
     precision: str
-    budgets_from_project: list[str] = Field(default_factory=list, description="budgets the project file set and "
-                                            "the profile did not; every other budget is the profile's")
+    budgets_from_project: list[str] = Field(
+        default_factory=list,
+        description="budgets the project file set and the profile did not; every other budget is the profile's",
+    )
 
 
 class TargetRun(Record):
@@ -96,10 +98,13 @@ class ExportInfo(Record):
     dynamic_dims: list[str] = Field(default_factory=list)
     output_names: list[str] | None = None
     parity: list[OutputParity] | None = Field(None, description="the export verified against torch")
-    generation: dict[str, Json] | None = Field(None, description="a generate workload's KV-cache graph verified by "
-                                               "greedy decoding against the plain forward")
-    cached: bool | None = Field(None, description="reused from the export cache: the figures are those of the "
-                                                  "build that exported and verified it")
+    generation: dict[str, Json] | None = Field(
+        None, description="a generate workload's KV-cache graph verified by greedy decoding against the plain forward"
+    )
+    cached: bool | None = Field(
+        None,
+        description="reused from the export cache: the figures are those of the build that exported and verified it",
+    )
 
 
 class OffAccelerator(Record):
@@ -175,15 +180,23 @@ class Report(BaseModel):
     measurement: MeasurementRecord
     accuracy: AccuracyInfo | None = None
     placement: PlacementInfo | None = None
-    engine: EngineInfo | None = Field(None, description="device-compiled targets: the engine built or reused on this "
-                                      "device (null where none was made)")
-    estimate: EstimateRecord | None = Field(None, description="the latency estimate for the profile's device, with "
-                                            "the measured p50 and error where measured")
-    workload: dict[str, Json] | None = Field(None, description="a generate workload's measurement (TTFT per prompt "
-                                             "length, TPOT, tokens/s, memory split, greedy agreement) or a stream's "
-                                             "(chunk time, real-time factor, deadline misses, drift); null: forward")
-    bottlenecks: BottleneckRecord | None = Field(None, description="per op against the device's roofs (null where "
-                                                 "the timings are not the device's)")
+    engine: EngineInfo | None = Field(
+        None,
+        description="device-compiled targets: the engine built or reused on this device (null where none was made)",
+    )
+    estimate: EstimateRecord | None = Field(
+        None,
+        description="the latency estimate for the profile's device, with the measured p50 and error where measured",
+    )
+    workload: dict[str, Json] | None = Field(
+        None,
+        description="a generate workload's measurement (TTFT per prompt "
+        "length, TPOT, tokens/s, memory split, greedy agreement) or a stream's "
+        "(chunk time, real-time factor, deadline misses, drift); null: forward",
+    )
+    bottlenecks: BottleneckRecord | None = Field(
+        None, description="per op against the device's roofs (null where the timings are not the device's)"
+    )
     # the build's own sections (null in a check)
     model: ModelInfo | None = None
     export: ExportInfo | None = None
@@ -191,8 +204,10 @@ class Report(BaseModel):
     quantization: QuantizationRecord | None = None
     pruning: PruningRecord | None = None
     lint: list[str] = Field(default_factory=list)
-    passes: list[PassRecord] = Field(default_factory=list, description="graph passes offered to the model: applied "
-                                     "(how many places) or skipped (why)")
+    passes: list[PassRecord] = Field(
+        default_factory=list,
+        description="graph passes offered to the model: applied (how many places) or skipped (why)",
+    )
     host: HostInfo
     run: RunCost | None = Field(None, description="each step's wall time and tapeout's own peak memory over the run")
 

@@ -26,8 +26,8 @@ class CostUnitRecord(Record):
     lead: str = ""
     quantized_input: int = 0
     reread: float = 0.0
-    weights: float = 0.0    # of `bytes`, those of constant inputs (absent from earlier records: priced as their own)
-    shape: dict[str, int] = Field(default_factory=dict)   # earlier versions' predictor features: read and ignored
+    weights: float = 0.0  # of `bytes`, those of constant inputs (absent from earlier records: priced as their own)
+    shape: dict[str, int] = Field(default_factory=dict)  # earlier versions' predictor features: read and ignored
 
 
 class PhaseRecord(Record):
@@ -43,4 +43,4 @@ class StructureRecord(Record):
     schema_id: Literal["tapeout.structure/1"] = Field(SCHEMA, alias="schema")
     kernels: list[CostUnitRecord]
     phases: list[PhaseRecord] = Field(default_factory=list, description="generate workloads only")
-    shapes: int = Field(0, ge=0)   # earlier versions' predictor feature version: read and ignored
+    shapes: int = Field(0, ge=0)  # earlier versions' predictor feature version: read and ignored

@@ -5,8 +5,14 @@ from __future__ import annotations
 
 from typing import Any
 
-VERDICT_MARK = {"pass": "PASS", "fail": "FAIL", "inconclusive": "INCONCLUSIVE", "unmeasured": "UNMEASURED",
-         "estimated-pass": "EST. PASS", "estimated-fail": "EST. FAIL"}
+VERDICT_MARK = {
+    "pass": "PASS",
+    "fail": "FAIL",
+    "inconclusive": "INCONCLUSIVE",
+    "unmeasured": "UNMEASURED",
+    "estimated-pass": "EST. PASS",
+    "estimated-fail": "EST. FAIL",
+}
 
 
 def fmt(value: Any, digits: int = 4) -> str:
@@ -25,11 +31,16 @@ def budget_rows(budgets: list[dict]) -> list[list[str]]:
     rows = []
     for b in budgets:
         bound = b.get("bound")
-        rows.append([
-            b["budget"], f"{fmt(b['limit'])} {b['unit']}", fmt(b.get("measured")),
-            f"[{fmt(bound[0])}, {fmt(bound[1])}]" if bound else "—", VERDICT_MARK[b["verdict"]],
-            ("carried from the build: " if b.get("carried") else "") + b.get("reason", ""),
-        ])
+        rows.append(
+            [
+                b["budget"],
+                f"{fmt(b['limit'])} {b['unit']}",
+                fmt(b.get("measured")),
+                f"[{fmt(bound[0])}, {fmt(bound[1])}]" if bound else "—",
+                VERDICT_MARK[b["verdict"]],
+                ("carried from the build: " if b.get("carried") else "") + b.get("reason", ""),
+            ]
+        )
     return rows
 
 

@@ -34,17 +34,27 @@ def resolve(items: list[Path], profiles: list[str]) -> list[Path]:
         dirs = []
         for name in profiles:
             name = Path(name).stem
-            found = next((d for d in (root / "build" / name, root / "build" / "fastest" / name)
-                          if (d / "report.json").is_file()), None)
+            found = next(
+                (
+                    d
+                    for d in (root / "build" / name, root / "build" / "fastest" / name)
+                    if (d / "report.json").is_file()
+                ),
+                None,
+            )
             if found is None:
-                raise BadInput(f"no build of {root.name} for profile {name} (looked in build/{name} and "
-                               f"build/fastest/{name})", fix=f"run `tapeout build {items[0]} -p {name}` first")
+                raise BadInput(
+                    f"no build of {root.name} for profile {name} (looked in build/{name} and build/fastest/{name})",
+                    fix=f"run `tapeout build {items[0]} -p {name}` first",
+                )
             dirs.append(found)
         return dirs
     for d in items:
         if not (d / "report.json").is_file():
-            raise BadInput(f"{d} is not a build dir (no report.json)", fix="give build dirs `tapeout build` wrote, "
-                           "or a project with --profile")
+            raise BadInput(
+                f"{d} is not a build dir (no report.json)",
+                fix="give build dirs `tapeout build` wrote, or a project with --profile",
+            )
     return list(items)
 
 
@@ -74,22 +84,35 @@ def row(directory: Path) -> dict[str, Any]:
     acc = built.get("accuracy")
     budgets = data["budgets"]
     return {
-        "build_dir": str(directory), "from": "check" if check else "build", "project": data["project"]["name"],
-        "profile": data["profile"]["name"], "target": data["target"]["name"], "precision": data["profile"]["precision"],
-        "device": data["profile"].get("device") or "this host", "latency_status": status,
-        "emulated": emulated, "latency_ms": latency,
+        "build_dir": str(directory),
+        "from": "check" if check else "build",
+        "project": data["project"]["name"],
+        "profile": data["profile"]["name"],
+        "target": data["target"]["name"],
+        "precision": data["profile"]["precision"],
+        "device": data["profile"].get("device") or "this host",
+        "latency_status": status,
+        "emulated": emulated,
+        "latency_ms": latency,
         "estimate_method": est.get("method") if status == "estimated" else None,
         "peak_rss_mb": None if emulated else (m.get("memory_mb") or {}).get("peak_rss"),
         "energy_mj": None if emulated or not energy else energy["mj_per_inference"],
         "artifact_mb": data["artifact"]["bytes"] / 2**20,
-        "accuracy": None if not acc else {"metric": acc["metric"], "direction": acc["direction"],
-                                          "reference": acc["reference"], "artifact": acc["artifact"]},
+        "accuracy": None
+        if not acc
+        else {
+            "metric": acc["metric"],
+            "direction": acc["direction"],
+            "reference": acc["reference"],
+            "artifact": acc["artifact"],
+        },
         "generate": None if emulated else _generation(data.get("workload")),
         "stream": _stream(data.get("workload"), emulated),
         "exit_code": data["exit_code"],
         "failed": [b["budget"] for b in budgets if b["verdict"] in ("fail", "estimated-fail", "inconclusive")],
-        "unsettled": [b["budget"] for b in budgets if b["verdict"] not in _PASSING | {"fail", "estimated-fail",
-                                                                                        "inconclusive"}],
+        "unsettled": [
+            b["budget"] for b in budgets if b["verdict"] not in _PASSING | {"fail", "estimated-fail", "inconclusive"}
+        ],
         "estimated": [b["budget"] for b in budgets if b["verdict"].startswith("estimated")],
     }
 
@@ -99,9 +122,13 @@ def _generation(w: dict | None) -> dict | None:
     if not w or w.get("kind") != "generate":
         return None
     longest = max(w["ttft_ms"], key=int)
-    return {"ttft_p50_ms": w["ttft_ms"][longest]["quantiles"]["p50"]["point"], "prompt": int(longest),
-            "tpot_p50_ms": w["tpot_ms"]["quantiles"]["p50"]["point"],
-            "decode_tokens_per_s": w["decode_tokens_per_s"]["point"], "agreement": w["agreement"]["share"]}
+    return {
+        "ttft_p50_ms": w["ttft_ms"][longest]["quantiles"]["p50"]["point"],
+        "prompt": int(longest),
+        "tpot_p50_ms": w["tpot_ms"]["quantiles"]["p50"]["point"],
+        "decode_tokens_per_s": w["decode_tokens_per_s"]["point"],
+        "agreement": w["agreement"]["share"],
+    }
 
 
 def _stream(w: dict | None, emulated: str | None) -> dict | None:
@@ -109,9 +136,15 @@ def _stream(w: dict | None, emulated: str | None) -> dict | None:
     streamed outputs' largest error (also through one: it computes what the device computes)."""
     if not w or w.get("kind") != "stream":
         return None
-    timed = {} if emulated else {"chunk_p99_ms": w["chunk_ms"]["quantiles"]["p99"]["point"],
-                                 "real_time_factor": w["real_time_factor"]["median"],
-                                 "deadline_misses": w["deadline"]["misses"]}
+    timed = (
+        {}
+        if emulated
+        else {
+            "chunk_p99_ms": w["chunk_ms"]["quantiles"]["p99"]["point"],
+            "real_time_factor": w["real_time_factor"]["median"],
+            "deadline_misses": w["deadline"]["misses"],
+        }
+    )
     return {**timed, "max_abs_error": w["drift"]["max_abs_error"]}
 
 
@@ -127,8 +160,9 @@ def pareto(rows: list[dict]) -> list[str]:
         points.append((r["build_dir"], acc["metric"], p50, score))
     front = []
     for d, metric, p50, score in points:
-        beaten = any(m == metric and p <= p50 and s >= score and (p < p50 or s > score)
-                     for d2, m, p, s in points if d2 != d)
+        beaten = any(
+            m == metric and p <= p50 and s >= score and (p < p50 or s > score) for d2, m, p, s in points if d2 != d
+        )
         if not beaten:
             front.append(d)
     return front
@@ -159,8 +193,10 @@ def recommend(rows: list[dict]) -> tuple[dict | None, str]:
     pool = measured or ok
     best = min(pool, key=lambda r: rank_of(r)[0])
     value, what = rank_of(best)
-    why = (f"{best['profile']}: the lowest {what} ({value:.4g} ms, {best['latency_status']}) among the {len(pool)} "
-           "builds whose budgets all hold")
+    why = (
+        f"{best['profile']}: the lowest {what} ({value:.4g} ms, {best['latency_status']}) among the {len(pool)} "
+        "builds whose budgets all hold"
+    )
     if best["unsettled"]:
         why += f" (unmeasured: {', '.join(best['unsettled'])})"
     if not measured:
@@ -168,8 +204,10 @@ def recommend(rows: list[dict]) -> tuple[dict | None, str]:
     elif len(ok) > len(measured):
         faster = [r for r in ok if r["latency_status"] != "measured" and rank_of(r)[0] < value]
         if faster:
-            why += (f"; estimated faster but not measured: {', '.join(r['profile'] for r in faster)} "
-                    "(check them on their devices)")
+            why += (
+                f"; estimated faster but not measured: {', '.join(r['profile'] for r in faster)} "
+                "(check them on their devices)"
+            )
     return best, why
 
 
@@ -198,47 +236,91 @@ def _interval(v: dict | None) -> str:
     return f"{v['point']:.4g} [{v['lower']:.4g}, {upper}]"
 
 
-HEADER = ["build", "target", "prec", "device", "p50 ms", "p90 ms", "latency is", "RSS MB", "mJ", "MB", "accuracy",
-          "exit", "note", "workload"]
+HEADER = [
+    "build",
+    "target",
+    "prec",
+    "device",
+    "p50 ms",
+    "p90 ms",
+    "latency is",
+    "RSS MB",
+    "mJ",
+    "MB",
+    "accuracy",
+    "exit",
+    "note",
+    "workload",
+]
 
 
 def table_rows(result: dict) -> list[list[str]]:
     out = []
     for r in result["rows"]:
         acc = r["accuracy"]
-        note = ("recommended" if r["build_dir"] in result["recommended"] else
-                f"missed: {', '.join(r['failed'])}" if r["failed"] else
-                f"unsettled: {', '.join(r['unsettled'])}" if r["unsettled"] else "")
+        note = (
+            "recommended"
+            if r["build_dir"] in result["recommended"]
+            else f"missed: {', '.join(r['failed'])}"
+            if r["failed"]
+            else f"unsettled: {', '.join(r['unsettled'])}"
+            if r["unsettled"]
+            else ""
+        )
         if r["build_dir"] in result["pareto"]:
             note = (note + "; " if note else "") + "Pareto"
-        out.append([f"{r['project']}/{r['profile']}", r["target"], r["precision"], r["device"],
-                    _interval(r["latency_ms"].get("p50")), _interval(r["latency_ms"].get("p90")), r["latency_status"],
-                    "—" if r["peak_rss_mb"] is None else f"{r['peak_rss_mb']:.0f}",
-                    "—" if r["energy_mj"] is None else f"{r['energy_mj']:.3g}", f"{r['artifact_mb']:.2f}",
-                    f"{acc['metric']} {acc['artifact']:.4g}" if acc and acc["artifact"] is not None else "—",
-                    str(r["exit_code"]), note, _workload_cell(r.get("generate"), r.get("stream"))])
+        out.append(
+            [
+                f"{r['project']}/{r['profile']}",
+                r["target"],
+                r["precision"],
+                r["device"],
+                _interval(r["latency_ms"].get("p50")),
+                _interval(r["latency_ms"].get("p90")),
+                r["latency_status"],
+                "—" if r["peak_rss_mb"] is None else f"{r['peak_rss_mb']:.0f}",
+                "—" if r["energy_mj"] is None else f"{r['energy_mj']:.3g}",
+                f"{r['artifact_mb']:.2f}",
+                f"{acc['metric']} {acc['artifact']:.4g}" if acc and acc["artifact"] is not None else "—",
+                str(r["exit_code"]),
+                note,
+                _workload_cell(r.get("generate"), r.get("stream")),
+            ]
+        )
     return out
 
 
 def _workload_cell(g: dict | None, s: dict | None) -> str:
     if g:
         agreement = "" if g.get("agreement") is None else f" · greedy agreement {g['agreement']:.0%}"
-        return (f"TTFT@{g['prompt']} {g['ttft_p50_ms']:.3g} ms · TPOT {g['tpot_p50_ms']:.3g} ms · "
-                f"{g['decode_tokens_per_s']:.0f} tok/s{agreement}")
+        return (
+            f"TTFT@{g['prompt']} {g['ttft_p50_ms']:.3g} ms · TPOT {g['tpot_p50_ms']:.3g} ms · "
+            f"{g['decode_tokens_per_s']:.0f} tok/s{agreement}"
+        )
     if s:
-        timed = (f"chunk p99 {s['chunk_p99_ms']:.3g} ms · RTF {s['real_time_factor']:.3g} · "
-                 if "chunk_p99_ms" in s else "")
+        timed = (
+            f"chunk p99 {s['chunk_p99_ms']:.3g} ms · RTF {s['real_time_factor']:.3g} · " if "chunk_p99_ms" in s else ""
+        )
         return f"{timed}max |Δ| {s['max_abs_error']:.2g}"
     return "—"
 
 
 def render_markdown(result: dict) -> str:
-    lines = ["# tapeout compare", "", f"Recommendation: {result['why']}.", "",
-             "| " + " | ".join(HEADER) + " |", "|" + "---|" * len(HEADER)]
+    lines = [
+        "# tapeout compare",
+        "",
+        f"Recommendation: {result['why']}.",
+        "",
+        "| " + " | ".join(HEADER) + " |",
+        "|" + "---|" * len(HEADER),
+    ]
     lines += ["| " + " | ".join(c.replace("|", "\\|") for c in row) + " |" for row in table_rows(result)]
-    lines += ["", "Latency: *measured* on the device; *emulated* through an emulator or stand-in (never judged); "
-              "*estimated* by the roofline estimator (band from its calibration; ≥ a lower bound without one). "
-              "Pareto: not beaten on both accuracy and p50 by a build with the same metric."]
+    lines += [
+        "",
+        "Latency: *measured* on the device; *emulated* through an emulator or stand-in (never judged); "
+        "*estimated* by the roofline estimator (band from its calibration; ≥ a lower bound without one). "
+        "Pareto: not beaten on both accuracy and p50 by a build with the same metric.",
+    ]
     return "\n".join(lines) + "\n"
 
 

@@ -82,11 +82,19 @@ def diff(a: Report, b: Report) -> list[dict[str, Any]]:
             apart = lb > ha or la > hb
             # apart, and by more than a percent: RSS ranges over identical processes can be a few kB wide
             moved = apart and (change is None or abs(change) >= MIN_CHANGE)
-            why = ("intervals apart" if moved else "intervals apart, but under 1 %" if apart
-                   else "intervals overlap: within noise")
+            why = (
+                "intervals apart"
+                if moved
+                else "intervals apart, but under 1 %"
+                if apart
+                else "intervals overlap: within noise"
+            )
         if name in _MACHINE_NAMES:
-            why = ("the machine's own samples are apart: latency changes may be the machine's, not the build's"
-                   if moved else f"the machine's own samples: {why}")
+            why = (
+                "the machine's own samples are apart: latency changes may be the machine's, not the build's"
+                if moved
+                else f"the machine's own samples: {why}"
+            )
         rows.append({"figure": name, "a": pa, "b": pb, "change": change, "moved": moved, "why": why})
     return rows
 
@@ -108,8 +116,9 @@ def _host_state(report: Report) -> dict[str, tuple[float, float, float]]:
         point, bounds = state.get(key), state.get(f"{key}_range")
         if not isinstance(bounds, list) or len(bounds) != 2:
             continue
-        if all(isinstance(v, int | float) and not isinstance(v, bool) and 0 < v < float("inf")
-               for v in (point, *bounds)):
+        if all(
+            isinstance(v, int | float) and not isinstance(v, bool) and 0 < v < float("inf") for v in (point, *bounds)
+        ):
             out[key] = (float(point), float(min(bounds)), float(max(bounds)))
     return out
 
@@ -121,9 +130,19 @@ def load_side(path: Path) -> Report:
 
 
 def render_diff(rows: list[dict], a: str, b: str) -> str:
-    lines = ["# tapeout diff", "", f"A: `{a}`", f"B: `{b}`", "", "| figure | A | B | change | moved? |", "|---|---|---|---|---|"]
+    lines = [
+        "# tapeout diff",
+        "",
+        f"A: `{a}`",
+        f"B: `{b}`",
+        "",
+        "| figure | A | B | change | moved? |",
+        "|---|---|---|---|---|",
+    ]
     for r in rows:
         change = "—" if r["change"] is None else f"{r['change']:+.1%}"
-        lines.append(f"| {r['figure']} | {r['a']:.4g} | {r['b']:.4g} | {change} | "
-                     f"{'**yes**' if r['moved'] else 'no'} ({r['why']}) |")
+        lines.append(
+            f"| {r['figure']} | {r['a']:.4g} | {r['b']:.4g} | {change} | "
+            f"{'**yes**' if r['moved'] else 'no'} ({r['why']}) |"
+        )
     return "\n".join(lines) + "\n"

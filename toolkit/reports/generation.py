@@ -16,11 +16,13 @@ def one_line(w: dict, estimate: dict | None = None) -> str:
     tpot = w["tpot_ms"]["quantiles"]
     tok = w["decode_tokens_per_s"]
     agree = w["agreement"]["share"]
-    return (f"generate: {ttft} · TPOT p50 {interval(tpot['p50'])} p90 {tpot['p90']['point']:.3f} ms"
-            f"{_floor(estimate)} · decode "
-            f"{tok['point']:.0f} tok/s [{tok['lower']:.0f}, {tok['upper'] or float('inf'):.0f}] · KV cache "
-            f"{w['memory_mb']['kv_cache']:.2f} MB at {w['layout']['max_context']} tokens"
-            + ("" if agree is None else f" · greedy agreement {agree:.0%}"))
+    return (
+        f"generate: {ttft} · TPOT p50 {interval(tpot['p50'])} p90 {tpot['p90']['point']:.3f} ms"
+        f"{_floor(estimate)} · decode "
+        f"{tok['point']:.0f} tok/s [{tok['lower']:.0f}, {tok['upper'] or float('inf'):.0f}] · KV cache "
+        f"{w['memory_mb']['kv_cache']:.2f} MB at {w['layout']['max_context']} tokens"
+        + ("" if agree is None else f" · greedy agreement {agree:.0%}")
+    )
 
 
 def _floor(estimate: dict | None) -> str:
@@ -33,33 +35,50 @@ def _floor(estimate: dict | None) -> str:
 
 
 def ttft_rows(w: dict) -> list[list[str]]:
-    return [[n, interval(s["quantiles"]["p50"]), interval(s["quantiles"]["p90"]), f"{w['prefill_tokens_per_s'][n]:.0f}"]
-            for n, s in w["ttft_ms"].items()]
+    return [
+        [n, interval(s["quantiles"]["p50"]), interval(s["quantiles"]["p90"]), f"{w['prefill_tokens_per_s'][n]:.0f}"]
+        for n, s in w["ttft_ms"].items()
+    ]
 
 
 def tpot_rows(w: dict) -> list[list[str]]:
     q = w["tpot_ms"]["quantiles"]
     tok = w["decode_tokens_per_s"]
     return [[name, interval(q[name])] for name in ("p50", "p90", "p99") if name in q] + [
-        ["decode tokens/s", f"{tok['point']:.0f} [{tok['lower']:.0f}, {tok['upper'] or float('inf'):.0f}]"]]
+        ["decode tokens/s", f"{tok['point']:.0f} [{tok['lower']:.0f}, {tok['upper'] or float('inf'):.0f}]"]
+    ]
 
 
 def position_rows(w: dict) -> list[list[str]]:
-    return [[f"{b['from']}–{b['to']}", str(b["count"]), f"{b['p50_ms']:.3f}", f"{b['p90_ms']:.3f}"]
-            for b in w["tpot_by_position"]]
+    return [
+        [f"{b['from']}–{b['to']}", str(b["count"]), f"{b['p50_ms']:.3f}", f"{b['p90_ms']:.3f}"]
+        for b in w["tpot_by_position"]
+    ]
 
 
 def memory_rows(w: dict) -> list[list[str]]:
     mem = w["memory_mb"]
-    rows = [[name, f"{mem[key]:.2f}"] for name, key in (
-        ("peak RSS", "peak_rss"), ("process baseline (interpreter, numpy)", "process_baseline"),
-        ("weights (artifact files)", "weights"), ("KV cache at max_context", "kv_cache"),
-        ("rest (runtime, arenas, activations)", "rest"))]
+    rows = [
+        [name, f"{mem[key]:.2f}"]
+        for name, key in (
+            ("peak RSS", "peak_rss"),
+            ("process baseline (interpreter, numpy)", "process_baseline"),
+            ("weights (artifact files)", "weights"),
+            ("KV cache at max_context", "kv_cache"),
+            ("rest (runtime, arenas, activations)", "rest"),
+        )
+    ]
     device = mem.get("device")
     if device:  # a GPU target: the weights and the KV cache at max_context are in device memory
-        rows += [[f"device: {name}", f"{device[key]:.2f}"] for name, key in (
-            ("peak GPU memory", "peak"), ("weights", "weights"), ("KV cache at max_context", "kv_cache"),
-            ("rest (CUDA context, arena, workspaces, activations)", "rest"))]
+        rows += [
+            [f"device: {name}", f"{device[key]:.2f}"]
+            for name, key in (
+                ("peak GPU memory", "peak"),
+                ("weights", "weights"),
+                ("KV cache at max_context", "kv_cache"),
+                ("rest (CUDA context, arena, workspaces, activations)", "rest"),
+            )
+        ]
     return rows
 
 
@@ -68,9 +87,12 @@ def agreement_line(w: dict) -> str:
     if a["share"] is None:
         return "Greedy agreement: not read."
     diverged = [f for f in a["first_divergence"] if f is not None]
-    return (f"Greedy agreement with the torch reference: **{a['share']:.1%}** of {a['tokens']} tokens × {a['prompts']} "
-            f"prompts reproduced before the first divergence; {a['prompts'] - len(diverged)} prompts match throughout"
-            + (f", first divergences at {diverged}" if diverged else "") + ".")
+    return (
+        f"Greedy agreement with the torch reference: **{a['share']:.1%}** of {a['tokens']} tokens × {a['prompts']} "
+        f"prompts reproduced before the first divergence; {a['prompts'] - len(diverged)} prompts match throughout"
+        + (f", first divergences at {diverged}" if diverged else "")
+        + "."
+    )
 
 
 # ---------------------------------------------------------------- the estimate of the loop (estimation/generation.py)
@@ -93,18 +115,28 @@ def estimate_rows(g: dict) -> list[list[str]]:
         if not m or m.get("measured_ms") is None:
             return ["—", "—"]
         floor = f"; {m['of_bound']:.1f}× the floor" if m.get("of_bound") else ""
-        return [f"{m['measured_ms']:.4g}{floor}",
-                "—" if m["error"] is None else f"{m['error']:+.1%} (of the {m['of']})"]
+        return [
+            f"{m['measured_ms']:.4g}{floor}",
+            "—" if m["error"] is None else f"{m['error']:+.1%} (of the {m['of']})",
+        ]
 
-    rows = [[f"TTFT@{n} ms", f"≥ {e['lower_bound']:.4g}", _triple(e["predicted"]), *seen(f"TTFT@{n} p50")]
-            for n, e in g["ttft_ms"].items()]
+    rows = [
+        [f"TTFT@{n} ms", f"≥ {e['lower_bound']:.4g}", _triple(e["predicted"]), *seen(f"TTFT@{n} p50")]
+        for n, e in g["ttft_ms"].items()
+    ]
     tpot = g["tpot_ms"]
     for q in ("p50", "p90", "p99"):
         bound = tpot["lower_bound"].get(q)
         if bound is None:
             continue
-        rows.append([f"TPOT {q} ms", f"≥ {bound:.4g}", _triple((tpot["predicted"] or {}).get(q)),
-                     *(seen("TPOT p50") if q == "p50" else ["—", "—"])])
+        rows.append(
+            [
+                f"TPOT {q} ms",
+                f"≥ {bound:.4g}",
+                _triple((tpot["predicted"] or {}).get(q)),
+                *(seen("TPOT p50") if q == "p50" else ["—", "—"]),
+            ]
+        )
     tok = g["decode_tokens_per_s"]
     if tok["upper_bound"]:
         rows.append(["decode tokens/s", f"≤ {tok['upper_bound']:.0f}", _triple(tok["predicted"]), "—", "—"])
@@ -114,9 +146,17 @@ def estimate_rows(g: dict) -> list[list[str]]:
 def phase_rows(g: dict) -> list[list[str]]:
     """The calls the loop was priced from: each prompt's prefill and the decode steps the line runs through."""
     calls = [*(e["phase"] for e in g["ttft_ms"].values()), *g["decode_steps"]]
-    return [[f"prefill of {p['seq']}" if p["kind"] == "prefill" else f"decode at position {p['past']}",
-             f"{p['gflop']:.4g}", f"{p['mb']:.4g}", f"{p['memory_bound_share']:.0%}", f"{p['lower_bound_ms']:.4g}",
-             "—" if p["predicted_ms"] is None else f"{p['predicted_ms']:.4g}"] for p in calls]
+    return [
+        [
+            f"prefill of {p['seq']}" if p["kind"] == "prefill" else f"decode at position {p['past']}",
+            f"{p['gflop']:.4g}",
+            f"{p['mb']:.4g}",
+            f"{p['memory_bound_share']:.0%}",
+            f"{p['lower_bound_ms']:.4g}",
+            "—" if p["predicted_ms"] is None else f"{p['predicted_ms']:.4g}",
+        ]
+        for p in calls
+    ]
 
 
 def estimate_note(g: dict) -> str:
@@ -126,5 +166,7 @@ def estimate_note(g: dict) -> str:
         return f"Band {lo:+.0%}…{hi:+.0%}: {g['band_from']}. {g['calibration']}."
     if g.get("calibration"):
         return f"{g['calibration']}; no band (too few models to hold one out)."
-    return ("No calibration for this device and target: the bounds alone, which a loop on the device can only be "
-            "slower than (unless its weights stay in a cache between calls).")
+    return (
+        "No calibration for this device and target: the bounds alone, which a loop on the device can only be "
+        "slower than (unless its weights stay in a cache between calls)."
+    )

@@ -35,8 +35,15 @@ def _plt():
     import matplotlib
 
     matplotlib.use("Agg", force=True)
-    matplotlib.rcParams.update({"svg.fonttype": "none", "svg.hashsalt": "tapeout", "font.size": 9,
-                                "axes.spines.top": False, "axes.spines.right": False})
+    matplotlib.rcParams.update(
+        {
+            "svg.fonttype": "none",
+            "svg.hashsalt": "tapeout",
+            "font.size": 9,
+            "axes.spines.top": False,
+            "axes.spines.right": False,
+        }
+    )
     import matplotlib.pyplot as plt
 
     return plt
@@ -59,7 +66,7 @@ def _svg(fig) -> str:
     fig.savefig(buf, format="svg", bbox_inches="tight", metadata={"Date": None})
     _plt().close(fig)
     text = buf.getvalue()
-    text = text[text.index("<svg"):]
+    text = text[text.index("<svg") :]
     return re.sub(r"<metadata>.*?</metadata>", "", text, flags=re.S)  # RDF licence block: nothing to show
 
 
@@ -72,8 +79,11 @@ def _table(header: list[str], rows: list[list[Any]], classes: list[str] | None =
     body = []
     for i, row in enumerate(rows):
         cls = f' class="{classes[i]}"' if classes and classes[i] else ""
-        body.append("<tr>" + "".join(f"<td{cls if j == 4 else ''}>{html.escape(str(c))}</td>" for j, c in enumerate(row))
-                    + "</tr>")
+        body.append(
+            "<tr>"
+            + "".join(f"<td{cls if j == 4 else ''}>{html.escape(str(c))}</td>" for j, c in enumerate(row))
+            + "</tr>"
+        )
     return f"<table><tr>{head}</tr>{''.join(body)}</table>"
 
 
@@ -101,8 +111,12 @@ def latency_figure(m: dict, budgets: list[dict]) -> str | None:
     ax.set_xlabel("latency per inference, ms (log)")
     ax.set_ylabel("runs")
     ax.legend(fontsize=7, frameon=False, ncol=2)
-    return _figure("latency", _svg(fig), f"Latency distribution: {lat['count']} timed runs in {lat['repeats']} fresh "
-                   f"processes; lines are the percentiles, bands their {lat['confidence']:.0%} order-statistic bounds.")
+    return _figure(
+        "latency",
+        _svg(fig),
+        f"Latency distribution: {lat['count']} timed runs in {lat['repeats']} fresh "
+        f"processes; lines are the percentiles, bands their {lat['confidence']:.0%} order-statistic bounds.",
+    )
 
 
 def _bars(labels: list[str], values: list[float], colour, xlabel: str):
@@ -117,22 +131,37 @@ def op_type_figure(prof: dict | None) -> str | None:
     if not prof or not prof.get("op_types"):
         return None
     rows = prof["op_types"][:15][::-1]
-    fig, _ = _bars([f"{r['op_type']} ({r['provider'].replace('ExecutionProvider', '')})" for r in rows],
-                   [r["total_us"] / prof["runs"] for r in rows], "#4c72b0", "µs per profiled run")
-    return _figure("op-types", _svg(fig), f"Time by op type (profiler on, separate pass; {prof.get('method', '')}). "
-                   "Profiled runs are slower than timed ones: read the shares.")
+    fig, _ = _bars(
+        [f"{r['op_type']} ({r['provider'].replace('ExecutionProvider', '')})" for r in rows],
+        [r["total_us"] / prof["runs"] for r in rows],
+        "#4c72b0",
+        "µs per profiled run",
+    )
+    return _figure(
+        "op-types",
+        _svg(fig),
+        f"Time by op type (profiler on, separate pass; {prof.get('method', '')}). "
+        "Profiled runs are slower than timed ones: read the shares.",
+    )
 
 
 def ops_figure(b: dict | None) -> str | None:
     if not b or not b.get("ops"):
         return None
     ops = b["ops"][:15][::-1]
-    fig, ax = _bars([f"{o['node'][:40]} ({o['op_type']})" for o in ops], [o["mean_us"] for o in ops],
-                    [_BOUND_COLOURS.get(o["bound"], "#999") for o in ops], "µs per run (scaled to the timed p50)")
+    fig, ax = _bars(
+        [f"{o['node'][:40]} ({o['op_type']})" for o in ops],
+        [o["mean_us"] for o in ops],
+        [_BOUND_COLOURS.get(o["bound"], "#999") for o in ops],
+        "µs per run (scaled to the timed p50)",
+    )
     handles = [_plt().Rectangle((0, 0), 1, 1, color=c) for c in _BOUND_COLOURS.values()]
     ax.legend(handles, [f"{k}-bound" for k in _BOUND_COLOURS], fontsize=7, frameon=False)
-    return _figure("ops", _svg(fig), "The slowest ops (each a runtime kernel, fused as the runtime fused it), "
-                   "coloured by what bounds them.")
+    return _figure(
+        "ops",
+        _svg(fig),
+        "The slowest ops (each a runtime kernel, fused as the runtime fused it), coloured by what bounds them.",
+    )
 
 
 def roofline_figure(b: dict | None) -> str | None:
@@ -146,20 +175,32 @@ def roofline_figure(b: dict | None) -> str | None:
     import numpy as np
 
     fig, ax = plt.subplots(figsize=(7.5, 3.6))
-    xs = np.geomspace(min(0.01, min(o["intensity"] for o in points)), max(1e4, max(o["intensity"] for o in points)), 200)
+    xs = np.geomspace(
+        min(0.01, min(o["intensity"] for o in points)), max(1e4, max(o["intensity"] for o in points)), 200
+    )
     for prec, tops in roof["peaks_tops"].items():
         ax.plot(xs, np.minimum(tops * 1e3, xs * roof["bandwidth_gbs"]), lw=1, label=f"roof {prec}")
     for bound, colour in _BOUND_COLOURS.items():
         sel = [o for o in points if o["bound"] == bound]
         if sel:
-            ax.scatter([o["intensity"] for o in sel], [o["achieved_gflops"] for o in sel],
-                       s=[max(8.0, 300 * o["share"]) for o in sel], color=colour, alpha=0.7, label=f"{bound}-bound ops")
+            ax.scatter(
+                [o["intensity"] for o in sel],
+                [o["achieved_gflops"] for o in sel],
+                s=[max(8.0, 300 * o["share"]) for o in sel],
+                color=colour,
+                alpha=0.7,
+                label=f"{bound}-bound ops",
+            )
     _log(ax, "x", "y")
     ax.set_xlabel("arithmetic intensity, FLOP/byte")
     ax.set_ylabel("achieved GFLOP/s")
     ax.legend(fontsize=7, frameon=False)
-    return _figure("roofline", _svg(fig), f"Roofline: each op at its achieved rate (dot size: share of time) under "
-                   f"the roofs of {roof['name']} ({roof['source']}).")
+    return _figure(
+        "roofline",
+        _svg(fig),
+        f"Roofline: each op at its achieved rate (dot size: share of time) under "
+        f"the roofs of {roof['name']} ({roof['source']}).",
+    )
 
 
 def estimate_figure(e: dict | None) -> str | None:
@@ -199,8 +240,12 @@ def sensitivity_figure(q: dict | None) -> str | None:
     for s in steps:
         if s.get("group"):
             ax.annotate(f"{s['group']}→{s['precision']}", (s["index"], s["metric"]), fontsize=6, rotation=20)
-    return _figure("sensitivity", _svg(fig), "The precision loop: each step moves the most sensitive group up the "
-                   "ladder; the metric and the quick latency after it. " + str((q.get("search") or {}).get("stopped", "")))
+    return _figure(
+        "sensitivity",
+        _svg(fig),
+        "The precision loop: each step moves the most sensitive group up the "
+        "ladder; the metric and the quick latency after it. " + str((q.get("search") or {}).get("stopped", "")),
+    )
 
 
 def generation_figure(w: dict | None) -> str:
@@ -224,8 +269,12 @@ def generation_figure(w: dict | None) -> str:
     right.set_ylim(bottom=0)
     right.legend(frameon=False)
     fig.tight_layout()
-    return _figure("generation", _svg(fig), "Time to first token against prompt length, and the decode step's time "
-                   "against the position it decodes (the KV cache grows with it).")
+    return _figure(
+        "generation",
+        _svg(fig),
+        "Time to first token against prompt length, and the decode step's time "
+        "against the position it decodes (the KV cache grows with it).",
+    )
 
 
 def stream_figure(w: dict | None) -> str:
@@ -237,21 +286,36 @@ def stream_figure(w: dict | None) -> str:
     carried = set(w["settings"]["state"].values())
     for name, d in w["drift"]["outputs"].items():
         middle = [(b["from"] + b["to"]) / 2 for b in d["by_chunk"]]
-        ax.plot(middle, [max(b["max_abs"], 1e-12) for b in d["by_chunk"]], "s--" if name in carried else "o-",
-                label=name + (" (state)" if name in carried else ""))
+        ax.plot(
+            middle,
+            [max(b["max_abs"], 1e-12) for b in d["by_chunk"]],
+            "s--" if name in carried else "o-",
+            label=name + (" (state)" if name in carried else ""),
+        )
     ax.set_yscale("log")
     ax.set_xlabel("chunk in the golden stream")
     ax.set_ylabel("max |artifact − reference|")
     ax.legend(frameon=False, fontsize=7)
     fig.tight_layout()
-    return _figure("stream", _svg(fig), "Each output's largest difference from the FP32 reference along the golden "
-                   "stream, state carried on both sides: a precision error stays flat, state drift grows.")
+    return _figure(
+        "stream",
+        _svg(fig),
+        "Each output's largest difference from the FP32 reference along the golden "
+        "stream, state carried on both sides: a precision error stays flat, state drift grows.",
+    )
 
 
 # Which of report.md's sections (by the start of their heading) each figure belongs under.
-_FIGURES_UNDER = (("Generation", "generation"), ("Stream", "stream"), ("Latency", "latency"),
-                  ("Where the time goes", "op-types"), ("Bottlenecks", "ops"), ("Bottlenecks", "roofline"),
-                  ("Estimate", "estimate"), ("Precision", "sensitivity"))
+_FIGURES_UNDER = (
+    ("Generation", "generation"),
+    ("Stream", "stream"),
+    ("Latency", "latency"),
+    ("Where the time goes", "op-types"),
+    ("Bottlenecks", "ops"),
+    ("Bottlenecks", "roofline"),
+    ("Estimate", "estimate"),
+    ("Precision", "sensitivity"),
+)
 
 
 def _markdown():
@@ -282,18 +346,29 @@ def render(report: Report) -> str:
     r = report.to_json()
     m = r.get("measurement") or {}
     w = r.get("workload")
-    figures = {"generation": generation_figure(w), "stream": stream_figure(w),
-               "latency": latency_figure(m, r["budgets"]) if m else None,
-               "op-types": op_type_figure(m.get("op_profile")), "ops": ops_figure(r.get("bottlenecks")),
-               "roofline": roofline_figure(r.get("bottlenecks")), "estimate": estimate_figure(r.get("estimate")),
-               "sensitivity": sensitivity_figure(r.get("quantization"))}
+    figures = {
+        "generation": generation_figure(w),
+        "stream": stream_figure(w),
+        "latency": latency_figure(m, r["budgets"]) if m else None,
+        "op-types": op_type_figure(m.get("op_profile")),
+        "ops": ops_figure(r.get("bottlenecks")),
+        "roofline": roofline_figure(r.get("bottlenecks")),
+        "estimate": estimate_figure(r.get("estimate")),
+        "sensitivity": sensitivity_figure(r.get("quantization")),
+    }
     md = _markdown()
     title = f"tapeout {r['kind']}: {r['project']['name']} → {r['profile']['name']}"
     parts = []
     for heading, body in _sections(render_markdown(report)):
         if heading == "Budgets" and r["budgets"]:
-            parts.append("<h2>Budgets</h2>" + _table(["budget", "limit", "measured", "bound", "verdict", "why"],
-                                                     budget_rows(r["budgets"]), [b["verdict"] for b in r["budgets"]]))
+            parts.append(
+                "<h2>Budgets</h2>"
+                + _table(
+                    ["budget", "limit", "measured", "bound", "verdict", "why"],
+                    budget_rows(r["budgets"]),
+                    [b["verdict"] for b in r["budgets"]],
+                )
+            )
             continue
         parts.append((f"<h2>{html.escape(heading)}</h2>" if heading else "") + md.render(body))
         for prefix, fid in _FIGURES_UNDER:
@@ -308,8 +383,11 @@ def render(report: Report) -> str:
 def render_compare(result: dict) -> str:
     from tapeout.reports.compare import HEADER, table_rows
 
-    parts = ["<h1>tapeout compare</h1>", f"<p>Recommendation: {html.escape(result['why'])}.</p>",
-             _table(HEADER, table_rows(result))]
+    parts = [
+        "<h1>tapeout compare</h1>",
+        f"<p>Recommendation: {html.escape(result['why'])}.</p>",
+        _table(HEADER, table_rows(result)),
+    ]
     fig = pareto_figure(result)
     if fig:
         parts.append("<h2>Accuracy against latency</h2>" + fig)
@@ -322,10 +400,14 @@ def render_farm(data: dict) -> str:
     from tapeout.reports import farm
     from tapeout.reports.compare import HEADER, table_rows
 
-    parts = ["<h1>tapeout farm</h1>",
-             f"<p>{len(data['rows'])} rows on {len(data['nodes'])} node(s) in {data['seconds']:.0f} s; exit "
-             f"{data['exit_code']}. Every figure below was read from a build dir verified against its manifest on the "
-             "head.</p>", "<h2>Rows</h2>", _table(farm.HEADER, farm.table_rows(data))]
+    parts = [
+        "<h1>tapeout farm</h1>",
+        f"<p>{len(data['rows'])} rows on {len(data['nodes'])} node(s) in {data['seconds']:.0f} s; exit "
+        f"{data['exit_code']}. Every figure below was read from a build dir verified against its manifest on the "
+        "head.</p>",
+        "<h2>Rows</h2>",
+        _table(farm.HEADER, farm.table_rows(data)),
+    ]
     result = data.get("compare")
     if result:
         parts.append(f"<h2>Builds side by side</h2><p>Recommendation: {html.escape(result['why'])}.</p>")
@@ -339,8 +421,11 @@ def render_farm(data: dict) -> str:
 
 
 def pareto_figure(result: dict, fid: str = "pareto") -> str | None:
-    rows = [r for r in result["rows"] if r["accuracy"] and r["accuracy"]["artifact"] is not None
-            and (r["latency_ms"].get("p50") or {}).get("point")]
+    rows = [
+        r
+        for r in result["rows"]
+        if r["accuracy"] and r["accuracy"]["artifact"] is not None and (r["latency_ms"].get("p50") or {}).get("point")
+    ]
     if not rows:
         return None
     plt = _plt()
@@ -350,19 +435,35 @@ def pareto_figure(result: dict, fid: str = "pareto") -> str | None:
         p = r["latency_ms"]["p50"]
         upper = p["upper"] if p.get("upper") is not None else p["point"]
         on_front = r["build_dir"] in result["pareto"]
-        ax.errorbar([p["point"]], [r["accuracy"]["artifact"]], xerr=[[p["point"] - p["lower"]], [upper - p["point"]]],
-                    fmt=markers.get(r["latency_status"], "o"), color="#cf222e" if on_front else "#4c72b0", capsize=3)
+        ax.errorbar(
+            [p["point"]],
+            [r["accuracy"]["artifact"]],
+            xerr=[[p["point"] - p["lower"]], [upper - p["point"]]],
+            fmt=markers.get(r["latency_status"], "o"),
+            color="#cf222e" if on_front else "#4c72b0",
+            capsize=3,
+        )
         # a number beside the point, its build named in the caption: names of builds close together overlapped
-        ax.annotate(str(i), (p["point"], r["accuracy"]["artifact"]), fontsize=8, xytext=(4, 4 + 7 * ((i - 1) % 3)),
-                    textcoords="offset points")
+        ax.annotate(
+            str(i),
+            (p["point"], r["accuracy"]["artifact"]),
+            fontsize=8,
+            xytext=(4, 4 + 7 * ((i - 1) % 3)),
+            textcoords="offset points",
+        )
     _log(ax, "x")
     ax.set_xlabel("p50 latency, ms (log; bars: bounds)")
     ax.set_ylabel("accuracy metric")
     key = " · ".join(f"{i} {r['project']}/{r['profile']}" for i, r in enumerate(rows, 1))
-    return _figure(fid, _svg(fig), "Each build at its p50 (o measured, ▲ estimated, x emulated) and its "
-                   f"metric; red: on the Pareto front. {key}.")
+    return _figure(
+        fid,
+        _svg(fig),
+        f"Each build at its p50 (o measured, ▲ estimated, x emulated) and its metric; red: on the Pareto front. {key}.",
+    )
 
 
 def _page(title: str, parts: list[str]) -> str:
-    return (f"<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\"><title>{html.escape(title)}</title>"
-            f"<style>{_STYLE}</style></head><body>\n" + "\n".join(parts) + "\n</body></html>\n")
+    return (
+        f'<!DOCTYPE html>\n<html lang="en"><head><meta charset="utf-8"><title>{html.escape(title)}</title>'
+        f"<style>{_STYLE}</style></head><body>\n" + "\n".join(parts) + "\n</body></html>\n"
+    )

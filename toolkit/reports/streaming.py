@@ -9,44 +9,69 @@ def one_line(w: dict) -> str:
     """The terminal's line: chunk time, real-time factor, deadline misses, drift."""
     q = w["chunk_ms"]["quantiles"]
     rtf, dl = w["real_time_factor"], w["deadline"]
-    return (f"stream: chunk p50 {interval(q['p50'])} p99 {q['p99']['point']:.3f} ms · real-time factor {rtf['median']:.3f} "
-            f"(slowest stream {rtf['slowest']:.3f}) · {dl['misses']}/{dl['chunks']} chunks over {dl['deadline_ms']:g} ms"
-            f" · max |Δ| vs reference {w['drift']['max_abs_error']:.2e} over {w['drift']['chunks']} chunks")
+    return (
+        f"stream: chunk p50 {interval(q['p50'])} p99 {q['p99']['point']:.3f} ms · real-time factor {rtf['median']:.3f} "
+        f"(slowest stream {rtf['slowest']:.3f}) · {dl['misses']}/{dl['chunks']} chunks over {dl['deadline_ms']:g} ms"
+        f" · max |Δ| vs reference {w['drift']['max_abs_error']:.2e} over {w['drift']['chunks']} chunks"
+    )
 
 
 def chunk_rows(w: dict) -> list[list[str]]:
     q, rtf, dl = w["chunk_ms"]["quantiles"], w["real_time_factor"], w["deadline"]
     return [[name, interval(q[name])] for name in ("p50", "p90", "p99") if name in q] + [
-        ["real-time factor (median, fastest–slowest stream)",
-         f"{rtf['median']:.4f} [{rtf['fastest']:.4f}, {rtf['slowest']:.4f}] over {rtf['streams']} streams"],
-        [f"chunks over the {dl['deadline_ms']:g} ms deadline", f"{dl['misses']} of {dl['chunks']} ({dl['share']:.2%})"]]
+        [
+            "real-time factor (median, fastest–slowest stream)",
+            f"{rtf['median']:.4f} [{rtf['fastest']:.4f}, {rtf['slowest']:.4f}] over {rtf['streams']} streams",
+        ],
+        [f"chunks over the {dl['deadline_ms']:g} ms deadline", f"{dl['misses']} of {dl['chunks']} ({dl['share']:.2%})"],
+    ]
 
 
 def drift_rows(w: dict) -> list[list[str]]:
     """Per output: its error over the stream, at the start and in the last quarter (state drift grows along it)."""
     carried = set(w["settings"]["state"].values())
-    return [[name + (" (state)" if name in carried else ""), f"{d['max_abs']:.3g}", str(d["worst_chunk"]),
-             f"{d['first_quarter_max']:.3g}", f"{d['last_quarter_max']:.3g}"]
-            for name, d in w["drift"]["outputs"].items()]
+    return [
+        [
+            name + (" (state)" if name in carried else ""),
+            f"{d['max_abs']:.3g}",
+            str(d["worst_chunk"]),
+            f"{d['first_quarter_max']:.3g}",
+            f"{d['last_quarter_max']:.3g}",
+        ]
+        for name, d in w["drift"]["outputs"].items()
+    ]
 
 
 def memory_rows(w: dict) -> list[list[str]]:
     mem = w["memory_mb"]
-    rows = [[name, f"{mem[key]:.2f}" if abs(mem[key]) >= 0.01 else f"{mem[key]:.2g} ({mem[key] * 1024:.2g} KB)"]
-            for name, key in (
-        ("peak RSS", "peak_rss"), ("process baseline (interpreter, numpy)", "process_baseline"),
-        ("weights (artifact files)", "weights"), ("carried state", "state"),
-        ("rest (runtime, arenas, activations)", "rest"))]
+    rows = [
+        [name, f"{mem[key]:.2f}" if abs(mem[key]) >= 0.01 else f"{mem[key]:.2g} ({mem[key] * 1024:.2g} KB)"]
+        for name, key in (
+            ("peak RSS", "peak_rss"),
+            ("process baseline (interpreter, numpy)", "process_baseline"),
+            ("weights (artifact files)", "weights"),
+            ("carried state", "state"),
+            ("rest (runtime, arenas, activations)", "rest"),
+        )
+    ]
     device = mem.get("device")
     if device:  # a GPU target: the weights and the carried state are in device memory
-        rows += [[f"device: {name}", f"{device[key]:.2f}"] for name, key in (
-            ("peak GPU memory", "peak"), ("weights", "weights"), ("carried state", "state"),
-            ("rest (CUDA context, arena, workspaces, activations)", "rest"))]
+        rows += [
+            [f"device: {name}", f"{device[key]:.2f}"]
+            for name, key in (
+                ("peak GPU memory", "peak"),
+                ("weights", "weights"),
+                ("carried state", "state"),
+                ("rest (CUDA context, arena, workspaces, activations)", "rest"),
+            )
+        ]
     return rows
 
 
 def settings_line(w: dict) -> str:
     st = w["settings"]
     state = ", ".join(f"{o} → {i}" for i, o in st["state"].items())
-    return (f"{st['chunks']} chunks of {st['deadline_ms']:g} ms per stream, {st['trials']} timed streams per process, "
-            f"state carried: {state}.")
+    return (
+        f"{st['chunks']} chunks of {st['deadline_ms']:g} ms per stream, {st['trials']} timed streams per process, "
+        f"state carried: {state}."
+    )

@@ -8,8 +8,14 @@ from rich.table import Table
 
 from tapeout.reports.cells import budget_rows
 
-_STYLE = {"PASS": "green", "FAIL": "bold red", "INCONCLUSIVE": "yellow", "UNMEASURED": "magenta",
-          "EST. PASS": "cyan", "EST. FAIL": "red"}
+_STYLE = {
+    "PASS": "green",
+    "FAIL": "bold red",
+    "INCONCLUSIVE": "yellow",
+    "UNMEASURED": "magenta",
+    "EST. PASS": "cyan",
+    "EST. FAIL": "red",
+}
 
 
 def verdict_table(title: str, budgets: list[dict]) -> Table:
@@ -31,15 +37,19 @@ def _si(value: float, unit: str) -> str:
 def analysis_summary(out: Console, title: str, a, show_groups: bool = False) -> None:
     """`tapeout analyze` as text: the family and its evidence, facts, costs, roles, fusion groups."""
     best = a.families[0]
-    out.print(f"[bold]{escape(title)}[/]: [bold cyan]{best.family}[/] (confidence {best.confidence:.2f}) — "
-              f"{escape('; '.join(best.evidence))}")
+    out.print(
+        f"[bold]{escape(title)}[/]: [bold cyan]{best.family}[/] (confidence {best.confidence:.2f}) — "
+        f"{escape('; '.join(best.evidence))}"
+    )
     for other in a.families[1:]:
         out.print(f"  also: {other.family} ({other.confidence:.2f}) — {escape('; '.join(other.evidence))}")
     facts = {k: v for k, v in a.facts.items() if v not in (None, 0, False, {}, 0.0)}
     out.print(escape("facts: " + ", ".join(f"{k} {v}" for k, v in facts.items())))
-    out.print(f"parameters {_si(a.params, '')} · weights {_si(a.weight_bytes, 'B')} · {_si(a.flops, 'FLOP')} per inference · "
-              f"{_si(a.bytes_moved, 'B')} moved (sum over nodes) · peak live activations {_si(a.peak_activation_bytes, 'B')} "
-              f"(at {a.peak_activation_at})")
+    out.print(
+        f"parameters {_si(a.params, '')} · weights {_si(a.weight_bytes, 'B')} · {_si(a.flops, 'FLOP')} per inference · "
+        f"{_si(a.bytes_moved, 'B')} moved (sum over nodes) · peak live activations {_si(a.peak_activation_bytes, 'B')} "
+        f"(at {a.peak_activation_at})"
+    )
     out.print("ops: " + ", ".join(f"{op} {n}" for op, n in a.op_census.items()))
     roles = a.to_json()["role_counts"]
     out.print("roles: " + ", ".join(f"{r} {n}" for r, n in roles.items()))
@@ -47,8 +57,13 @@ def analysis_summary(out: Console, title: str, a, show_groups: bool = False) -> 
     for column in ("group", "role", "weighted nodes", "MACs", "params"):
         table.add_column(column, overflow="fold")
     for g in a.groups if show_groups else a.groups[:12]:
-        table.add_row(escape(g.name), g.role, escape(", ".join(g.weighted)) if show_groups else str(len(g.weighted)),
-                      _si(g.macs, ""), _si(g.params, ""))
+        table.add_row(
+            escape(g.name),
+            g.role,
+            escape(", ".join(g.weighted)) if show_groups else str(len(g.weighted)),
+            _si(g.macs, ""),
+            _si(g.params, ""),
+        )
     out.print(table)
     if not show_groups and len(a.groups) > 12:
         out.print(f"… {len(a.groups) - 12} more (--groups lists them all, with their nodes)")

@@ -35,23 +35,35 @@ class Accuracy(Step):
         scored = None if emulated or pipeline else _scored_by_the_loop(state)
         where = evaluated_on(setup) if emulated or pipeline else "at build, on this host"
         if scored is not None:
-            state.ui.note(f"{project.evaluation.name} on the artifact: the sensitivity loop's evaluation of these same "
-                          f"files on {setup.target.name} ({scored:.6g}), not repeated")
-            state.accuracy = AccuracyInfo(metric=project.evaluation.name, direction=project.evaluation.direction,
-                                          reference=state.reference_metric, artifact=scored,
-                                          where=f"{where} (the sensitivity loop's evaluation of the artifact's own "
-                                                "files, by the same target and options)")
+            state.ui.note(
+                f"{project.evaluation.name} on the artifact: the sensitivity loop's evaluation of these same "
+                f"files on {setup.target.name} ({scored:.6g}), not repeated"
+            )
+            state.accuracy = AccuracyInfo(
+                metric=project.evaluation.name,
+                direction=project.evaluation.direction,
+                reference=state.reference_metric,
+                artifact=scored,
+                where=f"{where} (the sensitivity loop's evaluation of the artifact's own "
+                "files, by the same target and options)",
+            )
             return None
-        with state.ui.step(f"evaluate {project.evaluation.name} on the artifact"
-                           + (" (CPU EP: emulated target)" if emulated else "")):
+        with state.ui.step(
+            f"evaluate {project.evaluation.name} on the artifact" + (" (CPU EP: emulated target)" if emulated else "")
+        ):
             if emulated:  # the metric on the graph the artifact was compiled from; golden parity covers the rest
                 metric = ((state.quantization or {}).get("search") or {}).get("metric")  # the loop scored it already
                 if metric is None:
                     metric = _metric(project, targets.reference_session(state.model), static)
             else:
                 metric = _metric(project, setup.target.session(state.artifact), static)
-        state.accuracy = AccuracyInfo(metric=project.evaluation.name, direction=project.evaluation.direction,
-                                      reference=state.reference_metric, artifact=metric, where=where)
+        state.accuracy = AccuracyInfo(
+            metric=project.evaluation.name,
+            direction=project.evaluation.direction,
+            reference=state.reference_metric,
+            artifact=metric,
+            where=where,
+        )
         return None
 
     def report(self, state: BuildState) -> dict[str, object]:

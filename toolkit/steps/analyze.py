@@ -35,10 +35,12 @@ class Analyze(Step):
             del view  # the weights it holds are not needed again
         state.phases = None
         if project.workload.kind == "generate":
-            with state.ui.step("kernel structure of each phase of the generation loop (prefill per prompt length, "
-                               "decode steps)"):
-                state.phases = generation.structures(state.fp32_model, project.inputs, project.dims, project.workload,
-                                                     state.kernels, state.ui)
+            with state.ui.step(
+                "kernel structure of each phase of the generation loop (prefill per prompt length, decode steps)"
+            ):
+                state.phases = generation.structures(
+                    state.fp32_model, project.inputs, project.dims, project.workload, state.kernels, state.ui
+                )
 
     def report(self, state: BuildState) -> dict[str, object]:
         return {"analysis": state.analysis.to_json()}

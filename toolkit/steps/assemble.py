@@ -10,8 +10,20 @@ from tapeout.steps.state import BuildState
 from tapeout.steps.step import Step, sections
 
 # A report names every section, the absent ones as null: it says what it does not have.
-_OPTIONAL = ("device", "accuracy", "placement", "engine", "estimate", "bottlenecks", "model", "export", "analysis",
-             "quantization", "pruning", "lint")
+_OPTIONAL = (
+    "device",
+    "accuracy",
+    "placement",
+    "engine",
+    "estimate",
+    "bottlenecks",
+    "model",
+    "export",
+    "analysis",
+    "quantization",
+    "pruning",
+    "lint",
+)
 
 
 class Assemble(Step):
@@ -26,13 +38,29 @@ class Assemble(Step):
         fields.update(sections(state))
         fields["passes"] = state.passes  # every step that ran passes added its records
         state.report = Report(
-            schema=SCHEMA, kind=state.kind, created=now(), exit_code=verdicts.exit_code(state.budgets, state.strict),
+            schema=SCHEMA,
+            kind=state.kind,
+            created=now(),
+            exit_code=verdicts.exit_code(state.budgets, state.strict),
             build_dir=state.build_dir,
-            profile=ProfileInfo(name=profile.name, target=profile.target, device=profile.device,
-                                precision=profile.precision, budgets_from_project=list(setup.budgets_from_project)),
-            target=TargetRun(name=setup.target.name, version=setup.probe.version, emulated=setup.emulated,
-                             compile_on=caps.compile_on, meters=list(caps.meters)),
-            host=host_fingerprint(), run=run_cost(state), **fields)
+            profile=ProfileInfo(
+                name=profile.name,
+                target=profile.target,
+                device=profile.device,
+                precision=profile.precision,
+                budgets_from_project=list(setup.budgets_from_project),
+            ),
+            target=TargetRun(
+                name=setup.target.name,
+                version=setup.probe.version,
+                emulated=setup.emulated,
+                compile_on=caps.compile_on,
+                meters=list(caps.meters),
+            ),
+            host=host_fingerprint(),
+            run=run_cost(state),
+            **fields,
+        )
 
 
 def run_cost(state: BuildState) -> RunCost:
@@ -43,5 +71,8 @@ def run_cost(state: BuildState) -> RunCost:
 
     scale = 1 / 2**20 if sys.platform == "darwin" else 1 / 1024  # ru_maxrss: bytes on macOS, KiB on Linux
     steps = [StepTime(name=r.name, seconds=round(r.seconds, 3)) for r in state.ran if not r.skipped]
-    return RunCost(steps=steps, seconds=round(sum(s.seconds for s in steps), 3),
-                   peak_rss_mb=round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * scale, 1))
+    return RunCost(
+        steps=steps,
+        seconds=round(sum(s.seconds for s in steps), 3),
+        peak_rss_mb=round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * scale, 1),
+    )

@@ -25,8 +25,10 @@ def choose(project: Path, profiles: list[str], out: Path | None, ui: UI, strict:
     loaded = [load_profile(p) for p in profiles]
     names = [p.name for p in loaded]
     if len(set(names)) != len(names):
-        raise BadInput(f"profiles given twice: {', '.join(sorted({n for n in names if names.count(n) > 1}))}",
-                       fix="give each --profile once")
+        raise BadInput(
+            f"profiles given twice: {', '.join(sorted({n for n in names if names.count(n) > 1}))}",
+            fix="give each --profile once",
+        )
     root = load_project(project).root
     out = Path(out) if out else root / "build" / "fastest"
     out.mkdir(parents=True, exist_ok=True)
@@ -48,10 +50,17 @@ def choose(project: Path, profiles: list[str], out: Path | None, ui: UI, strict:
     best, notes = pick(rows)
     codes = sorted({r["exit_code"] for r in rows} - {0})
     exit_code = 0 if best else (EXIT_BUDGET_FAILED if EXIT_BUDGET_FAILED in codes or not codes else codes[0])
-    choice = {"schema": SCHEMA, "created": time.strftime("%Y-%m-%dT%H:%M:%S%z"), "project": str(root),
-              "rule": "all budgets pass (exit 0), then the lowest p50 latency; emulated targets never win",
-              "chosen": best["profile"] if best else None, "chosen_build_dir": best["build_dir"] if best else None,
-              "exit_code": exit_code, "notes": notes, "candidates": rows}
+    choice = {
+        "schema": SCHEMA,
+        "created": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+        "project": str(root),
+        "rule": "all budgets pass (exit 0), then the lowest p50 latency; emulated targets never win",
+        "chosen": best["profile"] if best else None,
+        "chosen_build_dir": best["build_dir"] if best else None,
+        "exit_code": exit_code,
+        "notes": notes,
+        "candidates": rows,
+    }
     write_json(out / CHOICE_FILE, choice)
     write_text(out / "choice.md", render(choice))
     return choice

@@ -29,6 +29,7 @@ class Compile(Step):
         on_device = " (all but the engine: it is compiled on the device)" if caps.compile_on == "device" else ""
         with state.ui.step(f"compile for {setup.profile.target}{on_device}"):
             if caps.compiles_from == "torch.export":
+
                 @functools.cache
                 def program():  # the quantized program where the precision step wrote one (PT2E), else the exported
                     return pt2.load(state.model) if state.model.suffix == ".pt2" else state.exported.program
@@ -37,9 +38,16 @@ class Compile(Step):
                     shutil.move(state.compiled.directory, state.out / "artifact")
                     artifact = replace(state.compiled, directory=state.out / "artifact")
                 else:
-                    artifact = setup.target.compile_program(program(), state.out / "artifact", project.inputs,
-                                                            project.dims, state.exported.info["output_names"])
-                if type(setup.target).instrument is not Target.instrument:  # loaded again only for a target that uses it
+                    artifact = setup.target.compile_program(
+                        program(),
+                        state.out / "artifact",
+                        project.inputs,
+                        project.dims,
+                        state.exported.info["output_names"],
+                    )
+                if (
+                    type(setup.target).instrument is not Target.instrument
+                ):  # loaded again only for a target that uses it
                     artifact = setup.target.instrument(program(), artifact)
             else:
                 model = self._target_passes(state, caps.graph_passes)
@@ -53,8 +61,9 @@ class Compile(Step):
         # what the op profile alone loads is hashed with the artifact but not deployed: not in its size
         profiling = artifact.directory / PROFILING_DIR
         size = tree_size(artifact.directory) - (tree_size(profiling) if profiling.is_dir() else 0)
-        state.artifact_info = ArtifactInfo(main_file=artifact.main_file, bytes=size,
-                                           sha256=files[artifact.main_file], files=files, meta=artifact.meta)
+        state.artifact_info = ArtifactInfo(
+            main_file=artifact.main_file, bytes=size, sha256=files[artifact.main_file], files=files, meta=artifact.meta
+        )
 
     @staticmethod
     def _target_passes(state: BuildState, names: tuple[str, ...]) -> Path:

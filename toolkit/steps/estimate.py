@@ -10,8 +10,10 @@ from tapeout.estimation import estimate
 from tapeout.steps.state import BuildState
 from tapeout.steps.step import Step
 
-NO_DEVICE = ("no estimate: the profile names no device spec to estimate for, and no shipped one matches the device "
-             "that ran it (set `device = ...` in the profile)")
+NO_DEVICE = (
+    "no estimate: the profile names no device spec to estimate for, and no shipped one matches the device "
+    "that ran it (set `device = ...` in the profile)"
+)
 
 
 class Estimate(Step):
@@ -26,8 +28,11 @@ class Estimate(Step):
         plan = (state.quantization or {}).get("plan")
         reported = (state.measurement.device or {}).get("name")
         # a check has no project: the build's inputs and dims, as its manifest recorded them, stand in for it
-        setup = (state.setup if state.opened is None or state.setup.project is not None
-                 else dataclasses.replace(state.setup, project=state.opened.manifest.project))
+        setup = (
+            state.setup
+            if state.opened is None or state.setup.project is not None
+            else dataclasses.replace(state.setup, project=state.opened.manifest.project)
+        )
         with state.ui.step("estimate latency on the device (roofline, calibrated where measured)"):
             state.estimate = estimate.for_model(setup, state.kernels, plan, reported, state.phases, workload_of(state))
         unpriced = estimate.why_not_priced(state.setup.target.name, state.setup.device)

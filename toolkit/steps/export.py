@@ -73,8 +73,16 @@ def _verify_decoding(project, graph_module, path: Path, options, ui):
     workload = project.workload
     layout = graph_layout(project.inputs, workload)
     prompts, _ = generation.prompt_tokens(project, layout, workload.agreement_prompts, min(workload.prompt_lengths))
-    return generation.verify(graph_module.inner, path, layout, prompts, workload.compared_tokens, options.atol,
-                             options.rtol, progress=lambda done, total: ui.progress(done, total, "prompts"))
+    return generation.verify(
+        graph_module.inner,
+        path,
+        layout,
+        prompts,
+        workload.compared_tokens,
+        options.atol,
+        options.rtol,
+        progress=lambda done, total: ui.progress(done, total, "prompts"),
+    )
 
 
 class Export(Step):
@@ -84,16 +92,19 @@ class Export(Step):
 
     def run(self, state: BuildState) -> None:
         out = state.out / "export" / "model.onnx"
-        state.exported = (self._onnx_source(state, out) if state.loaded.kind == "onnx" else self._torch(state, out))
+        state.exported = self._onnx_source(state, out) if state.loaded.kind == "onnx" else self._torch(state, out)
         state.passes += state.exported.passes
 
     def _onnx_source(self, state: BuildState, out: Path) -> Exported:
         import onnx
 
         if state.setup.capabilities.compiles_from == "torch.export":
-            raise BadInput(f"target '{state.setup.target.name}' compiles from a torch.export program, and the project's "
-                           f"[model] source is an ONNX file", fix="point [model] source at the torch module "
-                           "(file.py:callable, a Hugging Face directory or a .pt2), or use a target that takes ONNX")
+            raise BadInput(
+                f"target '{state.setup.target.name}' compiles from a torch.export program, and the project's "
+                f"[model] source is an ONNX file",
+                fix="point [model] source at the torch module "
+                "(file.py:callable, a Hugging Face directory or a .pt2), or use a target that takes ONNX",
+            )
         source = state.loaded.onnx_path
         # Lint the user's file first: a malformed model or wrong inputs fail with a message naming it.
         issues = lint_or_raise(state, source)
@@ -101,11 +112,15 @@ class Export(Step):
             return Exported(source, {"exporter": "none (ONNX source)"}, None, lint=issues)
         copy_onnx(source, out)  # every external-data file it names, none from outside its folder
         header = onnx.load(str(out), load_external_data=False)
-        info = {"exporter": "none (ONNX source)",
-                "opset": next((i.version for i in header.opset_import if i.domain in ("", "ai.onnx")), None),
-                "ir_version": header.ir_version, "seconds": 0.0,
-                "dynamic_dims": sorted({d.dim_param for i in header.graph.input
-                                        for d in i.type.tensor_type.shape.dim if d.dim_param})}
+        info = {
+            "exporter": "none (ONNX source)",
+            "opset": next((i.version for i in header.opset_import if i.domain in ("", "ai.onnx")), None),
+            "ir_version": header.ir_version,
+            "seconds": 0.0,
+            "dynamic_dims": sorted(
+                {d.dim_param for i in header.graph.input for d in i.type.tensor_type.shape.dim if d.dim_param}
+            ),
+        }
         # The reference is always the FP32 model on ORT CPU, whatever the target.
         return Exported(out, info, targets.reference_session(out).run, lint=issues)
 
@@ -123,8 +138,10 @@ class Export(Step):
         if cached is not None:
             exported, folder, first = cached
             shutil.copytree(folder, out.parent, dirs_exist_ok=True)
-            state.ui.note(f"export shared with candidate {first} (same opset {options.opset}, IR version "
-                          f"{options.max_ir_version} and tolerances)")
+            state.ui.note(
+                f"export shared with candidate {first} (same opset {options.opset}, IR version "
+                f"{options.max_ir_version} and tolerances)"
+            )
             return dataclasses.replace(exported, path=out)
         disk = self._from_cache(state, options, program_wanted, out)
         if isinstance(disk, Exported):
@@ -139,22 +156,37 @@ class Export(Step):
 
             dims = generation.export_dims(project)
         with state.ui.step("export to ONNX and verify against torch"):
-            result = torch_onnx.export(loaded, project.inputs, dims, out, options, log=state.ui.note,
-                                       rewrite=lambda proto: _export_passes(proto, records), stage=state.ui.detail)
+            result = torch_onnx.export(
+                loaded,
+                project.inputs,
+                dims,
+                out,
+                options,
+                log=state.ui.note,
+                rewrite=lambda proto: _export_passes(proto, records),
+                stage=state.ui.detail,
+            )
         verification, greedy_tokens = None, None
         if generate:
             workload = project.workload
-            with state.ui.step(f"verify the KV-cache graph: {workload.agreement_prompts} prompts × "
-                               f"{workload.compared_tokens} greedy tokens against torch"):
+            with state.ui.step(
+                f"verify the KV-cache graph: {workload.agreement_prompts} prompts × "
+                f"{workload.compared_tokens} greedy tokens against torch"
+            ):
                 verification, greedy_tokens = _verify_decoding(project, loaded.module, out, options, state.ui)
         program = None
         if program_wanted:
             with state.ui.step("export the torch.export program"):
                 program = torch_onnx.export_program(loaded, project.inputs, project.dims, options)
         info = {
-            "exporter": result.exporter, "fallback_reason": result.fallback_reason, "opset": result.opset,
-            "ir_version": result.ir_version, "seconds": result.seconds, "dynamic_dims": result.dynamic_dims,
-            "output_names": result.output_names, "parity": [p.to_json() for p in result.parity],
+            "exporter": result.exporter,
+            "fallback_reason": result.fallback_reason,
+            "opset": result.opset,
+            "ir_version": result.ir_version,
+            "seconds": result.seconds,
+            "dynamic_dims": result.dynamic_dims,
+            "output_names": result.output_names,
+            "parity": [p.to_json() for p in result.parity],
         }
         if verification is not None:
             info["generation"] = verification.to_json()

@@ -94,8 +94,12 @@ def load(folder: Path, entry: str, out: Path) -> tuple[dict, list[dict], np.ndar
         assert isinstance(files, dict) and files and all(isinstance(v, dict) for v in files.values())
         for name, meta in files.items():
             path = where / name
-            if (Path(name).name != name or path.is_symlink() or path.resolve().parent != where.resolve()
-                    or not path.is_file()):
+            if (
+                Path(name).name != name
+                or path.is_symlink()
+                or path.resolve().parent != where.resolve()
+                or not path.is_file()
+            ):
                 return f"{where}: its file '{name}' is not a plain file inside the entry"
             if path.stat().st_size != meta["bytes"] or sha256_file(path) != meta["sha256"]:
                 return f"{where}: '{name}' does not match its recorded size and SHA-256"
@@ -128,8 +132,12 @@ def store(folder: Path, entry: str, exported_dir: Path, info: dict, passes: list
             if path.is_file() and not path.is_symlink():
                 shutil.copyfile(path, staging / path.name)
                 files[path.name] = {"bytes": path.stat().st_size, "sha256": sha256_file(path)}
-        record = {"files": files, "info": info, "passes": passes,
-                  "greedy_tokens": None if greedy_tokens is None else np.asarray(greedy_tokens).tolist()}
+        record = {
+            "files": files,
+            "info": info,
+            "passes": passes,
+            "greedy_tokens": None if greedy_tokens is None else np.asarray(greedy_tokens).tolist(),
+        }
         (staging / RECORD).write_text(json.dumps(record, default=str))
         target = folder / entry
         if target.exists():
@@ -170,8 +178,11 @@ def _own_code() -> str:
     import tapeout
     from tapeout import exporters, quantize, targets
 
-    files = {p.resolve() for package in (tapeout, exporters, quantize, targets)
-             for p in Path(package.__file__).parent.rglob("*.py")}
+    files = {
+        p.resolve()
+        for package in (tapeout, exporters, quantize, targets)
+        for p in Path(package.__file__).parent.rglob("*.py")
+    }
     digest = hashlib.sha256()
     for path in sorted(files):
         digest.update(path.name.encode())

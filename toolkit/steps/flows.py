@@ -48,20 +48,45 @@ from tapeout.steps.verdicts import Verdicts
 from tapeout.steps.write import Write
 
 BUILD: tuple[Step, ...] = (
-    Load(), Prune(), Export(), Lint(), Prepare(), Analyze(), Reference(), Precision(), Compile(),
-    Engine(), MakeGolden(), Measure(), Parity(), Generate(), Stream(), Placement(), Accuracy(), Estimate(), Bottlenecks(), Verdicts(),
-    Assemble(), Write(),
+    Load(),
+    Prune(),
+    Export(),
+    Lint(),
+    Prepare(),
+    Analyze(),
+    Reference(),
+    Precision(),
+    Compile(),
+    Engine(),
+    MakeGolden(),
+    Measure(),
+    Parity(),
+    Generate(),
+    Stream(),
+    Placement(),
+    Accuracy(),
+    Estimate(),
+    Bottlenecks(),
+    Verdicts(),
+    Assemble(),
+    Write(),
 )
-TAIL = BUILD[next(i for i, step in enumerate(BUILD) if isinstance(step, Engine)):]
+TAIL = BUILD[next(i for i, step in enumerate(BUILD) if isinstance(step, Engine)) :]
 CHECK: tuple[Step, ...] = (Open(), *TAIL)
-EXPORT: tuple[Step, ...] = (Load(), Prune(), Export())     # `tapeout export`, `tapeout analyze`
-LINT: tuple[Step, ...] = (Load(), Export(), Lint())        # `tapeout lint`: the unpruned model, every finding
+EXPORT: tuple[Step, ...] = (Load(), Prune(), Export())  # `tapeout export`, `tapeout analyze`
+LINT: tuple[Step, ...] = (Load(), Export(), Lint())  # `tapeout lint`: the unpruned model, every finding
 
 CHECK_OUTPUTS = ("check.json", "check.md", "check.html", reader.CHECK_MANIFEST)
 
 
-def build(project_dir: Path | str, profile_name: str, out: Path | None, ui: UI, strict: bool = False,
-          shared: ExportShare | None = None) -> Report:
+def build(
+    project_dir: Path | str,
+    profile_name: str,
+    out: Path | None,
+    ui: UI,
+    strict: bool = False,
+    shared: ExportShare | None = None,
+) -> Report:
     """`tapeout build`: every step into a staging dir that becomes the build dir only when complete."""
     setup = for_build(project_dir, profile_name, ui)
     out = Path(out) if out else setup.project.root / "build" / setup.profile.name
@@ -71,14 +96,18 @@ def build(project_dir: Path | str, profile_name: str, out: Path | None, ui: UI, 
     return state.report
 
 
-def check(build_dir: Path | str, ui: UI, strict: bool = False, iterations: int | None = None,
-          repeats: int | None = None) -> Report:
+def check(
+    build_dir: Path | str, ui: UI, strict: bool = False, iterations: int | None = None, repeats: int | None = None
+) -> Report:
     """`tapeout check`: open the build dir through the verified reader, run the tail of the build's steps on this
     device, write check.json (and its record) into the build dir."""
     opened = reader.open_build(build_dir)
     setup = for_check(opened, ui)
-    writable_dir(opened.directory, "build dir", fix="check writes check.json and check.md into it: copy the "
-                 "build dir somewhere writable and check that copy")
+    writable_dir(
+        opened.directory,
+        "build dir",
+        fix="check writes check.json and check.md into it: copy the build dir somewhere writable and check that copy",
+    )
     for name in CHECK_OUTPUTS:  # before the work: a check.json that is a directory costs no measurement
         output_file(opened.directory / name, name)
     settings = setup.profile.check

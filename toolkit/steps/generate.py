@@ -27,14 +27,19 @@ def make_workload_data(state: BuildState, layout: CacheLayout) -> None:
     for i, length in enumerate(workload.prompt_lengths):
         rows, _ = export_generation.prompt_tokens(project, layout, workload.batch, length, seed_offset=i + 1)
         prompts[length] = np.stack(rows)
-    golden, _ = export_generation.prompt_tokens(project, layout, workload.agreement_prompts, min(workload.prompt_lengths))
+    golden, _ = export_generation.prompt_tokens(
+        project, layout, workload.agreement_prompts, min(workload.prompt_lengths)
+    )
     made = state.exported.greedy_tokens if state.exported is not None else None
     if made is not None and made.shape == (len(golden), workload.compared_tokens):
         reference = made  # the export's verification made them: torch's greedy tokens on these very prompts
     else:
-        with state.ui.step(f"reference greedy tokens: {len(golden)} prompts × {workload.compared_tokens} tokens (torch)"):
-            reference = export_generation.reference_greedy(export_generation.torch_step(state.loaded.module, layout),
-                                                           layout, golden, workload.compared_tokens)
+        with state.ui.step(
+            f"reference greedy tokens: {len(golden)} prompts × {workload.compared_tokens} tokens (torch)"
+        ):
+            reference = export_generation.reference_greedy(
+                export_generation.torch_step(state.loaded.module, layout), layout, golden, workload.compared_tokens
+            )
     generation.save_workload_data(state.out / generation.WORKLOAD_FILE, prompts, np.stack(golden), reference)
 
 
@@ -62,25 +67,33 @@ class Generate(Step):
             data = state.out / generation.WORKLOAD_FILE
         settings = state.settings
         artifact = state.artifact
-        base = {"target": artifact.target, "artifact_dir": str(artifact.directory), "main_file": artifact.main_file,
-                "options": setup.target.options.model_dump(mode="json"),
-                **generation.request_fields(workload, layout, data)}
+        base = {
+            "target": artifact.target,
+            "artifact_dir": str(artifact.directory),
+            "main_file": artifact.main_file,
+            "options": setup.target.options.model_dump(mode="json"),
+            **generation.request_fields(workload, layout, data),
+        }
         results = []
-        with state.ui.step(f"generate: {len(workload.prompt_lengths)} prompt lengths × {workload.trials} trials × "
-                           f"{workload.new_tokens} tokens, in fresh processes"):
+        with state.ui.step(
+            f"generate: {len(workload.prompt_lengths)} prompt lengths × {workload.trials} trials × "
+            f"{workload.new_tokens} tokens, in fresh processes"
+        ):
             for r in range(settings.repeats):
                 state.ui.detail(f"generation: process {r + 1}/{settings.repeats}")
                 results.append(run_child({**base, "want_tokens": r == 0}, timeout_s=1800))
         _, _, reference = generation.load_workload_data(data)
-        state.generation = generation.summarize(results, workload, layout, reference,
-                                                state.artifact_info.bytes, settings.confidence)
+        state.generation = generation.summarize(
+            results, workload, layout, reference, state.artifact_info.bytes, settings.confidence
+        )
         if not setup.emulated and undecided(judge_generation(setup.profile.budgets, state.generation, settings, None)):
             with state.ui.step(f"generate: a timing budget is inconclusive, {settings.repeats} processes more"):
                 for r in range(settings.repeats):
                     state.ui.detail(f"generation: process {settings.repeats + r + 1}/{2 * settings.repeats}")
                     results.append(run_child({**base, "want_tokens": False}, timeout_s=1800))
-            state.generation = generation.summarize(results, workload, layout, reference,
-                                                    state.artifact_info.bytes, settings.confidence)
+            state.generation = generation.summarize(
+                results, workload, layout, reference, state.artifact_info.bytes, settings.confidence
+            )
             state.generation.notes.append("a timing budget was inconclusive; sampling was doubled once")
         if setup.emulated:
             state.generation.notes.append(f"emulated: {setup.emulated}; timings not judged")
@@ -88,4 +101,3 @@ class Generate(Step):
 
     def report(self, state: BuildState) -> dict[str, object]:
         return {"workload": state.generation.to_json()} if state.generation is not None else {}
-

@@ -25,12 +25,15 @@ def decode_steps(state: BuildState):
     except BadInput:
         if project.workload.prompts is None:
             raise
-        state.ui.note(f"[workload] prompts has fewer than {project.golden_samples} sequences of max_context "
-                      f"({layout.max_context}) tokens: the golden decode steps start from random tokens")
+        state.ui.note(
+            f"[workload] prompts has fewer than {project.golden_samples} sequences of max_context "
+            f"({layout.max_context}) tokens: the golden decode steps start from random tokens"
+        )
         project = project.model_copy(update={"workload": project.workload.model_copy(update={"prompts": None})})
         sequences, source = generation.prompt_tokens(project, layout, project.golden_samples, layout.max_context)
-    feeds = generation.decode_feeds(generation.torch_step(state.loaded.module, layout), layout, sequences,
-                                    project.workload.batch)
+    feeds = generation.decode_feeds(
+        generation.torch_step(state.loaded.module, layout), layout, sequences, project.workload.batch
+    )
     return feeds, f"one decode step at position {layout.max_context - 1} after {source}"
 
 

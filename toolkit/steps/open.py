@@ -21,16 +21,27 @@ class Open(Step):
         build = state.opened
         man = build.manifest
         folder = build.artifact()  # every file verified
-        build.golden()             # verified up front: a bad golden file costs no engine build, no measurement
+        build.golden()  # verified up front: a bad golden file costs no engine build, no measurement
         built = build.report
-        state.artifact = Artifact(man.artifact.target, folder, man.artifact.main_file, meta=dict(man.artifact.meta or {}))
-        state.artifact_info = ArtifactInfo(main_file=man.artifact.main_file, bytes=tree_size(folder),
-                                           sha256=man.artifact.files[man.artifact.main_file], files=None, meta=None)
-        state.quantization = built.quantization.model_dump(mode="json", exclude_unset=True) if built.quantization else None
+        state.artifact = Artifact(
+            man.artifact.target, folder, man.artifact.main_file, meta=dict(man.artifact.meta or {})
+        )
+        state.artifact_info = ArtifactInfo(
+            main_file=man.artifact.main_file,
+            bytes=tree_size(folder),
+            sha256=man.artifact.files[man.artifact.main_file],
+            files=None,
+            meta=None,
+        )
+        state.quantization = (
+            built.quantization.model_dump(mode="json", exclude_unset=True) if built.quantization else None
+        )
         state.kernels = kernels_of(build)  # None for build dirs from before the estimator (no export/)
         state.phases = phases_of(build)
 
     def report(self, state: BuildState) -> dict[str, object]:
         project = state.opened.manifest.project
-        return {"project": ProjectInfo(name=project.name, source=project.source, file=project.file),
-                "artifact": state.artifact_info}
+        return {
+            "project": ProjectInfo(name=project.name, source=project.source, file=project.file),
+            "artifact": state.artifact_info,
+        }

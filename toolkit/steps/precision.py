@@ -40,8 +40,9 @@ class Precision(Step):
             return "fp32: nothing to quantize"
         ceiling = (state.pruning or {}).get("metric_fp32")
         if state.setup.capabilities.compiles_from != "torch.export":
-            state.model, state.quantization = quantize(state.setup, state.out, state.fp32_model, state.analysis,
-                                                       state.reference_metric, ceiling)
+            state.model, state.quantization = quantize(
+                state.setup, state.out, state.fp32_model, state.analysis, state.reference_metric, ceiling
+            )
         else:  # quantized on the program (PT2E), not on the ONNX: saved where the method reads it
             from tapeout.exporters.torch_onnx import save_program
 
@@ -49,8 +50,9 @@ class Precision(Step):
             source.parent.mkdir(parents=True, exist_ok=True)
             save_program(state.exported.program, source)
             with ProgramCandidates(state) as compiled:
-                state.model, state.quantization = quantize(state.setup, state.out, source, state.analysis,
-                                                           state.reference_metric, ceiling, compiled=compiled)
+                state.model, state.quantization = quantize(
+                    state.setup, state.out, source, state.analysis, state.reference_metric, ceiling, compiled=compiled
+                )
                 state.compiled = compiled.keep(state.model)
         state.passes += state.quantization.pop("passes")  # the report lists them with the export's
         return None
@@ -111,8 +113,12 @@ class ProgramCandidates:
         if digest not in self.compiled:
             setup = self.state.setup
             artifact = setup.target.compile_program(
-                pt2.load(path), self.scratch / str(len(self.compiled)), setup.project.inputs, setup.project.dims,
-                self.state.exported.info["output_names"])
+                pt2.load(path),
+                self.scratch / str(len(self.compiled)),
+                setup.project.inputs,
+                setup.project.dims,
+                self.state.exported.info["output_names"],
+            )
             if setup.capabilities.compile_on == "device":  # the device is here (a deferred build is fp32 only)
                 setup.target.build_engine(artifact, self.state.ui.detail)
                 self.engine_programs[artifact.directory] = sha256_file(artifact.path)
@@ -120,9 +126,15 @@ class ProgramCandidates:
         return self.compiled[digest]
 
 
-def quantize(setup: Setup, out_dir: Path, fp32_path: Path, analysis: Analysis, reference_metric: float | None,
-             float_metric: float | None = None, compiled: Callable[[Path], Artifact] | None = None
-             ) -> tuple[Path, dict]:
+def quantize(
+    setup: Setup,
+    out_dir: Path,
+    fp32_path: Path,
+    analysis: Analysis,
+    reference_metric: float | None,
+    float_metric: float | None = None,
+    compiled: Callable[[Path], Artifact] | None = None,
+) -> tuple[Path, dict]:
     """`float_metric`: the metric of the FP32 model being quantized where it differs from the reference (a pruned
     model): when it already misses the accuracy budget, no precision can meet it, and the loop is not run.
     `compiled`: how a candidate becomes the target's artifact, where the model quantized is not what the target
@@ -132,23 +144,31 @@ def quantize(setup: Setup, out_dir: Path, fp32_path: Path, analysis: Analysis, r
 
     project, profile, target, ui, emulated = setup.project, setup.profile, setup.target, setup.ui, setup.emulated
     settings = profile.quantization
-    plan = rules.first_plan(analysis, profile.target, setup.capabilities, profile.precision, settings,
-                            isa=rules.isa_for(setup.device))
+    plan = rules.first_plan(
+        analysis, profile.target, setup.capabilities, profile.precision, settings, isa=rules.isa_for(setup.device)
+    )
     calibration = None
     if project.workload.kind == "generate" and methods.get(plan.method).needs_calibration(plan):
         # [calibration] holds prompts; the graph quantized is one cache step, whose activations nothing samples yet
-        raise BadInput(f"{plan.method} quantization calibrates activations, and a generate workload's cache graph has "
-                       "no calibration samples yet", fix="use a weight-only precision (int4: cpu-int4, "
-                       "openvino-cpu-int4), ONNX Runtime's dynamic INT8 (cpu-int8), which need none, or on the HTP "
-                       "precision = \"fp32\" (it runs FP16 there)")
+        raise BadInput(
+            f"{plan.method} quantization calibrates activations, and a generate workload's cache graph has "
+            "no calibration samples yet",
+            fix="use a weight-only precision (int4: cpu-int4, "
+            "openvino-cpu-int4), ONNX Runtime's dynamic INT8 (cpu-int8), which need none, or on the HTP "
+            'precision = "fp32" (it runs FP16 there)',
+        )
     if project.calibration is not None:
         calibration, _ = sample_inputs(project, settings.calibration_samples)
     elif methods.get(plan.method).needs_calibration(plan):
-        raise BadInput(f"{plan.method} quantization of this {plan.family} model needs calibration data, and "
-                       f"{project.file} has no [calibration] section",
-                       fix="add [calibration] data = \"….npz\" (or module:callable) with real inputs")
+        raise BadInput(
+            f"{plan.method} quantization of this {plan.family} model needs calibration data, and "
+            f"{project.file} has no [calibration] section",
+            fix='add [calibration] data = "….npz" (or module:callable) with real inputs',
+        )
     # Ranking and latency probes: real inputs when the project has them (already loaded), else seeded random.
-    probe_inputs = calibration[:settings.rank_samples] if calibration else sample_inputs(project, settings.rank_samples)[0]
+    probe_inputs = (
+        calibration[: settings.rank_samples] if calibration else sample_inputs(project, settings.rank_samples)[0]
+    )
     out = out_dir / "quantized" / f"model{plan.model_suffix}"
     max_ir = target.limits().max_ir_version
 
@@ -173,9 +193,11 @@ def quantize(setup: Setup, out_dir: Path, fp32_path: Path, analysis: Analysis, r
         if errors:
             more = f" (and {len(errors) - 1} more)" if len(errors) > 1 else ""
             where = f"node {errors[0].node}: " if errors[0].node else ""
-            raise BadInput(f"the {plan.method} plan's model does not compile for {profile.target}: "
-                           f"{where}{errors[0].problem}{more}",
-                           fix=f"{errors[0].fix}; or keep the node's group float with [quantization] keep_float")
+            raise BadInput(
+                f"the {plan.method} plan's model does not compile for {profile.target}: "
+                f"{where}{errors[0].problem}{more}",
+                fix=f"{errors[0].fix}; or keep the node's group float with [quantization] keep_float",
+            )
 
     budgets = profile.budgets
     has_budget = budgets.accuracy_max_drop is not None or budgets.accuracy_max_rel_drop is not None
@@ -185,38 +207,60 @@ def quantize(setup: Setup, out_dir: Path, fp32_path: Path, analysis: Analysis, r
             plan, info["apply"] = apply_with_fallback(plan, fp32_path, out, calibration, max_ir, ui.note)
             vet(out)
         applied = info["apply"]
-        info["search"] = {"steps": [], "ranking": [], "evaluations": 0,
-                          "stopped": "no sensitivity loop: the project has no [evaluation] metric or the profile no "
-                                     "accuracy budget; parity with FP32 is the only accuracy evidence"}
+        info["search"] = {
+            "steps": [],
+            "ranking": [],
+            "evaluations": 0,
+            "stopped": "no sensitivity loop: the project has no [evaluation] metric or the profile no "
+            "accuracy budget; parity with FP32 is the only accuracy evidence",
+        }
     else:
         evaluation = project.evaluation
 
         def judge(metric: float) -> tuple[float, bool]:  # the very verdict the build will give the artifact
             results = verdicts.judge_accuracy(budgets, reference_metric, metric, evaluation.direction, evaluation.name)
             return results[0].measured, all(r.verdict == Verdict.PASS for r in results)
+
         beyond_reach = float_metric is not None and not judge(float_metric)[1]
-        with ui.step(f"quantize ({plan.method}, {len(plan.quantized())} of {len(plan.groups)} groups) and evaluate "
-                     f"{project.evaluation.name}"):
+        with ui.step(
+            f"quantize ({plan.method}, {len(plan.quantized())} of {len(plan.groups)} groups) and evaluate "
+            f"{project.evaluation.name}"
+        ):
             candidates = sensitivity.Candidates(
-                session=session, evaluate=lambda predict: evaluate(project, predict), judge=judge,
-                calibration=calibration, rank_samples=probe_inputs, latency_feeds=probe_inputs[0], max_ir_version=max_ir,
-                vet=vet, log=ui.detail, macs={g.name: g.macs for g in analysis.groups})
-            limits = sensitivity.Limits(max_evaluations=settings.max_evaluations,
-                                        enabled=settings.sensitivity and not beyond_reach,
-                                        latency_limit_ms=None if emulated else budgets.latency_p50_ms,
-                                        max_ranked_groups=settings.max_ranked_groups, max_seconds=settings.max_search_s)
+                session=session,
+                evaluate=lambda predict: evaluate(project, predict),
+                judge=judge,
+                calibration=calibration,
+                rank_samples=probe_inputs,
+                latency_feeds=probe_inputs[0],
+                max_ir_version=max_ir,
+                vet=vet,
+                log=ui.detail,
+                macs={g.name: g.macs for g in analysis.groups},
+            )
+            limits = sensitivity.Limits(
+                max_evaluations=settings.max_evaluations,
+                enabled=settings.sensitivity and not beyond_reach,
+                latency_limit_ms=None if emulated else budgets.latency_p50_ms,
+                max_ranked_groups=settings.max_ranked_groups,
+                max_seconds=settings.max_search_s,
+            )
             search = sensitivity.search(plan, fp32_path, out, candidates, limits)
         if beyond_reach and not search.steps[-1].meets_accuracy:
             # moving groups to float would only give up speed: the float model itself misses the budget
-            search.stopped = (f"accuracy budget missed, and the loop was not run: the pruned FP32 model already "
-                              f"misses it ({evaluation.name} {float_metric:.6g}, reference {reference_metric:.6g}), "
-                              "so no precision can meet it; recover the pruning's loss or prune less")
+            search.stopped = (
+                f"accuracy budget missed, and the loop was not run: the pruned FP32 model already "
+                f"misses it ({evaluation.name} {float_metric:.6g}, reference {reference_metric:.6g}), "
+                "so no precision can meet it; recover the pruning's loss or prune less"
+            )
         plan = search.plan
         applied = search.applied
         info["search"] = search.to_json()
         if search.unranked:
-            ui.note(f"sensitivity: ranked {len(search.ranking)} of {len(search.ranking) + len(search.unranked)} groups "
-                    f"({search.unranked[0]['skipped']}); the unranked follow the ranked, largest by MACs first")
+            ui.note(
+                f"sensitivity: ranked {len(search.ranking)} of {len(search.ranking) + len(search.unranked)} groups "
+                f"({search.unranked[0]['skipped']}); the unranked follow the ranked, largest by MACs first"
+            )
         ui.note(f"sensitivity: {search.stopped}")
     info["fallbacks"] = applied.pop("fallbacks", [])  # the quantizer failed on a group: it moved up, the build went on
     for move in info["fallbacks"]:
@@ -227,11 +271,14 @@ def quantize(setup: Setup, out_dir: Path, fp32_path: Path, analysis: Analysis, r
     other_groups = applied.get("group_sizes") or {}
     if other_groups:
         listed = ", ".join(f"{node} ({size})" for node, size in list(other_groups.items())[:6])
-        notes.append(f"{len(other_groups)} INT4 layer(s) grouped by another size than {plan.block_size}, which does not "
-                     f"divide their input channels: {listed}{' …' if len(other_groups) > 6 else ''}")
+        notes.append(
+            f"{len(other_groups)} INT4 layer(s) grouped by another size than {plan.block_size}, which does not "
+            f"divide their input channels: {listed}{' …' if len(other_groups) > 6 else ''}"
+        )
         ui.note(notes[-1])
-    note = _speed_note(profile.precision, emulated, info,
-                       lambda: _compare_latency(session(fp32_path), session(out), probe_inputs[0]))
+    note = _speed_note(
+        profile.precision, emulated, info, lambda: _compare_latency(session(fp32_path), session(out), probe_inputs[0])
+    )
     if note:
         notes.append(note)
         if not emulated:
@@ -239,8 +286,12 @@ def quantize(setup: Setup, out_dir: Path, fp32_path: Path, analysis: Analysis, r
     if notes:
         info["notes"] = notes
     weights = out.with_suffix(".bin")  # OpenVINO IR keeps its weights beside the .xml
-    info.update(plan=plan.to_json(), model_sha256=sha256_file(out), fp32_bytes=fp32_path.stat().st_size,
-                quantized_bytes=out.stat().st_size + (weights.stat().st_size if out.suffix == ".xml" else 0))
+    info.update(
+        plan=plan.to_json(),
+        model_sha256=sha256_file(out),
+        fp32_bytes=fp32_path.stat().st_size,
+        quantized_bytes=out.stat().st_size + (weights.stat().st_size if out.suffix == ".xml" else 0),
+    )
     return out, info
 
 
@@ -252,8 +303,10 @@ def _speed_note(precision: str, emulated: str | None, info: dict, compare) -> st
     info["quick_latency_ms"] = {"fp32": fp32_ms, "quantized": quant_ms}
     if quant_ms < fp32_ms:
         return ""
-    return (f"{precision} is not faster than fp32 for this model on this host ({quant_ms:.3g} ms vs {fp32_ms:.3g} ms, "
-            "quick in-process medians): quantization does not pay here; consider precision = \"fp32\"")
+    return (
+        f"{precision} is not faster than fp32 for this model on this host ({quant_ms:.3g} ms vs {fp32_ms:.3g} ms, "
+        'quick in-process medians): quantization does not pay here; consider precision = "fp32"'
+    )
 
 
 def _compare_latency(fp32, quantized, feeds: dict, rounds: int = 5) -> tuple[float, float]:
@@ -266,12 +319,18 @@ def _compare_latency(fp32, quantized, feeds: dict, rounds: int = 5) -> tuple[flo
 def evaluated_on(setup: Setup) -> str:
     model = "model" if setup.profile.precision == "fp32" else "quantized model"
     if setup.project.workload.kind == "generate" and setup.target.scorer() is not None:
-        return (f"{setup.target.name}'s own decode loop for the artifact; the sensitivity loop's candidates on OpenVINO "
-                "CPU (the same IR, dynamic shapes): the static-shape pipeline runs no single call of the cache graph")
+        return (
+            f"{setup.target.name}'s own decode loop for the artifact; the sensitivity loop's candidates on OpenVINO "
+            "CPU (the same IR, dynamic shapes): the static-shape pipeline runs no single call of the cache graph"
+        )
     if setup.deferred:
-        return (f"ONNX Runtime CPU EP running the {model} the {setup.target.name} engine is compiled from (no "
-                "engine on this host); the engine's numerics are checked by golden parity at `tapeout check`")
+        return (
+            f"ONNX Runtime CPU EP running the {model} the {setup.target.name} engine is compiled from (no "
+            "engine on this host); the engine's numerics are checked by golden parity at `tapeout check`"
+        )
     if setup.emulated:
-        return (f"ONNX Runtime CPU EP running the {model} the {setup.target.name} artifact is compiled from "
-                f"({setup.emulated}; too slow for the metric); the device's numerics are checked by golden parity")
+        return (
+            f"ONNX Runtime CPU EP running the {model} the {setup.target.name} artifact is compiled from "
+            f"({setup.emulated}; too slow for the metric); the device's numerics are checked by golden parity"
+        )
     return f"{setup.target.name}, on this host"

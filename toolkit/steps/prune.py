@@ -41,6 +41,7 @@ class Prune(Step):
 
         def predict(feeds):
             return torch_onnx.torch_outputs(teacher, feeds, names, loaded.output_names)
+
         state.teacher = predict
         return None
 
@@ -65,8 +66,9 @@ def batch_layout(inputs: list[InputSpec], token_mask: int | None):
     shape = inputs[token_mask].shape if token_mask is not None else []
     if len(shape) != 2 or not isinstance(shape[1], str):
         return Layout(stack=stack)
-    trim = tuple(next((axis for axis, dim in enumerate(spec.shape) if axis > 0 and dim == shape[1]), None)
-                 for spec in inputs)
+    trim = tuple(
+        next((axis for axis, dim in enumerate(spec.shape) if axis > 0 and dim == shape[1]), None) for spec in inputs
+    )
     return Layout(stack=stack, trim=trim)
 
 
@@ -108,8 +110,14 @@ def prune_model(setup: Setup, loaded) -> tuple[Any, dict, Any]:
             module, info = prune.apply(base, tensors[0], step, multiple, tensors, ui.note, mask)
         if step.distill_lr is None:  # pretrained transformers take fine-tuning rates; small CNNs a larger one
             step = step.model_copy(update={"distill_lr": TRANSFORMER_LR if info["transformer"] else DEFAULT_LR})
-        with ui.step("recover: " + (f"project hook {settings.recover}" if settings.recover else
-                                    f"distil from the FP32 teacher on {len(recovery)} inputs ({source})")):
+        with ui.step(
+            "recover: "
+            + (
+                f"project hook {settings.recover}"
+                if settings.recover
+                else f"distil from the FP32 teacher on {len(recovery)} inputs ({source})"
+            )
+        ):
             info["recovery"] = distill.recover(module, teacher, recovery, step, project.root, ui.detail, mask, layout)
         for p in module.parameters():
             p.requires_grad_(False)
@@ -120,8 +128,10 @@ def prune_model(setup: Setup, loaded) -> tuple[Any, dict, Any]:
     else:
         module, info = pruned_at(settings.ratio, loaded.module)
     info["recovery_data"] = source
-    ui.note(f"pruned: FLOPs −{info['flops_reduction']:.0%} ({info['macs_before']:,.0f} → {info['macs_after']:,.0f} "
-            f"MACs), parameters {info['params_before']:,} → {info['params_after']:,}")
+    ui.note(
+        f"pruned: FLOPs −{info['flops_reduction']:.0%} ({info['macs_before']:,.0f} → {info['macs_after']:,.0f} "
+        f"MACs), parameters {info['params_before']:,} → {info['params_after']:,}"
+    )
     return module, info, teacher
 
 
@@ -143,10 +153,15 @@ def _latency_search(setup: Setup, loaded, teacher, pruned_at, feeds) -> tuple[An
     project, profile, target, settings = setup.project, setup.profile, setup.target, setup.profile.pruning
     limit = profile.budgets.latency_p50_ms
     if limit is None:
-        raise BadInput("[pruning] until = \"latency\" needs a latency_p50_ms budget in the profile",
-                       fix="add [budgets] latency_p50_ms, or prune by ratio (until = \"ratio\")")
-    method = ("quick in-process median on the target, FP32 pruned model (the precision step follows)"
-              if not setup.emulated else _estimate_method(setup))
+        raise BadInput(
+            '[pruning] until = "latency" needs a latency_p50_ms budget in the profile',
+            fix='add [budgets] latency_p50_ms, or prune by ratio (until = "ratio")',
+        )
+    method = (
+        "quick in-process median on the target, FP32 pruned model (the precision step follows)"
+        if not setup.emulated
+        else _estimate_method(setup)
+    )
     names = [s.name for s in project.inputs]
     evaluation = project.evaluation
 
@@ -181,25 +196,45 @@ def _latency_search(setup: Setup, loaded, teacher, pruned_at, feeds) -> tuple[An
         if value is not None:
             results = verdicts.judge_accuracy(profile.budgets, reference, value, evaluation.direction, evaluation.name)
             ok = all(r.verdict == Verdict.PASS for r in results)
-        steps.append({"ratio": ratio, "latency_ms": ms, "metric": value, "macs": info["macs_after"],
-                      "params": info["params_after"], "accepted": ok})
-        setup.ui.note(f"pruning {ratio:.0%}: {'estimated' if setup.emulated else 'quick'} latency {ms:.3f} ms "
-                    f"(limit {limit:g} ms)"
-                    + (f", {evaluation.name} {value:.4g}" if value is not None else ""))
+        steps.append(
+            {
+                "ratio": ratio,
+                "latency_ms": ms,
+                "metric": value,
+                "macs": info["macs_after"],
+                "params": info["params_after"],
+                "accepted": ok,
+            }
+        )
+        setup.ui.note(
+            f"pruning {ratio:.0%}: {'estimated' if setup.emulated else 'quick'} latency {ms:.3f} ms "
+            f"(limit {limit:g} ms)" + (f", {evaluation.name} {value:.4g}" if value is not None else "")
+        )
         if not ok:
             break
         chosen = (module, info)
         if ms <= limit:
             break
     if chosen is None:
-        raise BadInput(f"[pruning] the first step ({settings.step:.0%}) already breaks the accuracy budget",
-                       fix="lower [pruning] step, recover longer (distill_steps), or relax the accuracy budget")
+        raise BadInput(
+            f"[pruning] the first step ({settings.step:.0%}) already breaks the accuracy budget",
+            fix="lower [pruning] step, recover longer (distill_steps), or relax the accuracy budget",
+        )
     module, info = chosen
     last = steps[-1]
-    info["search"] = {"steps": steps, "limit_ms": limit, "method": method, "estimated": bool(setup.emulated),
-                      "stopped": ("latency budget met" if last["accepted"] and last["latency_ms"] <= limit else
-                                  "accuracy budget broken: kept the previous step" if not last["accepted"] else
-                                  f"reached the maximum ratio {settings.ratio:.0%} with the latency budget still missed")}
+    info["search"] = {
+        "steps": steps,
+        "limit_ms": limit,
+        "method": method,
+        "estimated": bool(setup.emulated),
+        "stopped": (
+            "latency budget met"
+            if last["accepted"] and last["latency_ms"] <= limit
+            else "accuracy budget broken: kept the previous step"
+            if not last["accepted"]
+            else f"reached the maximum ratio {settings.ratio:.0%} with the latency budget still missed"
+        ),
+    }
     return module, info
 
 
@@ -210,21 +245,30 @@ def _estimate_method(setup: Setup) -> str:
 
     unpriced = why_not_priced(setup.target.name, setup.device)
     if unpriced:
-        raise BadInput(f"[pruning] until = \"latency\": this host cannot time {setup.profile.target} ({setup.emulated}), "
-                       f"and {unpriced}", fix="name the device its target runs on, prune by ratio, or build on the device")
+        raise BadInput(
+            f'[pruning] until = "latency": this host cannot time {setup.profile.target} ({setup.emulated}), '
+            f"and {unpriced}",
+            fix="name the device its target runs on, prune by ratio, or build on the device",
+        )
     if setup.device is None:
-        raise BadInput(f"[pruning] until = \"latency\": this host cannot time {setup.profile.target} ({setup.emulated}), "
-                       "and the profile names no device to estimate each step for",
-                       fix="name the device (device = \"...\") and calibrate it, prune by ratio, or build on the device")
+        raise BadInput(
+            f'[pruning] until = "latency": this host cannot time {setup.profile.target} ({setup.emulated}), '
+            "and the profile names no device to estimate each step for",
+            fix='name the device (device = "...") and calibrate it, prune by ratio, or build on the device',
+        )
     device = device_name(setup.device, host_fingerprint())
     found = find_calibration(device, setup.target.name, host_fingerprint(), setup.device)
     if found is None:
-        raise BadInput(f"[pruning] until = \"latency\": this host cannot time {setup.profile.target} ({setup.emulated}), "
-                       f"and there is no calibration for {device} × {setup.target.name} to estimate each step with",
-                       fix=f"run `tapeout check` on a {device} and `tapeout calibrate` those builds (docs/estimator.md), "
-                           "or prune by ratio")
-    return (f"estimated p50 on {device} at the profile's float precision (calibration {found[1]}), FP32 pruned "
-            "model before the precision step")
+        raise BadInput(
+            f'[pruning] until = "latency": this host cannot time {setup.profile.target} ({setup.emulated}), '
+            f"and there is no calibration for {device} × {setup.target.name} to estimate each step with",
+            fix=f"run `tapeout check` on a {device} and `tapeout calibrate` those builds (docs/estimator.md), "
+            "or prune by ratio",
+        )
+    return (
+        f"estimated p50 on {device} at the profile's float precision (calibration {found[1]}), FP32 pruned "
+        "model before the precision step"
+    )
 
 
 def _estimated_ms(setup: Setup, path) -> float:

@@ -18,7 +18,7 @@ from tapeout.core.metric import evaluate
 from tapeout.steps.state import BuildState
 from tapeout.steps.step import Step
 
-_MEMO: dict[str, float] = {}   # this process's FP32 reference metrics, by `_inputs_key`
+_MEMO: dict[str, float] = {}  # this process's FP32 reference metrics, by `_inputs_key`
 _SKIPPED_DIRS = {"build", "__pycache__"}  # the default build dirs and bytecode: outputs, not what the metric reads
 
 
@@ -35,8 +35,10 @@ class Reference(Step):
         key = _inputs_key(state) if state.pruning is None else None  # a pruned model's teacher is this run's own
         if key in _MEMO:
             state.reference_metric = _MEMO[key]
-            state.ui.note(f"{project.evaluation.name} on the FP32 reference: {state.reference_metric:.6g}, as this "
-                          "process computed it for the same export and project files")
+            state.ui.note(
+                f"{project.evaluation.name} on the FP32 reference: {state.reference_metric:.6g}, as this "
+                "process computed it for the same export and project files"
+            )
         else:
             with state.ui.step(f"evaluate {project.evaluation.name} on the FP32 reference{_how(state)}"):
                 state.reference_metric = _reference_metric(state)

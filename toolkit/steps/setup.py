@@ -30,11 +30,11 @@ class Setup:
 
     profile: Profile
     target: Target
-    probe: Probe                         # taken once: for a GPU target it creates a CUDA session
+    probe: Probe  # taken once: for a GPU target it creates a CUDA session
     ui: UI
-    project: Project | None = None       # None on the device: `check` has the build dir, not the project
-    device: DeviceSpec | None = None     # the profile's device spec, if it names one
-    deferred: str | None = None          # a device-compiled target whose toolchain is not here: why not
+    project: Project | None = None  # None on the device: `check` has the build dir, not the project
+    device: DeviceSpec | None = None  # the profile's device spec, if it names one
+    deferred: str | None = None  # a device-compiled target whose toolchain is not here: why not
     budgets_from_project: tuple[str, ...] = ()  # budgets the project file set and the profile did not
     emulated: str | None = field(init=False)
 
@@ -43,8 +43,10 @@ class Setup:
         if self.deferred and not self.emulated:
             # Everything but the engine is built here; the ONNX it will be compiled from runs on ORT's CPU EP
             # for parity and the metric, and no figure of this host is judged against the device's budgets.
-            self.emulated = (f"no {self.target.name} engine on this host ({self.deferred}): it is compiled on the "
-                             "device at the first `tapeout check`; here the prepared ONNX ran on ONNX Runtime's CPU EP")
+            self.emulated = (
+                f"no {self.target.name} engine on this host ({self.deferred}): it is compiled on the "
+                "device at the first `tapeout check`; here the prepared ONNX ran on ONNX Runtime's CPU EP"
+            )
 
     @property
     def capabilities(self) -> Capabilities:
@@ -56,27 +58,40 @@ def for_build(project_dir: Path | str, profile_name: str, ui: UI) -> Setup:
     project = load_project(project_dir)
     profile, from_project = with_project_budgets(load_profile(profile_name), project)
     options = dict(profile.options)
-    if (profile.pruning is not None and "2:4" in profile.pruning.what and "sparse_weights" not in options
-            and "sparse_weights" in targets.options_model(profile.target).model_fields):
+    if (
+        profile.pruning is not None
+        and "2:4" in profile.pruning.what
+        and "sparse_weights" not in options
+        and "sparse_weights" in targets.options_model(profile.target).model_fields
+    ):
         options["sparse_weights"] = True  # 2:4 weights are only worth their accuracy where sparse kernels run them
     target = targets.create(profile.target, options)
     device = load_device(profile.device) if profile.device else None
     if device is not None and profile.precision in ("fp8",) and profile.precision not in device.peak_dense_tops:
-        raise BadInput(f"profile {profile.name} asks for {profile.precision}, and device spec {device.name} lists no "
-                       f"{profile.precision} peak: its GPU has no {profile.precision.upper()} tensor cores "
-                       "(FP8 needs NVIDIA Ada or Hopper and newer)", fix="use precision = \"int8\" or \"fp16\" for this device")
+        raise BadInput(
+            f"profile {profile.name} asks for {profile.precision}, and device spec {device.name} lists no "
+            f"{profile.precision} peak: its GPU has no {profile.precision.upper()} tensor cores "
+            "(FP8 needs NVIDIA Ada or Hopper and newer)",
+            fix='use precision = "int8" or "fp16" for this device',
+        )
     kind = project.workload.kind
     if kind not in target.capabilities.workloads:
         able = [name for name, entry in targets.TARGETS.items() if kind in entry.capabilities.workloads]
         why = target.capabilities.workloads_not.get(kind)
-        raise BadInput(f"target '{profile.target}' (profile {profile.name}) cannot run a {kind} workload: "
-                       + (f"{why}; it runs " if why else "it runs ") + ", ".join(target.capabilities.workloads), fix=f"build {project.file.name}'s {kind} workload "
-                       f"for a profile whose target runs it ({', '.join(able)}), or set [workload] kind = \"forward\"")
+        raise BadInput(
+            f"target '{profile.target}' (profile {profile.name}) cannot run a {kind} workload: "
+            + (f"{why}; it runs " if why else "it runs ")
+            + ", ".join(target.capabilities.workloads),
+            fix=f"build {project.file.name}'s {kind} workload "
+            f'for a profile whose target runs it ({", ".join(able)}), or set [workload] kind = "forward"',
+        )
     problem = target.workload_problem(kind) if kind != "forward" else None
     if problem:
-        raise BadInput(f"target '{profile.target}' (profile {profile.name}) cannot run this {kind} workload: {problem}",
-                       fix=f"set the option the message names in the profile's [options], or build the {kind} "
-                       "workload for another profile")
+        raise BadInput(
+            f"target '{profile.target}' (profile {profile.name}) cannot run this {kind} workload: {problem}",
+            fix=f"set the option the message names in the profile's [options], or build the {kind} "
+            "workload for another profile",
+        )
     _enough_generations(project, profile)
     _enough_chunks(project, profile)
     check_project_files(project)
@@ -90,12 +105,23 @@ def for_build(project_dir: Path | str, profile_name: str, ui: UI) -> Setup:
         if target.capabilities.compiles_from == "torch.export" and profile.precision != "fp32":
             # a lower-precision program is scored by compiling each candidate, which needs the device; there is
             # no ONNX twin of a cast program to stand in for it here
-            raise TargetUnavailable(f"profile {profile.name} builds {profile.precision} for '{profile.target}', "
-                                    f"whose candidates are compiled and scored on the device, and it is not here "
-                                    f"({deferred})", fix=f"build {profile.name} on the device (or a host of its "
-                                    "class), or build the fp32 profile here: the device compiles it at the first check")
-    return Setup(profile, target, here.probe, ui, project=project, device=device, deferred=deferred,
-                 budgets_from_project=from_project)
+            raise TargetUnavailable(
+                f"profile {profile.name} builds {profile.precision} for '{profile.target}', "
+                f"whose candidates are compiled and scored on the device, and it is not here "
+                f"({deferred})",
+                fix=f"build {profile.name} on the device (or a host of its "
+                "class), or build the fp32 profile here: the device compiles it at the first check",
+            )
+    return Setup(
+        profile,
+        target,
+        here.probe,
+        ui,
+        project=project,
+        device=device,
+        deferred=deferred,
+        budgets_from_project=from_project,
+    )
 
 
 def with_project_budgets(profile: Profile, project: Project) -> tuple[Profile, tuple[str, ...]]:
@@ -110,8 +136,10 @@ def with_project_budgets(profile: Profile, project: Project) -> tuple[Profile, t
         merged = Profile.model_validate({**profile.model_dump(), "budgets": {**added, **ours}})
     except ValidationError as exc:
         problem = exc.errors()[0]["msg"].removeprefix("Value error, ")
-        raise BadInput(f"{project.file}: [budgets] with profile {profile.name}: {problem}",
-                       fix="raise check.iterations or check.repeats in the profile, or leave that budget out") from None
+        raise BadInput(
+            f"{project.file}: [budgets] with profile {profile.name}: {problem}",
+            fix="raise check.iterations or check.repeats in the profile, or leave that budget out",
+        ) from None
     return merged, tuple(sorted(added))
 
 
@@ -124,14 +152,17 @@ def _enough_generations(project: Project, profile: Profile) -> None:
     generations = workload.trials * check.repeats
     steps = generations * (workload.new_tokens - 1) * len(workload.prompt_lengths)
     for budget, quantile, count, what in (
-            ("ttft_ms", 0.9, generations, "[workload] trials × check.repeats"),
-            ("tpot_p90_ms", 0.9, steps, "trials × (new_tokens - 1) × prompt lengths × check.repeats"),
-            ("tpot_p99_ms", 0.99, steps, "trials × (new_tokens - 1) × prompt lengths × check.repeats")):
+        ("ttft_ms", 0.9, generations, "[workload] trials × check.repeats"),
+        ("tpot_p90_ms", 0.9, steps, "trials × (new_tokens - 1) × prompt lengths × check.repeats"),
+        ("tpot_p99_ms", 0.99, steps, "trials × (new_tokens - 1) × prompt lengths × check.repeats"),
+    ):
         need = min_samples_for_bound(quantile, check.confidence)
         if getattr(budgets, budget) is not None and count < need:
-            raise BadInput(f"{what} = {count} cannot bound the p{quantile * 100:g} that {budget} is judged on at "
-                           f"confidence {check.confidence}: it needs at least {need} samples",
-                           fix=f"raise [workload] trials in {project.file.name} (or check.repeats in the profile)")
+            raise BadInput(
+                f"{what} = {count} cannot bound the p{quantile * 100:g} that {budget} is judged on at "
+                f"confidence {check.confidence}: it needs at least {need} samples",
+                fix=f"raise [workload] trials in {project.file.name} (or check.repeats in the profile)",
+            )
 
 
 def _enough_chunks(project: Project, profile: Profile) -> None:
@@ -141,9 +172,11 @@ def _enough_chunks(project: Project, profile: Profile) -> None:
         return
     count, need = workload.chunks * workload.trials * check.repeats, min_samples_for_bound(0.99, check.confidence)
     if count < need:
-        raise BadInput(f"[workload] chunks × trials × check.repeats = {count} cannot bound the p99 that chunk_p99_ms is "
-                       f"judged on at confidence {check.confidence}: it needs at least {need} timed chunks",
-                       fix=f"raise [workload] chunks or trials in {project.file.name} (or check.repeats in the profile)")
+        raise BadInput(
+            f"[workload] chunks × trials × check.repeats = {count} cannot bound the p99 that chunk_p99_ms is "
+            f"judged on at confidence {check.confidence}: it needs at least {need} timed chunks",
+            fix=f"raise [workload] chunks or trials in {project.file.name} (or check.repeats in the profile)",
+        )
 
 
 def for_check(build: BuildDir, ui: UI) -> Setup:
@@ -151,8 +184,10 @@ def for_check(build: BuildDir, ui: UI) -> Setup:
     target (exit 4 if it cannot run here) and device spec."""
     name = build.manifest.artifact.target
     if name not in targets.TARGETS:
-        raise BadInput(f"{build.directory} was built for target '{name}', which this tapeout does not know",
-                       fix=f"check it with a tapeout that has that backend, or rebuild for one of: {', '.join(targets.TARGETS)}")
+        raise BadInput(
+            f"{build.directory} was built for target '{name}', which this tapeout does not know",
+            fix=f"check it with a tapeout that has that backend, or rebuild for one of: {', '.join(targets.TARGETS)}",
+        )
     profile = build.profile
     target = targets.create(name, profile.options)
     here = targets.readiness(target)
@@ -173,12 +208,16 @@ def load_profile(name: str) -> Profile:
     profile = validate(Profile, data, path)
     precisions = targets.TARGETS[profile.target].capabilities.precisions
     if profile.precision not in precisions:
-        raise BadInput(f"{path}: field 'precision': target '{profile.target}' does not take {profile.precision!r}",
-                       fix=f"use one of: {', '.join(precisions)}")
+        raise BadInput(
+            f"{path}: field 'precision': target '{profile.target}' does not take {profile.precision!r}",
+            fix=f"use one of: {', '.join(precisions)}",
+        )
     method = profile.quantization.method
     if method != "auto" and method not in methods.names():
-        raise BadInput(f"{path}: field 'quantization.method': unknown quantization method {method!r}",
-                       fix=f"use one of: auto, {', '.join(methods.names())}")
+        raise BadInput(
+            f"{path}: field 'quantization.method': unknown quantization method {method!r}",
+            fix=f"use one of: auto, {', '.join(methods.names())}",
+        )
     options_model = targets.options_model(profile.target)
     validate(options_model, profile.options, path, prefix="options.")
     if profile.device is not None:

@@ -52,10 +52,10 @@ class Exported:
     """The FP32 ONNX model the target's side starts from, and what produces the reference outputs."""
 
     path: Path
-    info: dict                           # the report's `export` section
-    reference: Predict | None            # the FP32 reference: torch, the pruned torch module, or ORT on an ONNX source
+    info: dict  # the report's `export` section
+    reference: Predict | None  # the FP32 reference: torch, the pruned torch module, or ORT on an ONNX source
     lint: list[LintIssue] | None = None  # an ONNX source is linted before it is copied: its findings
-    program: Any = None                  # the torch.export ExportedProgram, where the target compiles from it
+    program: Any = None  # the torch.export ExportedProgram, where the target compiles from it
     passes: list[dict] = field(default_factory=list)  # the export stage's graph passes: what each did
     # a generate workload's torch greedy tokens on its golden prompts, made while verifying the cache graph
     greedy_tokens: Any = None
@@ -68,8 +68,8 @@ class Golden:
     path: Path
     inputs: list[Feeds]
     outputs: list[dict]
-    source: str                          # where the inputs came from
-    reference: str                       # what produced the outputs
+    source: str  # where the inputs came from
+    reference: str  # what produced the outputs
 
 
 @dataclass
@@ -85,26 +85,26 @@ class StepRun:
 class BuildState:
     setup: Setup
     kind: Literal["build", "check"]
-    out: Path                            # where this run writes: the staging dir (build) or the build dir (check)
-    build_dir: str                       # the build dir's place, as the report names it
-    settings: CheckSettings              # timing settings: the profile's, or the check's overrides
+    out: Path  # where this run writes: the staging dir (build) or the build dir (check)
+    build_dir: str  # the build dir's place, as the report names it
+    settings: CheckSettings  # timing settings: the profile's, or the check's overrides
     strict: bool = False
-    opened: BuildDir | None = None       # check: the build dir, opened by the verified reader
-    shared: Any = None                   # build -p A -p B: the export shared between the candidates (steps.export)
-    collect_lint: bool = False           # `tapeout lint`: gather every finding instead of stopping at the first
+    opened: BuildDir | None = None  # check: the build dir, opened by the verified reader
+    shared: Any = None  # build -p A -p B: the export shared between the candidates (steps.export)
+    collect_lint: bool = False  # `tapeout lint`: gather every finding instead of stopping at the first
 
     loaded: LoadedModel = PENDING
-    pruning: dict | None = PENDING       # what [pruning] did; None without it
-    teacher: Predict | None = PENDING    # the FP32 model before pruning: the accuracy reference when pruned
+    pruning: dict | None = PENDING  # what [pruning] did; None without it
+    teacher: Predict | None = PENDING  # the FP32 model before pruning: the accuracy reference when pruned
     exported: Exported = PENDING
     lint: list[LintIssue] = PENDING
-    fp32_model: Path = PENDING           # the prepared FP32 model: what the precision step starts from
+    fp32_model: Path = PENDING  # the prepared FP32 model: what the precision step starts from
     analysis: Analysis = PENDING
-    kernels: list[Kernel] = PENDING      # the estimator's cost units at FP32, from the analysis
+    kernels: list[Kernel] = PENDING  # the estimator's cost units at FP32, from the analysis
     phases: list[Phase] | None = PENDING  # a generate workload's calls at their own shapes; None otherwise
     reference_metric: float | None = PENDING
     quantization: dict | None = PENDING  # the precision step's record; None at fp32
-    model: Path = PENDING                # the model the target compiles
+    model: Path = PENDING  # the model the target compiles
     compiled: Artifact | None = PENDING  # `model` already compiled by the precision step (a program's kept candidate)
     artifact: Artifact = PENDING
     artifact_info: ArtifactInfo = PENDING  # its size and hashes, taken once
@@ -113,7 +113,7 @@ class BuildState:
     measurement: Measurement = PENDING
     parity: list[OutputParity] = PENDING
     generation: GenerationMeasurement | None = PENDING  # a generate workload's loop; None for forward
-    stream: StreamMeasurement | None = PENDING          # a stream workload's loop; None for forward
+    stream: StreamMeasurement | None = PENDING  # a stream workload's loop; None for forward
     placement: dict | None = PENDING
     accuracy: AccuracyInfo | None = PENDING
     estimate: Estimate | None = PENDING
@@ -121,8 +121,8 @@ class BuildState:
     budgets: list[BudgetResult] = PENDING
     report: Report = PENDING
 
-    passes: list[PassRecord] = field(default_factory=list)    # graph passes applied and skipped, with reasons
-    flow: tuple = ()                                          # the steps of this run, in order
+    passes: list[PassRecord] = field(default_factory=list)  # graph passes applied and skipped, with reasons
+    flow: tuple = ()  # the steps of this run, in order
     ran: list[StepRun] = field(default_factory=list)
 
     @property

@@ -25,10 +25,10 @@ STATE_FIELDS = frozenset(f.name for f in fields(BuildState))
 
 class Step(ABC):
     name: ClassVar[str]
-    needs: ClassVar[tuple[str, ...]] = ()   # BuildState fields it reads, added before it runs
+    needs: ClassVar[tuple[str, ...]] = ()  # BuildState fields it reads, added before it runs
     # what a build's run of it reads besides `needs` (a check reads those from the build dir it opened)
     needs_at_build: ClassVar[tuple[str, ...]] = ()
-    adds: ClassVar[tuple[str, ...]] = ()    # BuildState fields it sets (None is a value; PENDING is not)
+    adds: ClassVar[tuple[str, ...]] = ()  # BuildState fields it sets (None is a value; PENDING is not)
 
     def __init_subclass__(cls, **kwargs) -> None:
         super().__init_subclass__(**kwargs)

@@ -36,21 +36,28 @@ def golden_stream(project: Project) -> tuple[dict[str, np.ndarray], str]:
         produced = source()
     array = np.asarray(produced[name] if isinstance(produced, dict) else produced)
     size = int(np.prod(shape))
-    fix = (f"return an array [chunks, {', '.join(map(str, shape))}] of at least {workload.chunks} chunks, or a flat "
-           f"signal of at least {workload.chunks * size} values")
+    fix = (
+        f"return an array [chunks, {', '.join(map(str, shape))}] of at least {workload.chunks} chunks, or a flat "
+        f"signal of at least {workload.chunks * size} values"
+    )
     if array.ndim == len(shape) + 1 and tuple(array.shape[1:]) == tuple(shape):
         chunks = array
     elif array.ndim == 1:
-        chunks = array[:array.size // size * size].reshape(-1, *shape)
+        chunks = array[: array.size // size * size].reshape(-1, *shape)
     else:
-        raise BadInput(f"[workload] stream {workload.stream} returned shape {list(array.shape)} for input {name!r} "
-                       f"of chunk shape {list(shape)}", fix=fix)
+        raise BadInput(
+            f"[workload] stream {workload.stream} returned shape {list(array.shape)} for input {name!r} "
+            f"of chunk shape {list(shape)}",
+            fix=fix,
+        )
     if len(chunks) < workload.chunks:
-        raise BadInput(f"[workload] stream {workload.stream} gave {len(chunks)} chunks; chunks = {workload.chunks}",
-                       fix=fix + ", or lower [workload] chunks")
+        raise BadInput(
+            f"[workload] stream {workload.stream} gave {len(chunks)} chunks; chunks = {workload.chunks}",
+            fix=fix + ", or lower [workload] chunks",
+        )
     if not np.issubdtype(array.dtype, np.number):
         raise BadInput(f"[workload] stream {workload.stream} returned {array.dtype} values", fix=fix)
-    return {name: chunks[:workload.chunks].astype(spec.dtype)}, f"[workload] stream {workload.stream}"
+    return {name: chunks[: workload.chunks].astype(spec.dtype)}, f"[workload] stream {workload.stream}"
 
 
 def make_stream_data(state: BuildState) -> tuple[streaming.StreamData, str]:
@@ -60,8 +67,9 @@ def make_stream_data(state: BuildState) -> tuple[streaming.StreamData, str]:
     specs = {s.name: s for s in project.inputs}
     chunks, source = golden_stream(project)
     constants = {name: state.golden.inputs[0][name] for name in workload.constant}
-    initial = {name: np.zeros(specs[name].concrete_shape(project.dims), dtype=specs[name].dtype)
-               for name in workload.state}
+    initial = {
+        name: np.zeros(specs[name].concrete_shape(project.dims), dtype=specs[name].dtype) for name in workload.state
+    }
     data = streaming.StreamData(chunks, constants, initial, {})
     checked = False
 
@@ -73,8 +81,9 @@ def make_stream_data(state: BuildState) -> tuple[streaming.StreamData, str]:
             checked = True
         return out
 
-    with state.ui.step(f"reference over the golden stream: {workload.chunks} chunks, state carried "
-                       f"({state.golden.reference})"):
+    with state.ui.step(
+        f"reference over the golden stream: {workload.chunks} chunks, state carried ({state.golden.reference})"
+    ):
         data.reference = streaming.stacked(list(streaming.carry(StateCarrier(reference, workload.state), data)))
     return data, source
 
@@ -102,30 +111,41 @@ class Stream(Step):
             data, source = make_stream_data(state)
             path = state.out / streaming.WORKLOAD_FILE
             data.save(path)
-            state.ui.note(f"stream: {workload.chunks} chunks of {workload.deadline_ms:g} ms from {source}, state "
-                          f"{', '.join(f'{o} → {i}' for i, o in workload.state.items())}")
+            state.ui.note(
+                f"stream: {workload.chunks} chunks of {workload.deadline_ms:g} ms from {source}, state "
+                f"{', '.join(f'{o} → {i}' for i, o in workload.state.items())}"
+            )
         settings, artifact = state.settings, state.artifact
-        base = {"target": artifact.target, "artifact_dir": str(artifact.directory), "main_file": artifact.main_file,
-                "options": setup.target.options.model_dump(mode="json"), **streaming.request_fields(workload, path)}
+        base = {
+            "target": artifact.target,
+            "artifact_dir": str(artifact.directory),
+            "main_file": artifact.main_file,
+            "options": setup.target.options.model_dump(mode="json"),
+            **streaming.request_fields(workload, path),
+        }
         # Through an emulator the timings are never judged: one process and one timed stream; the golden stream's
         # outputs (what drift is judged on) are the same either way.
         repeats, trials = (1, 1) if setup.emulated else (settings.repeats, workload.trials)
         base["workload"] = {**base["workload"], "trials": trials}
         results = []
-        with state.ui.step(f"stream: {trials} streams × {workload.chunks} chunks, state carried, in fresh processes"
-                           + (" (emulated: outputs only)" if setup.emulated else "")):
+        with state.ui.step(
+            f"stream: {trials} streams × {workload.chunks} chunks, state carried, in fresh processes"
+            + (" (emulated: outputs only)" if setup.emulated else "")
+        ):
             for r in range(repeats):
                 state.ui.detail(f"stream: process {r + 1}/{repeats}")
                 results.append(run_child({**base, "want_outputs": r == 0}, timeout_s=1800))
-        state.stream = streaming.summarize(results, results[0]["outputs"][0], data, workload,
-                                           state.artifact_info.bytes, settings.confidence)
+        state.stream = streaming.summarize(
+            results, results[0]["outputs"][0], data, workload, state.artifact_info.bytes, settings.confidence
+        )
         if not setup.emulated and undecided(judge_stream(setup.profile.budgets, state.stream, settings, None)):
             with state.ui.step(f"stream: a timing budget is inconclusive, {repeats} processes more"):
                 for r in range(repeats):
                     state.ui.detail(f"stream: process {repeats + r + 1}/{2 * repeats}")
                     results.append(run_child({**base, "want_outputs": False}, timeout_s=1800))
-            state.stream = streaming.summarize(results, results[0]["outputs"][0], data, workload,
-                                               state.artifact_info.bytes, settings.confidence)
+            state.stream = streaming.summarize(
+                results, results[0]["outputs"][0], data, workload, state.artifact_info.bytes, settings.confidence
+            )
             state.stream.notes.append("a timing budget was inconclusive; sampling was doubled once")
         if setup.emulated:
             state.stream.notes.append(f"emulated: {setup.emulated}; timings not judged")

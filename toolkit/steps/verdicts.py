@@ -28,19 +28,37 @@ def carried(build: Report, profile: Profile) -> list[BudgetResult]:
     built = {b.budget: b for b in build.budgets}
     results = []
     for budget, limit, why in (
-            ("accuracy_max_drop", profile.budgets.accuracy_max_drop, "the metric's data stays on the host"),
-            ("accuracy_max_rel_drop", profile.budgets.accuracy_max_rel_drop, "the metric's data stays on the host"),
-            ("placement_max_off_share", profile.budgets.placement_max_off_share, "from the compile-time op trace")):
+        ("accuracy_max_drop", profile.budgets.accuracy_max_drop, "the metric's data stays on the host"),
+        ("accuracy_max_rel_drop", profile.budgets.accuracy_max_rel_drop, "the metric's data stays on the host"),
+        ("placement_max_off_share", profile.budgets.placement_max_off_share, "from the compile-time op trace"),
+    ):
         if limit is None:
             continue
         if budget not in built:
-            results.append(BudgetResult(budget, limit, "", Verdict.UNMEASURED, carried=True,
-                                        reason="the build's report has no verdict for it"))
+            results.append(
+                BudgetResult(
+                    budget,
+                    limit,
+                    "",
+                    Verdict.UNMEASURED,
+                    carried=True,
+                    reason="the build's report has no verdict for it",
+                )
+            )
             continue
         b = built[budget]
-        results.append(BudgetResult(b.budget, b.limit, b.unit, b.verdict, b.measured, b.bound,
-                                    f"judged at build ({why}); carried over, its report verified by hash. {b.reason}",
-                                    carried=True))
+        results.append(
+            BudgetResult(
+                b.budget,
+                b.limit,
+                b.unit,
+                b.verdict,
+                b.measured,
+                b.bound,
+                f"judged at build ({why}); carried over, its report verified by hash. {b.reason}",
+                carried=True,
+            )
+        )
     return results
 
 
@@ -53,8 +71,13 @@ class Verdicts(Step):
         setup, settings = state.setup, state.settings
         budgets = setup.profile.budgets
         results = [
-            *verdicts.judge_on_device(budgets, state.measurement, settings, setup.emulated,
-                                      estimated_verdicts(budgets, state.estimate, setup.emulated)),
+            *verdicts.judge_on_device(
+                budgets,
+                state.measurement,
+                settings,
+                setup.emulated,
+                estimated_verdicts(budgets, state.estimate, setup.emulated),
+            ),
             *verdicts.judge_artifact(budgets, state.artifact_info.bytes),
         ]
         if state.opened is None:
@@ -64,8 +87,13 @@ class Verdicts(Step):
         results += verdicts.judge_stream(budgets, state.stream, settings, setup.emulated)
         if state.opened is None:
             acc = state.accuracy
-            results += verdicts.judge_accuracy(budgets, acc and acc.reference, acc and acc.artifact,
-                                               acc and acc.direction, acc.metric if acc else "metric")
+            results += verdicts.judge_accuracy(
+                budgets,
+                acc and acc.reference,
+                acc and acc.artifact,
+                acc and acc.direction,
+                acc.metric if acc else "metric",
+            )
         else:
             results += carried(state.opened.report, setup.profile)
         state.budgets = results

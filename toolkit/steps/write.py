@@ -34,10 +34,15 @@ def write_check(build_dir: Path, report: Report) -> None:
     against it. The old record goes first, so a check cut short leaves no record that vouches for it."""
     (build_dir / CHECK_MANIFEST).unlink(missing_ok=True)
     write_reports(build_dir, "check", report)
-    write_json(build_dir / CHECK_MANIFEST, {
-        "schema": CHECK_SCHEMA, "created": report.created,
-        "report": {"file": "check.json", "sha256": sha256_file(build_dir / "check.json")},
-        "build_manifest_sha256": sha256_file(build_dir / MANIFEST)})
+    write_json(
+        build_dir / CHECK_MANIFEST,
+        {
+            "schema": CHECK_SCHEMA,
+            "created": report.created,
+            "report": {"file": "check.json", "sha256": sha256_file(build_dir / "check.json")},
+            "build_manifest_sha256": sha256_file(build_dir / MANIFEST),
+        },
+    )
 
 
 class Write(Step):
@@ -63,27 +68,45 @@ def manifest(state: BuildState) -> dict:
     return {
         "schema": SCHEMA,
         "created": report.created,
-        "project": {"name": project.display_name, "file": str(project.file),
-                    "file_sha256": sha256_file(project.file), "source": project.model.source,
-                    "inputs": [s.model_dump() for s in project.inputs], "dims": project.dims},
+        "project": {
+            "name": project.display_name,
+            "file": str(project.file),
+            "file_sha256": sha256_file(project.file),
+            "source": project.model.source,
+            "inputs": [s.model_dump() for s in project.inputs],
+            "dims": project.dims,
+        },
         "model": {**data["model"], "export": data["export"], "export_sha256": tree_hashes(stage / "export")},
-        "calibration": {"source": report.golden.source,
-                        "sha256": sha256_file(project.root / project.calibration.data)
-                        if project.calibration and project.calibration.data.endswith(".npz") else None},
-        "artifact": {"target": profile.target, "main_file": report.artifact.main_file, "meta": data["artifact"]["meta"],
-                     "files": report.artifact.files, "bytes": report.artifact.bytes},
+        "calibration": {
+            "source": report.golden.source,
+            "sha256": sha256_file(project.root / project.calibration.data)
+            if project.calibration and project.calibration.data.endswith(".npz")
+            else None,
+        },
+        "artifact": {
+            "target": profile.target,
+            "main_file": report.artifact.main_file,
+            "meta": data["artifact"]["meta"],
+            "files": report.artifact.files,
+            "bytes": report.artifact.bytes,
+        },
         "golden": {"file": "golden.npz", "sha256": sha256_file(state.golden.path), "samples": report.golden.samples},
         # check carries verdicts over from report.json: its hash makes them part of what is verified
         "report": {"file": "report.json", "sha256": sha256_file(stage / "report.json")},
         "structure": {"file": STRUCTURE, "sha256": sha256_file(stage / STRUCTURE)},
-        "workload": None if project.workload.kind == "forward" else {
+        "workload": None
+        if project.workload.kind == "forward"
+        else {
             "settings": project.workload.model_dump(mode="json"),
             "layout": state.generation.layout.to_json() if state.generation is not None else None,
-            "file": WORKLOAD_FILE, "sha256": sha256_file(stage / WORKLOAD_FILE)},
+            "file": WORKLOAD_FILE,
+            "sha256": sha256_file(stage / WORKLOAD_FILE),
+        },
         "profile": profile.model_dump(mode="json"),
         "device_spec": setup.device.model_dump(mode="json") if setup.device else None,
-        "quantization": None if report.quantization is None else {
-            "model_sha256": data["quantization"]["model_sha256"], "plan": data["quantization"]["plan"]},
+        "quantization": None
+        if report.quantization is None
+        else {"model_sha256": data["quantization"]["model_sha256"], "plan": data["quantization"]["plan"]},
         "options_resolved": setup.target.options.model_dump(mode="json"),
         "budgets": profile.budgets.model_dump(mode="json", exclude_none=True),
         "versions": package_versions(),

@@ -19,16 +19,18 @@ class StreamingVAD(nn.Module):
     def __init__(self) -> None:
         super().__init__()
         self.frontend = nn.Sequential(
-            nn.Conv1d(1, 24, kernel_size=64, stride=32), nn.ReLU(),     # 768 samples -> 23 frames
-            nn.Conv1d(24, 32, kernel_size=3, stride=2), nn.ReLU(),      # -> 11 frames
+            nn.Conv1d(1, 24, kernel_size=64, stride=32),
+            nn.ReLU(),  # 768 samples -> 23 frames
+            nn.Conv1d(24, 32, kernel_size=3, stride=2),
+            nn.ReLU(),  # -> 11 frames
         )
         self.gru = nn.GRU(32, HIDDEN, batch_first=True)
         self.head = nn.Linear(HIDDEN, 1)
 
     def forward(self, audio, context, h):
-        window = torch.cat([context, audio], dim=1)                     # [1, 768]
-        compressed = torch.log1p(window.abs() * 50) * torch.sign(window)          # mu-law-like: loud and quiet
-        frames = self.frontend(compressed.unsqueeze(1)).transpose(1, 2)            # [1, 11, 32]
+        window = torch.cat([context, audio], dim=1)  # [1, 768]
+        compressed = torch.log1p(window.abs() * 50) * torch.sign(window)  # mu-law-like: loud and quiet
+        frames = self.frontend(compressed.unsqueeze(1)).transpose(1, 2)  # [1, 11, 32]
         steps, h_out = self.gru(frames, h)
         probability = torch.sigmoid(self.head(steps[:, -1]))
         return probability, window[:, -CONTEXT:], h_out

@@ -12,8 +12,9 @@ def chunk_accuracy(predict) -> float:
         context = np.zeros((1, CONTEXT), np.float32)
         h, c = np.zeros((1, 1, HIDDEN), np.float32), np.zeros((1, 1, HIDDEN), np.float32)
         for t, label in enumerate(labels):
-            out = predict({"audio": signal[None, t * audio.CHUNK:(t + 1) * audio.CHUNK], "context": context,
-                           "h": h, "c": c})
+            out = predict(
+                {"audio": signal[None, t * audio.CHUNK : (t + 1) * audio.CHUNK], "context": context, "h": h, "c": c}
+            )
             context, h, c = out["context_out"], out["h_out"], out["c_out"]
             correct += int((out["probability"].item() > 0.5) == bool(label))
             total += 1

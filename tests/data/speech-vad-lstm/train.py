@@ -43,7 +43,7 @@ def main() -> None:
     for epoch in range(EPOCHS):
         order = torch.randperm(STREAMS)
         for i in range(0, STREAMS, 32):
-            idx = order[i:i + 32]
+            idx = order[i : i + 32]
             loss = loss_fn(run(model, train_x[idx]), train_y[idx])
             opt.zero_grad()
             loss.backward()
@@ -51,8 +51,10 @@ def main() -> None:
         with torch.no_grad():
             accuracy = ((run(model, test_x) > 0.5).float() == test_y).float().mean().item()
         print(f"epoch {epoch + 1}: loss {loss.item():.4f}, held-out chunk accuracy {accuracy:.3f}", flush=True)
-    np.savez(Path(__file__).with_name("weights.npz"),
-             **{name: value.detach().numpy() for name, value in model.state_dict().items()})
+    np.savez(
+        Path(__file__).with_name("weights.npz"),
+        **{name: value.detach().numpy() for name, value in model.state_dict().items()},
+    )
 
 
 if __name__ == "__main__":

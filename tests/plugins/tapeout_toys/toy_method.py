@@ -15,8 +15,9 @@ from tapeout.quantize.methods.base import Method
 def _planned_weights(model, plan):
     inits = {i.name: i for i in model.graph.initializer}
     planned = set(plan.nodes_at(plan.ladder[0]))
-    return [inits[n.input[1]] for n in model.graph.node if n.name in planned and len(n.input) > 1
-            and n.input[1] in inits]
+    return [
+        inits[n.input[1]] for n in model.graph.node if n.name in planned and len(n.input) > 1 and n.input[1] in inits
+    ]
 
 
 class ToyInt8Weights(Method):

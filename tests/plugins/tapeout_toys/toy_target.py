@@ -17,6 +17,7 @@ TARGET = TargetInfo(
     summary="ONNX Runtime's CPU EP under another name (a plug-in target)",
     device_classes=("cpu",),
     install_hint="pip install onnxruntime",
-    capabilities=Capabilities(precisions={"fp32": ("fp32",)}, meters=("rss",),
-                              op_profiler="ONNX Runtime profiler (CPU EP node times)"),
+    capabilities=Capabilities(
+        precisions={"fp32": ("fp32",)}, meters=("rss",), op_profiler="ONNX Runtime profiler (CPU EP node times)"
+    ),
 )
