@@ -464,3 +464,16 @@ def test_a_long_step_in_a_pipe_prints_a_line_with_its_progress_until_it_ends():
     assert lines[-1].startswith("✓ verify the KV-cache graph") and len(beats) == len(lines) - 1
     time.sleep(0.2)
     assert stream.getvalue().splitlines() == lines  # the heartbeat ended with the step
+
+
+def test_a_note_in_a_pipe_stays_one_line_whatever_its_length():
+    import io
+
+    from rich.console import Console
+
+    ui = UI()
+    stream = io.StringIO()
+    ui.err = Console(file=stream, highlight=False, width=80)  # not a terminal, as rich sizes a pipe
+    path = "/tmp/" + "x" * 150 + "/exports/entry"
+    ui.note(f"export reused from the cache at {path}")
+    assert stream.getvalue().splitlines() == [f"! export reused from the cache at {path}"]

@@ -122,4 +122,5 @@ class UI:
         self.detail(f"{what} {done}/{total} {'█' * filled}{'░' * (_BAR - filled)}")
 
     def note(self, text: str) -> None:
-        self.err.print(f"[yellow]![/] {escape(text)}")
+        # in a pipe or CI log a note stays one line, whole (a grep finds it; a long path is not cut in two)
+        self.err.print(f"[yellow]![/] {escape(text)}", soft_wrap=not self.err.is_terminal)
