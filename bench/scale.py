@@ -2,7 +2,7 @@
 builder on the same Hugging Face directory, in one run.
 
     python bench/scale.py [--models llama-40m,smollm2-135m,qwen2.5-0.5b] [--profile cpu-int4] [--out DIR]
-                          [--genai-python PYTHON] [--rounds N]
+                          [--genai-python PYTHON] [--optimum-python PYTHON] [--rounds N]
 
 Models (random weights from their configs, so nothing is downloaded): the samples llama-40m (41.6 M) and
 smollm2-135m (SmolLM2-135M's shape, 134.5 M), and qwen2.5-0.5b (Qwen2.5-0.5B's shape: qkv bias, GQA 14/2, a
@@ -11,7 +11,8 @@ one after another (the order rotated between rounds): `tapeout build MODEL -p PR
 (its report's time per step, the wall time and the process's peak resident memory), then the same build again,
 which reuses that export (the row "export cached"), and with --genai-python, ONNX Runtime GenAI's builder at INT4
 for the CPU (`PYTHON -m onnxruntime_genai.models.builder -i HF_DIR -o OUT -p int4 -e cpu`: the builder needs
-transformers 5 and runs in its own environment). Peak memory is each process's own (`wait4`), over the FP32 weights'
+transformers 5), and with --optimum-python, optimum-intel's OpenVINO export at INT4 (`optimum-cli export openvino
+--weight-format int4 --group-size 32 --ratio 1.0 --sym`; its own environment, see bench/generate.py). Peak memory is each process's own (`wait4`), over the FP32 weights'
 size. Targets (issue 78): a 135 M cpu-int4 build in at most 3 minutes on 2 cores, a 0.5 B one in at most 10, peak
 memory at most 2.5x the FP32 weights. `lscpu` flags and the load are printed with the figures.
 """
@@ -121,6 +122,7 @@ def main() -> int:
     parser.add_argument("--profile", default="cpu-int4")
     parser.add_argument("--out", type=Path, default=Path("/tmp/tapeout-bench-scale"))
     parser.add_argument("--genai-python", help="a Python with onnxruntime-genai (its builder) and transformers 5")
+    parser.add_argument("--optimum-python", help="a Python with optimum-intel and OpenVINO (its own environment)")
     parser.add_argument("--rounds", type=int, default=1)
     args = parser.parse_args()
 
@@ -177,6 +179,29 @@ def main() -> int:
                             "cpu",
                             "-c",
                             str(args.out / "genai-cache" / model),
+                        ],
+                    )
+                )
+            if args.optimum_python:
+                tools.append(
+                    (
+                        "optimum-intel export int4",
+                        [
+                            str(Path(args.optimum_python).parent / "optimum-cli"),
+                            "export",
+                            "openvino",
+                            "--model",
+                            str(with_tokenizer(hf)),
+                            "--task",
+                            "text-generation-with-past",
+                            "--weight-format",
+                            "int4",
+                            "--group-size",
+                            "32",
+                            "--ratio",
+                            "1.0",
+                            "--sym",
+                            str(args.out / "genai" / model),
                         ],
                     )
                 )
