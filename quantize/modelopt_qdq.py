@@ -24,7 +24,7 @@ from tapeout.quantize.plan import Plan
 
 INSTALL = (
     'pip install "tapeout[tensorrt]" (NVIDIA Model Optimizer and its ONNX dependencies; '
-    "the CPU build of torch first, see the README)"
+    "the CPU build of torch first, see docs/install.md)"
 )
 # ModelOpt's names for tapeout's calibration methods (its INT8 calibrators: entropy, max; FP8 wants max)
 CALIBRATION = {"minmax": "max", "entropy": "entropy"}

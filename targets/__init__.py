@@ -60,7 +60,7 @@ BUILT_IN: dict[str, TargetInfo] = {
         cls="tapeout.targets.ort_cuda:OrtCuda",
         summary="ONNX Runtime, CUDA execution provider (NVIDIA GPUs); the FP32/FP16 ONNX model is the artifact",
         device_classes=("gpu",),
-        install_hint='pip install "tapeout[cuda]", then swap onnxruntime for onnxruntime-gpu (README, "NVIDIA GPUs")',
+        install_hint='pip install "tapeout[cuda]", then swap onnxruntime for onnxruntime-gpu (docs/install.md, "On the device")',
         capabilities=Capabilities(
             precisions={"fp32": ("fp32",), "fp16": ("fp16", "fp32")},
             rules="gpu-float",
@@ -194,7 +194,7 @@ BUILT_IN: dict[str, TargetInfo] = {
         summary="NVIDIA TensorRT (GPUs, Jetson; TensorRT for RTX as a flavour): the ONNX with its precision and the "
         "builder settings are the artifact, the engine is built on the device at the first check and cached",
         device_classes=("gpu",),
-        install_hint='on the device: pip install "tapeout[cuda]" tensorrt (README, "TensorRT")',
+        install_hint='on the device: pip install "tapeout[cuda]" tensorrt (docs/install.md, "On the device")',
         capabilities=Capabilities(
             # Strongly typed: FP16 is an FP16 graph, INT8/FP8 explicit Q/DQ with the rest FP16; a group the loop
             # moves up runs FP16 (ModelOpt casts the whole remainder; no per-group FP32 rung there).
