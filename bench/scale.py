@@ -30,6 +30,8 @@ import time
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
+# bench/ holds kernels.py, which would shadow the `kernels` package transformers looks for
+sys.path[:] = [p for p in sys.path if Path(p or ".").resolve() != Path(__file__).resolve().parent]
 QWEN_05B = {
     "vocab_size": 151936,
     "hidden_size": 896,
