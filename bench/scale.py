@@ -30,8 +30,6 @@ import time
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
-# bench/ holds kernels.py, which would shadow the `kernels` package transformers looks for
-sys.path[:] = [p for p in sys.path if Path(p or ".").resolve() != Path(__file__).resolve().parent]
 QWEN_05B = {
     "vocab_size": 151936,
     "hidden_size": 896,
@@ -81,11 +79,13 @@ def project_of(name: str, out: Path) -> tuple[Path, Path]:
     project = out / "projects" / name
     hf = project / "hf"
     if not (hf / "config.json").is_file():
-        import torch
-        import transformers
-
-        torch.manual_seed(0)
-        transformers.Qwen2ForCausalLM(transformers.Qwen2Config(**QWEN_05B)).eval().save_pretrained(hf)
+        # in a process of its own: a child's peak RSS, as wait4 reports it, is at least its parent's at the fork,
+        # and this model is 2 GB in FP32
+        maker = (
+            "import json, sys, torch, transformers; torch.manual_seed(0); transformers.Qwen2ForCausalLM("
+            "transformers.Qwen2Config(**json.loads(sys.argv[1]))).eval().save_pretrained(sys.argv[2])"
+        )
+        subprocess.run([sys.executable, "-c", maker, json.dumps(QWEN_05B), str(hf)], check=True, cwd=REPO)
     (project / "tapeout.toml").write_text(PROJECT.format(name=name, source="hf", top=QWEN_05B["vocab_size"] - 1))
     return project, hf
 
