@@ -78,15 +78,15 @@ def test_the_quickstart_runs_as_written_on_a_model_the_test_writes(tmp_path):
         argv = line.split()
         assert argv[0] == "tapeout", line
         result = run_cli(*argv[1:], cwd=tmp_path)
-        assert result.code == 0, f"{line}: {result.stderr[-2000:]}"
+        assert result.code == 0, f"{line}: {result.err[-2000:]}"
     project = (tmp_path / "tapeout.toml").read_text()
     assert 'source = "model.onnx"' in project and "batch = 1" in project and "# latency_p50_ms" in project
     assert (tmp_path / "build" / "cpu-int8" / "check.json").is_file()
-    assert "cpu-fp32" in result.stdout and "cpu-int8" in result.stdout  # compare's table names both builds
+    assert "cpu-fp32" in result.out and "cpu-int8" in result.out  # compare's table names both builds
 
     # a budget uncommented in the project file is judged, and the report says where it came from
     (tmp_path / "tapeout.toml").write_text(project.replace("# latency_p50_ms = 10", "latency_p50_ms = 1000"))
     built = run_cli("build", ".", "-p", "cpu-fp32", "--out", "with-budget", cwd=tmp_path)
-    assert built.code == 0, built.stderr[-2000:]
+    assert built.code == 0, built.err[-2000:]
     report = (tmp_path / "with-budget" / "report.md").read_text()
     assert "latency_p50_ms" in report and "From the project file: latency_p50_ms" in report
