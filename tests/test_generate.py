@@ -33,16 +33,21 @@ op_profile = false
 """
 
 
-def _build(tmp_path, kv: float, name: str = "b"):
-    profile = tmp_path / f"gen-{name}.toml"
-    profile.write_text(BUDGETS.format(kv=kv))
+def _project_copy(tmp_path):
+    """tiny-lm with shorter prompts and more trials (enough samples for the p90s the budgets ask for)."""
     project = tmp_path / "tiny-lm"
     if not project.exists():
         shutil.copytree(TINY, project, ignore=shutil.ignore_patterns("build", "__pycache__"))
         text = (project / "tapeout.toml").read_text().replace("new_tokens = 32", "new_tokens = 12\ntrials = 15")
         (project / "tapeout.toml").write_text(text.replace("prompt_lengths = [16, 64]", "prompt_lengths = [8, 40]"))
+    return project
+
+
+def _build(tmp_path, kv: float, name: str = "b"):
+    profile = tmp_path / f"gen-{name}.toml"
+    profile.write_text(BUDGETS.format(kv=kv))
     out = tmp_path / name
-    return out, run_cli("build", project, "--profile", profile, "--out", out, "--json")
+    return out, run_cli("build", _project_copy(tmp_path), "--profile", profile, "--out", out, "--json")
 
 
 @pytest.fixture(scope="module")
@@ -56,13 +61,12 @@ def generated(tmp_path_factory):
 def test_an_undecidable_time_per_token_budget_doubles_the_generations_once_then_exits_3(tmp_path):
     """tpot_p90_ms = 2 with a guard band of 0.98: a pass needs the upper bound under 0.04 ms, a fail the lower bound
     over 2 ms; a tiny-lm decode step is neither, so it is inconclusive after as many processes again."""
-    _build(tmp_path, kv=0.5, name="first")  # writes the project copy
     profile = tmp_path / "undecidable.toml"
     profile.write_text(
         'extends = "cpu-fp32"\n[budgets]\ntpot_p90_ms = 2\n[check]\niterations = 30\nrepeats = 1\n'
         "warmup_min_s = 0.05\nop_profile = false\nguard_band = 0.98\n"
     )
-    result = run_cli("build", tmp_path / "tiny-lm", "--profile", profile, "--out", tmp_path / "b", "--json")
+    result = run_cli("build", _project_copy(tmp_path), "--profile", profile, "--out", tmp_path / "b", "--json")
     assert result.code == 3, result.err
     report = result.json()
     assert {b["budget"]: b["verdict"] for b in report["budgets"]}["tpot_p90_ms"] == "inconclusive"
