@@ -60,7 +60,8 @@ def init(model: str, directory: Path, inputs: list[str], force: bool) -> int:
     print(
         f"  tapeout check {_shown(directory / 'build' / 'cpu-fp32')}   # on the device: measure again, judge the budgets"
     )
-    print("  declare budgets in its [budgets] table; a metric in [evaluation] judges accuracy")
+    print("  declare budgets in its [budgets] table; a metric in [evaluation] judges accuracy; real inputs in")
+    print("  [calibration] (a CNN's INT8 is calibrated on them)")
     return 0
 
 
