@@ -300,6 +300,9 @@ def verify(
     return Verification(len(prompts), tokens, worst, ties), np.asarray(greedy_tokens, dtype=np.int64)
 
 
+MAX_PROMPTS = 100_000  # items read from a prompts callable before it is taken to have no more usable ones
+
+
 def prompt_tokens(
     project: Project, layout: CacheLayout, count: int, length: int, seed_offset: int = 0
 ) -> tuple[list[np.ndarray], str]:
@@ -315,10 +318,16 @@ def prompt_tokens(
     from tapeout.core.user_code import resolve_callable
 
     source = resolve_callable(workload.prompts, project.root, "[workload] prompts")
+    # taken as needed: a generator that never ends is read up to `count` long-enough sequences (or MAX_PROMPTS items)
+    items, long_enough = [], 0
     with user_code(f"[workload] prompts {workload.prompts}", project.root):
-        produced = list(source())
+        for item in source():
+            items.append(item)
+            long_enough += np.size(item) >= length
+            if long_enough >= count or len(items) >= MAX_PROMPTS:
+                break
     usable = []
-    for i, seq in enumerate(produced):
+    for i, seq in enumerate(items):
         array = np.asarray(seq)
         if array.ndim != 1 or not np.issubdtype(array.dtype, np.integer):
             raise BadInput(

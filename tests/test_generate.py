@@ -853,6 +853,7 @@ def test_a_decoder_without_the_generation_signature_is_refused(tmp_path):
         ('kind = "generate"\nmax_context = 128', "prompt_lengths"),
         ('kind = "generation"\nprompt_lengths = [16]\nmax_context = 128', "workload"),
         ('kind = "generate"\nprompt_lengths = [16]\nmax_context = 128\nnew_tokns = 3', "new_tokns"),
+        ('kind = "generate"\nprompt_lengths = [16]\nmax_context = 128\nnew_tokens = 1', "greater than or equal to 2"),
         (
             'kind = "generate"\nprompt_lengths = [16, 64]\nmax_context = 128\nmax_prompt = 32',
             "max_prompt = 32 must hold the longest prompt measured (64)",
@@ -1047,3 +1048,21 @@ def test_tiny_lm_decodes_on_the_htp_emulator_over_a_static_cache_written_in_plac
     np.testing.assert_allclose(chunked.prefill(row["input_ids"][:, :20]), growing[:, 19], atol=1e-4)
     for t in range(20, 24):
         np.testing.assert_allclose(chunked.step(row["input_ids"][:, t : t + 1]), growing[:, t], atol=1e-4)
+
+
+def test_a_prompts_generator_that_never_ends_is_read_only_as_far_as_needed(tmp_path):
+    from tapeout.core.config import load_project
+    from tapeout.core.decoding import CacheLayout
+    from tapeout.exporters.generation import prompt_tokens
+
+    (tmp_path / "text.py").write_text(
+        "import itertools\nimport numpy as np\n\ndef prompts():\n"
+        "    for i in itertools.count():\n        yield np.arange(i % 50) % 256\n"
+    )
+    (tmp_path / "tapeout.toml").write_text(
+        '[model]\nsource = "m.py:build"\n\n[[inputs]]\nname = "input_ids"\nshape = [1, 128]\ndtype = "int64"\n'
+        '\n[workload]\nkind = "generate"\nprompt_lengths = [16]\nmax_context = 128\nprompts = "text.py:prompts"\n'
+    )
+    layout = CacheLayout(layers=1, kv_heads=1, head_dim=4, vocab=256, max_context=128)
+    sequences, source = prompt_tokens(load_project(tmp_path), layout, 4, 40)
+    assert len(sequences) == 4 and all(len(s) == 40 for s in sequences) and "text.py:prompts" in source

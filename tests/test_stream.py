@@ -405,3 +405,20 @@ def test_a_golden_stream_shorter_than_the_workload_is_one_line_and_no_build_dir(
     project = _project(tmp_path, {"chunks = 100": "chunks = 500"})
     line = refused_build(tmp_path, project)
     assert "[workload] stream audio.py:golden gave 100 chunks; chunks = 500" in line
+
+
+@pytest.mark.parametrize(
+    ("body", "says"),
+    [
+        ("return {'other': np.zeros((100, 512), np.float32)}", "returned a dict without the streamed input 'audio'"),
+        (
+            "x = np.zeros((100, 1, 512), np.float32)\n    x[7, 0, 3] = np.nan\n    return x",
+            "chunk 7 holds NaN or infinity",
+        ),
+    ],
+)
+def test_a_golden_stream_without_its_input_or_with_nan_is_one_line(tmp_path, body, says):
+    project = _project(tmp_path, {'stream = "audio.py:golden"': 'stream = "bad.py:golden"'})
+    (project / "bad.py").write_text(f"import numpy as np\n\n\ndef golden():\n    {body}\n")
+    line = refused_build(tmp_path, project)
+    assert says in line

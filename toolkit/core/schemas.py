@@ -135,7 +135,9 @@ class GenerateWorkload(_Strict):
 
     kind: Literal["generate"]
     prompt_lengths: list[int] = Field(min_length=1, max_length=16, description="prompt lengths to measure, in tokens")
-    new_tokens: int = Field(32, ge=1, le=65_536, description="tokens decoded after each prompt")
+    new_tokens: int = Field(
+        32, ge=2, le=65_536, description="tokens generated after each prompt: the first, then at least one decode step"
+    )
     max_context: int = Field(
         ge=2,
         le=MAX_CONTEXT,

@@ -34,6 +34,12 @@ def golden_stream(project: Project) -> tuple[dict[str, np.ndarray], str]:
     source = resolve_callable(workload.stream, project.root, "[workload] stream")
     with user_code(f"[workload] stream {workload.stream}", project.root):
         produced = source()
+    if isinstance(produced, dict) and name not in produced:
+        raise BadInput(
+            f"[workload] stream {workload.stream} returned a dict without the streamed input {name!r} "
+            f"(it has {', '.join(map(str, produced)) or 'nothing'})",
+            fix=f"return {{{name!r}: array}} or the array itself",
+        )
     array = np.asarray(produced[name] if isinstance(produced, dict) else produced)
     size = int(np.prod(shape))
     fix = (
@@ -57,7 +63,14 @@ def golden_stream(project: Project) -> tuple[dict[str, np.ndarray], str]:
         )
     if not np.issubdtype(array.dtype, np.number):
         raise BadInput(f"[workload] stream {workload.stream} returned {array.dtype} values", fix=fix)
-    return {name: chunks[: workload.chunks].astype(spec.dtype)}, f"[workload] stream {workload.stream}"
+    chunks = chunks[: workload.chunks]
+    bad = np.flatnonzero(~np.isfinite(chunks.reshape(len(chunks), -1)).all(axis=1))
+    if bad.size:  # NaN would be fed to both models and written into the report as the drift
+        raise BadInput(
+            f"[workload] stream {workload.stream}: chunk {int(bad[0])} holds NaN or infinity ({bad.size} chunks do)",
+            fix="return finite samples",
+        )
+    return {name: chunks.astype(spec.dtype)}, f"[workload] stream {workload.stream}"
 
 
 def make_stream_data(state: BuildState) -> tuple[streaming.StreamData, str]:
