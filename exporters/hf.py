@@ -24,8 +24,8 @@ def load(directory: Path, input_names: list[str], output_names: list[str] | None
     transformers.utils.logging.disable_progress_bar()  # tapeout's own progress line covers this step
     model_class, note = model_class_for(directory, transformers)
     try:
-        model = model_class.from_pretrained(
-            str(directory), local_files_only=True, trust_remote_code=False
+        model, loading = model_class.from_pretrained(
+            str(directory), local_files_only=True, trust_remote_code=False, output_loading_info=True
         )  # a directory's .py files never run
     except Exception as exc:
         raise BadInput(
@@ -33,6 +33,7 @@ def load(directory: Path, input_names: list[str], output_names: list[str] | None
             detail=runtime_detail(exc),
             fix="check that the directory holds config.json and the weights (model.safetensors)",
         ) from None
+    _weights_match_config(directory, model_class.__name__, loading, bare=bool(note))
     model.eval()
     if getattr(model.config, "use_cache", False):
         model.config.use_cache = False  # one forward, one output: no KV-cache tensors in the exported graph
@@ -66,6 +67,26 @@ def load(directory: Path, input_names: list[str], output_names: list[str] | None
         files=[directory / "config.json", *weights],
         notes=[note] if note else [],
     )
+
+
+def _weights_match_config(directory: Path, cls: str, loading: dict, bare: bool) -> None:
+    """Weights the config asks for and the files lack are initialized at random by transformers, with a warning:
+    an artifact with a random layer. Refused, as are weights of another shape; weights the files hold and the model
+    does not use are refused too, except where the bare backbone was loaded from a checkpoint with a head."""
+    missing = sorted(loading.get("missing_keys") or [])
+    mismatched = [str(m[0]) if isinstance(m, tuple | list) else str(m) for m in loading.get("mismatched_keys") or []]
+    unexpected = [] if bare else sorted(loading.get("unexpected_keys") or [])
+    for what, keys in (
+        ("lacks", missing),
+        ("holds weights of another shape for", mismatched),
+        ("holds weights the model does not use:", unexpected),
+    ):
+        if keys:
+            shown = ", ".join(keys[:3]) + (f" and {len(keys) - 3} more" if len(keys) > 3 else "")
+            raise BadInput(
+                f"{directory}: its weights do not match its config.json for {cls}: the checkpoint {what} {shown}",
+                fix="use the config.json the weights were saved with (its layer count and sizes)",
+            )
 
 
 def model_class_for(directory: Path, transformers) -> tuple[type, str]:

@@ -226,3 +226,32 @@ def test_a_check_that_cannot_write_its_report_says_so_before_measuring(digits_bu
     line = one_line_error(result)
     assert result.code == 2 and "check.json" in line and "is a directory" in line and "Traceback" not in result.err
     assert "measure" not in result.err  # refused before the work, not after it
+
+
+def test_a_hugging_face_config_that_asks_for_more_layers_than_its_weights_hold_is_refused(tmp_path):
+    """transformers would initialize the missing layer at random, warn, and tapeout would ship it."""
+    import json
+
+    import torch
+    import transformers
+
+    torch.manual_seed(0)
+    config = transformers.LlamaConfig(
+        vocab_size=500,
+        hidden_size=32,
+        intermediate_size=64,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        max_position_embeddings=128,
+    )
+    transformers.LlamaForCausalLM(config).save_pretrained(tmp_path / "hf")
+    saved = json.loads((tmp_path / "hf" / "config.json").read_text())
+    (tmp_path / "hf" / "config.json").write_text(json.dumps({**saved, "num_hidden_layers": 3}))
+    (tmp_path / "tapeout.toml").write_text(
+        '[model]\nsource = "hf"\n\n[[inputs]]\nname = "input_ids"\nshape = [1, 8]\ndtype = "int64"\nrange = [0, 499]\n'
+    )
+    result = run_cli("export", tmp_path, "--out", tmp_path / "m.onnx")
+    message = one_line_error(result)
+    assert result.code == 2 and "its weights do not match its config.json for LlamaForCausalLM" in message
+    assert "lacks model.layers.2." in message and not (tmp_path / "m.onnx").exists()
