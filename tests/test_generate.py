@@ -1057,7 +1057,9 @@ def test_a_prompts_generator_that_never_ends_is_read_only_as_far_as_needed(tmp_p
 
     (tmp_path / "text.py").write_text(
         "import itertools\nimport numpy as np\n\ndef prompts():\n"
-        "    for i in itertools.count():\n        yield np.arange(i % 50) % 256\n"
+        "    for i in itertools.count():\n        if i == 1000:\n"
+        "            raise RuntimeError('read far past what was needed')\n"
+        "        yield np.arange(i % 50) % 256\n"
     )
     (tmp_path / "tapeout.toml").write_text(
         '[model]\nsource = "m.py:build"\n\n[[inputs]]\nname = "input_ids"\nshape = [1, 128]\ndtype = "int64"\n'
