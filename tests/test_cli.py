@@ -251,15 +251,15 @@ def test_targets_profiles_and_report_commands(digits_build):
 
 
 def test_undecidable_latency_budget_doubles_sampling_then_exits_3(digits_build, tmp_path, fast_profile):
-    """A pass would need the upper bound under 2% of the limit and a fail the lower bound over it
-    (5× the p90 an earlier build measured): neither happens even with this VM's drift, so the verdict is
-    inconclusive, after one doubling."""
+    """A pass would need the upper bound under 0.1 % of the limit and a fail the lower bound over it (50× the p90 an
+    earlier build measured): neither happens on a loaded host or a quiet one, so the verdict is inconclusive, after
+    one doubling."""
     p90 = json.loads((digits_build / "report.json").read_text())["measurement"]["latency_ms"]["quantiles"]["p90"][
         "point"
     ]
     profile = tmp_path / "undecidable.toml"
     profile.write_text(
-        f'extends = "{fast_profile}"\n[budgets]\nlatency_p90_ms = {p90 * 5}\n[check]\nguard_band = 0.98\n'
+        f'extends = "{fast_profile}"\n[budgets]\nlatency_p90_ms = {p90 * 50}\n[check]\nguard_band = 0.999\n'
     )
     result = run_cli("build", SAMPLES / "digits-cnn", "--profile", profile, "--out", tmp_path / "b", "--json")
     assert result.code == 3, result.err
