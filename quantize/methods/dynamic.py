@@ -23,11 +23,19 @@ class Dynamic(Method):
     def plan(self, draft, rule, analysis, settings, isa):
         from tapeout.quantize.rules import weight_only_compute
 
-        # ORT's dynamic activations are uint8; reduce_range measured no better on AVX2, and per-channel as fast
-        # as per-tensor and far more accurate on AVX512-VNNI (MiniLM 2.08× at cosine 0.9935 vs 2.08× at 0.9633)
+        # ORT's dynamic activations are uint8; per-channel as fast as per-tensor and far more accurate on
+        # AVX512-VNNI (MiniLM 2.08× at cosine 0.9935 vs 2.08× at 0.9633). Without VNNI the u8×s8 pair sums of
+        # AVX2's vpmaddubsw saturate int16 with full 8-bit weights (a 3-layer MLP: cosine 0.956 against FP32 on an
+        # AMD Zen 3, 0.99993 with 7-bit weights), so 7-bit weights there, as static QDQ does.
+        reduce_range = isa.arch == "x86_64" and not isa.vnni
         notes = [
             f"CPU instruction set from {isa.origin} ({isa.arch}{', VNNI' if isa.vnni else ''}): dynamic INT8, "
-            "uint8 activations, 8-bit per-channel weights (measured best with and without VNNI)"
+            "uint8 activations, "
+            + (
+                "7-bit per-channel weights (reduce_range: without VNNI, u8×s8 pair sums saturate with 8 bits)"
+                if reduce_range
+                else "8-bit per-channel weights"
+            )
         ]
         groups, level = draft.groups, None
         if any(g.precision == "int4" for g in groups):
@@ -46,7 +54,7 @@ class Dynamic(Method):
             replace(
                 draft,
                 activation_type="uint8",
-                reduce_range=False,
+                reduce_range=reduce_range,
                 groups=groups,
                 ladder=ladder,
                 accuracy_level=level,
