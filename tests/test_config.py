@@ -160,3 +160,84 @@ def test_every_precision_is_in_the_name_of_a_shipped_profile_beside_its_shorter_
         assert fp32 in names
     alias, full = load_profile("openvino-cpu"), load_profile("openvino-cpu-fp32")
     assert alias.model_dump(exclude={"name", "description"}) == full.model_dump(exclude={"name", "description"})
+
+
+def test_a_profiles_workload_tables_are_judged_only_where_that_workload_runs(tmp_path):
+    """[budgets.generate] and its kin: a shipped profile can hold defaults for every workload without a forward build
+    showing a generation budget it cannot measure; the table's budgets sit over the shared ones."""
+    scoped = write(
+        tmp_path,
+        "scoped.toml",
+        'extends = "cpu-fp32"\n[budgets]\naccuracy_max_drop = 0.5\n'
+        "[budgets.generate]\ngreedy_min_agreement = 0.75\naccuracy_max_drop = 0.25\n"
+        "[budgets.stream]\nstream_max_rel_error = 0.01\n",
+    )
+    profile = load_profile(str(scoped))
+    generate = profile.for_workload("generate").budgets.model_dump(exclude_none=True)
+    assert generate == {"accuracy_max_drop": 0.25, "greedy_min_agreement": 0.75}
+    assert profile.for_workload("forward").budgets.model_dump(exclude_none=True) == {"accuracy_max_drop": 0.5}
+    stream = profile.for_workload("stream").budgets.model_dump(exclude_none=True)
+    assert stream == {"accuracy_max_drop": 0.5, "stream_max_rel_error": 0.01}
+    # what a build records is what it judged: no workload's table is left in it
+    assert "generate" not in profile.for_workload("stream").model_dump(exclude_none=True)["budgets"]
+
+
+def test_a_misspelt_workload_table_or_budget_in_it_is_named_and_a_latency_in_it_needs_its_samples(tmp_path):
+    typo = write(tmp_path, "typo.toml", 'extends = "cpu-fp32"\n[budgets.generat]\ngreedy_min_agreement = 0.5\n')
+    assert "unknown field 'budgets.generat': did you mean 'generate'?" in error_of(load_profile, str(typo))
+    inner = write(tmp_path, "inner.toml", 'extends = "cpu-fp32"\n[budgets.stream]\nstream_max_rel = 0.5\n')
+    msg = error_of(load_profile, str(inner))
+    assert "unknown field 'budgets.stream.stream_max_rel': did you mean 'stream_max_rel_error'?" in msg
+    few = write(
+        tmp_path,
+        "few.toml",
+        'extends = "cpu-fp32"\n[budgets.forward]\nlatency_p99_ms = 3\n[check]\niterations = 50\nrepeats = 2\n',
+    )
+    assert "cannot bound p99" in error_of(load_profile, str(few))
+
+
+def test_a_child_profile_decides_a_budget_where_it_sets_it_shared_or_per_workload(tmp_path):
+    """Set in a child's [budgets], a budget is the child's for every workload (the parent's per-workload defaults
+    lose it); set in a child's [budgets.<kind>] only, it is decided kind by kind (the parent's shared value is gone
+    where the child's table leaves it out): cpu-int8 judges a language model's perplexity relative to FP32, not in
+    cpu-fp32's absolute units."""
+    int8 = load_profile("cpu-int8")
+    assert int8.for_workload("forward").budgets.accuracy_max_drop == 0.005
+    generate = int8.for_workload("generate").budgets
+    assert generate.accuracy_max_drop is None and generate.accuracy_max_rel_drop == 0.02
+    assert generate.greedy_min_agreement == 0.25  # its own floor over cpu-fp32's 0.9
+    child = write(tmp_path, "child.toml", 'extends = "cpu-int8"\n[budgets]\naccuracy_max_drop = 0.01\n')
+    for kind in ("forward", "generate", "stream"):
+        assert load_profile(str(child)).for_workload(kind).budgets.accuracy_max_drop == 0.01, kind
+    agreement = write(tmp_path, "agree.toml", 'extends = "cpu-int8"\n[budgets]\ngreedy_min_agreement = 0.8\n')
+    assert load_profile(str(agreement)).for_workload("generate").budgets.greedy_min_agreement == 0.8
+
+
+def test_a_build_judges_its_own_workloads_table_and_records_no_other(tmp_path):
+    """setup for a forward project: cpu-fp32's generation and stream defaults are not among its budgets, so no
+    unmeasurable row shows; speech-vad's stream gets cpu-int8's stream table (its drift, its metric's units)."""
+    from conftest import SAMPLES
+    from tapeout.core.console import UI
+    from tapeout.steps.setup import for_build
+
+    write(tmp_path, "tapeout.toml", PROJECT)
+    budgets = for_build(tmp_path, "cpu-fp32", UI()).profile.budgets.model_dump(exclude_none=True)
+    assert budgets == {"accuracy_max_drop": 0.001}
+    vad = for_build(SAMPLES / "speech-vad", "cpu-int8", UI()).profile.budgets.model_dump(exclude_none=True)
+    assert vad == {"accuracy_max_drop": 0.005, "stream_max_rel_error": 0.05}
+
+
+def test_the_default_budgets_table_in_the_docs_is_what_the_profiles_judge():
+    import re
+
+    from conftest import REPO
+
+    text = (REPO / "docs" / "project-file.md").read_text()
+    rows = re.findall(r"^\| `([a-z0-9-]+)` \| (.+) \|$", text, flags=re.M)
+    assert len(rows) >= 10
+    for name, cells in rows:
+        profile = load_profile(name)
+        for kind, cell in zip(("forward", "generate", "stream"), cells.split(" | "), strict=True):
+            shown = dict(re.findall(r"`(\w+)` ([0-9.e-]+)", cell))
+            judged = profile.for_workload(kind).budgets.model_dump(exclude_none=True)
+            assert {k: float(v) for k, v in shown.items()} == judged, (name, kind)

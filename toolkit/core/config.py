@@ -188,7 +188,25 @@ def resolve_extends(path: Path, seen: tuple[Path, ...] = ()) -> dict[str, Any]:
     parent = resolve_extends(find_profile(parent_name, relative_to=path.parent), (*seen, path))
     parent.pop("name", None)
     parent.pop("description", None)
-    return _merge(parent, data)
+    return _merge(_without_overridden_scoped_budgets(parent, data), data)
+
+
+def _without_overridden_scoped_budgets(parent: dict[str, Any], child: dict[str, Any]) -> dict[str, Any]:
+    """The child decides a budget where it sets it. One in its [budgets] is its value for every workload: the
+    parent's [budgets.<kind>] tables, which sit over [budgets], lose that key. One in any of its [budgets.<kind>]
+    tables is decided kind by kind: the parent's [budgets] loses it, so a kind whose table leaves it out has none
+    (cpu-int8 judges a forward build's metric in its units, a language model's perplexity relative to FP32)."""
+    mine, theirs = child.get("budgets"), parent.get("budgets")
+    if not isinstance(mine, dict) or not isinstance(theirs, dict):
+        return parent
+    shared = {k for k, v in mine.items() if not isinstance(v, dict)}
+    by_kind = {b for v in mine.values() if isinstance(v, dict) for b in v}
+    budgets = {
+        k: {b: v for b, v in table.items() if b not in shared} if isinstance(table, dict) else table
+        for k, table in theirs.items()
+        if isinstance(table, dict) or k not in by_kind
+    }
+    return {**parent, "budgets": budgets}
 
 
 def list_devices() -> list[str]:

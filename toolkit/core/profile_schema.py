@@ -7,11 +7,11 @@ Imports nothing heavy (pydantic and the standard library only): the device-side 
 from __future__ import annotations
 
 import math
-from typing import Any, Literal
+from typing import Any, Literal, get_args
 
-from pydantic import Field, field_validator, model_validator
+from pydantic import Field, create_model, field_validator, model_validator
 
-from tapeout.core.schemas import Budgets, _Strict, folder_safe
+from tapeout.core.schemas import Budgets, Workload, _Strict, folder_safe
 from tapeout.core.vocabulary import PRECISIONS, RUNGS
 
 # A million timed runs is hours at millisecond latencies and 8 MB of samples: past it is a typo.
@@ -170,6 +170,16 @@ class PruningSettings(_Strict):
     distill_max_s: float = Field(300, gt=0, le=86_400, description="built-in distillation: wall-time cap")
 
 
+# `[budgets.<kind>]` in a profile: budgets judged only where the project's workload is of that kind
+WORKLOAD_KINDS = tuple(get_args(w.model_fields["kind"].annotation)[0] for w in get_args(Workload))
+ProfileBudgets = create_model(
+    "ProfileBudgets",
+    __base__=Budgets,
+    __doc__="A profile's budgets: those every workload shares, and a table per workload kind judged only there.",
+    **{kind: (Budgets | None, None) for kind in WORKLOAD_KINDS},
+)
+
+
 class Profile(_Strict):
     name: str = Field(description="names the default build dir, PROJECT/build/NAME")
     description: str = ""
@@ -179,8 +189,16 @@ class Profile(_Strict):
     quantization: QuantizationSettings = QuantizationSettings()
     pruning: PruningSettings | None = None
     options: dict[str, Any] = Field(default_factory=dict)
-    budgets: Budgets = Budgets()
+    budgets: ProfileBudgets = ProfileBudgets()  # type: ignore[valid-type]
     check: CheckSettings = CheckSettings()
+
+    def for_workload(self, kind: str) -> Profile:
+        """The budgets a build of this workload judges: [budgets] with [budgets.<kind>] over it, the workloads'
+        tables dropped, so that what the build records is what it judged."""
+        shared = self.budgets.model_dump(exclude_none=True, exclude=set(WORKLOAD_KINDS))
+        scoped = getattr(self.budgets, kind, None)
+        merged = {**shared, **(scoped.model_dump(exclude_none=True) if scoped else {})}
+        return Profile.model_validate({**self.model_dump(), "budgets": merged})
 
     @field_validator("name", "device")
     @classmethod
@@ -190,7 +208,11 @@ class Profile(_Strict):
     @model_validator(mode="after")
     def _enough_iterations(self) -> Profile:
         total = self.check.iterations * self.check.repeats
-        for q in self.budgets.latency_quantiles():
+        quantiles = set(self.budgets.latency_quantiles())
+        for kind in WORKLOAD_KINDS:
+            if (scoped := getattr(self.budgets, kind)) is not None:
+                quantiles |= set(scoped.latency_quantiles())
+        for q in sorted(quantiles):
             need = min_samples_for_bound(q, self.check.confidence)
             if total < need:
                 raise ValueError(

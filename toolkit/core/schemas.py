@@ -426,9 +426,21 @@ class Budgets(_Strict):
         description="largest difference of any output from the "
         "torch model over the golden stream, state carried on both sides",
     )
+    stream_max_rel_error: float | None = Field(
+        None,
+        ge=0,
+        description="stream_max_abs_error as a share of that output's largest magnitude over the golden stream: "
+        "a drift budget without units",
+    )
 
     def stream_budgets(self) -> dict[str, float]:
-        names = ("chunk_p99_ms", "real_time_factor", "deadline_max_miss_share", "stream_max_abs_error")
+        names = (
+            "chunk_p99_ms",
+            "real_time_factor",
+            "deadline_max_miss_share",
+            "stream_max_abs_error",
+            "stream_max_rel_error",
+        )
         return {n: getattr(self, n) for n in names if getattr(self, n) is not None}
 
     def generation_budgets(self) -> dict[str, float]:

@@ -161,10 +161,15 @@ def drift(reference: dict[str, np.ndarray], actual: dict[str, np.ndarray], bins:
                 fix="rebuild: the artifact and the workload file disagree",
             )
         err = np.abs(got.astype(np.float64) - ref.astype(np.float64)).reshape(len(ref), -1).max(axis=1)
+        scale = float(np.abs(ref.astype(np.float64)).max()) if ref.size else 0.0
         quarter = max(1, len(err) // 4)
         edges = np.linspace(0, len(err), min(bins, len(err)) + 1).round().astype(int)
         result[name] = {
             "max_abs": float(err.max()),
+            # the error as a share of the output's largest magnitude over the stream: a budget without units
+            # (an output the reference holds at zero throughout: any error is all of it)
+            "scale": scale,
+            "max_rel": float(err.max()) / scale if scale > 0 else float(err.max() > 0),
             "first_chunk": float(err[0]),
             "first_quarter_max": float(err[:quarter].max()),
             "last_quarter_max": float(err[-quarter:].max()),
@@ -203,6 +208,10 @@ class StreamMeasurement:
     @property
     def max_abs_error(self) -> float:
         return max((d["max_abs"] for d in self.outputs_drift.values()), default=0.0)
+
+    @property
+    def max_rel_error(self) -> float:
+        return max((d["max_rel"] for d in self.outputs_drift.values()), default=0.0)
 
     def rtf(self) -> tuple[float, float, float]:
         """Median over the timed streams, and the fastest and slowest stream's."""
@@ -250,6 +259,7 @@ class StreamMeasurement:
             "drift": {
                 "outputs": self.drift,
                 "max_abs_error": self.max_abs_error,
+                "max_rel_error": self.max_rel_error,
                 "chunks": self.workload.chunks,
                 "what": "largest absolute difference from the FP32 reference per chunk over the golden stream, "
                 "state carried on both sides",

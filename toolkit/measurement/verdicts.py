@@ -449,8 +449,10 @@ def judge_stream(
     guard = settings.guard_band
     results = []
     for name, limit in asked.items():
-        unit = {"chunk_p99_ms": "ms", "stream_max_abs_error": "abs"}.get(name, "share" if "share" in name else "×")
-        if emulated and name != "stream_max_abs_error":
+        unit = {"chunk_p99_ms": "ms", "stream_max_abs_error": "abs", "stream_max_rel_error": "of scale"}.get(
+            name, "share" if "share" in name else "×"
+        )
+        if emulated and name not in ("stream_max_abs_error", "stream_max_rel_error"):
             results.append(
                 BudgetResult(
                     name,
@@ -487,23 +489,26 @@ def judge_stream(
                     f"{s.misses} of {s.chunks_timed} timed chunks over {s.workload.deadline_ms:g} ms",
                 )
             )
-        elif name == "stream_max_abs_error":
-            worst = max(s.outputs_drift.items(), key=lambda kv: kv[1]["max_abs"], default=None)
+        elif name in ("stream_max_abs_error", "stream_max_rel_error"):
+            key = "max_abs" if name == "stream_max_abs_error" else "max_rel"
+            worst = max(s.outputs_drift.items(), key=lambda kv: kv[1][key], default=None)
             where = (
                 (
                     f"worst: {worst[0]} at chunk {worst[1]['worst_chunk']} (first chunk {worst[1]['first_chunk']:.3g}, "
-                    f"last quarter {worst[1]['last_quarter_max']:.3g})"
+                    f"last quarter {worst[1]['last_quarter_max']:.3g}"
+                    + (f", largest magnitude {worst[1]['scale']:.3g})" if key == "max_rel" else ")")
                 )
                 if worst
                 else "no output besides state"
             )
+            value = s.max_abs_error if key == "max_abs" else s.max_rel_error
             results.append(
                 BudgetResult(
                     name,
                     limit,
                     unit,
-                    Verdict.PASS if s.max_abs_error <= limit else Verdict.FAIL,
-                    s.max_abs_error,
+                    Verdict.PASS if value <= limit else Verdict.FAIL,
+                    value,
                     None,
                     f"over {s.workload.chunks} chunks of the golden stream, state carried; {where}",
                 )

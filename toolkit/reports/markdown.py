@@ -295,7 +295,10 @@ def _stream_section(w: dict, emulated: str | None) -> list[str]:
         "an error that grows from the first quarter to the last is state drift):",
         "",
     ]
-    out += table(["output", "max", "at chunk", "first quarter", "last quarter"], streaming.drift_rows(w))
+    out += table(
+        ["output", "max", "max ÷ largest magnitude", "at chunk", "first quarter", "last quarter"],
+        streaming.drift_rows(w),
+    )
     cold = w["cold_start_ms"]
     out += [
         "",

@@ -12,7 +12,9 @@ def one_line(w: dict) -> str:
     return (
         f"stream: chunk p50 {interval(q['p50'])} p99 {q['p99']['point']:.3f} ms · real-time factor {rtf['median']:.3f} "
         f"(slowest stream {rtf['slowest']:.3f}) · {dl['misses']}/{dl['chunks']} chunks over {dl['deadline_ms']:g} ms"
-        f" · max |Δ| vs reference {w['drift']['max_abs_error']:.2e} over {w['drift']['chunks']} chunks"
+        f" · max |Δ| vs reference {w['drift']['max_abs_error']:.2e}"
+        + (f" ({w['drift']['max_rel_error']:.2g} of its scale)" if "max_rel_error" in w["drift"] else "")
+        + f" over {w['drift']['chunks']} chunks"
     )
 
 
@@ -34,6 +36,7 @@ def drift_rows(w: dict) -> list[list[str]]:
         [
             name + (" (state)" if name in carried else ""),
             f"{d['max_abs']:.3g}",
+            f"{d['max_rel']:.2g}" if "max_rel" in d else "—",
             str(d["worst_chunk"]),
             f"{d['first_quarter_max']:.3g}",
             f"{d['last_quarter_max']:.3g}",

@@ -56,7 +56,9 @@ class Setup:
 def for_build(project_dir: Path | str, profile_name: str, ui: UI) -> Setup:
     """Load and validate everything a build needs, and stop early (exit 4) if the target cannot run here."""
     project = load_project(project_dir)
-    profile, from_project = with_project_budgets(load_profile(profile_name), project)
+    profile, from_project = with_project_budgets(
+        load_profile(profile_name).for_workload(project.workload.kind), project
+    )
     options = dict(profile.options)
     if (
         profile.pruning is not None
