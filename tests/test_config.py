@@ -122,14 +122,24 @@ def test_a_misspelt_key_is_named_with_its_likely_spelling_before_the_field_it_le
 PROJECT = '[model]\nsource = "m.onnx"\n[[inputs]]\nname = "x"\nshape = [1]\n'
 
 
-def test_budgets_in_the_project_file_merge_under_the_profiles_and_say_which_they_added(tmp_path):
+def test_budgets_in_the_project_file_win_over_a_shipped_default_not_over_the_users_own_profile(tmp_path):
+    """The model's owner declares its budgets in the project file: they replace a shipped profile's defaults (a
+    floor such as cpu-int8's greedy agreement) and are named in the report; a profile file of the user's own, or
+    one extending it, keeps what it sets."""
     from tapeout.steps.setup import with_project_budgets
 
     write(tmp_path, "tapeout.toml", PROJECT + "[budgets]\nlatency_p50_ms = 3\naccuracy_max_drop = 0.5\n")
-    profile, added = with_project_budgets(load_profile("cpu-fp32"), load_project(tmp_path))
-    assert profile.budgets.latency_p50_ms == 3
-    assert profile.budgets.accuracy_max_drop == 0.001  # the profile's own wins where both set it
-    assert added == ("latency_p50_ms",)
+    profile, taken = with_project_budgets(load_profile("cpu-fp32"), load_project(tmp_path))
+    assert profile.budgets.latency_p50_ms == 3 and profile.budgets.accuracy_max_drop == 0.5
+    assert taken == ("accuracy_max_drop", "latency_p50_ms")
+    mine = write(tmp_path, "mine.toml", 'extends = "cpu-fp32"\n[budgets]\naccuracy_max_drop = 0.002\n')
+    theirs = write(tmp_path, "theirs.toml", 'extends = "mine.toml"\n[check]\nrepeats = 2\n')
+    for own in (mine, theirs):
+        profile, taken = with_project_budgets(load_profile(str(own)), load_project(tmp_path))
+        assert profile.budgets.accuracy_max_drop == 0.002 and taken == ("latency_p50_ms",), own
+    generate = load_profile("cpu-int8").for_workload("generate")
+    write(tmp_path, "tapeout.toml", PROJECT + "[budgets]\ngreedy_min_agreement = 0.8\n")
+    assert with_project_budgets(generate, load_project(tmp_path))[0].budgets.greedy_min_agreement == 0.8
     untouched = load_profile("cpu-int8")
     write(tmp_path, "tapeout.toml", PROJECT)
     assert with_project_budgets(untouched, load_project(tmp_path)) == (untouched, ())

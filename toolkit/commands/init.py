@@ -336,7 +336,7 @@ def render(draft: Draft) -> str:
         '# metric = "metric.py:score"     # score(predict) -> float',
         '# direction = "higher"',
         "",
-        "[budgets]                       # judged by every build and check; a profile's own win",
+        "[budgets]                       # judged by every build and check, over the shipped profiles' defaults",
     ]
     out += _budget_lines(draft)
     return "\n".join(out) + "\n"

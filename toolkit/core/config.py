@@ -191,6 +191,25 @@ def resolve_extends(path: Path, seen: tuple[Path, ...] = ()) -> dict[str, Any]:
     return _merge(_without_overridden_scoped_budgets(parent, data), data)
 
 
+def budgets_set_by_the_user(path: Path) -> frozenset[str]:
+    """The budgets a profile file of the user's own sets, in its [budgets] or a [budgets.<kind>] table, itself or
+    through a profile of theirs it extends: the project file's [budgets] gives way to these only, not to a shipped
+    profile's defaults."""
+    names: set[str] = set()
+    shipped = Path(str(shipped_profiles_dir())).resolve()
+    seen: set[Path] = set()
+    while path is not None and path.resolve() not in seen and len(seen) < MAX_EXTENDS:
+        path = path.resolve()
+        seen.add(path)
+        data = read_toml(path, "profile")
+        if path.parent != shipped and isinstance(data.get("budgets"), dict):
+            for key, value in data["budgets"].items():
+                names.update(value if isinstance(value, dict) else [key])
+        parent = data.get("extends")
+        path = find_profile(parent, relative_to=path.parent) if isinstance(parent, str) else None
+    return frozenset(names)
+
+
 def _without_overridden_scoped_budgets(parent: dict[str, Any], child: dict[str, Any]) -> dict[str, Any]:
     """The child decides a budget where it sets it. One in its [budgets] is its value for every workload: the
     parent's [budgets.<kind>] tables, which sit over [budgets], lose that key. One in any of its [budgets.<kind>]

@@ -9,7 +9,7 @@ from __future__ import annotations
 import math
 from typing import Any, Literal, get_args
 
-from pydantic import Field, create_model, field_validator, model_validator
+from pydantic import Field, PrivateAttr, create_model, field_validator, model_validator
 
 from tapeout.core.schemas import Budgets, Workload, _Strict, folder_safe
 from tapeout.core.vocabulary import PRECISIONS, RUNGS
@@ -191,6 +191,8 @@ class Profile(_Strict):
     options: dict[str, Any] = Field(default_factory=dict)
     budgets: ProfileBudgets = ProfileBudgets()  # type: ignore[valid-type]
     check: CheckSettings = CheckSettings()
+    # budgets a profile file of the user's own set (config.budgets_set_by_the_user): the project's give way to these
+    _user_budgets: frozenset[str] = PrivateAttr(default_factory=frozenset)
 
     def for_workload(self, kind: str) -> Profile:
         """The budgets a build of this workload judges: [budgets] with [budgets.<kind>] over it, the workloads'
@@ -198,7 +200,9 @@ class Profile(_Strict):
         shared = self.budgets.model_dump(exclude_none=True, exclude=set(WORKLOAD_KINDS))
         scoped = getattr(self.budgets, kind, None)
         merged = {**shared, **(scoped.model_dump(exclude_none=True) if scoped else {})}
-        return Profile.model_validate({**self.model_dump(), "budgets": merged})
+        profile = Profile.model_validate({**self.model_dump(), "budgets": merged})
+        profile._user_budgets = self._user_budgets
+        return profile
 
     @field_validator("name", "device")
     @classmethod

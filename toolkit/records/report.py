@@ -39,7 +39,8 @@ class ProfileInfo(Record):
     precision: str
     budgets_from_project: list[str] = Field(
         default_factory=list,
-        description="budgets the project file set and the profile did not; every other budget is the profile's",
+        description="budgets whose value is the project file's (over a shipped profile's default, or where the "
+        "profile set none); every other budget is the profile's",
     )
 
 

@@ -14,7 +14,14 @@ from pydantic import ValidationError
 from tapeout import targets
 from tapeout.builds.reader import BuildDir
 from tapeout.core.capabilities import Capabilities
-from tapeout.core.config import find_profile, load_device, load_project, resolve_extends, validate
+from tapeout.core.config import (
+    budgets_set_by_the_user,
+    find_profile,
+    load_device,
+    load_project,
+    resolve_extends,
+    validate,
+)
 from tapeout.core.console import UI
 from tapeout.core.errors import BadInput, TargetUnavailable
 from tapeout.core.inputs import check_project_files
@@ -35,7 +42,7 @@ class Setup:
     project: Project | None = None  # None on the device: `check` has the build dir, not the project
     device: DeviceSpec | None = None  # the profile's device spec, if it names one
     deferred: str | None = None  # a device-compiled target whose toolchain is not here: why not
-    budgets_from_project: tuple[str, ...] = ()  # budgets the project file set and the profile did not
+    budgets_from_project: tuple[str, ...] = ()  # budgets whose value is the project file's
     emulated: str | None = field(init=False)
 
     def __post_init__(self) -> None:
@@ -127,22 +134,28 @@ def for_build(project_dir: Path | str, profile_name: str, ui: UI) -> Setup:
 
 
 def with_project_budgets(profile: Profile, project: Project) -> tuple[Profile, tuple[str, ...]]:
-    """The profile with the project's [budgets] merged under its own (a budget both set is the profile's), and the
-    names the project added. The merged profile is validated again: a p99 budget from the project needs as many
+    """The profile with the project's [budgets] merged in, and the names whose value is the project's. A budget
+    both set is the project's where the profile's is a shipped default, and the profile's where a profile file of
+    the user's own set it. The merged profile is validated again: a p99 budget from the project needs as many
     samples as one from the profile."""
     ours = profile.budgets.model_dump(exclude_none=True)
-    added = {k: v for k, v in project.budgets.model_dump(exclude_none=True).items() if k not in ours}
-    if not added:
+    taken = {
+        k: v
+        for k, v in project.budgets.model_dump(exclude_none=True).items()
+        if k not in profile._user_budgets and ours.get(k) != v
+    }
+    if not taken:
         return profile, ()
     try:
-        merged = Profile.model_validate({**profile.model_dump(), "budgets": {**added, **ours}})
+        merged = Profile.model_validate({**profile.model_dump(), "budgets": {**ours, **taken}})
     except ValidationError as exc:
         problem = exc.errors()[0]["msg"].removeprefix("Value error, ")
         raise BadInput(
             f"{project.file}: [budgets] with profile {profile.name}: {problem}",
             fix="raise check.iterations or check.repeats in the profile, or leave that budget out",
         ) from None
-    return merged, tuple(sorted(added))
+    merged._user_budgets = profile._user_budgets
+    return merged, tuple(sorted(taken))
 
 
 def _enough_generations(project: Project, profile: Profile) -> None:
@@ -208,6 +221,7 @@ def load_profile(name: str) -> Profile:
             fix=f"use one of: {', '.join(targets.TARGETS)}",
         )
     profile = validate(Profile, data, path)
+    profile._user_budgets = budgets_set_by_the_user(path)
     precisions = targets.TARGETS[profile.target].capabilities.precisions
     if profile.precision not in precisions:
         raise BadInput(
