@@ -78,6 +78,51 @@ def test_a_module_whose_forward_does_not_say_its_shapes_asks_for_them(tmp_path):
     np.testing.assert_equal(project.inputs[0].dtype, "float32")
 
 
+STREAMING_MODULE = """import torch
+
+
+class Cell(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.gru = torch.nn.GRU(160, 32, batch_first=True)
+        self.head = torch.nn.Linear(32, 1)
+
+    def forward(self, audio, h):
+        out, h_next = self.gru(audio.reshape(1, 1, 160), h)
+        return torch.sigmoid(self.head(out[:, -1])), h_next
+
+
+def build():
+    return Cell().eval()
+"""
+
+
+def test_a_module_with_an_input_one_output_shares_the_shape_of_becomes_a_stream_carrying_it(tmp_path):
+    """One call on zeros of the given shapes: the output shaped as `h` is the state that feeds it (named h_out),
+    the others are named by position, and the project file init writes builds a stream."""
+    (tmp_path / "model.py").write_text(STREAMING_MODULE)
+    result = run_cli("init", "model.py:build", "--input", "audio=1x160", "--input", "h=1x1x32", cwd=tmp_path)
+    assert result.code == 0, result.err
+    project = load_project(tmp_path)
+    assert project.workload.kind == "stream" and project.workload.state == {"h": "h_out"}
+    assert project.model.outputs == ["output0", "h_out"]
+    assert "set deadline_ms" in " ".join(result.out.split())
+
+
+def test_a_module_whose_every_output_matches_an_input_is_no_stream_and_a_failing_maker_is_one_line(tmp_path):
+    (tmp_path / "model.py").write_text(
+        "import torch\n\ndef build():\n    return torch.nn.Linear(4, 4)\n\ndef broken():\n    return 1 / 0\n"
+    )
+    result = run_cli("init", "model.py:build", "--input", "input=1x4", cwd=tmp_path)
+    assert result.code == 0, result.err
+    assert load_project(tmp_path).workload.kind == "forward"
+    (tmp_path / "tapeout.toml").unlink()
+    failed = run_cli("init", "model.py:broken", cwd=tmp_path)
+    line = one_line_error(failed)
+    assert failed.code == 2 and "raised ZeroDivisionError" in line and "model.py:7" in line, failed.err
+    assert not (tmp_path / "tapeout.toml").exists()
+
+
 @pytest.mark.parametrize(
     ("args", "says", "mine"),
     [

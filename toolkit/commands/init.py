@@ -248,9 +248,12 @@ def _state_pairs(inputs: list[str], outputs: list[str]) -> dict[str, str]:
 
 
 def _from_callable(ref: str, directory: Path, given: list[dict]) -> Draft:
+    from tapeout.core.errors import user_code
     from tapeout.core.user_code import resolve_callable
 
-    made = resolve_callable(ref, directory, "tapeout init")()
+    build = resolve_callable(ref, directory, "tapeout init")
+    with user_code(f"tapeout init {ref}", directory):  # the user's maker failing is one line naming its line
+        made = build()
     if isinstance(made, str | Path):  # a maker that returns a Hugging Face directory or a model file
         found = _draft(str(Path(directory, made)), directory, [])
         return _with_given(
@@ -268,7 +271,45 @@ def _from_callable(ref: str, directory: Path, given: list[dict]) -> Draft:
         answer = input(f"shape and dtype of {name!r} (e.g. 1x3x224x224:float32): ")
         given.append(_input_flag(f"{name}={answer}"))
     ordered = sorted(given, key=lambda g: names.index(g["name"]) if g["name"] in names else len(names))
-    return _with_given(draft, ordered)
+    draft = _with_given(draft, ordered)
+    with user_code(f"tapeout init {ref}: forward on zeros of the given shapes", directory):
+        _outputs_by_one_call(made, draft)
+    return draft
+
+
+def _outputs_by_one_call(module, draft: Draft) -> None:
+    """One call on zeros names the outputs; an input whose shape and dtype only one output shares is state that
+    output feeds on the next call (a streaming model: h → h_out), as a streaming model's ONNX names show it."""
+    import torch
+
+    feeds = [
+        torch.zeros(
+            [d if isinstance(d, int) else draft.dims.get(d, 1) for d in i["shape"]], dtype=getattr(torch, i["dtype"])
+        )
+        for i in draft.inputs
+    ]
+    with torch.inference_mode():
+        result = module(*feeds)
+    results = list(result) if isinstance(result, tuple | list) else [result]
+    if not all(isinstance(r, torch.Tensor) for r in results):
+        return  # a dict or a model output object: the export names those; nothing to infer here
+    shapes = [(tuple(r.shape), str(r.dtype)) for r in results]
+    names = ["output" if len(results) == 1 else f"output{k}" for k in range(len(results))]
+    for entry, tensor in zip(draft.inputs, feeds, strict=True):
+        same = [k for k, shape in enumerate(shapes) if shape == (tuple(tensor.shape), str(tensor.dtype))]
+        if len(same) == 1 and not names[same[0]].endswith("_out"):
+            names[same[0]] = f"{entry['name']}_out"
+            draft.state[entry["name"]] = names[same[0]]
+    if len(draft.state) == len(draft.inputs):  # every input fed back: nothing streams in, so it is no stream
+        draft.state = {}
+        names = ["output" if len(results) == 1 else f"output{k}" for k in range(len(results))]
+    draft.outputs = names
+    draft.said.append(f"outputs {names}: {', '.join(str(list(s)) for s, _ in shapes)} on zeros")
+    if draft.state:
+        draft.said.append(
+            f"a streaming model: state {draft.state} (inputs whose shape one output shares) carried from chunk to "
+            "chunk; set deadline_ms to the real time one chunk stands for"
+        )
 
 
 def _forward_inputs(module) -> list[str]:
