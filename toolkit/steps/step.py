@@ -51,11 +51,11 @@ def run(steps: Sequence[Step], state: BuildState) -> BuildState:
     with _long_lived_heap() as settle:
         for step in steps:
             _run_one(step, state)
-            settle()
             # What a step let go often sits in reference cycles (graph views, exporter IR, sessions): collected
             # now, before the next step allocates its own, a build's peak memory is one step's, not the sum of
-            # what several left behind. Only what was made since the heap settled is walked.
+            # what several left behind. Only what was made since the heap last settled is walked.
             gc.collect()
+            settle()
     return state
 
 
@@ -64,10 +64,12 @@ _settling = False  # a run in progress owns the frozen heap; a run nested in it 
 
 @contextlib.contextmanager
 def _long_lived_heap():
-    """After the first step (the model loaded; torch and the runtimes imported: some 200k objects that live as
-    long as the process), move what is on the heap out of the cyclic collector's way: every full collection
-    walks it again, about 0.1 s each on a 2-core host and several per build. Put back when the list ends, so a
-    caller that runs many builds in one process (the tests) keeps nothing it would have collected."""
+    """After each step's collection, move what survived it (torch, the exporter and the runtimes imported: some
+    200k objects that live as long as the process; the model and what the step added) out of the cyclic
+    collector's way: every full collection walks it again, about 0.1 s each on a 2-core host and one per step.
+    What is frozen is still freed by its reference count; only a cycle let go by a later step waits for the end
+    of the list, when the heap is put back, so that a caller that runs many builds in one process (the tests)
+    keeps nothing it would have collected."""
     global _settling
     if _settling:
         yield lambda: None
@@ -76,9 +78,8 @@ def _long_lived_heap():
 
     def settle() -> None:
         nonlocal frozen
-        if not frozen:
-            gc.freeze()
-            frozen = True
+        gc.freeze()
+        frozen = True
 
     try:
         yield settle
