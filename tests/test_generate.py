@@ -151,6 +151,57 @@ def test_check_replays_the_golden_prompts_and_refuses_an_edited_workload_file(ge
 
 
 @pytest.mark.slow  # the tiny-lm build (`generated`)
+@pytest.mark.parametrize(
+    ("edit", "says"),
+    [
+        (lambda a: a.__setitem__("prompt.8", a["prompt.8"] + 300), "prompt.8 holds token ids outside [0, 256)"),
+        (lambda a: a.__setitem__("agreement.reference", a["agreement.reference"][:, :5]), "reference tokens are"),
+        (lambda a: a.__setitem__("agreement.prompts", -a["agreement.prompts"] - 1), "outside [0, 256)"),
+        (lambda a: a.pop("prompt.40"), "prompt lengths [8], the workload's [8, 40]"),
+    ],
+)
+def test_a_rehashed_workload_file_with_values_that_do_not_fit_the_workload_is_one_line(generated, tmp_path, edit, says):
+    """A verified hash proves workload.npz is the file written, not that its values are sane: token ids past the
+    vocabulary, reference tokens of another shape or a missing prompt length, re-hashed, are refused by `check`
+    before any process starts."""
+    from tapeout.core.hashing import sha256_file
+
+    _, out, _ = generated
+    copy = tmp_path / "b"
+    shutil.copytree(out, copy)
+    with np.load(copy / "workload.npz") as arrays:
+        edited = {k: arrays[k] for k in arrays.files}
+    edit(edited)
+    np.savez(copy / "workload.npz", **edited)
+    manifest = json.loads((copy / "manifest.json").read_text())
+    manifest["workload"]["sha256"] = sha256_file(copy / "workload.npz")
+    (copy / "manifest.json").write_text(json.dumps(manifest))
+    result = run_cli("check", copy)
+    assert result.code == 2 and says in one_line_error(result), result.err
+
+
+@pytest.mark.slow  # the tiny-lm build (`generated`)
+def test_a_rehashed_structure_with_a_negative_or_infinite_cost_is_one_line(generated, tmp_path):
+    from tapeout.core.hashing import sha256_file
+
+    _, out, _ = generated
+    for field, value in (("flops", -1), ("bytes", "Infinity")):
+        copy = tmp_path / f"b-{field}"
+        shutil.copytree(out, copy)
+        text = (copy / "structure.json").read_text()
+        structure = json.loads(text)
+        structure["kernels"][0][field] = value
+        (copy / "structure.json").write_text(json.dumps(structure).replace('"Infinity"', "Infinity"))
+        manifest = json.loads((copy / "manifest.json").read_text())
+        manifest["structure"]["sha256"] = sha256_file(copy / "structure.json")
+        (copy / "manifest.json").write_text(json.dumps(manifest))
+        for command in ("estimate", "check"):
+            result = run_cli(command, copy)
+            line = one_line_error(result)
+            assert result.code == 2 and f"kernels.0.{field}" in line, (command, result.err)
+
+
+@pytest.mark.slow  # the tiny-lm build (`generated`)
 def test_a_malformed_cache_layout_in_the_manifest_is_one_line(generated, tmp_path):
     _, out, _ = generated
     copy = tmp_path / "b"

@@ -38,7 +38,11 @@ def save_workload_data(
         np.savez(fh, **arrays)
 
 
-def load_workload_data(path: Path) -> tuple[dict[int, np.ndarray], np.ndarray, np.ndarray]:
+def load_workload_data(
+    path: Path, layout: CacheLayout, workload: GenerateWorkload
+) -> tuple[dict[int, np.ndarray], np.ndarray, np.ndarray]:
+    """workload.npz read back and its values checked against the workload it was made for: a verified hash proves
+    the file is the one written, not that what is in it is sane (another tool, or a bug, re-hashed it)."""
     fix = "copy the build dir to the device as built, or rebuild with `tapeout build`"
     try:
         with np.load(path, allow_pickle=False) as data:
@@ -59,7 +63,30 @@ def load_workload_data(path: Path) -> tuple[dict[int, np.ndarray], np.ndarray, n
         )
     ):
         raise BadInput(f"{path} lacks the prompts or reference tokens a generate workload replays", fix=fix)
-    return dict(sorted(prompts.items())), arrays["agreement.prompts"], arrays["agreement.reference"]
+    golden, reference = arrays["agreement.prompts"], arrays["agreement.reference"]
+    problems = []
+    if sorted(prompts) != sorted(workload.prompt_lengths):
+        problems.append(f"prompt lengths {sorted(prompts)}, the workload's {sorted(workload.prompt_lengths)}")
+    problems += [f"prompt.{n} is {list(a.shape)}, not [rows, {n}]" for n, a in prompts.items() if a.shape[1] != n]
+    if reference.shape != (len(golden), workload.compared_tokens):
+        problems.append(
+            f"the reference tokens are {list(reference.shape)}, not [{len(golden)}, {workload.compared_tokens}] "
+            "(a row per golden prompt, the tokens compared)"
+        )
+    for name, a in (
+        *((f"prompt.{n}", a) for n, a in prompts.items()),
+        ("agreement.prompts", golden),
+        ("agreement.reference", reference),
+    ):
+        if a.size and (a.min() < 0 or a.max() >= layout.vocab):
+            problems.append(f"{name} holds token ids outside [0, {layout.vocab})")
+    if golden.shape[1] + workload.compared_tokens > layout.max_context:
+        problems.append(
+            f"a golden prompt of {golden.shape[1]} tokens leaves no room in max_context {layout.max_context}"
+        )
+    if problems:
+        raise BadInput(f"{path}: {'; '.join(problems)}", fix=fix)
+    return dict(sorted(prompts.items())), golden, reference
 
 
 # ---------------------------------------------------------------- in the inference process

@@ -155,10 +155,12 @@ def measure_generation(request: dict) -> dict:
     """A generate workload: cold start (session + the first token), the timed generation loop, the golden prompts'
     greedy tokens, and the memory with the cache filled to max_context (measurement/generation.py)."""
     from tapeout.core.decoding import CacheLayout
+    from tapeout.core.schemas import GenerateWorkload
     from tapeout.measurement import generation
 
     layout = CacheLayout.from_json(request["layout"])
-    prompts, agreement_prompts, _ = generation.load_workload_data(Path(request["workload_data"]))
+    workload = GenerateWorkload.model_validate({k: v for k, v in request["workload"].items() if k != "compared_tokens"})
+    prompts, agreement_prompts, _ = generation.load_workload_data(Path(request["workload_data"]), layout, workload)
     return _workload_frame(
         request,
         lambda session: session.decoder(layout),

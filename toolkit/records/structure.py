@@ -16,17 +16,21 @@ SCHEMA = "tapeout.structure/1"
 
 
 class CostUnitRecord(Record):
+    """One kernel's cost; every figure a count or an amount, so a negative or non-finite one (a file re-hashed by
+    another tool) is refused by the reader, never priced into a negative lower bound."""
+
     name: str
     cls: str = Field(alias="class")
     precision: str
-    flops: int
-    bytes: float
-    nodes: int
-    launches: int = 1
+    flops: int = Field(ge=0)
+    bytes: float = Field(ge=0, allow_inf_nan=False)
+    nodes: int = Field(ge=0)
+    launches: int = Field(1, ge=0)
     lead: str = ""
-    quantized_input: int = 0
-    reread: float = 0.0
-    weights: float = 0.0  # of `bytes`, those of constant inputs (absent from earlier records: priced as their own)
+    quantized_input: int = Field(0, ge=0)
+    reread: float = Field(0.0, ge=0, allow_inf_nan=False)
+    weights: float = Field(0.0, ge=0, allow_inf_nan=False)  # of `bytes`, those of constant inputs (absent from
+    # earlier records: priced as their own)
     shape: dict[str, int] = Field(default_factory=dict)  # earlier versions' predictor features: read and ignored
 
 

@@ -65,6 +65,8 @@ class Generate(Step):
             layout = graph_layout(setup.project.inputs, workload)
             make_workload_data(state, layout)
             data = state.out / generation.WORKLOAD_FILE
+        # read and checked before any process is started: a bad file is one line, not a child's traceback
+        _, _, reference = generation.load_workload_data(data, layout, workload)
         settings = state.settings
         artifact = state.artifact
         base = {
@@ -82,7 +84,6 @@ class Generate(Step):
             for r in range(settings.repeats):
                 state.ui.detail(f"generation: process {r + 1}/{settings.repeats}")
                 results.append(run_child({**base, "want_tokens": r == 0}, timeout_s=1800))
-        _, _, reference = generation.load_workload_data(data)
         state.generation = generation.summarize(
             results, workload, layout, reference, state.artifact_info.bytes, settings.confidence
         )
