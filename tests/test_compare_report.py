@@ -118,6 +118,17 @@ def test_text_from_the_users_model_stays_text_on_the_page(digits_build):
     assert hostile in "".join(text.parts)
 
 
+def test_a_name_with_mathtext_syntax_is_drawn_as_text():
+    """Figure labels are the user's names (an output, an op type from a plug-in): `$` in one is text, where
+    matplotlib's mathtext parser raised on it and the report ended with an internal error."""
+    from tapeout.reports import html_page
+
+    figure = html_page.op_type_figure(
+        {"op_types": [{"op_type": "a$\\frac{$b", "provider": "CPUExecutionProvider", "total_us": 5.0}], "runs": 1}
+    )
+    assert figure is not None and "a$\\frac{$b" in figure
+
+
 def test_compare_table_marks_every_figure_and_recommends(two_builds, tmp_path):
     fp32, int8 = two_builds
     page = tmp_path / "compare.html"

@@ -42,6 +42,8 @@ def _plt():
             "font.size": 9,
             "axes.spines.top": False,
             "axes.spines.right": False,
+            # labels are the user's names (outputs, nodes, builds), text: `$x$` in one is not mathtext to parse
+            "text.parse_math": False,
         }
     )
     import matplotlib.pyplot as plt
