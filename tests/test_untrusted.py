@@ -271,3 +271,19 @@ def test_a_check_edited_after_the_check_is_refused(digits_build, tmp_path, comma
     (forged / "check-manifest.json").unlink()  # no record at all: refused as well, naming what to do
     result = run_cli("compare", forged)
     assert result.code == 2 and "check-manifest.json" in one_line_error(result) and "tapeout check" in result.err
+
+
+@pytest.mark.parametrize("command", ["check", "estimate", "report", "calibrate", "compare", "diff", "build-out"])
+def test_a_build_dir_that_is_a_symlink_loop_is_one_line(tmp_path, command):
+    (tmp_path / "a").symlink_to(tmp_path / "b")
+    (tmp_path / "b").symlink_to(tmp_path / "a")
+    if command == "build-out":
+        args = ["build", tmp_path / "p", "--profile", "cpu-fp32", "--out", tmp_path / "a"]
+        (tmp_path / "p").mkdir()
+        (tmp_path / "p" / "tapeout.toml").write_text('[model]\nsource = "m.onnx"\n[[inputs]]\nname = "x"\nshape = [1]\n')
+        (tmp_path / "p" / "m.onnx").write_bytes(b"")
+    else:
+        args = [command, tmp_path / "a"]
+    result = run_cli(*args)
+    assert result.code == 2, result.err
+    one_line_error(result)

@@ -19,7 +19,7 @@ from tapeout.core.config import validate
 from tapeout.core.decoding import CacheLayout
 from tapeout.core.errors import BadInput, first_line
 from tapeout.core.hashing import sha256_file
-from tapeout.core.paths import confined, external_data_files
+from tapeout.core.paths import confined, external_data_files, resolved
 from tapeout.core.profile_schema import Profile
 from tapeout.core.schemas import DeviceSpec, GenerateWorkload, StreamWorkload
 from tapeout.records.manifest import CHECK_SCHEMA, SCHEMA, CheckManifestRecord, ManifestRecord
@@ -212,7 +212,7 @@ class BuildDir:
 
 def open_build(path: Path | str) -> BuildDir:
     """A build dir, opened: the manifest read and validated. Nothing of the model runs here."""
-    directory = Path(path).resolve()
+    directory = resolved(path, "build dir", "give the directory `tapeout build` wrote")
     return BuildDir(directory, read_manifest(directory))
 
 

@@ -19,6 +19,7 @@ from pathlib import Path
 
 from tapeout.core.errors import BadInput, TargetUnavailable
 from tapeout.core.files import disk_full, free_bytes, name_max, nearest_existing, out_of_space
+from tapeout.core.paths import resolved
 
 MANIFEST = "manifest.json"
 
@@ -43,7 +44,7 @@ class StagedBuild:
     the staging dirs of builds that died (their process is gone)."""
 
     def __init__(self, final: Path, log: Callable[[str], None] | None = None):
-        self.final = Path(final).resolve()
+        self.final = resolved(final, "build dir", "choose another --out directory")
         self.log = log or (lambda text: None)
         name_bytes = len(os.fsencode(self.final.name))
         limit = name_max(self.final.parent) - _SUFFIX_ROOM

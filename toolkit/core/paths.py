@@ -14,6 +14,15 @@ from tapeout.core.errors import BadInput
 from tapeout.core.onnx_graphs import bodies
 
 
+def resolved(path: Path | str, what: str, fix: str) -> Path:
+    """A path the user named, made absolute: a symlink loop (RuntimeError before Python 3.13, OSError after) or a
+    name the filesystem refuses is one line naming it."""
+    try:
+        return Path(path).resolve()
+    except (RuntimeError, OSError, ValueError) as exc:
+        raise BadInput(f"{what} {path} cannot be opened: {exc}", fix=fix) from None
+
+
 def confined(base: Path, relative: str, what: str) -> Path:
     """`base / relative`, or one clear line if `relative` is absolute, climbs out with '..', or passes
     through a symlink (a link inside the folder may point anywhere)."""
