@@ -637,6 +637,8 @@ def test_the_same_build_estimated_twice_gives_the_figure_it_was_built_with(digit
         "{not json",
         json.dumps({**data, "host": "another CPU"}),
         json.dumps({**data, "copies": [[32768, -1.0]]}),
+        json.dumps({**data, "fp32_flops": 1e300}),  # no CPU: drawn, it overflowed the report's plot
+        json.dumps({**data, "copies": [[32768, 1e300]]}),
     ):
         kept.path.write_text(broken)
         assert host_probes.load(host) is None
@@ -799,6 +801,12 @@ def test_a_calibration_prices_with_its_own_cache_bandwidth_or_none_and_rejects_a
     (tmp_path / "bad--onnxruntime.json").write_text(json.dumps(bad))
     with pytest.raises(BadInput, match=r"cache_bandwidth_gbs"):
         fit.load(tmp_path / "bad--onnxruntime.json")
+    # rates no device has (a file edited to 1e300) are refused, not drawn into an overflowing plot
+    for roof in ({"peaks_tops": {"fp32": 1e300}}, {"bandwidth_gbs": 1e300}, {"cache_bandwidth_gbs": [[32768, 1e300]]}):
+        absurd = dict(older, roof={**older["roof"], **roof})
+        (tmp_path / "absurd--onnxruntime.json").write_text(json.dumps(absurd))
+        with pytest.raises(BadInput, match=next(iter(roof))):
+            fit.load(tmp_path / "absurd--onnxruntime.json")
 
 
 @pytest.mark.slow

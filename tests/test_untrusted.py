@@ -280,7 +280,9 @@ def test_a_build_dir_that_is_a_symlink_loop_is_one_line(tmp_path, command):
     if command == "build-out":
         args = ["build", tmp_path / "p", "--profile", "cpu-fp32", "--out", tmp_path / "a"]
         (tmp_path / "p").mkdir()
-        (tmp_path / "p" / "tapeout.toml").write_text('[model]\nsource = "m.onnx"\n[[inputs]]\nname = "x"\nshape = [1]\n')
+        (tmp_path / "p" / "tapeout.toml").write_text(
+            '[model]\nsource = "m.onnx"\n[[inputs]]\nname = "x"\nshape = [1]\n'
+        )
         (tmp_path / "p" / "m.onnx").write_bytes(b"")
     else:
         args = [command, tmp_path / "a"]

@@ -34,10 +34,10 @@ import json
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 import numpy as np
-from pydantic import BaseModel, ConfigDict, Field, PositiveFloat, PositiveInt
+from pydantic import BaseModel, ConfigDict, Field, PositiveInt
 
 from tapeout.core.errors import BadInput
 from tapeout.core.files import write_json
@@ -286,12 +286,13 @@ class _RoofRecord(_FileModel):
 
     name: str = ""
     kind: str = ""
-    peaks_tops: dict[str, float] = Field(default_factory=dict)
-    bandwidth_gbs: float | None = Field(None, gt=0)
+    # bounded far above any device (tens of thousands of TOPS, tens of TB/s) and far below float's range
+    peaks_tops: dict[str, Annotated[float, Field(gt=0, le=1e6)]] = Field(default_factory=dict)
+    bandwidth_gbs: float | None = Field(None, gt=0, le=1e6)
     source: str = ""
     notes: list[str] = Field(default_factory=list)
     # absent from files written before the host's cache bandwidth was measured
-    cache_bandwidth_gbs: list[tuple[PositiveInt, PositiveFloat]] | None = None
+    cache_bandwidth_gbs: list[tuple[PositiveInt, Annotated[float, Field(gt=0, le=1e6)]]] | None = None
     # written by earlier versions, read and ignored: a reorder's strided loop, one thread's read stream
     strided: dict[str, Any] | None = None
     stream_gbs: float | None = Field(None, gt=0)

@@ -24,6 +24,7 @@ SCHEMA = "tapeout.host-probes/1"
 # copy footprints (source + destination), 4x apart: inside L1, L2 and L3 of the CPUs seen here, and past them
 FOOTPRINTS_KIB = (32, 128, 512, 2048, 8192, 32768, 131072, 524288)
 SECONDS = 0.2  # per probe: ~2 s in all
+MAX_RATE = 1e15
 
 
 class _File(BaseModel):
@@ -32,8 +33,10 @@ class _File(BaseModel):
     schema_: str = Field(alias="schema")
     host: str  # roofline.host_key of the CPU it was measured on
     measured_at: str
-    fp32_flops: float = Field(gt=0)  # one thread: the faster of a multiply and a convolution
-    int8_ops: float = Field(gt=0)  # one thread: uint8 x int8 MatMulInteger
+    # one thread's rates, bounded far above any CPU core's (about 1e11 flop/s, 1e11 B/s) and far below float's
+    # range: a cache edited to 1e300 is not a CPU, and drew an OverflowError in the report
+    fp32_flops: float = Field(gt=0, le=MAX_RATE)  # one thread: the faster of a multiply and a convolution
+    int8_ops: float = Field(gt=0, le=MAX_RATE)  # one thread: uint8 x int8 MatMulInteger
     copies: list[tuple[int, float]] = Field(min_length=1)  # (footprint bytes, one thread's copy bytes/s)
 
 
@@ -120,7 +123,11 @@ def load(host: dict) -> Probes | None:
         found = _File.model_validate(json.loads(path.read_text()))
     except (OSError, ValueError, ValidationError, RecursionError):
         return None
-    if found.schema_ != SCHEMA or found.host != host_key(host) or any(r <= 0 for _, r in found.copies):
+    if (
+        found.schema_ != SCHEMA
+        or found.host != host_key(host)
+        or any(not 0 < r <= MAX_RATE or not 0 < size <= 1 << 40 for size, r in found.copies)
+    ):
         return None
     return Probes(
         found.fp32_flops, found.int8_ops, tuple((int(s), float(r)) for s, r in found.copies), found.measured_at, path
