@@ -221,6 +221,15 @@ def test_a_rerun_skips_what_did_not_change_and_rebuilds_what_did(matrix, cluster
     assert all(r["status"] == "checked" for r in data["rows"]) and data["exit_code"] == 0
     check = json.loads((Path(rows["toy-a/lean"]["build_dir"]) / "check.json").read_text())
     assert check["measurement"]["latency_ms"]["count"] == 24
+    # a summary edited between runs says which rows to look at, never what they came to: the skipped rows' status
+    # and exit code are read from their verified build dirs
+    summary = json.loads((root / "out" / "farm.json").read_text())
+    for row in summary["rows"]:
+        row.update(exit_code=1, reason="forged")
+    (root / "out" / "farm.json").write_text(json.dumps(summary))
+    again = _rows(head.run(load_plan(plan_path), c.address, UI()))
+    assert all(r["skipped"] and r["exit_code"] == 0 and r["status"] == "checked" for r in again.values()), again
+    assert not any(r.get("reason") == "forged" for r in again.values())
 
 
 def test_a_task_whose_own_code_raises_is_a_failed_row_not_a_lost_worker(matrix, cluster, tmp_path, monkeypatch):
@@ -361,6 +370,23 @@ def test_a_bad_plan_is_one_line_and_exit_2_before_anything_starts(tmp_path, plan
     (tmp_path / "plan.toml").write_text(plan)
     result = run_cli("farm", tmp_path / "plan.toml")
     assert result.code == 2 and says in one_line_error(result), result.err
+
+
+def test_a_project_named_as_a_path_is_refused_and_one_without_a_name_is_named_by_its_folder(tmp_path):
+    """Build dirs are the farm's out/<project>/<profile>: a [model] name that climbs out ("../x") is refused when
+    the project is read, before Ray starts; a project without one is named after its folder, not an internal error
+    after the cluster started."""
+    from tapeout.farm.plan import load_plan
+
+    a = toy_projects(tmp_path)[0]
+    (tmp_path / "plan.toml").write_text(f'[[build]]\nproject = "{a.name}"\nprofiles = ["cpu-fp32"]\n')
+    text = (a / "tapeout.toml").read_text()
+    (a / "tapeout.toml").write_text(text.replace('name = "toy-a"', 'name = "../escaped"'))
+    result = run_cli("farm", tmp_path / "plan.toml")
+    assert result.code == 2 and "[model] name '../escaped' must be a plain name" in one_line_error(result)
+    (a / "tapeout.toml").write_text(text.replace('name = "toy-a"\n', ""))
+    (job,) = load_plan(tmp_path / "plan.toml").jobs
+    assert job.name == "toy-a/cpu-fp32" and "name" not in (a / "tapeout.toml").read_text().split("[[inputs]]")[0]
 
 
 def test_a_worker_advertises_only_devices_it_can_run(tmp_path):

@@ -99,8 +99,13 @@ class InputSpec(_Strict):
 
 class ModelSection(_Strict):
     source: str = Field(min_length=1, description="path.py:callable, module:callable, HF dir, .pt2 or .onnx")
-    name: str | None = None
+    name: str | None = Field(None, description="names the model's build dirs in a farm: a plain name")
     outputs: list[str] | None = Field(None, min_length=1, description="names for the model's outputs, in order")
+
+    @field_validator("name")
+    @classmethod
+    def _plain_name(cls, value: str | None) -> str | None:
+        return folder_safe(value, "[model] name")
 
 
 class ExportSection(_Strict):

@@ -51,7 +51,7 @@ class Row:
 
     def to_json(self) -> dict[str, Any]:
         return {
-            "project": self.job.project.model.name,
+            "project": self.job.project.display_name,
             "profile": self.job.profile,
             "device": self.job.device,
             "key": self.key,
@@ -281,10 +281,11 @@ class Farm:
             try:
                 for row in self.rows:
                     folder = results.build_dir(self.plan, row.job)
-                    if results.unchanged(previous.get(row.key), folder, row.job, self.plan.settings.check):
+                    kept = results.unchanged(previous.get(row.key), folder, row.job, self.plan.settings.check)
+                    if kept is not None:
                         old = previous[row.key]
                         row.skipped, row.build_dir = True, str(folder)
-                        row.status, row.reason, row.exit_code = old["status"], old.get("reason"), old.get("exit_code")
+                        row.status, row.exit_code = kept
                         row.nodes, row.hosts = old.get("nodes", {}), old.get("hosts", {})
                         row.machines = old.get("machines", {})
                         self.say(row, f"unchanged since the last run ({row.status}): skipped")

@@ -27,7 +27,7 @@ from pydantic import Field, field_validator
 
 from tapeout.core.config import find_profile, load_project, read_toml, resolve_extends, validate
 from tapeout.core.errors import BadInput
-from tapeout.core.schemas import Project, _Strict
+from tapeout.core.schemas import Project, _Strict, folder_safe
 
 HOST_CPU = "host-cpu"
 _DEVICE_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$")
@@ -85,7 +85,7 @@ class Job:
 
     @property
     def name(self) -> str:
-        return f"{self.project.model.name}/{self.profile}"
+        return f"{self.project.display_name}/{self.profile}"
 
 
 @dataclass(frozen=True)
@@ -110,7 +110,11 @@ def load_plan(path: Path, out: Path | None = None) -> Plan:
     used_profiles: set[str] = set()
     for entry in plan.build:
         project = load_project(base / entry.project)
-        name = project.model.name
+        name = project.display_name
+        try:  # its build dirs are folders of the farm's out dir: a name, never a path
+            folder_safe(name, "the project's name (its [model] name, else its folder's)")
+        except ValueError as exc:
+            raise BadInput(f"{project.file}: {exc}", fix='set [model] name = "a-plain-name"') from None
         if names.setdefault(name, project.root) != project.root:
             raise BadInput(
                 f"{path}: two projects are both named {name!r} ({names[name]} and {project.root}): their "

@@ -50,7 +50,7 @@ def inputs_key(job: Job, project: Bundle, check: bool) -> str:
 
 
 def build_dir(plan: Plan, job: Job) -> Path:
-    return plan.out / job.project.model.name / job.profile
+    return plan.out / job.project.display_name / job.profile
 
 
 def verify(folder: Path, job: Job, checked: bool) -> None:
@@ -66,7 +66,7 @@ def verify(folder: Path, job: Job, checked: bool) -> None:
     if (folder / "export" / "model.onnx").exists():
         opened.exported_model()
     built = (opened.manifest.project.name, opened.profile.name)
-    if built != (job.project.model.name, job.profile):
+    if built != (job.project.display_name, job.profile):
         raise BadInput(
             f"{_FROM_WORKER} is the build of {built[0]}/{built[1]}, not of {job.name}",
             fix="rerun the farm; a worker that answers another build is not to be trusted",
@@ -104,19 +104,23 @@ def write(final: Path, files: Bundle, check_files: Bundle | None, job: Job, rece
     return final
 
 
-def unchanged(previous: dict[str, Any] | None, folder: Path, job: Job, checked: bool) -> bool:
-    """The last run's row for the same inputs finished, and its build dir is still whole."""
+def unchanged(previous: dict[str, Any] | None, folder: Path, job: Job, checked: bool) -> tuple[str, int] | None:
+    """Where the last run's row for the same inputs finished and its build dir is still whole: the row's status and
+    exit code as that verified build dir says them (farm.json only says which rows to look at: an edited summary
+    must not turn a failed build into a pass). None otherwise."""
     if (
         not previous
         or previous.get("status") not in ("checked", "built")
         or (previous["status"] == "checked") != checked
     ):
-        return False
+        return None
     try:
         verify(folder, job, checked)
+        opened = open_build(folder)
+        report = opened.check_report if checked else opened.report
     except BadInput:
-        return False
-    return True
+        return None
+    return ("checked" if checked else "built"), report.exit_code
 
 
 def previous_rows(out: Path) -> tuple[dict[str, dict], str | None]:
