@@ -347,6 +347,63 @@ def test_fuzzed_profiles_load_or_say_one_line(tmp_path, changes):
     assert "/" not in profile.name and not profile.name.startswith(".")
 
 
+PLAN = {
+    "farm": {"out": "out", "retries": 1},
+    "build": [
+        {"project": "toy-a", "profiles": ["cpu-fp32", "openvino-cpu-fp32"]},
+        {"project": "toy-b", "profiles": ["cpu-int8"]},
+    ],
+    "devices": {"openvino-cpu-fp32": "intel-core-ultra-200v"},
+}
+PLAN_PATHS = [
+    ("farm", "out"),
+    ("farm", "retries"),
+    ("build",),
+    ("build", 0, "project"),
+    ("build", 0, "profiles"),
+    ("build", 0, "profiles", 0),
+    ("build", 1, "project"),
+    ("devices",),
+    ("devices", "openvino-cpu-fp32"),
+]
+
+
+@pytest.fixture(scope="module")
+def farm_root(tmp_path_factory) -> Path:
+    from farm_matrix import toy_projects
+
+    root = tmp_path_factory.mktemp("fuzz-plan")
+    toy_projects(root)
+    return root
+
+
+def test_fuzzed_farm_plans_load_or_say_one_line_and_keep_their_builds_inside_out(farm_root):
+    """A plan is read whole before Ray starts: every mutation loads, or is one BadInput line; a plan that loads puts
+    every build dir under its out dir."""
+    from tapeout.farm.plan import load_plan
+    from tapeout.farm.results import build_dir
+
+    tricky = st.sampled_from(["../..", "/etc", "toy-a/../toy-b", "cpu-fp32", "h100-sxm", "a b", "..", "."])
+    outcomes = []
+
+    @fuzz(200)
+    @given(edits(PLAN_PATHS, PLAN, extra=tricky))
+    def run(changes):
+        file = written(farm_root / "plan.toml", PLAN, changes)
+        try:
+            plan = load_plan(file)
+        except BadInput as exc:
+            assert "\n" not in str(exc)
+            outcomes.append("refused")
+            return
+        for job in plan.jobs:
+            assert build_dir(plan, job).resolve().is_relative_to(plan.out)
+        outcomes.append("loaded")
+
+    run()
+    assert outcomes.count("refused") >= len(outcomes) // 5 and "loaded" in outcomes  # not vacuous
+
+
 def test_a_long_extends_chain_and_a_cycle_are_one_line(tmp_path):
     (tmp_path / "p0.toml").write_text('extends = "cpu-fp32"\n')
     for i in range(1, 200):
@@ -453,13 +510,14 @@ def test_fuzzed_manifests_verify_or_say_one_line(lean_digits_build, tmp_path_fac
     assert checked.count(2) >= len(checked) // 4 and 0 in checked
 
 
-@pytest.mark.parametrize("part", ["report", "golden"])
+@pytest.mark.parametrize("part", ["report", "golden", "structure"])
 def test_fuzzed_reports_and_golden_files_with_matching_hashes_are_one_line(
     lean_digits_build, tmp_path_factory, part, manifest_doc
 ):
     work = tmp_path_factory.mktemp(f"fuzz-{part}") / "b"
     marker = work.parent / "pwned"
-    report_doc = json.loads((lean_digits_build / "report.json").read_text())
+    json_file = {"report": "report.json", "structure": "structure.json"}.get(part)
+    report_doc = json.loads((lean_digits_build / (json_file or "report.json")).read_text())
     golden = dict(np.load(lean_digits_build / "golden.npz"))
     report_paths = sorted(set(_manifest_paths(report_doc)), key=str)
     golden_edit = st.sampled_from(
@@ -492,12 +550,12 @@ def test_fuzzed_reports_and_golden_files_with_matching_hashes_are_one_line(
         else:
             np.savez(path, **arrays)
 
-    @fuzz(25 if part == "report" else 20)
-    @given(edits(report_paths, report_doc) if part == "report" else golden_edit)
+    @fuzz(25 if json_file else 20)
+    @given(edits(report_paths, report_doc) if json_file else golden_edit)
     def run(change):
         build = _fresh_copy(lean_digits_build, work)
-        target = build / ("report.json" if part == "report" else "golden.npz")
-        if part == "report":
+        target = build / (json_file or "golden.npz")
+        if json_file:
             target.write_text(json.dumps(mutated(report_doc, change), default=str))
         else:
             rewrite_golden(change, target)

@@ -22,6 +22,8 @@ class TapeoutError(Exception):
     exit_code = EXIT_BAD_INPUT
 
     def __init__(self, message: str, *, fix: str | None = None, detail: str | None = None):
+        # one line whatever it quotes (a path or a name from a user's file may hold a newline)
+        message, fix = one_line(message), one_line(fix) if fix is not None else None
         self.problem = message
         self.fix = fix
         self.detail = detail  # a runtime's whole message, when the line quotes only its gist (--debug prints it)
