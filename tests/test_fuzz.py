@@ -568,6 +568,72 @@ def test_fuzzed_reports_and_golden_files_with_matching_hashes_are_one_line(
     run()
 
 
+def test_fuzzed_workload_files_read_back_or_say_one_line(tmp_path):
+    """workload.npz as a re-hashed build dir could hold it: arrays dropped, reshaped, retyped, out of the vocabulary
+    or holding a pickle; the reader returns prompts that fit the workload or says one line, nothing else."""
+    from tapeout.core.decoding import CacheLayout
+    from tapeout.core.schemas import GenerateWorkload
+    from tapeout.measurement import generation
+
+    rng = np.random.default_rng(0)
+    workload = GenerateWorkload(kind="generate", prompt_lengths=[8, 16], new_tokens=6, max_context=32)
+    layout = CacheLayout(2, 2, 8, 100, 32)
+    base = {
+        "prompt.8": rng.integers(0, 100, (3, 8)),
+        "prompt.16": rng.integers(0, 100, (3, 16)),
+        "agreement.prompts": rng.integers(0, 100, (4, 8)),
+        "agreement.reference": rng.integers(0, 100, (4, 6)),
+    }
+    path, marker = tmp_path / "workload.npz", tmp_path / "pwned"
+    key = st.sampled_from(sorted(base))
+    edit = st.one_of(
+        st.tuples(st.just("drop"), key),
+        st.tuples(st.just("shift"), key, st.integers(-200, 200)),
+        st.tuples(st.just("cut"), key, st.integers(0, 20)),
+        st.tuples(st.just("float"), key),
+        st.tuples(st.just("flat"), key),
+        st.tuples(st.just("rename"), key, st.sampled_from(["prompt.9", "prompt.x", "prompt.", "agreement"])),
+        st.tuples(st.just("pickle"), key),
+    )
+    outcomes = []
+
+    @fuzz(150)
+    @given(st.lists(edit, min_size=1, max_size=3))
+    def run(changes):
+        arrays = {k: v.copy() for k, v in base.items()}
+        for change in changes:
+            kind, name = change[0], change[1]
+            if name not in arrays or arrays[name].dtype == object or (kind == "cut" and arrays[name].ndim != 2):
+                continue  # an edit of an edit the file already lost
+            if kind == "drop":
+                del arrays[name]
+            elif kind == "shift":
+                arrays[name] = arrays[name] + change[2]
+            elif kind == "cut":
+                arrays[name] = arrays[name][:, : change[2]]
+            elif kind == "float":
+                arrays[name] = arrays[name].astype(np.float32) + 0.5
+            elif kind == "flat":
+                arrays[name] = arrays[name].ravel()
+            elif kind == "rename":
+                arrays[change[2]] = arrays.pop(name)
+            else:
+                arrays[name] = np.array([_Payload(marker)], dtype=object)
+        np.savez(path, **arrays)
+        try:
+            prompts, golden, reference = generation.load_workload_data(path, layout, workload)
+        except BadInput as exc:
+            assert "\n" not in str(exc)
+            outcomes.append("refused")
+            return
+        outcomes.append("read")
+        assert sorted(prompts) == [8, 16] and reference.shape == (len(golden), workload.compared_tokens)
+        assert all(a.min() >= 0 and a.max() < layout.vocab for a in (*prompts.values(), golden, reference))
+
+    run()
+    assert not marker.exists() and outcomes.count("refused") > len(outcomes) // 2 and "read" in outcomes
+
+
 # ---------------------------------------------------------------- ONNX models
 
 

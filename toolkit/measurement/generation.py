@@ -67,7 +67,11 @@ def load_workload_data(
     problems = []
     if sorted(prompts) != sorted(workload.prompt_lengths):
         problems.append(f"prompt lengths {sorted(prompts)}, the workload's {sorted(workload.prompt_lengths)}")
-    problems += [f"prompt.{n} is {list(a.shape)}, not [rows, {n}]" for n, a in prompts.items() if a.shape[1] != n]
+    problems += [
+        f"prompt.{n} is {list(a.shape)}, not [rows, {n}]" for n, a in prompts.items() if a.shape[1] != n or not len(a)
+    ]
+    if 0 in golden.shape:
+        problems.append(f"the golden prompts are {list(golden.shape)}: at least one prompt of at least one token")
     if reference.shape != (len(golden), workload.compared_tokens):
         problems.append(
             f"the reference tokens are {list(reference.shape)}, not [{len(golden)}, {workload.compared_tokens}] "
