@@ -265,6 +265,37 @@ def test_check_replays_the_golden_stream_and_refuses_an_edited_workload_file(str
 
 
 @pytest.mark.slow
+@pytest.mark.parametrize(
+    ("edit", "says"),
+    [
+        (lambda a: a.__setitem__("reference.probability", a["reference.probability"] * np.nan), "NaN or infinity"),
+        (lambda a: a.__setitem__("chunk.audio", a["chunk.audio"][:50]), "lengths differ"),
+        (lambda a: a.pop("initial.h"), "initial state for ['context'], the workload's ['context', 'h']"),
+        (lambda a: a.pop("reference.h_out"), "no reference for the state output(s) ['h_out']"),
+    ],
+)
+def test_a_rehashed_stream_file_that_does_not_fit_the_workload_is_one_line(streamed, tmp_path, edit, says):
+    """A verified hash proves workload.npz is the file written, not that its values are sane: NaN, fewer chunks, a
+    state without its initial value or its reference, re-hashed, are refused by `check` before any process starts."""
+    import json
+
+    from tapeout.core.hashing import sha256_file
+
+    _, out, _ = streamed
+    copy = tmp_path / "b"
+    shutil.copytree(out, copy)
+    with np.load(copy / "workload.npz") as arrays:
+        edited = {k: arrays[k] for k in arrays.files}
+    edit(edited)
+    np.savez(copy / "workload.npz", **edited)
+    manifest = json.loads((copy / "manifest.json").read_text())
+    manifest["workload"]["sha256"] = sha256_file(copy / "workload.npz")
+    (copy / "manifest.json").write_text(json.dumps(manifest))
+    result = run_cli("check", copy)
+    assert result.code == 2 and says in one_line_error(result), result.err
+
+
+@pytest.mark.slow
 def test_speech_vad_int8_on_the_qnn_emulator_keeps_the_speech_probability_with_its_state_carried(tmp_path):
     project = _project(tmp_path)
     profile = tmp_path / "qnn.toml"

@@ -59,6 +59,23 @@ class StreamData:
         with open(path, "wb") as fh:
             np.savez(fh, **arrays)
 
+    def check_fits(self, workload: StreamWorkload, path: Path) -> None:
+        """What `check` replays matches the workload the build recorded: as many chunks, an initial value for each
+        state input, a reference for each state output (a re-hashed file of another workload is one line)."""
+        problems = []
+        if self.length != workload.chunks:
+            problems.append(f"{self.length} chunks, the workload's {workload.chunks}")
+        if set(self.initial) != set(workload.state):
+            problems.append(f"initial state for {sorted(self.initial)}, the workload's {sorted(workload.state)}")
+        missing = sorted(set(workload.state.values()) - set(self.reference))
+        if missing:
+            problems.append(f"no reference for the state output(s) {missing}")
+        if problems:
+            raise BadInput(
+                f"{path}: {'; '.join(problems)}",
+                fix="copy the build dir to the device as built, or rebuild with `tapeout build`",
+            )
+
     @classmethod
     def load(cls, path: Path) -> StreamData:
         fix = "copy the build dir to the device as built, or rebuild with `tapeout build`"
@@ -80,6 +97,13 @@ class StreamData:
                 "(or their lengths differ)",
                 fix=fix,
             )
+        for key, value in arrays.items():  # a re-hashed file's values: numbers, and finite ones
+            if value.dtype.kind not in "biuf" or (value.dtype.kind == "f" and not np.isfinite(value).all()):
+                raise BadInput(
+                    f"{path}: {key} holds {'NaN or infinity' if value.dtype.kind == 'f' else value.dtype}, where a "
+                    "stream workload writes finite numbers",
+                    fix=fix,
+                )
         return cls(groups["chunk"], groups["constant"], groups["initial"], groups["reference"])
 
 

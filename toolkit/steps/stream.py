@@ -116,6 +116,7 @@ class Stream(Step):
                 return f"the build's workload is {'forward' if opened is None else opened[0].kind}"
             workload, _, path = opened
             data = streaming.StreamData.load(path)
+            data.check_fits(workload, path)
         else:
             workload = setup.project.workload
             if workload.kind != "stream":
