@@ -10,7 +10,15 @@ import shutil
 import numpy as np
 import pytest
 
-from conftest import SAMPLES, assert_within_bounds, html_shows_everything, one_line_error, refused_build, run_cli
+from conftest import (
+    SAMPLES,
+    assert_within_bounds,
+    html_shows_everything,
+    one_line_error,
+    refused_build,
+    rehashed_copy,
+    run_cli,
+)
 
 TINY = SAMPLES / "tiny-lm"
 
@@ -164,37 +172,21 @@ def test_a_rehashed_workload_file_with_values_that_do_not_fit_the_workload_is_on
     """A verified hash proves workload.npz is the file written, not that its values are sane: token ids past the
     vocabulary, reference tokens of another shape or a missing prompt length, re-hashed, are refused by `check`
     before any process starts."""
-    from tapeout.core.hashing import sha256_file
-
     _, out, _ = generated
-    copy = tmp_path / "b"
-    shutil.copytree(out, copy)
-    with np.load(copy / "workload.npz") as arrays:
-        edited = {k: arrays[k] for k in arrays.files}
-    edit(edited)
-    np.savez(copy / "workload.npz", **edited)
-    manifest = json.loads((copy / "manifest.json").read_text())
-    manifest["workload"]["sha256"] = sha256_file(copy / "workload.npz")
-    (copy / "manifest.json").write_text(json.dumps(manifest))
-    result = run_cli("check", copy)
+    result = run_cli("check", rehashed_copy(out, tmp_path / "b", "workload", edit))
     assert result.code == 2 and says in one_line_error(result), result.err
 
 
 @pytest.mark.slow  # the tiny-lm build (`generated`)
 def test_a_rehashed_structure_with_a_negative_or_infinite_cost_is_one_line(generated, tmp_path):
-    from tapeout.core.hashing import sha256_file
-
     _, out, _ = generated
-    for field, value in (("flops", -1), ("bytes", "Infinity")):
-        copy = tmp_path / f"b-{field}"
-        shutil.copytree(out, copy)
-        text = (copy / "structure.json").read_text()
-        structure = json.loads(text)
-        structure["kernels"][0][field] = value
-        (copy / "structure.json").write_text(json.dumps(structure).replace('"Infinity"', "Infinity"))
-        manifest = json.loads((copy / "manifest.json").read_text())
-        manifest["structure"]["sha256"] = sha256_file(copy / "structure.json")
-        (copy / "manifest.json").write_text(json.dumps(manifest))
+    for field, value in (("flops", -1), ("bytes", float("inf"))):
+
+        def edit(structure, field=field, value=value):
+            structure["kernels"][0][field] = value
+            return structure
+
+        copy = rehashed_copy(out, tmp_path / f"b-{field}", "structure", edit)
         for command in ("estimate", "check"):
             result = run_cli(command, copy)
             line = one_line_error(result)

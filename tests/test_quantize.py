@@ -227,6 +227,19 @@ def test_cnn_int8_is_static_and_keeps_first_conv_and_head(tmp_path):
     )
 
 
+def _int8_plan_for(tmp_path, graph, arch: str, flags: set[str]):
+    """onnxruntime's int8 plan for `graph` on a CPU of this architecture and these flags."""
+    onnx.save(graph, tmp_path / "m.onnx")
+    return rules.first_plan(
+        analyze(tmp_path / "m.onnx"),
+        "onnxruntime",
+        targets.TARGETS["onnxruntime"].capabilities,
+        "int8",
+        QuantizationSettings(),
+        isa=rules.InstructionSet(arch, frozenset(flags), "test"),
+    )
+
+
 @pytest.mark.parametrize(
     "arch, flags, formats",
     [
@@ -237,16 +250,7 @@ def test_cnn_int8_is_static_and_keeps_first_conv_and_head(tmp_path):
     ],
 )
 def test_static_int8_formats_follow_the_instruction_set(tmp_path, arch, flags, formats):
-    onnx.save(graphs.cnn(), tmp_path / "m.onnx")
-    isa = rules.InstructionSet(arch, frozenset(flags), "test")
-    plan = rules.first_plan(
-        analyze(tmp_path / "m.onnx"),
-        "onnxruntime",
-        targets.TARGETS["onnxruntime"].capabilities,
-        "int8",
-        QuantizationSettings(),
-        isa=isa,
-    )
+    plan = _int8_plan_for(tmp_path, graphs.cnn(), arch, flags)
     assert (plan.activation_type, plan.reduce_range) == formats
     assert any(n.startswith("CPU instruction set from test") for n in plan.notes)
 
@@ -263,15 +267,7 @@ def test_static_int8_formats_follow_the_instruction_set(tmp_path, arch, flags, f
 def test_dynamic_int8_takes_7_bit_weights_on_x86_without_vnni(tmp_path, arch, flags, reduce_range):
     """A 3-layer MLP at dynamic INT8 with 8-bit weights kept cosine 0.956 against FP32 on an AVX2-only host (the
     parity floor is 0.99), 0.99993 with 7-bit ones: the instruction set the artifact runs on decides, not the host's."""
-    onnx.save(graphs.transformer(), tmp_path / "m.onnx")
-    plan = rules.first_plan(
-        analyze(tmp_path / "m.onnx"),
-        "onnxruntime",
-        targets.TARGETS["onnxruntime"].capabilities,
-        "int8",
-        QuantizationSettings(),
-        isa=rules.InstructionSet(arch, frozenset(flags), "test"),
-    )
+    plan = _int8_plan_for(tmp_path, graphs.transformer(), arch, flags)
     assert plan.method == "dynamic" and plan.reduce_range is reduce_range
     assert ("7-bit" in " ".join(plan.notes)) is reduce_range
 

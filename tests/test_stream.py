@@ -12,7 +12,15 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from conftest import SAMPLES, assert_within_bounds, html_shows_everything, one_line_error, refused_build, run_cli
+from conftest import (
+    SAMPLES,
+    assert_within_bounds,
+    html_shows_everything,
+    one_line_error,
+    refused_build,
+    rehashed_copy,
+    run_cli,
+)
 from tapeout.measurement import streaming
 from tapeout.targets.base import StateCarrier
 
@@ -277,21 +285,8 @@ def test_check_replays_the_golden_stream_and_refuses_an_edited_workload_file(str
 def test_a_rehashed_stream_file_that_does_not_fit_the_workload_is_one_line(streamed, tmp_path, edit, says):
     """A verified hash proves workload.npz is the file written, not that its values are sane: NaN, fewer chunks, a
     state without its initial value or its reference, re-hashed, are refused by `check` before any process starts."""
-    import json
-
-    from tapeout.core.hashing import sha256_file
-
     _, out, _ = streamed
-    copy = tmp_path / "b"
-    shutil.copytree(out, copy)
-    with np.load(copy / "workload.npz") as arrays:
-        edited = {k: arrays[k] for k in arrays.files}
-    edit(edited)
-    np.savez(copy / "workload.npz", **edited)
-    manifest = json.loads((copy / "manifest.json").read_text())
-    manifest["workload"]["sha256"] = sha256_file(copy / "workload.npz")
-    (copy / "manifest.json").write_text(json.dumps(manifest))
-    result = run_cli("check", copy)
+    result = run_cli("check", rehashed_copy(out, tmp_path / "b", "workload", edit))
     assert result.code == 2 and says in one_line_error(result), result.err
 
 
