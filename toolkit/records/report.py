@@ -139,6 +139,9 @@ class EngineInfo(Record):
 class StepTime(Record):
     name: str
     seconds: float = Field(ge=0)
+    # the process's high-water mark when the step ended (absent in reports of earlier versions): the first step
+    # whose figure is the run's peak is the one that reached it
+    peak_rss_mb: float | None = Field(default=None, ge=0)
 
 
 class RunCost(Record):

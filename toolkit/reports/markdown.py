@@ -238,10 +238,14 @@ def render_markdown(report: Report) -> str:
     run = r.get("run")
     if run:
         slowest = sorted(run["steps"], key=lambda s: -s["seconds"])[:5]
+        where = next(
+            (s["name"] for s in run["steps"] if (s.get("peak_rss_mb") or 0) >= run["peak_rss_mb"]), None
+        )  # the first step whose high-water mark is the run's: it reached the peak
         out.append(
             f"\nThis {kind} took {fmt(run['seconds'], 3)} s (slowest steps: "
             + ", ".join(f"{s['name']} {fmt(s['seconds'], 3)} s" for s in slowest)
-            + f"); tapeout's peak memory {fmt(run['peak_rss_mb'], 4)} MB."
+            + f"); tapeout's peak memory {fmt(run['peak_rss_mb'], 4)} MB"
+            + (f", reached in step {where}." if where else ".")
         )
     return "\n".join(out) + "\n"
 

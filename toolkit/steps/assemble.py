@@ -7,7 +7,7 @@ from tapeout.core.host import host_fingerprint, now
 from tapeout.measurement import verdicts
 from tapeout.records.report import SCHEMA, ProfileInfo, Report, RunCost, StepTime, TargetRun
 from tapeout.steps.state import BuildState
-from tapeout.steps.step import Step, sections
+from tapeout.steps.step import Step, high_water_mb, sections
 
 # A report names every section, the absent ones as null: it says what it does not have.
 _OPTIONAL = (
@@ -64,15 +64,11 @@ class Assemble(Step):
 
 
 def run_cost(state: BuildState) -> RunCost:
-    """The steps that ran so far, each with its time (the report and the write after it take well under a second;
-    a step with nothing to do is left out), and the peak memory."""
-    import resource
-    import sys
-
-    scale = 1 / 2**20 if sys.platform == "darwin" else 1 / 1024  # ru_maxrss: bytes on macOS, KiB on Linux
-    steps = [StepTime(name=r.name, seconds=round(r.seconds, 3)) for r in state.ran if not r.skipped]
-    return RunCost(
-        steps=steps,
-        seconds=round(sum(s.seconds for s in steps), 3),
-        peak_rss_mb=round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * scale, 1),
-    )
+    """The steps that ran so far, each with its time and the peak memory when it ended (the report and the write
+    after it take well under a second; a step with nothing to do is left out), and the peak memory."""
+    steps = [
+        StepTime(name=r.name, seconds=round(r.seconds, 3), peak_rss_mb=r.peak_rss_mb)
+        for r in state.ran
+        if not r.skipped
+    ]
+    return RunCost(steps=steps, seconds=round(sum(s.seconds for s in steps), 3), peak_rss_mb=high_water_mb())

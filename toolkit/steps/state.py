@@ -79,6 +79,9 @@ class StepRun:
     name: str
     seconds: float = 0.0
     skipped: str = ""
+    peak_rss_mb: float = (
+        0.0  # the process's high-water mark when the step ended: the step that raised it holds the peak
+    )
 
 
 @dataclass

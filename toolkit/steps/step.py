@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import contextlib
 import gc
+import sys
 import time
 from abc import ABC, abstractmethod
 from collections.abc import Sequence
@@ -100,7 +101,15 @@ def _run_one(step: Step, state: BuildState) -> None:
     left = [n for n in step.adds if getattr(state, n) is PENDING]
     if left:
         raise RuntimeError(f"internal: step '{step.name}' did not add {left}")
-    state.ran.append(StepRun(step.name, time.perf_counter() - started, skipped))
+    state.ran.append(StepRun(step.name, time.perf_counter() - started, skipped, high_water_mb()))
+
+
+def high_water_mb() -> float:
+    """This process's peak resident memory so far, in MB."""
+    import resource
+
+    scale = 1 / 2**20 if sys.platform == "darwin" else 1 / 1024  # ru_maxrss: bytes on macOS, KiB on Linux
+    return round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * scale, 1)
 
 
 def sections(state: BuildState) -> dict[str, object]:
