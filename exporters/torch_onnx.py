@@ -22,11 +22,11 @@ import numpy as np
 
 from tapeout.core.errors import BadInput, ExportMismatch, first_line, runtime_detail, user_code
 from tapeout.core.feeds import Feeds, random_feeds
+from tapeout.core.onnx_graphs import save_model
 from tapeout.core.parity import OutputParity, compare, worst
 from tapeout.core.schemas import InputSpec, Project
 from tapeout.exporters.sources import LoadedModel
 
-_PROTOBUF_LIMIT = 1_800_000_000  # bytes; past ~2 GB a ModelProto must keep its weights outside
 DEFAULT_OPSET = 20  # new enough for every exporter feature we use, old enough for TensorRT/QNN parsers
 
 
@@ -314,7 +314,6 @@ def export(
     """`loaded`'s module as ONNX at `out_path`, verified against torch on `options.samples` random inputs.
     `rewrite(proto) -> proto` runs on the exported model before it is saved and verified (the export stage's
     graph passes), so the verification covers what it did. `stage` hears what the export is doing now."""
-    import onnx
     import torch
 
     opset, max_ir_version, dynamic = options.opset, options.max_ir_version, options.dynamic
@@ -352,10 +351,7 @@ def export(
     # The runtime decides what is loadable: stamp the newest IR version it accepts, never a newer one.
     proto.ir_version = min(proto.ir_version, max_ir_version)
     out_path.parent.mkdir(parents=True, exist_ok=True)
-    large = proto.ByteSize() > _PROTOBUF_LIMIT
-    onnx.save_model(
-        proto, str(out_path), save_as_external_data=large, location=f"{out_path.name}.data" if large else None
-    )
+    save_model(proto, out_path)
     opset_used = next((i.version for i in proto.opset_import if i.domain in ("", "ai.onnx")), opset)
     ir_version = proto.ir_version
     # the weights' serialized copy and the exporter's graphs (in reference cycles) go before a session loads the

@@ -346,3 +346,47 @@ def test_the_rewrite_rules_tried_by_first_op_give_the_exporters_own_model_byte_f
         optimized[guarded] = (ir.serde.serialize_model(model_ir).SerializeToString(), counted["tries"])
     assert optimized[True][0] == optimized[False][0]
     assert optimized[True][1] < optimized[False][1] / 5  # the matcher ran on a fifth of the nodes or fewer
+
+
+def test_a_model_is_saved_as_the_bytes_protobuf_gives_without_a_serialized_copy_in_memory(tmp_path):
+    """The ONNX file of a model under the protobuf limit is exactly `SerializeToString()`'s bytes (a model with
+    metadata, value_info, a control-flow body and several initializers), written without that copy: the largest
+    Python allocation while saving is about one weight, not the model."""
+    import tracemalloc
+
+    import numpy as np
+    from onnx import TensorProto, helper, numpy_helper
+
+    from tapeout.core.onnx_graphs import save_model
+
+    weights = [numpy_helper.from_array(np.full((1024, 1024), i, np.float32), f"w{i}") for i in range(8)]  # 32 MB
+    branch = helper.make_graph(
+        [helper.make_node("Identity", ["x"], ["y_then"])],
+        "then",
+        [],
+        [helper.make_tensor_value_info("y_then", 1, None)],
+    )
+    nodes = [helper.make_node("MatMul", ["x" if i == 0 else f"h{i - 1}", f"w{i}"], [f"h{i}"]) for i in range(8)]
+    nodes.append(helper.make_node("If", ["cond"], ["y"], then_branch=branch, else_branch=branch))
+    graph = helper.make_graph(
+        nodes,
+        "g",
+        [
+            helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 1024]),
+            helper.make_tensor_value_info("cond", 9, []),
+        ],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)],
+        initializer=weights,
+        value_info=[helper.make_tensor_value_info("h0", TensorProto.FLOAT, [1, 1024])],
+        doc_string="after the initializers",
+    )
+    model = helper.make_model(graph, producer_name="test", opset_imports=[helper.make_opsetid("", 17)])
+    helper.set_model_props(model, {"origin": "test"})
+    expected = model.SerializeToString()
+    tracemalloc.start()
+    save_model(model, tmp_path / "model.onnx")
+    _, peak = tracemalloc.get_traced_memory()
+    tracemalloc.stop()
+    assert (tmp_path / "model.onnx").read_bytes() == expected
+    assert peak < 3 * 4 * 2**20  # a weight is 4 MiB; the whole model 32 MiB
+    assert onnx.load(str(tmp_path / "model.onnx")) == model

@@ -10,6 +10,7 @@ from dataclasses import replace
 from pathlib import Path
 
 from tapeout.core.errors import BadInput
+from tapeout.core.onnx_graphs import save_model
 from tapeout.quantize.methods.base import Method
 from tapeout.quantize.methods.cpu import cpu_plan
 from tapeout.quantize.ort_tools import calibration_reader
@@ -51,7 +52,7 @@ class WeightOnly(Method):
         import onnx
 
         model, done, records = to_matmul_nbits(onnx.load(str(model_in)), plan, ("int4", "int8-weight"), calibration)
-        onnx.save(model, str(model_out))
+        save_model(model, model_out)
         return {
             "method": "weight-only",
             "nodes": done,

@@ -125,3 +125,81 @@ class GraphIndex:
     def only_reader(self, name: str, *types: str):
         readers = self.readers.get(name, [])
         return readers[0] if len(readers) == 1 and readers[0].op_type in types else None
+
+
+PROTOBUF_LIMIT = 1_800_000_000  # bytes; past ~2 GB a ModelProto must keep its weights outside
+
+
+def save_model(proto, path) -> None:
+    """`proto` written to `path` as `onnx.save_model` writes it, without its serialized copy in memory: past the
+    protobuf limit the weights go to `<name>.data` beside it (ONNX external data, as before); below it the file
+    is the very bytes `SerializeToString` gives, written a weight at a time (serializing a language model whole
+    held two more copies of its weights at once, the export's peak memory)."""
+    from pathlib import Path
+
+    import onnx
+
+    path = Path(path)
+    if serialized_size(proto) > PROTOBUF_LIMIT:
+        onnx.save_model(proto, str(path), save_as_external_data=True, location=f"{path.name}.data")
+        return
+    with path.open("wb") as sink:
+        for part in _serialized_parts(proto):
+            sink.write(part)
+
+
+def serialized_size(proto) -> int:
+    """About the bytes `proto` serializes to, summed a part at a time: protobuf's own `ByteSize()` of a model
+    encodes the whole of it to count, a copy of every weight."""
+    graph = proto.graph
+    parts = (*graph.initializer, *graph.node, *graph.sparse_initializer, *proto.functions)
+    return sum(part.ByteSize() for part in parts) + 1024
+
+
+def _serialized_parts(proto):
+    """`proto.SerializeToString()` in pieces: the fields before the graph, the graph's tag and length, its fields
+    before the initializers, each initializer as the graph encodes it, its fields after them, and the model's
+    fields after the graph, in field-number order as protobuf writes them."""
+    import onnx
+
+    graph_number = onnx.ModelProto.DESCRIPTOR.fields_by_name["graph"].number
+    init_number = onnx.GraphProto.DESCRIPTOR.fields_by_name["initializer"].number
+
+    def part(message, source, keep) -> bytes:
+        for field, value in source.ListFields():
+            if keep(field.number):
+                target = getattr(message, field.name)
+                if field.is_repeated if hasattr(field, "is_repeated") else field.label == field.LABEL_REPEATED:
+                    target.extend(value)
+                elif field.message_type is not None:
+                    target.CopyFrom(value)
+                else:
+                    setattr(message, field.name, value)
+        return message.SerializeToString()
+
+    def tagged(number: int, payload_size: int) -> bytes:
+        return _varint(number << 3 | 2) + _varint(payload_size)
+
+    yield part(onnx.ModelProto(), proto, lambda n: n < graph_number)
+    if proto.HasField("graph"):
+        graph = proto.graph
+        before = part(onnx.GraphProto(), graph, lambda n: n < init_number)
+        after = part(onnx.GraphProto(), graph, lambda n: n > init_number)
+        sizes = [init.ByteSize() for init in graph.initializer]
+        inits = sum(len(tagged(init_number, s)) + s for s in sizes)
+        yield tagged(graph_number, len(before) + inits + len(after))
+        yield before
+        for init, size in zip(graph.initializer, sizes, strict=True):
+            yield tagged(init_number, size)
+            yield init.SerializeToString()
+        yield after
+    yield part(onnx.ModelProto(), proto, lambda n: n > graph_number)
+
+
+def _varint(value: int) -> bytes:
+    out = bytearray()
+    while True:
+        byte, value = value & 0x7F, value >> 7
+        out.append(byte | (0x80 if value else 0))
+        if not value:
+            return bytes(out)
