@@ -36,9 +36,17 @@ def test_every_step_needs_only_what_an_earlier_step_added(name, kind):
     assert len(names) == len(set(names)), names
 
 
-def test_check_runs_the_tail_of_the_builds_list():
-    assert flows.CHECK[1:] == flows.BUILD[len(flows.BUILD) - len(flows.CHECK) + 1 :]
-    assert [s.name for s in flows.CHECK[:2]] == ["open", "engine"]
+def test_check_reads_the_golden_file_back_then_runs_the_tail_of_the_builds_list():
+    assert flows.CHECK[2:] == flows.BUILD[len(flows.BUILD) - len(flows.CHECK) + 2 :]
+    assert [s.name for s in flows.CHECK[:3]] == ["open", "golden", "engine"]
+    assert type(flows.CHECK[1]) in {type(s) for s in flows.BUILD}
+
+
+def test_no_step_after_release_runs_the_torch_module():
+    """What needs the loaded model comes before the release step; its own check refuses a list that breaks that."""
+    at = next(i for i, step in enumerate(flows.BUILD) if step.name == "release")
+    assert [s.name for s in flows.BUILD[at + 1 :] if "loaded" in (*s.needs, *s.needs_at_build)] == []
+    assert {"export", "reference", "golden", "record"} <= {s.name for s in flows.BUILD[:at]}
 
 
 def test_the_check_catches_a_step_out_of_order():
@@ -189,3 +197,42 @@ def test_memory_a_step_freed_goes_back_to_the_system_before_the_next_step():
     before = resident_mb()
     runner._return_freed_memory()
     assert before - resident_mb() > 100 and len(kept) == 3125
+
+
+@pytest.mark.slow  # two in-process builds of small samples (about 40 s)
+@pytest.mark.parametrize("sample", ["tiny-lm", "speech-vad"])
+def test_the_torch_module_is_freed_by_the_release_step_and_the_loop_still_has_its_reference(
+    sample, tmp_path, fast_profile, monkeypatch
+):
+    """The module is gone (collected, not just unnamed) once `release` has run, before the precision step: a generate
+    and a stream build still measure their loop against the reference the record step wrote, and exit clean."""
+    import shutil
+    import weakref
+
+    from conftest import SAMPLES
+    from tapeout.core.console import UI
+
+    held: list[weakref.ref] = []
+    after: list[object] = []
+
+    class Hold(Step):
+        name = "hold"
+
+        def run(self, state):
+            held.append(weakref.ref(state.loaded.module))
+
+    class Look(Step):
+        name = "look"
+
+        def run(self, state):
+            after.append(held[0]())
+
+    at = next(i for i, step in enumerate(flows.BUILD) if step.name == "release")
+    monkeypatch.setattr(flows, "BUILD", (*flows.BUILD[:at], Hold(), flows.BUILD[at], Look(), *flows.BUILD[at + 1 :]))
+    project = tmp_path / sample
+    shutil.copytree(SAMPLES / sample, project, ignore=shutil.ignore_patterns("build", "__pycache__"))
+    report = flows.build(project, str(fast_profile), tmp_path / "out", UI())
+    assert held and held[0]() is None and after == [None]
+    assert {"record", "release"} <= {r.name for r in report.run.steps}  # a step that skipped is left out
+    assert report.exit_code == 0 and (tmp_path / "out" / "workload.npz").is_file()
+    assert report.workload["kind"] == ("generate" if sample == "tiny-lm" else "stream")

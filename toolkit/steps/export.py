@@ -85,6 +85,21 @@ def _verify_decoding(project, graph_module, path: Path, options, ui):
     )
 
 
+def _torch_reference(loaded, project, output_names):
+    """The FP32 reference: the loaded torch module's outputs on given feeds. It reads `loaded.module` at each call and
+    keeps no module of its own, so the release step's letting go of the module frees it."""
+    from tapeout.exporters import torch_onnx
+
+    names = [s.name for s in project.inputs]
+
+    def reference(feeds):
+        if loaded.module is None:
+            raise RuntimeError("internal: the FP32 torch reference ran after the release step let the module go")
+        return torch_onnx.torch_outputs(loaded.module, feeds, names, output_names)
+
+    return reference
+
+
 class Export(Step):
     name = "export"
     needs = ("loaded",)
@@ -142,7 +157,9 @@ class Export(Step):
                 f"export shared with candidate {first} (same opset {options.opset}, IR version "
                 f"{options.max_ir_version} and tolerances)"
             )
-            return dataclasses.replace(exported, path=out)
+            # the first candidate's reference runs its own module, which its release step lets go: this one's runs ours
+            reference = _torch_reference(loaded, project, exported.info.get("output_names"))
+            return dataclasses.replace(exported, path=out, reference=reference)
         disk = self._from_cache(state, options, program_wanted, out)
         if isinstance(disk, Exported):
             if share is not None:
@@ -190,11 +207,7 @@ class Export(Step):
         }
         if verification is not None:
             info["generation"] = verification.to_json()
-        names = [s.name for s in project.inputs]
-
-        def reference(feeds):
-            return torch_onnx.torch_outputs(loaded.module, feeds, names, result.output_names)
-
+        reference = _torch_reference(loaded, project, result.output_names)
         exported = Exported(out, info, reference, program=program, passes=records, greedy_tokens=greedy_tokens)
         if share is not None:
             share.put(key, exported, setup.profile.name)
@@ -223,12 +236,7 @@ class Export(Step):
             return folder, entry
         info, records, greedy_tokens = found
         state.ui.note(f"export reused from the cache (same weights, project, settings and versions): {folder / entry}")
-        names = [s.name for s in project.inputs]
-        from tapeout.exporters import torch_onnx
-
-        def reference(feeds):
-            return torch_onnx.torch_outputs(loaded.module, feeds, names, info.get("output_names"))
-
+        reference = _torch_reference(loaded, project, info.get("output_names"))
         return Exported(out, {**info, "cached": True}, reference, passes=records, greedy_tokens=greedy_tokens)
 
     def report(self, state: BuildState) -> dict[str, object]:

@@ -1,9 +1,11 @@
 """The build as one ordered list of steps, and check as an opening plus the tail of the same list.
 
-    BUILD = load → prune → export → lint → prepare → analyze → reference → precision → compile →
-            engine → golden → measure → parity → generate → stream → placement → accuracy → estimate → bottlenecks →
-            verdicts → report → write
-    CHECK = open → engine → … → write        (the tail of BUILD, from the engine on)
+    BUILD = load → prune → export → lint → prepare → analyze → reference → golden → record → release →
+            precision → compile → engine → measure → parity → generate → stream → placement → accuracy → estimate →
+            bottlenecks → verdicts → report → write
+    CHECK = open → golden → engine → … → write        (golden read back, then the tail of BUILD from the engine on)
+
+What runs the torch module comes before `release`, which lets it go: the steps after it work from ONNX files.
 
 A new step (a generation loop, a kernel substitution) is a module under steps/ and an entry here; the
 commands only choose a list and hand it a state.
@@ -39,7 +41,9 @@ from tapeout.steps.placement import Placement
 from tapeout.steps.precision import Precision
 from tapeout.steps.prepare import Prepare
 from tapeout.steps.prune import Prune
+from tapeout.steps.record import Record
 from tapeout.steps.reference import Reference
+from tapeout.steps.release import Release
 from tapeout.steps.setup import Setup, for_build, for_check
 from tapeout.steps.state import BuildState
 from tapeout.steps.step import Step, run
@@ -55,10 +59,12 @@ BUILD: tuple[Step, ...] = (
     Prepare(),
     Analyze(),
     Reference(),
+    MakeGolden(),
+    Record(),
+    Release(),
     Precision(),
     Compile(),
     Engine(),
-    MakeGolden(),
     Measure(),
     Parity(),
     Generate(),
@@ -72,7 +78,7 @@ BUILD: tuple[Step, ...] = (
     Write(),
 )
 TAIL = BUILD[next(i for i, step in enumerate(BUILD) if isinstance(step, Engine)) :]
-CHECK: tuple[Step, ...] = (Open(), *TAIL)
+CHECK: tuple[Step, ...] = (Open(), MakeGolden(), *TAIL)
 EXPORT: tuple[Step, ...] = (Load(), Prune(), Export())  # `tapeout export`, `tapeout analyze`
 LINT: tuple[Step, ...] = (Load(), Export(), Lint())  # `tapeout lint`: the unpruned model, every finding
 

@@ -1,10 +1,12 @@
 """Step `generate`: a generate workload's loop measured on the target in fresh processes: time to first token per
 prompt length, time per output token, tokens per second, cold start, the memory split with the KV cache at
-max_context, and greedy agreement with the torch reference on the golden prompts. A build makes workload.npz
-(the prompts and the reference's greedy tokens); a check replays it, verified against the manifest. Nothing to
+max_context, and greedy agreement with the torch reference on the golden prompts. A build's record step makes
+workload.npz (the prompts and the reference's greedy tokens, `make_workload_data`); a check replays it, verified against the manifest. Nothing to
 do for a forward workload."""
 
 from __future__ import annotations
+
+from pathlib import Path
 
 import numpy as np
 
@@ -17,7 +19,7 @@ from tapeout.steps.state import BuildState
 from tapeout.steps.step import Step
 
 
-def make_workload_data(state: BuildState, layout: CacheLayout) -> None:
+def make_workload_data(state: BuildState, layout: CacheLayout) -> Path:
     """The prompts each length is timed on (batch rows), the golden prompts and the torch model's greedy tokens."""
     from tapeout.exporters import generation as export_generation
 
@@ -40,13 +42,15 @@ def make_workload_data(state: BuildState, layout: CacheLayout) -> None:
             reference = export_generation.reference_greedy(
                 export_generation.torch_step(state.loaded.module, layout), layout, golden, workload.compared_tokens
             )
-    generation.save_workload_data(state.out / generation.WORKLOAD_FILE, prompts, np.stack(golden), reference)
+    path = state.out / generation.WORKLOAD_FILE
+    generation.save_workload_data(path, prompts, np.stack(golden), reference)
+    return path
 
 
 class Generate(Step):
     name = "generate"
     needs = ("artifact", "artifact_info", "golden", "engine")
-    needs_at_build = ("loaded",)
+    needs_at_build = ("workload_file",)
     adds = ("generation",)
 
     def run(self, state: BuildState) -> str | None:
@@ -63,8 +67,7 @@ class Generate(Step):
                 state.generation = None
                 return f"the project's workload is {workload.kind}"
             layout = graph_layout(setup.project.inputs, workload)
-            make_workload_data(state, layout)
-            data = state.out / generation.WORKLOAD_FILE
+            data = state.workload_file  # the record step wrote it while the torch model was loaded
         # read and checked before any process is started: a bad file is one line, not a child's traceback
         _, _, reference = generation.load_workload_data(data, layout, workload)
         settings = state.settings

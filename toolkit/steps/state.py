@@ -113,6 +113,7 @@ class BuildState:
     artifact_info: ArtifactInfo = PENDING  # its size and hashes, taken once
     engine: EngineBuild | None = PENDING
     golden: Golden = PENDING
+    workload_file: Path | None = PENDING  # a loop's workload.npz, written by the record step; None for forward
     measurement: Measurement = PENDING
     parity: list[OutputParity] = PENDING
     generation: GenerationMeasurement | None = PENDING  # a generate workload's loop; None for forward

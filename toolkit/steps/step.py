@@ -85,6 +85,14 @@ def _return_freed_memory() -> None:
 _settling = False  # a run in progress owns the frozen heap; a run nested in it leaves the heap alone
 
 
+def collect_all() -> None:
+    """Collect every cycle, the frozen heap's too: for a step that lets go of something long-lived (the torch
+    module), which the heap frozen after earlier steps would otherwise keep until the list ends. The runner
+    freezes what survives again after the step."""
+    gc.unfreeze()
+    gc.collect()
+
+
 @contextlib.contextmanager
 def _long_lived_heap():
     """After each step's collection, move what survived it (torch, the exporter and the runtimes imported: some

@@ -1,10 +1,12 @@
 """Step `stream`: a stream workload's loop measured on the target in fresh processes, each chunk fed the state the
 previous chunk's outputs carry: per-chunk latency, real-time factor, deadline misses, cold start, memory, and the
-streamed outputs against the FP32 reference over the golden stream (drift). A build makes workload.npz (the golden
-stream, the initial state and the reference's outputs); a check replays it, verified against the manifest. Nothing
+streamed outputs against the FP32 reference over the golden stream (drift). A build's record step makes workload.npz
+(the golden stream, the initial state and the reference's outputs, `make_stream_data`); a check replays it, verified against the manifest. Nothing
 to do for another workload."""
 
 from __future__ import annotations
+
+from pathlib import Path
 
 import numpy as np
 
@@ -73,8 +75,9 @@ def golden_stream(project: Project) -> tuple[dict[str, np.ndarray], str]:
     return {name: chunks.astype(spec.dtype)}, f"[workload] stream {workload.stream}"
 
 
-def make_stream_data(state: BuildState) -> tuple[streaming.StreamData, str]:
-    """The golden stream with the constants, the zero initial state, and the FP32 reference carried over it."""
+def make_stream_data(state: BuildState) -> Path:
+    """workload.npz: the golden stream with the constants, the zero initial state, and the FP32 reference carried
+    over it."""
     project = state.setup.project
     workload: StreamWorkload = project.workload
     specs = {s.name: s for s in project.inputs}
@@ -98,13 +101,19 @@ def make_stream_data(state: BuildState) -> tuple[streaming.StreamData, str]:
         f"reference over the golden stream: {workload.chunks} chunks, state carried ({state.golden.reference})"
     ):
         data.reference = streaming.stacked(list(streaming.carry(StateCarrier(reference, workload.state), data)))
-    return data, source
+    path = state.out / streaming.WORKLOAD_FILE
+    data.save(path)
+    state.ui.note(
+        f"stream: {workload.chunks} chunks of {workload.deadline_ms:g} ms from {source}, state "
+        f"{', '.join(f'{o} → {i}' for i, o in workload.state.items())}"
+    )
+    return path
 
 
 class Stream(Step):
     name = "stream"
     needs = ("artifact", "artifact_info", "golden", "engine")
-    needs_at_build = ("exported",)
+    needs_at_build = ("workload_file",)
     adds = ("stream",)
 
     def run(self, state: BuildState) -> str | None:
@@ -115,20 +124,14 @@ class Stream(Step):
                 state.stream = None
                 return f"the build's workload is {'forward' if opened is None else opened[0].kind}"
             workload, _, path = opened
-            data = streaming.StreamData.load(path)
-            data.check_fits(workload, path)
         else:
             workload = setup.project.workload
             if workload.kind != "stream":
                 state.stream = None
                 return f"the project's workload is {workload.kind}"
-            data, source = make_stream_data(state)
-            path = state.out / streaming.WORKLOAD_FILE
-            data.save(path)
-            state.ui.note(
-                f"stream: {workload.chunks} chunks of {workload.deadline_ms:g} ms from {source}, state "
-                f"{', '.join(f'{o} → {i}' for i, o in workload.state.items())}"
-            )
+            path = state.workload_file  # the record step wrote it while the reference was loaded
+        data = streaming.StreamData.load(path)
+        data.check_fits(workload, path)
         settings, artifact = state.settings, state.artifact
         base = {
             "target": artifact.target,
