@@ -1047,3 +1047,29 @@ def test_the_npu_postcondition_refuses_an_a16w8_node_fed_8_bit_activations(tmp_p
     onnx.save(qdq_model(np.array(0, np.uint8)), tmp_path / "narrow.onnx")
     with pytest.raises(BadInput, match="planned at A16W8 got 8-bit activations: cell"):
         check_activation_bits(["cell"], tmp_path / "narrow.onnx")
+
+
+def test_the_untie_pass_rewrites_the_loaded_protobuf_in_place_and_the_outputs_do_not_move():
+    """The tied head gets its own transposed weight on the very message the quantizer then takes (through onnx-ir
+    the whole model was serialized again: every weight a second time), the Transpose it no longer reads is gone,
+    the embedding table stays for the Gather, and ONNX Runtime gives the same logits before and after."""
+    import onnxruntime as ort
+
+    from tapeout.quantize.passes.base import run_on_proto
+    from tapeout.quantize.passes.untie_transposed_weight import UntieTransposedWeight
+
+    model = graphs.transformer(causal=True, lm_head=True, swiglu=True, tied=True)
+    before = model.SerializeToString()
+    head = next(n.name for n in model.graph.node if n.op_type == "MatMul" and n.name.startswith("lm_head"))
+    transposes = sum(n.op_type == "Transpose" for n in model.graph.node)
+    untied, records = run_on_proto(model, [UntieTransposedWeight({head})])
+    assert untied is model and records[0]["outcome"] == "applied" and records[0]["rewrites"] == 1
+    assert sum(n.op_type == "Transpose" for n in model.graph.node) == transposes - 1
+    reads = next(n for n in model.graph.node if n.name == head).input[1]
+    assert reads == f"{head}.weight" and reads in {i.name for i in model.graph.initializer}
+    assert "Gather" in {n.op_type for n in model.graph.node}
+    feeds = {"input_ids": np.random.default_rng(0).integers(0, 64, (1, 8), dtype=np.int64)}
+    run = lambda data: ort.InferenceSession(data, providers=["CPUExecutionProvider"]).run(None, feeds)[0]  # noqa: E731
+    np.testing.assert_allclose(run(model.SerializeToString()), run(before), rtol=1e-6, atol=1e-6)
+    again, records = run_on_proto(model, [UntieTransposedWeight({head})])  # nothing left to untie
+    assert again is model and records[0]["outcome"] == "skipped"

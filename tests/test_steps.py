@@ -235,7 +235,12 @@ def test_the_torch_module_is_freed_by_the_release_step_and_the_loop_still_has_it
     monkeypatch.setattr(flows, "BUILD", (*flows.BUILD[:at], Hold(), flows.BUILD[at], Look(), *flows.BUILD[at + 1 :]))
     project = tmp_path / sample
     shutil.copytree(SAMPLES / sample, project, ignore=shutil.ignore_patterns("build", "__pycache__"))
-    report = flows.build(project, str(fast_profile), tmp_path / "out", UI())
+    try:
+        report = flows.build(project, str(fast_profile), tmp_path / "out", UI())
+    finally:  # the sample's own modules (its model.py as `model`) would shadow another sample's in this worker
+        for name, module in list(sys.modules.items()):
+            if str(getattr(module, "__file__", None) or "").startswith(str(project)):
+                del sys.modules[name]
     assert len(held) == 2 and after == [None, None]
     assert {"record", "release"} <= {r.name for r in report.run.steps}  # a step that skipped is left out
     assert report.exit_code == 0 and (tmp_path / "out" / "workload.npz").is_file()
