@@ -288,8 +288,9 @@ _MATCH_STATE = ("_match", "_graph", "_current_node", "_tracer")  # what a matche
 
 def _forget_last_matches(rules) -> None:
     """The default rules are module-level and each matcher keeps its last try (the graph, the values it bound):
-    after an export that is the exported graph, whose initializers wrap the torch module's parameters, so the
-    module's weights outlived the module (0.5 GB at 135 M parameters). Set again at each match's start."""
+    after an export that is the exported graph, whose initializers wrap the torch module's parameters, which would
+    keep the module's weights alive after the module is let go (0.5 GB at 135 M parameters). Set again at each
+    match's start."""
     for rule in rules:
         matcher = getattr(rule, "_matcher", None)
         for name in _MATCH_STATE:

@@ -6,8 +6,8 @@ MatMul(x, Transpose(embedding table)): the table is also the embedding Gather's,
 skips a weight that is not an initializer, leaving the largest matmul of decode in FP32 (a 32 000 × 512 head is
 65 MB read per token). The untied copy is what the quantizer then replaces; the table stays for the Gather.
 
-It works on the protobuf, the main graph's nodes: through onnx-ir the model was serialized again whole, every
-weight copied beside the loaded one (2.9 GB more on a 0.5 B decoder, the quantization's peak).
+It works on the protobuf, the main graph's nodes, in place: through onnx-ir the whole model would be serialized
+again, every weight copied beside the loaded one (2.9 GB more on a 0.5 B decoder).
 """
 
 from __future__ import annotations
