@@ -1051,7 +1051,7 @@ def test_the_npu_postcondition_refuses_an_a16w8_node_fed_8_bit_activations(tmp_p
 
 def test_the_untie_pass_rewrites_the_loaded_protobuf_in_place_and_the_outputs_do_not_move():
     """The tied head gets its own transposed weight on the very message the quantizer then takes (through onnx-ir
-    the whole model was serialized again: every weight a second time), the Transpose it no longer reads is gone,
+    the whole model would be serialized again: every weight a second time), the Transpose it no longer reads is gone,
     the embedding table stays for the Gather, and ONNX Runtime gives the same logits before and after."""
     import onnxruntime as ort
 

@@ -205,7 +205,7 @@ def test_the_torch_module_is_freed_by_the_release_step_and_the_loop_still_has_it
     sample, tmp_path, fast_profile, monkeypatch
 ):
     """The module and its weights are gone (collected, not just unnamed) once `release` has run, before the precision
-    step, after a fresh export (the exporter's rewrite rules kept the exported graph, whose initializers wrap the
+    step, after a fresh export (the exporter's rewrite rules would keep the exported graph, whose initializers wrap the
     parameters): a generate and a stream build still measure their loop against the reference the record step
     wrote, and exit clean."""
     import shutil

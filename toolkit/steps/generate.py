@@ -1,8 +1,8 @@
 """Step `generate`: a generate workload's loop measured on the target in fresh processes: time to first token per
 prompt length, time per output token, tokens per second, cold start, the memory split with the KV cache at
 max_context, and greedy agreement with the torch reference on the golden prompts. A build's record step makes
-workload.npz (the prompts and the reference's greedy tokens, `make_workload_data`); a check replays it, verified against the manifest. Nothing to
-do for a forward workload."""
+workload.npz (the prompts and the reference's greedy tokens, `make_workload_data`); a check replays it, verified
+against the manifest. Nothing to do for a forward workload."""
 
 from __future__ import annotations
 

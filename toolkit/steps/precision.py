@@ -313,8 +313,8 @@ def _speed_note(precision: str, emulated: str | None, info: dict, compare) -> st
 
 
 def _compare_latency(fp32, quantized, feeds: dict, rounds: int = 5) -> tuple[float, float]:
-    """Median quick latency of each model, one session at a time (`fp32`, `quantized`: what opens each): both open
-    held both models' weights and the runtime's prepacked copies, the build's peak on a 0.5 B decoder."""
+    """Median quick latency of each model, one runtime session open at a time (`fp32`, `quantized`: what opens
+    each): two open at once hold both models' weights and the runtime's prepacked copies (several GB at 0.5 B)."""
     from tapeout.quantize.sensitivity import quick_latency_ms
 
     medians = []

@@ -1,8 +1,8 @@
 """Step `stream`: a stream workload's loop measured on the target in fresh processes, each chunk fed the state the
 previous chunk's outputs carry: per-chunk latency, real-time factor, deadline misses, cold start, memory, and the
 streamed outputs against the FP32 reference over the golden stream (drift). A build's record step makes workload.npz
-(the golden stream, the initial state and the reference's outputs, `make_stream_data`); a check replays it, verified against the manifest. Nothing
-to do for another workload."""
+(the golden stream, the initial state and the reference's outputs, `make_stream_data`); a check replays it, verified
+against the manifest. Nothing to do for another workload."""
 
 from __future__ import annotations
 
