@@ -338,3 +338,66 @@ def test_the_graph_view_keeps_one_copy_of_the_weights_and_the_shapes_they_give(t
     held = {i.name: i for i in view.model.graph.initializer}
     assert not held["w"].raw_data and list(held["w"].dims) == [128, 256] and held["shape"].raw_data
     assert view.shapes["y"] == (1, 4, 256) and view.shapes["z"] == (1, 4, 256)
+
+
+def _decoder():
+    return graphs.transformer(causal=True, lm_head=True, swiglu=True, d=128, heads=4, vocab=256)
+
+
+def _decoder_with_external_weights(tmp_path, name="ext.onnx"):
+    path = tmp_path / name
+    onnx.save(
+        _decoder(),
+        path,
+        save_as_external_data=True,
+        all_tensors_to_one_file=True,
+        location=f"{name}.data",
+        size_threshold=1024,
+    )
+    return path
+
+
+def test_the_graph_view_maps_external_weights_and_analyses_as_it_does_inline(tmp_path):
+    """Weights in an external-data file are mapped, not read (a 0.5 B decoder's 2 GB cost nothing in the analysis),
+    and the analysis is the one of the same model with its weights inline."""
+    inline = tmp_path / "inline.onnx"
+    onnx.save(_decoder(), inline)
+    external = _decoder_with_external_weights(tmp_path)
+    from tapeout.graph.view import GraphView
+
+    view = GraphView.load(external)
+    whole = onnx.load(str(inline))
+    mapped = [n for n, a in view.initializers.items() if isinstance(a, np.memmap)]
+    large = [i.name for i in whole.graph.initializer if len(i.raw_data) >= 1 << 16]
+    assert large and sorted(mapped) == sorted(large)
+    for init in whole.graph.initializer:
+        np.testing.assert_array_equal(view.initializers[init.name], onnx.numpy_helper.to_array(init))
+    assert not any(i.data_location == TensorProto.EXTERNAL for i in view.model.graph.initializer)
+    assert analyze(external).to_json() == analyze(inline).to_json()
+
+
+@pytest.mark.parametrize(
+    "damage, message",
+    [
+        ({"location": "../outside.data"}, "not a plain relative path"),
+        ({"location": "/etc/passwd"}, "not a plain relative path"),
+        ({"offset": "999999999"}, "do not fit its dims and type"),
+        ({"length": "3"}, "do not fit its dims and type"),
+        ({"offset": "x"}, "external-data entry tapeout cannot read"),
+    ],
+)
+def test_an_external_data_entry_that_leaves_its_folder_or_its_file_is_refused(tmp_path, damage, message):
+    from tapeout.core.errors import BadInput
+    from tapeout.graph.view import GraphView
+
+    path = _decoder_with_external_weights(tmp_path)
+    model = onnx.load(str(path), load_external_data=False)
+    init = next(i for i in model.graph.initializer if i.data_location == TensorProto.EXTERNAL)
+    for entry in init.external_data:
+        if entry.key in damage:
+            entry.value = damage.pop(entry.key)
+    for key, value in damage.items():
+        init.external_data.add(key=key, value=value)
+    onnx.save(model, path)
+    with pytest.raises(BadInput, match=message):
+        GraphView.load(path)

@@ -15,6 +15,7 @@ import numpy as np
 
 from tapeout.core.errors import BadInput
 from tapeout.core.onnx_graphs import bodies, graphs_in
+from tapeout.core.paths import confined
 from tapeout.core.schemas import InputSpec
 
 
@@ -45,13 +46,13 @@ class GraphView:
         from onnx import numpy_helper
 
         try:
-            model = onnx.load(str(model_path))
+            model = onnx.load(str(model_path), load_external_data=False)
         except Exception as exc:
             raise BadInput(
                 f"{model_path} is not a readable ONNX model ({type(exc).__name__}: {exc})",
                 fix="re-export it, or point the project at the right file",
             ) from None
-        weights = _take_weights(model)
+        weights = _take_weights(model, Path(model_path).parent)
         model = onnx.load_from_string(model.SerializeToString())  # the weights' bytes go with the first copy
         _pin_inputs(model, inputs or [], dims or {})
         del model.graph.value_info[:]  # stale symbolic shapes would shadow the pinned ones
@@ -156,19 +157,95 @@ def _flatten(view: GraphView, graph, parent) -> list:
 _WEIGHT_BYTES = 1 << 16  # a tensor this large is a weight, not a shape or an index shape inference reads
 
 
-def _take_weights(model) -> dict:
+def _take_weights(model, folder: Path) -> dict:
     """The large initializers as arrays, their bytes cleared from `model` (dims and type kept): shape inference
     copies the model it is given, and a language model's weights copied twice more would set the build's peak
-    memory. Small constants stay, as shape inference reads their values."""
-    from onnx import numpy_helper
+    memory. A weight in an external-data file is mapped, not read: the analysis reads its shape, rarely its values,
+    so a large model's weights cost no memory here. Small constants stay, as shape inference reads their values."""
+    from onnx import TensorProto, numpy_helper
 
     taken = {}
     for graph in graphs_in(model.graph):
         for init in graph.initializer:
-            if init.HasField("raw_data") and len(init.raw_data) >= _WEIGHT_BYTES:
+            if init.data_location == TensorProto.EXTERNAL:
+                array = _external_array(init, folder)
+                del init.external_data[:]
+                init.data_location = TensorProto.DEFAULT
+                if isinstance(array, bytes):  # a packed or exotic type: decoded as onnx decodes it
+                    init.raw_data = array
+                    if len(array) < _WEIGHT_BYTES:
+                        continue
+                    array = numpy_helper.to_array(init)
+                    init.ClearField("raw_data")
+                elif array.nbytes < _WEIGHT_BYTES:
+                    init.raw_data = np.ascontiguousarray(array).tobytes()
+                    continue
+                taken[init.name] = array
+            elif init.HasField("raw_data") and len(init.raw_data) >= _WEIGHT_BYTES:
                 taken[init.name] = numpy_helper.to_array(init)
                 init.ClearField("raw_data")
+        for node in graph.node:  # a Constant's value in external data (rare): read in, as onnx.load would
+            for attr in node.attribute:
+                if attr.HasField("t") and attr.t.data_location == TensorProto.EXTERNAL:
+                    array = _external_array(attr.t, folder)
+                    del attr.t.external_data[:]
+                    attr.t.data_location = TensorProto.DEFAULT
+                    attr.t.raw_data = array if isinstance(array, bytes) else np.ascontiguousarray(array).tobytes()
     return taken
+
+
+# Tensor types stored as plain little-endian numpy elements, which can be mapped as they lie in the file.
+_MAPPABLE = {
+    "bool",
+    "float32",
+    "float64",
+    "float16",
+    "int8",
+    "uint8",
+    "int16",
+    "uint16",
+    "int32",
+    "uint32",
+    "int64",
+    "uint64",
+}
+
+
+def _external_array(init, folder: Path) -> np.ndarray | bytes:
+    """An initializer kept in an external-data file: mapped read-only where its type is a plain numpy one, else its
+    bytes. Its location is confined to the model's folder and its offset and length checked against the file."""
+    from onnx import helper
+
+    entries = {entry.key: entry.value for entry in init.external_data}
+    source = confined(folder, entries.get("location", ""), f"initializer '{init.name}': external data")
+    shape = tuple(int(d) for d in init.dims)
+    try:
+        offset = int(entries.get("offset", 0))
+        length = int(entries["length"]) if "length" in entries else None
+        dtype = np.dtype(helper.tensor_dtype_to_np_dtype(init.data_type))
+    except (KeyError, TypeError, ValueError) as exc:
+        raise BadInput(
+            f"initializer '{init.name}' has an external-data entry tapeout cannot read ({exc})",
+            fix="re-export the model with plain offsets and lengths",
+        ) from None
+    size = source.stat().st_size if source.is_file() else -1
+    mappable = dtype.name in _MAPPABLE
+    need = int(np.prod(shape, dtype=np.int64)) * dtype.itemsize if mappable else length
+    if need is None:
+        need = size - offset
+    if offset < 0 or need < 0 or (length is not None and length != need) or offset + need > size:
+        raise BadInput(
+            f"initializer '{init.name}': {need} bytes at offset {offset} of {source.name} ({size} bytes) do not "
+            "fit its dims and type",
+            fix="the weights file does not belong to this model: copy the model and its weights file together",
+        )
+    if not mappable:
+        with open(source, "rb") as file:
+            file.seek(offset)
+            return file.read(need)
+    if need == 0:
+        return np.zeros(shape, dtype.newbyteorder("<"))
+    return np.memmap(source, dtype=dtype.newbyteorder("<"), mode="r", offset=offset, shape=shape)
 
 
 def _infer_shapes(model):
