@@ -13,6 +13,7 @@ from dataclasses import replace
 from pathlib import Path
 
 from tapeout.core.errors import BadInput, TargetUnavailable, first_line, runtime_detail
+from tapeout.core.heap import collect_and_return
 from tapeout.quantize import methods
 from tapeout.quantize.ort_tools import quiet
 from tapeout.quantize.plan import Plan
@@ -58,6 +59,7 @@ def apply(
             )
             + ', or use precision = "fp32"',
         ) from None
+    collect_and_return()  # the quantizer's models, in reference cycles, go before the written one is read again
     try:
         method.postcondition(plan, model_in, model_out)
     except BadInput:  # a model that does not follow its plan is never left where a result would be

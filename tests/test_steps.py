@@ -195,7 +195,7 @@ def test_memory_a_step_freed_goes_back_to_the_system_before_the_next_step():
     kept = made[::64]  # what the step keeps, spread over the heap: glibc cannot shrink it from the top
     del made
     before = resident_mb()
-    runner._return_freed_memory()
+    runner.return_freed_memory()
     assert before - resident_mb() > 100 and len(kept) == 3125
 
 

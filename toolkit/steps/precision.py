@@ -18,6 +18,7 @@ from tapeout import targets
 from tapeout.core.artifact import Artifact
 from tapeout.core.errors import BadInput
 from tapeout.core.hashing import sha256_file
+from tapeout.core.heap import collect_and_return
 from tapeout.core.inputs import sample_inputs
 from tapeout.core.metric import evaluate
 from tapeout.core.verdict import Verdict
@@ -317,6 +318,7 @@ def _compare_latency(fp32, quantized, feeds: dict, rounds: int = 5) -> tuple[flo
     each): two open at once hold both models' weights and the runtime's prepacked copies (several GB at 0.5 B)."""
     from tapeout.quantize.sensitivity import quick_latency_ms
 
+    collect_and_return()  # the quantizer's models (in reference cycles) go before a session holds the FP32 weights
     medians = []
     for opened in (fp32, quantized):
         run = opened()

@@ -10,7 +10,6 @@ without editing the step that assembles it.
 from __future__ import annotations
 
 import contextlib
-import functools
 import gc
 import sys
 import time
@@ -20,6 +19,7 @@ from dataclasses import fields
 from typing import ClassVar
 
 from tapeout.core.console import honour_interrupt
+from tapeout.core.heap import return_freed_memory
 from tapeout.steps.state import PENDING, BuildState, StepRun
 
 STATE_FIELDS = frozenset(f.name for f in fields(BuildState))
@@ -57,29 +57,9 @@ def run(steps: Sequence[Step], state: BuildState) -> BuildState:
             # now, before the next step allocates its own, a build's peak memory is one step's, not the sum of
             # what several left behind. Only what was made since the heap last settled is walked.
             gc.collect()
-            _return_freed_memory()
+            return_freed_memory()
             settle()
     return state
-
-
-@functools.cache
-def _malloc_trim():
-    """glibc's malloc_trim, or None (another C library, another OS)."""
-    import ctypes
-
-    try:
-        return ctypes.CDLL("libc.so.6").malloc_trim
-    except (OSError, AttributeError):
-        return None
-
-
-def _return_freed_memory() -> None:
-    """Hand what the step freed back to the system: glibc keeps freed heap pages (an exported language model's
-    protobuf, its serialized copies) and the next step's peak would stack on them (0.45 GB after the 135 M
-    decoder's export). A few milliseconds."""
-    trim = _malloc_trim()
-    if trim is not None:
-        trim(0)
 
 
 _settling = False  # a run in progress owns the frozen heap; a run nested in it leaves the heap alone
