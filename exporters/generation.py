@@ -265,7 +265,6 @@ def verify(
     worst, ties, greedy_tokens = 0.0, 0, []
     for p, prompt in enumerate(prompts):
         progress(p, len(prompts))
-        return_freed_memory()  # the last prompt's logits (torch's over the whole sequence: 155 MB at 0.5 B)
         fixed: list[int] = []  # tokens settled as the reference's own, up to a near tie the graph resolved otherwise
         while True:
             chosen, logits = decode(np.concatenate([prompt, np.asarray(fixed, np.int64)]), tokens - len(fixed))
@@ -273,7 +272,9 @@ def verify(
             ids = torch.from_numpy(np.concatenate([prompt, np.asarray(sequence[:-1], np.int64)])[None])
             with torch.inference_mode(), user_code("the decoder's plain forward (no cache)"):
                 full = decoder(ids)
-            ref_all = (full[0] if isinstance(full, tuple | list) else full)[0, len(prompt) - 1 :].float().numpy()
+            # a copy of the compared positions only: the whole sequence's logits (155 MB at 0.5 B) go at once
+            ref_all = np.array((full[0] if isinstance(full, tuple | list) else full)[0, len(prompt) - 1 :].float())
+            del full
             resumed = False
             for i in range(len(fixed), tokens):
                 ref, got = ref_all[i], logits[i - len(fixed)]
@@ -302,6 +303,8 @@ def verify(
             if not resumed or len(fixed) == tokens:
                 greedy_tokens.append(fixed if resumed else sequence)
                 break
+        del logits, ref_all  # before the next prompt's decode, and their pages handed back
+        return_freed_memory()
     return Verification(len(prompts), tokens, worst, ties), np.asarray(greedy_tokens, dtype=np.int64)
 
 
