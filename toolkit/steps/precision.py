@@ -314,11 +314,11 @@ def _speed_note(precision: str, emulated: str | None, info: dict, compare) -> st
 
 
 def _compare_latency(fp32, quantized, feeds: dict, rounds: int = 5) -> tuple[float, float]:
-    """Median quick latency of each model, one runtime session open at a time (`fp32`, `quantized`: what opens
+    """Median quick latency of each model, one model loaded in the runtime at a time (`fp32`, `quantized`: what opens
     each): two open at once hold both models' weights and the runtime's prepacked copies (several GB at 0.5 B)."""
     from tapeout.quantize.sensitivity import quick_latency_ms
 
-    collect_and_return()  # the quantizer's models (in reference cycles) go before a session holds the FP32 weights
+    collect_and_return()  # the quantizer's models (in reference cycles) go before the runtime holds the FP32 weights
     medians = []
     for opened in (fp32, quantized):
         run = opened()
