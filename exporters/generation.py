@@ -239,13 +239,9 @@ def verify(
     import onnxruntime as ort
     import torch
 
-    so = ort.SessionOptions()
-    so.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_BASIC
-    so.log_severity_level = 3
-    # A check runs each weight a few times: packed copies would only add to the peak (~0.5 GB at 0.5 B).
-    so.add_session_config_entry("session.disable_prepacking", "1")
-    so.enable_cpu_mem_arena = False  # its largest step's buffers would stay held for the whole verification
-    sess = ort.InferenceSession(str(onnx_path), so, providers=["CPUExecutionProvider"])
+    from tapeout.exporters.torch_onnx import verification_options
+
+    sess = ort.InferenceSession(str(onnx_path), verification_options(arena=False), providers=["CPUExecutionProvider"])
     names = layout.outputs()
 
     def onnx_step(feeds):

@@ -371,7 +371,7 @@ def export(
     opset_used = next((i.version for i in proto.opset_import if i.domain in ("", "ai.onnx")), opset)
     ir_version = proto.ir_version
     # the weights' serialized copy and the exporter's graphs (in reference cycles) go, their pages handed back,
-    # before a session loads the model again: a language model's build would otherwise hold its weights four times
+    # before ONNX Runtime loads the model again: a language model's build would otherwise hold its weights four times
     # over here
     del proto
     collect_and_return()
@@ -415,13 +415,8 @@ def verify(
     """Torch vs ONNX Runtime (basic optimizations only, CPU) on `options.samples` fresh random inputs."""
     import onnxruntime as ort
 
-    so = ort.SessionOptions()
-    so.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_BASIC
-    so.log_severity_level = 3
-    # A check runs each weight a few times: packed copies would only add to the peak (~0.5 GB at 0.5 B).
-    so.add_session_config_entry("session.disable_prepacking", "1")
     try:
-        sess = ort.InferenceSession(str(onnx_path), so, providers=["CPUExecutionProvider"])
+        sess = ort.InferenceSession(str(onnx_path), verification_options(), providers=["CPUExecutionProvider"])
     except Exception as exc:
         raise BadInput(
             f"the exported model does not load in onnxruntime: {first_line(exc)}",
@@ -435,6 +430,20 @@ def verify(
         reference.append(torch_outputs(module, feeds, input_names, output_names))
         actual.append(dict(zip(output_names, sess.run(output_names, feeds), strict=True)))
     return compare(reference, actual, options.atol, options.rtol)
+
+
+def verification_options(arena: bool = True):
+    """ONNX Runtime's options for checking an export against torch: basic optimizations only (the graph as exported),
+    errors only, and no prepacked weights: a check runs each weight a few times, and packed copies would only add to
+    the build's peak (~0.5 GB at 0.5 B). `arena=False` where a loop's largest buffers would stay held to its end."""
+    import onnxruntime as ort
+
+    so = ort.SessionOptions()
+    so.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_BASIC
+    so.log_severity_level = 3
+    so.add_session_config_entry("session.disable_prepacking", "1")
+    so.enable_cpu_mem_arena = arena
+    return so
 
 
 def _root_cause(exc: BaseException) -> str:

@@ -401,3 +401,31 @@ def test_an_external_data_entry_that_leaves_its_folder_or_its_file_is_refused(tm
     onnx.save(model, path)
     with pytest.raises(BadInput, match=message):
         GraphView.load(path)
+
+
+def test_an_external_weight_of_a_type_numpy_cannot_map_is_read_and_decoded_as_onnx_does(tmp_path):
+    """bfloat16 (like int4 and the float8s) is not a plain numpy type: its bytes are read and decoded by onnx."""
+    import ml_dtypes
+
+    from tapeout.graph.view import GraphView
+
+    weight = np.random.default_rng(0).standard_normal((128, 256)).astype(ml_dtypes.bfloat16)  # 64 KiB: a weight
+    graph = helper.make_graph(
+        [
+            helper.make_node("Cast", ["w"], ["w32"], to=TensorProto.FLOAT, name="cast"),
+            helper.make_node("MatMul", ["x", "w32"], ["y"], name="proj"),
+        ],
+        "g",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 4, 128])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)],
+        [onnx.numpy_helper.from_array(weight, "w")],
+    )
+    path = tmp_path / "bf16.onnx"
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    onnx.save(model, path, save_as_external_data=True, location="bf16.onnx.data", size_threshold=1024)
+    assert onnx.load(str(path), load_external_data=False).graph.initializer[0].data_location == TensorProto.EXTERNAL
+    view = GraphView.load(path)
+    got = view.initializers["w"]
+    assert not isinstance(got, np.memmap) and got.dtype == weight.dtype
+    np.testing.assert_array_equal(got.astype(np.float32), weight.astype(np.float32))
+    assert view.shapes["y"] == (1, 4, 256)
