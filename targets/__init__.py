@@ -51,8 +51,9 @@ BUILT_IN: dict[str, TargetInfo] = {
             meters=("rss", "rapl"),
             op_profiler="ONNX Runtime profiler (CPU EP node times)",
             workloads=("forward", "generate", "stream"),
-            # a cache graph's rotary attention as ORT's fused kernel, then its sibling projections as one product
-            graph_passes=("group-query-attention", "pack-projections"),
+            # a cache graph's rotary attention as ORT's fused kernel, its cache one buffer the kernel appends to in
+            # place, then its sibling projections as one product
+            graph_passes=("group-query-attention", "share-kv-buffer", "pack-projections"),
         ),
     ),
     "ort-cuda": TargetInfo(

@@ -16,7 +16,7 @@ import numpy as np
 from pydantic import BaseModel, ConfigDict, Field
 
 from tapeout.core.artifact import Artifact
-from tapeout.core.decoding import INPUT_IDS, LOGITS, CacheLayout
+from tapeout.core.decoding import INPUT_IDS, LOGITS, PAST_LENGTH, CacheLayout
 from tapeout.core.errors import BadInput, TapeoutError, TargetUnavailable, first_line, runtime_detail
 from tapeout.targets.base import (
     CachedDecoder,
@@ -82,16 +82,64 @@ class OrtSession(Session):
         self._binding = None
         self._inputs: dict = {}
         self._shapes: dict[str, tuple[int, ...]] = {}
-        self.input_names = [i.name for i in sess.get_inputs()]
+        self._kept: object = None  # what a bound call's buffers are made from, alive as long as the call
+        # a graph whose cache is one buffer appended in place (quantize/passes/share_kv_buffer.py): its positions.
+        # Every caller still sees the cache graph's interface; past_length is this session's to feed
+        self._buffer = _buffer_length(sess.get_inputs())
+        self.input_names = [i.name for i in sess.get_inputs() if i.name != PAST_LENGTH]
         self.output_names = [o.name for o in sess.get_outputs()]
 
     def _run(self, feeds: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+        if self._buffer is not None:
+            shared, total = self._in_buffer(feeds)
+            out = dict(zip(self.output_names, self._sess.run(self.output_names, shared), strict=True))
+            return {name: value[:, :, :total] if name.startswith("present_") else value for name, value in out.items()}
         if self._device is None:
             return dict(zip(self.output_names, self._sess.run(self.output_names, feeds), strict=True))
         self._bind(feeds)
         return self._bound_run()
 
+    def _in_buffer(self, feeds: dict[str, np.ndarray]) -> tuple[dict[str, np.ndarray], int]:
+        """A call of the cache graph's interface (each past P positions long) as the shared-buffer graph takes it:
+        each past copied into the head of a buffer of the graph's length, P as past_length; and P + the new tokens."""
+        past = [name for name in self.input_names if name.startswith("past_")]
+        held, new = np.shape(feeds[past[0]])[2], np.shape(feeds[INPUT_IDS])[1]
+        if held + new > self._buffer:
+            raise BadInput(
+                f"the KV cache holds {self._buffer} positions and a call asked for {held + new}",
+                fix="raise [workload] max_context and build again",
+            )
+        shared = dict(feeds)
+        for name in past:
+            value = np.asarray(feeds[name])
+            shared[name] = np.zeros((*value.shape[:2], self._buffer, *value.shape[3:]), value.dtype)
+            shared[name][:, :, :held] = value
+        shared[PAST_LENGTH] = np.array(held, np.int64)
+        return shared, held + new
+
     def bind(self, feeds: dict[str, np.ndarray]) -> Callable[[], object]:
+        if self._buffer is not None:
+            shared, _ = self._in_buffer(feeds)
+            if self._device is not None:
+                return functools.partial(self._sess.run, self.output_names, shared)
+            # as the decoder runs it: each past bound as its own present, so the kernel appends in place (every
+            # timed call writes the same positions: the call is the same each time)
+            import onnxruntime as ort
+
+            binding = self._sess.io_binding()
+            values = {}
+            for name, value in shared.items():
+                if name.startswith("past_") and name != PAST_LENGTH:
+                    values[name] = ort.OrtValue.ortvalue_from_numpy(value)
+                    binding.bind_ortvalue_input(name, values[name])
+                    binding.bind_ortvalue_output(_present(name), values[name])
+                else:
+                    binding.bind_cpu_input(name, np.ascontiguousarray(value))
+            for name in self.output_names:
+                if not name.startswith("present_"):
+                    binding.bind_output(name, "cpu")
+            self._kept = (shared, values)
+            return functools.partial(self._sess.run_with_iobinding, binding)
         if self._device is None:  # partial, not a lambda: no Python frame inside the timed call
             return functools.partial(self._sess.run, self.output_names, feeds)
         self._bind(feeds)
@@ -113,6 +161,8 @@ class OrtSession(Session):
             self._binding.synchronize_outputs()
 
     def decoder(self, layout: CacheLayout) -> CachedDecoder:
+        if self._buffer is not None:
+            return SharedBufferDecoder(self._sess, layout, self._buffer)
         if layout.masked:  # a graph pinned to one decode step (the QNN HTP's): the cache is a fixed buffer
             if self._prefill is None and self.prefill_loader is not None:
                 self._prefill = self.prefill_loader()
@@ -174,6 +224,70 @@ class OrtSession(Session):
             fixed = ort.OrtValue.ortvalue_from_shape_and_type(value.shape(), value.element_type(), kind, index)
             binding.bind_ortvalue_output(name, fixed)
         self._binding, self._shapes = binding, shapes
+
+
+def _buffer_length(inputs) -> int | None:
+    """The positions of a shared-buffer cache graph's buffer (its past inputs' length), or None for any other."""
+    if not any(i.name == PAST_LENGTH for i in inputs):
+        return None
+    past = next(i for i in inputs if i.name.startswith("past_") and i.name != PAST_LENGTH)
+    return int(past.shape[2])
+
+
+def _present(past: str) -> str:
+    return "present_" + past.removeprefix("past_")
+
+
+class SharedBufferDecoder(CachedDecoder):
+    """The KV cache as one buffer per layer that ONNX Runtime's GroupQueryAttention appends to in place: each past
+    bound as its own present (IOBinding), so a step writes the new token's key and value and copies nothing else;
+    only the token ids and past_length go in and the logits come out. The buffers are made at the first prompt and
+    reused by every later one (the kernel reads only the positions past_length says are filled)."""
+
+    def __init__(self, sess, layout: CacheLayout, length: int):
+        super().__init__(lambda feeds: {}, layout)
+        self._sess, self._length = sess, length
+        self._binding = None
+        self._buffers: list[np.ndarray] = []
+        self._values: list = []
+        self._held = 0
+        self.description = (
+            f"KV cache in one buffer of {length} positions per layer, appended in place by ONNX Runtime's "
+            "GroupQueryAttention (past and present bound to the same memory)"
+        )
+
+    def prefill(self, ids: np.ndarray) -> np.ndarray:
+        layout, batch = self.layout, ids.shape[0]
+        if not self._buffers or self._buffers[0].shape[0] != batch:
+            import onnxruntime as ort
+
+            shape = (batch, layout.kv_heads, self._length, layout.head_dim)
+            self._buffers = [np.zeros(shape, layout.dtype) for _ in layout.past()]
+            self._values = [ort.OrtValue.ortvalue_from_numpy(buffer) for buffer in self._buffers]
+            self._binding = self._sess.io_binding()
+            self._binding.bind_output(LOGITS, "cpu")  # first: get_outputs()[0] is the logits
+            for past, present, value in zip(layout.past(), layout.present(), self._values, strict=True):
+                self._binding.bind_ortvalue_input(past, value)
+                self._binding.bind_ortvalue_output(present, value)
+        self._held = 0
+        return self._decode(ids)
+
+    def step(self, ids: np.ndarray) -> np.ndarray:
+        return self._decode(ids)
+
+    def _decode(self, ids: np.ndarray) -> np.ndarray:
+        held, new = self._held, ids.shape[1]
+        if held + new > self._length:
+            raise BadInput(
+                f"the KV cache holds {self._length} positions and a call asked for {held + new}",
+                fix="raise [workload] max_context and build again",
+            )
+        self._binding.bind_cpu_input(INPUT_IDS, np.ascontiguousarray(ids, dtype=np.int64))
+        self._binding.bind_cpu_input(PAST_LENGTH, np.array(held, np.int64))
+        self._binding.bind_output(LOGITS, "cpu")  # a fresh array each call: the caller may keep the last one
+        self._sess.run_with_iobinding(self._binding)
+        self._held = held + new
+        return self._binding.get_outputs()[0].numpy()[:, -1]
 
 
 class OrtCachedDecoder(CachedDecoder):

@@ -578,6 +578,12 @@ def test_a_hugging_face_causal_lm_generates_through_its_cache(tmp_path, family, 
         artifact = onnx.load(out / "artifact" / "model.onnx", load_external_data=False)
         assert [n.op_type for n in artifact.graph.node].count("GroupQueryAttention") == 2
         assert not any(n.op_type == "Softmax" for n in artifact.graph.node)
+        # and its cache one buffer of max_context per layer, appended in place by the kernel: the agreement above
+        # was decoded through it
+        assert "past_length" in {i.name for i in artifact.graph.input}
+        assert "appended in place" in " ".join(workload["notes"])
+    shared = next(p for p in report["passes"] if p["name"] == "share-kv-buffer")
+    assert (shared["outcome"], shared["rewrites"]) == (("applied", 2) if family == "llama16" else ("skipped", 0))
     # FP32 projections stay as exported (pack-projections packs quantized ones: test_int4_quantizes_every_…)
     packing = next(p for p in report["passes"] if p["name"] == "pack-projections")
     assert packing["outcome"] == "skipped"

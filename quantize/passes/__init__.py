@@ -19,6 +19,7 @@ BUILT_IN = {
     "grouped-attention": ("tapeout.quantize.passes.grouped_attention:GroupedAttention", "export"),
     "rms-norm-division": ("tapeout.quantize.passes.rms_norm_division:RmsNormDivision", "export"),
     "group-query-attention": ("tapeout.quantize.passes.group_query_attention:GroupQueryAttention", "target"),
+    "share-kv-buffer": ("tapeout.quantize.passes.share_kv_buffer:ShareKvBuffer", "target"),
     "pack-projections": ("tapeout.quantize.passes.pack_projections:PackProjections", "target"),
     "gemm-as-matmul": ("tapeout.quantize.passes.gemm_as_matmul:GemmAsMatMul", "method"),
     "localize-body-weights": ("tapeout.quantize.passes.localize_body_weights:LocalizeBodyWeights", "method"),

@@ -27,6 +27,9 @@ INPUT_IDS = "input_ids"
 ATTENTION_MASK = "attention_mask"
 POSITION_IDS = "position_ids"
 LOGITS = "logits"
+# A graph whose cache is one buffer per layer of max_context positions appended in place (ONNX Runtime's
+# share-kv-buffer pass) takes this too: the positions the buffer holds. Its runtime's session feeds it.
+PAST_LENGTH = "past_length"
 
 
 @dataclass(frozen=True)
