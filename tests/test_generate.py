@@ -582,6 +582,10 @@ def test_a_hugging_face_causal_lm_generates_through_its_cache(tmp_path, family, 
         # was decoded through it
         assert "past_length" in {i.name for i in artifact.graph.input}
         assert "appended in place" in " ".join(workload["notes"])
+        # and `check` replays the golden prompts through it, as the build did
+        checked = run_cli("check", out, "--json")
+        assert checked.code == 0, checked.err + checked.out
+        assert checked.json()["workload"]["agreement"]["share"] == 1.0
     shared = next(p for p in report["passes"] if p["name"] == "share-kv-buffer")
     assert (shared["outcome"], shared["rewrites"]) == (("applied", 2) if family == "llama16" else ("skipped", 0))
     # FP32 projections stay as exported (pack-projections packs quantized ones: test_int4_quantizes_every_…)
