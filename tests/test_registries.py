@@ -44,7 +44,7 @@ def test_every_name_the_registries_and_tables_use_is_defined():
     peaks = DeviceSpec.model_fields["peak_dense_tops"].annotation
     assert typing.get_args(typing.get_args(peaks)[0]) == vocabulary.PEAK_FORMATS
     for name in passes.names():
-        assert passes.get(name).name == name and passes.get(name).stage in ("export", "method", "target")
+        assert passes.get(name).name == name and passes.get(name).stage in ("export", "source", "method", "target")
     for name in targets.TARGETS:  # a target names only target-stage passes
         assert all(passes.get(p).stage == "target" for p in targets.info(name).capabilities.graph_passes), name
 

@@ -1,7 +1,7 @@
 """Graph passes, one module each, found by name: built in (the table below) and from plug-ins (entry-point
 group `tapeout.graph_passes`, each naming a GraphPass subclass). A pass at the "export" stage runs on every
-torch export; a pass at the "method" stage runs where a quantization method names it; a pass at the "target"
-stage where a target's compile names it.
+torch export; a pass at the "source" stage on every ONNX source's copy; a pass at the "method" stage runs where a
+quantization method names it; a pass at the "target" stage where a target's compile names it.
 
 Adding a pass = one module with one `GraphPass` subclass, one entry, and its tests.
 """
@@ -18,6 +18,7 @@ BUILT_IN = {
     "fold-recurrent-weights": ("tapeout.quantize.passes.fold_recurrent:FoldRecurrentWeights", "export"),
     "grouped-attention": ("tapeout.quantize.passes.grouped_attention:GroupedAttention", "export"),
     "rms-norm-division": ("tapeout.quantize.passes.rms_norm_division:RmsNormDivision", "export"),
+    "fold-known-if": ("tapeout.quantize.passes.fold_known_if:FoldKnownIf", "source"),
     "group-query-attention": ("tapeout.quantize.passes.group_query_attention:GroupQueryAttention", "target"),
     "share-kv-buffer": ("tapeout.quantize.passes.share_kv_buffer:ShareKvBuffer", "target"),
     "pack-projections": ("tapeout.quantize.passes.pack_projections:PackProjections", "target"),
@@ -49,6 +50,13 @@ def get(name: str) -> type:
             )
         return found
     raise BadInput(f"unknown graph pass '{name}'", fix=f"use one of: {', '.join(names())}")
+
+
+def source_passes(inputs: list, dims: dict[str, int]) -> list:
+    """A fresh instance of every source-stage pass (built in, then plug-ins), made from the project's inputs and dims."""
+    built_in = [get(name) for name, (_, at) in BUILT_IN.items() if at == "source"]
+    plugged = [cls for cls in (get(name) for name in names() if name not in BUILT_IN) if cls.stage == "source"]
+    return [cls(inputs, dims) for cls in (*built_in, *plugged)]
 
 
 def export_passes() -> list:

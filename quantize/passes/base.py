@@ -4,7 +4,8 @@ torch's exporter already uses); a pass that repairs a model onnx-ir refuses to l
 repeated Casts) works on the protobuf instead and says so (`works_on = "proto"`).
 
 A pass runs at a stage: "export" (every FP32 model a torch export writes, before it is verified against
-torch), "method" (run by the quantization method that names it, on that method's input or output) or "target"
+torch), "source" (an ONNX source's copy, before anything reads it, checked against the source on sample inputs;
+made as `cls(project inputs, project dims)`), "method" (run by the quantization method that names it, on that method's input or output) or "target"
 (run by the compile step, for the target whose capabilities name it, on the model the target then compiles: a
 rewrite into that runtime's own fused ops; made as `cls(project inputs, project dims)`). `run`
 applies passes in order and returns what each did, for the report's `passes` section.
@@ -18,7 +19,7 @@ from typing import ClassVar, Literal
 
 from tapeout.core.errors import BadInput
 
-Stage = Literal["export", "method", "target"]
+Stage = Literal["export", "source", "method", "target"]
 NOT_A_CACHE_GRAPH = "not a KV-cache graph (no generate workload)"
 
 
@@ -51,6 +52,10 @@ class GraphPass(ABC):
         """What is wrong with `model` after the rewrite, or None."""
         return None
 
+    def summary(self) -> str | None:
+        """What the rewrite did, in words, where a count of places says too little; None: the count."""
+        return None
+
 
 def run(passes: Sequence[GraphPass], model) -> list[dict]:
     """Apply `passes` (all working on `model`'s representation) in order; for each, whether it fired and how many
@@ -75,7 +80,8 @@ def run(passes: Sequence[GraphPass], model) -> list[dict]:
                 f"graph pass '{graph_pass.name}' left the model wrong: {broken}",
                 fix="report it to the pass's author; uninstall a plug-in pass to build without it",
             )
-        records.append(_record(graph_pass, "applied", f"rewrote {rewrites} place(s)", rewrites))
+        said = graph_pass.summary() or f"rewrote {rewrites} place(s)"
+        records.append(_record(graph_pass, "applied", said, rewrites))
     return records
 
 

@@ -54,7 +54,10 @@ def _export_passes(proto, records: list[dict]):
 def lint_or_raise(state: BuildState, model_path: Path) -> list:
     """The target's lint of `model_path`: every finding, or one line for the first error (`tapeout lint` lists all)."""
     project = state.setup.project
-    issues = state.setup.target.lint(model_path, project.inputs, project.dims)
+    return _raise_for_errors(state, state.setup.target.lint(model_path, project.inputs, project.dims))
+
+
+def _raise_for_errors(state: BuildState, issues: list) -> list:
     errors = [i for i in issues if i.severity == "error"]
     if errors and not state.collect_lint:
         more = f" (and {len(errors) - 1} more: run `tapeout lint`)" if len(errors) > 1 else ""
@@ -100,6 +103,35 @@ def _torch_reference(loaded, project, output_names):
     return reference
 
 
+def _loads(path: Path) -> bool:
+    """Whether onnx reads the file at all (its graph, not its weights): what a source pass needs before it looks."""
+    import onnx
+
+    try:
+        onnx.load(str(path), load_external_data=False)
+    except Exception:  # a malformed file: the lint's finding says what is wrong
+        return False
+    return True
+
+
+def _same_function(project, source: Path, rewritten: Path, applied: list[str]) -> None:
+    """The rewritten model's outputs are the source's on the project's sample inputs, or one line naming the pass."""
+    import numpy as np
+
+    from tapeout.core.inputs import sample_inputs
+
+    feeds, _ = sample_inputs(project, 3)
+    before, after = targets.reference_session(source), targets.reference_session(rewritten)
+    for sample in feeds:
+        expected, got = before.run(sample), after.run(sample)
+        for name, value in expected.items():
+            if got[name].shape != value.shape or not np.allclose(got[name], value, rtol=1e-4, atol=1e-5):
+                raise BadInput(
+                    f"graph pass {', '.join(applied)} changed the model's output {name} on a sample input",
+                    fix="report it to the pass's author; uninstall a plug-in pass to build without it",
+                )
+
+
 class Export(Step):
     name = "export"
     needs = ("loaded",)
@@ -113,6 +145,9 @@ class Export(Step):
     def _onnx_source(self, state: BuildState, out: Path) -> Exported:
         import onnx
 
+        from tapeout.quantize import passes
+        from tapeout.quantize.passes.base import not_run
+
         if state.setup.capabilities.compiles_from == "torch.export":
             raise BadInput(
                 f"target '{state.setup.target.name}' compiles from a torch.export program, and the project's "
@@ -121,11 +156,24 @@ class Export(Step):
                 "(file.py:callable, a Hugging Face directory or a .pt2), or use a target that takes ONNX",
             )
         source = state.loaded.onnx_path
-        # Lint the user's file first: a malformed model or wrong inputs fail with a message naming it.
-        issues = lint_or_raise(state, source)
+        project = state.setup.project
+        # Lint the user's file first: a malformed model or wrong inputs fail with a message naming it. Where a source
+        # pass rewrites the model (an If folded to its branch), the rewritten model is what the target gets and is
+        # linted instead: an op the target refuses may have been in the branch not taken.
+        issues = state.setup.target.lint(source, project.inputs, project.dims)
+        made = passes.source_passes(project.inputs, project.dims)
+        ready = [p for p in made if p.precondition(None) is None]  # decided from the project, before any load
+        records = [not_run(p, p.precondition(None)) for p in made if p not in ready]
+        failed = any(i.severity == "error" for i in issues)
+        if not failed or (ready and _loads(source)):
+            copy_onnx(source, out)  # every external-data file it names, none from outside its folder
+            if ready:
+                records += self._source_passes(state, ready, source, out)
+                if any(r["outcome"] == "applied" for r in records):
+                    issues = state.setup.target.lint(out, project.inputs, project.dims)
+        _raise_for_errors(state, issues)
         if any(i.severity == "error" for i in issues):  # only reachable when collecting (`tapeout lint`)
             return Exported(source, {"exporter": "none (ONNX source)"}, None, lint=issues)
-        copy_onnx(source, out)  # every external-data file it names, none from outside its folder
         header = onnx.load(str(out), load_external_data=False)
         info = {
             "exporter": "none (ONNX source)",
@@ -137,7 +185,27 @@ class Export(Step):
             ),
         }
         # The reference is always the FP32 model on ORT CPU, whatever the target.
-        return Exported(out, info, targets.reference_session(out).run, lint=issues)
+        return Exported(out, info, targets.reference_session(out).run, lint=issues, passes=records)
+
+    @staticmethod
+    def _source_passes(state: BuildState, ready: list, source: Path, out: Path) -> list[dict]:
+        """The source stage's graph passes on the copy `out`; where one rewrote it, the copy is replaced by the
+        rewritten model, which must compute what the source does on sample inputs. What each did, for the report."""
+        import onnx
+
+        from tapeout.core.onnx_graphs import save_model
+        from tapeout.quantize.passes.base import run_on_proto
+
+        project = state.setup.project
+        proto, records = run_on_proto(onnx.load(str(out)), ready)
+        applied = [r["name"] for r in records if r["outcome"] == "applied"]
+        if applied:
+            shutil.rmtree(out.parent)  # the copy and its external data, replaced by the rewritten model
+            out.parent.mkdir(parents=True)
+            save_model(proto, out)
+            del proto
+            _same_function(project, source, out, applied)
+        return records
 
     def _torch(self, state: BuildState, out: Path) -> Exported:
         from tapeout.exporters import torch_onnx
