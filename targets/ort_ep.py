@@ -105,10 +105,7 @@ class OrtSession(Session):
         past = [name for name in self.input_names if name.startswith("past_")]
         held, new = np.shape(feeds[past[0]])[2], np.shape(feeds[INPUT_IDS])[1]
         if held + new > self._buffer:
-            raise BadInput(
-                f"the KV cache holds {self._buffer} positions and a call asked for {held + new}",
-                fix="raise [workload] max_context and build again",
-            )
+            raise _past_the_cache(self._buffer, held + new)
         shared = dict(feeds)
         for name in past:
             value = np.asarray(feeds[name])
@@ -238,6 +235,13 @@ def _present(past: str) -> str:
     return "present_" + past.removeprefix("past_")
 
 
+def _past_the_cache(holds: int, asked: int) -> BadInput:
+    return BadInput(
+        f"the KV cache holds {holds} positions and a call asked for {asked}",
+        fix="raise [workload] max_context and build again",
+    )
+
+
 class SharedBufferDecoder(CachedDecoder):
     """The KV cache as one buffer per layer that ONNX Runtime's GroupQueryAttention appends to in place: each past
     bound as its own present (IOBinding), so a step writes the new token's key and value and copies nothing else;
@@ -278,10 +282,7 @@ class SharedBufferDecoder(CachedDecoder):
     def _decode(self, ids: np.ndarray) -> np.ndarray:
         held, new = self._held, ids.shape[1]
         if held + new > self._length:
-            raise BadInput(
-                f"the KV cache holds {self._length} positions and a call asked for {held + new}",
-                fix="raise [workload] max_context and build again",
-            )
+            raise _past_the_cache(self._length, held + new)
         self._binding.bind_cpu_input(INPUT_IDS, np.ascontiguousarray(ids, dtype=np.int64))
         self._binding.bind_cpu_input(PAST_LENGTH, np.array(held, np.int64))
         self._binding.bind_output(LOGITS, "cpu")  # a fresh array each call: the caller may keep the last one

@@ -135,6 +135,11 @@ def test_a_call_with_a_past_returns_what_the_fused_graph_does_and_one_past_the_b
     past = {name: np.zeros((1, 2, CONTEXT - 2, 16), np.float32) for name in LAYOUT.past()}
     with pytest.raises(BadInput, match="holds 64 positions and a call asked for 65"):
         shared.run({INPUT_IDS: np.zeros((1, 3), np.int64), **past})
+    decoder = shared.decoder(LAYOUT)  # and the loop: a step past the buffer is the same line, not a write past it
+    decoder.prefill(np.zeros((1, CONTEXT - 1), np.int64))
+    decoder.step(np.zeros((1, 1), np.int64))
+    with pytest.raises(BadInput, match="holds 64 positions and a call asked for 65"):
+        decoder.step(np.zeros((1, 1), np.int64))
 
 
 def test_it_leaves_a_cache_read_by_anything_but_the_fused_attention_and_a_project_without_one(graphs):
