@@ -220,3 +220,22 @@ def test_a_fold_that_changes_what_the_model_computes_is_one_line_before_anything
     with pytest.raises(BadInput, match="graph pass fold-known-if changed the model's output prob"):
         flows.build(project, "cpu-fp32", tmp_path / "out", UI())
     assert not (tmp_path / "out").exists()
+
+
+def test_calibration_samples_off_the_pinned_value_are_one_line(tmp_path):
+    """A pinned input is a constant of the build: calibration data at another value is named, not compared."""
+    project = tmp_path / "vad"
+    project.mkdir()
+    onnx.save(vad_model(), project / "vad.onnx")
+    (project / "tapeout.toml").write_text(PROJECT)
+    rng = np.random.default_rng(2)
+    np.savez(
+        project / "calibration.npz",
+        x=rng.standard_normal((4, 1, 512)).astype(np.float32),
+        sr=np.array([16000, 8000, 16000, 16000], np.int64),
+        h=np.zeros((4, 1, 1, HIDDEN), np.float32),
+        c=np.zeros((4, 1, 1, HIDDEN), np.float32),
+    )
+    result = run_cli("build", project, "--profile", "cpu-fp32", "--out", tmp_path / "b")
+    assert result.code == 2 and "gives sr = 8000, and [[inputs]] range pins it to 16000" in result.err, result.err
+    assert "Traceback" not in result.err and not (tmp_path / "b").exists()

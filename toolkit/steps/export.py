@@ -120,7 +120,16 @@ def _same_function(project, source: Path, rewritten: Path, applied: list[str]) -
 
     from tapeout.core.inputs import sample_inputs
 
-    feeds, _ = sample_inputs(project, 3)
+    feeds, where = sample_inputs(project, 3)
+    for spec in project.inputs:  # a pinned input is a constant of the build: real samples must agree with it
+        if spec.range is not None and spec.range[0] == spec.range[1]:
+            off = next((s[spec.name] for s in feeds if not np.all(s[spec.name] == spec.range[0])), None)
+            if off is not None:
+                raise BadInput(
+                    f"{where} gives {spec.name} = {np.asarray(off).ravel()[0]:g}, and [[inputs]] range pins it to "
+                    f"{spec.range[0]:g}",
+                    fix=f"give samples at {spec.name} = {spec.range[0]:g}, or widen its range",
+                )
     before, after = targets.reference_session(source), targets.reference_session(rewritten)
     for sample in feeds:
         expected, got = before.run(sample), after.run(sample)
