@@ -84,7 +84,7 @@ class OrtSession(Session):
         self._shapes: dict[str, tuple[int, ...]] = {}
         self._kept: object = None  # what a bound call's buffers are made from, alive as long as the call
         # a graph whose cache is one buffer appended in place (quantize/passes/share_kv_buffer.py): its positions.
-        # Every caller still sees the cache graph's interface; past_length is this session's to feed
+        # Every caller still sees the cache graph's interface; past_length is fed here, never by a caller
         self._buffer = _buffer_length(sess.get_inputs())
         self.input_names = [i.name for i in sess.get_inputs() if i.name != PAST_LENGTH]
         self.output_names = [o.name for o in sess.get_outputs()]

@@ -115,8 +115,8 @@ def _run(model, rate: int) -> list[np.ndarray]:
         "h": rng.standard_normal((1, 1, HIDDEN)).astype(np.float32),
         "c": rng.standard_normal((1, 1, HIDDEN)).astype(np.float32),
     }
-    session = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
-    return session.run(None, feeds)
+    runtime = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
+    return runtime.run(None, feeds)
 
 
 @pytest.mark.parametrize(("rate", "branch"), [(16000, "then"), (8000, "else")])

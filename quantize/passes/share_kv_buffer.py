@@ -11,7 +11,7 @@ the cache's logical shape [batch, kv_heads, past_length, head_dim], so the kerne
 from it (positions, masks) stay what they were.
 
 It applies only where every past_* input is read by GroupQueryAttention nodes (as their past) and Shape nodes and
-nothing else. The ONNX Runtime session keeps the cache graph's interface for every other caller (targets/ort_ep.py):
+nothing else. The ONNX Runtime target keeps the cache graph's interface for every other caller (targets/ort_ep.py):
 a call with a past of P positions is copied into the buffer and its present cut back to P + new positions; its
 decoder binds past and present to one buffer per layer.
 """

@@ -28,7 +28,7 @@ ATTENTION_MASK = "attention_mask"
 POSITION_IDS = "position_ids"
 LOGITS = "logits"
 # A graph whose cache is one buffer per layer of max_context positions appended in place (ONNX Runtime's
-# share-kv-buffer pass) takes this too: the positions the buffer holds. Its runtime's session feeds it.
+# share-kv-buffer pass) takes this too: the positions the buffer holds. The runtime's wrapper feeds it.
 PAST_LENGTH = "past_length"
 
 
