@@ -1,6 +1,6 @@
-"""The `share-kv-buffer` target pass and the ONNX Runtime session that runs its graph: a Hugging Face Llama's cache
+"""The `share-kv-buffer` target pass and the ONNX Runtime target that runs its graph: a Hugging Face Llama's cache
 graph, its attention fused by `group-query-attention`, then its cache made one buffer per layer that the kernel
-appends to in place. Through the session every caller keeps the cache graph's interface (a past of P positions in,
+appends to in place. Through the target every caller keeps the cache graph's interface (a past of P positions in,
 a present of P + new out) and gets what the graph without the pass computes; its decoder appends in place."""
 
 from __future__ import annotations
@@ -8,6 +8,7 @@ from __future__ import annotations
 import numpy as np
 import onnx
 import pytest
+from test_generate import HF_PROJECT
 
 from conftest import run_cli
 from tapeout import targets
@@ -27,25 +28,6 @@ INPUTS = [
 DIMS = {"past": CONTEXT - 1}
 LAYOUT = CacheLayout(layers=2, kv_heads=2, head_dim=16, vocab=128, max_context=CONTEXT)
 
-PROJECT = """[model]
-source = "hf"
-outputs = ["logits"]
-
-[[inputs]]
-name = "input_ids"
-shape = ["batch", 64]
-dtype = "int64"
-
-[dims]
-batch = 1
-
-[workload]
-kind = "generate"
-prompt_lengths = [8]
-new_tokens = 8
-max_context = 64
-"""
-
 
 def _copy(model):
     copy = onnx.ModelProto()
@@ -62,7 +44,7 @@ def graphs(tmp_path_factory):
     tmp = tmp_path_factory.mktemp("share")
     (tmp / "p").mkdir()
     zoo_models.save_hf("llama16", tmp / "p" / "hf")
-    (tmp / "p" / "tapeout.toml").write_text(PROJECT)
+    (tmp / "p" / "tapeout.toml").write_text(HF_PROJECT.format(context=CONTEXT))
     result = run_cli("export", tmp / "p", "--out", tmp / "fp32.onnx")
     assert result.code == 0, result.err
     exported = onnx.load(tmp / "fp32.onnx")
@@ -72,7 +54,7 @@ def graphs(tmp_path_factory):
     return {"exported": exported, "fused": fused, "shared": shared, "records": sharing, "dir": tmp}
 
 
-def _session(graphs, name: str):
+def _loaded(graphs, name: str):
     path = graphs["dir"] / f"{name}.onnx"
     onnx.save(graphs[name], path)
     target = targets.create("onnxruntime", {"threads": 1})
@@ -95,8 +77,8 @@ def test_the_cache_becomes_one_buffer_of_max_context_per_layer_read_by_the_atten
 def test_greedy_decoding_through_the_shared_buffer_is_the_fused_graphs_to_the_bit(graphs):
     """Prompts of 8 then 5 tokens through one decoder (the second reuses the first's buffers, whose positions past
     the second prompt still hold the first's keys): every step's logits equal the fused graph's own loop."""
-    fused, shared = _session(graphs, "fused"), _session(graphs, "shared")
-    assert PAST_LENGTH not in shared.input_names  # the session feeds it; callers see the cache graph's inputs
+    fused, shared = _loaded(graphs, "fused"), _loaded(graphs, "shared")
+    assert PAST_LENGTH not in shared.input_names  # fed by the target; callers see the cache graph's inputs
     decoder = shared.decoder(LAYOUT)
     assert "appended in place" in decoder.description
     rng = np.random.default_rng(0)
@@ -120,7 +102,7 @@ def test_greedy_decoding_through_the_shared_buffer_is_the_fused_graphs_to_the_bi
 def test_a_call_with_a_past_returns_what_the_fused_graph_does_and_one_past_the_buffer_is_one_line(graphs):
     """A call of the cache graph's interface (a past of 8 positions and 5 new tokens: what golden inputs and
     teacher forcing feed) copied into the buffer; the present comes back 13 positions long, as the fused graph's."""
-    fused, shared = _session(graphs, "fused"), _session(graphs, "shared")
+    fused, shared = _loaded(graphs, "fused"), _loaded(graphs, "shared")
     rng = np.random.default_rng(1)
     first = fused.run(LAYOUT.feeds(rng.integers(0, LAYOUT.vocab, (1, 8)), LAYOUT.empty_past(1)))
     feeds = LAYOUT.feeds(rng.integers(0, LAYOUT.vocab, (1, 5)), feed_back(LAYOUT, first))
@@ -132,6 +114,12 @@ def test_a_call_with_a_past_returns_what_the_fused_graph_does_and_one_past_the_b
     call = shared.bind(feeds)  # what the latency loop times: the same call, appended in place each time
     call()
     call()
+    # its outputs, in the order bound: each layer's buffer (past bound as present), then the logits
+    bound = [value.numpy() for value in call.args[0].get_outputs()]
+    np.testing.assert_array_equal(bound[-1], expected[LOGITS])
+    for name, buffer in zip(LAYOUT.present(), bound, strict=False):
+        assert buffer.shape[2] == CONTEXT, name
+        np.testing.assert_array_equal(buffer[:, :, :13], expected[name], err_msg=name)
     past = {name: np.zeros((1, 2, CONTEXT - 2, 16), np.float32) for name in LAYOUT.past()}
     with pytest.raises(BadInput, match="holds 64 positions and a call asked for 65"):
         shared.run({INPUT_IDS: np.zeros((1, 3), np.int64), **past})
