@@ -38,6 +38,8 @@ PROFILING_DIR = "profiling"
 if TYPE_CHECKING:
     from pydantic import BaseModel
 
+    from tapeout.core.workload import Workload
+
 
 @dataclass(frozen=True)
 class Probe:
@@ -449,9 +451,10 @@ class Target(ABC):
         """Before any work: raise TargetUnavailable if the profile's device is missing here."""
         return None  # most targets have nothing to check beyond probe()
 
-    def workload_problem(self, kind: str) -> str | None:
-        """Why this target, with its options, cannot run a workload of `kind` that its capabilities list (e.g. a
-        captured graph that replays one shape, for a cache that grows), or None. Asked before any work."""
+    def workload_problem(self, workload: Workload) -> str | None:
+        """Why this target, with its options, cannot run a workload its capabilities list (a core/workload.Workload:
+        e.g. a captured graph that replays one shape, for a loop whose calls carry a cache that grows), or None.
+        Asked before any work."""
         return None
 
     def static_decode(self) -> bool:

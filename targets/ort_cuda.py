@@ -25,6 +25,7 @@ from tapeout.core.artifact import Artifact
 from tapeout.core.errors import BadInput, TargetUnavailable, first_line, runtime_detail
 from tapeout.core.paths import copy_onnx
 from tapeout.core.schemas import InputSpec
+from tapeout.core.workload import Workload
 from tapeout.targets.native_output import native_output_captured
 from tapeout.targets.ort_ep import OrtOptions, OrtTarget, ort_complaint
 
@@ -65,11 +66,10 @@ class OrtCuda(OrtTarget):
                 fix=self.INSTALL,
             )
 
-    def workload_problem(self, kind: str) -> str | None:
-        if self.options.cuda_graph:
-            grows = "the KV cache grows every token" if kind == "generate" else "each chunk feeds its state back"
+    def workload_problem(self, workload: Workload) -> str | None:
+        if self.options.cuda_graph and workload.carries:
             return (
-                f"[options] cuda_graph = true replays one captured run from fixed buffers, and {grows} "
+                f"[options] cuda_graph = true replays one captured run from fixed buffers, and {workload.carries} "
                 "(set cuda_graph = false)"
             )
         return None

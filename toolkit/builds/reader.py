@@ -12,16 +12,16 @@ from __future__ import annotations
 import json
 from functools import cached_property
 from pathlib import Path
-from typing import Literal
+from typing import Any, Literal
 
 from tapeout.builds.staging import MANIFEST
+from tapeout.core import workload as workloads
 from tapeout.core.config import validate
-from tapeout.core.decoding import CacheLayout
 from tapeout.core.errors import BadInput, first_line
 from tapeout.core.hashing import sha256_file
 from tapeout.core.paths import confined, external_data_files, resolved
 from tapeout.core.profile_schema import Profile
-from tapeout.core.schemas import DeviceSpec, GenerateWorkload, StreamWorkload
+from tapeout.core.schemas import DeviceSpec, WorkloadSettings
 from tapeout.records.manifest import CHECK_SCHEMA, SCHEMA, CheckManifestRecord, ManifestRecord
 from tapeout.records.report import Report, load
 from tapeout.records.structure import SCHEMA as STRUCTURE_SCHEMA
@@ -145,36 +145,32 @@ class BuildDir:
             self._golden = verified(self.directory, rec.file, rec.sha256, "golden file")
         return self._golden
 
-    def workload(self) -> tuple[GenerateWorkload | StreamWorkload, CacheLayout | None, Path] | None:
-        """A generate or stream build's workload: its settings, the cache layout (generate only) and workload.npz,
-        verified; None for forward."""
+    def workload(self) -> tuple[WorkloadSettings, Any, Path] | None:
+        """A loop's workload: its settings, what its replay needs besides the file (a generate build's cache layout,
+        core/workload.Workload.replay) and workload.npz, verified; None for a build that recorded none."""
         settings = self.workload_settings()
         if settings is None:
             return None
         rec = self.manifest.workload
-        layout = None
-        if settings.kind == "generate":
-            try:
-                layout = CacheLayout.from_json(rec.layout)
-            except (KeyError, TypeError) as exc:
-                raise BadInput(
-                    f"{self.directory / 'manifest.json'}: workload.layout is malformed ({exc})", fix=_RESTORE
-                ) from None
-        return settings, layout, verified(self.directory, rec.file, rec.sha256, "workload file")
+        replay = workloads.get(settings.kind).replay(settings, rec, self.directory / "manifest.json")
+        return settings, replay, verified(self.directory, rec.file, rec.sha256, "workload file")
 
-    def workload_settings(self) -> GenerateWorkload | StreamWorkload | None:
-        """The workload's settings alone (what the estimator prices), validated; None for forward. The replay data
-        is not read: that is `workload()`, for the commands that replay it."""
+    def workload_settings(self) -> WorkloadSettings | None:
+        """The workload's settings alone (what the estimator prices), validated by its kind's schema; None for a
+        build that recorded none. The replay data is not read: that is `workload()`, for the commands that replay
+        it."""
         rec = self.manifest.workload
         if rec is None:
             return None
         where = self.directory / "manifest.json"
         kind = rec.settings.get("kind")
-        if kind not in ("generate", "stream"):
-            raise BadInput(f"{where}: workload.settings.kind is {kind!r}, not generate or stream", fix=_RESTORE)
-        return validate(
-            GenerateWorkload if kind == "generate" else StreamWorkload, rec.settings, where, "workload.settings."
-        )
+        known = workloads.kinds()
+        if not isinstance(kind, str) or kind not in known:
+            raise BadInput(
+                f"{where}: workload.settings.kind is {kind!r}, not a workload kind here ({', '.join(known)})",
+                fix=_RESTORE,
+            )
+        return validate(workloads.get(kind).settings, rec.settings, where, "workload.settings.")
 
     def structure(self) -> StructureRecord | None:
         """structure.json, verified: the kernel structure the build computed; None for a build dir from before it.

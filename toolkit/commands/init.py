@@ -11,6 +11,7 @@ import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from tapeout.core import workload
 from tapeout.core.config import PROJECT_FILE, load_project
 from tapeout.core.errors import BadInput
 
@@ -385,18 +386,5 @@ def render(draft: Draft) -> str:
 
 def _budget_lines(draft: Draft) -> list[str]:
     kind = (draft.workload or {}).get("kind") or ("stream" if draft.state else "forward")
-    lines = {
-        "generate": [
-            "# ttft_ms = 200                 # first token at the longest prompt, p90",
-            "# tpot_p90_ms = 20              # each later token, p90",
-            "# kv_cache_mb = 64",
-            "# greedy_min_agreement = 0.5    # share of torch's greedy tokens reproduced",
-        ],
-        "stream": [
-            "# chunk_p99_ms = 8",
-            "# real_time_factor = 0.25",
-            "# stream_max_rel_error = 0.01   # drift from torch over the golden stream, share of each output's scale",
-        ],
-        "forward": ["# latency_p50_ms = 10", "# latency_p90_ms = 15"],
-    }[kind]
+    lines = workload.get(kind).example_budgets
     return [*lines, "# peak_memory_mb = 512", "# accuracy_max_rel_drop = 0.01  # with an [evaluation] metric"]

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import json
 
+from tapeout.core import workload
 from tapeout.core.console import UI
 from tapeout.records.report import Report
-from tapeout.reports import generation, streaming
 from tapeout.reports.terminal import verdict_table
 
 
@@ -33,10 +33,7 @@ def show(report: Report, as_json: bool, title: str) -> int:
             markup=False,
         )
     if data.get("workload"):
-        if data["workload"].get("kind") == "stream":
-            line = streaming.one_line(data["workload"])
-        else:
-            line = generation.one_line(data["workload"], (data.get("estimate") or {}).get("generation"))
+        line = workload.get(data["workload"]["kind"]).one_line(data["workload"], data.get("estimate"))
         ui.out.print(line + (" · EMULATED: not the device's timings" if report.target.emulated else ""), markup=False)
     energy = data["measurement"].get("energy")
     if energy:

@@ -17,7 +17,7 @@ from typing import Any
 from pydantic import BaseModel, ValidationError
 
 from tapeout.core.errors import BadInput, one_line
-from tapeout.core.schemas import DeviceSpec, Project
+from tapeout.core.schemas import DeviceSpec, Project, WorkloadSettingsError
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -55,6 +55,10 @@ def describe_validation_error(path: Path, model: type[BaseModel], exc: Validatio
     field goes first: a misspelt key is also a required one missing, and the misspelling is what to fix."""
     errors = exc.errors()
     err = next((e for e in errors if e["type"] == "extra_forbidden"), errors[0])
+    inner = (err.get("ctx") or {}).get("error")
+    if isinstance(inner, WorkloadSettingsError):  # [workload] refused by its kind's own schema: its fields named
+        where = prefix + "".join(f"{part}." for part in err["loc"])
+        return describe_validation_error(path, inner.schema, inner.error, where)
     loc = one_line(prefix + ".".join(str(part) for part in err["loc"])) or "(top level)"
     if err["type"] == "extra_forbidden":
         allowed = _fields_at(model, err["loc"][:-1])

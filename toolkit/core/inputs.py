@@ -50,17 +50,16 @@ def read_inputs(project: Project, ref: str, count: int, field: str) -> list[Feed
 def check_project_files(project: Project) -> None:
     """Before the first expensive step: the calibration .npz read and checked against the inputs (the shapes it may
     have named), and every callable the project names imported and found, so a typo costs no export."""
+    from tapeout.core import workload
     from tapeout.core.user_code import resolve_callable
 
     data = project.calibration.data if project.calibration else None
-    if data and project.workload.kind != "generate":  # a decoder's inputs become the cache graph's at load
+    if data and workload.of(project).calibration_feeds_inputs(project):  # a decoder's become the cache graph's
         if data.endswith(".npz"):
             npz_feeds(project.root / data, project.inputs, project.dims, "[calibration] data")
         else:
             resolve_callable(data, project.root, "[calibration] data")
     if project.evaluation is not None:
         resolve_callable(project.evaluation.metric, project.root, "[evaluation] metric")
-    for field in ("prompts", "stream"):
-        ref = getattr(project.workload, field, None)
-        if ref:
-            resolve_callable(ref, project.root, f"[workload] {field}")
+    for field, ref in workload.of(project).user_callables(project).items():
+        resolve_callable(ref, project.root, f"[workload] {field}")

@@ -20,11 +20,10 @@ def evaluate(project: Project, predict: Predict, through_cache: bool = True) -> 
     every position's logits itself: core/decoding.teacher_forced_loop)."""
     assert project.evaluation is not None
     ref = project.evaluation.metric
-    # the metric sees full-sequence logits, computed through the cache
-    if project.workload.kind == "generate" and through_cache:
-        from tapeout.core.decoding import graph_layout, teacher_forced
+    if through_cache:  # a decoder's metric sees full-sequence logits, computed through the cache
+        from tapeout.core import workload
 
-        predict = teacher_forced(predict, graph_layout(project.inputs, project.workload))
+        predict = workload.of(project).metric_predict(project, predict)
     from tapeout.core.user_code import resolve_callable
 
     metric = resolve_callable(ref, project.root, "[evaluation] metric")

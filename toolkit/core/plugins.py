@@ -1,5 +1,6 @@
 """Plug-ins: targets, quantization methods and graph passes from other installed packages, found through
-Python entry points (groups `tapeout.targets`, `tapeout.quantization_methods`, `tapeout.graph_passes`). Each
+Python entry points (groups `tapeout.targets`, `tapeout.quantization_methods`, `tapeout.graph_passes`,
+`tapeout.workloads`). Each
 entry names one object (a target's registry entry, a method class, a pass class) as `module:attribute`; a
 package declares them in its own metadata, so adding one edits nothing of tapeout. Entry points are looked
 up only when a name is not built in, or when a registry is listed.
@@ -12,7 +13,7 @@ from importlib import metadata
 
 from tapeout.core.errors import BadInput, first_line
 
-GROUPS = ("tapeout.targets", "tapeout.quantization_methods", "tapeout.graph_passes")
+GROUPS = ("tapeout.targets", "tapeout.quantization_methods", "tapeout.graph_passes", "tapeout.workloads")
 
 
 @functools.cache

@@ -7,11 +7,12 @@ Imports nothing heavy (pydantic and the standard library only): the device-side 
 from __future__ import annotations
 
 import math
-from typing import Any, Literal, get_args
+from typing import Any, Literal
 
 from pydantic import Field, PrivateAttr, create_model, field_validator, model_validator
 
-from tapeout.core.schemas import Budgets, Workload, _Strict, folder_safe
+from tapeout.core import workload
+from tapeout.core.schemas import Budgets, _Strict, folder_safe
 from tapeout.core.vocabulary import PRECISIONS, RUNGS
 
 # A million timed runs is hours at millisecond latencies and 8 MB of samples: past it is a typo.
@@ -171,7 +172,7 @@ class PruningSettings(_Strict):
 
 
 # `[budgets.<kind>]` in a profile: budgets judged only where the project's workload is of that kind
-WORKLOAD_KINDS = tuple(get_args(w.model_fields["kind"].annotation)[0] for w in get_args(Workload))
+WORKLOAD_KINDS = tuple(workload.BUILT_IN)  # the kinds whose budgets [budgets] lists; a plug-in judges its own
 ProfileBudgets = create_model(
     "ProfileBudgets",
     __base__=Budgets,

@@ -11,7 +11,16 @@ import math
 from pathlib import Path
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, field_validator, model_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    PrivateAttr,
+    SerializeAsAny,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
 
 from tapeout.core.vocabulary import PEAK_FORMATS
 
@@ -126,8 +135,14 @@ class EvaluationSection(_Strict):
     name: str = "metric"
 
 
-class ForwardWorkload(_Strict):
-    """One call on the declared inputs: what every build measured before workloads existed."""
+class WorkloadSettings(_Strict):
+    """`[workload]`: its kind names the workload (core/workload.py), whose own schema extends this one."""
+
+    kind: str
+
+
+class ForwardWorkload(WorkloadSettings):
+    """One call on the declared inputs."""
 
     kind: Literal["forward"] = "forward"
 
@@ -135,7 +150,7 @@ class ForwardWorkload(_Strict):
 MAX_CONTEXT = 1_048_576  # tokens: past any deployed context; a larger number is a typo
 
 
-class GenerateWorkload(_Strict):
+class GenerateWorkload(WorkloadSettings):
     """Prefill a prompt, then decode token by token over the KV cache (exporters/generation.py)."""
 
     kind: Literal["generate"]
@@ -206,7 +221,7 @@ class GenerateWorkload(_Strict):
         return self.agreement_tokens or self.new_tokens
 
 
-class StreamWorkload(_Strict):
+class StreamWorkload(WorkloadSettings):
     """Chunk after chunk with state carried: each chunk's state outputs are the next chunk's state inputs
     (measurement/streaming.py). The chunk is the streamed input's declared shape."""
 
@@ -250,7 +265,12 @@ class StreamWorkload(_Strict):
         return value
 
 
-Workload = ForwardWorkload | GenerateWorkload | StreamWorkload
+class WorkloadSettingsError(ValueError):
+    """A `[workload]` table its kind's schema refused: the refusal is described field by field (core/config)."""
+
+    def __init__(self, error: ValidationError, schema: type[BaseModel]) -> None:
+        super().__init__(str(error))
+        self.error, self.schema = error, schema
 
 
 MAX_INPUT_ELEMENTS = 2**31  # one input's elements: 8 GiB of float32, far past any model this runs
@@ -263,7 +283,7 @@ class Project(_Strict):
     calibration: DataSection | None = None
     evaluation: EvaluationSection | None = None
     export: ExportSection = ExportSection()
-    workload: Workload = Field(default_factory=ForwardWorkload, discriminator="kind")
+    workload: SerializeAsAny[WorkloadSettings] = Field(default_factory=ForwardWorkload)
     # the model's own budgets, whatever it is built for: a profile that sets the same budget wins
     budgets: Budgets = Field(default_factory=lambda: Budgets())
     golden_samples: int = Field(4, ge=1, le=256)
@@ -271,6 +291,27 @@ class Project(_Strict):
 
     _root: Path = PrivateAttr(default=Path("."))
     _file: Path = PrivateAttr(default=Path("tapeout.toml"))
+
+    @field_validator("workload", mode="before")
+    @classmethod
+    def _workload_of_its_kind(cls, value: object) -> object:
+        """`[workload]` validated by the schema of the workload its kind names."""
+        from tapeout.core import workload
+        from tapeout.core.errors import BadInput
+
+        if not isinstance(value, dict):
+            return value  # a settings object already validated, or what the base schema refuses
+        kind = value.get("kind", "forward")
+        if not isinstance(kind, str):
+            raise ValueError(f"kind {kind!r} is not a workload kind: the kinds are {', '.join(workload.kinds())}")
+        try:
+            schema = workload.get(kind).settings
+        except BadInput as exc:
+            raise ValueError(str(exc)) from None
+        try:
+            return schema.model_validate({"kind": kind, **value})
+        except ValidationError as exc:
+            raise WorkloadSettingsError(exc, schema) from None
 
     @model_validator(mode="after")
     def _dims_resolve(self) -> Project:
@@ -286,10 +327,9 @@ class Project(_Strict):
         for name, value in self.dims.items():
             if value < 1:  # a batch of 0 would build, measure and pass on empty inputs
                 raise ValueError(f"[dims] {name} = {value}: a dimension is at least 1")
-        if self.workload.kind == "generate":
-            self._generation_inputs()
-        if self.workload.kind == "stream":
-            self._stream_inputs()
+        from tapeout.core import workload
+
+        workload.of(self).check_project(self)
         for spec in self.inputs:
             elements = math.prod(spec.concrete_shape(self.dims))
             if elements > MAX_INPUT_ELEMENTS:
@@ -299,72 +339,6 @@ class Project(_Strict):
                     "check [dims] and the shape for a typo"
                 )
         return self
-
-    def _generation_inputs(self) -> None:
-        """A decoder is fed token ids: one integer input [batch, sequence]; tapeout adds the KV cache around it."""
-        if len(self.inputs) != 1 or self.inputs[0].dtype not in ("int64", "int32") or len(self.inputs[0].shape) != 2:
-            got = ", ".join(f"{s.name} {s.dtype} {list(s.shape)}" for s in self.inputs)
-            raise ValueError(
-                f'[workload] kind = "generate" takes one [[inputs]] entry, the token ids (int64, shape '
-                f"[batch, sequence]); got {got}. tapeout adds the KV-cache inputs itself"
-            )
-
-    def _stream_inputs(self) -> None:
-        """Every input is the streamed chunk, a state fed back from a named output, or a constant; anything else
-        (a state input with no output mapped to it) would be fed random values once and never carried."""
-        workload = self.workload
-        names = [s.name for s in self.inputs]
-        outputs = self.model.outputs
-        for state_input, output in workload.state.items():
-            if state_input not in names:
-                raise ValueError(f"[workload] state names input {state_input!r}, which is not among [[inputs]] {names}")
-            if outputs is None:
-                raise ValueError(
-                    '[workload] kind = "stream" maps state outputs by name: name the model\'s outputs in '
-                    f'[model] outputs (in order), e.g. outputs = ["probability", "{output}"]'
-                )
-            if output not in outputs:
-                raise ValueError(
-                    f'[workload] state {{{state_input} = "{output}"}}: {output!r} is not among [model] '
-                    f"outputs {outputs}"
-                )
-        for name in workload.constant:
-            if name not in names:
-                raise ValueError(f"[workload] constant names input {name!r}, which is not among [[inputs]] {names}")
-            if name in workload.state:
-                raise ValueError(f"[workload] input {name!r} is both state and constant")
-        rest = [n for n in names if n not in workload.state and n not in workload.constant]
-        chunk = workload.chunk_input or (rest[0] if rest else None)
-        if workload.chunk_input is not None:
-            if workload.chunk_input not in rest:
-                why = "is state or constant" if workload.chunk_input in names else f"is not among [[inputs]] {names}"
-                raise ValueError(f"[workload] chunk_input {workload.chunk_input!r} {why}")
-            rest.remove(workload.chunk_input)
-        elif rest:
-            rest = rest[1:]  # the first input that is neither state nor constant is the chunk
-        else:
-            raise ValueError(
-                '[workload] kind = "stream" needs an input the chunks arrive on, and every input is state or constant'
-            )
-        if rest:
-            example = f'state = {{{rest[0]} = "{rest[0]}_out"}}'
-            raise ValueError(
-                f"[workload] input(s) {rest} are neither the streamed chunk ({chunk!r}), state nor constant: "
-                f"map the output that carries each ({example}), list it in constant, or name another chunk "
-                "input in chunk_input"
-            )
-        for spec in self.inputs:
-            if spec.name in workload.state and not spec.dtype.startswith("float"):
-                raise ValueError(f"[workload] state input {spec.name!r} is {spec.dtype}: state is a float tensor")
-
-    @property
-    def streamed_input(self) -> str:
-        """A stream workload's chunk input (validated to exist)."""
-        workload = self.workload
-        assert isinstance(workload, StreamWorkload)
-        if workload.chunk_input is not None:
-            return workload.chunk_input
-        return next(s.name for s in self.inputs if s.name not in workload.state and s.name not in workload.constant)
 
     @property
     def root(self) -> Path:

@@ -367,7 +367,7 @@ def for_build(
     if target != report.target.name:
         est.notes.append(f"priced as {target} would run the model (the build is for {report.target.name})")
     phases = phases_of(build)
-    if phases and workload is not None and workload.kind == "generate":
+    if phases and workload is not None:  # the calls of a decoder's loop (analyze: Workload.phases)
         runs_in = float_runs_in(target, options, host, device_spec, kern.float_precision(precision, plan))
         est.generation = generation.price(phases, roof, target, precision, plan, cal or None, workload, runs_in)
     return est
@@ -405,7 +405,7 @@ def for_model(
     kernels = _priced_kernels(structure, plan, precision, setup.target.name, setup.target.options, host, device, notes)
     est = estimate(kernels, roof, setup.target.name, precision, cal)
     est.notes += notes
-    if phases and workload is not None and workload.kind == "generate":
+    if phases and workload is not None:  # the calls of a decoder's loop (analyze: Workload.phases)
         runs_in = float_runs_in(
             setup.target.name, setup.target.options, host, device, kern.float_precision(precision, plan)
         )

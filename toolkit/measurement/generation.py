@@ -24,7 +24,6 @@ from tapeout.core.errors import BadInput
 from tapeout.core.schemas import GenerateWorkload
 from tapeout.measurement import stats
 
-WORKLOAD_FILE = "workload.npz"
 POSITION_BINS = 8
 
 
@@ -308,7 +307,7 @@ def summarize(
 
 def request_fields(workload: GenerateWorkload, layout: CacheLayout, data_path: Path) -> dict:
     return {
-        "mode": "generate",
+        "mode": workload.kind,
         "workload": {**workload.model_dump(mode="json"), "compared_tokens": workload.compared_tokens},
         "layout": layout.to_json(),
         "workload_data": str(data_path),

@@ -16,6 +16,7 @@ from typing import Any
 
 import numpy as np
 
+from tapeout.core import workload
 from tapeout.core.errors import TapeoutError
 
 
@@ -120,7 +121,7 @@ def measure(request: dict) -> dict:
     return result
 
 
-def _workload_frame(request: dict, make: Callable, first: Callable, rest: Callable[[Any], dict]) -> dict:
+def workload_frame(request: dict, make: Callable, first: Callable, rest: Callable[[Any], dict]) -> dict:
     """What the workload modes share: the resident-memory meter around the whole process, the session made by
     `make(session)` and timed apart (`_open`), `first(made)` as the cold start's second half, then `rest(made)`'s
     figures. The workload's data is read before this, outside the meter's baseline."""
@@ -151,52 +152,6 @@ def _workload_frame(request: dict, make: Callable, first: Callable, rest: Callab
     return result
 
 
-def measure_generation(request: dict) -> dict:
-    """A generate workload: cold start (session + the first token), the timed generation loop, the golden prompts'
-    greedy tokens, and the memory with the cache filled to max_context (measurement/generation.py)."""
-    from tapeout.core.decoding import CacheLayout
-    from tapeout.core.schemas import GenerateWorkload
-    from tapeout.measurement import generation
-
-    layout = CacheLayout.from_json(request["layout"])
-    workload = GenerateWorkload.model_validate({k: v for k, v in request["workload"].items() if k != "compared_tokens"})
-    prompts, agreement_prompts, _ = generation.load_workload_data(Path(request["workload_data"]), layout, workload)
-    return _workload_frame(
-        request,
-        lambda session: session.decoder(layout),
-        lambda decoder: generation.first_token(decoder, prompts),
-        lambda decoder: {
-            "generate": generation.loop(
-                decoder, layout, request["workload"], prompts, agreement_prompts, request.get("want_tokens", False)
-            )
-        },
-    )
-
-
-def measure_stream(request: dict) -> dict:
-    """A stream workload: cold start (session + the first chunk), the golden stream once with its outputs written
-    to `outputs_path` where asked, then the timed streams (measurement/streaming.py)."""
-    from tapeout.measurement import streaming
-
-    data = streaming.StreamData.load(Path(request["workload_data"]))
-
-    def streams(carrier) -> dict:
-        timings, outputs = streaming.loop(carrier, request["workload"], data)
-        if request.get("outputs_path"):
-            np.savez(request["outputs_path"], **{f"0.{k}": v for k, v in outputs.items()})  # run_child's layout
-        return {"stream": {**timings, "carrier": carrier.description}}
-
-    return _workload_frame(
-        request,
-        lambda session: session.carrier(request["workload"]["state"]),
-        lambda carrier: streaming.first_chunk(carrier, data),
-        streams,
-    )
-
-
-MODES = {"generate": measure_generation, "stream": measure_stream}
-
-
 _CRASH_LOG = None  # kept open for faulthandler: it writes to the file's descriptor when the process crashes
 
 
@@ -212,7 +167,8 @@ def main(argv: list[str]) -> int:
     request_path, result_path = Path(argv[0]), Path(argv[1])
     try:
         request = json.loads(request_path.read_text())
-        result = MODES.get(request.get("mode"), measure)(request)
+        mode = request.get("mode")
+        result = workload.get(mode).child(request) if mode in workload.kinds() else measure(request)
     except TapeoutError as exc:
         result = {"error": str(exc), "exit_code": exc.exit_code, "kind": type(exc).__name__}
     result_path.write_text(json.dumps(result))

@@ -25,7 +25,6 @@ from tapeout.core.schemas import Project, StreamWorkload
 from tapeout.measurement import stats
 from tapeout.targets.base import StateCarrier
 
-WORKLOAD_FILE = "workload.npz"
 DRIFT_BINS = 8
 
 Feeds = dict[str, np.ndarray]
@@ -333,4 +332,4 @@ def summarize(
 
 
 def request_fields(workload: StreamWorkload, data_path: Path) -> dict:
-    return {"mode": "stream", "workload": workload.model_dump(mode="json"), "workload_data": str(data_path)}
+    return {"mode": workload.kind, "workload": workload.model_dump(mode="json"), "workload_data": str(data_path)}

@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from tapeout.builds.reader import open_build
+from tapeout.core import workload
 from tapeout.core.errors import BadInput
 
 SCHEMA = "tapeout.compare/1"
@@ -106,8 +107,7 @@ def row(directory: Path) -> dict[str, Any]:
             "reference": acc["reference"],
             "artifact": acc["artifact"],
         },
-        "generate": None if emulated else _generation(data.get("workload")),
-        "stream": _stream(data.get("workload"), emulated),
+        **_loop_headlines(data.get("workload"), emulated),
         "exit_code": data["exit_code"],
         "failed": [b["budget"] for b in budgets if b["verdict"] in ("fail", "estimated-fail", "inconclusive")],
         "unsettled": [
@@ -117,35 +117,20 @@ def row(directory: Path) -> dict[str, Any]:
     }
 
 
-def _generation(w: dict | None) -> dict | None:
-    """A generate workload's headline figures: TTFT p50 at the longest prompt, TPOT p50, decode tokens/s."""
-    if not w or w.get("kind") != "generate":
-        return None
-    longest = max(w["ttft_ms"], key=int)
+def _loop_headlines(w: dict | None, emulated: str | None) -> dict[str, dict | None]:
+    """A row's key per workload kind that runs a loop: the build's loop's headline figures under its kind, None
+    under the others."""
+    ran = w["kind"] if w else None
     return {
-        "ttft_p50_ms": w["ttft_ms"][longest]["quantiles"]["p50"]["point"],
-        "prompt": int(longest),
-        "tpot_p50_ms": w["tpot_ms"]["quantiles"]["p50"]["point"],
-        "decode_tokens_per_s": w["decode_tokens_per_s"]["point"],
-        "agreement": w["agreement"]["share"],
+        kind: workload.get(kind).headline(w, emulated) if kind == ran else None
+        for kind in workload.kinds()
+        if workload.get(kind).loop_name is not None
     }
 
 
-def _stream(w: dict | None, emulated: str | None) -> dict | None:
-    """A stream workload's headline figures: chunk p99 and the real-time factor (not through an emulator) and the
-    streamed outputs' largest error (also through one: it computes what the device computes)."""
-    if not w or w.get("kind") != "stream":
-        return None
-    timed = (
-        {}
-        if emulated
-        else {
-            "chunk_p99_ms": w["chunk_ms"]["quantiles"]["p99"]["point"],
-            "real_time_factor": w["real_time_factor"]["median"],
-            "deadline_misses": w["deadline"]["misses"],
-        }
-    )
-    return {**timed, "max_abs_error": w["drift"]["max_abs_error"]}
+def _headlines(r: dict) -> list[tuple[str, dict]]:
+    """The (kind, headline) a row holds: its loop's, where the build ran one."""
+    return [(kind, h) for kind in workload.kinds() if isinstance(h := r.get(kind), dict) and h]
 
 
 def pareto(rows: list[dict]) -> list[str]:
@@ -174,10 +159,10 @@ def rank_of(r: dict) -> tuple[float | None, str]:
     p50 = (r["latency_ms"].get("p50") or {}).get("point")
     if p50:
         return p50, "p50"
-    if r.get("generate"):
-        return r["generate"]["tpot_p50_ms"], "time per token p50"
-    if (r.get("stream") or {}).get("chunk_p99_ms"):
-        return r["stream"]["chunk_p99_ms"], "chunk p99"
+    for kind, headline in _headlines(r):
+        ranked = workload.get(kind).rank(headline)
+        if ranked is not None:
+            return ranked
     return None, ""
 
 
@@ -284,25 +269,10 @@ def table_rows(result: dict) -> list[list[str]]:
                 f"{acc['metric']} {acc['artifact']:.4g}" if acc and acc["artifact"] is not None else "—",
                 str(r["exit_code"]),
                 note,
-                _workload_cell(r.get("generate"), r.get("stream")),
+                next((workload.get(kind).headline_cell(h) for kind, h in _headlines(r)), "—"),
             ]
         )
     return out
-
-
-def _workload_cell(g: dict | None, s: dict | None) -> str:
-    if g:
-        agreement = "" if g.get("agreement") is None else f" · greedy agreement {g['agreement']:.0%}"
-        return (
-            f"TTFT@{g['prompt']} {g['ttft_p50_ms']:.3g} ms · TPOT {g['tpot_p50_ms']:.3g} ms · "
-            f"{g['decode_tokens_per_s']:.0f} tok/s{agreement}"
-        )
-    if s:
-        timed = (
-            f"chunk p99 {s['chunk_p99_ms']:.3g} ms · RTF {s['real_time_factor']:.3g} · " if "chunk_p99_ms" in s else ""
-        )
-        return f"{timed}max |Δ| {s['max_abs_error']:.2g}"
-    return "—"
 
 
 def render_markdown(result: dict) -> str:

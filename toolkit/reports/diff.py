@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from tapeout.builds.reader import open_report
+from tapeout.core import workload
 from tapeout.records.report import Report
 
 MIN_CHANGE = 0.01
@@ -19,7 +20,8 @@ def _figures(report: Report) -> dict[str, tuple[float | None, float | None, floa
     data = report.to_json()
     m = data["measurement"]
     out: dict[str, tuple] = {}
-    if not data["target"].get("emulated"):
+    timed = not data["target"].get("emulated")
+    if timed:
         for key, q in ((m.get("latency_ms") or {}).get("quantiles") or {}).items():
             out[f"latency {key} ms"] = (q["point"], q["lower"], q["upper"])
         cold = m.get("cold_start_ms") or {}
@@ -31,28 +33,9 @@ def _figures(report: Report) -> dict[str, tuple[float | None, float | None, floa
         energy = m.get("energy")
         if energy:
             out["energy mJ"] = (energy["mj_per_inference"], *energy["mj_bounds"])
-        w = data.get("workload")
-        if w and w.get("kind") == "stream":  # a stream's figures, with the same bounds its verdicts use
-            for key, q in w["chunk_ms"]["quantiles"].items():
-                out[f"chunk {key} ms"] = (q["point"], q["lower"], q["upper"])
-            rtf = w["real_time_factor"]
-            out["real-time factor"] = (rtf["median"], rtf["fastest"], rtf["slowest"])
-            out["deadline misses"] = (w["deadline"]["misses"], None, None)
-            out["stream peak RSS MB"] = (w["memory_mb"]["peak_rss"], None, None)
-        if w and w.get("kind") == "generate":  # a generate workload's figures, with the same bounds its verdicts use
-            for length, summary in w["ttft_ms"].items():
-                q = summary["quantiles"]["p50"]
-                out[f"TTFT p50 ms @{length}"] = (q["point"], q["lower"], q["upper"])
-            for key, q in w["tpot_ms"]["quantiles"].items():
-                out[f"TPOT {key} ms"] = (q["point"], q["lower"], q["upper"])
-            tok = w["decode_tokens_per_s"]
-            out["decode tokens/s"] = (tok["point"], tok["lower"], tok["upper"])
-            out["generate peak RSS MB"] = (w["memory_mb"]["peak_rss"], None, None)
-            if w["agreement"]["share"] is not None:
-                out["greedy agreement"] = (w["agreement"]["share"], None, None)
     w = data.get("workload")
-    if w and w.get("kind") == "stream":  # exact given the build, also through an emulator
-        out["stream max |Δ| vs reference"] = (w["drift"]["max_abs_error"], None, None)
+    if w:  # the loop's figures, with the same bounds its verdicts use; the timed ones where they are the device's
+        out.update(workload.get(w["kind"]).diff_figures(w, timed))
     out["artifact MB"] = (data["artifact"]["bytes"] / 2**20, None, None)
     for p in data["parity"]:
         out[f"parity cosine {p['output']}"] = (p["cosine"], None, None)

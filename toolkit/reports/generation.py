@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from tapeout.reports.cells import fmt, table
+
 
 def interval(q: dict) -> str:
     """A quantile estimate as `point [lower, upper]`, an absent bound as —."""
@@ -169,4 +171,78 @@ def estimate_note(g: dict) -> str:
     return (
         "No calibration for this device and target: the bounds alone, which a loop on the device can only be "
         "slower than (unless its weights stay in a cache between calls)."
+    )
+
+
+def section(w: dict, emulated: str | None) -> list[str]:
+    lay, st = w["layout"], w["settings"]
+    out = [
+        "",
+        "## Generation (prefill + decode over the KV cache, fresh processes)",
+        "",
+        f"{lay['layers']} layers, {lay['kv_heads']} KV heads × {lay['head_dim']}, vocabulary {lay['vocab']}; batch "
+        f"{st['batch']}, {st['new_tokens']} new tokens, {st['trials']} timed generations per length per process, "
+        f"max_context {lay['max_context']}. Times in ms, p50/p90 with their {w['tpot_ms']['confidence']:.0%} bounds.",
+    ]
+    if emulated:
+        out += ["", f"**Emulated**: {emulated}. Never judged against the budgets."]
+    out += ["", "Time to first token (prefill + choosing the token):", ""]
+    out += table(["prompt tokens", "p50", "p90", "prefill tokens/s"], ttft_rows(w))
+    out += ["", "Time per output token (one decode step):", ""]
+    out += table(["", "ms"], tpot_rows(w))
+    out += ["", "Time per output token against the position in the sequence:", ""]
+    out += table(["positions", "steps", "p50", "p90"], position_rows(w))
+    cold = w["cold_start_ms"]
+    out += [
+        "",
+        f"Cold start ({cold['what']}): median {fmt(cold['median'])} ms, worst {fmt(cold['max'])} ms.",
+        "",
+        "Memory (MB):",
+        "",
+    ]
+    out += table(["part", "MB"], memory_rows(w))
+    out += ["", f"Scope: {w['memory_mb']['scope']}.", "", agreement_line(w)]
+    out += [f"\nNote: {note}" for note in w.get("notes", [])]
+    return out
+
+
+def diff_figures(w: dict, timed: bool) -> dict[str, tuple]:
+    """`tapeout diff`'s figures of a generation: (point, low, high), low and high its noise range (None: exact);
+    all timed, so none through an emulator."""
+    out: dict[str, tuple] = {}
+    if not timed:
+        return out
+    for length, summary in w["ttft_ms"].items():
+        q = summary["quantiles"]["p50"]
+        out[f"TTFT p50 ms @{length}"] = (q["point"], q["lower"], q["upper"])
+    for key, q in w["tpot_ms"]["quantiles"].items():
+        out[f"TPOT {key} ms"] = (q["point"], q["lower"], q["upper"])
+    tok = w["decode_tokens_per_s"]
+    out["decode tokens/s"] = (tok["point"], tok["lower"], tok["upper"])
+    out["generate peak RSS MB"] = (w["memory_mb"]["peak_rss"], None, None)
+    if w["agreement"]["share"] is not None:
+        out["greedy agreement"] = (w["agreement"]["share"], None, None)
+    return out
+
+
+def headline(w: dict, emulated: str | None) -> dict | None:
+    """`tapeout compare`'s figures of a generation: TTFT p50 at the longest prompt, TPOT p50, decode tokens/s;
+    none through an emulator (all timed)."""
+    if emulated:
+        return None
+    longest = max(w["ttft_ms"], key=int)
+    return {
+        "ttft_p50_ms": w["ttft_ms"][longest]["quantiles"]["p50"]["point"],
+        "prompt": int(longest),
+        "tpot_p50_ms": w["tpot_ms"]["quantiles"]["p50"]["point"],
+        "decode_tokens_per_s": w["decode_tokens_per_s"]["point"],
+        "agreement": w["agreement"]["share"],
+    }
+
+
+def headline_cell(g: dict) -> str:
+    agreement = "" if g.get("agreement") is None else f" · greedy agreement {g['agreement']:.0%}"
+    return (
+        f"TTFT@{g['prompt']} {g['ttft_p50_ms']:.3g} ms · TPOT {g['tpot_p50_ms']:.3g} ms · "
+        f"{g['decode_tokens_per_s']:.0f} tok/s{agreement}"
     )

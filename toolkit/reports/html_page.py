@@ -18,6 +18,7 @@ import io
 import re
 from typing import Any
 
+from tapeout.core import workload
 from tapeout.records.report import Report
 
 _BOUND_COLOURS = {"compute": "#1b9e77", "memory": "#d95f02", "overhead": "#7570b3", "unknown": "#999999"}
@@ -250,9 +251,9 @@ def sensitivity_figure(q: dict | None) -> str | None:
     )
 
 
-def generation_figure(w: dict | None) -> str:
+def generation_figure(w: dict) -> str:
     """TTFT against prompt length (p50, p90) and time per output token against position (p50, p90 per bin)."""
-    if not w or w.get("kind") != "generate" or not w.get("tpot_by_position"):
+    if not w.get("tpot_by_position"):
         return ""
     plt = _plt()
     fig, (left, right) = plt.subplots(1, 2, figsize=(9, 3))
@@ -279,10 +280,8 @@ def generation_figure(w: dict | None) -> str:
     )
 
 
-def stream_figure(w: dict | None) -> str:
+def stream_figure(w: dict) -> str:
     """The streamed outputs' error against the chunk index (state drift shows as growth along the stream)."""
-    if not w or w.get("kind") != "stream":
-        return ""
     plt = _plt()
     fig, ax = plt.subplots(figsize=(6, 3))
     carried = set(w["settings"]["state"].values())
@@ -309,8 +308,6 @@ def stream_figure(w: dict | None) -> str:
 
 # Which of report.md's sections (by the start of their heading) each figure belongs under.
 _FIGURES_UNDER = (
-    ("Generation", "generation"),
-    ("Stream", "stream"),
     ("Latency", "latency"),
     ("Where the time goes", "op-types"),
     ("Bottlenecks", "ops"),
@@ -349,8 +346,7 @@ def render(report: Report) -> str:
     m = r.get("measurement") or {}
     w = r.get("workload")
     figures = {
-        "generation": generation_figure(w),
-        "stream": stream_figure(w),
+        "workload": workload.get(w["kind"]).html_figure(w) if w else "",
         "latency": latency_figure(m, r["budgets"]) if m else None,
         "op-types": op_type_figure(m.get("op_profile")),
         "ops": ops_figure(r.get("bottlenecks")),
@@ -373,7 +369,7 @@ def render(report: Report) -> str:
             )
             continue
         parts.append((f"<h2>{html.escape(heading)}</h2>" if heading else "") + md.render(body))
-        for prefix, fid in _FIGURES_UNDER:
+        for prefix, fid in ((workload.get(w["kind"]).heading, "workload"), *_FIGURES_UNDER) if w else _FIGURES_UNDER:
             if heading.startswith(prefix) and figures.get(fid):
                 parts.append(figures.pop(fid))
     leftover = [f for f in figures.values() if f]  # a figure whose section report.md did not write

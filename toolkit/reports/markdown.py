@@ -7,7 +7,8 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from tapeout.reports import generation, streaming
+from tapeout.core import workload
+from tapeout.reports import generation
 from tapeout.reports.build_sections import (
     analysis_section,
     engine_section,
@@ -71,16 +72,12 @@ def render_markdown(report: Report) -> str:
 
     w = r.get("workload")
     if w:
-        section = _stream_section if w.get("kind") == "stream" else _generation_section
-        out += section(w, r["target"].get("emulated"))
+        out += workload.get(w["kind"]).markdown(w, r["target"].get("emulated"))
     m = r.get("measurement")
     if m:
         e2e = m.get("latency_e2e_ms")
-        scope = {
-            "generate": ": one decode step at the maximum context",
-            "stream": ": one chunk, on the golden inputs' state (the stream above carries it)",
-        }
-        out += ["", "## Latency (ms, warm, profiler off)" + scope.get((w or {}).get("kind"), ""), ""]
+        scope = workload.get(w["kind"]).call_scope if w else ""
+        out += ["", "## Latency (ms, warm, profiler off)" + scope, ""]
         if r["target"].get("emulated"):
             out += [f"**Emulated**: {r['target']['emulated']}. These figures are never judged against the budgets.", ""]
         if e2e:
@@ -248,73 +245,6 @@ def render_markdown(report: Report) -> str:
             + (f", reached in step {where}." if where else ".")
         )
     return "\n".join(out) + "\n"
-
-
-def _generation_section(w: dict, emulated: str | None) -> list[str]:
-    lay, st = w["layout"], w["settings"]
-    out = [
-        "",
-        "## Generation (prefill + decode over the KV cache, fresh processes)",
-        "",
-        f"{lay['layers']} layers, {lay['kv_heads']} KV heads × {lay['head_dim']}, vocabulary {lay['vocab']}; batch "
-        f"{st['batch']}, {st['new_tokens']} new tokens, {st['trials']} timed generations per length per process, "
-        f"max_context {lay['max_context']}. Times in ms, p50/p90 with their {w['tpot_ms']['confidence']:.0%} bounds.",
-    ]
-    if emulated:
-        out += ["", f"**Emulated**: {emulated}. Never judged against the budgets."]
-    out += ["", "Time to first token (prefill + choosing the token):", ""]
-    out += table(["prompt tokens", "p50", "p90", "prefill tokens/s"], generation.ttft_rows(w))
-    out += ["", "Time per output token (one decode step):", ""]
-    out += table(["", "ms"], generation.tpot_rows(w))
-    out += ["", "Time per output token against the position in the sequence:", ""]
-    out += table(["positions", "steps", "p50", "p90"], generation.position_rows(w))
-    cold = w["cold_start_ms"]
-    out += [
-        "",
-        f"Cold start ({cold['what']}): median {fmt(cold['median'])} ms, worst {fmt(cold['max'])} ms.",
-        "",
-        "Memory (MB):",
-        "",
-    ]
-    out += table(["part", "MB"], generation.memory_rows(w))
-    out += ["", f"Scope: {w['memory_mb']['scope']}.", "", generation.agreement_line(w)]
-    out += [f"\nNote: {note}" for note in w.get("notes", [])]
-    return out
-
-
-def _stream_section(w: dict, emulated: str | None) -> list[str]:
-    out = [
-        "",
-        "## Stream (chunk after chunk, state carried, fresh processes)",
-        "",
-        streaming.settings_line(w) + f" Times in ms, with their {w['chunk_ms']['confidence']:.0%} bounds.",
-    ]
-    if emulated:
-        out += ["", f"**Emulated**: {emulated}. Timings never judged against the budgets; the outputs are."]
-    out += ["", "Time per chunk:", ""]
-    out += table(["", "ms"], streaming.chunk_rows(w))
-    out += [
-        "",
-        "Streamed outputs against the FP32 reference over the golden stream (largest absolute difference; "
-        "an error that grows from the first quarter to the last is state drift):",
-        "",
-    ]
-    out += table(
-        ["output", "max", "max ÷ largest magnitude", "at chunk", "first quarter", "last quarter"],
-        streaming.drift_rows(w),
-    )
-    cold = w["cold_start_ms"]
-    out += [
-        "",
-        f"Cold start ({cold['what']}): median {fmt(cold['median'])} ms, worst {fmt(cold['max'])} ms.",
-        "",
-        "Memory (MB):",
-        "",
-    ]
-    out += table(["part", "MB"], streaming.memory_rows(w))
-    out += ["", f"Scope: {w['memory_mb']['scope']}."]
-    out += [f"\nNote: {note}" for note in w.get("notes", [])]
-    return out
 
 
 def _energy_section(m: dict) -> list[str]:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from tapeout.reports.cells import fmt, table
 from tapeout.reports.generation import interval
 
 
@@ -78,3 +79,72 @@ def settings_line(w: dict) -> str:
         f"{st['chunks']} chunks of {st['deadline_ms']:g} ms per stream, {st['trials']} timed streams per process, "
         f"state carried: {state}."
     )
+
+
+def section(w: dict, emulated: str | None) -> list[str]:
+    out = [
+        "",
+        "## Stream (chunk after chunk, state carried, fresh processes)",
+        "",
+        settings_line(w) + f" Times in ms, with their {w['chunk_ms']['confidence']:.0%} bounds.",
+    ]
+    if emulated:
+        out += ["", f"**Emulated**: {emulated}. Timings never judged against the budgets; the outputs are."]
+    out += ["", "Time per chunk:", ""]
+    out += table(["", "ms"], chunk_rows(w))
+    out += [
+        "",
+        "Streamed outputs against the FP32 reference over the golden stream (largest absolute difference; "
+        "an error that grows from the first quarter to the last is state drift):",
+        "",
+    ]
+    out += table(
+        ["output", "max", "max ÷ largest magnitude", "at chunk", "first quarter", "last quarter"], drift_rows(w)
+    )
+    cold = w["cold_start_ms"]
+    out += [
+        "",
+        f"Cold start ({cold['what']}): median {fmt(cold['median'])} ms, worst {fmt(cold['max'])} ms.",
+        "",
+        "Memory (MB):",
+        "",
+    ]
+    out += table(["part", "MB"], memory_rows(w))
+    out += ["", f"Scope: {w['memory_mb']['scope']}."]
+    out += [f"\nNote: {note}" for note in w.get("notes", [])]
+    return out
+
+
+def diff_figures(w: dict, timed: bool) -> dict[str, tuple]:
+    """`tapeout diff`'s figures of a stream: (point, low, high), low and high its noise range (None: exact). The
+    drift is exact given the build, also through an emulator."""
+    out: dict[str, tuple] = {}
+    if timed:
+        for key, q in w["chunk_ms"]["quantiles"].items():
+            out[f"chunk {key} ms"] = (q["point"], q["lower"], q["upper"])
+        rtf = w["real_time_factor"]
+        out["real-time factor"] = (rtf["median"], rtf["fastest"], rtf["slowest"])
+        out["deadline misses"] = (w["deadline"]["misses"], None, None)
+        out["stream peak RSS MB"] = (w["memory_mb"]["peak_rss"], None, None)
+    out["stream max |Δ| vs reference"] = (w["drift"]["max_abs_error"], None, None)
+    return out
+
+
+def headline(w: dict, emulated: str | None) -> dict:
+    """`tapeout compare`'s figures of a stream: chunk p99 and the real-time factor (not through an emulator) and the
+    streamed outputs' largest error (also through one: it computes what the device computes)."""
+    timed = (
+        {}
+        if emulated
+        else {
+            "chunk_p99_ms": w["chunk_ms"]["quantiles"]["p99"]["point"],
+            "real_time_factor": w["real_time_factor"]["median"],
+            "deadline_misses": w["deadline"]["misses"],
+        }
+    )
+    return {**timed, "max_abs_error": w["drift"]["max_abs_error"]}
+
+
+def headline_cell(s: dict) -> str:
+    timed = f"chunk p99 {s['chunk_p99_ms']:.3g} ms · RTF {s['real_time_factor']:.3g} · " if "chunk_p99_ms" in s else ""
+    return f"{timed}max |Δ| {s['max_abs_error']:.2g}"

@@ -29,8 +29,9 @@ class Accuracy(Step):
             return "the project has no [evaluation] metric"
         # a graph of static shapes is scored through a decode loop; a pipeline that runs nothing else (OpenVINO's NPU,
         # also on this host's CPU) through its own, even where its timings are emulated
-        static = project.workload.kind == "generate" and setup.target.static_decode()
-        pipeline = static and setup.target.scorer() is not None
+        workload = state.workload
+        static = workload.scored_by_own_loop(setup.target)
+        pipeline = static and workload.scorer(setup.target) is not None
         emulated = setup.emulated and not pipeline
         scored = None if emulated or pipeline else _scored_by_the_loop(state)
         where = evaluated_on(setup) if emulated or pipeline else "at build, on this host"

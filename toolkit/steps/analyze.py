@@ -6,7 +6,7 @@ be estimated (estimation/generation.py)."""
 
 from __future__ import annotations
 
-from tapeout.estimation import cost_units, generation
+from tapeout.estimation import cost_units
 from tapeout.graph.analyze import analyze_view
 from tapeout.graph.view import GraphView
 from tapeout.steps.state import BuildState
@@ -33,14 +33,7 @@ class Analyze(Step):
             state.analysis = analyze_view(view, hints=hints_of(state.loaded))
             state.kernels = cost_units.structure(view, state.analysis)  # priced once the precision is planned
             del view  # the weights it holds are not needed again
-        state.phases = None
-        if project.workload.kind == "generate":
-            with state.ui.step(
-                "kernel structure of each phase of the generation loop (prefill per prompt length, decode steps)"
-            ):
-                state.phases = generation.structures(
-                    state.fp32_model, project.inputs, project.dims, project.workload, state.kernels, state.ui
-                )
+        state.phases = state.workload.phases(state)
 
     def report(self, state: BuildState) -> dict[str, object]:
         return {"analysis": state.analysis.to_json()}

@@ -18,7 +18,7 @@ NO_DEVICE = (
 
 class Estimate(Step):
     name = "estimate"
-    needs = ("kernels", "phases", "quantization", "measurement", "generation", "artifact")
+    needs = ("kernels", "phases", "quantization", "measurement", "loop", "artifact")
     adds = ("estimate",)
 
     def run(self, state: BuildState) -> str | None:
@@ -52,7 +52,7 @@ class Estimate(Step):
     def report(self, state: BuildState) -> dict[str, object]:
         if state.estimate is None:
             return {"estimate": None}
-        measured = None if state.setup.emulated or state.generation is None else state.generation.to_json()
+        measured = None if state.setup.emulated or state.loop is None else state.loop.to_json()
         return {"estimate": estimate.with_measured(state.estimate, measured_p50(state), measured)}
 
 

@@ -65,29 +65,6 @@ def _raise_for_errors(state: BuildState, issues: list) -> list:
     return issues
 
 
-def _verify_decoding(project, graph_module, path: Path, options, ui):
-    """Greedy decoding through the exported graph checked against the decoder's plain forward on the workload's
-    golden prompts (the agreement prompts, at the shortest measured length) for the tokens agreement compares: the
-    cache, the positions and the mask checked over real lengths, and the torch model's greedy tokens on those prompts
-    made on the way (the generate step's reference)."""
-    from tapeout.core.decoding import graph_layout
-    from tapeout.exporters import generation
-
-    workload = project.workload
-    layout = graph_layout(project.inputs, workload)
-    prompts, _ = generation.prompt_tokens(project, layout, workload.agreement_prompts, min(workload.prompt_lengths))
-    return generation.verify(
-        graph_module.inner,
-        path,
-        layout,
-        prompts,
-        workload.compared_tokens,
-        options.atol,
-        options.rtol,
-        progress=lambda done, total: ui.progress(done, total, "prompts"),
-    )
-
-
 def _torch_reference(loaded, project, output_names):
     """The FP32 reference: the loaded torch module's outputs on given feeds. It reads `loaded.module` at each call and
     keeps no module of its own, so the release step's letting go of the module frees it."""
@@ -243,12 +220,8 @@ class Export(Step):
                 share.put(key, disk, setup.profile.name)
             return disk
         records: list[dict] = []
-        generate = project.workload.kind == "generate"
-        dims = project.dims
-        if generate:
-            from tapeout.exporters import generation
-
-            dims = generation.export_dims(project)
+        workload = state.workload
+        dims = workload.export_dims(project)
         with state.ui.step("export to ONNX and verify against torch"):
             result = torch_onnx.export(
                 loaded,
@@ -260,14 +233,7 @@ class Export(Step):
                 rewrite=lambda proto: _export_passes(proto, records),
                 stage=state.ui.detail,
             )
-        verification, greedy_tokens = None, None
-        if generate:
-            workload = project.workload
-            with state.ui.step(
-                f"verify the KV-cache graph: {workload.agreement_prompts} prompts × "
-                f"{workload.compared_tokens} greedy tokens against torch"
-            ):
-                verification, greedy_tokens = _verify_decoding(project, loaded.module, out, options, state.ui)
+        verification, greedy_tokens = workload.verify_export(project, loaded.module, out, options, state.ui)
         program = None
         if program_wanted:
             with state.ui.step("export the torch.export program"):

@@ -1,13 +1,13 @@
 """The build as one ordered list of steps, and check as an opening plus the tail of the same list.
 
     BUILD = load → prune → export → lint → prepare → analyze → reference → golden → record → release →
-            precision → compile → engine → measure → parity → generate → stream → placement → accuracy → estimate →
+            precision → compile → engine → measure → parity → loop → placement → accuracy → estimate →
             bottlenecks → verdicts → report → write
     CHECK = open → golden → engine → … → write        (golden read back, then the tail of BUILD from the engine on)
 
 What runs the torch module comes before `release`, which lets it go: the steps after it work from ONNX files.
 
-A new step (a generation loop, a kernel substitution) is a module under steps/ and an entry here; the
+A new step (a kernel substitution) is a module under steps/ and an entry here; the
 commands only choose a list and hand it a state.
 """
 
@@ -30,10 +30,10 @@ from tapeout.steps.compile import Compile
 from tapeout.steps.engine import Engine
 from tapeout.steps.estimate import Estimate
 from tapeout.steps.export import Export, ExportShare
-from tapeout.steps.generate import Generate
 from tapeout.steps.golden import MakeGolden
 from tapeout.steps.lint import Lint
 from tapeout.steps.load import Load
+from tapeout.steps.loop import Loop
 from tapeout.steps.measure import Measure
 from tapeout.steps.open import Open
 from tapeout.steps.parity import Parity
@@ -47,7 +47,6 @@ from tapeout.steps.release import Release
 from tapeout.steps.setup import Setup, for_build, for_check
 from tapeout.steps.state import BuildState
 from tapeout.steps.step import Step, run
-from tapeout.steps.stream import Stream
 from tapeout.steps.verdicts import Verdicts
 from tapeout.steps.write import Write
 
@@ -67,8 +66,7 @@ BUILD: tuple[Step, ...] = (
     Engine(),
     Measure(),
     Parity(),
-    Generate(),
-    Stream(),
+    Loop(),
     Placement(),
     Accuracy(),
     Estimate(),

@@ -15,6 +15,7 @@ from dataclasses import replace
 from pathlib import Path
 
 from tapeout import targets
+from tapeout.core import workload as workloads
 from tapeout.core.artifact import Artifact
 from tapeout.core.errors import BadInput
 from tapeout.core.hashing import sha256_file
@@ -149,15 +150,8 @@ def quantize(
         analysis, profile.target, setup.capabilities, profile.precision, settings, isa=rules.isa_for(setup.device)
     )
     calibration = None
-    if project.workload.kind == "generate" and methods.get(plan.method).needs_calibration(plan):
-        # [calibration] holds prompts; the graph quantized is one cache step, whose activations nothing samples yet
-        raise BadInput(
-            f"{plan.method} quantization calibrates activations, and a generate workload's cache graph has "
-            "no calibration samples yet",
-            fix="use a weight-only precision (int4: cpu-int4, "
-            "openvino-cpu-int4), ONNX Runtime's dynamic INT8 (cpu-int8), which need none, or on the HTP "
-            'precision = "fp32" (it runs FP16 there)',
-        )
+    workload = workloads.of(project)
+    workload.check_quantization(plan.method, methods.get(plan.method).needs_calibration(plan))
     if project.calibration is not None:
         calibration, _ = sample_inputs(project, settings.calibration_samples)
     elif methods.get(plan.method).needs_calibration(plan):
@@ -174,7 +168,7 @@ def quantize(
     max_ir = target.limits().max_ir_version
 
     # a static-shape decode pipeline runs no single call of the cache graph: candidates are scored where one runs
-    scorer = target.scorer() if project.workload.kind == "generate" else None
+    scorer = workload.scorer(target)
 
     def session(path: Path):
         if scorer is not None:
@@ -329,7 +323,7 @@ def _compare_latency(fp32, quantized, feeds: dict, rounds: int = 5) -> tuple[flo
 
 def evaluated_on(setup: Setup) -> str:
     model = "model" if setup.profile.precision == "fp32" else "quantized model"
-    if setup.project.workload.kind == "generate" and setup.target.scorer() is not None:
+    if workloads.of(setup.project).scorer(setup.target) is not None:
         return (
             f"{setup.target.name}'s own decode loop for the artifact; the sensitivity loop's candidates on OpenVINO "
             "CPU (the same IR, dynamic shapes): the static-shape pipeline runs no single call of the cache graph"

@@ -15,17 +15,6 @@ class Record(Step):
     adds = ("workload_file",)
 
     def run(self, state: BuildState) -> str | None:
-        workload = state.setup.project.workload
-        if workload.kind == "generate":
-            from tapeout.core.decoding import graph_layout
-            from tapeout.steps.generate import make_workload_data
-
-            state.workload_file = make_workload_data(state, graph_layout(state.setup.project.inputs, workload))
-        elif workload.kind == "stream":
-            from tapeout.steps.stream import make_stream_data
-
-            state.workload_file = make_stream_data(state)
-        else:
-            state.workload_file = None
-            return f"the project's workload is {workload.kind}"
-        return None
+        workload = state.workload
+        state.workload_file = workload.record(state)
+        return None if state.workload_file is not None else f"the {workload.kind} workload replays nothing"

@@ -40,7 +40,9 @@ class Reference(Step):
                 "process computed it for the same export and project files"
             )
         else:
-            with state.ui.step(f"evaluate {project.evaluation.name} on the FP32 reference{_how(state)}"):
+            with state.ui.step(
+                f"evaluate {project.evaluation.name} on the FP32 reference{state.workload.reference_how(state)}"
+            ):
                 state.reference_metric = _reference_metric(state)
             if key is not None:
                 _MEMO[key] = state.reference_metric
@@ -50,25 +52,11 @@ class Reference(Step):
         return None
 
 
-def _whole_sequences(state: BuildState) -> bool:
-    """A generate workload's FP32 reference is its torch decoder's plain forward over whole sequences
-    (exporters/generation.plain_forward); an artifact's metric still goes through its cache. Load has made every
-    generate source the torch cache graph (an ONNX source and [pruning] are refused there); a teacher, were
-    pruning ever allowed here, would stay the reference."""
-    return state.setup.project.workload.kind == "generate" and state.teacher is None
-
-
-def _how(state: BuildState) -> str:
-    return " (torch, each sequence in one call)" if _whole_sequences(state) else ""
-
-
 def _reference_metric(state: BuildState) -> float:
-    project = state.setup.project
-    if _whole_sequences(state):
-        from tapeout.exporters import generation
-
-        return evaluate(project, generation.plain_forward(state.loaded.module), through_cache=False)
-    return evaluate(project, state.teacher or state.exported.reference)
+    own = state.workload.reference_metric(state)  # a decoder's: its plain forward over whole sequences
+    if own is not None:
+        return own
+    return evaluate(state.setup.project, state.teacher or state.exported.reference)
 
 
 def _inputs_key(state: BuildState) -> str:

@@ -13,6 +13,7 @@ from pydantic import ValidationError
 
 from tapeout import targets
 from tapeout.builds.reader import BuildDir
+from tapeout.core import workload as workloads
 from tapeout.core.capabilities import Capabilities
 from tapeout.core.config import (
     budgets_set_by_the_user,
@@ -25,7 +26,7 @@ from tapeout.core.config import (
 from tapeout.core.console import UI
 from tapeout.core.errors import BadInput, TargetUnavailable
 from tapeout.core.inputs import check_project_files
-from tapeout.core.profile_schema import Profile, min_samples_for_bound
+from tapeout.core.profile_schema import Profile
 from tapeout.core.schemas import DeviceSpec, Project
 from tapeout.quantize import methods
 from tapeout.targets.base import Probe, Target
@@ -83,9 +84,10 @@ def for_build(project_dir: Path | str, profile_name: str, ui: UI) -> Setup:
             "(FP8 needs NVIDIA Ada or Hopper and newer)",
             fix='use precision = "int8" or "fp16" for this device',
         )
-    kind = project.workload.kind
-    if kind not in target.capabilities.workloads:
-        able = [name for name, entry in targets.TARGETS.items() if kind in entry.capabilities.workloads]
+    workload = workloads.of(project)
+    kind = workload.kind
+    if not workload.runs_on(target.capabilities):
+        able = [name for name, entry in targets.TARGETS.items() if workload.runs_on(entry.capabilities)]
         why = target.capabilities.workloads_not.get(kind)
         raise BadInput(
             f"target '{profile.target}' (profile {profile.name}) cannot run a {kind} workload: "
@@ -94,15 +96,7 @@ def for_build(project_dir: Path | str, profile_name: str, ui: UI) -> Setup:
             fix=f"build {project.file.name}'s {kind} workload "
             f'for a profile whose target runs it ({", ".join(able)}), or set [workload] kind = "forward"',
         )
-    problem = target.workload_problem(kind) if kind != "forward" else None
-    if problem:
-        raise BadInput(
-            f"target '{profile.target}' (profile {profile.name}) cannot run this {kind} workload: {problem}",
-            fix=f"set the option the message names in the profile's [options], or build the {kind} "
-            "workload for another profile",
-        )
-    _enough_generations(project, profile)
-    _enough_chunks(project, profile)
+    workload.check_profile(project, profile, target)
     check_project_files(project)
     here = targets.readiness(target)
     deferred = None
@@ -156,42 +150,6 @@ def with_project_budgets(profile: Profile, project: Project) -> tuple[Profile, t
         ) from None
     merged._user_budgets = profile._user_budgets
     return merged, tuple(sorted(taken))
-
-
-def _enough_generations(project: Project, profile: Profile) -> None:
-    """A generate workload's budgets need enough samples to bound their percentile, as the latency budgets do: TTFT
-    has one sample per timed generation per process, the time per token one per decode step."""
-    workload, budgets, check = project.workload, profile.budgets, profile.check
-    if workload.kind != "generate":
-        return
-    generations = workload.trials * check.repeats
-    steps = generations * (workload.new_tokens - 1) * len(workload.prompt_lengths)
-    for budget, quantile, count, what in (
-        ("ttft_ms", 0.9, generations, "[workload] trials × check.repeats"),
-        ("tpot_p90_ms", 0.9, steps, "trials × (new_tokens - 1) × prompt lengths × check.repeats"),
-        ("tpot_p99_ms", 0.99, steps, "trials × (new_tokens - 1) × prompt lengths × check.repeats"),
-    ):
-        need = min_samples_for_bound(quantile, check.confidence)
-        if getattr(budgets, budget) is not None and count < need:
-            raise BadInput(
-                f"{what} = {count} cannot bound the p{quantile * 100:g} that {budget} is judged on at "
-                f"confidence {check.confidence}: it needs at least {need} samples",
-                fix=f"raise [workload] trials in {project.file.name} (or check.repeats in the profile)",
-            )
-
-
-def _enough_chunks(project: Project, profile: Profile) -> None:
-    """chunk_p99_ms needs enough timed chunks to bound the p99: one per chunk per timed stream per process."""
-    workload, check = project.workload, profile.check
-    if workload.kind != "stream" or profile.budgets.chunk_p99_ms is None:
-        return
-    count, need = workload.chunks * workload.trials * check.repeats, min_samples_for_bound(0.99, check.confidence)
-    if count < need:
-        raise BadInput(
-            f"[workload] chunks × trials × check.repeats = {count} cannot bound the p99 that chunk_p99_ms is "
-            f"judged on at confidence {check.confidence}: it needs at least {need} timed chunks",
-            fix=f"raise [workload] chunks or trials in {project.file.name} (or check.repeats in the profile)",
-        )
 
 
 def for_check(build: BuildDir, ui: UI) -> Setup:

@@ -12,6 +12,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
+from tapeout.core import workload as workloads
+
 if TYPE_CHECKING:  # annotations only: a step imports what it runs
     from tapeout.builds.reader import BuildDir
     from tapeout.core.artifact import Artifact
@@ -20,14 +22,13 @@ if TYPE_CHECKING:  # annotations only: a step imports what it runs
     from tapeout.core.parity import OutputParity
     from tapeout.core.profile_schema import CheckSettings
     from tapeout.core.verdict import BudgetResult
+    from tapeout.core.workload import Workload
     from tapeout.estimation.cost_units import Kernel
     from tapeout.estimation.estimate import Estimate
     from tapeout.estimation.generation import Phase
     from tapeout.exporters.sources import LoadedModel
     from tapeout.graph.analysis import Analysis
-    from tapeout.measurement.generation import GenerationMeasurement
     from tapeout.measurement.measure import Measurement
-    from tapeout.measurement.streaming import StreamMeasurement
     from tapeout.records.passes import PassRecord
     from tapeout.records.report import AccuracyInfo, ArtifactInfo, Report
     from tapeout.steps.setup import Setup
@@ -116,8 +117,7 @@ class BuildState:
     workload_file: Path | None = PENDING  # a loop's workload.npz, written by the record step; None for forward
     measurement: Measurement = PENDING
     parity: list[OutputParity] = PENDING
-    generation: GenerationMeasurement | None = PENDING  # a generate workload's loop; None for forward
-    stream: StreamMeasurement | None = PENDING  # a stream workload's loop; None for forward
+    loop: Any = PENDING  # the workload's loop measured (GenerationMeasurement, StreamMeasurement, …); None: no loop
     placement: dict | None = PENDING
     accuracy: AccuracyInfo | None = PENDING
     estimate: Estimate | None = PENDING
@@ -132,3 +132,10 @@ class BuildState:
     @property
     def ui(self):
         return self.setup.ui
+
+    @property
+    def workload(self) -> Workload:
+        """The workload this run measures: the project's (a build), the one the build dir records (a check)."""
+        if self.opened is not None:
+            return workloads.of_settings(self.opened.workload_settings())
+        return workloads.of(self.setup.project)

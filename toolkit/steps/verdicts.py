@@ -4,6 +4,7 @@ check carries the accuracy and placement verdicts over from the build's report, 
 
 from __future__ import annotations
 
+from tapeout.core import workload as workloads
 from tapeout.core.profile_schema import Profile
 from tapeout.core.schemas import Budgets
 from tapeout.core.verdict import BudgetResult, Verdict
@@ -64,7 +65,7 @@ def carried(build: Report, profile: Profile) -> list[BudgetResult]:
 
 class Verdicts(Step):
     name = "verdicts"
-    needs = ("measurement", "artifact_info", "parity", "generation", "stream", "placement", "accuracy", "estimate")
+    needs = ("measurement", "artifact_info", "parity", "loop", "placement", "accuracy", "estimate")
     adds = ("budgets",)
 
     def run(self, state: BuildState) -> None:
@@ -83,8 +84,10 @@ class Verdicts(Step):
         if state.opened is None:
             results += verdicts.judge_placement(budgets, state.placement)
         results.append(verdicts.judge_parity(state.parity, settings.parity))
-        results += verdicts.judge_generation(budgets, state.generation, settings, setup.emulated)
-        results += verdicts.judge_stream(budgets, state.stream, settings, setup.emulated)
+        ran = state.workload
+        for kind in workloads.kinds():  # a budget of a workload the build did not run is unmeasured, with the reason
+            each = workloads.get(kind)
+            results += each.judge(budgets, state.loop if each is ran else None, settings, setup.emulated)
         if state.opened is None:
             acc = state.accuracy
             results += verdicts.judge_accuracy(

@@ -12,7 +12,6 @@ from tapeout.core.files import write_json, write_text
 from tapeout.core.hashing import sha256_file, tree_hashes
 from tapeout.core.host import package_versions
 from tapeout.estimation import cost_units, generation
-from tapeout.measurement.generation import WORKLOAD_FILE
 from tapeout.records.manifest import CHECK_SCHEMA, SCHEMA
 from tapeout.records.report import Report
 from tapeout.reports import html_page
@@ -48,7 +47,7 @@ def write_check(build_dir: Path, report: Report) -> None:
 class Write(Step):
     name = "write"
     needs = ("report",)
-    needs_at_build = ("kernels", "phases", "golden", "quantization", "generation")
+    needs_at_build = ("kernels", "phases", "golden", "quantization", "loop")
 
     def run(self, state: BuildState) -> None:
         if state.kind == "check":
@@ -94,14 +93,7 @@ def manifest(state: BuildState) -> dict:
         # check carries verdicts over from report.json: its hash makes them part of what is verified
         "report": {"file": "report.json", "sha256": sha256_file(stage / "report.json")},
         "structure": {"file": STRUCTURE, "sha256": sha256_file(stage / STRUCTURE)},
-        "workload": None
-        if project.workload.kind == "forward"
-        else {
-            "settings": project.workload.model_dump(mode="json"),
-            "layout": state.generation.layout.to_json() if state.generation is not None else None,
-            "file": WORKLOAD_FILE,
-            "sha256": sha256_file(stage / WORKLOAD_FILE),
-        },
+        "workload": state.workload.manifest_record(state),
         "profile": profile.model_dump(mode="json"),
         "device_spec": setup.device.model_dump(mode="json") if setup.device else None,
         "quantization": None
