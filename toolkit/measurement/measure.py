@@ -309,10 +309,7 @@ def measure(
     caps = target.capabilities
     options = target.options.model_dump(mode="json")
     base = {
-        "target": artifact.target,
-        "artifact_dir": str(artifact.directory),
-        "main_file": artifact.main_file,
-        "options": options,
+        **artifact_request(target, artifact),
         "golden": str(golden_path),
         "iterations": settings.iterations,
         "warmup_min_iters": settings.warmup_min_iters,
@@ -344,6 +341,51 @@ def measure(
         )
         m.op_profile = prof["op_profile"]
     return m
+
+
+def artifact_request(target: Target, artifact: Artifact) -> dict:
+    """What a measuring process opens: the target with its options and the artifact."""
+    return {
+        "target": artifact.target,
+        "artifact_dir": str(artifact.directory),
+        "main_file": artifact.main_file,
+        "options": target.options.model_dump(mode="json"),
+    }
+
+
+LOOP_TIMEOUT_S = 1800  # one process's whole loop: every prompt length's generations, every timed stream
+
+
+def measure_loop(
+    request: dict,
+    repeats: int,
+    first_wants: str,
+    summarize: Callable[[list[dict]], Any],
+    undecided: Callable[[Any], bool],
+    ui: Any,
+    what: str,
+    label: str,
+    emulated: str | None,
+) -> Any:
+    """A workload's loop (runner mode = its kind, in `request`) in `repeats` fresh processes, the first asked for
+    `first_wants` (the tokens or outputs its accuracy is judged on), summarized; where a timing budget is then
+    undecided (never through an emulator), as many processes more, once (DESIGN §4)."""
+    results = []
+    with ui.step(what):
+        for r in range(repeats):
+            ui.detail(f"{label}: process {r + 1}/{repeats}")
+            results.append(run_child({**request, first_wants: r == 0}, timeout_s=LOOP_TIMEOUT_S))
+    result = summarize(results)
+    if not emulated and undecided(result):
+        with ui.step(f"{label}: a timing budget is inconclusive, {repeats} processes more"):
+            for r in range(repeats):
+                ui.detail(f"{label}: process {repeats + r + 1}/{2 * repeats}")
+                results.append(run_child({**request, first_wants: False}, timeout_s=LOOP_TIMEOUT_S))
+        result = summarize(results)
+        result.notes.append("a timing budget was inconclusive; sampling was doubled once")
+    if emulated:
+        result.notes.append(f"emulated: {emulated}; timings not judged")
+    return result
 
 
 def placement_from_profile(profile: dict | None, accelerator: str) -> dict | None:

@@ -20,7 +20,7 @@ from tapeout.core.profile_schema import Profile, min_samples_for_bound
 from tapeout.core.schemas import GenerateWorkload, Project
 from tapeout.core.workload import WORKLOAD_FILE, Workload
 from tapeout.measurement import generation
-from tapeout.measurement.measure import run_child
+from tapeout.measurement.measure import artifact_request, measure_loop
 from tapeout.measurement.verdicts import judge_generation, undecided
 from tapeout.reports import generation as report
 
@@ -270,37 +270,19 @@ class Generate(Workload):
         # read and checked before any process is started: a bad file is one line, not a child's traceback
         _, _, reference = generation.load_workload_data(data, layout, workload)
         settings = state.settings
-        artifact = state.artifact
-        base = {
-            "target": artifact.target,
-            "artifact_dir": str(artifact.directory),
-            "main_file": artifact.main_file,
-            "options": setup.target.options.model_dump(mode="json"),
-            **generation.request_fields(workload, layout, data),
-        }
-        results = []
-        with state.ui.step(
+        budgets, size = setup.profile.budgets, state.artifact_info.bytes
+        return measure_loop(
+            {**artifact_request(setup.target, state.artifact), **generation.request_fields(workload, layout, data)},
+            settings.repeats,
+            "want_tokens",
+            lambda results: generation.summarize(results, workload, layout, reference, size, settings.confidence),
+            lambda result: undecided(self.judge(budgets, result, settings, None)),
+            state.ui,
             f"generate: {len(workload.prompt_lengths)} prompt lengths × {workload.trials} trials × "
-            f"{workload.new_tokens} tokens, in fresh processes"
-        ):
-            for r in range(settings.repeats):
-                state.ui.detail(f"generation: process {r + 1}/{settings.repeats}")
-                results.append(run_child({**base, "want_tokens": r == 0}, timeout_s=1800))
-        result = generation.summarize(
-            results, workload, layout, reference, state.artifact_info.bytes, settings.confidence
+            f"{workload.new_tokens} tokens, in fresh processes",
+            "generate",
+            setup.emulated,
         )
-        if not setup.emulated and undecided(judge_generation(setup.profile.budgets, result, settings, None)):
-            with state.ui.step(f"generate: a timing budget is inconclusive, {settings.repeats} processes more"):
-                for r in range(settings.repeats):
-                    state.ui.detail(f"generation: process {settings.repeats + r + 1}/{2 * settings.repeats}")
-                    results.append(run_child({**base, "want_tokens": False}, timeout_s=1800))
-            result = generation.summarize(
-                results, workload, layout, reference, state.artifact_info.bytes, settings.confidence
-            )
-            result.notes.append("a timing budget was inconclusive; sampling was doubled once")
-        if setup.emulated:
-            result.notes.append(f"emulated: {setup.emulated}; timings not judged")
-        return result
 
     def manifest_record(self, state: BuildState) -> dict:
         return {

@@ -19,7 +19,7 @@ from tapeout.core.schemas import Project, StreamWorkload
 from tapeout.core.user_code import resolve_callable, user_code
 from tapeout.core.workload import WORKLOAD_FILE, Workload
 from tapeout.measurement import streaming
-from tapeout.measurement.measure import run_child
+from tapeout.measurement.measure import artifact_request, measure_loop
 from tapeout.measurement.verdicts import judge_stream, undecided
 from tapeout.reports import streaming as report
 from tapeout.targets.base import StateCarrier
@@ -229,41 +229,26 @@ class Stream(Workload):
             path = state.workload_file  # the record step wrote it while the reference was loaded
         data = streaming.StreamData.load(path)
         data.check_fits(workload, path)
-        settings, artifact = state.settings, state.artifact
-        base = {
-            "target": artifact.target,
-            "artifact_dir": str(artifact.directory),
-            "main_file": artifact.main_file,
-            "options": setup.target.options.model_dump(mode="json"),
-            **streaming.request_fields(workload, path),
-        }
+        settings, budgets, size = state.settings, setup.profile.budgets, state.artifact_info.bytes
+        request = {**artifact_request(setup.target, state.artifact), **streaming.request_fields(workload, path)}
         # Through an emulator the timings are never judged: one process and one timed stream; the golden stream's
         # outputs (what drift is judged on) are the same either way.
         repeats, trials = (1, 1) if setup.emulated else (settings.repeats, workload.trials)
-        base["workload"] = {**base["workload"], "trials": trials}
-        results = []
-        with state.ui.step(
+        request["workload"] = {**request["workload"], "trials": trials}
+        return measure_loop(
+            request,
+            repeats,
+            "want_outputs",
+            lambda results: streaming.summarize(
+                results, results[0]["outputs"][0], data, workload, size, settings.confidence
+            ),
+            lambda result: undecided(self.judge(budgets, result, settings, None)),
+            state.ui,
             f"stream: {trials} streams × {workload.chunks} chunks, state carried, in fresh processes"
-            + (" (emulated: outputs only)" if setup.emulated else "")
-        ):
-            for r in range(repeats):
-                state.ui.detail(f"stream: process {r + 1}/{repeats}")
-                results.append(run_child({**base, "want_outputs": r == 0}, timeout_s=1800))
-        result = streaming.summarize(
-            results, results[0]["outputs"][0], data, workload, state.artifact_info.bytes, settings.confidence
+            + (" (emulated: outputs only)" if setup.emulated else ""),
+            "stream",
+            setup.emulated,
         )
-        if not setup.emulated and undecided(judge_stream(setup.profile.budgets, result, settings, None)):
-            with state.ui.step(f"stream: a timing budget is inconclusive, {repeats} processes more"):
-                for r in range(repeats):
-                    state.ui.detail(f"stream: process {repeats + r + 1}/{2 * repeats}")
-                    results.append(run_child({**base, "want_outputs": False}, timeout_s=1800))
-            result = streaming.summarize(
-                results, results[0]["outputs"][0], data, workload, state.artifact_info.bytes, settings.confidence
-            )
-            result.notes.append("a timing budget was inconclusive; sampling was doubled once")
-        if setup.emulated:
-            result.notes.append(f"emulated: {setup.emulated}; timings not judged")
-        return result
 
     def manifest_record(self, state: BuildState) -> dict:
         return {
