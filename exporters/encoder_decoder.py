@@ -1,0 +1,334 @@
+"""Export for an encoder-decoder speech model (Whisper and its kin): the encoder run once over the audio features,
+its output projected into every decoder layer's cross-attention keys and values there (once per clip, never per
+token), and a decoder step over two caches: its own self-attention keys and values, which grow by each token, and
+the cross-attention ones, which it only reads.
+
+A user module follows this signature:
+
+    module.encoder(input_features) -> (cross_key_0, cross_value_0, …)
+        input_features  float32 [batch, mel_bins, frames]
+        cross_*         per decoder layer, [batch, heads, source, head_dim]
+    module.decoder(input_ids, *past, *cross) -> (logits, *present)
+        input_ids       int64 [batch, seq]
+        past            per layer a self-attention key and value, [batch, heads, past_len, head_dim] (past_len ≥ 0)
+        logits          [batch, seq, vocab]
+        present         per layer the key and value after this call, [batch, heads, past_len + seq, head_dim]
+    module.plain(input_features, input_ids) -> logits       the whole sequence in one call: the reference
+    module.transcription = {"layers", "heads", "head_dim", "vocab", "max_target", "mel_bins", "frames",
+                            "start_ids": [...], "eos": id}
+
+Positions are past_len … past_len + seq - 1. A Hugging Face `WhisperForConditionalGeneration` is wrapped into the
+same signature around transformers' own EncoderDecoderCache (`whisper`). The two graphs are verified against torch
+by greedy decoding several clips through them and comparing every step's logits with the plain forward over the
+whole sequence: a cache that is wrong anywhere shows as a divergence.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+
+from tapeout.core.decoding import INPUT_IDS, LOGITS
+from tapeout.core.errors import BadInput, ExportMismatch
+from tapeout.core.schemas import InputSpec
+
+INPUT_FEATURES = "input_features"
+LAYOUT_KEYS = ("layers", "heads", "head_dim", "vocab", "max_target", "mel_bins", "frames", "start_ids", "eos")
+FIX_SIGNATURE = (
+    "follow the encoder-decoder signature in the docs (docs/workloads.md): module.encoder(input_features) -> cross "
+    "keys and values, module.decoder(input_ids, *past, *cross) -> (logits, *present), module.plain(input_features, "
+    "input_ids) -> logits and module.transcription = {layers, heads, head_dim, vocab, max_target, mel_bins, frames, "
+    "start_ids, eos}"
+)
+
+
+@dataclass(frozen=True)
+class SpeechLayout:
+    """The two graphs' interface: what the encoder takes and gives, what the decoder step takes and gives."""
+
+    layers: int
+    heads: int
+    head_dim: int
+    vocab: int
+    max_target: int  # the most decoder positions (start tokens + generated)
+    mel_bins: int
+    frames: int  # the encoder's input length: the declared longest clip's feature frames
+    start_ids: tuple[int, ...]  # the decoder's prompt (Whisper: start of transcript, language, task, no timestamps)
+    eos: int
+    dtype: str = "float32"
+
+    @staticmethod
+    def from_module(module) -> SpeechLayout:
+        info = getattr(module, "transcription", None)
+        if not isinstance(info, dict) or any(k not in info for k in LAYOUT_KEYS):
+            missing = [k for k in LAYOUT_KEYS if not isinstance(info, dict) or k not in info]
+            raise BadInput(
+                f"the encoder-decoder module has no transcription layout ({', '.join(missing)})", fix=FIX_SIGNATURE
+            )
+        numbers = {k: info[k] for k in LAYOUT_KEYS if k not in ("start_ids",)}
+        if any(not isinstance(v, int) or isinstance(v, bool) or v < 0 for v in numbers.values()):
+            raise BadInput(f"transcription layout {numbers}: every size is a non-negative integer", fix=FIX_SIGNATURE)
+        start = tuple(int(t) for t in info["start_ids"])
+        if not start or len(start) >= info["max_target"]:
+            raise BadInput(
+                f"transcription start_ids {list(start)}: the decoder starts from 1 to max_target - 1 tokens",
+                fix=FIX_SIGNATURE,
+            )
+        return SpeechLayout(**numbers, start_ids=start)
+
+    def cross(self) -> list[str]:
+        return [f"cross_{kind}_{i}" for i in range(self.layers) for kind in ("key", "value")]
+
+    def past(self) -> list[str]:
+        return [f"past_{kind}_{i}" for i in range(self.layers) for kind in ("key", "value")]
+
+    def present(self) -> list[str]:
+        return [f"present_{kind}_{i}" for i in range(self.layers) for kind in ("key", "value")]
+
+    def encoder_inputs(self, batch: str | int = "batch") -> list[InputSpec]:
+        return [
+            InputSpec(
+                name=INPUT_FEATURES, shape=[batch, self.mel_bins, self.frames], dtype="float32", range=(-1.0, 1.0)
+            )
+        ]
+
+    def decoder_inputs(self, source: int) -> list[InputSpec]:
+        """The decoder step's inputs at one decode step at max_target, its cross cache `source` positions long."""
+        cache = ["batch", self.heads, "past_len", self.head_dim]
+        return [
+            InputSpec(name=INPUT_IDS, shape=["batch", "seq"], dtype="int64", range=(0, self.vocab - 1)),
+            *(InputSpec(name=n, shape=cache, dtype=self.dtype, range=(-1.0, 1.0)) for n in self.past()),
+            *(
+                InputSpec(
+                    name=n, shape=["batch", self.heads, source, self.head_dim], dtype=self.dtype, range=(-1.0, 1.0)
+                )
+                for n in self.cross()
+            ),
+        ]
+
+    def self_cache_bytes(self, batch: int = 1) -> int:
+        return 2 * self.layers * batch * self.heads * self.max_target * self.head_dim * 4
+
+    def cross_cache_bytes(self, source: int, batch: int = 1) -> int:
+        return 2 * self.layers * batch * self.heads * source * self.head_dim * 4
+
+
+def whisper(model):
+    """A Hugging Face WhisperForConditionalGeneration in the encoder-decoder signature: the encoder with each
+    decoder layer's cross-attention projections applied to its output, the decoder step around transformers'
+    EncoderDecoderCache with the cross half marked as already computed (so it is read, never recomputed), and the
+    plain forward. The encoder takes the config's frames only (Whisper pads every clip to them: 30 s)."""
+    import torch
+    from transformers.cache_utils import DynamicCache, EncoderDecoderCache
+
+    config = model.config
+    heads = config.decoder_attention_heads
+    head_dim = config.d_model // heads
+    layers = config.decoder_layers
+    generation = getattr(model, "generation_config", None)
+    start = [config.decoder_start_token_id]
+    forced = getattr(generation, "forced_decoder_ids", None) or []
+    start += [int(t) for _, t in sorted(forced) if t is not None]
+    layout = {
+        "layers": layers,
+        "heads": heads,
+        "head_dim": head_dim,
+        "vocab": config.vocab_size,
+        "max_target": config.max_target_positions,
+        "mel_bins": config.num_mel_bins,
+        "frames": 2 * config.max_source_positions,  # two mel frames per encoder position (its stride-2 conv)
+        "start_ids": start,
+        "eos": config.eos_token_id,
+    }
+
+    class WhisperEncoder(torch.nn.Module):
+        def __init__(self, inner) -> None:
+            super().__init__()
+            self.inner = inner
+
+        def forward(self, input_features):
+            hidden = self.inner.model.encoder(input_features).last_hidden_state
+            batch, source, _ = hidden.shape
+            cross = []
+            for layer in self.inner.model.decoder.layers:
+                attention = layer.encoder_attn
+                for proj in (attention.k_proj, attention.v_proj):
+                    cross.append(proj(hidden).view(batch, source, heads, head_dim).transpose(1, 2))
+            return tuple(cross)
+
+    class WhisperDecoderStep(torch.nn.Module):
+        def __init__(self, inner) -> None:
+            super().__init__()
+            self.inner = inner
+
+        def forward(self, input_ids, *caches):
+            past, cross = caches[: 2 * layers], caches[2 * layers :]
+            own, theirs = DynamicCache(), DynamicCache()
+            for i in range(layers):
+                own.update(past[2 * i], past[2 * i + 1], i)
+                theirs.update(cross[2 * i], cross[2 * i + 1], i)
+            cache = EncoderDecoderCache(own, theirs)
+            for i in range(layers):
+                cache.is_updated[i] = True  # the cross keys and values are given: read them, do not project again
+            start = past[0].shape[2]
+            positions = torch.arange(start, start + input_ids.shape[1], device=input_ids.device).unsqueeze(0)
+            # cross-attention runs only where encoder states are given; with the cache's cross half marked
+            # computed it reads the keys and values given and never these states, so one zero position stands in
+            stand_in = cross[0].new_zeros(input_ids.shape[0], 1, self.inner.config.d_model)
+            out = self.inner.model.decoder(
+                input_ids=input_ids,
+                encoder_hidden_states=stand_in,
+                past_key_values=cache,
+                position_ids=positions,
+                use_cache=True,
+                return_dict=True,
+            )
+            present = []
+            for layer in out.past_key_values.self_attention_cache.layers:
+                present += [layer.keys, layer.values]
+            return (self.inner.proj_out(out.last_hidden_state), *present)
+
+    class WhisperParts(torch.nn.Module):
+        def __init__(self, inner) -> None:
+            super().__init__()
+            self.inner = inner
+            self.config = inner.config
+            self.encoder = WhisperEncoder(inner).eval()
+            self.decoder = WhisperDecoderStep(inner).eval()
+            self.transcription = layout
+
+        def plain(self, input_features, input_ids):
+            return self.inner(input_features=input_features, decoder_input_ids=input_ids, use_cache=False).logits
+
+    return WhisperParts(model).eval()
+
+
+@dataclass
+class SpeechVerification:
+    """The two graphs checked by greedy decoding against the plain forward, clip by clip."""
+
+    clips: int
+    tokens: int
+    agreement: float  # share of the reference's greedy tokens reproduced before each clip's first divergence
+    first_divergence: list[int | None]  # per clip: the first generated position that differs, None where none does
+    max_abs_logit_diff: float
+    reference_tokens: np.ndarray = field(repr=False)
+
+    def to_json(self) -> dict:
+        return {
+            "clips": self.clips,
+            "tokens": self.tokens,
+            "agreement": self.agreement,
+            "first_divergence": self.first_divergence,
+            "max_abs_logit_diff": self.max_abs_logit_diff,
+        }
+
+
+def torch_parts(module) -> tuple[Callable, Callable, Callable]:
+    """numpy-in, numpy-out calls of the module's encoder, decoder step and plain forward."""
+    import torch
+
+    def encoder(features: np.ndarray) -> list[np.ndarray]:
+        with torch.no_grad():
+            return [t.numpy() for t in module.encoder(torch.from_numpy(features))]
+
+    def decoder(ids: np.ndarray, past: Sequence[np.ndarray], cross: Sequence[np.ndarray]) -> list[np.ndarray]:
+        with torch.no_grad():
+            out = module.decoder(torch.from_numpy(ids), *map(torch.from_numpy, past), *map(torch.from_numpy, cross))
+        return [t.numpy() for t in out]
+
+    def plain(features: np.ndarray, ids: np.ndarray) -> np.ndarray:
+        with torch.no_grad():
+            return module.plain(torch.from_numpy(features), torch.from_numpy(ids)).numpy()
+
+    return encoder, decoder, plain
+
+
+def greedy(
+    encoder: Callable, decoder: Callable, layout: SpeechLayout, features: np.ndarray, tokens: int
+) -> tuple[list[int], list[np.ndarray]]:
+    """Greedy decoding of one clip through an encoder and a decoder step: the start ids as the first call, then one
+    token a step until `tokens` are generated or the end token. Returns the generated ids and each step's logits."""
+    cross = encoder(features)
+    past = [np.zeros((1, layout.heads, 0, layout.head_dim), np.float32) for _ in layout.past()]
+    ids = np.asarray([layout.start_ids], np.int64)
+    generated, steps = [], []
+    for _ in range(tokens):
+        out = decoder(ids, past, cross)
+        logits, past = out[0][:, -1], out[1:]
+        steps.append(logits[0])
+        token = int(logits[0].argmax())
+        generated.append(token)
+        if token == layout.eos or len(layout.start_ids) + len(generated) >= layout.max_target:
+            break
+        ids = np.asarray([[token]], np.int64)
+    return generated, steps
+
+
+def verify(
+    module,
+    encoder_path: Path,
+    decoder_path: Path,
+    layout: SpeechLayout,
+    clips: Sequence[np.ndarray],
+    tokens: int,
+    atol: float,
+    rtol: float,
+    progress: Callable[[int, int], None] = lambda _done, _total: None,
+) -> SpeechVerification:
+    """Greedy decoding of each clip through the two ONNX graphs (ONNX Runtime, CPU) against the torch model's plain
+    forward over the sequence decoded so far: every step's logits within tolerance, the same tokens. Raises
+    ExportMismatch naming the clip and step where the graphs part from torch."""
+    import onnxruntime as ort
+
+    options = ort.SessionOptions()
+    options.log_severity_level = 3
+    enc = ort.InferenceSession(str(encoder_path), options, providers=["CPUExecutionProvider"])
+    dec = ort.InferenceSession(str(decoder_path), options, providers=["CPUExecutionProvider"])
+    cross_names, past_names = layout.cross(), layout.past()
+
+    def onnx_encoder(features):
+        return enc.run(cross_names, {INPUT_FEATURES: features})
+
+    def onnx_decoder(ids, past, cross):
+        feeds = {
+            INPUT_IDS: ids,
+            **dict(zip(past_names, past, strict=True)),
+            **dict(zip(cross_names, cross, strict=True)),
+        }
+        return dec.run([LOGITS, *layout.present()], feeds)
+
+    _, _, plain = torch_parts(module)
+    reference_rows, first, reproduced, worst = [], [], 0, 0.0
+    for c, features in enumerate(clips):
+        ours, logits = greedy(onnx_encoder, onnx_decoder, layout, features[None].astype(np.float32), tokens)
+        ids = np.asarray([list(layout.start_ids) + ours], np.int64)
+        whole = plain(features[None].astype(np.float32), ids[:, :-1])[0, len(layout.start_ids) - 1 :]
+        reference = [int(row.argmax()) for row in whole]
+        for step, (got, want) in enumerate(zip(logits, whole, strict=True)):
+            diff = float(np.max(np.abs(got - want)))
+            worst = max(worst, diff)
+            if not np.allclose(got, want, atol=atol, rtol=rtol) and int(got.argmax()) != int(want.argmax()):
+                raise ExportMismatch(
+                    f"the exported encoder-decoder parts from torch on clip {c} at generated token {step}: max |Δ "
+                    f"logit| {diff:.3g} and a different greedy token ({int(got.argmax())} vs {int(want.argmax())})",
+                    fix="check the decoder's cache handling (positions past the start ids, the cross cache read "
+                    "unchanged), or report the model",
+                )
+        diverged = next((i for i, (a, b) in enumerate(zip(ours, reference, strict=True)) if a != b), None)
+        first.append(diverged)
+        reproduced += len(ours) if diverged is None else diverged
+        reference_rows.append(reference + [-1] * (tokens - len(reference)))
+        progress(c + 1, len(clips))
+    total = sum(len([t for t in row if t >= 0]) for row in reference_rows)
+    return SpeechVerification(
+        clips=len(clips),
+        tokens=tokens,
+        agreement=reproduced / total if total else 1.0,
+        first_divergence=first,
+        max_abs_logit_diff=worst,
+        reference_tokens=np.asarray(reference_rows, np.int64),
+    )
