@@ -301,7 +301,7 @@ class Project(_Strict):
 
         if not isinstance(value, dict):
             return value  # a settings object already validated, or what the base schema refuses
-        kind = value.get("kind", "forward")
+        kind = value.get("kind", workload.DEFAULT)
         if not isinstance(kind, str):
             raise ValueError(f"kind {kind!r} is not a workload kind: the kinds are {', '.join(workload.kinds())}")
         try:

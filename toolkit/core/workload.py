@@ -144,8 +144,18 @@ class Workload:
         return None
 
     def manifest_record(self, state: Any) -> dict | None:
-        """The manifest's `workload` entry (settings, replay file and its hash); None: nothing to replay."""
-        return None
+        """The manifest's `workload` entry: the settings and the replay file the record step wrote, with its hash
+        (a check verifies it before replaying); None where it wrote none."""
+        if state.workload_file is None:
+            return None
+        from tapeout.core.hashing import sha256_file
+
+        return {
+            "settings": state.setup.project.workload.model_dump(mode="json"),
+            "layout": None,
+            "file": WORKLOAD_FILE,
+            "sha256": sha256_file(state.out / WORKLOAD_FILE),
+        }
 
     # ---- a check, and the commands that read a build dir
     def replay(self, settings: WorkloadSettings, record: Any, where: Path) -> Any:
@@ -193,16 +203,12 @@ class Workload:
         return None
 
 
-def _module_for(kind: str) -> str | None:
-    return BUILT_IN.get(kind)
-
-
 @functools.cache
 def get(kind: str) -> Workload:
     """The workload of `kind`: built in, else an installed plug-in's; one line naming the kinds there are."""
     from tapeout.core import plugins
 
-    module = _module_for(kind)
+    module = BUILT_IN.get(kind)
     if module is not None:
         found = importlib.import_module(module).WORKLOAD
     elif kind in plugins.entries(GROUP):

@@ -15,7 +15,6 @@ import numpy as np
 
 from tapeout.core.decoding import CacheLayout, graph_layout
 from tapeout.core.errors import BadInput
-from tapeout.core.hashing import sha256_file
 from tapeout.core.profile_schema import Profile, min_samples_for_bound
 from tapeout.core.schemas import GenerateWorkload, Project
 from tapeout.core.workload import WORKLOAD_FILE, Workload
@@ -113,7 +112,7 @@ class Generate(Workload):
     def load(self, state: BuildState, loaded: Any) -> Any:
         """A generate workload: the decoder wrapped as the KV-cache graph, checked to fit the device at the declared
         context before anything is built, and the project from here on described as that graph's inputs."""
-        from tapeout.exporters import generation
+        from tapeout.exporters import generation as export_generation
 
         project = state.setup.project
         if loaded.kind != "torch":
@@ -136,13 +135,13 @@ class Generate(Workload):
                 f"sequence at a time, and [workload] batch = {project.workload.batch}",
                 fix="set [workload] batch = 1",
             )
-        decoder = generation.decoder_of(loaded.module, project.model.source, masked, target.name)
-        layout = generation.layout_of(decoder, project.workload, project.model.source, masked)
+        decoder = export_generation.decoder_of(loaded.module, project.model.source, masked, target.name)
+        layout = export_generation.layout_of(decoder, project.workload, project.model.source, masked)
         _fits(state, decoder, layout)
         loaded = dataclasses.replace(
-            loaded, module=generation.cache_graph(decoder, masked), output_names=layout.outputs()
+            loaded, module=export_generation.cache_graph(decoder, masked), output_names=layout.outputs()
         )
-        state.setup = dataclasses.replace(state.setup, project=generation.graph_project(project, layout))
+        state.setup = dataclasses.replace(state.setup, project=export_generation.graph_project(project, layout))
         state.ui.note(
             f"generate: {layout.layers} layers, {layout.kv_heads} KV heads × {layout.head_dim}, vocabulary "
             f"{layout.vocab}; KV cache {layout.kv_bytes(layout.max_context, project.workload.batch) / 2**20:.1f} MB "
@@ -219,12 +218,14 @@ class Generate(Workload):
         torch decoder from a prompt (the project's prompts where they are long enough, else seeded random tokens)."""
         from tapeout.core.decoding import graph_layout
         from tapeout.core.errors import BadInput
-        from tapeout.exporters import generation
+        from tapeout.exporters import generation as export_generation
 
         project = state.setup.project
         layout = graph_layout(project.inputs, project.workload)
         try:
-            sequences, source = generation.prompt_tokens(project, layout, project.golden_samples, layout.max_context)
+            sequences, source = export_generation.prompt_tokens(
+                project, layout, project.golden_samples, layout.max_context
+            )
         except BadInput:
             if project.workload.prompts is None:
                 raise
@@ -233,9 +234,11 @@ class Generate(Workload):
                 f"({layout.max_context}) tokens: the golden decode steps start from random tokens"
             )
             project = project.model_copy(update={"workload": project.workload.model_copy(update={"prompts": None})})
-            sequences, source = generation.prompt_tokens(project, layout, project.golden_samples, layout.max_context)
-        feeds = generation.decode_feeds(
-            generation.torch_step(state.loaded.module, layout), layout, sequences, project.workload.batch
+            sequences, source = export_generation.prompt_tokens(
+                project, layout, project.golden_samples, layout.max_context
+            )
+        feeds = export_generation.decode_feeds(
+            export_generation.torch_step(state.loaded.module, layout), layout, sequences, project.workload.batch
         )
         return feeds, f"one decode step at position {layout.max_context - 1} after {source}"
 
@@ -285,12 +288,7 @@ class Generate(Workload):
         )
 
     def manifest_record(self, state: BuildState) -> dict:
-        return {
-            "settings": state.setup.project.workload.model_dump(mode="json"),
-            "layout": state.loop.layout.to_json() if state.loop is not None else None,
-            "file": WORKLOAD_FILE,
-            "sha256": sha256_file(state.out / WORKLOAD_FILE),
-        }
+        return {**super().manifest_record(state), "layout": state.loop.layout.to_json() if state.loop else None}
 
     def replay(self, settings: GenerateWorkload, record: Any, where: Path) -> CacheLayout:
         try:

@@ -13,7 +13,6 @@ import numpy as np
 
 from tapeout.core.errors import BadInput
 from tapeout.core.feeds import random_feeds
-from tapeout.core.hashing import sha256_file
 from tapeout.core.profile_schema import min_samples_for_bound
 from tapeout.core.schemas import Project, StreamWorkload
 from tapeout.core.user_code import resolve_callable, user_code
@@ -249,14 +248,6 @@ class Stream(Workload):
             "stream",
             setup.emulated,
         )
-
-    def manifest_record(self, state: BuildState) -> dict:
-        return {
-            "settings": state.setup.project.workload.model_dump(mode="json"),
-            "layout": None,
-            "file": WORKLOAD_FILE,
-            "sha256": sha256_file(state.out / WORKLOAD_FILE),
-        }
 
     def child(self, request: dict) -> dict:
         """The measuring process: cold start (session + the first chunk), the golden stream once with its outputs

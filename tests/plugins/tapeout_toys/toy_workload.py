@@ -12,7 +12,6 @@ from typing import Literal
 import numpy as np
 from pydantic import Field
 
-from tapeout.core.hashing import sha256_file
 from tapeout.core.schemas import WorkloadSettings
 from tapeout.core.verdict import BudgetResult, Verdict
 from tapeout.core.workload import WORKLOAD_FILE, Workload
@@ -55,13 +54,6 @@ class Sweep(Workload):
         path = state.out / WORKLOAD_FILE
         np.savez(path, **{name: value for name, value in state.golden.inputs[0].items()})
         return path
-
-    def manifest_record(self, state) -> dict:
-        return {
-            "settings": state.setup.project.workload.model_dump(mode="json"),
-            "file": WORKLOAD_FILE,
-            "sha256": sha256_file(state.out / WORKLOAD_FILE),
-        }
 
     def measure(self, state) -> SweepMeasurement:
         from tapeout.measurement.measure import run_child
