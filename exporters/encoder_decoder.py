@@ -275,15 +275,15 @@ def verify(
     layout: SpeechLayout,
     clips: Sequence[np.ndarray],
     tokens: int,
-    atol: float,
-    rtol: float,
+    tolerance: tuple[float, float],
     progress: Callable[[int, int], None] = lambda _done, _total: None,
 ) -> SpeechVerification:
     """Greedy decoding of each clip through the two ONNX graphs (ONNX Runtime, CPU) against the torch model's plain
-    forward over the sequence decoded so far: every step's logits within tolerance, the same tokens. Raises
+    forward over the sequence decoded so far: every step's logits within `tolerance` (atol, rtol), the same tokens. Raises
     ExportMismatch naming the clip and step where the graphs part from torch."""
     import onnxruntime as ort
 
+    atol, rtol = tolerance
     options = ort.SessionOptions()
     options.log_severity_level = 3
     enc = ort.InferenceSession(str(encoder_path), options, providers=["CPUExecutionProvider"])

@@ -84,7 +84,7 @@ def test_the_layout_is_read_from_the_config(exported):
 def test_greedy_decoding_through_both_graphs_matches_torch_on_every_clip(exported):
     parts, layout, out = exported
     clips = _clips(layout)
-    verified = ed.verify(parts, out / "encoder.onnx", out / "decoder.onnx", layout, clips, 12, 1e-4, 1e-3)
+    verified = ed.verify(parts, out / "encoder.onnx", out / "decoder.onnx", layout, clips, 12, (1e-4, 1e-3))
     assert verified.clips == 3 and verified.agreement == 1.0 and verified.first_divergence == [None, None, None]
     assert verified.max_abs_logit_diff < 1e-4
     # the reference tokens are torch's own greedy decoding of each clip through the plain forward
@@ -139,7 +139,7 @@ def test_a_decoder_that_loses_its_cache_is_caught_where_it_parts_from_torch(expo
         OPTIONS,
     )
     with pytest.raises(ExportMismatch, match=r"on clip 0 at generated token [1-9]"):
-        ed.verify(parts, out / "encoder.onnx", tmp_path / "decoder.onnx", layout, _clips(layout, 1), 12, 1e-4, 1e-3)
+        ed.verify(parts, out / "encoder.onnx", tmp_path / "decoder.onnx", layout, _clips(layout, 1), 12, (1e-4, 1e-3))
 
 
 @pytest.mark.parametrize(

@@ -364,13 +364,12 @@ def measure_loop(
     undecided: Callable[[Any], bool],
     ui: Any,
     what: str,
-    label: str,
     emulated: str | None,
 ) -> Any:
     """A workload's loop (runner mode = its kind, in `request`) in `repeats` fresh processes, the first asked for
     `first_wants` (the tokens or outputs its accuracy is judged on), summarized; where a timing budget is then
-    undecided (never through an emulator), as many processes more, once (DESIGN §4)."""
-    results = []
+    undecided (never through an emulator), as many processes more, once (DESIGN §4). `what`: the step's line."""
+    label, results = request["mode"], []
     with ui.step(what):
         for r in range(repeats):
             ui.detail(f"{label}: process {r + 1}/{repeats}")

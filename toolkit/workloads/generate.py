@@ -283,7 +283,6 @@ class Generate(Workload):
             state.ui,
             f"generate: {len(workload.prompt_lengths)} prompt lengths × {workload.trials} trials × "
             f"{workload.new_tokens} tokens, in fresh processes",
-            "generate",
             setup.emulated,
         )
 

@@ -245,7 +245,6 @@ class Stream(Workload):
             state.ui,
             f"stream: {trials} streams × {workload.chunks} chunks, state carried, in fresh processes"
             + (" (emulated: outputs only)" if setup.emulated else ""),
-            "stream",
             setup.emulated,
         )
 
