@@ -3,11 +3,14 @@
 Never "quantize everything": every method names the nodes (research quant-prune §1.5: ORT's defaults
 quantize Softmax, LayerNorm and residual Adds, which wrecks transformers), and checks afterwards that the model
 follows the plan. When the quantizer itself fails on a node, `apply_with_fallback` moves that node's group one
-rung up the ladder and applies the plan again, saying so, instead of stopping the build.
+rung up the ladder and applies the plan again, saying so, instead of stopping the build; what a fallback wrote is
+proven loadable (ONNX's checker, ONNX Runtime's CPU EP) before anything else sees it, and a node the runtime refuses
+moves its group up the same way.
 """
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
@@ -92,6 +95,8 @@ def apply_with_fallback(
     while True:
         try:
             info = apply(plan, model_in, model_out, calibration, max_ir_version)
+            if moved and methods.get(plan.method).model_suffix == ".onnx":
+                _proven_loadable(model_out)  # a fallback's graph is one no one has run: it loads, or moves on
             break
         except QuantizerFailed as exc:
             plan, move = _move_up(plan, exc)
@@ -104,12 +109,39 @@ def apply_with_fallback(
     return plan, info
 
 
+_REFUSED_NODE = re.compile(r"in node \(([^)]+)\)")  # ONNX Runtime's type and shape errors name the node so
+
+
+def _proven_loadable(model_out: Path) -> None:
+    """A fallback's result loads before the next stage sees it: ONNX's checker, then ONNX Runtime's CPU EP with its
+    optimizations off (it still types every node's inputs, so a QDQ graph with a float where an integer belongs is
+    refused here, not by an NPU's compiler after the work). Raises QuantizerFailed naming the node it refuses."""
+    import onnx
+    import onnxruntime as ort
+
+    try:
+        onnx.checker.check_model(str(model_out))  # by path: a model over 2 GB keeps its weights outside
+        options = ort.SessionOptions()
+        options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
+        options.log_severity_level = 3
+        ort.InferenceSession(str(model_out), options, providers=["CPUExecutionProvider"])
+    except Exception as exc:  # the checker's ValidationError, ORT's InvalidGraph/Fail: the graph is not valid
+        named = _REFUSED_NODE.search(str(exc))
+        raise QuantizerFailed(
+            f"the quantized model does not load: {first_line(exc)}",
+            node=named.group(1) if named else None,
+            detail=runtime_detail(exc),
+            fix='keep that node\'s group float with [quantization] keep_float, or use precision = "fp32"',
+        ) from None
+
+
 def _move_up(plan: Plan, exc: QuantizerFailed) -> tuple[Plan, dict | None]:
-    """The plan with what the failure names moved up, and the move; (plan, None) where nothing can move."""
+    """The plan with what the failure names moved up, and the move; (plan, None) where nothing can move. A node the
+    quantizer wrote (`mm_quant`, `x_QuantizeLinear`) stands for the planned node its name starts with."""
     if not exc.node:
         return plan, None
     why = f"the quantizer failed on {exc.node}: {exc.problem}"
-    group = next((g for g in plan.groups if exc.node in g.nodes), None)
+    group = next((g for g in plan.groups if exc.node in g.nodes), None) or _group_written_for(plan, exc.node)
     if group is not None:
         rung = plan.next_rung(group.group)
         if rung is None:
@@ -124,6 +156,13 @@ def _move_up(plan: Plan, exc: QuantizerFailed) -> tuple[Plan, dict | None]:
             {"group": exc.node, "from": plan.ladder[0], "to": plan.ladder[-1], "why": why},
         )
     return plan, None
+
+
+def _group_written_for(plan: Plan, node: str):
+    """The group of the planned node a quantizer's node was written for: the longest planned name `node` starts
+    with, followed by `_`; None where none is."""
+    owners = [(len(n), g) for g in plan.groups for n in g.nodes if node.startswith(f"{n}_")]
+    return max(owners, key=lambda owner: owner[0])[1] if owners else None
 
 
 _TENSOR_LOCALS = ("tensor_name", "weight_name", "input_name", "bias_name")

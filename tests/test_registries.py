@@ -130,6 +130,64 @@ def test_a_group_its_quantizer_fails_on_moves_up_a_rung_and_the_build_goes_on(tm
     assert ops.count("MatMulInteger") == 2 and ops.count("MatMul") == 1
 
 
+def test_a_fallback_whose_result_does_not_load_moves_its_group_up_before_anything_sees_it(tmp_path, monkeypatch):
+    """Checks our side: a fallback's result that ONNX Runtime refuses (a diffusion UNet's QNN QDQ graph came out
+    with a float where an integer belongs, and the QNN EP refused it after the work) is caught as the fallback
+    writes it: the node the refusal names moves its group up a rung, the plan is applied again, and the report's
+    fallbacks say so. Here the first fallback's output is made invalid that way: one MatMulInteger reads a float."""
+    from onnxruntime.quantization.operators.matmul import MatMulInteger
+
+    from tapeout.quantize import methods
+    from tapeout.quantize.apply import apply_with_fallback
+    from tapeout.quantize.plan import GroupPlan, Plan
+
+    onnx.save(graphs.mlp(layers=3), tmp_path / "m.onnx")
+    names = [n.name for n in onnx.load(str(tmp_path / "m.onnx")).graph.node if n.op_type == "MatMul"]
+    original_quantize = MatMulInteger.quantize
+
+    def refuses_one(self):
+        if self.node.name == names[1]:
+            raise ValueError("Quantization parameter shared mode is not supported for weight yet")
+        return original_quantize(self)
+
+    monkeypatch.setattr(MatMulInteger, "quantize", refuses_one)
+    method = methods.get("dynamic")
+    original_apply = type(method).apply
+    broken = []
+
+    def breaks_the_first_fallback(self, plan, model_in, model_out, calibration):
+        info = original_apply(self, plan, model_in, model_out, calibration)
+        moved = [g for g in plan.groups if g.precision == "fp32"]
+        if moved and not broken:  # the graph the first fallback wrote: the last MatMulInteger reads its float input
+            model = onnx.load(str(model_out))
+            node = next(n for n in model.graph.node if n.op_type == "MatMulInteger" and n.name.startswith(names[2]))
+            floats = {i.name for i in model.graph.input} | {
+                o for n in model.graph.node if n.op_type == "MatMul" for o in n.output
+            }
+            node.input[0] = next(iter(sorted(floats)))
+            onnx.save(model, str(model_out))
+            broken.append(node.name)
+        return info
+
+    monkeypatch.setattr(type(method), "apply", breaks_the_first_fallback)
+    plan = Plan(
+        "dynamic",
+        "mlp",
+        "onnxruntime",
+        ("int8", "fp32"),
+        tuple(GroupPlan(n, "linear", (n,), "int8", "test") for n in names),
+    )
+    said = []
+    final, info = apply_with_fallback(plan, tmp_path / "m.onnx", tmp_path / "q.onnx", log=said.append)
+    assert {g.group: g.precision for g in final.groups} == {names[0]: "int8", names[1]: "fp32", names[2]: "fp32"}
+    whys = [m["why"] for m in info["fallbacks"]]
+    assert [m["group"] for m in info["fallbacks"]] == [names[1], names[2]]
+    assert "shared mode" in whys[0] and "does not load" in whys[1] and broken[0] in whys[1]
+    import onnxruntime as ort
+
+    ort.InferenceSession(str(tmp_path / "q.onnx"), providers=["CPUExecutionProvider"])  # what is left loads
+
+
 def test_an_ungrouped_op_the_npu_quantizer_fails_on_is_kept_float(tmp_path, monkeypatch):
     """Checks our side, on ORT's real QNN QDQ flow: the full-integer plan quantizes every op, and ORT's "shared
     mode" error is raised where an op sharing its input's parameters (here the weight's Transpose, in no plan group)
