@@ -161,6 +161,39 @@ def test_recurrent_work_is_costed_and_decides_the_family_by_its_share(tmp_path):
     assert convs.family == "cnn" and convs.facts["recurrent_mac_share"] < 0.2, convs.families
 
 
+def test_a_recurrent_cell_whose_length_inference_cannot_resolve_still_counts_its_work(tmp_path):
+    """A sequence reshaped at run time from data (published VADs build it so) leaves the LSTM's input length unknown
+    to shape inference: the cell counts one step of its real input width, a lower bound, not zero MACs, which gave
+    such a model's family to its convolutions (conv MAC share 100 %)."""
+    from onnx import helper
+
+    model = graphs.conv_recurrent(channels=8, hidden=64)
+    graph = model.graph
+    reshape = next(n for n in graph.node if n.op_type == "Reshape")
+    width = 8 * 16  # channels × bins: what the LSTM's W takes per step
+    extra = [
+        helper.make_node("ReduceMax", ["spectrogram"], ["frame_max"], axes=[0, 1, 3], keepdims=0),
+        helper.make_node("Greater", ["frame_max", "floor"], ["voiced"]),
+        helper.make_node("NonZero", ["voiced"], ["voiced_at"]),
+        helper.make_node("Shape", ["voiced_at"], ["voiced_count"], start=1),
+        helper.make_node("Concat", ["voiced_count", "one_width"], ["sequence_shape"], axis=0),
+    ]
+    graph.initializer.extend(
+        [
+            onnx.numpy_helper.from_array(np.array(-1e30, np.float32), "floor"),
+            onnx.numpy_helper.from_array(np.array([1, width], np.int64), "one_width"),
+        ]
+    )
+    reshape.input[1] = "sequence_shape"
+    position = list(graph.node).index(reshape)
+    for offset, node in enumerate(extra):
+        graph.node.insert(position + offset, node)
+    a = _analyze(tmp_path, model)
+    lstm = next(c for c in a.costs if c.op_type == "LSTM")
+    assert lstm.flops == 2 * 4 * 64 * (width + 64) + 4 * 4 * 64  # one step (of the real 20): the bound, not 0
+    assert a.facts["recurrent_mac_share"] > 0.5 and a.family == "speech-recurrent", a.families
+
+
 DYNAMIC_HF = {
     # architecture → (config, its kwargs, the family): exported with symbolic batch and sequence, the way
     # current transformers builds the causal mask at run time (Range, LessOrEqual, GatherND, Where)

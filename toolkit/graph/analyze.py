@@ -112,19 +112,27 @@ _RECURRENT_GATES = {"LSTM": 4, "GRU": 3, "RNN": 1}
 
 def _recurrent_cost(view: GraphView, node) -> tuple[int, int]:
     """FLOPs and parameters of an LSTM/GRU/RNN: per time step, batch row and direction, the input and
-    recurrent projections (2 · gates · H · (I + H)) plus the gate arithmetic (about 4 · gates · H)."""
+    recurrent projections (2 · gates · H · (I + H)) plus the gate arithmetic (about 4 · gates · H), over every
+    time step of the call."""
     weights = [view.const_array(t) for t in node.input[1:4] if t]
     params = sum(int(w.size) for w in weights if w is not None)
-    x = view.shapes.get(node.input[0]) or ()
     hidden = view.attr(node, "hidden_size")
-    if len(x) != 3 or any(d is None for d in x) or not hidden:
+    w = weights[0] if weights else None
+    x = list(view.shapes.get(node.input[0]) or ())
+    if len(x) != 3 and w is not None and w.ndim == 3:
+        x = [None, None, int(w.shape[2])]  # W is [directions, gates · hidden, input]: the input size is its own
+    elif len(x) == 3 and x[2] is None and w is not None and w.ndim == 3:
+        x[2] = int(w.shape[2])
+    if len(x) != 3 or x[2] is None or not hidden:
         return 0, params
+    # A length or batch shape inference cannot resolve (a sequence reshaped at run time from data) counts as one:
+    # a lower bound, never the zero that would hand a recurrent model's family to its convolutions.
     steps, batch = (x[1], x[0]) if view.attr(node, "layout", 0) else (x[0], x[1])
     direction = view.attr(node, "direction", b"forward")
     directions = 2 if (direction.decode() if isinstance(direction, bytes) else direction) == "bidirectional" else 1
     gates = _RECURRENT_GATES[node.op_type]
     per_step = 2 * gates * hidden * (x[2] + hidden) + 4 * gates * hidden
-    return int(steps * batch * directions * per_step), params
+    return int((steps or 1) * (batch or 1) * directions * per_step), params
 
 
 def _control_flow_summary(view: GraphView, node) -> str:
