@@ -118,19 +118,21 @@ def row(directory: Path) -> dict[str, Any]:
 
 
 def _loop_headlines(w: dict | None, emulated: str | None) -> dict[str, dict | None]:
-    """A row's key per workload kind that runs a loop: the build's loop's headline figures under its kind, None
-    under the others."""
+    """A row's key per built-in workload kind that runs a loop, and the build's own kind: its loop's headline figures
+    under its kind, None under the others."""
     ran = w["kind"] if w else None
+    kinds = dict.fromkeys([*workload.BUILT_IN, *([ran] if ran else [])])
     return {
         kind: workload.get(kind).headline(w, emulated) if kind == ran else None
-        for kind in workload.kinds()
+        for kind in kinds
         if workload.get(kind).loop_name is not None
     }
 
 
 def _headlines(r: dict) -> list[tuple[str, dict]]:
     """The (kind, headline) a row holds: its loop's, where the build ran one."""
-    return [(kind, h) for kind in workload.kinds() if isinstance(h := r.get(kind), dict) and h]
+    kinds = set(workload.kinds())  # names only: nothing is imported to list them
+    return [(kind, h) for kind, h in r.items() if kind in kinds and isinstance(h, dict) and h]
 
 
 def pareto(rows: list[dict]) -> list[str]:

@@ -85,7 +85,9 @@ class Verdicts(Step):
             results += verdicts.judge_placement(budgets, state.placement)
         results.append(verdicts.judge_parity(state.parity, settings.parity))
         ran = state.workload
-        for kind in workloads.kinds():  # a budget of a workload the build did not run is unmeasured, with the reason
+        # a [budgets] budget of a built-in workload the build did not run is unmeasured, with the reason; a plug-in's
+        # budgets are its own settings, judged where it runs (no other plug-in is imported for this)
+        for kind in dict.fromkeys([*workloads.BUILT_IN, ran.kind]):
             each = workloads.get(kind)
             results += each.judge(budgets, state.loop if each is ran else None, settings, setup.emulated)
         if state.opened is None:
