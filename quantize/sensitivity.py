@@ -41,6 +41,9 @@ class Candidates:
     vet: Callable[[Path], None] | None = None
     log: Callable[[str], None] = print
     macs: dict[str, int] = field(default_factory=dict)
+    # outputs the model hands its next call (a stream's state): their error compounds call after call, so the
+    # groups on their path rank first
+    carried: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -122,10 +125,11 @@ def rank_groups(
     max_groups: int = 10**6,
     deadline: float = float("inf"),
 ) -> tuple[list[dict], list[dict]]:
-    """Quantized groups, worst first, by the output error each introduces when quantized alone; and the
-    groups it did not rank (over `max_groups`, past `deadline` on the perf_counter clock, or refused by the
-    quantizer when alone), largest by MACs first, each with why. Groups are ranked largest by MACs first, so a
-    cut leaves the small ones."""
+    """Quantized groups, worst first, by the output error each introduces when quantized alone (where the model
+    carries outputs into its next call, by their worst relative error first, then all outputs'); and the groups it
+    did not rank (over `max_groups`, past `deadline` on the perf_counter clock, or refused by the quantizer when
+    alone), largest by MACs first, each with why. Groups are ranked largest by MACs first, so a cut leaves the small
+    ones."""
     reference = candidates.session(fp32_path)
     samples = candidates.rank_samples
     expected = [reference(f) for f in samples]
@@ -159,23 +163,27 @@ def rank_groups(
             remove_model(path)
             continue
         predict = candidates.session(path)
-        num = den = 0.0
+        num: dict[str, float] = {}
+        den: dict[str, float] = {}
         for feeds, ref in zip(samples, expected, strict=True):
             out = predict(feeds)
             for name, value in ref.items():
                 diff = out[name].astype(np.float64) - value.astype(np.float64)
-                num += float((diff**2).sum())
-                den += float((value.astype(np.float64) ** 2).sum())
+                num[name] = num.get(name, 0.0) + float((diff**2).sum())
+                den[name] = den.get(name, 0.0) + float((value.astype(np.float64) ** 2).sum())
         remove_model(path)
-        ranking.append(
-            {
-                "group": group.group,
-                "role": group.role,
-                "precision": group.precision,
-                "relative_error": num / den if den else num,
-            }
-        )
-    return sorted(ranking, key=lambda r: -r["relative_error"]), skipped
+        total, scale = sum(num.values()), sum(den.values())
+        entry = {
+            "group": group.group,
+            "role": group.role,
+            "precision": group.precision,
+            "relative_error": total / scale if scale else total,
+        }
+        carried = [name for name in candidates.carried if name in num]
+        if carried:
+            entry["carried_relative_error"] = max(num[n] / den[n] if den[n] else num[n] for n in carried)
+        ranking.append(entry)
+    return sorted(ranking, key=lambda r: (-r.get("carried_relative_error", 0.0), -r["relative_error"])), skipped
 
 
 def search(plan: Plan, fp32_path: Path, out_path: Path, candidates: Candidates, limits: Limits) -> Search:

@@ -1073,3 +1073,67 @@ def test_the_untie_pass_rewrites_the_loaded_protobuf_in_place_and_the_outputs_do
     np.testing.assert_allclose(run(model.SerializeToString()), run(before), rtol=1e-6, atol=1e-6)
     again, records = run_on_proto(model, [UntieTransposedWeight({head})])  # nothing left to untie
     assert again is model and records[0]["outcome"] == "skipped"
+
+
+def test_the_groups_on_a_carried_outputs_path_rank_first(tmp_path):
+    """A stream's state output is fed back call after call, so its error compounds: the loop ranks the groups on its
+    path first, even where a group on another output alone errs more. Here `main` holds a weight 1000× the others
+    (per-tensor INT8 rounds the rest away: a large error on `y`), `state` is ordinary (a smaller error on `h_out`)."""
+    import onnxruntime as ort
+    from onnx import TensorProto, helper, numpy_helper
+
+    from tapeout.quantize import sensitivity
+    from tapeout.quantize.plan import GroupPlan, Plan
+
+    rng = np.random.default_rng(0)
+    main = rng.normal(0, 0.1, (64, 64)).astype(np.float32)
+    main[0, 0] = 100.0
+    state = rng.normal(0, 0.1, (64, 64)).astype(np.float32)
+    model = helper.make_model(
+        helper.make_graph(
+            [
+                helper.make_node("MatMul", ["x", "w_main"], ["y"], "main"),
+                helper.make_node("MatMul", ["x", "w_state"], ["h_out"], "state"),
+            ],
+            "two_outputs",
+            [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 64])],
+            [helper.make_tensor_value_info(n, TensorProto.FLOAT, [1, 64]) for n in ("y", "h_out")],
+            [numpy_helper.from_array(main, "w_main"), numpy_helper.from_array(state, "w_state")],
+        ),
+        opset_imports=[helper.make_opsetid("", 17)],
+    )
+    model.ir_version = 9
+    onnx.save(model, tmp_path / "m.onnx")
+    plan = Plan(
+        "dynamic",
+        "mlp",
+        "onnxruntime",
+        ("int8", "fp32"),
+        tuple(GroupPlan(n, "linear", (n,), "int8", "test") for n in ("main", "state")),
+    )
+
+    def session(path):
+        run = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"]).run
+        return lambda feeds: dict(zip(("y", "h_out"), run(["y", "h_out"], feeds), strict=True))
+
+    samples = [{"x": rng.normal(size=(1, 64)).astype(np.float32)} for _ in range(4)]
+
+    def ranked(carried):
+        candidates = sensitivity.Candidates(
+            session=session,
+            evaluate=lambda _p: 0.0,
+            judge=lambda _m: (0.0, True),
+            calibration=None,
+            rank_samples=samples,
+            latency_feeds=samples[0],
+            log=lambda _m: None,
+            carried=carried,
+        )
+        return sensitivity.rank_groups(plan, tmp_path / "m.onnx", tmp_path, candidates)[0]
+
+    plain = ranked(())
+    assert [r["group"] for r in plain] == ["main", "state"], plain  # by all outputs' error: the planted weight
+    assert plain[0]["relative_error"] > 10 * plain[1]["relative_error"] and "carried_relative_error" not in plain[0]
+    stateful = ranked(("h_out",))
+    assert [r["group"] for r in stateful] == ["state", "main"], stateful  # the state's path first
+    assert stateful[0]["carried_relative_error"] > 0 == stateful[1]["carried_relative_error"]

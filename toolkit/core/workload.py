@@ -135,6 +135,11 @@ class Workload:
         """Whether the artifact's metric goes through a loop of static-shape graphs (not one call)."""
         return False
 
+    def carried_outputs(self, project: Project) -> tuple[str, ...]:
+        """The outputs one call hands the next (a stream's state): the sensitivity loop ranks the groups on their
+        path first, since their error compounds along the loop."""
+        return ()
+
     def check_quantization(self, method: str, needs_calibration: bool) -> None:
         """Raise BadInput where the planned quantization method cannot quantize this workload's graph (one that
         calibrates activations, where nothing samples them)."""

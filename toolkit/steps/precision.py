@@ -232,6 +232,7 @@ def quantize(
                 vet=vet,
                 log=ui.detail,
                 macs={g.name: g.macs for g in analysis.groups},
+                carried=workload.carried_outputs(project),
             )
             limits = sensitivity.Limits(
                 max_evaluations=settings.max_evaluations,

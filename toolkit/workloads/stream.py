@@ -202,6 +202,9 @@ class Stream(Workload):
                 fix=f"raise [workload] chunks or trials in {project.file.name} (or check.repeats in the profile)",
             )
 
+    def carried_outputs(self, project: Project) -> tuple[str, ...]:
+        return tuple(project.workload.state.values())
+
     def load(self, state: BuildState, loaded: Any) -> Any:
         """A stream's state outputs have their state inputs' shapes, checked on one call of a torch model before
         anything is built (an ONNX source is checked on the reference's first chunk)."""
