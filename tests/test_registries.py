@@ -92,13 +92,11 @@ def test_unknown_names_are_one_line_with_what_there_is():
         passes.get("nope")
 
 
-def test_a_group_its_quantizer_fails_on_moves_up_a_rung_and_the_build_goes_on(tmp_path, monkeypatch):
-    """Checks our side: ORT's QNN quantizer stops a diffusion UNet at "Quantization parameter shared mode is not
-    supported for weight yet" (not reproducible on a small model here), so one node's quantizer is made to fail
-    that way. The fallback moves that node's group one rung up, says why, and quantizes the rest."""
+def _mlp_whose_second_layer_the_quantizer_refuses(tmp_path, monkeypatch):
+    """A 3-layer MLP saved as m.onnx whose second MatMul ORT's quantizer refuses as it refuses a diffusion UNet's op
+    ("shared mode is not supported"), and the dynamic INT8 plan of its three layers: (the layer names, the plan)."""
     from onnxruntime.quantization.operators.matmul import MatMulInteger
 
-    from tapeout.quantize.apply import QuantizerFailed, apply, apply_with_fallback
     from tapeout.quantize.plan import GroupPlan, Plan
 
     onnx.save(graphs.mlp(layers=3), tmp_path / "m.onnx")
@@ -111,13 +109,17 @@ def test_a_group_its_quantizer_fails_on_moves_up_a_rung_and_the_build_goes_on(tm
         return original(self)
 
     monkeypatch.setattr(MatMulInteger, "quantize", refuses_one)
-    plan = Plan(
-        "dynamic",
-        "mlp",
-        "onnxruntime",
-        ("int8", "fp32"),
-        tuple(GroupPlan(n, "linear", (n,), "int8", "test") for n in names),
-    )
+    groups = tuple(GroupPlan(n, "linear", (n,), "int8", "test") for n in names)
+    return names, Plan("dynamic", "mlp", "onnxruntime", ("int8", "fp32"), groups)
+
+
+def test_a_group_its_quantizer_fails_on_moves_up_a_rung_and_the_build_goes_on(tmp_path, monkeypatch):
+    """Checks our side: ORT's QNN quantizer stops a diffusion UNet at "Quantization parameter shared mode is not
+    supported for weight yet" (not reproducible on a small model here), so one node's quantizer is made to fail
+    that way. The fallback moves that node's group one rung up, says why, and quantizes the rest."""
+    from tapeout.quantize.apply import QuantizerFailed, apply, apply_with_fallback
+
+    names, plan = _mlp_whose_second_layer_the_quantizer_refuses(tmp_path, monkeypatch)
     with pytest.raises(QuantizerFailed) as caught:  # without the fallback: stops, naming the node
         apply(plan, tmp_path / "m.onnx", tmp_path / "q.onnx")
     assert caught.value.node == names[1]
@@ -135,22 +137,10 @@ def test_a_fallback_whose_result_does_not_load_moves_its_group_up_before_anythin
     with a float where an integer belongs, and the QNN EP refused it after the work) is caught as the fallback
     writes it: the node the refusal names moves its group up a rung, the plan is applied again, and the report's
     fallbacks say so. Here the first fallback's output is made invalid that way: one MatMulInteger reads a float."""
-    from onnxruntime.quantization.operators.matmul import MatMulInteger
-
     from tapeout.quantize import methods
     from tapeout.quantize.apply import apply_with_fallback
-    from tapeout.quantize.plan import GroupPlan, Plan
 
-    onnx.save(graphs.mlp(layers=3), tmp_path / "m.onnx")
-    names = [n.name for n in onnx.load(str(tmp_path / "m.onnx")).graph.node if n.op_type == "MatMul"]
-    original_quantize = MatMulInteger.quantize
-
-    def refuses_one(self):
-        if self.node.name == names[1]:
-            raise ValueError("Quantization parameter shared mode is not supported for weight yet")
-        return original_quantize(self)
-
-    monkeypatch.setattr(MatMulInteger, "quantize", refuses_one)
+    names, plan = _mlp_whose_second_layer_the_quantizer_refuses(tmp_path, monkeypatch)
     method = methods.get("dynamic")
     original_apply = type(method).apply
     broken = []
@@ -170,13 +160,6 @@ def test_a_fallback_whose_result_does_not_load_moves_its_group_up_before_anythin
         return info
 
     monkeypatch.setattr(type(method), "apply", breaks_the_first_fallback)
-    plan = Plan(
-        "dynamic",
-        "mlp",
-        "onnxruntime",
-        ("int8", "fp32"),
-        tuple(GroupPlan(n, "linear", (n,), "int8", "test") for n in names),
-    )
     said = []
     final, info = apply_with_fallback(plan, tmp_path / "m.onnx", tmp_path / "q.onnx", log=said.append)
     assert {g.group: g.precision for g in final.groups} == {names[0]: "int8", names[1]: "fp32", names[2]: "fp32"}

@@ -5,7 +5,7 @@ differs between kinds: its settings schema, the checks on the project and the pr
 exported for it, its golden inputs, the data it records in the build dir, the loop a measuring process runs, its
 budgets and their judging, its report section, and what `check` replays. The steps, the reader, the schemas and
 the targets ask the workload; none of them tests the kind. A target lists the kinds it runs in its capabilities
-and offers what a loop needs (a session, a decoder, a state carrier) through the target contract.
+and offers what a loop needs (`Session.run`, `Session.decoder`, `Session.carrier`) through the target contract.
 
 Built-in kinds are named here by module; another package adds one through the entry-point group
 `tapeout.workloads` (an entry naming a `Workload` instance), so adding a workload edits nothing of tapeout. The
@@ -72,7 +72,7 @@ class Workload:
 
     def runs_on(self, capabilities: Capabilities) -> bool:
         """Whether a target with these capabilities runs this workload: it lists the kind (a plug-in workload that
-        needs no more than a session's single calls may say so instead)."""
+        needs no more than single calls, `Session.run`, may say so instead)."""
         return self.kind in capabilities.workloads
 
     def check_profile(self, project: Project, profile: Profile, target: Any) -> None:
@@ -147,6 +147,13 @@ class Workload:
     def measure(self, state: Any) -> Any:
         """The loop measured in fresh processes (a build's, or a check's replay of the build's data); None: no loop."""
         return None
+
+    def loop_data(self, state: Any) -> tuple[WorkloadSettings, Any, Path]:
+        """What the loop runs on: at a check the build dir's settings, `replay` and file (verified); at a build the
+        project's settings, None and the file the record step wrote."""
+        if state.opened is not None:
+            return state.opened.workload()
+        return state.setup.project.workload, None, state.workload_file
 
     def manifest_record(self, state: Any) -> dict | None:
         """The manifest's `workload` entry: the settings and the replay file the record step wrote, with its hash

@@ -192,18 +192,25 @@ def section(w: dict, emulated: str | None) -> list[str]:
     out += table(["", "ms"], tpot_rows(w))
     out += ["", "Time per output token against the position in the sequence:", ""]
     out += table(["positions", "steps", "p50", "p90"], position_rows(w))
+    out += cold_start_and_memory(w, memory_rows(w))
+    out += ["", agreement_line(w)]
+    out += [f"\nNote: {note}" for note in w.get("notes", [])]
+    return out
+
+
+def cold_start_and_memory(w: dict, memory: list[list[str]]) -> list[str]:
+    """A loop section's cold start, its memory table (`memory`: the loop's own rows) and what the memory covers."""
     cold = w["cold_start_ms"]
-    out += [
+    return [
         "",
         f"Cold start ({cold['what']}): median {fmt(cold['median'])} ms, worst {fmt(cold['max'])} ms.",
         "",
         "Memory (MB):",
         "",
+        *table(["part", "MB"], memory),
+        "",
+        f"Scope: {w['memory_mb']['scope']}.",
     ]
-    out += table(["part", "MB"], memory_rows(w))
-    out += ["", f"Scope: {w['memory_mb']['scope']}.", "", agreement_line(w)]
-    out += [f"\nNote: {note}" for note in w.get("notes", [])]
-    return out
 
 
 def diff_figures(w: dict, timed: bool) -> dict[str, tuple]:

@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from tapeout.reports.cells import fmt, table
-from tapeout.reports.generation import interval
+from tapeout.reports.cells import table
+from tapeout.reports.generation import cold_start_and_memory, interval
 
 
 def one_line(w: dict) -> str:
@@ -101,16 +101,7 @@ def section(w: dict, emulated: str | None) -> list[str]:
     out += table(
         ["output", "max", "max ÷ largest magnitude", "at chunk", "first quarter", "last quarter"], drift_rows(w)
     )
-    cold = w["cold_start_ms"]
-    out += [
-        "",
-        f"Cold start ({cold['what']}): median {fmt(cold['median'])} ms, worst {fmt(cold['max'])} ms.",
-        "",
-        "Memory (MB):",
-        "",
-    ]
-    out += table(["part", "MB"], memory_rows(w))
-    out += ["", f"Scope: {w['memory_mb']['scope']}."]
+    out += cold_start_and_memory(w, memory_rows(w))
     out += [f"\nNote: {note}" for note in w.get("notes", [])]
     return out
 

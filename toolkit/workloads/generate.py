@@ -264,12 +264,8 @@ class Generate(Workload):
 
     def measure(self, state: BuildState) -> GenerationMeasurement:
         setup = state.setup
-        if state.opened is not None:
-            workload, layout, data = state.opened.workload()
-        else:
-            workload = setup.project.workload
-            layout = graph_layout(setup.project.inputs, workload)
-            data = state.workload_file  # the record step wrote it while the torch model was loaded
+        workload, layout, data = self.loop_data(state)
+        layout = layout or graph_layout(setup.project.inputs, workload)  # a build's: its project is the cache graph
         # read and checked before any process is started: a bad file is one line, not a child's traceback
         _, _, reference = generation.load_workload_data(data, layout, workload)
         settings = state.settings
@@ -298,7 +294,7 @@ class Generate(Workload):
             ) from None
 
     def child(self, request: dict) -> dict:
-        """A generate workload: cold start (session + the first token), the timed generation loop, the golden prompts'
+        """A generate workload: cold start (the runtime opened + the first token), the timed generation loop, the golden prompts'
         greedy tokens, and the memory with the cache filled to max_context (measurement/generation.py)."""
         from tapeout.measurement.runner import workload_frame
 
@@ -350,7 +346,7 @@ WEIGHT_BYTES = {"fp32": 4.0, "fp16": 2.0, "bf16": 2.0, "fp8": 1.0, "int8": 1.0, 
 
 def _fits(state: BuildState, module, layout) -> None:
     """Before building: the weights at the profile's precision plus the KV cache at max_context against the
-    device's memory (the device spec's, else this host's). One line naming the numbers when they cannot fit."""
+    device's memory (the device spec's, else the building machine's). One line naming the numbers when they cannot fit."""
     import psutil
 
     setup = state.setup
@@ -366,7 +362,7 @@ def _fits(state: BuildState, module, layout) -> None:
     else:
         memory, where = (
             float(psutil.virtual_memory().total),
-            f"this host's {psutil.virtual_memory().total / 1e9:.1f} GB",
+            f"the building machine's {psutil.virtual_memory().total / 1e9:.1f} GB",
         )
     if weights + kv > memory:
         raise BadInput(

@@ -224,11 +224,7 @@ class Stream(Workload):
 
     def measure(self, state: BuildState) -> StreamMeasurement:
         setup = state.setup
-        if state.opened is not None:
-            workload, _, path = state.opened.workload()
-        else:
-            workload = setup.project.workload
-            path = state.workload_file  # the record step wrote it while the reference was loaded
+        workload, _, path = self.loop_data(state)
         data = streaming.StreamData.load(path)
         data.check_fits(workload, path)
         settings, budgets, size = state.settings, setup.profile.budgets, state.artifact_info.bytes
@@ -252,7 +248,7 @@ class Stream(Workload):
         )
 
     def child(self, request: dict) -> dict:
-        """The measuring process: cold start (session + the first chunk), the golden stream once with its outputs
+        """The measuring process: cold start (the runtime opened + the first chunk), the golden stream once with its outputs
         written to `outputs_path` where asked, then the timed streams (measurement/streaming.py)."""
         from tapeout.measurement.runner import workload_frame
 

@@ -48,7 +48,7 @@ class Sweep(Workload):
     heading = "Sweep"
 
     def runs_on(self, capabilities) -> bool:
-        return "forward" in capabilities.workloads  # a sequence of single calls: any target's session runs it
+        return "forward" in capabilities.workloads  # a sequence of single calls: every target's Session.run
 
     def record(self, state) -> Path:
         path = state.out / WORKLOAD_FILE
@@ -56,19 +56,12 @@ class Sweep(Workload):
         return path
 
     def measure(self, state) -> SweepMeasurement:
-        from tapeout.measurement.measure import run_child
+        from tapeout.measurement.measure import artifact_request, run_child
 
-        if state.opened is not None:
-            settings, _, path = state.opened.workload()
-        else:
-            settings, path = state.setup.project.workload, state.workload_file
-        artifact = state.artifact
+        settings, _, path = self.loop_data(state)
         request = {
             "mode": self.kind,
-            "target": artifact.target,
-            "artifact_dir": str(artifact.directory),
-            "main_file": artifact.main_file,
-            "options": state.setup.target.options.model_dump(mode="json"),
+            **artifact_request(state.setup.target, state.artifact),
             "workload": settings.model_dump(mode="json"),
             "workload_data": str(path),
         }
