@@ -15,7 +15,8 @@ A user module follows this signature:
         present         per layer the key and value after this call, [batch, heads, past_len + seq, head_dim]
     module.plain(input_features, input_ids) -> logits       the whole sequence in one call: the reference
     module.transcription = {"layers", "heads", "head_dim", "vocab", "max_target", "mel_bins", "frames",
-                            "start_ids": [...], "eos": id}
+                            "start_ids": [...], "eos": id}     (and "source", the encoder's output positions,
+                                                                      where it is not frames // 2)
 
 Positions are past_len … past_len + seq - 1. A Hugging Face `WhisperForConditionalGeneration` is wrapped into the
 same signature around transformers' own EncoderDecoderCache (`whisper`). The two graphs are verified against torch
@@ -25,6 +26,7 @@ whole sequence: a cache that is wrong anywhere shows as a divergence.
 
 from __future__ import annotations
 
+import inspect
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -33,87 +35,7 @@ import numpy as np
 
 from tapeout.core.decoding import INPUT_IDS, LOGITS
 from tapeout.core.errors import BadInput, ExportMismatch
-from tapeout.core.schemas import InputSpec
-
-INPUT_FEATURES = "input_features"
-LAYOUT_KEYS = ("layers", "heads", "head_dim", "vocab", "max_target", "mel_bins", "frames", "start_ids", "eos")
-FIX_SIGNATURE = (
-    "follow the encoder-decoder signature in the docs (docs/workloads.md): module.encoder(input_features) -> cross "
-    "keys and values, module.decoder(input_ids, *past, *cross) -> (logits, *present), module.plain(input_features, "
-    "input_ids) -> logits and module.transcription = {layers, heads, head_dim, vocab, max_target, mel_bins, frames, "
-    "start_ids, eos}"
-)
-
-
-@dataclass(frozen=True)
-class SpeechLayout:
-    """The two graphs' interface: what the encoder takes and gives, what the decoder step takes and gives."""
-
-    layers: int
-    heads: int
-    head_dim: int
-    vocab: int
-    max_target: int  # the most decoder positions (start tokens + generated)
-    mel_bins: int
-    frames: int  # the encoder's input length: the declared longest clip's feature frames
-    start_ids: tuple[int, ...]  # the decoder's prompt (Whisper: start of transcript, language, task, no timestamps)
-    eos: int
-    dtype: str = "float32"
-
-    @staticmethod
-    def from_module(module) -> SpeechLayout:
-        info = getattr(module, "transcription", None)
-        if not isinstance(info, dict) or any(k not in info for k in LAYOUT_KEYS):
-            missing = [k for k in LAYOUT_KEYS if not isinstance(info, dict) or k not in info]
-            raise BadInput(
-                f"the encoder-decoder module has no transcription layout ({', '.join(missing)})", fix=FIX_SIGNATURE
-            )
-        numbers = {k: info[k] for k in LAYOUT_KEYS if k not in ("start_ids",)}
-        if any(not isinstance(v, int) or isinstance(v, bool) or v < 0 for v in numbers.values()):
-            raise BadInput(f"transcription layout {numbers}: every size is a non-negative integer", fix=FIX_SIGNATURE)
-        start = tuple(int(t) for t in info["start_ids"])
-        if not start or len(start) >= info["max_target"]:
-            raise BadInput(
-                f"transcription start_ids {list(start)}: the decoder starts from 1 to max_target - 1 tokens",
-                fix=FIX_SIGNATURE,
-            )
-        return SpeechLayout(**numbers, start_ids=start)
-
-    def cross(self) -> list[str]:
-        return [f"cross_{kind}_{i}" for i in range(self.layers) for kind in ("key", "value")]
-
-    def past(self) -> list[str]:
-        return [f"past_{kind}_{i}" for i in range(self.layers) for kind in ("key", "value")]
-
-    def present(self) -> list[str]:
-        return [f"present_{kind}_{i}" for i in range(self.layers) for kind in ("key", "value")]
-
-    def encoder_inputs(self, batch: str | int = "batch") -> list[InputSpec]:
-        return [
-            InputSpec(
-                name=INPUT_FEATURES, shape=[batch, self.mel_bins, self.frames], dtype="float32", range=(-1.0, 1.0)
-            )
-        ]
-
-    def decoder_inputs(self, source: int) -> list[InputSpec]:
-        """The decoder step's inputs at one decode step at max_target, its cross cache `source` positions long."""
-        cache = ["batch", self.heads, "past_len", self.head_dim]
-        return [
-            InputSpec(name=INPUT_IDS, shape=["batch", "seq"], dtype="int64", range=(0, self.vocab - 1)),
-            *(InputSpec(name=n, shape=cache, dtype=self.dtype, range=(-1.0, 1.0)) for n in self.past()),
-            *(
-                InputSpec(
-                    name=n, shape=["batch", self.heads, source, self.head_dim], dtype=self.dtype, range=(-1.0, 1.0)
-                )
-                for n in self.cross()
-            ),
-        ]
-
-    def self_cache_bytes(self, batch: int = 1) -> int:
-        return 2 * self.layers * batch * self.heads * self.max_target * self.head_dim * 4
-
-    def cross_cache_bytes(self, source: int, batch: int = 1) -> int:
-        return 2 * self.layers * batch * self.heads * source * self.head_dim * 4
+from tapeout.core.speech import FIX_SIGNATURE, INPUT_FEATURES, SpeechLayout, pad_tokens
 
 
 def whisper(model):
@@ -143,6 +65,11 @@ def whisper(model):
         "start_ids": start,
         "eos": config.eos_token_id,
     }
+
+    # transformers 5.x names the decoder's cache `cache` (`past_key_values` is deprecated there, with a warning)
+    cache_argument = (
+        "cache" if "cache" in inspect.signature(model.model.decoder.forward).parameters else "past_key_values"
+    )
 
     class WhisperEncoder(torch.nn.Module):
         def __init__(self, inner) -> None:
@@ -181,7 +108,7 @@ def whisper(model):
             out = self.inner.model.decoder(
                 input_ids=input_ids,
                 encoder_hidden_states=stand_in,
-                past_key_values=cache,
+                **{cache_argument: cache},
                 position_ids=positions,
                 use_cache=True,
                 return_dict=True,
@@ -224,6 +151,11 @@ class SpeechVerification:
             "agreement": self.agreement,
             "first_divergence": self.first_divergence,
             "max_abs_logit_diff": self.max_abs_logit_diff,
+            "method": "greedy decoding of each clip through the encoder's and the decoder step's graphs (ONNX "
+            "Runtime CPU), every step's logits compared with torch's plain forward over the sequence so far",
+            "summary": f"The encoder and decoder-step graphs were verified by greedy decoding {self.clips} clips × up "
+            f"to {self.tokens} tokens against torch: agreement {self.agreement:.0%}, worst logit difference "
+            f"{self.max_abs_logit_diff:.3g}.",
         }
 
 
@@ -302,7 +234,7 @@ def verify(
         return dec.run([LOGITS, *layout.present()], feeds)
 
     _, _, plain = torch_parts(module)
-    reference_rows, first, reproduced, worst = [], [], 0, 0.0
+    reference_rows, first, reproduced, worst, total = [], [], 0, 0.0, 0
     for c, features in enumerate(clips):
         ours, logits = greedy(onnx_encoder, onnx_decoder, layout, features[None].astype(np.float32), tokens)
         ids = np.asarray([list(layout.start_ids) + ours], np.int64)
@@ -321,9 +253,9 @@ def verify(
         diverged = next((i for i, (a, b) in enumerate(zip(ours, reference, strict=True)) if a != b), None)
         first.append(diverged)
         reproduced += len(ours) if diverged is None else diverged
-        reference_rows.append(reference + [-1] * (tokens - len(reference)))
+        total += len(reference)
+        reference_rows.append(pad_tokens(reference, tokens, layout.eos))
         progress(c + 1, len(clips))
-    total = sum(len([t for t in row if t >= 0]) for row in reference_rows)
     return SpeechVerification(
         clips=len(clips),
         tokens=tokens,
@@ -332,3 +264,85 @@ def verify(
         max_abs_logit_diff=worst,
         reference_tokens=np.asarray(reference_rows, np.int64),
     )
+
+
+def parts_of(module, source: str):
+    """The encoder-decoder parts of a loaded model: a Hugging Face Whisper wrapped (`whisper`), a user module as it
+    is where it follows the signature; one line naming what is missing otherwise."""
+    inner = getattr(module, "inner", None) if getattr(module, "hugging_face", False) else None
+    if inner is not None:
+        config = inner.config
+        if not getattr(config, "is_encoder_decoder", False) or not hasattr(getattr(inner, "model", None), "decoder"):
+            raise BadInput(
+                f"[model] source = {source!r} is a {type(inner).__name__}, which has no decoder over an encoder's "
+                "output: a transcribe workload needs an encoder-decoder speech model",
+                fix="point [model] source at a WhisperForConditionalGeneration directory (or a module with the "
+                'encoder-decoder signature), or use kind = "forward" or "generate"',
+            )
+        if getattr(config, "model_type", None) != "whisper":
+            raise BadInput(
+                f"[model] source = {source!r} is a {type(inner).__name__}: the transcribe workload exports "
+                "Whisper's encoder-decoder (WhisperForConditionalGeneration) from Hugging Face directories",
+                fix="wrap the model in a module with the encoder-decoder signature (docs/workloads.md)",
+            )
+        return whisper(inner)
+    missing = [name for name in ("encoder", "decoder", "plain") if not callable(getattr(module, name, None))]
+    if missing:
+        raise BadInput(
+            f"[model] source = {source!r} has no {', '.join(missing)}: a transcribe workload runs an encoder once "
+            "and a decoder over its output",
+            fix=FIX_SIGNATURE,
+        )
+    return module
+
+
+def decoder_step(parts, layout: SpeechLayout):
+    """The decoder step as the module the build exports (its inputs and outputs in the layout's order), holding the
+    whole model: the encoder's graph is exported from it beside the step's."""
+    import torch
+
+    class DecoderStep(torch.nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.parts = parts
+            self.layout = layout
+            self.config = getattr(parts, "config", None)  # the model_type backs the graph's family evidence
+
+        def forward(self, input_ids, *caches):
+            return tuple(self.parts.decoder(input_ids, *caches))
+
+    return DecoderStep().eval()
+
+
+def reference_tokens(parts, layout: SpeechLayout, clips: Sequence[np.ndarray], tokens: int) -> np.ndarray:
+    """The torch model's greedy tokens for each clip [clips, tokens], the end token repeated after it."""
+    encoder, decoder, _ = torch_parts(parts)
+    rows = []
+    for clip in clips:
+        got, _ = greedy(encoder, decoder, layout, clip[None].astype(np.float32), tokens)
+        rows.append(pad_tokens(got, tokens, layout.eos))
+    return np.asarray(rows, np.int64)
+
+
+def golden_feeds(parts, layout: SpeechLayout, clips: Sequence[np.ndarray], seed: int) -> list[dict[str, np.ndarray]]:
+    """One decode step per clip at the last position (max_target - 1 tokens in the self cache): the cross cache from
+    the clip through the torch encoder, the self cache from one torch decoder call over the start ids and seeded
+    random tokens, then one more token."""
+    encoder, decoder, _ = torch_parts(parts)
+    rng = np.random.default_rng(seed)
+    feeds = []
+    for clip in clips:
+        cross = encoder(clip[None].astype(np.float32))
+        fill = layout.max_target - 1 - len(layout.start_ids)
+        ids = np.asarray([[*layout.start_ids, *rng.integers(0, layout.vocab, fill)]], np.int64)
+        empty = [np.zeros((1, layout.heads, 0, layout.head_dim), np.float32) for _ in layout.past()]
+        present = decoder(ids, empty, cross)[1:]
+        token = rng.integers(0, layout.vocab, (1, 1)).astype(np.int64)
+        feeds.append(
+            {
+                INPUT_IDS: token,
+                **dict(zip(layout.past(), present, strict=True)),
+                **dict(zip(layout.cross(), cross, strict=True)),
+            }
+        )
+    return feeds

@@ -50,7 +50,7 @@ BUILT_IN: dict[str, TargetInfo] = {
             rules="cpu-integer",
             meters=("rss", "rapl"),
             op_profiler="ONNX Runtime profiler (CPU EP node times)",
-            workloads=("forward", "generate", "stream"),
+            workloads=("forward", "generate", "stream", "transcribe"),
             # a cache graph's rotary attention as ORT's fused kernel, its cache one buffer the kernel appends to in
             # place, then its sibling projections as one product
             graph_passes=("group-query-attention", "share-kv-buffer", "pack-projections"),
@@ -74,7 +74,7 @@ BUILT_IN: dict[str, TargetInfo] = {
             op_profiler="ONNX Runtime profiler (CUDA EP)",
             op_profile_env={"CUDA_LAUNCH_BLOCKING": "1"},
             # the KV cache and a stream's state stay in GPU memory between calls (IOBinding); not with cuda_graph
-            workloads=("forward", "generate", "stream"),
+            workloads=("forward", "generate", "stream", "transcribe"),
         ),
     ),
     "openvino": TargetInfo(
@@ -92,7 +92,7 @@ BUILT_IN: dict[str, TargetInfo] = {
             op_profiler="OpenVINO PERF_COUNT (per-node real time)",
             # generate: the stateful model (the cache in the plugin's state); on the NPU the
             # plugin's static-shape LLM pipeline (NPUW_LLM), prompts padded to max_prompt
-            workloads=("forward", "generate", "stream"),
+            workloads=("forward", "generate", "stream", "transcribe"),
         ),
     ),
     "executorch": TargetInfo(
@@ -187,6 +187,10 @@ BUILT_IN: dict[str, TargetInfo] = {
             # key and value written into its slot (StaticCachedDecoder); prompts through a second context binary
             # pinned to [options] prefill_chunk tokens, their first length mod chunk tokens one per call
             workloads=("forward", "generate", "stream"),
+            workloads_not={
+                "transcribe": "the HTP runs graphs of static shapes, and no static-cache decoder step over an "
+                "encoder's cross cache is built yet"
+            },
         ),
     ),
     "tensorrt": TargetInfo(
@@ -212,6 +216,7 @@ BUILT_IN: dict[str, TargetInfo] = {
                 "generate": "an engine is one static-profile network: decoding runs in TensorRT-LLM or "
                 "TensorRT Edge-LLM, which tapeout does not drive",
                 "stream": "the engine is built on the device, where no stream loop drives it yet",
+                "transcribe": "the engine is built on the device, where no encoder-decoder loop drives it yet",
             },
         ),
     ),
@@ -229,7 +234,7 @@ BUILT_IN: dict[str, TargetInfo] = {
             meters=("rss", "amdsmi"),
             workloads_not={
                 w: "the program is compiled on the device, where no generation or stream loop drives it yet"
-                for w in ("generate", "stream")
+                for w in ("generate", "stream", "transcribe")
             },
         ),
     ),

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import math
 from pathlib import Path
-from typing import Literal
+from typing import Any, Literal
 
 from pydantic import (
     BaseModel,
@@ -265,6 +265,62 @@ class StreamWorkload(WorkloadSettings):
         return value
 
 
+class TranscribeWorkload(WorkloadSettings):
+    """An encoder-decoder speech model (Whisper): the encoder once over a clip's features, then the decoder token by
+    token over its own cache and the cross-attention cache the encoder's graph computed (exporters/encoder_decoder.py).
+    """
+
+    kind: Literal["transcribe"]
+    audio_s: list[float] = Field(
+        default_factory=lambda: [10.0, 30.0],
+        min_length=1,
+        max_length=8,
+        description="clip lengths timed, in seconds of audio: each is transcribed end to end and its real-time "
+        "factor judged; none longer than the encoder's input (Whisper: 30 s)",
+    )
+    tokens_per_s: float = Field(
+        3.0,
+        gt=0,
+        le=50,
+        description="tokens the timed loop decodes per second of audio (speech is about 2 to 4 Whisper tokens a "
+        "second): a 10 s clip decodes 30",
+    )
+    frame_ms: float = Field(10.0, gt=0, le=1000, description="audio per feature frame (Whisper's hop: 10 ms)")
+    clips: str | None = Field(
+        None,
+        min_length=1,
+        description="file.py:callable returning the golden clips' features, float32 [mel_bins, frames] each (no "
+        "more frames than the encoder takes; fewer are padded with the clip's minimum, log-mel silence); default: "
+        "seeded random features",
+    )
+    agreement_clips: int = Field(4, ge=1, le=256, description="golden clips greedy agreement is judged on")
+    agreement_tokens: int = Field(32, ge=1, le=65_536, description="greedy tokens compared per golden clip at most")
+    trials: int = Field(5, ge=1, le=1000, description="timed transcriptions per clip length in each measuring process")
+    # the model's two graphs' interface, found at load (core/speech.SpeechLayout); never read from the project file
+    _layout: Any = PrivateAttr(default=None)
+
+    @property
+    def layout(self) -> Any:
+        return self._layout
+
+    @field_validator("audio_s")
+    @classmethod
+    def _lengths(cls, value: list[float]) -> list[float]:
+        if any(not 0 < s <= 3600 for s in value):
+            raise ValueError(f"audio_s {value}: a clip is longer than 0 s and at most an hour")
+        if len(set(value)) != len(value):
+            raise ValueError(f"audio_s {value} repeats a length")
+        return sorted(value)
+
+    def frames(self, seconds: float) -> int:
+        """Feature frames of a clip `seconds` long."""
+        return round(seconds * 1000 / self.frame_ms)
+
+    def tokens(self, seconds: float) -> int:
+        """Tokens the timed loop decodes for a clip `seconds` long: at least the first."""
+        return max(1, round(seconds * self.tokens_per_s))
+
+
 class WorkloadSettingsError(ValueError):
     """A `[workload]` table its kind's schema refused: the refusal is described field by field (core/config)."""
 
@@ -372,7 +428,10 @@ class Budgets(_Strict):
     )
     # [workload] kind = "generate"
     ttft_ms: float | None = Field(
-        None, gt=0, description="time to first token at the longest prompt, judged on its p90"
+        None,
+        gt=0,
+        description="time to first token, judged on its p90: at the longest prompt (generate), from the features "
+        "through the encoder to the first token (transcribe)",
     )
     tpot_p90_ms: float | None = Field(None, gt=0, description="time per output token (decode step), p90")
     tpot_p99_ms: float | None = Field(None, gt=0, description="time per output token (decode step), p99")
@@ -385,16 +444,18 @@ class Budgets(_Strict):
         ge=0,
         le=1,
         description="share of the reference's greedy tokens "
-        "reproduced before the first divergence, over the golden prompts",
+        "reproduced before the first divergence, over the golden prompts (or clips)",
     )
+    # [workload] kind = "transcribe" (and ttft_ms, tpot_p90_ms, tpot_p99_ms, greedy_min_agreement, real_time_factor)
+    encoder_ms: float | None = Field(None, gt=0, description="the encoder over one clip's features, p90")
 
     # [workload] kind = "stream"
     chunk_p99_ms: float | None = Field(None, gt=0, description="one chunk's time with the state carried, p99")
     real_time_factor: float | None = Field(
         None,
         gt=0,
-        description="compute time over the stream's real time "
-        "(chunks × deadline_ms), judged on the slowest timed stream",
+        description="compute time over the audio's real time: a stream's chunks × deadline_ms, judged on the "
+        "slowest timed stream; a transcription's clip length, judged on the p90 of the clip length worst off",
     )
     deadline_max_miss_share: float | None = Field(
         None, ge=0, le=1, description="share of chunks slower than [workload] deadline_ms"
@@ -420,6 +481,10 @@ class Budgets(_Strict):
             "stream_max_abs_error",
             "stream_max_rel_error",
         )
+        return {n: getattr(self, n) for n in names if getattr(self, n) is not None}
+
+    def transcription_budgets(self) -> dict[str, float]:
+        names = ("encoder_ms", "ttft_ms", "tpot_p90_ms", "tpot_p99_ms", "real_time_factor", "greedy_min_agreement")
         return {n: getattr(self, n) for n in names if getattr(self, n) is not None}
 
     def generation_budgets(self) -> dict[str, float]:

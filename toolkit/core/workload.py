@@ -17,16 +17,16 @@ from __future__ import annotations
 import difflib
 import functools
 import importlib
+from dataclasses import dataclass, field
+from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar
 
 from tapeout.core.errors import BadInput
 
 if TYPE_CHECKING:  # annotations only: the workloads import what they run, the core imports none of it
-    from pathlib import Path
-
     from tapeout.core.capabilities import Capabilities
     from tapeout.core.profile_schema import CheckSettings, Profile
-    from tapeout.core.schemas import Budgets, Project, WorkloadSettings
+    from tapeout.core.schemas import Budgets, InputSpec, Project, WorkloadSettings
     from tapeout.core.verdict import BudgetResult
 
 GROUP = "tapeout.workloads"
@@ -34,9 +34,21 @@ BUILT_IN = {
     "forward": "tapeout.workloads.forward",
     "generate": "tapeout.workloads.generate",
     "stream": "tapeout.workloads.stream",
+    "transcribe": "tapeout.workloads.transcribe",
 }
 DEFAULT = "forward"  # a project without [workload], a build dir that records none
 WORKLOAD_FILE = "workload.npz"  # what a loop's record step writes into the build dir, whatever the kind
+
+
+@dataclass(frozen=True)
+class Companion:
+    """A graph the loop runs beside the build's main one (a speech model's encoder): exported with it, quantized by
+    the first plan of the same precision and compiled by the same target into the artifact's folder `name`."""
+
+    name: str
+    path: Path  # the FP32 ONNX model
+    inputs: list[InputSpec]
+    dims: dict[str, int] = field(default_factory=dict)
 
 
 class Workload:
@@ -100,6 +112,10 @@ class Workload:
         report's `export.generation` (an object with `to_json`) and what it made on the way that the record step
         reuses; (None, None) where there is nothing more."""
         return None, None
+
+    def companions(self, state: Any) -> list[Companion]:
+        """The graphs the loop runs beside the main one, exported by `verify_export`; none by default."""
+        return []
 
     def phases(self, state: Any) -> list | None:
         """The kernel structure of each phase of the loop, for the estimator; None: the one call's."""

@@ -15,6 +15,7 @@ from tapeout.core.verdict import BudgetResult, Verdict
 from tapeout.measurement.generation import GenerationMeasurement
 from tapeout.measurement.measure import Measurement
 from tapeout.measurement.streaming import StreamMeasurement
+from tapeout.measurement.transcription import TranscriptionMeasurement
 
 
 def judge_bounded(
@@ -511,6 +512,61 @@ def judge_stream(
                     value,
                     None,
                     f"over {s.workload.chunks} chunks of the golden stream, state carried; {where}",
+                )
+            )
+    return results
+
+
+def judge_transcription(
+    budgets: Budgets, t: TranscriptionMeasurement | None, settings: CheckSettings, emulated: str | None
+) -> list[BudgetResult]:
+    """The transcribe workload's budgets: the encoder, TTFT and the time per token at their percentiles with
+    bounds, the real-time factor at the clip length worst off (p90), greedy agreement over the golden clips. For
+    another workload they are unmeasured, with the reason; through an emulator the timings are not judged."""
+    asked = budgets.transcription_budgets()
+    if not asked:
+        return []
+    if t is None:
+        return [
+            BudgetResult(
+                name,
+                limit,
+                "",
+                Verdict.UNMEASURED,
+                reason='the project\'s [workload] is not transcribe: set kind = "transcribe" to measure one',
+            )
+            for name, limit in asked.items()
+        ]
+    guard, how = settings.guard_band, f"{settings.confidence:.0%} order-statistic"
+    results = []
+    for name, limit in asked.items():
+        unit = {"real_time_factor": "×", "greedy_min_agreement": "share"}.get(name, "ms")
+        if emulated and name != "greedy_min_agreement":
+            reason = f"emulated: {emulated}; run `tapeout check` on the device"
+            results.append(BudgetResult(name, limit, unit, Verdict.UNMEASURED, reason=reason))
+        elif name in ("encoder_ms", "ttft_ms", "tpot_p90_ms", "tpot_p99_ms"):
+            summary = {"encoder_ms": t.encoder, "ttft_ms": t.ttft}.get(name, t.tpot)
+            q = summary.quantiles["p99" if name == "tpot_p99_ms" else "p90"]
+            results.append(judge_bounded(name, limit, unit, q.point, q.lower, q.upper, guard, how))
+        elif name == "real_time_factor":
+            seconds, q = t.worst_rtf()
+            what = f"{how} (p90 at the {seconds:g} s clip)"
+            results.append(judge_bounded(name, limit, unit, q.point, q.lower, q.upper, guard, what))
+        elif t.agreement is None:
+            results.append(BudgetResult(name, limit, unit, Verdict.UNMEASURED, reason="no greedy tokens were read"))
+        else:
+            diverged = [f for f in t.first_divergence if f is not None]
+            results.append(
+                BudgetResult(
+                    name,
+                    limit,
+                    unit,
+                    Verdict.PASS if t.agreement >= limit else Verdict.FAIL,
+                    t.agreement,
+                    None,
+                    f"{len(t.first_divergence) - len(diverged)}/{len(t.first_divergence)} clips match every greedy "
+                    f"token up to the end token or {t.workload.agreement_tokens}"
+                    + (f"; first divergences at {diverged[:5]}" if diverged else ""),
                 )
             )
     return results

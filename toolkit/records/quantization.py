@@ -90,6 +90,20 @@ class QuickLatencyRecord(Record):
     quantized: float
 
 
+class CompanionRecord(Record):
+    """A graph the workload's loop runs beside the main one (a speech model's encoder), at the first plan of its own
+    architecture; `method` None where that plan needed calibration and the graph stayed FP32 (`kept_float` says why)."""
+
+    method: str | None
+    family: str
+    groups: int = 0
+    quantized_groups: int = 0
+    rungs: dict[str, int] = Field(default_factory=dict, description="groups at each precision")
+    fallbacks: list[FallbackRecord] = Field(default_factory=list)
+    model_sha256: str | None = None
+    kept_float: str | None = None
+
+
 class QuantizationRecord(Record):
     precision: str
     evaluated_on: str | None = None
@@ -103,4 +117,7 @@ class QuantizationRecord(Record):
     notes: list[str] = Field(default_factory=list)
     fallbacks: list[FallbackRecord] = Field(
         default_factory=list, description="groups moved up a rung because the quantizer failed on them"
+    )
+    companions: dict[str, CompanionRecord] = Field(
+        default_factory=dict, description="the graphs the workload's loop runs beside this one, by name"
     )

@@ -46,6 +46,17 @@ def quantization_section(q: dict | None) -> list[str]:
             f"\nMoved up because the quantizer failed on it: {move['group']} {move['from']} → {move['to']} "
             f"({move['why']})."
         )
+    for name, c in (q.get("companions") or {}).items():
+        if c.get("method") is None:
+            out.append(f"\nThe {name} graph ({c['family']}): {c['kept_float']}.")
+            continue
+        rungs = ", ".join(f"{n} at {rung}" for rung, n in (c.get("rungs") or {}).items())
+        out.append(
+            f"\nThe {name} graph ({c['family']}): the rule's first plan by {c['method']}, {c['quantized_groups']} of "
+            f"{c['groups']} groups quantized ({rungs})"
+            + (f"; {len(c['fallbacks'])} moved up by the quantizer's failures" if c.get("fallbacks") else "")
+            + "."
+        )
     if q.get("quick_latency_ms"):
         lat = q["quick_latency_ms"]
         out.append(

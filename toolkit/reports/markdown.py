@@ -181,7 +181,9 @@ def render_markdown(report: Report) -> str:
         if exp.get("fallback_reason"):
             out.append(f"\nThe dynamo exporter failed ({exp['fallback_reason']}); TorchScript was used.")
         gen = exp.get("generation")
-        if gen:
+        if gen and gen.get("summary"):
+            out.append(f"\n{gen['summary']}")
+        elif gen:
             out.append(
                 f"\nThe KV-cache graph was verified by {gen['method']}: {gen['prompts']} prompts × "
                 f"{gen['tokens_per_prompt']} tokens, worst logit difference {fmt(gen['max_abs_logit_diff'])}, "

@@ -20,7 +20,7 @@ from tapeout.targets.base import PROFILING_DIR, Target
 
 class Compile(Step):
     name = "compile"
-    needs = ("model", "exported", "compiled")
+    needs = ("model", "exported", "compiled", "companions")
     adds = ("artifact", "artifact_info")
 
     def run(self, state: BuildState) -> None:
@@ -56,6 +56,11 @@ class Compile(Step):
                 finally:
                     if model != state.model:
                         shutil.rmtree(model.parent, ignore_errors=True)
+        for name, path in (state.companions or {}).items():  # a speech model's encoder: beside the main graph
+            with state.ui.step(f"compile the {name} graph for {setup.profile.target}"):
+                companion = next(c for c in state.workload.companions(state) if c.name == name)
+                part = setup.target.compile(path, artifact.directory / name, companion.inputs, companion.dims)
+            artifact.meta[f"{name}_file"] = f"{name}/{part.main_file}"
         files = tree_hashes(artifact.directory)  # hashed once: the report and the manifest share them
         state.artifact = artifact
         # what the op profile alone loads is hashed with the artifact but not deployed: not in its size

@@ -33,10 +33,12 @@ from tapeout.steps.step import Step
 class Precision(Step):
     name = "precision"
     needs = ("fp32_model", "analysis", "reference_metric", "pruning", "exported")  # exported: its program
-    adds = ("quantization", "model", "compiled")
+    adds = ("quantization", "model", "compiled", "companions")
 
     def run(self, state: BuildState) -> str | None:
         state.compiled = None
+        companions = state.workload.companions(state)
+        state.companions = {c.name: c.path for c in companions}
         if state.setup.profile.precision == "fp32":
             state.quantization, state.model = None, state.fp32_model
             return "fp32: nothing to quantize"
@@ -57,6 +59,12 @@ class Precision(Step):
                 )
                 state.compiled = compiled.keep(state.model)
         state.passes += state.quantization.pop("passes")  # the report lists them with the export's
+        if companions:
+            state.quantization["companions"] = {}
+            for companion in companions:
+                path, info = quantize_companion(state.setup, state.out, companion)
+                state.companions[companion.name] = path
+                state.quantization["companions"][companion.name] = info
         return None
 
     def report(self, state: BuildState) -> dict[str, object]:
@@ -292,6 +300,58 @@ def quantize(
         quantized_bytes=out.stat().st_size + (weights.stat().st_size if out.suffix == ".xml" else 0),
     )
     return out, info
+
+
+def quantize_companion(setup: Setup, out_dir: Path, companion) -> tuple[Path, dict]:
+    """A companion graph (core/workload.Companion) at the profile's precision: the rule table's first plan for its own
+    architecture, applied as is (the sensitivity loop judges the main graph; the loop's accuracy, measured through
+    both, judges the pair), its INT4 groups at the ladder's next rung. A plan that needs calibration keeps the
+    companion FP32, and the record says why."""
+    from tapeout.graph.analyze import analyze_view
+    from tapeout.graph.view import GraphView
+    from tapeout.quantize import methods, rules
+    from tapeout.quantize.apply import apply_with_fallback
+
+    profile, ui = setup.profile, setup.ui
+    with ui.step(f"quantize the {companion.name} graph (the first plan of its own architecture)"):
+        view = GraphView.load(companion.path, companion.inputs, companion.dims)
+        analysis = analyze_view(view)
+        del view
+        plan = rules.first_plan(
+            analysis,
+            profile.target,
+            setup.capabilities,
+            profile.precision,
+            profile.quantization,
+            isa=rules.isa_for(setup.device),
+        )
+        if profile.precision == "int4":
+            # 4-bit weights pay in the decoder's memory-bound steps; an encoder's one compute-bound call keeps 8
+            for group in plan.quantized():
+                rung = plan.next_rung(group.group)
+                if rung is not None and rung != plan.ladder[-1]:
+                    plan = plan.with_group(group.group, rung, f"{companion.name}: 8-bit weights in an INT4 build")
+        if methods.get(plan.method).needs_calibration(plan):
+            why = f"{plan.method} calibrates activations, and nothing samples the {companion.name}'s: kept FP32"
+            ui.note(f"{companion.name}: {why}")
+            return companion.path, {"method": None, "family": analysis.family, "kept_float": why}
+        out = out_dir / "quantized" / companion.name / f"model{plan.model_suffix}"
+        plan, applied = apply_with_fallback(
+            plan, companion.path, out, None, setup.target.limits().max_ir_version, ui.note
+        )
+    plan = methods.get(plan.method).reconcile(plan, out)
+    return out, {
+        "method": plan.method,
+        "family": analysis.family,
+        "groups": len(plan.groups),
+        "quantized_groups": len(plan.quantized()),
+        "rungs": {
+            rung: sum(g.precision == rung for g in plan.groups)
+            for rung in dict.fromkeys(g.precision for g in plan.groups)
+        },
+        "fallbacks": applied.get("fallbacks", []),
+        "model_sha256": sha256_file(out),
+    }
 
 
 def _speed_note(precision: str, emulated: str | None, info: dict, compare) -> str:

@@ -110,6 +110,7 @@ class BuildState:
     quantization: dict | None = PENDING  # the precision step's record; None at fp32
     model: Path = PENDING  # the model the target compiles
     compiled: Artifact | None = PENDING  # `model` already compiled by the precision step (a program's kept candidate)
+    companions: dict[str, Path] = PENDING  # the workload's companion graphs as the target compiles them (by name)
     artifact: Artifact = PENDING
     artifact_info: ArtifactInfo = PENDING  # its size and hashes, taken once
     engine: EngineBuild | None = PENDING

@@ -86,10 +86,18 @@ class Verdicts(Step):
         results.append(verdicts.judge_parity(state.parity, settings.parity))
         ran = state.workload
         # a [budgets] budget of a built-in workload the build did not run is unmeasured, with the reason; a plug-in's
-        # budgets are its own settings, judged where it runs (no other plug-in is imported for this)
+        # budgets are its own settings, judged where it runs (no other plug-in is imported for this). A budget two
+        # kinds share (ttft_ms) is judged once, by the kind that ran.
+        own = ran.judge(budgets, state.loop, settings, setup.emulated)
+        seen = {r.budget for r in own}
         for kind in dict.fromkeys([*workloads.BUILT_IN, ran.kind]):
-            each = workloads.get(kind)
-            results += each.judge(budgets, state.loop if each is ran else None, settings, setup.emulated)
+            if kind == ran.kind:
+                results += own
+                continue
+            for result in workloads.get(kind).judge(budgets, None, settings, setup.emulated):
+                if result.budget not in seen:
+                    seen.add(result.budget)
+                    results.append(result)
         if state.opened is None:
             acc = state.accuracy
             results += verdicts.judge_accuracy(
