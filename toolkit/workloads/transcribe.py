@@ -21,7 +21,7 @@ import numpy as np
 from tapeout.core.errors import BadInput
 from tapeout.core.profile_schema import Profile, min_samples_for_bound
 from tapeout.core.schemas import Project, TranscribeWorkload
-from tapeout.core.speech import SpeechLayout
+from tapeout.core.speech import INPUT_FEATURES, SpeechLayout
 from tapeout.core.workload import WORKLOAD_FILE, Companion, Workload
 from tapeout.measurement import transcription
 from tapeout.measurement.measure import artifact_request, measure_loop
@@ -159,13 +159,14 @@ class Transcribe(Workload):
         from tapeout.exporters.sources import LoadedModel
 
         layout, workload = module.layout, project.workload
+        encoder = LoadedModel("torch", "encoder", module=module.parts.encoder, output_names=layout.cross())
         with ui.step(f"export the encoder ({layout.mel_bins} × {layout.frames} features)"):
             torch_onnx.export(
-                LoadedModel("torch", "encoder", module=module.parts.encoder, output_names=layout.cross()),
+                encoder,
                 layout.encoder_inputs(),
                 {"batch": 1},
                 path.parent / ENCODER_FILE,
-                options,
+                _encoder_tolerance(encoder, layout, options),
                 log=ui.note,
                 stage=ui.detail,
             )
@@ -313,6 +314,22 @@ class Transcribe(Workload):
 
     def rank(self, headline: dict) -> tuple[float, str]:
         return headline["rtf_p50"], "real-time factor p50"
+
+
+def _encoder_tolerance(encoder, layout: SpeechLayout, options):
+    """The export's options for the encoder's own check on random features: its keys and values within 0.1 % of their
+    largest magnitude where that is above the project's atol. An attention over 1500 positions sums in another order
+    in each runtime; what counts is the logits through both graphs, which the greedy decoding after it checks at the
+    project's tolerance."""
+    import dataclasses
+
+    from tapeout.core.feeds import random_feeds
+    from tapeout.exporters import torch_onnx
+
+    feeds = random_feeds(layout.encoder_inputs(1), {}, np.random.default_rng(options.seed))
+    outputs = torch_onnx.torch_outputs(encoder.module, feeds, [INPUT_FEATURES], layout.cross())
+    scale = max(float(np.abs(v).max()) for v in outputs.values())
+    return dataclasses.replace(options, atol=max(options.atol, 1e-3 * scale))
 
 
 def _check_against(project: Project, layout: SpeechLayout) -> None:
