@@ -288,3 +288,25 @@ def test_the_whisper_tiny_sample_builds_and_checks(tmp_path):
     assert check.code == 0, check.err
     assert check.json()["workload"]["agreement"]["share"] == w["agreement"]["share"]
     assert np.isfinite(check.json()["workload"]["encoder_ms"]["quantiles"]["p50"]["point"])
+
+
+def test_init_writes_a_transcribe_project_for_a_whisper_directory(tmp_path):
+    _whisper_dir(tmp_path / "whisper")
+    result = run_cli("init", "whisper", cwd=tmp_path)
+    assert result.code == 0, result.err
+    text = (tmp_path / "tapeout.toml").read_text()
+    assert 'kind = "transcribe"' in text and "shape = [1, 80, 100]" in text and "audio_s = [1.0]" in text
+    assert "[evaluation]" not in text and "# encoder_ms = 200" in text  # no metric: greedy agreement judges it
+    (tmp_path / "tapeout.toml").write_text(text.replace("audio_s = [1.0]", "audio_s = [1.0]\ntrials = 2"))
+    built = run_cli("build", tmp_path, "--profile", "cpu-fp32", "--out", tmp_path / "b")
+    assert built.code == 0, built.err
+
+
+def test_init_refuses_an_encoder_decoder_that_is_not_whisper(tmp_path):
+    folder = tmp_path / "t5"
+    folder.mkdir()
+    (folder / "config.json").write_text(
+        json.dumps({"architectures": ["T5ForConditionalGeneration"], "model_type": "t5", "is_encoder_decoder": True})
+    )
+    result = run_cli("init", "t5", cwd=tmp_path)
+    assert result.code == 2 and "the transcribe workload runs Whisper's only" in one_line_error(result)

@@ -143,11 +143,22 @@ def _from_hf_config(config_file: Path, source: str) -> Draft:
     arch = (config.get("architectures") or [""])[0]
     vocab = config.get("vocab_size")
     draft = Draft(source)
+    if config.get("is_encoder_decoder") and config.get("model_type") == "whisper":
+        bins, frames = config.get("num_mel_bins", 80), 2 * config.get("max_source_positions", 1500)
+        seconds = frames / 100  # Whisper's 10 ms frames
+        draft.inputs = [{"name": "input_features", "shape": [1, bins, frames], "dtype": "float32"}]
+        draft.workload = {"kind": "transcribe", "audio_s": sorted({min(10.0, seconds), seconds})}
+        draft.said.append(
+            f"{arch or 'Whisper'}: a speech recognizer, built as it transcribes (the encoder once over {bins} mel bins "
+            f"× {frames} frames, {seconds:g} s; the decoder over its cache and the cross cache); give your clips' "
+            "features in [workload] clips"
+        )
+        return draft
     if config.get("is_encoder_decoder"):
         raise BadInput(
-            f"{config_file}: {arch or config.get('model_type')} is an encoder-decoder model, which no "
-            "workload runs yet",
-            fix="export its encoder or decoder as a module of its own (file.py:callable) and init that",
+            f"{config_file}: {arch or config.get('model_type')} is an encoder-decoder model, and the transcribe "
+            "workload runs Whisper's only",
+            fix="wrap it in a module with the encoder-decoder signature (docs/workloads.md) and init that",
         )
     if arch.endswith(("ForCausalLM", "LMHeadModel")) and isinstance(vocab, int):
         context = min(CONTEXT, config.get("max_position_embeddings") or CONTEXT)
@@ -371,12 +382,7 @@ def render(draft: Draft) -> str:
         ]
     out += [
         "",
-        "# Optional: real inputs for calibration and a metric for the accuracy budgets (docs/project-file.md).",
-        "# [calibration]",
-        '# data = "calibration.npz"       # one array per input, shape (N, *input shape)',
-        "# [evaluation]",
-        '# metric = "metric.py:score"     # score(predict) -> float',
-        '# direction = "higher"',
+        *_kind(draft).example_data,
         "",
         "[budgets]                       # judged by every build and check, over the shipped profiles' defaults",
     ]
@@ -384,7 +390,13 @@ def render(draft: Draft) -> str:
     return "\n".join(out) + "\n"
 
 
+def _kind(draft: Draft) -> workload.Workload:
+    return workload.get((draft.workload or {}).get("kind") or ("stream" if draft.state else "forward"))
+
+
 def _budget_lines(draft: Draft) -> list[str]:
-    kind = (draft.workload or {}).get("kind") or ("stream" if draft.state else "forward")
-    lines = workload.get(kind).example_budgets
-    return [*lines, "# peak_memory_mb = 512", "# accuracy_max_rel_drop = 0.01  # with an [evaluation] metric"]
+    kind = _kind(draft)
+    lines = [*kind.example_budgets, "# peak_memory_mb = 512"]
+    if any("[evaluation]" in line for line in kind.example_data):  # a kind that takes a metric
+        lines.append("# accuracy_max_rel_drop = 0.01  # with an [evaluation] metric")
+    return lines

@@ -68,6 +68,15 @@ class Workload:
 
     # `tapeout init`'s commented [budgets] lines for a project of this kind
     example_budgets: ClassVar[tuple[str, ...]] = ("# latency_p50_ms = 10", "# latency_p90_ms = 15")
+    # `tapeout init`'s commented lines for the optional data a project of this kind takes
+    example_data: ClassVar[tuple[str, ...]] = (
+        "# Optional: real inputs for calibration and a metric for the accuracy budgets (docs/project-file.md).",
+        "# [calibration]",
+        '# data = "calibration.npz"       # one array per input, shape (N, *input shape)',
+        "# [evaluation]",
+        '# metric = "metric.py:score"     # score(predict) -> float',
+        '# direction = "higher"',
+    )
 
     # ---- the project file, validated before anything runs
     def check_project(self, project: Project) -> None:

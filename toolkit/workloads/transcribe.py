@@ -60,6 +60,11 @@ class Transcribe(Workload):
         "# greedy_min_agreement = 0.95   # share of torch's greedy tokens reproduced",
     )
 
+    example_data = (
+        "# Optional: the golden clips greedy agreement is judged on (default: seeded random features).",
+        '# clips = "audio.py:clips"      # in [workload]: log-mel features [mel_bins, frames], one array a clip',
+    )
+
     def check_project(self, project: Project) -> None:
         """The encoder is fed one clip's log-mel features: one float32 input [1, mel_bins, frames]."""
         spec = project.inputs[0]
