@@ -2,6 +2,7 @@
 and clips, in interleaved rounds of fresh processes.
 
     python bench/transcribe.py [--profiles P,...] [--rounds 5] [--trials 3] [--skip-build] [--openvino-genai PYTHON]
+                               [--onnxruntime-genai PYTHON]
 
 Rows, each round one fresh process per row (the order rotated every round), 2 threads:
   - tapeout: `tapeout build samples/whisper-tiny --profile P` (default cpu-fp32, cpu-int8, cpu-int4,
@@ -22,6 +23,13 @@ Rows, each round one fresh process per row (the order rotated every round), 2 th
     total. optimum-intel pins its own transformers, so PYTHON is a separate environment:
         python3 -m venv /tmp/ovg && /tmp/ovg/bin/pip install torch==2.13.0 \
             "optimum-intel[openvino]==2.2.*" openvino==2026.4.1 openvino-tokenizers==2026.4.1 openvino-genai==2026.4.1
+  - ONNX Runtime GenAI (with --onnxruntime-genai PYTHON): its model builder's FP32 and INT4 CPU models of the same
+    directory (`python -m onnxruntime_genai.models.builder -p fp32|int4 -e cpu`), run by its Generator on a 16 kHz
+    WAV of the same speech, min_length = max_length so it decodes the same token counts: TTFT = set_inputs (its
+    encoder and the start tokens' decoder call) + the first generate_next_token; TPOT each later one; its feature
+    extraction (the multimodal processor) is timed apart and left out, as for OpenVINO GenAI. Its encoder is not
+    timed apart (its API runs it inside set_inputs). PYTHON: an environment with onnxruntime-genai 0.18 and
+    transformers ≥ 5 (its builder's), e.g. `pip install onnxruntime-genai==0.18 onnx_ir "transformers>=5"`.
 Each clip length decodes audio_s × tokens_per_s tokens (3 a second: 30 for 10 s, 90 for 30 s), whatever the model
 says. The table: each row's median over the rounds of its per-round p50s, and the range over the rounds; a row's
 real-time factor over torch's in the same round (the per-round ratios: the comparison the host's drift does not
@@ -220,6 +228,91 @@ def ov_genai_child(folder: str, trials: int) -> None:
     print(json.dumps(row))
 
 
+def ort_genai_export(python: str, precision: str) -> Path:
+    """ONNX Runtime GenAI's builder's model of the sample's directory at `precision` (fp32 | int4), made once."""
+    out = OUT / f"ort-genai-{precision}"
+    if not (out / "genai_config.json").is_file():
+        sys.path.insert(0, str(SAMPLE))
+        import model
+
+        command = [python, "-m", "onnxruntime_genai.models.builder", "-i", str(model.directory()), "-o", str(out)]
+        result = subprocess.run([*command, "-p", precision, "-e", "cpu"], capture_output=True, text=True)
+        if result.returncode != 0:
+            raise SystemExit(f"onnxruntime-genai's builder failed:\n{result.stderr[-3000:]}")
+    return out
+
+
+def ort_genai_process(python: str, folder: Path, trials: int) -> dict:
+    command = [python, __file__, "--child-ort-genai", str(folder), "--trials", str(trials)]
+    result = subprocess.run(command, capture_output=True, text=True)
+    if result.returncode != 0:
+        raise SystemExit(f"the ONNX Runtime GenAI row failed:\n{result.stderr[-3000:]}")
+    return json.loads(result.stdout.strip().splitlines()[-1])
+
+
+def ort_genai_child(folder: str, trials: int) -> None:
+    """One fresh process of an ONNX Runtime GenAI row (run by its own environment's Python): one JSON line."""
+    import resource
+    import tempfile
+    import wave
+
+    import onnxruntime_genai as og
+
+    sys.path.insert(0, str(SAMPLE))
+    import audio
+
+    config = og.Config(folder)
+    config.clear_providers()  # the CPU
+    config.overlay(
+        json.dumps(
+            {
+                "model": {
+                    "decoder": {"session_options": {"intra_op_num_threads": THREADS}},
+                    "encoder": {"session_options": {"intra_op_num_threads": THREADS}},
+                }
+            }
+        )
+    )
+    model = og.Model(config)
+    processor = model.create_multimodal_processor()
+    prompt = "<|startoftranscript|><|en|><|transcribe|><|notimestamps|>"
+    figures: dict[str, list] = {"ttft_ms": [], "tpot_ms": []}
+    totals: dict[float, list] = {s: [] for s in AUDIO_S}
+    clock = time.perf_counter_ns
+    with tempfile.TemporaryDirectory() as scratch:
+        for seconds in AUDIO_S:
+            path = Path(scratch) / f"{seconds:g}.wav"
+            with wave.open(str(path), "wb") as out:
+                out.setnchannels(1)
+                out.setsampwidth(2)
+                out.setframerate(16_000)
+                out.writeframes((np.clip(audio.speech(0, seconds), -1, 1) * 32767).astype(np.int16).tobytes())
+            tokens = round(seconds * TOKENS_PER_S)
+            for trial in range(trials + 1):  # the first is a warm-up at this length
+                inputs = processor([prompt], audios=og.Audios.open(str(path)))  # its feature extraction: left out
+                params = og.GeneratorParams(model)
+                params.set_search_options(do_sample=False, min_length=4 + tokens, max_length=4 + tokens)
+                t0 = clock()
+                generator = og.Generator(model, params)
+                generator.set_inputs(inputs)
+                generator.generate_next_token()
+                t1 = clock()
+                steps = []
+                while not generator.is_done():
+                    ts = clock()
+                    generator.generate_next_token()
+                    steps.append((clock() - ts) / 1e6)
+                if trial:
+                    figures["ttft_ms"].append((t1 - t0) / 1e6)
+                    figures["tpot_ms"] += steps
+                    totals[seconds].append((clock() - t0) / 1e6)
+    row = {k: float(np.median(v)) for k, v in figures.items()}
+    row["encoder_ms"] = float("nan")  # inside set_inputs: not timed apart
+    row.update({f"rtf@{s:g}": float(np.median(v)) / (s * 1e3) for s, v in totals.items()})
+    row["peak_rss_mb"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+    print(json.dumps(row))
+
+
 def machine() -> str:
     flags = ""
     try:
@@ -236,6 +329,8 @@ def machine() -> str:
 
 
 def spread(values: list[float], digits: int = 3) -> str:
+    if all(np.isnan(values)):
+        return "—"
     return f"{np.median(values):.{digits}g} ({min(values):.{digits}g}–{max(values):.{digits}g})"
 
 
@@ -247,13 +342,18 @@ def main() -> None:
     parser.add_argument("--skip-build", action="store_true", help="measure the builds kept from before")
     parser.add_argument("--openvino-genai", metavar="PYTHON", help="add OpenVINO GenAI's WhisperPipeline rows")
     parser.add_argument("--child-torch", action="store_true", help=argparse.SUPPRESS)
+    parser.add_argument("--onnxruntime-genai", metavar="PYTHON", help="add ONNX Runtime GenAI's Whisper rows")
     parser.add_argument("--child-ov-genai", help=argparse.SUPPRESS)
+    parser.add_argument("--child-ort-genai", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.child_torch:
         torch_child(args.trials)
         return
     if args.child_ov_genai:
         ov_genai_child(args.child_ov_genai, args.trials)
+        return
+    if args.child_ort_genai:
+        ort_genai_child(args.child_ort_genai, args.trials)
         return
     profiles = [p for p in args.profiles.split(",") if p]
     print(f"machine: {machine()}")
@@ -278,6 +378,12 @@ def main() -> None:
         for weights in ("fp32", "int8"):
             folder = ov_genai_export(args.openvino_genai, weights)
             rows[f"OpenVINO GenAI {weights}"] = lambda f=folder: ov_genai_process(args.openvino_genai, f, args.trials)
+    if args.onnxruntime_genai:
+        for precision in ("fp32", "int4"):
+            folder = ort_genai_export(args.onnxruntime_genai, precision)
+            rows[f"ONNX Runtime GenAI {precision}"] = lambda f=folder: ort_genai_process(
+                args.onnxruntime_genai, f, args.trials
+            )
     measured: dict[str, list[dict]] = {name: [] for name in rows}
     names = list(rows)
     for r in range(args.rounds):

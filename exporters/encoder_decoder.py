@@ -38,11 +38,31 @@ from tapeout.core.errors import BadInput, ExportMismatch
 from tapeout.core.speech import FIX_SIGNATURE, INPUT_FEATURES, SpeechLayout, pad_tokens
 
 
-def whisper(model):
+def start_ids(config, generation: dict) -> list[int]:
+    """The decoder's start as Whisper transcribes English without timestamps: <|startoftranscript|>, then the forced
+    ids of its generation config (`generation`: generation_config.json as read, or the model's generation config's
+    fields), a language left open (detected at run time) set to <|en|>, the transcribe task where none is forced,
+    and <|notimestamps|>."""
+    forced = {int(k): v for k, v in generation.get("forced_decoder_ids") or []}
+    languages, tasks = generation.get("lang_to_id") or {}, generation.get("task_to_id") or {}
+    if languages and forced.get(1) is None:
+        forced[1] = languages.get("<|en|>")
+    if tasks and 2 not in forced:
+        forced[2] = tasks.get("transcribe")
+    no_timestamps = generation.get("no_timestamps_token_id")
+    if no_timestamps is not None and no_timestamps not in forced.values():
+        forced[max(forced, default=0) + 1] = no_timestamps
+    first = generation.get("decoder_start_token_id", config.decoder_start_token_id)
+    return [int(first), *(int(forced[k]) for k in sorted(forced) if forced[k] is not None)]
+
+
+def whisper(model, generation: dict | None = None):
     """A Hugging Face WhisperForConditionalGeneration in the encoder-decoder signature: the encoder with each
     decoder layer's cross-attention projections applied to its output, the decoder step around transformers'
     EncoderDecoderCache with the cross half marked as already computed (so it is read, never recomputed), and the
-    plain forward. The encoder takes the config's frames only (Whisper pads every clip to them: 30 s)."""
+    plain forward. The encoder takes the config's frames only (Whisper pads every clip to them: 30 s). `generation`:
+    the directory's generation_config.json (transformers keeps only some of Whisper's fields on the model), else the
+    model's generation config."""
     import torch
     from transformers.cache_utils import DynamicCache, EncoderDecoderCache
 
@@ -50,10 +70,10 @@ def whisper(model):
     heads = config.decoder_attention_heads
     head_dim = config.d_model // heads
     layers = config.decoder_layers
-    generation = getattr(model, "generation_config", None)
-    start = [config.decoder_start_token_id]
-    forced = getattr(generation, "forced_decoder_ids", None) or []
-    start += [int(t) for _, t in sorted(forced) if t is not None]
+    if generation is None:
+        generation = getattr(model, "generation_config", None)
+        generation = generation.to_dict() if generation is not None else {}
+    start = start_ids(config, generation)
     layout = {
         "layers": layers,
         "heads": heads,
@@ -285,7 +305,7 @@ def parts_of(module, source: str):
                 "Whisper's encoder-decoder (WhisperForConditionalGeneration) from Hugging Face directories",
                 fix="wrap the model in a module with the encoder-decoder signature (docs/workloads.md)",
             )
-        return whisper(inner)
+        return whisper(inner, _generation_file(getattr(module, "directory", None)))
     missing = [name for name in ("encoder", "decoder", "plain") if not callable(getattr(module, name, None))]
     if missing:
         raise BadInput(
@@ -294,6 +314,22 @@ def parts_of(module, source: str):
             fix=FIX_SIGNATURE,
         )
     return module
+
+
+def _generation_file(directory) -> dict | None:
+    """generation_config.json of a Hugging Face directory, read as data; None where there is none."""
+    import json
+
+    path = Path(directory) / "generation_config.json" if directory is not None else None
+    if path is None or not path.is_file():
+        return None
+    try:
+        found = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError) as exc:
+        raise BadInput(f"{path}: not readable JSON ({exc})", fix="restore the file, or remove it") from None
+    if not isinstance(found, dict):
+        raise BadInput(f"{path}: not a JSON object", fix="restore the file, or remove it")
+    return found
 
 
 def decoder_step(parts, layout: SpeechLayout):

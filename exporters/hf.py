@@ -52,6 +52,7 @@ def load(directory: Path, input_names: list[str], output_names: list[str] | None
             self.inner = inner
             self.names = names
             self.config = inner.config  # the model_type and architectures back the graph's family evidence
+            self.directory = directory  # its other files (a Whisper's generation config) are read as data
 
         def forward(self, *args):
             out = self.inner(**dict(zip(self.names, args, strict=True)), return_dict=True)

@@ -193,3 +193,25 @@ def test_a_module_without_a_usable_layout_is_one_line(transcription, says):
     with pytest.raises(BadInput, match=None) as raised:
         ed.SpeechLayout.from_module(module)
     assert says in str(raised.value) and "\n" not in str(raised.value)
+
+
+@pytest.mark.parametrize(
+    ("generation", "start"),
+    [
+        ({"forced_decoder_ids": [[1, 50259], [2, 50359], [3, 50363]]}, [50258, 50259, 50359, 50363]),
+        # openai/whisper-*'s own: the language left to detection, the task forced; English is taken, no timestamps
+        (
+            {
+                "forced_decoder_ids": [[1, None], [2, 50359]],
+                "lang_to_id": {"<|en|>": 50259, "<|de|>": 50261},
+                "task_to_id": {"transcribe": 50359, "translate": 50358},
+                "no_timestamps_token_id": 50363,
+            },
+            [50258, 50259, 50359, 50363],
+        ),
+        ({}, [50258]),
+    ],
+)
+def test_the_start_ids_are_whispers_english_transcription_without_timestamps(generation, start):
+    config = transformers.WhisperConfig(decoder_start_token_id=50258)
+    assert ed.start_ids(config, generation) == start
