@@ -6,7 +6,8 @@ and clips, in interleaved rounds of fresh processes.
 
 Rows, each round one fresh process per row (the order rotated every round), 2 threads:
   - tapeout: `tapeout build samples/whisper-tiny --profile P` (default cpu-fp32, cpu-int8, cpu-int4,
-    openvino-cpu-fp32, openvino-cpu-int4), then each round `tapeout check BUILD --repeats 1`: its loop's encoder,
+    openvino-cpu-fp32, openvino-cpu-bf16 — openvino-cpu-fp32 with [options] inference_precision = "bf16", what the
+    CPU plugin runs by default where the CPU has BF16 —, openvino-cpu-int4), then each round `tapeout check BUILD --repeats 1`: its loop's encoder,
     time to first token, time per token and each clip length's real-time factor (p50 of the process's `--trials`
     timed transcriptions per length), its peak RSS; greedy agreement with FP32 torch is the build's (4 clips × up to
     32 tokens, measured through the artifact);
@@ -16,11 +17,14 @@ Rows, each round one fresh process per row (the order rotated every round), 2 th
     the same way (the encoder; the first token: the encoder and the first decoder call; each later step).
   - OpenVINO GenAI (with --openvino-genai PYTHON): optimum-intel's export of the same directory
     (`optimum-cli export openvino --task automatic-speech-recognition-with-past`, FP32 and INT8 weights; the
-    directory's generation config copied over the export's, which drops Whisper's language map), run by its
+    directory's generation config copied over the export's, which drops Whisper's language map), FP32 weights at the
+    plugin's default inference precision (BF16 on CPUs with it) and at f32, INT8 weights at the default, run by its
     WhisperPipeline on raw 16 kHz audio of each clip length (the sample's synthetic speech) in fresh processes of
     PYTHON, the end token suppressed so it decodes the same token counts: its own PerfMetrics give the encoder, TTFT
     and TPOT; the feature extraction it does first (tapeout's loop starts from features) is taken off TTFT and the
-    total. optimum-intel pins its own transformers, so PYTHON is a separate environment:
+    total. Its greedy agreement: its token ids (through a streamer) on the raw audio of the build's golden clips
+    against torch's tokens in the cpu-fp32 build's workload.npz, as tapeout judges its own. optimum-intel pins its
+    own transformers, so PYTHON is a separate environment:
         python3 -m venv /tmp/ovg && /tmp/ovg/bin/pip install torch==2.13.0 \
             "optimum-intel[openvino]==2.2.*" openvino==2026.4.1 openvino-tokenizers==2026.4.1 openvino-genai==2026.4.1
   - ONNX Runtime GenAI (with --onnxruntime-genai PYTHON): its model builder's FP32 and INT4 CPU models of the same
@@ -28,7 +32,7 @@ Rows, each round one fresh process per row (the order rotated every round), 2 th
     WAV of the same speech, min_length = max_length so it decodes the same token counts: TTFT = set_inputs (its
     encoder and the start tokens' decoder call) + the first generate_next_token; TPOT each later one; its feature
     extraction (the multimodal processor) is timed apart and left out, as for OpenVINO GenAI. Its encoder is not
-    timed apart (its API runs it inside set_inputs). PYTHON: an environment with onnxruntime-genai 0.18 and
+    timed apart (its API runs it inside set_inputs). Its agreement as OpenVINO GenAI's (its sequence's ids). PYTHON: an environment with onnxruntime-genai 0.18 and
     transformers ≥ 5 (its builder's), e.g. `pip install onnxruntime-genai==0.18 onnx_ir "transformers>=5"`.
 Each clip length decodes audio_s × tokens_per_s tokens (3 a second: 30 for 10 s, 90 for 30 s), whatever the model
 says. The table: each row's median over the rounds of its per-round p50s, and the range over the rounds; a row's
@@ -53,7 +57,7 @@ import numpy as np
 REPO = Path(__file__).resolve().parents[1]
 SAMPLE = REPO / "samples" / "whisper-tiny"
 OUT = REPO / "bench" / "builds" / "transcribe"
-PROFILES = ("cpu-fp32", "cpu-int8", "cpu-int4", "openvino-cpu-fp32", "openvino-cpu-int4")
+PROFILES = ("cpu-fp32", "cpu-int8", "cpu-int4", "openvino-cpu-fp32", "openvino-cpu-bf16", "openvino-cpu-int4")
 AUDIO_S = (10.0, 30.0)
 TOKENS_PER_S = 3.0
 THREADS = 2
@@ -73,9 +77,13 @@ def project(trials: int) -> Path:
 
 def build(folder: Path, profile: str) -> dict:
     out = OUT / profile
+    given = profile
+    if profile == BF16:
+        given = str(OUT / f"{BF16}.toml")
+        Path(given).write_text('extends = "openvino-cpu-fp32"\n[options]\ninference_precision = "bf16"\n')
     started = time.perf_counter()
     result = subprocess.run(
-        [sys.executable, "-m", "tapeout", "build", str(folder), "--profile", profile, "--out", str(out), "--json"],
+        [sys.executable, "-m", "tapeout", "build", str(folder), "--profile", given, "--out", str(out), "--json"],
         capture_output=True,
         text=True,
     )
@@ -131,10 +139,9 @@ def torch_child(trials: int) -> None:
     torch.set_num_threads(THREADS)
     hf = transformers.WhisperForConditionalGeneration.from_pretrained(model.directory()).eval()
     start = [hf.config.decoder_start_token_id, *(t for _, t in model.FORCED)]
-    clip = audio.features(audio.speech(0, 8.0))
-    features = np.full((80, 3000), clip.min(), np.float32)
-    features[:, : clip.shape[1]] = clip
-    x = torch.from_numpy(features)[None]
+    extractor = transformers.WhisperFeatureExtractor(feature_size=80)  # padded to 30 s, as Whisper runs a clip
+    features = extractor(audio.speech(0, 8.0), sampling_rate=16_000, padding="max_length", return_tensors="np")
+    x = torch.from_numpy(features["input_features"].astype(np.float32))
     clock = time.perf_counter_ns
     figures: dict[str, list] = {"encoder_ms": [], "ttft_ms": [], "tpot_ms": []}
     totals: dict[float, list] = {s: [] for s in AUDIO_S}
@@ -170,6 +177,31 @@ def torch_child(trials: int) -> None:
     print(json.dumps(row))
 
 
+GOLDEN = 4  # the sample's agreement_clips: the build's golden clips, whose torch tokens its workload.npz holds
+COMPARED = 32  # its agreement_tokens
+EOS = 50257  # the sample's end token
+BF16 = "openvino-cpu-bf16"  # openvino-cpu-fp32 with the CPU plugin's BF16 inference (what OpenVINO picks by default)
+
+
+def golden_audio(audio) -> list[np.ndarray]:
+    """The raw speech of the sample's golden clips (audio.clips: seeds 0, 1, …, 4 to 12 s each)."""
+    return [audio.speech(seed, float(np.random.default_rng(seed).uniform(4, 12))) for seed in range(GOLDEN)]
+
+
+def agreement_of(tokens: list[list[int]]) -> float:
+    """A peer's greedy tokens on the golden clips against torch's (the cpu-fp32 build's workload.npz), as tapeout
+    judges its own: the share reproduced before each clip's first divergence, the end token repeated after it."""
+    with np.load(OUT / "cpu-fp32" / "workload.npz") as data:
+        reference = data["reference"]
+    eos = EOS
+    rows = [[*t[:COMPARED], *[eos] * (COMPARED - len(t[:COMPARED]))] for t in tokens]
+    shares = []
+    for ref, got in zip(reference, np.asarray(rows), strict=True):
+        differ = np.flatnonzero(ref != got)
+        shares.append((differ[0] if differ.size else len(ref)) / len(ref))
+    return float(np.mean(shares))
+
+
 def ov_genai_export(python: str, weights: str) -> Path:
     """optimum-intel's export of the sample's directory at `weights` (fp32 | int8), made once."""
     out = OUT / f"ov-genai-{weights}"
@@ -188,16 +220,17 @@ def ov_genai_export(python: str, weights: str) -> Path:
     return out
 
 
-def ov_genai_process(python: str, folder: Path, trials: int) -> dict:
-    command = [python, __file__, "--child-ov-genai", str(folder), "--trials", str(trials)]
+def ov_genai_process(python: str, folder: Path, trials: int, precision: str) -> dict:
+    command = [python, __file__, "--child-ov-genai", str(folder), "--trials", str(trials), "--precision", precision]
     result = subprocess.run(command, capture_output=True, text=True)
     if result.returncode != 0:
         raise SystemExit(f"the OpenVINO GenAI row failed:\n{result.stderr[-3000:]}")
     return json.loads(result.stdout.strip().splitlines()[-1])
 
 
-def ov_genai_child(folder: str, trials: int) -> None:
-    """One fresh process of an OpenVINO GenAI row (run by its own environment's Python): its figures as one line."""
+def ov_genai_child(folder: str, trials: int, precision: str) -> None:
+    """One fresh process of an OpenVINO GenAI row (run by its own environment's Python): its figures as one line.
+    `precision`: its CPU plugin's inference precision ("default": bf16 on CPUs with it)."""
     import resource
 
     import openvino_genai
@@ -205,7 +238,31 @@ def ov_genai_child(folder: str, trials: int) -> None:
     sys.path.insert(0, str(SAMPLE))
     import audio
 
-    pipe = openvino_genai.WhisperPipeline(folder, "CPU", INFERENCE_NUM_THREADS=THREADS)
+    settings = {"INFERENCE_NUM_THREADS": THREADS}
+    if precision != "default":
+        settings["INFERENCE_PRECISION_HINT"] = precision
+    pipe = openvino_genai.WhisperPipeline(folder, "CPU", **settings)
+
+    class Tokens(openvino_genai.StreamerBase):  # the token ids it decodes (its results carry text only)
+        def __init__(self):
+            super().__init__()
+            self.ids: list[int] = []
+
+        def write(self, token):
+            self.ids += list(token) if isinstance(token, list) else [int(token)]
+            return openvino_genai.StreamingStatus.RUNNING
+
+        def end(self):
+            pass
+
+    golden = pipe.get_generation_config()
+    golden.language, golden.task, golden.return_timestamps = "<|en|>", "transcribe", False
+    golden.max_new_tokens = COMPARED
+    tokens = []
+    for clip in golden_audio(audio):
+        streamer = Tokens()
+        pipe.generate(clip.tolist(), golden, streamer=streamer)
+        tokens.append(streamer.ids)
     config = pipe.get_generation_config()
     config.language, config.task, config.return_timestamps = "<|en|>", "transcribe", False
     config.suppress_tokens = [config.eos_token_id]  # the same token counts as every other row
@@ -225,6 +282,7 @@ def ov_genai_child(folder: str, trials: int) -> None:
     row = {k: float(np.median(v)) for k, v in figures.items()}
     row.update({f"rtf@{s:g}": float(np.median(v)) / (s * 1e3) for s, v in totals.items()})
     row["peak_rss_mb"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+    row["tokens"] = tokens
     print(json.dumps(row))
 
 
@@ -250,11 +308,20 @@ def ort_genai_process(python: str, folder: Path, trials: int) -> dict:
     return json.loads(result.stdout.strip().splitlines()[-1])
 
 
+def _wav(path: Path, speech: np.ndarray) -> None:
+    import wave
+
+    with wave.open(str(path), "wb") as out:
+        out.setnchannels(1)
+        out.setsampwidth(2)
+        out.setframerate(16_000)
+        out.writeframes((np.clip(speech, -1, 1) * 32767).astype(np.int16).tobytes())
+
+
 def ort_genai_child(folder: str, trials: int) -> None:
     """One fresh process of an ONNX Runtime GenAI row (run by its own environment's Python): one JSON line."""
     import resource
     import tempfile
-    import wave
 
     import onnxruntime_genai as og
 
@@ -279,14 +346,21 @@ def ort_genai_child(folder: str, trials: int) -> None:
     figures: dict[str, list] = {"ttft_ms": [], "tpot_ms": []}
     totals: dict[float, list] = {s: [] for s in AUDIO_S}
     clock = time.perf_counter_ns
+    golden_tokens = []
     with tempfile.TemporaryDirectory() as scratch:
+        for i, clip in enumerate(golden_audio(audio)):
+            path = Path(scratch) / f"golden-{i}.wav"
+            _wav(path, clip)
+            params = og.GeneratorParams(model)
+            params.set_search_options(do_sample=False, max_length=4 + COMPARED)
+            generator = og.Generator(model, params)
+            generator.set_inputs(processor([prompt], audios=og.Audios.open(str(path))))
+            while not generator.is_done():
+                generator.generate_next_token()
+            golden_tokens.append([int(t) for t in generator.get_sequence(0)[4:]])
         for seconds in AUDIO_S:
             path = Path(scratch) / f"{seconds:g}.wav"
-            with wave.open(str(path), "wb") as out:
-                out.setnchannels(1)
-                out.setsampwidth(2)
-                out.setframerate(16_000)
-                out.writeframes((np.clip(audio.speech(0, seconds), -1, 1) * 32767).astype(np.int16).tobytes())
+            _wav(path, audio.speech(0, seconds))
             tokens = round(seconds * TOKENS_PER_S)
             for trial in range(trials + 1):  # the first is a warm-up at this length
                 inputs = processor([prompt], audios=og.Audios.open(str(path)))  # its feature extraction: left out
@@ -308,6 +382,7 @@ def ort_genai_child(folder: str, trials: int) -> None:
                     totals[seconds].append((clock() - t0) / 1e6)
     row = {k: float(np.median(v)) for k, v in figures.items()}
     row["encoder_ms"] = float("nan")  # inside set_inputs: not timed apart
+    row["tokens"] = golden_tokens
     row.update({f"rtf@{s:g}": float(np.median(v)) / (s * 1e3) for s, v in totals.items()})
     row["peak_rss_mb"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
     print(json.dumps(row))
@@ -344,13 +419,14 @@ def main() -> None:
     parser.add_argument("--child-torch", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--onnxruntime-genai", metavar="PYTHON", help="add ONNX Runtime GenAI's Whisper rows")
     parser.add_argument("--child-ov-genai", help=argparse.SUPPRESS)
+    parser.add_argument("--precision", default="default", help=argparse.SUPPRESS)
     parser.add_argument("--child-ort-genai", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.child_torch:
         torch_child(args.trials)
         return
     if args.child_ov_genai:
-        ov_genai_child(args.child_ov_genai, args.trials)
+        ov_genai_child(args.child_ov_genai, args.trials, args.precision)
         return
     if args.child_ort_genai:
         ort_genai_child(args.child_ort_genai, args.trials)
@@ -375,9 +451,11 @@ def main() -> None:
     rows = {f"tapeout {p}": (lambda p=p: tapeout_process(OUT / p)) for p in profiles}
     rows["torch eager fp32"] = lambda: torch_process(args.trials)
     if args.openvino_genai:
-        for weights in ("fp32", "int8"):
+        for weights, precision in (("fp32", "default"), ("fp32", "f32"), ("int8", "default")):
             folder = ov_genai_export(args.openvino_genai, weights)
-            rows[f"OpenVINO GenAI {weights}"] = lambda f=folder: ov_genai_process(args.openvino_genai, f, args.trials)
+            rows[f"OpenVINO GenAI {weights} ({precision} inference)"] = lambda f=folder, p=precision: ov_genai_process(
+                args.openvino_genai, f, args.trials, p
+            )
     if args.onnxruntime_genai:
         for precision in ("fp32", "int4"):
             folder = ort_genai_export(args.onnxruntime_genai, precision)
@@ -412,7 +490,12 @@ def main() -> None:
     for name, runs in measured.items():
         ratio = [m["rtf@30"] / t for m, t in zip(runs, torch_rtf, strict=True)]
         profile = name.removeprefix("tapeout ")
-        agreement = f"{builds[profile]['workload']['agreement']['share']:.2f}" if profile in builds else "reference"
+        if profile in builds:
+            agreement = f"{builds[profile]['workload']['agreement']['share']:.2f}"
+        elif "tokens" in runs[0]:
+            agreement = f"{agreement_of(runs[0]['tokens']):.2f}"
+        else:
+            agreement = "reference"
         cells = [
             name,
             *(spread([m[k] for m in runs]) for k in ("encoder_ms", "ttft_ms", "tpot_ms", "rtf@10", "rtf@30")),

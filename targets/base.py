@@ -38,6 +38,7 @@ PROFILING_DIR = "profiling"
 if TYPE_CHECKING:
     from pydantic import BaseModel
 
+    from tapeout.core.speech import SpeechLayout
     from tapeout.core.workload import Workload
 
 
@@ -252,6 +253,12 @@ class Session(ABC):
         its own buffers (ONNX Runtime's IOBinding) overrides this."""
         return CachedDecoder(self._run, layout)
 
+    def speech_decoder(self, layout: SpeechLayout) -> SpeechDecoder:
+        """A clip decoded over the self and cross caches (`[workload] kind = "transcribe"`). Default: host arrays
+        through the unchecked call; a runtime that copies its inputs by default overrides this with one that does
+        not (the cross cache is the same arrays every step)."""
+        return SpeechDecoder(self._run, layout)
+
     def carrier(self, state: Mapping[str, str]) -> StateCarrier:
         """Chunks with their state carried (`[workload] kind = "stream"`). Default: host arrays through `run`'s
         checks; a runtime that can keep the state in device memory (ONNX Runtime's IOBinding) overrides this."""
@@ -281,6 +288,37 @@ class CachedDecoder:
         out = self._run(self.layout.feeds(ids, past))
         self._past = feed_back(self.layout, out)
         return out[LOGITS][:, -1]
+
+
+class SpeechDecoder:
+    """One clip decoded over two caches: `start(cross)` feeds the start ids over an empty self cache, `step(token)`
+    one token; each returns the last position's logits [vocab] on the host. The cross cache is fed unchanged every
+    call; each call's present self cache is the next call's past, host arrays handed on without a copy on our side.
+    `description` says how the runtime's loop runs (the report's notes carry it)."""
+
+    description = "both caches in host arrays: the cross cache fed unchanged every step, each present fed back as past"
+
+    def __init__(self, run: Callable[[dict[str, np.ndarray]], dict[str, np.ndarray]], layout: SpeechLayout):
+        self._run, self.layout = run, layout
+        self._cross: dict[str, np.ndarray] = {}
+        self._past: dict[str, np.ndarray] = {}
+
+    def start(self, cross: list[np.ndarray]) -> np.ndarray:
+        layout = self.layout
+        self._cross = dict(zip(layout.cross(), cross, strict=True))
+        empty = np.zeros((1, layout.heads, 0, layout.head_dim), np.float32)
+        self._past = dict.fromkeys(layout.past(), empty)
+        return self._call(np.asarray([layout.start_ids], np.int64))
+
+    def step(self, token: int) -> np.ndarray:
+        return self._call(np.asarray([[token]], np.int64))
+
+    def _call(self, ids: np.ndarray) -> np.ndarray:
+        from tapeout.core.decoding import INPUT_IDS, LOGITS
+
+        out = self._run({INPUT_IDS: ids, **self._past, **self._cross})
+        self._past = {p: out[q] for p, q in zip(self.layout.past(), self.layout.present(), strict=True)}
+        return out[LOGITS][0, -1]
 
 
 class StaticCachedDecoder(CachedDecoder):

@@ -41,11 +41,12 @@ def speech(seed: int, seconds: float) -> np.ndarray:
 
 
 def features(audio: np.ndarray) -> np.ndarray:
-    """Whisper's log-mel features [80, frames] of the audio, not padded: 100 frames a second."""
+    """Whisper's log-mel features [80, frames] of the audio, not padded: 100 frames a second, and the frame whose
+    window straddles the audio's end."""
     from transformers import WhisperFeatureExtractor
 
     extractor = WhisperFeatureExtractor(feature_size=80, sampling_rate=RATE)
-    frames = len(audio) // extractor.hop_length
+    frames = len(audio) // extractor.hop_length + 1
     out = extractor(audio, sampling_rate=RATE, return_tensors="np", padding="max_length")
     return out["input_features"][0, :, :frames].astype(np.float32)
 

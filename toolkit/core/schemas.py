@@ -290,7 +290,8 @@ class TranscribeWorkload(WorkloadSettings):
         None,
         min_length=1,
         description="file.py:callable returning the golden clips' features, float32 [mel_bins, frames] each (no "
-        "more frames than the encoder takes; fewer are padded with the clip's minimum, log-mel silence); default: "
+        "more frames than the encoder takes; fewer are padded as Whisper's feature extractor pads: its floor, the "
+        "clip's peak less 2); default: "
         "seeded random features",
     )
     agreement_clips: int = Field(4, ge=1, le=256, description="golden clips greedy agreement is judged on")

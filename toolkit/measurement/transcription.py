@@ -20,11 +20,12 @@ from pathlib import Path
 
 import numpy as np
 
-from tapeout.core.decoding import INPUT_IDS, LOGITS, agreement
+from tapeout.core.decoding import agreement
 from tapeout.core.errors import BadInput
 from tapeout.core.schemas import TranscribeWorkload
 from tapeout.core.speech import INPUT_FEATURES, SpeechLayout, pad_tokens
 from tapeout.measurement import stats
+from tapeout.targets.base import SpeechDecoder
 
 FIX = "copy the build dir to the device as built, or rebuild with `tapeout build`"
 
@@ -75,35 +76,6 @@ def load_workload_data(
 
 
 # ---------------------------------------------------------------- in the inference process
-
-
-class SpeechDecoder:
-    """One clip decoded over two caches: `start(cross)` feeds the start ids over an empty self cache, `step(token)`
-    one token; each returns the last position's logits [vocab] on the host. The cross cache is fed unchanged every
-    call; each call's present self cache is the next call's past, host arrays handed on without a copy on our side."""
-
-    description = "both caches in host arrays: the cross cache fed unchanged every step, each present fed back as past"
-
-    def __init__(self, run, layout: SpeechLayout):
-        self._run, self.layout = run, layout
-        self._cross: dict[str, np.ndarray] = {}
-        self._past: dict[str, np.ndarray] = {}
-        self._present = layout.present()
-
-    def start(self, cross: list[np.ndarray]) -> np.ndarray:
-        layout = self.layout
-        self._cross = dict(zip(layout.cross(), cross, strict=True))
-        empty = np.zeros((1, layout.heads, 0, layout.head_dim), np.float32)
-        self._past = dict.fromkeys(layout.past(), empty)
-        return self._call(np.asarray([layout.start_ids], np.int64))
-
-    def step(self, token: int) -> np.ndarray:
-        return self._call(np.asarray([[token]], np.int64))
-
-    def _call(self, ids: np.ndarray) -> np.ndarray:
-        out = self._run({INPUT_IDS: ids, **self._past, **self._cross})
-        self._past = {p: out[q] for p, q in zip(self.layout.past(), self._present, strict=True)}
-        return out[LOGITS][0, -1]
 
 
 def encoder_call(run, layout: SpeechLayout):

@@ -285,10 +285,7 @@ class Transcribe(Workload):
             encoder = targets.create(request["target"], request["options"]).session(
                 Artifact(request["target"], encoder_file.parent, encoder_file.name)
             )
-            return (
-                transcription.encoder_call(encoder._run, layout),
-                transcription.SpeechDecoder(decoder_session._run, layout),
-            )
+            return (transcription.encoder_call(encoder._run, layout), decoder_session.speech_decoder(layout))
 
         return workload_frame(
             request,
@@ -399,8 +396,8 @@ def _fits(state: BuildState, parts, layout: SpeechLayout) -> None:
 
 
 def golden_clips(project: Project, layout: SpeechLayout, count: int) -> tuple[list[np.ndarray], str]:
-    """`count` clips' features [mel_bins, frames]: from [workload] clips (each padded to the encoder's frames with its
-    own minimum, the log-mel floor that silence gives), else seeded random features."""
+    """`count` clips' features [mel_bins, frames]: from [workload] clips (each padded to the encoder's frames with the
+    silence Whisper's feature extractor pads with), else seeded random features."""
     workload: TranscribeWorkload = project.workload
     shape = (layout.mel_bins, layout.frames)
     if workload.clips is None:
@@ -443,10 +440,17 @@ def golden_clips(project: Project, layout: SpeechLayout, count: int) -> tuple[li
     return clips, f"[workload] clips {workload.clips}"
 
 
+# Whisper's log-mel features are log10 power clipped 8 below the clip's peak, then scaled by 1/4: the silence its
+# feature extractor pads a clip with to 30 s is the clip's peak less 2
+WHISPER_FLOOR_BELOW_PEAK = 2.0
+
+
 def _cut(features: np.ndarray, frames: int, total: int | None = None) -> np.ndarray:
-    """The first `frames` frames of `features`, the rest up to `total` (default: its own length) its minimum."""
+    """The first `frames` frames of `features`, the rest up to `total` (default: its own length) the silence Whisper's
+    feature extractor pads with (the floor below those frames' peak)."""
     total = total or features.shape[1]
-    out = np.full((features.shape[0], total), features.min(), np.float32)
+    kept = features[:, :frames]
+    out = np.full((features.shape[0], total), kept.max() - WHISPER_FLOOR_BELOW_PEAK, np.float32)
     out[:, : min(frames, features.shape[1])] = features[:, :frames]
     return out
 
