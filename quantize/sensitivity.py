@@ -191,7 +191,8 @@ def search(plan: Plan, fp32_path: Path, out_path: Path, candidates: Candidates, 
 
     The first plan is applied with the fallback (a group its quantizer fails on moves up a rung), and the
     target compiles it (`candidates.vet`) before anything is spent on it; ranking and the loop stop when
-    `limits.max_seconds` have passed."""
+    `limits.max_seconds` have passed. Where the loop ends with the budget missed, the most accurate plan it scored
+    is the one kept (a metric over a loop, such as greedy agreement, need not improve with every step)."""
     result = Search(plan)
     deadline = time.perf_counter() + limits.max_seconds
 
@@ -220,6 +221,8 @@ def search(plan: Plan, fp32_path: Path, out_path: Path, candidates: Candidates, 
     if not limits.enabled:
         result.stopped = "accuracy budget missed; the sensitivity loop is off ([quantization] sensitivity = false)"
         return result
+    best = (drop, 0, result.plan, metric)  # the most accurate plan scored: kept where the budget stays missed
+    met = False
     work = out_path.parent / ".sensitivity"
     work.mkdir(exist_ok=True)
     try:
@@ -268,7 +271,15 @@ def search(plan: Plan, fp32_path: Path, out_path: Path, candidates: Candidates, 
             move_model(trial, out_path)
             if step.meets_accuracy:
                 result.stopped = f"accuracy budget met after {len(result.steps) - 1} step(s)"
+                met = True
                 break
+            if drop < best[0]:
+                best = (drop, step.index, candidate, metric)
+        if not met and best[2] is not result.plan:
+            _, index, kept_plan, kept_metric = best
+            result.applied = apply(kept_plan, fp32_path, out_path, candidates.calibration, candidates.max_ir_version)
+            result.plan, result.metric = kept_plan, kept_metric
+            result.stopped += f"; the most accurate plan scored, step {index}'s ({kept_metric:.6g}), is kept instead"
     finally:
         for leftover in work.glob("*"):
             leftover.unlink()

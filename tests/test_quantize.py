@@ -1137,3 +1137,40 @@ def test_the_groups_on_a_carried_outputs_path_rank_first(tmp_path):
     stateful = ranked(("h_out",))
     assert [r["group"] for r in stateful] == ["state", "main"], stateful  # the state's path first
     assert stateful[0]["carried_relative_error"] > 0 == stateful[1]["carried_relative_error"]
+
+
+def test_a_loop_that_ends_short_of_the_budget_keeps_the_most_accurate_plan_it_scored(tmp_path):
+    """A metric over a loop (greedy agreement) need not rise with every group moved up: where the cap ends the loop
+    with the budget missed, the plan kept is the best one scored, applied again, not the last."""
+    from tapeout.quantize import sensitivity
+
+    project, _ = _planted_project(tmp_path)
+    model = project / "model.onnx"
+    calibration = [{"x": x} for x in np.load(project / "calibration.npz")["x"][:8]]
+    plan = first_plan(analyze(model), "onnxruntime", "int8", QuantizationSettings(method="static"))
+    scripted = iter([0.5, 0.8, 0.4, 0.3])  # step 1 is the best; the cap stops the loop after step 3
+
+    def session(path):
+        run = targets.reference_session(path).run
+        return lambda feeds: run(feeds)
+
+    candidates = sensitivity.Candidates(
+        session=session,
+        evaluate=lambda predict: next(scripted),
+        judge=lambda metric: (1.0 - metric, metric >= 0.9),
+        calibration=calibration,
+        rank_samples=calibration[:2],
+        latency_feeds=calibration[0],
+    )
+    out = tmp_path / "q" / "model.onnx"
+    out.parent.mkdir()
+    search = sensitivity.search(plan, model, out, candidates, sensitivity.Limits(max_evaluations=4))
+    assert [s.metric for s in search.steps] == [0.5, 0.8, 0.4, 0.3]
+    assert search.stopped.endswith("the most accurate plan scored, step 1's (0.8), is kept instead"), search.stopped
+    moved = search.steps[1].group
+    kept = {g.group: g.precision for g in search.plan.groups}
+    assert kept[moved] == "fp32" and search.metric == 0.8
+    assert sum(p == "fp32" for p in kept.values()) == sum(g.precision == "fp32" for g in plan.groups) + 1
+    # the file at `out` is that plan's: the moved group's weights are float there again, the others quantized
+    nodes = {n.op_type for n in onnx.load(out).graph.node}
+    assert "QuantizeLinear" in nodes

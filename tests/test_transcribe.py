@@ -177,6 +177,13 @@ def test_openvino_runs_the_loop_and_int8_quantizes_both_graphs(transcribed):
     assert (
         "The encoder graph (transformer-encoder): the rule's first plan by dynamic" in (out / "report.md").read_text()
     )
+    # the sensitivity loop judged the decoder's candidates by greedy agreement through the INT8 encoder: the plan it
+    # kept decodes the golden clips as the measured loop does
+    report = result.json()
+    search = report["quantization"]["search"]
+    assert search["evaluations"] >= 1 and all(0 <= s["metric"] <= 1 for s in search["steps"])
+    assert search["metric"] == report["workload"]["agreement"]["share"]
+    assert "evaluate greedy agreement (torch's greedy tokens on 3 golden clips, budget ≥ 0.99)" in result.err
 
 
 @pytest.mark.parametrize(

@@ -17,6 +17,7 @@ from __future__ import annotations
 import difflib
 import functools
 import importlib
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar
@@ -49,6 +50,19 @@ class Companion:
     path: Path  # the FP32 ONNX model
     inputs: list[InputSpec]
     dims: dict[str, int] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class SearchMetric:
+    """An accuracy the workload measures itself, which the sensitivity loop judges candidates by where the project
+    has no [evaluation] metric (a speech model's greedy agreement through its loop). `evaluate` takes one candidate's
+    `predict` (a call of the main graph) and returns the figure; `judge` gives the figure's shortfall in the budget's
+    units and whether the budget holds, as the build's verdict will."""
+
+    name: str
+    evaluate: Callable[[Callable[[dict], dict]], float]
+    judge: Callable[[float], tuple[float, bool]]
+    how: str  # what the figure is computed through, for the step's note
 
 
 class Workload:
@@ -149,6 +163,11 @@ class Workload:
     def record(self, state: Any) -> Path | None:
         """Write the loop's replay data (WORKLOAD_FILE) from the FP32 reference while the torch model is loaded;
         None: nothing to replay."""
+        return None
+
+    def search_metric(self, state: Any, session: Callable[[Path], Any]) -> SearchMetric | None:
+        """The accuracy the sensitivity loop judges candidates by when the project has no [evaluation] metric
+        (`session`: how a model file becomes a call on the build's target); None: the loop needs the project's."""
         return None
 
     def scorer(self, target: Any) -> Any:

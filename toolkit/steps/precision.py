@@ -1,6 +1,7 @@
 """Step `precision`: rule table → first plan → quantize → sensitivity loop, on the host.
 
-Candidates are evaluated with the project's metric on the target's own runtime, so the accuracy the
+Candidates are evaluated with the project's metric (or the workload's own accuracy, core/workload.SearchMetric,
+where the project has none) on the target's own runtime, so the accuracy the
 loop sees is the accuracy the artifact has; an emulated target's candidates run on the FP32
 reference runtime (ORT CPU) with the same graph. The rule set and the precision ladder are the
 target's capabilities.
@@ -13,6 +14,7 @@ import statistics
 from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
+from typing import Any
 
 from tapeout import targets
 from tapeout.core import workload as workloads
@@ -23,6 +25,7 @@ from tapeout.core.heap import collect_and_return
 from tapeout.core.inputs import sample_inputs
 from tapeout.core.metric import evaluate
 from tapeout.core.verdict import Verdict
+from tapeout.core.workload import SearchMetric
 from tapeout.graph.analysis import Analysis
 from tapeout.measurement import verdicts
 from tapeout.steps.setup import Setup
@@ -42,10 +45,21 @@ class Precision(Step):
         if state.setup.profile.precision == "fp32":
             state.quantization, state.model = None, state.fp32_model
             return "fp32: nothing to quantize"
+        quantized_companions = {}
+        for companion in companions:  # first: a workload's own accuracy runs the main graph beside them
+            path, info = quantize_companion(state.setup, state.out, companion)
+            state.companions[companion.name] = path
+            quantized_companions[companion.name] = info
         ceiling = (state.pruning or {}).get("metric_fp32")
         if state.setup.capabilities.compiles_from != "torch.export":
             state.model, state.quantization = quantize(
-                state.setup, state.out, state.fp32_model, state.analysis, state.reference_metric, ceiling
+                state.setup,
+                state.out,
+                state.fp32_model,
+                state.analysis,
+                state.reference_metric,
+                ceiling,
+                own_metric=lambda session: state.workload.search_metric(state, session),
             )
         else:  # quantized on the program (PT2E), not on the ONNX: saved where the method reads it
             from tapeout.exporters.torch_onnx import save_program
@@ -60,11 +74,7 @@ class Precision(Step):
                 state.compiled = compiled.keep(state.model)
         state.passes += state.quantization.pop("passes")  # the report lists them with the export's
         if companions:
-            state.quantization["companions"] = {}
-            for companion in companions:
-                path, info = quantize_companion(state.setup, state.out, companion)
-                state.companions[companion.name] = path
-                state.quantization["companions"][companion.name] = info
+            state.quantization["companions"] = quantized_companions
         return None
 
     def report(self, state: BuildState) -> dict[str, object]:
@@ -144,11 +154,14 @@ def quantize(
     reference_metric: float | None,
     float_metric: float | None = None,
     compiled: Callable[[Path], Artifact] | None = None,
+    own_metric: Callable[[Callable[[Path], Any]], SearchMetric | None] | None = None,
 ) -> tuple[Path, dict]:
     """`float_metric`: the metric of the FP32 model being quantized where it differs from the reference (a pruned
     model): when it already misses the accuracy budget, no precision can meet it, and the loop is not run.
     `compiled`: how a candidate becomes the target's artifact, where the model quantized is not what the target
-    runs (a torch.export program); None: the target runs the quantized model itself."""
+    runs (a torch.export program); None: the target runs the quantized model itself. `own_metric`: the workload's
+    own accuracy for the loop (core/workload.SearchMetric) given how a candidate becomes a call, used where the
+    project has no [evaluation] metric."""
     from tapeout.quantize import methods, rules, sensitivity
     from tapeout.quantize.apply import apply_with_fallback
 
@@ -205,7 +218,18 @@ def quantize(
     budgets = profile.budgets
     has_budget = budgets.accuracy_max_drop is not None or budgets.accuracy_max_rel_drop is not None
     info: dict = {"precision": profile.precision, "evaluated_on": evaluated_on(setup)}
-    if project.evaluation is None or not has_budget or reference_metric is None:
+    searched = None
+    if project.evaluation is None and own_metric is not None:
+        searched = own_metric(session)
+    elif project.evaluation is not None and has_budget and reference_metric is not None:
+        evaluation = project.evaluation
+
+        def judge(metric: float) -> tuple[float, bool]:  # the very verdict the build will give the artifact
+            results = verdicts.judge_accuracy(budgets, reference_metric, metric, evaluation.direction, evaluation.name)
+            return results[0].measured, all(r.verdict == Verdict.PASS for r in results)
+
+        searched = SearchMetric(evaluation.name, lambda predict: evaluate(project, predict), judge, "")
+    if searched is None:
         with ui.step(f"quantize ({plan.method}, {len(plan.quantized())} of {len(plan.groups)} groups)"):
             plan, info["apply"] = apply_with_fallback(plan, fp32_path, out, calibration, max_ir, ui.note)
             vet(out)
@@ -218,21 +242,15 @@ def quantize(
             "accuracy budget; parity with FP32 is the only accuracy evidence",
         }
     else:
-        evaluation = project.evaluation
-
-        def judge(metric: float) -> tuple[float, bool]:  # the very verdict the build will give the artifact
-            results = verdicts.judge_accuracy(budgets, reference_metric, metric, evaluation.direction, evaluation.name)
-            return results[0].measured, all(r.verdict == Verdict.PASS for r in results)
-
-        beyond_reach = float_metric is not None and not judge(float_metric)[1]
+        beyond_reach = float_metric is not None and not searched.judge(float_metric)[1]
         with ui.step(
             f"quantize ({plan.method}, {len(plan.quantized())} of {len(plan.groups)} groups) and evaluate "
-            f"{project.evaluation.name}"
+            f"{searched.name}{searched.how}"
         ):
             candidates = sensitivity.Candidates(
                 session=session,
-                evaluate=lambda predict: evaluate(project, predict),
-                judge=judge,
+                evaluate=searched.evaluate,
+                judge=searched.judge,
                 calibration=calibration,
                 rank_samples=probe_inputs,
                 latency_feeds=probe_inputs[0],
@@ -254,7 +272,7 @@ def quantize(
             # moving groups to float would only give up speed: the float model itself misses the budget
             search.stopped = (
                 f"accuracy budget missed, and the loop was not run: the pruned FP32 model already "
-                f"misses it ({evaluation.name} {float_metric:.6g}, reference {reference_metric:.6g}), "
+                f"misses it ({searched.name} {float_metric:.6g}, reference {reference_metric:.6g}), "
                 "so no precision can meet it; recover the pruning's loss or prune less"
             )
         plan = search.plan

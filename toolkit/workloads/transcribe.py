@@ -18,15 +18,17 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from tapeout.core.decoding import agreement
 from tapeout.core.errors import BadInput
 from tapeout.core.profile_schema import Profile, min_samples_for_bound
 from tapeout.core.schemas import Project, TranscribeWorkload
-from tapeout.core.speech import INPUT_FEATURES, SpeechLayout
-from tapeout.core.workload import WORKLOAD_FILE, Companion, Workload
+from tapeout.core.speech import INPUT_FEATURES, SpeechLayout, pad_tokens
+from tapeout.core.workload import WORKLOAD_FILE, Companion, SearchMetric, Workload
 from tapeout.measurement import transcription
 from tapeout.measurement.measure import artifact_request, measure_loop
 from tapeout.measurement.verdicts import judge_transcription, undecided
 from tapeout.reports import transcription as report
+from tapeout.targets.base import SpeechDecoder
 
 if TYPE_CHECKING:  # annotations only: the steps hand the state in
     from tapeout.steps.state import BuildState
@@ -225,6 +227,41 @@ class Transcribe(Workload):
         path = state.out / WORKLOAD_FILE
         transcription.save_workload_data(path, timing, np.stack(golden), reference)
         return path
+
+    def search_metric(self, state: BuildState, session) -> SearchMetric | None:
+        """Greedy agreement with torch over the golden clips, where the profile budgets it: each candidate decoder
+        step decodes every clip over the cross caches of the build's own encoder (already at its precision), so the
+        loop judges what the artifact will decode."""
+        limit = state.setup.profile.budgets.greedy_min_agreement
+        if limit is None:
+            return None
+        project = state.setup.project
+        layout, workload = _layout(project), project.workload
+        _, golden, reference = transcription.load_workload_data(state.out / WORKLOAD_FILE, layout, workload)
+        encoder = transcription.encoder_call(session(state.companions[ENCODER]), layout)
+        crosses: list[list[np.ndarray]] = []
+
+        def evaluate(predict) -> float:
+            if not crosses:  # once: every candidate shares the encoder
+                crosses.extend(encoder(clip) for clip in golden)
+            tokens = [
+                pad_tokens(
+                    transcription.transcribe(
+                        lambda _, c=cross: c, SpeechDecoder(predict, layout), clip, workload.agreement_tokens, True
+                    ),
+                    workload.agreement_tokens,
+                    layout.eos,
+                )
+                for clip, cross in zip(golden, crosses, strict=True)
+            ]
+            return agreement(reference, np.asarray(tokens))[0]
+
+        return SearchMetric(
+            "greedy agreement",
+            evaluate,
+            lambda share: (1.0 - share, share >= limit),
+            f" (torch's greedy tokens on {len(golden)} golden clips, budget ≥ {limit:g})",
+        )
 
     def check_quantization(self, method: str, needs_calibration: bool) -> None:
         if needs_calibration:
