@@ -55,6 +55,8 @@ from pathlib import Path
 import numpy as np
 
 REPO = Path(__file__).resolve().parents[1]
+# bench/kernels.py would stand in for the `kernels` package transformers imports, in this process and its children
+sys.path[:] = [p for p in sys.path if Path(p or ".").resolve() != REPO / "bench"]
 SAMPLE = REPO / "samples" / "whisper-tiny"
 OUT = REPO / "bench" / "builds" / "transcribe"
 PROFILES = ("cpu-fp32", "cpu-int8", "cpu-int4", "openvino-cpu-fp32", "openvino-cpu-bf16", "openvino-cpu-int4")
@@ -125,10 +127,6 @@ def torch_child(trials: int) -> None:
     """One fresh process of the torch eager row: its figures as one JSON line."""
     import resource
 
-    here = (
-        Path(__file__).resolve().parent
-    )  # bench/kernels.py would stand in for the `kernels` package transformers reads
-    sys.path[:] = [p for p in sys.path if Path(p or ".").resolve() != here]
     import torch
     import transformers
 
