@@ -125,7 +125,6 @@ def torch_process(trials: int) -> dict:
 
 def torch_child(trials: int) -> None:
     """One fresh process of the torch eager row: its figures as one JSON line."""
-    import resource
 
     import torch
     import transformers
@@ -171,7 +170,7 @@ def torch_child(trials: int) -> None:
                     totals[seconds].append((clock() - t0) / 1e6)
     row = {k: float(np.median(v)) for k, v in figures.items()}
     row.update({f"rtf@{s:g}": float(np.median(v)) / (s * 1e3) for s, v in totals.items()})
-    row["peak_rss_mb"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+    row["peak_rss_mb"] = peak_rss_mb()
     print(json.dumps(row))
 
 
@@ -179,6 +178,15 @@ GOLDEN = 4  # the sample's agreement_clips: the build's golden clips, whose torc
 COMPARED = 32  # its agreement_tokens
 EOS = 50257  # the sample's end token
 BF16 = "openvino-cpu-bf16"  # openvino-cpu-fp32 with the CPU plugin's BF16 inference (what OpenVINO picks by default)
+
+
+def peak_rss_mb() -> float:
+    """This process's peak resident memory: VmHWM, which starts anew at exec (ru_maxrss does not: a child forked by
+    this bench's parent would report the parent's hundreds of MB)."""
+    for line in Path("/proc/self/status").read_text().splitlines():
+        if line.startswith("VmHWM:"):
+            return int(line.split()[1]) / 1024
+    return float("nan")
 
 
 def golden_audio(audio) -> list[np.ndarray]:
@@ -229,7 +237,6 @@ def ov_genai_process(python: str, folder: Path, trials: int, precision: str) -> 
 def ov_genai_child(folder: str, trials: int, precision: str) -> None:
     """One fresh process of an OpenVINO GenAI row (run by its own environment's Python): its figures as one line.
     `precision`: its CPU plugin's inference precision ("default": bf16 on CPUs with it)."""
-    import resource
 
     import openvino_genai
 
@@ -279,7 +286,7 @@ def ov_genai_child(folder: str, trials: int, precision: str) -> None:
                 totals[seconds].append(metrics.get_generate_duration().mean - features)
     row = {k: float(np.median(v)) for k, v in figures.items()}
     row.update({f"rtf@{s:g}": float(np.median(v)) / (s * 1e3) for s, v in totals.items()})
-    row["peak_rss_mb"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+    row["peak_rss_mb"] = peak_rss_mb()
     row["tokens"] = tokens
     print(json.dumps(row))
 
@@ -318,7 +325,6 @@ def _wav(path: Path, speech: np.ndarray) -> None:
 
 def ort_genai_child(folder: str, trials: int) -> None:
     """One fresh process of an ONNX Runtime GenAI row (run by its own environment's Python): one JSON line."""
-    import resource
     import tempfile
 
     import onnxruntime_genai as og
@@ -382,7 +388,7 @@ def ort_genai_child(folder: str, trials: int) -> None:
     row["encoder_ms"] = float("nan")  # inside set_inputs: not timed apart
     row["tokens"] = golden_tokens
     row.update({f"rtf@{s:g}": float(np.median(v)) / (s * 1e3) for s, v in totals.items()})
-    row["peak_rss_mb"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+    row["peak_rss_mb"] = peak_rss_mb()
     print(json.dumps(row))
 
 
