@@ -294,15 +294,33 @@ class TranscribeWorkload(WorkloadSettings):
         "clip's peak less 2); default: "
         "seeded random features",
     )
+    transcripts: str | None = Field(
+        None,
+        min_length=1,
+        description="file.py:callable returning what is said in each golden clip, one string a clip in the order of "
+        "`clips`: the word error rate (budget max_wer) of the artifact's greedy transcripts, decoded by the model "
+        "directory's tokenizer; needs `clips` and a Hugging Face directory",
+    )
     agreement_clips: int = Field(4, ge=1, le=256, description="golden clips greedy agreement is judged on")
     agreement_tokens: int = Field(32, ge=1, le=65_536, description="greedy tokens compared per golden clip at most")
     trials: int = Field(5, ge=1, le=1000, description="timed transcriptions per clip length in each measuring process")
     # the model's two graphs' interface, found at load (core/speech.SpeechLayout); never read from the project file
     _layout: Any = PrivateAttr(default=None)
+    # read at load where the project gives transcripts: the texts, and the directory whose tokenizer decodes tokens
+    _said: list[str] | None = PrivateAttr(default=None)
+    _tokenizer: Any = PrivateAttr(default=None)
 
     @property
     def layout(self) -> Any:
         return self._layout
+
+    @property
+    def said(self) -> list[str] | None:
+        return self._said
+
+    @property
+    def tokenizer(self) -> Any:
+        return self._tokenizer
 
     @field_validator("audio_s")
     @classmethod
@@ -449,6 +467,12 @@ class Budgets(_Strict):
     )
     # [workload] kind = "transcribe" (and ttft_ms, tpot_p90_ms, tpot_p99_ms, greedy_min_agreement, real_time_factor)
     encoder_ms: float | None = Field(None, gt=0, description="the encoder over one clip's features, p90")
+    max_wer: float | None = Field(
+        None,
+        ge=0,
+        description="word error rate of the artifact's greedy transcripts of the golden clips against [workload] "
+        "transcripts, at most (judged at build: the transcripts and the tokenizer stay on the host)",
+    )
 
     # [workload] kind = "stream"
     chunk_p99_ms: float | None = Field(None, gt=0, description="one chunk's time with the state carried, p99")
@@ -485,7 +509,15 @@ class Budgets(_Strict):
         return {n: getattr(self, n) for n in names if getattr(self, n) is not None}
 
     def transcription_budgets(self) -> dict[str, float]:
-        names = ("encoder_ms", "ttft_ms", "tpot_p90_ms", "tpot_p99_ms", "real_time_factor", "greedy_min_agreement")
+        names = (
+            "encoder_ms",
+            "ttft_ms",
+            "tpot_p90_ms",
+            "tpot_p99_ms",
+            "real_time_factor",
+            "greedy_min_agreement",
+            "max_wer",
+        )
         return {n: getattr(self, n) for n in names if getattr(self, n) is not None}
 
     def generation_budgets(self) -> dict[str, float]:

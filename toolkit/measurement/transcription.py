@@ -163,6 +163,8 @@ class TranscriptionMeasurement:
     agreement: float | None
     first_divergence: list[int | None]
     notes: list[str] = field(default_factory=list)
+    tokens: np.ndarray | None = None  # the artifact's greedy tokens on the golden clips (padded with the end token)
+    wer: dict | None = None  # word_errors(): where the project gives transcripts, at build
 
     def worst_rtf(self) -> tuple[float, stats.QuantileEstimate]:
         """The clip length whose p90 real-time factor is highest (the shortest: the encoder's cost is the same for
@@ -199,6 +201,7 @@ class TranscriptionMeasurement:
                 "what": "share of the reference's greedy tokens reproduced before the first divergence, the end "
                 "token included",
             },
+            "wer": self.wer,
             "notes": self.notes,
         }
 
@@ -255,6 +258,7 @@ def summarize(
         memory_mb=memory,
         agreement=share,
         first_divergence=firsts,
+        tokens=tokens,
     )
     described = results[0]["transcribe"].get("decoder")
     if described:
@@ -265,6 +269,26 @@ def summarize(
             f"{m.encoder.cv_between_repeats:.1%}): the machine is noisy; bounds are widened to cover it"
         )
     return m
+
+
+def wer(said: list[str], heard: list[str]) -> float:
+    """Word error rate by jiwer: substitutions, deletions and insertions over the words said, over all clips."""
+    import jiwer
+
+    return float(jiwer.wer(said, heard))
+
+
+def word_errors(said: list[str], torch_text: list[str], artifact_text: list[str]) -> dict:
+    """The word error rate of the artifact's transcripts and of torch's, each clip's three texts beside them."""
+    return {
+        "artifact": wer(said, artifact_text),
+        "torch": wer(said, torch_text),
+        "clips": [
+            {"said": s, "torch": t, "artifact": a} for s, t, a in zip(said, torch_text, artifact_text, strict=True)
+        ],
+        "what": "word error rate of the greedy transcripts of the golden clips (up to agreement_tokens tokens each) "
+        "against [workload] transcripts, by jiwer",
+    }
 
 
 def request_fields(workload: TranscribeWorkload, layout: SpeechLayout, data_path: Path, encoder: Path) -> dict:

@@ -541,7 +541,7 @@ def judge_transcription(
     results = []
     for name, limit in asked.items():
         unit = {"real_time_factor": "×", "greedy_min_agreement": "share"}.get(name, "ms")
-        if emulated and name != "greedy_min_agreement":
+        if emulated and name not in ("greedy_min_agreement", "max_wer"):
             reason = f"emulated: {emulated}; run `tapeout check` on the device"
             results.append(BudgetResult(name, limit, unit, Verdict.UNMEASURED, reason=reason))
         elif name in ("encoder_ms", "ttft_ms", "tpot_p90_ms", "tpot_p99_ms"):
@@ -552,6 +552,13 @@ def judge_transcription(
             seconds, q = t.worst_rtf()
             what = f"{how} (p90 at the {seconds:g} s clip)"
             results.append(judge_bounded(name, limit, unit, q.point, q.lower, q.upper, guard, what))
+        elif name == "max_wer":
+            if t.wer is not None:
+                wer, ref = t.wer["artifact"], t.wer["torch"]
+                verdict = Verdict.PASS if wer <= limit else Verdict.FAIL
+                why = f"over {len(t.wer['clips'])} golden clips against [workload] transcripts; torch's own: {ref:.3g}"
+                results.append(BudgetResult(name, limit, "WER", verdict, wer, None, why))
+            # else a check: the build's verdict is carried (steps/verdicts.carried)
         elif t.agreement is None:
             results.append(BudgetResult(name, limit, unit, Verdict.UNMEASURED, reason="no greedy tokens were read"))
         else:

@@ -25,13 +25,15 @@ def estimated_verdicts(budgets: Budgets, est: Estimate | None, emulated: str | N
 
 def carried(build: Report, profile: Profile) -> list[BudgetResult]:
     """The build's verdicts that a check cannot recompute, marked carried: accuracy (the metric's data
-    stays on the host) and placement (the compile-time op trace; the artifact is that compiled graph)."""
+    stays on the host), placement (the compile-time op trace; the artifact is that compiled graph) and a
+    transcription's word error rate (its transcripts and tokenizer stay on the host)."""
     built = {b.budget: b for b in build.budgets}
     results = []
     for budget, limit, why in (
         ("accuracy_max_drop", profile.budgets.accuracy_max_drop, "the metric's data stays on the host"),
         ("accuracy_max_rel_drop", profile.budgets.accuracy_max_rel_drop, "the metric's data stays on the host"),
         ("placement_max_off_share", profile.budgets.placement_max_off_share, "from the compile-time op trace"),
+        ("max_wer", profile.budgets.max_wer, "the transcripts and the tokenizer stay on the host"),
     ):
         if limit is None:
             continue
@@ -108,7 +110,8 @@ class Verdicts(Step):
                 acc.metric if acc else "metric",
             )
         else:
-            results += carried(state.opened.report, setup.profile)
+            judged = {r.budget for r in results}  # a budget of a workload the build did not run: said once
+            results += [r for r in carried(state.opened.report, setup.profile) if r.budget not in judged]
         state.budgets = results
 
     def report(self, state: BuildState) -> dict[str, object]:

@@ -76,6 +76,11 @@ class Transcribe(Workload):
                 '[workload] kind = "transcribe" takes one [[inputs]] entry, the encoder\'s features (float32, shape '
                 f"[1, mel_bins, frames]); got {got}. tapeout adds the decoder's inputs itself"
             )
+        if project.workload.transcripts is not None and project.workload.clips is None:
+            raise ValueError(
+                "[workload] transcripts are what is said in the golden clips, and the project gives no clips: set "
+                'clips = "file.py:callable" (the clips\' log-mel features) beside them'
+            )
         if project.evaluation is not None:
             raise ValueError(
                 "[evaluation] is not run on a transcribe workload: its accuracy is greedy agreement with the torch "
@@ -83,7 +88,8 @@ class Transcribe(Workload):
             )
 
     def user_callables(self, project: Project) -> dict[str, str]:
-        return {"clips": project.workload.clips} if project.workload.clips else {}
+        named = {"clips": project.workload.clips, "transcripts": project.workload.transcripts}
+        return {name: ref for name, ref in named.items() if ref}
 
     def calibration_feeds_inputs(self, project: Project) -> bool:
         return False  # nothing calibrates the decoder step's activations (check_quantization refuses those methods)
@@ -92,7 +98,21 @@ class Transcribe(Workload):
         """Enough samples to bound each budget's percentile: the encoder and TTFT have one per timed clip, the time
         per token one per decode step."""
         super().check_profile(project, profile, target)
+        if target.static_decode():
+            raise BadInput(
+                f"target '{profile.target}' (profile {profile.name}) decodes through graphs of static shapes, and no "
+                "static-cache decoder over a cross cache is built for a transcribe workload: its self cache grows "
+                "every token",
+                fix='build it for a device that runs dynamic shapes (OpenVINO: [options] device = "CPU" or '
+                '"GPU"; ONNX Runtime CPU or CUDA)',
+            )
         workload, budgets, check = project.workload, profile.budgets, profile.check
+        if budgets.max_wer is not None and workload.transcripts is None:
+            raise BadInput(
+                f"budget max_wer = {budgets.max_wer:g} needs what is said in the golden clips, and "
+                f"{project.file.name} has no [workload] transcripts",
+                fix='add transcripts = "file.py:callable" (one string a clip, in the order of clips), or drop max_wer',
+            )
         clips = workload.trials * len(workload.audio_s) * check.repeats
         steps = check.repeats * workload.trials * sum(workload.tokens(s) - 1 for s in workload.audio_s)
         for budget, quantile, count, what in (
@@ -135,6 +155,9 @@ class Transcribe(Workload):
         _fits(state, parts, layout)
         settings = project.workload.model_copy()
         settings._layout = layout
+        if settings.transcripts is not None:  # read and checked before anything is built
+            settings._said = _transcripts(project, settings.agreement_clips)
+            settings._tokenizer = _tokenizer_directory(loaded.module, settings.transcripts)
         graph = project.model_copy(
             update={
                 "inputs": layout.decoder_inputs(layout.source),
@@ -232,8 +255,8 @@ class Transcribe(Workload):
         """Greedy agreement with torch over the golden clips, where the profile budgets it: each candidate decoder
         step decodes every clip over the cross caches of the build's own encoder (already at its precision), so the
         loop judges what the artifact will decode."""
-        limit = state.setup.profile.budgets.greedy_min_agreement
-        if limit is None:
+        budgets = state.setup.profile.budgets
+        if budgets.greedy_min_agreement is None and budgets.max_wer is None:
             return None
         project = state.setup.project
         layout, workload = _layout(project), project.workload
@@ -241,24 +264,34 @@ class Transcribe(Workload):
         encoder = transcription.encoder_call(session(state.companions[ENCODER]), layout)
         crosses: list[list[np.ndarray]] = []
 
-        def evaluate(predict) -> float:
+        def decode(predict) -> np.ndarray:
             if not crosses:  # once: every candidate shares the encoder
                 crosses.extend(encoder(clip) for clip in golden)
-            tokens = [
-                pad_tokens(
-                    transcription.transcribe(
-                        lambda _, c=cross: c, SpeechDecoder(predict, layout), clip, workload.agreement_tokens, True
-                    ),
-                    workload.agreement_tokens,
-                    layout.eos,
-                )
-                for clip, cross in zip(golden, crosses, strict=True)
-            ]
-            return agreement(reference, np.asarray(tokens))[0]
+            return np.asarray(
+                [
+                    pad_tokens(
+                        transcription.transcribe(
+                            lambda _, c=cross: c, SpeechDecoder(predict, layout), clip, workload.agreement_tokens, True
+                        ),
+                        workload.agreement_tokens,
+                        layout.eos,
+                    )
+                    for clip, cross in zip(golden, crosses, strict=True)
+                ]
+            )
 
+        if budgets.max_wer is not None:  # what users judge a transcript by, where the project says what is said
+            limit, texts = budgets.max_wer, Texts(workload.tokenizer)
+            return SearchMetric(
+                "word error rate",
+                lambda predict: transcription.wer(workload.said, texts(decode(predict), layout.eos)),
+                lambda wer: (wer, wer <= limit),
+                f" (against [workload] transcripts on {len(golden)} golden clips, budget ≤ {limit:g})",
+            )
+        limit = budgets.greedy_min_agreement
         return SearchMetric(
             "greedy agreement",
-            evaluate,
+            lambda predict: agreement(reference, decode(predict))[0],
             lambda share: (1.0 - share, share >= limit),
             f" (torch's greedy tokens on {len(golden)} golden clips, budget ≥ {limit:g})",
         )
@@ -282,6 +315,17 @@ class Transcribe(Workload):
         encoder = confined(state.artifact.directory, str(state.artifact.meta.get(f"{ENCODER}_file", "")), "encoder")
         settings = state.settings
         budgets, size = setup.profile.budgets, state.artifact_info.bytes
+        # at build, where the project gives transcripts; a check (no project) carries the build's WER verdict
+        built = setup.project.workload if setup.project is not None else None
+        said = built.said if built is not None else None
+        texts = Texts(built.tokenizer) if said is not None else None
+
+        def summarize(results) -> transcription.TranscriptionMeasurement:
+            m = transcription.summarize(results, workload, layout, reference, size, settings.confidence)
+            if texts is not None and m.tokens is not None:
+                m.wer = transcription.word_errors(said, texts(reference, layout.eos), texts(m.tokens, layout.eos))
+            return m
+
         return measure_loop(
             {
                 **artifact_request(setup.target, state.artifact),
@@ -289,7 +333,7 @@ class Transcribe(Workload):
             },
             settings.repeats,
             "want_tokens",
-            lambda results: transcription.summarize(results, workload, layout, reference, size, settings.confidence),
+            summarize,
             lambda result: undecided(self.judge(budgets, result, settings, None)),
             state.ui,
             f"transcribe: {len(workload.audio_s)} clip lengths × {workload.trials} trials, in fresh processes",
@@ -353,6 +397,68 @@ class Transcribe(Workload):
 
     def rank(self, headline: dict) -> tuple[float, str]:
         return headline["rtf_p50"], "real-time factor p50"
+
+
+class Texts:
+    """Greedy token rows as text, by the model directory's tokenizer (loaded on first use): each row up to its end
+    token, special tokens left out."""
+
+    def __init__(self, directory: Path):
+        self.directory, self._tokenizer = directory, None
+
+    def __call__(self, rows: np.ndarray, eos: int) -> list[str]:
+        if self._tokenizer is None:
+            from transformers import AutoTokenizer
+
+            self._tokenizer = AutoTokenizer.from_pretrained(str(self.directory))
+        out = []
+        for row in np.asarray(rows):
+            ends = np.flatnonzero(row == eos)
+            kept = row[: ends[0]] if ends.size else row
+            out.append(self._tokenizer.decode(kept.tolist(), skip_special_tokens=True).strip())
+        return out
+
+
+def _transcripts(project: Project, count: int) -> list[str]:
+    """What is said in the first `count` golden clips, from [workload] transcripts, checked."""
+    from tapeout.core.user_code import resolve_callable, user_code
+
+    ref = project.workload.transcripts
+    source = resolve_callable(ref, project.root, "[workload] transcripts")
+    with user_code(f"[workload] transcripts {ref}", project.root):
+        said = list(source())[:count]
+    bad = next((i for i, t in enumerate(said) if not isinstance(t, str)), None)
+    if bad is not None:
+        raise BadInput(
+            f"[workload] transcripts {ref}: item {bad} is {type(said[bad]).__name__}, not a string",
+            fix="return what is said in each golden clip as a string",
+        )
+    if said and not any(t.split() for t in said):
+        raise BadInput(
+            f"[workload] transcripts {ref} hold no words: a word error rate counts errors over the words said",
+            fix="return what is said in each golden clip",
+        )
+    if len(said) < count:
+        raise BadInput(
+            f"[workload] transcripts {ref} gave {len(said)} texts for {count} golden clips",
+            fix=f"return one string a clip, at least {count} (agreement_clips), in the order of clips",
+        )
+    return said
+
+
+def _tokenizer_directory(module: Any, ref: str) -> Path:
+    """The Hugging Face directory whose tokenizer turns tokens into words; a module without one is refused."""
+    directory = getattr(module, "directory", None)
+    if directory is None or not any(
+        (Path(directory) / f).is_file() for f in ("tokenizer.json", "vocab.json", "tokenizer_config.json")
+    ):
+        raise BadInput(
+            f"[workload] transcripts {ref} are compared as words, and the model has no tokenizer to turn its tokens "
+            "into words",
+            fix="point [model] source at a Hugging Face Whisper directory with its tokenizer files, or drop "
+            "transcripts (greedy agreement needs none)",
+        )
+    return Path(directory)
 
 
 def _encoder_tolerance(encoder, layout: SpeechLayout, options):
