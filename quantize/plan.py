@@ -40,6 +40,9 @@ class Plan:
     accuracy_level: int | None = None  # ORT MatMulNBits: 4 = activations to int8 per block, integer dot products
     notes: tuple[str, ...] = field(default_factory=tuple)
     float_nodes: tuple[str, ...] = ()  # ungrouped nodes a full-integer plan keeps float (e.g. attention masks)
+    # activations carried between calls and those of the nodes writing them (quantize/carried.py): 16-bit in a plan
+    # of 8-bit activations, as a recurrent state
+    wide_tensors: tuple[str, ...] = ()
     float_ops: tuple[str, ...] = ()  # op types an FP16 plan keeps FP32 wherever they occur
     model_type: str | None = None  # NNCF: "transformer" (keeps norms, softmax, residuals float) or None
     preset: str | None = None  # NNCF: "performance" (symmetric) or "mixed" (asymmetric activations)

@@ -344,6 +344,68 @@ def test_a_cnn_lstm_vad_keeps_the_speech_probability_on_the_qnn_emulator_with_h_
     assert verdicts["accuracy_max_drop"]["verdict"] == "pass"
 
 
+def _conv_heavy_project(tmp_path):
+    """A CNN+LSTM VAD whose convolutions hold most of the MACs (tests/data/speech-vad-cnn-lstm): classed `cnn`."""
+    project = _lstm_project(tmp_path)
+    text = (project / "tapeout.toml").read_text().replace("shape = [1, 1, 48]", "shape = [1, 1, 16]")
+    (project / "tapeout.toml").write_text(text)
+    for name in ("model.py", "weights.npz"):
+        shutil.copy(DATA / "speech-vad-cnn-lstm" / name, project / name)
+    return project
+
+
+def test_what_a_call_hands_the_next_is_found_back_to_the_node_that_computes_it(tmp_path):
+    """The carried tensors of the conv-heavy VAD: the audio context kept by a Slice of a Concat (followed back to the
+    inputs, nothing computes it) and h and c, written by the LSTM."""
+    from tapeout.quantize.carried import carried_state
+
+    model = tmp_path / "model.onnx"
+    result = run_cli("export", _conv_heavy_project(tmp_path), "--out", model)
+    assert result.code == 0, result.err
+    state = carried_state(model, ("context", "h", "c"), ("context_out", "h_out", "c_out"))
+    import onnx
+
+    ops = {n.name: n.op_type for n in onnx.load(model).graph.node}
+    assert {ops[n] for n in state.nodes} >= {"LSTM", "Slice", "Concat"}
+    assert not {ops[n] for n in state.nodes} & {"Conv", "Relu", "Gemm", "MatMul", "Sigmoid"}
+    assert {"context", "h", "c", "context_out", "h_out", "c_out", "audio"} <= set(state.tensors)
+    weights = {i.name for i in onnx.load(model).graph.initializer}
+    assert not weights & set(state.tensors)
+
+
+@pytest.mark.slow
+def test_a_conv_heavy_cnn_lstm_vad_keeps_its_carried_state_at_16_bits_on_the_qnn_emulator(tmp_path):
+    """Classed `cnn` (8-bit activations on the HTP), its carried tensors (the audio context, h, c) and the nodes that
+    write them still get a recurrent state's 16-bit activations: once the golden stream is inside the calibration
+    data's range, the carried context is exact to 16-bit resolution (at 8 bits: about 2e-3) and the speech probability
+    stays within 0.01 of torch's. Its loud first half is louder than the calibration data, clipped at any width: the
+    profile's stream drift budget fails there, and only there."""
+    import onnx
+
+    profile = tmp_path / "qnn.toml"
+    profile.write_text('extends = "qnn-sm8650"\n[check]\niterations = 10\nrepeats = 1\nop_profile = false\n')
+    out = tmp_path / "b"
+    result = run_cli("build", _conv_heavy_project(tmp_path), "--profile", profile, "--out", out, "--json")
+    assert result.code == 1, result.err + result.out
+    report = result.json()
+    failed = {b["budget"] for b in report["budgets"] if b["verdict"] == "fail"}
+    assert failed == {"stream_max_rel_error"}, failed
+    plan = report["quantization"]["plan"]
+    assert plan["family"] == "cnn" and plan["activation_type"] == "uint8"
+    assert {"context", "context_out", "h_out", "c_out"} <= set(plan["wide_tensors"])
+    assert any("carried between calls" in note for note in plan["notes"])
+    # in the QDQ model the carried context leaves through a 16-bit quantizer
+    model = onnx.load(out / "quantized" / "model.onnx")
+    zero_points = {i.name: i.data_type for i in model.graph.initializer}
+    writes = {n.output[0]: n for n in model.graph.node if n.op_type == "DequantizeLinear"}
+    context = writes["context_out"]
+    assert zero_points[context.input[2]] == onnx.TensorProto.UINT16
+    drift = report["workload"]["drift"]["outputs"]
+    assert drift["context_out"]["first_quarter_max"] > 0.1  # the loud audio, clipped to the calibrated range
+    assert drift["context_out"]["last_quarter_max"] < 1e-4, drift["context_out"]
+    assert drift["probability"]["last_quarter_max"] < 0.01, drift["probability"]
+
+
 @pytest.mark.slow
 def test_speech_vad_streams_on_openvino_cpu(tmp_path):
     project = _project(tmp_path)

@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, ClassVar
 if TYPE_CHECKING:
     from tapeout.core.profile_schema import QuantizationSettings
     from tapeout.graph.analysis import Analysis
+    from tapeout.quantize.carried import CarriedState
     from tapeout.quantize.plan import Plan
     from tapeout.quantize.rule_tables import Rule
     from tapeout.quantize.rules import InstructionSet
@@ -38,6 +39,12 @@ class Method(ABC):
     ) -> Plan:
         """The rule's first plan (`draft`: its groups, ladder and defaults), finished for this method."""
         return draft
+
+    def carry(self, plan: Plan, state: CarriedState) -> Plan:
+        """`plan` with the tensors a call hands the next kept at the precision a recurrent state gets from this
+        method (quantize/carried.py); unchanged where the method leaves a state no narrower than its other
+        activations."""
+        return plan
 
     def needs_calibration(self, plan: Plan) -> bool:
         """Whether `plan` cannot be applied without the project's [calibration] data (asked before any work)."""

@@ -59,6 +59,29 @@ class NpuStatic(Method):
             float_nodes=masked,
         )
 
+    def carry(self, plan, state):
+        """In a plan of 8-bit activations, what a call hands the next gets a recurrent state's 16-bit activations:
+        the carried tensors and every activation of the nodes that write them (their groups at A16W8)."""
+        if plan.activation_type == "uint16" or not state:
+            return plan
+        writers = set(state.nodes)
+        groups = tuple(
+            replace(
+                g,
+                precision="a16w8",
+                reason="writes state carried to the next call: 16-bit activations, as a recurrent state (8-bit, "
+                "its error compounds call after call)",
+            )
+            if g.precision == "int8" and writers & set(g.nodes)
+            else g
+            for g in plan.groups
+        )
+        note = (
+            f"{len(state.tensors)} activation(s) carried between calls or written on their way at 16 bits "
+            f"(A16W8), whatever the family: {', '.join(state.tensors[:6])}{' …' if len(state.tensors) > 6 else ''}"
+        )
+        return replace(plan, groups=groups, wide_tensors=state.tensors, notes=(*plan.notes, note))
+
     def apply(self, plan, model_in: Path, model_out: Path, calibration) -> dict:
         """Full-integer QDQ through ORT's QNN config: every op quantized, except the groups the ladder moved
         to FP16 (they run as float, in FP16 on the HTP); groups at a16w8 get 16-bit activations by tensor
@@ -75,6 +98,8 @@ class NpuStatic(Method):
         act16 = plan.activation_type == "uint16"
         overrides: dict[str, list[dict]] = {}
         if not act16:
+            for tensor in plan.wide_tensors:  # carried between calls (quantize/carried.py)
+                overrides[tensor] = [{"quant_type": QuantType.QUInt16}]
             wanted = set(plan.nodes_at("a16w8"))
             model = onnx.load(str(model_in), load_external_data=False)
             weights = {i.name for i in model.graph.initializer}

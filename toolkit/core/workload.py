@@ -184,6 +184,10 @@ class Workload:
         path first, since their error compounds along the loop."""
         return ()
 
+    def carried_inputs(self, project: Project) -> tuple[str, ...]:
+        """The inputs each call is fed from the last one's `carried_outputs` (a stream's state inputs)."""
+        return ()
+
     def check_quantization(self, method: str, needs_calibration: bool) -> None:
         """Raise BadInput where the planned quantization method cannot quantize this workload's graph (one that
         calibrates activations, where nothing samples them)."""

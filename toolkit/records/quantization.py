@@ -35,6 +35,7 @@ class PlanRecord(Record):
     notes: list[str] = Field(default_factory=list)
     float_nodes: list[str] = Field(default_factory=list)
     float_ops: list[str] = Field(default_factory=list)
+    wide_tensors: list[str] = Field(default_factory=list)  # carried between calls: 16-bit in an 8-bit plan
     model_type: str | None = None
     preset: str | None = None
     high_precision: str = "fp16"

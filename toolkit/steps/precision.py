@@ -164,6 +164,7 @@ def quantize(
     project has no [evaluation] metric."""
     from tapeout.quantize import methods, rules, sensitivity
     from tapeout.quantize.apply import apply_with_fallback
+    from tapeout.quantize.carried import carried_state
 
     project, profile, target, ui, emulated = setup.project, setup.profile, setup.target, setup.ui, setup.emulated
     settings = profile.quantization
@@ -172,6 +173,10 @@ def quantize(
     )
     calibration = None
     workload = workloads.of(project)
+    carried_out = workload.carried_outputs(project)
+    if carried_out and fp32_path.suffix == ".onnx":  # what one call hands the next keeps a state's precision
+        state = carried_state(fp32_path, workload.carried_inputs(project), carried_out)
+        plan = methods.get(plan.method).carry(plan, state)
     workload.check_quantization(plan.method, methods.get(plan.method).needs_calibration(plan))
     if project.calibration is not None:
         calibration, _ = sample_inputs(project, settings.calibration_samples)

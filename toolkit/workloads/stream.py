@@ -205,6 +205,9 @@ class Stream(Workload):
     def carried_outputs(self, project: Project) -> tuple[str, ...]:
         return tuple(project.workload.state.values())
 
+    def carried_inputs(self, project: Project) -> tuple[str, ...]:
+        return tuple(project.workload.state)
+
     def load(self, state: BuildState, loaded: Any) -> Any:
         """A stream's state outputs have their state inputs' shapes, checked on one call of a torch model before
         anything is built (an ONNX source is checked on the reference's first chunk)."""
