@@ -509,15 +509,8 @@ class Budgets(_Strict):
         return {n: getattr(self, n) for n in names if getattr(self, n) is not None}
 
     def transcription_budgets(self) -> dict[str, float]:
-        names = (
-            "encoder_ms",
-            "ttft_ms",
-            "tpot_p90_ms",
-            "tpot_p99_ms",
-            "real_time_factor",
-            "greedy_min_agreement",
-            "max_wer",
-        )
+        names = ("encoder_ms", "ttft_ms", "tpot_p90_ms", "tpot_p99_ms", "real_time_factor")
+        names += ("greedy_min_agreement", "max_wer")
         return {n: getattr(self, n) for n in names if getattr(self, n) is not None}
 
     def generation_budgets(self) -> dict[str, float]:

@@ -24,7 +24,7 @@ from tapeout.core.profile_schema import Profile, min_samples_for_bound
 from tapeout.core.schemas import Project, TranscribeWorkload
 from tapeout.core.speech import INPUT_FEATURES, SpeechLayout, pad_tokens
 from tapeout.core.workload import WORKLOAD_FILE, Companion, SearchMetric, Workload
-from tapeout.measurement import transcription
+from tapeout.measurement import transcription, transcripts
 from tapeout.measurement.measure import artifact_request, measure_loop
 from tapeout.measurement.verdicts import judge_transcription, undecided
 from tapeout.reports import transcription as report
@@ -156,8 +156,8 @@ class Transcribe(Workload):
         settings = project.workload.model_copy()
         settings._layout = layout
         if settings.transcripts is not None:  # read and checked before anything is built
-            settings._said = _transcripts(project, settings.agreement_clips)
-            settings._tokenizer = _tokenizer_directory(loaded.module, settings.transcripts)
+            settings._said = transcripts.read(project, settings.agreement_clips)
+            settings._tokenizer = transcripts.tokenizer_directory(loaded.module, settings.transcripts)
         graph = project.model_copy(
             update={
                 "inputs": layout.decoder_inputs(layout.source),
@@ -281,7 +281,7 @@ class Transcribe(Workload):
             )
 
         if budgets.max_wer is not None:  # what users judge a transcript by, where the project says what is said
-            limit, texts = budgets.max_wer, Texts(workload.tokenizer)
+            limit, texts = budgets.max_wer, transcripts.Texts(workload.tokenizer)
             return SearchMetric(
                 "word error rate",
                 lambda predict: transcription.wer(workload.said, texts(decode(predict), layout.eos)),
@@ -318,7 +318,7 @@ class Transcribe(Workload):
         # at build, where the project gives transcripts; a check (no project) carries the build's WER verdict
         built = setup.project.workload if setup.project is not None else None
         said = built.said if built is not None else None
-        texts = Texts(built.tokenizer) if said is not None else None
+        texts = transcripts.Texts(built.tokenizer) if said is not None else None
 
         def summarize(results) -> transcription.TranscriptionMeasurement:
             m = transcription.summarize(results, workload, layout, reference, size, settings.confidence)
@@ -397,68 +397,6 @@ class Transcribe(Workload):
 
     def rank(self, headline: dict) -> tuple[float, str]:
         return headline["rtf_p50"], "real-time factor p50"
-
-
-class Texts:
-    """Greedy token rows as text, by the model directory's tokenizer (loaded on first use): each row up to its end
-    token, special tokens left out."""
-
-    def __init__(self, directory: Path):
-        self.directory, self._tokenizer = directory, None
-
-    def __call__(self, rows: np.ndarray, eos: int) -> list[str]:
-        if self._tokenizer is None:
-            from transformers import AutoTokenizer
-
-            self._tokenizer = AutoTokenizer.from_pretrained(str(self.directory))
-        out = []
-        for row in np.asarray(rows):
-            ends = np.flatnonzero(row == eos)
-            kept = row[: ends[0]] if ends.size else row
-            out.append(self._tokenizer.decode(kept.tolist(), skip_special_tokens=True).strip())
-        return out
-
-
-def _transcripts(project: Project, count: int) -> list[str]:
-    """What is said in the first `count` golden clips, from [workload] transcripts, checked."""
-    from tapeout.core.user_code import resolve_callable, user_code
-
-    ref = project.workload.transcripts
-    source = resolve_callable(ref, project.root, "[workload] transcripts")
-    with user_code(f"[workload] transcripts {ref}", project.root):
-        said = list(source())[:count]
-    bad = next((i for i, t in enumerate(said) if not isinstance(t, str)), None)
-    if bad is not None:
-        raise BadInput(
-            f"[workload] transcripts {ref}: item {bad} is {type(said[bad]).__name__}, not a string",
-            fix="return what is said in each golden clip as a string",
-        )
-    if said and not any(t.split() for t in said):
-        raise BadInput(
-            f"[workload] transcripts {ref} hold no words: a word error rate counts errors over the words said",
-            fix="return what is said in each golden clip",
-        )
-    if len(said) < count:
-        raise BadInput(
-            f"[workload] transcripts {ref} gave {len(said)} texts for {count} golden clips",
-            fix=f"return one string a clip, at least {count} (agreement_clips), in the order of clips",
-        )
-    return said
-
-
-def _tokenizer_directory(module: Any, ref: str) -> Path:
-    """The Hugging Face directory whose tokenizer turns tokens into words; a module without one is refused."""
-    directory = getattr(module, "directory", None)
-    if directory is None or not any(
-        (Path(directory) / f).is_file() for f in ("tokenizer.json", "vocab.json", "tokenizer_config.json")
-    ):
-        raise BadInput(
-            f"[workload] transcripts {ref} are compared as words, and the model has no tokenizer to turn its tokens "
-            "into words",
-            fix="point [model] source at a Hugging Face Whisper directory with its tokenizer files, or drop "
-            "transcripts (greedy agreement needs none)",
-        )
-    return Path(directory)
 
 
 def _encoder_tolerance(encoder, layout: SpeechLayout, options):
