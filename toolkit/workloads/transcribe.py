@@ -153,6 +153,7 @@ class Transcribe(Workload):
         layout = SpeechLayout.from_module(parts)
         _check_against(project, layout)
         _fits(state, parts, layout)
+        golden_clips(project, layout, max(project.workload.agreement_clips, project.golden_samples))  # before export
         settings = project.workload.model_copy()
         settings._layout = layout
         if settings.transcripts is not None:  # read and checked before anything is built
