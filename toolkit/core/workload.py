@@ -120,6 +120,22 @@ class Workload:
                 "workload for another profile",
             )
 
+    @staticmethod
+    def check_samples(project: Project, profile: Profile, counts: tuple[tuple[str, float, int, str], ...]) -> None:
+        """Raise BadInput where a budget the profile sets has too few samples to bound the percentile it is judged
+        on: `counts` holds (budget, quantile, samples the loop takes, what those samples are)."""
+        from tapeout.core.profile_schema import min_samples_for_bound
+
+        confidence = profile.check.confidence
+        for budget, quantile, count, what in counts:
+            need = min_samples_for_bound(quantile, confidence)
+            if getattr(profile.budgets, budget) is not None and count < need:
+                raise BadInput(
+                    f"{what} = {count} cannot bound the p{quantile * 100:g} that {budget} is judged on at "
+                    f"confidence {confidence}: it needs at least {need} samples",
+                    fix=f"raise [workload] trials in {project.file.name} (or check.repeats in the profile)",
+                )
+
     # ---- a build, in the order of its steps (each receives the build state)
     def load(self, state: Any, loaded: Any) -> Any:
         """The loaded model as this workload exports it (a decoder wrapped as its cache graph); may replace
@@ -165,9 +181,9 @@ class Workload:
         None: nothing to replay."""
         return None
 
-    def search_metric(self, state: Any, session: Callable[[Path], Any]) -> SearchMetric | None:
+    def search_metric(self, state: Any, call_of: Callable[[Path], Any]) -> SearchMetric | None:
         """The accuracy the sensitivity loop judges candidates by when the project has no [evaluation] metric
-        (`session`: how a model file becomes a call on the build's target); None: the loop needs the project's."""
+        (`call_of`: how a model file becomes a call on the build's target); None: the loop needs the project's."""
         return None
 
     def scorer(self, target: Any) -> Any:

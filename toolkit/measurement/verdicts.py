@@ -330,16 +330,7 @@ def judge_generation(
     if not asked:
         return []
     if g is None:
-        return [
-            BudgetResult(
-                name,
-                limit,
-                "",
-                Verdict.UNMEASURED,
-                reason='the project\'s [workload] is forward: set kind = "generate" to measure generation',
-            )
-            for name, limit in asked.items()
-        ]
+        return not_run(asked, 'the project\'s [workload] is forward: set kind = "generate" to measure generation')
     guard, how = settings.guard_band, f"{settings.confidence:.0%} order-statistic"
     results = []
     timed = {"ttft_ms", "tpot_p90_ms", "tpot_p99_ms", "decode_tokens_per_s"}
@@ -437,16 +428,7 @@ def judge_stream(
     if not asked:
         return []
     if s is None:
-        return [
-            BudgetResult(
-                name,
-                limit,
-                "",
-                Verdict.UNMEASURED,
-                reason='the project\'s [workload] is not a stream: set kind = "stream" to measure one',
-            )
-            for name, limit in asked.items()
-        ]
+        return not_run(asked, 'the project\'s [workload] is not a stream: set kind = "stream" to measure one')
     guard = settings.guard_band
     results = []
     for name, limit in asked.items():
@@ -517,6 +499,11 @@ def judge_stream(
     return results
 
 
+def not_run(asked: dict[str, float], why: str) -> list[BudgetResult]:
+    """A workload's budgets where the build ran another kind: each unmeasured, with the reason."""
+    return [BudgetResult(name, limit, "", Verdict.UNMEASURED, reason=why) for name, limit in asked.items()]
+
+
 def judge_transcription(
     budgets: Budgets, t: TranscriptionMeasurement | None, settings: CheckSettings, emulated: str | None
 ) -> list[BudgetResult]:
@@ -527,16 +514,7 @@ def judge_transcription(
     if not asked:
         return []
     if t is None:
-        return [
-            BudgetResult(
-                name,
-                limit,
-                "",
-                Verdict.UNMEASURED,
-                reason='the project\'s [workload] is not transcribe: set kind = "transcribe" to measure one',
-            )
-            for name, limit in asked.items()
-        ]
+        return not_run(asked, 'the project\'s [workload] is not transcribe: set kind = "transcribe" to measure one')
     guard, how = settings.guard_band, f"{settings.confidence:.0%} order-statistic"
     results = []
     for name, limit in asked.items():

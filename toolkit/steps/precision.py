@@ -59,7 +59,7 @@ class Precision(Step):
                 state.analysis,
                 state.reference_metric,
                 ceiling,
-                own_metric=lambda session: state.workload.search_metric(state, session),
+                own_metric=lambda call_of: state.workload.search_metric(state, call_of),
             )
         else:  # quantized on the program (PT2E), not on the ONNX: saved where the method reads it
             from tapeout.exporters.torch_onnx import save_program

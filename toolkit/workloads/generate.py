@@ -15,7 +15,7 @@ import numpy as np
 
 from tapeout.core.decoding import CacheLayout, graph_layout
 from tapeout.core.errors import BadInput
-from tapeout.core.profile_schema import Profile, min_samples_for_bound
+from tapeout.core.profile_schema import Profile
 from tapeout.core.schemas import GenerateWorkload, Project
 from tapeout.core.workload import WORKLOAD_FILE, Workload
 from tapeout.measurement import generation
@@ -93,21 +93,19 @@ class Generate(Workload):
         """A generate workload's budgets need enough samples to bound their percentile, as the latency budgets do: TTFT
         has one sample per timed generation per process, the time per token one per decode step."""
         super().check_profile(project, profile, target)
-        workload, budgets, check = project.workload, profile.budgets, profile.check
+        workload, check = project.workload, profile.check
         generations = workload.trials * check.repeats
         steps = generations * (workload.new_tokens - 1) * len(workload.prompt_lengths)
-        for budget, quantile, count, what in (
-            ("ttft_ms", 0.9, generations, "[workload] trials × check.repeats"),
-            ("tpot_p90_ms", 0.9, steps, "trials × (new_tokens - 1) × prompt lengths × check.repeats"),
-            ("tpot_p99_ms", 0.99, steps, "trials × (new_tokens - 1) × prompt lengths × check.repeats"),
-        ):
-            need = min_samples_for_bound(quantile, check.confidence)
-            if getattr(budgets, budget) is not None and count < need:
-                raise BadInput(
-                    f"{what} = {count} cannot bound the p{quantile * 100:g} that {budget} is judged on at "
-                    f"confidence {check.confidence}: it needs at least {need} samples",
-                    fix=f"raise [workload] trials in {project.file.name} (or check.repeats in the profile)",
-                )
+        each = "trials × (new_tokens - 1) × prompt lengths × check.repeats"
+        self.check_samples(
+            project,
+            profile,
+            (
+                ("ttft_ms", 0.9, generations, "[workload] trials × check.repeats"),
+                ("tpot_p90_ms", 0.9, steps, each),
+                ("tpot_p99_ms", 0.99, steps, each),
+            ),
+        )
 
     def load(self, state: BuildState, loaded: Any) -> Any:
         """A generate workload: the decoder wrapped as the KV-cache graph, checked to fit the device at the declared

@@ -20,7 +20,7 @@ import numpy as np
 
 from tapeout.core.decoding import agreement
 from tapeout.core.errors import BadInput
-from tapeout.core.profile_schema import Profile, min_samples_for_bound
+from tapeout.core.profile_schema import Profile
 from tapeout.core.schemas import Project, TranscribeWorkload
 from tapeout.core.speech import INPUT_FEATURES, SpeechLayout, pad_tokens
 from tapeout.core.workload import WORKLOAD_FILE, Companion, SearchMetric, Workload
@@ -115,20 +115,17 @@ class Transcribe(Workload):
             )
         clips = workload.trials * len(workload.audio_s) * check.repeats
         steps = check.repeats * workload.trials * sum(workload.tokens(s) - 1 for s in workload.audio_s)
-        for budget, quantile, count, what in (
-            ("encoder_ms", 0.9, clips, "[workload] trials × clip lengths × check.repeats"),
-            ("ttft_ms", 0.9, clips, "[workload] trials × clip lengths × check.repeats"),
-            ("real_time_factor", 0.9, workload.trials * check.repeats, "[workload] trials × check.repeats"),
-            ("tpot_p90_ms", 0.9, steps, "the timed decode steps"),
-            ("tpot_p99_ms", 0.99, steps, "the timed decode steps"),
-        ):
-            need = min_samples_for_bound(quantile, check.confidence)
-            if getattr(budgets, budget) is not None and count < need:
-                raise BadInput(
-                    f"{what} = {count} cannot bound the p{quantile * 100:g} that {budget} is judged on at "
-                    f"confidence {check.confidence}: it needs at least {need} samples",
-                    fix=f"raise [workload] trials in {project.file.name} (or check.repeats in the profile)",
-                )
+        self.check_samples(
+            project,
+            profile,
+            (
+                ("encoder_ms", 0.9, clips, "[workload] trials × clip lengths × check.repeats"),
+                ("ttft_ms", 0.9, clips, "[workload] trials × clip lengths × check.repeats"),
+                ("real_time_factor", 0.9, workload.trials * check.repeats, "[workload] trials × check.repeats"),
+                ("tpot_p90_ms", 0.9, steps, "the timed decode steps"),
+                ("tpot_p99_ms", 0.99, steps, "the timed decode steps"),
+            ),
+        )
 
     def load(self, state: BuildState, loaded: Any) -> Any:
         """The model as its two graphs' modules, checked against the project before anything is built: the declared
@@ -252,7 +249,7 @@ class Transcribe(Workload):
         transcription.save_workload_data(path, timing, np.stack(golden), reference)
         return path
 
-    def search_metric(self, state: BuildState, session) -> SearchMetric | None:
+    def search_metric(self, state: BuildState, call_of) -> SearchMetric | None:
         """Greedy agreement with torch over the golden clips, where the profile budgets it: each candidate decoder
         step decodes every clip over the cross caches of the build's own encoder (already at its precision), so the
         loop judges what the artifact will decode."""
@@ -262,7 +259,7 @@ class Transcribe(Workload):
         project = state.setup.project
         layout, workload = _layout(project), project.workload
         _, golden, reference = transcription.load_workload_data(state.out / WORKLOAD_FILE, layout, workload)
-        encoder = transcription.encoder_call(session(state.companions[ENCODER]), layout)
+        encoder = transcription.encoder_call(call_of(state.companions[ENCODER]), layout)
         crosses: list[list[np.ndarray]] = []
 
         def decode(predict) -> np.ndarray:
