@@ -309,6 +309,7 @@ class TranscribeWorkload(WorkloadSettings):
     # read at load where the project gives transcripts: the texts, and the directory whose tokenizer decodes tokens
     _said: list[str] | None = PrivateAttr(default=None)
     _tokenizer: Any = PrivateAttr(default=None)
+    _clips: Any = PrivateAttr(default=None)  # the golden clips as load read them: (features, where from)
 
     @property
     def layout(self) -> Any:
@@ -321,6 +322,10 @@ class TranscribeWorkload(WorkloadSettings):
     @property
     def tokenizer(self) -> Any:
         return self._tokenizer
+
+    @property
+    def read_clips(self) -> Any:
+        return self._clips
 
     @field_validator("audio_s")
     @classmethod

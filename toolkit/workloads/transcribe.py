@@ -150,9 +150,10 @@ class Transcribe(Workload):
         layout = SpeechLayout.from_module(parts)
         _check_against(project, layout)
         _fits(state, parts, layout)
-        golden_clips(project, layout, max(project.workload.agreement_clips, project.golden_samples))  # before export
         settings = project.workload.model_copy()
         settings._layout = layout
+        # read and checked before the export; the export, golden and record steps take theirs from here
+        settings._clips = golden_clips(project, layout, max(settings.agreement_clips, project.golden_samples))
         if settings.transcripts is not None:  # read and checked before anything is built
             settings._said = transcripts.read(project, settings.agreement_clips)
             settings._tokenizer = transcripts.tokenizer_directory(loaded.module, settings.transcripts)
@@ -478,6 +479,9 @@ def golden_clips(project: Project, layout: SpeechLayout, count: int) -> tuple[li
     """`count` clips' features [mel_bins, frames]: from [workload] clips (each padded to the encoder's frames with the
     silence Whisper's feature extractor pads with), else seeded random features."""
     workload: TranscribeWorkload = project.workload
+    if workload.read_clips is not None and len(workload.read_clips[0]) >= count:
+        clips, source = workload.read_clips
+        return clips[:count], source
     shape = (layout.mel_bins, layout.frames)
     if workload.clips is None:
         rng = np.random.default_rng(project.seed)
